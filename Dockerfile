@@ -1,0 +1,30 @@
+# syntax=docker/dockerfile:1
+# Build: docker build --build-arg SERVICE_COMMIT=$(git rev-parse --short HEAD) -t cairn .
+FROM node:22-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY src src
+COPY plugins plugins
+COPY schemas schemas
+RUN npm run build && npm prune --omit=dev
+
+FROM node:22-bookworm-slim
+ARG SERVICE_COMMIT
+ENV NODE_ENV=production \
+    SERVICE_COMMIT=${SERVICE_COMMIT} \
+    DATA_DIR=/data \
+    PORT=3000
+WORKDIR /app
+COPY --from=build /app/package.json ./
+COPY --from=build /app/node_modules node_modules
+COPY --from=build /app/dist dist
+COPY drizzle drizzle
+RUN mkdir -p /data && chown node:node /data
+USER node
+EXPOSE 3000
+VOLUME ["/data"]
+HEALTHCHECK --interval=15s --timeout=3s --start-period=20s \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:'+process.env.PORT+'/api/health?ready=1').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+CMD ["node", "dist/src/server.js"]

@@ -1,0 +1,93 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { once } from 'node:events'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createInterface } from 'node:readline'
+import autocannon from 'autocannon'
+
+export interface Result {
+  name: string
+  rps: number
+  p99: number
+  p95: number
+  non2xx: number
+  errors: number
+}
+
+export interface LoadOptions {
+  url: string
+  name: string
+  method?: 'GET' | 'POST'
+  headers?: Record<string, string>
+  body?: string
+  connections?: number
+  seconds?: number
+  /** a fresh request per call, for bodies or headers that must differ */
+  setupRequest?: (req: Record<string, unknown>) => Record<string, unknown>
+}
+
+/** Runs autocannon against a listening server: requests/s and tail latency in ms. */
+export async function load(opts: LoadOptions): Promise<Result> {
+  const result = await autocannon({
+    url: opts.url,
+    method: opts.method ?? 'GET',
+    headers: opts.headers,
+    body: opts.body,
+    connections: opts.connections ?? 50,
+    duration: opts.seconds ?? Number(process.env.BENCH_SECONDS ?? 8),
+    requests: opts.setupRequest ? [{ setupRequest: opts.setupRequest as never }] : undefined
+  })
+  return {
+    name: opts.name,
+    rps: Math.round(result.requests.average),
+    p99: result.latency.p99,
+    p95: result.latency.p97_5 ?? result.latency.p99,
+    non2xx: result.non2xx,
+    errors: result.errors + result.timeouts
+  }
+}
+
+export interface Server {
+  url: string
+  process: ChildProcess
+  stop(): Promise<void>
+}
+
+/** Starts a server script (TypeScript, through tsx) as its own process, so load and service do not share a loop. */
+export async function startServer(script: string, env: Record<string, string> = {}): Promise<Server> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-bench-'))
+  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+    env: { ...process.env, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', 'pipe', 'inherit']
+  })
+  const lines = createInterface({ input: child.stdout! })
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${script} did not report its address`)), 60_000)
+    child.once('exit', (code) => reject(new Error(`${script} exited with ${code}`)))
+    lines.on('line', (line) => {
+      const match = /listening on (http:\/\/\S+)/.exec(line)
+      if (match) {
+        clearTimeout(timer)
+        resolve(match[1]!)
+      }
+    })
+  })
+  return {
+    url,
+    process: child,
+    async stop() {
+      child.kill('SIGTERM')
+      if (child.exitCode === null) await once(child, 'exit')
+      rmSync(dataDir, { recursive: true, force: true })
+    }
+  }
+}
+
+export function table(rows: Result[], baseline: Result): string {
+  const out = ['| case | requests/s | p99 ms | ratio to baseline | non-2xx | errors |', '| --- | ---: | ---: | ---: | ---: | ---: |']
+  for (const r of rows) {
+    out.push(`| ${r.name} | ${r.rps} | ${r.p99} | ${(r.rps / baseline.rps).toFixed(2)} | ${r.non2xx} | ${r.errors} |`)
+  }
+  return out.join('\n')
+}

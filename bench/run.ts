@@ -1,0 +1,17 @@
+// npm run bench [-- name …]: runs the named benchmarks (all by default) and prints
+// Markdown tables of requests/s, p99 and the ratio to the baseline measured in the same run.
+import { benchFoundation } from './foundation.js'
+
+const benches: Record<string, () => Promise<string>> = {
+  foundation: benchFoundation
+}
+
+const wanted = process.argv.slice(2)
+for (const name of wanted.length > 0 ? wanted : Object.keys(benches)) {
+  const bench = benches[name]
+  if (!bench) {
+    process.stderr.write(`unknown benchmark ${name}; known: ${Object.keys(benches).join(', ')}\n`)
+    process.exit(2)
+  }
+  process.stdout.write(`\n## ${name}\n\n${await bench()}\n`)
+}

@@ -1,0 +1,109 @@
+import type { FastifyError, FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+
+/**
+ * A failure the client is meant to see: a status, the contract's identifier and a
+ * sentence. Handlers throw these; the one error handler below turns them into bodies.
+ */
+export class ApiError extends Error {
+  readonly statusCode: number
+  readonly error: string
+  readonly extra: Record<string, unknown> | undefined
+  readonly headers: Record<string, string> | undefined
+
+  constructor(statusCode: number, error: string, message: string, options: { extra?: Record<string, unknown>; headers?: Record<string, string> } = {}) {
+    super(message)
+    this.name = 'ApiError'
+    this.statusCode = statusCode
+    this.error = error
+    this.extra = options.extra
+    this.headers = options.headers
+  }
+}
+
+export const notFound = (message = 'not found') => new ApiError(404, 'not_found', message)
+export const conflict = (message: string) => new ApiError(409, 'conflict', message)
+
+/** Identifiers for errors raised by Fastify and its plugins rather than by our handlers. */
+const FRAMEWORK_CODES: Record<string, [number, string]> = {
+  FST_ERR_CTP_INVALID_JSON_BODY: [400, 'invalid_json'],
+  FST_ERR_CTP_EMPTY_JSON_BODY: [400, 'invalid_json'],
+  FST_ERR_CTP_BODY_TOO_LARGE: [413, 'payload_too_large'],
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: [415, 'unsupported_media_type'],
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: [400, 'bad_request'],
+  FST_ERR_CTP_INVALID_TYPE: [415, 'unsupported_media_type'],
+  FST_ERR_CTP_INVALID_CHARSET: [415, 'unsupported_media_type']
+}
+
+const STATUS_IDENTIFIERS: Record<number, string> = {
+  400: 'bad_request',
+  401: 'unauthorized',
+  403: 'forbidden',
+  404: 'not_found',
+  405: 'method_not_allowed',
+  406: 'not_acceptable',
+  408: 'request_timeout',
+  409: 'conflict',
+  412: 'precondition_failed',
+  413: 'payload_too_large',
+  415: 'unsupported_media_type',
+  416: 'range_not_satisfiable',
+  429: 'rate_limited',
+  431: 'request_header_fields_too_large',
+  503: 'service_unavailable'
+}
+
+interface ErrorReply {
+  status: number
+  body: { error: string; message: string; [key: string]: unknown }
+  headers?: Record<string, string> | undefined
+}
+
+export function describeError(err: FastifyError | ApiError | Error): ErrorReply {
+  if (err instanceof ApiError) {
+    return { status: err.statusCode, body: { error: err.error, message: err.message, ...err.extra }, headers: err.headers }
+  }
+  const fe = err as FastifyError
+  if (fe.validation) {
+    const context = fe.validationContext ?? 'body'
+    const details = fe.validation.map((v) => {
+      const missing = v.keyword === 'required' ? `/${String((v.params as { missingProperty?: string }).missingProperty)}` : ''
+      const extra = v.keyword === 'additionalProperties'
+        ? `/${String((v.params as { additionalProperty?: string }).additionalProperty)}`
+        : ''
+      return { path: `/${context}${v.instancePath}${missing}${extra}`, message: v.message ?? 'invalid' }
+    })
+    const first = details[0]
+    return {
+      status: 400,
+      body: { error: 'validation_failed', message: first ? `${first.path}: ${first.message}` : 'invalid request', details }
+    }
+  }
+  const mapped = fe.code ? FRAMEWORK_CODES[fe.code] : undefined
+  if (mapped) return { status: mapped[0], body: { error: mapped[1], message: fe.message } }
+  // secure-json-parse rejects __proto__ / constructor.prototype keys with a SyntaxError
+  if (err instanceof SyntaxError && (fe.statusCode === 400 || fe.statusCode === undefined)) {
+    return { status: 400, body: { error: 'invalid_json', message: err.message } }
+  }
+  const status = typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 600 ? fe.statusCode : 500
+  if (status >= 500) {
+    const identifier = status === 503 ? 'service_unavailable' : 'internal_error'
+    return { status, body: { error: identifier, message: status === 503 ? 'service unavailable, try again' : 'internal error' } }
+  }
+  return { status, body: { error: STATUS_IDENTIFIERS[status] ?? 'bad_request', message: fe.message } }
+}
+
+/** The one root error handler and 404 handler: every error is `{error, message}` JSON. */
+export default fp(async function errorsPlugin(app: FastifyInstance) {
+  app.setErrorHandler(function rootErrorHandler(err: FastifyError, request, reply) {
+    const { status, body, headers } = describeError(err)
+    if (status >= 500) request.log.error({ err }, 'request failed')
+    else request.log.info({ err: { message: err.message, code: (err as FastifyError).code }, status }, 'request rejected')
+    if (headers) reply.headers(headers)
+    return reply.code(status).type('application/json; charset=utf-8').send(body)
+  })
+
+  app.setNotFoundHandler(function notFoundHandler(request, reply) {
+    return reply.code(404).send({ error: 'not_found', message: `no route for ${request.method} ${request.url.split('?')[0]}` })
+  })
+}, { name: 'errors', fastify: '5.x' })

@@ -1,0 +1,33 @@
+import { Type, type TObject, type TProperties, type TSchema } from 'typebox'
+
+/** An object that rejects fields it does not name: unknown input is a 400, not silently dropped. */
+export function StrictObject<T extends TProperties>(properties: T, options: Record<string, unknown> = {}): TObject<T> {
+  return Type.Object(properties, { additionalProperties: false, ...options })
+}
+
+export const Id = Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$', description: 'opaque id' })
+export const IsoDate = Type.String({ format: 'date-time', description: 'ISO-8601 UTC timestamp' })
+
+/** The contract's error body (1.2). */
+export const ErrorBody = Type.Object({
+  error: Type.String({ description: 'stable identifier' }),
+  message: Type.String({ description: 'human sentence' }),
+  release: Type.Optional(Type.String()),
+  details: Type.Optional(Type.Array(Type.Object({ path: Type.String(), message: Type.String() })))
+}, { $id: 'ErrorBody', description: 'an error' })
+
+/** Error responses every /api route can produce before its handler runs. */
+export function errorResponses(...statuses: number[]): Record<number, TSchema> {
+  const out: Record<number, TSchema> = {}
+  for (const status of new Set([400, 401, 403, 409, 500, ...statuses])) out[status] = Type.Ref('ErrorBody')
+  return out
+}
+
+export const PageQuery = {
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
+  cursor: Type.Optional(Type.String({ maxLength: 512 }))
+}
+
+export function Page<T extends TSchema>(item: T) {
+  return Type.Object({ items: Type.Array(item), nextCursor: Type.Union([Type.String(), Type.Null()]) })
+}

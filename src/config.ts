@@ -1,0 +1,115 @@
+import { Type, type Static } from 'typebox'
+import { Value } from 'typebox/value'
+
+/**
+ * Every environment variable the service reads, in one schema. `loadConfig` validates
+ * the process environment against it at boot; a bad value stops the process with a
+ * message naming the variable. Add new variables here, never read process.env elsewhere.
+ */
+export const EnvSchema = Type.Object({
+  NODE_ENV: Type.Union([Type.Literal('development'), Type.Literal('production'), Type.Literal('test')], {
+    default: 'development',
+    description: 'production turns dev-org access off by default and sets secure cookies'
+  }),
+  PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 3000, description: 'HTTP port' }),
+  HOST: Type.String({ minLength: 1, default: '0.0.0.0', description: 'interface to listen on' }),
+  DATABASE_URL: Type.Optional(Type.String({
+    pattern: '^postgres(ql)?://',
+    description: 'real Postgres (postgres://…); unset means embedded PGlite in DATA_DIR'
+  })),
+  DATABASE_POOL_MAX: Type.Integer({ minimum: 1, maximum: 500, default: 20, description: 'postgres.js pool size' }),
+  DATA_DIR: Type.String({ minLength: 1, default: './data', description: 'embedded database and local files' }),
+  ALLOW_DEV_ORG: Type.Optional(Type.Boolean({
+    description: 'anonymous requests act in the seeded dev org; default on unless NODE_ENV=production'
+  })),
+  SERVICE_COMMIT: Type.Optional(Type.String({
+    pattern: '^[A-Za-z0-9._-]{1,64}$',
+    description: 'release commit; unset means a development build (release run-events-v1:dev)'
+  })),
+  CORS_ORIGINS: Type.String({ default: '', description: 'comma-separated browser origins allowed with credentials' }),
+  TRUST_PROXY: Type.String({
+    default: 'false',
+    description: 'Fastify trustProxy: true, false, a hop count, or comma-separated addresses/CIDRs'
+  }),
+  LOG_LEVEL: Type.Union(
+    ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
+    { default: 'info' }
+  ),
+  BODY_LIMIT: Type.Integer({ minimum: 1024, maximum: 64 * 1024 * 1024, default: 1024 * 1024, description: 'max JSON body bytes' }),
+  SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, maximum: 600_000, default: 10_000, description: 'time allowed for in-flight work at shutdown' })
+})
+
+export type Env = Static<typeof EnvSchema>
+
+export interface Config extends Omit<Env, 'ALLOW_DEV_ORG' | 'CORS_ORIGINS' | 'TRUST_PROXY'> {
+  ALLOW_DEV_ORG: boolean
+  CORS_ORIGINS: string[]
+  TRUST_PROXY: boolean | number | string[]
+  /** `run-events-v1:<commit>`, or `run-events-v1:dev` for a development build */
+  release: string
+  /** a development build accepts any client release */
+  isDevBuild: boolean
+}
+
+export const API_COMPAT = 'run-events-v1'
+
+export class ConfigError extends Error {
+  override name = 'ConfigError'
+}
+
+/** Validates an environment (process.env by default) and derives the runtime config. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const raw: Record<string, string> = {}
+  for (const key of Object.keys(EnvSchema.properties)) {
+    const value = env[key]
+    if (value !== undefined && value.trim() !== '') raw[key] = value.trim()
+  }
+  const parsed = Value.Convert(EnvSchema, Value.Default(EnvSchema, raw))
+  const errors = [...Value.Errors(EnvSchema, parsed)]
+  if (errors.length > 0) {
+    const seen = new Set<string>()
+    const lines = errors
+      .map((e) => ({ name: e.instancePath.slice(1) || '(root)', message: e.message }))
+      .filter((e) => !seen.has(e.name) && seen.add(e.name))
+      .map((e) => `${e.name}=${JSON.stringify(raw[e.name] ?? '')}: ${e.message}`)
+    throw new ConfigError(`invalid configuration:\n  ${lines.join('\n  ')}`)
+  }
+  const values = parsed as Env
+  const release = `${API_COMPAT}:${values.SERVICE_COMMIT ?? 'dev'}`
+  return {
+    ...values,
+    ALLOW_DEV_ORG: values.ALLOW_DEV_ORG ?? values.NODE_ENV !== 'production',
+    CORS_ORIGINS: parseOrigins(values.CORS_ORIGINS),
+    TRUST_PROXY: parseTrustProxy(values.TRUST_PROXY),
+    release,
+    isDevBuild: /[:-]dev$/.test(release)
+  }
+}
+
+function parseOrigins(list: string): string[] {
+  const origins = list.split(',').map((s) => s.trim()).filter(Boolean)
+  for (const origin of origins) {
+    let url: URL
+    try {
+      url = new URL(origin)
+    } catch {
+      throw new ConfigError(`invalid configuration:\n  CORS_ORIGINS: ${JSON.stringify(origin)} is not an origin`)
+    }
+    if (url.origin !== origin) {
+      throw new ConfigError(`invalid configuration:\n  CORS_ORIGINS: ${JSON.stringify(origin)} should be written ${url.origin}`)
+    }
+  }
+  return origins
+}
+
+function parseTrustProxy(value: string): boolean | number | string[] {
+  if (value === 'true') return true
+  if (value === 'false') return false
+  if (/^\d+$/.test(value)) return Number(value)
+  return value.split(',').map((s) => s.trim()).filter(Boolean)
+}
+
+/** Builds a config for tests and tools: defaults plus the given overrides. */
+export function testConfig(overrides: Partial<Record<keyof Env, string>> = {}): Config {
+  return loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', ...overrides })
+}

@@ -1,0 +1,91 @@
+import { mkdirSync } from 'node:fs'
+import { resolve } from 'node:path'
+import { PGlite } from '@electric-sql/pglite'
+import { pg_trgm } from '@electric-sql/pglite/contrib/pg_trgm'
+import { sql } from 'drizzle-orm'
+import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core'
+import { drizzle as drizzlePglite } from 'drizzle-orm/pglite'
+import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js'
+import postgres from 'postgres'
+import * as schema from './schema.js'
+
+export type Schema = typeof schema
+/** The drizzle API, the same over postgres.js and PGlite. */
+export type Db = PgDatabase<PgQueryResultHKT, Schema>
+
+export interface Database {
+  readonly kind: 'postgres' | 'pglite'
+  readonly db: Db
+  /** the postgres.js client when kind is 'postgres' (LISTEN/NOTIFY, reserved connections) */
+  readonly pg: postgres.Sql | null
+  /** the PGlite instance when kind is 'pglite' */
+  readonly lite: PGlite | null
+  /** a trivial round trip, for readiness checks */
+  ping(): Promise<void>
+  close(): Promise<void>
+}
+
+export interface OpenDatabaseOptions {
+  /** postgres://… for real Postgres; otherwise PGlite */
+  url?: string | undefined
+  /** PGlite data directory, or `memory://` for a throwaway in-memory database */
+  dataDir?: string
+  poolMax?: number
+}
+
+export async function openDatabase(options: OpenDatabaseOptions): Promise<Database> {
+  if (options.url) return openPostgres(options.url, options.poolMax ?? 20)
+  return openPglite(options.dataDir ?? './data')
+}
+
+function openPostgres(url: string, max: number): Database {
+  const pg = postgres(url, {
+    max,
+    onnotice: () => {},
+    // fail fast when the server is gone instead of queueing forever
+    connect_timeout: 10,
+    idle_timeout: 60,
+    connection: { application_name: 'cairn' }
+  })
+  const db = drizzlePostgres({ client: pg, schema }) as unknown as Db
+  return {
+    kind: 'postgres',
+    db,
+    pg,
+    lite: null,
+    async ping() {
+      await pg`select 1`
+    },
+    async close() {
+      await pg.end({ timeout: 5 })
+    }
+  }
+}
+
+async function openPglite(dataDir: string): Promise<Database> {
+  let location = dataDir
+  if (!dataDir.startsWith('memory://')) {
+    location = resolve(dataDir, 'pglite')
+    mkdirSync(location, { recursive: true })
+  }
+  const lite = await PGlite.create(location, { extensions: { pg_trgm } })
+  const db = drizzlePglite({ client: lite, schema }) as unknown as Db
+  return {
+    kind: 'pglite',
+    db,
+    pg: null,
+    lite,
+    async ping() {
+      await db.execute(sql`select 1`)
+    },
+    async close() {
+      if (!lite.closed) await lite.close()
+    }
+  }
+}
+
+/** Rows of a `db.execute` result, whichever driver produced it. */
+export function rowsOf<T>(result: unknown): T[] {
+  if (Array.isArray(result)) return result as T[]
+  return ((result as { rows?: T[] }).rows ?? []) as T[]
+}

@@ -1,0 +1,2 @@
+// Every domain's drizzle tables, gathered for the drizzle client and drizzle-kit.
+export * from '../auth/tables.js'

@@ -1,0 +1,58 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { ApiError } from '../../plugins/errors.js'
+import { errorResponses } from '../../schemas/common.js'
+import { ClientConfig, Health, HealthQuery } from '../../schemas/system.js'
+
+export interface SystemOptions {
+  release: string
+  allowDevOrg: boolean
+}
+
+/** Health and client config: the two public, secret-free routes every client starts with. */
+const system: FastifyPluginAsyncTypebox<SystemOptions> = async (app, opts) => {
+  const health = { status: 'ok' } as const
+
+  app.get('/health', {
+    config: { scope: 'public' },
+    schema: {
+      tags: ['system'],
+      summary: 'Liveness; with ?ready=1 also readiness (the database answers)',
+      querystring: HealthQuery,
+      response: { 200: Health, ...errorResponses(503) }
+    }
+  }, async (request) => {
+    if (request.query.ready) {
+      try {
+        await app.database.ping()
+      } catch (err) {
+        request.log.warn({ err }, 'readiness check: database did not answer')
+        throw new ApiError(503, 'not_ready', 'the database does not answer')
+      }
+    }
+    return health
+  })
+
+  app.get('/config', {
+    config: { scope: 'public' },
+    schema: {
+      tags: ['system'],
+      summary: 'What this deployment offers the client',
+      response: { 200: ClientConfig, ...errorResponses() }
+    }
+  }, async () => {
+    const { features } = app
+    const catalogs = await Promise.all(features.catalogs.map((catalog) => catalog()))
+    return {
+      auth: features.auth,
+      allowDevOrg: opts.allowDevOrg,
+      release: opts.release,
+      engines: catalogs.flatMap((c) => c.engines),
+      models: catalogs.flatMap((c) => c.models),
+      sandbox: { provider: features.sandboxProvider },
+      capabilities: features.capabilities,
+      artifacts: { fidelity: features.artifactsFidelity }
+    }
+  })
+}
+
+export default system

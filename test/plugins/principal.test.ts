@@ -1,0 +1,66 @@
+import Fastify from 'fastify'
+import t from 'tap'
+import dbPlugin from '../../plugins/db.js'
+import errorsPlugin from '../../plugins/errors.js'
+import principalPlugin, { realUserId, type Scope } from '../../plugins/principal.js'
+import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
+import { createTestDatabase, type Teardown } from '../helper.js'
+
+/** A bare Fastify with the shared plugins and one route per scope, to test scopes alone. */
+async function scopedApp(t: Teardown, allowDevOrg: boolean) {
+  const { database } = await createTestDatabase(t)
+  const app = Fastify()
+  await app.register(errorsPlugin)
+  await app.register(dbPlugin, { database, closeOnShutdown: false })
+  await app.register(async (api) => {
+    await api.register(principalPlugin, { allowDevOrg })
+    const scopes: Array<[string, Scope | Scope[] | undefined]> = [
+      ['default', undefined], ['org', 'org'], ['public', 'public'], ['user', 'user'],
+      ['admin', 'admin'], ['session', 'session'], ['admin-session', ['admin', 'session']]
+    ]
+    for (const [name, scope] of scopes) {
+      api.get(`/${name}`, { config: scope === undefined ? {} : { scope } }, async (request) => ({
+        principal: request.principal,
+        realUser: realUserId(request.principal)
+      }))
+    }
+  }, { prefix: '/api' })
+  t.teardown(() => app.close())
+  return app
+}
+
+t.test('dev-org access off: every non-public route is 401 unauthorized', async (t) => {
+  const app = await scopedApp(t, false)
+  for (const name of ['default', 'org', 'user', 'admin', 'session', 'admin-session']) {
+    const res = await app.inject({ method: 'GET', url: `/api/${name}` })
+    t.equal(res.statusCode, 401, name)
+    t.same(res.json(), { error: 'unauthorized', message: 'sign in or send an API key' }, name)
+  }
+  const open = await app.inject({ method: 'GET', url: '/api/public' })
+  t.equal(open.statusCode, 200)
+  t.same(open.json(), { principal: null, realUser: null }, 'public routes resolve nobody')
+})
+
+t.test('dev-org access on: the seeded dev org and fallback user, never a real user', async (t) => {
+  const app = await scopedApp(t, true)
+  const res = await app.inject({ method: 'GET', url: '/api/default' })
+  t.equal(res.statusCode, 200)
+  t.same(res.json(), {
+    principal: { kind: 'dev', orgId: DEV_ORG.id, userId: DEV_USER.id, role: 'owner' },
+    realUser: null
+  })
+  t.equal((await app.inject({ method: 'GET', url: '/api/admin' })).statusCode, 200, 'the dev org is its own admin')
+  t.equal((await app.inject({ method: 'GET', url: '/api/session' })).statusCode, 200)
+  const user = await app.inject({ method: 'GET', url: '/api/user' })
+  t.equal(user.statusCode, 403)
+  t.equal(user.json().error, 'user_required')
+})
+
+t.test('an unknown bearer token never falls back to the dev org', async (t) => {
+  const app = await scopedApp(t, true)
+  for (const authorization of ['Bearer cairn_unknown', 'Bearer ', 'Basic Zm9vOmJhcg==']) {
+    const res = await app.inject({ method: 'GET', url: '/api/org', headers: { authorization } })
+    t.equal(res.statusCode, 401, authorization)
+    t.equal(res.json().error, 'unauthorized')
+  }
+})
