@@ -33,6 +33,7 @@ export default fp(async function openapiPlugin(app: FastifyInstance, opts: OpenA
       buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`)
     }
   })
-  await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { deepLinking: true } })
+  // staticCSP: the page's own policy (hashes of its inline code), replacing the API's deny-all one
+  await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { deepLinking: true }, staticCSP: true })
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
 }, { name: 'openapi', fastify: '5.x' })
