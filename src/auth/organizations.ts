@@ -31,8 +31,12 @@ export async function roleIn(db: Db, orgId: string, userId: string): Promise<Rol
   return rows[0]?.role ?? null
 }
 
+/** Slugs nobody can claim: `dev` is the seeded dev org's, whether or not it is seeded on this deployment. */
+const RESERVED_SLUGS = new Set(['dev'])
+
 /** Creates an org with the user as owner and makes it the session's active org, in one transaction. */
 export async function createOrganization(db: Db, userId: string, sessionId: string, name: string, slug: string) {
+  if (RESERVED_SLUGS.has(slug)) throw conflict(`the slug ${JSON.stringify(slug)} is taken`)
   try {
     return await db.transaction(async (tx) => {
       const [org] = await tx.insert(organizations).values({ id: newId(), name, slug }).returning()
