@@ -43,17 +43,16 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
   // untrusted peer changes nothing. In-memory: each instance counts its own.
   const { perIp, perAccount, windowMs } = opts.rateLimit
   const ipLimit = app.createRateLimit({ max: perIp, timeWindow: windowMs, keyGenerator: (req) => `auth-ip|${req.ip}` })
-  const accountLimit = app.createRateLimit({
-    max: perAccount,
-    timeWindow: windowMs,
-    keyGenerator: (req) => `auth-account|${normalizeEmail(String((req.body as { email?: unknown } | undefined)?.email ?? ''))}`
-  })
+  const emailOf = (req: FastifyRequest) => normalizeEmail(String((req.body as { email?: unknown } | undefined)?.email ?? ''))
+  const signInFailures = app.createRateLimit({ max: perAccount, timeWindow: windowMs, keyGenerator: (req) => `auth-sign-in|${emailOf(req)}` })
+  const signUpAttempts = app.createRateLimit({ max: perAccount, timeWindow: windowMs, keyGenerator: (req) => `auth-sign-up|${emailOf(req)}` })
   async function limitByIp(request: FastifyRequest) {
     const state = await ipLimit(request)
     if (!state.isAllowed && state.isExceeded) throw rateLimited(state.ttlInSeconds)
   }
-  async function checkAccount(request: FastifyRequest) {
-    const state = await accountLimit(request, { increment: false })
+  /** Refuses an account whose failures used up the window's budget (counting only, no increment). */
+  async function checkAccount(limiter: typeof signInFailures, request: FastifyRequest) {
+    const state = await limiter(request, { increment: false })
     if (!state.isAllowed && state.remaining <= 0) throw rateLimited(state.ttlInSeconds)
   }
 
@@ -96,8 +95,8 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
       body: SignUpBody, response: { 201: UserReply, ...errorResponses(429) }
     }
   }, async (request, reply) => {
-    await checkAccount(request)
-    await accountLimit(request)
+    await checkAccount(signUpAttempts, request)
+    await signUpAttempts(request)
     const user = await createUser(db, request.body.email, request.body.name, await hashPassword(request.body.password))
     await startSession(request, reply, user.id)
     return reply.code(201).send({ user: toWire(user) })
@@ -111,13 +110,13 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
       body: SignInBody, response: { 200: UserReply, ...errorResponses(429) }
     }
   }, async (request, reply) => {
-    await checkAccount(request)
+    await checkAccount(signInFailures, request)
     const found = await findCredentials(db, request.body.email)
     const ok = found
       ? await verifyPassword(found.passwordHash!, request.body.password)
       : await verifyAgainstDummy(request.body.password)
     if (!found || !ok) {
-      await accountLimit(request)
+      await signInFailures(request)
       throw invalidCredentials()
     }
     await startSession(request, reply, found.id)

@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
+import { rowsOf } from '../../src/db/client.js'
 import { addMember, buildTestApp, createOrg, signIn, signUp, signUpWithOrg, uniqueEmail } from '../helper.js'
 import { probeRoutes } from './probes.js'
 
@@ -39,8 +40,8 @@ t.test('creating an org: slug from the name, the caller owns it, it becomes acti
   }
   const anon = await app.inject({ method: 'POST', url: '/api/auth/organizations', payload: { name: 'Nobody' } })
   t.equal(anon.statusCode, 401)
-  const [{ n }] = await app.db.execute(sql`select count(*)::int as n from organizations where name = 'Nobody'`).then((r) => ((r as { rows?: unknown[] }).rows ?? r) as Array<{ n: number }>)
-  t.equal(n, 0)
+  const nobody = rowsOf<{ n: number }>(await app.db.execute(sql`select count(*)::int as n from organizations where name = 'Nobody'`))
+  t.equal(nobody[0]!.n, 0)
 })
 
 t.test('a user with no organization: 403 no_organization on org routes, auth routes still work', async (t) => {
@@ -179,8 +180,8 @@ t.test('the last owner can be neither demoted nor removed', async (t) => {
   const statuses = [a.statusCode, b.statusCode]
   t.equal(statuses.filter((s) => s === 409).length, 1, 'exactly one of two concurrent owner exits is refused')
   t.equal(statuses.filter((s) => s === 200 || s === 204).length, 1, 'and the other succeeds')
-  const owners = await app.db.execute(sql`select count(*)::int as n from members where org_id = ${orgId} and role = 'owner'`)
-  t.equal((((owners as { rows?: unknown[] }).rows ?? owners) as Array<{ n: number }>)[0]!.n, 1, 'one owner left')
+  const owners = rowsOf<{ n: number }>(await app.db.execute(sql`select count(*)::int as n from members where org_id = ${orgId} and role = 'owner'`))
+  t.equal(owners[0]!.n, 1, 'one owner left')
 })
 
 t.test('members of another org: 404, nothing changed', async (t) => {
