@@ -85,9 +85,17 @@ const denied: DenyRule[] = KEY_DENYLIST.map((entry) => {
     : { method: method.toUpperCase(), exact: pattern, prefix: null }
 })
 
-/** May an API key call this registered route? */
+const decided = new Map<string, boolean>()
+
+/** May an API key call this registered route? (memoized: the set of registered routes is finite) */
 export function keyMayReach(method: string, routeUrl: string): boolean {
-  return allowed.has(normalizeRoute(method, routeUrl))
+  const id = `${method} ${routeUrl}`
+  let answer = decided.get(id)
+  if (answer === undefined) {
+    answer = allowed.has(normalizeRoute(method, routeUrl))
+    if (decided.size < 10_000) decided.set(id, answer)
+  }
+  return answer
 }
 
 /** Is this route on the deny list on purpose? (For the route walk; the lane itself denies anything not allowed.) */
