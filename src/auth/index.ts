@@ -10,7 +10,7 @@ import { errorResponses } from '../../schemas/common.js'
 import { toWire } from '../db/wire.js'
 import keys from './keys.js'
 import { addMember, changeRole, createOrganization, listMemberships, removeMember, roleIn, slugify } from './organizations.js'
-import { hashPassword, verifyAgainstDummy, verifyPassword } from './passwords.js'
+import { hashPassword, primeDummyHash, verifyAgainstDummy, verifyPassword } from './passwords.js'
 import { createSession, deleteSession, setActiveOrg } from './sessions.js'
 import type { Role } from './tables.js'
 import { hashSecret } from './tokens.js'
@@ -36,6 +36,7 @@ const tags = ['auth']
  */
 const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
   app.features.auth.emailPassword = true
+  primeDummyHash()
   const { identity, sessionCookie, db } = app
 
   // Brute-force brakes, per client address (every attempt) and per account (failed

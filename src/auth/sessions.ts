@@ -1,4 +1,4 @@
-import { eq, sql } from 'drizzle-orm'
+import { and, eq, lt, sql } from 'drizzle-orm'
 import type { Db } from '../db/client.js'
 import { rowsOf } from '../db/client.js'
 import type { Role } from './tables.js'
@@ -21,6 +21,8 @@ export async function createSession(db: Db, userId: string, activeOrgId: string 
   const id = hashSecret(token)
   const expiresAt = new Date(Date.now() + SESSION_LIFETIME_MS)
   await db.insert(sessions).values({ id, userId, activeOrgId, expiresAt })
+  // expired sessions are useless (lookups refuse them); sweep this user's away at each sign-in
+  await db.delete(sessions).where(and(eq(sessions.userId, userId), lt(sessions.expiresAt, sql`now()`)))
   return { token, id, expiresAt }
 }
 

@@ -159,6 +159,23 @@ t.test('members: add, change role, remove; owners and admins only', async (t) =>
   t.equal(after.json().error, 'no_organization')
 })
 
+t.test('removing a membership reaches another instance at once (NOTIFY), not after its cache expires', async (t) => {
+  const owner = await signUpWithOrg(app)
+  const member = await signUp(app)
+  await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
+  // the second instance would keep a resolved session 10 s; only the broadcast can make it forget sooner
+  const second = await buildTestApp(t, { db: app.testDb, env: { ALLOW_DEV_ORG: 'false', IDENTITY_CACHE_MS: '10000' }, apiPlugins: [probeRoutes] })
+  const viaSecond = () => second.inject({ method: 'GET', url: '/api/probe/whoami', headers: { cookie: member.cookie } })
+  t.equal((await viaSecond()).statusCode, 200, 'cached there now')
+  t.equal((await app.inject({ method: 'DELETE', url: memberUrl(owner.org.id, member.user.id), headers: { cookie: owner.cookie } })).statusCode, 204)
+  let status = (await viaSecond()).statusCode
+  for (let i = 0; i < 50 && status !== 403; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    status = (await viaSecond()).statusCode
+  }
+  t.equal(status, 403)
+})
+
 t.test('the last owner can be neither demoted nor removed', async (t) => {
   const owner = await signUpWithOrg(app)
   const orgId = owner.org.id

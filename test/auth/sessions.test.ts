@@ -160,6 +160,14 @@ t.test('expiry: a session past expires_at is a 401', async (t) => {
   t.equal((await session(user.cookie)).statusCode, 401)
 })
 
+t.test('signing in sweeps away the user\'s expired sessions', async (t) => {
+  const user = await signUp(app)
+  await app.db.execute(sql`update sessions set expires_at = now() - interval '1 day' where id = ${sha256(user.token)}`)
+  const fresh = await signIn(app, user.user.email, user.password)
+  const left = await rows<{ id: string }>(sql`select id from sessions where user_id = ${user.user.id}`)
+  t.same(left, [{ id: sha256(fresh.token) }])
+})
+
 t.test('sliding: used in its last 15 days, a session is extended to 30 and the cookie re-sent', async (t) => {
   const user = await signUp(app)
   const id = sha256(user.token)
