@@ -9,7 +9,7 @@ import Ajv from 'ajv'
 import addFormats from 'ajv-formats'
 import Fastify, { type FastifyContextConfig, type FastifyInstance, type FastifyPluginAsync, type FastifySchemaCompiler } from 'fastify'
 import dbPlugin from '../plugins/db.js'
-import errorsPlugin from '../plugins/errors.js'
+import errorsPlugin, { ApiError } from '../plugins/errors.js'
 import featuresPlugin from '../plugins/features.js'
 import openapiPlugin from '../plugins/openapi.js'
 import principalPlugin from '../plugins/principal.js'
@@ -109,8 +109,15 @@ export async function buildApp({ config, database, apiPlugins = [] }: BuildOptio
     contentSecurityPolicy: { useDefaults: false, directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"], baseUri: ["'none'"] } }
   })
   await app.register(cookie)
-  // limits are applied by the routes that need them (sign-in, sign-up), not globally
-  await app.register(rateLimit, { global: false })
+  // limits are applied by the routes that need them (sign-in, sign-up), not globally; a
+  // route that sets `config.rateLimit` gets the contract's 429 rate_limited with Retry-After
+  await app.register(rateLimit, {
+    global: false,
+    errorResponseBuilder: (_request, context) => {
+      const seconds = Math.max(1, Math.ceil(context.ttl / 1000))
+      return new ApiError(429, 'rate_limited', `too many requests; try again in ${seconds} s`, { headers: { 'retry-after': String(seconds) } })
+    }
+  })
   if (config.CORS_ORIGINS.length > 0) {
     await app.register(cors, { origin: config.CORS_ORIGINS, credentials: true, maxAge: 600 })
   }

@@ -149,3 +149,17 @@ t.test('behind a trusted proxy, X-Forwarded-For names the client', async (t) => 
   t.equal((await attempt('203.0.113.1')).statusCode, 429)
   t.equal((await attempt('203.0.113.2')).statusCode, 401, 'a different client behind the same proxy has its own budget')
 })
+
+t.test('a route-level rate limit answers the contract 429 too', async (t) => {
+  const app = await buildTestApp(t, {
+    apiPlugins: [async (api) => {
+      api.get('/probe/limited', { config: { scope: 'public', rateLimit: { max: 1, timeWindow: 60_000 } } }, async () => ({ ok: true }))
+    }]
+  })
+  t.equal((await app.inject({ url: '/api/probe/limited' })).statusCode, 200)
+  const res = await app.inject({ url: '/api/probe/limited' })
+  t.equal(res.statusCode, 429)
+  t.same(Object.keys(res.json()).sort(), ['error', 'message'])
+  t.equal(res.json().error, 'rate_limited')
+  t.ok(Number(res.headers['retry-after']) >= 1)
+})
