@@ -155,7 +155,9 @@ const keyNotAllowed = () => new ApiError(401, 'unauthorized', 'API keys may not 
 async function listenForInvalidations(app: FastifyInstance, identity: IdentityResolver): Promise<void> {
   const { pg, lite } = app.database
   if (pg) {
-    const { unlisten } = await pg.listen(INVALIDATION_CHANNEL, () => identity.clear())
+    // the third callback runs on every (re)connect: notifications missed while the
+    // connection was down cannot be replayed, so forget everything then too
+    const { unlisten } = await pg.listen(INVALIDATION_CHANNEL, () => identity.clear(), () => identity.clear())
     identity.broadcast = async () => {
       await pg.notify(INVALIDATION_CHANNEL, '')
     }
