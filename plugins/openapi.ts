@@ -33,6 +33,13 @@ export default fp(async function openapiPlugin(app: FastifyInstance, opts: OpenA
       buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`)
     }
   })
-  await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { deepLinking: true } })
+  // /docs gets its own policy (same-origin scripts and styles), replacing the API's deny-all
+  // one; no upgrade-insecure-requests, so the page also works over plain http in development
+  await app.register(swaggerUi, {
+    routePrefix: '/docs',
+    uiConfig: { deepLinking: true },
+    staticCSP: "default-src 'self'; base-uri 'self'; font-src 'self' data:; frame-ancestors 'self'; img-src 'self' data:; " +
+      "object-src 'none'; script-src 'self'; script-src-attr 'none'; style-src 'self' 'unsafe-inline'"
+  })
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
 }, { name: 'openapi', fastify: '5.x' })

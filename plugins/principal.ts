@@ -1,8 +1,10 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { DEV_ORG, DEV_USER } from '../src/auth/dev-org.js'
+import { IdentityResolver } from '../src/auth/identity.js'
 import type { Role } from '../src/auth/tables.js'
 import { ApiError } from './errors.js'
+import { keyMayReach } from './key-allowlist.js'
 
 /**
  * Route scopes (contract 2.2), declared on each route as `config: { scope }`, never
@@ -52,39 +54,131 @@ export function routeScopes(scope: Scope | readonly Scope[] | undefined): readon
 
 export interface PrincipalOptions {
   allowDevOrg: boolean
+  /** `__Host-cairn_session` with Secure (production), or `cairn_session` */
+  secureCookie: boolean
+  /** how long a resolved session or key may be reused without the database (0: never) */
+  cacheTtlMs: number
 }
+
+export interface SessionCookie {
+  readonly name: string
+  /** the raw token the browser sent, if any */
+  read(request: FastifyRequest): string | undefined
+  set(reply: FastifyReply, token: string, expiresAt: Date): void
+  clear(reply: FastifyReply): void
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** session and key lookups (cached briefly; `invalidate()` after any identity change) */
+    identity: IdentityResolver
+    sessionCookie: SessionCookie
+  }
+}
+
+/** Postgres channel on which instances tell each other to drop cached identities. */
+const INVALIDATION_CHANNEL = 'cairn_identity'
+
+/** The key of `Authorization: Bearer <key>`, or null when the header says anything else. */
+export function bearerToken(header: string): string | null {
+  const match = /^Bearer +(\S+) *$/i.exec(header)
+  return match ? match[1]! : null
+}
+
+export const noOrganization = () => new ApiError(403, 'no_organization', 'you belong to no organization; create one or ask to be added')
 
 /**
  * Resolves the principal and enforces the route's declared scope. Registered inside the
  * /api scope, so every /api route is protected unless it says `scope: 'public'`.
- * Lanes, in order: bearer key, session cookie, dev org, else 401.
+ * Lanes, in order (contract 2.2): bearer key (never falls back), session cookie, dev org,
+ * else 401. A key is then held to the allowlist (plugins/key-allowlist.ts).
  */
 export default fp(async function principalPlugin(app: FastifyInstance, opts: PrincipalOptions) {
   const devPrincipal: Principal = Object.freeze({ kind: 'dev', orgId: DEV_ORG.id, userId: DEV_USER.id, role: 'owner' })
   app.decorateRequest('principal', null)
 
-  async function resolve(request: FastifyRequest): Promise<Principal> {
-    if (request.headers.authorization !== undefined) {
-      // API keys arrive with the identity work; until then every bearer token is unknown.
-      throw unauthorized()
+  const identity = new IdentityResolver(app.db, opts.cacheTtlMs)
+  app.decorate('identity', identity)
+  await listenForInvalidations(app, identity)
+
+  const cookieName = opts.secureCookie ? '__Host-cairn_session' : 'cairn_session'
+  const cookieOptions = { httpOnly: true, sameSite: 'lax', path: '/', secure: opts.secureCookie } as const
+  const sessionCookie: SessionCookie = {
+    name: cookieName,
+    read: (request) => request.cookies[cookieName],
+    set: (reply, token, expiresAt) => void reply.setCookie(cookieName, token, { ...cookieOptions, expires: expiresAt }),
+    clear: (reply) => void reply.clearCookie(cookieName, cookieOptions)
+  }
+  app.decorate('sessionCookie', sessionCookie)
+
+  async function resolve(request: FastifyRequest, reply: FastifyReply): Promise<Principal> {
+    const authorization = request.headers.authorization
+    if (authorization !== undefined) {
+      const token = bearerToken(authorization)
+      const key = token === null ? null : await identity.key(token)
+      if (!key) throw unauthorized()
+      return { kind: 'key', orgId: key.orgId, userId: null, role: 'member', keyId: key.id }
+    }
+    const token = sessionCookie.read(request)
+    if (token !== undefined) {
+      const session = await identity.session(token)
+      if (session) {
+        if (session.extended) sessionCookie.set(reply, token, session.expiresAt)
+        if (session.orgId === null || session.role === null) throw noOrganization()
+        return { kind: 'user', orgId: session.orgId, userId: session.userId, role: session.role, sessionId: session.id }
+      }
     }
     if (opts.allowDevOrg) return devPrincipal
     throw unauthorized()
   }
 
-  app.addHook('onRequest', async function scopeGuard(request) {
+  app.addHook('onRequest', async function scopeGuard(request, reply) {
     const scopes = routeScopes(request.routeOptions.config.scope)
     if (scopes.includes('public')) return
-    const principal = await resolve(request)
+    const principal = await resolve(request, reply)
     request.principal = principal
+    if (principal.kind === 'key') {
+      if (scopes.includes('session')) throw sessionRequired()
+      if (!keyMayReach(request.method, request.routeOptions.url ?? '')) throw keyNotAllowed()
+    }
     for (const scope of scopes) enforce(scope, principal)
   })
-}, { name: 'principal', fastify: '5.x', dependencies: ['errors', 'db'] })
+}, { name: 'principal', fastify: '5.x', dependencies: ['errors', 'db', '@fastify/cookie'] })
+
+const sessionRequired = () => new ApiError(403, 'session_required', 'this route needs a signed-in session, not an API key')
+const keyNotAllowed = () => new ApiError(401, 'unauthorized', 'API keys may not call this route')
+
+/**
+ * Other instances clear their identity caches when this one changes a session, a
+ * membership or a key (Postgres LISTEN/NOTIFY; PGlite has the same within its process).
+ */
+async function listenForInvalidations(app: FastifyInstance, identity: IdentityResolver): Promise<void> {
+  const { pg, lite } = app.database
+  if (pg) {
+    // the third callback runs on every (re)connect: notifications missed while the
+    // connection was down cannot be replayed, so forget everything then too
+    const { unlisten } = await pg.listen(INVALIDATION_CHANNEL, () => identity.clear(), () => identity.clear())
+    identity.broadcast = async () => {
+      await pg.notify(INVALIDATION_CHANNEL, '')
+    }
+    app.addHook('onClose', async () => {
+      await unlisten().catch(() => {})
+    })
+  } else if (lite) {
+    const unlisten = await lite.listen(INVALIDATION_CHANNEL, () => identity.clear())
+    identity.broadcast = async () => {
+      await lite.query(`notify ${INVALIDATION_CHANNEL}`)
+    }
+    app.addHook('preClose', async () => {
+      if (!lite.closed) await unlisten().catch(() => {})
+    })
+  }
+}
 
 function enforce(scope: Scope, principal: Principal): void {
   switch (scope) {
     case 'session':
-      if (principal.kind === 'key') throw new ApiError(403, 'session_required', 'this route needs a signed-in session, not an API key')
+      if (principal.kind === 'key') throw sessionRequired()
       return
     case 'user':
       if (principal.kind !== 'user') throw new ApiError(403, 'user_required', 'this route needs a signed-in user')

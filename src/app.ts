@@ -1,18 +1,23 @@
 import { randomUUID } from 'node:crypto'
+import cookie from '@fastify/cookie'
 import cors from '@fastify/cors'
+import helmet from '@fastify/helmet'
+import rateLimit from '@fastify/rate-limit'
 import sensible from '@fastify/sensible'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Ajv from 'ajv'
 import addFormats from 'ajv-formats'
-import Fastify, { type FastifyContextConfig, type FastifyInstance, type FastifySchemaCompiler } from 'fastify'
+import Fastify, { type FastifyContextConfig, type FastifyInstance, type FastifyPluginAsync, type FastifySchemaCompiler } from 'fastify'
 import dbPlugin from '../plugins/db.js'
-import errorsPlugin from '../plugins/errors.js'
+import errorsPlugin, { ApiError } from '../plugins/errors.js'
 import featuresPlugin from '../plugins/features.js'
 import openapiPlugin from '../plugins/openapi.js'
 import principalPlugin from '../plugins/principal.js'
 import releasePlugin from '../plugins/release.js'
+import requestGuards from '../plugins/request-guards.js'
 import { ErrorBody } from '../schemas/common.js'
 import { seedDevOrg } from './auth/dev-org.js'
+import auth from './auth/index.js'
 import type { Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { migrateDatabase } from './db/migrate.js'
@@ -35,6 +40,8 @@ export interface BuildOptions {
   config: Config
   /** an open, migrated database owned by the caller; otherwise one is opened from config */
   database?: Database
+  /** extra route groups registered inside the /api scope, after the domains (tests and benchmarks) */
+  apiPlugins?: FastifyPluginAsync[]
 }
 
 /**
@@ -53,7 +60,7 @@ function validatorFactory(externalSchemas: Record<string, unknown>): FastifySche
   return ({ schema, httpPart }) => (httpPart === 'body' ? strict : coercing).compile(schema)
 }
 
-export async function buildApp({ config, database }: BuildOptions): Promise<FastifyInstance> {
+export async function buildApp({ config, database, apiPlugins = [] }: BuildOptions): Promise<FastifyInstance> {
   const app = Fastify({
     logger: {
       level: config.LOG_LEVEL,
@@ -96,6 +103,21 @@ export async function buildApp({ config, database }: BuildOptions): Promise<Fast
   await app.register(dbPlugin, { database: db, closeOnShutdown: owned })
   await app.register(featuresPlugin)
   await app.register(sensible)
+  // Security headers on every answer. The API serves JSON only, so its CSP allows
+  // nothing; /docs sets its own (swagger-ui's staticCSP, see plugins/openapi.ts).
+  await app.register(helmet, {
+    contentSecurityPolicy: { useDefaults: false, directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"], baseUri: ["'none'"] } }
+  })
+  await app.register(cookie)
+  // limits are applied by the routes that need them (sign-in, sign-up), not globally; a
+  // route that sets `config.rateLimit` gets the contract's 429 rate_limited with Retry-After
+  await app.register(rateLimit, {
+    global: false,
+    errorResponseBuilder: (_request, context) => {
+      const seconds = Math.max(1, Math.ceil(context.ttl / 1000))
+      return new ApiError(429, 'rate_limited', `too many requests; try again in ${seconds} s`, { headers: { 'retry-after': String(seconds) } })
+    }
+  })
   if (config.CORS_ORIGINS.length > 0) {
     await app.register(cors, { origin: config.CORS_ORIGINS, credentials: true, maxAge: 600 })
   }
@@ -104,8 +126,21 @@ export async function buildApp({ config, database }: BuildOptions): Promise<Fast
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
   // they declare otherwise, because the principal hook sits here.
   await app.register(async function api(scope) {
-    await scope.register(principalPlugin, { allowDevOrg: config.ALLOW_DEV_ORG })
+    await scope.register(requestGuards, { trustedOrigins: config.CORS_ORIGINS })
+    await scope.register(principalPlugin, {
+      allowDevOrg: config.ALLOW_DEV_ORG,
+      secureCookie: config.COOKIE_SECURE,
+      cacheTtlMs: config.IDENTITY_CACHE_MS
+    })
     await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG })
+    await scope.register(auth, {
+      rateLimit: {
+        perIp: config.AUTH_RATE_LIMIT_PER_IP,
+        perAccount: config.AUTH_RATE_LIMIT_PER_ACCOUNT,
+        windowMs: config.AUTH_RATE_LIMIT_WINDOW_MS
+      }
+    })
+    for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 
   return app as unknown as FastifyInstance

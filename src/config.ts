@@ -31,6 +31,13 @@ export const EnvSchema = Type.Object({
     default: 'false',
     description: 'Fastify trustProxy: true, false, a hop count, or comma-separated addresses/CIDRs'
   }),
+  COOKIE_SECURE: Type.Optional(Type.Boolean({
+    description: 'session cookie __Host-cairn_session with Secure (HTTPS only); default on when NODE_ENV=production'
+  })),
+  AUTH_RATE_LIMIT_PER_IP: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 100, description: 'sign-in and sign-up attempts per client address per window' }),
+  AUTH_RATE_LIMIT_PER_ACCOUNT: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 10, description: 'failed sign-ins (and sign-ups) per email per window' }),
+  AUTH_RATE_LIMIT_WINDOW_MS: Type.Integer({ minimum: 1000, maximum: 86_400_000, default: 900_000, description: 'rate-limit window for sign-in and sign-up' }),
+  IDENTITY_CACHE_MS: Type.Integer({ minimum: 0, maximum: 10_000, default: 1000, description: 'how long a resolved session or API key is reused without the database' }),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
     { default: 'info' }
@@ -41,8 +48,9 @@ export const EnvSchema = Type.Object({
 
 export type Env = Static<typeof EnvSchema>
 
-export interface Config extends Omit<Env, 'ALLOW_DEV_ORG' | 'CORS_ORIGINS' | 'TRUST_PROXY'> {
+export interface Config extends Omit<Env, 'ALLOW_DEV_ORG' | 'COOKIE_SECURE' | 'CORS_ORIGINS' | 'TRUST_PROXY'> {
   ALLOW_DEV_ORG: boolean
+  COOKIE_SECURE: boolean
   CORS_ORIGINS: string[]
   TRUST_PROXY: boolean | number | string[]
   /** `run-events-v1:<commit>`, or `run-events-v1:dev` for a development build */
@@ -79,6 +87,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   return {
     ...values,
     ALLOW_DEV_ORG: values.ALLOW_DEV_ORG ?? values.NODE_ENV !== 'production',
+    COOKIE_SECURE: values.COOKIE_SECURE ?? values.NODE_ENV === 'production',
     CORS_ORIGINS: parseOrigins(values.CORS_ORIGINS),
     TRUST_PROXY: parseTrustProxy(values.TRUST_PROXY),
     release,

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import postgres from 'postgres'
 import { buildApp } from '../src/app.js'
 import { loadConfig, type Config, type Env } from '../src/config.js'
@@ -58,15 +58,101 @@ export interface TestAppOptions {
   db?: TestDatabase
   /** extra routes a test needs (registered at the root, before the app is ready) */
   extend?: (app: FastifyInstance) => void | Promise<void>
+  /** extra route groups inside the /api scope (principal, scopes and guards apply to them) */
+  apiPlugins?: FastifyPluginAsync[]
 }
 
 /** The real app over a real database, closed at teardown. */
 export async function buildTestApp(t: Teardown, options: TestAppOptions = {}): Promise<FastifyInstance & { testDb: TestDatabase }> {
   const db = options.db ?? (await createTestDatabase(t))
   const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...options.env })
-  const app = await buildApp({ config, database: db.database })
+  const app = await buildApp({ config, database: db.database, ...(options.apiPlugins ? { apiPlugins: options.apiPlugins } : {}) })
   t.teardown(() => app.close())
   if (options.extend) await options.extend(app)
   await app.ready()
   return Object.assign(app, { testDb: db })
+}
+
+// ---------------------------------------------------------------------------------
+// Identity helpers: real sign-ups, orgs and keys through the API, for any test file.
+
+export interface TestUser {
+  id: string
+  email: string
+  name: string
+  createdAt: string
+}
+
+export interface SignedIn {
+  /** a ready `cookie` header value: `cairn_session=<token>` */
+  cookie: string
+  /** the raw session token */
+  token: string
+  user: TestUser
+  password: string
+}
+
+let unique = 0
+/** A fresh, unused email address. */
+export function uniqueEmail(prefix = 'user'): string {
+  unique += 1
+  return `${prefix}-${process.pid}-${unique}-${randomBytes(3).toString('hex')}@example.test`
+}
+
+/** The session cookie a response set, as a `cookie` header value (throws when none was set). */
+export function sessionCookieOf(res: { cookies: Array<{ name: string; value: string }> }): { cookie: string; token: string } {
+  const set = res.cookies.find((c) => c.name === 'cairn_session' || c.name === '__Host-cairn_session')
+  if (!set || set.value === '') throw new Error('no session cookie was set')
+  return { cookie: `${set.name}=${set.value}`, token: set.value }
+}
+
+/** Signs up a new user (POST /api/auth/sign-up) and returns its session cookie. The user has no org yet. */
+export async function signUp(app: FastifyInstance, opts: { email?: string; password?: string; name?: string } = {}): Promise<SignedIn> {
+  const email = opts.email ?? uniqueEmail()
+  const password = opts.password ?? 'correct horse battery staple'
+  const res = await app.inject({ method: 'POST', url: '/api/auth/sign-up', payload: { email, password, name: opts.name ?? 'Test User' } })
+  if (res.statusCode !== 201) throw new Error(`sign-up failed: ${res.statusCode} ${res.body}`)
+  return { ...sessionCookieOf(res), user: res.json().user, password }
+}
+
+/** Signs in again (a new session and cookie). */
+export async function signIn(app: FastifyInstance, email: string, password: string): Promise<SignedIn> {
+  const res = await app.inject({ method: 'POST', url: '/api/auth/sign-in', payload: { email, password } })
+  if (res.statusCode !== 200) throw new Error(`sign-in failed: ${res.statusCode} ${res.body}`)
+  return { ...sessionCookieOf(res), user: res.json().user, password }
+}
+
+export interface TestOrg {
+  id: string
+  name: string
+  slug: string
+}
+
+/** Creates an org as the cookie's user (who becomes owner; the org becomes the session's active org). */
+export async function createOrg(app: FastifyInstance, cookie: string, name = `Org ${randomBytes(3).toString('hex')}`, slug?: string): Promise<TestOrg> {
+  const res = await app.inject({ method: 'POST', url: '/api/auth/organizations', headers: { cookie }, payload: { name, ...(slug ? { slug } : {}) } })
+  if (res.statusCode !== 201) throw new Error(`create org failed: ${res.statusCode} ${res.body}`)
+  return res.json().organization
+}
+
+/** A signed-up user who owns a fresh org that is their active org. */
+export async function signUpWithOrg(app: FastifyInstance, opts: { email?: string; name?: string; org?: string } = {}): Promise<SignedIn & { org: TestOrg }> {
+  const user = await signUp(app, opts)
+  const org = await createOrg(app, user.cookie, opts.org)
+  return { ...user, org }
+}
+
+/** Adds an existing user to an org as the cookie's user (owner or admin there). */
+export async function addMember(app: FastifyInstance, cookie: string, orgId: string, email: string, role: 'owner' | 'admin' | 'member') {
+  const res = await app.inject({ method: 'POST', url: `/api/auth/organizations/${orgId}/members`, headers: { cookie }, payload: { email, role } })
+  if (res.statusCode !== 201) throw new Error(`add member failed: ${res.statusCode} ${res.body}`)
+  return res.json().member
+}
+
+/** Mints an API key in the cookie's active org; `authorization` is a ready header value. */
+export async function mintKey(app: FastifyInstance, cookie: string, name = 'test key'): Promise<{ id: string; key: string; authorization: string }> {
+  const res = await app.inject({ method: 'POST', url: '/api/keys', headers: { cookie }, payload: { name } })
+  if (res.statusCode !== 201) throw new Error(`mint key failed: ${res.statusCode} ${res.body}`)
+  const { id, key } = res.json()
+  return { id, key, authorization: `Bearer ${key}` }
 }

@@ -1,6 +1,8 @@
 import t from 'tap'
+import { keyDeniedOnPurpose, keyMayReach } from '../plugins/key-allowlist.js'
 import { routeScopes, SCOPES } from '../plugins/principal.js'
-import { buildTestApp } from './helper.js'
+import { probeRoutes } from './auth/probes.js'
+import { buildTestApp, mintKey, signUpWithOrg } from './helper.js'
 
 /** Spec section 5, "Public paths": nothing else under /api may skip org scoping. */
 function isSpecPublic(method: string, url: string): boolean {
@@ -10,6 +12,9 @@ function isSpecPublic(method: string, url: string): boolean {
 
 /** Routes outside /api: the API description only. */
 const OUTSIDE_API = [/^\/openapi\.json$/, /^\/docs(\/.*)?$/]
+
+const fakeId = '0190b8f0-0000-7000-8000-000000000000'
+const fill = (url: string) => url.replace(/:[A-Za-z0-9_]+/g, fakeId)
 
 t.test('every route is classified, and only the spec public list is public', async (t) => {
   const app = await buildTestApp(t)
@@ -26,13 +31,64 @@ t.test('every route is classified, and only the spec public list is public', asy
   }
 })
 
+t.test('every non-public route is on the API-key allowlist or deliberately denied (plugins/key-allowlist.ts)', async (t) => {
+  const app = await buildTestApp(t)
+  for (const route of app.routeTable) {
+    if (!route.url.startsWith('/api') || routeScopes(route.config.scope).includes('public')) continue
+    const name = `${route.method} ${route.url}`
+    t.ok(keyMayReach(route.method, route.url) || keyDeniedOnPurpose(route.method, route.url), `${name} is classified for API keys`)
+  }
+})
+
 t.test('with dev-org access off, an anonymous caller gets 401 on every non-public route', async (t) => {
   const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'false' } })
   for (const route of app.routeTable) {
     if (!route.url.startsWith('/api') || routeScopes(route.config.scope).includes('public')) continue
-    const url = route.url.replace(/:[A-Za-z]+/g, '0190b8f0-0000-7000-8000-000000000000')
-    const res = await app.inject({ method: route.method as 'GET', url })
+    const res = await app.inject({ method: route.method as 'GET', url: fill(route.url) })
     t.equal(res.statusCode, 401, `${route.method} ${route.url}`)
-    t.equal(res.json().error, 'unauthorized', `${route.method} ${route.url}`)
+    if (route.method !== 'HEAD') t.equal(res.json().error, 'unauthorized', `${route.method} ${route.url}`)
   }
+})
+
+t.test('an API key on every route answers as the allowlist says', async (t) => {
+  // the probe routes add allowlisted stand-ins (GET /api/runs, GET /api/threads) and unlisted ones
+  const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' }, apiPlugins: [probeRoutes] })
+  const owner = await signUpWithOrg(app)
+  const { authorization } = await mintKey(app, owner.cookie)
+  let allowedSeen = 0
+  for (const route of app.routeTable) {
+    if (!route.url.startsWith('/api')) continue
+    const name = `${route.method} ${route.url}`
+    const scopes = routeScopes(route.config.scope)
+    const res = await app.inject({ method: route.method as 'GET', url: fill(route.url), headers: { authorization } })
+    const error = res.body === '' ? undefined : (res.json() as { error?: string }).error
+    if (scopes.includes('public')) {
+      // public routes authenticate themselves; the session-only auth routes refuse a bearer header
+      t.not(res.statusCode, 500, `${name} (public)`)
+      continue
+    }
+    if (scopes.includes('session')) {
+      t.equal(res.statusCode, 403, `${name}: session-only`)
+      if (error !== undefined) t.equal(error, 'session_required', name)
+    } else if (keyMayReach(route.method, route.url)) {
+      allowedSeen++
+      t.not(res.statusCode, 401, `${name}: allowlisted, the key gets through`)
+      t.not(error, 'session_required', name)
+    } else {
+      t.equal(res.statusCode, 401, `${name}: off the allowlist`)
+      if (error !== undefined) t.equal(error, 'unauthorized', name)
+    }
+  }
+  t.ok(allowedSeen > 0, 'the walk saw allowlisted routes')
+})
+
+t.test('the allowlist matches registered patterns, not raw URLs', async (t) => {
+  t.ok(keyMayReach('GET', '/api/runs/:id'))
+  t.ok(keyMayReach('GET', '/api/runs/:runId'), 'parameter names do not matter')
+  t.ok(keyMayReach('HEAD', '/api/runs'), 'HEAD follows GET')
+  t.notOk(keyMayReach('GET', `/api/runs/${fakeId}`), 'a concrete URL is not a pattern')
+  t.notOk(keyMayReach('DELETE', '/api/runs/:id'))
+  t.notOk(keyMayReach('GET', '/api/keys'))
+  t.ok(keyDeniedOnPurpose('PATCH', '/api/anything/:id'), 'every write but dispatch is denied wholesale')
+  t.notOk(keyDeniedOnPurpose('GET', '/api/something-new'), 'a new read must be classified on purpose')
 })

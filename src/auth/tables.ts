@@ -33,3 +33,34 @@ export const members = pgTable('members', {
   index('members_user_first_idx').on(t.userId, t.createdAt, t.orgId),
   check('members_role_check', sql`${t.role} in ('owner', 'admin', 'member')`)
 ])
+
+const nullableTime = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' })
+
+/**
+ * Browser sessions (Lucia's design): the row id is the SHA-256 (hex) of the cookie's
+ * token, so a database dump holds no usable session. Deleting the row ends the session.
+ */
+export const sessions = pgTable('sessions', {
+  id: text('id').primaryKey(),
+  userId: text('user_id').notNull().references(() => users.id, { onDelete: 'cascade' }),
+  /** the org chosen with POST /api/auth/organizations/active; null: the first membership */
+  activeOrgId: text('active_org_id').references(() => organizations.id, { onDelete: 'set null' }),
+  expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }).notNull(),
+  createdAt: createdAt()
+}, (t) => [index('sessions_user_idx').on(t.userId)])
+
+/** Org API keys: only the SHA-256 (hex) of the key is kept, plus its last four characters. */
+export const apiKeys = pgTable('api_keys', {
+  id: text('id').primaryKey(),
+  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
+  name: text('name').notNull(),
+  keyHash: text('key_hash').notNull(),
+  last4: text('last4').notNull(),
+  createdBy: text('created_by').references(() => users.id, { onDelete: 'set null' }),
+  createdAt: createdAt(),
+  lastUsedAt: nullableTime('last_used_at'),
+  revokedAt: nullableTime('revoked_at')
+}, (t) => [
+  uniqueIndex('api_keys_key_hash_key').on(t.keyHash),
+  index('api_keys_org_idx').on(t.orgId, t.createdAt)
+])

@@ -1,3 +1,4 @@
+import cookie from '@fastify/cookie'
 import Fastify from 'fastify'
 import t from 'tap'
 import dbPlugin from '../../plugins/db.js'
@@ -12,8 +13,9 @@ async function scopedApp(t: Teardown, allowDevOrg: boolean) {
   const app = Fastify()
   await app.register(errorsPlugin)
   await app.register(dbPlugin, { database, closeOnShutdown: false })
+  await app.register(cookie)
   await app.register(async (api) => {
-    await api.register(principalPlugin, { allowDevOrg })
+    await api.register(principalPlugin, { allowDevOrg, secureCookie: false, cacheTtlMs: 0 })
     const scopes: Array<[string, Scope | Scope[] | undefined]> = [
       ['default', undefined], ['org', 'org'], ['public', 'public'], ['user', 'user'],
       ['admin', 'admin'], ['session', 'session'], ['admin-session', ['admin', 'session']]

@@ -1,0 +1,60 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { ApiError } from './errors.js'
+
+const MUTATING = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
+
+/** Fields the server sets from the principal; a client that sends them is refused, never honoured. */
+export const SERVER_OWNED_FIELDS = ['org_id', 'orgId', 'user_id', 'userId', 'origin'] as const
+
+export interface RequestGuardOptions {
+  /** CORS_ORIGINS: browser origins trusted besides the service's own */
+  trustedOrigins: readonly string[]
+}
+
+/** The service's own origin as this request reached it (Host header; protocol from TRUST_PROXY rules). */
+export function ownOrigin(request: FastifyRequest): string {
+  return `${request.protocol}://${request.host}`
+}
+
+/**
+ * Two guards every /api route gets, whatever its plugin:
+ *
+ * 1. Origin check (contract 2.1, CSRF). A browser sends cookies (and, with dev-org access,
+ *    acts anonymously) on cross-site POSTs that SameSite=Lax does not stop for same-site
+ *    subdomains, so every mutating request not authenticated by a bearer key must come
+ *    from the service's own origin or a CORS_ORIGINS one: a foreign `Origin`, or no
+ *    `Origin` with `Sec-Fetch-Site: cross-site`, is `403 forbidden_origin`. Requests
+ *    without either header (curl, servers) pass: they carry no ambient browser cookie.
+ * 2. Server-owned fields (spec section 2): `org_id`/`orgId`, `user_id`/`userId` or
+ *    `origin` at the top level of a JSON body is `400 server_owned_field`, before any
+ *    schema runs, on every route, so no handler can be tricked into trusting one.
+ */
+export default fp(async function requestGuards(app: FastifyInstance, opts: RequestGuardOptions) {
+  const trusted = new Set(opts.trustedOrigins)
+
+  app.addHook('onRequest', async function originCheck(request) {
+    if (!MUTATING.has(request.method) || request.headers.authorization !== undefined) return
+    const origin = request.headers.origin
+    if (origin === undefined) {
+      if (request.headers['sec-fetch-site'] === 'cross-site') throw forbiddenOrigin('a cross-site request')
+      return
+    }
+    if (trusted.has(origin) || origin === ownOrigin(request)) return
+    throw forbiddenOrigin(`origin ${JSON.stringify(origin.slice(0, 200))}`)
+  })
+
+  app.addHook('preValidation', async function serverOwnedFields(request) {
+    const body = request.body
+    if (body === null || typeof body !== 'object' || Array.isArray(body) || Buffer.isBuffer(body)) return
+    for (const field of SERVER_OWNED_FIELDS) {
+      if (Object.hasOwn(body, field)) {
+        throw new ApiError(400, 'server_owned_field', `${field} is set by the server and may not be sent`)
+      }
+    }
+  })
+}, { name: 'request-guards', fastify: '5.x', dependencies: ['errors'] })
+
+function forbiddenOrigin(what: string): ApiError {
+  return new ApiError(403, 'forbidden_origin', `${what} may not change anything here`)
+}

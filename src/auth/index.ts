@@ -1,0 +1,233 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { ApiError, notFound } from '../../plugins/errors.js'
+import { unauthorized, noOrganization } from '../../plugins/principal.js'
+import {
+  ActiveOrganizationBody, ActiveOrganizationReply, AddMemberBody, ChangeRoleBody, CreateOrganizationBody, MemberParams,
+  MemberReply, OrganizationReply, OrganizationsReply, OrgParams, SessionReply, SignInBody, SignUpBody, UserReply
+} from '../../schemas/auth.js'
+import { errorResponses } from '../../schemas/common.js'
+import { toWire } from '../db/wire.js'
+import keys from './keys.js'
+import { addMember, changeRole, createOrganization, listMemberships, removeMember, roleIn, slugify } from './organizations.js'
+import { hashPassword, primeDummyHash, verifyAgainstDummy, verifyPassword } from './passwords.js'
+import { createSession, deleteSession, setActiveOrg } from './sessions.js'
+import type { Role } from './tables.js'
+import { hashSecret } from './tokens.js'
+import { createUser, findCredentials, findUser, normalizeEmail } from './users.js'
+
+export interface AuthOptions {
+  rateLimit: { perIp: number; perAccount: number; windowMs: number }
+}
+
+const invalidCredentials = () => new ApiError(401, 'invalid_credentials', 'wrong email or password')
+
+function rateLimited(seconds: number): ApiError {
+  const wait = Math.max(1, seconds)
+  return new ApiError(429, 'rate_limited', `too many attempts; try again in ${wait} s`, { headers: { 'retry-after': String(wait) } })
+}
+
+const tags = ['auth']
+
+/**
+ * Identity (spec section 5, contract 2.1 and 2.3): sessions under /auth (public paths
+ * that authenticate themselves with the session cookie), organizations and members,
+ * and API keys under /keys (org-scoped, admin, mint and revoke session-only).
+ */
+const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
+  app.features.auth.emailPassword = true
+  primeDummyHash()
+  const { identity, sessionCookie, db } = app
+
+  // Brute-force brakes, per client address (every attempt) and per account (failed
+  // sign-ins). request.ip honours TRUST_PROXY only, so a forged X-Forwarded-For from an
+  // untrusted peer changes nothing. In-memory: each instance counts its own.
+  const { perIp, perAccount, windowMs } = opts.rateLimit
+  const ipLimit = app.createRateLimit({ max: perIp, timeWindow: windowMs, keyGenerator: (req) => `auth-ip|${req.ip}` })
+  const emailOf = (req: FastifyRequest) => normalizeEmail(String((req.body as { email?: unknown } | undefined)?.email ?? ''))
+  const signInFailures = app.createRateLimit({ max: perAccount, timeWindow: windowMs, keyGenerator: (req) => `auth-sign-in|${emailOf(req)}` })
+  const signUpAttempts = app.createRateLimit({ max: perAccount, timeWindow: windowMs, keyGenerator: (req) => `auth-sign-up|${emailOf(req)}` })
+  async function limitByIp(request: FastifyRequest) {
+    const state = await ipLimit(request)
+    if (!state.isAllowed && state.isExceeded) throw rateLimited(state.ttlInSeconds)
+  }
+  /** Refuses an account whose failures used up the window's budget (counting only, no increment). */
+  async function checkAccount(limiter: typeof signInFailures, request: FastifyRequest) {
+    const state = await limiter(request, { increment: false })
+    if (!state.isAllowed && state.remaining <= 0) throw rateLimited(state.ttlInSeconds)
+  }
+
+  /** The signed-in session behind the cookie; a bearer header never falls back to it. */
+  async function requireSession(request: FastifyRequest, reply: FastifyReply) {
+    if (request.headers.authorization !== undefined) throw unauthorized()
+    const token = sessionCookie.read(request)
+    const session = token === undefined ? null : await identity.session(token)
+    if (!session || token === undefined) throw unauthorized()
+    if (session.extended) sessionCookie.set(reply, token, session.expiresAt)
+    return session
+  }
+
+  /** Starts a fresh session (a new token every time) and ends the one the browser held, if any. */
+  async function startSession(request: FastifyRequest, reply: FastifyReply, userId: string) {
+    const old = sessionCookie.read(request)
+    if (old !== undefined) {
+      await deleteSession(db, hashSecret(old))
+      await identity.invalidate()
+    }
+    const session = await createSession(db, userId)
+    sessionCookie.set(reply, session.token, session.expiresAt)
+  }
+
+  /** The caller's role in :orgId; not a member is a 404 (never reveal another org), a member a 403. */
+  async function requireOrgAdmin(orgId: string, userId: string): Promise<Role> {
+    const role = await roleIn(db, orgId, userId)
+    if (role === null) throw notFound('no such organization')
+    if (role !== 'owner' && role !== 'admin') {
+      throw new ApiError(403, 'organization_admin_required', 'this needs an organization owner or admin')
+    }
+    return role
+  }
+
+  app.post('/auth/sign-up', {
+    config: { scope: 'public' },
+    onRequest: limitByIp,
+    schema: {
+      tags, summary: 'Create an account and sign in (no organization yet)',
+      body: SignUpBody, response: { 201: UserReply, ...errorResponses(429) }
+    }
+  }, async (request, reply) => {
+    await checkAccount(signUpAttempts, request)
+    await signUpAttempts(request)
+    const user = await createUser(db, request.body.email, request.body.name, await hashPassword(request.body.password))
+    await startSession(request, reply, user.id)
+    return reply.code(201).send({ user: toWire(user) })
+  })
+
+  app.post('/auth/sign-in', {
+    config: { scope: 'public' },
+    onRequest: limitByIp,
+    schema: {
+      tags, summary: 'Sign in with email and password (always a new session)',
+      body: SignInBody, response: { 200: UserReply, ...errorResponses(429) }
+    }
+  }, async (request, reply) => {
+    await checkAccount(signInFailures, request)
+    const found = await findCredentials(db, request.body.email)
+    const ok = found
+      ? await verifyPassword(found.passwordHash!, request.body.password)
+      : await verifyAgainstDummy(request.body.password)
+    if (!found || !ok) {
+      await signInFailures(request)
+      throw invalidCredentials()
+    }
+    await startSession(request, reply, found.id)
+    const { passwordHash: _secret, ...user } = found
+    return { user: toWire(user) }
+  })
+
+  app.post('/auth/sign-out', {
+    config: { scope: 'public' },
+    schema: { tags, summary: 'End the session: the cookie is cleared and dead at once', response: { 204: { type: 'null' }, ...errorResponses() } }
+  }, async (request, reply) => {
+    const token = sessionCookie.read(request)
+    if (token !== undefined) {
+      await deleteSession(db, hashSecret(token))
+      await identity.invalidate()
+    }
+    sessionCookie.clear(reply)
+    return reply.code(204).send(null)
+  })
+
+  app.get('/auth/session', {
+    config: { scope: 'public' },
+    schema: { tags, summary: 'The signed-in user, the session and their organizations', response: { 200: SessionReply, ...errorResponses() } }
+  }, async (request, reply) => {
+    const session = await requireSession(request, reply)
+    const [user, organizations] = await Promise.all([findUser(db, session.userId), listMemberships(db, session.userId)])
+    if (!user) throw unauthorized()
+    return { user: toWire(user), session: { expiresAt: session.expiresAt.toISOString(), activeOrganizationId: session.orgId }, organizations }
+  })
+
+  app.post('/auth/organizations', {
+    config: { scope: 'public' },
+    schema: {
+      tags, summary: 'Create an organization: the caller becomes owner and it becomes the active org',
+      body: CreateOrganizationBody, response: { 201: OrganizationReply, ...errorResponses() }
+    }
+  }, async (request, reply) => {
+    const session = await requireSession(request, reply)
+    const slug = request.body.slug ?? slugify(request.body.name)
+    const organization = await createOrganization(db, session.userId, session.id, request.body.name, slug)
+    await identity.invalidate()
+    return reply.code(201).send({ organization: toWire(organization) })
+  })
+
+  app.get('/auth/organizations', {
+    config: { scope: 'public' },
+    schema: { tags, summary: "The caller's organizations and roles", response: { 200: OrganizationsReply, ...errorResponses() } }
+  }, async (request, reply) => {
+    const session = await requireSession(request, reply)
+    return { organizations: await listMemberships(db, session.userId) }
+  })
+
+  app.post('/auth/organizations/active', {
+    config: { scope: 'public' },
+    schema: {
+      tags, summary: 'Switch the session to another of your organizations',
+      body: ActiveOrganizationBody, response: { 200: ActiveOrganizationReply, ...errorResponses() }
+    }
+  }, async (request, reply) => {
+    const session = await requireSession(request, reply)
+    const { organizationId } = request.body
+    if ((await roleIn(db, organizationId, session.userId)) === null) throw noOrganization()
+    await setActiveOrg(db, session.id, organizationId)
+    await identity.invalidate()
+    return { activeOrganizationId: organizationId }
+  })
+
+  app.post('/auth/organizations/:orgId/members', {
+    config: { scope: 'public' },
+    schema: {
+      tags, summary: 'Add an existing user to the organization (owner or admin)',
+      params: OrgParams, body: AddMemberBody, response: { 201: MemberReply, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const session = await requireSession(request, reply)
+    const actorRole = await requireOrgAdmin(request.params.orgId, session.userId)
+    const member = await addMember(db, request.params.orgId, actorRole, request.body.email, request.body.role)
+    await identity.invalidate()
+    return reply.code(201).send({ member: toWire(member) })
+  })
+
+  app.patch('/auth/organizations/:orgId/members/:userId', {
+    config: { scope: 'public' },
+    schema: {
+      tags, summary: "Change a member's role (owner or admin; the last owner stays)",
+      params: MemberParams, body: ChangeRoleBody, response: { 200: MemberReply, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const session = await requireSession(request, reply)
+    const actorRole = await requireOrgAdmin(request.params.orgId, session.userId)
+    const member = await changeRole(db, request.params.orgId, actorRole, request.params.userId, request.body.role)
+    await identity.invalidate()
+    return { member: toWire(member) }
+  })
+
+  app.delete('/auth/organizations/:orgId/members/:userId', {
+    config: { scope: 'public' },
+    schema: {
+      tags, summary: 'Remove a member (owner or admin; the last owner stays); effective on the next request',
+      params: MemberParams, response: { 204: { type: 'null' }, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const session = await requireSession(request, reply)
+    const actorRole = await requireOrgAdmin(request.params.orgId, session.userId)
+    await removeMember(db, request.params.orgId, actorRole, request.params.userId)
+    await identity.invalidate()
+    return reply.code(204).send(null)
+  })
+
+  await app.register(keys, { prefix: '/keys' })
+}
+
+export default auth

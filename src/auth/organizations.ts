@@ -1,0 +1,125 @@
+import { and, asc, eq } from 'drizzle-orm'
+import { ApiError, conflict, notFound } from '../../plugins/errors.js'
+import type { Db } from '../db/client.js'
+import { newId } from '../db/ids.js'
+import { members, organizations, sessions, users, type Role } from './tables.js'
+
+/** Postgres unique violation, whether drizzle wrapped it or not. */
+export function isUniqueViolation(err: unknown): boolean {
+  for (let e = err as { code?: string; cause?: unknown } | undefined, i = 0; e && i < 5; e = e.cause as typeof e, i++) {
+    if (e.code === '23505') return true
+  }
+  return false
+}
+
+/** A URL-safe slug from a display name: `Acme Rockets, Inc.` → `acme-rockets-inc`. */
+export function slugify(name: string): string {
+  const slug = name.normalize('NFKD').replace(/[\u0300-\u036f]/g, '').toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-').replace(/^-+/, '').slice(0, 48).replace(/-+$/, '')
+  return slug || 'org'
+}
+
+/** The user's organizations with their role, oldest membership first (the fallback order). */
+export async function listMemberships(db: Db, userId: string) {
+  return db.select({ id: organizations.id, name: organizations.name, slug: organizations.slug, role: members.role })
+    .from(members).innerJoin(organizations, eq(organizations.id, members.orgId))
+    .where(eq(members.userId, userId)).orderBy(asc(members.createdAt), asc(members.orgId))
+}
+
+export async function roleIn(db: Db, orgId: string, userId: string): Promise<Role | null> {
+  const rows = await db.select({ role: members.role }).from(members).where(and(eq(members.orgId, orgId), eq(members.userId, userId)))
+  return rows[0]?.role ?? null
+}
+
+/** Slugs nobody can claim: `dev` is the seeded dev org's, whether or not it is seeded on this deployment. */
+const RESERVED_SLUGS = new Set(['dev'])
+
+/** Creates an org with the user as owner and makes it the session's active org, in one transaction. */
+export async function createOrganization(db: Db, userId: string, sessionId: string, name: string, slug: string) {
+  if (RESERVED_SLUGS.has(slug)) throw conflict(`the slug ${JSON.stringify(slug)} is taken`)
+  try {
+    return await db.transaction(async (tx) => {
+      const [org] = await tx.insert(organizations).values({ id: newId(), name, slug }).returning()
+      await tx.insert(members).values({ orgId: org!.id, userId, role: 'owner' })
+      await tx.update(sessions).set({ activeOrgId: org!.id }).where(eq(sessions.id, sessionId))
+      return { id: org!.id, name: org!.name, slug: org!.slug, role: 'owner' as Role, createdAt: org!.createdAt }
+    })
+  } catch (err) {
+    if (isUniqueViolation(err)) throw conflict(`the slug ${JSON.stringify(slug)} is taken`)
+    throw err
+  }
+}
+
+const memberColumns = {
+  organizationId: members.orgId,
+  userId: members.userId,
+  email: users.email,
+  name: users.name,
+  role: members.role,
+  createdAt: members.createdAt
+}
+
+async function memberOf(db: Db, orgId: string, userId: string) {
+  const rows = await db.select(memberColumns).from(members).innerJoin(users, eq(users.id, members.userId))
+    .where(and(eq(members.orgId, orgId), eq(members.userId, userId)))
+  return rows[0] ?? null
+}
+
+/**
+ * Owner-level changes (granting the owner role, changing or removing an owner) need an
+ * owner: otherwise an admin could promote themselves and remove the owners.
+ */
+function requireOwnerFor(actorRole: Role, touchesOwner: boolean): void {
+  if (touchesOwner && actorRole !== 'owner') {
+    throw new ApiError(403, 'organization_owner_required', 'only an owner can grant, change or remove the owner role')
+  }
+}
+
+export async function addMember(db: Db, orgId: string, actorRole: Role, email: string, role: Role) {
+  requireOwnerFor(actorRole, role === 'owner')
+  const [user] = await db.select({ id: users.id, passwordHash: users.passwordHash }).from(users).where(eq(users.email, email.toLowerCase()))
+  if (!user || user.passwordHash === null) throw notFound('no user with that email')
+  try {
+    await db.insert(members).values({ orgId, userId: user.id, role })
+  } catch (err) {
+    if (isUniqueViolation(err)) throw conflict('that user is already a member')
+    throw err
+  }
+  return (await memberOf(db, orgId, user.id))!
+}
+
+/**
+ * Locks the org's membership rows, so two concurrent demotions or removals of two
+ * owners cannot both pass the last-owner check.
+ */
+async function lockedMembers(tx: Parameters<Parameters<Db['transaction']>[0]>[0], orgId: string) {
+  return tx.select({ userId: members.userId, role: members.role }).from(members).where(eq(members.orgId, orgId)).for('update')
+}
+
+export async function changeRole(db: Db, orgId: string, actorRole: Role, userId: string, role: Role) {
+  await db.transaction(async (tx) => {
+    const rows = await lockedMembers(tx, orgId)
+    const target = rows.find((r) => r.userId === userId)
+    if (!target) throw notFound('no such member in this organization')
+    requireOwnerFor(actorRole, target.role === 'owner' || role === 'owner')
+    const owners = rows.filter((r) => r.role === 'owner').length
+    if (target.role === 'owner' && role !== 'owner' && owners <= 1) throw conflict('the last owner cannot be demoted')
+    await tx.update(members).set({ role }).where(and(eq(members.orgId, orgId), eq(members.userId, userId)))
+  })
+  return (await memberOf(db, orgId, userId))!
+}
+
+export async function removeMember(db: Db, orgId: string, actorRole: Role, userId: string): Promise<void> {
+  await db.transaction(async (tx) => {
+    const rows = await lockedMembers(tx, orgId)
+    const target = rows.find((r) => r.userId === userId)
+    if (!target) throw notFound('no such member in this organization')
+    requireOwnerFor(actorRole, target.role === 'owner')
+    const owners = rows.filter((r) => r.role === 'owner').length
+    if (target.role === 'owner' && owners <= 1) throw conflict('the last owner cannot be removed')
+    await tx.delete(members).where(and(eq(members.orgId, orgId), eq(members.userId, userId)))
+    // a session whose active org this was falls back to the user's first membership
+    await tx.update(sessions).set({ activeOrgId: null }).where(and(eq(sessions.userId, userId), eq(sessions.activeOrgId, orgId)))
+  })
+}
+

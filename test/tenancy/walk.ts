@@ -1,0 +1,128 @@
+import { sql } from 'drizzle-orm'
+import type { FastifyInstance } from 'fastify'
+import { rowsOf } from '../../src/db/client.js'
+import { mintKey, signUpWithOrg, type SignedIn, type TestOrg } from '../helper.js'
+
+/**
+ * The tenant-isolation walk: a reusable property test. Two orgs (an attacker and a
+ * victim) both get data; then every route that takes an id is called with the victim's
+ * ids by the attacker's session and by the attacker's API key, and must answer 404 (or
+ * a scope error before it: 401, 403) and change nothing; and every list route, called by
+ * the attacker, must not contain a single victim id.
+ *
+ * HOW TO EXTEND IT (every route group that adds routes with ids or lists):
+ * add a `TenantFixture` to `TENANT_FIXTURES` below, with
+ * - `routes`: every `METHOD /api/pattern/:param` of your group that takes an id;
+ * - `lists`: your list routes (`GET /api/things`);
+ * - `seed(app, owner)`: creates rows for that org through the API (owner.cookie,
+ *   owner.authorization) and returns the path parameters to use, by name ({id, runId…});
+ * - `snapshot(app, owner)`: reads that org's rows straight from the database, in a stable
+ *   order; it must be identical before and after the attacker's calls;
+ * - `body(route)`: a valid body for the write routes (so a 400 does not hide a leak).
+ * test/tenancy/isolation.test.ts fails when a registered route with a path parameter is
+ * covered by no fixture, so a new route cannot skip this walk.
+ */
+
+export interface Actor extends SignedIn {
+  org: TestOrg
+  /** `Bearer cairn_…`: a key of the actor's org */
+  authorization: string
+}
+
+export interface TenantFixture {
+  name: string
+  routes: string[]
+  lists: string[]
+  seed(app: FastifyInstance, owner: Actor): Promise<Record<string, string>>
+  snapshot(app: FastifyInstance, owner: Actor): Promise<unknown>
+  body?(route: string, attacker: Actor): unknown
+}
+
+async function rows(app: FastifyInstance, query: ReturnType<typeof sql>): Promise<unknown[]> {
+  return rowsOf(await app.db.execute(query))
+}
+
+export const TENANT_FIXTURES: TenantFixture[] = [
+  {
+    name: 'api keys',
+    routes: ['DELETE /api/keys/:id'],
+    lists: ['GET /api/keys'],
+    async seed(app, owner) {
+      const { id } = await mintKey(app, owner.cookie, 'fixture key')
+      return { id }
+    },
+    snapshot: (app, owner) => rows(app, sql`select id, name, revoked_at from api_keys where org_id = ${owner.org.id} order by id`)
+  },
+  {
+    name: 'organizations and members',
+    routes: [
+      'POST /api/auth/organizations/:orgId/members',
+      'PATCH /api/auth/organizations/:orgId/members/:userId',
+      'DELETE /api/auth/organizations/:orgId/members/:userId'
+    ],
+    lists: ['GET /api/auth/organizations', 'GET /api/auth/session'],
+    async seed(_app, owner) {
+      return { orgId: owner.org.id, userId: owner.user.id }
+    },
+    snapshot: (app, owner) => rows(app, sql`select user_id, role from members where org_id = ${owner.org.id} order by user_id`),
+    body(route, attacker) {
+      if (route.startsWith('POST')) return { email: attacker.user.email, role: 'owner' }
+      if (route.startsWith('PATCH')) return { role: 'member' }
+      return undefined
+    }
+  }
+]
+
+/** A signed-up user with an org of their own and a key for it. */
+export async function makeActor(app: FastifyInstance, name: string): Promise<Actor> {
+  const owner = await signUpWithOrg(app, { name, org: `${name} org` })
+  const { authorization } = await mintKey(app, owner.cookie, `${name} key`)
+  return { ...owner, authorization }
+}
+
+export function fillParams(pattern: string, params: Record<string, string>): string {
+  return pattern.replace(/:([A-Za-z0-9_]+)/g, (_m, name: string) => {
+    const value = params[name]
+    if (value === undefined) throw new Error(`the fixture gave no value for :${name} in ${pattern}`)
+    return encodeURIComponent(value)
+  })
+}
+
+export interface WalkFinding {
+  route: string
+  caller: 'session' | 'key'
+  status: number
+  ok: boolean
+  detail: string
+}
+
+/** Runs every fixture: the attacker against the victim's ids and lists. */
+export async function walkTenantIsolation(app: FastifyInstance, attacker: Actor, victim: Actor): Promise<WalkFinding[]> {
+  const findings: WalkFinding[] = []
+  for (const fixture of TENANT_FIXTURES) {
+    await fixture.seed(app, attacker) // the attacker has data of its own, so lists are not trivially empty
+    const params = await fixture.seed(app, victim)
+    const victimIds = Object.values(params).filter((v) => v !== attacker.org.id && v !== attacker.user.id)
+    const before = JSON.stringify(await fixture.snapshot(app, victim))
+    for (const route of fixture.routes) {
+      const [method, pattern] = route.split(' ') as [string, string]
+      const body = fixture.body?.(route, attacker)
+      for (const [caller, headers] of [['session', { cookie: attacker.cookie }], ['key', { authorization: attacker.authorization }]] as const) {
+        const res = await app.inject({ method: method as 'GET', url: fillParams(pattern, params), headers, ...(body === undefined ? {} : { payload: body as object }) })
+        const ok = res.statusCode === 404 || res.statusCode === 401 || res.statusCode === 403
+        findings.push({ route: `${fixture.name}: ${route}`, caller, status: res.statusCode, ok, detail: res.body.slice(0, 200) })
+      }
+    }
+    const after = JSON.stringify(await fixture.snapshot(app, victim))
+    findings.push({ route: `${fixture.name}: victim rows unchanged`, caller: 'session', status: 0, ok: before === after, detail: `${before} → ${after}` })
+    for (const route of fixture.lists) {
+      const [method, url] = route.split(' ') as [string, string]
+      for (const [caller, headers] of [['session', { cookie: attacker.cookie }], ['key', { authorization: attacker.authorization }]] as const) {
+        const res = await app.inject({ method: method as 'GET', url, headers })
+        const leaked = [...victimIds, victim.org.id].filter((id) => res.body.includes(id))
+        findings.push({ route: `${fixture.name}: ${route} (list)`, caller, status: res.statusCode, ok: leaked.length === 0 && res.statusCode < 500, detail: leaked.join(', ') })
+      }
+    }
+  }
+  return findings
+}
