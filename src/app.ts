@@ -6,6 +6,9 @@ import Ajv from 'ajv'
 import addFormats from 'ajv-formats'
 import Fastify, { type FastifyContextConfig, type FastifyInstance, type FastifySchemaCompiler } from 'fastify'
 import dbPlugin from '../plugins/db.js'
+import eventBusPlugin from '../plugins/event-bus.js'
+import idempotencyPlugin from '../plugins/idempotency.js'
+import ssePlugin from '../plugins/sse.js'
 import errorsPlugin from '../plugins/errors.js'
 import featuresPlugin from '../plugins/features.js'
 import openapiPlugin from '../plugins/openapi.js'
@@ -16,6 +19,9 @@ import { seedDevOrg } from './auth/dev-org.js'
 import type { Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { migrateDatabase } from './db/migrate.js'
+import runs from './runs/index.js'
+import type { RunMemory } from './runs/memory-port.js'
+import runsRuntime from './runs/runtime.js'
 import system from './system/index.js'
 
 /** One registered route, as the route-walk tests and the API-key allowlist check see it. */
@@ -35,6 +41,8 @@ export interface BuildOptions {
   config: Config
   /** an open, migrated database owned by the caller; otherwise one is opened from config */
   database?: Database
+  /** the Memory Hub side of runs (recall, capture); memory off when absent */
+  runMemory?: RunMemory
 }
 
 /**
@@ -53,7 +61,7 @@ function validatorFactory(externalSchemas: Record<string, unknown>): FastifySche
   return ({ schema, httpPart }) => (httpPart === 'body' ? strict : coercing).compile(schema)
 }
 
-export async function buildApp({ config, database }: BuildOptions): Promise<FastifyInstance> {
+export async function buildApp({ config, database, runMemory }: BuildOptions): Promise<FastifyInstance> {
   const app = Fastify({
     logger: {
       level: config.LOG_LEVEL,
@@ -95,6 +103,9 @@ export async function buildApp({ config, database }: BuildOptions): Promise<Fast
   })
   await app.register(dbPlugin, { database: db, closeOnShutdown: owned })
   await app.register(featuresPlugin)
+  await app.register(eventBusPlugin)
+  await app.register(ssePlugin, { heartbeatMs: config.SSE_HEARTBEAT_MS, maxBufferBytes: config.SSE_MAX_BUFFER_BYTES })
+  await app.register(runsRuntime, { config, ...(runMemory ? { memory: runMemory } : {}) })
   await app.register(sensible)
   if (config.CORS_ORIGINS.length > 0) {
     await app.register(cors, { origin: config.CORS_ORIGINS, credentials: true, maxAge: 600 })
@@ -105,7 +116,9 @@ export async function buildApp({ config, database }: BuildOptions): Promise<Fast
   // they declare otherwise, because the principal hook sits here.
   await app.register(async function api(scope) {
     await scope.register(principalPlugin, { allowDevOrg: config.ALLOW_DEV_ORG })
+    await scope.register(idempotencyPlugin)
     await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG })
+    await scope.register(runs)
   }, { prefix: '/api' })
 
   return app as unknown as FastifyInstance
