@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { rowsOf, type Tx } from '../src/db/client.js'
 import { ApiError } from './errors.js'
-import { principalOf } from './principal.js'
+import { principalOf, type Principal } from './principal.js'
 
 /** Contract 3 numbers. */
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000
@@ -47,6 +47,12 @@ export function canonicalJson(value: unknown): string {
     .sort()
     .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`)
   return `{${entries.join(',')}}`
+}
+
+/** Contract 3: SHA-256 of the route, the principal and the canonical JSON body. */
+export function fingerprintOf(route: string, principal: Principal, body: unknown): string {
+  const who = `${principal.kind}:${principal.orgId}:${principal.userId ?? ''}:${principal.keyId ?? ''}`
+  return createHash('sha256').update(`${route}\n${who}\n${canonicalJson(body)}`).digest('hex')
 }
 
 /**
@@ -98,8 +104,7 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
     }
     const principal = principalOf(request)
     const route = `${request.method} ${request.url.split('?')[0]}`
-    const who = `${principal.kind}:${principal.orgId}:${principal.userId ?? ''}:${principal.keyId ?? ''}`
-    const fingerprint = createHash('sha256').update(`${route}\n${who}\n${canonicalJson(request.body ?? null)}`).digest('hex')
+    const fingerprint = fingerprintOf(route, principal, request.body ?? null)
     const token = randomUUID()
 
     // Take the key: insert it, or take over a row whose lock expired (a crashed first
