@@ -11,7 +11,7 @@ import { eventually, SseClient } from './sse-client.js'
  * its own pool and its own LISTEN connection, as two processes would; on PGlite they
  * share the one embedded database object.
  */
-async function twoInstances(t: Parameters<Parameters<typeof t.test>[1]>[0], envA: Record<string, string>, envB: Record<string, string>) {
+async function twoInstances(t: import('tap').Test, envA: Record<string, string>, envB: Record<string, string>) {
   const shared = await createTestDatabase(t)
   let second: TestDatabase = shared
   if (shared.url) {
