@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto'
-import { sql } from 'drizzle-orm'
+import { sql, type SQL } from 'drizzle-orm'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { rowsOf, type Tx } from '../src/db/client.js'
@@ -36,6 +36,14 @@ export interface IdempotencyLock {
    * lock was lost (a retry took over after it expired), rolling the work back.
    */
   complete(tx: Tx, status: number, body: unknown): Promise<StoredAnswer>
+  /**
+   * The same as one SQL fragment, for handlers that do their work in a single statement:
+   * an `UPDATE … RETURNING 1` that yields a row only while the lock is still held. Use it
+   * as a CTE the work depends on (`with k as (…) insert … select … from k`), so the work
+   * happens only if the answer is stored; then call `markStored()`.
+   */
+  completion(status: number, body: unknown): { update: SQL; answer: StoredAnswer }
+  markStored(): void
 }
 
 /** JSON with object keys sorted at every level: equal bodies give equal fingerprints. */
@@ -124,19 +132,28 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
     const taken = rowsOf<KeyRow>(result)[0]
     if (taken) {
       lockStates.set(request, { orgId: principal.orgId, route, key, token, stored: false })
-      request.idempotency = {
-        key,
-        async complete(tx, status, body) {
-          const payload = JSON.stringify(body)
-          const done = await tx.execute(sql`
+      const completion = (status: number, body: unknown) => {
+        const payload = JSON.stringify(body)
+        const update = sql`
             update idempotency_keys set state = 'done', lock_token = null, locked_until = null,
               response_status = ${status}, response_type = 'application/json', response_body = ${payload}
             where org_id = ${principal.orgId} and route = ${route} and key = ${key} and lock_token = ${token}
-            returning 1 as ok`)
-          if (rowsOf(done).length === 0) throw inUse()
-          const state = lockStates.get(request)
-          if (state) state.stored = true
-          return { status, payload }
+            returning 1 as ok`
+        return { update, answer: { status, payload } }
+      }
+      const markStored = () => {
+        const state = lockStates.get(request)
+        if (state) state.stored = true
+      }
+      request.idempotency = {
+        key,
+        completion,
+        markStored,
+        async complete(tx, status, body) {
+          const { update, answer } = completion(status, body)
+          if (rowsOf(await tx.execute(update)).length === 0) throw inUse()
+          markStored()
+          return answer
         }
       }
       return
@@ -188,7 +205,7 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
   }
 }, { name: 'idempotency', fastify: '5.x', dependencies: ['db', 'errors', 'principal'] })
 
-function inUse() {
+export function inUse() {
   return new ApiError(409, 'idempotency_key_in_use', 'a request with this Idempotency-Key is still in progress; retry shortly', {
     headers: { 'retry-after': '1' }
   })

@@ -24,16 +24,22 @@ export interface NewEvent {
 }
 
 /**
- * Stores one run event and announces it, inside the caller's transaction: the NOTIFY is
- * delivered only if the transaction commits. The per-org advisory lock, held to commit,
- * makes ids commit in increasing order within an org, so a reader that has seen id N
- * will never later see a smaller id appear (resume by Last-Event-ID loses nothing).
+ * Stores one run event and announces it, in one statement, inside the caller's transaction
+ * (or as its own when given the database): the NOTIFY is delivered only if it commits.
+ * The per-org advisory lock, held to commit, makes ids commit in increasing order within
+ * an org, so a reader that has seen id N never later sees a smaller id appear (resume by
+ * Last-Event-ID loses nothing). Because that lock serializes an org's event commits, the
+ * transaction commits asynchronously (`synchronous_commit = off`, transaction-local): the
+ * lock is held for microseconds instead of a WAL flush. A Postgres crash can then lose the
+ * last moments of events, always a tail (WAL is replayed in order), never a hole.
+ * Transactions that must be durable (the run row at dispatch) commit before calling this.
  */
 export async function appendEvent(tx: Tx | Db, event: NewEvent): Promise<BusEvent> {
   const data = JSON.stringify(event.data ?? {})
   const inline = Buffer.byteLength(data) <= NOTIFY_DATA_LIMIT
   const result = await tx.execute(sql`
-    with lock as (select pg_advisory_xact_lock(hashtext(${'cairn.run_events:' + event.orgId}))),
+    with async as (select set_config('synchronous_commit', 'off', true)),
+    lock as (select pg_advisory_xact_lock(hashtext(${'cairn.run_events:' + event.orgId})) from async),
     ins as (
       insert into run_events (org_id, run_id, root_run_id, type, data)
       select ${event.orgId}, ${event.runId}, ${event.rootRunId}, ${event.type}, ${data}::jsonb from lock

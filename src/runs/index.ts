@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { ApiError, notFound } from '../../plugins/errors.js'
-import { sendStored } from '../../plugins/idempotency.js'
+import { inUse, sendStored } from '../../plugins/idempotency.js'
+import { newId } from '../db/ids.js'
 import { principalOf } from '../../plugins/principal.js'
 import { sseFrame } from '../../plugins/sse.js'
 import { errorResponses } from '../../schemas/common.js'
@@ -10,7 +11,7 @@ import {
 } from '../../schemas/runs.js'
 import { EngineError, type Engine } from './engines.js'
 import {
-  cancelRun, createRun, decodeCursor, getRun, getThread, listRuns, listThreads, originOf, runToWire
+  announceQueued, cancelRun, createRun, insertThreadRoot, decodeCursor, getRun, getThread, listRuns, listThreads, originOf, runToWire
 } from './runs-repo.js'
 import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from './streams.js'
 import { TERMINAL_STATUSES } from './tables.js'
@@ -32,6 +33,22 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const body = request.body
     const chosen = await app.runEngines.resolve(body.engine, body.model)
     if ('error' in chosen) throw new ApiError(400, 'engine_unavailable', chosen.error)
+    const origin = originOf(principal)
+    if (body.rootRunId === undefined) {
+      // the common case, a new thread: the run and its stored answer in one statement
+      const row = {
+        id: newId(), orgId: principal.orgId, rootRunId: '', parentRunId: null, engine: chosen.engine.id, model: chosen.model,
+        prompt: body.prompt, status: 'queued' as const, origin, error: null, metadata: body.metadata ?? {}, userId: principal.userId,
+        createdAt: new Date(), startedAt: null, finishedAt: null, leaseOwner: null, leaseExpiresAt: null, cancelRequested: false
+      }
+      row.rootRunId = row.id
+      const wire = { run: runToWire(row) }
+      const completion = request.idempotency?.completion(201, wire) ?? null
+      if (!(await insertThreadRoot(app.db, row, completion?.update ?? null))) throw inUse()
+      request.idempotency?.markStored()
+      await announceQueued(app.db, row)
+      return sendStored(reply, completion?.answer ?? { status: 201, payload: JSON.stringify(wire) })
+    }
     const answer = await app.db.transaction(async (tx) => {
       const run = await createRun(tx, principal, {
         prompt: body.prompt,
@@ -39,13 +56,16 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
         model: chosen.model,
         rootRunId: body.rootRunId,
         metadata: body.metadata,
-        origin: originOf(principal)
+        origin
       })
       if (!run) throw notFound('no such thread in this organization')
       const wire = { run: runToWire(run) }
-      return request.idempotency ? request.idempotency.complete(tx, 201, wire) : { status: 201, payload: JSON.stringify(wire) }
+      const stored = request.idempotency ? await request.idempotency.complete(tx, 201, wire) : { status: 201, payload: JSON.stringify(wire) }
+      return { run, stored }
     })
-    return sendStored(reply, answer)
+    // the run and its idempotency answer are durable; now announce it (workers, streams)
+    await announceQueued(app.db, answer.run)
+    return sendStored(reply, answer.stored)
   })
 
   app.get('/runs', {

@@ -1,4 +1,4 @@
-import { and, asc, desc, eq, lt, sql } from 'drizzle-orm'
+import { and, asc, desc, eq, lt, sql, type SQL } from 'drizzle-orm'
 import { CONTROL_CHANNEL } from '../../plugins/event-bus.js'
 import type { Principal } from '../../plugins/principal.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
@@ -62,7 +62,7 @@ export interface CreateRunInput {
 }
 
 /**
- * Inserts a queued run and its `run.queued` event in the caller's transaction. Joining a
+ * Inserts a queued run in the caller's transaction (announce it with `announceQueued` after commit). Joining a
  * thread: the given id must be a run of this org; the new run hangs off the thread's latest run.
  * Returns null when the thread is not in the org.
  */
@@ -93,8 +93,28 @@ export async function createRun(tx: Tx, principal: Principal, input: CreateRunIn
     metadata: input.metadata ?? {},
     userId: principal.userId
   }).returning()
-  await appendEvent(tx, { orgId: principal.orgId, runId: id, rootRunId, type: 'run.queued', data: { engine: input.engine, model: input.model } })
   return run!
+}
+
+/**
+ * A new thread's first run in ONE statement (one round trip, committed on its own): when
+ * `guard` is given (an `UPDATE … RETURNING` that stores the idempotent answer), the run is
+ * inserted only if the guard yields a row, so the run and its stored answer commit together.
+ * Returns null when the guard yielded nothing (the idempotency lock was lost).
+ */
+export async function insertThreadRoot(db: Db, row: typeof runs.$inferInsert & { id: string; createdAt: Date }, guard: SQL | null): Promise<boolean> {
+  const values = sql`${row.id}, ${row.orgId}, ${row.id}, null, ${row.engine}, ${row.model ?? null}, ${row.prompt}, 'queued',
+    ${row.origin}, ${JSON.stringify(row.metadata ?? {})}::jsonb, ${row.userId ?? null}, ${row.createdAt.toISOString()}::timestamptz`
+  const cols = sql`(id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, user_id, created_at)`
+  const result = guard
+    ? await db.execute(sql`with guard as (${guard}) insert into runs ${cols} select ${values} from guard returning id`)
+    : await db.execute(sql`insert into runs ${cols} values (${values}) returning id`)
+  return rowsOf(result).length === 1
+}
+
+/** The `run.queued` event, written after the run's own (durable) transaction committed. */
+export async function announceQueued(db: Db, run: RunRow): Promise<void> {
+  await appendEvent(db, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: 'run.queued', data: { engine: run.engine, model: run.model } })
 }
 
 export async function getRun(db: Db | Tx, orgId: string, id: string): Promise<RunRow | null> {

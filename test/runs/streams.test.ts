@@ -2,7 +2,7 @@ import { eq } from 'drizzle-orm'
 import t from 'tap'
 import { organizations } from '../../src/auth/tables.js'
 import { newId } from '../../src/db/ids.js'
-import { createRun } from '../../src/runs/runs-repo.js'
+import { announceQueued, createRun } from '../../src/runs/runs-repo.js'
 import { runEvents } from '../../src/runs/tables.js'
 import { Writable } from 'node:stream'
 import { buildTestApp } from '../helper.js'
@@ -101,7 +101,8 @@ t.test('changes stream: identifiers only, live, org-scoped, resumable', async (t
   t.teardown(() => changes.close())
   const otherOrg = { id: newId(), name: 'Other', slug: 'other' }
   await app.db.insert(organizations).values(otherOrg)
-  await app.db.transaction((tx) => createRun(tx, { kind: 'dev', orgId: otherOrg.id, userId: null, role: 'owner' }, { prompt: 'secret', engine: 'echo', model: 'echo', origin: 'api' }))
+  const foreign = await app.db.transaction((tx) => createRun(tx, { kind: 'dev', orgId: otherOrg.id, userId: null, role: 'owner' }, { prompt: 'secret', engine: 'echo', model: 'echo', origin: 'api' }))
+  await announceQueued(app.db, foreign!) // its event is stored and NOTIFYed, in the other org
   const run = await createRunVia(app, { prompt: 'hello' })
   await changes.until((c) => c.events('change').length >= 1)
   await app.inject({ method: 'POST', url: `/api/runs/${run.id}/cancel` })
