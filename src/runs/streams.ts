@@ -48,9 +48,7 @@ export async function pipeEvents(app: FastifyInstance, o: PipeOptions): Promise<
   let chain: Promise<void> = Promise.resolve()
   let ended = false
 
-  const write = async (event: BusEvent) => {
-    if (ended || stream.closed || event.id <= lastSent) return
-    if (event.big && event.data === null) event.data = await loadEventData(app.db, event.orgId, event.id)
+  const writeNow = (event: BusEvent) => {
     if (ended || stream.closed || event.id <= lastSent) return
     lastSent = event.id
     stream.write(o.frame(event))
@@ -59,15 +57,26 @@ export async function pipeEvents(app: FastifyInstance, o: PipeOptions): Promise<
       stream.close()
     }
   }
+  const write = async (event: BusEvent) => {
+    if (ended || stream.closed || event.id <= lastSent) return
+    if (event.big && event.data === null) event.data = await loadEventData(app.db, event.orgId, event.id)
+    writeNow(event)
+  }
+  let busy = 0
   const live = (event: BusEvent) => {
     if (!o.match(event)) return
     if (held) {
       held.push(event)
       return
     }
-    // big events need a read; everything else is written at once, in arrival order
-    if (!event.big) chain = chain.then(() => write(event))
-    else chain = chain.then(() => write(event)).catch(() => stream.close())
+    // the fan-out hot path: nothing queued ahead and nothing to load, so write at once
+    // (no promise per stream per event); otherwise keep arrival order through the chain
+    if (busy === 0 && !event.big) {
+      writeNow(event)
+      return
+    }
+    busy++
+    chain = chain.then(() => write(event)).catch(() => stream.close()).finally(() => busy--)
   }
 
   const catchUp = async () => {
@@ -89,7 +98,8 @@ export async function pipeEvents(app: FastifyInstance, o: PipeOptions): Promise<
   const unresync = app.eventBus.onResync(() => {
     if (held || stream.closed) return
     held = []
-    chain = chain.then(catchUp).catch(() => stream.close())
+    busy++
+    chain = chain.then(catchUp).catch(() => stream.close()).finally(() => busy--)
   })
   stream.onClose(() => {
     unsubscribe()

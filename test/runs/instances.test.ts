@@ -28,7 +28,7 @@ async function twoInstances(t: import('tap').Test, envA: Record<string, string>,
 
 
 
-const fast = { RUN_POLL_MS: '50', RUN_SWEEP_MS: '100', RUN_LEASE_MS: '600' }
+const fast = { RUN_POLL_MS: '50', RUN_SWEEP_MS: '100', RUN_LEASE_MS: '2000' }
 
 t.test('a run created on A runs once; B streams its change and events; a cancel on B stops it on A', async (t) => {
   const { a, b, baseB } = await twoInstances(t, { ...fast, ECHO_WORD_DELAY_MS: '100' }, { ...fast, RUN_WORKER_CONCURRENCY: '0' })
