@@ -84,6 +84,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   // Registered before /runs/:id so "changes" is never read as an id.
   app.get('/runs/changes', {
+    exposeHeadRoute: false,
     schema: {
       tags: ['runs'],
       summary: 'SSE: `event: change` with `{kind, id, rootRunId}` for every run change in the org; starts live',
@@ -132,6 +133,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   })
 
   app.get('/runs/:id/events', {
+    exposeHeadRoute: false,
     schema: {
       tags: ['runs'],
       summary: 'SSE: the run\'s events (history first, then live), ending with `event: end`',
@@ -170,6 +172,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   })
 
   app.get('/runs/:rootRunId/thread-events', {
+    exposeHeadRoute: false,
     schema: {
       tags: ['runs'],
       summary: 'SSE: every event of every run of one thread, in order (history first, then live)',

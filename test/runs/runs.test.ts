@@ -191,3 +191,13 @@ t.test('the RunEventSink stores and numbers a memory.captured event', async (t) 
   t.same(events[1]!.data, { itemCount: 2 })
   await t.rejects(app.runEventSink.emit({ orgId: newId(), runId: run.id, type: 'memory.captured', data: {} }), 'another org cannot write into the run')
 })
+
+t.test('events past retention are pruned, newer ones kept', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const run = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x' } })).json().run
+  await app.db.insert(runEvents).values({ orgId: '00000000-0000-7000-8000-00000000d001', runId: run.id, rootRunId: run.id, type: 'tool.call', data: {}, createdAt: new Date(Date.now() - 8 * 86_400_000) })
+  await app.db.insert(runEvents).values({ orgId: '00000000-0000-7000-8000-00000000d001', runId: run.id, rootRunId: run.id, type: 'tool.result', data: {}, createdAt: new Date(Date.now() - 6 * 86_400_000) })
+  await app.runWorker.prune()
+  const left = (await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id))).map((e) => e.type).sort()
+  t.same(left, ['run.queued', 'tool.result'], 'only the 8-day-old event went')
+})
