@@ -80,13 +80,14 @@ async function withDatabase<T>(serverUrl: string, fn: (url: string) => Promise<T
   }
 }
 
-async function dispatch(label: string, env: Record<string, string>): Promise<Result[]> {
+async function dispatch(label: string, env: Record<string, string>, withHealth = true): Promise<Result[]> {
   const server = await startRunsServer(env)
+  const workers = env.RUN_WORKER_CONCURRENCY === '0' ? 'no workers: dispatch only' : 'echo runs executing in the same process'
   try {
-    const rows = [await load({ url: `${server.url}/api/health`, name: `GET /api/health (${label})` })]
+    const rows = withHealth ? [await load({ url: `${server.url}/api/health`, name: `GET /api/health (${label})` })] : []
     rows.push(await load({
       url: `${server.url}/api/runs`,
-      name: `POST /api/runs + Idempotency-Key, echo (${label})`,
+      name: `POST /api/runs + Idempotency-Key (${label}, ${workers})`,
       method: 'POST',
       setupRequest: (req) => ({
         ...req,
@@ -203,7 +204,11 @@ export async function benchRuns(): Promise<string> {
   const clients = Number(process.env.BENCH_SSE_CLIENTS ?? 10_000)
   const out: string[] = []
   const rows: Result[] = await dispatch('PGlite', {})
-  if (pgUrl) rows.push(...(await withDatabase(pgUrl, (url) => dispatch('Postgres', { DATABASE_URL: url, DATABASE_POOL_MAX: '40' }))))
+  rows.push(...(await dispatch('PGlite', { RUN_WORKER_CONCURRENCY: '0' }, false)))
+  if (pgUrl) {
+    rows.push(...(await withDatabase(pgUrl, (url) => dispatch('Postgres', { DATABASE_URL: url, DATABASE_POOL_MAX: '40' }))))
+    rows.push(...(await withDatabase(pgUrl, (url) => dispatch('Postgres', { DATABASE_URL: url, DATABASE_POOL_MAX: '40', RUN_WORKER_CONCURRENCY: '0' }, false))))
+  }
   out.push('### Dispatch\n', table(rows, rows[0]!))
   out.push(`\n### Fan-out: ${clients} SSE clients on /api/runs/changes (run creation → last client)\n`)
   out.push(pgUrl ? await withDatabase(pgUrl, (url) => fanout(clients, { DATABASE_URL: url })) : await fanout(clients, {}))
