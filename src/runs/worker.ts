@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { and, eq, sql } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
-import type { EventBus } from '../../plugins/event-bus.js'
+import { EVENTS_CHANNEL, type EventBus } from '../../plugins/event-bus.js'
 import { rowsOf, type Db } from '../db/client.js'
 import { realUserIdOfRun } from './run-ref.js'
 import { EngineError, type EngineRegistry } from './engines.js'
@@ -114,18 +114,33 @@ export class RunWorker {
     }
   }
 
+  /**
+   * One statement (one round trip): take the oldest queued run nobody else is taking,
+   * lease it, and store and announce its `run.started` event (same rules as appendEvent).
+   */
   private async claim(): Promise<RunRow | null> {
-    return this.o.db.transaction(async (tx) => {
-      const claimed = rowsOf<{ id: string }>(await tx.execute(sql`
+    const result = await this.o.db.execute(sql`
+      with claimed as (
         update runs set status = 'running', started_at = now(), lease_owner = ${this.instanceId},
           lease_expires_at = now() + make_interval(secs => ${this.o.leaseMs / 1000})
         where id = (select id from runs where status = 'queued' order by created_at, id limit 1 for update skip locked)
-        returning id`))[0]
-      if (!claimed) return null
-      const [run] = await tx.select().from(runs).where(eq(runs.id, claimed.id))
-      await appendEvent(tx, { orgId: run!.orgId, runId: run!.id, rootRunId: run!.rootRunId, type: 'run.started', data: { engine: run!.engine, model: run!.model } })
-      return run!
-    })
+        returning *
+      ),
+      async as (select set_config('synchronous_commit', 'off', true) as v from claimed),
+      lock as (select pg_advisory_xact_lock(hashtext('cairn.run_events:' || claimed.org_id))::text as v from claimed, async),
+      ev as (
+        insert into run_events (org_id, run_id, root_run_id, type, data)
+        select org_id, id, root_run_id, 'run.started', jsonb_build_object('engine', engine, 'model', model) from claimed, lock
+        returning id as event_id, created_at as event_at
+      )
+      select claimed.*, pg_notify(${EVENTS_CHANNEL}, json_build_object(
+        'id', ev.event_id::text, 'orgId', claimed.org_id, 'runId', claimed.id, 'rootRunId', claimed.root_run_id,
+        'type', 'run.started', 'createdAt', ev.event_at,
+        'data', json_build_object('engine', claimed.engine, 'model', claimed.model), 'big', false
+      )::text)::text as notified
+      from claimed, ev`)
+    const row = rowsOf<Record<string, unknown>>(result)[0]
+    return row ? runFromRow(row) : null
   }
 
   private execute(run: RunRow): void {
@@ -303,4 +318,30 @@ export class RunWorker {
 
 class ShutdownRelease extends Error {
   override name = 'ShutdownRelease'
+}
+
+const dateOrNull = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string))
+
+/** A raw `runs` row (snake_case, from a hand-written statement) as drizzle would return it. */
+function runFromRow(r: Record<string, unknown>): RunRow {
+  return {
+    id: r.id as string,
+    orgId: r.org_id as string,
+    rootRunId: r.root_run_id as string,
+    parentRunId: (r.parent_run_id as string | null) ?? null,
+    engine: r.engine as string,
+    model: (r.model as string | null) ?? null,
+    prompt: r.prompt as string,
+    status: r.status as RunRow['status'],
+    origin: r.origin as RunRow['origin'],
+    error: (r.error as string | null) ?? null,
+    metadata: (typeof r.metadata === 'string' ? JSON.parse(r.metadata) : r.metadata ?? {}) as Record<string, unknown>,
+    userId: (r.user_id as string | null) ?? null,
+    createdAt: new Date(r.created_at as string),
+    startedAt: dateOrNull(r.started_at),
+    finishedAt: dateOrNull(r.finished_at),
+    leaseOwner: (r.lease_owner as string | null) ?? null,
+    leaseExpiresAt: dateOrNull(r.lease_expires_at),
+    cancelRequested: r.cancel_requested === true || r.cancel_requested === 't'
+  }
 }
