@@ -2,10 +2,12 @@
 // Markdown tables of requests/s, p99 and the ratio to the baseline measured in the same run.
 import { benchFoundation } from './foundation.js'
 import { benchIdentity } from './identity.js'
+import { benchRuns } from './runs.js'
 
 const benches: Record<string, () => Promise<string>> = {
   foundation: benchFoundation,
-  identity: benchIdentity
+  identity: benchIdentity,
+  runs: benchRuns
 }
 
 const wanted = process.argv.slice(2)

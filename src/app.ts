@@ -9,6 +9,9 @@ import Ajv from 'ajv'
 import addFormats from 'ajv-formats'
 import Fastify, { type FastifyContextConfig, type FastifyInstance, type FastifyPluginAsync, type FastifySchemaCompiler } from 'fastify'
 import dbPlugin from '../plugins/db.js'
+import eventBusPlugin from '../plugins/event-bus.js'
+import idempotencyPlugin from '../plugins/idempotency.js'
+import ssePlugin from '../plugins/sse.js'
 import errorsPlugin, { ApiError } from '../plugins/errors.js'
 import featuresPlugin from '../plugins/features.js'
 import openapiPlugin from '../plugins/openapi.js'
@@ -21,6 +24,9 @@ import auth from './auth/index.js'
 import type { Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { migrateDatabase } from './db/migrate.js'
+import runs from './runs/index.js'
+import type { RunMemory } from './runs/memory-port.js'
+import runsRuntime from './runs/runtime.js'
 import system from './system/index.js'
 
 /** One registered route, as the route-walk tests and the API-key allowlist check see it. */
@@ -42,6 +48,8 @@ export interface BuildOptions {
   database?: Database
   /** extra route groups registered inside the /api scope, after the domains (tests and benchmarks) */
   apiPlugins?: FastifyPluginAsync[]
+  /** the Memory Hub side of runs (recall, capture); memory off when absent */
+  runMemory?: RunMemory
 }
 
 /**
@@ -60,7 +68,7 @@ function validatorFactory(externalSchemas: Record<string, unknown>): FastifySche
   return ({ schema, httpPart }) => (httpPart === 'body' ? strict : coercing).compile(schema)
 }
 
-export async function buildApp({ config, database, apiPlugins = [] }: BuildOptions): Promise<FastifyInstance> {
+export async function buildApp({ config, database, apiPlugins = [], runMemory }: BuildOptions): Promise<FastifyInstance> {
   const app = Fastify({
     logger: {
       level: config.LOG_LEVEL,
@@ -102,6 +110,9 @@ export async function buildApp({ config, database, apiPlugins = [] }: BuildOptio
   })
   await app.register(dbPlugin, { database: db, closeOnShutdown: owned })
   await app.register(featuresPlugin)
+  await app.register(eventBusPlugin)
+  await app.register(ssePlugin, { heartbeatMs: config.SSE_HEARTBEAT_MS, maxBufferBytes: config.SSE_MAX_BUFFER_BYTES })
+  await app.register(runsRuntime, { config, ...(runMemory ? { memory: runMemory } : {}) })
   await app.register(sensible)
   // Security headers on every answer. The API serves JSON only, so its CSP allows
   // nothing; /docs sets its own (swagger-ui's staticCSP, see plugins/openapi.ts).
@@ -132,6 +143,7 @@ export async function buildApp({ config, database, apiPlugins = [] }: BuildOptio
       secureCookie: config.COOKIE_SECURE,
       cacheTtlMs: config.IDENTITY_CACHE_MS
     })
+    await scope.register(idempotencyPlugin)
     await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG })
     await scope.register(auth, {
       rateLimit: {
@@ -140,6 +152,7 @@ export async function buildApp({ config, database, apiPlugins = [] }: BuildOptio
         windowMs: config.AUTH_RATE_LIMIT_WINDOW_MS
       }
     })
+    await scope.register(runs)
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 

@@ -43,7 +43,21 @@ export const EnvSchema = Type.Object({
     { default: 'info' }
   ),
   BODY_LIMIT: Type.Integer({ minimum: 1024, maximum: 64 * 1024 * 1024, default: 1024 * 1024, description: 'max JSON body bytes' }),
-  SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, maximum: 600_000, default: 10_000, description: 'time allowed for in-flight work at shutdown' })
+  SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, maximum: 600_000, default: 10_000, description: 'time allowed for in-flight work at shutdown' }),
+  RUN_WORKER_CONCURRENCY: Type.Integer({ minimum: 0, maximum: 256, default: 4, description: 'runs one instance executes at once (0: this instance runs none)' }),
+  RUN_POLL_MS: Type.Integer({ minimum: 10, maximum: 600_000, default: 1000, description: 'how often idle workers look for queued runs (NOTIFY wakes them sooner)' }),
+  RUN_LEASE_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 30_000, description: 'a running run is failed with worker_lost when its lease is not renewed for this long' }),
+  RUN_SWEEP_MS: Type.Integer({ minimum: 10, maximum: 3_600_000, default: 5000, description: 'how often each instance looks for expired leases' }),
+  RUN_EVENTS_RETENTION_DAYS: Type.Integer({ minimum: 7, maximum: 3650, default: 7, description: 'run events older than this are pruned (at least 7 days)' }),
+  SSE_HEARTBEAT_MS: Type.Integer({ minimum: 10, maximum: 15_000, default: 15_000, description: 'SSE heartbeat comment interval' }),
+  SSE_MAX_BUFFER_BYTES: Type.Integer({ minimum: 1024, maximum: 64 * 1024 * 1024, default: 1024 * 1024, description: 'an SSE client that leaves this much unread is dropped' }),
+  ECHO_WORD_DELAY_MS: Type.Integer({ minimum: 0, maximum: 10_000, default: 0, description: 'pause between words of the echo engine (tests, demos)' }),
+  OPENAI_BASE_URL: Type.Optional(Type.String({ pattern: '^https?://', description: 'OpenAI-compatible API base, e.g. https://api.openai.com/v1' })),
+  OPENAI_API_KEY: Type.Optional(Type.String({ description: 'bearer token for OPENAI_BASE_URL' })),
+  MODELS: Type.String({ default: '', description: 'comma-separated model ids offered through the openai engine' }),
+  OPENAI_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 120_000, description: 'upstream request timeout (also between streamed chunks)' }),
+  OPENAI_PROBE_TTL_MS: Type.Integer({ minimum: 0, maximum: 3_600_000, default: 30_000, description: 'how long a /models readiness probe result is cached' })
+
 })
 
 export type Env = Static<typeof EnvSchema>

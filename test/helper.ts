@@ -5,6 +5,7 @@ import { buildApp } from '../src/app.js'
 import { loadConfig, type Config, type Env } from '../src/config.js'
 import { openDatabase, type Database } from '../src/db/client.js'
 import { migrateDatabase } from '../src/db/migrate.js'
+import type { RunMemory } from '../src/runs/memory-port.js'
 
 /** The bits of a tap Test the helpers need (teardown). */
 export interface Teardown {
@@ -60,13 +61,20 @@ export interface TestAppOptions {
   extend?: (app: FastifyInstance) => void | Promise<void>
   /** extra route groups inside the /api scope (principal, scopes and guards apply to them) */
   apiPlugins?: FastifyPluginAsync[]
+  /** the Memory Hub side of runs */
+  runMemory?: RunMemory
 }
 
 /** The real app over a real database, closed at teardown. */
 export async function buildTestApp(t: Teardown, options: TestAppOptions = {}): Promise<FastifyInstance & { testDb: TestDatabase }> {
   const db = options.db ?? (await createTestDatabase(t))
   const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...options.env })
-  const app = await buildApp({ config, database: db.database, ...(options.apiPlugins ? { apiPlugins: options.apiPlugins } : {}) })
+  const app = await buildApp({
+    config,
+    database: db.database,
+    ...(options.apiPlugins ? { apiPlugins: options.apiPlugins } : {}),
+    ...(options.runMemory ? { runMemory: options.runMemory } : {})
+  })
   t.teardown(() => app.close())
   if (options.extend) await options.extend(app)
   await app.ready()

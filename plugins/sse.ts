@@ -1,0 +1,148 @@
+import type { ServerResponse } from 'node:http'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { ApiError } from './errors.js'
+
+export interface SseOptions {
+  heartbeatMs: number
+  /** a client that leaves more than this unread is dropped instead of buffered */
+  maxBufferBytes: number
+}
+
+/** One open event stream. Writes are fire-and-forget; a slow client is cut off. */
+export interface SseStream {
+  readonly closed: boolean
+  /** the `Last-Event-ID` the client sent (a non-negative integer), or null */
+  readonly lastEventId: number | null
+  /** writes an already formatted frame (see `sseFrame`) */
+  write(frame: string): boolean
+  close(): void
+  onClose(fn: () => void): void
+}
+
+export interface SseHelper {
+  open(request: FastifyRequest, reply: FastifyReply): SseStream
+  /** open streams on this instance */
+  readonly count: number
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    sse: SseHelper
+  }
+}
+
+/** `id:`/`event:`/`data:` frame; data is one line of JSON. */
+export function sseFrame(event: string, data: string, id?: number | string): string {
+  return id === undefined ? `event: ${event}\ndata: ${data}\n\n` : `id: ${id}\nevent: ${event}\ndata: ${data}\n\n`
+}
+
+/** Parses `Last-Event-ID`: absent → null; a non-negative integer → it; anything else → 400. */
+export function parseLastEventId(request: FastifyRequest): number | null {
+  const raw = request.headers['last-event-id']
+  if (raw === undefined || raw === '') return null
+  const value = Array.isArray(raw) ? raw[0] : raw
+  if (value === undefined || !/^\d{1,15}$/.test(value.trim())) {
+    throw new ApiError(400, 'invalid_last_event_id', 'Last-Event-ID must be an event id (a non-negative integer)')
+  }
+  return Number(value.trim())
+}
+
+class Stream implements SseStream {
+  closed = false
+  readonly lastEventId: number | null
+  private readonly raw: ServerResponse
+  private readonly max: number
+  private readonly owner: Set<Stream>
+  private listeners: Array<() => void> | null = null
+
+  constructor(raw: ServerResponse, lastEventId: number | null, max: number, owner: Set<Stream>) {
+    this.raw = raw
+    this.lastEventId = lastEventId
+    this.max = max
+    this.owner = owner
+  }
+
+  write(frame: string): boolean {
+    if (this.closed) return false
+    // backpressure: what the kernel would not take stays in Node's buffer; past the
+    // limit the client is not reading, so it is dropped rather than buffered forever
+    if (this.raw.writableLength > this.max) {
+      this.raw.destroy()
+      this.finish()
+      return false
+    }
+    this.raw.write(frame)
+    return true
+  }
+
+  close(): void {
+    if (this.closed) return
+    this.raw.end()
+    this.finish()
+  }
+
+  onClose(fn: () => void): void {
+    if (this.closed) {
+      fn()
+      return
+    }
+    ;(this.listeners ??= []).push(fn)
+  }
+
+  finish(): void {
+    if (this.closed) return
+    this.closed = true
+    this.owner.delete(this)
+    const listeners = this.listeners
+    this.listeners = null
+    if (listeners) for (const fn of listeners) fn()
+  }
+}
+
+/**
+ * The one way to answer with server-sent events: headers, heartbeats (one timer for all
+ * streams), backpressure, Last-Event-ID parsing, cleanup on close and at shutdown.
+ */
+export default fp(async function ssePlugin(app: FastifyInstance, opts: SseOptions) {
+  const streams = new Set<Stream>()
+  const heartbeat = setInterval(() => {
+    for (const stream of streams) stream.write(':hb\n\n')
+  }, opts.heartbeatMs)
+  heartbeat.unref()
+
+  const helper: SseHelper = {
+    get count() {
+      return streams.size
+    },
+    open(request, reply) {
+      const lastEventId = parseLastEventId(request)
+      reply.hijack()
+      const raw = reply.raw
+      const headers: Record<string, string | number | string[]> = {}
+      for (const [name, value] of Object.entries(reply.getHeaders())) if (value !== undefined) headers[name] = value as string
+      raw.writeHead(200, {
+        ...headers,
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache',
+        'x-accel-buffering': 'no',
+        connection: 'keep-alive'
+      })
+      // the first comment flushes the headers so clients see the stream open at once
+      raw.write(':ok\n\n')
+      request.raw.socket?.setNoDelay(true)
+      const stream = new Stream(raw, lastEventId, opts.maxBufferBytes, streams)
+      streams.add(stream)
+      raw.on('close', () => stream.finish())
+      raw.on('error', () => stream.finish())
+      return stream
+    }
+  }
+  app.decorate('sse', helper)
+
+  // open streams would keep server.close() waiting forever
+  app.addHook('preClose', async () => {
+    clearInterval(heartbeat)
+    for (const stream of [...streams]) stream.close()
+  })
+}, { name: 'sse', fastify: '5.x', dependencies: ['errors'] })

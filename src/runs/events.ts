@@ -1,0 +1,141 @@
+import { sql } from 'drizzle-orm'
+import { EVENTS_CHANNEL, type BusEvent } from '../../plugins/event-bus.js'
+import { rowsOf, type Db, type Tx } from '../db/client.js'
+import type { RunEventSink } from './memory-port.js'
+
+/** Contract 5: the event types a run can produce. */
+export const EVENT_TYPES = [
+  'run.queued', 'run.started', 'message.delta', 'message.completed', 'tool.call', 'tool.result',
+  'memory.recalled', 'memory.captured', 'artifact.created', 'run.succeeded', 'run.failed', 'run.cancelled'
+] as const
+export const TERMINAL_EVENTS = new Set(['run.succeeded', 'run.failed', 'run.cancelled'])
+/** token deltas are not "changes" of a run; the change stream skips them */
+export const isChange = (type: string) => type !== 'message.delta'
+
+/** NOTIFY payloads are limited to 8000 bytes; larger data is loaded by the reader. */
+const NOTIFY_DATA_LIMIT = 7000
+
+export interface NewEvent {
+  orgId: string
+  runId: string
+  rootRunId: string
+  type: string
+  data?: Record<string, unknown>
+}
+
+/**
+ * Stores one run event and announces it, in one statement, inside the caller's transaction
+ * (or as its own when given the database): the NOTIFY is delivered only if it commits.
+ * The per-org advisory lock, held to commit, makes ids commit in increasing order within
+ * an org, so a reader that has seen id N never later sees a smaller id appear (resume by
+ * Last-Event-ID loses nothing). Because that lock serializes an org's event commits, the
+ * transaction commits asynchronously (`synchronous_commit = off`, transaction-local): the
+ * lock is held for microseconds instead of a WAL flush. A Postgres crash can then lose the
+ * last moments of events, always a tail (WAL is replayed in order), never a hole.
+ * Transactions that must be durable (the run row at dispatch) commit before calling this.
+ */
+export async function appendEvent(tx: Tx | Db, event: NewEvent): Promise<BusEvent> {
+  const data = JSON.stringify(event.data ?? {})
+  const inline = Buffer.byteLength(data) <= NOTIFY_DATA_LIMIT
+  const result = await tx.execute(sql`
+    with async as (select set_config('synchronous_commit', 'off', true)),
+    lock as (select pg_advisory_xact_lock(hashtext(${'cairn.run_events:' + event.orgId})) from async),
+    ins as (
+      insert into run_events (org_id, run_id, root_run_id, type, data)
+      select ${event.orgId}, ${event.runId}, ${event.rootRunId}, ${event.type}, ${data}::jsonb from lock
+      returning id, created_at
+    )
+    select id::text as id, created_at, pg_notify(${EVENTS_CHANNEL}, json_build_object(
+      'id', id::text, 'orgId', ${event.orgId}::text, 'runId', ${event.runId}::text, 'rootRunId', ${event.rootRunId}::text,
+      'type', ${event.type}::text, 'createdAt', created_at,
+      'data', ${inline ? data : 'null'}::json, 'big', ${!inline}::boolean
+    )::text)::text as notified from ins`)
+  const row = rowsOf<{ id: string; created_at: Date | string }>(result)[0]!
+  return {
+    id: Number(row.id),
+    orgId: event.orgId,
+    runId: event.runId,
+    rootRunId: event.rootRunId,
+    type: event.type,
+    data: event.data ?? {},
+    createdAt: new Date(row.created_at).toISOString()
+  }
+}
+
+export interface EventFilter {
+  orgId: string
+  runId?: string
+  rootRunId?: string
+  afterId: number
+  /** skip token deltas (the change stream) */
+  changesOnly?: boolean
+  limit: number
+}
+
+interface EventRow {
+  id: string | number
+  org_id: string
+  run_id: string
+  root_run_id: string
+  type: string
+  data: Record<string, unknown> | string
+  created_at: Date | string
+}
+
+/** Stored events after an id, oldest first: the replay half of every stream. */
+export async function listEventsAfter(db: Db, f: EventFilter): Promise<BusEvent[]> {
+  const result = await db.execute(sql`
+    select id, org_id, run_id, root_run_id, type, data, created_at from run_events
+    where org_id = ${f.orgId} and id > ${f.afterId}
+      ${f.runId !== undefined ? sql`and run_id = ${f.runId}` : sql``}
+      ${f.rootRunId !== undefined ? sql`and root_run_id = ${f.rootRunId}` : sql``}
+      ${f.changesOnly ? sql`and type <> 'message.delta'` : sql``}
+    order by id limit ${f.limit}`)
+  return rowsOf<EventRow>(result).map(fromRow)
+}
+
+export async function loadEventData(db: Db, orgId: string, id: number): Promise<Record<string, unknown>> {
+  const result = await db.execute(sql`select data from run_events where org_id = ${orgId} and id = ${id}`)
+  const row = rowsOf<{ data: Record<string, unknown> | string }>(result)[0]
+  if (!row) return {}
+  return typeof row.data === 'string' ? (JSON.parse(row.data) as Record<string, unknown>) : row.data
+}
+
+function fromRow(row: EventRow): BusEvent {
+  return {
+    id: Number(row.id),
+    orgId: row.org_id,
+    runId: row.run_id,
+    rootRunId: row.root_run_id,
+    type: row.type,
+    data: typeof row.data === 'string' ? (JSON.parse(row.data) as Record<string, unknown>) : row.data,
+    createdAt: new Date(row.created_at).toISOString()
+  }
+}
+
+/** Deletes events older than the retention window; returns how many went. */
+export async function pruneEvents(db: Db, retentionDays: number): Promise<number> {
+  const result = await db.execute(sql`
+    with gone as (delete from run_events where created_at < now() - make_interval(days => ${retentionDays}) returning 1)
+    select count(*)::int as n from gone`)
+  return rowsOf<{ n: number }>(result)[0]?.n ?? 0
+}
+
+/**
+ * The RunEventSink the memory side calls when a capture is delivered: stores a
+ * `memory.captured` (or other) event for the run in its own transaction and publishes it.
+ */
+export function createRunEventSink(db: Db): RunEventSink {
+  return {
+    async emit(event) {
+      await db.transaction(async (tx) => {
+        const rows = rowsOf<{ root_run_id: string }>(await tx.execute(
+          sql`select root_run_id from runs where org_id = ${event.orgId} and id = ${event.runId}`
+        ))
+        const run = rows[0]
+        if (!run) throw new Error(`run ${event.runId} not found in org ${event.orgId}`)
+        await appendEvent(tx, { orgId: event.orgId, runId: event.runId, rootRunId: run.root_run_id, type: event.type, data: event.data })
+      })
+    }
+  }
+}

@@ -1,0 +1,271 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { ApiError, notFound } from '../../plugins/errors.js'
+import { inUse, sendStored } from '../../plugins/idempotency.js'
+import { newId } from '../db/ids.js'
+import { principalOf } from '../../plugins/principal.js'
+import { sseFrame } from '../../plugins/sse.js'
+import { errorResponses } from '../../schemas/common.js'
+import {
+  ChatBody, CreateRunBody, EventStream, ListRunsQuery, ListThreadsQuery, RootRunIdParams, RunEnvelope, RunIdParams,
+  RunPage, SseHeaders, ThreadDetail, ThreadPage
+} from '../../schemas/runs.js'
+import { EngineError, type Engine } from './engines.js'
+import {
+  announceQueued, cancelRun, createRun, insertThreadRoot, decodeCursor, getRun, getThread, listRuns, listThreads, originOf, runToWire
+} from './runs-repo.js'
+import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from './streams.js'
+import { TERMINAL_STATUSES } from './tables.js'
+
+
+/** Runs, threads, their live streams and chat (contract 5). */
+const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.post('/runs', {
+    config: { idempotent: true },
+    schema: {
+      tags: ['runs'],
+      summary: 'Start a run (optionally in an existing thread); honours Idempotency-Key',
+      headers: { type: 'object', properties: { 'idempotency-key': { type: 'string', description: '1 to 255 characters' } } },
+      body: CreateRunBody,
+      response: { 201: RunEnvelope, ...errorResponses(404, 413) }
+    }
+  }, async (request, reply) => {
+    const principal = principalOf(request)
+    const body = request.body
+    const chosen = await app.runEngines.resolve(body.engine, body.model)
+    if ('error' in chosen) throw new ApiError(400, 'engine_unavailable', chosen.error)
+    const origin = originOf(principal)
+    if (body.rootRunId === undefined) {
+      // the common case, a new thread: the run and its stored answer in one statement
+      const row = {
+        id: newId(), orgId: principal.orgId, rootRunId: '', parentRunId: null, engine: chosen.engine.id, model: chosen.model,
+        prompt: body.prompt, status: 'queued' as const, origin, error: null, metadata: body.metadata ?? {}, userId: principal.userId,
+        createdAt: new Date(), startedAt: null, finishedAt: null, leaseOwner: null, leaseExpiresAt: null, cancelRequested: false
+      }
+      row.rootRunId = row.id
+      const wire = { run: runToWire(row) }
+      const completion = request.idempotency?.completion(201, wire) ?? null
+      if (!(await insertThreadRoot(app.db, row, completion?.update ?? null))) throw inUse()
+      request.idempotency?.markStored()
+      await announceQueued(app.db, row)
+      return sendStored(reply, completion?.answer ?? { status: 201, payload: JSON.stringify(wire) })
+    }
+    const answer = await app.db.transaction(async (tx) => {
+      const run = await createRun(tx, principal, {
+        prompt: body.prompt,
+        engine: chosen.engine.id,
+        model: chosen.model,
+        rootRunId: body.rootRunId,
+        metadata: body.metadata,
+        origin
+      })
+      if (!run) throw notFound('no such thread in this organization')
+      const wire = { run: runToWire(run) }
+      const stored = request.idempotency ? await request.idempotency.complete(tx, 201, wire) : { status: 201, payload: JSON.stringify(wire) }
+      return { run, stored }
+    })
+    // the run and its idempotency answer are durable; now announce it (workers, streams)
+    await announceQueued(app.db, answer.run)
+    return sendStored(reply, answer.stored)
+  })
+
+  app.get('/runs', {
+    schema: {
+      tags: ['runs'],
+      summary: 'Runs of the org, newest first',
+      querystring: ListRunsQuery,
+      response: { 200: RunPage, ...errorResponses() }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const q = request.query
+    const page = await listRuns(app.db, orgId, { status: q.status, rootRunId: q.rootRunId, limit: q.limit ?? 50, cursor: decodeCursor(q.cursor) })
+    return { items: page.items.map(runToWire), nextCursor: page.nextCursor }
+  })
+
+  // Registered before /runs/:id so "changes" is never read as an id.
+  app.get('/runs/changes', {
+    exposeHeadRoute: false,
+    schema: {
+      tags: ['runs'],
+      summary: 'SSE: `event: change` with `{kind, id, rootRunId}` for every run change in the org; starts live',
+      headers: SseHeaders,
+      response: { 200: EventStream, ...errorResponses() }
+    }
+  }, async (request, reply) => {
+    const { orgId } = principalOf(request)
+    const stream = app.sse.open(request, reply)
+    await pipeEvents(app, {
+      orgId,
+      stream,
+      match: isChangeEvent,
+      history: { changesOnly: true },
+      replayAll: false,
+      frame: changeFrame
+    })
+  })
+
+  app.get('/runs/:id', {
+    schema: {
+      tags: ['runs'],
+      summary: 'One run',
+      params: RunIdParams,
+      response: { 200: RunEnvelope, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const run = await getRun(app.db, orgId, request.params.id)
+    if (!run) throw notFound('no such run in this organization')
+    return { run: runToWire(run) }
+  })
+
+  app.post('/runs/:id/cancel', {
+    schema: {
+      tags: ['runs'],
+      summary: 'Cancel a run (idempotent): queued runs stop at once, running ones within a second',
+      params: RunIdParams,
+      response: { 200: RunEnvelope, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const run = await cancelRun(app.db, orgId, request.params.id)
+    if (!run) throw notFound('no such run in this organization')
+    return { run: runToWire(run) }
+  })
+
+  app.get('/runs/:id/events', {
+    exposeHeadRoute: false,
+    schema: {
+      tags: ['runs'],
+      summary: 'SSE: the run\'s events (history first, then live), ending with `event: end`',
+      params: RunIdParams,
+      headers: SseHeaders,
+      response: { 200: EventStream, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const { orgId } = principalOf(request)
+    const runId = request.params.id
+    const run = await getRun(app.db, orgId, runId)
+    if (!run) throw notFound('no such run in this organization')
+    const stream = app.sse.open(request, reply)
+    const end = (status: string) => {
+      stream.write(sseFrame('end', JSON.stringify({ runId, status })))
+      stream.close()
+    }
+    await pipeEvents(app, {
+      orgId,
+      stream,
+      match: (event) => event.runId === runId,
+      history: { runId },
+      replayAll: true,
+      frame: eventFrame,
+      after(event) {
+        if (!isTerminal(event)) return false
+        stream.write(sseFrame('end', JSON.stringify({ runId, status: event.type.slice(4) })))
+        return true
+      },
+      async caughtUp() {
+        // resumed after the terminal event: nothing more will come
+        const now = await getRun(app.db, orgId, runId)
+        if (now && TERMINAL_STATUSES.includes(now.status) && !stream.closed) end(now.status)
+      }
+    })
+  })
+
+  app.get('/runs/:rootRunId/thread-events', {
+    exposeHeadRoute: false,
+    schema: {
+      tags: ['runs'],
+      summary: 'SSE: every event of every run of one thread, in order (history first, then live)',
+      params: RootRunIdParams,
+      headers: SseHeaders,
+      response: { 200: EventStream, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const { orgId } = principalOf(request)
+    const { rootRunId } = request.params
+    const root = await getRun(app.db, orgId, rootRunId)
+    if (!root || root.rootRunId !== rootRunId) throw notFound('no such thread in this organization')
+    const stream = app.sse.open(request, reply)
+    await pipeEvents(app, {
+      orgId,
+      stream,
+      match: (event) => event.rootRunId === rootRunId,
+      history: { rootRunId },
+      replayAll: true,
+      frame: eventFrame
+    })
+  })
+
+  app.get('/threads', {
+    schema: {
+      tags: ['runs'],
+      summary: 'Threads of the org, newest first',
+      querystring: ListThreadsQuery,
+      response: { 200: ThreadPage, ...errorResponses() }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    return listThreads(app.db, orgId, { limit: request.query.limit ?? 50, cursor: decodeCursor(request.query.cursor) })
+  })
+
+  app.get('/threads/:rootRunId', {
+    schema: {
+      tags: ['runs'],
+      summary: 'One thread and its runs, oldest first',
+      params: RootRunIdParams,
+      response: { 200: ThreadDetail, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const found = await getThread(app.db, orgId, request.params.rootRunId)
+    if (!found) throw notFound('no such thread in this organization')
+    return { thread: found.thread, runs: found.runs.map(runToWire) }
+  })
+
+  app.post('/chat', {
+    schema: {
+      tags: ['runs'],
+      summary: 'SSE: chat completion tokens (`event: token` `{text}`, then `event: done` with usage)',
+      body: ChatBody,
+      response: { 200: EventStream, ...errorResponses(413) }
+    }
+  }, async (request, reply) => {
+    principalOf(request)
+    const { messages, model } = request.body
+    let engine: Engine
+    let chosenModel: string | null
+    if (model !== undefined) {
+      const chosen = await app.runEngines.resolve(undefined, model)
+      if ('error' in chosen) throw new ApiError(400, 'engine_unavailable', chosen.error)
+      engine = chosen.engine
+      chosenModel = chosen.model
+    } else {
+      const openai = app.runEngines.get('openai')
+      const models = openai && (await openai.ready()) ? await openai.models() : []
+      engine = models.length > 0 ? openai! : app.runEngines.get('echo')!
+      chosenModel = models[0]?.id ?? 'echo'
+    }
+    const stream = app.sse.open(request, reply)
+    const controller = new AbortController()
+    // a client that goes away aborts the upstream request
+    stream.onClose(() => controller.abort())
+    try {
+      const usage = await engine.chat(messages, chosenModel, controller.signal, {
+        onToken(text) {
+          stream.write(sseFrame('token', JSON.stringify({ text })))
+        }
+      })
+      stream.write(sseFrame('done', JSON.stringify({ model: chosenModel, usage })))
+    } catch (err) {
+      if (!controller.signal.aborted) {
+        const message = err instanceof EngineError ? err.message : 'chat failed'
+        if (!(err instanceof EngineError)) request.log.error({ err }, 'chat failed')
+        stream.write(sseFrame('error', JSON.stringify({ error: 'chat_failed', message })))
+      }
+    } finally {
+      stream.close()
+    }
+  })
+}
+
+export default runsRoutes

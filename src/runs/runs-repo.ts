@@ -1,0 +1,223 @@
+import { and, asc, desc, eq, lt, sql, type SQL } from 'drizzle-orm'
+import { CONTROL_CHANNEL } from '../../plugins/event-bus.js'
+import type { Principal } from '../../plugins/principal.js'
+import { rowsOf, type Db, type Tx } from '../db/client.js'
+import { newId } from '../db/ids.js'
+import { appendEvent } from './events.js'
+import { runs, type RunOrigin, type RunStatus } from './tables.js'
+
+export type RunRow = typeof runs.$inferSelect
+
+/** Contract 5's run, as the wire shows it. */
+export interface RunWire {
+  id: string
+  rootRunId: string
+  parentRunId: string | null
+  engine: string
+  model: string | null
+  prompt: string
+  status: RunStatus
+  origin: RunOrigin
+  error: string | null
+  createdAt: string
+  startedAt: string | null
+  finishedAt: string | null
+  userId: string | null
+  metadata: Record<string, unknown>
+}
+
+const iso = (d: Date | null) => (d ? d.toISOString() : null)
+
+export function runToWire(run: RunRow): RunWire {
+  return {
+    id: run.id,
+    rootRunId: run.rootRunId,
+    parentRunId: run.parentRunId,
+    engine: run.engine,
+    model: run.model,
+    prompt: run.prompt,
+    status: run.status,
+    origin: run.origin,
+    error: run.error,
+    createdAt: run.createdAt.toISOString(),
+    startedAt: iso(run.startedAt),
+    finishedAt: iso(run.finishedAt),
+    userId: run.userId,
+    metadata: run.metadata
+  }
+}
+
+/** Contract 5: origin is the server's: web (session), api (key), dev (dev org). */
+export function originOf(principal: Principal): RunOrigin {
+  return principal.kind === 'user' ? 'web' : principal.kind === 'key' ? 'api' : 'dev'
+}
+
+export interface CreateRunInput {
+  prompt: string
+  engine: string
+  model: string | null
+  rootRunId?: string | undefined
+  metadata?: Record<string, unknown> | undefined
+  origin: RunOrigin
+}
+
+/**
+ * Inserts a queued run in the caller's transaction (announce it with `announceQueued` after commit). Joining a
+ * thread: the given id must be a run of this org; the new run hangs off the thread's latest run.
+ * Returns null when the thread is not in the org.
+ */
+export async function createRun(tx: Tx, principal: Principal, input: CreateRunInput): Promise<RunRow | null> {
+  const id = newId()
+  let rootRunId = id
+  let parentRunId: string | null = null
+  if (input.rootRunId !== undefined) {
+    const [anchor] = await tx.select({ rootRunId: runs.rootRunId }).from(runs)
+      .where(and(eq(runs.orgId, principal.orgId), eq(runs.id, input.rootRunId)))
+    if (!anchor) return null
+    rootRunId = anchor.rootRunId
+    const [latest] = await tx.select({ id: runs.id }).from(runs)
+      .where(and(eq(runs.orgId, principal.orgId), eq(runs.rootRunId, rootRunId)))
+      .orderBy(desc(runs.id)).limit(1)
+    parentRunId = latest?.id ?? rootRunId
+  }
+  const [run] = await tx.insert(runs).values({
+    id,
+    orgId: principal.orgId,
+    rootRunId,
+    parentRunId,
+    engine: input.engine,
+    model: input.model,
+    prompt: input.prompt,
+    status: 'queued',
+    origin: input.origin,
+    metadata: input.metadata ?? {},
+    userId: principal.userId
+  }).returning()
+  return run!
+}
+
+/**
+ * A new thread's first run in ONE statement (one round trip, committed on its own): when
+ * `guard` is given (an `UPDATE … RETURNING` that stores the idempotent answer), the run is
+ * inserted only if the guard yields a row, so the run and its stored answer commit together.
+ * Returns null when the guard yielded nothing (the idempotency lock was lost).
+ */
+export async function insertThreadRoot(db: Db, row: typeof runs.$inferInsert & { id: string; createdAt: Date }, guard: SQL | null): Promise<boolean> {
+  const values = sql`${row.id}, ${row.orgId}, ${row.id}, null, ${row.engine}, ${row.model ?? null}, ${row.prompt}, 'queued',
+    ${row.origin}, ${JSON.stringify(row.metadata ?? {})}::jsonb, ${row.userId ?? null}, ${row.createdAt.toISOString()}::timestamptz`
+  const cols = sql`(id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, user_id, created_at)`
+  const result = guard
+    ? await db.execute(sql`with guard as (${guard}) insert into runs ${cols} select ${values} from guard returning id`)
+    : await db.execute(sql`insert into runs ${cols} values (${values}) returning id`)
+  return rowsOf(result).length === 1
+}
+
+/** The `run.queued` event, written after the run's own (durable) transaction committed. */
+export async function announceQueued(db: Db, run: RunRow): Promise<void> {
+  await appendEvent(db, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: 'run.queued', data: { engine: run.engine, model: run.model } })
+}
+
+export async function getRun(db: Db | Tx, orgId: string, id: string): Promise<RunRow | null> {
+  const [run] = await db.select().from(runs).where(and(eq(runs.orgId, orgId), eq(runs.id, id)))
+  return run ?? null
+}
+
+export const encodeCursor = (id: string) => Buffer.from(id).toString('base64url')
+export function decodeCursor(cursor: string | undefined): string | null {
+  if (!cursor) return null
+  const id = Buffer.from(cursor, 'base64url').toString()
+  return /^[A-Za-z0-9_-]{1,64}$/.test(id) ? id : null
+}
+
+export async function listRuns(db: Db, orgId: string, q: { status?: RunStatus; rootRunId?: string; limit: number; cursor: string | null }) {
+  const rows = await db.select().from(runs).where(and(
+    eq(runs.orgId, orgId),
+    q.status ? eq(runs.status, q.status) : undefined,
+    q.rootRunId ? eq(runs.rootRunId, q.rootRunId) : undefined,
+    q.cursor ? lt(runs.id, q.cursor) : undefined
+  )).orderBy(desc(runs.id)).limit(q.limit + 1)
+  const more = rows.length > q.limit
+  const items = rows.slice(0, q.limit)
+  return { items, nextCursor: more ? encodeCursor(items[items.length - 1]!.id) : null }
+}
+
+export interface ThreadWire {
+  rootRunId: string
+  title: string
+  runCount: number
+  latestRunId: string
+  latestStatus: RunStatus
+  createdAt: string
+  updatedAt: string
+}
+
+interface ThreadRow {
+  root_run_id: string
+  title: string
+  run_count: number
+  latest_run_id: string
+  latest_status: RunStatus
+  created_at: Date | string
+  updated_at: Date | string
+}
+
+function threadToWire(r: ThreadRow): ThreadWire {
+  return {
+    rootRunId: r.root_run_id,
+    title: r.title,
+    runCount: Number(r.run_count),
+    latestRunId: r.latest_run_id,
+    latestStatus: r.latest_status,
+    createdAt: new Date(r.created_at).toISOString(),
+    updatedAt: new Date(r.updated_at).toISOString()
+  }
+}
+
+const threadSelect = (orgId: string) => sql`
+  select t.root_run_id, left(r.prompt, 200) as title, t.run_count, l.id as latest_run_id, l.status as latest_status,
+         r.created_at, coalesce(l.finished_at, l.started_at, l.created_at) as updated_at
+  from (select root_run_id, count(*)::int as run_count, max(id) as latest_id from runs where org_id = ${orgId} group by root_run_id) t
+  join runs r on r.id = t.root_run_id and r.org_id = ${orgId}
+  join runs l on l.id = t.latest_id and l.org_id = ${orgId}`
+
+/** Threads newest first (by their root run's id). */
+export async function listThreads(db: Db, orgId: string, q: { limit: number; cursor: string | null }) {
+  const rows = rowsOf<ThreadRow>(await db.execute(sql`
+    ${threadSelect(orgId)}
+    ${q.cursor ? sql`where t.root_run_id < ${q.cursor}` : sql``}
+    order by t.root_run_id desc limit ${q.limit + 1}`))
+  const more = rows.length > q.limit
+  const items = rows.slice(0, q.limit).map(threadToWire)
+  return { items, nextCursor: more ? encodeCursor(items[items.length - 1]!.rootRunId) : null }
+}
+
+export async function getThread(db: Db, orgId: string, rootRunId: string) {
+  const rows = rowsOf<ThreadRow>(await db.execute(sql`${threadSelect(orgId)} where t.root_run_id = ${rootRunId}`))
+  if (!rows[0]) return null
+  const members = await db.select().from(runs)
+    .where(and(eq(runs.orgId, orgId), eq(runs.rootRunId, rootRunId))).orderBy(asc(runs.id))
+  return { thread: threadToWire(rows[0]), runs: members }
+}
+
+/**
+ * Cancel (idempotent): a queued run is cancelled at once; a running one is flagged and
+ * its worker, on whichever instance, is told through NOTIFY; a finished one is left as is.
+ */
+export async function cancelRun(db: Db, orgId: string, id: string): Promise<RunRow | null> {
+  return db.transaction(async (tx) => {
+    const [run] = await tx.select().from(runs).where(and(eq(runs.orgId, orgId), eq(runs.id, id))).for('update')
+    if (!run) return null
+    if (run.status === 'queued') {
+      const [done] = await tx.update(runs).set({ status: 'cancelled', finishedAt: sql`now()`, error: null })
+        .where(eq(runs.id, id)).returning()
+      await appendEvent(tx, { orgId, runId: id, rootRunId: run.rootRunId, type: 'run.cancelled', data: { reason: 'cancelled before start' } })
+      return done!
+    }
+    if (run.status === 'running' && !run.cancelRequested) {
+      const [flagged] = await tx.update(runs).set({ cancelRequested: true }).where(eq(runs.id, id)).returning()
+      await tx.execute(sql`select pg_notify(${CONTROL_CHANNEL}, ${JSON.stringify({ kind: 'cancel', runId: id })})`)
+      return flagged!
+    }
+    return run
+  })
+}

@@ -1,0 +1,65 @@
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import type { Config } from '../config.js'
+import { echoEngine, EngineRegistry, openAiEngine } from './engines.js'
+import { createRunEventSink } from './events.js'
+import { noRunMemory, type RunEventSink, type RunMemory } from './memory-port.js'
+import { RunWorker } from './worker.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    runEngines: EngineRegistry
+    runWorker: RunWorker
+    /** for the memory side: store and publish an event of a run (`memory.captured`) */
+    runEventSink: RunEventSink
+  }
+}
+
+export interface RunsRuntimeOptions {
+  config: Config
+  memory?: RunMemory
+}
+
+export function createEngines(config: Config): EngineRegistry {
+  return new EngineRegistry([
+    echoEngine({ wordDelayMs: config.ECHO_WORD_DELAY_MS }),
+    openAiEngine({
+      baseUrl: config.OPENAI_BASE_URL,
+      apiKey: config.OPENAI_API_KEY,
+      models: config.MODELS.split(',').map((m) => m.trim()).filter(Boolean),
+      timeoutMs: config.OPENAI_TIMEOUT_MS,
+      probeTtlMs: config.OPENAI_PROBE_TTL_MS
+    })
+  ])
+}
+
+/**
+ * The instance-wide side of runs: engines (and their `/api/config` catalog), the worker
+ * that starts with the app and drains on close, and the event sink for the memory side.
+ */
+export default fp(async function runsRuntime(app: FastifyInstance, opts: RunsRuntimeOptions) {
+  const { config } = opts
+  const engines = createEngines(config)
+  app.features.catalogs.push(() => engines.catalog())
+  const worker = new RunWorker({
+    db: app.db,
+    bus: app.eventBus,
+    engines,
+    memory: opts.memory ?? noRunMemory,
+    log: app.log.child({ component: 'run-worker' }),
+    concurrency: config.RUN_WORKER_CONCURRENCY,
+    pollMs: config.RUN_POLL_MS,
+    leaseMs: config.RUN_LEASE_MS,
+    sweepMs: config.RUN_SWEEP_MS,
+    retentionDays: config.RUN_EVENTS_RETENTION_DAYS
+  })
+  app.decorate('runEngines', engines)
+  app.decorate('runWorker', worker)
+  app.decorate('runEventSink', createRunEventSink(app.db))
+  app.addHook('onReady', async () => {
+    worker.start()
+  })
+  app.addHook('preClose', async () => {
+    await worker.close(config.SHUTDOWN_GRACE_MS)
+  })
+}, { name: 'runs-runtime', fastify: '5.x', dependencies: ['db', 'event-bus', 'features'] })

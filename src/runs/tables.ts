@@ -1,0 +1,82 @@
+import { sql } from 'drizzle-orm'
+import { bigserial, boolean, check, index, integer, jsonb, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core'
+import { organizations } from '../auth/tables.js'
+
+export const RUN_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const
+export type RunStatus = (typeof RUN_STATUSES)[number]
+export const TERMINAL_STATUSES: readonly RunStatus[] = ['succeeded', 'failed', 'cancelled']
+
+export const RUN_ORIGINS = ['web', 'api', 'dev', 'skill', 'automation', 'chatplatform'] as const
+export type RunOrigin = (typeof RUN_ORIGINS)[number]
+
+const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' })
+
+export const runs = pgTable('runs', {
+  id: text('id').primaryKey(),
+  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
+  rootRunId: text('root_run_id').notNull(),
+  parentRunId: text('parent_run_id'),
+  engine: text('engine').notNull(),
+  model: text('model'),
+  prompt: text('prompt').notNull(),
+  status: text('status').$type<RunStatus>().notNull().default('queued'),
+  origin: text('origin').$type<RunOrigin>().notNull(),
+  error: text('error'),
+  metadata: jsonb('metadata').$type<Record<string, unknown>>().notNull().default({}),
+  userId: text('user_id'),
+  createdAt: ts('created_at').notNull().defaultNow(),
+  startedAt: ts('started_at'),
+  finishedAt: ts('finished_at'),
+  /** the worker instance holding the run while it is `running` */
+  leaseOwner: text('lease_owner'),
+  leaseExpiresAt: ts('lease_expires_at'),
+  cancelRequested: boolean('cancel_requested').notNull().default(false)
+}, (t) => [
+  index('runs_org_id_idx').on(t.orgId, t.id),
+  index('runs_org_root_idx').on(t.orgId, t.rootRunId, t.id),
+  // the claim and the sweeper look only at live rows
+  index('runs_queued_idx').on(t.createdAt).where(sql`status = 'queued'`),
+  index('runs_running_lease_idx').on(t.leaseExpiresAt).where(sql`status = 'running'`),
+  check('runs_status_check', sql`${t.status} in ('queued', 'running', 'succeeded', 'failed', 'cancelled')`),
+  check('runs_origin_check', sql`${t.origin} in ('web', 'api', 'dev', 'skill', 'automation', 'chatplatform')`)
+])
+
+/**
+ * Every event of every run, stored before it is sent. The id comes from a sequence; the
+ * writer holds a per-org advisory lock until commit, so within an org ids commit in
+ * increasing order and a stream resumed after id N has missed nothing below N.
+ */
+export const runEvents = pgTable('run_events', {
+  id: bigserial('id', { mode: 'number' }).primaryKey(),
+  orgId: text('org_id').notNull(),
+  runId: text('run_id').notNull(),
+  rootRunId: text('root_run_id').notNull(),
+  type: text('type').notNull(),
+  data: jsonb('data').$type<Record<string, unknown>>().notNull().default({}),
+  createdAt: ts('created_at').notNull().defaultNow()
+}, (t) => [
+  index('run_events_org_idx').on(t.orgId, t.id),
+  index('run_events_run_idx').on(t.runId, t.id),
+  index('run_events_root_idx').on(t.rootRunId, t.id),
+  index('run_events_created_idx').on(t.createdAt)
+])
+
+/** Contract 3: one row per (org, route, key), kept 24 hours. */
+export const idempotencyKeys = pgTable('idempotency_keys', {
+  orgId: text('org_id').notNull(),
+  route: text('route').notNull(),
+  key: text('key').notNull(),
+  fingerprint: text('fingerprint').notNull(),
+  /** `in_flight` while the first request works, `done` once its answer is stored */
+  state: text('state').$type<'in_flight' | 'done'>().notNull(),
+  lockToken: text('lock_token'),
+  lockedUntil: ts('locked_until'),
+  responseStatus: integer('response_status'),
+  responseType: text('response_type'),
+  responseBody: text('response_body'),
+  createdAt: ts('created_at').notNull().defaultNow(),
+  expiresAt: ts('expires_at').notNull()
+}, (t) => [
+  primaryKey({ columns: [t.orgId, t.route, t.key] }),
+  index('idempotency_keys_expires_idx').on(t.expiresAt)
+])

@@ -1,0 +1,347 @@
+import { randomUUID } from 'node:crypto'
+import { and, eq, sql } from 'drizzle-orm'
+import type { FastifyBaseLogger } from 'fastify'
+import { EVENTS_CHANNEL, type EventBus } from '../../plugins/event-bus.js'
+import { rowsOf, type Db } from '../db/client.js'
+import { realUserIdOfRun } from './run-ref.js'
+import { EngineError, type EngineRegistry } from './engines.js'
+import { appendEvent, pruneEvents } from './events.js'
+import type { RunMemory, RunRef } from './memory-port.js'
+import { runs } from './tables.js'
+import type { RunRow } from './runs-repo.js'
+
+export interface WorkerOptions {
+  db: Db
+  bus: EventBus
+  engines: EngineRegistry
+  memory: RunMemory
+  log: FastifyBaseLogger
+  concurrency: number
+  pollMs: number
+  leaseMs: number
+  sweepMs: number
+  retentionDays: number
+}
+
+/** Thrown into an engine whose instance was killed: nothing more may be written. */
+class WorkerGone extends Error {
+  override name = 'WorkerGone'
+}
+class CancelRequested extends Error {
+  override name = 'CancelRequested'
+}
+
+interface Active {
+  run: RunRow
+  controller: AbortController
+  done: Promise<void>
+}
+
+/**
+ * Claims queued runs from the database (`FOR UPDATE SKIP LOCKED`), runs them under a
+ * renewed lease, and fails runs whose lease expired (`worker_lost`). Any number of
+ * instances share the work; each run is claimed by exactly one.
+ */
+export class RunWorker {
+  readonly instanceId = randomUUID()
+  private readonly o: WorkerOptions
+  private readonly active = new Map<string, Active>()
+  private readonly recentlyCancelled = new Map<string, number>()
+  private stopping = false
+  private killed = false
+  private claiming = false
+  private wakeAgain = false
+  private timers: NodeJS.Timeout[] = []
+  private unsubscribe: Array<() => void> = []
+
+  constructor(options: WorkerOptions) {
+    this.o = options
+  }
+
+  get activeCount(): number {
+    return this.active.size
+  }
+
+  start(): void {
+    const { o } = this
+    if (o.concurrency > 0) {
+      this.unsubscribe.push(o.bus.subscribeAll((event) => {
+        if (event.type === 'run.queued') this.wake()
+      }))
+      this.timers.push(setInterval(() => this.wake(), o.pollMs))
+      this.timers.push(setInterval(() => void this.renewLeases(), Math.max(50, Math.floor(o.leaseMs / 3))))
+    }
+    this.unsubscribe.push(o.bus.onControl((message) => {
+      if (message.kind !== 'cancel') return
+      const active = this.active.get(message.runId)
+      if (active) active.controller.abort(new CancelRequested())
+      else this.recentlyCancelled.set(message.runId, Date.now())
+    }))
+    this.timers.push(setInterval(() => void this.sweep(), o.sweepMs))
+    this.timers.push(setInterval(() => void this.prune(), 60 * 60 * 1000))
+    for (const t of this.timers) t.unref()
+    this.wake()
+  }
+
+  /** Looks for queued runs now (NOTIFY of a new run, the poll timer, a finished run). */
+  wake(): void {
+    if (this.stopping || this.o.concurrency === 0) return
+    if (this.claiming) {
+      this.wakeAgain = true
+      return
+    }
+    this.claiming = true
+    void this.claimLoop().finally(() => {
+      this.claiming = false
+      if (this.wakeAgain) {
+        this.wakeAgain = false
+        this.wake()
+      }
+    })
+  }
+
+  private async claimLoop(): Promise<void> {
+    while (!this.stopping && this.active.size < this.o.concurrency) {
+      let run: RunRow | null
+      try {
+        run = await this.claim()
+      } catch (err) {
+        if (!this.stopping) this.o.log.error({ err }, 'run worker: claim failed')
+        return
+      }
+      if (!run) return
+      this.execute(run)
+    }
+  }
+
+  /**
+   * One statement (one round trip): take the oldest queued run nobody else is taking,
+   * lease it, and store and announce its `run.started` event (same rules as appendEvent).
+   */
+  private async claim(): Promise<RunRow | null> {
+    const result = await this.o.db.execute(sql`
+      with claimed as (
+        update runs set status = 'running', started_at = now(), lease_owner = ${this.instanceId},
+          lease_expires_at = now() + make_interval(secs => ${this.o.leaseMs / 1000})
+        where id = (select id from runs where status = 'queued' order by created_at, id limit 1 for update skip locked)
+        returning *
+      ),
+      async as (select set_config('synchronous_commit', 'off', true) as v from claimed),
+      lock as (select pg_advisory_xact_lock(hashtext('cairn.run_events:' || claimed.org_id))::text as v from claimed, async),
+      ev as (
+        insert into run_events (org_id, run_id, root_run_id, type, data)
+        select org_id, id, root_run_id, 'run.started', jsonb_build_object('engine', engine, 'model', model) from claimed, lock
+        returning id as event_id, created_at as event_at
+      )
+      select claimed.*, pg_notify(${EVENTS_CHANNEL}, json_build_object(
+        'id', ev.event_id::text, 'orgId', claimed.org_id, 'runId', claimed.id, 'rootRunId', claimed.root_run_id,
+        'type', 'run.started', 'createdAt', ev.event_at,
+        'data', json_build_object('engine', claimed.engine, 'model', claimed.model), 'big', false
+      )::text)::text as notified
+      from claimed, ev`)
+    const row = rowsOf<Record<string, unknown>>(result)[0]
+    return row ? runFromRow(row) : null
+  }
+
+  private execute(run: RunRow): void {
+    const controller = new AbortController()
+    const entry: Active = { run, controller, done: Promise.resolve() }
+    this.active.set(run.id, entry)
+    if (run.cancelRequested || this.recentlyCancelled.delete(run.id)) controller.abort(new CancelRequested())
+    entry.done = this.runOne(run, controller.signal)
+      .catch((err) => {
+        if (!this.killed) this.o.log.error({ err, runId: run.id }, 'run worker: finishing a run failed')
+      })
+      .finally(() => {
+        this.active.delete(run.id)
+        this.wake()
+      })
+  }
+
+  private guard(): void {
+    if (this.killed) throw new WorkerGone('this worker was killed')
+  }
+
+  private async runOne(run: RunRow, signal: AbortSignal): Promise<void> {
+    const { o } = this
+    const ref: RunRef = { id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) }
+    const emit = async (type: string, data: Record<string, unknown>) => {
+      this.guard()
+      if (signal.aborted) throw signal.reason
+      await appendEvent(o.db, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type, data })
+    }
+    const engine = o.engines.get(run.engine)
+    let outcome: { status: 'succeeded'; facts: string[]; usage?: unknown } | { status: 'failed'; error: string } | { status: 'cancelled' }
+    try {
+      if (!engine) throw new EngineError(`engine ${run.engine} is not available on this instance`)
+      const result = await engine.run({
+        runId: run.id,
+        prompt: run.prompt,
+        model: run.model,
+        signal,
+        emit,
+        recall: async (query) => {
+          this.guard()
+          const { items } = await o.memory.recall(ref, query)
+          await emit('memory.recalled', { query, itemIds: items.map((i) => i.id), count: items.length })
+          return items
+        }
+      })
+      outcome = { status: 'succeeded', facts: result.facts, usage: result.usage }
+    } catch (err) {
+      if (this.killed || err instanceof WorkerGone) return
+      const reason = signal.aborted ? signal.reason : err
+      if (reason instanceof CancelRequested) outcome = { status: 'cancelled' }
+      else if (reason instanceof ShutdownRelease) {
+        await this.release(run)
+        return
+      } else if (err instanceof EngineError) outcome = { status: 'failed', error: err.message }
+      else {
+        o.log.error({ err, runId: run.id }, 'engine crashed')
+        outcome = { status: 'failed', error: 'engine_error' }
+      }
+    }
+    if (this.killed) return
+    await o.db.transaction(async (tx) => {
+      const [finished] = await tx.update(runs).set({
+        status: outcome.status,
+        error: outcome.status === 'failed' ? outcome.error : null,
+        finishedAt: sql`now()`,
+        leaseOwner: null,
+        leaseExpiresAt: null
+      }).where(and(eq(runs.id, run.id), eq(runs.status, 'running'), eq(runs.leaseOwner, this.instanceId))).returning({ id: runs.id })
+      // the lease was lost meanwhile (a sweeper failed it): the sweeper's answer stands
+      if (!finished) return
+      const data: Record<string, unknown> = outcome.status === 'failed' ? { error: outcome.error }
+        : outcome.status === 'succeeded' ? { usage: outcome.usage ?? null } : {}
+      await appendEvent(tx, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: `run.${outcome.status}`, data })
+      if (outcome.status === 'succeeded' && outcome.facts.length > 0) await o.memory.enqueueCapture(tx, ref, outcome.facts)
+    })
+  }
+
+  /** Gives a run back to the queue (graceful shutdown that could not finish it). */
+  private async release(run: RunRow): Promise<void> {
+    await this.o.db.update(runs).set({ status: 'queued', startedAt: null, leaseOwner: null, leaseExpiresAt: null })
+      .where(and(eq(runs.id, run.id), eq(runs.status, 'running'), eq(runs.leaseOwner, this.instanceId)))
+  }
+
+  private async renewLeases(): Promise<void> {
+    if (this.killed || this.active.size === 0) return
+    const ids = [...this.active.keys()]
+    try {
+      const rows = rowsOf<{ id: string; cancel_requested: boolean }>(await this.o.db.execute(sql`
+        update runs set lease_expires_at = now() + make_interval(secs => ${this.o.leaseMs / 1000})
+        where lease_owner = ${this.instanceId} and status = 'running' and id in (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})
+        returning id, cancel_requested`))
+      const kept = new Set(rows.map((r) => r.id))
+      for (const row of rows) if (row.cancel_requested) this.active.get(row.id)?.controller.abort(new CancelRequested())
+      // a run we hold but could not renew was taken from us (swept): stop working on it
+      for (const id of ids) if (!kept.has(id)) this.active.get(id)?.controller.abort(new CancelRequested())
+    } catch (err) {
+      if (!this.killed) this.o.log.warn({ err }, 'run worker: lease renewal failed')
+    }
+    const cutoff = Date.now() - 60_000
+    for (const [id, at] of this.recentlyCancelled) if (at < cutoff) this.recentlyCancelled.delete(id)
+  }
+
+  /** Fails running runs whose lease expired: their worker is gone. */
+  async sweep(): Promise<number> {
+    if (this.killed) return 0
+    let swept = 0
+    try {
+      const expired = rowsOf<{ id: string }>(await this.o.db.execute(sql`
+        select id from runs where status = 'running' and lease_expires_at < now() order by lease_expires_at limit 100`))
+      for (const { id } of expired) {
+        const done = await this.o.db.transaction(async (tx) => {
+          const [run] = rowsOf<{ id: string; org_id: string; root_run_id: string }>(await tx.execute(sql`
+            update runs set status = 'failed', error = 'worker_lost', finished_at = now(), lease_owner = null, lease_expires_at = null
+            where id = ${id} and status = 'running' and lease_expires_at < now()
+            returning id, org_id, root_run_id`))
+          if (!run) return false
+          await appendEvent(tx, { orgId: run.org_id, runId: run.id, rootRunId: run.root_run_id, type: 'run.failed', data: { error: 'worker_lost' } })
+          return true
+        })
+        if (done) swept++
+      }
+    } catch (err) {
+      if (!this.killed) this.o.log.warn({ err }, 'run worker: sweep failed')
+    }
+    return swept
+  }
+
+  async prune(): Promise<void> {
+    if (this.killed) return
+    try {
+      await pruneEvents(this.o.db, this.o.retentionDays)
+      await this.o.db.execute(sql`delete from idempotency_keys where expires_at < now()`)
+    } catch (err) {
+      this.o.log.warn({ err }, 'run worker: prune failed')
+    }
+  }
+
+  private stopTimers(): void {
+    for (const t of this.timers) clearInterval(t)
+    this.timers = []
+    for (const fn of this.unsubscribe) fn()
+    this.unsubscribe = []
+  }
+
+  /**
+   * Graceful stop: claim nothing more, let running runs finish within `graceMs`, then
+   * hand the rest back to the queue for another instance.
+   */
+  async close(graceMs: number): Promise<void> {
+    if (this.killed) return
+    this.stopping = true
+    const all = () => Promise.all([...this.active.values()].map((a) => a.done))
+    let timer: NodeJS.Timeout | undefined
+    const timedOut = await Promise.race([
+      all().then(() => false),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), graceMs)))
+    ])
+    clearTimeout(timer)
+    if (timedOut) {
+      for (const a of this.active.values()) a.controller.abort(new ShutdownRelease())
+      await all()
+    }
+    this.stopTimers()
+  }
+
+  /** Simulates a crash: everything stops at once, nothing more is written; leases expire. */
+  kill(): void {
+    this.killed = true
+    this.stopping = true
+    this.stopTimers()
+    for (const a of this.active.values()) a.controller.abort(new WorkerGone('killed'))
+  }
+}
+
+class ShutdownRelease extends Error {
+  override name = 'ShutdownRelease'
+}
+
+const dateOrNull = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string))
+
+/** A raw `runs` row (snake_case, from a hand-written statement) as drizzle would return it. */
+function runFromRow(r: Record<string, unknown>): RunRow {
+  return {
+    id: r.id as string,
+    orgId: r.org_id as string,
+    rootRunId: r.root_run_id as string,
+    parentRunId: (r.parent_run_id as string | null) ?? null,
+    engine: r.engine as string,
+    model: (r.model as string | null) ?? null,
+    prompt: r.prompt as string,
+    status: r.status as RunRow['status'],
+    origin: r.origin as RunRow['origin'],
+    error: (r.error as string | null) ?? null,
+    metadata: (typeof r.metadata === 'string' ? JSON.parse(r.metadata) : r.metadata ?? {}) as Record<string, unknown>,
+    userId: (r.user_id as string | null) ?? null,
+    createdAt: new Date(r.created_at as string),
+    startedAt: dateOrNull(r.started_at),
+    finishedAt: dateOrNull(r.finished_at),
+    leaseOwner: (r.lease_owner as string | null) ?? null,
+    leaseExpiresAt: dateOrNull(r.lease_expires_at),
+    cancelRequested: r.cancel_requested === true || r.cancel_requested === 't'
+  }
+}

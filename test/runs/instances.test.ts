@@ -1,0 +1,103 @@
+import { eq, sql } from 'drizzle-orm'
+import t from 'tap'
+import { openDatabase } from '../../src/db/client.js'
+import { rowsOf } from '../../src/db/client.js'
+import { runEvents } from '../../src/runs/tables.js'
+import { buildTestApp, createTestDatabase, type TestDatabase } from '../helper.js'
+import { eventually, SseClient } from './sse-client.js'
+
+/**
+ * Two app instances on one database. On real Postgres (DATABASE_URL) each instance opens
+ * its own pool and its own LISTEN connection, as two processes would; on PGlite they
+ * share the one embedded database object.
+ */
+async function twoInstances(t: import('tap').Test, envA: Record<string, string>, envB: Record<string, string>) {
+  const shared = await createTestDatabase(t)
+  let second: TestDatabase = shared
+  if (shared.url) {
+    const database = await openDatabase({ url: shared.url, poolMax: 10 })
+    t.teardown(() => database.close())
+    second = { database, url: shared.url }
+  }
+  // B is torn down first (teardowns run in reverse), its pool closes after it
+  const a = await buildTestApp(t, { db: shared, env: envA })
+  const b = await buildTestApp(t, { db: second, env: envB })
+  await b.listen({ port: 0, host: '127.0.0.1' })
+  return { a, b, baseB: `http://127.0.0.1:${(b.server.address() as { port: number }).port}` }
+}
+
+
+
+const fast = { RUN_POLL_MS: '50', RUN_SWEEP_MS: '100', RUN_LEASE_MS: '2000' }
+
+t.test('a run created on A runs once; B streams its change and events; a cancel on B stops it on A', async (t) => {
+  const { a, b, baseB } = await twoInstances(t, { ...fast, ECHO_WORD_DELAY_MS: '100' }, { ...fast, RUN_WORKER_CONCURRENCY: '0' })
+  const changes = await SseClient.open(`${baseB}/api/runs/changes`)
+  t.teardown(() => changes.close())
+
+  const quick = (await a.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'one two three' } })).json().run
+  const events = await SseClient.open(`${baseB}/api/runs/${quick.id}/events`)
+  await events.until((c) => c.ended, 20_000)
+  t.same(events.frames.map((f) => f.event).filter((e) => e.startsWith('run.')), ['run.queued', 'run.started', 'run.succeeded'], 'executed once')
+  t.equal(events.frames.at(-1)!.event, 'end')
+  await changes.until((c) => c.events('change').some((f) => c.json(f).id === quick.id))
+  t.same(changes.json(changes.events('change')[0]!), { kind: 'run', id: quick.id, rootRunId: quick.id })
+  const started = await a.db.select().from(runEvents).where(eq(runEvents.type, 'run.started'))
+  t.equal(started.length, 1, 'one start in the database')
+
+  const slow = (await a.inject({ method: 'POST', url: '/api/runs', payload: { prompt: Array.from({ length: 100 }, (_, i) => `w${i}`).join(' ') } })).json().run
+  await eventually(async () => (await b.inject({ method: 'GET', url: `/api/runs/${slow.id}` })).json().run.status === 'running')
+  t.equal(a.runWorker.activeCount, 1, 'A runs it')
+  const stream = await SseClient.open(`${baseB}/api/runs/${slow.id}/events`)
+  t.teardown(() => stream.close())
+  await stream.until((c) => c.events('message.delta').length >= 2)
+  const cancel = await b.inject({ method: 'POST', url: `/api/runs/${slow.id}/cancel` })
+  t.equal(cancel.statusCode, 200)
+  await stream.until((c) => c.ended, 10_000)
+  t.same(stream.frames.slice(-2).map((f) => f.event), ['run.cancelled', 'end'])
+  t.ok(stream.events('message.delta').length < 50, 'stopped well before the end')
+  const final = (await b.inject({ method: 'GET', url: `/api/runs/${slow.id}` })).json().run
+  t.equal(final.status, 'cancelled')
+})
+
+t.test('a killed worker leaves its run failed with worker_lost', async (t) => {
+  const { a, b, baseB } = await twoInstances(t, { ...fast, ECHO_WORD_DELAY_MS: '100' }, { ...fast, RUN_WORKER_CONCURRENCY: '0' })
+  const run = (await a.inject({ method: 'POST', url: '/api/runs', payload: { prompt: Array.from({ length: 100 }, (_, i) => `w${i}`).join(' ') } })).json().run
+  const stream = await SseClient.open(`${baseB}/api/runs/${run.id}/events`)
+  t.teardown(() => stream.close())
+  await stream.until((c) => c.events('message.delta').length >= 2)
+  // crash: no draining, no release; the lease is left to expire
+  a.runWorker.kill()
+  await a.close()
+  await stream.until((c) => c.ended, 15_000)
+  const failed = stream.events('run.failed')
+  t.equal(failed.length, 1)
+  t.same(stream.json(failed[0]!).data, { error: 'worker_lost' })
+  const final = (await b.inject({ method: 'GET', url: `/api/runs/${run.id}` })).json().run
+  t.match(final, { status: 'failed', error: 'worker_lost' })
+  t.ok(final.finishedAt)
+})
+
+t.test('graceful close finishes the running run', async (t) => {
+  const { a } = await twoInstances(t, { ...fast, ECHO_WORD_DELAY_MS: '20' }, { ...fast, RUN_WORKER_CONCURRENCY: '0' })
+  const run = (await a.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'a b c d e f g h i j' } })).json().run
+  await eventually(async () => a.runWorker.activeCount === 1)
+  await a.close()
+  const [row] = rowsOf<{ status: string }>(await a.db.execute(sql`select status from runs where id = ${run.id}`))
+  t.equal(row!.status, 'succeeded', 'drained before closing')
+})
+
+t.test('idempotent dispatch racing on two instances creates one run', async (t) => {
+  const { a, b, baseB } = await twoInstances(t, { RUN_WORKER_CONCURRENCY: '0' }, { RUN_WORKER_CONCURRENCY: '0' })
+  await a.listen({ port: 0, host: '127.0.0.1' })
+  const baseA = `http://127.0.0.1:${(a.server.address() as { port: number }).port}`
+  const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => fetch(`${i % 2 ? baseA : baseB}/api/runs`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': 'two-instances' },
+    body: JSON.stringify({ prompt: 'once' })
+  }).then(async (r) => ({ status: r.status, body: await r.text() }))))
+  t.ok(answers.every((x) => x.status === 201 || x.status === 409), 'only 201 or 409 in_use')
+  t.equal(new Set(answers.filter((x) => x.status === 201).map((x) => x.body)).size, 1)
+  const [row] = rowsOf<{ n: number }>(await b.db.execute(sql`select count(*)::int as n from runs`))
+  t.equal(row!.n, 1, 'exactly one run')
+})

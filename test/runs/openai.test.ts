@@ -1,0 +1,139 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import { once } from 'node:events'
+import t from 'tap'
+import { buildTestApp } from '../helper.js'
+import { eventually, SseClient } from './sse-client.js'
+
+interface Upstream {
+  url: string
+  requests: Array<{ path: string; auth: string | undefined; body: any }>
+  mode: 'ok' | 'error' | 'hang' | 'slow'
+  aborted: number
+}
+
+/** A local OpenAI-compatible server: `/models` and streaming `/chat/completions`. */
+async function startUpstream(t: import('tap').Test): Promise<Upstream> {
+  const state: Upstream = { url: '', requests: [], mode: 'ok', aborted: 0 }
+  const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
+    let raw = ''
+    for await (const chunk of req) raw += chunk
+    state.requests.push({ path: req.url ?? '', auth: req.headers.authorization, body: raw ? JSON.parse(raw) : null })
+    if (req.url === '/v1/models') {
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ object: 'list', data: [{ id: 'tiny-1' }, { id: 'tiny-2' }] }))
+      return
+    }
+    if (req.url !== '/v1/chat/completions') {
+      res.writeHead(404).end()
+      return
+    }
+    if (state.mode === 'error') {
+      res.writeHead(500, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ error: { message: 'model overloaded' } }))
+      return
+    }
+    if (state.mode === 'hang') return // never answers
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.on('close', () => {
+      if (!res.writableFinished) state.aborted++
+    })
+    const pieces = state.mode === 'slow' ? Array.from({ length: 200 }, (_, i) => `t${i} `) : ['Hel', 'lo', ' there']
+    for (const piece of pieces) {
+      if (res.destroyed) return
+      res.write(`data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: piece } }] })}\n\n`)
+      if (state.mode === 'slow') await new Promise((r) => setTimeout(r, 20))
+    }
+    res.write(`data: ${JSON.stringify({ id: 'c1', choices: [], usage: { prompt_tokens: 7, completion_tokens: 3 } })}\n\n`)
+    res.end('data: [DONE]\n\n')
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => {
+    server.closeAllConnections()
+    server.close()
+  })
+  state.url = `http://127.0.0.1:${(server.address() as { port: number }).port}/v1`
+  return state
+}
+
+const finished = async (app: Awaited<ReturnType<typeof buildTestApp>>, id: string) =>
+  eventually(async () => {
+    const run = (await app.inject({ method: 'GET', url: `/api/runs/${id}` })).json().run
+    return ['succeeded', 'failed', 'cancelled'].includes(run.status) ? run : null
+  })
+
+t.test('openai engine: streams deltas, lists models, fails clearly', async (t) => {
+  const upstream = await startUpstream(t)
+  const app = await buildTestApp(t, {
+    env: { OPENAI_BASE_URL: upstream.url, OPENAI_API_KEY: 'sk-test', MODELS: 'tiny-1,tiny-2', RUN_POLL_MS: '50', OPENAI_TIMEOUT_MS: '500' }
+  })
+  const config = (await app.inject({ method: 'GET', url: '/api/config' })).json()
+  t.same(config.engines.map((e: { id: string }) => e.id), ['echo', 'openai'])
+  t.same(config.models.filter((m: { engine: string }) => m.engine === 'openai').map((m: { id: string }) => m.id), ['tiny-1', 'tiny-2'])
+
+  const run = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'say hello', model: 'tiny-2' } })).json().run
+  t.match(run, { engine: 'openai', model: 'tiny-2' })
+  const done = await finished(app, run.id)
+  t.equal(done.status, 'succeeded')
+  const call = upstream.requests.find((r) => r.path === '/v1/chat/completions')!
+  t.equal(call.auth, 'Bearer sk-test')
+  t.match(call.body, { model: 'tiny-2', stream: true, messages: [{ role: 'user', content: 'say hello' }] })
+  const events = (await app.db.query.runEvents.findMany({ where: (e, { eq }) => eq(e.runId, run.id), orderBy: (e, { asc }) => asc(e.id) }))
+  t.same(events.filter((e) => e.type === 'message.delta').map((e) => e.data.text), ['Hel', 'lo', ' there'])
+  t.same(events.find((e) => e.type === 'message.completed')!.data, { text: 'Hello there' })
+  t.same(events.at(-1)!.data, { usage: { promptTokens: 7, completionTokens: 3 } })
+
+  upstream.mode = 'error'
+  const bad = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', engine: 'openai' } })).json().run
+  const failed = await finished(app, bad.id)
+  t.equal(failed.status, 'failed')
+  t.match(failed.error, /^upstream_error: HTTP 500.*model overloaded/)
+
+  upstream.mode = 'hang'
+  const hung = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', engine: 'openai' } })).json().run
+  const timedOut = await finished(app, hung.id)
+  t.equal(timedOut.status, 'failed')
+  t.match(timedOut.error, /^upstream_timeout/)
+})
+
+t.test('openai engine is not offered when unreachable', async (t) => {
+  const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: 'http://127.0.0.1:9/v1', MODELS: 'tiny-1' } })
+  const config = (await app.inject({ method: 'GET', url: '/api/config' })).json()
+  t.same(config.engines.map((e: { id: string }) => e.id), ['echo'])
+  t.same(config.models.map((m: { id: string }) => m.id), ['echo'])
+  const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', model: 'tiny-1' } })
+  t.equal(res.statusCode, 400)
+  t.equal(res.json().error, 'engine_unavailable')
+})
+
+t.test('chat streams tokens then done; offline it echoes; a disconnect aborts upstream', async (t) => {
+  const upstream = await startUpstream(t)
+  const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: upstream.url, MODELS: 'tiny-1', RUN_WORKER_CONCURRENCY: '0' } })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const base = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`
+  const body = JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] })
+  const chat = await SseClient.open(`${base}/api/chat`, { method: 'POST', body })
+  await chat.until((c) => c.ended)
+  t.equal(chat.status, 200)
+  t.match(chat.headers['content-type'], /^text\/event-stream/)
+  t.same(chat.events('token').map((f) => chat.json(f).text), ['Hel', 'lo', ' there'])
+  t.same(chat.json(chat.events('done')[0]!), { model: 'tiny-1', usage: { promptTokens: 7, completionTokens: 3 } })
+
+  const echo = await SseClient.open(`${base}/api/chat`, { method: 'POST', body: JSON.stringify({ model: 'echo', messages: [{ role: 'user', content: 'one two three' }] }) })
+  await echo.until((c) => c.ended)
+  t.same(echo.events('token').map((f) => echo.json(f).text), ['one', ' two', ' three'])
+  t.same(echo.json(echo.events('done')[0]!).usage, { promptTokens: 3, completionTokens: 3 })
+
+  upstream.mode = 'slow'
+  const slow = await SseClient.open(`${base}/api/chat`, { method: 'POST', body })
+  await slow.until((c) => c.events('token').length >= 3)
+  slow.close()
+  await eventually(async () => upstream.aborted === 1)
+  t.equal(upstream.aborted, 1, 'the upstream request was aborted')
+
+  for (const payload of ['{"messages":[]}', '{"messages":[{"role":"root","content":"x"}]}', '{"messages":[{"role":"user","content":"x"}],"origin":"web"}', '{bad', '{"messages":[{"role":"user","content":"x"}],"model":"nope"}']) {
+    const res = await app.inject({ method: 'POST', url: '/api/chat', headers: { 'content-type': 'application/json' }, payload })
+    t.equal(res.statusCode, 400, payload)
+    t.type(res.json().error, 'string')
+  }
+})

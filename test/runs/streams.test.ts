@@ -1,0 +1,153 @@
+import { eq } from 'drizzle-orm'
+import t from 'tap'
+import { organizations } from '../../src/auth/tables.js'
+import { newId } from '../../src/db/ids.js'
+import { announceQueued, createRun } from '../../src/runs/runs-repo.js'
+import { runEvents } from '../../src/runs/tables.js'
+import { Writable } from 'node:stream'
+import { buildTestApp } from '../helper.js'
+import { eventually, SseClient } from './sse-client.js'
+
+type App = Awaited<ReturnType<typeof buildTestApp>>
+
+async function listening(app: App): Promise<string> {
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return `http://127.0.0.1:${(app.server.address() as { port: number }).port}`
+}
+const createRunVia = async (app: App, payload: Record<string, unknown>) =>
+  (await app.inject({ method: 'POST', url: '/api/runs', payload })).json().run as { id: string; rootRunId: string }
+
+const words = (n: number, tag = 'w') => Array.from({ length: n }, (_, i) => `${tag}${i}`).join(' ')
+
+t.test('/api/runs/:id/events: headers, full history, live, then end', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_POLL_MS: '50', ECHO_WORD_DELAY_MS: '20' } })
+  const base = await listening(app)
+  const run = await createRunVia(app, { prompt: words(10) })
+  const client = await SseClient.open(`${base}/api/runs/${run.id}/events`)
+  t.teardown(() => client.close())
+  t.equal(client.status, 200)
+  t.match(client.headers['content-type'], /^text\/event-stream/)
+  t.equal(client.headers['cache-control'], 'no-cache')
+  t.equal(client.headers['x-accel-buffering'], 'no')
+  t.ok(client.headers['x-service-release-fingerprint'], 'release headers on streams too')
+  await client.until((c) => c.ended, 20_000)
+  const types = client.frames.map((f) => f.event)
+  t.equal(types[0], 'run.queued', 'history from the first event')
+  t.same(types.slice(-2), ['run.succeeded', 'end'])
+  t.equal(client.frames.filter((f) => f.event === 'message.delta').length, 10)
+  const ids = client.frames.filter((f) => f.id).map((f) => Number(f.id))
+  t.same(ids, [...ids].sort((a, b) => a - b), 'ids increase')
+  const stored = await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id)).orderBy(runEvents.id)
+  t.same(ids, stored.map((e) => e.id), 'exactly the stored events, in order')
+  const delta = client.json(client.frames.find((f) => f.event === 'message.delta')!)
+  t.match(delta, { runId: run.id, rootRunId: run.id, type: 'message.delta', data: { text: 'w0' } })
+
+  // a finished run: history then end at once; resumed after its end: just end
+  const again = await SseClient.open(`${base}/api/runs/${run.id}/events`)
+  await again.until((c) => c.ended)
+  t.same(again.frames.map((f) => f.id), client.frames.map((f) => f.id))
+  const after = await SseClient.open(`${base}/api/runs/${run.id}/events`, { headers: { 'last-event-id': String(ids.at(-1)) } })
+  await after.until((c) => c.ended)
+  t.same(after.frames.map((f) => f.event), ['end'])
+
+  const bad = await SseClient.open(`${base}/api/runs/${run.id}/events`, { headers: { 'last-event-id': 'abc' } })
+  await bad.until((c) => c.ended)
+  t.equal(bad.status, 400)
+})
+
+t.test('resume with Last-Event-ID: exactly the rest, nothing twice', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_POLL_MS: '50', ECHO_WORD_DELAY_MS: '30' } })
+  const base = await listening(app)
+  const run = await createRunVia(app, { prompt: words(30) })
+  const first = await SseClient.open(`${base}/api/runs/${run.id}/events`)
+  await first.until((c) => c.events('message.delta').length >= 5)
+  first.close()
+  const seen = first.frames.filter((f) => f.id)
+  const last = seen.at(-1)!.id!
+  const second = await SseClient.open(`${base}/api/runs/${run.id}/events`, { headers: { 'last-event-id': last } })
+  await second.until((c) => c.ended, 20_000)
+  const all = [...seen, ...second.frames.filter((f) => f.id)].map((f) => Number(f.id))
+  const stored = (await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id)).orderBy(runEvents.id)).map((e) => e.id)
+  t.same(all, stored, 'first part + resumed part = every stored event, once each, in order')
+  t.ok(Number(second.frames[0]!.id) > Number(last))
+})
+
+t.test('thread stream: every run interleaved; resume while a second run runs', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_POLL_MS: '50', ECHO_WORD_DELAY_MS: '30' } })
+  const base = await listening(app)
+  const root = await createRunVia(app, { prompt: words(3, 'a') })
+  await eventually(async () => (await app.inject({ method: 'GET', url: `/api/runs/${root.id}` })).json().run.status === 'succeeded')
+  const stream = await SseClient.open(`${base}/api/runs/${root.id}/thread-events`)
+  await stream.until((c) => c.events('run.succeeded').length === 1, 20_000)
+  const second = await createRunVia(app, { prompt: words(25, 'b'), rootRunId: root.id })
+  await stream.until((c) => c.frames.filter((f) => f.event === 'message.delta' && c.json(f).runId === second.id).length >= 4, 20_000)
+  stream.close()
+  const lastId = stream.lastId()!
+  const resumed = await SseClient.open(`${base}/api/runs/${root.id}/thread-events`, { headers: { 'last-event-id': lastId } })
+  t.teardown(() => resumed.close())
+  await resumed.until((c) => c.events('run.succeeded').length === 1, 20_000)
+  const got = [...stream.frames, ...resumed.frames].map((f) => Number(f.id))
+  const stored = (await app.db.select().from(runEvents).where(eq(runEvents.rootRunId, root.id)).orderBy(runEvents.id)).map((e) => e.id)
+  t.same(got, stored, 'both runs, every event once, in order')
+  t.same(new Set(resumed.frames.map((f) => resumed.json(f).runId)), new Set([second.id]))
+  t.equal((await SseClient.open(`${base}/api/runs/${newId()}/thread-events`)).status, 404)
+})
+
+t.test('changes stream: identifiers only, live, org-scoped, resumable', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0', SSE_HEARTBEAT_MS: '100' } })
+  const base = await listening(app)
+  const before = await createRunVia(app, { prompt: 'before' })
+  const changes = await SseClient.open(`${base}/api/runs/changes`)
+  t.teardown(() => changes.close())
+  const otherOrg = { id: newId(), name: 'Other', slug: 'other' }
+  await app.db.insert(organizations).values(otherOrg)
+  const foreign = await app.db.transaction((tx) => createRun(tx, { kind: 'dev', orgId: otherOrg.id, userId: null, role: 'owner' }, { prompt: 'secret', engine: 'echo', model: 'echo', origin: 'api' }))
+  await announceQueued(app.db, foreign!) // its event is stored and NOTIFYed, in the other org
+  const run = await createRunVia(app, { prompt: 'hello' })
+  await changes.until((c) => c.events('change').length >= 1)
+  await app.inject({ method: 'POST', url: `/api/runs/${run.id}/cancel` })
+  await changes.until((c) => c.events('change').length >= 2)
+  await changes.until((c) => c.comments.includes('hb'), 5000)
+  const frames = changes.events('change')
+  t.same(frames.map((f) => changes.json(f)), [
+    { kind: 'run', id: run.id, rootRunId: run.id },
+    { kind: 'run', id: run.id, rootRunId: run.id }
+  ], 'starts live (nothing about the earlier run), identifiers only, nothing from the other org')
+  t.notOk(frames.some((f) => f.data.includes(before.id)))
+
+  const resumed = await SseClient.open(`${base}/api/runs/changes`, { headers: { 'last-event-id': frames[0]!.id! } })
+  t.teardown(() => resumed.close())
+  await resumed.until((c) => c.events('change').length >= 1)
+  t.equal(resumed.frames[0]!.id, frames[1]!.id, 'resumes right after the given id')
+})
+
+t.test('a client that does not read is dropped', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0', SSE_MAX_BUFFER_BYTES: '1024' } })
+  let destroyed = false
+  let written = 0
+  const raw = new Writable({ write(_chunk, _enc, cb) { written++; void cb } }) // never acknowledges: nothing drains
+  const fakeReply = Object.assign(raw, {
+    writeHead() { return fakeReply },
+    destroy() { destroyed = true; return fakeReply }
+  })
+  // drive the helper directly with a response that never drains
+  const request = { headers: {}, raw: { socket: null } }
+  const reply = { hijack() {}, raw: fakeReply, getHeaders: () => ({}) }
+  const stream = app.sse.open(request as never, reply as never)
+  let ok = true
+  for (let i = 0; i < 100 && ok; i++) ok = stream.write(`data: ${'x'.repeat(100)}\n\n`)
+  t.notOk(ok, 'writes stop once the unread buffer passes the limit')
+  t.ok(destroyed, 'the connection is destroyed')
+  t.ok(stream.closed)
+  t.ok(written >= 1)
+})
+
+t.test('streams end when the app closes', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const base = await listening(app)
+  const changes = await SseClient.open(`${base}/api/runs/changes`)
+  t.equal(app.sse.count, 1)
+  await app.close()
+  await changes.until((c) => c.ended)
+  t.equal(app.sse.count, 0)
+})
