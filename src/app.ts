@@ -34,6 +34,8 @@ export interface RouteRecord {
   method: string
   url: string
   config: FastifyContextConfig
+  /** a WebSocket route (@fastify/websocket), answered by an upgrade */
+  websocket: boolean
 }
 
 declare module 'fastify' {
@@ -101,7 +103,7 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory }:
   app.decorate('routeTable', routes)
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method]
-    for (const method of methods) routes.push({ method, url: route.url, config: route.config ?? {} })
+    for (const method of methods) routes.push({ method, url: route.url, config: route.config ?? {}, websocket: Boolean((route as { websocket?: boolean }).websocket) })
   })
   await app.register(errorsPlugin)
   await app.register(releasePlugin, { release: config.release, isDevBuild: config.isDevBuild })

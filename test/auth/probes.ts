@@ -4,7 +4,7 @@ import { realUserId } from '../../plugins/principal.js'
 /**
  * Probe routes for identity tests, registered inside /api through `apiPlugins` so the
  * principal, scope and guard hooks apply exactly as to a domain route.
- * `GET /api/runs` and `GET /api/threads` stand in for allowlisted read routes that live on other branches.
+ * `GET /api/projects` and `GET /api/tasks` stand in for allowlisted read routes not built yet.
  */
 export const probeRoutes: FastifyPluginAsync = async (app) => {
   const whoami = async (request: { principal: unknown }) => ({ principal: request.principal, realUser: realUserId(request.principal as never) })
@@ -12,7 +12,7 @@ export const probeRoutes: FastifyPluginAsync = async (app) => {
   app.get('/probe/user', { config: { scope: 'user' } }, whoami)
   app.get('/probe/admin', { config: { scope: 'admin' } }, whoami)
   app.post('/probe/echo', { config: { scope: 'org' } }, async (request) => ({ body: request.body as unknown }))
-  app.get('/runs', { config: { scope: 'org' } }, whoami)
+  app.get('/projects', { config: { scope: 'org' } }, whoami)
   // an allowlisted pattern that needs a real user: a key reaches it and is refused by scope
-  app.get('/threads', { config: { scope: 'user' } }, whoami)
+  app.get('/tasks', { config: { scope: 'user' } }, whoami)
 }

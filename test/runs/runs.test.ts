@@ -127,9 +127,9 @@ t.test('bad input is a clear 4xx and changes nothing', async (t) => {
   const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
   const cases: Array<[string, unknown, number, string]> = [
     ['{"prompt":', undefined, 400, 'invalid_json'],
-    [JSON.stringify({ prompt: 'x', origin: 'web' }), undefined, 400, 'validation_failed'],
-    [JSON.stringify({ prompt: 'x', orgId: 'o' }), undefined, 400, 'validation_failed'],
-    [JSON.stringify({ prompt: 'x', userId: 'u' }), undefined, 400, 'validation_failed'],
+    [JSON.stringify({ prompt: 'x', origin: 'web' }), undefined, 400, 'server_owned_field'],
+    [JSON.stringify({ prompt: 'x', orgId: 'o' }), undefined, 400, 'server_owned_field'],
+    [JSON.stringify({ prompt: 'x', userId: 'u' }), undefined, 400, 'server_owned_field'],
     [JSON.stringify({ prompt: 42 }), undefined, 400, 'validation_failed'],
     [JSON.stringify({ prompt: '' }), undefined, 400, 'validation_failed'],
     [JSON.stringify({}), undefined, 400, 'validation_failed'],

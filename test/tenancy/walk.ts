@@ -70,6 +70,27 @@ export const TENANT_FIXTURES: TenantFixture[] = [
       if (route.startsWith('PATCH')) return { role: 'member' }
       return undefined
     }
+  },
+  {
+    name: 'runs and threads',
+    routes: [
+      'GET /api/runs/:id',
+      'POST /api/runs/:id/cancel',
+      'GET /api/runs/:id/events',
+      'GET /api/runs/:rootRunId/thread-events',
+      'GET /api/threads/:rootRunId'
+    ],
+    lists: ['GET /api/runs', 'GET /api/threads'],
+    async seed(app, owner) {
+      const res = await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: owner.cookie }, payload: { prompt: 'tenant fixture' } })
+      const { run } = res.json() as { run: { id: string; rootRunId: string } }
+      return { id: run.id, rootRunId: run.rootRunId }
+    },
+    // the run executes meanwhile, so its status moves on its own; a cancel would show in cancel_requested
+    snapshot: (app, owner) => rows(app, sql`select id, root_run_id, prompt, cancel_requested from runs where org_id = ${owner.org.id} order by id`),
+    body(route) {
+      return route.startsWith('POST') ? {} : undefined
+    }
   }
 ]
 
