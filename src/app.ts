@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import cors from '@fastify/cors'
 import sensible from '@fastify/sensible'
+import websocket from '@fastify/websocket'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Ajv from 'ajv'
 import addFormats from 'ajv-formats'
@@ -16,6 +17,8 @@ import { seedDevOrg } from './auth/dev-org.js'
 import type { Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { migrateDatabase } from './db/migrate.js'
+import runtimeRoutes from './runtime/index.js'
+import runtimeService, { type RuntimeWiring } from './runtime/service.js'
 import system from './system/index.js'
 
 /** One registered route, as the route-walk tests and the API-key allowlist check see it. */
@@ -35,6 +38,8 @@ export interface BuildOptions {
   config: Config
   /** an open, migrated database owned by the caller; otherwise one is opened from config */
   database?: Database
+  /** the runs group's ports for the agent runtime (RunDirectory, RunEventWriter, MemorySearch) */
+  runtime?: RuntimeWiring
 }
 
 /**
@@ -53,7 +58,7 @@ function validatorFactory(externalSchemas: Record<string, unknown>): FastifySche
   return ({ schema, httpPart }) => (httpPart === 'body' ? strict : coercing).compile(schema)
 }
 
-export async function buildApp({ config, database }: BuildOptions): Promise<FastifyInstance> {
+export async function buildApp({ config, database, runtime }: BuildOptions): Promise<FastifyInstance> {
   const app = Fastify({
     logger: {
       level: config.LOG_LEVEL,
@@ -100,12 +105,22 @@ export async function buildApp({ config, database }: BuildOptions): Promise<Fast
     await app.register(cors, { origin: config.CORS_ORIGINS, credentials: true, maxAge: 600 })
   }
   await app.register(openapiPlugin, { release: config.release })
+  await app.register(websocket, {
+    options: {
+      // ws closes a socket with 1009 when a message is larger
+      maxPayload: config.WS_MAX_MESSAGE_BYTES,
+      // noVNC asks for `binary`; other clients ask for nothing
+      handleProtocols: (protocols: Set<string>) => (protocols.has('binary') ? 'binary' : false)
+    }
+  })
+  await app.register(runtimeService, { config, wiring: runtime })
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
   // they declare otherwise, because the principal hook sits here.
   await app.register(async function api(scope) {
     await scope.register(principalPlugin, { allowDevOrg: config.ALLOW_DEV_ORG })
     await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG })
+    await scope.register(runtimeRoutes, { corsOrigins: config.CORS_ORIGINS })
   }, { prefix: '/api' })
 
   return app as unknown as FastifyInstance

@@ -5,6 +5,7 @@ import { buildApp } from '../src/app.js'
 import { loadConfig, type Config, type Env } from '../src/config.js'
 import { openDatabase, type Database } from '../src/db/client.js'
 import { migrateDatabase } from '../src/db/migrate.js'
+import type { RuntimeWiring } from '../src/runtime/service.js'
 
 /** The bits of a tap Test the helpers need (teardown). */
 export interface Teardown {
@@ -58,13 +59,15 @@ export interface TestAppOptions {
   db?: TestDatabase
   /** extra routes a test needs (registered at the root, before the app is ready) */
   extend?: (app: FastifyInstance) => void | Promise<void>
+  /** ports for the agent runtime (fake run directories, event recorders, sandbox providers) */
+  runtime?: RuntimeWiring
 }
 
 /** The real app over a real database, closed at teardown. */
 export async function buildTestApp(t: Teardown, options: TestAppOptions = {}): Promise<FastifyInstance & { testDb: TestDatabase }> {
   const db = options.db ?? (await createTestDatabase(t))
   const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...options.env })
-  const app = await buildApp({ config, database: db.database })
+  const app = await buildApp({ config, database: db.database, runtime: options.runtime })
   t.teardown(() => app.close())
   if (options.extend) await options.extend(app)
   await app.ready()
