@@ -169,7 +169,7 @@ class LocalSandbox implements Sandbox {
   }
 
   exec(commandLine: string, options: ExecOptions = {}): Promise<ExecResult> {
-    this.alive()
+    if (this.destroyed) return Promise.reject(new SandboxError('destroyed', 'the sandbox was stopped'))
     const timeoutMs = options.timeoutMs ?? this.opts.execTimeoutMs
     const maxBytes = options.maxOutputBytes ?? this.opts.outputMaxBytes
     const { file, args, cwd } = this.command(['/bin/sh', '-c', commandLine], true)
