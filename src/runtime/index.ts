@@ -130,7 +130,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
       params: RunParams,
       response: { 101: SwitchingProtocols, ...errorResponses(404, 503) }
     },
-    preValidation: async (request) => {
+    preHandler: async (request) => {
       assertSameOrigin(request, opts.corsOrigins)
       const { id } = request.params as { id: string }
       const thread = await threadOfRun(principalOf(request).orgId, id)
@@ -151,7 +151,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
       params: ThreadParams,
       response: { 101: SwitchingProtocols, ...errorResponses(404, 503) }
     },
-    preValidation: async (request) => {
+    preHandler: async (request) => {
       assertSameOrigin(request, opts.corsOrigins)
       const { threadId } = request.params as { threadId: string }
       if (!(await runs.threadExists(principalOf(request).orgId, threadId))) throw notFound('no such thread in this organization')
