@@ -139,6 +139,8 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
     }
   }, (socket, request) => {
     const threadId = admitted.get(request)!
+    const principal = principalOf(request)
+    app.runtime.sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
     return bridgeTerminal(socket, sandboxes!, { orgId: principalOf(request).orgId, threadId }, request.log)
   })
 
@@ -163,6 +165,8 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
     }
   }, (socket, request) => {
     const threadId = admitted.get(request)!
+    const principal = principalOf(request)
+    app.runtime.sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
     return bridgeDesktop(socket, sandboxes!, { orgId: principalOf(request).orgId, threadId }, request.log)
   })
 }

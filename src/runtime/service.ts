@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import type { WebSocket } from 'ws'
 import type { Config } from '../config.js'
 import { ToolGateway } from './gateway.js'
 import { LocalSandboxProvider } from './local-sandbox.js'
@@ -23,6 +24,42 @@ export interface Runtime {
   sandboxes: SandboxManager | null
   gateway: ToolGateway
   runs: RunDirectory
+  sockets: OpenSockets
+}
+
+export interface SocketOwner {
+  orgId: string
+  userId: string | null
+  sessionId?: string | undefined
+}
+
+/**
+ * The terminal and desktop sockets open on this instance, with who opened them, so
+ * sign-out or a removed membership can close them at once (1008).
+ */
+export class OpenSockets {
+  private readonly open = new Map<WebSocket, SocketOwner>()
+
+  add(socket: WebSocket, owner: SocketOwner): void {
+    this.open.set(socket, owner)
+    socket.once('close', () => this.open.delete(socket))
+  }
+
+  /** Closes every socket whose owner matches all the given fields; returns how many. */
+  close(match: Partial<SocketOwner>, reason = 'access revoked'): number {
+    let closed = 0
+    for (const [socket, owner] of this.open) {
+      const hit = (Object.keys(match) as Array<keyof SocketOwner>).every((k) => match[k] === undefined || owner[k] === match[k])
+      if (!hit) continue
+      socket.close(1008, reason)
+      closed++
+    }
+    return closed
+  }
+
+  get size(): number {
+    return this.open.size
+  }
 }
 
 declare module 'fastify' {
@@ -68,7 +105,7 @@ export default fp(async function runtimeService(app: FastifyInstance, opts: Runt
     approvalPollMs: config.TOOL_APPROVAL_POLL_MS,
     log: app.log
   })
-  app.decorate('runtime', { sandboxes, gateway, runs })
+  app.decorate('runtime', { sandboxes, gateway, runs, sockets: new OpenSockets() })
   app.features.sandboxProvider = provider?.name ?? 'none'
   // tools need somewhere to run and runs to belong to
   app.features.capabilities.toolGateway = sandboxes !== null && wiring.runs !== undefined

@@ -87,13 +87,20 @@ export async function bridgeTerminal(socket: WebSocket, sandboxes: SandboxManage
 
   const finish = () => {
     unsubscribe()
-    try {
-      term.kill('SIGKILL')
-    } catch {
-      // already gone
-    }
+    // SIGHUP first, as a closed terminal would: bash hangs up its background jobs too;
+    // then SIGKILL for whatever ignored it (inside bubblewrap the whole namespace goes)
+    signal(term, 'SIGHUP')
+    setTimeout(() => signal(term, 'SIGKILL'), 1000).unref()
     release()
   }
   if (closed) finish()
   else socket.once('close', finish)
+}
+
+function signal(term: { kill(signal?: string): void }, name: string): void {
+  try {
+    term.kill(name)
+  } catch {
+    // already gone
+  }
 }

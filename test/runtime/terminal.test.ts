@@ -3,7 +3,9 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import WebSocket from 'ws'
-import { DEV_ORG } from '../../src/auth/dev-org.js'
+import { readdir, readFile } from 'node:fs/promises'
+import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
+import { probeBubblewrap } from '../../src/runtime/local-sandbox.js'
 import { newId } from '../../src/db/ids.js'
 import { buildTestApp, type EnvOverrides, type Teardown } from '../helper.js'
 import { fakeRuns } from './fakes.js'
@@ -19,6 +21,16 @@ async function setup(t: Teardown, env: EnvOverrides = {}) {
   const threadId = newId()
   runs.add(DEV_ORG.id, runId, threadId)
   return { app, runs, runId, threadId, base: `ws://127.0.0.1:${port}`, origin: `http://127.0.0.1:${port}` }
+}
+
+/** Whether a process whose command line holds `marker` is alive on this host. */
+async function processes(marker: string): Promise<boolean> {
+  for (const pid of await readdir('/proc')) {
+    if (!/^\d+$/.test(pid)) continue
+    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')
+    if (cmdline.split('\0').includes(marker)) return true
+  }
+  return false
 }
 
 /** Opens a socket; collects its binary output as text. */
@@ -120,6 +132,33 @@ t.test('the socket closes when the sandbox goes', async (t) => {
   const { code, reason } = await term.closed
   t.equal(code, 1001)
   t.equal(reason, 'sandbox stopped')
+})
+
+t.test('closing the socket ends the shell and what it started', { skip: probeBubblewrap().ok ? false : 'needs bubblewrap (plain processes can leave setsid children behind)' }, async (t) => {
+  const { base, runId } = await setup(t)
+  const term = open(`${base}/api/runs/${runId}/terminal`)
+  await term.opened
+  const marker = String(100_000 + Math.floor(Math.random() * 800_000))
+  term.ws.send(Buffer.from(`sleep ${marker} & echo started-$((3*3))\r`), { binary: true })
+  await term.waitFor(/started-9/)
+  const started = Date.now() + 20_000
+  while (!(await processes(marker)) && Date.now() < started) await new Promise((r) => setTimeout(r, 100))
+  t.ok(await processes(marker), 'the background job runs')
+  term.ws.close()
+  await term.closed
+  const giveUp = Date.now() + 20_000
+  while ((await processes(marker)) && Date.now() < giveUp) await new Promise((r) => setTimeout(r, 100))
+  t.notOk(await processes(marker), 'nothing of the terminal is left')
+})
+
+t.test('open sockets can be closed for an org or user (sign-out, removed membership)', async (t) => {
+  const { app, base, runId } = await setup(t)
+  const term = open(`${base}/api/runs/${runId}/terminal`)
+  await term.opened
+  t.equal(app.runtime.sockets.close({ orgId: 'another-org' }), 0)
+  t.equal(app.runtime.sockets.close({ orgId: DEV_ORG.id, userId: DEV_USER.id }), 1)
+  const { code } = await term.closed
+  t.equal(code, 1008)
 })
 
 t.test('an oversized message closes the socket with 1009', async (t) => {
