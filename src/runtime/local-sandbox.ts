@@ -450,10 +450,15 @@ function waitForPort(port: number, deadline: number, failed: () => string | null
   })
 }
 
-/** Xvfb on a display it picks itself (-displayfd), then x11vnc on a free loopback port. */
+/**
+ * Xvfb on a display it picks itself (-displayfd), then x11vnc on a free loopback port.
+ * No TCP and no abstract-namespace X socket (`-nolisten local`): a sandbox given the
+ * network (SANDBOX_NETWORK) must not reach another thread's display that way; only its
+ * own display's socket file is bound into it.
+ */
 async function startDesktop(cwd: string): Promise<DesktopProcesses> {
   const env = { PATH: PATH_ENV, HOME: cwd }
-  const xvfb = spawn('Xvfb', ['-displayfd', '3', '-screen', '0', '1280x800x24', '-nolisten', 'tcp'], {
+  const xvfb = spawn('Xvfb', ['-displayfd', '3', '-screen', '0', '1280x800x24', '-nolisten', 'tcp', '-nolisten', 'local'], {
     cwd,
     env,
     stdio: ['ignore', 'ignore', 'ignore', 'pipe']

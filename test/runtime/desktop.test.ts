@@ -96,7 +96,7 @@ function desktopOnlyProvider(endpoint: DesktopEndpoint | null): SandboxProvider 
 const hasDesktop = findExecutable('Xvfb') !== null && findExecutable('x11vnc') !== null
 
 t.test('a real RFB handshake through the proxy to the local provider\'s VNC server', { skip: hasDesktop ? false : 'Xvfb and x11vnc are not installed' }, async (t) => {
-  const { base, threadId } = await setup(t)
+  const { app, base, threadId } = await setup(t)
   const client = rfbClient(`${base}/api/desktop-proxy/${threadId}/websockify`)
   await client.opened
   t.equal(client.ws.protocol, 'binary', 'the binary subprotocol noVNC asks for')
@@ -112,6 +112,14 @@ t.test('a real RFB handshake through the proxy to the local provider\'s VNC serv
   const init = await client.read(24)
   t.equal(init.readUInt16BE(0), 1280, 'framebuffer width')
   t.equal(init.readUInt16BE(2), 800, 'framebuffer height')
+
+  // the thread's commands draw on that display, and see only its socket
+  const { sandbox, release } = await app.runtime.sandboxes!.acquire({ orgId: DEV_ORG.id, threadId })
+  const seen = await sandbox.exec('echo "$DISPLAY"; ls /tmp/.X11-unix')
+  release()
+  const [display, sockets] = seen.stdout.split('\n')
+  t.match(display, /^:\d+$/)
+  if (app.runtime.sandboxes!.provider.confinement === 'bwrap') t.equal(sockets, `X${display!.slice(1)}`, 'no other display is visible')
   client.ws.close()
   await client.closed
 })
