@@ -29,15 +29,22 @@ export interface RecordedEvent {
 export function eventRecorder() {
   const events: RecordedEvent[] = []
   let wake: Array<() => void> = []
-  const writer: RunEventWriter & { events: RecordedEvent[]; next(type: string): Promise<RecordedEvent> } = {
+  const writer: RunEventWriter & {
+    events: RecordedEvent[]
+    of(runId: string): RecordedEvent[]
+    next(type: string, runId: string): Promise<RecordedEvent>
+  } = {
     events,
+    of(runId) {
+      return events.filter((e) => e.runId === runId)
+    },
     async emit(orgId, runId, type, data) {
       events.push({ orgId, runId, type, data })
       for (const w of wake.splice(0)) w()
     },
-    async next(type) {
+    async next(type, runId) {
       for (;;) {
-        const found = events.find((e) => e.type === type)
+        const found = events.find((e) => e.type === type && e.runId === runId)
         if (found) return found
         await new Promise<void>((resolve) => wake.push(resolve))
       }

@@ -10,17 +10,26 @@ import { newId } from '../../src/db/ids.js'
 import { buildTestApp, type EnvOverrides, type Teardown } from '../helper.js'
 import { fakeRuns } from './fakes.js'
 
-async function setup(t: Teardown, env: EnvOverrides = {}) {
+async function build(t: Teardown, env: EnvOverrides) {
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-terminal-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const runs = fakeRuns()
   const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, ...env }, runtime: { runs } })
   await app.listen({ port: 0, host: '127.0.0.1' })
   const { port } = app.server.address() as { port: number }
+  return { app, runs, base: `ws://127.0.0.1:${port}`, origin: `http://127.0.0.1:${port}` }
+}
+
+/** One listening app for the tests that need no special settings; each test has its own run and thread. */
+const SHARED_ENV: EnvOverrides = { CORS_ORIGINS: 'https://app.example.com', WS_MAX_MESSAGE_BYTES: '1024' }
+let shared: ReturnType<typeof build> | undefined
+
+async function setup(own?: { t: Teardown; env: EnvOverrides }) {
+  const base = own ? await build(own.t, own.env) : await (shared ??= build(t, SHARED_ENV))
   const runId = newId()
   const threadId = newId()
-  runs.add(DEV_ORG.id, runId, threadId)
-  return { app, runs, runId, threadId, base: `ws://127.0.0.1:${port}`, origin: `http://127.0.0.1:${port}` }
+  base.runs.add(DEV_ORG.id, runId, threadId)
+  return { ...base, runId, threadId }
 }
 
 /** Whether a process whose command line holds `marker` is alive on this host. */
@@ -85,7 +94,7 @@ function refused(url: string, headers: Record<string, string> = {}): Promise<{ s
 }
 
 t.test('echo hello through the terminal, and a resize takes effect', async (t) => {
-  const { base, runId, origin } = await setup(t)
+  const { base, runId, origin } = await setup()
   const term = open(`${base}/api/runs/${runId}/terminal`, { origin })
   await term.opened
   term.ws.send(Buffer.from('echo hello\r'), { binary: true })
@@ -110,7 +119,7 @@ t.test('echo hello through the terminal, and a resize takes effect', async (t) =
 })
 
 t.test('the terminal runs in the thread workspace', async (t) => {
-  const { app, base, runId, threadId } = await setup(t)
+  const { app, base, runId, threadId } = await setup()
   const term = open(`${base}/api/runs/${runId}/terminal`)
   await term.opened
   term.ws.send(Buffer.from('echo from-terminal > t.txt && echo wrote-$((1+1))\r'), { binary: true })
@@ -123,7 +132,7 @@ t.test('the terminal runs in the thread workspace', async (t) => {
 })
 
 t.test('the socket closes when the sandbox goes', async (t) => {
-  const { app, base, runId, threadId } = await setup(t)
+  const { app, base, runId, threadId } = await setup()
   const term = open(`${base}/api/runs/${runId}/terminal`)
   await term.opened
   term.ws.send(Buffer.from('echo ready-$((2*2))\r'), { binary: true })
@@ -135,7 +144,7 @@ t.test('the socket closes when the sandbox goes', async (t) => {
 })
 
 t.test('closing the socket ends the shell and what it started', { skip: probeBubblewrap().ok ? false : 'needs bubblewrap (plain processes can leave setsid children behind)' }, async (t) => {
-  const { base, runId } = await setup(t)
+  const { base, runId } = await setup()
   const term = open(`${base}/api/runs/${runId}/terminal`)
   await term.opened
   const marker = String(100_000 + Math.floor(Math.random() * 800_000))
@@ -152,7 +161,7 @@ t.test('closing the socket ends the shell and what it started', { skip: probeBub
 })
 
 t.test('open sockets can be closed for an org or user (sign-out, removed membership)', async (t) => {
-  const { app, base, runId } = await setup(t)
+  const { app, base, runId } = await setup()
   const term = open(`${base}/api/runs/${runId}/terminal`)
   await term.opened
   t.equal(app.runtime.sockets.close({ orgId: 'another-org' }), 0)
@@ -162,7 +171,7 @@ t.test('open sockets can be closed for an org or user (sign-out, removed members
 })
 
 t.test('an oversized message closes the socket with 1009', async (t) => {
-  const { base, runId } = await setup(t, { WS_MAX_MESSAGE_BYTES: '1024' })
+  const { base, runId } = await setup()
   const term = open(`${base}/api/runs/${runId}/terminal`)
   await term.opened
   term.ws.send(Buffer.alloc(4096, 0x61), { binary: true })
@@ -171,7 +180,7 @@ t.test('an oversized message closes the socket with 1009', async (t) => {
 })
 
 t.test('the handshake is refused before the upgrade: anonymous, foreign origin, other org, unknown run', async (t) => {
-  const { base, runs, runId } = await setup(t, { CORS_ORIGINS: 'https://app.example.com' })
+  const { base, runs, runId } = await setup()
   const foreignRun = newId()
   runs.add(newId(), foreignRun)
 
@@ -195,14 +204,14 @@ t.test('the handshake is refused before the upgrade: anonymous, foreign origin, 
 })
 
 t.test('anonymous callers get 401 before the upgrade when dev-org access is off', async (t) => {
-  const { base, runId } = await setup(t, { ALLOW_DEV_ORG: 'false' })
+  const { base, runId } = await setup({ t, env: { ALLOW_DEV_ORG: 'false' } })
   const res = await refused(`${base}/api/runs/${runId}/terminal`)
   t.equal(res.status, 401)
   t.equal(JSON.parse(res.body).error, 'unauthorized')
 })
 
 t.test('no sandbox provider: 503 before the upgrade', async (t) => {
-  const { base, runId } = await setup(t, { SANDBOX_PROVIDER: 'none' })
+  const { base, runId } = await setup({ t, env: { SANDBOX_PROVIDER: 'none' } })
   const res = await refused(`${base}/api/runs/${runId}/terminal`)
   t.equal(res.status, 503)
   t.equal(JSON.parse(res.body).error, 'sandbox_unavailable')
