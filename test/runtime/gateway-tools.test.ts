@@ -1,15 +1,13 @@
-import { existsSync } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { eq } from 'drizzle-orm'
 import t from 'tap'
-import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
-import { organizations } from '../../src/auth/tables.js'
+import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { newId } from '../../src/db/ids.js'
 import type { MemorySearch } from '../../src/runtime/ports.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
-import { buildTestApp, createTestDatabase, type EnvOverrides, type Teardown } from '../helper.js'
+import { buildTestApp, type EnvOverrides, type Teardown } from '../helper.js'
 import { eventRecorder, fakeRuns } from './fakes.js'
 
 const ORG = DEV_ORG.id
