@@ -2,6 +2,8 @@
 # Build: docker build --build-arg SERVICE_COMMIT=$(git rev-parse --short HEAD) -t cairn .
 FROM node:22-bookworm-slim AS build
 WORKDIR /app
+# node-pty (the terminal) compiles a native addon
+RUN apt-get update && apt-get install -y --no-install-recommends python3 make g++ && rm -rf /var/lib/apt/lists/*
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
@@ -17,6 +19,10 @@ ENV NODE_ENV=production \
     DATA_DIR=/data \
     PORT=3000
 WORKDIR /app
+# the local sandbox provider: bubblewrap confines commands (it needs user namespaces:
+# run with a seccomp/AppArmor profile that allows them, or it falls back with a warning);
+# Xvfb and x11vnc serve the desktop
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap xvfb x11vnc && rm -rf /var/lib/apt/lists/*
 COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules node_modules
 COPY --from=build /app/dist dist

@@ -3,11 +3,13 @@
 import { benchFoundation } from './foundation.js'
 import { benchIdentity } from './identity.js'
 import { benchRuns } from './runs.js'
+import { benchRuntime } from './runtime.js'
 
 const benches: Record<string, () => Promise<string>> = {
   foundation: benchFoundation,
   identity: benchIdentity,
-  runs: benchRuns
+  runs: benchRuns,
+  runtime: benchRuntime
 }
 
 const wanted = process.argv.slice(2)

@@ -4,6 +4,7 @@ import cors from '@fastify/cors'
 import helmet from '@fastify/helmet'
 import rateLimit from '@fastify/rate-limit'
 import sensible from '@fastify/sensible'
+import websocket from '@fastify/websocket'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Ajv from 'ajv'
 import addFormats from 'ajv-formats'
@@ -25,8 +26,11 @@ import type { Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { migrateDatabase } from './db/migrate.js'
 import runs from './runs/index.js'
-import type { RunMemory } from './runs/memory-port.js'
+import { noRunMemory, type RunMemory } from './runs/memory-port.js'
+import { runDirectory, runEventWriter, runMemorySearch } from './runs/runtime-ports.js'
 import runsRuntime from './runs/runtime.js'
+import runtimeRoutes from './runtime/index.js'
+import runtimeService, { type RuntimeWiring } from './runtime/service.js'
 import system from './system/index.js'
 
 /** One registered route, as the route-walk tests and the API-key allowlist check see it. */
@@ -52,6 +56,8 @@ export interface BuildOptions {
   apiPlugins?: FastifyPluginAsync[]
   /** the Memory Hub side of runs (recall, capture); memory off when absent */
   runMemory?: RunMemory
+  /** the runs group's ports for the agent runtime (RunDirectory, RunEventWriter, MemorySearch) */
+  runtime?: RuntimeWiring
 }
 
 /**
@@ -70,7 +76,7 @@ function validatorFactory(externalSchemas: Record<string, unknown>): FastifySche
   return ({ schema, httpPart }) => (httpPart === 'body' ? strict : coercing).compile(schema)
 }
 
-export async function buildApp({ config, database, apiPlugins = [], runMemory }: BuildOptions): Promise<FastifyInstance> {
+export async function buildApp({ config, database, apiPlugins = [], runMemory, runtime }: BuildOptions): Promise<FastifyInstance> {
   const app = Fastify({
     logger: {
       level: config.LOG_LEVEL,
@@ -135,6 +141,23 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory }:
     await app.register(cors, { origin: config.CORS_ORIGINS, credentials: true, maxAge: 600 })
   }
   await app.register(openapiPlugin, { release: config.release })
+  await app.register(websocket, {
+    options: {
+      // ws closes a socket with 1009 when a message is larger
+      maxPayload: config.WS_MAX_MESSAGE_BYTES,
+      // noVNC asks for `binary`; other clients ask for nothing
+      handleProtocols: (protocols: Set<string>) => (protocols.has('binary') ? 'binary' : false)
+    }
+  })
+  await app.register(runtimeService, {
+    config,
+    wiring: {
+      runs: runDirectory(app.db),
+      events: runEventWriter(app.runEventSink),
+      memory: runMemorySearch(app.db, runMemory ?? noRunMemory),
+      ...runtime
+    }
+  })
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
   // they declare otherwise, because the principal hook sits here.
@@ -155,6 +178,7 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory }:
       }
     })
     await scope.register(runs)
+    await scope.register(runtimeRoutes, { corsOrigins: config.CORS_ORIGINS })
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 

@@ -56,8 +56,24 @@ export const EnvSchema = Type.Object({
   OPENAI_API_KEY: Type.Optional(Type.String({ description: 'bearer token for OPENAI_BASE_URL' })),
   MODELS: Type.String({ default: '', description: 'comma-separated model ids offered through the openai engine' }),
   OPENAI_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 120_000, description: 'upstream request timeout (also between streamed chunks)' }),
-  OPENAI_PROBE_TTL_MS: Type.Integer({ minimum: 0, maximum: 3_600_000, default: 30_000, description: 'how long a /models readiness probe result is cached' })
-
+  OPENAI_PROBE_TTL_MS: Type.Integer({ minimum: 0, maximum: 3_600_000, default: 30_000, description: 'how long a /models readiness probe result is cached' }),
+  SANDBOX_PROVIDER: Type.Union([Type.Literal('local'), Type.Literal('none')], {
+    default: 'local',
+    description: 'where agent tools and terminals run: local (a workspace per org and thread under DATA_DIR/sandboxes) or none'
+  }),
+  SANDBOX_CONFINEMENT: Type.Union([Type.Literal('auto'), Type.Literal('bwrap'), Type.Literal('none')], {
+    default: 'auto',
+    description: 'local provider: auto (bubblewrap when it works, else plain processes with a warning), bwrap (refuse to start without it) or none'
+  }),
+  SANDBOX_NETWORK: Type.Boolean({ default: false, description: 'give sandboxed commands network access (bubblewrap only; default no network)' }),
+  SANDBOX_EXEC_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'wall-clock limit of one sandbox command' }),
+  SANDBOX_OUTPUT_MAX_BYTES: Type.Integer({ minimum: 256, maximum: 16 * 1024 * 1024, default: 256 * 1024, description: 'stdout/stderr kept per sandbox command (the rest is dropped)' }),
+  SANDBOX_FILE_MAX_BYTES: Type.Integer({ minimum: 1024, maximum: 64 * 1024 * 1024, default: 1024 * 1024, description: 'largest file read or written through the sandbox file API' }),
+  SANDBOX_IDLE_MS: Type.Integer({ minimum: 1000, maximum: 86_400_000, default: 900_000, description: 'a sandbox unused this long is reaped (processes stopped, files kept)' }),
+  TOOL_OUTPUT_MAX_BYTES: Type.Integer({ minimum: 256, maximum: 1024 * 1024, default: 32 * 1024, description: 'tool result text handed back to the model and recorded as an event' }),
+  TOOL_APPROVAL_TIMEOUT_MS: Type.Integer({ minimum: 1000, maximum: 86_400_000, default: 1_800_000, description: 'a tool call waiting for approval longer than this is expired (treated as denied)' }),
+  TOOL_APPROVAL_POLL_MS: Type.Integer({ minimum: 50, maximum: 60_000, default: 1000, description: 'how often a waiting tool call re-reads its approval row (decisions made on another instance)' }),
+  WS_MAX_MESSAGE_BYTES: Type.Integer({ minimum: 1024, maximum: 16 * 1024 * 1024, default: 256 * 1024, description: 'largest WebSocket message accepted (terminal, desktop); larger closes with 1009' })
 })
 
 export type Env = Static<typeof EnvSchema>

@@ -6,6 +6,7 @@ import { loadConfig, type Config, type Env } from '../src/config.js'
 import { openDatabase, type Database } from '../src/db/client.js'
 import { migrateDatabase } from '../src/db/migrate.js'
 import type { RunMemory } from '../src/runs/memory-port.js'
+import type { RuntimeWiring } from '../src/runtime/service.js'
 
 /** The bits of a tap Test the helpers need (teardown). */
 export interface Teardown {
@@ -63,6 +64,8 @@ export interface TestAppOptions {
   apiPlugins?: FastifyPluginAsync[]
   /** the Memory Hub side of runs */
   runMemory?: RunMemory
+  /** ports for the agent runtime (fake run directories, event recorders, sandbox providers) */
+  runtime?: RuntimeWiring
 }
 
 /** The real app over a real database, closed at teardown. */
@@ -73,7 +76,8 @@ export async function buildTestApp(t: Teardown, options: TestAppOptions = {}): P
     config,
     database: db.database,
     ...(options.apiPlugins ? { apiPlugins: options.apiPlugins } : {}),
-    ...(options.runMemory ? { runMemory: options.runMemory } : {})
+    ...(options.runMemory ? { runMemory: options.runMemory } : {}),
+    ...(options.runtime ? { runtime: options.runtime } : {})
   })
   t.teardown(() => app.close())
   if (options.extend) await options.extend(app)

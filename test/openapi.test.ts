@@ -17,7 +17,7 @@ t.test('GET /openapi.json is a valid OpenAPI 3.1 document listing every route', 
     const path = route.url.replace(/:([A-Za-z]+)/g, '{$1}')
     const operation = paths[path]?.[route.method.toLowerCase()]
     t.ok(operation, `${route.method} ${route.url} is documented`)
-    t.ok(operation?.responses?.['200'] ?? operation?.responses?.['201'] ?? operation?.responses?.['204'], `${route.method} ${route.url} documents its success`)
+    t.ok(operation?.responses?.['200'] ?? operation?.responses?.['201'] ?? operation?.responses?.['204'] ?? operation?.responses?.['101'], `${route.method} ${route.url} documents its success`)
     t.ok(operation?.responses?.['400'] && operation.responses['500'], `${route.method} ${route.url} documents its errors`)
   }
 })

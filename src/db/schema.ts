@@ -1,3 +1,4 @@
 // Every domain's drizzle tables, gathered for the drizzle client and drizzle-kit.
 export * from '../auth/tables.js'
 export * from '../runs/tables.js'
+export * from '../runtime/tables.js'

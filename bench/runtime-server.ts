@@ -1,0 +1,24 @@
+// The real service with a stand-in run directory (every id is a run of the dev org, its
+// own thread), so the runtime's run-scoped routes can be loaded before the runs group exists.
+import { buildApp } from '../src/app.js'
+import { DEV_ORG } from '../src/auth/dev-org.js'
+import { loadConfig } from '../src/config.js'
+
+const app = await buildApp({
+  config: loadConfig(),
+  runtime: {
+    runs: {
+      async threadOfRun(orgId, runId) {
+        return orgId === DEV_ORG.id ? { rootRunId: runId } : null
+      },
+      async threadExists(orgId) {
+        return orgId === DEV_ORG.id
+      }
+    }
+  }
+})
+const address = await app.listen({ port: Number(process.env.PORT ?? 0), host: '127.0.0.1' })
+process.stdout.write(`listening on ${address}\n`)
+process.on('SIGTERM', () => {
+  void app.close().then(() => process.exit(0))
+})

@@ -1,0 +1,43 @@
+import { and, eq } from 'drizzle-orm'
+import type { Db } from '../db/client.js'
+import type { MemorySearch, RunDirectory, RunEventWriter } from '../runtime/ports.js'
+import type { RunEventSink, RunMemory } from './memory-port.js'
+import { realUserIdOfRun } from './run-ref.js'
+import { getRun } from './runs-repo.js'
+import { runs } from './tables.js'
+
+/**
+ * The runs group's side of the agent runtime's ports (src/runtime/ports.ts): which
+ * thread a run belongs to, where tool and approval events go, and what `memory_search`
+ * searches. Always scoped to the caller's org.
+ */
+export function runDirectory(db: Db): RunDirectory {
+  return {
+    async threadOfRun(orgId, runId) {
+      const run = await getRun(db, orgId, runId)
+      return run ? { rootRunId: run.rootRunId } : null
+    },
+    async threadExists(orgId, rootRunId) {
+      const rows = await db.select({ id: runs.id }).from(runs).where(and(eq(runs.orgId, orgId), eq(runs.rootRunId, rootRunId))).limit(1)
+      return rows.length > 0
+    }
+  }
+}
+
+export function runEventWriter(sink: RunEventSink): RunEventWriter {
+  return {
+    emit: (orgId, runId, type, data) => sink.emit({ orgId, runId, type, data })
+  }
+}
+
+/** `memory_search` recalls through the run's memory, so it is recorded in the recall ledger too. */
+export function runMemorySearch(db: Db, memory: RunMemory): MemorySearch {
+  return {
+    async search(ref, query, limit) {
+      const run = await getRun(db, ref.orgId, ref.runId)
+      if (!run) return []
+      const { items } = await memory.recall({ id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) }, query)
+      return items.slice(0, limit).map(({ id, content, score }) => ({ id, content, score }))
+    }
+  }
+}

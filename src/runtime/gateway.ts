@@ -1,0 +1,337 @@
+import { and, asc, eq, gt, sql } from 'drizzle-orm'
+import { Value } from 'typebox/value'
+import { conflict, notFound } from '../../plugins/errors.js'
+import type { Db } from '../db/client.js'
+import { newId } from '../db/ids.js'
+import type { MemorySearch, RunDirectory, RunEventWriter } from './ports.js'
+import { SandboxError, type SandboxManager } from './sandbox.js'
+import { toolApprovals, toolPolicies, type ApprovalStatus, type ToolMode } from './tables.js'
+import { isToolName, TOOL_NAMES, TOOLS, toolDefinitions, type ToolArgs, type ToolName } from './tools.js'
+
+export interface ToolCallInput {
+  orgId: string
+  runId: string
+  /** the run's thread; looked up through the RunDirectory when absent */
+  rootRunId?: string
+  /** the model's tool call id; one is made when absent */
+  callId?: string
+  name: string
+  /** the model's arguments: a JSON string (as OpenAI sends them) or an object */
+  arguments: string | Record<string, unknown>
+  /** aborting stops the call (waiting or running) */
+  signal?: AbortSignal
+}
+
+export type ToolStatus = 'ok' | 'error' | 'denied' | 'cancelled' | 'expired'
+
+export interface ToolResult {
+  callId: string
+  tool: string
+  status: ToolStatus
+  /** the text handed back to the model (the `tool` message content), bounded */
+  content: string
+  truncated: boolean
+  approvalId: string | null
+}
+
+export interface GatewayOptions {
+  db: Db
+  /** null when SANDBOX_PROVIDER=none: sandbox tools answer an error */
+  sandboxes: SandboxManager | null
+  runs: RunDirectory
+  events: RunEventWriter
+  memory: MemorySearch
+  outputMaxBytes: number
+  execTimeoutMs: number
+  approvalTimeoutMs: number
+  approvalPollMs: number
+  log: { error(obj: object, msg: string): void }
+}
+
+export type ApprovalRow = typeof toolApprovals.$inferSelect
+
+interface InFlight {
+  controller: AbortController
+}
+
+/**
+ * The one way tools run: validates the call, applies the org's policy (`auto` runs at
+ * once, `approve` stores a `tool_approvals` row and waits for a person), executes in
+ * the thread's sandbox, bounds the output and records `tool.call` / `tool.result`.
+ */
+export class ToolGateway {
+  private readonly opts: GatewayOptions
+  private readonly inFlight = new Map<string, Set<InFlight>>()
+  /** local wake-ups for waiting calls; other instances see decisions by polling the row */
+  private readonly wakers = new Map<string, () => void>()
+
+  constructor(options: GatewayOptions) {
+    this.opts = options
+  }
+
+  definitions() {
+    return toolDefinitions()
+  }
+
+  async execute(input: ToolCallInput): Promise<ToolResult> {
+    const { orgId, runId } = input
+    const callId = input.callId ?? newId()
+    const rootRunId = input.rootRunId ?? (await this.opts.runs.threadOfRun(orgId, runId))?.rootRunId
+    if (!rootRunId) return { callId, tool: input.name, status: 'error', content: 'error: the run does not exist', truncated: false, approvalId: null }
+
+    const parsed = parseArguments(input.arguments)
+    await this.opts.events.emit(orgId, runId, 'tool.call', { callId, tool: input.name, arguments: parsed ?? input.arguments })
+    const invalid = !isToolName(input.name)
+      ? `unknown tool ${JSON.stringify(input.name)}`
+      : parsed === null
+        ? 'the arguments are not a JSON object'
+        : firstError(input.name, parsed)
+    if (invalid !== null) return this.finish(orgId, runId, { callId, tool: input.name, status: 'error', content: `error: ${invalid}`, truncated: false, approvalId: null })
+    const tool = input.name as ToolName
+    const args = parsed as Record<string, unknown>
+
+    const flight: InFlight = { controller: new AbortController() }
+    const runKey = `${orgId}/${runId}`
+    const onAbort = () => flight.controller.abort()
+    input.signal?.addEventListener('abort', onAbort, { once: true })
+    if (input.signal?.aborted) flight.controller.abort()
+    let set = this.inFlight.get(runKey)
+    if (!set) this.inFlight.set(runKey, (set = new Set()))
+    set.add(flight)
+    try {
+      let approvalId: string | null = null
+      if ((await this.modeFor(orgId, tool)) === 'approve') {
+        const approval = await this.requestApproval(orgId, runId, rootRunId, callId, tool, args)
+        approvalId = approval.id
+        const status = await this.waitForDecision(approval, flight.controller.signal)
+        if (status !== 'approved') {
+          const content = status === 'denied' ? 'the call was denied by a person' : status === 'expired' ? 'no one approved the call in time' : 'the run was cancelled'
+          return await this.finish(orgId, runId, { callId, tool, status: status as ToolStatus, content, truncated: false, approvalId })
+        }
+      }
+      if (flight.controller.signal.aborted) {
+        return await this.finish(orgId, runId, { callId, tool, status: 'cancelled', content: 'the run was cancelled', truncated: false, approvalId })
+      }
+      const outcome = await this.run(orgId, runId, rootRunId, tool, args, flight.controller.signal)
+      const bounded = bound(outcome.content, this.opts.outputMaxBytes)
+      const status: ToolStatus = flight.controller.signal.aborted ? 'cancelled' : outcome.ok ? 'ok' : 'error'
+      return await this.finish(orgId, runId, { callId, tool, status, content: bounded.text, truncated: bounded.truncated || outcome.truncated, approvalId })
+    } finally {
+      input.signal?.removeEventListener('abort', onAbort)
+      set.delete(flight)
+      if (set.size === 0) this.inFlight.delete(runKey)
+    }
+  }
+
+  /** Drops a run's waiting calls (on every instance, through the rows) and stops its running ones here. */
+  async cancelRun(orgId: string, runId: string): Promise<number> {
+    const cancelled = await this.opts.db.update(toolApprovals)
+      .set({ status: 'cancelled', decidedAt: new Date() })
+      .where(and(eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId), eq(toolApprovals.status, 'pending')))
+      .returning({ id: toolApprovals.id })
+    for (const flight of this.inFlight.get(`${orgId}/${runId}`) ?? []) flight.controller.abort()
+    for (const row of cancelled) this.wakers.get(row.id)?.()
+    return cancelled.length
+  }
+
+  // ---- policies -------------------------------------------------------------------
+
+  async policies(orgId: string): Promise<Array<{ tool: ToolName; mode: ToolMode; isDefault: boolean; description: string }>> {
+    const rows = await this.opts.db.select().from(toolPolicies).where(eq(toolPolicies.orgId, orgId))
+    const set = new Map(rows.map((r) => [r.tool, r.mode]))
+    return TOOL_NAMES.map((tool) => ({
+      tool,
+      mode: set.get(tool) ?? TOOLS[tool].defaultMode,
+      isDefault: !set.has(tool),
+      description: TOOLS[tool].description
+    }))
+  }
+
+  async setPolicy(orgId: string, tool: ToolName, mode: ToolMode, userId: string | null): Promise<void> {
+    await this.opts.db.insert(toolPolicies)
+      .values({ orgId, tool, mode, updatedBy: userId })
+      .onConflictDoUpdate({ target: [toolPolicies.orgId, toolPolicies.tool], set: { mode, updatedBy: userId, updatedAt: new Date() } })
+  }
+
+  private async modeFor(orgId: string, tool: ToolName): Promise<ToolMode> {
+    const [row] = await this.opts.db.select({ mode: toolPolicies.mode }).from(toolPolicies)
+      .where(and(eq(toolPolicies.orgId, orgId), eq(toolPolicies.tool, tool)))
+    return row?.mode ?? TOOLS[tool].defaultMode
+  }
+
+  // ---- approvals ------------------------------------------------------------------
+
+  async listApprovals(orgId: string, runId: string, page: { limit: number; cursor?: string | undefined }): Promise<{ items: ApprovalRow[]; nextCursor: string | null }> {
+    const rows = await this.opts.db.select().from(toolApprovals)
+      .where(and(eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId), page.cursor ? gt(toolApprovals.id, page.cursor) : undefined))
+      .orderBy(asc(toolApprovals.id))
+      .limit(page.limit + 1)
+    const items = rows.slice(0, page.limit)
+    return { items, nextCursor: rows.length > page.limit ? items[items.length - 1]!.id : null }
+  }
+
+  /**
+   * A person's decision. Only a pending, unexpired approval of this run in this org can
+   * be decided, once: deciding again is a conflict, another org's id is not found.
+   */
+  async decide(orgId: string, runId: string, approvalId: string, decision: 'approve' | 'deny', userId: string | null): Promise<ApprovalRow> {
+    const status: ApprovalStatus = decision === 'approve' ? 'approved' : 'denied'
+    const [row] = await this.opts.db.update(toolApprovals)
+      .set({ status, decidedBy: userId, decidedAt: new Date() })
+      .where(and(
+        eq(toolApprovals.id, approvalId), eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId),
+        eq(toolApprovals.status, 'pending'), gt(toolApprovals.expiresAt, sql`now()`)
+      ))
+      .returning()
+    if (!row) {
+      const [existing] = await this.opts.db.select().from(toolApprovals)
+        .where(and(eq(toolApprovals.id, approvalId), eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId)))
+      if (!existing) throw notFound('no such approval for this run')
+      if (existing.status === 'pending') {
+        await this.expire(existing.id)
+        throw conflict('the approval has expired')
+      }
+      throw conflict(`the approval is already ${existing.status}`)
+    }
+    this.wakers.get(row.id)?.()
+    await this.opts.events.emit(orgId, runId, 'approval.resolved', { approvalId: row.id, callId: row.callId, tool: row.tool, status, decidedBy: userId })
+    return row
+  }
+
+  private async requestApproval(orgId: string, runId: string, rootRunId: string, callId: string, tool: ToolName, args: Record<string, unknown>): Promise<ApprovalRow> {
+    const [row] = await this.opts.db.insert(toolApprovals).values({
+      id: newId(),
+      orgId,
+      runId,
+      rootRunId,
+      callId,
+      tool,
+      arguments: args,
+      expiresAt: new Date(Date.now() + this.opts.approvalTimeoutMs)
+    }).returning()
+    await this.opts.events.emit(orgId, runId, 'approval.requested', {
+      approvalId: row!.id, callId, tool, arguments: args, expiresAt: row!.expiresAt.toISOString()
+    })
+    return row!
+  }
+
+  private async expire(id: string): Promise<void> {
+    await this.opts.db.update(toolApprovals).set({ status: 'expired', decidedAt: new Date() })
+      .where(and(eq(toolApprovals.id, id), eq(toolApprovals.status, 'pending')))
+  }
+
+  /** Waits until the row leaves `pending`: woken here by `decide`/`cancelRun`, or by polling when decided elsewhere. */
+  private async waitForDecision(approval: ApprovalRow, signal: AbortSignal): Promise<ApprovalStatus> {
+    try {
+      for (;;) {
+        const [row] = await this.opts.db.select({ status: toolApprovals.status }).from(toolApprovals).where(eq(toolApprovals.id, approval.id))
+        const status = row?.status ?? 'cancelled'
+        if (status !== 'pending') return status
+        if (signal.aborted) {
+          await this.opts.db.update(toolApprovals).set({ status: 'cancelled', decidedAt: new Date() })
+            .where(and(eq(toolApprovals.id, approval.id), eq(toolApprovals.status, 'pending')))
+          continue
+        }
+        const left = approval.expiresAt.getTime() - Date.now()
+        if (left <= 0) {
+          await this.expire(approval.id)
+          continue
+        }
+        await new Promise<void>((resolve) => {
+          const done = () => {
+            clearTimeout(timer)
+            signal.removeEventListener('abort', done)
+            this.wakers.delete(approval.id)
+            resolve()
+          }
+          const timer = setTimeout(done, Math.min(this.opts.approvalPollMs, left))
+          signal.addEventListener('abort', done, { once: true })
+          this.wakers.set(approval.id, done)
+        })
+      }
+    } finally {
+      this.wakers.delete(approval.id)
+    }
+  }
+
+  // ---- execution ------------------------------------------------------------------
+
+  private async run(orgId: string, runId: string, rootRunId: string, tool: ToolName, rawArgs: Record<string, unknown>, signal: AbortSignal): Promise<{ ok: boolean; content: string; truncated: boolean }> {
+    try {
+      if (tool === 'memory_search') {
+        const args = rawArgs as ToolArgs['memory_search']
+        const hits = await this.opts.memory.search({ orgId, runId, rootRunId }, args.query, args.limit ?? 10)
+        return { ok: true, content: JSON.stringify({ items: hits }), truncated: false }
+      }
+      if (!this.opts.sandboxes) return { ok: false, content: 'error: no sandbox provider is configured', truncated: false }
+      const { sandbox, release } = await this.opts.sandboxes.acquire({ orgId, threadId: rootRunId })
+      try {
+        switch (tool) {
+          case 'shell': {
+            const args = rawArgs as ToolArgs['shell']
+            const timeoutMs = Math.min(this.opts.execTimeoutMs, (args.timeoutSeconds ?? Infinity) * 1000)
+            const r = await sandbox.exec(args.command, { timeoutMs, maxOutputBytes: this.opts.outputMaxBytes, signal })
+            const head = r.timedOut ? `timed out after ${timeoutMs} ms` : r.signal ? `killed by ${r.signal}` : `exit code ${r.exitCode}`
+            const content = `${head}\n${r.stdout}${r.stderr ? `${r.stdout.endsWith('\n') || r.stdout === '' ? '' : '\n'}[stderr]\n${r.stderr}` : ''}`
+            return { ok: r.exitCode === 0, content, truncated: r.truncated }
+          }
+          case 'read_file': {
+            const args = rawArgs as ToolArgs['read_file']
+            const r = await sandbox.readFile(args.path, this.opts.outputMaxBytes)
+            return { ok: true, content: r.content, truncated: r.truncated }
+          }
+          case 'write_file': {
+            const args = rawArgs as ToolArgs['write_file']
+            const r = await sandbox.writeFile(args.path, args.content)
+            return { ok: true, content: `wrote ${r.bytes} bytes to ${args.path}`, truncated: false }
+          }
+          case 'list_files': {
+            const args = rawArgs as ToolArgs['list_files']
+            const entries = await sandbox.listFiles(args.path ?? '')
+            return { ok: true, content: JSON.stringify({ entries }), truncated: false }
+          }
+        }
+      } finally {
+        release()
+      }
+    } catch (err) {
+      if (err instanceof SandboxError) return { ok: false, content: `error: ${err.message}`, truncated: false }
+      this.opts.log.error({ err, tool }, 'tool call failed')
+      return { ok: false, content: 'error: the tool failed', truncated: false }
+    }
+  }
+
+  private async finish(orgId: string, runId: string, result: ToolResult): Promise<ToolResult> {
+    await this.opts.events.emit(orgId, runId, 'tool.result', { ...result })
+    return result
+  }
+}
+
+function parseArguments(raw: string | Record<string, unknown>): Record<string, unknown> | null {
+  let value: unknown = raw
+  if (typeof raw === 'string') {
+    try {
+      value = raw.trim() === '' ? {} : JSON.parse(raw)
+    } catch {
+      return null
+    }
+  }
+  return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : null
+}
+
+function firstError(tool: ToolName, args: Record<string, unknown>): string | null {
+  const schema = TOOLS[tool].schema
+  if (Value.Check(schema, args)) return null
+  const [first] = Value.Errors(schema, args)
+  return first ? `invalid arguments: ${first.instancePath || '/'} ${first.message}` : 'invalid arguments'
+}
+
+/** Cuts text to at most `max` UTF-8 bytes, on a character boundary. */
+export function bound(text: string, max: number): { text: string; truncated: boolean } {
+  const bytes = Buffer.from(text, 'utf8')
+  if (bytes.length <= max) return { text, truncated: false }
+  let end = max
+  // step back over UTF-8 continuation bytes so no character is split
+  while (end > 0 && (bytes[end]! & 0xc0) === 0x80) end--
+  return { text: bytes.subarray(0, end).toString('utf8'), truncated: true }
+}

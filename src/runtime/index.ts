@@ -1,0 +1,174 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyRequest } from 'fastify'
+import { ApiError, notFound } from '../../plugins/errors.js'
+import { principalOf } from '../../plugins/principal.js'
+import { errorResponses } from '../../schemas/common.js'
+import {
+  ApprovalListQuery,
+  ApprovalPage,
+  ApprovalParams,
+  DecideBody,
+  DecideResponse,
+  RunParams,
+  SetToolPolicyBody,
+  SwitchingProtocols,
+  ThreadParams,
+  ToolPolicy,
+  ToolPolicyList,
+  ToolPolicyParams
+} from '../../schemas/runtime.js'
+import { bridgeDesktop } from './desktop-proxy.js'
+import type { ApprovalRow } from './gateway.js'
+import { bridgeTerminal } from './terminal.js'
+import { assertSameOrigin } from './ws-guard.js'
+
+export interface RuntimeRoutesOptions {
+  corsOrigins: readonly string[]
+}
+
+function approvalView(row: ApprovalRow) {
+  return {
+    id: row.id,
+    runId: row.runId,
+    rootRunId: row.rootRunId,
+    callId: row.callId,
+    tool: row.tool,
+    arguments: row.arguments,
+    status: row.status,
+    decidedBy: row.decidedBy,
+    decidedAt: row.decidedAt ? row.decidedAt.toISOString() : null,
+    expiresAt: row.expiresAt.toISOString(),
+    createdAt: row.createdAt.toISOString()
+  }
+}
+
+/** Tool policies, approvals, the terminal and the desktop proxy. */
+const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (app, opts) => {
+  const { gateway, runs, sandboxes } = app.runtime
+  /** the thread a socket was admitted for, found before the upgrade */
+  const admitted = new WeakMap<FastifyRequest, string>()
+
+  // @fastify/websocket hides WebSocket routes from the API description; ours are part of
+  // the product (spec section 4, streaming endpoints), so they are documented
+  app.addHook('onRoute', (route) => {
+    if ((route as { websocket?: boolean }).websocket && route.schema) route.schema.hide = false
+  })
+
+  async function threadOfRun(orgId: string, runId: string): Promise<string> {
+    const thread = await runs.threadOfRun(orgId, runId)
+    if (!thread) throw notFound('no such run in this organization')
+    return thread.rootRunId
+  }
+
+  app.get('/tools/policies', {
+    schema: {
+      tags: ['runtime'],
+      summary: 'The org\'s tool policies (auto or approve), defaults included',
+      response: { 200: ToolPolicyList, ...errorResponses() }
+    }
+  }, async (request) => {
+    return { items: await gateway.policies(principalOf(request).orgId) }
+  })
+
+  app.put('/tools/policies/:tool', {
+    config: { scope: ['admin', 'session'] },
+    schema: {
+      tags: ['runtime'],
+      summary: 'Set whether a tool runs at once or waits for approval',
+      params: ToolPolicyParams,
+      body: SetToolPolicyBody,
+      response: { 200: ToolPolicy, ...errorResponses(413, 415) }
+    }
+  }, async (request) => {
+    const principal = principalOf(request)
+    const tool = request.params.tool as Parameters<typeof gateway.setPolicy>[1]
+    await gateway.setPolicy(principal.orgId, tool, request.body.mode, principal.userId)
+    const policy = (await gateway.policies(principal.orgId)).find((p) => p.tool === tool)!
+    return policy
+  })
+
+  app.get('/runs/:id/approvals', {
+    config: { scope: 'session' },
+    schema: {
+      tags: ['runtime'],
+      summary: 'Tool calls of a run that needed approval, oldest first',
+      params: RunParams,
+      querystring: ApprovalListQuery,
+      response: { 200: ApprovalPage, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    await threadOfRun(orgId, request.params.id)
+    const page = await gateway.listApprovals(orgId, request.params.id, { limit: request.query.limit ?? 50, cursor: request.query.cursor })
+    return { items: page.items.map(approvalView), nextCursor: page.nextCursor }
+  })
+
+  app.post('/runs/:id/approvals/:approvalId', {
+    config: { scope: 'session' },
+    schema: {
+      tags: ['runtime'],
+      summary: 'Approve or deny a waiting tool call (once)',
+      params: ApprovalParams,
+      body: DecideBody,
+      response: { 200: DecideResponse, ...errorResponses(404, 413, 415) }
+    }
+  }, async (request) => {
+    const principal = principalOf(request)
+    await threadOfRun(principal.orgId, request.params.id)
+    const row = await gateway.decide(principal.orgId, request.params.id, request.params.approvalId, request.body.decision, principal.userId)
+    return { approval: approvalView(row) }
+  })
+
+  // WebSockets: every check (principal, Origin, org, availability) runs before the upgrade,
+  // so a refused handshake is a plain HTTP error answer, never a 101.
+  app.get('/runs/:id/terminal', {
+    websocket: true,
+    config: { scope: 'session' },
+    schema: {
+      tags: ['runtime'],
+      summary: 'WebSocket: a terminal (PTY) in the run\'s thread sandbox; binary frames are terminal bytes, text frames JSON {type:"resize",cols,rows}',
+      params: RunParams,
+      response: { 101: SwitchingProtocols, ...errorResponses(404, 503) }
+    },
+    preHandler: async (request) => {
+      assertSameOrigin(request, opts.corsOrigins)
+      const { id } = request.params as { id: string }
+      const thread = await threadOfRun(principalOf(request).orgId, id)
+      if (!sandboxes) throw new ApiError(503, 'sandbox_unavailable', 'no sandbox provider is configured')
+      admitted.set(request, thread)
+    }
+  }, (socket, request) => {
+    const threadId = admitted.get(request)!
+    const principal = principalOf(request)
+    app.runtime.sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
+    return bridgeTerminal(socket, sandboxes!, { orgId: principalOf(request).orgId, threadId }, request.log)
+  })
+
+  app.get('/desktop-proxy/:threadId/websockify', {
+    websocket: true,
+    config: { scope: 'session' },
+    schema: {
+      tags: ['runtime'],
+      summary: 'WebSocket (subprotocol binary): websockify bridge to the thread sandbox\'s VNC server, for noVNC',
+      params: ThreadParams,
+      response: { 101: SwitchingProtocols, ...errorResponses(404, 503) }
+    },
+    preHandler: async (request) => {
+      assertSameOrigin(request, opts.corsOrigins)
+      const { threadId } = request.params as { threadId: string }
+      if (!(await runs.threadExists(principalOf(request).orgId, threadId))) throw notFound('no such thread in this organization')
+      if (!sandboxes) throw new ApiError(503, 'sandbox_unavailable', 'no sandbox provider is configured')
+      if (!sandboxes.provider.desktopAvailable) {
+        throw new ApiError(503, 'desktop_unavailable', 'the desktop needs Xvfb and x11vnc on this server')
+      }
+      admitted.set(request, threadId)
+    }
+  }, (socket, request) => {
+    const threadId = admitted.get(request)!
+    const principal = principalOf(request)
+    app.runtime.sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
+    return bridgeDesktop(socket, sandboxes!, { orgId: principalOf(request).orgId, threadId }, request.log)
+  })
+}
+
+export default runtimeRoutes

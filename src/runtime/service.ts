@@ -1,0 +1,116 @@
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import type { WebSocket } from 'ws'
+import type { Config } from '../config.js'
+import { ToolGateway } from './gateway.js'
+import { LocalSandboxProvider } from './local-sandbox.js'
+import { dropRunEvents, noMemorySearch, noRunDirectory, type MemorySearch, type RunDirectory, type RunEventWriter } from './ports.js'
+import { SandboxManager, type SandboxProvider } from './sandbox.js'
+
+/**
+ * What the runtime needs from the rest of the service. The runs group provides `runs`,
+ * `events` and `memory` at wiring time; tests may pass their own sandbox provider.
+ */
+export interface RuntimeWiring {
+  runs?: RunDirectory
+  events?: RunEventWriter
+  memory?: MemorySearch
+  /** replaces the provider SANDBOX_PROVIDER would choose */
+  sandboxProvider?: SandboxProvider
+}
+
+export interface Runtime {
+  /** null when SANDBOX_PROVIDER=none */
+  sandboxes: SandboxManager | null
+  gateway: ToolGateway
+  runs: RunDirectory
+  sockets: OpenSockets
+}
+
+export interface SocketOwner {
+  orgId: string
+  userId: string | null
+  sessionId?: string | undefined
+}
+
+/**
+ * The terminal and desktop sockets open on this instance, with who opened them, so
+ * sign-out or a removed membership can close them at once (1008).
+ */
+export class OpenSockets {
+  private readonly open = new Map<WebSocket, SocketOwner>()
+
+  add(socket: WebSocket, owner: SocketOwner): void {
+    this.open.set(socket, owner)
+    socket.once('close', () => this.open.delete(socket))
+  }
+
+  /** Closes every socket whose owner matches all the given fields; returns how many. */
+  close(match: Partial<SocketOwner>, reason = 'access revoked'): number {
+    let closed = 0
+    for (const [socket, owner] of this.open) {
+      const hit = (Object.keys(match) as Array<keyof SocketOwner>).every((k) => match[k] === undefined || owner[k] === match[k])
+      if (!hit) continue
+      socket.close(1008, reason)
+      closed++
+    }
+    return closed
+  }
+
+  get size(): number {
+    return this.open.size
+  }
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** the sandboxes and the tool gateway; the runs group's engines call `runtime.gateway` */
+    runtime: Runtime
+  }
+}
+
+export interface RuntimeServiceOptions {
+  config: Config
+  wiring?: RuntimeWiring | undefined
+}
+
+function providerFor(config: Config, app: FastifyInstance): SandboxProvider | null {
+  if (config.SANDBOX_PROVIDER === 'none') return null
+  return new LocalSandboxProvider({
+    dataDir: config.DATA_DIR,
+    confinement: config.SANDBOX_CONFINEMENT,
+    network: config.SANDBOX_NETWORK,
+    execTimeoutMs: config.SANDBOX_EXEC_TIMEOUT_MS,
+    outputMaxBytes: config.SANDBOX_OUTPUT_MAX_BYTES,
+    fileMaxBytes: config.SANDBOX_FILE_MAX_BYTES,
+    log: app.log
+  })
+}
+
+/** Shared runtime services, decorated at the root so the runs group's engines can reach the gateway. */
+export default fp(async function runtimeService(app: FastifyInstance, opts: RuntimeServiceOptions) {
+  const { config, wiring = {} } = opts
+  const provider = wiring.sandboxProvider ?? providerFor(config, app)
+  const sandboxes = provider ? new SandboxManager(provider, { idleMs: config.SANDBOX_IDLE_MS }) : null
+  const runs = wiring.runs ?? noRunDirectory
+  const gateway = new ToolGateway({
+    db: app.db,
+    sandboxes,
+    runs,
+    events: wiring.events ?? dropRunEvents,
+    memory: wiring.memory ?? noMemorySearch,
+    outputMaxBytes: config.TOOL_OUTPUT_MAX_BYTES,
+    execTimeoutMs: config.SANDBOX_EXEC_TIMEOUT_MS,
+    approvalTimeoutMs: config.TOOL_APPROVAL_TIMEOUT_MS,
+    approvalPollMs: config.TOOL_APPROVAL_POLL_MS,
+    log: app.log
+  })
+  app.decorate('runtime', { sandboxes, gateway, runs, sockets: new OpenSockets() })
+  app.features.sandboxProvider = provider?.name ?? 'none'
+  // tools need somewhere to run and runs to belong to
+  app.features.capabilities.toolGateway = sandboxes !== null && wiring.runs !== undefined
+  if (provider) app.log.info({ provider: provider.name, confinement: provider.confinement, desktop: provider.desktopAvailable }, 'sandbox provider ready')
+  app.addHook('onClose', async () => {
+    await sandboxes?.close()
+  })
+}, { name: 'runtime', fastify: '5.x', dependencies: ['db', 'features'] })

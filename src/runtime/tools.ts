@@ -1,0 +1,85 @@
+import { Type, type Static, type TSchema } from 'typebox'
+import { StrictObject } from '../../schemas/common.js'
+import type { ToolMode } from './tables.js'
+
+/**
+ * The agent's tools: argument schemas (JSON Schema, checked before anything runs) and
+ * their definitions in the OpenAI `tools` format, which the openai engine sends as is.
+ */
+export const ShellArgs = StrictObject({
+  command: Type.String({ minLength: 1, maxLength: 16_384, description: 'a shell command line, run with /bin/sh -c in the workspace' }),
+  timeoutSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 3600, description: 'wall-clock limit (capped by the server)' }))
+})
+export const ReadFileArgs = StrictObject({
+  path: Type.String({ minLength: 1, maxLength: 4096, description: 'a path relative to the workspace' })
+})
+export const WriteFileArgs = StrictObject({
+  path: Type.String({ minLength: 1, maxLength: 4096, description: 'a path relative to the workspace; parent folders are created' }),
+  content: Type.String({ description: 'the whole new content (UTF-8)' })
+})
+export const ListFilesArgs = StrictObject({
+  path: Type.Optional(Type.String({ maxLength: 4096, description: 'a folder relative to the workspace; empty or absent for the workspace itself' }))
+})
+export const MemorySearchArgs = StrictObject({
+  query: Type.String({ minLength: 1, maxLength: 2000, description: 'what to look for' }),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, description: 'at most this many facts (default 10)' }))
+})
+
+export const TOOLS = {
+  shell: {
+    schema: ShellArgs,
+    defaultMode: 'approve',
+    description: 'Run a shell command in the thread\'s sandboxed workspace. Returns the exit code, stdout and stderr (cut when long).'
+  },
+  read_file: {
+    schema: ReadFileArgs,
+    defaultMode: 'auto',
+    description: 'Read a UTF-8 text file from the workspace.'
+  },
+  write_file: {
+    schema: WriteFileArgs,
+    defaultMode: 'approve',
+    description: 'Create or replace a text file in the workspace.'
+  },
+  list_files: {
+    schema: ListFilesArgs,
+    defaultMode: 'auto',
+    description: 'List a folder of the workspace: names, types and sizes.'
+  },
+  memory_search: {
+    schema: MemorySearchArgs,
+    defaultMode: 'auto',
+    description: 'Search the organization\'s memory (facts remembered from earlier runs).'
+  }
+} as const satisfies Record<string, { schema: TSchema; defaultMode: ToolMode; description: string }>
+
+export type ToolName = keyof typeof TOOLS
+export const TOOL_NAMES = Object.keys(TOOLS) as ToolName[]
+export type ToolArgs = {
+  shell: Static<typeof ShellArgs>
+  read_file: Static<typeof ReadFileArgs>
+  write_file: Static<typeof WriteFileArgs>
+  list_files: Static<typeof ListFilesArgs>
+  memory_search: Static<typeof MemorySearchArgs>
+}
+
+export function isToolName(name: string): name is ToolName {
+  return Object.hasOwn(TOOLS, name)
+}
+
+export interface OpenAiToolDefinition {
+  type: 'function'
+  function: { name: string; description: string; parameters: Record<string, unknown> }
+}
+
+/** The tools in the OpenAI chat-completions `tools` format (plain JSON, no TypeBox symbols). */
+export function toolDefinitions(): OpenAiToolDefinition[] {
+  return TOOL_NAMES.map((name) => ({
+    type: 'function',
+    function: {
+      name,
+      description: TOOLS[name].description,
+      parameters: JSON.parse(JSON.stringify(TOOLS[name].schema)) as Record<string, unknown>
+    }
+  }))
+}

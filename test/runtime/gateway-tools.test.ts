@@ -1,0 +1,117 @@
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { eq } from 'drizzle-orm'
+import t from 'tap'
+import { DEV_ORG } from '../../src/auth/dev-org.js'
+import { newId } from '../../src/db/ids.js'
+import type { MemorySearch } from '../../src/runtime/ports.js'
+import { toolApprovals } from '../../src/runtime/tables.js'
+import { buildTestApp, type EnvOverrides, type Teardown } from '../helper.js'
+import { eventRecorder, fakeRuns } from './fakes.js'
+
+const ORG = DEV_ORG.id
+
+const searched: string[] = []
+const SHARED_MEMORY: MemorySearch = {
+  async search(run, query, limit) {
+    searched.push(`${run.orgId}:${run.rootRunId}:${query}:${limit}`)
+    return [{ id: 'm1', content: 'the sky is blue', score: 0.9 }]
+  }
+}
+const SHARED_ENV: EnvOverrides = { TOOL_OUTPUT_MAX_BYTES: '1024' }
+
+/** One app for the tests below that need no special settings (each test has its own run and thread). */
+let shared: ReturnType<typeof build> | undefined
+
+async function build(t: Teardown, env: EnvOverrides = {}, memory?: MemorySearch) {
+  const dataDir = await mkdtemp(join(tmpdir(), 'cairn-gateway-'))
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+  const runs = fakeRuns()
+  const events = eventRecorder()
+  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50', ...env }, runtime: { runs, events, ...(memory ? { memory } : {}) } })
+  return { app, runs, events, dataDir }
+}
+
+async function setup(own?: { t: Teardown; env?: EnvOverrides; memory?: MemorySearch }) {
+  const base = own ? await build(own.t, own.env, own.memory) : await (shared ??= build(t, SHARED_ENV, SHARED_MEMORY))
+  const runId = newId()
+  const threadId = newId()
+  base.runs.add(ORG, runId, threadId)
+  return { ...base, runId, threadId, workspace: join(base.dataDir, 'sandboxes', ORG, threadId) }
+}
+
+t.test('cancelling the run stops a running command', async (t) => {
+  const { app, runId } = await setup()
+  await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', payload: { mode: 'auto' } })
+  const call = app.runtime.gateway.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'echo started > started.txt; sleep 60' } })
+  const deadline = Date.now() + 10_000
+  while (app.runtime.sandboxes!.size === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+  await new Promise((r) => setTimeout(r, 200))
+  await app.runtime.gateway.cancelRun(ORG, runId)
+  const result = await call
+  t.equal(result.status, 'cancelled')
+})
+
+t.test('policy auto runs at once; output is bounded', async (t) => {
+  const { app, events, runId } = await setup()
+  const set = await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', payload: { mode: 'auto' } })
+  t.equal(set.statusCode, 200)
+  t.match(set.json(), { tool: 'shell', mode: 'auto', isDefault: false })
+  const result = await app.runtime.gateway.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'head -c 100000 /dev/zero | tr "\\0" x' } })
+  t.equal(result.status, 'ok')
+  t.equal(result.approvalId, null)
+  t.equal(result.truncated, true)
+  t.ok(Buffer.byteLength(result.content) <= 1024, 'the content is within the bound')
+  t.match(result.content, /^exit code 0\nxxxx/)
+  t.same(events.of(runId).map((e) => e.type), ['tool.call', 'tool.result'], 'no approval')
+  t.ok(Buffer.byteLength(events.of(runId)[1]!.data.content as string) <= 1024, 'the recorded result is bounded too')
+  t.equal((await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))).length, 0)
+
+  const policies = await app.inject({ method: 'GET', url: '/api/tools/policies' })
+  t.equal(policies.statusCode, 200)
+  const byTool = Object.fromEntries(policies.json().items.map((p: { tool: string; mode: string; isDefault: boolean }) => [p.tool, [p.mode, p.isDefault]]))
+  t.same(byTool, {
+    shell: ['auto', false], read_file: ['auto', true], write_file: ['approve', true], list_files: ['auto', true], memory_search: ['auto', true]
+  })
+})
+
+t.test('file tools and memory_search run through the gateway', async (t) => {
+  const { app, runId, threadId } = await setup()
+  await app.inject({ method: 'PUT', url: '/api/tools/policies/write_file', payload: { mode: 'auto' } })
+  const gw = app.runtime.gateway
+  t.match(await gw.execute({ orgId: ORG, runId, name: 'write_file', arguments: { path: 'docs/a.md', content: '# hi' } }), { status: 'ok', content: 'wrote 4 bytes to docs/a.md' })
+  t.match(await gw.execute({ orgId: ORG, runId, name: 'read_file', arguments: '{"path":"docs/a.md"}' }), { status: 'ok', content: '# hi' })
+  const listed = await gw.execute({ orgId: ORG, runId, name: 'list_files', arguments: {} })
+  t.same(JSON.parse(listed.content), { entries: [{ name: 'docs', type: 'dir', size: 0 }] })
+  t.match(await gw.execute({ orgId: ORG, runId, name: 'read_file', arguments: { path: '../../etc/passwd' } }), { status: 'error', content: /\.\./ })
+  const found = await gw.execute({ orgId: ORG, runId, name: 'memory_search', arguments: { query: 'sky' } })
+  t.same(JSON.parse(found.content), { items: [{ id: 'm1', content: 'the sky is blue', score: 0.9 }] })
+  t.same(searched, [`${ORG}:${threadId}:sky:10`])
+
+  // bad calls answer an error result and run nothing
+  t.match(await gw.execute({ orgId: ORG, runId, name: 'rm_rf', arguments: {} }), { status: 'error', content: /unknown tool/ })
+  t.match(await gw.execute({ orgId: ORG, runId, name: 'shell', arguments: '{not json' }), { status: 'error', content: /not a JSON object/ })
+  t.match(await gw.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'true', extra: 1 } }), { status: 'error', content: /invalid arguments/ })
+  t.match(await gw.execute({ orgId: ORG, runId: newId(), name: 'shell', arguments: { command: 'true' } }), { status: 'error', content: /run does not exist/ })
+  t.equal((await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))).length, 0, 'no approval was asked for a bad call')
+
+  const defs = gw.definitions()
+  t.same(defs.map((d) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search'])
+  t.match(defs[0], { type: 'function', function: { parameters: { type: 'object', required: ['command'], additionalProperties: false } } })
+  t.equal(JSON.stringify(defs).includes('Symbol'), false)
+})
+
+t.test('/api/config shows the sandbox provider and the gateway capability', async (t) => {
+  const { app } = await setup()
+  const body = (await app.inject({ method: 'GET', url: '/api/config' })).json()
+  t.equal(body.sandbox.provider, 'local')
+  t.equal(body.capabilities.toolGateway, true)
+
+  const none = await buildTestApp(t, { env: { SANDBOX_PROVIDER: 'none' }, runtime: { runs: fakeRuns() } })
+  const off = (await none.inject({ method: 'GET', url: '/api/config' })).json()
+  t.equal(off.sandbox.provider, 'none')
+  t.equal(off.capabilities.toolGateway, false)
+  const unwired = await buildTestApp(t, { env: { SANDBOX_PROVIDER: 'local' } })
+  t.equal((await unwired.inject({ method: 'GET', url: '/api/config' })).json().capabilities.toolGateway, false, 'no runs group wired: no gateway')
+})

@@ -1,0 +1,186 @@
+import { existsSync } from 'node:fs'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { eq } from 'drizzle-orm'
+import t from 'tap'
+import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
+import { organizations } from '../../src/auth/tables.js'
+import { newId } from '../../src/db/ids.js'
+import type { MemorySearch } from '../../src/runtime/ports.js'
+import { toolApprovals } from '../../src/runtime/tables.js'
+import { buildTestApp, createTestDatabase, type EnvOverrides, type Teardown } from '../helper.js'
+import { eventRecorder, fakeRuns } from './fakes.js'
+
+const ORG = DEV_ORG.id
+
+const SHARED_MEMORY: MemorySearch | undefined = undefined
+const SHARED_ENV: EnvOverrides = {}
+
+/** One app for the tests below that need no special settings (each test has its own run and thread). */
+let shared: ReturnType<typeof build> | undefined
+
+async function build(t: Teardown, env: EnvOverrides = {}, memory?: MemorySearch) {
+  const dataDir = await mkdtemp(join(tmpdir(), 'cairn-gateway-'))
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+  const runs = fakeRuns()
+  const events = eventRecorder()
+  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50', ...env }, runtime: { runs, events, ...(memory ? { memory } : {}) } })
+  return { app, runs, events, dataDir }
+}
+
+async function setup(own?: { t: Teardown; env?: EnvOverrides; memory?: MemorySearch }) {
+  const base = own ? await build(own.t, own.env, own.memory) : await (shared ??= build(t, SHARED_ENV, SHARED_MEMORY))
+  const runId = newId()
+  const threadId = newId()
+  base.runs.add(ORG, runId, threadId)
+  return { ...base, runId, threadId, workspace: join(base.dataDir, 'sandboxes', ORG, threadId) }
+}
+
+t.test('a shell call that needs approval waits, is approved through the route and returns its output', async (t) => {
+  const { app, events, runId, threadId } = await setup()
+  const call = app.runtime.gateway.execute({ orgId: ORG, runId, callId: 'call-1', name: 'shell', arguments: JSON.stringify({ command: 'echo approved-output' }) })
+  const requested = await events.next('approval.requested', runId)
+  const approvalId = requested.data.approvalId as string
+  t.match(requested.data, { callId: 'call-1', tool: 'shell', arguments: { command: 'echo approved-output' } })
+
+  const list = await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals` })
+  t.equal(list.statusCode, 200)
+  t.same(list.json().nextCursor, null)
+  t.match(list.json().items, [{ id: approvalId, runId, rootRunId: threadId, callId: 'call-1', tool: 'shell', status: 'pending', decidedBy: null, decidedAt: null }])
+  t.same(events.of(runId).map((e) => e.type), ['tool.call', 'approval.requested'], 'nothing ran yet')
+
+  const decided = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${approvalId}`, payload: { decision: 'approve' } })
+  t.equal(decided.statusCode, 200)
+  t.match(decided.json().approval, { id: approvalId, status: 'approved', decidedBy: DEV_USER.id })
+
+  const result = await call
+  t.match(result, { callId: 'call-1', tool: 'shell', status: 'ok', truncated: false, approvalId })
+  t.match(result.content, /^exit code 0\napproved-output\n$/)
+  t.same(events.of(runId).map((e) => e.type), ['tool.call', 'approval.requested', 'approval.resolved', 'tool.result'])
+  t.ok(events.of(runId).every((e) => e.orgId === ORG), 'the events are the run\'s, in its org')
+  t.match(events.of(runId).at(-1)!.data, { callId: 'call-1', status: 'ok', content: result.content })
+
+  const again = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${approvalId}`, payload: { decision: 'deny' } })
+  t.equal(again.statusCode, 409, 'deciding twice is a conflict')
+  t.same(again.json(), { error: 'conflict', message: 'the approval is already approved' })
+  const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, approvalId))
+  t.equal(row!.status, 'approved', 'the first decision stands')
+})
+
+t.test('a denied call does not run', async (t) => {
+  const { app, events, runId, workspace } = await setup()
+  const call = app.runtime.gateway.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'touch ran.txt' } })
+  const { data } = await events.next('approval.requested', runId)
+  const res = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${data.approvalId}`, payload: { decision: 'deny' } })
+  t.equal(res.statusCode, 200)
+  t.equal(res.json().approval.status, 'denied')
+  const result = await call
+  t.equal(result.status, 'denied')
+  t.notOk(existsSync(join(workspace, 'ran.txt')), 'the command never ran')
+  t.match(events.of(runId).at(-1), { type: 'tool.result', data: { status: 'denied' } })
+})
+
+t.test('cancelling the run drops its waiting call', async (t) => {
+  const { app, events, runId } = await setup()
+  const call = app.runtime.gateway.execute({ orgId: ORG, runId, name: 'write_file', arguments: { path: 'a.txt', content: 'x' } })
+  const { data } = await events.next('approval.requested', runId)
+  t.equal(await app.runtime.gateway.cancelRun(ORG, runId), 1)
+  const result = await call
+  t.equal(result.status, 'cancelled')
+  const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, data.approvalId as string))
+  t.equal(row!.status, 'cancelled')
+  const late = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${data.approvalId}`, payload: { decision: 'approve' } })
+  t.equal(late.statusCode, 409)
+  t.equal(late.json().error, 'conflict')
+})
+
+t.test('an approval nobody decides expires', async (t) => {
+  const { app, runId } = await setup({ t, env: { TOOL_APPROVAL_TIMEOUT_MS: '1000' } })
+  const result = await app.runtime.gateway.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'true' } })
+  t.equal(result.status, 'expired')
+  const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))
+  t.equal(row!.status, 'expired')
+})
+
+t.test('a decision made on another instance wakes the waiting call', async (t) => {
+  const dataDir = await mkdtemp(join(tmpdir(), 'cairn-gateway-'))
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+  const db = await createTestDatabase(t)
+  const runs = fakeRuns()
+  const events = eventRecorder()
+  const env = { DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50' }
+  const a = await buildTestApp(t, { db, env, runtime: { runs, events } })
+  const b = await buildTestApp(t, { db, env, runtime: { runs, events: eventRecorder() } })
+  const runId = newId()
+  runs.add(ORG, runId)
+  const call = a.runtime.gateway.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'echo from-a' } })
+  const { data } = await events.next('approval.requested', runId)
+  const res = await b.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${data.approvalId}`, payload: { decision: 'approve' } })
+  t.equal(res.statusCode, 200)
+  const result = await call
+  t.equal(result.status, 'ok')
+  t.match(result.content, /from-a/)
+})
+
+t.test('approval routes: other orgs, unknown ids and bad input', async (t) => {
+  const { app, runs, events, runId } = await setup()
+  const otherOrg = newId()
+  await app.db.insert(organizations).values({ id: otherOrg, name: 'Other', slug: `other-${otherOrg.slice(-8)}` })
+  const foreignRun = newId()
+  runs.add(otherOrg, foreignRun)
+  const call = app.runtime.gateway.execute({ orgId: otherOrg, runId: foreignRun, name: 'shell', arguments: { command: 'echo foreign' } })
+  const { data } = await events.next('approval.requested', foreignRun)
+  const foreignApproval = data.approvalId as string
+
+  const cases: Array<[string, string, unknown, number, string]> = [
+    ['GET', `/api/runs/${foreignRun}/approvals`, undefined, 404, 'not_found'],
+    ['POST', `/api/runs/${foreignRun}/approvals/${foreignApproval}`, { decision: 'approve' }, 404, 'not_found'],
+    ['POST', `/api/runs/${runId}/approvals/${foreignApproval}`, { decision: 'approve' }, 404, 'not_found'],
+    ['POST', `/api/runs/${runId}/approvals/${newId()}`, { decision: 'approve' }, 404, 'not_found'],
+    ['POST', `/api/runs/${runId}/approvals/${newId()}`, { decision: 'maybe' }, 400, 'validation_failed'],
+    ['POST', `/api/runs/${runId}/approvals/${newId()}`, { decision: 'approve', orgId: otherOrg }, 400, 'validation_failed'],
+    ['POST', `/api/runs/${runId}/approvals/${newId()}`, {}, 400, 'validation_failed'],
+    ['POST', `/api/runs/${runId}/approvals/${newId()}`, [], 400, 'validation_failed'],
+    ['POST', `/api/runs/${runId}/approvals/'%20or%201=1`, { decision: 'approve' }, 400, 'validation_failed'],
+    ['GET', `/api/runs/${'x'.repeat(65)}/approvals`, undefined, 400, 'validation_failed'],
+    ['GET', `/api/runs/${runId}/approvals?limit=0`, undefined, 400, 'validation_failed'],
+    ['GET', `/api/runs/${runId}/approvals?limit=500`, undefined, 400, 'validation_failed'],
+    ['PUT', '/api/tools/policies/rm_rf', { mode: 'auto' }, 400, 'validation_failed'],
+    ['PUT', '/api/tools/policies/shell', { mode: 'never' }, 400, 'validation_failed'],
+    ['PUT', '/api/tools/policies/shell', { mode: 'auto', orgId: otherOrg }, 400, 'validation_failed']
+  ]
+  for (const [method, url, payload, status, error] of cases) {
+    const res = await app.inject({ method: method as 'GET', url, ...(payload === undefined ? {} : { payload: payload as object }) })
+    t.equal(res.statusCode, status, `${method} ${url} ${JSON.stringify(payload)}`)
+    t.equal(res.json().error, error)
+  }
+  const malformed = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${foreignApproval}`, headers: { 'content-type': 'application/json' }, payload: '{"decision":' })
+  t.equal(malformed.statusCode, 400)
+  t.equal(malformed.json().error, 'invalid_json')
+  const huge = await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ mode: 'x'.repeat(2 * 1024 * 1024) }) })
+  t.equal(huge.statusCode, 413)
+
+  const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, foreignApproval))
+  t.equal(row!.status, 'pending', 'the other org\'s approval is untouched')
+  const mine = await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals` })
+  t.same(mine.json(), { items: [], nextCursor: null }, 'lists never show another org\'s rows')
+  await app.runtime.gateway.cancelRun(otherOrg, foreignRun)
+  t.equal((await call).status, 'cancelled')
+})
+
+t.test('approvals are paged', async (t) => {
+  const { app, events, runId } = await setup()
+  const calls = [1, 2, 3].map((n) => app.runtime.gateway.execute({ orgId: ORG, runId, callId: `c${n}`, name: 'shell', arguments: { command: 'true' } }))
+  while (events.of(runId).filter((e) => e.type === 'approval.requested').length < 3) await events.next('approval.requested', runId).then(() => new Promise((r) => setTimeout(r, 10)))
+  const first = await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals?limit=2` })
+  t.equal(first.json().items.length, 2)
+  t.type(first.json().nextCursor, 'string')
+  const second = await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals?limit=2&cursor=${first.json().nextCursor}` })
+  t.equal(second.json().items.length, 1)
+  t.equal(second.json().nextCursor, null)
+  const ids = [...first.json().items, ...second.json().items].map((a: { callId: string }) => a.callId).sort()
+  t.same(ids, ['c1', 'c2', 'c3'])
+  await app.runtime.gateway.cancelRun(ORG, runId)
+  t.same((await Promise.all(calls)).map((r) => r.status), ['cancelled', 'cancelled', 'cancelled'])
+})

@@ -1,0 +1,161 @@
+import { existsSync } from 'node:fs'
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import t from 'tap'
+import { LocalSandboxProvider, probeBubblewrap } from '../../src/runtime/local-sandbox.js'
+import { SandboxError, SandboxManager } from '../../src/runtime/sandbox.js'
+import type { Teardown } from '../helper.js'
+
+const quiet = { warn() {}, info() {} }
+
+async function setup(t: Teardown, confinement: 'auto' | 'none' = 'auto') {
+  const dataDir = await mkdtemp(join(tmpdir(), 'cairn-sandbox-'))
+  const outside = await mkdtemp(join(tmpdir(), 'cairn-outside-'))
+  t.teardown(() => Promise.all([rm(dataDir, { recursive: true, force: true }), rm(outside, { recursive: true, force: true })]))
+  await writeFile(join(outside, 'secret.txt'), 'top-secret-value')
+  const provider = new LocalSandboxProvider({
+    dataDir, confinement, network: false, execTimeoutMs: 10_000, outputMaxBytes: 64 * 1024, fileMaxBytes: 64 * 1024, log: quiet
+  })
+  const sandbox = await provider.create({ orgId: 'org-a', threadId: 'thread-1' })
+  t.teardown(() => sandbox.destroy())
+  return { provider, sandbox, dataDir, outside, workspace: join(dataDir, 'sandboxes', 'org-a', 'thread-1') }
+}
+
+const bwrap = probeBubblewrap()
+
+t.test('a command cannot read a file outside its workspace (bubblewrap)', { skip: bwrap.ok ? false : `bubblewrap cannot confine here: ${bwrap.reason}` }, async (t) => {
+  const { provider, sandbox, outside, workspace } = await setup(t)
+  t.equal(provider.confinement, 'bwrap')
+  const secret = join(outside, 'secret.txt')
+  const read = await sandbox.exec(`cat ${secret}`)
+  t.not(read.exitCode, 0, 'cat fails')
+  t.notMatch(read.stdout, /top-secret-value/, 'the secret is not printed')
+  const write = await sandbox.exec(`echo pwned > ${join(outside, 'new.txt')}`)
+  t.not(write.exitCode, 0)
+  t.notOk(existsSync(join(outside, 'new.txt')), 'nothing written outside')
+  // its own workspace is writable, and is its home
+  const own = await sandbox.exec('echo mine > own.txt && cat own.txt && pwd')
+  t.equal(own.exitCode, 0)
+  t.match(own.stdout, /^mine\n/)
+  t.equal(await readFile(join(workspace, 'own.txt'), 'utf8'), 'mine\n')
+  t.equal((await sandbox.exec('cat /etc/hostname > /dev/null')).exitCode, 0, 'system files stay readable')
+  const net = await sandbox.exec('cat /proc/net/dev')
+  t.notMatch(net.stdout, /eth0|ens|enp|veth/, 'no network device but loopback without SANDBOX_NETWORK')
+})
+
+t.test('commands never see the service environment', async (t) => {
+  process.env.CAIRN_TEST_SECRET = 'env-secret-value'
+  t.teardown(() => { delete process.env.CAIRN_TEST_SECRET })
+  for (const mode of ['auto', 'none'] as const) {
+    const { sandbox } = await setup(t, mode)
+    const env = await sandbox.exec('env')
+    t.equal(env.exitCode, 0)
+    t.notMatch(env.stdout, /env-secret-value/, `${mode}: no service variables`)
+    t.match(env.stdout, /PATH=/)
+  }
+})
+
+t.test('the time limit kills a long command and its children', async (t) => {
+  for (const mode of ['auto', 'none'] as const) {
+    const { sandbox } = await setup(t, mode)
+    const result = await sandbox.exec('sleep 60 & sleep 60', { timeoutMs: 300 })
+    t.equal(result.timedOut, true, `${mode}: timed out`)
+    t.equal(result.exitCode, null)
+    t.equal(result.signal, 'SIGKILL')
+  }
+})
+
+t.test('an aborted command is killed', async (t) => {
+  const { sandbox } = await setup(t)
+  const controller = new AbortController()
+  const running = sandbox.exec('sleep 60', { signal: controller.signal })
+  controller.abort()
+  const result = await running
+  t.equal(result.signal, 'SIGKILL')
+  t.equal(result.timedOut, false)
+})
+
+t.test('output is cut at the limit', async (t) => {
+  const { sandbox } = await setup(t)
+  const result = await sandbox.exec('head -c 100000 /dev/zero | tr "\\0" x; echo err >&2', { maxOutputBytes: 100 })
+  t.equal(result.stdout, 'x'.repeat(100))
+  t.equal(result.stderr, 'err\n')
+  t.equal(result.truncated, true)
+  t.equal(result.exitCode, 0)
+})
+
+t.test('files: write, read, list inside the workspace', async (t) => {
+  const { sandbox, workspace } = await setup(t)
+  t.same(await sandbox.writeFile('notes/a.txt', 'hello ✓'), { bytes: Buffer.byteLength('hello ✓') })
+  t.equal(await readFile(join(workspace, 'notes', 'a.txt'), 'utf8'), 'hello ✓')
+  t.same(await sandbox.readFile('./notes//a.txt'), { content: 'hello ✓', size: 9, truncated: false })
+  t.same(await sandbox.readFile('notes/a.txt', 5), { content: 'hello', size: 9, truncated: true })
+  t.same(await sandbox.listFiles(''), [{ name: 'notes', type: 'dir', size: 0 }])
+  t.same(await sandbox.listFiles('notes'), [{ name: 'a.txt', type: 'file', size: 9 }])
+  // a link that stays inside the workspace is fine
+  await symlink(join(workspace, 'notes'), join(workspace, 'inner'))
+  t.equal((await sandbox.readFile('inner/a.txt')).content, 'hello ✓')
+  await t.rejects(sandbox.readFile('missing.txt'), { code: 'not_found' })
+  await t.rejects(sandbox.readFile('notes'), { code: 'not_a_file' })
+  await t.rejects(sandbox.writeFile('big.txt', 'x'.repeat(70 * 1024)), { code: 'too_large' })
+})
+
+t.test('path escapes are rejected: .., absolute paths, symlinks out', async (t) => {
+  const { sandbox, outside, workspace } = await setup(t)
+  for (const path of ['../secret.txt', 'a/../../secret.txt', '..', '/etc/passwd', join(outside, 'secret.txt'), '~/x', 'a\0b', '']) {
+    await t.rejects(sandbox.readFile(path), SandboxError, `read ${JSON.stringify(path)}`)
+    await t.rejects(sandbox.writeFile(path, 'x'), SandboxError, `write ${JSON.stringify(path)}`)
+  }
+  await t.rejects(sandbox.listFiles('../..'), { code: 'invalid_path' })
+
+  await mkdir(workspace, { recursive: true })
+  await symlink(outside, join(workspace, 'out'))
+  await symlink(join(outside, 'secret.txt'), join(workspace, 'leak.txt'))
+  await t.rejects(sandbox.readFile('out/secret.txt'), { code: 'invalid_path' }, 'a directory link out')
+  await t.rejects(sandbox.readFile('leak.txt'), { code: 'invalid_path' }, 'a file link out')
+  await t.rejects(sandbox.listFiles('out'), { code: 'invalid_path' })
+  await t.rejects(sandbox.writeFile('out/new.txt', 'x'), { code: 'invalid_path' })
+  await t.rejects(sandbox.writeFile('leak.txt', 'overwritten'), { code: 'invalid_path' })
+  await t.rejects(sandbox.writeFile('out/sub/new.txt', 'x'), { code: 'invalid_path' })
+  t.notOk(existsSync(join(outside, 'new.txt')))
+  t.notOk(existsSync(join(outside, 'sub')))
+  t.equal(await readFile(join(outside, 'secret.txt'), 'utf8'), 'top-secret-value', 'the outside file is unchanged')
+})
+
+t.test('hostile org or thread ids never become paths', async (t) => {
+  const { provider } = await setup(t)
+  await t.rejects(provider.create({ orgId: '..', threadId: 'x' }), { code: 'invalid_path' })
+  await t.rejects(provider.create({ orgId: 'org', threadId: 'a/b' }), { code: 'invalid_path' })
+})
+
+t.test('the manager reuses one sandbox per thread and reaps idle ones', async (t) => {
+  const { provider } = await setup(t)
+  const manager = new SandboxManager(provider, { idleMs: 60_000 })
+  t.teardown(() => manager.close())
+  const a = await manager.acquire({ orgId: 'org-a', threadId: 't1' })
+  const again = await manager.acquire({ orgId: 'org-a', threadId: 't1' })
+  t.equal(a.sandbox, again.sandbox, 'one sandbox per (org, thread)')
+  const other = await manager.acquire({ orgId: 'org-b', threadId: 't1' })
+  t.not(other.sandbox, a.sandbox, 'orgs never share')
+  other.release()
+  a.release()
+  t.equal(await manager.reapIdle(Date.now() + 120_000), 1, 'only the unleased sandbox is reaped')
+  t.equal(other.sandbox.destroyed, true)
+  t.equal(a.sandbox.destroyed, false, 'a leased sandbox stays')
+  again.release()
+  t.equal(await manager.reapIdle(Date.now() + 120_000), 1)
+  t.equal(a.sandbox.destroyed, true)
+  t.equal(manager.size, 0)
+  await t.rejects(a.sandbox.exec('true'), { code: 'destroyed' })
+  const fresh = await manager.acquire({ orgId: 'org-a', threadId: 't1' })
+  t.not(fresh.sandbox, a.sandbox, 'a reaped sandbox is made again on demand')
+  fresh.release()
+})
+
+t.test('destroy with purge removes the workspace', async (t) => {
+  const { sandbox, workspace } = await setup(t)
+  await sandbox.writeFile('x.txt', 'x')
+  await sandbox.destroy({ purge: true })
+  t.notOk(existsSync(workspace))
+})
