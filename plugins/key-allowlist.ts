@@ -57,7 +57,13 @@ export const KEY_DENYLIST: readonly string[] = [
   'PATCH /api/*',
   'DELETE /api/*',
   // minting and listing keys: session-only and admin-only (mint/revoke answer 403 session_required)
-  'GET /api/keys'
+  'GET /api/keys',
+  // the agent runtime: approvals, terminal and desktop are for people with a session;
+  // tool policies are org configuration, not a read path an integration needs
+  'GET /api/tools/policies',
+  'GET /api/runs/:id/approvals',
+  'GET /api/runs/:id/terminal',
+  'GET /api/desktop-proxy/:threadId/websockify'
 ]
 
 /** `METHOD /pattern` with parameter names erased and HEAD read as GET. */

@@ -1,6 +1,8 @@
 import { sql } from 'drizzle-orm'
 import type { FastifyInstance } from 'fastify'
 import { rowsOf } from '../../src/db/client.js'
+import { newId } from '../../src/db/ids.js'
+import { toolApprovals } from '../../src/runtime/tables.js'
 import { mintKey, signUpWithOrg, type SignedIn, type TestOrg } from '../helper.js'
 
 /**
@@ -90,6 +92,31 @@ export const TENANT_FIXTURES: TenantFixture[] = [
     snapshot: (app, owner) => rows(app, sql`select id, root_run_id, prompt, cancel_requested from runs where org_id = ${owner.org.id} order by id`),
     body(route) {
       return route.startsWith('POST') ? {} : undefined
+    }
+  },
+  {
+    name: 'agent runtime',
+    routes: [
+      'GET /api/runs/:id/approvals',
+      'POST /api/runs/:id/approvals/:approvalId',
+      'GET /api/runs/:id/terminal',
+      'GET /api/desktop-proxy/:threadId/websockify'
+    ],
+    lists: ['GET /api/tools/policies'],
+    async seed(app, owner) {
+      const res = await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: owner.cookie }, payload: { prompt: 'runtime fixture' } })
+      const { run } = res.json() as { run: { id: string; rootRunId: string } }
+      // a pending approval as a waiting tool call leaves it (no model is needed to make one)
+      const approvalId = newId()
+      await app.db.insert(toolApprovals).values({
+        id: approvalId, orgId: owner.org.id, runId: run.id, rootRunId: run.rootRunId, callId: 'call_fixture',
+        tool: 'shell', arguments: { command: 'true' }, expiresAt: new Date(Date.now() + 3_600_000)
+      })
+      return { id: run.id, approvalId, threadId: run.rootRunId }
+    },
+    snapshot: (app, owner) => rows(app, sql`select id, status, decided_by from tool_approvals where org_id = ${owner.org.id} order by id`),
+    body(route) {
+      return route.startsWith('POST') ? { decision: 'approve' } : undefined
     }
   }
 ]
