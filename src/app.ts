@@ -16,6 +16,8 @@ import { seedDevOrg } from './auth/dev-org.js'
 import type { Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { migrateDatabase } from './db/migrate.js'
+import memoryHub from './memory/hub.js'
+import memory from './memory/index.js'
 import system from './system/index.js'
 
 /** One registered route, as the route-walk tests and the API-key allowlist check see it. */
@@ -100,12 +102,14 @@ export async function buildApp({ config, database }: BuildOptions): Promise<Fast
     await app.register(cors, { origin: config.CORS_ORIGINS, credentials: true, maxAge: 600 })
   }
   await app.register(openapiPlugin, { release: config.release })
+  await app.register(memoryHub, { config })
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
   // they declare otherwise, because the principal hook sits here.
   await app.register(async function api(scope) {
     await scope.register(principalPlugin, { allowDevOrg: config.ALLOW_DEV_ORG })
     await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG })
+    await scope.register(memory, { backendName: config.MEMORY_BACKEND })
   }, { prefix: '/api' })
 
   return app as unknown as FastifyInstance

@@ -33,6 +33,7 @@ t.test('with dev-org access off, an anonymous caller gets 401 on every non-publi
     const url = route.url.replace(/:[A-Za-z]+/g, '0190b8f0-0000-7000-8000-000000000000')
     const res = await app.inject({ method: route.method as 'GET', url })
     t.equal(res.statusCode, 401, `${route.method} ${route.url}`)
-    t.equal(res.json().error, 'unauthorized', `${route.method} ${route.url}`)
+    // a HEAD answer has no body to read
+    if (route.method !== 'HEAD') t.equal(res.json().error, 'unauthorized', `${route.method} ${route.url}`)
   }
 })

@@ -1,2 +1,3 @@
 // Every domain's drizzle tables, gathered for the drizzle client and drizzle-kit.
 export * from '../auth/tables.js'
+export * from '../memory/tables.js'
