@@ -17,6 +17,7 @@ import memory from '../../src/memory/index.js'
 import { ensurePool } from '../../src/memory/pools.js'
 import { createPostgresPool } from '../../src/memory/postgres-pool.js'
 import type { RunRef } from '../../src/runs/memory-port.js'
+import { ErrorBody } from '../../schemas/common.js'
 import { createTestDatabase, testConfig, type EnvOverrides, type Teardown, type TestDatabase } from '../helper.js'
 
 export const DEV_PRINCIPAL: Principal = { kind: 'dev', orgId: DEV_ORG.id, userId: DEV_USER.id, role: 'owner' }
@@ -59,6 +60,7 @@ export async function memoryTestApp(t: Teardown, options: { env?: EnvOverrides; 
     logger: false,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true } }
   }).withTypeProvider<TypeBoxTypeProvider>()
+  app.addSchema(ErrorBody)
   await app.register(errorsPlugin)
   await app.register(dbPlugin, { database: db.database, closeOnShutdown: false })
   await app.register(featuresPlugin)
