@@ -1,9 +1,11 @@
 // npm run bench [-- name …]: runs the named benchmarks (all by default) and prints
 // Markdown tables of requests/s, p99 and the ratio to the baseline measured in the same run.
 import { benchFoundation } from './foundation.js'
+import { benchMemory } from './memory.js'
 
 const benches: Record<string, () => Promise<string>> = {
-  foundation: benchFoundation
+  foundation: benchFoundation,
+  memory: benchMemory
 }
 
 const wanted = process.argv.slice(2)

@@ -72,22 +72,29 @@ CREATE TABLE "memory_settings" (
 	"updated_at" timestamp with time zone DEFAULT now() NOT NULL
 );
 --> statement-breakpoint
+CREATE TABLE "memory_words" (
+	"pool_id" text NOT NULL,
+	"word" text NOT NULL,
+	CONSTRAINT "memory_words_pool_id_word_pk" PRIMARY KEY("pool_id","word")
+);
+--> statement-breakpoint
 ALTER TABLE "memory_captures" ADD CONSTRAINT "memory_captures_org_id_organizations_id_fk" FOREIGN KEY ("org_id") REFERENCES "public"."organizations"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "memory_item_history" ADD CONSTRAINT "memory_item_history_pool_id_memory_pools_id_fk" FOREIGN KEY ("pool_id") REFERENCES "public"."memory_pools"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "memory_items" ADD CONSTRAINT "memory_items_pool_id_memory_pools_id_fk" FOREIGN KEY ("pool_id") REFERENCES "public"."memory_pools"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "memory_pools" ADD CONSTRAINT "memory_pools_org_id_organizations_id_fk" FOREIGN KEY ("org_id") REFERENCES "public"."organizations"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "memory_recalls" ADD CONSTRAINT "memory_recalls_org_id_organizations_id_fk" FOREIGN KEY ("org_id") REFERENCES "public"."organizations"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "memory_settings" ADD CONSTRAINT "memory_settings_org_id_organizations_id_fk" FOREIGN KEY ("org_id") REFERENCES "public"."organizations"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
+ALTER TABLE "memory_words" ADD CONSTRAINT "memory_words_pool_id_memory_pools_id_fk" FOREIGN KEY ("pool_id") REFERENCES "public"."memory_pools"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 CREATE UNIQUE INDEX "memory_captures_run_key" ON "memory_captures" USING btree ("org_id","run_id");--> statement-breakpoint
 CREATE INDEX "memory_captures_due_idx" ON "memory_captures" USING btree ("next_attempt_at") WHERE "memory_captures"."state" = 'pending';--> statement-breakpoint
 CREATE INDEX "memory_captures_org_newest_idx" ON "memory_captures" USING btree ("org_id","id" DESC NULLS LAST);--> statement-breakpoint
 CREATE INDEX "memory_item_history_item_idx" ON "memory_item_history" USING btree ("pool_id","item_id","id");--> statement-breakpoint
 CREATE UNIQUE INDEX "memory_items_pool_content_key" ON "memory_items" USING btree ("pool_id","content_hash");--> statement-breakpoint
 CREATE UNIQUE INDEX "memory_items_capture_fact_key" ON "memory_items" USING btree ("capture_id","fact_index");--> statement-breakpoint
-CREATE INDEX "memory_items_pool_newest_idx" ON "memory_items" USING btree ("pool_id","created_at" DESC NULLS LAST,"id" DESC NULLS LAST);--> statement-breakpoint
+CREATE INDEX "memory_items_pool_newest_idx" ON "memory_items" USING btree ("pool_id","id" DESC NULLS LAST);--> statement-breakpoint
 CREATE INDEX "memory_items_search_idx" ON "memory_items" USING gin ("search_vector");--> statement-breakpoint
-CREATE INDEX "memory_items_trgm_idx" ON "memory_items" USING gin ("content" gin_trgm_ops);--> statement-breakpoint
 CREATE UNIQUE INDEX "memory_pools_owner_key" ON "memory_pools" USING btree ("org_id","owner_key");--> statement-breakpoint
 CREATE INDEX "memory_recalls_org_newest_idx" ON "memory_recalls" USING btree ("org_id","id" DESC NULLS LAST);--> statement-breakpoint
 CREATE INDEX "memory_recalls_run_idx" ON "memory_recalls" USING btree ("org_id","run_id","id" DESC NULLS LAST);--> statement-breakpoint
-CREATE INDEX "memory_recalls_root_idx" ON "memory_recalls" USING btree ("org_id","root_run_id","id" DESC NULLS LAST);
+CREATE INDEX "memory_recalls_root_idx" ON "memory_recalls" USING btree ("org_id","root_run_id","id" DESC NULLS LAST);--> statement-breakpoint
+CREATE INDEX "memory_words_trgm_idx" ON "memory_words" USING gin ("word" gin_trgm_ops);

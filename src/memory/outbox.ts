@@ -191,11 +191,11 @@ export function createCaptureWorker(opts: WorkerOptions): CaptureWorker {
     return rowsOf(result).length === 1
   }
 
-  async function deliverOne(row: Claimed): Promise<void> {
+  async function deliverOne(row: Claimed, poolFor: (orgId: string) => Promise<PoolRef | null>): Promise<void> {
     const facts: string[] = typeof row.facts === 'string' ? JSON.parse(row.facts) : row.facts
     let delivered = false
     try {
-      const pool = await opts.poolFor(row.org_id)
+      const pool = await poolFor(row.org_id)
       if (!pool) throw new PoolWriteError('memory is disabled for this org', { permanent: true })
       await opts.backend.deliver(pool, { captureId: row.id, runId: row.run_id, rootRunId: row.root_run_id, facts }, async (exec) => {
         if (killed) return false
@@ -234,11 +234,18 @@ export function createCaptureWorker(opts: WorkerOptions): CaptureWorker {
 
   async function runOnce(): Promise<number> {
     const rows = await claim()
+    // one pool lookup per org per round, not per capture
+    const pools = new Map<string, Promise<PoolRef | null>>()
+    const poolFor = (orgId: string) => {
+      let pool = pools.get(orgId)
+      if (!pool) pools.set(orgId, (pool = opts.poolFor(orgId)))
+      return pool
+    }
     let next = 0
     const lanes = Array.from({ length: Math.min(opts.concurrency, rows.length) }, async () => {
       while (next < rows.length && !killed) {
         const row = rows[next++]!
-        await deliverOne(row).catch((err: unknown) => log.error({ err, captureId: row.id }, 'memory capture delivery crashed'))
+        await deliverOne(row, poolFor).catch((err: unknown) => log.error({ err, captureId: row.id }, 'memory capture delivery crashed'))
       }
     })
     await Promise.all(lanes)

@@ -1,46 +1,90 @@
 import { and, count, desc, eq, lt, sql } from 'drizzle-orm'
 import { conflict } from '../../plugins/errors.js'
-import { rowsOf, type Db } from '../db/client.js'
+import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { contentHash, type BrowseItem, type CaptureDelivery, type MarkDelivered, type MemoryBackend, type PoolRef, type SearchHit } from './backend.js'
 import { isUniqueViolation, readHistory, recordChanges } from './history.js'
-import { memoryItems } from './tables.js'
+import { memoryItems, memoryWords } from './tables.js'
 
 /** Thrown inside a delivery transaction to roll it back when the capture row moved on. */
 class StaleDelivery extends Error {}
 
 const MAX_QUERY = 500
-const MAX_WORDS = 16
+const MAX_WORDS = 8
+/** how many best full-text candidates get the trigram re-ranking */
+const CANDIDATES = 200
+
+const wordsOf = (text: string) => text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []
 
 /** `kube deploy` → `kube:* & deploy:*`: only letters and digits reach to_tsquery. */
 export function prefixQuery(q: string): string {
-  const words = q.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []
-  return words.slice(0, MAX_WORDS).map((w) => `${w}:*`).join(' & ')
+  return [...new Set(wordsOf(q))].slice(0, 16).map((w) => `${w}:*`).join(' & ')
+}
+
+/** The words of a fact that go into its pool's vocabulary (sorted: concurrent writers lock in one order). */
+export function vocabulary(content: string): string[] {
+  return [...new Set(wordsOf(content).filter((w) => w.length >= 3 && w.length <= 32 && /\p{L}/u.test(w)))].sort()
+}
+
+async function addVocabulary(exec: Db | Tx, pool: PoolRef, contents: string[]): Promise<void> {
+  const words = [...new Set(contents.flatMap(vocabulary))].sort()
+  if (words.length === 0) return
+  await exec.insert(memoryWords).values(words.map((word) => ({ poolId: pool.id, word }))).onConflictDoNothing()
 }
 
 /**
- * Facts in this database. Search ranks Postgres full-text matches (prefix terms, English
- * stemming) together with pg_trgm word similarity, so a misspelled word or a short prefix
- * still finds its fact; both are served by GIN indexes.
+ * Facts in this database. Each query word is matched as a prefix and, through pg_trgm
+ * similarity against the pool's vocabulary, by its likely corrections; the full-text
+ * matches (GIN) are ranked by ts_rank_cd together with pg_trgm word similarity to the query.
  */
 export function createPostgresPool(db: Db): MemoryBackend {
+  /** For each query word, up to three vocabulary words it may be a misspelling of. */
+  async function corrections(pool: PoolRef, tokens: string[]): Promise<Map<string, string[]>> {
+    const fuzzy = tokens.filter((w) => w.length >= 3 && /\p{L}/u.test(w))
+    const out = new Map<string, string[]>()
+    if (fuzzy.length === 0) return out
+    const result = await db.execute(sql`
+      select t.token, w.word
+      from unnest(array[${sql.join(fuzzy.map((w) => sql`${w}`), sql`, `)}]::text[]) as t(token)
+      cross join lateral (
+        select word from memory_words
+        where pool_id = ${pool.id} and word % t.token and word <> t.token
+        order by similarity(word, t.token) desc, word
+        limit 3) w`)
+    for (const row of rowsOf<{ token: string; word: string }>(result)) {
+      out.set(row.token, [...(out.get(row.token) ?? []), row.word])
+    }
+    return out
+  }
+
+  async function ranked(pool: PoolRef, q: string, tsquery: string, limit: number) {
+    const result = await db.execute(sql`
+      with candidates as (
+        select id, content, source_run_id, root_run_id, created_at, ts_rank_cd(search_vector, query) as rank
+        from memory_items, to_tsquery('english', ${tsquery}) as query
+        where org_id = ${pool.orgId} and pool_id = ${pool.id} and search_vector @@ query
+        order by rank desc, id desc
+        limit ${CANDIDATES})
+      select id, content, source_run_id, root_run_id, created_at,
+             (rank + word_similarity(${q}, content))::float8 as score
+      from candidates
+      order by score desc, id desc
+      limit ${limit + 1}`)
+    return rowsOf<{ id: string; content: string; source_run_id: string | null; root_run_id: string | null; created_at: string | Date; score: number }>(result)
+  }
+
   return {
     name: 'postgres',
 
     async search(pool, query, limit) {
       const q = query.slice(0, MAX_QUERY)
-      const pfx = prefixQuery(q)
-      const ftsMatch = pfx ? sql`search_vector @@ to_tsquery('english', ${pfx})` : sql`false`
-      const ftsRank = pfx ? sql`ts_rank_cd(search_vector, to_tsquery('english', ${pfx}))` : sql`0`
-      const result = await db.execute(sql`
-        select id, content, source_run_id, root_run_id, created_at,
-               (${ftsRank} + word_similarity(${q}, content))::float8 as score
-        from memory_items
-        where org_id = ${pool.orgId} and pool_id = ${pool.id}
-          and (${ftsMatch} or ${q} <% content)
-        order by score desc, id desc
-        limit ${limit + 1}`)
-      const rows = rowsOf<{ id: string; content: string; source_run_id: string | null; root_run_id: string | null; created_at: string | Date; score: number }>(result)
+      const tokens = [...new Set(wordsOf(q))].slice(0, MAX_WORDS)
+      if (tokens.length === 0) return { items: [], truncated: false }
+      const fixes = await corrections(pool, tokens)
+      const groups = tokens.map((w) => `(${[`${w}:*`, ...(fixes.get(w) ?? [])].join(' | ')})`)
+      let rows = await ranked(pool, q, groups.join(' & '), limit)
+      // nothing has every word (a long, chatty query): any word will do
+      if (rows.length === 0 && groups.length > 1) rows = await ranked(pool, q, groups.join(' | '), limit)
       const items: SearchHit[] = rows.slice(0, limit).map((r) => ({
         id: r.id,
         content: r.content,
@@ -90,6 +134,7 @@ export function createPostgresPool(db: Db): MemoryBackend {
             .where(and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id), eq(memoryItems.id, id)))
             .returning({ id: memoryItems.id })
           if (rows.length === 0) return false
+          await addVocabulary(tx, pool, [content])
           await recordChanges(tx, pool, changedBy, [{ itemId: id, content, kind: 'updated' }])
           return true
         })
@@ -129,6 +174,7 @@ export function createPostgresPool(db: Db): MemoryBackend {
               captureId: capture.captureId,
               factIndex: index
             }))).onConflictDoNothing().returning({ id: memoryItems.id, content: memoryItems.content })
+            await addVocabulary(tx, pool, kept.map((r) => r.content))
             await recordChanges(tx, pool, `run:${capture.runId}`, kept.map((r) => ({ itemId: r.id, content: r.content, kind: 'created' as const })))
           }
           if (!(await markDelivered(tx))) throw new StaleDelivery()

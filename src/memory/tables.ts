@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { boolean, check, customType, index, integer, jsonb, pgTable, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+import { boolean, check, customType, index, integer, jsonb, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
 import { organizations } from '../auth/tables.js'
 
 const tsvector = customType<{ data: string }>({ dataType: () => 'tsvector' })
@@ -48,9 +48,21 @@ export const memoryItems = pgTable('memory_items', {
 }, (t) => [
   uniqueIndex('memory_items_pool_content_key').on(t.poolId, t.contentHash),
   uniqueIndex('memory_items_capture_fact_key').on(t.captureId, t.factIndex),
-  index('memory_items_pool_newest_idx').on(t.poolId, t.createdAt.desc(), t.id.desc()),
-  index('memory_items_search_idx').using('gin', t.searchVector),
-  index('memory_items_trgm_idx').using('gin', sql`${t.content} gin_trgm_ops`)
+  index('memory_items_pool_newest_idx').on(t.poolId, t.id.desc()),
+  index('memory_items_search_idx').using('gin', t.searchVector)
+])
+
+/**
+ * A pool's vocabulary (lower-cased words with a letter, 3 to 32 characters). Search matches a
+ * misspelled query word against it with pg_trgm, then looks the corrected words up with
+ * full-text search: small, indexed, and never shared between pools.
+ */
+export const memoryWords = pgTable('memory_words', {
+  poolId: text('pool_id').notNull().references(() => memoryPools.id, { onDelete: 'cascade' }),
+  word: text('word').notNull()
+}, (t) => [
+  primaryKey({ columns: [t.poolId, t.word] }),
+  index('memory_words_trgm_idx').using('gin', sql`${t.word} gin_trgm_ops`)
 ])
 
 /** Every change to an item, with who made it; kept after the item is deleted. */

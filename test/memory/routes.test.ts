@@ -137,8 +137,8 @@ t.test('limits: search truncates, browse pages with a cursor, oversize limits ar
   let cursor: string | null = null
   let pages = 0
   do {
-    const res = await app.inject({ method: 'GET', url: `/api/memory/browse?limit=50${cursor ? `&cursor=${cursor}` : ''}` })
-    const page = res.json()
+    const res: { json(): { total: number; items: Array<{ id: string }>; nextCursor: string | null } } = await app.inject({ method: 'GET', url: `/api/memory/browse?limit=50${cursor ? `&cursor=${cursor}` : ''}` })
+    const page: { total: number; items: Array<{ id: string }>; nextCursor: string | null } = res.json()
     t.equal(page.total, 130)
     for (const item of page.items) seen.add(item.id)
     cursor = page.nextCursor
