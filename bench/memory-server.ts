@@ -21,12 +21,19 @@ const facts = Number(process.env.BENCH_FACTS ?? 100_000)
 const started = Date.now()
 const words = sql.raw(`array[${WORDS.map((w) => `'${w}'`).join(',')}]`)
 await app.db.execute(sql`insert into memory_pools (id, org_id, scope, owner_key) values ('bench-pool', ${DEV_ORG.id}, 'org', '') on conflict do nothing`)
+// Two common words from a list of 100 (each in about 2% of facts) and four rarer ones from
+// 1,600 made of two syllables (each in about 0.25%): a team's facts share some words, not all.
+const SYLLABLES = sql.raw(`array[${['ka', 'lo', 'mi', 'ne', 'po', 'ru', 'sa', 'ti', 'vo', 'ze', 'bri', 'cal', 'dor', 'fen', 'gil', 'har',
+  'jun', 'kel', 'lum', 'mor', 'nax', 'orb', 'pel', 'quin', 'ras', 'sol', 'tor', 'ulm', 'ven', 'wex', 'yar', 'zon',
+  'ber', 'cin', 'dax', 'eph', 'fro', 'gan', 'hux', 'ith'].map((w) => `'${w}'`).join(',')}]`)
 await app.db.execute(sql`
   insert into memory_items (id, org_id, pool_id, content, content_hash, source_run_id, root_run_id, created_at, updated_at)
   select '0190' || lpad(to_hex(g), 12, '0'), ${DEV_ORG.id}, 'bench-pool',
          'Fact ' || g || ': the ' || (${words})[1 + (g * 7) % 100] || ' ' || (${words})[1 + (g * 13) % 97] ||
-         ' for ' || (${words})[1 + (g * 31) % 89] || ' uses ' || (${words})[1 + (g * 53) % 83] || ' and ' ||
-         (${words})[1 + (g * 101) % 79] || ', see ticket ' || g,
+         ' for ' || (${SYLLABLES})[1 + (g * 31) % 37] || (${SYLLABLES})[1 + (g * 17) % 40] || ' uses ' ||
+         (${SYLLABLES})[1 + (g * 53) % 39] || (${SYLLABLES})[1 + (g * 11) % 40] || ' and ' ||
+         (${SYLLABLES})[1 + (g * 101) % 38] || (${SYLLABLES})[1 + (g * 3) % 40] || ' near ' ||
+         (${SYLLABLES})[1 + (g * 29) % 40] || (${SYLLABLES})[1 + (g * 5) % 39] || ', see ticket ' || g,
          md5(g::text), 'bench-run', 'bench-run', now(), now()
   from generate_series(1, ${facts}) g
   on conflict do nothing`)
@@ -36,6 +43,7 @@ await app.db.execute(sql`
   from memory_items, regexp_split_to_table(lower(content), '[^[:alnum:]]+') as w
   where pool_id = 'bench-pool' and length(w) between 3 and 32 and w ~ '[[:alpha:]]'
   on conflict do nothing`)
+await app.db.execute(sql`update memory_pools set item_count = (select count(*) from memory_items where pool_id = 'bench-pool') where id = 'bench-pool'`)
 // the steady state autovacuum keeps: statistics and a current visibility map
 await app.db.execute(sql`vacuum analyze memory_items`)
 await app.db.execute(sql`vacuum analyze memory_words`)

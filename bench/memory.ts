@@ -36,16 +36,18 @@ async function dropDatabase(name: string) {
 
 async function searchBench(label: string, env: Record<string, string>): Promise<string> {
   const server = await startServer('bench/memory-server.ts', { BENCH_FACTS: String(FACTS), MEMORY_CAPTURE_WORKER: 'false', ...env })
-  const connections = 10
+  const connections = Number(process.env.BENCH_CONNECTIONS ?? 4)
   try {
     const base = server.url
     const results: Result[] = []
     results.push(await load({ url: `${base}/api/health`, name: 'GET /api/health (baseline)', connections }))
     for (const [name, q] of [
-      ['search two common words', 'kubernetes deploy'],
-      ['search a ticket number', 'ticket 48213'],
-      ['search a misspelled word', 'kuberntes'],
-      ['search a short prefix', 'terraf']
+      ['search two words, 22 facts match', 'kubernetes deploy'],
+      ['search one common word, 2% of facts match', 'kubernetes'],
+      ['search a misspelled common word', 'kuberntes'],
+      ['search a misspelled rare word', 'zonkle'],
+      ['search a short prefix', 'terraf'],
+      ['search a ticket number', 'ticket 48213']
     ] as const) {
       results.push(await load({ url: `${base}/api/memory/search?q=${encodeURIComponent(q)}`, name: `${name} (\`${q}\`)`, connections }))
     }

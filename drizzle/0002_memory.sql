@@ -49,6 +49,7 @@ CREATE TABLE "memory_pools" (
 	"org_id" text NOT NULL,
 	"scope" text NOT NULL,
 	"owner_key" text NOT NULL,
+	"item_count" integer DEFAULT 0 NOT NULL,
 	"created_at" timestamp with time zone DEFAULT now() NOT NULL,
 	CONSTRAINT "memory_pools_scope_check" CHECK (("memory_pools"."scope" = 'org' and "memory_pools"."owner_key" = '') or ("memory_pools"."scope" = 'personal' and "memory_pools"."owner_key" <> ''))
 );
@@ -91,7 +92,7 @@ CREATE INDEX "memory_captures_org_newest_idx" ON "memory_captures" USING btree (
 CREATE INDEX "memory_item_history_item_idx" ON "memory_item_history" USING btree ("pool_id","item_id","id");--> statement-breakpoint
 CREATE UNIQUE INDEX "memory_items_pool_content_key" ON "memory_items" USING btree ("pool_id","content_hash");--> statement-breakpoint
 CREATE UNIQUE INDEX "memory_items_capture_fact_key" ON "memory_items" USING btree ("capture_id","fact_index");--> statement-breakpoint
-CREATE INDEX "memory_items_pool_newest_idx" ON "memory_items" USING btree ("pool_id","id" DESC NULLS LAST);--> statement-breakpoint
+CREATE INDEX "memory_items_pool_newest_idx" ON "memory_items" USING btree ("org_id","pool_id","id" DESC NULLS LAST);--> statement-breakpoint
 CREATE INDEX "memory_items_search_idx" ON "memory_items" USING gin ("search_vector");--> statement-breakpoint
 CREATE UNIQUE INDEX "memory_pools_owner_key" ON "memory_pools" USING btree ("org_id","owner_key");--> statement-breakpoint
 CREATE INDEX "memory_recalls_org_newest_idx" ON "memory_recalls" USING btree ("org_id","id" DESC NULLS LAST);--> statement-breakpoint

@@ -48,6 +48,14 @@ export interface CaptureDelivery {
  */
 export type MarkDelivered = (exec: Db | Tx) => Promise<boolean>
 
+export interface BatchEntry {
+  pool: PoolRef
+  capture: CaptureDelivery
+}
+
+/** Marks many captures delivered at once (conditionally); answers the capture ids still owned. */
+export type MarkBatchDelivered = (exec: Tx) => Promise<Set<string>>
+
 /** A pool write failed. `permanent` (4xx, unparseable answer) sends the capture dead at once. */
 export class PoolWriteError extends Error {
   readonly permanent: boolean
@@ -76,6 +84,8 @@ export interface MemoryBackend {
   history(pool: PoolRef, id: string): Promise<HistoryEntry[] | null>
   /** writes a capture's facts; throws PoolWriteError; calls markDelivered once the write is kept */
   deliver(pool: PoolRef, capture: CaptureDelivery, markDelivered: MarkDelivered, signal?: AbortSignal): Promise<void>
+  /** many captures in one write, where the pool can (the postgres backend: one transaction) */
+  deliverBatch?(entries: BatchEntry[], markDelivered: MarkBatchDelivered): Promise<Set<string>>
 }
 
 /** Facts that differ only in case and spacing are the same fact. */

@@ -9,7 +9,7 @@ import {
 import type { PoolRef } from './backend.js'
 import { changedByOf } from './hub.js'
 import { listCaptures, resolveOrphan, retryDeadCapture } from './outbox.js'
-import { findPool, orgMemoryOn, parseScope, setOrgMemory, type PoolScope } from './pools.js'
+import { lookupPool, orgMemoryOn, parseScope, setOrgMemory, type PoolScope } from './pools.js'
 import { listRecalls } from './recall-ledger.js'
 
 const SEARCH_LIMIT = { default: 20, max: 100 }
@@ -28,9 +28,12 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   /** Who may read or write which pool; personal needs a real user, never the dev fallback or a key. */
   async function access(principal: Principal, scope: PoolScope) {
     const user = realUserId(principal)
-    const enabled = await hub.enabledFor(principal.orgId)
     const failedClosed = scope === 'personal' && user === null
-    return { enabled, authed: user !== null, failedClosed, ownerKey: scope === 'personal' ? (user ?? '') : '' }
+    const ownerKey = scope === 'personal' ? (user ?? '') : ''
+    // a failed-closed request never looks a personal pool up
+    const found = await lookupPool(app.db, principal.orgId, failedClosed ? 'org' : scope, ownerKey)
+    const enabled = hub.backend !== null && found.orgOn
+    return { enabled, authed: user !== null, failedClosed, pool: failedClosed || !enabled ? null : found.pool }
   }
 
   /** The pool a write acts on, or the spec's 403s and 404s. */
@@ -38,9 +41,8 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
     const a = await access(principal, scope)
     if (a.failedClosed) throw signInRequired()
     if (!a.enabled || !hub.backend) throw memoryDisabled()
-    const pool = await findPool(app.db, principal.orgId, scope, a.ownerKey)
-    if (!pool) throw notInPool()
-    return pool
+    if (!a.pool) throw notInPool()
+    return a.pool
   }
 
   app.get('/memory/search', {
@@ -59,7 +61,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
     if (a.failedClosed) return { ...base, latencyMs: elapsed(started), failedClosed: true as const, items: [] }
     const q = (request.query.q ?? '').trim()
     if (!a.enabled || !hub.backend || q === '') return { ...base, latencyMs: elapsed(started), items: [] }
-    const pool = await findPool(app.db, principal.orgId, scope, a.ownerKey)
+    const pool = a.pool
     if (!pool) return { ...base, latencyMs: elapsed(started), items: [] }
     const limit = Math.min(request.query.limit ?? SEARCH_LIMIT.default, SEARCH_LIMIT.max)
     const found = await hub.backend.search(pool, q, limit)
@@ -92,7 +94,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
     const empty = { enabled: a.enabled, scope, authed: a.authed, total: 0, items: [], nextCursor: null }
     if (a.failedClosed) return { ...empty, latencyMs: elapsed(started), failedClosed: true as const }
     if (!a.enabled || !hub.backend) return { ...empty, latencyMs: elapsed(started) }
-    const pool = await findPool(app.db, principal.orgId, scope, a.ownerKey)
+    const pool = a.pool
     if (!pool) return { ...empty, latencyMs: elapsed(started) }
     const limit = Math.min(request.query.limit ?? BROWSE_LIMIT.default, BROWSE_LIMIT.max)
     const page = await hub.backend.browse(pool, limit, request.query.cursor)
@@ -160,7 +162,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
     const a = await access(principal, scope)
     if (a.failedClosed) throw signInRequired()
     if (!a.enabled || !hub.backend) return { history: [] }
-    const pool = await findPool(app.db, principal.orgId, scope, a.ownerKey)
+    const pool = a.pool
     const history = pool ? await hub.backend.history(pool, request.params.id) : null
     if (!history) throw notInPool()
     return { history }

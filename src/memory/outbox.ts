@@ -223,17 +223,55 @@ export function createCaptureWorker(opts: WorkerOptions): CaptureWorker {
       log.warn({ captureId: row.id, runId: row.run_id, attempt: row.attempts, err: failure.message }, 'memory capture delivery failed')
       return
     }
-    if (delivered) {
-      const sink = opts.sink()
-      if (sink) {
-        await sink.emit({ orgId: row.org_id, runId: row.run_id, type: 'memory.captured', data: { runId: row.run_id, rootRunId: row.root_run_id, itemCount: facts.length } })
-          .catch((err: unknown) => log.warn({ err, runId: row.run_id }, 'memory.captured event not stored'))
-      }
+    if (delivered) await emitDelivered(row, facts.length)
+  }
+
+  async function emitDelivered(row: Claimed, itemCount: number) {
+    const sink = opts.sink()
+    if (!sink) return
+    await sink.emit({ orgId: row.org_id, runId: row.run_id, type: 'memory.captured', data: { runId: row.run_id, rootRunId: row.root_run_id, itemCount } })
+      .catch((err: unknown) => log.warn({ err, runId: row.run_id }, 'memory.captured event not stored'))
+  }
+
+  /**
+   * Where the pool can take many captures in one transaction (postgres), the whole round is
+   * one write; the rows it did not deliver (and every row, if it fails) go one by one.
+   */
+  async function deliverBatch(rows: Claimed[], poolFor: (orgId: string) => Promise<PoolRef | null>): Promise<Claimed[]> {
+    const batchable = opts.backend.deliverBatch
+    if (!batchable || rows.length < 2) return rows
+    const entries: Array<{ row: Claimed; pool: PoolRef; facts: string[] }> = []
+    const rest: Claimed[] = []
+    for (const row of rows) {
+      const pool = await poolFor(row.org_id).catch(() => null)
+      if (pool) entries.push({ row, pool, facts: typeof row.facts === 'string' ? JSON.parse(row.facts) : row.facts })
+      else rest.push(row)
     }
+    if (entries.length === 0) return rows
+    let owned: Set<string>
+    try {
+      owned = await batchable(entries.map((e) => ({ pool: e.pool, capture: { captureId: e.row.id, runId: e.row.run_id, rootRunId: e.row.root_run_id, facts: e.facts } })), async (tx) => {
+        if (killed) return new Set()
+        const result = await tx.execute(sql`
+          update memory_captures c
+          set state = 'delivered', delivered_at = now(), updated_at = now(), lease_expires_at = null, last_error = null
+          from unnest(array[${sql.join(entries.map((e) => sql`${e.row.id}`), sql`, `)}]::text[],
+                      array[${sql.join(entries.map((e) => sql`${e.row.attempts}`), sql`, `)}]::int[]) as b(id, attempts)
+          where c.id = b.id and c.state = 'delivering' and c.attempts = b.attempts
+          returning c.id`)
+        return new Set(rowsOf<{ id: string }>(result).map((r) => r.id))
+      })
+    } catch (err) {
+      if (killed) return []
+      log.warn({ err }, 'batched capture delivery failed; delivering one by one')
+      return rows
+    }
+    for (const e of entries) if (owned.has(e.row.id)) await emitDelivered(e.row, e.facts.length)
+    return rest
   }
 
   async function runOnce(): Promise<number> {
-    const rows = await claim()
+    const claimed = await claim()
     // one pool lookup per org per round, not per capture
     const pools = new Map<string, Promise<PoolRef | null>>()
     const poolFor = (orgId: string) => {
@@ -241,6 +279,7 @@ export function createCaptureWorker(opts: WorkerOptions): CaptureWorker {
       if (!pool) pools.set(orgId, (pool = opts.poolFor(orgId)))
       return pool
     }
+    const rows = await deliverBatch(claimed, poolFor)
     let next = 0
     const lanes = Array.from({ length: Math.min(opts.concurrency, rows.length) }, async () => {
       while (next < rows.length && !killed) {
@@ -249,7 +288,7 @@ export function createCaptureWorker(opts: WorkerOptions): CaptureWorker {
       }
     })
     await Promise.all(lanes)
-    return rows.length
+    return claimed.length
   }
 
   function schedule(ms: number) {

@@ -1,5 +1,5 @@
-import { and, eq } from 'drizzle-orm'
-import type { Db, Tx } from '../db/client.js'
+import { and, eq, sql } from 'drizzle-orm'
+import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import type { PoolRef } from './backend.js'
 import { memoryPools, memorySettings } from './tables.js'
@@ -43,4 +43,17 @@ export async function ensurePool(exec: Db | Tx, orgId: string, scope: PoolScope,
   const created = await findPool(exec, orgId, scope, ownerKey)
   if (!created) throw new Error('memory pool could not be created')
   return created
+}
+
+/** The org switch and the pool, in one round trip (every Memory Hub request starts here). */
+export async function lookupPool(db: Db, orgId: string, scope: PoolScope, ownerKey: string): Promise<{ orgOn: boolean; pool: PoolRef | null }> {
+  const result = await db.execute(sql`
+    select coalesce((select enabled from memory_settings where org_id = ${orgId}), true) as org_on,
+           p.id, p.scope, p.owner_key
+    from (select 1) as one
+    left join memory_pools p on p.org_id = ${orgId} and p.owner_key = ${ownerKey}`)
+  const row = rowsOf<{ org_on: boolean | string; id: string | null; scope: PoolScope | null; owner_key: string | null }>(result)[0]
+  const orgOn = row?.org_on === true || row?.org_on === 't'
+  const pool = row?.id && row.scope === scope ? { id: row.id, orgId, scope, ownerKey: row.owner_key ?? '' } : null
+  return { orgOn, pool }
 }

@@ -1,10 +1,10 @@
-import { and, count, desc, eq, lt, sql } from 'drizzle-orm'
+import { and, desc, eq, lt, sql } from 'drizzle-orm'
 import { conflict } from '../../plugins/errors.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { contentHash, type BrowseItem, type CaptureDelivery, type MarkDelivered, type MemoryBackend, type PoolRef, type SearchHit } from './backend.js'
+import { contentHash, type BatchEntry, type BrowseItem, type CaptureDelivery, type MarkBatchDelivered, type MarkDelivered, type MemoryBackend, type PoolRef, type SearchHit } from './backend.js'
 import { isUniqueViolation, readHistory, recordChanges } from './history.js'
-import { memoryItems, memoryWords } from './tables.js'
+import { memoryItemHistory, memoryItems, memoryPools, memoryWords } from './tables.js'
 
 /** Thrown inside a delivery transaction to roll it back when the capture row moved on. */
 class StaleDelivery extends Error {}
@@ -110,7 +110,7 @@ export function createPostgresPool(db: Db): MemoryBackend {
           .where(cursor ? and(inPool, lt(memoryItems.id, cursor)) : inPool)
           .orderBy(desc(memoryItems.id))
           .limit(limit + 1),
-        db.select({ n: count() }).from(memoryItems).where(inPool)
+        db.select({ n: memoryPools.itemCount }).from(memoryPools).where(and(eq(memoryPools.orgId, pool.orgId), eq(memoryPools.id, pool.id)))
       ])
       const items: BrowseItem[] = rows.slice(0, limit).map((r) => ({
         ...r,
@@ -150,6 +150,9 @@ export function createPostgresPool(db: Db): MemoryBackend {
           .where(and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id), eq(memoryItems.id, id)))
           .returning({ id: memoryItems.id, content: memoryItems.content })
         await recordChanges(tx, pool, changedBy, rows.map((r) => ({ itemId: r.id, content: r.content, kind: 'deleted' as const })))
+        if (rows.length > 0) {
+          await tx.update(memoryPools).set({ itemCount: sql`greatest(0, ${memoryPools.itemCount} - ${rows.length})` }).where(eq(memoryPools.id, pool.id))
+        }
         return rows.length
       })
     },
@@ -159,30 +162,69 @@ export function createPostgresPool(db: Db): MemoryBackend {
     },
 
     async deliver(pool: PoolRef, capture: CaptureDelivery, markDelivered: MarkDelivered) {
-      // The facts and the capture's `delivered` state commit together: exactly once.
+      // The capture's `delivered` state and its facts commit together: exactly once.
       try {
         await db.transaction(async (tx) => {
-          if (capture.facts.length > 0) {
-            const kept = await tx.insert(memoryItems).values(capture.facts.map((content, index) => ({
-              id: newId(),
-              orgId: pool.orgId,
-              poolId: pool.id,
-              content,
-              contentHash: contentHash(content),
-              sourceRunId: capture.runId,
-              rootRunId: capture.rootRunId,
-              captureId: capture.captureId,
-              factIndex: index
-            }))).onConflictDoNothing().returning({ id: memoryItems.id, content: memoryItems.content })
-            await addVocabulary(tx, pool, kept.map((r) => r.content))
-            await recordChanges(tx, pool, `run:${capture.runId}`, kept.map((r) => ({ itemId: r.id, content: r.content, kind: 'created' as const })))
-          }
           if (!(await markDelivered(tx))) throw new StaleDelivery()
+          await writeFacts(tx, [{ pool, capture }])
         })
       } catch (err) {
         if (err instanceof StaleDelivery) return
         throw err
       }
+    },
+
+    async deliverBatch(entries: BatchEntry[], markDelivered: MarkBatchDelivered) {
+      return db.transaction(async (tx) => {
+        const owned = await markDelivered(tx)
+        await writeFacts(tx, entries.filter((e) => owned.has(e.capture.captureId)))
+        return owned
+      })
     }
+  }
+}
+
+const INSERT_CHUNK = 2000
+
+/**
+ * Adds captured facts: a fact already in its pool (same normalized content) or an already
+ * delivered (capture, index) is skipped; vocabulary, history and pool counts follow.
+ */
+async function writeFacts(tx: Tx, entries: BatchEntry[]): Promise<void> {
+  const values = entries.flatMap(({ pool, capture }) => capture.facts.map((content, index) => ({
+    id: newId(),
+    orgId: pool.orgId,
+    poolId: pool.id,
+    content,
+    contentHash: contentHash(content),
+    sourceRunId: capture.runId,
+    rootRunId: capture.rootRunId,
+    captureId: capture.captureId,
+    factIndex: index
+  })))
+  const kept: Array<{ id: string; content: string; poolId: string; orgId: string; sourceRunId: string | null }> = []
+  for (let i = 0; i < values.length; i += INSERT_CHUNK) {
+    kept.push(...await tx.insert(memoryItems).values(values.slice(i, i + INSERT_CHUNK)).onConflictDoNothing().returning({
+      id: memoryItems.id, content: memoryItems.content, poolId: memoryItems.poolId, orgId: memoryItems.orgId, sourceRunId: memoryItems.sourceRunId
+    }))
+  }
+  if (kept.length === 0) return
+  const byPool = new Map<string, string[]>()
+  for (const row of kept) byPool.set(row.poolId, [...(byPool.get(row.poolId) ?? []), row.content])
+  const poolIds = [...byPool.keys()].sort()
+  for (const poolId of poolIds) {
+    const words = [...new Set(byPool.get(poolId)!.flatMap(vocabulary))].sort()
+    for (let i = 0; i < words.length; i += INSERT_CHUNK) {
+      await tx.insert(memoryWords).values(words.slice(i, i + INSERT_CHUNK).map((word) => ({ poolId, word }))).onConflictDoNothing()
+    }
+  }
+  for (let i = 0; i < kept.length; i += INSERT_CHUNK) {
+    await tx.insert(memoryItemHistory).values(kept.slice(i, i + INSERT_CHUNK).map((r) => ({
+      id: newId(), orgId: r.orgId, poolId: r.poolId, itemId: r.id, content: r.content, kind: 'created' as const, changedBy: `run:${r.sourceRunId}`
+    })))
+  }
+  // counts last, in pool order: the row locks are held briefly and always taken in one order
+  for (const poolId of poolIds) {
+    await tx.update(memoryPools).set({ itemCount: sql`${memoryPools.itemCount} + ${byPool.get(poolId)!.length}` }).where(eq(memoryPools.id, poolId))
   }
 }

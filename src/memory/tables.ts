@@ -22,6 +22,8 @@ export const memoryPools = pgTable('memory_pools', {
   orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
   scope: text('scope').$type<'org' | 'personal'>().notNull(),
   ownerKey: text('owner_key').notNull(),
+  /** items in the pool (postgres backend), kept with every insert and delete: browse's total */
+  itemCount: integer('item_count').notNull().default(0),
   createdAt: ts('created_at').notNull().defaultNow()
 }, (t) => [
   uniqueIndex('memory_pools_owner_key').on(t.orgId, t.ownerKey),
@@ -48,7 +50,7 @@ export const memoryItems = pgTable('memory_items', {
 }, (t) => [
   uniqueIndex('memory_items_pool_content_key').on(t.poolId, t.contentHash),
   uniqueIndex('memory_items_capture_fact_key').on(t.captureId, t.factIndex),
-  index('memory_items_pool_newest_idx').on(t.poolId, t.id.desc()),
+  index('memory_items_pool_newest_idx').on(t.orgId, t.poolId, t.id.desc()),
   index('memory_items_search_idx').using('gin', t.searchVector)
 ])
 
