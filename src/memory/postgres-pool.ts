@@ -38,30 +38,30 @@ async function addVocabulary(exec: Db | Tx, pool: PoolRef, contents: string[]): 
  * matches (GIN) are ranked by ts_rank_cd together with pg_trgm word similarity to the query.
  */
 export function createPostgresPool(db: Db): MemoryBackend {
-  /** For each query word, up to three vocabulary words it may be a misspelling of. */
-  async function corrections(pool: PoolRef, tokens: string[]): Promise<Map<string, string[]>> {
-    const fuzzy = tokens.filter((w) => w.length >= 3 && /\p{L}/u.test(w))
-    const out = new Map<string, string[]>()
-    if (fuzzy.length === 0) return out
+  /**
+   * One round trip: each query word becomes `(word:* | up to three vocabulary words it may be
+   * a misspelling of)`; the groups are joined with `joiner`; the full-text matches are ranked by
+   * ts_rank_cd, and the best candidates re-ranked together with pg_trgm word similarity.
+   */
+  async function ranked(pool: PoolRef, q: string, tokens: string[], joiner: '&' | '|', limit: number) {
+    const words = sql.join(tokens.map((w) => sql`${w}`), sql`, `)
     const result = await db.execute(sql`
-      select t.token, w.word
-      from unnest(array[${sql.join(fuzzy.map((w) => sql`${w}`), sql`, `)}]::text[]) as t(token)
-      cross join lateral (
-        select word from memory_words
-        where pool_id = ${pool.id} and word % t.token and word <> t.token
-        order by similarity(word, t.token) desc, word
-        limit 3) w`)
-    for (const row of rowsOf<{ token: string; word: string }>(result)) {
-      out.set(row.token, [...(out.get(row.token) ?? []), row.word])
-    }
-    return out
-  }
-
-  async function ranked(pool: PoolRef, q: string, tsquery: string, limit: number) {
-    const result = await db.execute(sql`
-      with candidates as (
+      with tokens as (
+        select token, ord from unnest(array[${words}]::text[]) with ordinality as t(token, ord)),
+      groups as (
+        select t.ord, '(' || t.token || ':*' || coalesce((
+          select string_agg(' | ' || w.word, '' order by w.word)
+          from (select word from memory_words
+                where pool_id = ${pool.id} and length(t.token) >= 3 and t.token ~ '[[:alpha:]]'
+                  and word % t.token and word <> t.token
+                order by similarity(word, t.token) desc, word
+                limit 3) as w), '') || ')' as grp
+        from tokens t),
+      query as (
+        select to_tsquery('english', string_agg(grp, ${` ${joiner} `} order by ord)) as query from groups),
+      candidates as (
         select id, content, source_run_id, root_run_id, created_at, ts_rank_cd(search_vector, query) as rank
-        from memory_items, to_tsquery('english', ${tsquery}) as query
+        from memory_items, query
         where org_id = ${pool.orgId} and pool_id = ${pool.id} and search_vector @@ query
         order by rank desc, id desc
         limit ${CANDIDATES})
@@ -80,11 +80,9 @@ export function createPostgresPool(db: Db): MemoryBackend {
       const q = query.slice(0, MAX_QUERY)
       const tokens = [...new Set(wordsOf(q))].slice(0, MAX_WORDS)
       if (tokens.length === 0) return { items: [], truncated: false }
-      const fixes = await corrections(pool, tokens)
-      const groups = tokens.map((w) => `(${[`${w}:*`, ...(fixes.get(w) ?? [])].join(' | ')})`)
-      let rows = await ranked(pool, q, groups.join(' & '), limit)
+      let rows = await ranked(pool, q, tokens, '&', limit)
       // nothing has every word (a long, chatty query): any word will do
-      if (rows.length === 0 && groups.length > 1) rows = await ranked(pool, q, groups.join(' | '), limit)
+      if (rows.length === 0 && tokens.length > 1) rows = await ranked(pool, q, tokens, '|', limit)
       const items: SearchHit[] = rows.slice(0, limit).map((r) => ({
         id: r.id,
         content: r.content,
