@@ -137,7 +137,8 @@ export default fp(async function memoryHub(app: FastifyInstance, opts: MemoryHub
   app.addHook('onReady', async () => {
     if (opts.config.MEMORY_CAPTURE_WORKER) hub.worker?.start()
   })
-  app.addHook('onClose', async () => {
+  // preClose runs before any onClose hook, so deliveries in flight finish while the database is still open
+  app.addHook('preClose', async () => {
     await hub.worker?.stop()
     await hub.drain()
   })

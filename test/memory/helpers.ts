@@ -141,7 +141,7 @@ interface StoredMemory {
 export async function startMem0(t: Teardown) {
   const store = new Map<string, StoredMemory>()
   const deliveries = new Map<string, number>()
-  const state = { mode: 'ok' as Mem0Mode, updateMode: 'ok' as 'ok' | 'fail', posts: 0 }
+  const state = { mode: 'ok' as Mem0Mode, updateMode: 'ok' as 'ok' | 'fail', posts: 0, delayMs: 0 }
   const hanging = new Set<ServerResponse>()
 
   const send = (res: ServerResponse, status: number, body: unknown) => {
@@ -165,6 +165,7 @@ export async function startMem0(t: Teardown) {
         hanging.add(res)
         return
       }
+      if (state.delayMs > 0) await new Promise((r) => setTimeout(r, state.delayMs))
       if (state.mode === 'fail') return send(res, 503, { detail: 'unavailable' })
       if (state.mode === 'reject') return send(res, 422, { detail: 'bad request' })
       if (state.mode === 'garbage') {

@@ -106,3 +106,32 @@ t.test('two delivery workers on one database deliver every capture exactly once 
   const attempts = rowsOf<{ max: number }>(await one.db.execute(sql`select max(attempts)::int as max from memory_captures`))
   t.equal(attempts[0]!.max, 1, 'no capture was claimed twice')
 })
+
+t.test('a batched delivery writes only the captures it still owns', async (t) => {
+  const app = await buildTestApp(t, { env: { ...FAST, MEMORY_CAPTURE_WORKER: 'false' } })
+  const { createPostgresPool } = await import('../../src/memory/postgres-pool.js')
+  const { ensurePool } = await import('../../src/memory/pools.js')
+  const pool = await ensurePool(app.db, DEV_ORG.id, 'org', '')
+  const entries = ['one', 'two', 'three'].map((name) => ({
+    pool,
+    capture: { captureId: `capture-${name}`, runId: `run-${name}`, rootRunId: `run-${name}`, facts: [`Remember batch fact ${name}`] }
+  }))
+  const owned = await createPostgresPool(app.db).deliverBatch!(entries, async () => new Set(['capture-one', 'capture-three']))
+  t.same([...owned].sort(), ['capture-one', 'capture-three'])
+  const items = await app.db.select().from(memoryItems)
+  t.same(items.map((i) => i.content).sort(), ['Remember batch fact one', 'Remember batch fact three'], 'the stale capture wrote nothing')
+  t.equal((await app.inject({ method: 'GET', url: '/api/memory/browse' })).json().total, 2)
+})
+
+t.test('closing the app lets the delivery in flight finish (drain) before the database closes', async (t) => {
+  const mem0 = await startMem0(t)
+  const app = await buildTestApp(t, { env: { ...FAST, MEMORY_BACKEND: 'http', MEMORY_URL: mem0.url } })
+  mem0.state.delayMs = 300
+  const run = runRef(DEV_ORG.id)
+  await app.db.transaction(async (tx) => app.memory.runMemory.enqueueCapture(tx, run, ['Remember to drain']))
+  await waitFor('the delivery in flight', async () => mem0.state.posts === 1)
+  await app.close()
+  const [row] = await app.testDb.database.db.select().from(memoryCaptures)
+  t.equal(row!.state, 'delivered', 'close waited for the delivery and recorded it')
+  t.equal(mem0.state.posts, 1)
+})
