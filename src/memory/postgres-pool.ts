@@ -53,6 +53,8 @@ export function createPostgresPool(db: Db): MemoryBackend {
           select string_agg(' | ' || w.word, '' order by w.word)
           from (select word from memory_words
                 where pool_id = ${pool.id} and length(t.token) >= 3 and t.token ~ '[[:alpha:]]'
+                  -- a word the pool already knows is taken as spelled
+                  and not exists (select 1 from memory_words known where known.pool_id = ${pool.id} and known.word = t.token)
                   and word % t.token and word <> t.token
                 order by similarity(word, t.token) desc, word
                 limit 3) as w), '') || ')' as grp
