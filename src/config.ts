@@ -90,6 +90,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`invalid configuration:\n  ${lines.join('\n  ')}`)
   }
   const values = parsed as Env
+  if (values.MEMORY_BACKEND === 'http' && !values.MEMORY_URL) {
+    throw new ConfigError('invalid configuration:\n  MEMORY_URL: required when MEMORY_BACKEND=http')
+  }
   const release = `${API_COMPAT}:${values.SERVICE_COMMIT ?? 'dev'}`
   return {
     ...values,
