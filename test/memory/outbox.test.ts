@@ -141,7 +141,7 @@ for (const mode of ['reject', 'garbage'] as const) {
 
 t.test('a hanging pool: the delivery stays delivering and becomes an orphan; resolve works once', async (t) => {
   const mem0 = await startMem0(t)
-  const app = await buildTestApp(t, { env: { ...FAST, MEMORY_BACKEND: 'http', MEMORY_URL: mem0.url, MEMORY_CAPTURE_WORKER: 'false', MEMORY_HTTP_TIMEOUT_MS: '100', MEMORY_CAPTURE_LEASE_MS: '300' } })
+  const app = await buildTestApp(t, { env: { ...FAST, MEMORY_BACKEND: 'http', MEMORY_URL: mem0.url, MEMORY_CAPTURE_WORKER: 'false', MEMORY_HTTP_TIMEOUT_MS: '100', MEMORY_CAPTURE_LEASE_MS: '60000' } })
   mem0.state.mode = 'hang'
   const delivered = await enqueue(app, ['Remember orphan one'])
   const discarded = await enqueue(app, ['Remember orphan two'])
@@ -150,8 +150,13 @@ t.test('a hanging pool: the delivery stays delivering and becomes an orphan; res
     const c = (await captureOf(app, run.id))!
     t.match(c, { state: 'delivering', attempts: 1, lastError: /may have happened/ })
   }
+  // a live lease (pinned in the future here, so the check does not race the clock) is not an orphan
+  await app.db.execute(sql`update memory_captures set lease_expires_at = now() + interval '1 hour'`)
+  t.notOk('orphan' in (await captureOf(app, delivered.id))!)
   const early = await app.inject({ method: 'POST', url: `/api/memory/captures/${delivered.id}/resolve`, payload: { resolution: 'delivered' } })
   t.equal(early.statusCode, 404, 'a live lease is not an orphan yet')
+  t.equal(early.json().error, 'no delivering orphan for this run in your org')
+  await app.db.execute(sql`update memory_captures set lease_expires_at = now() + interval '200 milliseconds'`)
   await waitFor('orphans', async () => (await captureOf(app, discarded.id))?.orphan === true)
   t.match(await captureOf(app, delivered.id), { state: 'delivering', orphan: true })
   t.equal(await app.memory.worker!.runOnce(), 0, 'an orphan is never claimed again')
