@@ -2,6 +2,7 @@
 // Markdown tables of requests/s, p99 and the ratio to the baseline measured in the same run.
 import { benchFoundation } from './foundation.js'
 import { benchIdentity } from './identity.js'
+import { benchMemory } from './memory.js'
 import { benchRuns } from './runs.js'
 import { benchRuntime } from './runtime.js'
 
@@ -9,7 +10,8 @@ const benches: Record<string, () => Promise<string>> = {
   foundation: benchFoundation,
   identity: benchIdentity,
   runs: benchRuns,
-  runtime: benchRuntime
+  runtime: benchRuntime,
+  memory: benchMemory
 }
 
 const wanted = process.argv.slice(2)

@@ -26,11 +26,13 @@ import type { Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { migrateDatabase } from './db/migrate.js'
 import runs from './runs/index.js'
-import { noRunMemory, type RunMemory } from './runs/memory-port.js'
+import type { RunMemory } from './runs/memory-port.js'
 import { runDirectory, runEventWriter, runMemorySearch } from './runs/runtime-ports.js'
 import runsRuntime from './runs/runtime.js'
 import runtimeRoutes from './runtime/index.js'
 import runtimeService, { type RuntimeWiring } from './runtime/service.js'
+import memoryHub from './memory/hub.js'
+import memory from './memory/index.js'
 import system from './system/index.js'
 
 /** One registered route, as the route-walk tests and the API-key allowlist check see it. */
@@ -120,7 +122,11 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
   await app.register(featuresPlugin)
   await app.register(eventBusPlugin)
   await app.register(ssePlugin, { heartbeatMs: config.SSE_HEARTBEAT_MS, maxBufferBytes: config.SSE_MAX_BUFFER_BYTES })
-  await app.register(runsRuntime, { config, ...(runMemory ? { memory: runMemory } : {}) })
+  // the Memory Hub recalls and captures for runs; memory.captured goes back as a run event
+  await app.register(memoryHub, { config })
+  const memoryForRuns = runMemory ?? app.memory.runMemory
+  await app.register(runsRuntime, { config, memory: memoryForRuns })
+  app.memory.setEventSink(app.runEventSink)
   await app.register(sensible)
   // Security headers on every answer. The API serves JSON only, so its CSP allows
   // nothing; /docs sets its own (swagger-ui's staticCSP, see plugins/openapi.ts).
@@ -154,7 +160,7 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
     wiring: {
       runs: runDirectory(app.db),
       events: runEventWriter(app.runEventSink),
-      memory: runMemorySearch(app.db, runMemory ?? noRunMemory),
+      memory: runMemorySearch(app.db, memoryForRuns),
       ...runtime
     }
   })
@@ -178,6 +184,7 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
       }
     })
     await scope.register(runs)
+    await scope.register(memory, { backendName: config.MEMORY_BACKEND })
     await scope.register(runtimeRoutes, { corsOrigins: config.CORS_ORIGINS })
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })

@@ -73,7 +73,22 @@ export const EnvSchema = Type.Object({
   TOOL_OUTPUT_MAX_BYTES: Type.Integer({ minimum: 256, maximum: 1024 * 1024, default: 32 * 1024, description: 'tool result text handed back to the model and recorded as an event' }),
   TOOL_APPROVAL_TIMEOUT_MS: Type.Integer({ minimum: 1000, maximum: 86_400_000, default: 1_800_000, description: 'a tool call waiting for approval longer than this is expired (treated as denied)' }),
   TOOL_APPROVAL_POLL_MS: Type.Integer({ minimum: 50, maximum: 60_000, default: 1000, description: 'how often a waiting tool call re-reads its approval row (decisions made on another instance)' }),
-  WS_MAX_MESSAGE_BYTES: Type.Integer({ minimum: 1024, maximum: 16 * 1024 * 1024, default: 256 * 1024, description: 'largest WebSocket message accepted (terminal, desktop); larger closes with 1009' })
+  WS_MAX_MESSAGE_BYTES: Type.Integer({ minimum: 1024, maximum: 16 * 1024 * 1024, default: 256 * 1024, description: 'largest WebSocket message accepted (terminal, desktop); larger closes with 1009' }),
+  MEMORY_BACKEND: Type.Union([Type.Literal('postgres'), Type.Literal('http'), Type.Literal('off')], {
+    default: 'postgres',
+    description: 'Memory Hub pools: postgres (this database), http (a mem0 REST service at MEMORY_URL) or off'
+  }),
+  MEMORY_URL: Type.Optional(Type.String({ pattern: '^https?://', description: 'base URL of the mem0-compatible service (MEMORY_BACKEND=http)' })),
+  MEMORY_API_KEY: Type.Optional(Type.String({ minLength: 1, description: 'sent as `Authorization: Token <key>` to MEMORY_URL' })),
+  MEMORY_HTTP_TIMEOUT_MS: Type.Integer({ minimum: 10, maximum: 600_000, default: 10_000, description: 'timeout of one request to MEMORY_URL' }),
+  MEMORY_CAPTURE_ATTEMPTS: Type.Integer({ minimum: 1, maximum: 100, default: 8, description: 'delivery attempts of a capture before it is dead' }),
+  MEMORY_CAPTURE_LEASE_MS: Type.Integer({ minimum: 10, maximum: 3_600_000, default: 60_000, description: 'a delivering capture whose lease is older is an orphan' }),
+  MEMORY_CAPTURE_BACKOFF_MS: Type.Integer({ minimum: 1, maximum: 3_600_000, default: 1_000, description: 'first retry delay (doubles per attempt, with jitter)' }),
+  MEMORY_CAPTURE_BACKOFF_MAX_MS: Type.Integer({ minimum: 1, maximum: 86_400_000, default: 300_000, description: 'longest retry delay' }),
+  MEMORY_CAPTURE_POLL_MS: Type.Integer({ minimum: 1, maximum: 60_000, default: 250, description: 'how often an idle delivery worker looks for work' }),
+  MEMORY_CAPTURE_BATCH: Type.Integer({ minimum: 1, maximum: 1000, default: 200, description: 'captures claimed per round' }),
+  MEMORY_CAPTURE_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 64, default: 8, description: 'deliveries in flight per instance' }),
+  MEMORY_CAPTURE_WORKER: Type.Boolean({ default: true, description: 'run the capture delivery worker in this process' })
 })
 
 export type Env = Static<typeof EnvSchema>
@@ -113,6 +128,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`invalid configuration:\n  ${lines.join('\n  ')}`)
   }
   const values = parsed as Env
+  if (values.MEMORY_BACKEND === 'http' && !values.MEMORY_URL) {
+    throw new ConfigError('invalid configuration:\n  MEMORY_URL: required when MEMORY_BACKEND=http')
+  }
   const release = `${API_COMPAT}:${values.SERVICE_COMMIT ?? 'dev'}`
   return {
     ...values,

@@ -2,3 +2,4 @@
 export * from '../auth/tables.js'
 export * from '../runs/tables.js'
 export * from '../runtime/tables.js'
+export * from '../memory/tables.js'

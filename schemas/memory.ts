@@ -1,0 +1,145 @@
+import { Type } from 'typebox'
+import { Id, IsoDate, StrictObject } from './common.js'
+
+/** Any string: an invalid value falls back to `org` (spec section 2), so it is never a 400. */
+const ScopeParam = Type.Optional(Type.String({ maxLength: 64, description: '`org` (default) or `personal`; anything else means `org`' }))
+const Scope = Type.Union([Type.Literal('org'), Type.Literal('personal')])
+const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(t: T) => Type.Union([t, Type.Null()])
+
+export const ScopeQuery = StrictObject({ scope: ScopeParam })
+
+export const SearchQuery = StrictObject({
+  scope: ScopeParam,
+  q: Type.Optional(Type.String({ maxLength: 2000, description: 'the query; empty returns no items' })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, description: 'default 20, at most 100 (larger values are capped)' }))
+})
+
+export const BrowseQuery = StrictObject({
+  scope: ScopeParam,
+  limit: Type.Optional(Type.Integer({ minimum: 1, description: 'default 50, at most 200 (larger values are capped)' })),
+  cursor: Type.Optional(Type.String({ maxLength: 512 }))
+})
+
+export const SearchItem = Type.Object({
+  id: Type.String(),
+  content: Type.String(),
+  sourceScope: Scope,
+  score: Type.Number(),
+  citation: Type.Object({
+    kind: Type.Literal('memory'),
+    id: Type.String(),
+    runId: Nullable(Type.String()),
+    rootRunId: Nullable(Type.String()),
+    createdAt: IsoDate
+  })
+})
+
+export const SearchResponse = Type.Object({
+  enabled: Type.Boolean(),
+  scope: Scope,
+  authed: Type.Boolean(),
+  truncated: Type.Boolean(),
+  latencyMs: Type.Number(),
+  failedClosed: Type.Optional(Type.Literal(true)),
+  items: Type.Array(SearchItem)
+})
+
+export const BrowseItem = Type.Object({
+  id: Type.String(),
+  content: Type.String(),
+  background: Type.Boolean(),
+  sourceScope: Scope,
+  sourceRunId: Nullable(Type.String()),
+  createdAt: IsoDate,
+  updatedAt: IsoDate
+})
+
+export const BrowseResponse = Type.Object({
+  enabled: Type.Boolean(),
+  scope: Scope,
+  authed: Type.Boolean(),
+  total: Type.Integer(),
+  latencyMs: Type.Number(),
+  failedClosed: Type.Optional(Type.Literal(true)),
+  items: Type.Array(BrowseItem),
+  nextCursor: Nullable(Type.String())
+})
+
+export const ItemParams = StrictObject({ id: Id })
+
+export const PatchBody = StrictObject({
+  scope: ScopeParam,
+  content: Type.String({ minLength: 1, maxLength: 4000, pattern: '\\S', description: 'the corrected fact' }),
+  background: Type.Optional(Type.Boolean({ default: false, description: 'true: accepted once validated, applied asynchronously' }))
+})
+
+export const Ok = Type.Object({ ok: Type.Literal(true) })
+export const DeleteResponse = Type.Object({ ok: Type.Literal(true), deletedCount: Type.Integer() })
+
+export const HistoryResponse = Type.Object({
+  history: Type.Array(Type.Object({
+    content: Type.String(),
+    changedBy: Type.String(),
+    changedAt: IsoDate,
+    kind: Type.Union([Type.Literal('created'), Type.Literal('updated'), Type.Literal('deleted')])
+  }))
+})
+
+export const CapturesQuery = StrictObject({
+  scope: ScopeParam,
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
+  cursor: Type.Optional(Type.String({ maxLength: 512 })),
+  state: Type.Optional(Type.Union(['pending', 'delivering', 'delivered', 'dead', 'discarded'].map((s) => Type.Literal(s))))
+})
+
+export const Capture = Type.Object({
+  runId: Type.String(),
+  rootRunId: Type.String(),
+  state: Type.String(),
+  attempts: Type.Integer(),
+  maxAttempts: Type.Integer(),
+  lastError: Nullable(Type.String()),
+  itemCount: Type.Integer(),
+  createdAt: IsoDate,
+  updatedAt: IsoDate,
+  nextAttemptAt: IsoDate,
+  deliveredAt: Nullable(IsoDate),
+  orphan: Type.Optional(Type.Literal(true))
+})
+
+export const CapturesResponse = Type.Object({ captures: Type.Array(Capture), nextCursor: Nullable(Type.String()) })
+
+export const RunParams = StrictObject({ runId: Id })
+
+export const ResolveBody = StrictObject({
+  resolution: Type.Union([Type.Literal('delivered'), Type.Literal('discard')])
+})
+
+export const RecallsQuery = StrictObject({
+  scope: ScopeParam,
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
+  cursor: Type.Optional(Type.String({ maxLength: 512 })),
+  runId: Type.Optional(Id),
+  rootRunId: Type.Optional(Id)
+})
+
+export const Recall = Type.Object({
+  id: Type.String(),
+  runId: Type.String(),
+  rootRunId: Type.String(),
+  scope: Scope,
+  query: Type.String(),
+  itemIds: Type.Array(Type.String()),
+  latencyMs: Type.Integer(),
+  createdAt: IsoDate,
+  session: Type.Object({ runId: Type.String(), rootRunId: Type.String() })
+})
+
+export const RecallsResponse = Type.Object({ recalls: Type.Array(Recall), nextCursor: Nullable(Type.String()) })
+
+export const Settings = Type.Object({
+  enabled: Type.Boolean({ description: 'memory is on for this org (and the service has a backend)' }),
+  orgEnabled: Type.Boolean({ description: 'the org switch alone' }),
+  backend: Type.Union([Type.Literal('postgres'), Type.Literal('http'), Type.Literal('off')])
+})
+export const SettingsBody = StrictObject({ enabled: Type.Boolean() })

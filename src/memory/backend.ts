@@ -1,0 +1,94 @@
+import { createHash } from 'node:crypto'
+import type { Db, Tx } from '../db/client.js'
+
+/** A pool's identity, resolved from the principal (never from the client). */
+export interface PoolRef {
+  id: string
+  orgId: string
+  scope: 'org' | 'personal'
+  /** '' for the org pool, the real user's id for a personal pool */
+  ownerKey: string
+}
+
+export interface SearchHit {
+  id: string
+  content: string
+  score: number
+  runId: string | null
+  rootRunId: string | null
+  createdAt: string
+}
+
+export interface BrowseItem {
+  id: string
+  content: string
+  background: boolean
+  sourceRunId: string | null
+  createdAt: string
+  updatedAt: string
+}
+
+export interface HistoryEntry {
+  content: string
+  changedBy: string
+  changedAt: string
+  kind: 'created' | 'updated' | 'deleted'
+}
+
+export interface CaptureDelivery {
+  captureId: string
+  runId: string
+  rootRunId: string
+  facts: string[]
+}
+
+/**
+ * Marks the capture delivered (a conditional update on state and attempt number); false
+ * when the row moved on meanwhile (a stale worker), in which case nothing may be kept.
+ */
+export type MarkDelivered = (exec: Db | Tx) => Promise<boolean>
+
+export interface BatchEntry {
+  pool: PoolRef
+  capture: CaptureDelivery
+}
+
+/** Marks many captures delivered at once (conditionally); answers the capture ids still owned. */
+export type MarkBatchDelivered = (exec: Tx) => Promise<Set<string>>
+
+/** A pool write failed. `permanent` (4xx, unparseable answer) sends the capture dead at once. */
+export class PoolWriteError extends Error {
+  readonly permanent: boolean
+  /** the request may have reached the pool: the outcome is unknown, so never retry by itself */
+  readonly unknownOutcome: boolean
+  constructor(message: string, options: { permanent?: boolean; unknownOutcome?: boolean } = {}) {
+    super(message)
+    this.name = 'PoolWriteError'
+    this.permanent = options.permanent ?? false
+    this.unknownOutcome = options.unknownOutcome ?? false
+  }
+}
+
+/** One interface over every place facts can live. */
+export interface MemoryBackend {
+  readonly name: 'postgres' | 'http'
+  search(pool: PoolRef, query: string, limit: number): Promise<{ items: SearchHit[]; truncated: boolean }>
+  browse(pool: PoolRef, limit: number, cursor: string | undefined): Promise<{ items: BrowseItem[]; total: number; nextCursor: string | null }>
+  /** whether the id is an item of this pool */
+  exists(pool: PoolRef, id: string): Promise<boolean>
+  /** false when the id is not an item of this pool */
+  update(pool: PoolRef, id: string, content: string, changedBy: string): Promise<boolean>
+  /** how many items went (0: none of this pool had that id) */
+  remove(pool: PoolRef, id: string, changedBy: string): Promise<number>
+  /** null when the pool never had that id */
+  history(pool: PoolRef, id: string): Promise<HistoryEntry[] | null>
+  /** writes a capture's facts; throws PoolWriteError; calls markDelivered once the write is kept */
+  deliver(pool: PoolRef, capture: CaptureDelivery, markDelivered: MarkDelivered, signal?: AbortSignal): Promise<void>
+  /** many captures in one write, where the pool can (the postgres backend: one transaction) */
+  deliverBatch?(entries: BatchEntry[], markDelivered: MarkBatchDelivered): Promise<Set<string>>
+}
+
+/** Facts that differ only in case and spacing are the same fact. */
+export function contentHash(content: string): string {
+  return createHash('sha256').update(content.normalize('NFKC').trim().replace(/\s+/g, ' ').toLowerCase()).digest('hex')
+}

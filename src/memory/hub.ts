@@ -1,0 +1,145 @@
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import type { Principal } from '../../plugins/principal.js'
+import type { Config } from '../config.js'
+import type { Db } from '../db/client.js'
+import type { RecalledItem, RunEventSink, RunMemory } from '../runs/memory-port.js'
+import type { MemoryBackend } from './backend.js'
+import { createMem0Pool } from './mem0-pool.js'
+import { cleanFacts, createCaptureWorker, enqueueCaptureRow, type CaptureWorker } from './outbox.js'
+import { ensurePool, findPool, orgMemoryOn } from './pools.js'
+import { createPostgresPool } from './postgres-pool.js'
+import { recordRecall } from './recall-ledger.js'
+
+/** How many facts one recall brings back per pool. */
+const RECALL_LIMIT = 20
+
+export interface MemoryHub {
+  /** null when MEMORY_BACKEND=off */
+  readonly backend: MemoryBackend | null
+  readonly maxAttempts: number
+  /** memory on for this org: the backend is configured and the org has not switched it off */
+  enabledFor(orgId: string): Promise<boolean>
+  /** the runs group's seam (src/runs/memory-port.ts) */
+  readonly runMemory: RunMemory
+  /** the capture delivery worker of this instance (null when off) */
+  readonly worker: CaptureWorker | null
+  setEventSink(sink: RunEventSink | null): void
+  /** a background PATCH still being applied; drained on close */
+  track(work: Promise<unknown>): void
+  drain(): Promise<void>
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    memory: MemoryHub
+  }
+}
+
+/** Who made a change, as item history records it. */
+export function changedByOf(principal: Principal): string {
+  if (principal.kind === 'user' && principal.userId) return principal.userId
+  if (principal.kind === 'key') return `api-key:${principal.keyId ?? 'unknown'}`
+  return 'dev'
+}
+
+export interface MemoryHubOptions {
+  config: Config
+}
+
+export function createMemoryHub(db: Db, config: Config, log: FastifyInstance['log']): MemoryHub {
+  let backend: MemoryBackend | null = null
+  if (config.MEMORY_BACKEND === 'postgres') backend = createPostgresPool(db)
+  if (config.MEMORY_BACKEND === 'http') {
+    if (!config.MEMORY_URL) throw new Error('MEMORY_BACKEND=http needs MEMORY_URL')
+    backend = createMem0Pool(db, { url: config.MEMORY_URL, apiKey: config.MEMORY_API_KEY, timeoutMs: config.MEMORY_HTTP_TIMEOUT_MS })
+  }
+  let sink: RunEventSink | null = null
+  const pending = new Set<Promise<unknown>>()
+
+  const enabledFor = async (orgId: string) => backend !== null && (await orgMemoryOn(db, orgId))
+
+  const worker = backend && createCaptureWorker({
+    db,
+    backend,
+    log,
+    poolFor: async (orgId) => ((await enabledFor(orgId)) ? ensurePool(db, orgId, 'org', '') : null),
+    sink: () => sink,
+    leaseMs: config.MEMORY_CAPTURE_LEASE_MS,
+    backoffMs: config.MEMORY_CAPTURE_BACKOFF_MS,
+    backoffMaxMs: config.MEMORY_CAPTURE_BACKOFF_MAX_MS,
+    pollMs: config.MEMORY_CAPTURE_POLL_MS,
+    batch: config.MEMORY_CAPTURE_BATCH,
+    concurrency: config.MEMORY_CAPTURE_CONCURRENCY
+  })
+
+  const runMemory: RunMemory = {
+    async recall(run, query) {
+      if (!backend || !(await enabledFor(run.orgId))) return { items: [] }
+      const pools: Array<['org' | 'personal', string]> = [['org', '']]
+      // only a real signed-in user ever has a personal pool read for them
+      if (run.realUserId) pools.push(['personal', run.realUserId])
+      const items: RecalledItem[] = []
+      for (const [scope, ownerKey] of pools) {
+        const started = performance.now()
+        const pool = await findPool(db, run.orgId, scope, ownerKey)
+        let hits: RecalledItem[] = []
+        if (pool && query.trim() !== '') {
+          try {
+            hits = (await backend.search(pool, query, RECALL_LIMIT)).items.map((h) => ({ id: h.id, content: h.content, sourceScope: scope, score: h.score }))
+          } catch (err) {
+            log.warn({ err, runId: run.id }, 'memory recall failed')
+          }
+        }
+        await recordRecall(db, run, { scope, query, itemIds: hits.map((h) => h.id), latencyMs: performance.now() - started })
+        items.push(...hits)
+      }
+      items.sort((a, b) => b.score - a.score)
+      return { items }
+    },
+
+    async enqueueCapture(tx, run, facts) {
+      const kept = cleanFacts(facts)
+      if (!backend || kept.length === 0) return
+      if (!(await orgMemoryOn(tx, run.orgId))) return
+      await enqueueCaptureRow(tx, run, kept, config.MEMORY_CAPTURE_ATTEMPTS)
+    }
+  }
+
+  return {
+    backend,
+    maxAttempts: config.MEMORY_CAPTURE_ATTEMPTS,
+    enabledFor,
+    runMemory,
+    worker,
+    setEventSink(next) {
+      sink = next
+    },
+    track(work) {
+      const tracked = work.catch((err: unknown) => log.error({ err }, 'background memory update failed')).finally(() => pending.delete(tracked))
+      pending.add(tracked)
+    },
+    async drain() {
+      while (pending.size > 0) await Promise.all([...pending])
+    }
+  }
+}
+
+/**
+ * The Memory Hub service, decorated on the root instance as `app.memory` so the runs group
+ * reaches `app.memory.runMemory`. The delivery worker starts with the app and stops, after
+ * its deliveries in flight, when the app closes.
+ */
+export default fp(async function memoryHub(app: FastifyInstance, opts: MemoryHubOptions) {
+  const hub = createMemoryHub(app.db, opts.config, app.log)
+  app.decorate('memory', hub)
+  app.features.capabilities.memory = hub.backend !== null
+  app.addHook('onReady', async () => {
+    if (opts.config.MEMORY_CAPTURE_WORKER) hub.worker?.start()
+  })
+  // preClose runs before any onClose hook, so deliveries in flight finish while the database is still open
+  app.addHook('preClose', async () => {
+    await hub.worker?.stop()
+    await hub.drain()
+  })
+}, { name: 'memory-hub', fastify: '5.x', dependencies: ['db', 'features'] })

@@ -1,0 +1,260 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { ApiError } from '../../plugins/errors.js'
+import { principalOf, realUserId, type Principal } from '../../plugins/principal.js'
+import { errorResponses } from '../../schemas/common.js'
+import {
+  BrowseQuery, BrowseResponse, CapturesQuery, CapturesResponse, DeleteResponse, HistoryResponse, ItemParams, Ok, PatchBody,
+  RecallsQuery, RecallsResponse, ResolveBody, RunParams, ScopeQuery, SearchQuery, SearchResponse, Settings, SettingsBody
+} from '../../schemas/memory.js'
+import type { PoolRef } from './backend.js'
+import { changedByOf } from './hub.js'
+import { listCaptures, resolveOrphan, retryDeadCapture } from './outbox.js'
+import { lookupPool, orgMemoryOn, parseScope, setOrgMemory, type PoolScope } from './pools.js'
+import { listRecalls } from './recall-ledger.js'
+
+const SEARCH_LIMIT = { default: 20, max: 100 }
+const BROWSE_LIMIT = { default: 50, max: 200 }
+
+const signInRequired = () => new ApiError(403, 'sign-in required', 'personal memory needs a signed-in user')
+const memoryDisabled = () => new ApiError(403, 'memory disabled', 'memory is disabled for this organization')
+const notInPool = () => new ApiError(404, 'not found in this pool', 'no memory item with this id in this pool')
+
+const elapsed = (started: number) => Math.round((performance.now() - started) * 100) / 100
+
+/** The Memory Hub routes (spec section 4, contract 4). Pool identity always comes from the principal. */
+const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'off' }> = async (app, opts) => {
+  const hub = app.memory
+
+  /** Who may read or write which pool; personal needs a real user, never the dev fallback or a key. */
+  async function access(principal: Principal, scope: PoolScope) {
+    const user = realUserId(principal)
+    const failedClosed = scope === 'personal' && user === null
+    const ownerKey = scope === 'personal' ? (user ?? '') : ''
+    // a failed-closed request never looks a personal pool up
+    const found = await lookupPool(app.db, principal.orgId, failedClosed ? 'org' : scope, ownerKey)
+    const enabled = hub.backend !== null && found.orgOn
+    return { enabled, authed: user !== null, failedClosed, pool: failedClosed || !enabled ? null : found.pool }
+  }
+
+  /** The pool a write acts on, or the spec's 403s and 404s. */
+  async function writablePool(principal: Principal, scope: PoolScope): Promise<PoolRef> {
+    const a = await access(principal, scope)
+    if (a.failedClosed) throw signInRequired()
+    if (!a.enabled || !hub.backend) throw memoryDisabled()
+    if (!a.pool) throw notInPool()
+    return a.pool
+  }
+
+  app.get('/memory/search', {
+    schema: {
+      tags: ['memory'],
+      summary: 'Search a pool (org by default, or your personal pool)',
+      querystring: SearchQuery,
+      response: { 200: SearchResponse, ...errorResponses(502) }
+    }
+  }, async (request) => {
+    const started = performance.now()
+    const principal = principalOf(request)
+    const scope = parseScope(request.query.scope)
+    const a = await access(principal, scope)
+    const base = { enabled: a.enabled, scope, authed: a.authed, truncated: false }
+    if (a.failedClosed) return { ...base, latencyMs: elapsed(started), failedClosed: true as const, items: [] }
+    const q = (request.query.q ?? '').trim()
+    if (!a.enabled || !hub.backend || q === '') return { ...base, latencyMs: elapsed(started), items: [] }
+    const pool = a.pool
+    if (!pool) return { ...base, latencyMs: elapsed(started), items: [] }
+    const limit = Math.min(request.query.limit ?? SEARCH_LIMIT.default, SEARCH_LIMIT.max)
+    const found = await hub.backend.search(pool, q, limit)
+    return {
+      ...base,
+      truncated: found.truncated,
+      latencyMs: elapsed(started),
+      items: found.items.map((h) => ({
+        id: h.id,
+        content: h.content,
+        sourceScope: scope,
+        score: h.score,
+        citation: { kind: 'memory' as const, id: h.id, runId: h.runId, rootRunId: h.rootRunId, createdAt: h.createdAt }
+      }))
+    }
+  })
+
+  app.get('/memory/browse', {
+    schema: {
+      tags: ['memory'],
+      summary: 'Stored facts of a pool, newest first',
+      querystring: BrowseQuery,
+      response: { 200: BrowseResponse, ...errorResponses(502) }
+    }
+  }, async (request) => {
+    const started = performance.now()
+    const principal = principalOf(request)
+    const scope = parseScope(request.query.scope)
+    const a = await access(principal, scope)
+    const empty = { enabled: a.enabled, scope, authed: a.authed, total: 0, items: [], nextCursor: null }
+    if (a.failedClosed) return { ...empty, latencyMs: elapsed(started), failedClosed: true as const }
+    if (!a.enabled || !hub.backend) return { ...empty, latencyMs: elapsed(started) }
+    const pool = a.pool
+    if (!pool) return { ...empty, latencyMs: elapsed(started) }
+    const limit = Math.min(request.query.limit ?? BROWSE_LIMIT.default, BROWSE_LIMIT.max)
+    const page = await hub.backend.browse(pool, limit, request.query.cursor)
+    return {
+      ...empty,
+      total: page.total,
+      latencyMs: elapsed(started),
+      items: page.items.map((i) => ({ ...i, sourceScope: scope })),
+      nextCursor: page.nextCursor
+    }
+  })
+
+  app.patch('/memory/item/:id', {
+    schema: {
+      tags: ['memory'],
+      summary: 'Correct a stored fact',
+      params: ItemParams,
+      querystring: ScopeQuery,
+      body: PatchBody,
+      response: { 200: Ok, ...errorResponses(404, 413, 415, 502) }
+    }
+  }, async (request) => {
+    const principal = principalOf(request)
+    const scope = parseScope(request.body.scope ?? request.query.scope)
+    const pool = await writablePool(principal, scope)
+    const backend = hub.backend!
+    const content = request.body.content.trim()
+    const by = changedByOf(principal)
+    if (request.body.background) {
+      if (!(await backend.exists(pool, request.params.id))) throw notInPool()
+      hub.track(backend.update(pool, request.params.id, content, by))
+      return { ok: true as const }
+    }
+    if (!(await backend.update(pool, request.params.id, content, by))) throw notInPool()
+    return { ok: true as const }
+  })
+
+  app.delete('/memory/item/:id', {
+    schema: {
+      tags: ['memory'],
+      summary: 'Delete a stored fact',
+      params: ItemParams,
+      querystring: ScopeQuery,
+      response: { 200: DeleteResponse, ...errorResponses(404, 502) }
+    }
+  }, async (request) => {
+    const principal = principalOf(request)
+    const pool = await writablePool(principal, parseScope(request.query.scope))
+    const deletedCount = await hub.backend!.remove(pool, request.params.id, changedByOf(principal))
+    if (deletedCount === 0) throw notInPool()
+    return { ok: true as const, deletedCount }
+  })
+
+  app.get('/memory/item/:id/history', {
+    schema: {
+      tags: ['memory'],
+      summary: 'Every change to a stored fact, oldest first, with who made it',
+      params: ItemParams,
+      querystring: ScopeQuery,
+      response: { 200: HistoryResponse, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const principal = principalOf(request)
+    const scope = parseScope(request.query.scope)
+    const a = await access(principal, scope)
+    if (a.failedClosed) throw signInRequired()
+    if (!a.enabled || !hub.backend) return { history: [] }
+    const pool = a.pool
+    const history = pool ? await hub.backend.history(pool, request.params.id) : null
+    if (!history) throw notInPool()
+    return { history }
+  })
+
+  app.get('/memory/captures', {
+    schema: {
+      tags: ['memory'],
+      summary: 'The capture outbox of your org, newest first; orphans are marked',
+      querystring: CapturesQuery,
+      response: { 200: CapturesResponse, ...errorResponses() }
+    }
+  }, async (request) => {
+    const principal = principalOf(request)
+    return listCaptures(app.db, principal.orgId, { limit: request.query.limit ?? 50, cursor: request.query.cursor, state: request.query.state })
+  })
+
+  app.post('/memory/captures/:runId/retry', {
+    schema: {
+      tags: ['memory'],
+      summary: 'Re-enqueue a dead capture with a fresh attempt budget',
+      params: RunParams,
+      querystring: ScopeQuery,
+      response: { 200: Ok, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const principal = principalOf(request)
+    if (!(await retryDeadCapture(app.db, principal.orgId, request.params.runId, hub.maxAttempts))) {
+      throw new ApiError(404, 'no dead capture for this run in your org', 'there is no dead capture for this run in your organization')
+    }
+    hub.worker?.wake()
+    return { ok: true as const }
+  })
+
+  app.post('/memory/captures/:runId/resolve', {
+    schema: {
+      tags: ['memory'],
+      summary: 'Settle a crash-orphaned delivery by hand: delivered or discard (at most once)',
+      params: RunParams,
+      querystring: ScopeQuery,
+      body: ResolveBody,
+      response: { 200: Ok, ...errorResponses(404, 413, 415) }
+    }
+  }, async (request) => {
+    const principal = principalOf(request)
+    const resolved = await resolveOrphan(app.db, principal.orgId, request.params.runId, request.body.resolution)
+    if (!resolved) {
+      throw new ApiError(404, 'no delivering orphan for this run in your org', 'there is no orphaned delivery for this run in your organization')
+    }
+    return { ok: true as const }
+  })
+
+  app.get('/memory/recalls', {
+    schema: {
+      tags: ['memory'],
+      summary: 'The recall ledger: every retrieval made for a run, newest first',
+      querystring: RecallsQuery,
+      response: { 200: RecallsResponse, ...errorResponses() }
+    }
+  }, async (request) => {
+    const principal = principalOf(request)
+    const { limit, cursor, runId, rootRunId } = request.query
+    return listRecalls(app.db, principal.orgId, { limit: limit ?? 50, cursor, runId, rootRunId })
+  })
+
+  async function settingsOf(orgId: string) {
+    const orgEnabled = await orgMemoryOn(app.db, orgId)
+    return { enabled: orgEnabled && hub.backend !== null, orgEnabled, backend: opts.backendName }
+  }
+
+  app.get('/memory/settings', {
+    schema: {
+      tags: ['memory'],
+      summary: 'Whether memory is on for your org',
+      querystring: ScopeQuery,
+      response: { 200: Settings, ...errorResponses() }
+    }
+  }, async (request) => settingsOf(principalOf(request).orgId))
+
+  app.put('/memory/settings', {
+    config: { scope: 'admin' },
+    schema: {
+      tags: ['memory'],
+      summary: 'Turn memory off or on for your org (org admins)',
+      body: SettingsBody,
+      response: { 200: Settings, ...errorResponses(413, 415) }
+    }
+  }, async (request) => {
+    const principal = principalOf(request)
+    await setOrgMemory(app.db, principal.orgId, request.body.enabled, changedByOf(principal))
+    return settingsOf(principal.orgId)
+  })
+}
+
+export default memory

@@ -1,0 +1,59 @@
+import { and, eq, sql } from 'drizzle-orm'
+import { rowsOf, type Db, type Tx } from '../db/client.js'
+import { newId } from '../db/ids.js'
+import type { PoolRef } from './backend.js'
+import { memoryPools, memorySettings } from './tables.js'
+
+export type PoolScope = 'org' | 'personal'
+
+/** Spec: an invalid scope falls back to `org`. */
+export function parseScope(value: unknown): PoolScope {
+  return value === 'personal' ? 'personal' : 'org'
+}
+
+/** Whether the org has memory on (no settings row: on). The global backend switch is checked by the caller. */
+export async function orgMemoryOn(exec: Db | Tx, orgId: string): Promise<boolean> {
+  const rows = await exec.select({ enabled: memorySettings.enabled }).from(memorySettings).where(eq(memorySettings.orgId, orgId))
+  return rows[0]?.enabled ?? true
+}
+
+export async function setOrgMemory(db: Db, orgId: string, enabled: boolean, updatedBy: string): Promise<void> {
+  await db.insert(memorySettings).values({ orgId, enabled, updatedBy })
+    .onConflictDoUpdate({ target: memorySettings.orgId, set: { enabled, updatedBy, updatedAt: new Date() } })
+}
+
+function toRef(row: typeof memoryPools.$inferSelect): PoolRef {
+  return { id: row.id, orgId: row.orgId, scope: row.scope, ownerKey: row.ownerKey }
+}
+
+/** The existing pool, or null: reads never create one. `ownerKey` is '' for the org pool. */
+export async function findPool(exec: Db | Tx, orgId: string, scope: PoolScope, ownerKey: string): Promise<PoolRef | null> {
+  const rows = await exec.select().from(memoryPools).where(and(eq(memoryPools.orgId, orgId), eq(memoryPools.ownerKey, ownerKey)))
+  const row = rows[0]
+  return row && row.scope === scope ? toRef(row) : null
+}
+
+/** The pool, created on first write; concurrent first writes agree on one (unique key). */
+export async function ensurePool(exec: Db | Tx, orgId: string, scope: PoolScope, ownerKey: string): Promise<PoolRef> {
+  if (scope === 'personal' && ownerKey === '') throw new Error('a personal pool needs a real user')
+  if (scope === 'org' && ownerKey !== '') throw new Error('the org pool has no owner')
+  const found = await findPool(exec, orgId, scope, ownerKey)
+  if (found) return found
+  await exec.insert(memoryPools).values({ id: newId(), orgId, scope, ownerKey }).onConflictDoNothing()
+  const created = await findPool(exec, orgId, scope, ownerKey)
+  if (!created) throw new Error('memory pool could not be created')
+  return created
+}
+
+/** The org switch and the pool, in one round trip (every Memory Hub request starts here). */
+export async function lookupPool(db: Db, orgId: string, scope: PoolScope, ownerKey: string): Promise<{ orgOn: boolean; pool: PoolRef | null }> {
+  const result = await db.execute(sql`
+    select coalesce((select enabled from memory_settings where org_id = ${orgId}), true) as org_on,
+           p.id, p.scope, p.owner_key
+    from (select 1) as one
+    left join memory_pools p on p.org_id = ${orgId} and p.owner_key = ${ownerKey}`)
+  const row = rowsOf<{ org_on: boolean | string; id: string | null; scope: PoolScope | null; owner_key: string | null }>(result)[0]
+  const orgOn = row?.org_on === true || row?.org_on === 't'
+  const pool = row?.id && row.scope === scope ? { id: row.id, orgId, scope, ownerKey: row.owner_key ?? '' } : null
+  return { orgOn, pool }
+}

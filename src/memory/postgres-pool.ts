@@ -1,0 +1,230 @@
+import { and, desc, eq, lt, sql } from 'drizzle-orm'
+import { conflict } from '../../plugins/errors.js'
+import { rowsOf, type Db, type Tx } from '../db/client.js'
+import { newId } from '../db/ids.js'
+import { contentHash, type BatchEntry, type BrowseItem, type CaptureDelivery, type MarkBatchDelivered, type MarkDelivered, type MemoryBackend, type PoolRef, type SearchHit } from './backend.js'
+import { isUniqueViolation, readHistory, recordChanges } from './history.js'
+import { memoryItemHistory, memoryItems, memoryPools, memoryWords } from './tables.js'
+
+/** Thrown inside a delivery transaction to roll it back when the capture row moved on. */
+class StaleDelivery extends Error {}
+
+const MAX_QUERY = 500
+const MAX_WORDS = 8
+/** how many best full-text candidates get the trigram re-ranking */
+const CANDIDATES = 200
+
+const wordsOf = (text: string) => text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []
+
+/** `kube deploy` → `kube:* & deploy:*`: only letters and digits reach to_tsquery. */
+export function prefixQuery(q: string): string {
+  return [...new Set(wordsOf(q))].slice(0, 16).map((w) => `${w}:*`).join(' & ')
+}
+
+/** The words of a fact that go into its pool's vocabulary (sorted: concurrent writers lock in one order). */
+export function vocabulary(content: string): string[] {
+  return [...new Set(wordsOf(content).filter((w) => w.length >= 3 && w.length <= 32 && /\p{L}/u.test(w)))].sort()
+}
+
+async function addVocabulary(exec: Db | Tx, pool: PoolRef, contents: string[]): Promise<void> {
+  const words = [...new Set(contents.flatMap(vocabulary))].sort()
+  if (words.length === 0) return
+  await exec.insert(memoryWords).values(words.map((word) => ({ poolId: pool.id, word }))).onConflictDoNothing()
+}
+
+/**
+ * Facts in this database. Each query word is matched as a prefix and, through pg_trgm
+ * similarity against the pool's vocabulary, by its likely corrections; the full-text
+ * matches (GIN) are ranked by ts_rank_cd together with pg_trgm word similarity to the query.
+ */
+export function createPostgresPool(db: Db): MemoryBackend {
+  /**
+   * One round trip: each query word becomes `(word:* | up to three vocabulary words it may be
+   * a misspelling of)`; the groups are joined with `joiner`; the full-text matches are ranked by
+   * ts_rank_cd, and the best candidates re-ranked together with pg_trgm word similarity.
+   */
+  async function ranked(pool: PoolRef, q: string, tokens: string[], joiner: '&' | '|', limit: number) {
+    const words = sql.join(tokens.map((w) => sql`${w}`), sql`, `)
+    const result = await db.execute(sql`
+      with tokens as (
+        select token, ord from unnest(array[${words}]::text[]) with ordinality as t(token, ord)),
+      groups as (
+        select t.ord, '(' || t.token || ':*' || coalesce((
+          select string_agg(' | ' || w.word, '' order by w.word)
+          from (select word from memory_words
+                where pool_id = ${pool.id} and length(t.token) >= 3 and t.token ~ '[[:alpha:]]'
+                  -- a word the pool already knows is taken as spelled
+                  and not exists (select 1 from memory_words known where known.pool_id = ${pool.id} and known.word = t.token)
+                  and word % t.token and word <> t.token
+                order by similarity(word, t.token) desc, word
+                limit 3) as w), '') || ')' as grp
+        from tokens t),
+      query as (
+        select to_tsquery('english', string_agg(grp, ${` ${joiner} `} order by ord)) as query from groups),
+      candidates as (
+        select id, content, source_run_id, root_run_id, created_at, ts_rank_cd(search_vector, query) as rank
+        from memory_items, query
+        where org_id = ${pool.orgId} and pool_id = ${pool.id} and search_vector @@ query
+        order by rank desc, id desc
+        limit ${CANDIDATES})
+      select id, content, source_run_id, root_run_id, created_at,
+             (rank + word_similarity(${q}, content))::float8 as score
+      from candidates
+      order by score desc, id desc
+      limit ${limit + 1}`)
+    return rowsOf<{ id: string; content: string; source_run_id: string | null; root_run_id: string | null; created_at: string | Date; score: number }>(result)
+  }
+
+  return {
+    name: 'postgres',
+
+    async search(pool, query, limit) {
+      const q = query.slice(0, MAX_QUERY)
+      const tokens = [...new Set(wordsOf(q))].slice(0, MAX_WORDS)
+      if (tokens.length === 0) return { items: [], truncated: false }
+      let rows = await ranked(pool, q, tokens, '&', limit)
+      // nothing has every word (a long, chatty query): any word will do
+      if (rows.length === 0 && tokens.length > 1) rows = await ranked(pool, q, tokens, '|', limit)
+      const items: SearchHit[] = rows.slice(0, limit).map((r) => ({
+        id: r.id,
+        content: r.content,
+        score: Math.round(Number(r.score) * 10_000) / 10_000,
+        runId: r.source_run_id,
+        rootRunId: r.root_run_id,
+        createdAt: new Date(r.created_at).toISOString()
+      }))
+      return { items, truncated: rows.length > limit }
+    },
+
+    async browse(pool, limit, cursor) {
+      const inPool = and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id))
+      const [rows, totals] = await Promise.all([
+        db.select({
+          id: memoryItems.id,
+          content: memoryItems.content,
+          background: memoryItems.background,
+          sourceRunId: memoryItems.sourceRunId,
+          createdAt: memoryItems.createdAt,
+          updatedAt: memoryItems.updatedAt
+        }).from(memoryItems)
+          .where(cursor ? and(inPool, lt(memoryItems.id, cursor)) : inPool)
+          .orderBy(desc(memoryItems.id))
+          .limit(limit + 1),
+        db.select({ n: memoryPools.itemCount }).from(memoryPools).where(and(eq(memoryPools.orgId, pool.orgId), eq(memoryPools.id, pool.id)))
+      ])
+      const items: BrowseItem[] = rows.slice(0, limit).map((r) => ({
+        ...r,
+        createdAt: r.createdAt.toISOString(),
+        updatedAt: r.updatedAt.toISOString()
+      }))
+      return { items, total: Number(totals[0]?.n ?? 0), nextCursor: rows.length > limit ? items[items.length - 1]!.id : null }
+    },
+
+    async exists(pool, id) {
+      const rows = await db.select({ id: memoryItems.id }).from(memoryItems)
+        .where(and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id), eq(memoryItems.id, id)))
+      return rows.length === 1
+    },
+
+    async update(pool, id, content, changedBy) {
+      try {
+        return await db.transaction(async (tx) => {
+          const rows = await tx.update(memoryItems)
+            .set({ content, contentHash: contentHash(content), updatedAt: new Date() })
+            .where(and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id), eq(memoryItems.id, id)))
+            .returning({ id: memoryItems.id })
+          if (rows.length === 0) return false
+          await addVocabulary(tx, pool, [content])
+          await recordChanges(tx, pool, changedBy, [{ itemId: id, content, kind: 'updated' }])
+          return true
+        })
+      } catch (err) {
+        if (isUniqueViolation(err)) throw conflict('the pool already holds this fact')
+        throw err
+      }
+    },
+
+    async remove(pool, id, changedBy) {
+      return db.transaction(async (tx) => {
+        const rows = await tx.delete(memoryItems)
+          .where(and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id), eq(memoryItems.id, id)))
+          .returning({ id: memoryItems.id, content: memoryItems.content })
+        await recordChanges(tx, pool, changedBy, rows.map((r) => ({ itemId: r.id, content: r.content, kind: 'deleted' as const })))
+        if (rows.length > 0) {
+          await tx.update(memoryPools).set({ itemCount: sql`greatest(0, ${memoryPools.itemCount} - ${rows.length})` }).where(eq(memoryPools.id, pool.id))
+        }
+        return rows.length
+      })
+    },
+
+    history(pool, id) {
+      return readHistory(db, pool, id)
+    },
+
+    async deliver(pool: PoolRef, capture: CaptureDelivery, markDelivered: MarkDelivered) {
+      // The capture's `delivered` state and its facts commit together: exactly once.
+      try {
+        await db.transaction(async (tx) => {
+          if (!(await markDelivered(tx))) throw new StaleDelivery()
+          await writeFacts(tx, [{ pool, capture }])
+        })
+      } catch (err) {
+        if (err instanceof StaleDelivery) return
+        throw err
+      }
+    },
+
+    async deliverBatch(entries: BatchEntry[], markDelivered: MarkBatchDelivered) {
+      return db.transaction(async (tx) => {
+        const owned = await markDelivered(tx)
+        await writeFacts(tx, entries.filter((e) => owned.has(e.capture.captureId)))
+        return owned
+      })
+    }
+  }
+}
+
+const INSERT_CHUNK = 2000
+
+/**
+ * Adds captured facts: a fact already in its pool (same normalized content) or an already
+ * delivered (capture, index) is skipped; vocabulary, history and pool counts follow.
+ */
+async function writeFacts(tx: Tx, entries: BatchEntry[]): Promise<void> {
+  const values = entries.flatMap(({ pool, capture }) => capture.facts.map((content, index) => ({
+    id: newId(),
+    orgId: pool.orgId,
+    poolId: pool.id,
+    content,
+    contentHash: contentHash(content),
+    sourceRunId: capture.runId,
+    rootRunId: capture.rootRunId,
+    captureId: capture.captureId,
+    factIndex: index
+  })))
+  const kept: Array<{ id: string; content: string; poolId: string; orgId: string; sourceRunId: string | null }> = []
+  for (let i = 0; i < values.length; i += INSERT_CHUNK) {
+    kept.push(...await tx.insert(memoryItems).values(values.slice(i, i + INSERT_CHUNK)).onConflictDoNothing().returning({
+      id: memoryItems.id, content: memoryItems.content, poolId: memoryItems.poolId, orgId: memoryItems.orgId, sourceRunId: memoryItems.sourceRunId
+    }))
+  }
+  if (kept.length === 0) return
+  const byPool = new Map<string, string[]>()
+  for (const row of kept) byPool.set(row.poolId, [...(byPool.get(row.poolId) ?? []), row.content])
+  const poolIds = [...byPool.keys()].sort()
+  for (const poolId of poolIds) {
+    const words = [...new Set(byPool.get(poolId)!.flatMap(vocabulary))].sort()
+    for (let i = 0; i < words.length; i += INSERT_CHUNK) {
+      await tx.insert(memoryWords).values(words.slice(i, i + INSERT_CHUNK).map((word) => ({ poolId, word }))).onConflictDoNothing()
+    }
+  }
+  for (let i = 0; i < kept.length; i += INSERT_CHUNK) {
+    await tx.insert(memoryItemHistory).values(kept.slice(i, i + INSERT_CHUNK).map((r) => ({
+      id: newId(), orgId: r.orgId, poolId: r.poolId, itemId: r.id, content: r.content, kind: 'created' as const, changedBy: `run:${r.sourceRunId}`
+    })))
+  }
+  // counts last, in pool order: the row locks are held briefly and always taken in one order
+  for (const poolId of poolIds) {
+    await tx.update(memoryPools).set({ itemCount: sql`${memoryPools.itemCount} + ${byPool.get(poolId)!.length}` }).where(eq(memoryPools.id, poolId))
+  }
+}

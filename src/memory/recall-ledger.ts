@@ -1,0 +1,46 @@
+import { and, desc, eq, lt, type SQL } from 'drizzle-orm'
+import type { Db } from '../db/client.js'
+import { newId } from '../db/ids.js'
+import type { RunRef } from '../runs/memory-port.js'
+import { memoryRecalls } from './tables.js'
+
+export async function recordRecall(db: Db, run: RunRef, frame: { scope: 'org' | 'personal'; query: string; itemIds: string[]; latencyMs: number }): Promise<void> {
+  await db.insert(memoryRecalls).values({
+    id: newId(),
+    orgId: run.orgId,
+    runId: run.id,
+    rootRunId: run.rootRunId,
+    scope: frame.scope,
+    query: frame.query,
+    itemIds: frame.itemIds,
+    latencyMs: Math.max(0, Math.round(frame.latencyMs))
+  })
+}
+
+export interface RecallFilter {
+  limit: number
+  cursor?: string | undefined
+  runId?: string | undefined
+  rootRunId?: string | undefined
+}
+
+/** The org's frames, newest first; the cursor is the last frame id seen. */
+export async function listRecalls(db: Db, orgId: string, filter: RecallFilter) {
+  const where: SQL[] = [eq(memoryRecalls.orgId, orgId)]
+  if (filter.cursor) where.push(lt(memoryRecalls.id, filter.cursor))
+  if (filter.runId) where.push(eq(memoryRecalls.runId, filter.runId))
+  if (filter.rootRunId) where.push(eq(memoryRecalls.rootRunId, filter.rootRunId))
+  const rows = await db.select().from(memoryRecalls).where(and(...where)).orderBy(desc(memoryRecalls.id)).limit(filter.limit + 1)
+  const recalls = rows.slice(0, filter.limit).map((r) => ({
+    id: r.id,
+    runId: r.runId,
+    rootRunId: r.rootRunId,
+    scope: r.scope,
+    query: r.query,
+    itemIds: r.itemIds,
+    latencyMs: r.latencyMs,
+    createdAt: r.createdAt.toISOString(),
+    session: { runId: r.runId, rootRunId: r.rootRunId }
+  }))
+  return { recalls, nextCursor: rows.length > filter.limit ? recalls[recalls.length - 1]!.id : null }
+}

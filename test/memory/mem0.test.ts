@@ -1,0 +1,55 @@
+import t from 'tap'
+import { DEV_ORG } from '../../src/auth/dev-org.js'
+import { as, createOrg, FAST, memoryTestApp, startMem0 } from './helpers.js'
+
+t.test('http backend: browse, search, patch, delete and history against a mem0 service', async (t) => {
+  const mem0 = await startMem0(t)
+  const app = await memoryTestApp(t, { env: { ...FAST, MEMORY_BACKEND: 'http', MEMORY_URL: mem0.url, MEMORY_CAPTURE_WORKER: 'false' } })
+  const other = await createOrg(app.db, 'org-other')
+  const now = new Date().toISOString()
+  mem0.store.set('m-1', { id: 'm-1', memory: 'Invoices go out on the first', user_id: `cairn:${DEV_ORG.id}`, metadata: { run_id: 'run-9' }, created_at: now, updated_at: now })
+  mem0.store.set('m-2', { id: 'm-2', memory: 'Other org invoices are secret', user_id: `cairn:${other.orgId}`, metadata: {}, created_at: now, updated_at: now })
+
+  // the pool identity exists once something was written; a capture round creates it
+  const { ensurePool } = await import('../../src/memory/pools.js')
+  await ensurePool(app.db, DEV_ORG.id, 'org', '')
+  await ensurePool(app.db, other.orgId, 'org', '')
+
+  const browse = (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json()
+  t.match(browse, { enabled: true, total: 1, items: [{ id: 'm-1', content: 'Invoices go out on the first', sourceRunId: 'run-9', sourceScope: 'org' }] })
+  const search = (await app.inject({ method: 'GET', url: '/api/memory/search?q=invoices' })).json()
+  t.same(search.items.map((i: { id: string }) => i.id), ['m-1'])
+  t.match(search.items[0].citation, { kind: 'memory', id: 'm-1', runId: 'run-9' })
+
+  const foreign = await app.inject({ method: 'PATCH', url: '/api/memory/item/m-2', payload: { content: 'mine now' } })
+  t.equal(foreign.statusCode, 404, 'another org\'s upstream id is not in this pool')
+  t.equal(foreign.json().error, 'not found in this pool')
+  t.equal((await app.inject({ method: 'DELETE', url: '/api/memory/item/m-2' })).statusCode, 404)
+  t.equal(mem0.store.get('m-2')!.memory, 'Other org invoices are secret')
+
+  mem0.state.updateMode = 'fail'
+  const failed = await app.inject({ method: 'PATCH', url: '/api/memory/item/m-1', payload: { content: 'Invoices go out on the second' } })
+  t.equal(failed.statusCode, 502)
+  t.same(failed.json(), { error: 'update failed', message: 'the memory service did not accept the update' })
+  t.equal(mem0.store.get('m-1')!.memory, 'Invoices go out on the first')
+  mem0.state.updateMode = 'ok'
+  t.same((await app.inject({ method: 'PATCH', url: '/api/memory/item/m-1', payload: { content: 'Invoices go out on the second' } })).json(), { ok: true })
+  t.equal(mem0.store.get('m-1')!.memory, 'Invoices go out on the second')
+  t.same((await app.inject({ method: 'DELETE', url: '/api/memory/item/m-1' })).json(), { ok: true, deletedCount: 1 })
+  t.notOk(mem0.store.has('m-1'))
+  const history = (await app.inject({ method: 'GET', url: '/api/memory/item/m-1/history' })).json().history
+  t.match(history, [{ kind: 'updated', changedBy: 'dev', content: 'Invoices go out on the second' }, { kind: 'deleted', changedBy: 'dev' }])
+  t.equal((await app.inject({ method: 'GET', url: '/api/memory/search?q=invoices', headers: as(other.user) })).json().items[0].id, 'm-2')
+})
+
+t.test('http backend: an unreachable service is a 502 on reads, never a 5xx without a body', async (t) => {
+  const app = await memoryTestApp(t, { env: { ...FAST, MEMORY_BACKEND: 'http', MEMORY_URL: 'http://127.0.0.1:9', MEMORY_CAPTURE_WORKER: 'false' } })
+  const { ensurePool } = await import('../../src/memory/pools.js')
+  await ensurePool(app.db, DEV_ORG.id, 'org', '')
+  const res = await app.inject({ method: 'GET', url: '/api/memory/search?q=x' })
+  t.equal(res.statusCode, 502)
+  t.equal(res.json().error, 'upstream_failed')
+  const patch = await app.inject({ method: 'PATCH', url: '/api/memory/item/m-1', payload: { content: 'x' } })
+  t.equal(patch.statusCode, 502)
+  t.equal(patch.json().error, 'update failed')
+})
