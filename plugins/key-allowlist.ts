@@ -63,7 +63,11 @@ export const KEY_DENYLIST: readonly string[] = [
   'GET /api/tools/policies',
   'GET /api/runs/:id/approvals',
   'GET /api/runs/:id/terminal',
-  'GET /api/desktop-proxy/:threadId/websockify'
+  'GET /api/desktop-proxy/:threadId/websockify',
+  // memory: keys read search, browse, captures and recalls (above); item history and the
+  // org's memory settings are for people
+  'GET /api/memory/item/:id/history',
+  'GET /api/memory/settings'
 ]
 
 /** `METHOD /pattern` with parameter names erased and HEAD read as GET. */

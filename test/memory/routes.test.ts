@@ -181,7 +181,7 @@ t.test('bad input is a clear 4xx, never a 5xx, and changes nothing', async (t) =
     { method: 'PATCH', url: `/api/memory/item/${id}`, payload: { content: '   ' }, status: 400, error: 'validation_failed' },
     { method: 'PATCH', url: `/api/memory/item/${id}`, payload: { content: 42 }, status: 400, error: 'validation_failed' },
     { method: 'PATCH', url: `/api/memory/item/${id}`, payload: { content: 'x', background: 'yes' }, status: 400, error: 'validation_failed' },
-    { method: 'PATCH', url: `/api/memory/item/${id}`, payload: { content: 'x', orgId: 'other' }, status: 400, error: 'validation_failed' },
+    { method: 'PATCH', url: `/api/memory/item/${id}`, payload: { content: 'x', orgId: 'other' }, status: 400, error: 'server_owned_field' },
     { method: 'PATCH', url: `/api/memory/item/${id}`, payload: '{"content":"x","__proto__":{"a":1}}', headers: { 'content-type': 'application/json' }, status: 400, error: 'invalid_json' },
     { method: 'PATCH', url: `/api/memory/item/${id}`, payload: { content: 'x'.repeat(5000) }, status: 400, error: 'validation_failed' },
     { method: 'PATCH', url: `/api/memory/item/${id}`, payload: JSON.stringify({ content: 'x'.repeat(2_000_000) }), headers: { 'content-type': 'application/json' }, status: 413, error: 'payload_too_large' },
@@ -200,7 +200,7 @@ t.test('bad input is a clear 4xx, never a 5xx, and changes nothing', async (t) =
     { method: 'POST', url: '/api/memory/captures/%00/retry', status: 400, error: 'validation_failed' },
     { method: 'GET', url: '/api/memory/recalls?limit=500', status: 400, error: 'validation_failed' },
     { method: 'GET', url: '/api/memory/captures?state=weird', status: 400, error: 'validation_failed' },
-    { method: 'PUT', url: '/api/memory/settings', payload: { enabled: true, orgId: 'x' }, status: 400, error: 'validation_failed' }
+    { method: 'PUT', url: '/api/memory/settings', payload: { enabled: true, orgId: 'x' }, status: 400, error: 'server_owned_field' }
   ]
   for (const c of cases) {
     const res = await app.inject({ method: c.method, url: c.url, payload: c.payload as string, headers: c.headers })
