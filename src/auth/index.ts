@@ -131,8 +131,11 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
   }, async (request, reply) => {
     const token = sessionCookie.read(request)
     if (token !== undefined) {
-      await deleteSession(db, hashSecret(token))
+      const sessionId = hashSecret(token)
+      await deleteSession(db, sessionId)
       await identity.invalidate()
+      // open terminal and desktop sockets of this session close at once (1008)
+      app.runtime.sockets.close({ sessionId }, 'signed out')
     }
     sessionCookie.clear(reply)
     return reply.code(204).send(null)
@@ -224,6 +227,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     const actorRole = await requireOrgAdmin(request.params.orgId, session.userId)
     await removeMember(db, request.params.orgId, actorRole, request.params.userId)
     await identity.invalidate()
+    app.runtime.sockets.close({ orgId: request.params.orgId, userId: request.params.userId }, 'membership removed')
     return reply.code(204).send(null)
   })
 
