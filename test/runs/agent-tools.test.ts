@@ -5,9 +5,11 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { and, asc, eq } from 'drizzle-orm'
 import t from 'tap'
-import { runEvents } from '../../src/runs/tables.js'
+import { newId } from '../../src/db/ids.js'
+import { openDatabase } from '../../src/db/client.js'
+import { runEvents, runs } from '../../src/runs/tables.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
-import { buildTestApp, signUpWithOrg, type Teardown } from '../helper.js'
+import { buildTestApp, createTestDatabase, signUpWithOrg, type Teardown, type TestDatabase } from '../helper.js'
 import { eventually } from './sse-client.js'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
@@ -136,7 +138,7 @@ t.test('an approved shell call runs in the sandbox and its output goes back to t
   const second = upstream.requests[1]!.body.messages
   t.match(second.at(-2), { role: 'assistant', tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'shell', arguments: '{"command":"echo hello-from-sandbox"}' } }] })
   t.match(second.at(-1), { role: 'tool', tool_call_id: 'call_1', content: /hello-from-sandbox/ })
-  t.equal(run.usage === undefined || run.usage === null || typeof run.usage === 'object', true)
+  t.same(events.find((e) => e.type === 'run.succeeded')!.data, { usage: { promptTokens: 10, completionTokens: 4 } }, 'usage of both model calls')
 })
 
 t.test('a denied call answers the model with the denial; the run completes', async (t) => {
@@ -216,4 +218,51 @@ t.test('without a sandbox the model is offered no tools', async (t) => {
   const runId = await startRun(app, cookie, 'hi')
   t.equal((await finished(app, cookie, runId)).status, 'succeeded')
   t.equal(upstream.requests[0]!.body.tools, undefined)
+})
+
+t.test('a cancel on another instance drops the approval the run waits for there', async (t) => {
+  const upstream = await startUpstream(t)
+  const dataDir = await mkdtemp(join(tmpdir(), 'cairn-agent-tools-'))
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+  const shared = await createTestDatabase(t)
+  let second: TestDatabase = shared
+  if (shared.url) {
+    const database = await openDatabase({ url: shared.url, poolMax: 5 })
+    t.teardown(() => database.close())
+    second = { database, url: shared.url }
+  }
+  const env = { OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50' }
+  const a = await buildTestApp(t, { db: shared, env })
+  const b = await buildTestApp(t, { db: second, env: { ...env, RUN_WORKER_CONCURRENCY: '0' } })
+  const { cookie, org } = await signUpWithOrg(b)
+  upstream.script.push(shellCall('echo never'), { text: 'unreachable' })
+  const runId = await startRun(b, cookie, 'wait on A')
+  const requested = await pendingApproval(a, org.id, runId)
+  t.equal((await b.inject({ method: 'POST', url: `/api/runs/${runId}/cancel`, headers: { cookie } })).statusCode, 200)
+  const run = await finished(b, cookie, runId)
+  t.equal(run.status, 'cancelled')
+  const [row] = await b.db.select().from(toolApprovals).where(eq(toolApprovals.id, requested.approvalId))
+  t.equal(row!.status, 'cancelled')
+  t.equal(upstream.requests.length, 1)
+})
+
+t.test('the worker_lost sweep drops the lost run\'s waiting approvals', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0', RUN_SWEEP_MS: '3600000' } }) // this test sweeps itself
+  const { org } = await signUpWithOrg(app)
+  const runId = newId()
+  // a run whose (crashed) worker's lease expired while a call waited for a person
+  await app.db.insert(runs).values({
+    id: runId, orgId: org.id, rootRunId: runId, engine: 'openai', prompt: 'x', status: 'running', origin: 'web',
+    startedAt: new Date(Date.now() - 60_000), leaseOwner: 'gone', leaseExpiresAt: new Date(Date.now() - 1000)
+  })
+  const approvalId = newId()
+  await app.db.insert(toolApprovals).values({
+    id: approvalId, orgId: org.id, runId, rootRunId: runId, callId: 'c1', tool: 'shell', arguments: { command: 'true' },
+    expiresAt: new Date(Date.now() + 600_000)
+  })
+  t.equal(await app.runWorker.sweep(), 1)
+  const [run] = await app.db.select().from(runs).where(eq(runs.id, runId))
+  t.match(run, { status: 'failed', error: 'worker_lost' })
+  const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, approvalId))
+  t.equal(row!.status, 'cancelled')
 })
