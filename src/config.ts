@@ -56,6 +56,7 @@ export const EnvSchema = Type.Object({
   OPENAI_API_KEY: Type.Optional(Type.String({ description: 'bearer token for OPENAI_BASE_URL' })),
   MODELS: Type.String({ default: '', description: 'comma-separated model ids offered through the openai engine' }),
   OPENAI_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 120_000, description: 'upstream request timeout (also between streamed chunks)' }),
+  OPENAI_MAX_TOOL_ROUNDS: Type.Integer({ minimum: 0, maximum: 100, default: 8, description: 'model calls answered with tool results per run before the run fails (0: tools are not offered)' }),
   OPENAI_PROBE_TTL_MS: Type.Integer({ minimum: 0, maximum: 3_600_000, default: 30_000, description: 'how long a /models readiness probe result is cached' }),
   SANDBOX_PROVIDER: Type.Union([Type.Literal('local'), Type.Literal('none')], {
     default: 'local',

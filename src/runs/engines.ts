@@ -12,6 +12,29 @@ export interface EngineContext {
   emit(type: string, data: Record<string, unknown>): Promise<void>
   /** recalls from the run's memory pools; emits `memory.recalled` */
   recall(query: string): Promise<RecalledItem[]>
+  /** the agent runtime's tools for this run; absent when no tool gateway is available */
+  tools?: RunTools | undefined
+}
+
+/** An OpenAI `tools` entry. */
+export interface ToolDefinition {
+  type: 'function'
+  function: { name: string; description?: string; parameters: unknown }
+}
+
+/**
+ * The tool gateway as an engine sees it (kept free of Fastify): the definitions to offer
+ * and one call at a time, recorded as `tool.call` / `tool.result` run events.
+ */
+export interface RunTools {
+  definitions(): ToolDefinition[]
+  execute(call: { callId: string; name: string; arguments: string; signal: AbortSignal }): Promise<{ content: string }>
+}
+
+export interface ToolCall {
+  id: string
+  type: 'function'
+  function: { name: string; arguments: string }
 }
 
 export interface EngineResult {
@@ -26,6 +49,12 @@ export interface ChatMessage {
   role: 'system' | 'user' | 'assistant'
   content: string
 }
+
+/** What the tool loop sends: chat messages plus assistant tool calls and tool results. */
+type WireMessage =
+  | ChatMessage
+  | { role: 'assistant'; content: string | null; tool_calls: ToolCall[] }
+  | { role: 'tool'; tool_call_id: string; content: string }
 
 export interface ChatStream {
   onToken(text: string): void
@@ -114,6 +143,8 @@ export interface OpenAiOptions {
   models: string[]
   timeoutMs: number
   probeTtlMs: number
+  /** model calls answered with tool results per run, at most */
+  maxToolRounds: number
 }
 
 /**
@@ -158,8 +189,11 @@ export function openAiEngine(opts: OpenAiOptions): Engine {
     return opts.models.length > 0 ? opts.models : (probe?.ids ?? [])
   }
 
-  /** POSTs a streaming chat completion and calls onDelta for each content chunk. */
-  async function stream(messages: ChatMessage[], model: string, signal: AbortSignal, onDelta: (text: string) => Promise<void> | void) {
+  /**
+   * POSTs a streaming chat completion and calls onDelta for each content chunk; tool call
+   * deltas are put together by index (id, name, arguments arrive in pieces).
+   */
+  async function stream(messages: WireMessage[], model: string, signal: AbortSignal, onDelta: (text: string) => Promise<void> | void, tools?: ToolDefinition[]) {
     if (!base) throw new EngineError('openai engine is not configured')
     const timeout = new AbortController()
     let timer = setTimeout(() => timeout.abort(), opts.timeoutMs)
@@ -170,11 +204,12 @@ export function openAiEngine(opts: OpenAiOptions): Engine {
     const combined = AbortSignal.any([signal, timeout.signal])
     let text = ''
     let usage = { promptTokens: 0, completionTokens: 0 }
+    const calls: ToolCall[] = []
     try {
       const res = await fetch(`${base}/chat/completions`, {
         method: 'POST',
         headers: { ...headers(), accept: 'text/event-stream' },
-        body: JSON.stringify({ model, messages, stream: true, stream_options: { include_usage: true } }),
+        body: JSON.stringify({ model, messages, ...(tools && tools.length > 0 ? { tools } : {}), stream: true, stream_options: { include_usage: true } }),
         signal: combined
       })
       if (!res.ok || !res.body) {
@@ -198,7 +233,12 @@ export function openAiEngine(opts: OpenAiOptions): Engine {
             break
           }
           let parsed: {
-            choices?: Array<{ delta?: { content?: string | null } }>
+            choices?: Array<{
+              delta?: {
+                content?: string | null
+                tool_calls?: Array<{ index?: number; id?: string; function?: { name?: string; arguments?: string } }>
+              }
+            }>
             usage?: { prompt_tokens?: number; completion_tokens?: number }
             error?: { message?: string }
           }
@@ -213,12 +253,19 @@ export function openAiEngine(opts: OpenAiOptions): Engine {
             text += delta
             await onDelta(delta)
           }
+          for (const piece of parsed.choices?.[0]?.delta?.tool_calls ?? []) {
+            const index = typeof piece.index === 'number' && piece.index >= 0 && piece.index < 128 ? piece.index : calls.length
+            const call = (calls[index] ??= { id: '', type: 'function', function: { name: '', arguments: '' } })
+            if (typeof piece.id === 'string' && piece.id !== '') call.id = piece.id
+            if (typeof piece.function?.name === 'string') call.function.name += piece.function.name
+            if (typeof piece.function?.arguments === 'string') call.function.arguments += piece.function.arguments
+          }
           if (parsed.usage) usage = { promptTokens: parsed.usage.prompt_tokens ?? 0, completionTokens: parsed.usage.completion_tokens ?? 0 }
         }
         if (done) break
       }
       if (!done) throw new EngineError('upstream_error: the stream ended early')
-      return { text, usage }
+      return { text, usage, toolCalls: calls.filter((c) => c !== undefined) }
     } catch (err) {
       if (signal.aborted) throw signal.reason
       if (timeout.signal.aborted) throw new EngineError(`upstream_timeout: no answer within ${opts.timeoutMs} ms`)
@@ -246,9 +293,30 @@ export function openAiEngine(opts: OpenAiOptions): Engine {
       messages.push({ role: 'user', content: ctx.prompt })
       const model = ctx.model ?? modelIds()[0]
       if (!model) throw new EngineError('no model configured for the openai engine')
-      const { text, usage } = await stream(messages, model, ctx.signal, (delta) => ctx.emit('message.delta', { text: delta }))
-      await ctx.emit('message.completed', { text })
-      return { text, facts: [], usage }
+      const tools = ctx.tools && opts.maxToolRounds > 0 ? ctx.tools.definitions() : []
+      const wire: WireMessage[] = messages
+      const usage = { promptTokens: 0, completionTokens: 0 }
+      for (let round = 0; ; round++) {
+        const answer = await stream(wire, model, ctx.signal, (delta) => ctx.emit('message.delta', { text: delta }), tools)
+        usage.promptTokens += answer.usage.promptTokens
+        usage.completionTokens += answer.usage.completionTokens
+        if (answer.toolCalls.length === 0 || !ctx.tools || tools.length === 0) {
+          await ctx.emit('message.completed', { text: answer.text })
+          return { text: answer.text, facts: [], usage }
+        }
+        if (round >= opts.maxToolRounds) {
+          throw new EngineError(`tool_rounds_exceeded: the model still asked for tools after ${opts.maxToolRounds} rounds (OPENAI_MAX_TOOL_ROUNDS)`)
+        }
+        const calls = answer.toolCalls.map((c, i) => ({ ...c, id: c.id || `call_${round}_${i}` }))
+        wire.push({ role: 'assistant', content: answer.text === '' ? null : answer.text, tool_calls: calls })
+        // one at a time, in the model's order: each may wait for a person's approval
+        for (const call of calls) {
+          if (ctx.signal.aborted) throw ctx.signal.reason
+          const result = await ctx.tools.execute({ callId: call.id, name: call.function.name, arguments: call.function.arguments, signal: ctx.signal })
+          if (ctx.signal.aborted) throw ctx.signal.reason
+          wire.push({ role: 'tool', tool_call_id: call.id, content: result.content })
+        }
+      }
     },
     async chat(messages, model, signal, out) {
       const chosen = model ?? modelIds()[0]

@@ -129,6 +129,8 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const { orgId } = principalOf(request)
     const run = await cancelRun(app.db, orgId, request.params.id)
     if (!run) throw notFound('no such run in this organization')
+    // calls waiting for a person are dropped now, wherever the run runs: the worker stops promptly
+    if (run.status === 'running' && app.hasDecorator('runtime')) await app.runtime.gateway.cancelRun(orgId, run.id)
     return { run: runToWire(run) }
   })
 

@@ -28,7 +28,8 @@ export function createEngines(config: Config): EngineRegistry {
       apiKey: config.OPENAI_API_KEY,
       models: config.MODELS.split(',').map((m) => m.trim()).filter(Boolean),
       timeoutMs: config.OPENAI_TIMEOUT_MS,
-      probeTtlMs: config.OPENAI_PROBE_TTL_MS
+      probeTtlMs: config.OPENAI_PROBE_TTL_MS,
+      maxToolRounds: config.OPENAI_MAX_TOOL_ROUNDS
     })
   ])
 }
@@ -57,6 +58,8 @@ export default fp(async function runsRuntime(app: FastifyInstance, opts: RunsRun
   app.decorate('runWorker', worker)
   app.decorate('runEventSink', createRunEventSink(app.db))
   app.addHook('onReady', async () => {
+    // the runtime registers after runs: its gateway is handed to engines once everything is loaded
+    worker.setTools(app.hasDecorator('runtime') && app.features.capabilities.toolGateway ? app.runtime.gateway : null)
     worker.start()
   })
   app.addHook('preClose', async () => {

@@ -4,11 +4,19 @@ import type { FastifyBaseLogger } from 'fastify'
 import { EVENTS_CHANNEL, type EventBus } from '../../plugins/event-bus.js'
 import { rowsOf, type Db } from '../db/client.js'
 import { realUserIdOfRun } from './run-ref.js'
-import { EngineError, type EngineRegistry } from './engines.js'
+import { EngineError, type EngineRegistry, type RunTools, type ToolDefinition } from './engines.js'
 import { appendEvent, pruneEvents } from './events.js'
 import type { RunMemory, RunRef } from './memory-port.js'
 import { runs } from './tables.js'
 import type { RunRow } from './runs-repo.js'
+
+/** The agent runtime's tool gateway as the worker needs it (src/runtime/gateway.ts). */
+export interface ToolGatewayPort {
+  definitions(): ToolDefinition[]
+  execute(input: { orgId: string; runId: string; rootRunId: string; callId: string; name: string; arguments: string; signal: AbortSignal }): Promise<{ content: string }>
+  /** drops the run's waiting approvals (every instance sees it) and stops its running calls here */
+  cancelRun(orgId: string, runId: string): Promise<number>
+}
 
 export interface WorkerOptions {
   db: Db
@@ -53,9 +61,25 @@ export class RunWorker {
   private wakeAgain = false
   private timers: NodeJS.Timeout[] = []
   private unsubscribe: Array<() => void> = []
+  private tools: ToolGatewayPort | null = null
 
   constructor(options: WorkerOptions) {
     this.o = options
+  }
+
+  /** Hands engines the tool gateway (wired once the runtime is registered; null: no tools). */
+  setTools(tools: ToolGatewayPort | null): void {
+    this.tools = tools
+  }
+
+  /** Drops a run's waiting tool calls; never throws (the run ends either way). */
+  private async dropToolCalls(orgId: string, runId: string): Promise<void> {
+    if (!this.tools || this.killed) return
+    try {
+      await this.tools.cancelRun(orgId, runId)
+    } catch (err) {
+      this.o.log.warn({ err, runId }, 'run worker: dropping waiting tool calls failed')
+    }
   }
 
   get activeCount(): number {
@@ -171,6 +195,14 @@ export class RunWorker {
       await appendEvent(o.db, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type, data })
     }
     const engine = o.engines.get(run.engine)
+    const gateway = this.tools
+    const tools: RunTools | undefined = gateway ? {
+      definitions: () => gateway.definitions(),
+      execute: (call) => {
+        this.guard()
+        return gateway.execute({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, ...call })
+      }
+    } : undefined
     let outcome: { status: 'succeeded'; facts: string[]; usage?: unknown } | { status: 'failed'; error: string } | { status: 'cancelled' }
     try {
       if (!engine) throw new EngineError(`engine ${run.engine} is not available on this instance`)
@@ -180,6 +212,7 @@ export class RunWorker {
         model: run.model,
         signal,
         emit,
+        tools,
         recall: async (query) => {
           this.guard()
           const { items } = await o.memory.recall(ref, query)
@@ -202,6 +235,8 @@ export class RunWorker {
       }
     }
     if (this.killed) return
+    // a cancelled or failed run leaves no call waiting for a person
+    if (outcome.status !== 'succeeded') await this.dropToolCalls(run.orgId, run.id)
     await o.db.transaction(async (tx) => {
       const [finished] = await tx.update(runs).set({
         status: outcome.status,
@@ -257,11 +292,15 @@ export class RunWorker {
             update runs set status = 'failed', error = 'worker_lost', finished_at = now(), lease_owner = null, lease_expires_at = null
             where id = ${id} and status = 'running' and lease_expires_at < now()
             returning id, org_id, root_run_id`))
-          if (!run) return false
+          if (!run) return null
           await appendEvent(tx, { orgId: run.org_id, runId: run.id, rootRunId: run.root_run_id, type: 'run.failed', data: { error: 'worker_lost' } })
-          return true
+          return run.org_id
         })
-        if (done) swept++
+        if (done !== null) {
+          swept++
+          // its calls waiting for approval die with it
+          await this.dropToolCalls(done, id)
+        }
       }
     } catch (err) {
       if (!this.killed) this.o.log.warn({ err }, 'run worker: sweep failed')

@@ -112,6 +112,9 @@ t.test('/api/config shows the sandbox provider and the gateway capability', asyn
   const off = (await none.inject({ method: 'GET', url: '/api/config' })).json()
   t.equal(off.sandbox.provider, 'none')
   t.equal(off.capabilities.toolGateway, false)
-  const unwired = await buildTestApp(t, { env: { SANDBOX_PROVIDER: 'local' } })
-  t.equal((await unwired.inject({ method: 'GET', url: '/api/config' })).json().capabilities.toolGateway, false, 'no runs group wired: no gateway')
+  // the default app wires the runs group's ports: the gateway is on with the local provider
+  const merged = await buildTestApp(t, { env: { SANDBOX_PROVIDER: 'local' } })
+  t.equal((await merged.inject({ method: 'GET', url: '/api/config' })).json().capabilities.toolGateway, true, 'runs wired by default: gateway on')
+  const noSandbox = await buildTestApp(t, { env: { SANDBOX_PROVIDER: 'none' } })
+  t.equal((await noSandbox.inject({ method: 'GET', url: '/api/config' })).json().capabilities.toolGateway, false, 'no sandbox: no gateway')
 })

@@ -139,7 +139,7 @@ t.test('approval routes: other orgs, unknown ids and bad input', async (t) => {
     ['POST', `/api/runs/${runId}/approvals/${foreignApproval}`, { decision: 'approve' }, 404, 'not_found'],
     ['POST', `/api/runs/${runId}/approvals/${newId()}`, { decision: 'approve' }, 404, 'not_found'],
     ['POST', `/api/runs/${runId}/approvals/${newId()}`, { decision: 'maybe' }, 400, 'validation_failed'],
-    ['POST', `/api/runs/${runId}/approvals/${newId()}`, { decision: 'approve', orgId: otherOrg }, 400, 'validation_failed'],
+    ['POST', `/api/runs/${runId}/approvals/${newId()}`, { decision: 'approve', orgId: otherOrg }, 400, 'server_owned_field'],
     ['POST', `/api/runs/${runId}/approvals/${newId()}`, {}, 400, 'validation_failed'],
     ['POST', `/api/runs/${runId}/approvals/${newId()}`, [], 400, 'validation_failed'],
     ['POST', `/api/runs/${runId}/approvals/'%20or%201=1`, { decision: 'approve' }, 400, 'validation_failed'],
@@ -148,7 +148,7 @@ t.test('approval routes: other orgs, unknown ids and bad input', async (t) => {
     ['GET', `/api/runs/${runId}/approvals?limit=500`, undefined, 400, 'validation_failed'],
     ['PUT', '/api/tools/policies/rm_rf', { mode: 'auto' }, 400, 'validation_failed'],
     ['PUT', '/api/tools/policies/shell', { mode: 'never' }, 400, 'validation_failed'],
-    ['PUT', '/api/tools/policies/shell', { mode: 'auto', orgId: otherOrg }, 400, 'validation_failed']
+    ['PUT', '/api/tools/policies/shell', { mode: 'auto', orgId: otherOrg }, 400, 'server_owned_field']
   ]
   for (const [method, url, payload, status, error] of cases) {
     const res = await app.inject({ method: method as 'GET', url, ...(payload === undefined ? {} : { payload: payload as object }) })

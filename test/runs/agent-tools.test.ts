@@ -1,0 +1,268 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import { once } from 'node:events'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { and, asc, eq } from 'drizzle-orm'
+import t from 'tap'
+import { newId } from '../../src/db/ids.js'
+import { openDatabase } from '../../src/db/client.js'
+import { runEvents, runs } from '../../src/runs/tables.js'
+import { toolApprovals } from '../../src/runtime/tables.js'
+import { buildTestApp, createTestDatabase, signUpWithOrg, type Teardown, type TestDatabase } from '../helper.js'
+import { eventually } from './sse-client.js'
+
+type App = Awaited<ReturnType<typeof buildTestApp>>
+
+/** One scripted model answer: text, or tool calls (streamed in pieces, as OpenAI does). */
+type Answer = { text: string } | { calls: Array<{ id: string; name: string; arguments: string }> }
+
+interface Upstream {
+  url: string
+  requests: Array<{ body: any }>
+  /** answers in order; when empty the model asks for `shell` again (the endless case) */
+  script: Answer[]
+}
+
+/** A local OpenAI-compatible server: `/models` and streaming `/chat/completions` with tool calls. */
+async function startUpstream(t: Teardown): Promise<Upstream> {
+  const state: Upstream = { url: '', requests: [], script: [] }
+  const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
+    let raw = ''
+    for await (const chunk of req) raw += chunk
+    if (req.url === '/v1/models') {
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ object: 'list', data: [{ id: 'tool-model' }] }))
+      return
+    }
+    if (req.url !== '/v1/chat/completions') {
+      res.writeHead(404).end()
+      return
+    }
+    state.requests.push({ body: JSON.parse(raw) })
+    const answer = state.script.shift() ?? { calls: [{ id: `again-${state.requests.length}`, name: 'shell', arguments: '{"command":"true"}' }] }
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    const send = (delta: unknown) => res.write(`data: ${JSON.stringify({ id: 'x', object: 'chat.completion.chunk', choices: [{ index: 0, delta }] })}\n\n`)
+    if ('text' in answer) {
+      for (const piece of answer.text.match(/.{1,4}/gs) ?? []) send({ content: piece })
+    } else {
+      send({ role: 'assistant', content: null })
+      answer.calls.forEach((call, index) => {
+        // id and name first, then the arguments in two pieces
+        send({ tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.name, arguments: '' } }] })
+        const half = Math.floor(call.arguments.length / 2)
+        send({ tool_calls: [{ index, function: { arguments: call.arguments.slice(0, half) } }] })
+        send({ tool_calls: [{ index, function: { arguments: call.arguments.slice(half) } }] })
+      })
+    }
+    res.write(`data: ${JSON.stringify({ id: 'x', choices: [], usage: { prompt_tokens: 5, completion_tokens: 2 } })}\n\n`)
+    res.end('data: [DONE]\n\n')
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => {
+    server.closeAllConnections()
+    server.close()
+  })
+  state.url = `http://127.0.0.1:${(server.address() as { port: number }).port}/v1`
+  return state
+}
+
+async function setup(t: Teardown, env: Record<string, string> = {}) {
+  const upstream = await startUpstream(t)
+  const dataDir = await mkdtemp(join(tmpdir(), 'cairn-agent-tools-'))
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+  const app = await buildTestApp(t, {
+    env: {
+      OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dataDir,
+      TOOL_APPROVAL_POLL_MS: '50', ...env
+    }
+  })
+  const owner = await signUpWithOrg(app)
+  return { app, upstream, cookie: owner.cookie, orgId: owner.org.id }
+}
+
+async function startRun(app: App, cookie: string, prompt: string): Promise<string> {
+  const res = await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie }, payload: { prompt, engine: 'openai' } })
+  if (res.statusCode !== 201) throw new Error(`create run: ${res.statusCode} ${res.body}`)
+  return res.json().run.id
+}
+
+const finished = (app: App, cookie: string, id: string) =>
+  eventually(async () => {
+    const run = (await app.inject({ method: 'GET', url: `/api/runs/${id}`, headers: { cookie } })).json().run
+    return ['succeeded', 'failed', 'cancelled'].includes(run.status) ? run : null
+  })
+
+const eventsOf = async (app: App, orgId: string, runId: string) =>
+  (await app.db.select().from(runEvents).where(and(eq(runEvents.orgId, orgId), eq(runEvents.runId, runId))).orderBy(asc(runEvents.id)))
+    .map((e) => ({ type: e.type, data: e.data as Record<string, any> }))
+
+const pendingApproval = (app: App, orgId: string, runId: string) =>
+  eventually(async () => (await eventsOf(app, orgId, runId)).find((e) => e.type === 'approval.requested')?.data)
+
+const shellCall = (command: string, id = 'call_1'): Answer => ({ calls: [{ id, name: 'shell', arguments: JSON.stringify({ command }) }] })
+
+t.test('an approved shell call runs in the sandbox and its output goes back to the model', async (t) => {
+  const { app, upstream, cookie, orgId } = await setup(t)
+  t.equal((await app.inject({ method: 'GET', url: '/api/config' })).json().capabilities.toolGateway, true)
+  upstream.script.push(shellCall('echo hello-from-sandbox'), { text: 'The sandbox said hello.' })
+  const runId = await startRun(app, cookie, 'say hello from the sandbox')
+
+  const requested = await pendingApproval(app, orgId, runId)
+  t.match(requested, { callId: 'call_1', tool: 'shell', arguments: { command: 'echo hello-from-sandbox' } })
+  const listed = await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals`, headers: { cookie } })
+  t.equal(listed.statusCode, 200)
+  t.match(listed.json().items, [{ id: requested.approvalId, status: 'pending', tool: 'shell', callId: 'call_1' }])
+  t.equal(listed.json().items.length, 1)
+
+  const decided = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${requested.approvalId}`, headers: { cookie }, payload: { decision: 'approve' } })
+  t.equal(decided.statusCode, 200, decided.body)
+  const run = await finished(app, cookie, runId)
+  t.equal(run.status, 'succeeded', run.error ?? '')
+
+  const events = await eventsOf(app, orgId, runId)
+  const types = events.map((e) => e.type)
+  for (const type of ['tool.call', 'approval.requested', 'approval.resolved', 'tool.result', 'message.completed', 'run.succeeded']) t.ok(types.includes(type), type)
+  t.ok(types.indexOf('tool.call') < types.indexOf('tool.result'))
+  t.match(events.find((e) => e.type === 'tool.call')!.data, { callId: 'call_1', tool: 'shell', arguments: { command: 'echo hello-from-sandbox' } })
+  const result = events.find((e) => e.type === 'tool.result')!.data
+  t.match(result, { callId: 'call_1', status: 'ok', approvalId: requested.approvalId })
+  t.match(result.content, /hello-from-sandbox/)
+  t.match(events.find((e) => e.type === 'message.completed')!.data, { text: 'The sandbox said hello.' })
+  t.ok(events.some((e) => e.type === 'message.delta'), 'text is streamed as deltas')
+
+  t.equal(upstream.requests.length, 2)
+  const first = upstream.requests[0]!.body
+  t.same(first.tools.map((d: any) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search'])
+  const second = upstream.requests[1]!.body.messages
+  t.match(second.at(-2), { role: 'assistant', tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'shell', arguments: '{"command":"echo hello-from-sandbox"}' } }] })
+  t.match(second.at(-1), { role: 'tool', tool_call_id: 'call_1', content: /hello-from-sandbox/ })
+  t.same(events.find((e) => e.type === 'run.succeeded')!.data, { usage: { promptTokens: 10, completionTokens: 4 } }, 'usage of both model calls')
+})
+
+t.test('a denied call answers the model with the denial; the run completes', async (t) => {
+  const { app, upstream, cookie, orgId } = await setup(t)
+  upstream.script.push(shellCall('rm -rf /tmp/nothing'), { text: 'Understood, I will not.' })
+  const runId = await startRun(app, cookie, 'clean up')
+  const requested = await pendingApproval(app, orgId, runId)
+  const denied = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${requested.approvalId}`, headers: { cookie }, payload: { decision: 'deny' } })
+  t.equal(denied.statusCode, 200, denied.body)
+  const run = await finished(app, cookie, runId)
+  t.equal(run.status, 'succeeded')
+  const result = (await eventsOf(app, orgId, runId)).find((e) => e.type === 'tool.result')!.data
+  t.match(result, { status: 'denied', content: /denied/ })
+  t.match(upstream.requests[1]!.body.messages.at(-1), { role: 'tool', tool_call_id: 'call_1', content: /denied/ })
+  const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, requested.approvalId))
+  t.equal(row!.status, 'denied')
+})
+
+t.test('cancelling a run that waits for approval ends it cancelled and drops the approval', async (t) => {
+  const { app, upstream, cookie, orgId } = await setup(t)
+  upstream.script.push(shellCall('echo never'), { text: 'unreachable' })
+  const runId = await startRun(app, cookie, 'wait for me')
+  const requested = await pendingApproval(app, orgId, runId)
+  const cancel = await app.inject({ method: 'POST', url: `/api/runs/${runId}/cancel`, headers: { cookie } })
+  t.equal(cancel.statusCode, 200)
+  const run = await finished(app, cookie, runId)
+  t.equal(run.status, 'cancelled')
+  const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, requested.approvalId))
+  t.equal(row!.status, 'cancelled', 'the approval is no longer pending')
+  const listed = (await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals`, headers: { cookie } })).json()
+  t.same(listed.items.map((a: { status: string }) => a.status), ['cancelled'])
+  const late = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${requested.approvalId}`, headers: { cookie }, payload: { decision: 'approve' } })
+  t.equal(late.statusCode, 409, 'a dropped approval cannot be decided')
+  t.equal(upstream.requests.length, 1, 'the model was not asked again')
+  const types = (await eventsOf(app, orgId, runId)).map((e) => e.type)
+  t.equal(types.at(-1), 'run.cancelled')
+  t.notOk(types.includes('run.succeeded'))
+})
+
+t.test('policy auto runs the call without approval', async (t) => {
+  const { app, upstream, cookie, orgId } = await setup(t)
+  const set = await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', headers: { cookie }, payload: { mode: 'auto' } })
+  t.equal(set.statusCode, 200, set.body)
+  upstream.script.push(
+    { calls: [{ id: 'a', name: 'shell', arguments: '{"command":"echo one"}' }, { id: 'b', name: 'list_files', arguments: '{}' }] },
+    { text: 'done' }
+  )
+  const runId = await startRun(app, cookie, 'run it')
+  const run = await finished(app, cookie, runId)
+  t.equal(run.status, 'succeeded', run.error ?? '')
+  const events = await eventsOf(app, orgId, runId)
+  t.notOk(events.some((e) => e.type === 'approval.requested'), 'no approval was asked')
+  t.same(events.filter((e) => e.type === 'tool.result').map((e) => [e.data.callId, e.data.status]), [['a', 'ok'], ['b', 'ok']])
+  const messages = upstream.requests[1]!.body.messages
+  t.match(messages.slice(-3), [
+    { role: 'assistant', tool_calls: [{ id: 'a' }, { id: 'b' }] },
+    { role: 'tool', tool_call_id: 'a', content: /one/ },
+    { role: 'tool', tool_call_id: 'b' }
+  ])
+  t.equal((await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))).length, 0)
+})
+
+t.test('a model that keeps asking for tools fails the run after OPENAI_MAX_TOOL_ROUNDS', async (t) => {
+  const { app, upstream, cookie, orgId } = await setup(t, { OPENAI_MAX_TOOL_ROUNDS: '2' })
+  await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', headers: { cookie }, payload: { mode: 'auto' } })
+  const runId = await startRun(app, cookie, 'loop forever') // the script is empty: it always asks again
+  const run = await finished(app, cookie, runId)
+  t.equal(run.status, 'failed')
+  t.match(run.error, /tool_rounds_exceeded.*2 rounds/)
+  t.equal(upstream.requests.length, 3, 'two rounds of tool results, then the third answer is refused')
+  t.equal((await eventsOf(app, orgId, runId)).filter((e) => e.type === 'tool.result').length, 2)
+})
+
+t.test('without a sandbox the model is offered no tools', async (t) => {
+  const { app, upstream, cookie } = await setup(t, { SANDBOX_PROVIDER: 'none' })
+  upstream.script.push({ text: 'plain answer' })
+  const runId = await startRun(app, cookie, 'hi')
+  t.equal((await finished(app, cookie, runId)).status, 'succeeded')
+  t.equal(upstream.requests[0]!.body.tools, undefined)
+})
+
+t.test('a cancel on another instance drops the approval the run waits for there', async (t) => {
+  const upstream = await startUpstream(t)
+  const dataDir = await mkdtemp(join(tmpdir(), 'cairn-agent-tools-'))
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+  const shared = await createTestDatabase(t)
+  let second: TestDatabase = shared
+  if (shared.url) {
+    const database = await openDatabase({ url: shared.url, poolMax: 5 })
+    t.teardown(() => database.close())
+    second = { database, url: shared.url }
+  }
+  const env = { OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50' }
+  const a = await buildTestApp(t, { db: shared, env })
+  const b = await buildTestApp(t, { db: second, env: { ...env, RUN_WORKER_CONCURRENCY: '0' } })
+  const { cookie, org } = await signUpWithOrg(b)
+  upstream.script.push(shellCall('echo never'), { text: 'unreachable' })
+  const runId = await startRun(b, cookie, 'wait on A')
+  const requested = await pendingApproval(a, org.id, runId)
+  t.equal((await b.inject({ method: 'POST', url: `/api/runs/${runId}/cancel`, headers: { cookie } })).statusCode, 200)
+  const run = await finished(b, cookie, runId)
+  t.equal(run.status, 'cancelled')
+  const [row] = await b.db.select().from(toolApprovals).where(eq(toolApprovals.id, requested.approvalId))
+  t.equal(row!.status, 'cancelled')
+  t.equal(upstream.requests.length, 1)
+})
+
+t.test('the worker_lost sweep drops the lost run\'s waiting approvals', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0', RUN_SWEEP_MS: '3600000' } }) // this test sweeps itself
+  const { org } = await signUpWithOrg(app)
+  const runId = newId()
+  // a run whose (crashed) worker's lease expired while a call waited for a person
+  await app.db.insert(runs).values({
+    id: runId, orgId: org.id, rootRunId: runId, engine: 'openai', prompt: 'x', status: 'running', origin: 'web',
+    startedAt: new Date(Date.now() - 60_000), leaseOwner: 'gone', leaseExpiresAt: new Date(Date.now() - 1000)
+  })
+  const approvalId = newId()
+  await app.db.insert(toolApprovals).values({
+    id: approvalId, orgId: org.id, runId, rootRunId: runId, callId: 'c1', tool: 'shell', arguments: { command: 'true' },
+    expiresAt: new Date(Date.now() + 600_000)
+  })
+  t.equal(await app.runWorker.sweep(), 1)
+  const [run] = await app.db.select().from(runs).where(eq(runs.id, runId))
+  t.match(run, { status: 'failed', error: 'worker_lost' })
+  const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, approvalId))
+  t.equal(row!.status, 'cancelled')
+})
