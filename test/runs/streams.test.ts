@@ -97,6 +97,11 @@ t.test('changes stream: identifiers only, live, org-scoped, resumable', async (t
   const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0', SSE_HEARTBEAT_MS: '100' } })
   const base = await listening(app)
   const before = await createRunVia(app, { prompt: 'before' })
+  // run.queued is stored just after the run commits; let it land before subscribing
+  for (let i = 0; i < 200; i++) {
+    if ((await app.db.select().from(runEvents).where(eq(runEvents.runId, before.id))).length > 0) break
+    await new Promise((resolve) => setTimeout(resolve, 25))
+  }
   const changes = await SseClient.open(`${base}/api/runs/changes`)
   t.teardown(() => changes.close())
   const otherOrg = { id: newId(), name: 'Other', slug: 'other' }
