@@ -1,5 +1,5 @@
-// The real service plus one trivial allowlisted read route (GET /api/runs, built for real on
-// another branch), so the cost of resolving a principal is measured on its own.
+// The real service plus one trivial allowlisted read route (GET /api/projects, not built yet;
+// allowlisted for keys), so the cost of resolving a principal is measured on its own.
 import { buildApp } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
 
@@ -7,7 +7,7 @@ const page = { items: [], nextCursor: null }
 const app = await buildApp({
   config: loadConfig(),
   apiPlugins: [async (api) => {
-    api.get('/runs', async () => page)
+    api.get('/projects', async () => page)
   }]
 })
 const address = await app.listen({ port: Number(process.env.PORT ?? 0), host: '127.0.0.1' })

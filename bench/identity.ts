@@ -1,4 +1,4 @@
-// Issue 3: what resolving the caller costs. A trivial read route (GET /api/runs stand-in)
+// Issue 3: what resolving the caller costs. A trivial read route (GET /api/projects stand-in)
 // called anonymously in the dev org, with a session cookie and with an API key, next to
 // the public health route in the same server and run; plus two real identity routes, and
 // the same lanes with the identity cache off (a database round trip per request).
@@ -32,9 +32,9 @@ async function lanes(env: Record<string, string>, label: string, full: boolean):
     const seconds = Number(process.env.BENCH_SECONDS ?? 8) / ROUNDS
     const cases: Array<{ url: string; headers: Record<string, string>; name: string }> = [
       ...(full ? [{ url: '/api/health', headers: {}, name: 'GET /api/health (public, baseline)' }] : []),
-      ...(full ? [{ url: '/api/runs', headers: {}, name: 'GET /api/runs, anonymous dev org' }] : []),
-      { url: '/api/runs', headers: { cookie }, name: `GET /api/runs, session cookie${label}` },
-      { url: '/api/runs', headers: { authorization }, name: `GET /api/runs, API key${label}` }
+      ...(full ? [{ url: '/api/projects', headers: {}, name: 'GET /api/projects, anonymous dev org' }] : []),
+      { url: '/api/projects', headers: { cookie }, name: `GET /api/projects, session cookie${label}` },
+      { url: '/api/projects', headers: { authorization }, name: `GET /api/projects, API key${label}` }
     ]
     // warm the JIT on every lane first, so the first row measured is not the cold one
     for (const c of cases) await load({ url: `${server.url}${c.url}`, headers: c.headers, name: 'warm-up', seconds: 1 })

@@ -29,6 +29,16 @@ export interface LoadOptions {
 
 /** Runs autocannon against a listening server: requests/s and tail latency in ms. */
 export async function load(opts: LoadOptions): Promise<Result> {
+  // a short unmeasured run first, so every case is measured warm (JIT, pools, caches)
+  await autocannon({
+    url: opts.url,
+    method: opts.method ?? 'GET',
+    headers: opts.headers,
+    body: opts.body,
+    connections: opts.connections ?? 50,
+    duration: Number(process.env.BENCH_WARMUP_SECONDS ?? 2),
+    requests: opts.setupRequest ? [{ setupRequest: opts.setupRequest as never }] : undefined
+  })
   const result = await autocannon({
     url: opts.url,
     method: opts.method ?? 'GET',

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import cookie from '@fastify/cookie'
 import cors from '@fastify/cors'
-import helmet from '@fastify/helmet'
 import rateLimit from '@fastify/rate-limit'
 import sensible from '@fastify/sensible'
 import websocket from '@fastify/websocket'
@@ -18,6 +17,7 @@ import featuresPlugin from '../plugins/features.js'
 import openapiPlugin from '../plugins/openapi.js'
 import principalPlugin from '../plugins/principal.js'
 import releasePlugin from '../plugins/release.js'
+import securityHeaders from '../plugins/security-headers.js'
 import requestGuards from '../plugins/request-guards.js'
 import { ErrorBody } from '../schemas/common.js'
 import { seedDevOrg } from './auth/dev-org.js'
@@ -128,11 +128,7 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
   await app.register(runsRuntime, { config, memory: memoryForRuns })
   app.memory.setEventSink(app.runEventSink)
   await app.register(sensible)
-  // Security headers on every answer. The API serves JSON only, so its CSP allows
-  // nothing; /docs sets its own (swagger-ui's staticCSP, see plugins/openapi.ts).
-  await app.register(helmet, {
-    contentSecurityPolicy: { useDefaults: false, directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"], baseUri: ["'none'"] } }
-  })
+  await app.register(securityHeaders)
   await app.register(cookie)
   // limits are applied by the routes that need them (sign-in, sign-up), not globally; a
   // route that sets `config.rateLimit` gets the contract's 429 rate_limited with Retry-After
