@@ -1,7 +1,13 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import helmet, { type HelmetOptions } from 'helmet'
+import * as helmetModule from 'helmet'
+import type { HelmetOptions } from 'helmet'
+
+type HelmetMiddleware = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void
+// helmet ships ESM and CJS builds whose typings disagree on the default export under
+// ts-node (tap); the namespace's `default` is the function in both
+const helmet = (helmetModule as unknown as { default: (options: HelmetOptions) => HelmetMiddleware }).default
 
 /**
  * The headers helmet would set, computed once. Our policy is static (no nonces), so
