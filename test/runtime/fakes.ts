@@ -1,4 +1,10 @@
-import type { RunDirectory, RunEventWriter } from '../../src/runtime/ports.js'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { DEV_ORG } from '../../src/auth/dev-org.js'
+import { newId } from '../../src/db/ids.js'
+import type { MemorySearch, RunDirectory, RunEventWriter } from '../../src/runtime/ports.js'
+import { buildTestApp, type EnvOverrides, type Teardown } from '../helper.js'
 
 /** A tiny run directory: runs added by the test, each in one org and thread. */
 export function fakeRuns() {
@@ -51,4 +57,29 @@ export function eventRecorder() {
     }
   }
   return writer
+}
+
+/** An app whose runtime sees the fake run directory and event recorder, in its own data dir. */
+export async function buildGatewayApp(t: Teardown, env: EnvOverrides = {}, memory?: MemorySearch) {
+  const dataDir = await mkdtemp(join(tmpdir(), 'cairn-gateway-'))
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+  const runs = fakeRuns()
+  const events = eventRecorder()
+  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50', ...env }, runtime: { runs, events, ...(memory ? { memory } : {}) } })
+  return { app, runs, events, dataDir }
+}
+
+/**
+ * A test file's `setup()`: a fresh run and thread in the dev org, on one app shared by the
+ * file's tests (built on first use, torn down with `fileTap`), or on an app of the test's own.
+ */
+export function gatewaySetup(fileTap: Teardown, sharedEnv: EnvOverrides = {}, sharedMemory?: MemorySearch) {
+  let shared: ReturnType<typeof buildGatewayApp> | undefined
+  return async (own?: { t: Teardown; env?: EnvOverrides; memory?: MemorySearch }) => {
+    const base = own ? await buildGatewayApp(own.t, own.env, own.memory) : await (shared ??= buildGatewayApp(fileTap, sharedEnv, sharedMemory))
+    const runId = newId()
+    const threadId = newId()
+    base.runs.add(DEV_ORG.id, runId, threadId)
+    return { ...base, runId, threadId, workspace: join(base.dataDir, 'sandboxes', DEV_ORG.id, threadId) }
+  }
 }

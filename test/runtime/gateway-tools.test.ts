@@ -1,14 +1,11 @@
-import { mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { eq } from 'drizzle-orm'
 import t from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { newId } from '../../src/db/ids.js'
 import type { MemorySearch } from '../../src/runtime/ports.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
-import { buildTestApp, type EnvOverrides, type Teardown } from '../helper.js'
-import { eventRecorder, fakeRuns } from './fakes.js'
+import { buildTestApp, type EnvOverrides } from '../helper.js'
+import { fakeRuns, gatewaySetup } from './fakes.js'
 
 const ORG = DEV_ORG.id
 
@@ -21,25 +18,8 @@ const SHARED_MEMORY: MemorySearch = {
 }
 const SHARED_ENV: EnvOverrides = { TOOL_OUTPUT_MAX_BYTES: '1024' }
 
-/** One app for the tests below that need no special settings (each test has its own run and thread). */
-let shared: ReturnType<typeof build> | undefined
-
-async function build(t: Teardown, env: EnvOverrides = {}, memory?: MemorySearch) {
-  const dataDir = await mkdtemp(join(tmpdir(), 'cairn-gateway-'))
-  t.teardown(() => rm(dataDir, { recursive: true, force: true }))
-  const runs = fakeRuns()
-  const events = eventRecorder()
-  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50', ...env }, runtime: { runs, events, ...(memory ? { memory } : {}) } })
-  return { app, runs, events, dataDir }
-}
-
-async function setup(own?: { t: Teardown; env?: EnvOverrides; memory?: MemorySearch }) {
-  const base = own ? await build(own.t, own.env, own.memory) : await (shared ??= build(t, SHARED_ENV, SHARED_MEMORY))
-  const runId = newId()
-  const threadId = newId()
-  base.runs.add(ORG, runId, threadId)
-  return { ...base, runId, threadId, workspace: join(base.dataDir, 'sandboxes', ORG, threadId) }
-}
+/** Each test gets its own run and thread, on one app for the file unless it asks for its own. */
+const setup = gatewaySetup(t, SHARED_ENV, SHARED_MEMORY)
 
 t.test('cancelling the run stops a running command', async (t) => {
   const { app, runId } = await setup()

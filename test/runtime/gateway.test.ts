@@ -7,35 +7,14 @@ import t from 'tap'
 import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
 import { organizations } from '../../src/auth/tables.js'
 import { newId } from '../../src/db/ids.js'
-import type { MemorySearch } from '../../src/runtime/ports.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
-import { buildTestApp, createTestDatabase, type EnvOverrides, type Teardown } from '../helper.js'
-import { eventRecorder, fakeRuns } from './fakes.js'
+import { buildTestApp, createTestDatabase } from '../helper.js'
+import { eventRecorder, fakeRuns, gatewaySetup } from './fakes.js'
 
 const ORG = DEV_ORG.id
 
-const SHARED_MEMORY: MemorySearch | undefined = undefined
-const SHARED_ENV: EnvOverrides = {}
-
-/** One app for the tests below that need no special settings (each test has its own run and thread). */
-let shared: ReturnType<typeof build> | undefined
-
-async function build(t: Teardown, env: EnvOverrides = {}, memory?: MemorySearch) {
-  const dataDir = await mkdtemp(join(tmpdir(), 'cairn-gateway-'))
-  t.teardown(() => rm(dataDir, { recursive: true, force: true }))
-  const runs = fakeRuns()
-  const events = eventRecorder()
-  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50', ...env }, runtime: { runs, events, ...(memory ? { memory } : {}) } })
-  return { app, runs, events, dataDir }
-}
-
-async function setup(own?: { t: Teardown; env?: EnvOverrides; memory?: MemorySearch }) {
-  const base = own ? await build(own.t, own.env, own.memory) : await (shared ??= build(t, SHARED_ENV, SHARED_MEMORY))
-  const runId = newId()
-  const threadId = newId()
-  base.runs.add(ORG, runId, threadId)
-  return { ...base, runId, threadId, workspace: join(base.dataDir, 'sandboxes', ORG, threadId) }
-}
+/** Each test gets its own run and thread, on one app for the file unless it asks for its own. */
+const setup = gatewaySetup(t)
 
 t.test('a shell call that needs approval waits, is approved through the route and returns its output', async (t) => {
   const { app, events, runId, threadId } = await setup()
