@@ -1,20 +1,22 @@
-// Issue 2: GET /api/health and GET /api/config against a bare Node http server, same run.
-import { load, startServer, table, type Result } from './lib.js'
+// Issue 2: GET /api/health and GET /api/config against a bare Node http server, same run,
+// with a plain Fastify app (no plugins, no hooks) as a reference row. All servers listen
+// for the whole run and the cases alternate (lib.interleaved), so the ratios compare them
+// under the same machine conditions.
+import { interleaved, startServer, table, type Server } from './lib.js'
 
 export async function benchFoundation(): Promise<string> {
-  const rows: Result[] = []
-  const bare = await startServer('bench/bare-server.ts')
+  const servers: Server[] = []
   try {
-    rows.push(await load({ url: `${bare.url}/api/health`, name: 'bare node http (baseline)' }))
+    for (const script of ['bench/bare-server.ts', 'bench/fastify-server.ts', 'bench/cairn-server.ts']) servers.push(await startServer(script))
+    const [bare, fastify, cairn] = servers as [Server, Server, Server]
+    const rows = await interleaved([
+      { url: `${bare.url}/api/health`, name: 'bare node http (baseline)' },
+      { url: `${fastify.url}/api/health`, name: 'plain Fastify, no hooks (reference)' },
+      { url: `${cairn.url}/api/health`, name: 'GET /api/health' },
+      { url: `${cairn.url}/api/config`, name: 'GET /api/config' }
+    ])
+    return table(rows, rows[0]!)
   } finally {
-    await bare.stop()
+    await Promise.all(servers.map((s) => s.stop()))
   }
-  const cairn = await startServer('bench/cairn-server.ts')
-  try {
-    rows.push(await load({ url: `${cairn.url}/api/health`, name: 'GET /api/health' }))
-    rows.push(await load({ url: `${cairn.url}/api/config`, name: 'GET /api/config' }))
-  } finally {
-    await cairn.stop()
-  }
-  return table(rows, rows[0]!)
 }

@@ -2,7 +2,7 @@
 // called anonymously in the dev org, with a session cookie and with an API key, next to
 // the public health route in the same server and run; plus two real identity routes, and
 // the same lanes with the identity cache off (a database round trip per request).
-import { load, startServer, table, type Result } from './lib.js'
+import { interleaved, load, startServer, table, type Result } from './lib.js'
 
 async function credentials(url: string): Promise<{ cookie: string; authorization: string }> {
   const json = { 'content-type': 'application/json' }
@@ -19,34 +19,18 @@ async function credentials(url: string): Promise<{ cookie: string; authorization
   return { cookie, authorization: `Bearer ${(await key.json() as { key: string }).key}` }
 }
 
-/**
- * The trivial-route lanes are measured in interleaved rounds and the best round of each is
- * kept: on a shared 2-core machine a neighbour's burst otherwise decides which lane "wins".
- */
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
-
+/** The trivial-route lanes are measured in interleaved rounds, best round kept (lib.interleaved). */
 async function lanes(env: Record<string, string>, label: string, full: boolean): Promise<Result[]> {
   const server = await startServer('bench/identity-server.ts', { ALLOW_DEV_ORG: 'true', ...env })
   try {
     const { cookie, authorization } = await credentials(server.url)
-    const seconds = Number(process.env.BENCH_SECONDS ?? 8) / ROUNDS
     const cases: Array<{ url: string; headers: Record<string, string>; name: string }> = [
       ...(full ? [{ url: '/api/health', headers: {}, name: 'GET /api/health (public, baseline)' }] : []),
       ...(full ? [{ url: '/api/projects', headers: {}, name: 'GET /api/projects, anonymous dev org' }] : []),
       { url: '/api/projects', headers: { cookie }, name: `GET /api/projects, session cookie${label}` },
       { url: '/api/projects', headers: { authorization }, name: `GET /api/projects, API key${label}` }
     ]
-    // warm the JIT on every lane first, so the first row measured is not the cold one
-    for (const c of cases) await load({ url: `${server.url}${c.url}`, headers: c.headers, name: 'warm-up', seconds: 1 })
-    const best = new Map<string, Result>()
-    for (let round = 0; round < ROUNDS; round++) {
-      for (const c of cases) {
-        const result = await load({ url: `${server.url}${c.url}`, headers: c.headers, name: c.name, seconds })
-        const prev = best.get(c.name)
-        if (!prev || result.rps > prev.rps) best.set(c.name, result)
-      }
-    }
-    const rows = cases.map((c) => best.get(c.name)!)
+    const rows = await interleaved(cases.map((c) => ({ url: `${server.url}${c.url}`, headers: c.headers, name: c.name })))
     if (full) {
       rows.push(await load({ url: `${server.url}/api/auth/session`, headers: { cookie }, name: 'GET /api/auth/session (user + orgs from the db)' }))
       rows.push(await load({ url: `${server.url}/api/keys`, headers: { cookie }, name: 'GET /api/keys (list from the db)' }))

@@ -102,8 +102,7 @@ const lockStates = new WeakMap<FastifyRequest, LockState>()
 export default fp(async function idempotencyPlugin(app: FastifyInstance) {
   app.decorateRequest('idempotency', null)
 
-  app.addHook('preHandler', async function idempotencyGate(request, reply) {
-    if (!request.routeOptions.config.idempotent) return
+  async function idempotencyGate(request: FastifyRequest, reply: FastifyReply) {
     const header = request.headers['idempotency-key']
     if (header === undefined) return
     const key = Array.isArray(header) ? header.join(',') : header
@@ -169,11 +168,11 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
     if (existing.state !== 'done' || existing.response_status === null || existing.response_body === null) throw inUse()
     reply.header('idempotent-replayed', 'true')
     return sendStored(reply, { status: existing.response_status, payload: existing.response_body })
-  })
+  }
 
   // Answers the handler did not store with its work: 4xx from the handler are kept, 5xx
   // (and anything unexpected) release the key so a corrected retry runs.
-  app.addHook('onSend', async function idempotencyRecord(request, reply, payload) {
+  async function idempotencyRecord(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
     const state = lockStates.get(request)
     if (!state || state.stored) return payload
     state.stored = true
@@ -187,15 +186,25 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
       await release(state)
     }
     return payload
-  })
+  }
 
   // a request that ends without sending (client gone mid-handler) releases its lock
-  app.addHook('onResponse', async function idempotencyCleanup(request) {
+  async function idempotencyCleanup(request: FastifyRequest) {
     const state = lockStates.get(request)
     if (state && !state.stored) {
       state.stored = true
       await release(state)
     }
+  }
+
+  // Only the routes that opt in carry these hooks, so every other route pays nothing for
+  // contract 3. Route-level hooks run after the scope's, so the gate still comes after
+  // authentication and validation.
+  app.addHook('onRoute', (route) => {
+    if (!route.config?.idempotent) return
+    route.preHandler = [...asList(route.preHandler), idempotencyGate]
+    route.onSend = [...asList(route.onSend), idempotencyRecord as never]
+    route.onResponse = [...asList(route.onResponse), idempotencyCleanup]
   })
 
   async function release(state: LockState) {
@@ -204,6 +213,11 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
       where org_id = ${state.orgId} and route = ${state.route} and key = ${state.key} and lock_token = ${state.token} and state = 'in_flight'`)
   }
 }, { name: 'idempotency', fastify: '5.x', dependencies: ['db', 'errors', 'principal'] })
+
+function asList<T>(hooks: T | T[] | undefined): T[] {
+  if (hooks === undefined) return []
+  return Array.isArray(hooks) ? hooks : [hooks]
+}
 
 export function inUse() {
   return new ApiError(409, 'idempotency_key_in_use', 'a request with this Idempotency-Key is still in progress; retry shortly', {

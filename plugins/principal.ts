@@ -132,16 +132,27 @@ export default fp(async function principalPlugin(app: FastifyInstance, opts: Pri
     throw unauthorized()
   }
 
-  app.addHook('onRequest', async function scopeGuard(request, reply) {
-    const scopes = routeScopes(request.routeOptions.config.scope)
-    if (scopes.includes('public')) return
-    const principal = await resolve(request, reply)
+  function admit(request: FastifyRequest, scopes: readonly Scope[], principal: Principal): void {
     request.principal = principal
     if (principal.kind === 'key') {
       if (scopes.includes('session')) throw sessionRequired()
       if (!keyMayReach(request.method, request.routeOptions.url ?? '')) throw keyNotAllowed()
     }
     for (const scope of scopes) enforce(scope, principal)
+  }
+
+  // A callback hook, so public routes (health, config) pass without a promise
+  app.addHook('onRequest', function scopeGuard(request, reply, done) {
+    const scopes = routeScopes(request.routeOptions.config.scope)
+    if (scopes.includes('public')) return done()
+    resolve(request, reply).then((principal) => {
+      try {
+        admit(request, scopes, principal)
+      } catch (err) {
+        return done(err as Error)
+      }
+      done()
+    }, done)
   })
 }, { name: 'principal', fastify: '5.x', dependencies: ['errors', 'db', '@fastify/cookie'] })
 

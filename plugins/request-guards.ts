@@ -33,25 +33,27 @@ export function ownOrigin(request: FastifyRequest): string {
 export default fp(async function requestGuards(app: FastifyInstance, opts: RequestGuardOptions) {
   const trusted = new Set(opts.trustedOrigins)
 
-  app.addHook('onRequest', async function originCheck(request) {
-    if (!MUTATING.has(request.method) || request.headers.authorization !== undefined) return
+  // callback hooks: they run on every /api request and almost always pass
+  app.addHook('onRequest', function originCheck(request, _reply, done) {
+    if (!MUTATING.has(request.method) || request.headers.authorization !== undefined) return done()
     const origin = request.headers.origin
     if (origin === undefined) {
-      if (request.headers['sec-fetch-site'] === 'cross-site') throw forbiddenOrigin('a cross-site request')
+      done(request.headers['sec-fetch-site'] === 'cross-site' ? forbiddenOrigin('a cross-site request') : undefined)
       return
     }
-    if (trusted.has(origin) || origin === ownOrigin(request)) return
-    throw forbiddenOrigin(`origin ${JSON.stringify(origin.slice(0, 200))}`)
+    if (trusted.has(origin) || origin === ownOrigin(request)) return done()
+    done(forbiddenOrigin(`origin ${JSON.stringify(origin.slice(0, 200))}`))
   })
 
-  app.addHook('preValidation', async function serverOwnedFields(request) {
+  app.addHook('preValidation', function serverOwnedFields(request, _reply, done) {
     const body = request.body
-    if (body === null || typeof body !== 'object' || Array.isArray(body) || Buffer.isBuffer(body)) return
+    if (body === null || typeof body !== 'object' || Array.isArray(body) || Buffer.isBuffer(body)) return done()
     for (const field of SERVER_OWNED_FIELDS) {
       if (Object.hasOwn(body, field)) {
-        throw new ApiError(400, 'server_owned_field', `${field} is set by the server and may not be sent`)
+        return done(new ApiError(400, 'server_owned_field', `${field} is set by the server and may not be sent`))
       }
     }
+    done()
   })
 }, { name: 'request-guards', fastify: '5.x', dependencies: ['errors'] })
 

@@ -41,7 +41,8 @@ export default fp(async function securityHeaders(app: FastifyInstance) {
   const headers = helmetHeaders({
     contentSecurityPolicy: { useDefaults: false, directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"], baseUri: ["'none'"] } }
   })
-  app.addHook('onRequest', async function setSecurityHeaders(_request, reply) {
+  app.addHook('onRequest', function setSecurityHeaders(_request, reply, done) {
     reply.headers(headers)
+    done()
   })
 }, { name: 'security-headers', fastify: '5.x' })

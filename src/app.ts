@@ -115,8 +115,9 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
   })
   await app.register(errorsPlugin)
   await app.register(releasePlugin, { release: config.release, isDevBuild: config.isDevBuild })
-  app.addHook('onRequest', async (request, reply) => {
+  app.addHook('onRequest', function requestIdHeader(request, reply, done) {
     reply.header('x-request-id', request.id)
+    done()
   })
   await app.register(dbPlugin, { database: db, closeOnShutdown: owned })
   await app.register(featuresPlugin)
