@@ -2,22 +2,7 @@
 // called anonymously in the dev org, with a session cookie and with an API key, next to
 // the public health route in the same server and run; plus two real identity routes, and
 // the same lanes with the identity cache off (a database round trip per request).
-import { interleaved, load, startServer, table, type Result } from './lib.js'
-
-async function credentials(url: string): Promise<{ cookie: string; authorization: string }> {
-  const json = { 'content-type': 'application/json' }
-  const signUp = await fetch(`${url}/api/auth/sign-up`, {
-    method: 'POST', headers: json,
-    body: JSON.stringify({ email: `bench-${Date.now()}@example.test`, password: 'benchmark password', name: 'Bench' })
-  })
-  if (signUp.status !== 201) throw new Error(`sign-up: ${signUp.status} ${await signUp.text()}`)
-  const cookie = signUp.headers.getSetCookie()[0]!.split(';')[0]!
-  const org = await fetch(`${url}/api/auth/organizations`, { method: 'POST', headers: { ...json, cookie }, body: JSON.stringify({ name: 'Bench org' }) })
-  if (org.status !== 201) throw new Error(`create org: ${org.status}`)
-  const key = await fetch(`${url}/api/keys`, { method: 'POST', headers: { ...json, cookie }, body: JSON.stringify({ name: 'bench' }) })
-  if (key.status !== 201) throw new Error(`mint key: ${key.status}`)
-  return { cookie, authorization: `Bearer ${(await key.json() as { key: string }).key}` }
-}
+import { credentials, interleaved, load, startServer, table, type Result } from './lib.js'
 
 /** The trivial-route lanes are measured in interleaved rounds, best round kept (lib.interleaved). */
 async function lanes(env: Record<string, string>, label: string, full: boolean): Promise<Result[]> {

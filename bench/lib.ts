@@ -122,3 +122,19 @@ export function table(rows: Result[], baseline: Result): string {
   }
   return out.join('\n')
 }
+
+/** Signs a user up, creates an org and mints an API key there: a session cookie and a bearer header. */
+export async function credentials(url: string): Promise<{ cookie: string; authorization: string }> {
+  const json = { 'content-type': 'application/json' }
+  const signUp = await fetch(`${url}/api/auth/sign-up`, {
+    method: 'POST', headers: json,
+    body: JSON.stringify({ email: `bench-${Date.now()}@example.test`, password: 'benchmark password', name: 'Bench' })
+  })
+  if (signUp.status !== 201) throw new Error(`sign-up: ${signUp.status} ${await signUp.text()}`)
+  const cookie = signUp.headers.getSetCookie()[0]!.split(';')[0]!
+  const org = await fetch(`${url}/api/auth/organizations`, { method: 'POST', headers: { ...json, cookie }, body: JSON.stringify({ name: 'Bench org' }) })
+  if (org.status !== 201) throw new Error(`create org: ${org.status}`)
+  const key = await fetch(`${url}/api/keys`, { method: 'POST', headers: { ...json, cookie }, body: JSON.stringify({ name: 'bench' }) })
+  if (key.status !== 201) throw new Error(`mint key: ${key.status}`)
+  return { cookie, authorization: `Bearer ${(await key.json() as { key: string }).key}` }
+}

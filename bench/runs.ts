@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import postgres from 'postgres'
-import { load, table, type Result } from './lib.js'
+import { credentials, load, table, type Result } from './lib.js'
 
 interface Proc {
   url: string
@@ -84,14 +84,15 @@ async function dispatch(label: string, env: Record<string, string>, withHealth =
   const server = await startRunsServer(env)
   const workers = env.RUN_WORKER_CONCURRENCY === '0' ? 'no workers: dispatch only' : 'echo runs executing in the same process'
   try {
+    const { authorization } = await credentials(server.url)
     const rows = withHealth ? [await load({ url: `${server.url}/api/health`, name: `GET /api/health (${label})` })] : []
     rows.push(await load({
       url: `${server.url}/api/runs`,
-      name: `POST /api/runs + Idempotency-Key (${label}, ${workers})`,
+      name: `POST /api/runs, bearer key + Idempotency-Key (${label}, ${workers})`,
       method: 'POST',
       setupRequest: (req) => ({
         ...req,
-        headers: { 'content-type': 'application/json', 'idempotency-key': randomUUID() },
+        headers: { 'content-type': 'application/json', authorization, 'idempotency-key': randomUUID() },
         body: JSON.stringify({ prompt: 'bench run' })
       })
     }))
@@ -199,22 +200,31 @@ async function crossInstance(dbUrl: string): Promise<string> {
   }
 }
 
+/** BENCH_RUNS_PARTS picks parts (dispatch, fanout, cross); all by default. */
+const parts = new Set((process.env.BENCH_RUNS_PARTS ?? 'dispatch,fanout,cross').split(',').map((p) => p.trim()))
+
 export async function benchRuns(): Promise<string> {
   const pgUrl = process.env.BENCH_DATABASE_URL ?? process.env.DATABASE_URL
   const clients = Number(process.env.BENCH_SSE_CLIENTS ?? 10_000)
   const out: string[] = []
-  const rows: Result[] = await dispatch('PGlite', {})
-  rows.push(...(await dispatch('PGlite', { RUN_WORKER_CONCURRENCY: '0' }, false)))
-  if (pgUrl) {
-    rows.push(...(await withDatabase(pgUrl, (url) => dispatch('Postgres', { DATABASE_URL: url, DATABASE_POOL_MAX: '40' }))))
-    rows.push(...(await withDatabase(pgUrl, (url) => dispatch('Postgres', { DATABASE_URL: url, DATABASE_POOL_MAX: '40', RUN_WORKER_CONCURRENCY: '0' }, false))))
+  if (parts.has('dispatch')) {
+    const rows: Result[] = await dispatch('PGlite', {})
+    rows.push(...(await dispatch('PGlite', { RUN_WORKER_CONCURRENCY: '0' }, false)))
+    if (pgUrl) {
+      rows.push(...(await withDatabase(pgUrl, (url) => dispatch('Postgres', { DATABASE_URL: url, DATABASE_POOL_MAX: '40' }))))
+      rows.push(...(await withDatabase(pgUrl, (url) => dispatch('Postgres', { DATABASE_URL: url, DATABASE_POOL_MAX: '40', RUN_WORKER_CONCURRENCY: '0' }, false))))
+    }
+    out.push('### Dispatch\n', table(rows, rows[0]!))
   }
-  out.push('### Dispatch\n', table(rows, rows[0]!))
-  out.push(`\n### Fan-out: ${clients} SSE clients on /api/runs/changes (run creation → last client)\n`)
-  out.push(pgUrl ? await withDatabase(pgUrl, (url) => fanout(clients, { DATABASE_URL: url })) : await fanout(clients, {}))
-  if (pgUrl) {
-    out.push('\n### Cross-instance delivery (two processes, one Postgres)\n')
-    out.push(await withDatabase(pgUrl, crossInstance))
-  } else out.push('\n(cross-instance: needs BENCH_DATABASE_URL or DATABASE_URL)')
+  if (parts.has('fanout')) {
+    out.push(`\n### Fan-out: ${clients} SSE clients on /api/runs/changes (run creation → last client)\n`)
+    out.push(pgUrl ? await withDatabase(pgUrl, (url) => fanout(clients, { DATABASE_URL: url })) : await fanout(clients, {}))
+  }
+  if (parts.has('cross')) {
+    if (pgUrl) {
+      out.push('\n### Cross-instance delivery (two processes, one Postgres)\n')
+      out.push(await withDatabase(pgUrl, crossInstance))
+    } else out.push('\n(cross-instance: needs BENCH_DATABASE_URL or DATABASE_URL)')
+  }
   return out.join('\n')
 }

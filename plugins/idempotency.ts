@@ -1,14 +1,13 @@
-import { createHash, randomUUID } from 'node:crypto'
+import { createHash } from 'node:crypto'
 import { sql, type SQL } from 'drizzle-orm'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { rowsOf, type Tx } from '../src/db/client.js'
-import { ApiError } from './errors.js'
+import { ApiError, describeError } from './errors.js'
 import { principalOf, type Principal } from './principal.js'
 
 /** Contract 3 numbers. */
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000
-export const IDEMPOTENCY_LOCK_MS = 60 * 1000
 const MAX_KEY_LENGTH = 255
 
 declare module 'fastify' {
@@ -17,7 +16,7 @@ declare module 'fastify' {
     idempotent?: boolean
   }
   interface FastifyRequest {
-    /** set on idempotent routes when the request carries a key and holds its lock */
+    /** set on idempotent routes when the request carries a key not used before */
     idempotency: IdempotencyLock | null
   }
 }
@@ -31,19 +30,21 @@ export interface StoredAnswer {
 export interface IdempotencyLock {
   readonly key: string
   /**
-   * Stores the answer in the caller's transaction (the one doing the work), so the work
-   * and its recorded answer commit together. Throws `idempotency_key_in_use` when the
-   * lock was lost (a retry took over after it expired), rolling the work back.
+   * Stores the key and its answer in the caller's transaction (the one doing the work), so
+   * the work and its recorded answer commit together. Throws `idempotency_key_in_use` when
+   * a concurrent duplicate stored the key first, rolling this request's work back.
    */
   complete(tx: Tx, status: number, body: unknown): Promise<StoredAnswer>
   /**
    * The same as one SQL fragment, for handlers that do their work in a single statement:
-   * an `UPDATE … RETURNING 1` that yields a row only while the lock is still held. Use it
+   * an `INSERT … RETURNING 1` that yields a row only if this request stored the key. Use it
    * as a CTE the work depends on (`with k as (…) insert … select … from k`), so the work
    * happens only if the answer is stored; then call `markStored()`.
    */
   completion(status: number, body: unknown): { update: SQL; answer: StoredAnswer }
   markStored(): void
+  /** for a handler whose `completion` yielded no row: throw this, and the key's holder answers */
+  taken(): Error
 }
 
 /** JSON with object keys sorted at every level: equal bodies give equal fingerprints. */
@@ -74,127 +75,152 @@ export function sendStored(reply: FastifyReply, answer: StoredAnswer): FastifyRe
 interface KeyRow {
   fingerprint: string
   state: 'in_flight' | 'done'
-  lock_token: string | null
   response_status: number | null
   response_body: string | null
-  taken: boolean
+  /** retention ended, or an in-flight lock (left by a crashed request) expired */
+  free: boolean
 }
 
-interface LockState {
+interface KeyState {
   orgId: string
   route: string
   key: string
-  token: string
-  /** the answer was stored with the work */
+  fingerprint: string
+  /** the answer was stored (with the work, or on send) */
   stored: boolean
+  /** the handler found the key held by another request */
+  taken: boolean
 }
 
-const lockStates = new WeakMap<FastifyRequest, LockState>()
+const keyStates = new WeakMap<FastifyRequest, KeyState>()
+
+/** Thrown by `complete()` when another request holds the key; the answer is then theirs. */
+class KeyTaken extends ApiError {
+  constructor() {
+    super(409, 'idempotency_key_in_use', 'a request with this Idempotency-Key is still in progress; retry shortly', { headers: { 'retry-after': '1' } })
+  }
+}
 
 /**
- * Contract 3 as one plugin. A route opts in with `config: { idempotent: true }`. With an
- * `Idempotency-Key` header, a preHandler (after validation and auth, so those failures use
- * nothing up) takes the key's lock in its own short transaction, or answers with the stored
- * reply, `409 idempotency_key_reused` or `409 idempotency_key_in_use`. The handler stores
- * its answer through `request.idempotency.complete(tx, …)` inside its work transaction;
- * answers it did not store that way are stored (4xx) or released (5xx) on send.
+ * Contract 3 as one plugin. A route opts in with `config: { idempotent: true }`.
+ *
+ * The key is written by the handler, as `done` with its answer, in the very statement or
+ * transaction that does the work (`request.idempotency.completion` / `complete`), and only
+ * if no live row holds it. The common case, a new key, is then one durable commit and no
+ * extra round trip; that is most of the dispatch path's cost on real Postgres
+ * (bench/runs.ts). When a live row holds the key (a retry, a reused key, a concurrent
+ * duplicate that committed first), the guarded write yields nothing, the work rolls back,
+ * and the onSend hook answers from the stored row instead: the replay byte for byte,
+ * `409 idempotency_key_reused`, or `409 idempotency_key_in_use` while that row is still in
+ * flight. Concurrent duplicates race on the key's primary key; exactly one wins.
+ *
+ * So a handler must do all its work in the transaction that stores the answer; work
+ * outside the database would need a lock taken first. Answers the handler did not store
+ * that way are stored on send when they are 4xx; 5xx store nothing. Failures before the
+ * handler (validation, auth) never reach this plugin's hooks' writes. Rows in state
+ * `in_flight` (from an instance of an earlier release, which locked the key first) are
+ * honoured as in flight until their lock expires.
  */
 export default fp(async function idempotencyPlugin(app: FastifyInstance) {
   app.decorateRequest('idempotency', null)
 
-  async function idempotencyGate(request: FastifyRequest, reply: FastifyReply) {
+  /** Stores the answer as `done`, unless a live row holds the key: `returning 1` tells which. */
+  function storeAnswer(state: KeyState, status: number, payload: string): SQL {
+    return sql`
+      insert into idempotency_keys (org_id, route, key, fingerprint, state, lock_token, locked_until, expires_at, response_status, response_type, response_body)
+      values (${state.orgId}, ${state.route}, ${state.key}, ${state.fingerprint}, 'done', null, null,
+              now() + make_interval(secs => ${IDEMPOTENCY_RETENTION_MS / 1000}), ${status}, 'application/json', ${payload})
+      on conflict (org_id, route, key) do update set
+        fingerprint = excluded.fingerprint, state = 'done', lock_token = null, locked_until = null,
+        expires_at = excluded.expires_at, created_at = now(), response_status = excluded.response_status,
+        response_type = excluded.response_type, response_body = excluded.response_body
+      where idempotency_keys.expires_at < now()
+         or (idempotency_keys.state = 'in_flight' and idempotency_keys.locked_until < now())
+      returning 1 as ok`
+  }
+
+  /** What a request with this key gets when a live row already holds it. */
+  async function answerFromRow(state: KeyState): Promise<StoredAnswer & { replayed: boolean; headers?: Record<string, string> | undefined }> {
+    const row = rowsOf<KeyRow>(await app.db.execute(sql`
+      select fingerprint, state, response_status, response_body,
+             (expires_at < now() or (state = 'in_flight' and locked_until < now())) as free
+      from idempotency_keys
+      where org_id = ${state.orgId} and route = ${state.route} and key = ${state.key}`))[0]
+    let refusal: ApiError
+    if (row && !row.free && row.fingerprint !== state.fingerprint) {
+      refusal = new ApiError(409, 'idempotency_key_reused', 'this Idempotency-Key was used with a different request')
+    } else if (row && !row.free && row.state === 'done' && row.response_status !== null && row.response_body !== null) {
+      return { status: row.response_status, payload: row.response_body, replayed: true }
+    } else {
+      // still in flight, or it went away meanwhile (expired): the client retries
+      refusal = new KeyTaken()
+    }
+    const { status, body, headers } = describeError(refusal)
+    return { status, payload: JSON.stringify(body), replayed: false, headers }
+  }
+
+  // A preHandler (after validation and auth, so those failures use nothing up) with no
+  // database work: the key is checked when the handler writes it.
+  function idempotencyGate(request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) {
     const header = request.headers['idempotency-key']
-    if (header === undefined) return
+    if (header === undefined) return done()
     const key = Array.isArray(header) ? header.join(',') : header
     if (key.trim() === '' || key.length > MAX_KEY_LENGTH) {
-      throw new ApiError(400, 'invalid_idempotency_key', `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} characters`)
+      return done(new ApiError(400, 'invalid_idempotency_key', `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} characters`))
     }
     const principal = principalOf(request)
     const route = `${request.method} ${request.url.split('?')[0]}`
-    const fingerprint = fingerprintOf(route, principal, request.body ?? null)
-    const token = randomUUID()
-
-    // Take the key: insert it, or take over a row whose lock expired (a crashed first
-    // request) or whose retention ended. Concurrent inserts of one key serialize on the
-    // primary key, so exactly one caller gets `taken`.
-    const result = await app.db.execute(sql`
-      insert into idempotency_keys (org_id, route, key, fingerprint, state, lock_token, locked_until, expires_at)
-      values (${principal.orgId}, ${route}, ${key}, ${fingerprint}, 'in_flight', ${token},
-              now() + make_interval(secs => ${IDEMPOTENCY_LOCK_MS / 1000}), now() + make_interval(secs => ${IDEMPOTENCY_RETENTION_MS / 1000}))
-      on conflict (org_id, route, key) do update set
-        fingerprint = excluded.fingerprint, state = 'in_flight', lock_token = excluded.lock_token,
-        locked_until = excluded.locked_until, expires_at = excluded.expires_at, created_at = now(),
-        response_status = null, response_type = null, response_body = null
-      where idempotency_keys.expires_at < now()
-         or (idempotency_keys.state = 'in_flight' and idempotency_keys.locked_until < now())
-      returning true as taken, fingerprint, state, lock_token, response_status, response_body`)
-    const taken = rowsOf<KeyRow>(result)[0]
-    if (taken) {
-      lockStates.set(request, { orgId: principal.orgId, route, key, token, stored: false })
-      const completion = (status: number, body: unknown) => {
-        const payload = JSON.stringify(body)
-        const update = sql`
-            update idempotency_keys set state = 'done', lock_token = null, locked_until = null,
-              response_status = ${status}, response_type = 'application/json', response_body = ${payload}
-            where org_id = ${principal.orgId} and route = ${route} and key = ${key} and lock_token = ${token}
-            returning 1 as ok`
-        return { update, answer: { status, payload } }
-      }
-      const markStored = () => {
-        const state = lockStates.get(request)
-        if (state) state.stored = true
-      }
-      request.idempotency = {
-        key,
-        completion,
-        markStored,
-        async complete(tx, status, body) {
-          const { update, answer } = completion(status, body)
-          if (rowsOf(await tx.execute(update)).length === 0) throw inUse()
-          markStored()
-          return answer
+    const state: KeyState = { orgId: principal.orgId, route, key, fingerprint: fingerprintOf(route, principal, request.body ?? null), stored: false, taken: false }
+    keyStates.set(request, state)
+    const completion = (status: number, body: unknown) => {
+      const payload = JSON.stringify(body)
+      return { update: storeAnswer(state, status, payload), answer: { status, payload } }
+    }
+    request.idempotency = {
+      key,
+      completion,
+      markStored() {
+        state.stored = true
+      },
+      taken() {
+        state.taken = true
+        return new KeyTaken()
+      },
+      async complete(tx, status, body) {
+        const { update, answer } = completion(status, body)
+        if (rowsOf(await tx.execute(update)).length === 0) {
+          state.taken = true
+          throw new KeyTaken()
         }
+        state.stored = true
+        return answer
       }
-      return
     }
-
-    const existing = rowsOf<KeyRow>(await app.db.execute(sql`
-      select fingerprint, state, lock_token, response_status, response_body from idempotency_keys
-      where org_id = ${principal.orgId} and route = ${route} and key = ${key}`))[0]
-    if (!existing) throw inUse() // deleted between the two statements (a 5xx released it): retry
-    if (existing.fingerprint !== fingerprint) {
-      throw new ApiError(409, 'idempotency_key_reused', 'this Idempotency-Key was used with a different request')
-    }
-    if (existing.state !== 'done' || existing.response_status === null || existing.response_body === null) throw inUse()
-    reply.header('idempotent-replayed', 'true')
-    return sendStored(reply, { status: existing.response_status, payload: existing.response_body })
+    done()
   }
 
-  // Answers the handler did not store with its work: 4xx from the handler are kept, 5xx
-  // (and anything unexpected) release the key so a corrected retry runs.
+  // Every answer the handler did not store with its work ends here: a 4xx is stored (so a
+  // retry gets it again) unless the key turns out to be held; a held key (or a 5xx while
+  // it is) is answered from the stored row, as a retry would be.
   async function idempotencyRecord(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
-    const state = lockStates.get(request)
+    const state = keyStates.get(request)
     if (!state || state.stored) return payload
     state.stored = true
     const status = reply.statusCode
-    if (status < 500 && typeof payload === 'string') {
-      await app.db.execute(sql`
-        update idempotency_keys set state = 'done', lock_token = null, locked_until = null,
-          response_status = ${status}, response_type = 'application/json', response_body = ${payload}
-        where org_id = ${state.orgId} and route = ${state.route} and key = ${state.key} and lock_token = ${state.token}`)
-    } else {
-      await release(state)
+    if (!state.taken && status >= 400 && status < 500 && typeof payload === 'string') {
+      if (rowsOf(await app.db.execute(storeAnswer(state, status, payload))).length === 1) return payload
+    } else if (!state.taken && status >= 500) {
+      const held = rowsOf(await app.db.execute(sql`
+        select 1 from idempotency_keys
+        where org_id = ${state.orgId} and route = ${state.route} and key = ${state.key}
+          and expires_at >= now() and not (state = 'in_flight' and locked_until < now())`))
+      if (held.length === 0) return payload
     }
-    return payload
-  }
-
-  // a request that ends without sending (client gone mid-handler) releases its lock
-  async function idempotencyCleanup(request: FastifyRequest) {
-    const state = lockStates.get(request)
-    if (state && !state.stored) {
-      state.stored = true
-      await release(state)
-    }
+    const answer = await answerFromRow(state)
+    reply.code(answer.status).type('application/json; charset=utf-8')
+    if (answer.replayed) reply.header('idempotent-replayed', 'true')
+    if (answer.headers) reply.headers(answer.headers)
+    return answer.payload
   }
 
   // Only the routes that opt in carry these hooks, so every other route pays nothing for
@@ -204,25 +230,12 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
     if (!route.config?.idempotent) return
     route.preHandler = [...asList(route.preHandler), idempotencyGate]
     route.onSend = [...asList(route.onSend), idempotencyRecord as never]
-    route.onResponse = [...asList(route.onResponse), idempotencyCleanup]
   })
-
-  async function release(state: LockState) {
-    await app.db.execute(sql`
-      delete from idempotency_keys
-      where org_id = ${state.orgId} and route = ${state.route} and key = ${state.key} and lock_token = ${state.token} and state = 'in_flight'`)
-  }
 }, { name: 'idempotency', fastify: '5.x', dependencies: ['db', 'errors', 'principal'] })
 
 function asList<T>(hooks: T | T[] | undefined): T[] {
   if (hooks === undefined) return []
   return Array.isArray(hooks) ? hooks : [hooks]
-}
-
-export function inUse() {
-  return new ApiError(409, 'idempotency_key_in_use', 'a request with this Idempotency-Key is still in progress; retry shortly', {
-    headers: { 'retry-after': '1' }
-  })
 }
 
 /** Deletes keys past their retention. */

@@ -62,6 +62,101 @@ export async function appendEvent(tx: Tx | Db, event: NewEvent): Promise<BusEven
   }
 }
 
+/** How many events one batched statement may carry. */
+const MAX_BATCH = 256
+
+interface Pending {
+  event: NewEvent
+  data: string
+  resolve: (event: BusEvent) => void
+  reject: (err: unknown) => void
+}
+
+/**
+ * Group commit for events written outside a caller's transaction (`run.queued` at
+ * dispatch, everything a running engine emits). While one batch statement is in flight,
+ * new events queue; when it returns, the queue goes as the next statement. Idle, an event
+ * costs one statement as before; under load, a round trip and a commit are shared by every
+ * event that arrived meanwhile. The rules are appendEvent's: the per-org advisory locks
+ * (taken in hash order, so two batches never deadlock) are held to commit and every id is
+ * drawn under them, so ids still commit in increasing order within an org; commit is
+ * asynchronous; NOTIFYs go out in id order. A caller's promise settles when its event is
+ * stored. Events of one run keep their order because its emitter awaits each one.
+ */
+export class EventBatcher {
+  private queue: Pending[] = []
+  private flushing = false
+
+  private readonly db: Db
+
+  constructor(db: Db) {
+    this.db = db
+  }
+
+  append(event: NewEvent): Promise<BusEvent> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ event, data: JSON.stringify(event.data ?? {}), resolve, reject })
+      if (!this.flushing) void this.flush()
+    })
+  }
+
+  private async flush(): Promise<void> {
+    this.flushing = true
+    try {
+      while (this.queue.length > 0) {
+        const batch = this.queue.splice(0, MAX_BATCH)
+        try {
+          const stored = await this.write(batch)
+          batch.forEach((p, i) => p.resolve(stored[i]!))
+        } catch (err) {
+          // one bad event must not fail its neighbours: retry them one by one
+          if (batch.length === 1) batch[0]!.reject(err)
+          else for (const p of batch) await appendEvent(this.db, p.event).then(p.resolve, p.reject)
+        }
+      }
+    } finally {
+      this.flushing = false
+    }
+  }
+
+  private async write(batch: Pending[]): Promise<BusEvent[]> {
+    const input = JSON.stringify(batch.map((p) => ({ o: p.event.orgId, r: p.event.runId, t: p.event.rootRunId, y: p.event.type, d: p.data })))
+    const result = await this.db.execute(sql`
+      with async as (select set_config('synchronous_commit', 'off', true)),
+      input as (
+        select e.value->>'o' as org_id, e.value->>'r' as run_id, e.value->>'t' as root_run_id, e.value->>'y' as type,
+               (e.value->>'d')::jsonb as data, e.ord
+        from jsonb_array_elements(${input}::jsonb) with ordinality as e(value, ord)),
+      locks as (
+        select count(pg_advisory_xact_lock(h)) as n
+        from (select distinct hashtext('cairn.run_events:' || org_id) as h from input order by h) as s, async),
+      ins as (
+        insert into run_events (org_id, run_id, root_run_id, type, data)
+        select org_id, run_id, root_run_id, type, data from input, locks order by ord
+        returning id, org_id, run_id, root_run_id, type, data, created_at),
+      sent as (
+        select id, created_at, pg_notify(${EVENTS_CHANNEL}, json_build_object(
+          'id', id::text, 'orgId', org_id, 'runId', run_id, 'rootRunId', root_run_id, 'type', type, 'createdAt', created_at,
+          'data', case when octet_length(data::text) <= ${NOTIFY_DATA_LIMIT} then data else null end,
+          'big', octet_length(data::text) > ${NOTIFY_DATA_LIMIT}
+        )::text) as notified
+        from (select * from ins order by id) as ordered)
+      select id::text as event_id, created_at, notified::text from sent order by sent.id`)
+    // ids were drawn in insertion order, which is the batch's order
+    const rows = rowsOf<{ event_id: string; created_at: Date | string }>(result)
+    if (rows.length !== batch.length) throw new Error(`event batch stored ${rows.length} of ${batch.length} events`)
+    return batch.map((p, i) => ({
+      id: Number(rows[i]!.event_id),
+      orgId: p.event.orgId,
+      runId: p.event.runId,
+      rootRunId: p.event.rootRunId,
+      type: p.event.type,
+      data: p.event.data ?? {},
+      createdAt: new Date(rows[i]!.created_at).toISOString()
+    }))
+  }
+}
+
 export interface EventFilter {
   orgId: string
   runId?: string

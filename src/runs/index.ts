@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { ApiError, notFound } from '../../plugins/errors.js'
-import { inUse, sendStored } from '../../plugins/idempotency.js'
+import { sendStored } from '../../plugins/idempotency.js'
 import { newId } from '../db/ids.js'
 import { principalOf } from '../../plugins/principal.js'
 import { sseFrame } from '../../plugins/sse.js'
@@ -44,9 +44,10 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       row.rootRunId = row.id
       const wire = { run: runToWire(row) }
       const completion = request.idempotency?.completion(201, wire) ?? null
-      if (!(await insertThreadRoot(app.db, row, completion?.update ?? null))) throw inUse()
+      // no row: a live row holds the key (a retry or a duplicate); its answer is sent instead
+      if (!(await insertThreadRoot(app.db, row, completion?.update ?? null))) throw request.idempotency!.taken()
       request.idempotency?.markStored()
-      await announceQueued(app.db, row)
+      await announceQueued(app.runEvents, row)
       return sendStored(reply, completion?.answer ?? { status: 201, payload: JSON.stringify(wire) })
     }
     const answer = await app.db.transaction(async (tx) => {
@@ -64,7 +65,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       return { run, stored }
     })
     // the run and its idempotency answer are durable; now announce it (workers, streams)
-    await announceQueued(app.db, answer.run)
+    await announceQueued(app.runEvents, answer.run)
     return sendStored(reply, answer.stored)
   })
 

@@ -3,7 +3,7 @@ import { CONTROL_CHANNEL } from '../../plugins/event-bus.js'
 import type { Principal } from '../../plugins/principal.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { appendEvent } from './events.js'
+import { appendEvent, type EventBatcher } from './events.js'
 import { runs, type RunOrigin, type RunStatus } from './tables.js'
 
 export type RunRow = typeof runs.$inferSelect
@@ -113,8 +113,8 @@ export async function insertThreadRoot(db: Db, row: typeof runs.$inferInsert & {
 }
 
 /** The `run.queued` event, written after the run's own (durable) transaction committed. */
-export async function announceQueued(db: Db, run: RunRow): Promise<void> {
-  await appendEvent(db, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: 'run.queued', data: { engine: run.engine, model: run.model } })
+export async function announceQueued(events: EventBatcher, run: RunRow): Promise<void> {
+  await events.append({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: 'run.queued', data: { engine: run.engine, model: run.model } })
 }
 
 export async function getRun(db: Db | Tx, orgId: string, id: string): Promise<RunRow | null> {

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.js'
 import { echoEngine, EngineRegistry, openAiEngine } from './engines.js'
-import { createRunEventSink } from './events.js'
+import { createRunEventSink, EventBatcher } from './events.js'
 import { noRunMemory, type RunEventSink, type RunMemory } from './memory-port.js'
 import { RunWorker } from './worker.js'
 
@@ -12,6 +12,8 @@ declare module 'fastify' {
     runWorker: RunWorker
     /** for the memory side: store and publish an event of a run (`memory.captured`) */
     runEventSink: RunEventSink
+    /** events written outside a transaction, batched (group commit) */
+    runEvents: EventBatcher
   }
 }
 
@@ -42,8 +44,10 @@ export default fp(async function runsRuntime(app: FastifyInstance, opts: RunsRun
   const { config } = opts
   const engines = createEngines(config)
   app.features.catalogs.push(() => engines.catalog())
+  const events = new EventBatcher(app.db)
   const worker = new RunWorker({
     db: app.db,
+    events,
     bus: app.eventBus,
     engines,
     memory: opts.memory ?? noRunMemory,
@@ -56,6 +60,7 @@ export default fp(async function runsRuntime(app: FastifyInstance, opts: RunsRun
   })
   app.decorate('runEngines', engines)
   app.decorate('runWorker', worker)
+  app.decorate('runEvents', events)
   app.decorate('runEventSink', createRunEventSink(app.db))
   app.addHook('onReady', async () => {
     // the runtime registers after runs: its gateway is handed to engines once everything is loaded

@@ -5,7 +5,7 @@ import { EVENTS_CHANNEL, type EventBus } from '../../plugins/event-bus.js'
 import { rowsOf, type Db } from '../db/client.js'
 import { realUserIdOfRun } from './run-ref.js'
 import { EngineError, type EngineRegistry, type RunTools, type ToolDefinition } from './engines.js'
-import { appendEvent, pruneEvents } from './events.js'
+import { appendEvent, pruneEvents, type EventBatcher } from './events.js'
 import type { RunMemory, RunRef } from './memory-port.js'
 import { runs } from './tables.js'
 import type { RunRow } from './runs-repo.js'
@@ -20,6 +20,8 @@ export interface ToolGatewayPort {
 
 export interface WorkerOptions {
   db: Db
+  /** where a running engine's events go (batched; see EventBatcher) */
+  events: EventBatcher
   bus: EventBus
   engines: EngineRegistry
   memory: RunMemory
@@ -192,7 +194,7 @@ export class RunWorker {
     const emit = async (type: string, data: Record<string, unknown>) => {
       this.guard()
       if (signal.aborted) throw signal.reason
-      await appendEvent(o.db, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type, data })
+      await o.events.append({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type, data })
     }
     const engine = o.engines.get(run.engine)
     const gateway = this.tools

@@ -126,6 +126,58 @@ t.test('20 identical requests racing create exactly one run', async (t) => {
   t.equal(await countRuns(app), 1)
 })
 
+t.test('racing duplicates that join a thread add exactly one run; the losers roll back their work', async (t) => {
+  const app = await buildTestApp(t, { env })
+  const root = (await post(app, undefined, { prompt: 'thread' })).json().run.id as string
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const address = app.server.address() as { port: number }
+  const answers = await Promise.all(Array.from({ length: 12 }, () => fetch(`http://127.0.0.1:${address.port}/api/runs`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': 'join-race' },
+    body: JSON.stringify({ prompt: 'follow-up', rootRunId: root })
+  }).then(async (r) => ({ status: r.status, replayed: r.headers.get('idempotent-replayed'), body: await r.text() }))))
+  t.ok(answers.every((a) => a.status === 201 || (a.status === 409 && JSON.parse(a.body).error === 'idempotency_key_in_use')), 'only 201 or in_use')
+  t.equal(answers.filter((a) => a.status === 201 && a.replayed !== 'true').length, 1, 'one original')
+  t.equal(await countRuns(app), 2, 'the thread root and one follow-up')
+  const keys = await app.db.select().from(idempotencyKeys)
+  t.same(keys.map((k) => [k.key, k.state]), [['join-race', 'done']], 'one key, stored with the work')
+})
+
+t.test('a retry is answered from the stored row even when the handler would now fail', async (t) => {
+  const app = await buildTestApp(t, { env })
+  const orgId = '00000000-0000-7000-8000-00000000d001'
+  const body = { prompt: 'hello', engine: 'openai' }
+  const stored = '{"run":{"id":"from-before"}}'
+  // answered 201 by an earlier deployment whose openai engine was configured
+  await app.db.insert(idempotencyKeys).values({
+    orgId, route: 'POST /api/runs', key: 'kept', state: 'done', responseStatus: 201, responseType: 'application/json', responseBody: stored,
+    fingerprint: fingerprintOf('POST /api/runs', { kind: 'dev', orgId, userId: DEV_USER.id, role: 'owner' }, body),
+    expiresAt: new Date(Date.now() + 86_400_000)
+  })
+  const retry = await post(app, 'kept', body)
+  t.equal(retry.statusCode, 201, 'not the 400 engine_unavailable a new key gets')
+  t.equal(retry.headers['idempotent-replayed'], 'true')
+  t.equal(retry.payload, stored)
+  const fresh = await post(app, 'fresh', body)
+  t.equal(fresh.statusCode, 400)
+  t.equal(fresh.json().error, 'engine_unavailable')
+  t.equal(await countRuns(app), 0)
+})
+
+t.test('a 5xx stores nothing: the same key runs once the fault is gone', async (t) => {
+  const app = await buildTestApp(t, { env })
+  await app.db.execute(sql`alter table runs rename to runs_away`)
+  const failed = await post(app, 'k5', { prompt: 'hello' })
+  t.equal(failed.statusCode, 500)
+  t.equal(failed.json().error, 'internal_error')
+  t.equal((await app.db.select().from(idempotencyKeys)).length, 0, 'no key stored')
+  await app.db.execute(sql`alter table runs_away rename to runs`)
+  const retry = await post(app, 'k5', { prompt: 'hello' })
+  t.equal(retry.statusCode, 201)
+  t.notOk(retry.headers['idempotent-replayed'])
+  t.equal(await countRuns(app), 1)
+})
+
 t.test('keys are scoped by org', async (t) => {
   const app = await buildTestApp(t, { env })
   const other = { id: newId(), name: 'Other', slug: 'other' }
