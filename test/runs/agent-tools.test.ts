@@ -1,5 +1,3 @@
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import { once } from 'node:events'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -10,6 +8,7 @@ import { openDatabase } from '../../src/db/client.js'
 import { runEvents, runs } from '../../src/runs/tables.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
 import { buildTestApp, createTestDatabase, signUpWithOrg, type Teardown, type TestDatabase } from '../helper.js'
+import { startOpenAiUpstream } from './openai-upstream.js'
 import { eventually } from './sse-client.js'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
@@ -24,47 +23,30 @@ interface Upstream {
   script: Answer[]
 }
 
-/** A local OpenAI-compatible server: `/models` and streaming `/chat/completions` with tool calls. */
+/** The upstream of these tests: one model that answers from `script`, with tool calls. */
 async function startUpstream(t: Teardown): Promise<Upstream> {
   const state: Upstream = { url: '', requests: [], script: [] }
-  const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
-    let raw = ''
-    for await (const chunk of req) raw += chunk
-    if (req.url === '/v1/models') {
-      res.writeHead(200, { 'content-type': 'application/json' })
-      res.end(JSON.stringify({ object: 'list', data: [{ id: 'tool-model' }] }))
-      return
+  state.url = await startOpenAiUpstream(t, {
+    models: ['tool-model'],
+    chat(body, stream) {
+      state.requests.push({ body })
+      const answer = state.script.shift() ?? { calls: [{ id: `again-${state.requests.length}`, name: 'shell', arguments: '{"command":"true"}' }] }
+      const chat = stream()
+      if ('text' in answer) {
+        for (const piece of answer.text.match(/.{1,4}/gs) ?? []) chat.delta({ content: piece })
+      } else {
+        chat.delta({ role: 'assistant', content: null })
+        answer.calls.forEach((call, index) => {
+          // id and name first, then the arguments in two pieces
+          chat.delta({ tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.name, arguments: '' } }] })
+          const half = Math.floor(call.arguments.length / 2)
+          chat.delta({ tool_calls: [{ index, function: { arguments: call.arguments.slice(0, half) } }] })
+          chat.delta({ tool_calls: [{ index, function: { arguments: call.arguments.slice(half) } }] })
+        })
+      }
+      chat.end({ prompt_tokens: 5, completion_tokens: 2 })
     }
-    if (req.url !== '/v1/chat/completions') {
-      res.writeHead(404).end()
-      return
-    }
-    state.requests.push({ body: JSON.parse(raw) })
-    const answer = state.script.shift() ?? { calls: [{ id: `again-${state.requests.length}`, name: 'shell', arguments: '{"command":"true"}' }] }
-    res.writeHead(200, { 'content-type': 'text/event-stream' })
-    const send = (delta: unknown) => res.write(`data: ${JSON.stringify({ id: 'x', object: 'chat.completion.chunk', choices: [{ index: 0, delta }] })}\n\n`)
-    if ('text' in answer) {
-      for (const piece of answer.text.match(/.{1,4}/gs) ?? []) send({ content: piece })
-    } else {
-      send({ role: 'assistant', content: null })
-      answer.calls.forEach((call, index) => {
-        // id and name first, then the arguments in two pieces
-        send({ tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.name, arguments: '' } }] })
-        const half = Math.floor(call.arguments.length / 2)
-        send({ tool_calls: [{ index, function: { arguments: call.arguments.slice(0, half) } }] })
-        send({ tool_calls: [{ index, function: { arguments: call.arguments.slice(half) } }] })
-      })
-    }
-    res.write(`data: ${JSON.stringify({ id: 'x', choices: [], usage: { prompt_tokens: 5, completion_tokens: 2 } })}\n\n`)
-    res.end('data: [DONE]\n\n')
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => {
-    server.closeAllConnections()
-    server.close()
-  })
-  state.url = `http://127.0.0.1:${(server.address() as { port: number }).port}/v1`
   return state
 }
 

@@ -1,7 +1,6 @@
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import { once } from 'node:events'
 import t from 'tap'
 import { buildTestApp } from '../helper.js'
+import { startOpenAiUpstream } from './openai-upstream.js'
 import { eventually, SseClient } from './sse-client.js'
 
 interface Upstream {
@@ -11,48 +10,32 @@ interface Upstream {
   aborted: number
 }
 
-/** A local OpenAI-compatible server: `/models` and streaming `/chat/completions`. */
+/** The upstream of these tests: two models, and a chat answer per `mode`. */
 async function startUpstream(t: import('tap').Test): Promise<Upstream> {
   const state: Upstream = { url: '', requests: [], mode: 'ok', aborted: 0 }
-  const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
-    let raw = ''
-    for await (const chunk of req) raw += chunk
-    state.requests.push({ path: req.url ?? '', auth: req.headers.authorization, body: raw ? JSON.parse(raw) : null })
-    if (req.url === '/v1/models') {
-      res.writeHead(200, { 'content-type': 'application/json' })
-      res.end(JSON.stringify({ object: 'list', data: [{ id: 'tiny-1' }, { id: 'tiny-2' }] }))
-      return
+  state.url = await startOpenAiUpstream(t, {
+    models: ['tiny-1', 'tiny-2'],
+    onRequest: (req, body) => void state.requests.push({ path: req.url ?? '', auth: req.headers.authorization, body }),
+    async chat(_body, stream, res) {
+      if (state.mode === 'error') {
+        res.writeHead(500, { 'content-type': 'application/json' })
+        res.end(JSON.stringify({ error: { message: 'model overloaded' } }))
+        return
+      }
+      if (state.mode === 'hang') return // never answers
+      const chat = stream()
+      res.on('close', () => {
+        if (!res.writableFinished) state.aborted++
+      })
+      const pieces = state.mode === 'slow' ? Array.from({ length: 200 }, (_, i) => `t${i} `) : ['Hel', 'lo', ' there']
+      for (const piece of pieces) {
+        if (res.destroyed) return
+        chat.delta({ content: piece })
+        if (state.mode === 'slow') await new Promise((r) => setTimeout(r, 20))
+      }
+      chat.end({ prompt_tokens: 7, completion_tokens: 3 })
     }
-    if (req.url !== '/v1/chat/completions') {
-      res.writeHead(404).end()
-      return
-    }
-    if (state.mode === 'error') {
-      res.writeHead(500, { 'content-type': 'application/json' })
-      res.end(JSON.stringify({ error: { message: 'model overloaded' } }))
-      return
-    }
-    if (state.mode === 'hang') return // never answers
-    res.writeHead(200, { 'content-type': 'text/event-stream' })
-    res.on('close', () => {
-      if (!res.writableFinished) state.aborted++
-    })
-    const pieces = state.mode === 'slow' ? Array.from({ length: 200 }, (_, i) => `t${i} `) : ['Hel', 'lo', ' there']
-    for (const piece of pieces) {
-      if (res.destroyed) return
-      res.write(`data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: piece } }] })}\n\n`)
-      if (state.mode === 'slow') await new Promise((r) => setTimeout(r, 20))
-    }
-    res.write(`data: ${JSON.stringify({ id: 'c1', choices: [], usage: { prompt_tokens: 7, completion_tokens: 3 } })}\n\n`)
-    res.end('data: [DONE]\n\n')
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => {
-    server.closeAllConnections()
-    server.close()
-  })
-  state.url = `http://127.0.0.1:${(server.address() as { port: number }).port}/v1`
   return state
 }
 
