@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from './errors.js'
@@ -48,31 +49,63 @@ export function parseLastEventId(request: FastifyRequest): number | null {
   return Number(value.trim())
 }
 
+/**
+ * The bytes of one frame: as an HTTP/1.1 chunk (`<hex length>\r\n<frame>\r\n`), or bare
+ * when the body is not chunked (an HTTP/1.0 client reads to the close). A fan-out writes
+ * the same frame to thousands of streams in a row, so the last one is kept: the string is
+ * encoded once, not once per client.
+ */
+const CRLF = Buffer.from('\r\n', 'latin1')
+let lastFrame = ''
+let lastBody = Buffer.alloc(0)
+let lastChunk: Buffer | null = null
+function bytesOf(frame: string, chunked: boolean): Buffer {
+  if (frame !== lastFrame) {
+    lastBody = Buffer.from(frame, 'utf8')
+    lastChunk = null
+    lastFrame = frame
+  }
+  if (!chunked) return lastBody
+  return (lastChunk ??= Buffer.concat([Buffer.from(`${lastBody.length.toString(16)}\r\n`, 'latin1'), lastBody, CRLF]))
+}
+
 class Stream implements SseStream {
   closed = false
   readonly lastEventId: number | null
   private readonly raw: ServerResponse
+  private readonly socket: Socket
+  /** the response body is chunked (HTTP/1.1), so each frame is sent as a chunk */
+  private readonly chunked: boolean
   private readonly max: number
   private readonly owner: Set<Stream>
   private listeners: Array<() => void> | null = null
 
-  constructor(raw: ServerResponse, lastEventId: number | null, max: number, owner: Set<Stream>) {
+  constructor(raw: ServerResponse, socket: Socket, lastEventId: number | null, max: number, owner: Set<Stream>) {
     this.raw = raw
+    this.socket = socket
+    this.chunked = (raw as ServerResponse & { chunkedEncoding: boolean }).chunkedEncoding
     this.lastEventId = lastEventId
     this.max = max
     this.owner = owner
   }
 
+  /**
+   * Frames go straight to the socket as ready-made chunks of the response's body: one
+   * buffer, one write, no per-client encoding. Node's ServerResponse would encode the
+   * string and cork, frame and uncork for each client, about half the cost of a fan-out.
+   * The response's own bytes (headers, `:ok`, the final chunk at `end()`) go to the same
+   * socket in order, so the framing stays valid.
+   */
   write(frame: string): boolean {
     if (this.closed) return false
     // backpressure: what the kernel would not take stays in Node's buffer; past the
     // limit the client is not reading, so it is dropped rather than buffered forever
-    if (this.raw.writableLength > this.max) {
+    if (this.socket.writableLength > this.max) {
       this.raw.destroy()
       this.finish()
       return false
     }
-    this.raw.write(frame)
+    this.socket.write(bytesOf(frame, this.chunked))
     return true
   }
 
@@ -130,8 +163,9 @@ export default fp(async function ssePlugin(app: FastifyInstance, opts: SseOption
       })
       // the first comment flushes the headers so clients see the stream open at once
       raw.write(':ok\n\n')
-      request.raw.socket?.setNoDelay(true)
-      const stream = new Stream(raw, lastEventId, opts.maxBufferBytes, streams)
+      const socket = request.raw.socket
+      socket.setNoDelay(true)
+      const stream = new Stream(raw, socket, lastEventId, opts.maxBufferBytes, streams)
       streams.add(stream)
       raw.on('close', () => stream.finish())
       raw.on('error', () => stream.finish())

@@ -4,7 +4,9 @@ import { organizations } from '../../src/auth/tables.js'
 import { newId } from '../../src/db/ids.js'
 import { announceQueued, createRun } from '../../src/runs/runs-repo.js'
 import { runEvents } from '../../src/runs/tables.js'
-import { Writable } from 'node:stream'
+import { once } from 'node:events'
+import { connect } from 'node:net'
+import type { SseStream } from '../../plugins/sse.js'
 import { buildTestApp } from '../helper.js'
 import { eventually, SseClient } from './sse-client.js'
 
@@ -127,24 +129,65 @@ t.test('changes stream: identifiers only, live, org-scoped, resumable', async (t
 })
 
 t.test('a client that does not read is dropped', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0', SSE_MAX_BUFFER_BYTES: '1024' } })
-  let destroyed = false
-  let written = 0
-  const raw = new Writable({ write(_chunk, _enc, cb) { written++; void cb } }) // never acknowledges: nothing drains
-  const fakeReply = Object.assign(raw, {
-    writeHead() { return fakeReply },
-    destroy() { destroyed = true; return fakeReply }
+  let stream: SseStream | null = null
+  const app = await buildTestApp(t, {
+    env: { RUN_WORKER_CONCURRENCY: '0', SSE_MAX_BUFFER_BYTES: '65536' },
+    apiPlugins: [async (scope) => {
+      scope.get('/test/sse', { config: { scope: 'public' } }, async (request, reply) => {
+        stream = scope.sse.open(request, reply)
+      })
+    }]
   })
-  // drive the helper directly with a response that never drains
-  const request = { headers: {}, raw: { socket: null } }
-  const reply = { hijack() {}, raw: fakeReply, getHeaders: () => ({}) }
-  const stream = app.sse.open(request as never, reply as never)
+  const base = new URL(await listening(app))
+  // a real client that asks for the stream and then never reads a byte
+  const client = connect(Number(base.port), base.hostname)
+  client.on('error', () => {})
+  t.teardown(() => client.destroy())
+  await once(client, 'connect')
+  client.write(`GET /api/test/sse HTTP/1.1\r\nHost: ${base.host}\r\nAccept: text/event-stream\r\n\r\n`)
+  client.pause()
+  const open = await eventually(async () => stream)
   let ok = true
-  for (let i = 0; i < 100 && ok; i++) ok = stream.write(`data: ${'x'.repeat(100)}\n\n`)
+  let frames = 0
+  // 16 KiB frames, far past what the kernel buffers on loopback
+  while (ok && frames < 4000) {
+    ok = open.write(`data: ${'x'.repeat(16 * 1024)}\n\n`)
+    frames++
+    if (frames % 64 === 0) await new Promise((resolve) => setImmediate(resolve))
+  }
   t.notOk(ok, 'writes stop once the unread buffer passes the limit')
-  t.ok(destroyed, 'the connection is destroyed')
-  t.ok(stream.closed)
-  t.ok(written >= 1)
+  t.ok(open.closed, 'the stream is closed')
+  t.equal(app.sse.count, 0, 'and forgotten')
+  client.resume()
+  await eventually(async () => client.destroyed || client.readableEnded)
+  t.pass('the connection is gone')
+})
+
+t.test('frames are chunks of an HTTP/1.1 body and bare bytes for an HTTP/1.0 client', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const base = new URL(await listening(app))
+  const read = async (version: string) => {
+    const client = connect(Number(base.port), base.hostname)
+    client.on('error', () => {})
+    t.teardown(() => client.destroy())
+    await once(client, 'connect')
+    let text = ''
+    client.setEncoding('latin1').on('data', (chunk: string) => (text += chunk))
+    client.write(`GET /api/runs/changes HTTP/${version}\r\nHost: ${base.host}\r\n\r\n`)
+    await eventually(async () => text.includes(':ok'))
+    return { client, text: () => text }
+  }
+  const http11 = await read('1.1')
+  const http10 = await read('1.0')
+  const run = await createRunVia(app, { prompt: 'framing' })
+  await eventually(async () => http11.text().includes(run.id) && http10.text().includes(run.id))
+  const frame11 = http11.text().slice(http11.text().indexOf('\r\n\r\n') + 4)
+  const frame10 = http10.text().slice(http10.text().indexOf('\r\n\r\n') + 4)
+  t.match(http11.text(), /transfer-encoding: chunked/i)
+  const change = frame10.slice(frame10.indexOf('id: '))
+  t.ok(frame10.startsWith(':ok\n\n'), 'HTTP/1.0: the body is the frames themselves')
+  t.match(change, /^id: \d+\nevent: change\ndata: \{.*\}\n\n$/, 'one bare frame')
+  t.ok(frame11.includes(`${Buffer.byteLength(change).toString(16)}\r\n${change}\r\n`), 'HTTP/1.1: the same frame as one chunk')
 })
 
 t.test('streams end when the app closes', async (t) => {
