@@ -105,7 +105,10 @@ export default fp(async function principalPlugin(app: FastifyInstance, opts: Pri
   const cookieOptions = { httpOnly: true, sameSite: 'lax', path: '/', secure: opts.secureCookie } as const
   const sessionCookie: SessionCookie = {
     name: cookieName,
-    read: (request) => request.cookies[cookieName],
+    read(request) {
+      const header = request.headers.cookie
+      return header === undefined ? undefined : app.parseCookie(header)[cookieName]
+    },
     set: (reply, token, expiresAt) => void reply.setCookie(cookieName, token, { ...cookieOptions, expires: expiresAt }),
     clear: (reply) => void reply.clearCookie(cookieName, cookieOptions)
   }

@@ -114,11 +114,9 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
     for (const method of methods) routes.push({ method, url: route.url, config: route.config ?? {}, websocket: Boolean((route as { websocket?: boolean }).websocket) })
   })
   await app.register(errorsPlugin)
+  // first, so every answer carries them, refusals by the hooks after it included
+  await app.register(securityHeaders)
   await app.register(releasePlugin, { release: config.release, isDevBuild: config.isDevBuild })
-  app.addHook('onRequest', function requestIdHeader(request, reply, done) {
-    reply.header('x-request-id', request.id)
-    done()
-  })
   await app.register(dbPlugin, { database: db, closeOnShutdown: owned })
   await app.register(featuresPlugin)
   await app.register(eventBusPlugin)
@@ -129,8 +127,9 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
   await app.register(runsRuntime, { config, memory: memoryForRuns })
   app.memory.setEventSink(app.runEventSink)
   await app.register(sensible)
-  await app.register(securityHeaders)
-  await app.register(cookie)
+  // cookies are parsed only where they are read (the session lane of plugins/principal.ts),
+  // not by a hook on every request
+  await app.register(cookie, { hook: false })
   // limits are applied by the routes that need them (sign-in, sign-up), not globally; a
   // route that sets `config.rateLimit` gets the contract's 429 rate_limited with Retry-After
   await app.register(rateLimit, {

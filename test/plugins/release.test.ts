@@ -32,6 +32,8 @@ t.test('the compatibility gate on a release build', async (t) => {
       payload: '{not json'
     })
     t.equal(res.statusCode, 409, `${method} mismatched`)
+    t.ok(res.headers['x-request-id'], 'a refusal still carries the request id')
+    t.equal(res.headers['x-content-type-options'], 'nosniff', 'and the security headers')
     t.same(res.json(), {
       error: 'frontend_release_mismatch',
       release: 'run-events-v1:c0ffee',
