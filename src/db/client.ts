@@ -6,7 +6,7 @@ import { sql } from 'drizzle-orm'
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core'
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite'
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js'
-import postgres from 'postgres'
+import postgres, { type Sql } from 'postgres'
 import * as schema from './schema.js'
 
 export type Schema = typeof schema
@@ -47,7 +47,7 @@ function openPostgres(url: string, max: number): Database {
     idle_timeout: 60,
     connection: { application_name: 'cairn' }
   })
-  const db = drizzlePostgres({ client: pg, schema }) as unknown as Db
+  const db = drizzlePostgres({ client: preparedStatements(pg), schema }) as unknown as Db
   return {
     kind: 'postgres',
     db,
@@ -60,6 +60,33 @@ function openPostgres(url: string, max: number): Database {
       await pg.end({ timeout: 5 })
     }
   }
+}
+
+/**
+ * The postgres.js client as drizzle should see it: every query a named prepared statement.
+ * Drizzle runs its queries through `unsafe(…, { prepare: false })` unless they were given a
+ * name, and postgres.js then sends each query with parameters twice over: Parse and
+ * Describe (to learn the parameter types), a wait for the answer, then Bind and Execute;
+ * and Postgres parses and plans it from scratch every time. Prepared, a query is parsed and
+ * described once per connection and costs one round trip afterwards; about half the
+ * database time of a short statement (bench/runs.ts). The same holds inside transactions
+ * and savepoints, whose clients are wrapped the same way.
+ */
+function preparedStatements<T extends Sql>(client: T): T {
+  return new Proxy(client, {
+    get(target, property, receiver) {
+      if (property === 'unsafe') {
+        return (query: string, parameters?: unknown[], options?: Record<string, unknown>) =>
+          target.unsafe(query, parameters as never, { ...options, prepare: true })
+      }
+      if (property === 'begin' || property === 'savepoint') {
+        const open = Reflect.get(target, property, receiver) as (...args: unknown[]) => unknown
+        return (...args: unknown[]) => open.apply(target, args.map((arg) =>
+          typeof arg === 'function' ? (inner: Sql) => (arg as (c: Sql) => unknown)(preparedStatements(inner)) : arg))
+      }
+      return Reflect.get(target, property, receiver)
+    }
+  })
 }
 
 async function openPglite(dataDir: string): Promise<Database> {
