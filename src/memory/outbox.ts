@@ -266,7 +266,15 @@ export function createCaptureWorker(opts: WorkerOptions): CaptureWorker {
       log.warn({ err }, 'batched capture delivery failed; delivering one by one')
       return rows
     }
-    for (const e of entries) if (owned.has(e.row.id)) await emitDelivered(e.row, e.facts.length)
+    // one event per delivered run, `concurrency` at a time: one by one they cost more than the batch
+    const delivered = entries.filter((e) => owned.has(e.row.id))
+    let next = 0
+    await Promise.all(Array.from({ length: Math.min(Math.max(1, opts.concurrency), delivered.length) }, async () => {
+      while (next < delivered.length) {
+        const e = delivered[next++]!
+        await emitDelivered(e.row, e.facts.length)
+      }
+    }))
     return rest
   }
 

@@ -4,15 +4,25 @@ import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { contentHash, type BatchEntry, type BrowseItem, type CaptureDelivery, type MarkBatchDelivered, type MarkDelivered, type MemoryBackend, type PoolRef, type SearchHit } from './backend.js'
 import { isUniqueViolation, readHistory, recordChanges } from './history.js'
-import { memoryItemHistory, memoryItems, memoryPools, memoryWords } from './tables.js'
+import { memoryItems, memoryPools, memoryWords } from './tables.js'
 
 /** Thrown inside a delivery transaction to roll it back when the capture row moved on. */
 class StaleDelivery extends Error {}
 
 const MAX_QUERY = 500
 const MAX_WORDS = 8
-/** how many best full-text candidates get the trigram re-ranking */
-const CANDIDATES = 200
+/**
+ * Search ranks at most this many matches: the newest ones. A broad query (a common word in
+ * thousands of facts) then costs about what a narrow one does instead of reading and
+ * ranking every match.
+ */
+export const RANKED_MATCHES = 200
+/** how many of the best full-text ranked matches get the (costlier) trigram re-ranking */
+const RERANKED = 50
+/** the newest facts of the pool that are checked first, to tell a common query from a rare one */
+const PROBE = 1000
+/** the most facts a common query walks, newest first, looking for its RANKED_MATCHES matches */
+const WALK_LIMIT = 25_000
 
 const wordsOf = (text: string) => text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []
 
@@ -34,14 +44,19 @@ async function addVocabulary(exec: Db | Tx, pool: PoolRef, contents: string[]): 
 
 /**
  * Facts in this database. Each query word is matched as a prefix and, through pg_trgm
- * similarity against the pool's vocabulary, by its likely corrections; the full-text
- * matches (GIN) are ranked by ts_rank_cd together with pg_trgm word similarity to the query.
+ * similarity against the pool's vocabulary, by its likely corrections; the newest
+ * RANKED_MATCHES full-text matches are ranked by ts_rank_cd together with pg_trgm word
+ * similarity to the query.
  */
 export function createPostgresPool(db: Db): MemoryBackend {
   /**
    * One round trip: each query word becomes `(word:* | up to three vocabulary words it may be
-   * a misspelling of)`; the groups are joined with `joiner`; the full-text matches are ranked by
-   * ts_rank_cd, and the best candidates re-ranked together with pg_trgm word similarity.
+   * a misspelling of)`; the groups are joined with `joiner`. The newest RANKED_MATCHES matches
+   * are found one of two ways, whichever reads fewer rows: a common query (its share of the
+   * pool's newest PROBE facts is at least sqrt(17.5 / pool size), where walking beats the
+   * index) walks the pool newest first until it has them; any other goes through the GIN
+   * index and sorts its matches by id. They are ranked by ts_rank_cd, and the best RERANKED
+   * re-ranked together with pg_trgm word similarity.
    */
   async function ranked(pool: PoolRef, q: string, tokens: string[], joiner: '&' | '|', limit: number) {
     const words = sql.join(tokens.map((w) => sql`${w}`), sql`, `)
@@ -59,14 +74,37 @@ export function createPostgresPool(db: Db): MemoryBackend {
                 order by similarity(word, t.token) desc, word
                 limit 3) as w), '') || ')' as grp
         from tokens t),
-      query as (
+      query as materialized (
         select to_tsquery('english', string_agg(grp, ${` ${joiner} `} order by ord)) as query from groups),
+      common as materialized (
+        select (select count(*)
+                from (select search_vector from memory_items
+                      where org_id = ${pool.orgId} and pool_id = ${pool.id}
+                      order by id desc limit ${PROBE}) p, query
+                where p.search_vector @@ query.query)
+               >= ${PROBE} * sqrt(17.5 / greatest(1, (select item_count from memory_pools where id = ${pool.id}))) as yes),
+      walked as (
+        select n.* from (
+          select id, content, source_run_id, root_run_id, created_at, search_vector
+          from memory_items
+          where org_id = ${pool.orgId} and pool_id = ${pool.id}
+          order by id desc
+          limit ${WALK_LIMIT}) n, query
+        where (select yes from common) and n.search_vector @@ query.query
+        limit ${RANKED_MATCHES}),
+      indexed as (
+        select m.id, m.content, m.source_run_id, m.root_run_id, m.created_at, m.search_vector
+        from memory_items m, query
+        where not (select yes from common)
+          and m.org_id = ${pool.orgId} and m.pool_id = ${pool.id} and m.search_vector @@ query.query
+        -- collate "C": sort the matches, never walk the id index for them (same order for ids)
+        order by m.id collate "C" desc
+        limit ${RANKED_MATCHES}),
       candidates as (
-        select id, content, source_run_id, root_run_id, created_at, ts_rank_cd(search_vector, query) as rank
-        from memory_items, query
-        where org_id = ${pool.orgId} and pool_id = ${pool.id} and search_vector @@ query
+        select m.id, m.content, m.source_run_id, m.root_run_id, m.created_at, ts_rank_cd(m.search_vector, query.query) as rank
+        from (select * from walked union all select * from indexed) m, query
         order by rank desc, id desc
-        limit ${CANDIDATES})
+        limit ${Math.max(RERANKED, limit + 1)})
       select id, content, source_run_id, root_run_id, created_at,
              (rank + word_similarity(${q}, content))::float8 as score
       from candidates
@@ -184,44 +222,62 @@ export function createPostgresPool(db: Db): MemoryBackend {
   }
 }
 
-const INSERT_CHUNK = 2000
+/** rows per insert statement; each statement carries its rows as one JSON parameter */
+const INSERT_CHUNK = 5000
+
+type KeptFact = { id: string; content: string; pool_id: string; org_id: string; source_run_id: string | null }
 
 /**
  * Adds captured facts: a fact already in its pool (same normalized content) or an already
- * delivered (capture, index) is skipped; vocabulary, history and pool counts follow.
+ * delivered (capture, index) is skipped; vocabulary, history and pool counts follow. The rows
+ * go as one JSON parameter per statement (jsonb_to_recordset): a multi-row VALUES list with a
+ * parameter per column costs far more to build and to parse than the insert itself.
  */
 async function writeFacts(tx: Tx, entries: BatchEntry[]): Promise<void> {
   const values = entries.flatMap(({ pool, capture }) => capture.facts.map((content, index) => ({
     id: newId(),
-    orgId: pool.orgId,
-    poolId: pool.id,
+    org_id: pool.orgId,
+    pool_id: pool.id,
     content,
-    contentHash: contentHash(content),
-    sourceRunId: capture.runId,
-    rootRunId: capture.rootRunId,
-    captureId: capture.captureId,
-    factIndex: index
+    content_hash: contentHash(content),
+    source_run_id: capture.runId,
+    root_run_id: capture.rootRunId,
+    capture_id: capture.captureId,
+    fact_index: index
   })))
-  const kept: Array<{ id: string; content: string; poolId: string; orgId: string; sourceRunId: string | null }> = []
+  const kept: KeptFact[] = []
   for (let i = 0; i < values.length; i += INSERT_CHUNK) {
-    kept.push(...await tx.insert(memoryItems).values(values.slice(i, i + INSERT_CHUNK)).onConflictDoNothing().returning({
-      id: memoryItems.id, content: memoryItems.content, poolId: memoryItems.poolId, orgId: memoryItems.orgId, sourceRunId: memoryItems.sourceRunId
-    }))
+    kept.push(...rowsOf<KeptFact>(await tx.execute(sql`
+      insert into memory_items (id, org_id, pool_id, content, content_hash, source_run_id, root_run_id, capture_id, fact_index)
+      select id, org_id, pool_id, content, content_hash, source_run_id, root_run_id, capture_id, fact_index
+      from jsonb_to_recordset(${JSON.stringify(values.slice(i, i + INSERT_CHUNK))}::jsonb)
+        as r(id text, org_id text, pool_id text, content text, content_hash text, source_run_id text, root_run_id text, capture_id text, fact_index int)
+      on conflict do nothing
+      returning id, content, pool_id, org_id, source_run_id`)))
   }
   if (kept.length === 0) return
   const byPool = new Map<string, string[]>()
-  for (const row of kept) byPool.set(row.poolId, [...(byPool.get(row.poolId) ?? []), row.content])
+  for (const row of kept) byPool.set(row.pool_id, [...(byPool.get(row.pool_id) ?? []), row.content])
   const poolIds = [...byPool.keys()].sort()
   for (const poolId of poolIds) {
     const words = [...new Set(byPool.get(poolId)!.flatMap(vocabulary))].sort()
     for (let i = 0; i < words.length; i += INSERT_CHUNK) {
-      await tx.insert(memoryWords).values(words.slice(i, i + INSERT_CHUNK).map((word) => ({ poolId, word }))).onConflictDoNothing()
+      await tx.execute(sql`
+        insert into memory_words (pool_id, word)
+        select ${poolId}, w from jsonb_array_elements_text(${JSON.stringify(words.slice(i, i + INSERT_CHUNK))}::jsonb) as w
+        order by w
+        on conflict do nothing`)
     }
   }
   for (let i = 0; i < kept.length; i += INSERT_CHUNK) {
-    await tx.insert(memoryItemHistory).values(kept.slice(i, i + INSERT_CHUNK).map((r) => ({
-      id: newId(), orgId: r.orgId, poolId: r.poolId, itemId: r.id, content: r.content, kind: 'created' as const, changedBy: `run:${r.sourceRunId}`
-    })))
+    const history = kept.slice(i, i + INSERT_CHUNK).map((r) => ({
+      id: newId(), org_id: r.org_id, pool_id: r.pool_id, item_id: r.id, content: r.content, changed_by: `run:${r.source_run_id}`
+    }))
+    await tx.execute(sql`
+      insert into memory_item_history (id, org_id, pool_id, item_id, content, kind, changed_by)
+      select id, org_id, pool_id, item_id, content, 'created', changed_by
+      from jsonb_to_recordset(${JSON.stringify(history)}::jsonb)
+        as r(id text, org_id text, pool_id text, item_id text, content text, changed_by text)`)
   }
   // counts last, in pool order: the row locks are held briefly and always taken in one order
   for (const poolId of poolIds) {

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
-import { prefixQuery } from '../../src/memory/postgres-pool.js'
+import { prefixQuery, RANKED_MATCHES } from '../../src/memory/postgres-pool.js'
 import { buildTestApp } from '../helper.js'
 import { addFacts, FAST } from './helpers.js'
 
@@ -45,4 +45,29 @@ t.test('prefix queries keep only letters and digits', async (t) => {
   t.equal(prefixQuery("'); drop table x; --"), 'drop:* & table:* & x:*')
   t.equal(prefixQuery('!!! :* & |'), '')
   t.equal(prefixQuery('Übergröße café'), 'übergröße:* & café:*')
+})
+
+t.test('a query matching more than RANKED_MATCHES facts ranks the newest of them', async (t) => {
+  const app = await buildTestApp(t, { env: { ...FAST, MEMORY_CAPTURE_WORKER: 'false' } })
+  // the oldest fact is the best full-text match for `alpha`; 2 × RANKED_MATCHES newer ones match too
+  await addFacts(app.db, DEV_ORG.id, 'org', '', ['Alpha alpha alpha: the gamma rollout checklist'])
+  const newer = Array.from({ length: 2 * RANKED_MATCHES }, (_, i) => `Alpha note ${i} about the deploy`)
+  await addFacts(app.db, DEV_ORG.id, 'org', '', newer)
+  const search = async (q: string, limit = 20) => {
+    const res = await app.inject({ method: 'GET', url: `/api/memory/search?q=${encodeURIComponent(q)}&limit=${limit}` })
+    t.equal(res.statusCode, 200, q)
+    return res.json() as { truncated: boolean; items: Array<{ content: string }> }
+  }
+  // `alpha` is in every fact: the pool is walked newest first
+  const common = await search('alpha', 100)
+  t.equal(common.items.length, 100)
+  t.equal(common.truncated, true)
+  t.notOk(common.items.some((i) => i.content.startsWith('Alpha alpha')), 'the old fact is past the newest matches')
+  const newest = new Set(newer.slice(-RANKED_MATCHES))
+  t.ok(common.items.every((i) => newest.has(i.content)), 'every hit is one of the newest matches')
+  // a rare word goes through the index, however old its facts are
+  t.same((await search('gamma')).items.map((i) => i.content), ['Alpha alpha alpha: the gamma rollout checklist'])
+  t.same((await search('gama')).items.map((i) => i.content), ['Alpha alpha alpha: the gamma rollout checklist'], 'misspelled')
+  // with both words, the old fact is the only match and is found
+  t.same((await search('alpha checklist')).items.map((i) => i.content), ['Alpha alpha alpha: the gamma rollout checklist'])
 })
