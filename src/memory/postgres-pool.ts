@@ -16,13 +16,21 @@ const MAX_WORDS = 8
  * thousands of facts) then costs about what a narrow one does instead of reading and
  * ranking every match.
  */
-export const RANKED_MATCHES = 200
+export const RANKED_MATCHES = 100
+// (one more match than this is read, so that a full page of 100 can still say `truncated`)
 /** how many of the best full-text ranked matches get the (costlier) trigram re-ranking */
 const RERANKED = 50
 /** the newest facts of the pool that are checked first, to tell a common query from a rare one */
 const PROBE = 1000
 /** the most facts a common query walks, newest first, looking for its RANKED_MATCHES matches */
 const WALK_LIMIT = 25_000
+/**
+ * A match found through the GIN index costs about as much as this many facts read walking
+ * newest first (measured on Postgres 15). Walking reads RANKED_MATCHES / share facts, the
+ * index share × pool size, so walking is cheaper for a share of at least
+ * sqrt(RANKED_MATCHES / INDEX_ROW_COST / pool size).
+ */
+const INDEX_ROW_COST = 11.4
 
 const wordsOf = (text: string) => text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []
 
@@ -53,8 +61,8 @@ export function createPostgresPool(db: Db): MemoryBackend {
    * One round trip: each query word becomes `(word:* | up to three vocabulary words it may be
    * a misspelling of)`; the groups are joined with `joiner`. The newest RANKED_MATCHES matches
    * are found one of two ways, whichever reads fewer rows: a common query (its share of the
-   * pool's newest PROBE facts is at least sqrt(17.5 / pool size), where walking beats the
-   * index) walks the pool newest first until it has them; any other goes through the GIN
+   * pool's newest PROBE facts is at least sqrt(RANKED_MATCHES / INDEX_ROW_COST / pool size),
+   * where walking beats the index) walks the pool newest first until it has them; any other goes through the GIN
    * index and sorts its matches by id. They are ranked by ts_rank_cd, and the best RERANKED
    * re-ranked together with pg_trgm word similarity.
    */
@@ -82,7 +90,7 @@ export function createPostgresPool(db: Db): MemoryBackend {
                       where org_id = ${pool.orgId} and pool_id = ${pool.id}
                       order by id desc limit ${PROBE}) p, query
                 where p.search_vector @@ query.query)
-               >= ${PROBE} * sqrt(17.5 / greatest(1, (select item_count from memory_pools where id = ${pool.id}))) as yes),
+               >= ${PROBE} * sqrt(${RANKED_MATCHES / INDEX_ROW_COST}::float8 / greatest(1, (select item_count from memory_pools where id = ${pool.id}))) as yes),
       walked as (
         select n.* from (
           select id, content, source_run_id, root_run_id, created_at, search_vector
@@ -91,7 +99,7 @@ export function createPostgresPool(db: Db): MemoryBackend {
           order by id desc
           limit ${WALK_LIMIT}) n, query
         where (select yes from common) and n.search_vector @@ query.query
-        limit ${RANKED_MATCHES}),
+        limit ${RANKED_MATCHES + 1}),
       indexed as (
         select m.id, m.content, m.source_run_id, m.root_run_id, m.created_at, m.search_vector
         from memory_items m, query
@@ -99,7 +107,7 @@ export function createPostgresPool(db: Db): MemoryBackend {
           and m.org_id = ${pool.orgId} and m.pool_id = ${pool.id} and m.search_vector @@ query.query
         -- collate "C": sort the matches, never walk the id index for them (same order for ids)
         order by m.id collate "C" desc
-        limit ${RANKED_MATCHES}),
+        limit ${RANKED_MATCHES + 1}),
       candidates as (
         select m.id, m.content, m.source_run_id, m.root_run_id, m.created_at, ts_rank_cd(m.search_vector, query.query) as rank
         from (select * from walked union all select * from indexed) m, query
