@@ -212,6 +212,13 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
     if (!resolved) {
       throw new ApiError(404, 'no delivering orphan for this run in your org', 'there is no orphaned delivery for this run in your organization')
     }
+    // a person confirmed the write happened: the run's stream hears it as a delivery would
+    if (request.body.resolution === 'delivered') {
+      const { runId } = request.params
+      await app.runEventSink.emit({
+        orgId: principal.orgId, runId, type: 'memory.captured', data: { runId, rootRunId: resolved.rootRunId, itemCount: resolved.itemCount, resolved: true }
+      }).catch((err: unknown) => request.log.warn({ err, runId }, 'memory.captured event not stored'))
+    }
     return { ok: true as const }
   })
 

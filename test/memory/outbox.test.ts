@@ -4,6 +4,7 @@ import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { newId } from '../../src/db/ids.js'
 import { backoffDelay } from '../../src/memory/outbox.js'
 import { memoryCaptures, memoryItemHistory, memoryItems } from '../../src/memory/tables.js'
+import { runEvents } from '../../src/runs/tables.js'
 import { buildTestApp } from '../helper.js'
 import { FAST, runRef, startMem0, waitFor } from './helpers.js'
 
@@ -178,6 +179,26 @@ t.test('a hanging pool: the delivery stays delivering and becomes an orphan; res
   const retryOrphan = await app.inject({ method: 'POST', url: `/api/memory/captures/${discarded.id}/retry` })
   t.equal(retryOrphan.statusCode, 404, 'a discarded capture is not dead')
   t.equal(mem0.state.posts, 2, 'nothing was sent twice')
+})
+
+t.test('an orphan resolved as delivered tells the run\'s stream: memory.captured', async (t) => {
+  const app = await buildTestApp(t, { env: { ...FAST, MEMORY_CAPTURE_WORKER: 'false', RUN_WORKER_CONCURRENCY: '0' } })
+  const created = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'remember things' } })
+  const run = created.json().run as { id: string; rootRunId: string }
+  const ref = { id: run.id, rootRunId: run.rootRunId, orgId: DEV_ORG.id, realUserId: null }
+  await app.db.transaction(async (tx) => app.memory.runMemory.enqueueCapture(tx, ref, ['Remember one', 'Remember two']))
+  // what a worker that died mid-delivery leaves behind
+  await app.db.execute(sql`update memory_captures set state = 'delivering', lease_expires_at = now() - interval '1 second' where run_id = ${run.id}`)
+
+  const ok = await app.inject({ method: 'POST', url: `/api/memory/captures/${run.id}/resolve`, payload: { resolution: 'delivered' } })
+  t.equal(ok.statusCode, 200)
+  const events = await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id))
+  const captured = events.filter((e) => e.type === 'memory.captured')
+  t.equal(captured.length, 1, 'one memory.captured for the run')
+  t.same(captured[0]!.data, { runId: run.id, rootRunId: run.rootRunId, itemCount: 2, resolved: true })
+  const again = await app.inject({ method: 'POST', url: `/api/memory/captures/${run.id}/resolve`, payload: { resolution: 'delivered' } })
+  t.equal(again.statusCode, 404)
+  t.equal((await app.db.select().from(runEvents).where(eq(runEvents.type, 'memory.captured'))).length, 1, 'a refused resolve tells nobody')
 })
 
 t.test('postgres pool: facts land once; a fact already in the pool is not duplicated; a redelivery is dropped', async (t) => {
