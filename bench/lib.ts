@@ -10,6 +10,8 @@ export interface Result {
   name: string
   rps: number
   p99: number
+  /** autocannon reports p90 and p97.5, not p95: p95 lies between them */
+  p90: number
   p95: number
   non2xx: number
   errors: number
@@ -54,6 +56,7 @@ export async function load(opts: LoadOptions): Promise<Result> {
     name: opts.name,
     rps: Math.round(result.requests.average),
     p99: result.latency.p99,
+    p90: result.latency.p90,
     p95: result.latency.p97_5 ?? result.latency.p99,
     non2xx: result.non2xx,
     errors: result.errors + result.timeouts
