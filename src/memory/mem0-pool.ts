@@ -50,7 +50,12 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
   const base = opts.url.replace(/\/+$/, '')
 
   async function call(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Response> {
-    const timeout = AbortSignal.timeout(opts.timeoutMs)
+    // Not AbortSignal.timeout(): combined through AbortSignal.any, Node 20 can collect that
+    // signal before it fires, and a hanging upstream then hangs its caller for good (seen
+    // as a flaky "hanging pool" test). A controller kept alive by its own pending timer
+    // cannot be collected; the timer also covers reading the body after this returns.
+    const timeout = new AbortController()
+    setTimeout(() => timeout.abort(new DOMException('the memory service did not answer in time', 'TimeoutError')), opts.timeoutMs).unref()
     return fetch(`${base}${path}`, {
       method,
       headers: {
@@ -59,7 +64,7 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
         ...(opts.apiKey ? { authorization: `Token ${opts.apiKey}` } : {})
       },
       body: body === undefined ? undefined : JSON.stringify(body),
-      signal: signal ? AbortSignal.any([timeout, signal]) : timeout
+      signal: signal ? AbortSignal.any([timeout.signal, signal]) : timeout.signal
     })
   }
 
