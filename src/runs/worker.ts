@@ -33,6 +33,9 @@ export interface WorkerOptions {
   retentionDays: number
 }
 
+/** A queued run still without its run.queued this long after it was created is announced by the sweeper. */
+export const UNANNOUNCED_AFTER_MS = 5000
+
 /** Thrown into an engine whose instance was killed: nothing more may be written. */
 class WorkerGone extends Error {
   override name = 'WorkerGone'
@@ -149,7 +152,11 @@ export class RunWorker {
       with claimed as (
         update runs set status = 'running', started_at = now(), lease_owner = ${this.instanceId},
           lease_expires_at = now() + make_interval(secs => ${this.o.leaseMs / 1000})
-        where id = (select id from runs where status = 'queued' order by created_at, id limit 1 for update skip locked)
+        -- only a run whose run.queued is stored: it is written just after the run commits,
+        -- and a run.started must never come before it
+        where id = (select id from runs where status = 'queued'
+                      and exists (select 1 from run_events e where e.run_id = runs.id and e.type = 'run.queued')
+                    order by created_at, id limit 1 for update skip locked)
         returning *
       ),
       async as (select set_config('synchronous_commit', 'off', true) as v from claimed),
@@ -286,6 +293,16 @@ export class RunWorker {
     if (this.killed) return 0
     let swept = 0
     try {
+      // a run whose instance died between committing it and storing its run.queued would
+      // never be claimed: announce it here once it is clearly not coming
+      const silent = rowsOf<{ id: string; org_id: string; root_run_id: string; engine: string; model: string | null }>(await this.o.db.execute(sql`
+        select id, org_id, root_run_id, engine, model from runs r
+        where status = 'queued' and created_at < now() - make_interval(secs => ${UNANNOUNCED_AFTER_MS / 1000})
+          and not exists (select 1 from run_events e where e.run_id = r.id and e.type = 'run.queued')
+        limit 100`))
+      for (const run of silent) {
+        await this.o.events.append({ orgId: run.org_id, runId: run.id, rootRunId: run.root_run_id, type: 'run.queued', data: { engine: run.engine, model: run.model } })
+      }
       const expired = rowsOf<{ id: string }>(await this.o.db.execute(sql`
         select id from runs where status = 'running' and lease_expires_at < now() order by lease_expires_at limit 100`))
       for (const { id } of expired) {

@@ -5,6 +5,8 @@ import { rowsOf } from '../../src/db/client.js'
 import { newId } from '../../src/db/ids.js'
 import type { RunMemory } from '../../src/runs/memory-port.js'
 import { createRun } from '../../src/runs/runs-repo.js'
+import { UNANNOUNCED_AFTER_MS } from '../../src/runs/worker.js'
+import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { runEvents, runs } from '../../src/runs/tables.js'
 import { buildTestApp } from '../helper.js'
 import { eventually } from './sse-client.js'
@@ -60,6 +62,23 @@ t.test('create, read, list and finish a run with the echo engine', async (t) => 
   t.equal(list.statusCode, 200)
   t.same(list.json().items.map((r: { id: string }) => r.id), [run.id])
   t.equal(list.json().nextCursor, null)
+})
+
+t.test('a run is claimed only once its run.queued is stored; the sweeper announces one whose instance died first', async (t) => {
+  const app = await buildTestApp(t, { env: fast })
+  // what an instance that died right after committing the run leaves: a run, no run.queued
+  const run = (await app.db.transaction((tx) => createRun(tx, { kind: 'dev', orgId: DEV_ORG.id, userId: null, role: 'owner' }, { prompt: 'late', engine: 'echo', model: 'echo', origin: 'api' })))!
+  await new Promise((resolve) => setTimeout(resolve, 500))
+  const [waiting] = await app.db.select().from(runs).where(eq(runs.id, run.id))
+  t.equal(waiting!.status, 'queued', 'not claimed without its run.queued')
+  const done = await eventually(async () => {
+    const [row] = await app.db.select().from(runs).where(eq(runs.id, run.id))
+    return row!.status === 'succeeded' ? row : null
+  }, UNANNOUNCED_AFTER_MS + 10_000)
+  t.equal(done.status, 'succeeded')
+  const events = await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id)).orderBy(runEvents.id)
+  const lifecycle = events.map((e) => e.type).filter((type) => type.startsWith('run.'))
+  t.same(lifecycle, ['run.queued', 'run.started', 'run.succeeded'], 'queued first, once')
 })
 
 t.test('threads, paging, filters and joining', async (t) => {
