@@ -31,27 +31,19 @@ export interface LoadOptions {
 
 /** Runs autocannon against a listening server: requests/s and tail latency in ms. */
 export async function load(opts: LoadOptions): Promise<Result> {
+  const run = (duration: number) => autocannon({
+    url: opts.url,
+    method: opts.method ?? 'GET',
+    headers: opts.headers,
+    body: opts.body,
+    connections: opts.connections ?? Number(process.env.BENCH_CONNECTIONS ?? 50),
+    pipelining: Number(process.env.BENCH_PIPELINING ?? 1),
+    duration,
+    requests: opts.setupRequest ? [{ setupRequest: opts.setupRequest as never }] : undefined
+  })
   // a short unmeasured run first, so every case is measured warm (JIT, pools, caches)
-  await autocannon({
-    url: opts.url,
-    method: opts.method ?? 'GET',
-    headers: opts.headers,
-    body: opts.body,
-    connections: opts.connections ?? Number(process.env.BENCH_CONNECTIONS ?? 50),
-    pipelining: Number(process.env.BENCH_PIPELINING ?? 1),
-    duration: Number(process.env.BENCH_WARMUP_SECONDS ?? 2),
-    requests: opts.setupRequest ? [{ setupRequest: opts.setupRequest as never }] : undefined
-  })
-  const result = await autocannon({
-    url: opts.url,
-    method: opts.method ?? 'GET',
-    headers: opts.headers,
-    body: opts.body,
-    connections: opts.connections ?? Number(process.env.BENCH_CONNECTIONS ?? 50),
-    pipelining: Number(process.env.BENCH_PIPELINING ?? 1),
-    duration: opts.seconds ?? Number(process.env.BENCH_SECONDS ?? 8),
-    requests: opts.setupRequest ? [{ setupRequest: opts.setupRequest as never }] : undefined
-  })
+  await run(Number(process.env.BENCH_WARMUP_SECONDS ?? 2))
+  const result = await run(opts.seconds ?? Number(process.env.BENCH_SECONDS ?? 8))
   return {
     name: opts.name,
     rps: Math.round(result.requests.average),
