@@ -139,17 +139,22 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
       returning 1 as ok`
   }
 
-  /** What a request with this key gets when a live row already holds it. */
-  async function answerFromRow(state: KeyState): Promise<StoredAnswer & { replayed: boolean; headers?: Record<string, string> | undefined }> {
+  /** The key's row while it is live (kept, and not an expired lock), else undefined. */
+  async function liveRow(state: KeyState): Promise<KeyRow | undefined> {
     const row = rowsOf<KeyRow>(await app.db.execute(sql`
       select fingerprint, state, response_status, response_body,
              (expires_at < now() or (state = 'in_flight' and locked_until < now())) as free
       from idempotency_keys
       where org_id = ${state.orgId} and route = ${state.route} and key = ${state.key}`))[0]
+    return row && !row.free ? row : undefined
+  }
+
+  /** What a request with this key gets when `row` holds it (or held it and went away). */
+  function answerFrom(row: KeyRow | undefined, state: KeyState): StoredAnswer & { replayed: boolean; headers?: Record<string, string> | undefined } {
     let refusal: ApiError
-    if (row && !row.free && row.fingerprint !== state.fingerprint) {
+    if (row && row.fingerprint !== state.fingerprint) {
       refusal = new ApiError(409, 'idempotency_key_reused', 'this Idempotency-Key was used with a different request')
-    } else if (row && !row.free && row.state === 'done' && row.response_status !== null && row.response_body !== null) {
+    } else if (row && row.state === 'done' && row.response_status !== null && row.response_body !== null) {
       return { status: row.response_status, payload: row.response_body, replayed: true }
     } else {
       // still in flight, or it went away meanwhile (expired): the client retries
@@ -209,14 +214,10 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
     const status = reply.statusCode
     if (!state.taken && status >= 400 && status < 500 && typeof payload === 'string') {
       if (rowsOf(await app.db.execute(storeAnswer(state, status, payload))).length === 1) return payload
-    } else if (!state.taken && status >= 500) {
-      const held = rowsOf(await app.db.execute(sql`
-        select 1 from idempotency_keys
-        where org_id = ${state.orgId} and route = ${state.route} and key = ${state.key}
-          and expires_at >= now() and not (state = 'in_flight' and locked_until < now())`))
-      if (held.length === 0) return payload
     }
-    const answer = await answerFromRow(state)
+    const row = await liveRow(state)
+    if (!state.taken && status >= 500 && !row) return payload
+    const answer = answerFrom(row, state)
     reply.code(answer.status).type('application/json; charset=utf-8')
     if (answer.replayed) reply.header('idempotent-replayed', 'true')
     if (answer.headers) reply.headers(answer.headers)
