@@ -51,14 +51,19 @@ export async function appendEvent(tx: Tx | Db, event: NewEvent): Promise<BusEven
       'data', ${inline ? data : 'null'}::json, 'big', ${!inline}::boolean
     )::text)::text as notified from ins`)
   const row = rowsOf<{ id: string; created_at: Date | string }>(result)[0]!
+  return stored(event, row.id, row.created_at)
+}
+
+/** The event as the bus carries it, once the database gave it its id and time. */
+function stored(event: NewEvent, id: string, createdAt: Date | string): BusEvent {
   return {
-    id: Number(row.id),
+    id: Number(id),
     orgId: event.orgId,
     runId: event.runId,
     rootRunId: event.rootRunId,
     type: event.type,
     data: event.data ?? {},
-    createdAt: new Date(row.created_at).toISOString()
+    createdAt: new Date(createdAt).toISOString()
   }
 }
 
@@ -145,15 +150,7 @@ export class EventBatcher {
     // ids were drawn in insertion order, which is the batch's order
     const rows = rowsOf<{ event_id: string; created_at: Date | string }>(result)
     if (rows.length !== batch.length) throw new Error(`event batch stored ${rows.length} of ${batch.length} events`)
-    return batch.map((p, i) => ({
-      id: Number(rows[i]!.event_id),
-      orgId: p.event.orgId,
-      runId: p.event.runId,
-      rootRunId: p.event.rootRunId,
-      type: p.event.type,
-      data: p.event.data ?? {},
-      createdAt: new Date(rows[i]!.created_at).toISOString()
-    }))
+    return batch.map((p, i) => stored(p.event, rows[i]!.event_id, rows[i]!.created_at))
   }
 }
 

@@ -113,7 +113,7 @@ export async function insertThreadRoot(db: Db, row: typeof runs.$inferInsert & {
 }
 
 /** The `run.queued` event, written after the run's own (durable) transaction committed. */
-export async function announceQueued(events: EventBatcher, run: RunRow): Promise<void> {
+export async function announceQueued(events: EventBatcher, run: Pick<RunRow, 'id' | 'orgId' | 'rootRunId' | 'engine' | 'model'>): Promise<void> {
   await events.append({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: 'run.queued', data: { engine: run.engine, model: run.model } })
 }
 

@@ -8,7 +8,7 @@ import { EngineError, type EngineRegistry, type RunTools, type ToolDefinition } 
 import { appendEvent, pruneEvents, type EventBatcher } from './events.js'
 import type { RunMemory, RunRef } from './memory-port.js'
 import { runs } from './tables.js'
-import type { RunRow } from './runs-repo.js'
+import { announceQueued, type RunRow } from './runs-repo.js'
 
 /** The agent runtime's tool gateway as the worker needs it (src/runtime/gateway.ts). */
 export interface ToolGatewayPort {
@@ -301,7 +301,7 @@ export class RunWorker {
           and not exists (select 1 from run_events e where e.run_id = r.id and e.type = 'run.queued')
         limit 100`))
       for (const run of silent) {
-        await this.o.events.append({ orgId: run.org_id, runId: run.id, rootRunId: run.root_run_id, type: 'run.queued', data: { engine: run.engine, model: run.model } })
+        await announceQueued(this.o.events, { id: run.id, orgId: run.org_id, rootRunId: run.root_run_id, engine: run.engine, model: run.model })
       }
       const expired = rowsOf<{ id: string }>(await this.o.db.execute(sql`
         select id from runs where status = 'running' and lease_expires_at < now() order by lease_expires_at limit 100`))
