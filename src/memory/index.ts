@@ -8,7 +8,7 @@ import {
 } from '../../schemas/memory.js'
 import type { PoolRef } from './backend.js'
 import { changedByOf } from './hub.js'
-import { listCaptures, resolveOrphan, retryDeadCapture } from './outbox.js'
+import { announceCaptured, listCaptures, resolveOrphan, retryDeadCapture } from './outbox.js'
 import { lookupPool, orgMemoryOn, parseScope, setOrgMemory, type PoolScope } from './pools.js'
 import { listRecalls } from './recall-ledger.js'
 
@@ -214,10 +214,9 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
     }
     // a person confirmed the write happened: the run's stream hears it as a delivery would
     if (request.body.resolution === 'delivered') {
-      const { runId } = request.params
-      await app.runEventSink.emit({
-        orgId: principal.orgId, runId, type: 'memory.captured', data: { runId, rootRunId: resolved.rootRunId, itemCount: resolved.itemCount, resolved: true }
-      }).catch((err: unknown) => request.log.warn({ err, runId }, 'memory.captured event not stored'))
+      await announceCaptured(app.runEventSink, request.log, {
+        orgId: principal.orgId, runId: request.params.runId, rootRunId: resolved.rootRunId, itemCount: resolved.itemCount
+      }, { resolved: true })
     }
     return { ok: true as const }
   })

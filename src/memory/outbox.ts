@@ -108,6 +108,23 @@ export async function resolveOrphan(db: Db, orgId: string, runId: string, resolu
   return rows[0] ?? null
 }
 
+/**
+ * Tells a run's stream that its capture is in the pool: `memory.captured` with
+ * `{runId, rootRunId, itemCount}` and any `extra`. The capture's state is what counts, so
+ * an event that cannot be stored is logged, not thrown.
+ */
+export async function announceCaptured(
+  sink: RunEventSink | null,
+  log: FastifyBaseLogger,
+  capture: { orgId: string; runId: string; rootRunId: string; itemCount: number },
+  extra: Record<string, unknown> = {}
+): Promise<void> {
+  if (!sink) return
+  const { orgId, runId, rootRunId, itemCount } = capture
+  await sink.emit({ orgId, runId, type: 'memory.captured', data: { runId, rootRunId, itemCount, ...extra } })
+    .catch((err: unknown) => log.warn({ err, runId }, 'memory.captured event not stored'))
+}
+
 export interface WorkerOptions {
   db: Db
   backend: MemoryBackend
@@ -227,10 +244,7 @@ export function createCaptureWorker(opts: WorkerOptions): CaptureWorker {
   }
 
   async function emitDelivered(row: Claimed, itemCount: number) {
-    const sink = opts.sink()
-    if (!sink) return
-    await sink.emit({ orgId: row.org_id, runId: row.run_id, type: 'memory.captured', data: { runId: row.run_id, rootRunId: row.root_run_id, itemCount } })
-      .catch((err: unknown) => log.warn({ err, runId: row.run_id }, 'memory.captured event not stored'))
+    await announceCaptured(opts.sink(), log, { orgId: row.org_id, runId: row.run_id, rootRunId: row.root_run_id, itemCount })
   }
 
   /**
