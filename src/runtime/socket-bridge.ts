@@ -65,34 +65,34 @@ export async function bridgeSocket(o: BridgeOptions): Promise<void> {
     return
   }
 
-  let started: BridgeTarget | null = null
   let paused = false
   const send = (chunk: Buffer) => {
     if (socket.readyState !== socket.OPEN) return
     socket.send(chunk, { binary: true }, () => {
       if (paused && socket.bufferedAmount < LOW_WATER) {
         paused = false
-        started?.resume()
+        target?.resume()
       }
     })
     if (!paused && socket.bufferedAmount > HIGH_WATER) {
       paused = true
-      started?.pause()
+      target?.pause()
     }
   }
 
+  // from here on frames go to the target; the early ones are replayed below, before any
+  // later one can arrive (nothing in between waits)
   try {
-    started = await o.start(sandbox, send)
+    target = await o.start(sandbox, send)
   } catch (err) {
     log.warn({ err }, `${o.what}: could not start`)
     if (socket.readyState === socket.OPEN) socket.close(1011, `the ${o.what} could not start`)
-    started = null
   }
-  if (!started) {
+  if (!target) {
     release()
     return
   }
-  const running = started
+  const running = target
   const unsubscribe = sandbox.onDestroy(() => {
     if (socket.readyState === socket.OPEN || socket.readyState === socket.CONNECTING) socket.close(1001, 'sandbox stopped')
   })
@@ -105,7 +105,6 @@ export async function bridgeSocket(o: BridgeOptions): Promise<void> {
     finish()
     return
   }
-  target = running
   for (const frame of early.splice(0)) running.receive(frame.data, frame.isBinary)
   socket.once('close', finish)
 }
