@@ -54,6 +54,17 @@ export async function createTestDatabase(t: Teardown): Promise<TestDatabase> {
   return { database, url: url.toString() }
 }
 
+/**
+ * What a second instance would use on the same database: its own pool on Postgres (as a
+ * second process has), the same embedded object on PGlite. Closed at teardown.
+ */
+export async function secondHandle(t: Teardown, shared: TestDatabase, poolMax = 10): Promise<TestDatabase> {
+  if (!shared.url) return shared
+  const database = await openDatabase({ url: shared.url, poolMax })
+  t.teardown(() => database.close())
+  return { database, url: shared.url }
+}
+
 export interface TestAppOptions {
   env?: EnvOverrides
   /** share a database between apps (two instances); otherwise each app gets its own */

@@ -9,7 +9,7 @@ import featuresPlugin from '../../plugins/features.js'
 import { routeScopes, type Principal } from '../../plugins/principal.js'
 import { DEV_ORG, DEV_USER, seedDevOrg } from '../../src/auth/dev-org.js'
 import { members, organizations, users } from '../../src/auth/tables.js'
-import { openDatabase, type Db } from '../../src/db/client.js'
+import type { Db } from '../../src/db/client.js'
 import { newId } from '../../src/db/ids.js'
 import type { PoolRef } from '../../src/memory/backend.js'
 import memoryHub from '../../src/memory/hub.js'
@@ -230,10 +230,3 @@ export async function startMem0(t: Teardown) {
   }
 }
 
-/** A second connection pool to the same database (on real Postgres), as a second instance would have. */
-export async function secondHandle(t: Teardown, db: TestDatabase): Promise<TestDatabase> {
-  if (!db.url) return db
-  const database = await openDatabase({ url: db.url, poolMax: 10 })
-  t.teardown(() => database.close())
-  return { database, url: db.url }
-}

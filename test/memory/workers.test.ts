@@ -3,8 +3,8 @@ import t from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { rowsOf } from '../../src/db/client.js'
 import { memoryCaptures, memoryItemHistory, memoryItems } from '../../src/memory/tables.js'
-import { buildTestApp, createTestDatabase } from '../helper.js'
-import { FAST, runRef, secondHandle, startMem0, waitFor } from './helpers.js'
+import { buildTestApp, createTestDatabase, secondHandle } from '../helper.js'
+import { FAST, runRef, startMem0, waitFor } from './helpers.js'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 

@@ -4,10 +4,9 @@ import { join } from 'node:path'
 import { and, asc, eq } from 'drizzle-orm'
 import t from 'tap'
 import { newId } from '../../src/db/ids.js'
-import { openDatabase } from '../../src/db/client.js'
 import { runEvents, runs } from '../../src/runs/tables.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
-import { buildTestApp, createTestDatabase, signUpWithOrg, type Teardown, type TestDatabase } from '../helper.js'
+import { buildTestApp, createTestDatabase, secondHandle, signUpWithOrg, type Teardown } from '../helper.js'
 import { startOpenAiUpstream } from './openai-upstream.js'
 import { eventually } from './sse-client.js'
 
@@ -207,12 +206,7 @@ t.test('a cancel on another instance drops the approval the run waits for there'
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-agent-tools-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const shared = await createTestDatabase(t)
-  let second: TestDatabase = shared
-  if (shared.url) {
-    const database = await openDatabase({ url: shared.url, poolMax: 5 })
-    t.teardown(() => database.close())
-    second = { database, url: shared.url }
-  }
+  const second = await secondHandle(t, shared, 5)
   const env = { OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50' }
   const a = await buildTestApp(t, { db: shared, env })
   const b = await buildTestApp(t, { db: second, env: { ...env, RUN_WORKER_CONCURRENCY: '0' } })

@@ -1,9 +1,8 @@
 import { eq, sql } from 'drizzle-orm'
 import t from 'tap'
-import { openDatabase } from '../../src/db/client.js'
 import { rowsOf } from '../../src/db/client.js'
 import { runEvents } from '../../src/runs/tables.js'
-import { buildTestApp, createTestDatabase, type TestDatabase } from '../helper.js'
+import { buildTestApp, createTestDatabase, secondHandle } from '../helper.js'
 import { eventually, SseClient } from './sse-client.js'
 
 /**
@@ -13,12 +12,7 @@ import { eventually, SseClient } from './sse-client.js'
  */
 async function twoInstances(t: import('tap').Test, envA: Record<string, string>, envB: Record<string, string>) {
   const shared = await createTestDatabase(t)
-  let second: TestDatabase = shared
-  if (shared.url) {
-    const database = await openDatabase({ url: shared.url, poolMax: 10 })
-    t.teardown(() => database.close())
-    second = { database, url: shared.url }
-  }
+  const second = await secondHandle(t, shared)
   // B is torn down first (teardowns run in reverse), its pool closes after it
   const a = await buildTestApp(t, { db: shared, env: envA })
   const b = await buildTestApp(t, { db: second, env: envB })
