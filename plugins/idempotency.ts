@@ -4,6 +4,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { rowsOf, type Tx } from '../src/db/client.js'
 import { ApiError, describeError } from './errors.js'
+import { asList } from './hook-list.js'
 import { principalOf, type Principal } from './principal.js'
 
 /** Contract 3 numbers. */
@@ -233,11 +234,6 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
     route.onSend = [...asList(route.onSend), idempotencyRecord as never]
   })
 }, { name: 'idempotency', fastify: '5.x', dependencies: ['db', 'errors', 'principal'] })
-
-function asList<T>(hooks: T | T[] | undefined): T[] {
-  if (hooks === undefined) return []
-  return Array.isArray(hooks) ? hooks : [hooks]
-}
 
 /** Deletes keys past their retention. */
 export async function pruneIdempotencyKeys(app: FastifyInstance): Promise<void> {

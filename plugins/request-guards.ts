@@ -1,6 +1,7 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from './errors.js'
+import { asList } from './hook-list.js'
 
 const MUTATING = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
 
@@ -28,7 +29,8 @@ export function ownOrigin(request: FastifyRequest): string {
  *    without either header (curl, servers) pass: they carry no ambient browser cookie.
  * 2. Server-owned fields (spec section 2): `org_id`/`orgId`, `user_id`/`userId` or
  *    `origin` at the top level of a JSON body is `400 server_owned_field`, before any
- *    schema runs, on every route, so no handler can be tricked into trusting one.
+ *    schema runs, on every route that takes a body, so no handler can be tricked into
+ *    trusting one.
  */
 export default fp(async function requestGuards(app: FastifyInstance, opts: RequestGuardOptions) {
   const trusted = new Set(opts.trustedOrigins)
@@ -45,7 +47,7 @@ export default fp(async function requestGuards(app: FastifyInstance, opts: Reque
     done(forbiddenOrigin(`origin ${JSON.stringify(origin.slice(0, 200))}`))
   })
 
-  app.addHook('preValidation', function serverOwnedFields(request, _reply, done) {
+  function serverOwnedFields(request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) {
     const body = request.body
     if (body === null || typeof body !== 'object' || Array.isArray(body) || Buffer.isBuffer(body)) return done()
     for (const field of SERVER_OWNED_FIELDS) {
@@ -54,6 +56,14 @@ export default fp(async function requestGuards(app: FastifyInstance, opts: Reque
       }
     }
     done()
+  }
+  // Only routes that take a body carry the check (Fastify parses none for GET and HEAD), so
+  // reads pay nothing for it. It goes first among the route's own preValidation hooks; the
+  // scope has none.
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method]
+    if (methods.every((m) => m === 'GET' || m === 'HEAD')) return
+    route.preValidation = [serverOwnedFields, ...asList(route.preValidation)]
   })
 }, { name: 'request-guards', fastify: '5.x', dependencies: ['errors'] })
 

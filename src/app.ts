@@ -16,7 +16,7 @@ import errorsPlugin, { ApiError } from '../plugins/errors.js'
 import featuresPlugin from '../plugins/features.js'
 import openapiPlugin from '../plugins/openapi.js'
 import principalPlugin from '../plugins/principal.js'
-import releasePlugin from '../plugins/release.js'
+import releasePlugin, { releaseHeaders } from '../plugins/release.js'
 import securityHeaders from '../plugins/security-headers.js'
 import requestGuards from '../plugins/request-guards.js'
 import { ErrorBody } from '../schemas/common.js'
@@ -115,7 +115,7 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
   })
   await app.register(errorsPlugin)
   // first, so every answer carries them, refusals by the hooks after it included
-  await app.register(securityHeaders)
+  await app.register(securityHeaders, { apiHeaders: releaseHeaders(config.release) })
   await app.register(releasePlugin, { release: config.release, isDevBuild: config.isDevBuild })
   await app.register(dbPlugin, { database: db, closeOnShutdown: owned })
   await app.register(featuresPlugin)

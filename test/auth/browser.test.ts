@@ -79,17 +79,26 @@ t.test('Origin check: cookie-carrying writes from a foreign origin are 403 forbi
   t.equal(loginCsrf.headers['set-cookie'], undefined)
 })
 
-t.test('security headers everywhere; /docs keeps working under its own CSP', async (t) => {
+t.test('security headers everywhere: the API set on /api, helmet\'s page set elsewhere; /docs keeps working under its own CSP', async (t) => {
   const app = await buildTestApp(t)
   const res = await app.inject({ method: 'GET', url: '/api/health' })
   t.equal(res.headers['x-content-type-options'], 'nosniff')
+  t.equal(res.headers['cache-control'], 'no-store', 'tenant data stays out of caches')
   t.match(String(res.headers['content-security-policy']), /default-src 'none'/)
-  t.match(String(res.headers['content-security-policy']), /frame-ancestors 'none'/)
-  t.ok(res.headers['strict-transport-security'])
-  t.ok(res.headers['x-frame-options'])
+  t.match(String(res.headers['content-security-policy']), /frame-ancestors 'none'/, 'framing is refused by the CSP')
+  t.equal(res.headers['strict-transport-security'], undefined, 'no HSTS over plain http (RFC 6797, 7.2)')
+  for (const pageOnly of ['x-frame-options', 'x-xss-protection', 'x-dns-prefetch-control', 'x-download-options', 'origin-agent-cluster', 'referrer-policy', 'x-permitted-cross-domain-policies']) {
+    t.equal(res.headers[pageOnly], undefined, `${pageOnly} is for pages, not JSON`)
+  }
   t.equal(res.headers['x-powered-by'], undefined)
+  t.ok(res.headers['x-request-id'])
+  t.ok(res.headers['x-service-release-fingerprint'], 'the release headers ride with them')
   const err = await app.inject({ method: 'GET', url: '/api/nope' })
   t.equal(err.headers['x-content-type-options'], 'nosniff', 'errors too')
+  t.equal(err.headers['cache-control'], 'no-store')
+  const refused = await app.inject({ method: 'POST', url: '/api/runs', payload: '{not json', headers: { 'content-type': 'application/json' } })
+  t.equal(refused.statusCode, 400)
+  t.equal(refused.headers['x-content-type-options'], 'nosniff', 'and refusals')
 
   const docs = await app.inject({ method: 'GET', url: '/docs/' })
   t.equal(docs.statusCode, 200)
@@ -97,9 +106,31 @@ t.test('security headers everywhere; /docs keeps working under its own CSP', asy
   t.match(csp, /script-src 'self'/, 'the page may load its own scripts')
   t.match(csp, /style-src 'self'/)
   t.notMatch(csp, /default-src 'none'/)
+  t.equal(docs.headers['x-frame-options'], 'SAMEORIGIN', 'a page gets helmet\'s full set')
+  t.equal(docs.headers['referrer-policy'], 'no-referrer')
+  t.equal(docs.headers['strict-transport-security'], undefined)
+  t.equal(docs.headers['x-service-release-fingerprint'], undefined, 'release headers are for /api only')
   const script = await app.inject({ method: 'GET', url: '/docs/static/swagger-initializer.js' })
   t.equal(script.statusCode, 200)
   t.equal((await app.inject({ method: 'GET', url: '/docs/json' })).statusCode, 200)
+  const spec = await app.inject({ method: 'GET', url: '/openapi.json' })
+  t.equal(spec.headers['x-content-type-options'], 'nosniff')
+  t.equal(spec.headers['x-frame-options'], 'SAMEORIGIN')
+})
+
+t.test('Strict-Transport-Security over https: TLS reported by a trusted proxy, never by an untrusted one', async (t) => {
+  const proxied = await buildTestApp(t, { env: { TRUST_PROXY: '127.0.0.1' } })
+  const https = { 'x-forwarded-proto': 'https' }
+  const api = await proxied.inject({ method: 'GET', url: '/api/health', headers: https })
+  t.equal(api.headers['strict-transport-security'], 'max-age=31536000; includeSubDomains')
+  t.equal(api.headers['cache-control'], 'no-store', 'with the rest of the API set')
+  const docs = await proxied.inject({ method: 'GET', url: '/docs/', headers: https })
+  t.equal(docs.headers['strict-transport-security'], 'max-age=31536000; includeSubDomains')
+  t.equal((await proxied.inject({ method: 'GET', url: '/api/health' })).headers['strict-transport-security'], undefined, 'plain http behind the proxy')
+  const untrusted = await proxied.inject({ method: 'GET', url: '/api/health', headers: https, remoteAddress: '203.0.113.9' })
+  t.equal(untrusted.headers['strict-transport-security'], undefined, 'a client cannot claim https for itself')
+  const direct = await buildTestApp(t)
+  t.equal((await direct.inject({ method: 'GET', url: '/api/health', headers: https })).headers['strict-transport-security'], undefined, 'TRUST_PROXY off')
 })
 
 t.test('sign-in and sign-up are rate-limited per account and per address: 429 rate_limited with Retry-After', async (t) => {
