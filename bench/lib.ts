@@ -1,10 +1,12 @@
 import { spawn, type ChildProcess } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import autocannon from 'autocannon'
+import postgres from 'postgres'
 
 export interface Result {
   name: string
@@ -80,11 +82,22 @@ export interface Server {
   stop(): Promise<void>
 }
 
+/**
+ * A benchmark server's environment: this process's, with its own data directory, any free
+ * port, `LOG_LEVEL=warn`, and the case's variables. A server runs on PGlite unless the case
+ * gives it a DATABASE_URL: an inherited one would point every case at the caller's own
+ * database (the benchmarks make their own with `withDatabase`).
+ */
+export function benchEnv(dataDir: string, env: Record<string, string>): Record<string, string | undefined> {
+  const { DATABASE_URL: _inherited, ...inherited } = process.env
+  return { ...inherited, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...env }
+}
+
 /** Starts a server script (TypeScript, through tsx) as its own process, so load and service do not share a loop. */
 export async function startServer(script: string, env: Record<string, string> = {}): Promise<Server> {
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-bench-'))
   const child = spawn(process.execPath, ['--import', 'tsx', script], {
-    env: { ...process.env, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...env },
+    env: benchEnv(dataDir, env),
     stdio: ['ignore', 'pipe', 'inherit']
   })
   const lines = createInterface({ input: child.stdout! })
@@ -132,4 +145,22 @@ export async function credentials(url: string): Promise<{ cookie: string; author
   const key = await fetch(`${url}/api/keys`, { method: 'POST', headers: { ...json, cookie }, body: JSON.stringify({ name: 'bench' }) })
   if (key.status !== 201) throw new Error(`mint key: ${key.status}`)
   return { cookie, authorization: `Bearer ${(await key.json() as { key: string }).key}` }
+}
+
+/** The Postgres server the benchmarks may use: BENCH_DATABASE_URL, else DATABASE_URL. */
+export const benchPostgres = process.env.BENCH_DATABASE_URL ?? process.env.DATABASE_URL
+
+/** Runs `fn` with the URL of a new database on that Postgres server, dropped afterwards. */
+export async function withDatabase<T>(serverUrl: string, fn: (url: string) => Promise<T>): Promise<T> {
+  const name = `cairn_bench_${randomBytes(4).toString('hex')}`
+  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} })
+  await admin.unsafe(`create database "${name}"`)
+  const url = new URL(serverUrl)
+  url.pathname = `/${name}`
+  try {
+    return await fn(url.toString())
+  } finally {
+    await admin.unsafe(`drop database if exists "${name}" with (force)`)
+    await admin.end()
+  }
 }

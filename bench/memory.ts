@@ -7,10 +7,10 @@ import { testConfig } from '../src/config.js'
 import { buildApp } from '../src/app.js'
 import { openDatabase } from '../src/db/client.js'
 import { migrateDatabase } from '../src/db/migrate.js'
-import { load, startServer, type Result } from './lib.js'
+import { benchPostgres, load, startServer, type Result } from './lib.js'
 
 const FACTS = Number(process.env.BENCH_FACTS ?? 100_000)
-const PG = process.env.BENCH_DATABASE_URL ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
+const PG = benchPostgres ?? 'postgres://postgres@127.0.0.1:5432/postgres'
 
 function rows(title: string, results: Result[], baseline: Result): string {
   const out = [`### ${title}`, '', '| case | requests/s | p90 ms | p97.5 ms | p99 ms | ratio to health | non-2xx | errors |', '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |']

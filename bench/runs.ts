@@ -3,14 +3,13 @@
 // BENCH_DATABASE_URL (or DATABASE_URL) adds the real-Postgres rows and the cross-instance case.
 import { fork, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
-import { randomBytes, randomUUID } from 'node:crypto'
+import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { request } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
-import postgres from 'postgres'
-import { credentials, load, table, type Result } from './lib.js'
+import { benchEnv, benchPostgres, credentials, load, table, withDatabase, type Result } from './lib.js'
 
 interface Proc {
   url: string
@@ -22,7 +21,7 @@ interface Proc {
 async function startRunsServer(env: Record<string, string>): Promise<Proc> {
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-bench-'))
   const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', 'bench/runs-server.ts'], {
-    env: { ...process.env, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'warn', NODE_ENV: 'development', ...env },
+    env: benchEnv(dataDir, { NODE_ENV: 'development', ...env }),
     stdio: ['ignore', 'pipe', 'inherit']
   })
   const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]()
@@ -65,20 +64,6 @@ const pct = (values: number[], p: number) => {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!
 }
 const now = () => performance.timeOrigin + performance.now()
-
-async function withDatabase<T>(serverUrl: string, fn: (url: string) => Promise<T>): Promise<T> {
-  const name = `cairn_bench_${randomBytes(4).toString('hex')}`
-  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} })
-  await admin.unsafe(`create database "${name}"`)
-  const url = new URL(serverUrl)
-  url.pathname = `/${name}`
-  try {
-    return await fn(url.toString())
-  } finally {
-    await admin.unsafe(`drop database if exists "${name}" with (force)`)
-    await admin.end()
-  }
-}
 
 async function dispatch(label: string, env: Record<string, string>, withHealth = true): Promise<Result[]> {
   const server = await startRunsServer(env)
@@ -204,7 +189,7 @@ async function crossInstance(dbUrl: string): Promise<string> {
 const parts = new Set((process.env.BENCH_RUNS_PARTS ?? 'dispatch,fanout,cross').split(',').map((p) => p.trim()))
 
 export async function benchRuns(): Promise<string> {
-  const pgUrl = process.env.BENCH_DATABASE_URL ?? process.env.DATABASE_URL
+  const pgUrl = benchPostgres
   const clients = Number(process.env.BENCH_SSE_CLIENTS ?? 10_000)
   const out: string[] = []
   if (parts.has('dispatch')) {
