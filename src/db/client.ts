@@ -7,6 +7,7 @@ import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core'
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite'
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js'
 import postgres, { type Sql } from 'postgres'
+import { unpackedBundle } from './pglite-extensions.js'
 import * as schema from './schema.js'
 
 export type Schema = typeof schema
@@ -95,7 +96,7 @@ async function openPglite(dataDir: string): Promise<Database> {
     location = resolve(dataDir, 'pglite')
     mkdirSync(location, { recursive: true })
   }
-  const lite = await PGlite.create(location, { extensions: { pg_trgm } })
+  const lite = await PGlite.create(location, { extensions: { pg_trgm: unpackedBundle(pg_trgm) } })
   const db = drizzlePglite({ client: lite, schema }) as unknown as Db
   return {
     kind: 'pglite',
