@@ -33,7 +33,11 @@ export function helmetHeaders(options: HelmetOptions): Record<string, string> {
 }
 
 const HSTS = 'strict-transport-security'
-const DENY_ALL_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"
+
+/** What everything outside /api carries (/docs is an HTML page): helmet's full set, with the same deny-all CSP that /docs replaces with its own. */
+const PAGE_HEADERS: Readonly<Record<string, string>> = Object.freeze(helmetHeaders({
+  contentSecurityPolicy: { useDefaults: false, directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"], baseUri: ["'none'"] } }
+}))
 
 /**
  * What an /api answer carries: the set OWASP's REST Security Cheat Sheet names for API
@@ -43,19 +47,15 @@ const DENY_ALL_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none
  * Origin-Agent-Cluster, Referrer-Policy and the rest) protect nothing there, and every
  * header costs every client and this server on every call (about 1.3 µs, see the
  * foundation bench). `no-store` keeps tenant data out of browser and proxy caches; a
- * route that streams or may be cached sets its own Cache-Control (SSE: no-cache).
+ * route that streams or may be cached sets its own Cache-Control (SSE: no-cache). The
+ * CSP and HSTS values are helmet's, as on the pages.
  */
-export const API_HEADERS: Readonly<Record<string, string>> = Object.freeze({
+const API_HEADERS: Readonly<Record<string, string>> = Object.freeze({
   'cache-control': 'no-store',
-  'content-security-policy': DENY_ALL_CSP,
+  'content-security-policy': PAGE_HEADERS['content-security-policy']!,
   'x-content-type-options': 'nosniff',
-  [HSTS]: 'max-age=31536000; includeSubDomains'
+  [HSTS]: PAGE_HEADERS[HSTS]!
 })
-
-/** What everything outside /api carries (/docs is an HTML page): helmet's full set, with the same deny-all CSP that /docs replaces with its own. */
-export const PAGE_HEADERS: Readonly<Record<string, string>> = Object.freeze(helmetHeaders({
-  contentSecurityPolicy: { useDefaults: false, directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"], baseUri: ["'none'"] } }
-}))
 
 /** The same set without Strict-Transport-Security, which RFC 6797 (7.2) forbids on plain http. */
 function withoutHsts(headers: Readonly<Record<string, string>>): Readonly<Record<string, string>> {
