@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto'
 import cookie from '@fastify/cookie'
 import cors from '@fastify/cors'
 import rateLimit from '@fastify/rate-limit'
-import sensible from '@fastify/sensible'
 import websocket from '@fastify/websocket'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Ajv from 'ajv'
@@ -126,7 +125,6 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
   const memoryForRuns = runMemory ?? app.memory.runMemory
   await app.register(runsRuntime, { config, memory: memoryForRuns })
   app.memory.setEventSink(app.runEventSink)
-  await app.register(sensible)
   // cookies are parsed only where they are read (the session lane of plugins/principal.ts),
   // not by a hook on every request
   await app.register(cookie, { hook: false })
