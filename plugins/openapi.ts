@@ -1,16 +1,140 @@
-import swagger from '@fastify/swagger'
+import swagger, { type OpenAPIV3_2 } from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import { COMPONENT_NAME } from '../schemas/common.js'
+import { routeScopes } from './principal.js'
 
 export interface OpenApiOptions {
   release: string
 }
 
+const TAGS = [
+  { name: 'system', description: 'Health and what this deployment offers (public)' },
+  { name: 'auth', description: 'Sign-up, sessions, organizations and members' },
+  { name: 'keys', description: 'API keys of an organization' },
+  { name: 'runs', description: 'Runs, threads, their event streams and chat' },
+  { name: 'memory', description: 'The Memory Hub: search, browse, correct; the capture outbox and the recall ledger' },
+  { name: 'runtime', description: 'Tool policies and approvals (the terminal and desktop WebSockets are described in the README)' }
+]
+
+/**
+ * Refusals any /api operation can meet before its handler (contract 1.3), described once
+ * in `components.responses` and referred to from every operation.
+ */
+const SHARED_REFUSALS: Record<string, { name: string; description: string; retryAfter?: boolean }> = {
+  408: { name: 'RequestTimeout', description: 'the request was not received in time (`request_timeout`)' },
+  414: { name: 'UriTooLong', description: 'the path or a parameter is too long (`uri_too_long`)' },
+  431: { name: 'HeadersTooLarge', description: 'the request headers are too large (`headers_too_large`)' },
+  503: { name: 'ServiceUnavailable', description: 'the database (or another dependency) is unavailable; retry after `Retry-After` seconds', retryAfter: true }
+}
+
+const RETRY_AFTER = { description: 'seconds to wait before retrying', schema: { type: 'integer', minimum: 0, description: 'seconds to wait before retrying' } }
+
+type Json = Record<string, unknown>
+
+interface RouteSchema {
+  body?: unknown
+  response?: Record<string, Json>
+  security?: unknown
+  [key: string]: unknown
+}
+
+const errorRef = () => ({ $ref: 'ErrorBody' })
+
+/**
+ * What a route's own rules add to its documented answers: `security: []` on public
+ * routes, 413 and 415 wherever a body is read, `Idempotent-Replayed` on the answers of
+ * idempotent routes (and `Retry-After` on their 409 in flight), `Retry-After` on 429.
+ */
+function documented(schema: RouteSchema, config: { scope?: Parameters<typeof routeScopes>[0]; idempotent?: boolean }): RouteSchema {
+  const out: RouteSchema = { ...schema }
+  if (routeScopes(config.scope).includes('public')) out.security = []
+  const responses: Record<string, Json> = { ...schema.response }
+  if (schema.body !== undefined) {
+    responses[413] ??= errorRef()
+    responses[415] ??= errorRef()
+  }
+  if (config.idempotent) {
+    for (const status of Object.keys(responses).filter((s) => s.startsWith('2'))) {
+      responses[status] = { ...responses[status], headers: { 'Idempotent-Replayed': IDEMPOTENT_REPLAYED } }
+    }
+    responses[409] = { ...(responses[409] ?? errorRef()), headers: { 'Retry-After': RETRY_AFTER.schema } }
+  }
+  if (responses[429]) responses[429] = { ...responses[429], headers: { 'Retry-After': RETRY_AFTER.schema } }
+  out.response = responses
+  return out
+}
+
+const IDEMPOTENT_REPLAYED = {
+  type: 'string',
+  enum: ['true'],
+  description: 'present on a replayed answer: an earlier request with the same Idempotency-Key produced it'
+}
+
+/**
+ * Moves every schema named with `named()` (schemas/common.ts) into `components.schemas`
+ * and puts a `$ref` in its place, so each resource is one named type for client
+ * generators. Two different schemas under one name are a programming error.
+ */
+function hoistNamedSchemas(document: Json): void {
+  const components = (document.components ??= {}) as Json
+  const schemas = (components.schemas ??= {}) as Record<string, unknown>
+  const seen = new Map<string, string>()
+  // inside `parameters` a schema stays inline: the generator moved its description to the
+  // parameter, so it is not the named schema any more
+  const visit = (node: unknown, inParameter = false): unknown => {
+    if (Array.isArray(node)) return node.map((item) => visit(item, inParameter))
+    if (node === null || typeof node !== 'object') return node
+    const object = node as Json
+    const name = object[COMPONENT_NAME]
+    const out: Json = {}
+    for (const [key, value] of Object.entries(object)) {
+      if (key !== COMPONENT_NAME) out[key] = visit(value, inParameter || key === 'parameters')
+    }
+    if (typeof name !== 'string' || inParameter) return out
+    const text = JSON.stringify(out)
+    const earlier = seen.get(name)
+    if (earlier !== undefined && earlier !== text) throw new Error(`two different schemas are named ${name}:\n${earlier}\n${text}`)
+    seen.set(name, text)
+    schemas[name] = out
+    return { $ref: `#/components/schemas/${name}` }
+  }
+  document.paths = visit(document.paths)
+  for (const [name, schema] of Object.entries(schemas)) {
+    // a component may itself carry its name (ErrorBody via addSchema): never a self-reference
+    const inner = visit(schema) as Json
+    schemas[name] = inner.$ref === `#/components/schemas/${name}` ? schemas[name] : inner
+  }
+}
+
+function addSharedRefusals(document: Json): void {
+  const components = document.components as Json
+  const responses = (components.responses ??= {}) as Json
+  for (const refusal of Object.values(SHARED_REFUSALS)) {
+    responses[refusal.name] = {
+      description: refusal.description,
+      ...(refusal.retryAfter ? { headers: { 'Retry-After': RETRY_AFTER } } : {}),
+      content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorBody' } } }
+    }
+  }
+  for (const [path, item] of Object.entries(document.paths as Record<string, Record<string, Json>>)) {
+    if (!path.startsWith('/api/')) continue
+    for (const operation of Object.values(item)) {
+      const operationResponses = operation.responses as Json
+      for (const [status, refusal] of Object.entries(SHARED_REFUSALS)) {
+        operationResponses[status] ??= { $ref: `#/components/responses/${refusal.name}` }
+      }
+    }
+  }
+}
+
 /**
  * The OpenAPI 3.1 document, built from every route's TypeBox schemas, at
  * `GET /openapi.json`, with an interactive reference at `/docs`. Both live outside
- * /api so the spec's list of public /api paths stays exact.
+ * /api so the spec's list of public /api paths stays exact. Contract 1.5: named
+ * components, an operationId and a tag on every operation, `security: []` on public
+ * routes, event streams as `text/event-stream`.
  */
 export default fp(async function openapiPlugin(app: FastifyInstance, opts: OpenApiOptions) {
   await app.register(swagger, {
@@ -19,8 +143,11 @@ export default fp(async function openapiPlugin(app: FastifyInstance, opts: OpenA
       info: {
         title: 'Cairn API',
         version: opts.release,
-        description: 'Multi-tenant agent platform: runs, threads, chat, memory and more. Errors are `{error, message}` JSON.'
+        description: 'Multi-tenant agent platform: runs, threads, chat, memory and more. Errors are `{error, message}` JSON.',
+        license: { name: 'Proprietary', identifier: 'LicenseRef-Cairn-Proprietary' }
       },
+      servers: [{ url: '/', description: 'this server (the document is served by the API it describes)' }],
+      tags: TAGS,
       components: {
         securitySchemes: {
           session: { type: 'apiKey', in: 'cookie', name: 'cairn_session' },
@@ -31,6 +158,17 @@ export default fp(async function openapiPlugin(app: FastifyInstance, opts: OpenA
     },
     refResolver: {
       buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`)
+    },
+    transform: ({ schema, url, route }) => {
+      // an upgrade is no HTTP operation a generated client could call
+      if ((route as { websocket?: boolean }).websocket) return { schema: { ...schema, hide: true }, url }
+      return { schema: documented(schema as RouteSchema, route.config ?? {}) as typeof schema, url }
+    },
+    transformObject: (generated) => {
+      const document = structuredClone('openapiObject' in generated ? generated.openapiObject : generated.swaggerObject) as Json
+      hoistNamedSchemas(document)
+      addSharedRefusals(document)
+      return document as Partial<OpenAPIV3_2.Document>
     }
   })
   // /docs gets its own policy (same-origin scripts and styles), replacing the API's deny-all

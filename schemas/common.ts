@@ -1,5 +1,18 @@
 import { Type, type TObject, type TProperties, type TSchema } from 'typebox'
 
+/** The key that names a schema in the OpenAPI document (see `named`). */
+export const COMPONENT_NAME = 'x-component-name'
+
+/**
+ * Gives a schema its name in the OpenAPI document: plugins/openapi.ts moves every schema
+ * carrying one into `components.schemas` and refers to it by `$ref`, so generated clients
+ * get named types (`Run`, `MemoryItem`, ...). Routes keep using the schema itself, so their
+ * handlers stay typed; validators and serializers ignore the key.
+ */
+export function named<T extends TSchema>(name: string, schema: T): T {
+  return Object.assign(schema, { [COMPONENT_NAME]: name })
+}
+
 /** An object that rejects fields it does not name: unknown input is a 400, not silently dropped. */
 export function StrictObject<T extends TProperties>(properties: T, options: Record<string, unknown> = {}): TObject<T> {
   return Type.Object(properties, { additionalProperties: false, ...options })

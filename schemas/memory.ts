@@ -1,5 +1,5 @@
 import { Type } from 'typebox'
-import { Id, IsoDate, StrictObject } from './common.js'
+import { Id, IsoDate, named, StrictObject } from './common.js'
 
 /** Any string: an invalid value falls back to `org` (spec section 2), so it is never a 400. */
 const ScopeParam = Type.Optional(Type.String({ maxLength: 64, description: '`org` (default) or `personal`; anything else means `org`' }))
@@ -20,7 +20,7 @@ export const BrowseQuery = StrictObject({
   cursor: Type.Optional(Type.String({ maxLength: 512 }))
 })
 
-export const SearchItem = Type.Object({
+export const SearchItem = named('MemorySearchItem', Type.Object({
   id: Type.String(),
   content: Type.String(),
   sourceScope: Scope,
@@ -32,9 +32,9 @@ export const SearchItem = Type.Object({
     rootRunId: Nullable(Type.String()),
     createdAt: IsoDate
   })
-})
+}))
 
-export const SearchResponse = Type.Object({
+export const SearchResponse = named('MemorySearchResult', Type.Object({
   enabled: Type.Boolean(),
   scope: Scope,
   authed: Type.Boolean(),
@@ -42,9 +42,9 @@ export const SearchResponse = Type.Object({
   latencyMs: Type.Number(),
   failedClosed: Type.Optional(Type.Literal(true)),
   items: Type.Array(SearchItem)
-})
+}))
 
-export const BrowseItem = Type.Object({
+export const BrowseItem = named('MemoryItem', Type.Object({
   id: Type.String(),
   content: Type.String(),
   background: Type.Boolean(),
@@ -52,9 +52,9 @@ export const BrowseItem = Type.Object({
   sourceRunId: Nullable(Type.String()),
   createdAt: IsoDate,
   updatedAt: IsoDate
-})
+}))
 
-export const BrowseResponse = Type.Object({
+export const BrowseResponse = named('MemoryBrowseResult', Type.Object({
   enabled: Type.Boolean(),
   scope: Scope,
   authed: Type.Boolean(),
@@ -63,27 +63,27 @@ export const BrowseResponse = Type.Object({
   failedClosed: Type.Optional(Type.Literal(true)),
   items: Type.Array(BrowseItem),
   nextCursor: Nullable(Type.String())
-})
+}))
 
 export const ItemParams = StrictObject({ id: Id })
 
-export const PatchBody = StrictObject({
+export const PatchBody = named('MemoryPatchRequest', StrictObject({
   scope: ScopeParam,
   content: Type.String({ minLength: 1, maxLength: 4000, pattern: '\\S', description: 'the corrected fact' }),
   background: Type.Optional(Type.Boolean({ default: false, description: 'true: accepted once validated, applied asynchronously' }))
-})
+}))
 
-export const Ok = Type.Object({ ok: Type.Literal(true) })
-export const DeleteResponse = Type.Object({ ok: Type.Literal(true), deletedCount: Type.Integer() })
+export const Ok = named('Ok', Type.Object({ ok: Type.Literal(true) }))
+export const DeleteResponse = named('MemoryDeleteResult', Type.Object({ ok: Type.Literal(true), deletedCount: Type.Integer() }))
 
-export const HistoryResponse = Type.Object({
+export const HistoryResponse = named('MemoryHistory', Type.Object({
   history: Type.Array(Type.Object({
     content: Type.String(),
     changedBy: Type.String(),
     changedAt: IsoDate,
     kind: Type.Union([Type.Literal('created'), Type.Literal('updated'), Type.Literal('deleted')])
   }))
-})
+}))
 
 export const CapturesQuery = StrictObject({
   scope: ScopeParam,
@@ -92,7 +92,7 @@ export const CapturesQuery = StrictObject({
   state: Type.Optional(Type.Union(['pending', 'delivering', 'delivered', 'dead', 'discarded'].map((s) => Type.Literal(s))))
 })
 
-export const Capture = Type.Object({
+export const Capture = named('Capture', Type.Object({
   runId: Type.String(),
   rootRunId: Type.String(),
   state: Type.String(),
@@ -105,15 +105,15 @@ export const Capture = Type.Object({
   nextAttemptAt: IsoDate,
   deliveredAt: Nullable(IsoDate),
   orphan: Type.Optional(Type.Literal(true))
-})
+}))
 
-export const CapturesResponse = Type.Object({ captures: Type.Array(Capture), nextCursor: Nullable(Type.String()) })
+export const CapturesResponse = named('CaptureList', Type.Object({ captures: Type.Array(Capture), nextCursor: Nullable(Type.String()) }))
 
 export const RunParams = StrictObject({ runId: Id })
 
-export const ResolveBody = StrictObject({
+export const ResolveBody = named('CaptureResolveRequest', StrictObject({
   resolution: Type.Union([Type.Literal('delivered'), Type.Literal('discard')])
-})
+}))
 
 export const RecallsQuery = StrictObject({
   scope: ScopeParam,
@@ -123,7 +123,7 @@ export const RecallsQuery = StrictObject({
   rootRunId: Type.Optional(Id)
 })
 
-export const Recall = Type.Object({
+export const Recall = named('RecallFrame', Type.Object({
   id: Type.String(),
   runId: Type.String(),
   rootRunId: Type.String(),
@@ -133,13 +133,13 @@ export const Recall = Type.Object({
   latencyMs: Type.Integer(),
   createdAt: IsoDate,
   session: Type.Object({ runId: Type.String(), rootRunId: Type.String() })
-})
+}))
 
-export const RecallsResponse = Type.Object({ recalls: Type.Array(Recall), nextCursor: Nullable(Type.String()) })
+export const RecallsResponse = named('RecallList', Type.Object({ recalls: Type.Array(Recall), nextCursor: Nullable(Type.String()) }))
 
-export const Settings = Type.Object({
+export const Settings = named('MemorySettings', Type.Object({
   enabled: Type.Boolean({ description: 'memory is on for this org (and the service has a backend)' }),
   orgEnabled: Type.Boolean({ description: 'the org switch alone' }),
   backend: Type.Union([Type.Literal('postgres'), Type.Literal('http'), Type.Literal('off')])
-})
-export const SettingsBody = StrictObject({ enabled: Type.Boolean() })
+}))
+export const SettingsBody = named('MemorySettingsRequest', StrictObject({ enabled: Type.Boolean() }))

@@ -1,10 +1,10 @@
-import { Type } from 'typebox'
-import { Id, IsoDate, PageQuery, Page, StrictObject } from './common.js'
+import { Type, type TSchema } from 'typebox'
+import { Id, IsoDate, named, Page, PageQuery, StrictObject } from './common.js'
 
-export const RunStatus = Type.Union([Type.Literal('queued'), Type.Literal('running'), Type.Literal('succeeded'), Type.Literal('failed'), Type.Literal('cancelled')])
-export const RunOrigin = Type.Union([Type.Literal('web'), Type.Literal('api'), Type.Literal('dev'), Type.Literal('skill'), Type.Literal('automation'), Type.Literal('chatplatform')])
+export const RunStatus = named('RunStatus', Type.Union([Type.Literal('queued'), Type.Literal('running'), Type.Literal('succeeded'), Type.Literal('failed'), Type.Literal('cancelled')]))
+export const RunOrigin = named('RunOrigin', Type.Union([Type.Literal('web'), Type.Literal('api'), Type.Literal('dev'), Type.Literal('skill'), Type.Literal('automation'), Type.Literal('chatplatform')]))
 
-export const Run = Type.Object({
+export const Run = named('Run', Type.Object({
   id: Type.String(),
   rootRunId: Type.String(),
   parentRunId: Type.Union([Type.String(), Type.Null()]),
@@ -19,18 +19,18 @@ export const Run = Type.Object({
   finishedAt: Type.Union([IsoDate, Type.Null()]),
   userId: Type.Union([Type.String(), Type.Null()]),
   metadata: Type.Record(Type.String(), Type.Unknown())
-}, { description: 'a run (contract 5)' })
+}, { description: 'a run (contract 5)' }))
 
-export const RunEnvelope = Type.Object({ run: Run })
+export const RunEnvelope = named('RunReply', Type.Object({ run: Run }))
 
 /** `origin`, `orgId`, `userId` are the server's: unknown fields are a 400. */
-export const CreateRunBody = StrictObject({
+export const CreateRunBody = named('CreateRunRequest', StrictObject({
   prompt: Type.String({ minLength: 1, maxLength: 100_000 }),
   engine: Type.Optional(Type.String({ minLength: 1, maxLength: 64, pattern: '^[a-z0-9_-]+$' })),
   model: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   rootRunId: Type.Optional(Id),
   metadata: Type.Optional(Type.Record(Type.String({ maxLength: 100 }), Type.Unknown(), { maxProperties: 50 }))
-})
+}))
 
 export const RunIdParams = StrictObject({ id: Id })
 export const RootRunIdParams = StrictObject({ rootRunId: Id })
@@ -40,9 +40,9 @@ export const ListRunsQuery = StrictObject({
   status: Type.Optional(RunStatus),
   rootRunId: Type.Optional(Id)
 })
-export const RunPage = Page(Run)
+export const RunPage = named('RunPage', Page(Run))
 
-export const Thread = Type.Object({
+export const Thread = named('Thread', Type.Object({
   rootRunId: Type.String(),
   title: Type.String({ description: 'the root run prompt, cut to 200 characters' }),
   runCount: Type.Integer(),
@@ -50,23 +50,59 @@ export const Thread = Type.Object({
   latestStatus: RunStatus,
   createdAt: IsoDate,
   updatedAt: IsoDate
-})
-export const ThreadPage = Page(Thread)
+}))
+export const ThreadPage = named('ThreadPage', Page(Thread))
 export const ListThreadsQuery = StrictObject({ ...PageQuery })
-export const ThreadDetail = Type.Object({ thread: Thread, runs: Type.Array(Run) })
+export const ThreadDetail = named('ThreadDetail', Type.Object({ thread: Thread, runs: Type.Array(Run) }))
 
 export const SseHeaders = Type.Object({
   'last-event-id': Type.Optional(Type.String({ maxLength: 32, description: 'resume after this event id' }))
 })
-export const EventStream = Type.String({
-  description: 'text/event-stream: frames `id:` (event id), `event:` (type), `data:` (JSON)'
-})
+/** The payload of one `data:` line of a run's event stream (`event:` is its `type`, `id:` its `id`). */
+export const RunEvent = named('RunEvent', Type.Object({
+  id: Type.Integer({ description: 'per-org increasing event id; send it back as Last-Event-ID to resume' }),
+  runId: Type.String(),
+  rootRunId: Type.String(),
+  type: Type.String({ description: 'run.queued, run.started, message.delta, ..., run.succeeded, run.failed, run.cancelled' }),
+  createdAt: IsoDate,
+  data: Type.Record(Type.String(), Type.Unknown())
+}))
+/** The payload of `event: change` on the org change stream: identifiers only. */
+export const RunChange = named('RunChange', Type.Object({ kind: Type.Literal('run'), id: Type.String(), rootRunId: Type.String() }))
+export const ChatToken = named('ChatToken', Type.Object({ text: Type.String() }))
+export const ChatDone = named('ChatDone', Type.Object({
+  model: Type.Union([Type.String(), Type.Null()]),
+  usage: Type.Object({ promptTokens: Type.Integer(), completionTokens: Type.Integer() })
+}))
 
-export const ChatMessage = StrictObject({
+/**
+ * A `text/event-stream` answer, for the OpenAPI document: a string of frames (`id:`,
+ * `event:`, `data:` with one JSON payload per frame), whose payload schemas are named in
+ * `contentSchema` so clients can decode each `data:` line.
+ */
+function eventStream(description: string, ...payloads: TSchema[]) {
+  return {
+    description,
+    content: {
+      'text/event-stream': {
+        schema: Type.String({ description, contentMediaType: 'text/event-stream', contentSchema: payloads.length === 1 ? payloads[0]! : Type.Union(payloads) })
+      }
+    }
+  }
+}
+
+export const RunEventStream = eventStream(
+  'frames `id:` (event id), `event:` (its type), `data:` (a RunEvent); `event: end` after the terminal event; heartbeat comments',
+  RunEvent
+)
+export const RunChangeStream = eventStream('frames `id:`, `event: change`, `data:` (a RunChange); heartbeat comments', RunChange)
+export const ChatStream = eventStream('frames `event: token` (`data:` a ChatToken), then `event: done` (a ChatDone) or `event: error` (an ErrorBody)', ChatToken, ChatDone, Type.Ref('ErrorBody'))
+
+export const ChatMessage = named('ChatMessage', StrictObject({
   role: Type.Union([Type.Literal('system'), Type.Literal('user'), Type.Literal('assistant')]),
   content: Type.String({ maxLength: 100_000 })
-})
-export const ChatBody = StrictObject({
+}))
+export const ChatBody = named('ChatRequest', StrictObject({
   messages: Type.Array(ChatMessage, { minItems: 1, maxItems: 200 }),
   model: Type.Optional(Type.String({ minLength: 1, maxLength: 200 }))
-})
+}))

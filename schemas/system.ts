@@ -1,5 +1,5 @@
 import { Type } from 'typebox'
-import { StrictObject } from './common.js'
+import { named, StrictObject } from './common.js'
 
 export const HealthQuery = StrictObject({
   ready: Type.Optional(Type.Union([Type.Literal('1'), Type.Literal('true')], {
@@ -7,9 +7,9 @@ export const HealthQuery = StrictObject({
   }))
 })
 
-export const Health = Type.Object({ status: Type.Literal('ok') })
+export const Health = named('Health', Type.Object({ status: Type.Literal('ok') }))
 
-export const ClientConfig = Type.Object({
+export const ClientConfig = named('ClientConfig', Type.Object({
   auth: Type.Object({ google: Type.Boolean(), emailPassword: Type.Boolean() }),
   allowDevOrg: Type.Boolean(),
   release: Type.String(),
@@ -23,4 +23,4 @@ export const ClientConfig = Type.Object({
     toolGateway: Type.Boolean()
   }),
   artifacts: Type.Object({ fidelity: Type.Union([Type.Literal('full'), Type.Literal('preview')]) })
-})
+}))

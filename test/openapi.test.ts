@@ -11,15 +11,63 @@ t.test('GET /openapi.json is a valid OpenAPI 3.1 document listing every route', 
   const result = await validate(structuredClone(doc))
   t.ok(result.valid, `valid document: ${JSON.stringify(result.valid ? [] : result.errors).slice(0, 2000)}`)
 
-  const paths = doc.paths as Record<string, Record<string, { responses?: Record<string, unknown> }>>
+  const paths = doc.paths as Record<string, Record<string, Operation>>
+  const operationIds = new Set<string>()
   for (const route of app.routeTable) {
     if (!route.url.startsWith('/api') || route.method === 'HEAD') continue
     const path = route.url.replace(/:([A-Za-z]+)/g, '{$1}')
     const operation = paths[path]?.[route.method.toLowerCase()]
-    t.ok(operation, `${route.method} ${route.url} is documented`)
-    t.ok(operation?.responses?.['200'] ?? operation?.responses?.['201'] ?? operation?.responses?.['204'] ?? operation?.responses?.['101'], `${route.method} ${route.url} documents its success`)
-    t.ok(operation?.responses?.['400'] && operation.responses['500'], `${route.method} ${route.url} documents its errors`)
+    if (route.websocket) {
+      // an upgrade is no operation a generated client can call; the README describes them
+      t.notOk(operation, `${route.method} ${route.url} (WebSocket) is left out`)
+      continue
+    }
+    const name = `${route.method} ${route.url}`
+    if (!operation) {
+      t.fail(`${name} is documented`)
+      continue
+    }
+    t.ok(operation.responses?.['200'] ?? operation.responses?.['201'] ?? operation.responses?.['204'], `${name} documents its success`)
+    t.ok(operation.responses?.['400'] && operation.responses['500'], `${name} documents its errors`)
+    t.match(operation.operationId, /^[a-z][A-Za-z0-9]*$/, `${name} has a camelCase operationId`)
+    t.notOk(operationIds.has(operation.operationId!), `${name}: operationId ${operation.operationId} is unique`)
+    operationIds.add(operation.operationId!)
+    t.equal(operation.tags?.length, 1, `${name} has one tag`)
+    const isPublic = route.config.scope === 'public'
+    t.equal(operation.security !== undefined && operation.security.length === 0, isPublic, `${name}: security [] exactly when public`)
+    if (operation.requestBody) t.ok(operation.responses?.['413'] && operation.responses['415'], `${name} documents 413 and 415`)
   }
+})
+
+interface Operation {
+  operationId?: string
+  tags?: string[]
+  security?: unknown[]
+  requestBody?: unknown
+  responses?: Record<string, { content?: Record<string, unknown>; headers?: Record<string, unknown>; $ref?: string }>
+}
+
+t.test('the document names its resources, streams events as text/event-stream and declares the contract headers', async (t) => {
+  const app = await buildTestApp(t)
+  const doc = (await app.inject({ method: 'GET', url: '/openapi.json' })).json()
+  t.ok(doc.servers?.length > 0, 'servers')
+  t.ok(doc.info.license?.name, 'info.license')
+  const schemas = doc.components.schemas as Record<string, unknown>
+  for (const name of ['Run', 'Thread', 'RunEvent', 'RunChange', 'MemoryItem', 'MemorySearchItem', 'Capture', 'RecallFrame', 'User', 'Organization', 'ApiKey', 'ErrorBody']) {
+    t.ok(schemas[name], `components.schemas.${name}`)
+  }
+  const paths = doc.paths as Record<string, Record<string, Operation>>
+  t.same(paths['/api/runs/{id}']!.get!.responses!['200']!.content, { 'application/json': { schema: { $ref: '#/components/schemas/RunReply' } } })
+  for (const [path, method] of [['/api/runs/{id}/events', 'get'], ['/api/runs/{rootRunId}/thread-events', 'get'], ['/api/runs/changes', 'get'], ['/api/chat', 'post']] as const) {
+    const content = paths[path]![method]!.responses!['200']!.content!
+    t.same(Object.keys(content), ['text/event-stream'], `${path} answers text/event-stream`)
+  }
+  const createRun = paths['/api/runs']!.post!.responses!
+  t.ok(createRun['201']!.headers?.['Idempotent-Replayed'], 'Idempotent-Replayed on a created run')
+  t.ok(createRun['409']!.headers?.['Retry-After'], 'Retry-After on 409 idempotency_key_in_use')
+  t.ok(createRun['415'], '415 on POST /api/runs')
+  t.equal(createRun['503']!.$ref, '#/components/responses/ServiceUnavailable')
+  t.ok(paths['/api/auth/sign-in']!.post!.responses!['429']!.headers?.['Retry-After'], 'Retry-After on 429')
 })
 
 t.test('the interactive reference is served at /docs', async (t) => {

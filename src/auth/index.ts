@@ -92,6 +92,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     config: { scope: 'public' },
     onRequest: limitByIp,
     schema: {
+      operationId: 'signUp',
       tags, summary: 'Create an account and sign in (no organization yet)',
       body: SignUpBody, response: { 201: UserReply, ...errorResponses(429) }
     }
@@ -107,6 +108,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     config: { scope: 'public' },
     onRequest: limitByIp,
     schema: {
+      operationId: 'signIn',
       tags, summary: 'Sign in with email and password (always a new session)',
       body: SignInBody, response: { 200: UserReply, ...errorResponses(429) }
     }
@@ -127,7 +129,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
 
   app.post('/auth/sign-out', {
     config: { scope: 'public' },
-    schema: { tags, summary: 'End the session: the cookie is cleared and dead at once', response: { 204: { type: 'null' }, ...errorResponses() } }
+    schema: { operationId: 'signOut', tags, summary: 'End the session: the cookie is cleared and dead at once', response: { 204: { type: 'null' }, ...errorResponses() } }
   }, async (request, reply) => {
     const token = sessionCookie.read(request)
     if (token !== undefined) {
@@ -143,7 +145,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
 
   app.get('/auth/session', {
     config: { scope: 'public' },
-    schema: { tags, summary: 'The signed-in user, the session and their organizations', response: { 200: SessionReply, ...errorResponses() } }
+    schema: { operationId: 'getSession', tags, summary: 'The signed-in user, the session and their organizations', response: { 200: SessionReply, ...errorResponses() } }
   }, async (request, reply) => {
     const session = await requireSession(request, reply)
     const [user, organizations] = await Promise.all([findUser(db, session.userId), listMemberships(db, session.userId)])
@@ -154,6 +156,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
   app.post('/auth/organizations', {
     config: { scope: 'public' },
     schema: {
+      operationId: 'createOrganization',
       tags, summary: 'Create an organization: the caller becomes owner and it becomes the active org',
       body: CreateOrganizationBody, response: { 201: OrganizationReply, ...errorResponses() }
     }
@@ -167,7 +170,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
 
   app.get('/auth/organizations', {
     config: { scope: 'public' },
-    schema: { tags, summary: "The caller's organizations and roles", response: { 200: OrganizationsReply, ...errorResponses() } }
+    schema: { operationId: 'listOrganizations', tags, summary: "The caller's organizations and roles", response: { 200: OrganizationsReply, ...errorResponses() } }
   }, async (request, reply) => {
     const session = await requireSession(request, reply)
     return { organizations: await listMemberships(db, session.userId) }
@@ -176,6 +179,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
   app.post('/auth/organizations/active', {
     config: { scope: 'public' },
     schema: {
+      operationId: 'setActiveOrganization',
       tags, summary: 'Switch the session to another of your organizations',
       body: ActiveOrganizationBody, response: { 200: ActiveOrganizationReply, ...errorResponses() }
     }
@@ -191,6 +195,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
   app.post('/auth/organizations/:orgId/members', {
     config: { scope: 'public' },
     schema: {
+      operationId: 'addMember',
       tags, summary: 'Add an existing user to the organization (owner or admin)',
       params: OrgParams, body: AddMemberBody, response: { 201: MemberReply, ...errorResponses(404) }
     }
@@ -205,6 +210,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
   app.patch('/auth/organizations/:orgId/members/:userId', {
     config: { scope: 'public' },
     schema: {
+      operationId: 'changeMemberRole',
       tags, summary: "Change a member's role (owner or admin; the last owner stays)",
       params: MemberParams, body: ChangeRoleBody, response: { 200: MemberReply, ...errorResponses(404) }
     }
@@ -219,6 +225,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
   app.delete('/auth/organizations/:orgId/members/:userId', {
     config: { scope: 'public' },
     schema: {
+      operationId: 'removeMember',
       tags, summary: 'Remove a member (owner or admin; the last owner stays); effective on the next request',
       params: MemberParams, response: { 204: { type: 'null' }, ...errorResponses(404) }
     }

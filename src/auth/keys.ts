@@ -13,6 +13,7 @@ const keys: FastifyPluginAsyncTypebox = async (app) => {
   app.post('', {
     config: { scope: ['admin', 'session'] },
     schema: {
+      operationId: 'mintApiKey',
       tags, summary: 'Mint an API key for the organization; the key is shown in this answer only',
       body: MintKeyBody, response: { 201: MintedKey, ...errorResponses() }
     }
@@ -24,12 +25,13 @@ const keys: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get('', {
     config: { scope: 'admin' },
-    schema: { tags, summary: "The organization's API keys (never the keys themselves)", response: { 200: ApiKeyList, ...errorResponses() } }
+    schema: { operationId: 'listApiKeys', tags, summary: "The organization's API keys (never the keys themselves)", response: { 200: ApiKeyList, ...errorResponses() } }
   }, async (request) => ({ items: (await listKeys(app.db, principalOf(request).orgId)).map(toWire) }))
 
   app.delete('/:id', {
     config: { scope: ['admin', 'session'] },
     schema: {
+      operationId: 'revokeApiKey',
       tags, summary: 'Revoke an API key (kept, marked revoked); effective on the next request',
       params: KeyParams, response: { 204: { type: 'null' }, ...errorResponses(404) }
     }

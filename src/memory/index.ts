@@ -47,6 +47,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
 
   app.get('/memory/search', {
     schema: {
+      operationId: 'searchMemory',
       tags: ['memory'],
       summary: 'Search a pool (org by default, or your personal pool)',
       querystring: SearchQuery,
@@ -81,6 +82,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
 
   app.get('/memory/browse', {
     schema: {
+      operationId: 'browseMemory',
       tags: ['memory'],
       summary: 'Stored facts of a pool, newest first',
       querystring: BrowseQuery,
@@ -109,6 +111,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
 
   app.patch('/memory/item/:id', {
     schema: {
+      operationId: 'updateMemoryItem',
       tags: ['memory'],
       summary: 'Correct a stored fact',
       params: ItemParams,
@@ -134,6 +137,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
 
   app.delete('/memory/item/:id', {
     schema: {
+      operationId: 'deleteMemoryItem',
       tags: ['memory'],
       summary: 'Delete a stored fact',
       params: ItemParams,
@@ -150,6 +154,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
 
   app.get('/memory/item/:id/history', {
     schema: {
+      operationId: 'getMemoryItemHistory',
       tags: ['memory'],
       summary: 'Every change to a stored fact, oldest first, with who made it',
       params: ItemParams,
@@ -170,6 +175,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
 
   app.get('/memory/captures', {
     schema: {
+      operationId: 'listCaptures',
       tags: ['memory'],
       summary: 'The capture outbox of your org, newest first; orphans are marked',
       querystring: CapturesQuery,
@@ -182,6 +188,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
 
   app.post('/memory/captures/:runId/retry', {
     schema: {
+      operationId: 'retryCapture',
       tags: ['memory'],
       summary: 'Re-enqueue a dead capture with a fresh attempt budget',
       params: RunParams,
@@ -199,6 +206,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
 
   app.post('/memory/captures/:runId/resolve', {
     schema: {
+      operationId: 'resolveCapture',
       tags: ['memory'],
       summary: 'Settle a crash-orphaned delivery by hand: delivered or discard (at most once)',
       params: RunParams,
@@ -223,6 +231,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
 
   app.get('/memory/recalls', {
     schema: {
+      operationId: 'listRecalls',
       tags: ['memory'],
       summary: 'The recall ledger: every retrieval made for a run, newest first',
       querystring: RecallsQuery,
@@ -241,6 +250,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
 
   app.get('/memory/settings', {
     schema: {
+      operationId: 'getMemorySettings',
       tags: ['memory'],
       summary: 'Whether memory is on for your org',
       querystring: ScopeQuery,
@@ -251,6 +261,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.put('/memory/settings', {
     config: { scope: 'admin' },
     schema: {
+      operationId: 'updateMemorySettings',
       tags: ['memory'],
       summary: 'Turn memory off or on for your org (org admins)',
       body: SettingsBody,

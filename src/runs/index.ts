@@ -6,8 +6,8 @@ import { principalOf } from '../../plugins/principal.js'
 import { sseFrame } from '../../plugins/sse.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
-  ChatBody, CreateRunBody, EventStream, ListRunsQuery, ListThreadsQuery, RootRunIdParams, RunEnvelope, RunIdParams,
-  RunPage, SseHeaders, ThreadDetail, ThreadPage
+  ChatBody, ChatStream, CreateRunBody, ListRunsQuery, ListThreadsQuery, RootRunIdParams, RunEnvelope, RunIdParams,
+  RunChangeStream, RunEventStream, RunPage, SseHeaders, ThreadDetail, ThreadPage
 } from '../../schemas/runs.js'
 import { EngineError, type Engine } from './engines.js'
 import {
@@ -22,6 +22,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post('/runs', {
     config: { idempotent: true },
     schema: {
+      operationId: 'createRun',
       tags: ['runs'],
       summary: 'Start a run (optionally in an existing thread); honours Idempotency-Key',
       headers: { type: 'object', properties: { 'idempotency-key': { type: 'string', description: '1 to 255 characters' } } },
@@ -71,6 +72,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get('/runs', {
     schema: {
+      operationId: 'listRuns',
       tags: ['runs'],
       summary: 'Runs of the org, newest first',
       querystring: ListRunsQuery,
@@ -87,10 +89,11 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/runs/changes', {
     exposeHeadRoute: false,
     schema: {
+      operationId: 'streamRunChanges',
       tags: ['runs'],
       summary: 'SSE: `event: change` with `{kind, id, rootRunId}` for every run change in the org; starts live',
       headers: SseHeaders,
-      response: { 200: EventStream, ...errorResponses() }
+      response: { 200: RunChangeStream, ...errorResponses() }
     }
   }, async (request, reply) => {
     const { orgId } = principalOf(request)
@@ -107,6 +110,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get('/runs/:id', {
     schema: {
+      operationId: 'getRun',
       tags: ['runs'],
       summary: 'One run',
       params: RunIdParams,
@@ -121,6 +125,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.post('/runs/:id/cancel', {
     schema: {
+      operationId: 'cancelRun',
       tags: ['runs'],
       summary: 'Cancel a run (idempotent): queued runs stop at once, running ones within a second',
       params: RunIdParams,
@@ -138,11 +143,12 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/runs/:id/events', {
     exposeHeadRoute: false,
     schema: {
+      operationId: 'streamRunEvents',
       tags: ['runs'],
       summary: 'SSE: the run\'s events (history first, then live), ending with `event: end`',
       params: RunIdParams,
       headers: SseHeaders,
-      response: { 200: EventStream, ...errorResponses(404) }
+      response: { 200: RunEventStream, ...errorResponses(404) }
     }
   }, async (request, reply) => {
     const { orgId } = principalOf(request)
@@ -177,11 +183,12 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/runs/:rootRunId/thread-events', {
     exposeHeadRoute: false,
     schema: {
+      operationId: 'streamThreadEvents',
       tags: ['runs'],
       summary: 'SSE: every event of every run of one thread, in order (history first, then live)',
       params: RootRunIdParams,
       headers: SseHeaders,
-      response: { 200: EventStream, ...errorResponses(404) }
+      response: { 200: RunEventStream, ...errorResponses(404) }
     }
   }, async (request, reply) => {
     const { orgId } = principalOf(request)
@@ -201,6 +208,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get('/threads', {
     schema: {
+      operationId: 'listThreads',
       tags: ['runs'],
       summary: 'Threads of the org, newest first',
       querystring: ListThreadsQuery,
@@ -213,6 +221,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get('/threads/:rootRunId', {
     schema: {
+      operationId: 'getThread',
       tags: ['runs'],
       summary: 'One thread and its runs, oldest first',
       params: RootRunIdParams,
@@ -227,10 +236,11 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.post('/chat', {
     schema: {
+      operationId: 'chat',
       tags: ['runs'],
       summary: 'SSE: chat completion tokens (`event: token` `{text}`, then `event: done` with usage)',
       body: ChatBody,
-      response: { 200: EventStream, ...errorResponses(413) }
+      response: { 200: ChatStream, ...errorResponses(413) }
     }
   }, async (request, reply) => {
     principalOf(request)

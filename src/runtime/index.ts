@@ -62,6 +62,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
 
   app.get('/tools/policies', {
     schema: {
+      operationId: 'listToolPolicies',
       tags: ['runtime'],
       summary: 'The org\'s tool policies (auto or approve), defaults included',
       response: { 200: ToolPolicyList, ...errorResponses() }
@@ -73,6 +74,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
   app.put('/tools/policies/:tool', {
     config: { scope: ['admin', 'session'] },
     schema: {
+      operationId: 'setToolPolicy',
       tags: ['runtime'],
       summary: 'Set whether a tool runs at once or waits for approval',
       params: ToolPolicyParams,
@@ -90,6 +92,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
   app.get('/runs/:id/approvals', {
     config: { scope: 'session' },
     schema: {
+      operationId: 'listApprovals',
       tags: ['runtime'],
       summary: 'Tool calls of a run that needed approval, oldest first',
       params: RunParams,
@@ -106,6 +109,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
   app.post('/runs/:id/approvals/:approvalId', {
     config: { scope: 'session' },
     schema: {
+      operationId: 'decideApproval',
       tags: ['runtime'],
       summary: 'Approve or deny a waiting tool call (once)',
       params: ApprovalParams,
@@ -125,6 +129,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
     websocket: true,
     config: { scope: 'session' },
     schema: {
+      operationId: 'openTerminal',
       tags: ['runtime'],
       summary: 'WebSocket: a terminal (PTY) in the run\'s thread sandbox; binary frames are terminal bytes, text frames JSON {type:"resize",cols,rows}',
       params: RunParams,
@@ -148,6 +153,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
     websocket: true,
     config: { scope: 'session' },
     schema: {
+      operationId: 'openDesktop',
       tags: ['runtime'],
       summary: 'WebSocket (subprotocol binary): websockify bridge to the thread sandbox\'s VNC server, for noVNC',
       params: ThreadParams,

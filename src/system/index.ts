@@ -15,6 +15,7 @@ const system: FastifyPluginAsyncTypebox<SystemOptions> = async (app, opts) => {
   app.get('/health', {
     config: { scope: 'public' },
     schema: {
+      operationId: 'getHealth',
       tags: ['system'],
       summary: 'Liveness; with ?ready=1 also readiness (the database answers)',
       querystring: HealthQuery,
@@ -35,6 +36,7 @@ const system: FastifyPluginAsyncTypebox<SystemOptions> = async (app, opts) => {
   app.get('/config', {
     config: { scope: 'public' },
     schema: {
+      operationId: 'getConfig',
       tags: ['system'],
       summary: 'What this deployment offers the client',
       response: { 200: ClientConfig, ...errorResponses() }
