@@ -15,13 +15,13 @@ const helmet = (helmetModule as unknown as { default: (options: HelmetOptions) =
  * every time; @fastify/helmet redoes it on each request.
  */
 export function helmetHeaders(options: HelmetOptions): Record<string, string> {
-  const headers: Record<string, string> = {}
+  const headers = new Map<string, string>()
   const res = {
     setHeader(name: string, value: string | number | readonly string[]) {
-      headers[name.toLowerCase()] = Array.isArray(value) ? value.join(', ') : String(value)
+      headers.set(name.toLowerCase(), Array.isArray(value) ? value.join(', ') : String(value))
     },
     removeHeader(name: string) {
-      delete headers[name.toLowerCase()]
+      headers.delete(name.toLowerCase())
     }
   }
   let failure: unknown
@@ -29,7 +29,7 @@ export function helmetHeaders(options: HelmetOptions): Record<string, string> {
     failure = err
   })
   if (failure) throw failure
-  return headers
+  return Object.fromEntries(headers)
 }
 
 const HSTS = 'strict-transport-security'

@@ -34,7 +34,7 @@ export interface RecordedEvent {
 /** Records run events; `next(type)` resolves once an event of that type was emitted. */
 export function eventRecorder() {
   const events: RecordedEvent[] = []
-  let wake: Array<() => void> = []
+  const wake: Array<() => void> = []
   const writer: RunEventWriter & {
     events: RecordedEvent[]
     of(runId: string): RecordedEvent[]

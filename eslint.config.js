@@ -1,0 +1,32 @@
+// ESLint: the recommended JavaScript rules and typescript-eslint's strict set, over the
+// service, its plugins and schemas, the tests, the benches and the scripts.
+import js from '@eslint/js'
+import globals from 'globals'
+import tseslint from 'typescript-eslint'
+
+export default tseslint.config(
+  { ignores: ['dist/', '.build/', 'data/', 'node_modules/', 'drizzle/', '.tap/'] },
+  js.configs.recommended,
+  ...tseslint.configs.strict,
+  {
+    rules: {
+      // noUncheckedIndexedAccess is on: `xs[0]!` marks an index the code has just checked or
+      // built, and the compiler keeps every other access honest
+      '@typescript-eslint/no-non-null-assertion': 'off',
+      // `{ secret: _secret, ...rest }` drops a field on purpose
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', ignoreRestSiblings: true }]
+    }
+  },
+  {
+    // test doubles read whatever JSON the code under test sends them
+    files: ['test/**/*.ts'],
+    rules: { '@typescript-eslint/no-explicit-any': 'off' }
+  },
+  {
+    languageOptions: {
+      ecmaVersion: 2023,
+      sourceType: 'module',
+      globals: globals.node
+    }
+  }
+)
