@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import postgres from 'postgres'
 import { buildApp } from '../src/app.js'
-import { loadConfig, type Config, type Env } from '../src/config.js'
+import { testConfig, type Env } from '../src/config.js'
 import { openDatabase, type Database } from '../src/db/client.js'
 import { migrateDatabase } from '../src/db/migrate.js'
 import type { RunMemory } from '../src/runs/memory-port.js'
@@ -16,9 +16,7 @@ export interface Teardown {
 export type EnvOverrides = Partial<Record<keyof Env, string>>
 
 /** A config for tests: quiet logs, test mode, plus overrides. */
-export function testConfig(overrides: EnvOverrides = {}): Config {
-  return loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', ...overrides })
-}
+export { testConfig }
 
 export interface TestDatabase {
   database: Database
@@ -178,4 +176,15 @@ export async function mintKey(app: FastifyInstance, cookie: string, name = 'test
   if (res.statusCode !== 201) throw new Error(`mint key failed: ${res.statusCode} ${res.body}`)
   const { id, key } = res.json()
   return { id, key, authorization: `Bearer ${key}` }
+}
+
+/** Polls `check` until it returns something truthy (for state with no event to await), or fails after `timeoutMs`. */
+export async function waitFor<T>(what: string, check: () => Promise<T | undefined | null | false>, timeoutMs = 15_000): Promise<T> {
+  const until = Date.now() + timeoutMs
+  for (;;) {
+    const value = await check()
+    if (value) return value
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 15))
+  }
 }

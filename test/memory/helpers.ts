@@ -1,26 +1,17 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import Fastify, { type FastifyInstance } from 'fastify'
-import fp from 'fastify-plugin'
-import dbPlugin from '../../plugins/db.js'
-import errorsPlugin, { ApiError } from '../../plugins/errors.js'
-import featuresPlugin from '../../plugins/features.js'
-import { routeScopes, type Principal } from '../../plugins/principal.js'
-import { DEV_ORG, DEV_USER, seedDevOrg } from '../../src/auth/dev-org.js'
-import { members, organizations, users } from '../../src/auth/tables.js'
+import type { FastifyInstance } from 'fastify'
+import { DEV_ORG } from '../../src/auth/dev-org.js'
+import { members } from '../../src/auth/tables.js'
 import type { Db } from '../../src/db/client.js'
 import { newId } from '../../src/db/ids.js'
 import type { PoolRef } from '../../src/memory/backend.js'
-import memoryHub from '../../src/memory/hub.js'
-import memory from '../../src/memory/index.js'
 import { ensurePool } from '../../src/memory/pools.js'
 import { createPostgresPool } from '../../src/memory/postgres-pool.js'
 import type { RunRef } from '../../src/runs/memory-port.js'
-import { ErrorBody } from '../../schemas/common.js'
-import { createTestDatabase, testConfig, type EnvOverrides, type Teardown, type TestDatabase } from '../helper.js'
+import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg, type EnvOverrides, type Teardown, type TestDatabase } from '../helper.js'
 
-export const DEV_PRINCIPAL: Principal = { kind: 'dev', orgId: DEV_ORG.id, userId: DEV_USER.id, role: 'owner' }
+export { waitFor } from '../helper.js'
 
 /** Fast timings for tests; each test can override. */
 export const FAST: EnvOverrides = {
@@ -32,73 +23,62 @@ export const FAST: EnvOverrides = {
 }
 
 /**
- * A stub of the session lane (which lives on another branch): the principal comes from the
- * `x-test-principal` header (JSON), else the dev org. Scopes are enforced as the real hook does.
+ * Who a request is sent as. Every caller is a real identity made through the API (a session
+ * cookie, an API key), or nobody: the dev org, which answers loopback callers (inject's).
  */
-const stubPrincipal = fp(async function stubPrincipal(app: FastifyInstance) {
-  app.decorateRequest('principal', null)
-  app.addHook('onRequest', async (request) => {
-    const header = request.headers['x-test-principal']
-    const principal: Principal = typeof header === 'string' ? JSON.parse(header) : DEV_PRINCIPAL
-    request.principal = principal
-    const scopes = routeScopes(request.routeOptions.config.scope)
-    if (scopes.includes('admin') && principal.role !== 'owner' && principal.role !== 'admin') {
-      throw new ApiError(403, 'organization_admin_required', 'this route needs an organization owner or admin')
-    }
-    if (scopes.includes('user') && principal.kind !== 'user') throw new ApiError(403, 'user_required', 'this route needs a signed-in user')
-  })
-}, { name: 'principal' })
+export interface Caller {
+  orgId: string
+  /** the real user, or null for a key and the dev org */
+  userId: string | null
+  headers: Record<string, string>
+}
+
+export const as = (caller: Caller) => caller.headers
+
+/** The dev-org fallback: no credentials at all. */
+export const devCaller: Caller = { orgId: DEV_ORG.id, userId: null, headers: {} }
 
 export type MemoryTestApp = FastifyInstance & { testDb: TestDatabase }
 
-/** The memory plugins over a real database with a stub principal, for real-user and multi-org cases. */
+/** The real app (principal, scopes, key allowlist) over a real database, with fast memory timings. */
 export async function memoryTestApp(t: Teardown, options: { env?: EnvOverrides; db?: TestDatabase } = {}): Promise<MemoryTestApp> {
-  const db = options.db ?? (await createTestDatabase(t))
-  const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...FAST, ...options.env })
-  await seedDevOrg(db.database.db)
-  const app = Fastify({
-    logger: false,
-    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true } }
-  }).withTypeProvider<TypeBoxTypeProvider>()
-  app.addSchema(ErrorBody)
-  await app.register(errorsPlugin)
-  await app.register(dbPlugin, { database: db.database, closeOnShutdown: false })
-  await app.register(featuresPlugin)
-  await app.register(memoryHub, { config })
-  await app.register(async (api) => {
-    await api.register(stubPrincipal)
-    await api.register(memory, { backendName: config.MEMORY_BACKEND })
-  }, { prefix: '/api' })
-  t.teardown(() => app.close())
-  await app.ready()
-  return Object.assign(app as unknown as FastifyInstance, { testDb: db })
+  return buildTestApp(t, { env: { ...FAST, ...options.env }, ...(options.db ? { db: options.db } : {}) })
 }
-
-export const as = (principal: Principal) => ({ 'x-test-principal': JSON.stringify(principal) })
 
 export interface TestOrg {
   orgId: string
   userId: string
-  /** a real signed-in user of the org (owner) */
-  user: Principal
+  /** its owner, signed in */
+  user: Caller
 }
 
-/** A second org with a real owner, written directly (the identity lane is on another branch). */
-export async function createOrg(db: Db, slug: string, role: 'owner' | 'admin' | 'member' = 'owner'): Promise<TestOrg> {
-  const orgId = newId()
-  const userId = newId()
-  await db.insert(organizations).values({ id: orgId, name: slug, slug })
-  await db.insert(users).values({ id: userId, email: `${slug}-${userId}@example.test`, name: slug })
-  await db.insert(members).values({ orgId, userId, role })
-  return { orgId, userId, user: { kind: 'user', orgId, userId, role } }
+const owners = new Map<string, Caller>()
+
+/** A new org whose owner signed up and created it through the API. */
+export async function createOrg(app: FastifyInstance, slug: string): Promise<TestOrg> {
+  const owner = await signUpWithOrg(app, { org: slug })
+  const user: Caller = { orgId: owner.org.id, userId: owner.user.id, headers: { cookie: owner.cookie } }
+  owners.set(owner.org.id, user)
+  return { orgId: owner.org.id, userId: owner.user.id, user }
 }
 
-/** Another real user in an existing org. */
-export async function addUser(db: Db, orgId: string, role: 'owner' | 'admin' | 'member' = 'member'): Promise<Principal> {
-  const userId = newId()
-  await db.insert(users).values({ id: userId, email: `u-${userId}@example.test`, name: 'user' })
-  await db.insert(members).values({ orgId, userId, role })
-  return { kind: 'user', orgId, userId, role }
+/**
+ * Another real user (signed up through the API) in an existing org: added by the org's
+ * owner through the API, or, in the dev org, which has no owner who can sign in, by a row.
+ */
+export async function addUser(app: FastifyInstance, orgId: string, role: 'owner' | 'admin' | 'member' = 'member'): Promise<Caller> {
+  const user = await signUp(app)
+  const owner = owners.get(orgId)
+  if (owner) await addMember(app, owner.headers.cookie!, orgId, user.user.email, role)
+  else if (orgId === DEV_ORG.id) await app.db.insert(members).values({ orgId, userId: user.user.id, role })
+  else throw new Error(`no owner known for org ${orgId}`)
+  return { orgId, userId: user.user.id, headers: { cookie: user.cookie } }
+}
+
+/** An API key of the org, minted by its owner through the API. */
+export async function keyCaller(app: FastifyInstance, org: TestOrg): Promise<Caller & { keyId: string }> {
+  const key = await mintKey(app, org.user.headers.cookie!)
+  return { orgId: org.orgId, userId: null, headers: { authorization: key.authorization }, keyId: key.id }
 }
 
 /** Puts facts straight into a pool of the postgres backend (as a delivered capture would). */
@@ -111,16 +91,6 @@ export async function addFacts(db: Db, orgId: string, scope: 'org' | 'personal',
 export function runRef(orgId: string, realUserId: string | null = null): RunRef {
   const id = newId()
   return { id, rootRunId: id, orgId, realUserId }
-}
-
-export async function waitFor<T>(what: string, check: () => Promise<T | undefined | null | false>, timeoutMs = 15_000): Promise<T> {
-  const until = Date.now() + timeoutMs
-  for (;;) {
-    const value = await check()
-    if (value) return value
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 15))
-  }
 }
 
 export type Mem0Mode = 'ok' | 'fail' | 'hang' | 'reject' | 'garbage'

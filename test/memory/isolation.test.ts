@@ -2,12 +2,12 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { memoryCaptures, memoryItems } from '../../src/memory/tables.js'
-import { addFacts, addUser, as, createOrg, memoryTestApp, runRef } from './helpers.js'
+import { addFacts, addUser, as, createOrg, devCaller, keyCaller, memoryTestApp, runRef } from './helpers.js'
 
 t.test('org B cannot search, browse, patch, delete, read history, retry or resolve anything of org A', async (t) => {
   const app = await memoryTestApp(t, { env: { MEMORY_CAPTURE_WORKER: 'false' } })
-  const a = await createOrg(app.db, 'org-a')
-  const b = await createOrg(app.db, 'org-b')
+  const a = await createOrg(app, 'org-a')
+  const b = await createOrg(app, 'org-b')
   await addFacts(app.db, a.orgId, 'org', '', ['Org A secret: the launch code is tangerine'])
   await addFacts(app.db, b.orgId, 'org', '', ['Org B knows about tangerines too'])
   const itemA = (await app.inject({ method: 'GET', url: '/api/memory/browse', headers: as(a.user) })).json().items[0]
@@ -71,9 +71,9 @@ t.test('org B cannot search, browse, patch, delete, read history, retry or resol
 
 t.test('personal pools: only their owner reaches them; keys and the dev org fail closed', async (t) => {
   const app = await memoryTestApp(t, { env: { MEMORY_CAPTURE_WORKER: 'false' } })
-  const org = await createOrg(app.db, 'org-p')
+  const org = await createOrg(app, 'org-p')
   const alice = org.user
-  const bob = await addUser(app.db, org.orgId)
+  const bob = await addUser(app, org.orgId)
   await addFacts(app.db, org.orgId, 'personal', alice.userId!, ['Alice prefers dark roast coffee'])
   await addFacts(app.db, org.orgId, 'org', '', ['The team coffee machine is on floor 3'])
 
@@ -97,44 +97,48 @@ t.test('personal pools: only their owner reaches them; keys and the dev org fail
   t.equal((await app.inject({ method: 'GET', url: '/api/memory/search?q=coffee', headers: as(bob) })).json().items[0].content,
     'The team coffee machine is on floor 3', 'the org pool is shared, the personal pool is not')
 
-  const key = { kind: 'key' as const, orgId: org.orgId, userId: null, role: 'member' as const, keyId: 'k1' }
+  const key = await keyCaller(app, org)
   const keySearch = (await app.inject({ method: 'GET', url: '/api/memory/search?scope=personal&q=coffee', headers: as(key) })).json()
   t.same(keySearch.items, [])
   t.match(keySearch, { scope: 'personal', authed: false, failedClosed: true })
   const keyBrowse = (await app.inject({ method: 'GET', url: '/api/memory/browse?scope=personal', headers: as(key) })).json()
   t.match(keyBrowse, { scope: 'personal', authed: false, failedClosed: true, total: 0, items: [] })
+  // a key reaches only memory's read paths (contract 2.3)
   const keyPatch = await app.inject({ method: 'PATCH', url: `/api/memory/item/${aliceItem.id}?scope=personal`, headers: as(key), payload: { content: 'tea' } })
-  t.equal(keyPatch.statusCode, 403)
-  t.same(keyPatch.json(), { error: 'sign-in required', message: 'personal memory needs a signed-in user' })
+  t.equal(keyPatch.statusCode, 401)
   const keyDelete = await app.inject({ method: 'DELETE', url: `/api/memory/item/${aliceItem.id}?scope=personal`, headers: as(key) })
-  t.equal(keyDelete.json().error, 'sign-in required')
-  // a dev principal pointed at this org still has no real user
-  const dev = { kind: 'dev' as const, orgId: org.orgId, userId: alice.userId, role: 'owner' as const }
-  t.match((await app.inject({ method: 'GET', url: '/api/memory/search?scope=personal&q=coffee', headers: as(dev) })).json(), { failedClosed: true, items: [] })
-  t.equal((await app.inject({ method: 'DELETE', url: `/api/memory/item/${aliceItem.id}?scope=personal`, headers: as(dev) })).statusCode, 403)
+  t.equal(keyDelete.statusCode, 401)
+  // the dev org's fallback principal is never a real user: its personal scope fails closed
+  t.match((await app.inject({ method: 'GET', url: '/api/memory/search?scope=personal&q=coffee', headers: as(devCaller) })).json(), { failedClosed: true, items: [] })
+  const devPatch = await app.inject({ method: 'PATCH', url: `/api/memory/item/${aliceItem.id}?scope=personal`, headers: as(devCaller), payload: { content: 'tea' } })
+  t.equal(devPatch.statusCode, 403)
+  t.same(devPatch.json(), { error: 'sign-in required', message: 'personal memory needs a signed-in user' })
+  t.equal((await app.inject({ method: 'DELETE', url: `/api/memory/item/${aliceItem.id}?scope=personal`, headers: as(devCaller) })).json().error, 'sign-in required')
 
   // Alice corrects her own fact; history names her
   const patch = await app.inject({ method: 'PATCH', url: `/api/memory/item/${aliceItem.id}`, headers: as(alice), payload: { content: 'Alice prefers oat flat whites', scope: 'personal' } })
   t.same(patch.json(), { ok: true })
   const history = (await app.inject({ method: 'GET', url: `/api/memory/item/${aliceItem.id}/history?scope=personal`, headers: as(alice) })).json().history
   t.match(history[history.length - 1], { kind: 'updated', changedBy: alice.userId, content: 'Alice prefers oat flat whites' })
-  const keyOrgDelete = await app.inject({ method: 'DELETE', url: `/api/memory/item/${(await app.inject({ method: 'GET', url: '/api/memory/browse', headers: as(key) })).json().items[0].id}`, headers: as(key) })
-  t.same(keyOrgDelete.json(), { ok: true, deletedCount: 1 }, 'a key may act on the org pool')
+  const orgItem = (await app.inject({ method: 'GET', url: '/api/memory/browse', headers: as(key) })).json().items[0]
+  t.equal((await app.inject({ method: 'DELETE', url: `/api/memory/item/${orgItem.id}`, headers: as(key) })).statusCode, 401, 'a key reads the org pool but does not change it')
+  const bobDelete = await app.inject({ method: 'DELETE', url: `/api/memory/item/${orgItem.id}`, headers: as(bob) })
+  t.same(bobDelete.json(), { ok: true, deletedCount: 1 }, 'a member may act on the org pool')
   const orgHistory = rowsOf<{ changed_by: string }>(await app.db.execute(sql`select changed_by from memory_item_history where kind = 'deleted'`))
-  t.same(orgHistory.map((h) => h.changed_by), ['api-key:k1'])
+  t.same(orgHistory.map((h) => h.changed_by), [bob.userId])
   const personalPools = rowsOf<{ owner_key: string }>(await app.db.execute(sql`select owner_key from memory_pools where scope = 'personal'`))
   t.same(personalPools.map((p) => p.owner_key), [alice.userId], 'no pool was created for anyone else')
 })
 
 t.test('only an org admin switches memory for the org', async (t) => {
   const app = await memoryTestApp(t)
-  const org = await createOrg(app.db, 'org-s')
-  const member = await addUser(app.db, org.orgId, 'member')
+  const org = await createOrg(app, 'org-s')
+  const member = await addUser(app, org.orgId, 'member')
   const res = await app.inject({ method: 'PUT', url: '/api/memory/settings', headers: as(member), payload: { enabled: false } })
   t.equal(res.statusCode, 403)
   t.equal(res.json().error, 'organization_admin_required')
   t.match((await app.inject({ method: 'GET', url: '/api/memory/settings', headers: as(member) })).json(), { enabled: true })
-  const admin = await addUser(app.db, org.orgId, 'admin')
+  const admin = await addUser(app, org.orgId, 'admin')
   t.equal((await app.inject({ method: 'PUT', url: '/api/memory/settings', headers: as(admin), payload: { enabled: false } })).statusCode, 200)
   t.match((await app.inject({ method: 'GET', url: '/api/memory/settings', headers: as(member) })).json(), { enabled: false, orgEnabled: false })
 })

@@ -5,7 +5,7 @@ import { as, createOrg, FAST, memoryTestApp, startMem0 } from './helpers.js'
 t.test('http backend: browse, search, patch, delete and history against a mem0 service', async (t) => {
   const mem0 = await startMem0(t)
   const app = await memoryTestApp(t, { env: { ...FAST, MEMORY_BACKEND: 'http', MEMORY_URL: mem0.url, MEMORY_CAPTURE_WORKER: 'false' } })
-  const other = await createOrg(app.db, 'org-other')
+  const other = await createOrg(app, 'org-other')
   const now = new Date().toISOString()
   mem0.store.set('m-1', { id: 'm-1', memory: 'Invoices go out on the first', user_id: `cairn:${DEV_ORG.id}`, metadata: { run_id: 'run-9' }, created_at: now, updated_at: now })
   mem0.store.set('m-2', { id: 'm-2', memory: 'Other org invoices are secret', user_id: `cairn:${other.orgId}`, metadata: {}, created_at: now, updated_at: now })

@@ -6,7 +6,7 @@ import { addFacts, addUser, FAST, runRef } from './helpers.js'
 
 t.test('every retrieval for a run records a frame; the ledger lists, filters and pages them', async (t) => {
   const app = await buildTestApp(t, { env: { ...FAST, MEMORY_CAPTURE_WORKER: 'false' } })
-  const alice = await addUser(app.db, DEV_ORG.id)
+  const alice = await addUser(app, DEV_ORG.id)
   await addFacts(app.db, DEV_ORG.id, 'org', '', ['The standup is at nine'])
   await addFacts(app.db, DEV_ORG.id, 'personal', alice.userId!, ['Alice skips the standup on Fridays'])
 
