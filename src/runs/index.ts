@@ -9,7 +9,7 @@ import {
   ChatBody, ChatStream, CreateRunBody, ListRunsQuery, ListThreadsQuery, RootRunIdParams, RunEnvelope, RunIdParams,
   RunChangeStream, RunEventStream, RunPage, SseHeaders, ThreadDetail, ThreadPage
 } from '../../schemas/runs.js'
-import { EngineError, type Engine } from './engines.js'
+import { EngineError, type Engine } from './engines/types.js'
 import {
   announceQueued, cancelRun, createRun, insertThreadRoot, decodeCursor, getRun, getThread, listRuns, listThreads, originOf, runToWire
 } from './runs-repo.js'

@@ -1,141 +1,5 @@
-import type { EngineInfo, ModelInfo } from '../../plugins/features.js'
-import type { RecalledItem } from './memory-port.js'
-
-/** What an engine gets while it runs one run. */
-export interface EngineContext {
-  runId: string
-  prompt: string
-  model: string | null
-  /** aborted on cancel, on shutdown and when the worker loses the run */
-  signal: AbortSignal
-  /** stores and publishes an event of this run (awaited: stored before it is sent) */
-  emit(type: string, data: Record<string, unknown>): Promise<void>
-  /** recalls from the run's memory pools; emits `memory.recalled` */
-  recall(query: string): Promise<RecalledItem[]>
-  /** the agent runtime's tools for this run; absent when no tool gateway is available */
-  tools?: RunTools | undefined
-}
-
-/** An OpenAI `tools` entry. */
-export interface ToolDefinition {
-  type: 'function'
-  function: { name: string; description?: string; parameters: unknown }
-}
-
-/**
- * The tool gateway as an engine sees it (kept free of Fastify): the definitions to offer
- * and one call at a time, recorded as `tool.call` / `tool.result` run events.
- */
-export interface RunTools {
-  definitions(): ToolDefinition[]
-  execute(call: { callId: string; name: string; arguments: string; signal: AbortSignal }): Promise<{ content: string }>
-}
-
-export interface ToolCall {
-  id: string
-  type: 'function'
-  function: { name: string; arguments: string }
-}
-
-export interface EngineResult {
-  /** the final answer text */
-  text: string
-  /** facts to capture into memory when the run succeeds */
-  facts: string[]
-  usage?: { promptTokens: number; completionTokens: number }
-}
-
-export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant'
-  content: string
-}
-
-/** What the tool loop sends: chat messages plus assistant tool calls and tool results. */
-type WireMessage =
-  | ChatMessage
-  | { role: 'assistant'; content: string | null; tool_calls: ToolCall[] }
-  | { role: 'tool'; tool_call_id: string; content: string }
-
-export interface ChatStream {
-  onToken(text: string): void
-}
-
-export interface Engine {
-  readonly id: string
-  readonly name: string
-  /** configured and reachable right now (may be cached) */
-  ready(): Promise<boolean>
-  models(): Promise<ModelInfo[]>
-  run(ctx: EngineContext): Promise<EngineResult>
-  chat(messages: ChatMessage[], model: string | null, signal: AbortSignal, out: ChatStream): Promise<{ promptTokens: number; completionTokens: number }>
-}
-
-/** An engine failure with the text that ends up in the run's `error`. */
-export class EngineError extends Error {
-  override name = 'EngineError'
-}
-
-const abortable = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason)
-    if (ms <= 0) return resolve()
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort)
-      resolve()
-    }, ms)
-    const onAbort = () => {
-      clearTimeout(timer)
-      reject(signal.reason)
-    }
-    signal.addEventListener('abort', onAbort, { once: true })
-  })
-
-/** Sentences of the prompt that mention "remember" (any case): the echo engine's captures. */
-export function rememberSentences(prompt: string): string[] {
-  return prompt
-    .split(/(?<=[.!?])\s+|\n+/)
-    .map((s) => s.trim())
-    .filter((s) => s !== '' && /\bremember\b/i.test(s))
-}
-
-const words = (text: string) => text.split(/\s+/).filter(Boolean)
-
-/** Contract 5: offline, deterministic, always ready; streams the prompt back word by word. */
-export function echoEngine(opts: { wordDelayMs: number }): Engine {
-  const model: ModelInfo = { id: 'echo', engine: 'echo', name: 'Echo (offline)' }
-  return {
-    id: 'echo',
-    name: 'Echo (offline, for development and tests)',
-    async ready() {
-      return true
-    },
-    async models() {
-      return [model]
-    },
-    async run(ctx) {
-      await ctx.recall(ctx.prompt)
-      const parts = words(ctx.prompt)
-      for (let i = 0; i < parts.length; i++) {
-        if (i > 0) await abortable(opts.wordDelayMs, ctx.signal)
-        else if (ctx.signal.aborted) throw ctx.signal.reason
-        await ctx.emit('message.delta', { text: i === 0 ? parts[i] : ` ${parts[i]}` })
-      }
-      const text = parts.join(' ')
-      await ctx.emit('message.completed', { text })
-      return { text, facts: rememberSentences(ctx.prompt), usage: { promptTokens: parts.length, completionTokens: parts.length } }
-    },
-    async chat(messages, _model, signal, out) {
-      const last = [...messages].reverse().find((m) => m.role === 'user')
-      const parts = words(last?.content ?? '')
-      for (let i = 0; i < parts.length; i++) {
-        if (i > 0) await abortable(opts.wordDelayMs, signal)
-        out.onToken(i === 0 ? parts[i]! : ` ${parts[i]}`)
-      }
-      const promptTokens = messages.reduce((n, m) => n + words(m.content).length, 0)
-      return { promptTokens, completionTokens: parts.length }
-    }
-  }
-}
+import { createParser, type EventSourceMessage } from 'eventsource-parser'
+import { EngineError, type ChatMessage, type Engine, type ToolCall, type ToolDefinition, type WireMessage } from './types.js'
 
 export interface OpenAiOptions {
   baseUrl: string | undefined
@@ -216,19 +80,17 @@ export function openAiEngine(opts: OpenAiOptions): Engine {
         const detail = (await res.text().catch(() => '')).slice(0, 200).replace(/\s+/g, ' ')
         throw new EngineError(`upstream_error: HTTP ${res.status}${detail ? `: ${detail}` : ''}`)
       }
+      // frames are parsed by eventsource-parser; each chunk's events are handled in order
+      // before the next chunk is read, so deltas reach the run's events as they arrive
+      const events: EventSourceMessage[] = []
+      const parser = createParser({ onEvent: (event) => void events.push(event) })
       const decoder = new TextDecoder()
-      let buffer = ''
       let done = false
       for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
         rearm()
-        buffer += decoder.decode(chunk, { stream: true })
-        let nl: number
-        while ((nl = buffer.indexOf('\n')) >= 0) {
-          const line = buffer.slice(0, nl).replace(/\r$/, '')
-          buffer = buffer.slice(nl + 1)
-          if (!line.startsWith('data:')) continue
-          const payload = line.slice(5).trim()
-          if (payload === '[DONE]') {
+        parser.feed(decoder.decode(chunk, { stream: true }))
+        for (const event of events.splice(0)) {
+          if (event.data === '[DONE]') {
             done = true
             break
           }
@@ -243,7 +105,7 @@ export function openAiEngine(opts: OpenAiOptions): Engine {
             error?: { message?: string }
           }
           try {
-            parsed = JSON.parse(payload)
+            parsed = JSON.parse(event.data)
           } catch {
             throw new EngineError('upstream_error: unreadable stream chunk')
           }
@@ -324,52 +186,5 @@ export function openAiEngine(opts: OpenAiOptions): Engine {
       const { usage } = await stream(messages, chosen, signal, (delta) => out.onToken(delta))
       return usage
     }
-  }
-}
-
-/** The engines of one instance, with the `/api/config` catalog. */
-export class EngineRegistry {
-  readonly engines: Map<string, Engine>
-
-  constructor(engines: Engine[]) {
-    this.engines = new Map(engines.map((e) => [e.id, e]))
-  }
-
-  get(id: string): Engine | undefined {
-    return this.engines.get(id)
-  }
-
-  async catalog(): Promise<{ engines: EngineInfo[]; models: ModelInfo[] }> {
-    const out = { engines: [] as EngineInfo[], models: [] as ModelInfo[] }
-    for (const engine of this.engines.values()) {
-      if (!(await engine.ready())) continue
-      out.engines.push({ id: engine.id, name: engine.name })
-      out.models.push(...(await engine.models()))
-    }
-    return out
-  }
-
-  /** Picks the engine and model for a request: explicit engine, or the engine owning the model, else echo. */
-  async resolve(engineId: string | undefined, model: string | undefined): Promise<{ engine: Engine; model: string | null } | { error: string }> {
-    let engine: Engine | undefined
-    if (engineId !== undefined) {
-      engine = this.engines.get(engineId)
-      if (!engine || !(await engine.ready())) return { error: `engine ${JSON.stringify(engineId)} is not available` }
-    } else if (model !== undefined) {
-      for (const candidate of this.engines.values()) {
-        if ((await candidate.ready()) && (await candidate.models()).some((m) => m.id === model)) {
-          engine = candidate
-          break
-        }
-      }
-      if (!engine) return { error: `model ${JSON.stringify(model)} is not available` }
-    } else {
-      engine = this.engines.get('echo')!
-    }
-    const models = await engine.models()
-    if (model !== undefined && !models.some((m) => m.id === model)) {
-      return { error: `model ${JSON.stringify(model)} is not available on engine ${engine.id}` }
-    }
-    return { engine, model: model ?? models[0]?.id ?? null }
   }
 }

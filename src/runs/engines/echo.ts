@@ -1,0 +1,49 @@
+import type { ModelInfo } from '../../../plugins/features.js'
+import { abortable, type Engine } from './types.js'
+
+/** Sentences of the prompt that mention "remember" (any case): the echo engine's captures. */
+export function rememberSentences(prompt: string): string[] {
+  return prompt
+    .split(/(?<=[.!?])\s+|\n+/)
+    .map((s) => s.trim())
+    .filter((s) => s !== '' && /\bremember\b/i.test(s))
+}
+
+const words = (text: string) => text.split(/\s+/).filter(Boolean)
+
+/** Contract 5: offline, deterministic, always ready; streams the prompt back word by word. */
+export function echoEngine(opts: { wordDelayMs: number }): Engine {
+  const model: ModelInfo = { id: 'echo', engine: 'echo', name: 'Echo (offline)' }
+  return {
+    id: 'echo',
+    name: 'Echo (offline, for development and tests)',
+    async ready() {
+      return true
+    },
+    async models() {
+      return [model]
+    },
+    async run(ctx) {
+      await ctx.recall(ctx.prompt)
+      const parts = words(ctx.prompt)
+      for (let i = 0; i < parts.length; i++) {
+        if (i > 0) await abortable(opts.wordDelayMs, ctx.signal)
+        else if (ctx.signal.aborted) throw ctx.signal.reason
+        await ctx.emit('message.delta', { text: i === 0 ? parts[i] : ` ${parts[i]}` })
+      }
+      const text = parts.join(' ')
+      await ctx.emit('message.completed', { text })
+      return { text, facts: rememberSentences(ctx.prompt), usage: { promptTokens: parts.length, completionTokens: parts.length } }
+    },
+    async chat(messages, _model, signal, out) {
+      const last = [...messages].reverse().find((m) => m.role === 'user')
+      const parts = words(last?.content ?? '')
+      for (let i = 0; i < parts.length; i++) {
+        if (i > 0) await abortable(opts.wordDelayMs, signal)
+        out.onToken(i === 0 ? parts[i]! : ` ${parts[i]}`)
+      }
+      const promptTokens = messages.reduce((n, m) => n + words(m.content).length, 0)
+      return { promptTokens, completionTokens: parts.length }
+    }
+  }
+}

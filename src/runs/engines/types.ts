@@ -1,0 +1,94 @@
+// What an engine is and what it is given: the one interface the run worker and the chat
+// route call, whichever engine answers.
+import type { ModelInfo } from '../../../plugins/features.js'
+import type { RecalledItem } from '../memory-port.js'
+
+/** What an engine gets while it runs one run. */
+export interface EngineContext {
+  runId: string
+  prompt: string
+  model: string | null
+  /** aborted on cancel, on shutdown and when the worker loses the run */
+  signal: AbortSignal
+  /** stores and publishes an event of this run (awaited: stored before it is sent) */
+  emit(type: string, data: Record<string, unknown>): Promise<void>
+  /** recalls from the run's memory pools; emits `memory.recalled` */
+  recall(query: string): Promise<RecalledItem[]>
+  /** the agent runtime's tools for this run; absent when no tool gateway is available */
+  tools?: RunTools | undefined
+}
+
+/** An OpenAI `tools` entry. */
+export interface ToolDefinition {
+  type: 'function'
+  function: { name: string; description?: string; parameters: unknown }
+}
+
+/**
+ * The tool gateway as an engine sees it (kept free of Fastify): the definitions to offer
+ * and one call at a time, recorded as `tool.call` / `tool.result` run events.
+ */
+export interface RunTools {
+  definitions(): ToolDefinition[]
+  execute(call: { callId: string; name: string; arguments: string; signal: AbortSignal }): Promise<{ content: string }>
+}
+
+export interface ToolCall {
+  id: string
+  type: 'function'
+  function: { name: string; arguments: string }
+}
+
+export interface EngineResult {
+  /** the final answer text */
+  text: string
+  /** facts to capture into memory when the run succeeds */
+  facts: string[]
+  usage?: { promptTokens: number; completionTokens: number }
+}
+
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant'
+  content: string
+}
+
+/** What the tool loop sends: chat messages plus assistant tool calls and tool results. */
+export type WireMessage =
+  | ChatMessage
+  | { role: 'assistant'; content: string | null; tool_calls: ToolCall[] }
+  | { role: 'tool'; tool_call_id: string; content: string }
+
+export interface ChatStream {
+  onToken(text: string): void
+}
+
+export interface Engine {
+  readonly id: string
+  readonly name: string
+  /** configured and reachable right now (may be cached) */
+  ready(): Promise<boolean>
+  models(): Promise<ModelInfo[]>
+  run(ctx: EngineContext): Promise<EngineResult>
+  chat(messages: ChatMessage[], model: string | null, signal: AbortSignal, out: ChatStream): Promise<{ promptTokens: number; completionTokens: number }>
+}
+
+/** An engine failure with the text that ends up in the run's `error`. */
+export class EngineError extends Error {
+  override name = 'EngineError'
+}
+
+/** Waits `ms`, or rejects with the signal's reason as soon as it aborts. */
+export const abortable = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason)
+    if (ms <= 0) return resolve()
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort)
+      resolve()
+    }, ms)
+    const onAbort = () => {
+      clearTimeout(timer)
+      reject(signal.reason)
+    }
+    signal.addEventListener('abort', onAbort, { once: true })
+  })
