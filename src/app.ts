@@ -34,6 +34,7 @@ import runtimeService, { type RuntimeWiring } from './runtime/service.js'
 import memoryHub from './memory/hub.js'
 import memory from './memory/index.js'
 import system from './system/index.js'
+import { describeDatabase } from './startup.js'
 
 /** One registered route, as the route-walk tests and the API-key allowlist check see it. */
 export interface RouteRecord {
@@ -99,7 +100,13 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
   const owned = database === undefined
   const db = database ?? (await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolMax: config.DATABASE_POOL_MAX }))
   try {
-    if (owned) await migrateDatabase(db, config.DATABASE_URL)
+    if (owned) {
+      const migrations = await migrateDatabase(db, config.DATABASE_URL)
+      app.log.info(`database: ${describeDatabase(config)}`)
+      app.log.info(migrations.applied > 0
+        ? `migrations: ${migrations.applied} applied, the schema is up to date (${migrations.total} in all)`
+        : `migrations: the schema is up to date (${migrations.total} in all, none to apply)`)
+    }
     if (config.ALLOW_DEV_ORG) await seedDevOrg(db.db)
   } catch (err) {
     if (owned) await db.close()
