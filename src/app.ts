@@ -127,7 +127,7 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
   await app.register(dbPlugin, { database: db, closeOnShutdown: owned })
   await app.register(featuresPlugin)
   await app.register(eventBusPlugin)
-  await app.register(ssePlugin, { heartbeatMs: config.SSE_HEARTBEAT_MS, maxBufferBytes: config.SSE_MAX_BUFFER_BYTES })
+  await app.register(ssePlugin, { heartbeatMs: config.SSE_HEARTBEAT_MS, maxBufferBytes: config.SSE_MAX_BUFFER_BYTES, stallMs: config.SSE_STALL_MS })
   // the Memory Hub recalls and captures for runs; memory.captured goes back as a run event
   await app.register(memoryHub, { config })
   const memoryForRuns = runMemory ?? app.memory.runMemory
