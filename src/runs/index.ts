@@ -17,8 +17,6 @@ import {
 import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from './streams.js'
 import { TERMINAL_STATUSES } from './tables.js'
 
-const isTerminalType = (type: string) => TERMINAL_EVENTS.has(type)
-
 
 /** Runs, threads, their live streams and chat (contract 5). */
 const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -158,7 +156,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const lastEventId = parseLastEventId(request)
     if (lastEventId !== null && TERMINAL_STATUSES.includes(run.status)) {
       const last = await lastEventOf(app.db, orgId, runId)
-      if (last === null || (isTerminalType(last.type) && lastEventId >= last.id)) return reply.code(204).send(null)
+      if (last === null || (TERMINAL_EVENTS.has(last.type) && lastEventId >= last.id)) return reply.code(204).send(null)
     }
     const stream = app.sse.open(request, reply)
     const end = (status: string) => {
