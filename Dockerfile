@@ -13,7 +13,7 @@ COPY src src
 COPY plugins plugins
 COPY schemas schemas
 # a plain directory (no .build/ symlink): the image runs dist/ as it is and never rebuilds
-RUN npx tsc -p tsconfig.build.json --outDir dist && npm prune --omit=dev
+RUN npx tsc -p tsconfig.build.json --outDir dist && npm prune --omit=dev --ignore-scripts
 
 FROM node:22-bookworm-slim
 ARG SERVICE_COMMIT
