@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
 import {
   closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync,
-  symlinkSync, unlinkSync, writeSync
+  symlinkSync, writeFileSync, writeSync
 } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join, relative } from 'node:path'
@@ -108,7 +108,7 @@ function linkDist(hash) {
 function pruneBuilds(keep) {
   for (const name of readdirSync(BUILDS)) {
     if (/^[0-9a-f]{16}$/.test(name) && name !== keep) rmSync(join(BUILDS, name), { recursive: true, force: true })
-    const temp = /^tmp-(\d+)-/.exec(name)
+    const temp = /^tmp-(\d+)-/.exec(name) // builds and templates in progress
     if (temp && !alive(Number(temp[1]))) rmSync(join(BUILDS, name), { recursive: true, force: true })
   }
 }
@@ -156,6 +156,33 @@ export function ensureBuild({ log = (line) => process.stderr.write(`${line}\n`) 
   return out
 }
 
+/**
+ * .build/pglite-<version>.tar: a fresh embedded database's files, which a new DATA_DIR
+ * loads instead of running initdb (src/db/pglite-template.ts). Made once per PGlite version.
+ */
+export async function ensurePgliteTemplate({ log = (line) => process.stderr.write(`${line}\n`) } = {}) {
+  const require = createRequire(join(root, 'package.json'))
+  let version
+  try {
+    version = JSON.parse(readFileSync(join(dirname(require.resolve('@electric-sql/pglite')), '..', 'package.json'), 'utf8')).version
+  } catch {
+    return null
+  }
+  const file = join(BUILDS, `pglite-${version}.tar`)
+  if (existsSync(file)) return file
+  mkdirSync(BUILDS, { recursive: true })
+  const started = Date.now()
+  const { PGlite } = await import('@electric-sql/pglite')
+  const lite = await PGlite.create()
+  const tar = Buffer.from(await (await lite.dumpDataDir('none')).arrayBuffer())
+  await lite.close()
+  const temp = join(BUILDS, `tmp-${process.pid}-${randomBytes(4).toString('hex')}.tar`)
+  writeFileSync(temp, tar)
+  renameSync(temp, file)
+  log(`cairn: made the embedded database template .build/pglite-${version}.tar in ${((Date.now() - started) / 1000).toFixed(1)} s`)
+  return file
+}
+
 // `node scripts/build.mjs` (npm's prepare and build scripts)
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   if (!SOURCE_DIRS.every((dir) => existsSync(join(root, dir)))) {
@@ -167,6 +194,7 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   } else {
     try {
       ensureBuild()
+      await ensurePgliteTemplate()
     } catch (err) {
       process.stderr.write(`cairn: ${err.message}\n`)
       process.exit(1)

@@ -9,6 +9,7 @@ import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js'
 import postgres, { type Sql } from 'postgres'
 import { lockDataDir } from './data-dir-lock.js'
 import { unpackedBundle } from './pglite-extensions.js'
+import { pgliteTemplate } from './pglite-template.js'
 import * as schema from './schema.js'
 
 export type Schema = typeof schema
@@ -104,7 +105,8 @@ async function openPglite(dataDir: string): Promise<Database> {
   }
   let lite: PGlite
   try {
-    lite = await PGlite.create(location, { extensions: { pg_trgm: unpackedBundle(pg_trgm) } })
+    const template = location.startsWith('memory://') ? undefined : pgliteTemplate(location)
+    lite = await PGlite.create(location, { extensions: { pg_trgm: unpackedBundle(pg_trgm) }, ...(template ? { loadDataDir: template } : {}) })
   } catch (err) {
     lock?.release()
     throw err
