@@ -5,12 +5,15 @@ WORKDIR /app
 # node-pty (the terminal) compiles a native addon
 RUN apt-get update && apt-get install -y --no-install-recommends python3 make g++ && rm -rf /var/lib/apt/lists/*
 COPY package.json package-lock.json ./
+# npm ci runs the `prepare` build script; without the sources yet it skips the build
+COPY scripts scripts
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src src
 COPY plugins plugins
 COPY schemas schemas
-RUN npm run build && npm prune --omit=dev
+# a plain directory (no .build/ symlink): the image runs dist/ as it is and never rebuilds
+RUN npx tsc -p tsconfig.build.json --outDir dist && npm prune --omit=dev --ignore-scripts
 
 FROM node:22-bookworm-slim
 ARG SERVICE_COMMIT

@@ -8,6 +8,8 @@ export interface SseOptions {
   heartbeatMs: number
   /** a client that leaves more than this unread is dropped instead of buffered */
   maxBufferBytes: number
+  /** a client that takes no byte for this long while output waits is dropped */
+  stallMs: number
 }
 
 /** One open event stream. Writes are fire-and-forget; a slow client is cut off. */
@@ -79,8 +81,14 @@ class Stream implements SseStream {
   private readonly max: number
   private readonly owner: Set<Stream>
   private listeners: Array<() => void> | null = null
+  /** bytes given to the socket by write(); minus what it still holds, the bytes the kernel took */
+  private given = 0
+  private taken = 0
+  /** the last stall check that found the socket empty or taking bytes */
+  private fineAt: number
 
-  constructor(raw: ServerResponse, socket: Socket, lastEventId: number | null, max: number, owner: Set<Stream>) {
+  constructor(raw: ServerResponse, socket: Socket, lastEventId: number | null, max: number, owner: Set<Stream>, now: number) {
+    this.fineAt = now
     this.raw = raw
     this.socket = socket
     this.chunked = (raw as ServerResponse & { chunkedEncoding: boolean }).chunkedEncoding
@@ -101,12 +109,35 @@ class Stream implements SseStream {
     // backpressure: what the kernel would not take stays in Node's buffer; past the
     // limit the client is not reading, so it is dropped rather than buffered forever
     if (this.socket.writableLength > this.max) {
-      this.raw.destroy()
-      this.finish()
+      this.drop()
       return false
     }
-    this.socket.write(bytesOf(frame, this.chunked))
+    const bytes = bytesOf(frame, this.chunked)
+    this.given += bytes.length
+    this.socket.write(bytes)
     return true
+  }
+
+  /**
+   * The kernel's buffers (about 4 MB per stream on loopback here) hide a reader that stopped:
+   * writes succeed until they are full, and only then does Node start holding bytes. A
+   * stream whose socket holds bytes and has taken none since `fineAt` is dropped once that
+   * is `limit` old, so no reader pins its buffers for longer than the stall limit.
+   */
+  checkStall(now: number, limit: number): void {
+    const waiting = this.socket.writableLength
+    const taken = this.given - waiting
+    if (waiting === 0 || taken !== this.taken) {
+      this.taken = taken
+      this.fineAt = now
+    } else if (now - this.fineAt >= limit) {
+      this.drop()
+    }
+  }
+
+  drop(): void {
+    this.raw.destroy()
+    this.finish()
   }
 
   close(): void {
@@ -143,6 +174,15 @@ export default fp(async function ssePlugin(app: FastifyInstance, opts: SseOption
     for (const stream of streams) stream.write(':hb\n\n')
   }, opts.heartbeatMs)
   heartbeat.unref()
+  // checked ten times per limit; a stall is at most one check old when first seen, so a
+  // stream is dropped after between 0.8 and 1.0 times the limit without a byte taken
+  const every = Math.max(5, Math.floor(opts.stallMs / 10))
+  const limit = opts.stallMs - every
+  const stallCheck = setInterval(() => {
+    const at = Date.now()
+    for (const stream of streams) stream.checkStall(at, limit)
+  }, every)
+  stallCheck.unref()
 
   const helper: SseHelper = {
     get count() {
@@ -165,7 +205,7 @@ export default fp(async function ssePlugin(app: FastifyInstance, opts: SseOption
       raw.write(':ok\n\n')
       const socket = request.raw.socket
       socket.setNoDelay(true)
-      const stream = new Stream(raw, socket, lastEventId, opts.maxBufferBytes, streams)
+      const stream = new Stream(raw, socket, lastEventId, opts.maxBufferBytes, streams, Date.now())
       streams.add(stream)
       raw.on('close', () => stream.finish())
       raw.on('error', () => stream.finish())
@@ -177,6 +217,7 @@ export default fp(async function ssePlugin(app: FastifyInstance, opts: SseOption
   // open streams would keep server.close() waiting forever
   app.addHook('preClose', async () => {
     clearInterval(heartbeat)
+    clearInterval(stallCheck)
     for (const stream of [...streams]) stream.close()
   })
 }, { name: 'sse', fastify: '5.x', dependencies: ['errors'] })

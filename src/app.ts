@@ -33,6 +33,7 @@ import runtimeService, { type RuntimeWiring } from './runtime/service.js'
 import memoryHub from './memory/hub.js'
 import memory from './memory/index.js'
 import system from './system/index.js'
+import { describeDatabase } from './startup.js'
 
 /** One registered route, as the route-walk tests and the API-key allowlist check see it. */
 export interface RouteRecord {
@@ -98,7 +99,13 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
   const owned = database === undefined
   const db = database ?? (await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolMax: config.DATABASE_POOL_MAX }))
   try {
-    if (owned) await migrateDatabase(db, config.DATABASE_URL)
+    if (owned) {
+      const migrations = await migrateDatabase(db, config.DATABASE_URL)
+      app.log.info(`database: ${describeDatabase(config)}`)
+      app.log.info(migrations.applied > 0
+        ? `migrations: ${migrations.applied} applied, the schema is up to date (${migrations.total} in all)`
+        : `migrations: the schema is up to date (${migrations.total} in all, none to apply)`)
+    }
     if (config.ALLOW_DEV_ORG) await seedDevOrg(db.db)
   } catch (err) {
     if (owned) await db.close()
@@ -119,7 +126,7 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
   await app.register(dbPlugin, { database: db, closeOnShutdown: owned })
   await app.register(featuresPlugin)
   await app.register(eventBusPlugin)
-  await app.register(ssePlugin, { heartbeatMs: config.SSE_HEARTBEAT_MS, maxBufferBytes: config.SSE_MAX_BUFFER_BYTES })
+  await app.register(ssePlugin, { heartbeatMs: config.SSE_HEARTBEAT_MS, maxBufferBytes: config.SSE_MAX_BUFFER_BYTES, stallMs: config.SSE_STALL_MS })
   // the Memory Hub recalls and captures for runs; memory.captured goes back as a run event
   await app.register(memoryHub, { config })
   const memoryForRuns = runMemory ?? app.memory.runMemory

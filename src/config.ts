@@ -50,6 +50,7 @@ export const EnvSchema = Type.Object({
   RUN_SWEEP_MS: Type.Integer({ minimum: 10, maximum: 3_600_000, default: 5000, description: 'how often each instance looks for expired leases' }),
   RUN_EVENTS_RETENTION_DAYS: Type.Integer({ minimum: 7, maximum: 3650, default: 7, description: 'run events older than this are pruned (at least 7 days)' }),
   SSE_HEARTBEAT_MS: Type.Integer({ minimum: 10, maximum: 15_000, default: 15_000, description: 'SSE heartbeat comment interval' }),
+  SSE_STALL_MS: Type.Integer({ minimum: 50, maximum: 600_000, default: 30_000, description: 'an SSE client that has not taken a byte for this long while output waits is dropped' }),
   SSE_MAX_BUFFER_BYTES: Type.Integer({ minimum: 1024, maximum: 64 * 1024 * 1024, default: 1024 * 1024, description: 'an SSE client that leaves this much unread is dropped' }),
   ECHO_WORD_DELAY_MS: Type.Integer({ minimum: 0, maximum: 10_000, default: 0, description: 'pause between words of the echo engine (tests, demos)' }),
   OPENAI_BASE_URL: Type.Optional(Type.String({ pattern: '^https?://', description: 'OpenAI-compatible API base, e.g. https://api.openai.com/v1' })),
@@ -125,7 +126,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     const lines = errors
       .map((e) => ({ name: e.instancePath.slice(1) || '(root)', message: e.message }))
       .filter((e) => !seen.has(e.name) && seen.add(e.name))
-      .map((e) => `${e.name}=${JSON.stringify(raw[e.name] ?? '')}: ${e.message}`)
+      .map((e) => `${e.name}=${JSON.stringify(raw[e.name] ?? '')}: ${expected(e.name) ?? e.message}`)
     throw new ConfigError(`invalid configuration:\n  ${lines.join('\n  ')}`)
   }
   const values = parsed as Env
@@ -142,6 +143,16 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     release,
     isDevBuild: /[:-]dev$/.test(release)
   }
+}
+
+/** What a variable accepts, in words the operator can act on (the schema's own message says "must be equal to constant"). */
+function expected(name: string): string | null {
+  const schema = (EnvSchema.properties as Record<string, { anyOf?: Array<{ const?: unknown }>; type?: string; minimum?: number; maximum?: number }>)[name]
+  if (!schema) return null
+  if (schema.anyOf?.every((s) => s.const !== undefined)) return `must be one of ${schema.anyOf.map((s) => String(s.const)).join(', ')}`
+  if (schema.type === 'boolean') return 'must be true or false'
+  if (schema.type === 'integer') return `must be a whole number from ${schema.minimum} to ${schema.maximum}`
+  return null
 }
 
 function parseOrigins(list: string): string[] {

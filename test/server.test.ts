@@ -1,48 +1,21 @@
-import { spawn } from 'node:child_process'
-import { once } from 'node:events'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
-
-interface Started {
-  url: string
-  output: () => string
-  exit: Promise<number | null>
-  kill: (signal: NodeJS.Signals) => boolean
-}
-
-/** Runs src/server.ts as `npm start` would run the built file, on its own data dir. */
-async function startServer(env: Record<string, string>): Promise<Started> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', DATABASE_URL: '', ...env },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let output = ''
-  child.stdout.on('data', (chunk) => { output += chunk })
-  child.stderr.on('data', (chunk) => { output += chunk })
-  const exit = once(child, 'exit').then(([code]) => code as number | null)
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setInterval(() => {
-      const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(output)
-      if (match) {
-        clearInterval(timer)
-        resolve(match[1]!)
-      }
-    }, 50)
-    void exit.then((code) => {
-      clearInterval(timer)
-      reject(new Error(`server exited with ${code}: ${output}`))
-    })
-  })
-  return { url, output: () => output, exit, kill: (signal) => child.kill(signal) }
-}
+import { messages, spawnServer, startServer } from './server-process.js'
 
 t.test('the server boots on embedded Postgres, serves, and shuts down cleanly on SIGTERM', async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-server-'))
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
 
   const first = await startServer({ DATA_DIR: dataDir })
+  const journal = JSON.parse(readFileSync('drizzle/meta/_journal.json', 'utf8')).entries.length
+  const start = messages(first.output())
+  t.ok(start.includes(`database: embedded PGlite in ${join(dataDir, 'pglite')}`), 'the start log names the database')
+  t.ok(start.includes(`migrations: ${journal} applied, the schema is up to date (${journal} in all)`), 'and the migrations applied')
+  t.ok(start.some((m) => /^dev org: on, for callers on this machine \(loopback\) only/.test(m)), 'and the dev org, for whom')
+  t.ok(start.includes(`API at ${first.url}/api, docs at ${first.url}/docs`), 'and where the API and docs are')
+  t.equal((await fetch(`${first.url}/docs`)).status, 200, 'docs are where it says')
   const res = await fetch(`${first.url}/api/health?ready=1`)
   t.equal(res.status, 200)
   t.same(await res.json(), { status: 'ok' })
@@ -55,23 +28,37 @@ t.test('the server boots on embedded Postgres, serves, and shuts down cleanly on
   t.match(first.output(), /shutting down/)
 
   // the embedded database was closed cleanly: a second boot on the same directory works
-  const second = await startServer({ DATA_DIR: dataDir })
+  const second = await startServer({ DATA_DIR: dataDir, ALLOW_DEV_ORG: 'false' })
   t.equal((await fetch(`${second.url}/api/health?ready=1`)).status, 200)
+  t.ok(messages(second.output()).includes(`migrations: the schema is up to date (${journal} in all, none to apply)`))
+  t.ok(messages(second.output()).some((m) => /^dev org: off/.test(m)))
   t.ok(second.kill('SIGINT'))
   t.equal(await second.exit, 0, 'exits 0 after SIGINT')
 })
 
-t.test('a bad configuration stops the process with the variable named', async (t) => {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-    env: { ...process.env, PORT: 'eighty', ALLOW_DEV_ORG: 'perhaps' },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let stderr = ''
-  child.stderr.on('data', (chunk) => { stderr += chunk })
-  const [code] = await once(child, 'exit')
-  t.equal(code, 1)
-  t.match(stderr, /PORT="eighty"/)
-  t.match(stderr, /ALLOW_DEV_ORG="perhaps"/)
+t.test('a bad configuration stops the process with the variable named and the allowed values', async (t) => {
+  const child = spawnServer({ PORT: 'eighty', ALLOW_DEV_ORG: 'perhaps', LOG_LEVEL: 'verbose', NODE_ENV: 'prod' })
+  t.equal(await child.exit, 1)
+  t.match(child.stderr(), /PORT="eighty": must be a whole number from 0 to 65535/)
+  t.match(child.stderr(), /ALLOW_DEV_ORG="perhaps": must be true or false/)
+  t.match(child.stderr(), /LOG_LEVEL="verbose": must be one of fatal, error, warn, info, debug, trace, silent/)
+  t.match(child.stderr(), /NODE_ENV="prod": must be one of development, production, test/)
+})
+
+t.test('a database that refuses the connection, or does not exist, is one sentence and exit 1', async (t) => {
+  const refused = spawnServer({ DATABASE_URL: 'postgres://cairn:s3cret@127.0.0.1:1/cairn' })
+  t.equal(await refused.exit, 1)
+  t.equal(refused.stderr(), 'cairn: cannot reach the database: Postgres at 127.0.0.1:1/cairn refused the connection (is Postgres running there?)\n')
+
+  const server = process.env.DATABASE_URL
+  if (!server) return
+  const missing = new URL(server)
+  missing.pathname = `/cairn_missing_${process.pid}`
+  missing.password = 's3cret'
+  const child = spawnServer({ DATABASE_URL: missing.toString() })
+  t.equal(await child.exit, 1)
+  t.equal(child.stderr(), `cairn: the database does not exist: Postgres at ${missing.hostname}:${missing.port || '5432'}/cairn_missing_${process.pid} (create it, or fix DATABASE_URL)\n`)
+  t.notMatch(child.output(), /s3cret/, 'never the password')
 })
 
 t.test('README quick start and CI agree with package.json', async (t) => {
@@ -79,6 +66,7 @@ t.test('README quick start and CI agree with package.json', async (t) => {
   t.match(readme, /npm ci && npm start/)
   t.match(readme, /npm ci && npm test/)
   const pkg = JSON.parse(readFileSync('package.json', 'utf8'))
-  t.match(pkg.scripts.start, /dist\/src\/server\.js/)
-  t.equal(pkg.scripts.prestart, 'npm run build', 'npm start builds first on a fresh clone')
+  t.equal(pkg.scripts.start, 'node scripts/start.mjs', 'npm start builds only when the sources changed, then serves')
+  t.equal(pkg.scripts.prepare, 'node scripts/build.mjs', 'npm ci builds')
+  t.notOk(pkg.scripts.prestart, 'no rebuild on every start')
 })

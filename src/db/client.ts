@@ -7,7 +7,9 @@ import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core'
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite'
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js'
 import postgres, { type Sql } from 'postgres'
+import { lockDataDir } from './data-dir-lock.js'
 import { unpackedBundle } from './pglite-extensions.js'
+import { pgliteTemplate } from './pglite-template.js'
 import * as schema from './schema.js'
 
 export type Schema = typeof schema
@@ -92,11 +94,23 @@ function preparedStatements<T extends Sql>(client: T): T {
 
 async function openPglite(dataDir: string): Promise<Database> {
   let location = dataDir
+  let lock: { release(): void } | null = null
   if (!dataDir.startsWith('memory://')) {
-    location = resolve(dataDir, 'pglite')
+    const dir = resolve(dataDir)
+    mkdirSync(dir, { recursive: true })
+    // before PGlite reads a byte: a second process on the directory stops here (contract 1.3)
+    lock = lockDataDir(dir)
+    location = resolve(dir, 'pglite')
     mkdirSync(location, { recursive: true })
   }
-  const lite = await PGlite.create(location, { extensions: { pg_trgm: unpackedBundle(pg_trgm) } })
+  let lite: PGlite
+  try {
+    const template = location.startsWith('memory://') ? undefined : pgliteTemplate(location)
+    lite = await PGlite.create(location, { extensions: { pg_trgm: unpackedBundle(pg_trgm) }, ...(template ? { loadDataDir: template } : {}) })
+  } catch (err) {
+    lock?.release()
+    throw err
+  }
   const db = drizzlePglite({ client: lite, schema }) as unknown as Db
   return {
     kind: 'pglite',
@@ -107,7 +121,11 @@ async function openPglite(dataDir: string): Promise<Database> {
       await db.execute(sql`select 1`)
     },
     async close() {
-      if (!lite.closed) await lite.close()
+      try {
+        if (!lite.closed) await lite.close()
+      } finally {
+        lock?.release()
+      }
     }
   }
 }

@@ -186,6 +186,14 @@ export async function listEventsAfter(db: Db, f: EventFilter): Promise<BusEvent[
   return rowsOf<EventRow>(result).map(fromRow)
 }
 
+/** The newest stored event of a run (id and type), or null when it has none (never, or pruned). */
+export async function lastEventOf(db: Db, orgId: string, runId: string): Promise<{ id: number; type: string } | null> {
+  const result = await db.execute(sql`
+    select id, type from run_events where run_id = ${runId} and org_id = ${orgId} order by id desc limit 1`)
+  const row = rowsOf<{ id: string | number; type: string }>(result)[0]
+  return row ? { id: Number(row.id), type: row.type } : null
+}
+
 export async function loadEventData(db: Db, orgId: string, id: number): Promise<Record<string, unknown>> {
   const result = await db.execute(sql`select data from run_events where org_id = ${orgId} and id = ${id}`)
   const row = rowsOf<{ data: Record<string, unknown> | string }>(result)[0]

@@ -3,13 +3,14 @@ import { ApiError, notFound } from '../../plugins/errors.js'
 import { sendStored } from '../../plugins/idempotency.js'
 import { newId } from '../db/ids.js'
 import { principalOf } from '../../plugins/principal.js'
-import { sseFrame } from '../../plugins/sse.js'
+import { parseLastEventId, sseFrame } from '../../plugins/sse.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
   ChatBody, ChatStream, CreateRunBody, ListRunsQuery, ListThreadsQuery, RootRunIdParams, RunEnvelope, RunIdParams,
   RunChangeStream, RunEventStream, RunPage, SseHeaders, ThreadDetail, ThreadPage
 } from '../../schemas/runs.js'
 import { EngineError, type Engine } from './engines/types.js'
+import { lastEventOf, TERMINAL_EVENTS } from './events.js'
 import {
   announceQueued, cancelRun, createRun, insertThreadRoot, decodeCursor, getRun, getThread, listRuns, listThreads, originOf, runToWire
 } from './runs-repo.js'
@@ -145,16 +146,24 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       operationId: 'streamRunEvents',
       tags: ['runs'],
-      summary: 'SSE: the run\'s events (history first, then live), ending with `event: end`',
+      summary: 'SSE: the run\'s events (history first, then live), ending with `event: end`; 204 when a finished run is resumed after its last event',
       params: RunIdParams,
       headers: SseHeaders,
-      response: { 200: RunEventStream, ...errorResponses(404) }
+      response: { 200: RunEventStream, 204: { type: 'null', description: 'the run finished and Last-Event-ID is its last event: nothing more will come' }, ...errorResponses(404) }
     }
   }, async (request, reply) => {
     const { orgId } = principalOf(request)
     const runId = request.params.id
     const run = await getRun(app.db, orgId, runId)
     if (!run) throw notFound('no such run in this organization')
+    // a client that already has the terminal event gets 204, which stops an EventSource
+    // from reconnecting forever (contract 5); thread-events has no such end, as a thread
+    // can always get another run
+    const lastEventId = parseLastEventId(request)
+    if (lastEventId !== null && TERMINAL_STATUSES.includes(run.status)) {
+      const last = await lastEventOf(app.db, orgId, runId)
+      if (last === null || (TERMINAL_EVENTS.has(last.type) && lastEventId >= last.id)) return reply.code(204).send(null)
+    }
     const stream = app.sse.open(request, reply)
     const end = (status: string) => {
       stream.write(sseFrame('end', JSON.stringify({ runId, status })))

@@ -10,9 +10,13 @@ const journal = JSON.parse(readFileSync(join(migrationsFolder(), 'meta', '_journ
 
 t.test('migrations apply once, and again is a no-op', async (t) => {
   const { database, url } = await createTestDatabase(t)
-  await migrateDatabase(database, url)
+  // createTestDatabase migrated it already: this is the second run
+  t.same(await migrateDatabase(database, url), { applied: 0, total: journal.entries.length }, 'reports none to apply')
   const applied = rowsOf<{ n: number }>(await database.db.execute(sql`select count(*)::int as n from drizzle.__drizzle_migrations`))
   t.equal(applied[0]!.n, journal.entries.length)
+  const fresh = await openDatabase({ dataDir: 'memory://' })
+  t.teardown(() => fresh.close())
+  t.same(await migrateDatabase(fresh), { applied: journal.entries.length, total: journal.entries.length }, 'a new database reports every migration applied')
 })
 
 t.test('two instances booting at once on one Postgres migrate exactly once', { skip: !process.env.DATABASE_URL && 'needs DATABASE_URL' }, async (t) => {
@@ -30,7 +34,8 @@ t.test('two instances booting at once on one Postgres migrate exactly once', { s
     await admin.db.execute(sql.raw(`drop database if exists "${fresh.pathname.slice(1)}" with (force)`))
     await admin.close()
   })
-  await Promise.all([migrateDatabase(a, fresh.toString()), migrateDatabase(b, fresh.toString())])
+  const reports = await Promise.all([migrateDatabase(a, fresh.toString()), migrateDatabase(b, fresh.toString())])
+  t.same(reports.map((r) => r.applied).sort(), [0, journal.entries.length], 'one applied them all, the other none')
   const applied = rowsOf<{ n: number }>(await a.db.execute(sql`select count(*)::int as n from drizzle.__drizzle_migrations`))
   t.equal(applied[0]!.n, journal.entries.length, 'one row per migration')
   const tables = rowsOf<{ n: number }>(await b.db.execute(sql`select count(*)::int as n from information_schema.tables where table_name = 'organizations'`))

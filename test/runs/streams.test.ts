@@ -48,9 +48,19 @@ t.test('/api/runs/:id/events: headers, full history, live, then end', async (t) 
   const again = await SseClient.open(`${base}/api/runs/${run.id}/events`)
   await again.until((c) => c.ended)
   t.same(again.frames.map((f) => f.id), client.frames.map((f) => f.id))
-  const after = await SseClient.open(`${base}/api/runs/${run.id}/events`, { headers: { 'last-event-id': String(ids.at(-1)) } })
-  await after.until((c) => c.ended)
-  t.same(after.frames.map((f) => f.event), ['end'])
+  // resumed after its terminal event: 204, so an EventSource stops reconnecting (contract 5)
+  for (const lastEventId of [ids.at(-1)!, ids.at(-1)! + 1000]) {
+    const done = await fetch(`${base}/api/runs/${run.id}/events`, { headers: { accept: 'text/event-stream', 'last-event-id': String(lastEventId) } })
+    t.equal(done.status, 204, `Last-Event-ID ${lastEventId === ids.at(-1) ? 'of the last event' : 'past the last event'}: 204`)
+    t.equal(await done.text(), '', 'no body')
+    t.equal(done.headers.get('x-service-release-fingerprint'), 'run-events-v1:dev', 'release headers set')
+    t.equal(done.headers.get('x-service-api-compat'), 'run-events-v1')
+  }
+  // resumed before its end: the rest, then end
+  const rest = await SseClient.open(`${base}/api/runs/${run.id}/events`, { headers: { 'last-event-id': String(ids.at(-2)) } })
+  await rest.until((c) => c.ended)
+  t.equal(rest.status, 200)
+  t.same(rest.frames.map((f) => f.event), ['run.succeeded', 'end'])
 
   const bad = await SseClient.open(`${base}/api/runs/${run.id}/events`, { headers: { 'last-event-id': 'abc' } })
   await bad.until((c) => c.ended)
