@@ -14,6 +14,7 @@ import idempotencyPlugin from '../plugins/idempotency.js'
 import ssePlugin from '../plugins/sse.js'
 import errorsPlugin, { ApiError } from '../plugins/errors.js'
 import featuresPlugin from '../plugins/features.js'
+import { refusingHostileInput } from '../plugins/hostile-input.js'
 import openapiPlugin from '../plugins/openapi.js'
 import principalPlugin from '../plugins/principal.js'
 import releasePlugin, { releaseHeaders } from '../plugins/release.js'
@@ -65,6 +66,7 @@ export interface BuildOptions {
 /**
  * Request bodies are validated strictly (no type coercion, unknown fields rejected by
  * the schemas); query strings and params are strings on the wire, so they are coerced.
+ * Every part is first checked for the strings and nesting contract 1.3 refuses.
  */
 function validatorFactory(externalSchemas: Record<string, unknown>): FastifySchemaCompiler<object> {
   const make = (coerceTypes: boolean | 'array') => {
@@ -75,7 +77,11 @@ function validatorFactory(externalSchemas: Record<string, unknown>): FastifySche
   }
   const strict = make(false)
   const coercing = make('array')
-  return ({ schema, httpPart }) => (httpPart === 'body' ? strict : coercing).compile(schema)
+  return ({ schema, httpPart }) => {
+    const validate = (httpPart === 'body' ? strict : coercing).compile(schema)
+    // headers cannot carry NUL or surrogates (Node's parser refuses them first)
+    return httpPart === 'headers' ? validate : refusingHostileInput(validate)
+  }
 }
 
 export async function buildApp({ config, database, apiPlugins = [], runMemory, runtime }: BuildOptions): Promise<FastifyInstance> {
