@@ -1,3 +1,5 @@
+import type { ErrorObject, ValidateFunction } from 'ajv'
+
 /**
  * Contract 1.3: strings holding U+0000 or a lone surrogate, and JSON nested deeper than 64
  * levels, are refused as `400 validation_failed` before any handler sees them. Postgres
@@ -85,26 +87,20 @@ export function findHostileInput(value: unknown): HostileInputError | null {
   }
 }
 
-/** A compiled validator as Fastify calls it: data (and Ajv's parent data) in, pass or fail out, failures on `errors`. */
-interface Validator {
-  (data: unknown, context?: unknown): unknown
-  errors?: unknown
-  schemaEnv?: unknown
-}
-
-/** Wraps a compiled validator so refused input fails it before the schema runs. */
-export function refusingHostileInput<V extends Validator>(validate: V): V {
-  const guarded: Validator = function guarded(data: unknown, context?: unknown) {
+/** Wraps a compiled Ajv validator so refused input fails it before the schema runs. */
+export function refusingHostileInput(validate: ValidateFunction): ValidateFunction {
+  const guarded = function (data: unknown, context?: Parameters<ValidateFunction>[1]) {
     const hostile = findHostileInput(data)
     if (hostile !== null) {
-      guarded.errors = [hostile]
+      guarded.errors = [hostile as ErrorObject]
       return false
     }
     const result = validate(data, context)
     guarded.errors = validate.errors
     return result
-  }
-  // Fastify passes the parent object only to validators that carry Ajv's schemaEnv (root coercion)
-  if (validate.schemaEnv !== undefined) guarded.schemaEnv = validate.schemaEnv
-  return guarded as V
+  } as ValidateFunction
+  // Fastify hands the parent object (for root coercion) only to a validator that carries Ajv's schemaEnv
+  guarded.schemaEnv = validate.schemaEnv
+  guarded.schema = validate.schema
+  return guarded
 }
