@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto'
 import cookie from '@fastify/cookie'
 import cors from '@fastify/cors'
 import rateLimit from '@fastify/rate-limit'
@@ -18,7 +17,8 @@ import { refusingHostileInput } from '../plugins/hostile-input.js'
 import openapiPlugin from '../plugins/openapi.js'
 import principalPlugin from '../plugins/principal.js'
 import releasePlugin, { releaseHeaders } from '../plugins/release.js'
-import securityHeaders from '../plugins/security-headers.js'
+import securityHeaders, { fixedHeaders } from '../plugins/security-headers.js'
+import { clientErrorHandler, frameworkErrors, MAX_PARAM_LENGTH, requestIdOf } from '../plugins/router-refusals.js'
 import requestGuards from '../plugins/request-guards.js'
 import { ErrorBody } from '../schemas/common.js'
 import { seedDevOrg } from './auth/dev-org.js'
@@ -85,13 +85,26 @@ function validatorFactory(externalSchemas: Record<string, unknown>): FastifySche
 }
 
 export async function buildApp({ config, database, apiPlugins = [], runMemory, runtime }: BuildOptions): Promise<FastifyInstance> {
+  const fixedHeadersFor = fixedHeaders(releaseHeaders(config.release))
   const app = Fastify({
     logger: {
       level: config.LOG_LEVEL,
       redact: ['req.headers.authorization', 'req.headers.cookie', 'res.headers["set-cookie"]']
     },
-    requestIdHeader: 'x-request-id',
-    genReqId: () => randomUUID(),
+    // contract 1.3: the client's x-request-id only when it is a sane tracing id
+    requestIdHeader: false,
+    genReqId: requestIdOf,
+    // router-level refusals answer like every other error (plugins/router-refusals.ts)
+    maxParamLength: MAX_PARAM_LENGTH,
+    frameworkErrors: frameworkErrors(fixedHeadersFor),
+    clientErrorHandler: clientErrorHandler(fixedHeadersFor),
+    // a request (headers and body) not received within this is 408; Node checks its open
+    // requests every connectionsCheckingInterval, so that bounds how late the 408 comes
+    requestTimeout: config.REQUEST_TIMEOUT_MS,
+    http: {
+      headersTimeout: Math.min(60_000, config.REQUEST_TIMEOUT_MS),
+      connectionsCheckingInterval: Math.min(1000, config.REQUEST_TIMEOUT_MS)
+    },
     // a hop count is valid at run time (proxy-addr) though Fastify's types omit it
     trustProxy: config.TRUST_PROXY as boolean | string[],
     bodyLimit: config.BODY_LIMIT,
