@@ -95,7 +95,7 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
     requestIdHeader: false,
     genReqId: requestIdOf,
     // router-level refusals answer like every other error (plugins/router-refusals.ts)
-    maxParamLength: MAX_PARAM_LENGTH,
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     frameworkErrors: frameworkErrors(fixedHeadersFor),
     clientErrorHandler: clientErrorHandler(fixedHeadersFor),
     // a request (headers and body) not received within this is 408; Node checks its open

@@ -49,6 +49,10 @@ async function listening(t: Teardown, env: Record<string, string> = {}) {
   return { app, port: address.port }
 }
 
+// one app for every case (building one per case takes too long on a busy machine); a
+// short request timeout for the 408 case, which none of the others comes near
+const { app, port } = await listening(t, { REQUEST_TIMEOUT_MS: '1000' })
+
 function refusal(t: Test, res: RawAnswer | { statusCode: number; headers: Record<string, unknown>; body: string }, status: number, error: string) {
   const code = 'status' in res ? res.status : res.statusCode
   t.equal(code, status, `${status} ${error}`)
@@ -64,14 +68,12 @@ function refusal(t: Test, res: RawAnswer | { statusCode: number; headers: Record
 }
 
 t.test('headers too large: 431 headers_too_large written on the socket, with our headers', async (t) => {
-  const { port } = await listening(t)
   const res = await raw(port, [`GET /api/health HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`])
   refusal(t, res, 431, 'headers_too_large')
   t.match(res.headers['x-request-id'], /^[0-9a-f-]{36}$/)
 })
 
 t.test('an over-long URL: 414 uri_too_long, whether Node, the router or the 404 handler sees it first', async (t) => {
-  const { app, port } = await listening(t)
   refusal(t, await raw(port, [`GET /api/runs/${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`]), 414, 'uri_too_long')
   const param = await app.inject({ method: 'GET', url: `/api/runs/${'a'.repeat(101)}` })
   refusal(t, param, 414, 'uri_too_long')
@@ -81,7 +83,6 @@ t.test('an over-long URL: 414 uri_too_long, whether Node, the router or the 404 
 })
 
 t.test('a malformed URL: 400 bad_request, from the router or from Node', async (t) => {
-  const { app, port } = await listening(t)
   for (const url of ['/api/runs/%zz', '/api/runs/%ED%A0%80', '/api/runs/%C0%AF']) {
     refusal(t, await app.inject({ method: 'GET', url }), 400, 'bad_request')
   }
@@ -90,7 +91,6 @@ t.test('a malformed URL: 400 bad_request, from the router or from Node', async (
 })
 
 t.test('a known path with another method: 405 with Allow; an unknown path stays 404', async (t) => {
-  const app = await buildTestApp(t)
   const runs = await app.inject({ method: 'DELETE', url: '/api/runs?limit=1' })
   refusal(t, runs, 405, 'method_not_allowed')
   t.equal(runs.headers.allow, 'GET, HEAD, POST')
@@ -106,7 +106,6 @@ t.test('a known path with another method: 405 with Allow; an unknown path stays 
 })
 
 t.test('a body not finished within REQUEST_TIMEOUT_MS: 408 request_timeout, and the handler never runs', async (t) => {
-  const { app, port } = await listening(t, { REQUEST_TIMEOUT_MS: '300' })
   const before = await app.inject({ method: 'GET', url: '/api/runs' })
   const res = await raw(port, [
     'POST /api/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n',
@@ -119,7 +118,6 @@ t.test('a body not finished within REQUEST_TIMEOUT_MS: 408 request_timeout, and 
 })
 
 t.test('x-request-id is echoed only when it is at most 128 visible ASCII characters', async (t) => {
-  const app = await buildTestApp(t)
   const echo = async (id: string) => (await app.inject({ method: 'GET', url: '/api/health', headers: { 'x-request-id': id } })).headers['x-request-id']
   t.equal(await echo('a'.repeat(128)), 'a'.repeat(128))
   t.equal(await echo('trace-1/2:3'), 'trace-1/2:3')
