@@ -90,13 +90,16 @@ const resolve = (doc: { components?: { schemas?: Record<string, Schema> } }, sch
   return resolve(doc, doc.components?.schemas?.[schema.$ref.split('/').pop()!])
 }
 
-/** The operations of the document (WebSocket upgrades left out: they answer 101, not a body). */
+/**
+ * The operations of the document. A WebSocket route (it answers 101) gets plain GETs:
+ * its parameters, principal and checks run before any upgrade, and that is where hostile
+ * input lands; the frames after an upgrade are not HTTP input.
+ */
 function operationsOf(doc: { paths: Record<string, Record<string, { parameters?: Parameter[]; requestBody?: { content?: Record<string, { schema?: Schema }> }; responses?: Record<string, { content?: Record<string, unknown> }> }>> }): Operation[] {
   const out: Operation[] = []
   for (const [path, methods] of Object.entries(doc.paths)) {
     for (const [method, op] of Object.entries(methods)) {
       const responses = op.responses ?? {}
-      if ('101' in responses) continue
       const params = op.parameters ?? []
       out.push({
         method: method.toUpperCase(),
@@ -244,7 +247,7 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
 
   const doc = app.swagger() as Parameters<typeof operationsOf>[0]
   const operations = operationsOf(doc)
-  t.ok(operations.length >= 40, `the document lists ${operations.length} operations`)
+  t.ok(operations.length >= 42, `the document lists ${operations.length} operations`)
 
   let requests = 0
   let noAnswer = 0
@@ -301,7 +304,15 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     const values = [...input.values].filter(([, v]) => v !== undefined).map(([p, v]) => `${p.in}:${p.name}=${shown(v)}`)
     return `${op.method} ${op.path} as ${input.principal} ${values.join(' ')} body=${shown(input.body)}`
   }
+  // the one 5xx that is not a fault: a feature this deployment has switched off (the fuzz
+  // app runs without a sandbox provider), answered as the contract says
+  const switchedOff = (res: Sent) => res.status === 503 && /^\{"error":"(sandbox|desktop)_unavailable"/.test(res.body)
+  let featureOff = 0
   const check = (op: Operation, input: Input, res: Sent) => {
+    if (switchedOff(res)) {
+      featureOff++
+      return true
+    }
     if (res.status >= 500 || (res.status === 0 && op.sse)) {
       failures.push(`${res.status} ${describe(op, input)} -> ${res.body.slice(0, 300)}`)
       return false
@@ -375,7 +386,8 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
       fc.asyncProperty(inputArb, async ({ principal, params, body }) => {
         const input: Input = { principal, values: new Map(op.params.map((p, i) => [p, params[i]])), body }
         const res = await send(op, input)
-        return res.status < 500 && !(res.status === 0 && op.sse)
+        if (switchedOff(res)) featureOff++
+        return switchedOff(res) || (res.status < 500 && !(res.status === 0 && op.sse))
       }),
       { seed: seed++, numRuns: RUNS, endOnFailure: true }
     )
@@ -389,5 +401,5 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   const health = await app.inject({ method: 'GET', url: '/api/health' })
   t.equal(health.statusCode, 200, 'the service still answers')
   t.same(failures, [], `no 5xx: ${failures.length} found`)
-  t.comment(`fuzz: ${operations.length} operations, ${requests} requests, ${failures.length} 5xx, ${noAnswer} closed without an answer, ${((Date.now() - started) / 1000).toFixed(1)} s, seed ${SEED}, database ${app.testDb.url ? 'postgres' : 'pglite'}`)
+  t.comment(`fuzz: ${operations.length} operations, ${requests} requests, ${failures.length} 5xx, ${featureOff} 503 sandbox_unavailable, ${noAnswer} closed without an answer, ${((Date.now() - started) / 1000).toFixed(1)} s, seed ${SEED}, database ${app.testDb.url ? 'postgres' : 'pglite'}`)
 })
