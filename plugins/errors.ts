@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import { allowedMethods, MAX_PATH_LENGTH } from './router-refusals.js'
 
 /**
  * A failure the client is meant to see: a status, the contract's identifier and a
@@ -46,10 +47,11 @@ const STATUS_IDENTIFIERS: Record<number, string> = {
   409: 'conflict',
   412: 'precondition_failed',
   413: 'payload_too_large',
+  414: 'uri_too_long',
   415: 'unsupported_media_type',
   416: 'range_not_satisfiable',
   429: 'rate_limited',
-  431: 'request_header_fields_too_large',
+  431: 'headers_too_large',
   503: 'service_unavailable'
 }
 
@@ -103,7 +105,16 @@ export default fp(async function errorsPlugin(app: FastifyInstance) {
     return reply.code(status).type('application/json; charset=utf-8').send(body)
   })
 
+  // contract 1.3: a known path with another method is 405 with Allow; an over-long unknown one is 414
   app.setNotFoundHandler(function notFoundHandler(request, reply) {
-    return reply.code(404).send({ error: 'not_found', message: `no route for ${request.method} ${request.url.split('?')[0]}` })
+    const path = request.url.split('?')[0]!
+    if (path.length > MAX_PATH_LENGTH) {
+      return reply.code(414).send({ error: 'uri_too_long', message: `the path is longer than ${MAX_PATH_LENGTH} characters` })
+    }
+    const allow = allowedMethods(this, request.url)
+    if (allow.length > 0) {
+      return reply.code(405).header('allow', allow.join(', ')).send({ error: 'method_not_allowed', message: `${request.method} is not allowed here; allowed: ${allow.join(', ')}` })
+    }
+    return reply.code(404).send({ error: 'not_found', message: `no route for ${request.method} ${path}` })
   })
 }, { name: 'errors', fastify: '5.x' })

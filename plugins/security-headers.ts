@@ -83,14 +83,22 @@ export interface SecurityHeadersOptions {
  * that says so in X-Forwarded-Proto when TRUST_PROXY trusts it.
  */
 export default fp(async function securityHeaders(app: FastifyInstance, opts: SecurityHeadersOptions) {
-  const api = Object.freeze({ ...API_HEADERS, ...opts.apiHeaders })
-  const apiPlain = withoutHsts(api)
+  const headersFor = fixedHeaders(opts.apiHeaders)
   // a callback hook, not an async one: it runs on every request, and a promise per hook
   // per request is measurable on the cheapest routes (bench/foundation.ts)
   app.addHook('onRequest', function setResponseHeaders(request, reply, done) {
-    const secure = request.protocol === 'https'
-    reply.headers(isApiPath(request.url) ? (secure ? api : apiPlain) : (secure ? PAGE_HEADERS : PAGE_PLAIN))
+    reply.headers(headersFor(request.url, request.protocol === 'https'))
     reply.header('x-request-id', request.id)
     done()
   })
 }, { name: 'security-headers', fastify: '5.x' })
+
+/**
+ * The fixed headers of an answer to `url`, as the hook sets them; also for the answers
+ * written where no hook runs (plugins/router-refusals.ts).
+ */
+export function fixedHeaders(apiHeaders: Readonly<Record<string, string>> = {}): (url: string, secure: boolean) => Readonly<Record<string, string>> {
+  const api = Object.freeze({ ...API_HEADERS, ...apiHeaders })
+  const apiPlain = withoutHsts(api)
+  return (url, secure) => (isApiPath(url) ? (secure ? api : apiPlain) : (secure ? PAGE_HEADERS : PAGE_PLAIN))
+}

@@ -79,7 +79,9 @@ function lockBuilds() {
     let holder = NaN
     try {
       holder = Number(readFileSync(file, 'utf8'))
-    } catch {}
+    } catch {
+      // no lock file, or unreadable: nothing to clear
+    }
     if (Number.isInteger(holder) && holder > 0 && !alive(holder)) rmSync(file, { force: true })
     else pause(200)
   }
@@ -91,7 +93,9 @@ function linkDist(hash) {
   const target = join('.build', hash)
   try {
     if (lstatSync(dist).isSymbolicLink() && readlinkSync(dist) === target) return
-  } catch {}
+  } catch {
+    // no dist yet
+  }
   const temp = join(root, `.dist-${process.pid}-${randomBytes(4).toString('hex')}`)
   symlinkSync(target, temp)
   try {

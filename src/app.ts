@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto'
 import cookie from '@fastify/cookie'
 import cors from '@fastify/cors'
 import rateLimit from '@fastify/rate-limit'
@@ -13,10 +12,12 @@ import idempotencyPlugin from '../plugins/idempotency.js'
 import ssePlugin from '../plugins/sse.js'
 import errorsPlugin, { ApiError } from '../plugins/errors.js'
 import featuresPlugin from '../plugins/features.js'
+import { refusingHostileInput } from '../plugins/hostile-input.js'
 import openapiPlugin from '../plugins/openapi.js'
 import principalPlugin from '../plugins/principal.js'
 import releasePlugin, { releaseHeaders } from '../plugins/release.js'
-import securityHeaders from '../plugins/security-headers.js'
+import securityHeaders, { fixedHeaders } from '../plugins/security-headers.js'
+import { clientErrorHandler, frameworkErrors, MAX_PARAM_LENGTH, requestIdOf } from '../plugins/router-refusals.js'
 import requestGuards from '../plugins/request-guards.js'
 import { ErrorBody } from '../schemas/common.js'
 import { seedDevOrg } from './auth/dev-org.js'
@@ -65,6 +66,7 @@ export interface BuildOptions {
 /**
  * Request bodies are validated strictly (no type coercion, unknown fields rejected by
  * the schemas); query strings and params are strings on the wire, so they are coerced.
+ * Every part is first checked for the strings and nesting contract 1.3 refuses.
  */
 function validatorFactory(externalSchemas: Record<string, unknown>): FastifySchemaCompiler<object> {
   const make = (coerceTypes: boolean | 'array') => {
@@ -75,17 +77,34 @@ function validatorFactory(externalSchemas: Record<string, unknown>): FastifySche
   }
   const strict = make(false)
   const coercing = make('array')
-  return ({ schema, httpPart }) => (httpPart === 'body' ? strict : coercing).compile(schema)
+  return ({ schema, httpPart }) => {
+    const validate = (httpPart === 'body' ? strict : coercing).compile(schema)
+    // headers cannot carry NUL or surrogates (Node's parser refuses them first)
+    return httpPart === 'headers' ? validate : refusingHostileInput(validate)
+  }
 }
 
 export async function buildApp({ config, database, apiPlugins = [], runMemory, runtime }: BuildOptions): Promise<FastifyInstance> {
+  const fixedHeadersFor = fixedHeaders(releaseHeaders(config.release))
   const app = Fastify({
     logger: {
       level: config.LOG_LEVEL,
       redact: ['req.headers.authorization', 'req.headers.cookie', 'res.headers["set-cookie"]']
     },
-    requestIdHeader: 'x-request-id',
-    genReqId: () => randomUUID(),
+    // contract 1.3: the client's x-request-id only when it is a sane tracing id
+    requestIdHeader: false,
+    genReqId: requestIdOf,
+    // router-level refusals answer like every other error (plugins/router-refusals.ts)
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    frameworkErrors: frameworkErrors(fixedHeadersFor),
+    clientErrorHandler: clientErrorHandler(fixedHeadersFor),
+    // a request (headers and body) not received within this is 408; Node checks its open
+    // requests every connectionsCheckingInterval, so that bounds how late the 408 comes
+    requestTimeout: config.REQUEST_TIMEOUT_MS,
+    http: {
+      headersTimeout: Math.min(60_000, config.REQUEST_TIMEOUT_MS),
+      connectionsCheckingInterval: Math.min(1000, config.REQUEST_TIMEOUT_MS)
+    },
     // a hop count is valid at run time (proxy-addr) though Fastify's types omit it
     trustProxy: config.TRUST_PROXY as boolean | string[],
     bodyLimit: config.BODY_LIMIT,

@@ -117,7 +117,9 @@ export function lockDataDir(dir: string): DataDirLock {
     if (readHolder(file)?.text === mine) {
       try {
         unlinkSync(file)
-      } catch {}
+      } catch {
+        // already gone
+      }
     }
   }
   // a process that exits without closing the database (process.exit) still frees it

@@ -1,0 +1,405 @@
+import fc from 'fast-check'
+import t from 'tap'
+import { DEV_ORG } from '../src/auth/dev-org.js'
+import { createSession } from '../src/auth/sessions.js'
+import { addFacts } from './memory/helpers.js'
+import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from './helper.js'
+
+/**
+ * Issue 11, item 6: every operation of the OpenAPI document, every parameter and body
+ * field, hostile values (contract 1.3 and the usual suspects), as a session user, the dev
+ * org and an API key, over real HTTP. Any 5xx (or no answer) fails, naming the operation
+ * and the input. The document is the only list of routes, so later route groups are
+ * covered as soon as they are documented.
+ *
+ * Bounded: a fixed seed, one request per (field, kind of hostile value), then
+ * FUZZ_RUNS random combinations per operation (default 15). FUZZ_SEED picks another seed.
+ */
+const SEED = Number(process.env.FUZZ_SEED ?? 20261123)
+const RUNS = Number(process.env.FUZZ_RUNS ?? 15)
+const REQUEST_TIMEOUT_MS = 20_000
+// about a minute per database on two cores; the margin is for a busy CI machine
+t.setTimeout(600_000)
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json }
+interface Schema {
+  $ref?: string
+  type?: string | string[]
+  properties?: Record<string, Schema>
+  required?: string[]
+  items?: Schema
+  anyOf?: Schema[]
+  oneOf?: Schema[]
+  allOf?: Schema[]
+  enum?: Json[]
+  const?: Json
+  format?: string
+  pattern?: string
+  minLength?: number
+  maxLength?: number
+  minimum?: number
+  maximum?: number
+  minItems?: number
+  default?: Json
+  additionalProperties?: boolean | Schema
+}
+interface Parameter {
+  in: 'path' | 'query' | 'header' | 'cookie'
+  name: string
+  required?: boolean
+  schema?: Schema
+}
+interface Operation {
+  method: string
+  path: string
+  params: Parameter[]
+  body: Schema | undefined
+  /** answers with an event stream (or may): read only its status and headers */
+  sse: boolean
+}
+
+/**
+ * Deep nesting travels as a token that is expanded in the JSON text (and in URL values):
+ * JSON.stringify itself overflows the stack a few thousand levels down.
+ */
+const deepToken = (depth: number): string => `@@deep${depth}@@`
+const nested = (depth: number): string => `${'{"a":['.repeat(depth >> 1)}${depth % 2 === 1 ? '{}' : '1'}${']}'.repeat(depth >> 1)}`
+const expandDeep = (text: string): string => text.replace(/"?@@deep(\d+)@@"?/g, (_m, depth: string) => nested(Number(depth)))
+const MEGABYTE = 'x'.repeat(1 << 20)
+// just under the body limit with a little JSON around it, so the string reaches the schemas and the handlers
+const ALMOST_MEGABYTE = 'y'.repeat((1 << 20) - 4096)
+
+/** The kinds of hostile value every field and parameter gets at least once. */
+const HOSTILE: Record<string, fc.Arbitrary<Json>> = {
+  nul: fc.string({ maxLength: 6 }).map((s) => `${s}\u0000${s}`),
+  loneSurrogate: fc.tuple(fc.string({ maxLength: 4 }), fc.integer({ min: 0xd800, max: 0xdfff })).map(([s, c]) => `${s}${String.fromCharCode(c)}${s}`),
+  deep: fc.oneof(fc.integer({ min: 65, max: 200 }), fc.integer({ min: 4000, max: 20_000 })).map(deepToken),
+  wrongType: fc.oneof(fc.boolean(), fc.constant(null), fc.array(fc.integer(), { maxLength: 3 }), fc.dictionary(fc.string({ maxLength: 5 }), fc.integer(), { maxKeys: 3 }), fc.integer(), fc.double({ noNaN: true, noDefaultInfinity: true })),
+  hugeNumber: fc.constantFrom(1e308, -1e308, 2 ** 53 + 2, 1e21, 2 ** 31, 2 ** 63, 1.2345678901234568e29),
+  negative: fc.oneof(fc.integer({ min: -(2 ** 40), max: -1 }), fc.constantFrom(-1, -0.5, -1e308)),
+  empty: fc.constantFrom<Json>('', [], {}),
+  megabyte: fc.constantFrom(MEGABYTE, ALMOST_MEGABYTE),
+  unicode: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 24 }),
+  proto: fc.constantFrom<Json>('__proto__', 'constructor', JSON.parse('{"__proto__":{"admin":true}}'), JSON.parse('{"constructor":{"prototype":{"admin":true}}}')),
+  injection: fc.constantFrom("' OR 1=1 --", '../../../etc/passwd', '%00', '\\u0000', '${jndi:ldap://x}', '<script>', 'null', 'NaN', '-0', '1e309', '0x10', ' ')
+}
+const hostileAny = fc.oneof(...Object.values(HOSTILE))
+
+const resolve = (doc: { components?: { schemas?: Record<string, Schema> } }, schema: Schema | undefined): Schema | undefined => {
+  if (schema?.$ref === undefined) return schema
+  return resolve(doc, doc.components?.schemas?.[schema.$ref.split('/').pop()!])
+}
+
+/**
+ * The operations of the document. A WebSocket route (it answers 101) gets plain GETs:
+ * its parameters, principal and checks run before any upgrade, and that is where hostile
+ * input lands; the frames after an upgrade are not HTTP input.
+ */
+function operationsOf(doc: { paths: Record<string, Record<string, { parameters?: Parameter[]; requestBody?: { content?: Record<string, { schema?: Schema }> }; responses?: Record<string, { content?: Record<string, unknown> }> }>> }): Operation[] {
+  const out: Operation[] = []
+  for (const [path, methods] of Object.entries(doc.paths)) {
+    for (const [method, op] of Object.entries(methods)) {
+      const responses = op.responses ?? {}
+      const params = op.parameters ?? []
+      out.push({
+        method: method.toUpperCase(),
+        path,
+        params,
+        body: resolve(doc as never, op.requestBody?.content?.['application/json']?.schema),
+        sse: params.some((p) => p.in === 'header' && p.name.toLowerCase() === 'last-event-id') ||
+          Object.values(responses).some((r) => r.content !== undefined && 'text/event-stream' in r.content)
+      })
+    }
+  }
+  return out
+}
+
+/** A value the schema accepts, as far as a simple reading of it goes (so the hostile field is the one refused). */
+function validValue(doc: object, raw: Schema | undefined, name: string, ids: Record<string, string[]>): Json {
+  const schema = resolve(doc as never, raw)
+  if (schema === undefined) return 'x'
+  if (schema.const !== undefined) return schema.const
+  if (schema.enum !== undefined) return schema.enum[0]!
+  const options = schema.anyOf ?? schema.oneOf
+  if (options) return validValue(doc, options.find((o) => resolve(doc as never, o)?.type !== 'null') ?? options[0], name, ids)
+  if (schema.allOf) return validValue(doc, schema.allOf[0], name, ids)
+  const type = Array.isArray(schema.type) ? schema.type.find((x) => x !== 'null') : schema.type
+  switch (type) {
+    case 'boolean':
+      return true
+    case 'integer':
+    case 'number':
+      return schema.minimum ?? (schema.default as number | undefined) ?? 1
+    case 'array':
+      return Array.from({ length: schema.minItems ?? 1 }, () => validValue(doc, schema.items, name, ids))
+    case 'object': {
+      const out: Record<string, Json> = {}
+      for (const [key, property] of Object.entries(schema.properties ?? {})) {
+        if (schema.required?.includes(key)) out[key] = validValue(doc, property, key, ids)
+      }
+      return out
+    }
+    default: {
+      if (schema.format === 'email') return `fuzz-${Math.random().toString(36).slice(2)}@example.test`
+      if (schema.format === 'date-time') return new Date().toISOString()
+      const known = ids[name]?.[0]
+      if (known !== undefined) return known
+      if (name === 'password') return 'correct horse battery staple'
+      return 'f'.repeat(Math.max(1, schema.minLength ?? 1))
+    }
+  }
+}
+
+/** The places a value can go in one request: each parameter, each body field (nested), and the whole body. */
+type Slot = { kind: 'param'; param: Parameter } | { kind: 'body'; path: string[] }
+
+function bodySlots(doc: object, schema: Schema | undefined, path: string[] = [], depth = 0): string[][] {
+  const resolved = resolve(doc as never, schema)
+  const out: string[][] = [path]
+  if (resolved === undefined || depth > 3) return out
+  for (const [key, property] of Object.entries(resolved.properties ?? {})) out.push(...bodySlots(doc, property, [...path, key], depth + 1))
+  if (resolved.items) out.push(...bodySlots(doc, resolved.items, [...path, '0'], depth + 1))
+  // a field the schema does not name, and a prototype key
+  if (resolved.type === 'object' || resolved.properties) out.push([...path, 'unexpectedField'], [...path, '__proto__'])
+  return out
+}
+
+function setAt(root: Json, path: string[], value: Json): Json {
+  if (path.length === 0) return value
+  const base: Json = root !== null && typeof root === 'object' ? structuredClone(root) : {}
+  let node = base as Record<string, Json>
+  for (let i = 0; i < path.length - 1; i++) {
+    const key = path[i]!
+    const next = node[key]
+    const child: Json = next !== null && typeof next === 'object' ? next : /^\d+$/.test(path[i + 1]!) ? [] : {}
+    // defineProperty, so that `__proto__` becomes an own key as in parsed JSON
+    Object.defineProperty(node, key, { value: child, enumerable: true, writable: true, configurable: true })
+    node = child as Record<string, Json>
+  }
+  Object.defineProperty(node, path[path.length - 1]!, { value, enumerable: true, writable: true, configurable: true })
+  return base
+}
+
+/** A value as text for a URL or header: strings as they are, the rest as JSON. */
+const asText = (value: Json): string => expandDeep(typeof value === 'string' ? value : JSON.stringify(value))
+
+/** Percent-encodes like encodeURIComponent, but writes a lone surrogate as its (invalid) 3-byte UTF-8 form instead of throwing. */
+function encodeLoosely(value: string): string {
+  return value.replace(/[\ud800-\udbff][\udc00-\udfff]|[\s\S]/g, (c) => {
+    const code = c.charCodeAt(0)
+    if (c.length === 1 && code >= 0xd800 && code <= 0xdfff) {
+      return [0xe0 | (code >> 12), 0x80 | ((code >> 6) & 0x3f), 0x80 | (code & 0x3f)].map((b) => `%${b.toString(16).toUpperCase()}`).join('')
+    }
+    return encodeURIComponent(c)
+  })
+}
+
+interface Input {
+  principal: 'session' | 'dev' | 'key'
+  values: Map<Parameter, Json | undefined>
+  body: Json | undefined
+}
+
+interface Sent {
+  status: number
+  body: string
+}
+
+t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document', async (t) => {
+  const started = Date.now()
+  const app = await buildTestApp(t, {
+    env: {
+      AUTH_RATE_LIMIT_PER_IP: '1000000',
+      AUTH_RATE_LIMIT_PER_ACCOUNT: '1000000',
+      SANDBOX_PROVIDER: 'none',
+      RUN_POLL_MS: '50'
+    }
+  })
+  const base = await app.listen({ port: 0, host: '127.0.0.1' })
+
+  // real resources, so path parameters can name things that exist
+  const owner = await signUpWithOrg(app)
+  const key = await mintKey(app, owner.cookie, 'fuzz principal')
+  const spareKey = await mintKey(app, owner.cookie, 'fuzz target')
+  const member = await signUp(app)
+  await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
+  const ownerRun = (await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: owner.cookie }, payload: { prompt: 'remember: the fuzz run' } })).json().run
+  const devRun = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'a dev run' } })).json().run
+  await addFacts(app.db, owner.org.id, 'org', '', ['an owner fact'])
+  await addFacts(app.db, DEV_ORG.id, 'org', '', ['a dev fact'])
+  const items = async (headers: Record<string, string>) => ((await app.inject({ method: 'GET', url: '/api/memory/browse', headers })).json().items as Array<{ id: string }>).map((i) => i.id)
+  const memoryIds = [...(await items({ cookie: owner.cookie })), ...(await items({}))]
+  t.ok(ownerRun?.id && devRun?.id && memoryIds.length >= 2, 'fixtures exist')
+  const runIds = [ownerRun.id as string, devRun.id as string]
+  // by parameter name; anything else gets every id (the principal's own user and key are left out, so they survive)
+  const ids: Record<string, string[]> = {
+    orgId: [owner.org.id, DEV_ORG.id],
+    organizationId: [owner.org.id, DEV_ORG.id],
+    userId: [member.user.id],
+    id: [...runIds, spareKey.id, ...memoryIds],
+    runId: runIds,
+    rootRunId: runIds,
+    threadId: runIds,
+    tool: ['shell', 'browser'],
+    approvalId: ['0190b8f0-0000-7000-8000-000000000000']
+  }
+  const everyId = [...new Set(Object.values(ids).flat())]
+
+  const doc = app.swagger() as Parameters<typeof operationsOf>[0]
+  const operations = operationsOf(doc)
+  t.ok(operations.length >= 42, `the document lists ${operations.length} operations`)
+
+  let requests = 0
+  let noAnswer = 0
+  const failures: string[] = []
+
+  async function send(op: Operation, input: Input): Promise<Sent> {
+    let path = op.path
+    const query: string[] = []
+    const headers: Record<string, string> = {}
+    for (const [param, value] of input.values) {
+      if (value === undefined) continue
+      if (param.in === 'path') path = path.replace(`{${param.name}}`, encodeLoosely(asText(value)))
+      else if (param.in === 'query') {
+        for (const v of Array.isArray(value) ? value : [value]) query.push(`${encodeURIComponent(param.name)}=${encodeLoosely(asText(v))}`)
+      } else if (param.in === 'header') {
+        const text = asText(value)
+        // a header can carry only visible Latin-1; clients cannot send anything else
+        if (/^[\x20-\x7e\x80-\xff]*$/.test(text) && text.length < 8000) headers[param.name] = text
+      }
+    }
+    path = path.replace(/\{[^}]+\}/g, 'missing')
+    if (input.principal === 'session') headers.cookie = `cairn_session=${(await createSession(app.db, owner.user.id, owner.org.id)).token}`
+    if (input.principal === 'key') headers.authorization = key.authorization
+    let body: string | undefined
+    if (input.body !== undefined && op.method !== 'GET' && op.method !== 'HEAD') {
+      headers['content-type'] = 'application/json'
+      body = expandDeep(JSON.stringify(input.body))
+    }
+    requests++
+    try {
+      const res = await fetch(`${base}${path}${query.length > 0 ? `?${query.join('&')}` : ''}`, {
+        method: op.method,
+        headers,
+        ...(body !== undefined ? { body } : {}),
+        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS)
+      })
+      if (res.headers.get('content-type')?.startsWith('text/event-stream')) {
+        await res.body?.cancel()
+        return { status: res.status, body: '(event stream)' }
+      }
+      return { status: res.status, body: await res.text() }
+    } catch (err) {
+      // the server closed the connection (a refusal Node answers and closes on, or a hang)
+      noAnswer++
+      return { status: (err as Error).name === 'TimeoutError' ? 599 : 0, body: String(err) }
+    }
+  }
+
+  const describe = (op: Operation, input: Input) => {
+    const shown = (v: Json | undefined) => {
+      const text = JSON.stringify(v) ?? 'undefined'
+      return text.length > 200 ? `${text.slice(0, 200)}… (${text.length} chars)` : text
+    }
+    const values = [...input.values].filter(([, v]) => v !== undefined).map(([p, v]) => `${p.in}:${p.name}=${shown(v)}`)
+    return `${op.method} ${op.path} as ${input.principal} ${values.join(' ')} body=${shown(input.body)}`
+  }
+  // the one 5xx that is not a fault: a feature this deployment has switched off (the fuzz
+  // app runs without a sandbox provider), answered as the contract says
+  const switchedOff = (res: Sent) => res.status === 503 && /^\{"error":"(sandbox|desktop)_unavailable"/.test(res.body)
+  let featureOff = 0
+  const check = (op: Operation, input: Input, res: Sent) => {
+    if (switchedOff(res)) {
+      featureOff++
+      return true
+    }
+    if (res.status >= 500 || (res.status === 0 && op.sse)) {
+      failures.push(`${res.status} ${describe(op, input)} -> ${res.body.slice(0, 300)}`)
+      return false
+    }
+    return true
+  }
+
+  /**
+   * Contract 1.3: what is refused whatever the route (and, on an event stream, before it
+   * opens): NUL, lone surrogates and deep nesting in any body field or path value, and a
+   * Last-Event-ID that is not an event id.
+   */
+  const mustRefuse = (slot: Slot, kind: string, value: Json): boolean => {
+    if (slot.kind === 'body' || slot.param.in === 'path') return kind === 'nul' || kind === 'loneSurrogate' || kind === 'deep'
+    if (slot.param.in === 'header' && slot.param.name.toLowerCase() === 'last-event-id') {
+      const text = asText(value)
+      return /^[\x20-\x7e]+$/.test(text) && text.length < 8000 && text.trim() !== '' && !/^\d{1,15}$/.test(text.trim())
+    }
+    return false
+  }
+
+  const principals = ['session', 'dev', 'key'] as const
+  const baseline = (op: Operation, principal: Input['principal']): Input => {
+    const values = new Map<Parameter, Json | undefined>()
+    for (const param of op.params) {
+      if (param.in === 'path') values.set(param, (ids[param.name] ?? everyId)[0]!)
+      else if (param.required) values.set(param, validValue(doc, param.schema, param.name, ids))
+    }
+    return { principal, values, body: op.body ? validValue(doc, op.body, '', ids) : undefined }
+  }
+
+  let seed = SEED
+  for (const op of operations) {
+    // 1. every slot gets every kind of hostile value, as each principal in turn
+    const slots: Slot[] = [...op.params.map((param): Slot => ({ kind: 'param', param })), ...(op.body ? bodySlots(doc, op.body).map((path): Slot => ({ kind: 'body', path })) : [])]
+    let turn = 0
+    for (const slot of slots) {
+      for (const [kind, arbitrary] of Object.entries(HOSTILE)) {
+        const [value] = fc.sample(arbitrary, { seed: seed++, numRuns: 1 }) as [Json]
+        const input = baseline(op, principals[turn++ % principals.length]!)
+        if (slot.kind === 'param') input.values.set(slot.param, value)
+        else input.body = setAt(input.body ?? {}, slot.path, value)
+        const res = await send(op, input)
+        if (check(op, input, res) && mustRefuse(slot, kind, value) && (res.status < 400 || res.status >= 500)) {
+          failures.push(`${res.status}, not a 4xx: ${describe(op, input)} -> ${res.body.slice(0, 200)}`)
+        }
+      }
+    }
+    if (op.body) {
+      // nesting as deep as the body limit allows
+      const input = baseline(op, 'dev')
+      input.body = deepToken(200_000)
+      check(op, input, await send(op, input))
+    }
+
+    // 2. random mixes of real ids, valid values and hostile ones in every slot at once
+    const paramArb = (param: Parameter): fc.Arbitrary<Json | undefined> => param.in === 'path'
+      ? fc.oneof(fc.constantFrom(...(ids[param.name] ?? everyId)), hostileAny, fc.string())
+      : fc.oneof(fc.constant(undefined), fc.constant(validValue(doc, param.schema, param.name, ids)), hostileAny)
+    const inputArb = fc.record({
+      principal: fc.constantFrom(...principals),
+      params: fc.tuple(...op.params.map(paramArb)),
+      body: op.body
+        ? fc.oneof(
+            fc.constant(validValue(doc, op.body, '', ids)).chain((valid) => fc.tuple(fc.constantFrom(...bodySlots(doc, op.body)), hostileAny).map(([path, value]) => setAt(valid, path, value))),
+            hostileAny
+          )
+        : fc.constant(undefined)
+    })
+    const result = await fc.check(
+      fc.asyncProperty(inputArb, async ({ principal, params, body }) => {
+        const input: Input = { principal, values: new Map(op.params.map((p, i) => [p, params[i]])), body }
+        const res = await send(op, input)
+        if (switchedOff(res)) featureOff++
+        return switchedOff(res) || (res.status < 500 && !(res.status === 0 && op.sse))
+      }),
+      { seed: seed++, numRuns: RUNS, endOnFailure: true }
+    )
+    if (result.failed && result.counterexample) {
+      const [{ principal, params, body }] = result.counterexample
+      const input: Input = { principal, values: new Map(op.params.map((p, i) => [p, params[i]])), body }
+      check(op, input, await send(op, input))
+    }
+  }
+
+  const health = await app.inject({ method: 'GET', url: '/api/health' })
+  t.equal(health.statusCode, 200, 'the service still answers')
+  t.same(failures, [], `no 5xx: ${failures.length} found`)
+  t.comment(`fuzz: ${operations.length} operations, ${requests} requests, ${failures.length} 5xx, ${featureOff} 503 sandbox_unavailable, ${noAnswer} closed without an answer, ${((Date.now() - started) / 1000).toFixed(1)} s, seed ${SEED}, database ${app.testDb.url ? 'postgres' : 'pglite'}`)
+})
