@@ -56,7 +56,7 @@ async function setup(t: Teardown, env: Record<string, string> = {}) {
   const app = await buildTestApp(t, {
     env: {
       OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dataDir,
-      TOOL_APPROVAL_POLL_MS: '50', ...env
+      TOOL_APPROVAL_POLL_MS: '50', SANDBOX_UNCONFINED: 'true', ...env
     }
   })
   const owner = await signUpWithOrg(app)
