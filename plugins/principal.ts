@@ -221,7 +221,7 @@ async function listenForInvalidations(app: FastifyInstance, identity: IdentityRe
     }
     if (!Value.Check(IdentityNotice, notice) || notice.from === self || !notice.change) return
     try {
-      identity.applied(notice.change as IdentityChange)
+      identity.dispatch(notice.change as IdentityChange)
     } catch (err) {
       app.log.error({ err }, 'identity change listener failed')
     }

@@ -112,7 +112,7 @@ export class IdentityResolver {
    */
   async invalidate(change?: IdentityChange): Promise<void> {
     this.clear()
-    if (change) this.applied(change)
+    if (change) this.dispatch(change)
     await this.broadcast(change)
   }
 
@@ -123,7 +123,7 @@ export class IdentityResolver {
   }
 
   /** Runs the listeners for a change (made here, or heard from another instance). */
-  applied(change: IdentityChange): void {
+  dispatch(change: IdentityChange): void {
     for (const listener of this.listeners) listener(change)
   }
 

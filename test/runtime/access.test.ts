@@ -91,7 +91,7 @@ t.test('dev org on: a real socket from a non-loopback interface gets 401', { ski
   t.equal(res.status, 401)
   t.equal(res.body.error, 'unauthorized')
   const config = await fetch(`${base.replace('ws:', 'http:')}/api/config`)
-  t.equal((await config.json()).allowDevOrg, false, '/api/config tells that caller the dev org is closed to it')
+  t.equal(((await config.json()) as { allowDevOrg: boolean }).allowDevOrg, false, '/api/config tells that caller the dev org is closed to it')
   const runs = await fetch(`${base.replace('ws:', 'http:')}/api/runs`)
   t.equal(runs.status, 401)
   t.equal(app.runtime.sockets.size, 0)
