@@ -70,9 +70,22 @@ export function isLoopback(ip: string): boolean {
   return family !== 0 && loopback.check(ip, family === 4 ? 'ipv4' : 'ipv6')
 }
 
-/** Whether this request may act in the dev org: dev-org access on, and the caller on this host (contract 2.2). */
+/**
+ * Whether the Host the client asked for names this machine. A page on a foreign name that
+ * its DNS points at 127.0.0.1 (DNS rebinding) comes from loopback and passes the Origin
+ * checks, since Origin and Host agree; the Host it sends is still the foreign name.
+ */
+function loopbackHost(request: FastifyRequest): boolean {
+  const name = request.hostname.replace(/^\[|\]$/g, '').toLowerCase()
+  return name === '' || name === 'localhost' || name.endsWith('.localhost') || isLoopback(name)
+}
+
+/**
+ * Whether this request may act in the dev org (contract 2.2): dev-org access on, the
+ * caller on this host, and asking for this host by a loopback name.
+ */
 export function devOrgFor(request: FastifyRequest, allowDevOrg: boolean): boolean {
-  return allowDevOrg && isLoopback(request.ip)
+  return allowDevOrg && isLoopback(request.ip) && loopbackHost(request)
 }
 
 export interface PrincipalOptions {

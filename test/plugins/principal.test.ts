@@ -108,3 +108,15 @@ t.test('a present but dead session cookie is 401 and cleared, never the dev org'
   t.equal(other.statusCode, 200, 'another cookie alone is no session cookie: the dev fallback')
   t.equal(other.headers['set-cookie'], undefined)
 })
+
+t.test('dev-org access on: a loopback caller asking for a foreign host name (DNS rebinding) gets 401', async (t) => {
+  const app = await scopedApp(t, true)
+  for (const host of ['evil.example:3000', 'evil.example', '192.0.2.2:3000', '[2001:db8::1]:3000']) {
+    const res = await app.inject({ method: 'GET', url: '/api/default', headers: { host } })
+    t.equal(res.statusCode, 401, host)
+  }
+  for (const host of ['localhost:3000', 'LOCALHOST', 'app.localhost:3000', '127.0.0.1:3000', '127.0.0.2', '[::1]:3000']) {
+    const res = await app.inject({ method: 'GET', url: '/api/default', headers: { host } })
+    t.equal(res.statusCode, 200, host)
+  }
+})
