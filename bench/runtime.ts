@@ -4,7 +4,7 @@ import { spawn } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { LocalSandboxProvider } from '../src/runtime/local-sandbox.js'
+import { LocalSandboxProvider, probeBubblewrap } from '../src/runtime/local-sandbox.js'
 import { load, startServer, table, type Result } from './lib.js'
 
 const RUN = '0190b8f0-0000-7000-8000-00000000be01'
@@ -42,10 +42,10 @@ async function sandboxExec(): Promise<string> {
   try {
     const rows: Array<[string, number]> = []
     rows.push(['spawn /bin/true (baseline)', await timeMany(n, () => new Promise((resolve) => spawn('/bin/true').once('close', resolve)))])
-    const plain = await new LocalSandboxProvider({ ...options, confinement: 'none' }).create({ orgId: 'bench', threadId: 'plain' })
+    const plain = await new LocalSandboxProvider({ ...options, confinement: 'none', unconfined: true }).create({ orgId: 'bench', threadId: 'plain' })
     rows.push(['sandbox exec `true`, plain process', await timeMany(n, () => plain.exec('true'))])
-    const boxed = new LocalSandboxProvider({ ...options, confinement: 'auto' })
-    if (boxed.confinement === 'bwrap') {
+    if (probeBubblewrap().ok) {
+      const boxed = new LocalSandboxProvider({ ...options, confinement: 'bwrap', unconfined: false })
       const sandbox = await boxed.create({ orgId: 'bench', threadId: 'bwrap' })
       rows.push(['sandbox exec `true`, bubblewrap', await timeMany(n, () => sandbox.exec('true'))])
     }

@@ -18,7 +18,8 @@ export interface ModelInfo {
  */
 export interface Features {
   auth: { google: boolean; emailPassword: boolean }
-  sandboxProvider: string
+  /** where tools run; `available: false` with a `reason` when nowhere (contract 1.3) */
+  sandbox: { provider: string; available: boolean; confinement: string | null; reason: string | null }
   capabilities: { github: boolean; slack: boolean; memory: boolean; toolGateway: boolean }
   artifactsFidelity: 'full' | 'preview'
   /** sources of engines and models; each reports only what is ready right now */
@@ -34,7 +35,7 @@ declare module 'fastify' {
 export default fp(async function featuresPlugin(app: FastifyInstance) {
   const features: Features = {
     auth: { google: false, emailPassword: false },
-    sandboxProvider: 'none',
+    sandbox: { provider: 'none', available: false, confinement: null, reason: 'no sandbox provider is configured' },
     capabilities: { github: false, slack: false, memory: false, toolGateway: false },
     artifactsFidelity: 'preview',
     catalogs: []

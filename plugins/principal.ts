@@ -1,7 +1,11 @@
+import { BlockList, isIP } from 'node:net'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import { Type } from 'typebox'
+import { Value } from 'typebox/value'
 import { DEV_ORG, DEV_USER } from '../src/auth/dev-org.js'
-import { IdentityResolver } from '../src/auth/identity.js'
+import { IdentityResolver, type IdentityChange } from '../src/auth/identity.js'
+import { newId } from '../src/db/ids.js'
 import type { Role } from '../src/auth/tables.js'
 import { ApiError } from './errors.js'
 import { keyMayReach } from './key-allowlist.js'
@@ -52,7 +56,40 @@ export function routeScopes(scope: Scope | readonly Scope[] | undefined): readon
   return typeof scope === 'string' ? [scope] : scope
 }
 
+const loopback = new BlockList()
+loopback.addSubnet('127.0.0.0', 8, 'ipv4')
+loopback.addAddress('::1', 'ipv6')
+
+/**
+ * Whether a client address is this host (127.0.0.0/8, ::1, ::ffff:127.x). Callers pass
+ * `request.ip`, which TRUST_PROXY has already resolved: behind a trusted proxy it is the
+ * client's address, never the proxy's.
+ */
+export function isLoopback(ip: string): boolean {
+  const family = isIP(ip)
+  return family !== 0 && loopback.check(ip, family === 4 ? 'ipv4' : 'ipv6')
+}
+
+/**
+ * Whether the Host the client asked for names this machine. A page on a foreign name that
+ * its DNS points at 127.0.0.1 (DNS rebinding) comes from loopback and passes the Origin
+ * checks, since Origin and Host agree; the Host it sends is still the foreign name.
+ */
+function loopbackHost(request: FastifyRequest): boolean {
+  const name = request.hostname.replace(/^\[|\]$/g, '').toLowerCase()
+  return name === '' || name === 'localhost' || name.endsWith('.localhost') || isLoopback(name)
+}
+
+/**
+ * Whether this request may act in the dev org (contract 2.2): dev-org access on, the
+ * caller on this host, and asking for this host by a loopback name.
+ */
+export function devOrgFor(request: FastifyRequest, allowDevOrg: boolean): boolean {
+  return allowDevOrg && isLoopback(request.ip) && loopbackHost(request)
+}
+
 export interface PrincipalOptions {
+  /** ALLOW_DEV_ORG: anonymous loopback callers act in the dev org */
   allowDevOrg: boolean
   /** `__Host-cairn_session` with Secure (production), or `cairn_session` */
   secureCookie: boolean
@@ -120,18 +157,25 @@ export default fp(async function principalPlugin(app: FastifyInstance, opts: Pri
       const token = bearerToken(authorization)
       const key = token === null ? null : await identity.key(token)
       if (!key) throw unauthorized()
+      // a key the dev org minted (before the dev principal lost that right) is dev-org
+      // access: it works only where the dev fallback would
+      if (key.orgId === DEV_ORG.id && !devOrgFor(request, opts.allowDevOrg)) throw unauthorized()
       return { kind: 'key', orgId: key.orgId, userId: null, role: 'member', keyId: key.id }
     }
     const token = sessionCookie.read(request)
     if (token !== undefined) {
       const session = await identity.session(token)
-      if (session) {
-        if (session.extended) sessionCookie.set(reply, token, session.expiresAt)
-        if (session.orgId === null || session.role === null) throw noOrganization()
-        return { kind: 'user', orgId: session.orgId, userId: session.userId, role: session.role, sessionId: session.id }
+      if (!session) {
+        // a dead cookie is a signed-out browser, not an anonymous one: it never falls
+        // through to the dev org, and it is cleared so the browser stops sending it
+        sessionCookie.clear(reply)
+        throw unauthorized()
       }
+      if (session.extended) sessionCookie.set(reply, token, session.expiresAt)
+      if (session.orgId === null || session.role === null) throw noOrganization()
+      return { kind: 'user', orgId: session.orgId, userId: session.userId, role: session.role, sessionId: session.id }
     }
-    if (opts.allowDevOrg) return devPrincipal
+    if (devOrgFor(request, opts.allowDevOrg)) return devPrincipal
     throw unauthorized()
   }
 
@@ -162,26 +206,54 @@ export default fp(async function principalPlugin(app: FastifyInstance, opts: Pri
 const sessionRequired = () => new ApiError(403, 'session_required', 'this route needs a signed-in session, not an API key')
 const keyNotAllowed = () => new ApiError(401, 'unauthorized', 'API keys may not call this route')
 
+const IdentityNotice = Type.Object({
+  from: Type.String(),
+  change: Type.Optional(Type.Union([
+    Type.Object({ kind: Type.Literal('session-ended'), sessionId: Type.String() }),
+    Type.Object({ kind: Type.Literal('membership-removed'), orgId: Type.String(), userId: Type.String() })
+  ]))
+})
+
 /**
  * Other instances clear their identity caches when this one changes a session, a
- * membership or a key (Postgres LISTEN/NOTIFY; PGlite has the same within its process).
+ * membership or a key, and hear what changed (a session ended, a membership removed)
+ * so they can close what they hold for it (Postgres LISTEN/NOTIFY; PGlite has the same
+ * within its process). The payload is `{from, change?}` JSON, ids only.
  */
 async function listenForInvalidations(app: FastifyInstance, identity: IdentityResolver): Promise<void> {
   const { pg, lite } = app.database
+  // this instance's own notices come back to it: the change was applied when it was made
+  const self = newId()
+  const heard = (payload: string) => {
+    identity.clear()
+    let notice: unknown
+    try {
+      notice = JSON.parse(payload)
+    } catch {
+      return
+    }
+    if (!Value.Check(IdentityNotice, notice) || notice.from === self || !notice.change) return
+    try {
+      identity.dispatch(notice.change as IdentityChange)
+    } catch (err) {
+      app.log.error({ err }, 'identity change listener failed')
+    }
+  }
+  const payloadOf = (change?: IdentityChange) => JSON.stringify(change ? { from: self, change } : { from: self })
   if (pg) {
     // the third callback runs on every (re)connect: notifications missed while the
     // connection was down cannot be replayed, so forget everything then too
-    const { unlisten } = await pg.listen(INVALIDATION_CHANNEL, () => identity.clear(), () => identity.clear())
-    identity.broadcast = async () => {
-      await pg.notify(INVALIDATION_CHANNEL, '')
+    const { unlisten } = await pg.listen(INVALIDATION_CHANNEL, heard, () => identity.clear())
+    identity.broadcast = async (change) => {
+      await pg.notify(INVALIDATION_CHANNEL, payloadOf(change))
     }
     app.addHook('onClose', async () => {
       await unlisten().catch(() => {})
     })
   } else if (lite) {
-    const unlisten = await lite.listen(INVALIDATION_CHANNEL, () => identity.clear())
-    identity.broadcast = async () => {
-      await lite.query(`notify ${INVALIDATION_CHANNEL}`)
+    const unlisten = await lite.listen(INVALIDATION_CHANNEL, heard)
+    identity.broadcast = async (change) => {
+      await lite.query('select pg_notify($1, $2)', [INVALIDATION_CHANNEL, payloadOf(change)])
     }
     app.addHook('preClose', async () => {
       if (!lite.closed) await unlisten().catch(() => {})

@@ -66,7 +66,11 @@ export const EnvSchema = Type.Object({
   }),
   SANDBOX_CONFINEMENT: Type.Union([Type.Literal('auto'), Type.Literal('bwrap'), Type.Literal('none')], {
     default: 'auto',
-    description: 'local provider: auto (bubblewrap when it works, else plain processes with a warning), bwrap (refuse to start without it) or none'
+    description: 'local provider: auto (bubblewrap when it works, else no sandbox unless SANDBOX_UNCONFINED=true), bwrap (refuse to start without it) or none (never bubblewrap; needs SANDBOX_UNCONFINED=true)'
+  }),
+  SANDBOX_UNCONFINED: Type.Boolean({
+    default: false,
+    description: 'allow sandbox commands, terminals and desktops to run as plain processes with the service user\'s rights when bubblewrap cannot confine them (default: no sandbox then, 503 sandbox_unavailable)'
   }),
   SANDBOX_NETWORK: Type.Boolean({ default: false, description: 'give sandboxed commands network access (bubblewrap only; default no network)' }),
   SANDBOX_EXEC_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'wall-clock limit of one sandbox command' }),
@@ -133,6 +137,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const values = parsed as Env
   if (values.MEMORY_BACKEND === 'http' && !values.MEMORY_URL) {
     throw new ConfigError('invalid configuration:\n  MEMORY_URL: required when MEMORY_BACKEND=http')
+  }
+  if (values.SANDBOX_CONFINEMENT === 'none' && !values.SANDBOX_UNCONFINED) {
+    throw new ConfigError('invalid configuration:\n  SANDBOX_CONFINEMENT=none: runs commands outside bubblewrap; it needs SANDBOX_UNCONFINED=true')
   }
   const release = `${API_COMPAT}:${values.SERVICE_COMMIT ?? 'dev'}`
   return {

@@ -21,6 +21,17 @@ export interface ResolvedSession extends SessionRecord {
 const MAX_ENTRIES = 10_000
 
 /**
+ * An identity change other parts of the service may need to act on (the runtime closes
+ * the sockets it opened for that session or membership). Crosses instances as JSON on
+ * the identity NOTIFY, so it holds ids only.
+ */
+export type IdentityChange =
+  | { kind: 'session-ended'; sessionId: string }
+  | { kind: 'membership-removed'; orgId: string; userId: string }
+
+export type IdentityChangeListener = (change: IdentityChange) => void
+
+/**
  * Turns a session token or an API key into who is calling, with a very short cache.
  *
  * Why a cache at all: a database round trip per request costs more than the 25% of
@@ -39,8 +50,9 @@ export class IdentityResolver {
 
   private readonly db: Db
   private readonly ttlMs: number
-  /** tells other instances to clear their caches; set once the channel is open */
-  broadcast: () => Promise<void> = async () => {}
+  private readonly listeners = new Set<IdentityChangeListener>()
+  /** tells other instances to clear their caches (and what changed); set once the channel is open */
+  broadcast: (change?: IdentityChange) => Promise<void> = async () => {}
 
   constructor(db: Db, ttlMs: number) {
     this.db = db
@@ -93,10 +105,26 @@ export class IdentityResolver {
     return resolved
   }
 
-  /** Forgets everything here and tells the other instances to do the same. */
-  async invalidate(): Promise<void> {
+  /**
+   * Forgets everything here and tells the other instances to do the same. A `change` is
+   * applied here at once (before the caller answers) and on every other instance when
+   * its notification arrives.
+   */
+  async invalidate(change?: IdentityChange): Promise<void> {
     this.clear()
-    await this.broadcast()
+    if (change) this.dispatch(change)
+    await this.broadcast(change)
+  }
+
+  /** Subscribes to identity changes made on any instance; returns the unsubscribe. */
+  onChange(listener: IdentityChangeListener): () => void {
+    this.listeners.add(listener)
+    return () => this.listeners.delete(listener)
+  }
+
+  /** Runs the listeners for a change (made here, or heard from another instance). */
+  dispatch(change: IdentityChange): void {
+    for (const listener of this.listeners) listener(change)
   }
 
   /** Forgets everything here (what a broadcast from another instance does). */

@@ -61,8 +61,12 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
   async function requireSession(request: FastifyRequest, reply: FastifyReply) {
     if (request.headers.authorization !== undefined) throw unauthorized()
     const token = sessionCookie.read(request)
-    const session = token === undefined ? null : await identity.session(token)
-    if (!session || token === undefined) throw unauthorized()
+    if (token === undefined) throw unauthorized()
+    const session = await identity.session(token)
+    if (!session) {
+      sessionCookie.clear(reply)
+      throw unauthorized()
+    }
     if (session.extended) sessionCookie.set(reply, token, session.expiresAt)
     return session
   }
@@ -71,8 +75,9 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
   async function startSession(request: FastifyRequest, reply: FastifyReply, userId: string) {
     const old = sessionCookie.read(request)
     if (old !== undefined) {
-      await deleteSession(db, hashSecret(old))
-      await identity.invalidate()
+      const sessionId = hashSecret(old)
+      await deleteSession(db, sessionId)
+      await identity.invalidate({ kind: 'session-ended', sessionId })
     }
     const session = await createSession(db, userId)
     sessionCookie.set(reply, session.token, session.expiresAt)
@@ -135,9 +140,8 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     if (token !== undefined) {
       const sessionId = hashSecret(token)
       await deleteSession(db, sessionId)
-      await identity.invalidate()
-      // open terminal and desktop sockets of this session close at once (1008)
-      app.runtime.sockets.close({ sessionId }, 'signed out')
+      // on every instance: caches forget it, its terminal and desktop sockets close (1008)
+      await identity.invalidate({ kind: 'session-ended', sessionId })
     }
     sessionCookie.clear(reply)
     return reply.code(204).send(null)
@@ -233,8 +237,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     const session = await requireSession(request, reply)
     const actorRole = await requireOrgAdmin(request.params.orgId, session.userId)
     await removeMember(db, request.params.orgId, actorRole, request.params.userId)
-    await identity.invalidate()
-    app.runtime.sockets.close({ orgId: request.params.orgId, userId: request.params.userId }, 'membership removed')
+    await identity.invalidate({ kind: 'membership-removed', orgId: request.params.orgId, userId: request.params.userId })
     return reply.code(204).send(null)
   })
 

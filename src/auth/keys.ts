@@ -8,10 +8,12 @@ import { listKeys, mintKey, revokeKey } from './api-keys.js'
 
 const tags = ['keys']
 
-/** API keys (contract 2.3): org-admin; mint and revoke need a session, never a key. */
+/** API keys (contract 2.3): org-admin; mint and revoke need a session, never a key; mint needs a real user. */
 const keys: FastifyPluginAsyncTypebox = async (app) => {
+  // a real signed-in user: the dev fallback mints nothing (contract 2.2), or a key would
+  // carry loopback-only dev access to any address
   app.post('', {
-    config: { scope: ['admin', 'session'] },
+    config: { scope: ['admin', 'session', 'user'] },
     schema: {
       operationId: 'mintApiKey',
       tags, summary: 'Mint an API key for the organization; the key is shown in this answer only',

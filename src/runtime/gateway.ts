@@ -36,8 +36,10 @@ export interface ToolResult {
 
 export interface GatewayOptions {
   db: Db
-  /** null when SANDBOX_PROVIDER=none: sandbox tools answer an error */
+  /** null when there is no sandbox: sandbox tools answer an error naming `sandboxUnavailable` */
   sandboxes: SandboxManager | null
+  /** why there is no sandbox (SandboxStatus.reason) */
+  sandboxUnavailable?: string | null
   runs: RunDirectory
   events: RunEventWriter
   memory: MemorySearch
@@ -263,7 +265,7 @@ export class ToolGateway {
         const hits = await this.opts.memory.search({ orgId, runId, rootRunId }, args.query, args.limit ?? 10)
         return { ok: true, content: JSON.stringify({ items: hits }), truncated: false }
       }
-      if (!this.opts.sandboxes) return { ok: false, content: 'error: no sandbox provider is configured', truncated: false }
+      if (!this.opts.sandboxes) return { ok: false, content: `error: sandbox_unavailable: ${this.opts.sandboxUnavailable ?? 'no sandbox provider is configured'}`, truncated: false }
       const { sandbox, release } = await this.opts.sandboxes.acquire({ orgId, threadId: rootRunId })
       try {
         switch (tool) {

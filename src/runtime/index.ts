@@ -18,6 +18,7 @@ import {
   ToolPolicyParams
 } from '../../schemas/runtime.js'
 import { bridgeDesktop } from './desktop-proxy.js'
+import { sandboxUnavailable } from './service.js'
 import type { ApprovalRow } from './gateway.js'
 import { bridgeTerminal } from './terminal.js'
 import { assertSameOrigin } from './ws-guard.js'
@@ -44,9 +45,19 @@ function approvalView(row: ApprovalRow) {
 
 /** Tool policies, approvals, the terminal and the desktop proxy. */
 const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (app, opts) => {
-  const { gateway, runs, sandboxes } = app.runtime
+  const { gateway, runs, sandboxes, sockets } = app.runtime
   /** the thread a socket was admitted for, found before the upgrade */
   const admitted = new WeakMap<FastifyRequest, string>()
+
+  // sign-out and removed memberships, made on any instance, close the sockets opened
+  // here for them (1008)
+  const unsubscribe = app.identity.onChange((change) => {
+    if (change.kind === 'session-ended') sockets.close({ sessionId: change.sessionId }, 'signed out')
+    else sockets.close({ orgId: change.orgId, userId: change.userId }, 'membership removed')
+  })
+  app.addHook('onClose', async () => {
+    unsubscribe()
+  })
 
   // @fastify/websocket hides WebSocket routes from the API description; ours are part of
   // the product (spec section 4, streaming endpoints), so they are documented
@@ -139,13 +150,13 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
       assertSameOrigin(request, opts.corsOrigins)
       const { id } = request.params as { id: string }
       const thread = await threadOfRun(principalOf(request).orgId, id)
-      if (!sandboxes) throw new ApiError(503, 'sandbox_unavailable', 'no sandbox provider is configured')
+      if (!sandboxes) throw sandboxUnavailable(app.runtime.sandboxStatus)
       admitted.set(request, thread)
     }
   }, (socket, request) => {
     const threadId = admitted.get(request)!
     const principal = principalOf(request)
-    app.runtime.sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
+    sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
     return bridgeTerminal(socket, sandboxes!, { orgId: principalOf(request).orgId, threadId }, request.log)
   })
 
@@ -163,7 +174,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
       assertSameOrigin(request, opts.corsOrigins)
       const { threadId } = request.params as { threadId: string }
       if (!(await runs.threadExists(principalOf(request).orgId, threadId))) throw notFound('no such thread in this organization')
-      if (!sandboxes) throw new ApiError(503, 'sandbox_unavailable', 'no sandbox provider is configured')
+      if (!sandboxes) throw sandboxUnavailable(app.runtime.sandboxStatus)
       if (!sandboxes.provider.desktopAvailable) {
         throw new ApiError(503, 'desktop_unavailable', 'the desktop needs Xvfb and x11vnc on this server')
       }
@@ -172,7 +183,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
   }, (socket, request) => {
     const threadId = admitted.get(request)!
     const principal = principalOf(request)
-    app.runtime.sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
+    sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
     return bridgeDesktop(socket, sandboxes!, { orgId: principalOf(request).orgId, threadId }, request.log)
   })
 }

@@ -19,7 +19,12 @@ import {
 export interface LocalSandboxOptions {
   /** workspaces live in `<dataDir>/sandboxes/<org>/<thread>` */
   dataDir: string
+  /** SANDBOX_CONFINEMENT: auto (bubblewrap when it works), bwrap (required), none (never; needs `unconfined`) */
   confinement: 'auto' | 'bwrap' | 'none'
+  /** SANDBOX_UNCONFINED: the operator allows commands to run as plain processes when bubblewrap cannot confine them */
+  unconfined: boolean
+  /** whether bubblewrap works here (tests force an answer; probeBubblewrap otherwise) */
+  probe?: () => BubblewrapProbe
   network: boolean
   execTimeoutMs: number
   outputMaxBytes: number
@@ -41,20 +46,37 @@ export function findExecutable(name: string): string | null {
   return null
 }
 
+export interface BubblewrapProbe {
+  ok: boolean
+  /** false when the bwrap executable is missing altogether */
+  installed: boolean
+  /** for logs and test skips: may hold the host's error text */
+  reason: string
+}
+
 /**
  * Whether bubblewrap can build a sandbox here: it needs unprivileged user namespaces
  * (or root), which many container runtimes forbid. Checked once at boot.
  */
-export function probeBubblewrap(): { ok: boolean; reason: string } {
+export function probeBubblewrap(): BubblewrapProbe {
   const bwrap = findExecutable('bwrap')
-  if (!bwrap) return { ok: false, reason: 'bwrap is not installed' }
+  if (!bwrap) return { ok: false, installed: false, reason: 'bwrap is not installed' }
   const probe = spawnSync(bwrap, ['--unshare-all', '--die-with-parent', '--new-session', ...systemBinds(), '--proc', '/proc', '--dev', '/dev', '--', '/bin/sh', '-c', 'exit 0'], {
     timeout: 5000,
     encoding: 'utf8',
     env: { PATH: PATH_ENV }
   })
-  if (probe.status === 0) return { ok: true, reason: 'bubblewrap works' }
-  return { ok: false, reason: `bwrap cannot create a sandbox here: ${(probe.stderr || probe.error?.message || `exit ${probe.status}`).trim()}` }
+  if (probe.status === 0) return { ok: true, installed: true, reason: 'bubblewrap works' }
+  return { ok: false, installed: true, reason: `bwrap cannot create a sandbox here: ${(probe.stderr || probe.error?.message || `exit ${probe.status}`).trim()}` }
+}
+
+/**
+ * Thrown by the provider when it may not run commands: bubblewrap cannot confine them
+ * and the operator did not allow unconfined ones. The message is safe for clients
+ * (it names bubblewrap and the way out, never the host's error text).
+ */
+export class SandboxUnavailableError extends Error {
+  override name = 'SandboxUnavailableError'
 }
 
 /** The host's system directories, read-only; merged-/usr symlinks (/bin -> usr/bin) stay symlinks. */
@@ -73,7 +95,11 @@ function systemBinds(): string[] {
   return args
 }
 
-/** `local`: a directory per (org, thread), commands in bubblewrap when it works, plain processes otherwise. */
+/**
+ * `local`: a directory per (org, thread), commands in bubblewrap. Plain processes only
+ * when the operator says so (SANDBOX_UNCONFINED=true); otherwise, without a working
+ * bubblewrap, the constructor throws SandboxUnavailableError and there is no sandbox.
+ */
 export class LocalSandboxProvider implements SandboxProvider {
   readonly name = 'local'
   readonly confinement: 'bwrap' | 'none'
@@ -85,18 +111,25 @@ export class LocalSandboxProvider implements SandboxProvider {
     this.options = options
     this.root = resolve(options.dataDir, 'sandboxes')
     if (options.confinement === 'none') {
+      if (!options.unconfined) throw new SandboxUnavailableError('SANDBOX_CONFINEMENT=none runs commands outside bubblewrap; it needs SANDBOX_UNCONFINED=true')
       this.confinement = 'none'
       options.log.warn({}, 'SANDBOX_CONFINEMENT=none: sandbox commands run as plain processes with the service user\'s rights')
     } else {
-      const probe = probeBubblewrap()
+      const probe = (options.probe ?? probeBubblewrap)()
       if (probe.ok) {
         this.confinement = 'bwrap'
       } else if (options.confinement === 'bwrap') {
         throw new Error(`SANDBOX_CONFINEMENT=bwrap but ${probe.reason}`)
-      } else {
+      } else if (options.unconfined) {
         this.confinement = 'none'
         options.log.warn({ reason: probe.reason },
-          'SANDBOX WARNING: bubblewrap is unavailable; sandbox commands run as PLAIN processes with the service user\'s rights (install bubblewrap and allow user namespaces)')
+          'SANDBOX WARNING: bubblewrap is unavailable and SANDBOX_UNCONFINED=true; sandbox commands run as PLAIN processes with the service user\'s rights')
+      } else {
+        options.log.warn({ reason: probe.reason },
+          'no sandbox: bubblewrap is unavailable, so tools, terminals and desktops answer 503 sandbox_unavailable (install bubblewrap and allow user namespaces, or set SANDBOX_UNCONFINED=true to run commands unconfined)')
+        throw new SandboxUnavailableError(probe.installed
+          ? 'sandbox commands run only inside bubblewrap, and bubblewrap cannot create a sandbox on this server (it needs user namespaces); the operator may set SANDBOX_UNCONFINED=true to run them unconfined'
+          : 'sandbox commands run only inside bubblewrap, and bubblewrap (bwrap) is not installed on this server; the operator may set SANDBOX_UNCONFINED=true to run them unconfined')
       }
     }
     this.desktopAvailable = findExecutable('Xvfb') !== null && findExecutable('x11vnc') !== null

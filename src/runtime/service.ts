@@ -3,7 +3,8 @@ import fp from 'fastify-plugin'
 import type { WebSocket } from 'ws'
 import type { Config } from '../config.js'
 import { ToolGateway } from './gateway.js'
-import { LocalSandboxProvider } from './local-sandbox.js'
+import { ApiError } from '../../plugins/errors.js'
+import { LocalSandboxProvider, SandboxUnavailableError, type BubblewrapProbe } from './local-sandbox.js'
 import { dropRunEvents, noMemorySearch, noRunDirectory, type MemorySearch, type RunDirectory, type RunEventWriter } from './ports.js'
 import { SandboxManager, type SandboxProvider } from './sandbox.js'
 
@@ -17,11 +18,25 @@ export interface RuntimeWiring {
   memory?: MemorySearch
   /** replaces the provider SANDBOX_PROVIDER would choose */
   sandboxProvider?: SandboxProvider
+  /** replaces the local provider's bubblewrap probe (tests force "bwrap missing") */
+  bubblewrapProbe?: () => BubblewrapProbe
+}
+
+/** Whether tools, terminals and desktops have somewhere to run, as `GET /api/config` reports it. */
+export interface SandboxStatus {
+  /** the provider that runs them, or `none` */
+  provider: string
+  available: boolean
+  /** how commands are confined (`bwrap`; `none` only with SANDBOX_UNCONFINED=true); null without a provider */
+  confinement: string | null
+  /** why there is no sandbox (names bubblewrap when that is why); null when available */
+  reason: string | null
 }
 
 export interface Runtime {
-  /** null when SANDBOX_PROVIDER=none */
+  /** null when there is no sandbox (SANDBOX_PROVIDER=none, or no bubblewrap without SANDBOX_UNCONFINED) */
   sandboxes: SandboxManager | null
+  sandboxStatus: SandboxStatus
   gateway: ToolGateway
   runs: RunDirectory
   sockets: OpenSockets
@@ -74,28 +89,50 @@ export interface RuntimeServiceOptions {
   wiring?: RuntimeWiring | undefined
 }
 
-function providerFor(config: Config, app: FastifyInstance): SandboxProvider | null {
-  if (config.SANDBOX_PROVIDER === 'none') return null
-  return new LocalSandboxProvider({
-    dataDir: config.DATA_DIR,
-    confinement: config.SANDBOX_CONFINEMENT,
-    network: config.SANDBOX_NETWORK,
-    execTimeoutMs: config.SANDBOX_EXEC_TIMEOUT_MS,
-    outputMaxBytes: config.SANDBOX_OUTPUT_MAX_BYTES,
-    fileMaxBytes: config.SANDBOX_FILE_MAX_BYTES,
-    log: app.log
-  })
+/** The 503 of routes and tools that need a sandbox when there is none (contract 1.3). */
+export function sandboxUnavailable(status: SandboxStatus): ApiError {
+  return new ApiError(503, 'sandbox_unavailable', status.reason ?? 'no sandbox provider is available')
+}
+
+const NO_PROVIDER = 'no sandbox provider is configured (SANDBOX_PROVIDER=none)'
+
+function providerFor(config: Config, app: FastifyInstance, wiring: RuntimeWiring): { provider: SandboxProvider | null; reason: string | null } {
+  if (wiring.sandboxProvider) return { provider: wiring.sandboxProvider, reason: null }
+  if (config.SANDBOX_PROVIDER === 'none') return { provider: null, reason: NO_PROVIDER }
+  try {
+    return {
+      provider: new LocalSandboxProvider({
+        dataDir: config.DATA_DIR,
+        confinement: config.SANDBOX_CONFINEMENT,
+        unconfined: config.SANDBOX_UNCONFINED,
+        ...(wiring.bubblewrapProbe ? { probe: wiring.bubblewrapProbe } : {}),
+        network: config.SANDBOX_NETWORK,
+        execTimeoutMs: config.SANDBOX_EXEC_TIMEOUT_MS,
+        outputMaxBytes: config.SANDBOX_OUTPUT_MAX_BYTES,
+        fileMaxBytes: config.SANDBOX_FILE_MAX_BYTES,
+        log: app.log
+      }),
+      reason: null
+    }
+  } catch (err) {
+    if (err instanceof SandboxUnavailableError) return { provider: null, reason: err.message }
+    throw err
+  }
 }
 
 /** Shared runtime services, decorated at the root so the runs group's engines can reach the gateway. */
 export default fp(async function runtimeService(app: FastifyInstance, opts: RuntimeServiceOptions) {
   const { config, wiring = {} } = opts
-  const provider = wiring.sandboxProvider ?? providerFor(config, app)
+  const { provider, reason } = providerFor(config, app, wiring)
+  const sandboxStatus: SandboxStatus = provider
+    ? { provider: provider.name, available: true, confinement: provider.confinement, reason: null }
+    : { provider: 'none', available: false, confinement: null, reason }
   const sandboxes = provider ? new SandboxManager(provider, { idleMs: config.SANDBOX_IDLE_MS }) : null
   const runs = wiring.runs ?? noRunDirectory
   const gateway = new ToolGateway({
     db: app.db,
     sandboxes,
+    sandboxUnavailable: sandboxStatus.reason,
     runs,
     events: wiring.events ?? dropRunEvents,
     memory: wiring.memory ?? noMemorySearch,
@@ -105,8 +142,8 @@ export default fp(async function runtimeService(app: FastifyInstance, opts: Runt
     approvalPollMs: config.TOOL_APPROVAL_POLL_MS,
     log: app.log
   })
-  app.decorate('runtime', { sandboxes, gateway, runs, sockets: new OpenSockets() })
-  app.features.sandboxProvider = provider?.name ?? 'none'
+  app.decorate('runtime', { sandboxes, sandboxStatus, gateway, runs, sockets: new OpenSockets() })
+  app.features.sandbox = sandboxStatus
   // tools need somewhere to run and runs to belong to
   app.features.capabilities.toolGateway = sandboxes !== null && wiring.runs !== undefined
   if (provider) app.log.info({ provider: provider.name, confinement: provider.confinement, desktop: provider.desktopAvailable }, 'sandbox provider ready')

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { ApiError } from '../../plugins/errors.js'
+import { devOrgFor } from '../../plugins/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import { ClientConfig, Health, HealthQuery } from '../../schemas/system.js'
 
@@ -41,16 +42,17 @@ const system: FastifyPluginAsyncTypebox<SystemOptions> = async (app, opts) => {
       summary: 'What this deployment offers the client',
       response: { 200: ClientConfig, ...errorResponses() }
     }
-  }, async () => {
+  }, async (request) => {
     const { features } = app
     const catalogs = await Promise.all(features.catalogs.map((catalog) => catalog()))
     return {
       auth: features.auth,
-      allowDevOrg: opts.allowDevOrg,
+      // for this caller: the dev org serves loopback callers only (contract 2.2)
+      allowDevOrg: devOrgFor(request, opts.allowDevOrg),
       release: opts.release,
       engines: catalogs.flatMap((c) => c.engines),
       models: catalogs.flatMap((c) => c.models),
-      sandbox: { provider: features.sandboxProvider },
+      sandbox: features.sandbox,
       capabilities: features.capabilities,
       artifacts: { fidelity: features.artifactsFidelity }
     }

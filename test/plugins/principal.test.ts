@@ -3,7 +3,7 @@ import Fastify from 'fastify'
 import t from 'tap'
 import dbPlugin from '../../plugins/db.js'
 import errorsPlugin from '../../plugins/errors.js'
-import principalPlugin, { realUserId, type Scope } from '../../plugins/principal.js'
+import principalPlugin, { isLoopback, realUserId, type Scope } from '../../plugins/principal.js'
 import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
 import { createTestDatabase, type Teardown } from '../helper.js'
 
@@ -64,5 +64,59 @@ t.test('an unknown bearer token never falls back to the dev org', async (t) => {
     const res = await app.inject({ method: 'GET', url: '/api/org', headers: { authorization } })
     t.equal(res.statusCode, 401, authorization)
     t.equal(res.json().error, 'unauthorized')
+  }
+})
+
+t.test('isLoopback: 127.0.0.0/8, ::1 and IPv4-mapped 127.x only', async (t) => {
+  for (const ip of ['127.0.0.1', '127.255.3.4', '::1', '0:0:0:0:0:0:0:1', '::ffff:127.0.0.1', '::ffff:7f00:1']) t.ok(isLoopback(ip), ip)
+  for (const ip of ['10.0.0.1', '192.0.2.2', '128.0.0.1', '::ffff:10.0.0.1', 'fe80::1', '::', '0.0.0.0', 'localhost', '', '127.0.0.1.nip.io']) t.notOk(isLoopback(ip), ip)
+})
+
+t.test('dev-org access on: a caller from another address gets 401 as if it were off', async (t) => {
+  const app = await scopedApp(t, true)
+  for (const remoteAddress of ['203.0.113.7', '10.0.0.1', '::ffff:10.0.0.1', 'fe80::1', '2001:db8::1']) {
+    for (const name of ['default', 'org', 'admin', 'session', 'admin-session']) {
+      const res = await app.inject({ method: 'GET', url: `/api/${name}`, remoteAddress })
+      t.equal(res.statusCode, 401, `${remoteAddress} ${name}`)
+      t.same(res.json(), { error: 'unauthorized', message: 'sign in or send an API key' })
+    }
+    t.equal((await app.inject({ method: 'GET', url: '/api/public', remoteAddress })).statusCode, 200, 'public routes still answer')
+  }
+  for (const remoteAddress of ['127.0.0.1', '127.8.9.10', '::1', '::ffff:127.0.0.1']) {
+    const res = await app.inject({ method: 'GET', url: '/api/default', remoteAddress })
+    t.equal(res.statusCode, 200, remoteAddress)
+    t.equal(res.json().principal.kind, 'dev')
+  }
+})
+
+t.test('a present but dead session cookie is 401 and cleared, never the dev org', async (t) => {
+  const app = await scopedApp(t, true)
+  const unknown = `cairn_session=${'a'.repeat(40)}`
+  for (const cookie of [unknown, 'cairn_session=not-a-token', 'cairn_session=', `other=1; ${unknown}`]) {
+    for (const name of ['default', 'org', 'session', 'user']) {
+      const res = await app.inject({ method: 'GET', url: `/api/${name}`, headers: { cookie } })
+      t.equal(res.statusCode, 401, `${cookie} ${name}`)
+      t.same(res.json(), { error: 'unauthorized', message: 'sign in or send an API key' })
+      const cleared = res.cookies.find((c) => c.name === 'cairn_session')
+      t.ok(cleared, 'the cookie is cleared')
+      t.equal(cleared!.value, '')
+      t.ok(cleared!.expires!.getTime() <= Date.now(), 'expired at once')
+      t.match(cleared, { path: '/', httpOnly: true, sameSite: 'Lax' }, 'with the attributes it was set with')
+    }
+  }
+  const other = await app.inject({ method: 'GET', url: '/api/default', headers: { cookie: 'unrelated=1' } })
+  t.equal(other.statusCode, 200, 'another cookie alone is no session cookie: the dev fallback')
+  t.equal(other.headers['set-cookie'], undefined)
+})
+
+t.test('dev-org access on: a loopback caller asking for a foreign host name (DNS rebinding) gets 401', async (t) => {
+  const app = await scopedApp(t, true)
+  for (const host of ['evil.example:3000', 'evil.example', '192.0.2.2:3000', '[2001:db8::1]:3000']) {
+    const res = await app.inject({ method: 'GET', url: '/api/default', headers: { host } })
+    t.equal(res.statusCode, 401, host)
+  }
+  for (const host of ['localhost:3000', 'LOCALHOST', 'app.localhost:3000', '127.0.0.1:3000', '127.0.0.2', '[::1]:3000']) {
+    const res = await app.inject({ method: 'GET', url: '/api/default', headers: { host } })
+    t.equal(res.statusCode, 200, host)
   }
 })

@@ -56,7 +56,7 @@ async function setup(t: Teardown, env: Record<string, string> = {}) {
   const app = await buildTestApp(t, {
     env: {
       OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dataDir,
-      TOOL_APPROVAL_POLL_MS: '50', ...env
+      TOOL_APPROVAL_POLL_MS: '50', SANDBOX_UNCONFINED: 'true', ...env
     }
   })
   const owner = await signUpWithOrg(app)
@@ -207,7 +207,7 @@ t.test('a cancel on another instance drops the approval the run waits for there'
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const shared = await createTestDatabase(t)
   const second = await secondHandle(t, shared, 5)
-  const env = { OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50' }
+  const env = { OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50', SANDBOX_UNCONFINED: 'true' }
   const a = await buildTestApp(t, { db: shared, env })
   const b = await buildTestApp(t, { db: second, env: { ...env, RUN_WORKER_CONCURRENCY: '0' } })
   const { cookie, org } = await signUpWithOrg(b)
@@ -223,7 +223,7 @@ t.test('a cancel on another instance drops the approval the run waits for there'
 })
 
 t.test('the worker_lost sweep drops the lost run\'s waiting approvals', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0', RUN_SWEEP_MS: '3600000' } }) // this test sweeps itself
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0', RUN_SWEEP_MS: '3600000', SANDBOX_UNCONFINED: 'true' } }) // this test sweeps itself
   const { org } = await signUpWithOrg(app)
   const runId = newId()
   // a run whose (crashed) worker's lease expired while a call waited for a person

@@ -17,7 +17,7 @@ async function setup(t: Teardown, options: { env?: EnvOverrides; provider?: Sand
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const runs = fakeRuns()
   const runtime: RuntimeWiring = { runs, ...(options.provider ? { sandboxProvider: options.provider } : {}) }
-  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, ...options.env }, runtime })
+  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true', ...options.env }, runtime })
   await app.listen({ port: 0, host: '127.0.0.1' })
   const { port } = app.server.address() as AddressInfo
   const threadId = newId()

@@ -59,13 +59,17 @@ export function eventRecorder() {
   return writer
 }
 
-/** An app whose runtime sees the fake run directory and event recorder, in its own data dir. */
+/**
+ * An app whose runtime sees the fake run directory and event recorder, in its own data dir.
+ * Its tools need a sandbox wherever the tests run: bubblewrap where it works (CI),
+ * plain processes elsewhere, so SANDBOX_UNCONFINED is on.
+ */
 export async function buildGatewayApp(t: Teardown, env: EnvOverrides = {}, memory?: MemorySearch) {
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-gateway-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const runs = fakeRuns()
   const events = eventRecorder()
-  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50', ...env }, runtime: { runs, events, ...(memory ? { memory } : {}) } })
+  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50', SANDBOX_UNCONFINED: 'true', ...env }, runtime: { runs, events, ...(memory ? { memory } : {}) } })
   return { app, runs, events, dataDir }
 }
 

@@ -93,7 +93,7 @@ t.test('/api/config shows the sandbox provider and the gateway capability', asyn
   t.equal(off.sandbox.provider, 'none')
   t.equal(off.capabilities.toolGateway, false)
   // the default app wires the runs group's ports: the gateway is on with the local provider
-  const merged = await buildTestApp(t, { env: { SANDBOX_PROVIDER: 'local' } })
+  const merged = await buildTestApp(t, { env: { SANDBOX_PROVIDER: 'local', SANDBOX_UNCONFINED: 'true' } })
   t.equal((await merged.inject({ method: 'GET', url: '/api/config' })).json().capabilities.toolGateway, true, 'runs wired by default: gateway on')
   const noSandbox = await buildTestApp(t, { env: { SANDBOX_PROVIDER: 'none' } })
   t.equal((await noSandbox.inject({ method: 'GET', url: '/api/config' })).json().capabilities.toolGateway, false, 'no sandbox: no gateway')

@@ -15,7 +15,7 @@ async function setup(t: Teardown, confinement: 'auto' | 'none' = 'auto') {
   t.teardown(() => Promise.all([rm(dataDir, { recursive: true, force: true }), rm(outside, { recursive: true, force: true })]))
   await writeFile(join(outside, 'secret.txt'), 'top-secret-value')
   const provider = new LocalSandboxProvider({
-    dataDir, confinement, network: false, execTimeoutMs: 10_000, outputMaxBytes: 64 * 1024, fileMaxBytes: 64 * 1024, log: quiet
+    dataDir, confinement, unconfined: true, network: false, execTimeoutMs: 10_000, outputMaxBytes: 64 * 1024, fileMaxBytes: 64 * 1024, log: quiet
   })
   const sandbox = await provider.create({ orgId: 'org-a', threadId: 'thread-1' })
   t.teardown(() => sandbox.destroy())

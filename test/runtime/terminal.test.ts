@@ -21,7 +21,7 @@ async function build(t: Teardown, env: EnvOverrides) {
 }
 
 /** One listening app for the tests that need no special settings; each test has its own run and thread. */
-const SHARED_ENV: EnvOverrides = { CORS_ORIGINS: 'https://app.example.com', WS_MAX_MESSAGE_BYTES: '1024' }
+const SHARED_ENV: EnvOverrides = { CORS_ORIGINS: 'https://app.example.com', WS_MAX_MESSAGE_BYTES: '1024', SANDBOX_UNCONFINED: 'true' }
 let shared: ReturnType<typeof build> | undefined
 
 async function setup(own?: { t: Teardown; env: EnvOverrides }) {
