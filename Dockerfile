@@ -5,6 +5,8 @@ WORKDIR /app
 # node-pty (the terminal) compiles a native addon
 RUN apt-get update && apt-get install -y --no-install-recommends python3 make g++ && rm -rf /var/lib/apt/lists/*
 COPY package.json package-lock.json ./
+# patches/: fixes to installed packages, applied by npm ci's postinstall (patch-package)
+COPY patches patches
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src src
