@@ -23,7 +23,7 @@ const BIN = process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin'
 const TRIALS = 10
 const CLIENTS = 6
 /** how long each outage lasts before Postgres is started again */
-const OUTAGE_MS = 1500
+const OUTAGE_MS = 1000
 const SQL_TEXT = /\b(select|insert into|update|delete from|returning)\b|failed query|params:/i
 
 const missing = ['initdb', 'pg_ctl', 'postgres'].filter((bin) => !existsSync(join(BIN, bin)))
@@ -128,6 +128,56 @@ async function call(url: string, init: RequestInit = {}, timeoutMs = 15_000): Pr
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
+/**
+ * The org's change stream (GET /api/runs/changes), reopened whenever it ends: live events
+ * reach it only through the server's LISTEN connection, so a run seen here after an
+ * outage means LISTEN is back.
+ */
+function changeFeed(base: () => string) {
+  const seen = new Set<string>()
+  const waiting = new Map<string, () => void>()
+  const controller = new AbortController()
+  void (async () => {
+    while (!controller.signal.aborted) {
+      try {
+        const res = await fetch(`${base()}/api/runs/changes`, { signal: controller.signal })
+        if (res.status !== 200 || !res.body) throw new Error(`status ${res.status}`)
+        const decoder = new TextDecoder()
+        let buffer = ''
+        for await (const chunk of res.body) {
+          buffer += decoder.decode(chunk as Uint8Array, { stream: true })
+          let end
+          while ((end = buffer.indexOf('\n\n')) >= 0) {
+            const data = buffer.slice(0, end).split('\n').find((line) => line.startsWith('data: '))
+            buffer = buffer.slice(end + 2)
+            if (!data) continue
+            const { id } = JSON.parse(data.slice(6)) as { id: string }
+            seen.add(id)
+            waiting.get(id)?.()
+          }
+        }
+      } catch {
+        // the stream failed or ended (the server restarted, or the test is over): reopen
+      }
+      if (!controller.signal.aborted) await sleep(200)
+    }
+  })()
+  return {
+    /** resolves true once the run's change arrived, false after `ms` */
+    sees(id: string, ms: number): Promise<boolean> {
+      if (seen.has(id)) return Promise.resolve(true)
+      return new Promise((resolve) => {
+        const timer = setTimeout(() => resolve(false), ms)
+        waiting.set(id, () => {
+          clearTimeout(timer)
+          resolve(true)
+        })
+      })
+    },
+    close: () => controller.abort()
+  }
+}
+
 t.test('Postgres restarted 10 times under load: nothing acknowledged is lost, nothing answers 500, it recovers', {
   skip: missing.length > 0 ? `Postgres server binaries not found in ${BIN} (${missing.join(', ')}); set PG_BIN` : false,
   timeout: 180_000
@@ -159,8 +209,10 @@ t.test('Postgres restarted 10 times under load: nothing acknowledged is lost, no
   const writes = new Map<string, Answer[]>()
   const answers: Array<Answer & { what: string }> = []
   let load = true
+  const bodies = new Map<string, string>()
   async function client(n: number) {
     let i = 0
+    let thread: string | undefined
     while (load) {
       i++
       if (i % 3 === 0) {
@@ -168,23 +220,30 @@ t.test('Postgres restarted 10 times under load: nothing acknowledged is lost, no
         answers.push({ ...a, what: 'GET /api/runs' })
         continue
       }
+      // every other write joins the client's thread: a transaction (BEGIN … COMMIT)
       const key = `restart-${n}-${i}-${randomUUID()}`
+      const body = JSON.stringify({ prompt: key, engine: 'echo', ...(thread && i % 2 === 0 ? { rootRunId: thread } : {}) })
+      bodies.set(key, body)
       const a = await call(`${server.url}/api/runs`, {
         method: 'POST',
         headers: { 'content-type': 'application/json', 'idempotency-key': key },
-        body: JSON.stringify({ prompt: key, engine: 'echo' })
+        body
       })
       writes.set(key, [a])
       answers.push({ ...a, what: 'POST /api/runs' })
-      if (a.status !== 201) await sleep(50)
+      if (a.status === 201) thread ??= (JSON.parse(a.body) as { run: { rootRunId: string } }).run.rootRunId
+      else await sleep(50)
     }
   }
   const clients = Array.from({ length: CLIENTS }, (_, n) => client(n))
 
+  const feed = changeFeed(() => server.url)
+  t.teardown(() => feed.close())
   const readiness: Array<{ status: number; ms: number }> = []
   const recovery: number[] = []
+  const listenRecovery: number[] = []
   for (let trial = 0; trial < TRIALS; trial++) {
-    await sleep(800)
+    await sleep(600)
     await cluster.stop(trial % 2 === 0 ? 'fast' : 'immediate')
     const began = performance.now()
     const ready = await call(`${server.url}/api/health?ready=1`, {}, 5000)
@@ -200,7 +259,17 @@ t.test('Postgres restarted 10 times under load: nothing acknowledged is lost, no
       await sleep(100)
     }
     recovery.push((performance.now() - up) / 1000)
-    t.comment(`trial ${trial + 1}: readiness ${ready.status} in ${readiness.at(-1)!.ms} ms, recovered in ${recovery.at(-1)!.toFixed(2)} s`)
+    // LISTEN is back when a run created now shows up on the change stream
+    let listening = false
+    while (!listening && performance.now() - up < 60_000) {
+      const probe = await call(`${server.url}/api/runs`, {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: 'probe', engine: 'echo' })
+      }, 5000)
+      if (probe.status !== 201) continue
+      listening = await feed.sees((JSON.parse(probe.body) as { run: { id: string } }).run.id, 2000)
+    }
+    listenRecovery.push((performance.now() - up) / 1000)
+    t.comment(`trial ${trial + 1}: readiness ${ready.status} in ${readiness.at(-1)!.ms} ms, queries back in ${recovery.at(-1)!.toFixed(2)} s, LISTEN in ${listenRecovery.at(-1)!.toFixed(2)} s`)
   }
   load = false
   await Promise.all(clients)
@@ -212,7 +281,7 @@ t.test('Postgres restarted 10 times under load: nothing acknowledged is lost, no
       const a = await call(`${server.url}/api/runs`, {
         method: 'POST',
         headers: { 'content-type': 'application/json', 'idempotency-key': key },
-        body: JSON.stringify({ prompt: key, engine: 'echo' })
+        body: bodies.get(key)!
       })
       writes.get(key)!.push(a)
       if (a.status === 201) break
@@ -249,7 +318,7 @@ t.test('Postgres restarted 10 times under load: nothing acknowledged is lost, no
   t.comment(`trials ${TRIALS}, requests ${answers.length}, writes ${writes.size} (${acknowledged.length} acknowledged at once, ${unacknowledged.length} retried)`)
   t.comment(`process exits ${exits}`)
   t.comment(`readiness during outage: ${readiness.map((r) => `${r.status}/${r.ms}ms`).join(' ')}`)
-  t.comment(`seconds to recover after Postgres was back: ${recovery.map((s) => s.toFixed(2)).join(' ')}`)
+  t.comment(`seconds to recover after Postgres was back: queries ${recovery.map((s) => s.toFixed(2)).join(' ')}; LISTEN ${listenRecovery.map((s) => s.toFixed(2)).join(' ')}`)
   t.comment(`5xx and no-answer by kind: ${JSON.stringify(Object.fromEntries(byKind))}`)
   t.comment(`acknowledged writes missing ${lost.length}, duplicates ${duplicates.length}, never stored after retries ${neverStored.length}`)
   t.comment(`error/warn log lines carrying SQL, parameters or the org id: ${logLeaks.length}`)
@@ -269,5 +338,6 @@ t.test('Postgres restarted 10 times under load: nothing acknowledged is lost, no
   t.same(leakyBodies.map((a) => a.body).slice(0, 3), [], 'no 5xx body carries SQL or the org id')
   t.same(logLeaks.slice(0, 3), [], 'no error or warning log line carries SQL, parameters or the org id')
   t.same(readiness.filter((r) => r.status !== 503).slice(0, 3), [], 'readiness answers 503 while the database is down')
-  t.ok(recovery.every((s) => s < 60), 'the service recovers by itself every time')
+  t.ok(recovery.every((s) => s < 60), 'queries recover by itself every time')
+  t.ok(listenRecovery.every((s) => s < 60), 'LISTEN (live streams, workers) recovers by itself every time')
 })
