@@ -7,6 +7,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends python3 make g+
 COPY package.json package-lock.json ./
 # npm ci runs the `prepare` build script; without the sources yet it skips the build
 COPY scripts scripts
+# patches/: fixes to installed packages, applied by npm ci's postinstall (patch-package)
+COPY patches patches
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src src

@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { allowedMethods, MAX_PATH_LENGTH } from './router-refusals.js'
+import { DATABASE_RETRY_AFTER_S, isDatabaseUnavailable } from '../src/db/faults.js'
 
 /**
  * A failure the client is meant to see: a status, the contract's identifier and a
@@ -65,6 +66,7 @@ export function describeError(err: FastifyError | ApiError | Error): ErrorReply 
   if (err instanceof ApiError) {
     return { status: err.statusCode, body: { error: err.error, message: err.message, ...err.extra }, headers: err.headers }
   }
+  if (isDatabaseUnavailable(err)) return databaseUnavailable()
   const fe = err as FastifyError
   if (fe.validation) {
     const context = fe.validationContext ?? 'body'
@@ -93,6 +95,15 @@ export function describeError(err: FastifyError | ApiError | Error): ErrorReply 
     return { status, body: { error: identifier, message: status === 503 ? 'service unavailable, try again' : 'internal error' } }
   }
   return { status, body: { error: STATUS_IDENTIFIERS[status] ?? 'bad_request', message: fe.message } }
+}
+
+/** Contract 1.3: the database unreachable or restarting is a 503 the client retries, never a 500. */
+function databaseUnavailable(): ErrorReply {
+  return {
+    status: 503,
+    body: { error: 'database_unavailable', message: 'the database is unavailable; retry shortly' },
+    headers: { 'retry-after': String(DATABASE_RETRY_AFTER_S) }
+  }
 }
 
 /** The one root error handler and 404 handler: every error is `{error, message}` JSON. */

@@ -3,6 +3,7 @@ import { sql, type SQL } from 'drizzle-orm'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { rowsOf, type Tx } from '../src/db/client.js'
+import { isDatabaseUnavailable } from '../src/db/faults.js'
 import { ApiError, describeError } from './errors.js'
 import { asList } from './hook-list.js'
 import { principalOf, type Principal } from './principal.js'
@@ -213,10 +214,23 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
     if (!state || state.stored) return payload
     state.stored = true
     const status = reply.statusCode
-    if (!state.taken && status >= 400 && status < 500 && typeof payload === 'string') {
-      if (rowsOf(await app.db.execute(storeAnswer(state, status, payload))).length === 1) return payload
+    let row: KeyRow | undefined
+    try {
+      if (!state.taken && status >= 400 && status < 500 && typeof payload === 'string') {
+        if (rowsOf(await app.db.execute(storeAnswer(state, status, payload))).length === 1) return payload
+      }
+      row = await liveRow(state)
+    } catch (err) {
+      // the database went away (contract 1.3): the answer stays unstored, and a retry with
+      // the key does the work again or gets the stored answer. The handler's own refusal
+      // (or 5xx) stands; a held key cannot be answered from its row, so 503
+      if (!isDatabaseUnavailable(err)) throw err
+      if (status >= 500 || (status >= 400 && !state.taken)) return payload
+      const { status: unavailable, body, headers } = describeError(err as Error)
+      reply.code(unavailable).type('application/json; charset=utf-8')
+      if (headers) reply.headers(headers)
+      return JSON.stringify(body)
     }
-    const row = await liveRow(state)
     if (!state.taken && status >= 500 && !row) return payload
     const answer = answerFrom(row, state)
     reply.code(answer.status).type('application/json; charset=utf-8')

@@ -24,6 +24,7 @@ import { seedDevOrg } from './auth/dev-org.js'
 import auth from './auth/index.js'
 import type { Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
+import { serializeError } from './db/faults.js'
 import { migrateDatabase } from './db/migrate.js'
 import runs from './runs/index.js'
 import type { RunMemory } from './runs/memory-port.js'
@@ -89,7 +90,9 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
   const app = Fastify({
     logger: {
       level: config.LOG_LEVEL,
-      redact: ['req.headers.authorization', 'req.headers.cookie', 'res.headers["set-cookie"]']
+      redact: ['req.headers.authorization', 'req.headers.cookie', 'res.headers["set-cookie"]'],
+      // failed queries are logged without their SQL and parameters (contract 1.3)
+      serializers: { err: serializeError as never }
     },
     // contract 1.3: the client's x-request-id only when it is a sane tracing id
     requestIdHeader: false,

@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config.js'
 import { describeListening, startFailure } from './startup.js'
+import { isDatabaseUnavailable } from './db/faults.js'
 
 /** Stops a start that cannot go on: one sentence on stderr, exit 1. */
 function fail(message: string): never {
@@ -27,8 +28,17 @@ try {
   fail(sentence)
 }
 
+// A rejection nobody awaited that only says the database is away must not end the
+// process (contract 1.3): the pool and LISTEN reconnect by themselves. Any other one is
+// rethrown as an uncaught exception, which shuts down gracefully below.
+process.on('unhandledRejection', (reason) => {
+  if (!isDatabaseUnavailable(reason)) throw reason
+  app.log.error({ err: reason }, 'unawaited database failure (the database is unavailable; not fatal)')
+})
+
 // SIGTERM/SIGINT: stop accepting, let in-flight requests finish, close the database.
-closeWithGrace({ delay: config.SHUTDOWN_GRACE_MS, logger: app.log }, async ({ signal, err }) => {
+// An uncaught exception does the same, then exits 1.
+closeWithGrace({ delay: config.SHUTDOWN_GRACE_MS, logger: app.log, skip: ['unhandledRejection'] }, async ({ signal, err }) => {
   if (err) app.log.error({ err }, 'shutting down after an error')
   else app.log.info({ signal }, 'shutting down')
   await app.close()

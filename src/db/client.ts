@@ -41,6 +41,26 @@ export async function openDatabase(options: OpenDatabaseOptions): Promise<Databa
   return openPglite(options.dataDir ?? './data')
 }
 
+/** longest pause between reconnect attempts, in seconds */
+const RECONNECT_MAX_S = 1
+/** readiness answers within a second even when connecting hangs (contract 1.3) */
+const PING_TIMEOUT_MS = 800
+
+/** Rejects with a database-unavailable error when `work` takes longer than `ms`. */
+async function withinTime<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(Object.assign(new Error('the database did not answer in time'), { code: 'CONNECT_TIMEOUT' })), ms)
+  })
+  // the abandoned query still settles later; nobody waits for it
+  work.catch(() => {})
+  try {
+    return await Promise.race([work, late])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 function openPostgres(url: string, max: number): Database {
   const pg = postgres(url, {
     max,
@@ -48,6 +68,10 @@ function openPostgres(url: string, max: number): Database {
     // fail fast when the server is gone instead of queueing forever
     connect_timeout: 10,
     idle_timeout: 60,
+    // postgres.js waits up to 20 s between attempts after a few failed ones (3^n / 100 s):
+    // a restarted database would sit unused that long. Capped, the pool and LISTEN are
+    // back within a second of the server.
+    backoff: (attempt: number) => Math.min(0.05 * 2 ** attempt, RECONNECT_MAX_S) * (0.5 + Math.random() / 2),
     connection: { application_name: 'cairn' }
   })
   const db = drizzlePostgres({ client: preparedStatements(pg), schema }) as unknown as Db
@@ -57,7 +81,7 @@ function openPostgres(url: string, max: number): Database {
     pg,
     lite: null,
     async ping() {
-      await pg`select 1`
+      await withinTime(pg`select 1`, PING_TIMEOUT_MS)
     },
     async close() {
       await pg.end({ timeout: 5 })

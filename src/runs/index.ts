@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyRequest } from 'fastify'
 import { ApiError, notFound } from '../../plugins/errors.js'
 import { sendStored } from '../../plugins/idempotency.js'
 import { newId } from '../db/ids.js'
@@ -12,7 +13,7 @@ import {
 import { EngineError, type Engine } from './engines/types.js'
 import { lastEventOf, TERMINAL_EVENTS } from './events.js'
 import {
-  announceQueued, cancelRun, createRun, insertThreadRoot, decodeCursor, getRun, getThread, listRuns, listThreads, originOf, runToWire
+  announceQueued, cancelRun, type RunRow, createRun, insertThreadRoot, decodeCursor, getRun, getThread, listRuns, listThreads, originOf, runToWire
 } from './runs-repo.js'
 import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from './streams.js'
 import { TERMINAL_STATUSES } from './tables.js'
@@ -20,6 +21,19 @@ import { TERMINAL_STATUSES } from './tables.js'
 
 /** Runs, threads, their live streams and chat (contract 5). */
 const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  /**
+   * The run committed, so the request answers as committed whatever happens next
+   * (contract 1.3): a run.queued that cannot be stored now (the database went away
+   * between the two statements) is stored by the sweeper, which looks for exactly that.
+   */
+  async function announceAfterCommit(request: FastifyRequest, run: RunRow): Promise<void> {
+    try {
+      await announceQueued(app.runEvents, run)
+    } catch (err) {
+      request.log.warn({ err }, 'run.queued not stored after the run committed; the sweeper will announce it')
+    }
+  }
+
   app.post('/runs', {
     config: { idempotent: true },
     schema: {
@@ -49,7 +63,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       // no row: a live row holds the key (a retry or a duplicate); its answer is sent instead
       if (!(await insertThreadRoot(app.db, row, completion?.update ?? null))) throw request.idempotency!.taken()
       request.idempotency?.markStored()
-      await announceQueued(app.runEvents, row)
+      await announceAfterCommit(request, row)
       return sendStored(reply, completion?.answer ?? { status: 201, payload: JSON.stringify(wire) })
     }
     const answer = await app.db.transaction(async (tx) => {
@@ -67,7 +81,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       return { run, stored }
     })
     // the run and its idempotency answer are durable; now announce it (workers, streams)
-    await announceQueued(app.runEvents, answer.run)
+    await announceAfterCommit(request, answer.run)
     return sendStored(reply, answer.stored)
   })
 
