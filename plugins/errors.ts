@@ -23,8 +23,65 @@ export class ApiError extends Error {
   }
 }
 
+/*
+ * The error catalogue: one factory per identifier the spec and the contract name, with its
+ * status and its usual sentence. Handlers and hooks throw these; no other file spells an
+ * identifier or builds an ApiError.
+ */
+
+// 400
+export const badRequest = (message: string) => new ApiError(400, 'bad_request', message)
+export const serverOwnedField = (field: string) => new ApiError(400, 'server_owned_field', `${field} is set by the server and may not be sent`)
+export const invalidIdempotencyKey = (maxLength: number) =>
+  new ApiError(400, 'invalid_idempotency_key', `Idempotency-Key must be 1 to ${maxLength} characters`)
+export const invalidLastEventId = () => new ApiError(400, 'invalid_last_event_id', 'Last-Event-ID must be an event id (a non-negative integer)')
+export const engineUnavailable = (message: string) => new ApiError(400, 'engine_unavailable', message)
+// 401
+export const unauthorized = (message = 'sign in or send an API key') => new ApiError(401, 'unauthorized', message)
+export const invalidCredentials = () => new ApiError(401, 'invalid_credentials', 'wrong email or password')
+// 403
+export const forbiddenOrigin = (message: string) => new ApiError(403, 'forbidden_origin', message)
+export const noOrganization = () => new ApiError(403, 'no_organization', 'you belong to no organization; create one or ask to be added')
+export const sessionRequired = () => new ApiError(403, 'session_required', 'this route needs a signed-in session, not an API key')
+export const userRequired = () => new ApiError(403, 'user_required', 'this route needs a signed-in user')
+export const organizationAdminRequired = () => new ApiError(403, 'organization_admin_required', 'this needs an organization owner or admin')
+export const organizationOwnerRequired = () =>
+  new ApiError(403, 'organization_owner_required', 'only an owner can grant, change or remove the owner role')
+/** spec section 4: personal memory without a real user */
+export const signInRequired = () => new ApiError(403, 'sign-in required', 'personal memory needs a signed-in user')
+export const memoryDisabled = () => new ApiError(403, 'memory disabled', 'memory is disabled for this organization')
+// 404
 export const notFound = (message = 'not found') => new ApiError(404, 'not_found', message)
+export const notInPool = () => new ApiError(404, 'not found in this pool', 'no memory item with this id in this pool')
+export const noDeadCapture = () =>
+  new ApiError(404, 'no dead capture for this run in your org', 'there is no dead capture for this run in your organization')
+export const noOrphanCapture = () =>
+  new ApiError(404, 'no delivering orphan for this run in your org', 'there is no orphaned delivery for this run in your organization')
+// 409
 export const conflict = (message: string) => new ApiError(409, 'conflict', message)
+export const idempotencyKeyReused = () => new ApiError(409, 'idempotency_key_reused', 'this Idempotency-Key was used with a different request')
+export const idempotencyKeyInUse = () =>
+  new ApiError(409, 'idempotency_key_in_use', 'a request with this Idempotency-Key is still in progress; retry shortly', { headers: { 'retry-after': '1' } })
+export const frontendReleaseMismatch = (client: string, release: string) =>
+  new ApiError(409, 'frontend_release_mismatch', `client release ${JSON.stringify(client)} is not compatible with ${release}; reload the app`, {
+    extra: { release }
+  })
+// 414
+export const uriTooLong = (message: string) => new ApiError(414, 'uri_too_long', message)
+// 429
+export function rateLimited(seconds: number, what = 'requests'): ApiError {
+  const wait = Math.max(1, Math.ceil(seconds))
+  return new ApiError(429, 'rate_limited', `too many ${what}; try again in ${wait} s`, { headers: { 'retry-after': String(wait) } })
+}
+// 502: the memory service (MEMORY_BACKEND=http) failed us
+export const upstreamFailed = (what: string) => new ApiError(502, 'upstream_failed', `the memory service did not answer the ${what}`)
+export const updateFailed = (message = 'the memory service did not accept the update') => new ApiError(502, 'update failed', message)
+export const deleteFailed = () => new ApiError(502, 'delete failed', 'the memory service did not accept the delete')
+// 503
+export const notReady = (retryAfterSeconds: number) =>
+  new ApiError(503, 'not_ready', 'the database does not answer', { headers: { 'retry-after': String(retryAfterSeconds) } })
+export const sandboxUnavailable = (reason: string) => new ApiError(503, 'sandbox_unavailable', reason)
+export const desktopUnavailable = () => new ApiError(503, 'desktop_unavailable', 'the desktop needs Xvfb and x11vnc on this server')
 
 /** Identifiers for errors raised by Fastify and its plugins rather than by our handlers. */
 const FRAMEWORK_CODES: Record<string, [number, string]> = {

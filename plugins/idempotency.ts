@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { rowsOf, type Tx } from '../src/db/client.js'
 import { isDatabaseUnavailable } from '../src/db/faults.js'
-import { ApiError, describeError } from './errors.js'
+import { describeError, idempotencyKeyInUse, idempotencyKeyReused, invalidIdempotencyKey, type ApiError } from './errors.js'
 import { asList } from './hook-list.js'
 import { principalOf, type Principal } from './principal.js'
 
@@ -96,12 +96,6 @@ interface KeyState {
 
 const keyStates = new WeakMap<FastifyRequest, KeyState>()
 
-/** Thrown by `complete()` when another request holds the key; the answer is then theirs. */
-class KeyTaken extends ApiError {
-  constructor() {
-    super(409, 'idempotency_key_in_use', 'a request with this Idempotency-Key is still in progress; retry shortly', { headers: { 'retry-after': '1' } })
-  }
-}
 
 /**
  * Contract 3 as one plugin. A route opts in with `config: { idempotent: true }`.
@@ -155,12 +149,12 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
   function answerFrom(row: KeyRow | undefined, state: KeyState): StoredAnswer & { replayed: boolean; headers?: Record<string, string> | undefined } {
     let refusal: ApiError
     if (row && row.fingerprint !== state.fingerprint) {
-      refusal = new ApiError(409, 'idempotency_key_reused', 'this Idempotency-Key was used with a different request')
+      refusal = idempotencyKeyReused()
     } else if (row && row.state === 'done' && row.response_status !== null && row.response_body !== null) {
       return { status: row.response_status, payload: row.response_body, replayed: true }
     } else {
       // still in flight, or it went away meanwhile (expired): the client retries
-      refusal = new KeyTaken()
+      refusal = idempotencyKeyInUse()
     }
     const { status, body, headers } = describeError(refusal)
     return { status, payload: JSON.stringify(body), replayed: false, headers }
@@ -173,7 +167,7 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
     if (header === undefined) return done()
     const key = Array.isArray(header) ? header.join(',') : header
     if (key.trim() === '' || key.length > MAX_KEY_LENGTH) {
-      return done(new ApiError(400, 'invalid_idempotency_key', `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} characters`))
+      return done(invalidIdempotencyKey(MAX_KEY_LENGTH))
     }
     const principal = principalOf(request)
     const route = `${request.method} ${request.url.split('?')[0]}`
@@ -191,13 +185,13 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
       },
       taken() {
         state.taken = true
-        return new KeyTaken()
+        return idempotencyKeyInUse()
       },
       async complete(tx, status, body) {
         const { update, answer } = completion(status, body)
         if (rowsOf(await tx.execute(update)).length === 0) {
           state.taken = true
-          throw new KeyTaken()
+          throw idempotencyKeyInUse()
         }
         state.stored = true
         return answer

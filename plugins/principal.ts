@@ -7,7 +7,7 @@ import { DEV_ORG, DEV_USER } from '../src/auth/dev-org.js'
 import { IdentityResolver, type IdentityChange } from '../src/auth/identity.js'
 import { newId } from '../src/db/ids.js'
 import type { Role } from '../src/auth/tables.js'
-import { ApiError } from './errors.js'
+import { noOrganization, organizationAdminRequired, sessionRequired, unauthorized, userRequired } from './errors.js'
 import { keyMayReach } from './key-allowlist.js'
 
 /**
@@ -38,7 +38,6 @@ declare module 'fastify' {
   }
 }
 
-export const unauthorized = () => new ApiError(401, 'unauthorized', 'sign in or send an API key')
 
 /** The user id to act for when an operation needs a real, signed-in person (personal pools). */
 export function realUserId(principal: Principal | null): string | null {
@@ -122,7 +121,6 @@ export function bearerToken(header: string): string | null {
   return match ? match[1]! : null
 }
 
-export const noOrganization = () => new ApiError(403, 'no_organization', 'you belong to no organization; create one or ask to be added')
 
 /**
  * Resolves the principal and enforces the route's declared scope. Registered inside the
@@ -183,7 +181,7 @@ export default fp(async function principalPlugin(app: FastifyInstance, opts: Pri
     request.principal = principal
     if (principal.kind === 'key') {
       if (scopes.includes('session')) throw sessionRequired()
-      if (!keyMayReach(request.method, request.routeOptions.url ?? '')) throw keyNotAllowed()
+      if (!keyMayReach(request.method, request.routeOptions.url ?? '')) throw unauthorized('API keys may not call this route')
     }
     for (const scope of scopes) enforce(scope, principal)
   }
@@ -203,8 +201,6 @@ export default fp(async function principalPlugin(app: FastifyInstance, opts: Pri
   })
 }, { name: 'principal', fastify: '5.x', dependencies: ['errors', 'db', '@fastify/cookie'] })
 
-const sessionRequired = () => new ApiError(403, 'session_required', 'this route needs a signed-in session, not an API key')
-const keyNotAllowed = () => new ApiError(401, 'unauthorized', 'API keys may not call this route')
 
 const IdentityNotice = Type.Object({
   from: Type.String(),
@@ -267,11 +263,11 @@ function enforce(scope: Scope, principal: Principal): void {
       if (principal.kind === 'key') throw sessionRequired()
       return
     case 'user':
-      if (principal.kind !== 'user') throw new ApiError(403, 'user_required', 'this route needs a signed-in user')
+      if (principal.kind !== 'user') throw userRequired()
       return
     case 'admin':
       if (principal.role !== 'owner' && principal.role !== 'admin') {
-        throw new ApiError(403, 'organization_admin_required', 'this route needs an organization owner or admin')
+        throw organizationAdminRequired()
       }
       return
     default:

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { API_COMPAT } from '../src/config.js'
-import { ApiError } from './errors.js'
+import { frontendReleaseMismatch } from './errors.js'
 import { isApiPath } from './security-headers.js'
 
 const MUTATING = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
@@ -34,8 +34,6 @@ export default fp(async function releasePlugin(app: FastifyInstance, opts: Relea
     if (!MUTATING.has(request.method) || !isApiPath(request.url)) return done()
     const client = request.headers['x-service-client-release']
     if (client === undefined || client === release) return done()
-    done(new ApiError(409, 'frontend_release_mismatch', `client release ${JSON.stringify(String(client))} is not compatible with ${release}; reload the app`, {
-      extra: { release }
-    }))
+    done(frontendReleaseMismatch(String(client), release))
   })
 }, { name: 'release', fastify: '5.x', dependencies: ['errors'] })

@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import fp from 'fastify-plugin'
-import { ApiError } from './errors.js'
+import { forbiddenOrigin, serverOwnedField } from './errors.js'
 import { asList } from './hook-list.js'
 
 const MUTATING = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
@@ -40,11 +40,11 @@ export default fp(async function requestGuards(app: FastifyInstance, opts: Reque
     if (!MUTATING.has(request.method) || request.headers.authorization !== undefined) return done()
     const origin = request.headers.origin
     if (origin === undefined) {
-      done(request.headers['sec-fetch-site'] === 'cross-site' ? forbiddenOrigin('a cross-site request') : undefined)
+      done(request.headers['sec-fetch-site'] === 'cross-site' ? forbiddenOrigin('a cross-site request may not change anything here') : undefined)
       return
     }
     if (trusted.has(origin) || origin === ownOrigin(request)) return done()
-    done(forbiddenOrigin(`origin ${JSON.stringify(origin.slice(0, 200))}`))
+    done(forbiddenOrigin(`origin ${JSON.stringify(origin.slice(0, 200))} may not change anything here`))
   })
 
   function serverOwnedFields(request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) {
@@ -52,7 +52,7 @@ export default fp(async function requestGuards(app: FastifyInstance, opts: Reque
     if (body === null || typeof body !== 'object' || Array.isArray(body) || Buffer.isBuffer(body)) return done()
     for (const field of SERVER_OWNED_FIELDS) {
       if (Object.hasOwn(body, field)) {
-        return done(new ApiError(400, 'server_owned_field', `${field} is set by the server and may not be sent`))
+        return done(serverOwnedField(field))
       }
     }
     done()
@@ -66,7 +66,3 @@ export default fp(async function requestGuards(app: FastifyInstance, opts: Reque
     route.preValidation = [serverOwnedFields, ...asList(route.preValidation)]
   })
 }, { name: 'request-guards', fastify: '5.x', dependencies: ['errors'] })
-
-function forbiddenOrigin(what: string): ApiError {
-  return new ApiError(403, 'forbidden_origin', `${what} may not change anything here`)
-}

@@ -2,7 +2,7 @@ import type { ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { ApiError } from './errors.js'
+import { invalidLastEventId } from './errors.js'
 
 export interface SseOptions {
   heartbeatMs: number
@@ -46,7 +46,7 @@ export function parseLastEventId(request: FastifyRequest): number | null {
   if (raw === undefined || raw === '') return null
   const value = Array.isArray(raw) ? raw[0] : raw
   if (value === undefined || !/^\d{1,15}$/.test(value.trim())) {
-    throw new ApiError(400, 'invalid_last_event_id', 'Last-Event-ID must be an event id (a non-negative integer)')
+    throw invalidLastEventId()
   }
   return Number(value.trim())
 }

@@ -10,7 +10,7 @@ import dbPlugin from '../plugins/db.js'
 import eventBusPlugin from '../plugins/event-bus.js'
 import idempotencyPlugin from '../plugins/idempotency.js'
 import ssePlugin from '../plugins/sse.js'
-import errorsPlugin, { ApiError } from '../plugins/errors.js'
+import errorsPlugin, { rateLimited } from '../plugins/errors.js'
 import featuresPlugin from '../plugins/features.js'
 import { refusingHostileInput } from '../plugins/hostile-input.js'
 import openapiPlugin from '../plugins/openapi.js'
@@ -162,8 +162,7 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
   await app.register(rateLimit, {
     global: false,
     errorResponseBuilder: (_request, context) => {
-      const seconds = Math.max(1, Math.ceil(context.ttl / 1000))
-      return new ApiError(429, 'rate_limited', `too many requests; try again in ${seconds} s`, { headers: { 'retry-after': String(seconds) } })
+      return rateLimited(context.ttl / 1000)
     }
   })
   if (config.CORS_ORIGINS.length > 0) {

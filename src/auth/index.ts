@@ -1,7 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { ApiError, notFound } from '../../plugins/errors.js'
-import { unauthorized, noOrganization } from '../../plugins/principal.js'
+import { invalidCredentials, noOrganization, notFound, organizationAdminRequired, rateLimited, unauthorized } from '../../plugins/errors.js'
 import {
   ActiveOrganizationBody, ActiveOrganizationReply, AddMemberBody, ChangeRoleBody, CreateOrganizationBody, MemberParams,
   MemberReply, OrganizationReply, OrganizationsReply, OrgParams, SessionReply, SignInBody, SignUpBody, UserReply
@@ -20,12 +19,6 @@ export interface AuthOptions {
   rateLimit: { perIp: number; perAccount: number; windowMs: number }
 }
 
-const invalidCredentials = () => new ApiError(401, 'invalid_credentials', 'wrong email or password')
-
-function rateLimited(seconds: number): ApiError {
-  const wait = Math.max(1, seconds)
-  return new ApiError(429, 'rate_limited', `too many attempts; try again in ${wait} s`, { headers: { 'retry-after': String(wait) } })
-}
 
 const tags = ['auth']
 
@@ -49,12 +42,12 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
   const signUpAttempts = app.createRateLimit({ max: perAccount, timeWindow: windowMs, keyGenerator: (req) => `auth-sign-up|${emailOf(req)}` })
   async function limitByIp(request: FastifyRequest) {
     const state = await ipLimit(request)
-    if (!state.isAllowed && state.isExceeded) throw rateLimited(state.ttlInSeconds)
+    if (!state.isAllowed && state.isExceeded) throw rateLimited(state.ttlInSeconds, 'attempts')
   }
   /** Refuses an account whose failures used up the window's budget (counting only, no increment). */
   async function checkAccount(limiter: typeof signInFailures, request: FastifyRequest) {
     const state = await limiter(request, { increment: false })
-    if (!state.isAllowed && state.remaining <= 0) throw rateLimited(state.ttlInSeconds)
+    if (!state.isAllowed && state.remaining <= 0) throw rateLimited(state.ttlInSeconds, 'attempts')
   }
 
   /** The signed-in session behind the cookie; a bearer header never falls back to it. */
@@ -88,7 +81,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     const role = await roleIn(db, orgId, userId)
     if (role === null) throw notFound('no such organization')
     if (role !== 'owner' && role !== 'admin') {
-      throw new ApiError(403, 'organization_admin_required', 'this needs an organization owner or admin')
+      throw organizationAdminRequired()
     }
     return role
   }

@@ -1,5 +1,5 @@
 import { and, asc, eq } from 'drizzle-orm'
-import { ApiError, conflict, notFound } from '../../plugins/errors.js'
+import { conflict, notFound, organizationOwnerRequired } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { members, organizations, sessions, users, type Role } from './tables.js'
@@ -71,7 +71,7 @@ async function memberOf(db: Db, orgId: string, userId: string) {
  */
 function requireOwnerFor(actorRole: Role, touchesOwner: boolean): void {
   if (touchesOwner && actorRole !== 'owner') {
-    throw new ApiError(403, 'organization_owner_required', 'only an owner can grant, change or remove the owner role')
+    throw organizationOwnerRequired()
   }
 }
 

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { ApiError } from '../../plugins/errors.js'
+import { memoryDisabled, noDeadCapture, noOrphanCapture, notInPool, signInRequired } from '../../plugins/errors.js'
 import { principalOf, realUserId, type Principal } from '../../plugins/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
@@ -15,9 +15,6 @@ import { listRecalls } from './recall-ledger.js'
 const SEARCH_LIMIT = { default: 20, max: 100 }
 const BROWSE_LIMIT = { default: 50, max: 200 }
 
-const signInRequired = () => new ApiError(403, 'sign-in required', 'personal memory needs a signed-in user')
-const memoryDisabled = () => new ApiError(403, 'memory disabled', 'memory is disabled for this organization')
-const notInPool = () => new ApiError(404, 'not found in this pool', 'no memory item with this id in this pool')
 
 const elapsed = (started: number) => Math.round((performance.now() - started) * 100) / 100
 
@@ -198,7 +195,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   }, async (request) => {
     const principal = principalOf(request)
     if (!(await retryDeadCapture(app.db, principal.orgId, request.params.runId, hub.maxAttempts))) {
-      throw new ApiError(404, 'no dead capture for this run in your org', 'there is no dead capture for this run in your organization')
+      throw noDeadCapture()
     }
     hub.worker?.wake()
     return { ok: true as const }
@@ -218,7 +215,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
     const principal = principalOf(request)
     const resolved = await resolveOrphan(app.db, principal.orgId, request.params.runId, request.body.resolution)
     if (!resolved) {
-      throw new ApiError(404, 'no delivering orphan for this run in your org', 'there is no orphaned delivery for this run in your organization')
+      throw noOrphanCapture()
     }
     // a person confirmed the write happened: the run's stream hears it as a delivery would
     if (request.body.resolution === 'delivered') {

@@ -1,4 +1,4 @@
-import { ApiError } from '../../plugins/errors.js'
+import { ApiError, deleteFailed, updateFailed, upstreamFailed } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
 import { PoolWriteError, type BrowseItem, type MemoryBackend, type PoolRef, type SearchHit } from './backend.js'
 import { readHistory, recordChanges } from './history.js'
@@ -76,7 +76,6 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
     }
   }
 
-  const upstreamDown = (what: string) => new ApiError(502, 'upstream_failed', `the memory service did not answer the ${what}`)
 
   /** The item, only if it belongs to this pool (another pool's id is "not found"). */
   async function ownItem(pool: PoolRef, id: string, failure: ApiError): Promise<Mem0Item | null> {
@@ -101,10 +100,10 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
       try {
         res = await call('POST', '/search', { query, user_id: mem0UserId(pool), limit: limit + 1 })
       } catch {
-        throw upstreamDown('search')
+        throw upstreamFailed('search')
       }
       const list = res.ok ? listOf(await readJson(res)) : null
-      if (!list) throw upstreamDown('search')
+      if (!list) throw upstreamFailed('search')
       const mine = list.filter((i) => !i.user_id || i.user_id === mem0UserId(pool))
       const items: SearchHit[] = mine.slice(0, limit).map((i) => ({
         id: i.id,
@@ -122,10 +121,10 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
       try {
         res = await call('GET', `/memories?user_id=${encodeURIComponent(mem0UserId(pool))}`)
       } catch {
-        throw upstreamDown('listing')
+        throw upstreamFailed('listing')
       }
       const list = res.ok ? listOf(await readJson(res)) : null
-      if (!list) throw upstreamDown('listing')
+      if (!list) throw upstreamFailed('listing')
       const mine = list.filter((i) => !i.user_id || i.user_id === mem0UserId(pool))
       mine.sort((a, b) => iso(b.created_at).localeCompare(iso(a.created_at)) || b.id.localeCompare(a.id))
       const offset = cursor && /^\d{1,9}$/.test(cursor) ? Number(cursor) : 0
@@ -142,11 +141,11 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
     },
 
     async exists(pool, id) {
-      return (await ownItem(pool, id, new ApiError(502, 'update failed', 'the memory service did not answer'))) !== null
+      return (await ownItem(pool, id, updateFailed('the memory service did not answer'))) !== null
     },
 
     async update(pool, id, content, changedBy) {
-      const failed = new ApiError(502, 'update failed', 'the memory service did not accept the update')
+      const failed = updateFailed()
       if (!(await ownItem(pool, id, failed))) return false
       let res: Response
       try {
@@ -160,7 +159,7 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
     },
 
     async remove(pool, id, changedBy) {
-      const failed = new ApiError(502, 'delete failed', 'the memory service did not accept the delete')
+      const failed = deleteFailed()
       const item = await ownItem(pool, id, failed)
       if (!item) return 0
       let res: Response

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
-import { ApiError, notFound } from '../../plugins/errors.js'
+import { engineUnavailable, notFound } from '../../plugins/errors.js'
 import { sendStored } from '../../plugins/idempotency.js'
 import { newId } from '../db/ids.js'
 import { principalOf } from '../../plugins/principal.js'
@@ -48,7 +48,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const principal = principalOf(request)
     const body = request.body
     const chosen = await app.runEngines.resolve(body.engine, body.model)
-    if ('error' in chosen) throw new ApiError(400, 'engine_unavailable', chosen.error)
+    if ('error' in chosen) throw engineUnavailable(chosen.error)
     const origin = originOf(principal)
     if (body.rootRunId === undefined) {
       // the common case, a new thread: the run and its stored answer in one statement
@@ -272,7 +272,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     let chosenModel: string | null
     if (model !== undefined) {
       const chosen = await app.runEngines.resolve(undefined, model)
-      if ('error' in chosen) throw new ApiError(400, 'engine_unavailable', chosen.error)
+      if ('error' in chosen) throw engineUnavailable(chosen.error)
       engine = chosen.engine
       chosenModel = chosen.model
     } else {

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
-import { ApiError, notFound } from '../../plugins/errors.js'
+import { desktopUnavailable, notFound } from '../../plugins/errors.js'
 import { principalOf } from '../../plugins/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
@@ -176,7 +176,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
       if (!(await runs.threadExists(principalOf(request).orgId, threadId))) throw notFound('no such thread in this organization')
       if (!sandboxes) throw sandboxUnavailable(app.runtime.sandboxStatus)
       if (!sandboxes.provider.desktopAvailable) {
-        throw new ApiError(503, 'desktop_unavailable', 'the desktop needs Xvfb and x11vnc on this server')
+        throw desktopUnavailable()
       }
       admitted.set(request, threadId)
     }

@@ -3,7 +3,7 @@ import fp from 'fastify-plugin'
 import type { WebSocket } from 'ws'
 import type { Config } from '../config.js'
 import { ToolGateway } from './gateway.js'
-import { ApiError } from '../../plugins/errors.js'
+import { sandboxUnavailable as sandboxUnavailableError, type ApiError } from '../../plugins/errors.js'
 import { LocalSandboxProvider, SandboxUnavailableError, type BubblewrapProbe } from './local-sandbox.js'
 import { dropRunEvents, noMemorySearch, noRunDirectory, type MemorySearch, type RunDirectory, type RunEventWriter } from './ports.js'
 import { SandboxManager, type SandboxProvider } from './sandbox.js'
@@ -91,7 +91,7 @@ export interface RuntimeServiceOptions {
 
 /** The 503 of routes and tools that need a sandbox when there is none (contract 1.3). */
 export function sandboxUnavailable(status: SandboxStatus): ApiError {
-  return new ApiError(503, 'sandbox_unavailable', status.reason ?? 'no sandbox provider is available')
+  return sandboxUnavailableError(status.reason ?? 'no sandbox provider is available')
 }
 
 const NO_PROVIDER = 'no sandbox provider is configured (SANDBOX_PROVIDER=none)'

@@ -1,5 +1,5 @@
 import type { FastifyRequest } from 'fastify'
-import { ApiError } from '../../plugins/errors.js'
+import { forbiddenOrigin } from '../../plugins/errors.js'
 
 /**
  * Cross-site WebSocket hijacking guard: browsers always send `Origin` on a WebSocket
@@ -11,5 +11,5 @@ export function assertSameOrigin(request: FastifyRequest, corsOrigins: readonly 
   const origin = request.headers.origin
   if (origin === undefined) return
   if (origin === `${request.protocol}://${request.host}` || corsOrigins.includes(origin)) return
-  throw new ApiError(403, 'forbidden_origin', 'this origin may not open a socket here')
+  throw forbiddenOrigin('this origin may not open a socket here')
 }

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { ApiError } from '../../plugins/errors.js'
+import { notReady } from '../../plugins/errors.js'
 import { devOrgFor } from '../../plugins/principal.js'
 import { DATABASE_RETRY_AFTER_S } from '../db/faults.js'
 import { errorResponses } from '../../schemas/common.js'
@@ -30,7 +30,7 @@ const system: FastifyPluginAsyncTypebox<SystemOptions> = async (app, opts) => {
       } catch (err) {
         request.log.warn({ err }, 'readiness check: database did not answer')
         // the ping is bounded (src/db/client.ts), so this comes within a second
-        throw new ApiError(503, 'not_ready', 'the database does not answer', { headers: { 'retry-after': String(DATABASE_RETRY_AFTER_S) } })
+        throw notReady(DATABASE_RETRY_AFTER_S)
       }
     }
     return health
