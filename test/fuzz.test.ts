@@ -347,7 +347,9 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   }
 
   let seed = SEED
+  const spent: Array<[string, number]> = []
   for (const op of operations) {
+    const opStarted = Date.now()
     // 1. every slot gets every kind of hostile value, as each principal in turn
     const slots: Slot[] = [...op.params.map((param): Slot => ({ kind: 'param', param })), ...(op.body ? bodySlots(doc, op.body).map((path): Slot => ({ kind: 'body', path })) : [])]
     let turn = 0
@@ -398,10 +400,12 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
       const input: Input = { principal, values: new Map(op.params.map((p, i) => [p, params[i]])), body }
       check(op, input, await send(op, input))
     }
+    spent.push([`${op.method} ${op.path}`, Date.now() - opStarted])
   }
 
   const health = await app.inject({ method: 'GET', url: '/api/health' })
   t.equal(health.statusCode, 200, 'the service still answers')
   t.same(failures, [], `no 5xx: ${failures.length} found`)
   t.comment(`fuzz: ${operations.length} operations, ${requests} requests, ${failures.length} 5xx, ${featureOff} 503 sandbox_unavailable, ${noAnswer} closed without an answer, ${((Date.now() - started) / 1000).toFixed(1)} s, seed ${SEED}, database ${app.testDb.url ? 'postgres' : 'pglite'}`)
+  t.comment(`slowest: ${spent.sort((a, b) => b[1] - a[1]).slice(0, 5).map(([name, ms]) => `${name} ${(ms / 1000).toFixed(1)} s`).join(', ')}`)
 })
