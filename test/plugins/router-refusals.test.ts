@@ -108,7 +108,7 @@ t.test('a known path with another method: 405 with Allow; an unknown path stays 
 t.test('a body not finished within REQUEST_TIMEOUT_MS: 408 request_timeout, and the handler never runs', async (t) => {
   const before = await app.inject({ method: 'GET', url: '/api/runs' })
   const res = await raw(port, [
-    'POST /api/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n',
+    'POST /api/runs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n',
     '{"prompt": "slow'
   ])
   refusal(t, res, 408, 'request_timeout')
