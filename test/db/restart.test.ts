@@ -1,4 +1,4 @@
-import { execFile, spawn, type ChildProcess } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { once } from 'node:events'
 import { chmodSync, existsSync, mkdtempSync, rmSync } from 'node:fs'
@@ -10,6 +10,7 @@ import postgres from 'postgres'
 import t from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import type { Teardown } from '../helper.js'
+import { startServer, type Started } from '../server-process.js'
 
 /**
  * Contract 1.3, "the database unreachable or restarting": a Postgres this test starts
@@ -76,45 +77,12 @@ async function startCluster(t: Teardown): Promise<Cluster> {
   return cluster
 }
 
-interface Server {
-  url: string
-  child: ChildProcess
-  exited: Promise<number | null>
-}
-
-async function startServer(databaseUrl: string, dataDir: string, log: string[]): Promise<Server> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-    env: {
-      ...process.env, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', NODE_ENV: 'development', ALLOW_DEV_ORG: 'true',
-      DATABASE_URL: databaseUrl, DATA_DIR: dataDir, DATABASE_POOL_MAX: '10', RUN_SWEEP_MS: '1000', SANDBOX_PROVIDER: 'none'
-    },
-    stdio: ['ignore', 'pipe', 'pipe']
+/** The real server (as `npm start` runs it) on the test's cluster; the dev org for its loopback clients. */
+function startService(databaseUrl: string, dataDir: string): Promise<Started> {
+  return startServer({
+    NODE_ENV: 'development', ALLOW_DEV_ORG: 'true', DATABASE_URL: databaseUrl, DATA_DIR: dataDir,
+    DATABASE_POOL_MAX: '10', RUN_SWEEP_MS: '1000', SANDBOX_PROVIDER: 'none'
   })
-  let pending = ''
-  const collect = (chunk: Buffer) => {
-    pending += chunk.toString()
-    const lines = pending.split('\n')
-    pending = lines.pop()!
-    log.push(...lines)
-  }
-  child.stdout!.on('data', collect)
-  child.stderr!.on('data', collect)
-  const exited = once(child, 'exit').then(([code]) => code as number | null)
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setInterval(() => {
-      const line = log.find((l) => l.includes('Server listening at http://127.0.0.1:'))
-      const match = line && /(http:\/\/127\.0\.0\.1:\d+)/.exec(line)
-      if (match) {
-        clearInterval(timer)
-        resolve(match[1]!)
-      }
-    }, 50)
-    void exited.then((code) => {
-      clearInterval(timer)
-      reject(new Error(`server exited with ${code}: ${log.slice(-20).join('\n')}`))
-    })
-  })
-  return { url, child, exited }
 }
 
 interface Answer {
@@ -192,24 +160,28 @@ t.test('Postgres restarted 10 times under load: nothing acknowledged is lost, no
   const cluster = await startCluster(t)
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-restart-'))
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
-  const log: string[] = []
-  let server = await startServer(cluster.url, dataDir, log)
+  // every process started, so the log covers restarts of the process too
+  const servers: Started[] = []
+  const logLines = () => servers.flatMap((s) => s.output().split('\n'))
+  let server = await startService(cluster.url, dataDir)
+  servers.push(server)
   let exits = 0
   let stopped = false
-  const watchExit = (s: Server) => {
-    void s.exited.then(async (code) => {
+  const watchExit = (s: Started) => {
+    void s.exit.then(async (code) => {
       if (stopped) return
       exits++
       t.comment(`server process exited (code ${code}); restarting it to go on measuring`)
-      server = await startServer(cluster.url, dataDir, log)
+      server = await startService(cluster.url, dataDir)
+      servers.push(server)
       watchExit(server)
     })
   }
   watchExit(server)
   t.teardown(async () => {
     stopped = true
-    server.child.kill('SIGKILL')
-    await server.exited
+    server.kill('SIGKILL')
+    await server.exit
   })
 
   // every POST /api/runs: its key, its prompt (the key, so rows can be matched) and answers
@@ -319,7 +291,7 @@ t.test('Postgres restarted 10 times under load: nothing acknowledged is lost, no
   }
   const fiveHundreds = answers.filter((a) => a.status >= 500)
   const leakyBodies = fiveHundreds.filter((a) => SQL_TEXT.test(a.body) || a.body.includes(DEV_ORG.id))
-  const logLeaks = log.filter((line) => line.includes('"level":50') || line.includes('"level":40'))
+  const logLeaks = logLines().filter((line) => line.includes('"level":50') || line.includes('"level":40'))
     .filter((line) => SQL_TEXT.test(line) || line.includes('restart-') || line.includes(DEV_ORG.id))
 
   t.comment(`trials ${TRIALS}, requests ${answers.length}, writes ${writes.size} (${acknowledged.length} acknowledged at once, ${unacknowledged.length} retried)`)
@@ -332,7 +304,7 @@ t.test('Postgres restarted 10 times under load: nothing acknowledged is lost, no
 
   if (process.env.RESTART_DUMP) {
     const { writeFileSync } = await import('node:fs')
-    writeFileSync(process.env.RESTART_DUMP, JSON.stringify({ answers: fiveHundreds, log }, null, 1))
+    writeFileSync(process.env.RESTART_DUMP, JSON.stringify({ answers: fiveHundreds, log: logLines() }, null, 1))
   }
   t.equal(exits, 0, 'the process never exited')
   t.equal(lost.length, 0, 'every acknowledged write is stored')
