@@ -6,13 +6,15 @@ import { loadConfig } from '../src/config.js'
 
 const app = await buildApp({
   config: loadConfig(),
-  runtime: {
-    runs: {
-      async threadOfRun(orgId, runId) {
-        return orgId === DEV_ORG.id ? { rootRunId: runId } : null
-      },
-      async threadExists(orgId) {
-        return orgId === DEV_ORG.id
+  ports: {
+    runtime: {
+      runs: {
+        async threadOfRun(orgId, runId) {
+          return orgId === DEV_ORG.id ? { rootRunId: runId } : null
+        },
+        async threadExists(orgId) {
+          return orgId === DEV_ORG.id
+        }
       }
     }
   }

@@ -3,7 +3,7 @@ import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { COMPONENT_NAME } from '../schemas/common.js'
-import { routeScopes } from './principal.js'
+import { routeScopes } from '../src/auth/principal.js'
 
 export interface OpenApiOptions {
   release: string

@@ -8,13 +8,13 @@ import addFormats from 'ajv-formats'
 import Fastify, { type FastifyContextConfig, type FastifyInstance, type FastifyPluginAsync, type FastifySchemaCompiler } from 'fastify'
 import dbPlugin from '../plugins/db.js'
 import eventBusPlugin from '../plugins/event-bus.js'
-import idempotencyPlugin from '../plugins/idempotency.js'
+import idempotencyPlugin from '../plugins/idempotency/index.js'
 import ssePlugin from '../plugins/sse.js'
 import errorsPlugin, { rateLimited } from '../plugins/errors.js'
 import featuresPlugin from '../plugins/features.js'
 import { refusingHostileInput } from '../plugins/hostile-input.js'
 import openapiPlugin from '../plugins/openapi.js'
-import principalPlugin from '../plugins/principal.js'
+import principalPlugin from './auth/principal.js'
 import releasePlugin, { releaseHeaders } from '../plugins/release.js'
 import securityHeaders, { fixedHeaders } from '../plugins/security-headers.js'
 import { clientErrorHandler, frameworkErrors, MAX_PARAM_LENGTH, requestIdOf } from '../plugins/router-refusals.js'
@@ -27,12 +27,13 @@ import { openDatabase, type Database } from './db/client.js'
 import { serializeError } from './db/faults.js'
 import { migrateDatabase } from './db/migrate.js'
 import runs from './runs/index.js'
-import type { RunMemory } from './runs/memory-port.js'
+import { createRunEventSink } from './runs/events.js'
+import type { RunEventSink, RunMemory } from './runs/memory-port.js'
 import { runDirectory, runEventWriter, runMemorySearch } from './runs/runtime-ports.js'
-import runsRuntime from './runs/runtime.js'
+import runsService from './runs/service.js'
 import runtimeRoutes from './runtime/index.js'
 import runtimeService, { type RuntimeWiring } from './runtime/service.js'
-import memoryHub from './memory/hub.js'
+import memoryService from './memory/service.js'
 import memory from './memory/index.js'
 import system from './system/index.js'
 import { describeDatabase } from './startup.js'
@@ -58,9 +59,17 @@ export interface BuildOptions {
   database?: Database
   /** extra route groups registered inside the /api scope, after the domains (tests and benchmarks) */
   apiPlugins?: FastifyPluginAsync[]
-  /** the Memory Hub side of runs (recall, capture); memory off when absent */
+  /** replacements for the ports the domains offer each other (tests) */
+  ports?: Ports
+}
+
+/** What one domain offers another, replaceable by tests (recorders, fakes). */
+export interface Ports {
+  /** where a run's events are stored from outside the runs group (memory.captured) */
+  runEvents?: RunEventSink
+  /** the Memory Hub side of runs (recall, capture) */
   runMemory?: RunMemory
-  /** the runs group's ports for the agent runtime (RunDirectory, RunEventWriter, MemorySearch) */
+  /** the agent runtime's ports (RunDirectory, RunEventWriter, MemorySearch) and sandbox provider */
   runtime?: RuntimeWiring
 }
 
@@ -85,7 +94,7 @@ function validatorFactory(externalSchemas: Record<string, unknown>): FastifySche
   }
 }
 
-export async function buildApp({ config, database, apiPlugins = [], runMemory, runtime }: BuildOptions): Promise<FastifyInstance> {
+export async function buildApp({ config, database, apiPlugins = [], ports = {} }: BuildOptions): Promise<FastifyInstance> {
   const fixedHeadersFor = fixedHeaders(releaseHeaders(config.release))
   const app = Fastify({
     logger: {
@@ -149,12 +158,7 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
   await app.register(featuresPlugin)
   await app.register(eventBusPlugin)
   await app.register(ssePlugin, { heartbeatMs: config.SSE_HEARTBEAT_MS, maxBufferBytes: config.SSE_MAX_BUFFER_BYTES, stallMs: config.SSE_STALL_MS })
-  // the Memory Hub recalls and captures for runs; memory.captured goes back as a run event
-  await app.register(memoryHub, { config })
-  const memoryForRuns = runMemory ?? app.memory.runMemory
-  await app.register(runsRuntime, { config, memory: memoryForRuns })
-  app.memory.setEventSink(app.runEventSink)
-  // cookies are parsed only where they are read (the session lane of plugins/principal.ts),
+  // cookies are parsed only where they are read (the session lane of src/auth/principal.ts),
   // not by a hook on every request
   await app.register(cookie, { hook: false })
   // limits are applied by the routes that need them (sign-in, sign-up), not globally; a
@@ -177,14 +181,29 @@ export async function buildApp({ config, database, apiPlugins = [], runMemory, r
       handleProtocols: (protocols: Set<string>) => (protocols.has('binary') ? 'binary' : false)
     }
   })
+
+  // The domain services, each before the ones that use it; what one needs of another
+  // arrives as a plugin option. First the ports that depend on the database alone: where a
+  // run's events are stored and published from outside the runs group.
+  const runEvents = ports.runEvents ?? createRunEventSink(app.db)
+  // the Memory Hub: recall and capture for runs; a delivered capture becomes memory.captured
+  await app.register(memoryService, { config, events: runEvents })
+  const runMemory = ports.runMemory ?? app.memory.runMemory
+  // the agent runtime: sandboxes and the tool gateway, which asks the runs group about runs
   await app.register(runtimeService, {
     config,
     wiring: {
       runs: runDirectory(app.db),
-      events: runEventWriter(app.runEventSink),
-      memory: runMemorySearch(app.db, memoryForRuns),
-      ...runtime
+      events: runEventWriter(runEvents),
+      memory: runMemorySearch(app.db, runMemory),
+      ...ports.runtime
     }
+  })
+  // runs: engines, dispatch, the worker (offered the runtime's tools when there is a sandbox) and the sweeper
+  await app.register(runsService, {
+    config,
+    memory: runMemory,
+    tools: app.features.capabilities.toolGateway ? app.runtime.gateway : null
   })
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless

@@ -5,7 +5,7 @@ import { buildApp } from '../src/app.js'
 import { testConfig, type Env } from '../src/config.js'
 import { openDatabase, type Database } from '../src/db/client.js'
 import { migrateDatabase } from '../src/db/migrate.js'
-import type { RunMemory } from '../src/runs/memory-port.js'
+import type { RunEventSink, RunMemory } from '../src/runs/memory-port.js'
 import type { RuntimeWiring } from '../src/runtime/service.js'
 
 /** The bits of a tap Test the helpers need (teardown). */
@@ -73,6 +73,8 @@ export interface TestAppOptions {
   apiPlugins?: FastifyPluginAsync[]
   /** the Memory Hub side of runs */
   runMemory?: RunMemory
+  /** where a run's events go from outside the runs group (a recorder) */
+  runEvents?: RunEventSink
   /** ports for the agent runtime (fake run directories, event recorders, sandbox providers) */
   runtime?: RuntimeWiring
 }
@@ -85,8 +87,11 @@ export async function buildTestApp(t: Teardown, options: TestAppOptions = {}): P
     config,
     database: db.database,
     ...(options.apiPlugins ? { apiPlugins: options.apiPlugins } : {}),
-    ...(options.runMemory ? { runMemory: options.runMemory } : {}),
-    ...(options.runtime ? { runtime: options.runtime } : {})
+    ports: {
+      ...(options.runMemory ? { runMemory: options.runMemory } : {}),
+      ...(options.runEvents ? { runEvents: options.runEvents } : {}),
+      ...(options.runtime ? { runtime: options.runtime } : {})
+    }
   })
   t.teardown(() => app.close())
   if (options.extend) await options.extend(app)

@@ -1,6 +1,6 @@
 import t from 'tap'
-import { keyDeniedOnPurpose, keyMayReach } from '../plugins/key-allowlist.js'
-import { routeScopes, SCOPES } from '../plugins/principal.js'
+import { keyDeniedOnPurpose, keyMayReach } from '../src/auth/key-allowlist.js'
+import { routeScopes, SCOPES } from '../src/auth/principal.js'
 import { probeRoutes } from './auth/probes.js'
 import { buildTestApp, mintKey, signUpWithOrg } from './helper.js'
 

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { notFound } from '../../plugins/errors.js'
-import { principalOf, realUserId } from '../../plugins/principal.js'
+import { principalOf, realUserId } from './principal.js'
 import { ApiKeyList, KeyParams, MintedKey, MintKeyBody } from '../../schemas/auth.js'
 import { errorResponses } from '../../schemas/common.js'
 import { toWire } from '../db/wire.js'

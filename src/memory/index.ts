@@ -1,13 +1,13 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { memoryDisabled, noDeadCapture, noOrphanCapture, notInPool, signInRequired } from '../../plugins/errors.js'
-import { principalOf, realUserId, type Principal } from '../../plugins/principal.js'
+import { principalOf, realUserId, type Principal } from '../auth/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
   BrowseQuery, BrowseResponse, CapturesQuery, CapturesResponse, DeleteResponse, HistoryResponse, ItemParams, Ok, PatchBody,
   RecallsQuery, RecallsResponse, ResolveBody, RunParams, ScopeQuery, SearchQuery, SearchResponse, Settings, SettingsBody
 } from '../../schemas/memory.js'
 import type { PoolRef } from './backend.js'
-import { changedByOf } from './hub.js'
+import { changedByOf } from './service.js'
 import { announceCaptured, listCaptures, resolveOrphan, retryDeadCapture } from './outbox.js'
 import { lookupPool, orgMemoryOn, parseScope, setOrgMemory, type PoolScope } from './pools.js'
 import { listRecalls } from './recall-ledger.js'
@@ -219,7 +219,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
     }
     // a person confirmed the write happened: the run's stream hears it as a delivery would
     if (request.body.resolution === 'delivered') {
-      await announceCaptured(app.runEventSink, request.log, {
+      await announceCaptured(app.memory.events, request.log, {
         orgId: principal.orgId, runId: request.params.runId, rootRunId: resolved.rootRunId, itemCount: resolved.itemCount
       }, { resolved: true })
     }

@@ -1,39 +1,21 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { FastifyRequest } from 'fastify'
-import { engineUnavailable, notFound } from '../../plugins/errors.js'
-import { sendStored } from '../../plugins/idempotency.js'
-import { newId } from '../db/ids.js'
-import { principalOf } from '../../plugins/principal.js'
+import { notFound } from '../../plugins/errors.js'
+import { sendStored } from '../../plugins/idempotency/index.js'
+import { principalOf } from '../auth/principal.js'
 import { parseLastEventId, sseFrame } from '../../plugins/sse.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
   ChatBody, ChatStream, CreateRunBody, ListRunsQuery, ListThreadsQuery, RootRunIdParams, RunEnvelope, RunIdParams,
   RunChangeStream, RunEventStream, RunPage, SseHeaders, ThreadDetail, ThreadPage
 } from '../../schemas/runs.js'
-import { EngineError, type Engine } from './engines/types.js'
+import { EngineError } from './engines/types.js'
 import { lastEventOf, TERMINAL_EVENTS } from './events.js'
-import {
-  announceQueued, cancelRun, type RunRow, createRun, insertThreadRoot, decodeCursor, getRun, getThread, listRuns, listThreads, originOf, runToWire
-} from './runs-repo.js'
+import { decodeCursor, getRun, getThread, listRuns, listThreads, runToWire } from './runs-repo.js'
 import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from './streams.js'
 import { TERMINAL_STATUSES } from './tables.js'
 
-
 /** Runs, threads, their live streams and chat (contract 5). */
 const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
-  /**
-   * The run committed, so the request answers as committed whatever happens next
-   * (contract 1.3): a run.queued that cannot be stored now (the database went away
-   * between the two statements) is stored by the sweeper, which looks for exactly that.
-   */
-  async function announceAfterCommit(request: FastifyRequest, run: RunRow): Promise<void> {
-    try {
-      await announceQueued(app.runEvents, run)
-    } catch (err) {
-      request.log.warn({ err }, 'run.queued not stored after the run committed; the sweeper will announce it')
-    }
-  }
-
   app.post('/runs', {
     config: { idempotent: true },
     schema: {
@@ -45,44 +27,8 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 201: RunEnvelope, ...errorResponses(404, 413) }
     }
   }, async (request, reply) => {
-    const principal = principalOf(request)
-    const body = request.body
-    const chosen = await app.runEngines.resolve(body.engine, body.model)
-    if ('error' in chosen) throw engineUnavailable(chosen.error)
-    const origin = originOf(principal)
-    if (body.rootRunId === undefined) {
-      // the common case, a new thread: the run and its stored answer in one statement
-      const row = {
-        id: newId(), orgId: principal.orgId, rootRunId: '', parentRunId: null, engine: chosen.engine.id, model: chosen.model,
-        prompt: body.prompt, status: 'queued' as const, origin, error: null, metadata: body.metadata ?? {}, userId: principal.userId,
-        createdAt: new Date(), startedAt: null, finishedAt: null, leaseOwner: null, leaseExpiresAt: null, cancelRequested: false
-      }
-      row.rootRunId = row.id
-      const wire = { run: runToWire(row) }
-      const completion = request.idempotency?.completion(201, wire) ?? null
-      // no row: a live row holds the key (a retry or a duplicate); its answer is sent instead
-      if (!(await insertThreadRoot(app.db, row, completion?.update ?? null))) throw request.idempotency!.taken()
-      request.idempotency?.markStored()
-      await announceAfterCommit(request, row)
-      return sendStored(reply, completion?.answer ?? { status: 201, payload: JSON.stringify(wire) })
-    }
-    const answer = await app.db.transaction(async (tx) => {
-      const run = await createRun(tx, principal, {
-        prompt: body.prompt,
-        engine: chosen.engine.id,
-        model: chosen.model,
-        rootRunId: body.rootRunId,
-        metadata: body.metadata,
-        origin
-      })
-      if (!run) throw notFound('no such thread in this organization')
-      const wire = { run: runToWire(run) }
-      const stored = request.idempotency ? await request.idempotency.complete(tx, 201, wire) : { status: 201, payload: JSON.stringify(wire) }
-      return { run, stored }
-    })
-    // the run and its idempotency answer are durable; now announce it (workers, streams)
-    await announceAfterCommit(request, answer.run)
-    return sendStored(reply, answer.stored)
+    const answer = await app.runs.dispatch({ principal: principalOf(request), body: request.body, idempotency: request.idempotency, log: request.log })
+    return sendStored(reply, answer)
   })
 
   app.get('/runs', {
@@ -148,10 +94,8 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
   }, async (request) => {
     const { orgId } = principalOf(request)
-    const run = await cancelRun(app.db, orgId, request.params.id)
+    const run = await app.runs.cancel(orgId, request.params.id)
     if (!run) throw notFound('no such run in this organization')
-    // calls waiting for a person are dropped now, wherever the run runs: the worker stops promptly
-    if (run.status === 'running' && app.hasDecorator('runtime')) await app.runtime.gateway.cancelRun(orgId, run.id)
     return { run: runToWire(run) }
   })
 
@@ -267,20 +211,8 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
   }, async (request, reply) => {
     principalOf(request)
-    const { messages, model } = request.body
-    let engine: Engine
-    let chosenModel: string | null
-    if (model !== undefined) {
-      const chosen = await app.runEngines.resolve(undefined, model)
-      if ('error' in chosen) throw engineUnavailable(chosen.error)
-      engine = chosen.engine
-      chosenModel = chosen.model
-    } else {
-      const openai = app.runEngines.get('openai')
-      const models = openai && (await openai.ready()) ? await openai.models() : []
-      engine = models.length > 0 ? openai! : app.runEngines.get('echo')!
-      chosenModel = models[0]?.id ?? 'echo'
-    }
+    const { messages } = request.body
+    const { engine, model: chosenModel } = await app.runs.chatEngine(request.body.model)
     const stream = app.sse.open(request, reply)
     const controller = new AbortController()
     // a client that goes away aborts the upstream request

@@ -1,6 +1,6 @@
 import { and, asc, desc, eq, lt, sql, type SQL } from 'drizzle-orm'
 import { CONTROL_CHANNEL } from '../../plugins/event-bus.js'
-import type { Principal } from '../../plugins/principal.js'
+import type { Principal } from '../auth/principal.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { appendEvent, type EventBatcher } from './events.js'

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { bigserial, boolean, check, index, integer, jsonb, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core'
+import { bigserial, boolean, check, index, jsonb, pgTable, text, timestamp } from 'drizzle-orm/pg-core'
 import { organizations } from '../auth/tables.js'
 
 export const RUN_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const
@@ -59,24 +59,4 @@ export const runEvents = pgTable('run_events', {
   index('run_events_run_idx').on(t.runId, t.id),
   index('run_events_root_idx').on(t.rootRunId, t.id),
   index('run_events_created_idx').on(t.createdAt)
-])
-
-/** Contract 3: one row per (org, route, key), kept 24 hours. */
-export const idempotencyKeys = pgTable('idempotency_keys', {
-  orgId: text('org_id').notNull(),
-  route: text('route').notNull(),
-  key: text('key').notNull(),
-  fingerprint: text('fingerprint').notNull(),
-  /** `in_flight` while the first request works, `done` once its answer is stored */
-  state: text('state').$type<'in_flight' | 'done'>().notNull(),
-  lockToken: text('lock_token'),
-  lockedUntil: ts('locked_until'),
-  responseStatus: integer('response_status'),
-  responseType: text('response_type'),
-  responseBody: text('response_body'),
-  createdAt: ts('created_at').notNull().defaultNow(),
-  expiresAt: ts('expires_at').notNull()
-}, (t) => [
-  primaryKey({ columns: [t.orgId, t.route, t.key] }),
-  index('idempotency_keys_expires_idx').on(t.expiresAt)
 ])

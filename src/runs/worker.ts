@@ -6,10 +6,10 @@ import { rowsOf, type Db } from '../db/client.js'
 import { realUserIdOfRun } from './run-ref.js'
 import type { EngineRegistry } from './engines/registry.js'
 import { EngineError, type RunTools, type ToolDefinition } from './engines/types.js'
-import { appendEvent, pruneEvents, type EventBatcher } from './events.js'
+import { appendEvent, type EventBatcher } from './events.js'
 import type { RunMemory, RunRef } from './memory-port.js'
 import { runs } from './tables.js'
-import { announceQueued, type RunRow } from './runs-repo.js'
+import type { RunRow } from './runs-repo.js'
 
 /** The agent runtime's tool gateway as the worker needs it (src/runtime/gateway.ts). */
 export interface ToolGatewayPort {
@@ -19,7 +19,17 @@ export interface ToolGatewayPort {
   cancelRun(orgId: string, runId: string): Promise<number>
 }
 
-export interface WorkerOptions {
+/** Drops a run's waiting tool calls, if runs have tools; never throws (the run ends either way). */
+export async function dropToolCalls(tools: ToolGatewayPort | null, log: FastifyBaseLogger, orgId: string, runId: string): Promise<void> {
+  if (!tools) return
+  try {
+    await tools.cancelRun(orgId, runId)
+  } catch (err) {
+    log.warn({ err, runId }, 'dropping waiting tool calls failed')
+  }
+}
+
+export interface RunWorkerOptions {
   db: Db
   /** where a running engine's events go (batched; see EventBatcher) */
   events: EventBatcher
@@ -30,12 +40,9 @@ export interface WorkerOptions {
   concurrency: number
   pollMs: number
   leaseMs: number
-  sweepMs: number
-  retentionDays: number
+  /** the agent runtime's tool gateway; null: runs get no tools */
+  tools: ToolGatewayPort | null
 }
-
-/** A queued run still without its run.queued this long after it was created is announced by the sweeper. */
-export const UNANNOUNCED_AFTER_MS = 5000
 
 /** Thrown into an engine whose instance was killed: nothing more may be written. */
 class WorkerGone extends Error {
@@ -58,7 +65,7 @@ interface Active {
  */
 export class RunWorker {
   readonly instanceId = randomUUID()
-  private readonly o: WorkerOptions
+  private readonly o: RunWorkerOptions
   private readonly active = new Map<string, Active>()
   private readonly recentlyCancelled = new Map<string, number>()
   private stopping = false
@@ -67,25 +74,14 @@ export class RunWorker {
   private wakeAgain = false
   private timers: NodeJS.Timeout[] = []
   private unsubscribe: Array<() => void> = []
-  private tools: ToolGatewayPort | null = null
 
-  constructor(options: WorkerOptions) {
+  constructor(options: RunWorkerOptions) {
     this.o = options
-  }
-
-  /** Hands engines the tool gateway (wired once the runtime is registered; null: no tools). */
-  setTools(tools: ToolGatewayPort | null): void {
-    this.tools = tools
   }
 
   /** Drops a run's waiting tool calls; never throws (the run ends either way). */
   private async dropToolCalls(orgId: string, runId: string): Promise<void> {
-    if (!this.tools || this.killed) return
-    try {
-      await this.tools.cancelRun(orgId, runId)
-    } catch (err) {
-      this.o.log.warn({ err, runId }, 'run worker: dropping waiting tool calls failed')
-    }
+    if (!this.killed) await dropToolCalls(this.o.tools, this.o.log, orgId, runId)
   }
 
   get activeCount(): number {
@@ -107,8 +103,6 @@ export class RunWorker {
       if (active) active.controller.abort(new CancelRequested())
       else this.recentlyCancelled.set(message.runId, Date.now())
     }))
-    this.timers.push(setInterval(() => void this.sweep(), o.sweepMs))
-    this.timers.push(setInterval(() => void this.prune(), 60 * 60 * 1000))
     for (const t of this.timers) t.unref()
     this.wake()
   }
@@ -205,7 +199,7 @@ export class RunWorker {
       await o.events.append({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type, data })
     }
     const engine = o.engines.get(run.engine)
-    const gateway = this.tools
+    const gateway = this.o.tools
     const tools: RunTools | undefined = gateway ? {
       definitions: () => gateway.definitions(),
       execute: (call) => {
@@ -287,55 +281,6 @@ export class RunWorker {
     }
     const cutoff = Date.now() - 60_000
     for (const [id, at] of this.recentlyCancelled) if (at < cutoff) this.recentlyCancelled.delete(id)
-  }
-
-  /** Fails running runs whose lease expired: their worker is gone. */
-  async sweep(): Promise<number> {
-    if (this.killed) return 0
-    let swept = 0
-    try {
-      // a run whose instance died between committing it and storing its run.queued would
-      // never be claimed: announce it here once it is clearly not coming
-      const silent = rowsOf<{ id: string; org_id: string; root_run_id: string; engine: string; model: string | null }>(await this.o.db.execute(sql`
-        select id, org_id, root_run_id, engine, model from runs r
-        where status = 'queued' and created_at < now() - make_interval(secs => ${UNANNOUNCED_AFTER_MS / 1000})
-          and not exists (select 1 from run_events e where e.run_id = r.id and e.type = 'run.queued')
-        limit 100`))
-      for (const run of silent) {
-        await announceQueued(this.o.events, { id: run.id, orgId: run.org_id, rootRunId: run.root_run_id, engine: run.engine, model: run.model })
-      }
-      const expired = rowsOf<{ id: string }>(await this.o.db.execute(sql`
-        select id from runs where status = 'running' and lease_expires_at < now() order by lease_expires_at limit 100`))
-      for (const { id } of expired) {
-        const done = await this.o.db.transaction(async (tx) => {
-          const [run] = rowsOf<{ id: string; org_id: string; root_run_id: string }>(await tx.execute(sql`
-            update runs set status = 'failed', error = 'worker_lost', finished_at = now(), lease_owner = null, lease_expires_at = null
-            where id = ${id} and status = 'running' and lease_expires_at < now()
-            returning id, org_id, root_run_id`))
-          if (!run) return null
-          await appendEvent(tx, { orgId: run.org_id, runId: run.id, rootRunId: run.root_run_id, type: 'run.failed', data: { error: 'worker_lost' } })
-          return run.org_id
-        })
-        if (done !== null) {
-          swept++
-          // its calls waiting for approval die with it
-          await this.dropToolCalls(done, id)
-        }
-      }
-    } catch (err) {
-      if (!this.killed) this.o.log.warn({ err }, 'run worker: sweep failed')
-    }
-    return swept
-  }
-
-  async prune(): Promise<void> {
-    if (this.killed) return
-    try {
-      await pruneEvents(this.o.db, this.o.retentionDays)
-      await this.o.db.execute(sql`delete from idempotency_keys where expires_at < now()`)
-    } catch (err) {
-      this.o.log.warn({ err }, 'run worker: prune failed')
-    }
   }
 
   private stopTimers(): void {

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
 import { desktopUnavailable, notFound } from '../../plugins/errors.js'
-import { principalOf } from '../../plugins/principal.js'
+import { principalOf } from '../auth/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
   ApprovalListQuery,

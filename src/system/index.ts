@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { notReady } from '../../plugins/errors.js'
-import { devOrgFor } from '../../plugins/principal.js'
+import { devOrgFor } from '../auth/principal.js'
 import { DATABASE_RETRY_AFTER_S } from '../db/faults.js'
 import { errorResponses } from '../../schemas/common.js'
 import { ClientConfig, Health, HealthQuery } from '../../schemas/system.js'

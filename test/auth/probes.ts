@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify'
-import { realUserId } from '../../plugins/principal.js'
+import { realUserId } from '../../src/auth/principal.js'
 
 /**
  * Probe routes for identity tests, registered inside /api through `apiPlugins` so the

@@ -55,9 +55,8 @@ t.test('the capture row is written with the run transaction: rollback leaves non
 
 t.test('pending → delivering → delivered through the worker that starts with the app (http pool)', async (t) => {
   const mem0 = await startMem0(t)
-  const app = await buildTestApp(t, { env: { ...FAST, MEMORY_BACKEND: 'http', MEMORY_URL: mem0.url } })
   const events: Array<{ orgId: string; runId: string; type: string; data: Record<string, unknown> }> = []
-  app.memory.setEventSink({ async emit(e) { events.push(e) } })
+  const app = await buildTestApp(t, { env: { ...FAST, MEMORY_BACKEND: 'http', MEMORY_URL: mem0.url }, runEvents: { async emit(e) { events.push(e) } } })
   const run = await enqueue(app, ['Remember the release train leaves Tuesday'])
   const capture = await waitFor('delivery', async () => {
     const c = await captureOf(app, run.id)

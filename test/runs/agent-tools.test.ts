@@ -236,7 +236,7 @@ t.test('the worker_lost sweep drops the lost run\'s waiting approvals', async (t
     id: approvalId, orgId: org.id, runId, rootRunId: runId, callId: 'c1', tool: 'shell', arguments: { command: 'true' },
     expiresAt: new Date(Date.now() + 600_000)
   })
-  t.equal(await app.runWorker.sweep(), 1)
+  t.equal(await app.runs.sweeper.sweep(), 1)
   const [run] = await app.db.select().from(runs).where(eq(runs.id, runId))
   t.match(run, { status: 'failed', error: 'worker_lost' })
   const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, approvalId))

@@ -3,9 +3,9 @@ import t from 'tap'
 import { organizations } from '../../src/auth/tables.js'
 import { rowsOf } from '../../src/db/client.js'
 import { newId } from '../../src/db/ids.js'
-import { canonicalJson, fingerprintOf } from '../../plugins/idempotency.js'
+import { canonicalJson, fingerprintOf, pruneIdempotencyKeys } from '../../plugins/idempotency/index.js'
 import { DEV_USER } from '../../src/auth/dev-org.js'
-import { idempotencyKeys } from '../../src/runs/tables.js'
+import { idempotencyKeys } from '../../plugins/idempotency/tables.js'
 import { buildTestApp } from '../helper.js'
 
 const env = { RUN_WORKER_CONCURRENCY: '0' }
@@ -107,6 +107,16 @@ t.test('in flight: 409 with Retry-After; a crashed lock expires after 60 s', asy
   const later = await post(app, 'busy', { prompt: 'other body' })
   t.equal(later.statusCode, 201)
   t.equal(await countRuns(app), 2)
+})
+
+t.test('the plugin prunes its own table: keys past retention go, live ones stay', async (t) => {
+  const app = await buildTestApp(t, { env })
+  t.equal((await post(app, 'live', { prompt: 'hello' })).statusCode, 201)
+  t.equal((await post(app, 'old', { prompt: 'hello' })).statusCode, 201)
+  await app.db.update(idempotencyKeys).set({ expiresAt: new Date(Date.now() - 1000) }).where(eq(idempotencyKeys.key, 'old'))
+  t.equal(await pruneIdempotencyKeys(app.db), 1, 'one expired key deleted')
+  t.same((await app.db.select({ key: idempotencyKeys.key }).from(idempotencyKeys)).map((r) => r.key), ['live'])
+  t.equal(await countRuns(app), 2, 'the runs stay')
 })
 
 t.test('20 identical requests racing create exactly one run', async (t) => {

@@ -41,7 +41,7 @@ t.test('a run created on A runs once; B streams its change and events; a cancel 
 
   const slow = (await a.inject({ method: 'POST', url: '/api/runs', payload: { prompt: Array.from({ length: 100 }, (_, i) => `w${i}`).join(' ') } })).json().run
   await eventually(async () => (await b.inject({ method: 'GET', url: `/api/runs/${slow.id}` })).json().run.status === 'running')
-  t.equal(a.runWorker.activeCount, 1, 'A runs it')
+  t.equal(a.runs.worker.activeCount, 1, 'A runs it')
   const stream = await SseClient.open(`${baseB}/api/runs/${slow.id}/events`)
   t.teardown(() => stream.close())
   await stream.until((c) => c.events('message.delta').length >= 2)
@@ -61,7 +61,7 @@ t.test('a killed worker leaves its run failed with worker_lost', async (t) => {
   t.teardown(() => stream.close())
   await stream.until((c) => c.events('message.delta').length >= 2)
   // crash: no draining, no release; the lease is left to expire
-  a.runWorker.kill()
+  a.runs.kill()
   await a.close()
   await stream.until((c) => c.ended, 15_000)
   const failed = stream.events('run.failed')
@@ -75,7 +75,7 @@ t.test('a killed worker leaves its run failed with worker_lost', async (t) => {
 t.test('graceful close finishes the running run', async (t) => {
   const { a } = await twoInstances(t, { ...fast, ECHO_WORD_DELAY_MS: '20' }, { ...fast, RUN_WORKER_CONCURRENCY: '0' })
   const run = (await a.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'a b c d e f g h i j' } })).json().run
-  await eventually(async () => a.runWorker.activeCount === 1)
+  await eventually(async () => a.runs.worker.activeCount === 1)
   await a.close()
   const [row] = rowsOf<{ status: string }>(await a.db.execute(sql`select status from runs where id = ${run.id}`))
   t.equal(row!.status, 'succeeded', 'drained before closing')

@@ -5,7 +5,7 @@ import { rowsOf } from '../../src/db/client.js'
 import { newId } from '../../src/db/ids.js'
 import type { RunMemory } from '../../src/runs/memory-port.js'
 import { createRun } from '../../src/runs/runs-repo.js'
-import { UNANNOUNCED_AFTER_MS } from '../../src/runs/worker.js'
+import { UNANNOUNCED_AFTER_MS } from '../../src/runs/sweeper.js'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { runEvents, runs } from '../../src/runs/tables.js'
 import { buildTestApp } from '../helper.js'
@@ -204,11 +204,11 @@ t.test('/api/config lists the echo engine', async (t) => {
 t.test('the RunEventSink stores and numbers a memory.captured event', async (t) => {
   const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
   const run = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x' } })).json().run
-  await app.runEventSink.emit({ orgId: '00000000-0000-7000-8000-00000000d001', runId: run.id, type: 'memory.captured', data: { itemCount: 2 } })
+  await app.memory.events.emit({ orgId: '00000000-0000-7000-8000-00000000d001', runId: run.id, type: 'memory.captured', data: { itemCount: 2 } })
   const events = await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id)).orderBy(runEvents.id)
   t.same(events.map((e) => e.type), ['run.queued', 'memory.captured'])
   t.same(events[1]!.data, { itemCount: 2 })
-  await t.rejects(app.runEventSink.emit({ orgId: newId(), runId: run.id, type: 'memory.captured', data: {} }), 'another org cannot write into the run')
+  await t.rejects(app.memory.events.emit({ orgId: newId(), runId: run.id, type: 'memory.captured', data: {} }), 'another org cannot write into the run')
 })
 
 t.test('events past retention are pruned, newer ones kept', async (t) => {
@@ -216,7 +216,7 @@ t.test('events past retention are pruned, newer ones kept', async (t) => {
   const run = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x' } })).json().run
   await app.db.insert(runEvents).values({ orgId: '00000000-0000-7000-8000-00000000d001', runId: run.id, rootRunId: run.id, type: 'tool.call', data: {}, createdAt: new Date(Date.now() - 8 * 86_400_000) })
   await app.db.insert(runEvents).values({ orgId: '00000000-0000-7000-8000-00000000d001', runId: run.id, rootRunId: run.id, type: 'tool.result', data: {}, createdAt: new Date(Date.now() - 6 * 86_400_000) })
-  await app.runWorker.prune()
+  await app.runs.sweeper.prune()
   const left = (await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id))).map((e) => e.type).sort()
   t.same(left, ['run.queued', 'tool.result'], 'only the 8-day-old event went')
 })

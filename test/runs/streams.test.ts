@@ -119,7 +119,7 @@ t.test('changes stream: identifiers only, live, org-scoped, resumable', async (t
   const otherOrg = { id: newId(), name: 'Other', slug: 'other' }
   await app.db.insert(organizations).values(otherOrg)
   const foreign = await app.db.transaction((tx) => createRun(tx, { kind: 'dev', orgId: otherOrg.id, userId: null, role: 'owner' }, { prompt: 'secret', engine: 'echo', model: 'echo', origin: 'api' }))
-  await announceQueued(app.runEvents, foreign!) // its event is stored and NOTIFYed, in the other org
+  await announceQueued(app.runs.events, foreign!) // its event is stored and NOTIFYed, in the other org
   const run = await createRunVia(app, { prompt: 'hello' })
   await changes.until((c) => c.events('change').length >= 1)
   await app.inject({ method: 'POST', url: `/api/runs/${run.id}/cancel` })

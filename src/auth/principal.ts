@@ -3,11 +3,11 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { Type } from 'typebox'
 import { Value } from 'typebox/value'
-import { DEV_ORG, DEV_USER } from '../src/auth/dev-org.js'
-import { IdentityResolver, type IdentityChange } from '../src/auth/identity.js'
-import { newId } from '../src/db/ids.js'
-import type { Role } from '../src/auth/tables.js'
-import { noOrganization, organizationAdminRequired, sessionRequired, unauthorized, userRequired } from './errors.js'
+import { DEV_ORG, DEV_USER } from './dev-org.js'
+import { IdentityResolver, type IdentityChange } from './identity.js'
+import { newId } from '../db/ids.js'
+import type { Role } from './tables.js'
+import { noOrganization, organizationAdminRequired, sessionRequired, unauthorized, userRequired } from '../../plugins/errors.js'
 import { keyMayReach } from './key-allowlist.js'
 
 /**
@@ -126,7 +126,7 @@ export function bearerToken(header: string): string | null {
  * Resolves the principal and enforces the route's declared scope. Registered inside the
  * /api scope, so every /api route is protected unless it says `scope: 'public'`.
  * Lanes, in order (contract 2.2): bearer key (never falls back), session cookie, dev org,
- * else 401. A key is then held to the allowlist (plugins/key-allowlist.ts).
+ * else 401. A key is then held to the allowlist (src/auth/key-allowlist.ts).
  */
 export default fp(async function principalPlugin(app: FastifyInstance, opts: PrincipalOptions) {
   const devPrincipal: Principal = Object.freeze({ kind: 'dev', orgId: DEV_ORG.id, userId: DEV_USER.id, role: 'owner' })

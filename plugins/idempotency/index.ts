@@ -2,14 +2,21 @@ import { createHash } from 'node:crypto'
 import { sql, type SQL } from 'drizzle-orm'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { rowsOf, type Tx } from '../src/db/client.js'
-import { isDatabaseUnavailable } from '../src/db/faults.js'
-import { describeError, idempotencyKeyInUse, idempotencyKeyReused, invalidIdempotencyKey, type ApiError } from './errors.js'
-import { asList } from './hook-list.js'
-import { principalOf, type Principal } from './principal.js'
+import { rowsOf, type Db, type Tx } from '../../src/db/client.js'
+import { isDatabaseUnavailable } from '../../src/db/faults.js'
+import { describeError, idempotencyKeyInUse, idempotencyKeyReused, invalidIdempotencyKey, type ApiError } from '../errors.js'
+import { asList } from '../hook-list.js'
+import { principalOf, type Principal } from '../../src/auth/principal.js'
 
 /** Contract 3 numbers. */
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000
+/** How often expired keys are deleted. */
+const PRUNE_EVERY_MS = 60 * 60 * 1000
+
+export interface IdempotencyOptions {
+  /** how often this instance deletes expired keys (default hourly) */
+  pruneEveryMs?: number
+}
 const MAX_KEY_LENGTH = 255
 
 declare module 'fastify' {
@@ -117,8 +124,14 @@ const keyStates = new WeakMap<FastifyRequest, KeyState>()
  * `in_flight` (from an instance of an earlier release, which locked the key first) are
  * honoured as in flight until their lock expires.
  */
-export default fp(async function idempotencyPlugin(app: FastifyInstance) {
+export default fp(async function idempotencyPlugin(app: FastifyInstance, opts: IdempotencyOptions) {
   app.decorateRequest('idempotency', null)
+  // the plugin keeps its table: every instance deletes expired keys now and then (idempotent)
+  const pruner = setInterval(() => {
+    pruneIdempotencyKeys(app.db).catch((err: unknown) => app.log.warn({ err }, 'idempotency: pruning expired keys failed'))
+  }, opts.pruneEveryMs ?? PRUNE_EVERY_MS)
+  pruner.unref()
+  app.addHook('onClose', async () => clearInterval(pruner))
 
   /** Stores the answer as `done`, unless a live row holds the key: `returning 1` tells which. */
   function storeAnswer(state: KeyState, status: number, payload: string): SQL {
@@ -243,7 +256,10 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance) {
   })
 }, { name: 'idempotency', fastify: '5.x', dependencies: ['db', 'errors', 'principal'] })
 
-/** Deletes keys past their retention. */
-export async function pruneIdempotencyKeys(app: FastifyInstance): Promise<void> {
-  await app.db.execute(sql`delete from idempotency_keys where expires_at < now()`)
+/** Deletes keys past their retention; returns how many went. */
+export async function pruneIdempotencyKeys(db: Db): Promise<number> {
+  const result = await db.execute(sql`
+    with gone as (delete from idempotency_keys where expires_at < now() returning 1)
+    select count(*)::int as n from gone`)
+  return rowsOf<{ n: number }>(result)[0]?.n ?? 0
 }

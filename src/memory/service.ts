@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import type { Principal } from '../../plugins/principal.js'
+import type { Principal } from '../auth/principal.js'
 import type { Config } from '../config.js'
 import type { Db } from '../db/client.js'
 import type { RecalledItem, RunEventSink, RunMemory } from '../runs/memory-port.js'
@@ -24,7 +24,8 @@ export interface MemoryHub {
   readonly runMemory: RunMemory
   /** the capture delivery worker of this instance (null when off) */
   readonly worker: CaptureWorker | null
-  setEventSink(sink: RunEventSink | null): void
+  /** where a delivered capture is announced as the run's `memory.captured` event */
+  readonly events: RunEventSink
   /** a background PATCH still being applied; drained on close */
   track(work: Promise<unknown>): void
   drain(): Promise<void>
@@ -43,18 +44,19 @@ export function changedByOf(principal: Principal): string {
   return 'dev'
 }
 
-export interface MemoryHubOptions {
+export interface MemoryServiceOptions {
   config: Config
+  /** the runs group's event sink: a delivered capture becomes the run's `memory.captured` */
+  events: RunEventSink
 }
 
-export function createMemoryHub(db: Db, config: Config, log: FastifyInstance['log']): MemoryHub {
+export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions, log: FastifyInstance['log']): MemoryHub {
   let backend: MemoryBackend | null = null
   if (config.MEMORY_BACKEND === 'postgres') backend = createPostgresPool(db)
   if (config.MEMORY_BACKEND === 'http') {
     if (!config.MEMORY_URL) throw new Error('MEMORY_BACKEND=http needs MEMORY_URL')
     backend = createMem0Pool(db, { url: config.MEMORY_URL, apiKey: config.MEMORY_API_KEY, timeoutMs: config.MEMORY_HTTP_TIMEOUT_MS })
   }
-  let sink: RunEventSink | null = null
   const pending = new Set<Promise<unknown>>()
 
   const enabledFor = async (orgId: string) => backend !== null && (await orgMemoryOn(db, orgId))
@@ -64,7 +66,7 @@ export function createMemoryHub(db: Db, config: Config, log: FastifyInstance['lo
     backend,
     log,
     poolFor: async (orgId) => ((await enabledFor(orgId)) ? ensurePool(db, orgId, 'org', '') : null),
-    sink: () => sink,
+    sink: () => events,
     leaseMs: config.MEMORY_CAPTURE_LEASE_MS,
     backoffMs: config.MEMORY_CAPTURE_BACKOFF_MS,
     backoffMaxMs: config.MEMORY_CAPTURE_BACKOFF_MAX_MS,
@@ -112,9 +114,7 @@ export function createMemoryHub(db: Db, config: Config, log: FastifyInstance['lo
     enabledFor,
     runMemory,
     worker,
-    setEventSink(next) {
-      sink = next
-    },
+    events,
     track(work) {
       const tracked = work.catch((err: unknown) => log.error({ err }, 'background memory update failed')).finally(() => pending.delete(tracked))
       pending.add(tracked)
@@ -130,8 +130,8 @@ export function createMemoryHub(db: Db, config: Config, log: FastifyInstance['lo
  * reaches `app.memory.runMemory`. The delivery worker starts with the app and stops, after
  * its deliveries in flight, when the app closes.
  */
-export default fp(async function memoryHub(app: FastifyInstance, opts: MemoryHubOptions) {
-  const hub = createMemoryHub(app.db, opts.config, app.log)
+export default fp(async function memoryService(app: FastifyInstance, opts: MemoryServiceOptions) {
+  const hub = createMemoryHub(app.db, opts, app.log)
   app.decorate('memory', hub)
   app.features.capabilities.memory = hub.backend !== null
   app.addHook('onReady', async () => {
@@ -142,4 +142,4 @@ export default fp(async function memoryHub(app: FastifyInstance, opts: MemoryHub
     await hub.worker?.stop()
     await hub.drain()
   })
-}, { name: 'memory-hub', fastify: '5.x', dependencies: ['db', 'features'] })
+}, { name: 'memory', fastify: '5.x', dependencies: ['db', 'features'] })

@@ -3,7 +3,7 @@ import Fastify from 'fastify'
 import t from 'tap'
 import dbPlugin from '../../plugins/db.js'
 import errorsPlugin from '../../plugins/errors.js'
-import principalPlugin, { isLoopback, realUserId, type Scope } from '../../plugins/principal.js'
+import principalPlugin, { isLoopback, realUserId, type Scope } from '../../src/auth/principal.js'
 import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
 import { createTestDatabase, type Teardown } from '../helper.js'
 

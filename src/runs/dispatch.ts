@@ -1,0 +1,89 @@
+import type { FastifyBaseLogger } from 'fastify'
+import type { Static } from 'typebox'
+import { engineUnavailable, notFound } from '../../plugins/errors.js'
+import type { IdempotencyLock, StoredAnswer } from '../../plugins/idempotency/index.js'
+import type { CreateRunBody } from '../../schemas/runs.js'
+import type { Principal } from '../auth/principal.js'
+import type { Db } from '../db/client.js'
+import { newId } from '../db/ids.js'
+import type { Engine } from './engines/types.js'
+import type { EngineRegistry } from './engines/registry.js'
+import type { EventBatcher } from './events.js'
+import { announceQueued, createRun, insertThreadRoot, originOf, runToWire, type RunRow } from './runs-repo.js'
+
+export interface DispatchDeps {
+  db: Db
+  engines: EngineRegistry
+  events: EventBatcher
+}
+
+export interface DispatchInput {
+  principal: Principal
+  body: Static<typeof CreateRunBody>
+  /** the request's Idempotency-Key lock, when it carries one */
+  idempotency: IdempotencyLock | null
+  log: FastifyBaseLogger
+}
+
+/**
+ * `POST /api/runs`: stores the run (and its idempotent answer, in the same commit), then
+ * announces it. Returns the answer to send, which a retry with the same key replays.
+ */
+export async function dispatchRun({ db, engines, events }: DispatchDeps, { principal, body, idempotency, log }: DispatchInput): Promise<StoredAnswer> {
+  const chosen = await engines.resolve(body.engine, body.model)
+  if ('error' in chosen) throw engineUnavailable(chosen.error)
+  const origin = originOf(principal)
+  let run: RunRow
+  let answer: StoredAnswer
+  if (body.rootRunId === undefined) {
+    // the common case, a new thread: the run and its stored answer in one statement
+    const id = newId()
+    run = {
+      id, orgId: principal.orgId, rootRunId: id, parentRunId: null, engine: chosen.engine.id, model: chosen.model,
+      prompt: body.prompt, status: 'queued', origin, error: null, metadata: body.metadata ?? {}, userId: principal.userId,
+      createdAt: new Date(), startedAt: null, finishedAt: null, leaseOwner: null, leaseExpiresAt: null, cancelRequested: false
+    }
+    const wire = { run: runToWire(run) }
+    const completion = idempotency?.completion(201, wire) ?? null
+    // no row: a live row holds the key (a retry or a duplicate); its answer is sent instead
+    if (!(await insertThreadRoot(db, run, completion?.update ?? null))) throw idempotency!.taken()
+    idempotency?.markStored()
+    answer = completion?.answer ?? { status: 201, payload: JSON.stringify(wire) }
+  } else {
+    const rootRunId = body.rootRunId
+    ;({ run, answer } = await db.transaction(async (tx) => {
+      const created = await createRun(tx, principal, {
+        prompt: body.prompt, engine: chosen.engine.id, model: chosen.model, rootRunId, metadata: body.metadata, origin
+      })
+      if (!created) throw notFound('no such thread in this organization')
+      const wire = { run: runToWire(created) }
+      const stored = idempotency ? await idempotency.complete(tx, 201, wire) : { status: 201, payload: JSON.stringify(wire) }
+      return { run: created, answer: stored }
+    }))
+  }
+  // The run committed, so the request answers as committed whatever happens next
+  // (contract 1.3): a run.queued that cannot be stored now (the database went away between
+  // the two statements) is stored by the sweeper, which looks for exactly that.
+  try {
+    await announceQueued(events, run)
+  } catch (err) {
+    log.warn({ err }, 'run.queued not stored after the run committed; the sweeper will announce it')
+  }
+  return answer
+}
+
+/**
+ * The engine and model `POST /api/chat` uses: the one the model names, else the first
+ * model of a ready `openai` engine, else echo.
+ */
+export async function chatEngine(engines: EngineRegistry, model: string | undefined): Promise<{ engine: Engine; model: string | null }> {
+  if (model !== undefined) {
+    const chosen = await engines.resolve(undefined, model)
+    if ('error' in chosen) throw engineUnavailable(chosen.error)
+    return chosen
+  }
+  const openai = engines.get('openai')
+  const models = openai && (await openai.ready()) ? await openai.models() : []
+  if (openai && models.length > 0) return { engine: openai, model: models[0]!.id }
+  return { engine: engines.get('echo')!, model: 'echo' }
+}

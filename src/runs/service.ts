@@ -1,0 +1,113 @@
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import type { StoredAnswer } from '../../plugins/idempotency/index.js'
+import type { Config } from '../config.js'
+import { chatEngine, dispatchRun, type DispatchInput } from './dispatch.js'
+import { echoEngine } from './engines/echo.js'
+import { openAiEngine } from './engines/openai.js'
+import { EngineRegistry } from './engines/registry.js'
+import type { Engine } from './engines/types.js'
+import { EventBatcher } from './events.js'
+import type { RunMemory } from './memory-port.js'
+import { cancelRun, type RunRow } from './runs-repo.js'
+import { RunSweeper } from './sweeper.js'
+import { dropToolCalls, RunWorker, type ToolGatewayPort } from './worker.js'
+
+/** The runs group's instance-wide side, as `app.runs`. */
+export interface RunsService {
+  engines: EngineRegistry
+  /** claims and executes queued runs on this instance */
+  worker: RunWorker
+  /** fails lost runs, announces unannounced ones, prunes old events */
+  sweeper: RunSweeper
+  /** events written outside a transaction, batched (group commit) */
+  events: EventBatcher
+  /** `POST /api/runs` (src/runs/dispatch.ts) */
+  dispatch(input: DispatchInput): Promise<StoredAnswer>
+  /** asks a run to stop; null when the org has no such run */
+  cancel(orgId: string, runId: string): Promise<RunRow | null>
+  /** the engine and model `POST /api/chat` uses */
+  chatEngine(model: string | undefined): Promise<{ engine: Engine; model: string | null }>
+  /** simulates a crash of this instance's runs side (tests): nothing more is written */
+  kill(): void
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    runs: RunsService
+  }
+}
+
+export interface RunsServiceOptions {
+  config: Config
+  /** the Memory Hub side of runs (recall, capture); `noRunMemory` when memory is off */
+  memory: RunMemory
+  /** the agent runtime's tool gateway; null: runs are offered no tools */
+  tools: ToolGatewayPort | null
+}
+
+export function createEngines(config: Config): EngineRegistry {
+  return new EngineRegistry([
+    echoEngine({ wordDelayMs: config.ECHO_WORD_DELAY_MS }),
+    openAiEngine({
+      baseUrl: config.OPENAI_BASE_URL,
+      apiKey: config.OPENAI_API_KEY,
+      models: config.MODELS.split(',').map((m) => m.trim()).filter(Boolean),
+      timeoutMs: config.OPENAI_TIMEOUT_MS,
+      probeTtlMs: config.OPENAI_PROBE_TTL_MS,
+      maxToolRounds: config.OPENAI_MAX_TOOL_ROUNDS
+    })
+  ])
+}
+
+/**
+ * The runs service: engines (and their `/api/config` catalog), dispatch, the worker that
+ * starts with the app and drains on close, and the sweeper. Everything it uses arrives as
+ * options or from the infrastructure plugins (db, event bus, features).
+ */
+export default fp(async function runsService(app: FastifyInstance, opts: RunsServiceOptions) {
+  const { config, memory, tools } = opts
+  const log = app.log.child({ component: 'runs' })
+  const engines = createEngines(config)
+  app.features.catalogs.push(() => engines.catalog())
+  const events = new EventBatcher(app.db)
+  const worker = new RunWorker({
+    db: app.db,
+    events,
+    bus: app.eventBus,
+    engines,
+    memory,
+    tools,
+    log,
+    concurrency: config.RUN_WORKER_CONCURRENCY,
+    pollMs: config.RUN_POLL_MS,
+    leaseMs: config.RUN_LEASE_MS
+  })
+  const sweeper = new RunSweeper({ db: app.db, events, tools, log, sweepMs: config.RUN_SWEEP_MS, retentionDays: config.RUN_EVENTS_RETENTION_DAYS })
+  app.decorate('runs', {
+    engines,
+    worker,
+    sweeper,
+    events,
+    dispatch: (input) => dispatchRun({ db: app.db, engines, events }, input),
+    async cancel(orgId, runId) {
+      const run = await cancelRun(app.db, orgId, runId)
+      // calls waiting for a person are dropped now, wherever the run runs: its worker stops promptly
+      if (run?.status === 'running') await dropToolCalls(tools, log, orgId, run.id)
+      return run
+    },
+    chatEngine: (model) => chatEngine(engines, model),
+    kill() {
+      worker.kill()
+      sweeper.stop()
+    }
+  } satisfies RunsService)
+  app.addHook('onReady', async () => {
+    worker.start()
+    sweeper.start()
+  })
+  app.addHook('preClose', async () => {
+    sweeper.stop()
+    await worker.close(config.SHUTDOWN_GRACE_MS)
+  })
+}, { name: 'runs', fastify: '5.x', dependencies: ['db', 'event-bus', 'features'] })
