@@ -192,12 +192,10 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {} }
   // the agent runtime: sandboxes and the tool gateway, which asks the runs group about runs
   await app.register(runtimeService, {
     config,
-    wiring: {
-      runs: runDirectory(app.db),
-      events: runEventWriter(runEvents),
-      memory: runMemorySearch(app.db, runMemory),
-      ...ports.runtime
-    }
+    runs: runDirectory(app.db),
+    events: runEventWriter(runEvents),
+    memory: runMemorySearch(app.db, runMemory),
+    ...ports.runtime
   })
   // runs: engines, dispatch, the worker (offered the runtime's tools when there is a sandbox) and the sweeper
   await app.register(runsService, {

@@ -35,23 +35,3 @@ export interface MemoryHit {
 export interface MemorySearch {
   search(run: ToolRunRef, query: string, limit: number): Promise<MemoryHit[]>
 }
-
-/** No runs group: no run or thread exists. */
-export const noRunDirectory: RunDirectory = {
-  async threadOfRun() {
-    return null
-  },
-  async threadExists() {
-    return false
-  }
-}
-
-export const dropRunEvents: RunEventWriter = {
-  async emit() {}
-}
-
-export const noMemorySearch: MemorySearch = {
-  async search() {
-    return []
-  }
-}

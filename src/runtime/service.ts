@@ -5,17 +5,18 @@ import type { Config } from '../config.js'
 import { ToolGateway } from './gateway.js'
 import { sandboxUnavailable as sandboxUnavailableError, type ApiError } from '../../plugins/errors.js'
 import { LocalSandboxProvider, SandboxUnavailableError, type BubblewrapProbe } from './local-sandbox.js'
-import { dropRunEvents, noMemorySearch, noRunDirectory, type MemorySearch, type RunDirectory, type RunEventWriter } from './ports.js'
+import type { MemorySearch, RunDirectory, RunEventWriter } from './ports.js'
 import { SandboxManager, type SandboxProvider } from './sandbox.js'
 
-/**
- * What the runtime needs from the rest of the service. The runs group provides `runs`,
- * `events` and `memory` at wiring time; tests may pass their own sandbox provider.
- */
-export interface RuntimeWiring {
-  runs?: RunDirectory
-  events?: RunEventWriter
-  memory?: MemorySearch
+/** What the runtime needs from the runs group (src/runs/runtime-ports.ts). */
+export interface RuntimePorts {
+  runs: RunDirectory
+  events: RunEventWriter
+  memory: MemorySearch
+}
+
+/** What tests may replace: any port, the sandbox provider, the bubblewrap probe. */
+export interface RuntimeWiring extends Partial<RuntimePorts> {
   /** replaces the provider SANDBOX_PROVIDER would choose */
   sandboxProvider?: SandboxProvider
   /** replaces the local provider's bubblewrap probe (tests force "bwrap missing") */
@@ -84,9 +85,8 @@ declare module 'fastify' {
   }
 }
 
-export interface RuntimeServiceOptions {
+export interface RuntimeServiceOptions extends RuntimePorts, Omit<RuntimeWiring, keyof RuntimePorts> {
   config: Config
-  wiring?: RuntimeWiring | undefined
 }
 
 /** The 503 of routes and tools that need a sandbox when there is none (contract 1.3). */
@@ -96,7 +96,7 @@ export function sandboxUnavailable(status: SandboxStatus): ApiError {
 
 const NO_PROVIDER = 'no sandbox provider is configured (SANDBOX_PROVIDER=none)'
 
-function providerFor(config: Config, app: FastifyInstance, wiring: RuntimeWiring): { provider: SandboxProvider | null; reason: string | null } {
+function providerFor(config: Config, app: FastifyInstance, wiring: RuntimeServiceOptions): { provider: SandboxProvider | null; reason: string | null } {
   if (wiring.sandboxProvider) return { provider: wiring.sandboxProvider, reason: null }
   if (config.SANDBOX_PROVIDER === 'none') return { provider: null, reason: NO_PROVIDER }
   try {
@@ -122,20 +122,19 @@ function providerFor(config: Config, app: FastifyInstance, wiring: RuntimeWiring
 
 /** Shared runtime services, decorated at the root so the runs group's engines can reach the gateway. */
 export default fp(async function runtimeService(app: FastifyInstance, opts: RuntimeServiceOptions) {
-  const { config, wiring = {} } = opts
-  const { provider, reason } = providerFor(config, app, wiring)
+  const { config, runs } = opts
+  const { provider, reason } = providerFor(config, app, opts)
   const sandboxStatus: SandboxStatus = provider
     ? { provider: provider.name, available: true, confinement: provider.confinement, reason: null }
     : { provider: 'none', available: false, confinement: null, reason }
   const sandboxes = provider ? new SandboxManager(provider, { idleMs: config.SANDBOX_IDLE_MS }) : null
-  const runs = wiring.runs ?? noRunDirectory
   const gateway = new ToolGateway({
     db: app.db,
     sandboxes,
     sandboxUnavailable: sandboxStatus.reason,
     runs,
-    events: wiring.events ?? dropRunEvents,
-    memory: wiring.memory ?? noMemorySearch,
+    events: opts.events,
+    memory: opts.memory,
     outputMaxBytes: config.TOOL_OUTPUT_MAX_BYTES,
     execTimeoutMs: config.SANDBOX_EXEC_TIMEOUT_MS,
     approvalTimeoutMs: config.TOOL_APPROVAL_TIMEOUT_MS,
@@ -144,8 +143,8 @@ export default fp(async function runtimeService(app: FastifyInstance, opts: Runt
   })
   app.decorate('runtime', { sandboxes, sandboxStatus, gateway, runs, sockets: new OpenSockets() })
   app.features.sandbox = sandboxStatus
-  // tools need somewhere to run and runs to belong to
-  app.features.capabilities.toolGateway = sandboxes !== null && wiring.runs !== undefined
+  // tools need somewhere to run
+  app.features.capabilities.toolGateway = sandboxes !== null
   if (provider) app.log.info({ provider: provider.name, confinement: provider.confinement, desktop: provider.desktopAvailable }, 'sandbox provider ready')
   app.addHook('onClose', async () => {
     await sandboxes?.close()
