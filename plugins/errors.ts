@@ -66,6 +66,13 @@ export const frontendReleaseMismatch = (client: string, release: string) =>
   new ApiError(409, 'frontend_release_mismatch', `client release ${JSON.stringify(client)} is not compatible with ${release}; reload the app`, {
     extra: { release }
   })
+// 412, 413, 415, 416, 428: content and versions (contract 6, 7)
+export const preconditionFailed = (message: string) => new ApiError(412, 'precondition_failed', message)
+export const payloadTooLarge = (limit: number) => new ApiError(413, 'payload_too_large', `the content is larger than ${limit} bytes (UPLOAD_MAX_BYTES)`)
+export const unsupportedMediaType = (message: string) => new ApiError(415, 'unsupported_media_type', message)
+export const rangeNotSatisfiable = (size: number) =>
+  new ApiError(416, 'range_not_satisfiable', `the range is outside the content (${size} bytes)`, { headers: { 'content-range': `bytes */${size}` } })
+export const preconditionRequired = () => new ApiError(428, 'precondition_required', 'this write needs If-Match with the current ETag')
 // 414
 export const uriTooLong = (message: string) => new ApiError(414, 'uri_too_long', message)
 // 429

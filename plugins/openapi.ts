@@ -15,7 +15,8 @@ const TAGS = [
   { name: 'keys', description: 'API keys of an organization' },
   { name: 'runs', description: 'Runs, threads, their event streams and chat' },
   { name: 'memory', description: 'The Memory Hub: search, browse, correct; the capture outbox and the recall ledger' },
-  { name: 'runtime', description: 'Tool policies and approvals (the terminal and desktop WebSockets are described in the README)' }
+  { name: 'runtime', description: 'Tool policies and approvals (the terminal and desktop WebSockets are described in the README)' },
+  { name: 'artifacts', description: 'Uploads, artifacts made by runs and people, their versions and proposals' }
 ]
 
 /**
@@ -33,8 +34,19 @@ const RETRY_AFTER = { description: 'seconds to wait before retrying', schema: { 
 
 type Json = Record<string, unknown>
 
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /**
+     * A body the route reads as a stream itself (multipart, raw bytes), so it declares no
+     * `body` schema to validate: documented in the OpenAPI document only.
+     */
+    streamedBody?: { mediaType: string; schema: unknown }
+  }
+}
+
 interface RouteSchema {
   body?: unknown
+  consumes?: string[]
   response?: Record<string, Json>
   security?: unknown
   [key: string]: unknown
@@ -47,11 +59,15 @@ const errorRef = () => ({ $ref: 'ErrorBody' })
  * routes, 413 and 415 wherever a body is read, `Idempotent-Replayed` on the answers of
  * idempotent routes (and `Retry-After` on their 409 in flight), `Retry-After` on 429.
  */
-function documented(schema: RouteSchema, config: { scope?: Parameters<typeof routeScopes>[0]; idempotent?: boolean }): RouteSchema {
+function documented(schema: RouteSchema, config: { scope?: Parameters<typeof routeScopes>[0]; idempotent?: boolean; streamedBody?: { mediaType: string; schema: unknown } }): RouteSchema {
   const out: RouteSchema = { ...schema }
+  if (config.streamedBody) {
+    out.body = config.streamedBody.schema
+    out.consumes = [config.streamedBody.mediaType]
+  }
   if (routeScopes(config.scope).includes('public')) out.security = []
   const responses: Record<string, Json> = { ...schema.response }
-  if (schema.body !== undefined) {
+  if (out.body !== undefined) {
     responses[413] ??= errorRef()
     responses[415] ??= errorRef()
   }

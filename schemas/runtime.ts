@@ -2,7 +2,7 @@ import { Type } from 'typebox'
 import { Id, IsoDate, named, Page, PageQuery, StrictObject } from './common.js'
 
 export const ToolName = named('ToolName', Type.Union([
-  Type.Literal('shell'), Type.Literal('read_file'), Type.Literal('write_file'), Type.Literal('list_files'), Type.Literal('memory_search')
+  Type.Literal('shell'), Type.Literal('read_file'), Type.Literal('write_file'), Type.Literal('list_files'), Type.Literal('memory_search'), Type.Literal('write_artifact')
 ], { description: 'a gateway tool' }))
 export const ToolMode = named('ToolMode', Type.Union([Type.Literal('auto'), Type.Literal('approve')], {
   description: 'auto: runs at once; approve: waits for a person'

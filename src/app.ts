@@ -26,10 +26,13 @@ import type { Config } from './config.js'
 import { openDatabase, type Database } from './db/client.js'
 import { serializeError } from './db/faults.js'
 import { migrateDatabase } from './db/migrate.js'
+import artifacts from './artifacts/index.js'
+import type { BlobStore } from './artifacts/blob-store.js'
+import artifactsService from './artifacts/service.js'
 import runs from './runs/index.js'
 import { createRunEventSink } from './runs/events.js'
 import type { RunEventSink, RunMemory } from './runs/memory-port.js'
-import { runDirectory, runEventWriter, runMemorySearch } from './runs/runtime-ports.js'
+import { runArtifactWriter, runDirectory, runEventWriter, runMemorySearch } from './runs/runtime-ports.js'
 import runsService from './runs/service.js'
 import runtimeRoutes from './runtime/index.js'
 import runtimeService, { type RuntimeWiring } from './runtime/service.js'
@@ -71,6 +74,8 @@ export interface Ports {
   runMemory?: RunMemory
   /** the agent runtime's ports (RunDirectory, RunEventWriter, MemorySearch) and sandbox provider */
   runtime?: RuntimeWiring
+  /** where upload and artifact bytes live, instead of ARTIFACT_STORE's choice */
+  blobStore?: BlobStore
 }
 
 /**
@@ -188,6 +193,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {} }
   const runEvents = ports.runEvents ?? createRunEventSink(app.db)
   // the Memory Hub: recall and capture for runs; a delivered capture becomes memory.captured
   await app.register(memoryService, { config, events: runEvents })
+  // artifacts: the blob store and its sweeper; runs save files through app.artifacts.forRuns
+  await app.register(artifactsService, { config, store: ports.blobStore })
   const runMemory = ports.runMemory ?? app.memory.runMemory
   // the agent runtime: sandboxes and the tool gateway, which asks the runs group about runs
   await app.register(runtimeService, {
@@ -195,13 +202,15 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {} }
     runs: runDirectory(app.db),
     events: runEventWriter(runEvents),
     memory: runMemorySearch(app.db, runMemory),
+    artifacts: runArtifactWriter(app.artifacts.forRuns, runEvents),
     ...ports.runtime
   })
   // runs: engines, dispatch, the worker (offered the runtime's tools when there is a sandbox) and the sweeper
   await app.register(runsService, {
     config,
     memory: runMemory,
-    tools: app.features.capabilities.toolGateway ? app.runtime.gateway : null
+    tools: app.features.capabilities.toolGateway ? app.runtime.gateway : null,
+    artifacts: app.artifacts.forRuns
   })
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
@@ -225,6 +234,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {} }
     await scope.register(runs)
     await scope.register(memory, { backendName: config.MEMORY_BACKEND })
     await scope.register(runtimeRoutes, { corsOrigins: config.CORS_ORIGINS })
+    await scope.register(artifacts)
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 

@@ -95,7 +95,19 @@ export const EnvSchema = Type.Object({
   MEMORY_CAPTURE_POLL_MS: Type.Integer({ minimum: 1, maximum: 60_000, default: 250, description: 'how often an idle delivery worker looks for work' }),
   MEMORY_CAPTURE_BATCH: Type.Integer({ minimum: 1, maximum: 1000, default: 200, description: 'captures claimed per round' }),
   MEMORY_CAPTURE_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 64, default: 8, description: 'deliveries in flight per instance' }),
-  MEMORY_CAPTURE_WORKER: Type.Boolean({ default: true, description: 'run the capture delivery worker in this process' })
+  MEMORY_CAPTURE_WORKER: Type.Boolean({ default: true, description: 'run the capture delivery worker in this process' }),
+  ARTIFACT_STORE: Type.Union([Type.Literal('fs'), Type.Literal('s3')], {
+    default: 'fs',
+    description: 'where upload and artifact bytes live: fs (DATA_DIR/blobs; share it between instances) or s3 (any S3-compatible server)'
+  }),
+  UPLOAD_MAX_BYTES: Type.Integer({ minimum: 1, maximum: 5 * 1024 ** 4, default: 25 * 1024 * 1024, description: 'largest upload or artifact content write (413 above)' }),
+  S3_ENDPOINT: Type.Optional(Type.String({ description: 'S3 endpoint URL (unset: AWS for S3_REGION)' })),
+  S3_BUCKET: Type.Optional(Type.String({ description: 'bucket for ARTIFACT_STORE=s3 (required then)' })),
+  S3_REGION: Type.String({ default: 'us-east-1', description: 'S3 region' }),
+  S3_ACCESS_KEY_ID: Type.Optional(Type.String({ description: 'S3 credentials (unset: the AWS SDK default chain)' })),
+  S3_SECRET_ACCESS_KEY: Type.Optional(Type.String({ description: 'S3 credentials' })),
+  S3_FORCE_PATH_STYLE: Type.Boolean({ default: false, description: 'path-style bucket URLs (MinIO and most self-hosted servers need true)' }),
+  BLOB_SWEEP_MS: Type.Integer({ minimum: 10, maximum: 86_400_000, default: 60_000, description: 'how often unreferenced blobs are looked for and removed' })
 })
 
 export type Env = Static<typeof EnvSchema>
@@ -137,6 +149,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const values = parsed as Env
   if (values.MEMORY_BACKEND === 'http' && !values.MEMORY_URL) {
     throw new ConfigError('invalid configuration:\n  MEMORY_URL: required when MEMORY_BACKEND=http')
+  }
+  if (values.ARTIFACT_STORE === 's3' && !values.S3_BUCKET) {
+    throw new ConfigError('invalid configuration:\n  S3_BUCKET: required when ARTIFACT_STORE=s3')
   }
   if (values.SANDBOX_CONFINEMENT === 'none' && !values.SANDBOX_UNCONFINED) {
     throw new ConfigError('invalid configuration:\n  SANDBOX_CONFINEMENT=none: runs commands outside bubblewrap; it needs SANDBOX_UNCONFINED=true')

@@ -1,7 +1,11 @@
 import { randomBytes } from 'node:crypto'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import postgres from 'postgres'
 import { buildApp } from '../src/app.js'
+import type { BlobStore } from '../src/artifacts/blob-store.js'
 import { testConfig, type Env } from '../src/config.js'
 import { openDatabase, type Database } from '../src/db/client.js'
 import { migrateDatabase } from '../src/db/migrate.js'
@@ -77,12 +81,21 @@ export interface TestAppOptions {
   runEvents?: RunEventSink
   /** ports for the agent runtime (fake run directories, event recorders, sandbox providers) */
   runtime?: RuntimeWiring
+  /** where upload and artifact bytes go (an S3 store against a local server) */
+  blobStore?: BlobStore
 }
 
 /** The real app over a real database, closed at teardown. */
 export async function buildTestApp(t: Teardown, options: TestAppOptions = {}): Promise<FastifyInstance & { testDb: TestDatabase }> {
   const db = options.db ?? (await createTestDatabase(t))
-  const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...options.env })
+  // every app gets its own files (blobs, sandboxes) unless the test names a DATA_DIR
+  let dataDir = options.env?.DATA_DIR
+  if (dataDir === undefined) {
+    const own = mkdtempSync(join(tmpdir(), 'cairn-test-data-'))
+    t.teardown(() => rmSync(own, { recursive: true, force: true }))
+    dataDir = own
+  }
+  const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...options.env, DATA_DIR: dataDir })
   const app = await buildApp({
     config,
     database: db.database,
@@ -90,7 +103,8 @@ export async function buildTestApp(t: Teardown, options: TestAppOptions = {}): P
     ports: {
       ...(options.runMemory ? { runMemory: options.runMemory } : {}),
       ...(options.runEvents ? { runEvents: options.runEvents } : {}),
-      ...(options.runtime ? { runtime: options.runtime } : {})
+      ...(options.runtime ? { runtime: options.runtime } : {}),
+      ...(options.blobStore ? { blobStore: options.blobStore } : {})
     }
   })
   t.teardown(() => app.close())

@@ -67,7 +67,16 @@ export const KEY_DENYLIST: readonly string[] = [
   // memory: keys read search, browse, captures and recalls (above); item history and the
   // org's memory settings are for people
   'GET /api/memory/item/:id/history',
-  'GET /api/memory/settings'
+  'GET /api/memory/settings',
+  // artifacts: keys read artifacts and their current content (above); uploads, old
+  // versions and proposals are the people's workbench (contract 7 marks none of them key)
+  'GET /api/uploads',
+  'GET /api/uploads/:id',
+  'GET /api/uploads/:id/content',
+  'GET /api/artifacts/:id/versions',
+  'GET /api/artifacts/:id/versions/:version/content',
+  'GET /api/artifacts/:id/proposals',
+  'GET /api/artifacts/:id/proposals/:pid/diff'
 ]
 
 /** `METHOD /pattern` with parameter names erased and HEAD read as GET. */

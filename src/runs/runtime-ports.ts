@@ -1,6 +1,7 @@
 import { and, eq } from 'drizzle-orm'
 import type { Db } from '../db/client.js'
-import type { MemorySearch, RunDirectory, RunEventWriter } from '../runtime/ports.js'
+import type { ArtifactWriter, MemorySearch, RunDirectory, RunEventWriter } from '../runtime/ports.js'
+import type { RunArtifacts } from './artifact-port.js'
 import type { RunEventSink, RunMemory } from './memory-port.js'
 import { realUserIdOfRun } from './run-ref.js'
 import { getRun } from './runs-repo.js'
@@ -20,6 +21,17 @@ export function runDirectory(db: Db): RunDirectory {
     async threadExists(orgId, rootRunId) {
       const rows = await db.select({ id: runs.id }).from(runs).where(and(eq(runs.orgId, orgId), eq(runs.rootRunId, rootRunId))).limit(1)
       return rows.length > 0
+    }
+  }
+}
+
+/** `write_artifact` saves through the artifacts port and announces `artifact.created` on the run. */
+export function runArtifactWriter(artifacts: RunArtifacts, sink: RunEventSink): ArtifactWriter {
+  return {
+    async write(ref, file) {
+      const saved = await artifacts.save({ orgId: ref.orgId, runId: ref.runId, rootRunId: ref.rootRunId }, file)
+      await sink.emit({ orgId: ref.orgId, runId: ref.runId, type: 'artifact.created', data: { ...saved } })
+      return saved
     }
   }
 }

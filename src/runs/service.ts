@@ -8,6 +8,7 @@ import { openAiEngine } from './engines/openai.js'
 import { EngineRegistry } from './engines/registry.js'
 import type { Engine } from './engines/types.js'
 import { EventBatcher } from './events.js'
+import type { RunArtifacts } from './artifact-port.js'
 import type { RunMemory } from './memory-port.js'
 import { cancelRun, type RunRow } from './runs-repo.js'
 import { RunSweeper } from './sweeper.js'
@@ -44,6 +45,8 @@ export interface RunsServiceOptions {
   memory: RunMemory
   /** the agent runtime's tool gateway; null: runs are offered no tools */
   tools: ToolGatewayPort | null
+  /** where runs save files (the artifacts group) */
+  artifacts: RunArtifacts
 }
 
 export function createEngines(config: Config): EngineRegistry {
@@ -66,7 +69,7 @@ export function createEngines(config: Config): EngineRegistry {
  * options or from the infrastructure plugins (db, event bus, features).
  */
 export default fp(async function runsService(app: FastifyInstance, opts: RunsServiceOptions) {
-  const { config, memory, tools } = opts
+  const { config, memory, tools, artifacts } = opts
   const log = app.log.child({ component: 'runs' })
   const engines = createEngines(config)
   app.features.catalogs.push(() => engines.catalog())
@@ -78,6 +81,7 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
     engines,
     memory,
     tools,
+    artifacts,
     log,
     concurrency: config.RUN_WORKER_CONCURRENCY,
     pollMs: config.RUN_POLL_MS,

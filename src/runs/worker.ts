@@ -7,6 +7,7 @@ import { realUserIdOfRun } from './run-ref.js'
 import type { EngineRegistry } from './engines/registry.js'
 import { EngineError, type RunTools, type ToolDefinition } from './engines/types.js'
 import { appendEvent, type EventBatcher } from './events.js'
+import type { RunArtifacts } from './artifact-port.js'
 import type { RunMemory, RunRef } from './memory-port.js'
 import { runs } from './tables.js'
 import type { RunRow } from './runs-repo.js'
@@ -42,6 +43,8 @@ export interface RunWorkerOptions {
   leaseMs: number
   /** the agent runtime's tool gateway; null: runs get no tools */
   tools: ToolGatewayPort | null
+  /** where a run's files are saved (the artifacts group) */
+  artifacts: RunArtifacts
 }
 
 /** Thrown into an engine whose instance was killed: nothing more may be written. */
@@ -217,6 +220,12 @@ export class RunWorker {
         signal,
         emit,
         tools,
+        saveArtifact: async (name, content, contentType) => {
+          this.guard()
+          const saved = await o.artifacts.save({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, { name, content, contentType })
+          await emit('artifact.created', { ...saved })
+          return saved
+        },
         recall: async (query) => {
           this.guard()
           const { items } = await o.memory.recall(ref, query)

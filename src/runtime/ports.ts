@@ -35,3 +35,8 @@ export interface MemoryHit {
 export interface MemorySearch {
   search(run: ToolRunRef, query: string, limit: number): Promise<MemoryHit[]>
 }
+
+/** What the `write_artifact` tool calls (the runs group wires it to the artifacts group and announces `artifact.created`). */
+export interface ArtifactWriter {
+  write(run: ToolRunRef, file: { name: string; content: string; contentType: string }): Promise<{ artifactId: string; name: string; version: number }>
+}

@@ -5,7 +5,7 @@ import type { Config } from '../config.js'
 import { ToolGateway } from './gateway.js'
 import { sandboxUnavailable as sandboxUnavailableError, type ApiError } from '../../plugins/errors.js'
 import { LocalSandboxProvider, SandboxUnavailableError, type BubblewrapProbe } from './local-sandbox.js'
-import type { MemorySearch, RunDirectory, RunEventWriter } from './ports.js'
+import type { ArtifactWriter, MemorySearch, RunDirectory, RunEventWriter } from './ports.js'
 import { SandboxManager, type SandboxProvider } from './sandbox.js'
 
 /** What the runtime needs from the runs group (src/runs/runtime-ports.ts). */
@@ -13,6 +13,7 @@ export interface RuntimePorts {
   runs: RunDirectory
   events: RunEventWriter
   memory: MemorySearch
+  artifacts: ArtifactWriter
 }
 
 /** What tests may replace: any port, the sandbox provider, the bubblewrap probe. */
@@ -135,6 +136,7 @@ export default fp(async function runtimeService(app: FastifyInstance, opts: Runt
     runs,
     events: opts.events,
     memory: opts.memory,
+    artifacts: opts.artifacts,
     outputMaxBytes: config.TOOL_OUTPUT_MAX_BYTES,
     execTimeoutMs: config.SANDBOX_EXEC_TIMEOUT_MS,
     approvalTimeoutMs: config.TOOL_APPROVAL_TIMEOUT_MS,

@@ -24,6 +24,11 @@ export const MemorySearchArgs = StrictObject({
   query: Type.String({ minLength: 1, maxLength: 2000, description: 'what to look for' }),
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, description: 'at most this many facts (default 10)' }))
 })
+export const WriteArtifactArgs = StrictObject({
+  name: Type.String({ minLength: 1, maxLength: 255, description: 'the file name, such as report.md' }),
+  content: Type.String({ description: 'the whole content (UTF-8 text)' }),
+  contentType: Type.Optional(Type.String({ minLength: 3, maxLength: 255, description: 'a text media type (default text/markdown)' }))
+})
 
 export const TOOLS = {
   shell: {
@@ -50,6 +55,11 @@ export const TOOLS = {
     schema: MemorySearchArgs,
     defaultMode: 'auto',
     description: 'Search the organization\'s memory (facts remembered from earlier runs).'
+  },
+  write_artifact: {
+    schema: WriteArtifactArgs,
+    defaultMode: 'auto',
+    description: 'Save a text file as an artifact of this run, kept and shown to the people of the organization; saving the same name again makes a new version.'
   }
 } as const satisfies Record<string, { schema: TSchema; defaultMode: ToolMode; description: string }>
 
@@ -61,6 +71,7 @@ export type ToolArgs = {
   write_file: Static<typeof WriteFileArgs>
   list_files: Static<typeof ListFilesArgs>
   memory_search: Static<typeof MemorySearchArgs>
+  write_artifact: Static<typeof WriteArtifactArgs>
 }
 
 export function isToolName(name: string): name is ToolName {

@@ -11,6 +11,12 @@ export function rememberSentences(prompt: string): string[] {
 
 const words = (text: string) => text.split(/\s+/).filter(Boolean)
 
+/** Contract 7: the names of the prompt's `artifact: <name>` lines, each once, in order. */
+export function artifactNames(prompt: string): string[] {
+  const names = prompt.split('\n').map((line) => /^\s*artifact:\s*(.*?)\s*$/i.exec(line)?.[1] ?? '').filter((n) => n !== '')
+  return [...new Set(names)]
+}
+
 /** Contract 5: offline, deterministic, always ready; streams the prompt back word by word. */
 export function echoEngine(opts: { wordDelayMs: number }): Engine {
   const model: ModelInfo = { id: 'echo', engine: 'echo', name: 'Echo (offline)' }
@@ -33,6 +39,7 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
       }
       const text = parts.join(' ')
       await ctx.emit('message.completed', { text })
+      for (const name of artifactNames(ctx.prompt)) await ctx.saveArtifact(name, text, 'text/markdown')
       return { text, facts: rememberSentences(ctx.prompt), usage: { promptTokens: parts.length, completionTokens: parts.length } }
     },
     async chat(messages, _model, signal, out) {

@@ -1,6 +1,7 @@
 // What an engine is and what it is given: the one interface the run worker and the chat
 // route call, whichever engine answers.
 import type { ModelInfo } from '../../../plugins/features.js'
+import type { SavedArtifact } from '../artifact-port.js'
 import type { RecalledItem } from '../memory-port.js'
 
 /** What an engine gets while it runs one run. */
@@ -16,6 +17,8 @@ export interface EngineContext {
   recall(query: string): Promise<RecalledItem[]>
   /** the agent runtime's tools for this run; absent when no tool gateway is available */
   tools?: RunTools | undefined
+  /** saves text as an artifact of this run; emits `artifact.created` */
+  saveArtifact(name: string, content: string, contentType: string): Promise<SavedArtifact>
 }
 
 /** An OpenAI `tools` entry. */

@@ -1,0 +1,83 @@
+import { join } from 'node:path'
+import { Readable } from 'node:stream'
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import type { Config } from '../config.js'
+import type { RunArtifacts } from '../runs/artifact-port.js'
+import { saveRunArtifact } from './artifacts-repo.js'
+import { FsBlobStore, type BlobStore } from './blob-store.js'
+import { BlobSweeper, putBlob } from './blobs.js'
+
+/** The artifacts group's instance-wide side, as `app.artifacts`. */
+export interface ArtifactsService {
+  /** where the bytes live (ARTIFACT_STORE) */
+  store: BlobStore
+  /** removes blobs nothing references */
+  sweeper: BlobSweeper
+  /** UPLOAD_MAX_BYTES: the largest upload or content write */
+  maxBytes: number
+  /** the runs group's port: what a run saves */
+  forRuns: RunArtifacts
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    artifacts: ArtifactsService
+  }
+}
+
+export interface ArtifactsServiceOptions {
+  config: Config
+  /** replaces the store ARTIFACT_STORE would choose (tests) */
+  store?: BlobStore | undefined
+}
+
+/** The store ARTIFACT_STORE names; the S3 client is loaded only when it is chosen. */
+export async function createBlobStore(config: Config): Promise<BlobStore> {
+  if (config.ARTIFACT_STORE === 'fs') return new FsBlobStore(join(config.DATA_DIR, 'blobs'))
+  const { S3BlobStore } = await import('./s3-store.js')
+  return new S3BlobStore({
+    bucket: config.S3_BUCKET!,
+    region: config.S3_REGION,
+    endpoint: config.S3_ENDPOINT,
+    accessKeyId: config.S3_ACCESS_KEY_ID,
+    secretAccessKey: config.S3_SECRET_ACCESS_KEY,
+    forcePathStyle: config.S3_FORCE_PATH_STYLE
+  })
+}
+
+/** A name a run gave (a prompt line, a tool argument) made safe to store: no control characters, at most 255 characters. */
+export function cleanName(name: string): string {
+  // eslint-disable-next-line no-control-regex
+  const clean = name.replace(/[\u0000-\u001f\u007f]+/g, ' ').trim()
+  return [...clean].slice(0, 255).join('') || 'untitled'
+}
+
+/**
+ * The artifacts service: the blob store, its sweeper (started with the app, stopped
+ * before the database closes) and the port runs save through.
+ */
+export default fp(async function artifactsService(app: FastifyInstance, opts: ArtifactsServiceOptions) {
+  const { config } = opts
+  const store = opts.store ?? (await createBlobStore(config))
+  const sweeper = new BlobSweeper({ db: app.db, store, log: app.log.child({ component: 'blob-sweeper' }), everyMs: config.BLOB_SWEEP_MS })
+  const forRuns: RunArtifacts = {
+    async save(run, file) {
+      const blob = await putBlob(app.db, store, run.orgId, Readable.from([Buffer.from(file.content, 'utf8')]), config.UPLOAD_MAX_BYTES)
+      const artifact = await saveRunArtifact(app.db, run, cleanName(file.name), { blob, contentType: file.contentType })
+      return { artifactId: artifact.id, name: artifact.name, version: artifact.version }
+    }
+  }
+  app.decorate('artifacts', { store, sweeper, maxBytes: config.UPLOAD_MAX_BYTES, forRuns } satisfies ArtifactsService)
+  // every version is kept byte for byte
+  app.features.artifactsFidelity = 'full'
+  app.addHook('onReady', async () => {
+    sweeper.start()
+  })
+  app.addHook('preClose', async () => {
+    await sweeper.stop()
+  })
+  app.addHook('onClose', async () => {
+    ;(store as { close?: () => void }).close?.()
+  })
+}, { name: 'artifacts', fastify: '5.x', dependencies: ['db', 'features'] })
