@@ -31,7 +31,10 @@ const headerText = (value: string | string[] | undefined) => (Array.isArray(valu
 /** Content-Disposition for a stored name: never a header injection, `filename*` for non-ASCII. */
 export function dispositionFor(name: string, contentType: string): string {
   const type = INLINE_TYPES.has(mediaTypeOf(contentType) ?? '') ? 'inline' : 'attachment'
-  return contentDisposition(name, { type })
+  // an ASCII `filename` for old clients and `filename*` (RFC 5987) whenever the name is not ASCII
+  // eslint-disable-next-line no-control-regex
+  const ascii = name.replace(/[^\x20-\x7e]/g, '?')
+  return contentDisposition(name, { type, fallback: ascii })
 }
 
 /**

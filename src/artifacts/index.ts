@@ -298,8 +298,8 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }, async (request, reply) => {
       const principal = principalOf(request)
       const { orgId } = principal
-      const expected = expectedVersion(request.headers['if-match'])
       const current = await artifactOf(orgId, request.params.id)
+      const expected = expectedVersion(request.headers['if-match'])
       if (expected === 'none' || (expected !== null && expected !== current.version)) {
         throw preconditionFailed(`the artifact is at version ${current.version} (ETag ${versionTag(current.version)})`)
       }

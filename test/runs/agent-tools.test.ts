@@ -115,7 +115,7 @@ t.test('an approved shell call runs in the sandbox and its output goes back to t
 
   t.equal(upstream.requests.length, 2)
   const first = upstream.requests[0]!.body
-  t.same(first.tools.map((d: any) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search'])
+  t.same(first.tools.map((d: any) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact'])
   const second = upstream.requests[1]!.body.messages
   t.match(second.at(-2), { role: 'assistant', tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'shell', arguments: '{"command":"echo hello-from-sandbox"}' } }] })
   t.match(second.at(-1), { role: 'tool', tool_call_id: 'call_1', content: /hello-from-sandbox/ })
@@ -241,4 +241,26 @@ t.test('the worker_lost sweep drops the lost run\'s waiting approvals', async (t
   t.match(run, { status: 'failed', error: 'worker_lost' })
   const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, approvalId))
   t.equal(row!.status, 'cancelled')
+})
+
+t.test('write_artifact saves the model\'s file as the run\'s artifact and streams artifact.created', async (t) => {
+  const { app, upstream, cookie, orgId } = await setup(t)
+  const write = (content: string, id: string): Answer => ({ calls: [{ id, name: 'write_artifact', arguments: JSON.stringify({ name: 'plan.md', content }) }] })
+  upstream.script.push(write('# Plan\n1. write\n', 'w1'), write('# Plan\n1. write\n2. revise\n', 'w2'), { text: 'Saved the plan.' })
+  const runId = await startRun(app, cookie, 'write a plan')
+  const run = await finished(app, cookie, runId)
+  t.equal(run.status, 'succeeded', run.error ?? '')
+  const listed = (await app.inject({ method: 'GET', url: `/api/artifacts?runId=${runId}`, headers: { cookie } })).json().items
+  t.equal(listed.length, 1, 'the same name twice in a run is one artifact')
+  t.match(listed[0], { name: 'plan.md', contentType: 'text/markdown', version: 2, runId })
+  const content = await app.inject({ method: 'GET', url: `/api/artifacts/${listed[0].id}/content`, headers: { cookie } })
+  t.equal(content.body, '# Plan\n1. write\n2. revise\n')
+  const events = await eventsOf(app, orgId, runId)
+  t.same(events.filter((e) => e.type === 'artifact.created').map((e) => e.data), [
+    { artifactId: listed[0].id, name: 'plan.md', version: 1 },
+    { artifactId: listed[0].id, name: 'plan.md', version: 2 }
+  ])
+  const result = events.find((e) => e.type === 'tool.result' && e.data.callId === 'w1')!.data
+  t.match(result, { tool: 'write_artifact', status: 'ok' })
+  t.same(JSON.parse(result.content), { artifactId: listed[0].id, name: 'plan.md', version: 1 })
 })
