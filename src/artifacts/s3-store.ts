@@ -78,7 +78,7 @@ export class S3BlobStore implements BlobStore {
       await this.client.send(new CopyObjectCommand({
         Bucket: this.bucket,
         Key: key,
-        CopySource: `${this.bucket}/${encodeURIComponent(TMP_PREFIX + staged.token)}`
+        CopySource: `${this.bucket}/${(TMP_PREFIX + staged.token).split('/').map(encodeURIComponent).join('/')}`
       }))
     }
     await this.deleteKey(TMP_PREFIX + staged.token)
