@@ -32,7 +32,6 @@ const headerText = (value: string | string[] | undefined) => (Array.isArray(valu
 export function dispositionFor(name: string, contentType: string): string {
   const type = INLINE_TYPES.has(mediaTypeOf(contentType) ?? '') ? 'inline' : 'attachment'
   // an ASCII `filename` for old clients and `filename*` (RFC 5987) whenever the name is not ASCII
-  // eslint-disable-next-line no-control-regex
   const ascii = name.replace(/[^\x20-\x7e]/g, '?')
   return contentDisposition(name, { type, fallback: ascii })
 }
