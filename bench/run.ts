@@ -1,5 +1,6 @@
 // npm run bench [-- name …]: runs the named benchmarks (all by default) and prints
 // Markdown tables of requests/s, p99 and the ratio to the baseline measured in the same run.
+import { benchArtifacts } from './artifacts.js'
 import { benchFoundation } from './foundation.js'
 import { benchIdentity } from './identity.js'
 import { benchMemory } from './memory.js'
@@ -11,7 +12,8 @@ const benches: Record<string, () => Promise<string>> = {
   identity: benchIdentity,
   runs: benchRuns,
   runtime: benchRuntime,
-  memory: benchMemory
+  memory: benchMemory,
+  artifacts: benchArtifacts
 }
 
 const wanted = process.argv.slice(2)

@@ -52,8 +52,10 @@ export interface BlobStore {
   commit(orgId: string, staged: StagedBlob): Promise<void>
   /** Drops a staged blob that will not be committed. */
   discard(staged: StagedBlob): Promise<void>
-  /** The bytes (or a range of them); throws BlobMissing when there are none. */
+  /** The bytes (or a range of them) as a stream; throws BlobMissing when there are none. */
   read(orgId: string, sha256: string, range?: ByteRange): Promise<Readable>
+  /** The same, whole in memory: for small contents, where a stream costs more than the bytes. */
+  readBytes(orgId: string, sha256: string, range?: ByteRange): Promise<Buffer>
   /** Removes a blob; removing one that is not there is not an error. */
   remove(orgId: string, sha256: string): Promise<void>
   /** Removes temporaries older than `ageMs` (left by writes that crashed); returns how many. */
@@ -146,15 +148,30 @@ export class FsBlobStore implements BlobStore {
     await unlink(join(this.tmp, staged.token)).catch(ignoreMissing)
   }
 
-  async read(orgId: string, sha256: string, range?: ByteRange): Promise<Readable> {
-    let handle
+  private async open(orgId: string, sha256: string) {
     try {
-      handle = await open(join(this.root, blobKey(orgId, sha256)), 'r')
+      return await open(join(this.root, blobKey(orgId, sha256)), 'r')
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new BlobMissing(`blob ${sha256} of org ${orgId} is missing`)
       throw err
     }
+  }
+
+  async read(orgId: string, sha256: string, range?: ByteRange): Promise<Readable> {
+    const handle = await this.open(orgId, sha256)
     return handle.createReadStream(range ? { start: range.start, end: range.end } : {})
+  }
+
+  async readBytes(orgId: string, sha256: string, range?: ByteRange): Promise<Buffer> {
+    const handle = await this.open(orgId, sha256)
+    try {
+      if (!range) return await handle.readFile()
+      const bytes = Buffer.allocUnsafe(range.end - range.start + 1)
+      const { bytesRead } = await handle.read(bytes, 0, bytes.length, range.start)
+      return bytes.subarray(0, bytesRead)
+    } finally {
+      await handle.close()
+    }
   }
 
   async remove(orgId: string, sha256: string): Promise<void> {

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { PassThrough, type Readable } from 'node:stream'
+import { buffer } from 'node:stream/consumers'
 import { pipeline } from 'node:stream/promises'
 import {
   CopyObjectCommand, DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, NoSuchKey, NotFound, S3Client
@@ -100,6 +101,10 @@ export class S3BlobStore implements BlobStore {
       if (isMissing(err)) throw new BlobMissing(`blob ${sha256} of org ${orgId} is missing`)
       throw err
     }
+  }
+
+  async readBytes(orgId: string, sha256: string, range?: ByteRange): Promise<Buffer> {
+    return buffer(await this.read(orgId, sha256, range))
   }
 
   async remove(orgId: string, sha256: string): Promise<void> {
