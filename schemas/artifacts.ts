@@ -1,5 +1,5 @@
 import { Type } from 'typebox'
-import { Id, IsoDate, named, Page, PageQuery, StrictObject } from './common.js'
+import { Id, IsoDate, LiteralUnion, named, Page, PageQuery, StrictObject } from './common.js'
 
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
 const Sha256 = Type.String({ pattern: '^[0-9a-f]{64}$', description: 'SHA-256 of the bytes, hex' })
@@ -32,7 +32,9 @@ export const Artifact = named('Artifact', Type.Object({
   createdBy: CreatedBy
 }))
 
-export const VersionSource = Type.Union([Type.Literal('run'), Type.Literal('api'), Type.Literal('edit'), Type.Literal('proposal')])
+export const VERSION_SOURCES = ['run', 'api', 'edit', 'proposal'] as const
+export const PROPOSAL_STATES = ['open', 'accepted', 'rejected'] as const
+export const VersionSource = LiteralUnion(VERSION_SOURCES)
 export const ArtifactVersion = named('ArtifactVersion', Type.Object({
   version: Type.Integer({ minimum: 1 }),
   size: Type.Integer(),
@@ -44,7 +46,7 @@ export const ArtifactVersion = named('ArtifactVersion', Type.Object({
   createdBy: CreatedBy
 }))
 
-export const ProposalState = Type.Union([Type.Literal('open'), Type.Literal('accepted'), Type.Literal('rejected')])
+export const ProposalState = LiteralUnion(PROPOSAL_STATES)
 export const Proposal = named('ArtifactProposal', Type.Object({
   id: Type.String(),
   artifactId: Type.String(),

@@ -1,4 +1,4 @@
-import { Type, type TObject, type TProperties, type TSchema } from 'typebox'
+import { Type, type TLiteral, type TObject, type TProperties, type TSchema, type TUnion } from 'typebox'
 
 /** The key that names a schema in the OpenAPI document (see `named`). */
 export const COMPONENT_NAME = 'x-component-name'
@@ -16,6 +16,11 @@ export function named<T extends TSchema>(name: string, schema: T): T {
 /** An object that rejects fields it does not name: unknown input is a 400, not silently dropped. */
 export function StrictObject<T extends TProperties>(properties: T, options: Record<string, unknown> = {}): TObject<T> {
   return Type.Object(properties, { additionalProperties: false, ...options })
+}
+
+/** A union of string literals from one `as const` list: the list stays the one source (tables build their CHECK from it). */
+export function LiteralUnion<const T extends readonly string[]>(values: T, options: Record<string, unknown> = {}): TUnion<{ -readonly [K in keyof T]: TLiteral<T[K]> }> {
+  return Type.Union(values.map((value) => Type.Literal(value)), options) as never
 }
 
 export const Id = Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$', description: 'opaque id' })

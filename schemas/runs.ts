@@ -1,8 +1,11 @@
 import { Type, type TSchema } from 'typebox'
-import { Id, IsoDate, named, Page, PageQuery, StrictObject } from './common.js'
+import { Id, IsoDate, LiteralUnion, named, Page, PageQuery, StrictObject } from './common.js'
 
-export const RunStatus = named('RunStatus', Type.Union([Type.Literal('queued'), Type.Literal('running'), Type.Literal('succeeded'), Type.Literal('failed'), Type.Literal('cancelled')]))
-export const RunOrigin = named('RunOrigin', Type.Union([Type.Literal('web'), Type.Literal('api'), Type.Literal('dev'), Type.Literal('skill'), Type.Literal('automation'), Type.Literal('chatplatform')]))
+/** Contract 5's run statuses and origins: the one list each (the table's CHECK is built from them). */
+export const RUN_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const
+export const RUN_ORIGINS = ['web', 'api', 'dev', 'skill', 'automation', 'chatplatform'] as const
+export const RunStatus = named('RunStatus', LiteralUnion(RUN_STATUSES))
+export const RunOrigin = named('RunOrigin', LiteralUnion(RUN_ORIGINS))
 
 export const Run = named('Run', Type.Object({
   id: Type.String(),

@@ -1,12 +1,12 @@
 import { Type } from 'typebox'
-import { Id, IsoDate, named, Page, PageQuery, StrictObject } from './common.js'
+import { Id, IsoDate, LiteralUnion, named, Page, PageQuery, StrictObject } from './common.js'
 
-export const ToolName = named('ToolName', Type.Union([
-  Type.Literal('shell'), Type.Literal('read_file'), Type.Literal('write_file'), Type.Literal('list_files'), Type.Literal('memory_search'), Type.Literal('write_artifact')
-], { description: 'a gateway tool' }))
-export const ToolMode = named('ToolMode', Type.Union([Type.Literal('auto'), Type.Literal('approve')], {
-  description: 'auto: runs at once; approve: waits for a person'
-}))
+/** The gateway's tools, its policy modes and approval states: one list each (src/runtime builds its tables and tools from them). */
+export const TOOL_NAMES = ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact'] as const
+export const TOOL_MODES = ['auto', 'approve'] as const
+export const APPROVAL_STATUSES = ['pending', 'approved', 'denied', 'cancelled', 'expired'] as const
+export const ToolName = named('ToolName', LiteralUnion(TOOL_NAMES, { description: 'a gateway tool' }))
+export const ToolMode = named('ToolMode', LiteralUnion(TOOL_MODES, { description: 'auto: runs at once; approve: waits for a person' }))
 
 export const ToolPolicy = named('ToolPolicy', Type.Object({
   tool: ToolName,
@@ -30,9 +30,7 @@ export const Approval = named('Approval', Type.Object({
   callId: Type.String(),
   tool: Type.String(),
   arguments: Type.Record(Type.String(), Type.Unknown()),
-  status: Type.Union([
-    Type.Literal('pending'), Type.Literal('approved'), Type.Literal('denied'), Type.Literal('cancelled'), Type.Literal('expired')
-  ]),
+  status: LiteralUnion(APPROVAL_STATUSES),
   decidedBy: Type.Union([Type.String(), Type.Null()]),
   decidedAt: Type.Union([IsoDate, Type.Null()]),
   expiresAt: IsoDate,

@@ -1,7 +1,8 @@
 import { and, desc, eq, lt, sql } from 'drizzle-orm'
 import type { Db, Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, encodeCursor } from '../runs/runs-repo.js'
+import { decodeCursor, pageOf } from '../db/paging.js'
+import { isoOf, isoOrNull } from '../db/rows.js'
 import { referenceBlob, type StoredBlob } from './blobs.js'
 import {
   artifactProposals, artifacts, artifactVersions, uploads, type ProposalState, type VersionSource
@@ -12,37 +13,30 @@ export type ArtifactRow = typeof artifacts.$inferSelect
 export type VersionRow = typeof artifactVersions.$inferSelect
 export type ProposalRow = typeof artifactProposals.$inferSelect
 
-const iso = (d: Date) => d.toISOString()
-const isoOrNull = (d: Date | null) => (d ? d.toISOString() : null)
 
 export function uploadToWire(u: UploadRow) {
-  return { id: u.id, name: u.name, size: u.size, contentType: u.contentType, sha256: u.sha256, createdAt: iso(u.createdAt), createdBy: u.createdBy }
+  return { id: u.id, name: u.name, size: u.size, contentType: u.contentType, sha256: u.sha256, createdAt: isoOf(u.createdAt), createdBy: u.createdBy }
 }
 
 export function artifactToWire(a: ArtifactRow) {
   return {
     id: a.id, runId: a.runId, rootRunId: a.rootRunId, name: a.name, contentType: a.contentType, size: a.size, sha256: a.sha256,
-    version: a.version, createdAt: iso(a.createdAt), updatedAt: iso(a.updatedAt), createdBy: a.createdBy
+    version: a.version, createdAt: isoOf(a.createdAt), updatedAt: isoOf(a.updatedAt), createdBy: a.createdBy
   }
 }
 
 export function versionToWire(v: VersionRow) {
-  return { version: v.version, size: v.size, sha256: v.sha256, contentType: v.contentType, source: v.source, runId: v.runId, createdAt: iso(v.createdAt), createdBy: v.createdBy }
+  return { version: v.version, size: v.size, sha256: v.sha256, contentType: v.contentType, source: v.source, runId: v.runId, createdAt: isoOf(v.createdAt), createdBy: v.createdBy }
 }
 
 export function proposalToWire(p: ProposalRow) {
   return {
     id: p.id, artifactId: p.artifactId, baseVersion: p.baseVersion, summary: p.summary, state: p.state, runId: p.runId,
-    createdAt: iso(p.createdAt), createdBy: p.createdBy, decidedAt: isoOrNull(p.decidedAt), decidedBy: p.decidedBy
+    createdAt: isoOf(p.createdAt), createdBy: p.createdBy, decidedAt: isoOrNull(p.decidedAt), decidedBy: p.decidedBy
   }
 }
 
-/** A page of rows newest first by id, cut at `limit`. */
-function page<T extends { id: string }>(rows: T[], limit: number) {
-  const more = rows.length > limit
-  const items = rows.slice(0, limit)
-  return { items, nextCursor: more ? encodeCursor(items[items.length - 1]!.id) : null }
-}
+const page = <T extends { id: string }>(rows: T[], limit: number) => pageOf(rows, limit, (row) => row.id)
 
 export interface PageInput {
   limit: number
@@ -180,9 +174,7 @@ export async function listVersions(db: Db, orgId: string, id: string, q: PageInp
     eq(artifactVersions.orgId, orgId), eq(artifactVersions.artifactId, id),
     Number.isInteger(before) ? lt(artifactVersions.version, before) : undefined
   )).orderBy(desc(artifactVersions.version)).limit(q.limit + 1)
-  const more = rows.length > q.limit
-  const items = rows.slice(0, q.limit)
-  return { items, nextCursor: more ? encodeCursor(String(items[items.length - 1]!.version)) : null }
+  return pageOf(rows, q.limit, (v) => String(v.version))
 }
 
 // ---------------------------------------------------------------------------------

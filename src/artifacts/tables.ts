@@ -1,16 +1,14 @@
 import { sql } from 'drizzle-orm'
 import { bigint, check, index, integer, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+import { PROPOSAL_STATES, VERSION_SOURCES } from '../../schemas/artifacts.js'
 import { organizations } from '../auth/tables.js'
+import { sqlList } from '../db/sql-list.js'
 
 const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' })
 const bytes = (name: string) => bigint(name, { mode: 'number' })
 
-export const VERSION_SOURCES = ['run', 'api', 'edit', 'proposal'] as const
 export type VersionSource = (typeof VERSION_SOURCES)[number]
-export const PROPOSAL_STATES = ['open', 'accepted', 'rejected'] as const
 export type ProposalState = (typeof PROPOSAL_STATES)[number]
-
-const inList = (values: readonly string[]) => sql.raw(values.map((v) => `'${v}'`).join(', '))
 
 /**
  * One stored content per (org, SHA-256): the same bytes twice in one org are one blob,
@@ -82,7 +80,7 @@ export const artifactVersions = pgTable('artifact_versions', {
 }, (t) => [
   primaryKey({ columns: [t.artifactId, t.version] }),
   index('artifact_versions_blob_idx').on(t.orgId, t.sha256),
-  check('artifact_versions_source_check', sql`${t.source} in (${inList(VERSION_SOURCES)})`)
+  check('artifact_versions_source_check', sql`${t.source} in (${sqlList(VERSION_SOURCES)})`)
 ])
 
 /** A suggested new version of an artifact, from a run or a person. */
@@ -104,5 +102,5 @@ export const artifactProposals = pgTable('artifact_proposals', {
 }, (t) => [
   index('artifact_proposals_artifact_idx').on(t.orgId, t.artifactId, t.id),
   index('artifact_proposals_blob_idx').on(t.orgId, t.sha256),
-  check('artifact_proposals_state_check', sql`${t.state} in (${inList(PROPOSAL_STATES)})`)
+  check('artifact_proposals_state_check', sql`${t.state} in (${sqlList(PROPOSAL_STATES)})`)
 ])

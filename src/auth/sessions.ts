@@ -4,6 +4,7 @@ import { rowsOf } from '../db/client.js'
 import type { Role } from './tables.js'
 import { sessions } from './tables.js'
 import { generateSessionToken, hashSecret } from './tokens.js'
+import { dateOf } from '../db/rows.js'
 
 export const SESSION_LIFETIME_MS = 30 * 24 * 60 * 60 * 1000
 /** a session used in its last 15 days is extended to a fresh 30 */
@@ -69,7 +70,7 @@ export async function findSession(db: Db, id: string): Promise<SessionRecord | n
     where s.id = ${id}`))
   const row = rows[0]
   if (!row) return null
-  return { id: row.id, userId: row.user_id, expiresAt: new Date(row.expires_at), orgId: row.org_id, role: row.role }
+  return { id: row.id, userId: row.user_id, expiresAt: dateOf(row.expires_at), orgId: row.org_id, role: row.role }
 }
 
 /** Pushes the expiry forward; returns the new expiry. */

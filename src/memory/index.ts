@@ -8,7 +8,8 @@ import {
 } from '../../schemas/memory.js'
 import type { PoolRef } from './backend.js'
 import { changedByOf } from './service.js'
-import { announceCaptured, listCaptures, resolveOrphan, retryDeadCapture } from './outbox.js'
+import { announceCaptured } from './capture-worker.js'
+import { listCaptures, resolveOrphan, retryDeadCapture } from './captures-repo.js'
 import { lookupPool, orgMemoryOn, parseScope, setOrgMemory, type PoolScope } from './pools.js'
 import { listRecalls } from './recall-ledger.js'
 

@@ -3,6 +3,7 @@ import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import type { PoolRef } from './backend.js'
 import { memoryPools, memorySettings } from './tables.js'
+import { boolOf } from '../db/rows.js'
 
 export type PoolScope = 'org' | 'personal'
 
@@ -53,7 +54,7 @@ export async function lookupPool(db: Db, orgId: string, scope: PoolScope, ownerK
     from (select 1) as one
     left join memory_pools p on p.org_id = ${orgId} and p.owner_key = ${ownerKey}`)
   const row = rowsOf<{ org_on: boolean | string; id: string | null; scope: PoolScope | null; owner_key: string | null }>(result)[0]
-  const orgOn = row?.org_on === true || row?.org_on === 't'
+  const orgOn = boolOf(row?.org_on)
   const pool = row?.id && row.scope === scope ? { id: row.id, orgId, scope, ownerKey: row.owner_key ?? '' } : null
   return { orgOn, pool }
 }

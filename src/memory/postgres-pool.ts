@@ -5,6 +5,8 @@ import { newId } from '../db/ids.js'
 import { contentHash, type BatchEntry, type BrowseItem, type CaptureDelivery, type MarkBatchDelivered, type MarkDelivered, type MemoryBackend, type PoolRef, type SearchHit } from './backend.js'
 import { isUniqueViolation, readHistory, recordChanges } from './history.js'
 import { memoryItems, memoryPools, memoryWords } from './tables.js'
+import { decodeCursor, pageOf } from '../db/paging.js'
+import { isoOf } from '../db/rows.js'
 
 /** Thrown inside a delivery transaction to roll it back when the capture row moved on. */
 class StaleDelivery extends Error {}
@@ -137,12 +139,13 @@ export function createPostgresPool(db: Db): MemoryBackend {
         score: Math.round(Number(r.score) * 10_000) / 10_000,
         runId: r.source_run_id,
         rootRunId: r.root_run_id,
-        createdAt: new Date(r.created_at).toISOString()
+        createdAt: isoOf(r.created_at)
       }))
       return { items, truncated: rows.length > limit }
     },
 
-    async browse(pool, limit, cursor) {
+    async browse(pool, limit, rawCursor) {
+      const cursor = decodeCursor(rawCursor)
       const inPool = and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id))
       const [rows, totals] = await Promise.all([
         db.select({
@@ -158,12 +161,9 @@ export function createPostgresPool(db: Db): MemoryBackend {
           .limit(limit + 1),
         db.select({ n: memoryPools.itemCount }).from(memoryPools).where(and(eq(memoryPools.orgId, pool.orgId), eq(memoryPools.id, pool.id)))
       ])
-      const items: BrowseItem[] = rows.slice(0, limit).map((r) => ({
-        ...r,
-        createdAt: r.createdAt.toISOString(),
-        updatedAt: r.updatedAt.toISOString()
-      }))
-      return { items, total: Number(totals[0]?.n ?? 0), nextCursor: rows.length > limit ? items[items.length - 1]!.id : null }
+      const page = pageOf(rows, limit, (r) => r.id)
+      const items: BrowseItem[] = page.items.map((r) => ({ ...r, createdAt: isoOf(r.createdAt), updatedAt: isoOf(r.updatedAt) }))
+      return { items, total: Number(totals[0]?.n ?? 0), nextCursor: page.nextCursor }
     },
 
     async exists(pool, id) {

@@ -3,6 +3,8 @@ import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import type { RunRef } from '../runs/memory-port.js'
 import { memoryRecalls } from './tables.js'
+import { decodeCursor, pageOf } from '../db/paging.js'
+import { isoOf } from '../db/rows.js'
 
 export async function recordRecall(db: Db, run: RunRef, frame: { scope: 'org' | 'personal'; query: string; itemIds: string[]; latencyMs: number }): Promise<void> {
   await db.insert(memoryRecalls).values({
@@ -27,11 +29,13 @@ export interface RecallFilter {
 /** The org's frames, newest first; the cursor is the last frame id seen. */
 export async function listRecalls(db: Db, orgId: string, filter: RecallFilter) {
   const where: SQL[] = [eq(memoryRecalls.orgId, orgId)]
-  if (filter.cursor) where.push(lt(memoryRecalls.id, filter.cursor))
+  const cursor = decodeCursor(filter.cursor)
+  if (cursor) where.push(lt(memoryRecalls.id, cursor))
   if (filter.runId) where.push(eq(memoryRecalls.runId, filter.runId))
   if (filter.rootRunId) where.push(eq(memoryRecalls.rootRunId, filter.rootRunId))
   const rows = await db.select().from(memoryRecalls).where(and(...where)).orderBy(desc(memoryRecalls.id)).limit(filter.limit + 1)
-  const recalls = rows.slice(0, filter.limit).map((r) => ({
+  const page = pageOf(rows, filter.limit, (r) => r.id)
+  const recalls = page.items.map((r) => ({
     id: r.id,
     runId: r.runId,
     rootRunId: r.rootRunId,
@@ -39,8 +43,8 @@ export async function listRecalls(db: Db, orgId: string, filter: RecallFilter) {
     query: r.query,
     itemIds: r.itemIds,
     latencyMs: r.latencyMs,
-    createdAt: r.createdAt.toISOString(),
+    createdAt: isoOf(r.createdAt),
     session: { runId: r.runId, rootRunId: r.rootRunId }
   }))
-  return { recalls, nextCursor: rows.length > filter.limit ? recalls[recalls.length - 1]!.id : null }
+  return { recalls, nextCursor: page.nextCursor }
 }

@@ -6,7 +6,8 @@ import type { Db } from '../db/client.js'
 import type { RecalledItem, RunEventSink, RunMemory } from '../runs/memory-port.js'
 import type { MemoryBackend } from './backend.js'
 import { createMem0Pool } from './mem0-pool.js'
-import { cleanFacts, createCaptureWorker, enqueueCaptureRow, type CaptureWorker } from './outbox.js'
+import { createCaptureWorker, type CaptureWorker } from './capture-worker.js'
+import { cleanFacts, enqueueCaptureRow } from './captures-repo.js'
 import { ensurePool, findPool, orgMemoryOn } from './pools.js'
 import { createPostgresPool } from './postgres-pool.js'
 import { recordRecall } from './recall-ledger.js'
@@ -66,7 +67,7 @@ export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions
     backend,
     log,
     poolFor: async (orgId) => ((await enabledFor(orgId)) ? ensurePool(db, orgId, 'org', '') : null),
-    sink: () => events,
+    events,
     leaseMs: config.MEMORY_CAPTURE_LEASE_MS,
     backoffMs: config.MEMORY_CAPTURE_BACKOFF_MS,
     backoffMaxMs: config.MEMORY_CAPTURE_BACKOFF_MAX_MS,

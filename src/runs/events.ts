@@ -1,7 +1,8 @@
-import { sql } from 'drizzle-orm'
+import { sql, type SQL } from 'drizzle-orm'
 import { EVENTS_CHANNEL, type BusEvent } from '../../plugins/event-bus.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import type { RunEventSink } from './memory-port.js'
+import { isoOf, jsonOf } from '../db/rows.js'
 
 /** Contract 5: the event types a run can produce. */
 export const EVENT_TYPES = [
@@ -14,6 +15,22 @@ export const isChange = (type: string) => type !== 'message.delta'
 
 /** NOTIFY payloads are limited to 8000 bytes; larger data is loaded by the reader. */
 const NOTIFY_DATA_LIMIT = 7000
+
+/**
+ * The NOTIFY that announces a stored event, from the columns of its `run_events` row
+ * (`from` names the row source: a CTE or alias with id, org_id, run_id, root_run_id,
+ * type, data, created_at). The one payload shape every writer sends (plugins/event-bus.ts
+ * reads it): the data inline when small, else `big: true` and the reader loads it.
+ */
+export function notifyStored(from: SQL): SQL {
+  const c = (column: string) => sql`${from}.${sql.identifier(column)}`
+  return sql`pg_notify(${EVENTS_CHANNEL}, json_build_object(
+    'id', ${c('id')}::text, 'orgId', ${c('org_id')}, 'runId', ${c('run_id')}, 'rootRunId', ${c('root_run_id')}, 'type', ${c('type')},
+    'createdAt', ${c('created_at')},
+    'data', case when octet_length(${c('data')}::text) <= ${NOTIFY_DATA_LIMIT} then ${c('data')} else null end,
+    'big', octet_length(${c('data')}::text) > ${NOTIFY_DATA_LIMIT}
+  )::text)`
+}
 
 export interface NewEvent {
   orgId: string
@@ -35,21 +52,15 @@ export interface NewEvent {
  * Transactions that must be durable (the run row at dispatch) commit before calling this.
  */
 export async function appendEvent(tx: Tx | Db, event: NewEvent): Promise<BusEvent> {
-  const data = JSON.stringify(event.data ?? {})
-  const inline = Buffer.byteLength(data) <= NOTIFY_DATA_LIMIT
   const result = await tx.execute(sql`
     with async as (select set_config('synchronous_commit', 'off', true)),
     lock as (select pg_advisory_xact_lock(hashtext(${'cairn.run_events:' + event.orgId})) from async),
     ins as (
       insert into run_events (org_id, run_id, root_run_id, type, data)
-      select ${event.orgId}, ${event.runId}, ${event.rootRunId}, ${event.type}, ${data}::jsonb from lock
-      returning id, created_at
+      select ${event.orgId}, ${event.runId}, ${event.rootRunId}, ${event.type}, ${JSON.stringify(event.data ?? {})}::jsonb from lock
+      returning id, org_id, run_id, root_run_id, type, data, created_at
     )
-    select id::text as id, created_at, pg_notify(${EVENTS_CHANNEL}, json_build_object(
-      'id', id::text, 'orgId', ${event.orgId}::text, 'runId', ${event.runId}::text, 'rootRunId', ${event.rootRunId}::text,
-      'type', ${event.type}::text, 'createdAt', created_at,
-      'data', ${inline ? data : 'null'}::json, 'big', ${!inline}::boolean
-    )::text)::text as notified from ins`)
+    select id::text as id, created_at, ${notifyStored(sql`ins`)}::text as notified from ins`)
   const row = rowsOf<{ id: string; created_at: Date | string }>(result)[0]!
   return stored(event, row.id, row.created_at)
 }
@@ -63,7 +74,7 @@ function stored(event: NewEvent, id: string, createdAt: Date | string): BusEvent
     rootRunId: event.rootRunId,
     type: event.type,
     data: event.data ?? {},
-    createdAt: new Date(createdAt).toISOString()
+    createdAt: isoOf(createdAt)
   }
 }
 
@@ -140,11 +151,7 @@ export class EventBatcher {
         select org_id, run_id, root_run_id, type, data from input, locks order by ord
         returning id, org_id, run_id, root_run_id, type, data, created_at),
       sent as (
-        select id, created_at, pg_notify(${EVENTS_CHANNEL}, json_build_object(
-          'id', id::text, 'orgId', org_id, 'runId', run_id, 'rootRunId', root_run_id, 'type', type, 'createdAt', created_at,
-          'data', case when octet_length(data::text) <= ${NOTIFY_DATA_LIMIT} then data else null end,
-          'big', octet_length(data::text) > ${NOTIFY_DATA_LIMIT}
-        )::text) as notified
+        select id, created_at, ${notifyStored(sql`ordered`)} as notified
         from (select * from ins order by id) as ordered)
       select id::text as event_id, created_at, notified::text from sent order by sent.id`)
     // ids were drawn in insertion order, which is the batch's order
@@ -198,7 +205,7 @@ export async function loadEventData(db: Db, orgId: string, id: number): Promise<
   const result = await db.execute(sql`select data from run_events where org_id = ${orgId} and id = ${id}`)
   const row = rowsOf<{ data: Record<string, unknown> | string }>(result)[0]
   if (!row) return {}
-  return typeof row.data === 'string' ? (JSON.parse(row.data) as Record<string, unknown>) : row.data
+  return jsonOf<Record<string, unknown>>(row.data)
 }
 
 function fromRow(row: EventRow): BusEvent {
@@ -208,8 +215,8 @@ function fromRow(row: EventRow): BusEvent {
     runId: row.run_id,
     rootRunId: row.root_run_id,
     type: row.type,
-    data: typeof row.data === 'string' ? (JSON.parse(row.data) as Record<string, unknown>) : row.data,
-    createdAt: new Date(row.created_at).toISOString()
+    data: jsonOf<Record<string, unknown>>(row.data),
+    createdAt: isoOf(row.created_at)
   }
 }
 

@@ -10,7 +10,7 @@ import {
 } from '../../schemas/runs.js'
 import { EngineError } from './engines/types.js'
 import { lastEventOf, TERMINAL_EVENTS } from './events.js'
-import { decodeCursor, getRun, getThread, listRuns, listThreads, runToWire } from './runs-repo.js'
+import { getRun, getThread, listRuns, listThreads, runToWire } from './runs-repo.js'
 import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from './streams.js'
 import { TERMINAL_STATUSES } from './tables.js'
 
@@ -42,7 +42,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   }, async (request) => {
     const { orgId } = principalOf(request)
     const q = request.query
-    const page = await listRuns(app.db, orgId, { status: q.status, rootRunId: q.rootRunId, limit: q.limit ?? 50, cursor: decodeCursor(q.cursor) })
+    const page = await listRuns(app.db, orgId, { status: q.status, rootRunId: q.rootRunId, limit: q.limit ?? 50, cursor: q.cursor })
     return { items: page.items.map(runToWire), nextCursor: page.nextCursor }
   })
 
@@ -183,7 +183,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
   }, async (request) => {
     const { orgId } = principalOf(request)
-    return listThreads(app.db, orgId, { limit: request.query.limit ?? 50, cursor: decodeCursor(request.query.cursor) })
+    return listThreads(app.db, orgId, { limit: request.query.limit ?? 50, cursor: request.query.cursor })
   })
 
   app.get('/threads/:rootRunId', {

@@ -2,6 +2,10 @@ import { and, asc, desc, eq, lt, sql, type SQL } from 'drizzle-orm'
 import { CONTROL_CHANNEL } from '../../plugins/event-bus.js'
 import type { Principal } from '../auth/principal.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
+import { decodeCursor, pageOf } from '../db/paging.js'
+import { isoOf, isoOrNull } from '../db/rows.js'
+import type { Static } from 'typebox'
+import type { Run } from '../../schemas/runs.js'
 import { newId } from '../db/ids.js'
 import { appendEvent, type EventBatcher } from './events.js'
 import { runs, type RunOrigin, type RunStatus } from './tables.js'
@@ -9,24 +13,7 @@ import { runs, type RunOrigin, type RunStatus } from './tables.js'
 export type RunRow = typeof runs.$inferSelect
 
 /** Contract 5's run, as the wire shows it. */
-export interface RunWire {
-  id: string
-  rootRunId: string
-  parentRunId: string | null
-  engine: string
-  model: string | null
-  prompt: string
-  status: RunStatus
-  origin: RunOrigin
-  error: string | null
-  createdAt: string
-  startedAt: string | null
-  finishedAt: string | null
-  userId: string | null
-  metadata: Record<string, unknown>
-}
-
-const iso = (d: Date | null) => (d ? d.toISOString() : null)
+export type RunWire = Static<typeof Run>
 
 export function runToWire(run: RunRow): RunWire {
   return {
@@ -40,8 +27,8 @@ export function runToWire(run: RunRow): RunWire {
     origin: run.origin,
     error: run.error,
     createdAt: run.createdAt.toISOString(),
-    startedAt: iso(run.startedAt),
-    finishedAt: iso(run.finishedAt),
+    startedAt: isoOrNull(run.startedAt),
+    finishedAt: isoOrNull(run.finishedAt),
     userId: run.userId,
     metadata: run.metadata
   }
@@ -122,23 +109,15 @@ export async function getRun(db: Db | Tx, orgId: string, id: string): Promise<Ru
   return run ?? null
 }
 
-export const encodeCursor = (id: string) => Buffer.from(id).toString('base64url')
-export function decodeCursor(cursor: string | undefined): string | null {
-  if (!cursor) return null
-  const id = Buffer.from(cursor, 'base64url').toString()
-  return /^[A-Za-z0-9_-]{1,64}$/.test(id) ? id : null
-}
-
-export async function listRuns(db: Db, orgId: string, q: { status?: RunStatus; rootRunId?: string; limit: number; cursor: string | null }) {
+export async function listRuns(db: Db, orgId: string, q: { status?: RunStatus | undefined; rootRunId?: string | undefined; limit: number; cursor: string | undefined }) {
+  const cursor = decodeCursor(q.cursor)
   const rows = await db.select().from(runs).where(and(
     eq(runs.orgId, orgId),
     q.status ? eq(runs.status, q.status) : undefined,
     q.rootRunId ? eq(runs.rootRunId, q.rootRunId) : undefined,
-    q.cursor ? lt(runs.id, q.cursor) : undefined
+    cursor ? lt(runs.id, cursor) : undefined
   )).orderBy(desc(runs.id)).limit(q.limit + 1)
-  const more = rows.length > q.limit
-  const items = rows.slice(0, q.limit)
-  return { items, nextCursor: more ? encodeCursor(items[items.length - 1]!.id) : null }
+  return pageOf(rows, q.limit, (run) => run.id)
 }
 
 export interface ThreadWire {
@@ -168,8 +147,8 @@ function threadToWire(r: ThreadRow): ThreadWire {
     runCount: Number(r.run_count),
     latestRunId: r.latest_run_id,
     latestStatus: r.latest_status,
-    createdAt: new Date(r.created_at).toISOString(),
-    updatedAt: new Date(r.updated_at).toISOString()
+    createdAt: isoOf(r.created_at),
+    updatedAt: isoOf(r.updated_at)
   }
 }
 
@@ -181,14 +160,14 @@ const threadSelect = (orgId: string) => sql`
   join runs l on l.id = t.latest_id and l.org_id = ${orgId}`
 
 /** Threads newest first (by their root run's id). */
-export async function listThreads(db: Db, orgId: string, q: { limit: number; cursor: string | null }) {
+export async function listThreads(db: Db, orgId: string, q: { limit: number; cursor: string | undefined }) {
+  const cursor = decodeCursor(q.cursor)
   const rows = rowsOf<ThreadRow>(await db.execute(sql`
     ${threadSelect(orgId)}
-    ${q.cursor ? sql`where t.root_run_id < ${q.cursor}` : sql``}
+    ${cursor ? sql`where t.root_run_id < ${cursor}` : sql``}
     order by t.root_run_id desc limit ${q.limit + 1}`))
-  const more = rows.length > q.limit
-  const items = rows.slice(0, q.limit).map(threadToWire)
-  return { items, nextCursor: more ? encodeCursor(items[items.length - 1]!.rootRunId) : null }
+  const page = pageOf(rows, q.limit, (row) => row.root_run_id)
+  return { items: page.items.map(threadToWire), nextCursor: page.nextCursor }
 }
 
 export async function getThread(db: Db, orgId: string, rootRunId: string) {

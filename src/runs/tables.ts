@@ -1,12 +1,13 @@
 import { sql } from 'drizzle-orm'
 import { bigserial, boolean, check, index, jsonb, pgTable, text, timestamp } from 'drizzle-orm/pg-core'
+import { RUN_ORIGINS, RUN_STATUSES } from '../../schemas/runs.js'
 import { organizations } from '../auth/tables.js'
+import { sqlList } from '../db/sql-list.js'
 
-export const RUN_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const
+export { RUN_ORIGINS, RUN_STATUSES }
 export type RunStatus = (typeof RUN_STATUSES)[number]
 export const TERMINAL_STATUSES: readonly RunStatus[] = ['succeeded', 'failed', 'cancelled']
 
-export const RUN_ORIGINS = ['web', 'api', 'dev', 'skill', 'automation', 'chatplatform'] as const
 export type RunOrigin = (typeof RUN_ORIGINS)[number]
 
 const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' })
@@ -37,8 +38,8 @@ export const runs = pgTable('runs', {
   // the claim and the sweeper look only at live rows
   index('runs_queued_idx').on(t.createdAt).where(sql`status = 'queued'`),
   index('runs_running_lease_idx').on(t.leaseExpiresAt).where(sql`status = 'running'`),
-  check('runs_status_check', sql`${t.status} in ('queued', 'running', 'succeeded', 'failed', 'cancelled')`),
-  check('runs_origin_check', sql`${t.origin} in ('web', 'api', 'dev', 'skill', 'automation', 'chatplatform')`)
+  check('runs_status_check', sql`${t.status} in (${sqlList(RUN_STATUSES)})`),
+  check('runs_origin_check', sql`${t.origin} in (${sqlList(RUN_ORIGINS)})`)
 ])
 
 /**

@@ -1,16 +1,17 @@
 import { randomUUID } from 'node:crypto'
 import { and, eq, sql } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
-import { EVENTS_CHANNEL, type EventBus } from '../../plugins/event-bus.js'
+import type { EventBus } from '../../plugins/event-bus.js'
 import { rowsOf, type Db } from '../db/client.js'
 import { realUserIdOfRun } from './run-ref.js'
 import type { EngineRegistry } from './engines/registry.js'
 import { EngineError, type RunTools, type ToolDefinition } from './engines/types.js'
-import { appendEvent, type EventBatcher } from './events.js'
+import { appendEvent, notifyStored, type EventBatcher } from './events.js'
 import type { RunArtifacts } from './artifact-port.js'
 import type { RunMemory, RunRef } from './memory-port.js'
 import { runs } from './tables.js'
 import type { RunRow } from './runs-repo.js'
+import { boolOf, dateOf, dateOrNull, jsonOf } from '../db/rows.js'
 
 /** The agent runtime's tool gateway as the worker needs it (src/runtime/gateway.ts). */
 export interface ToolGatewayPort {
@@ -162,13 +163,9 @@ export class RunWorker {
       ev as (
         insert into run_events (org_id, run_id, root_run_id, type, data)
         select org_id, id, root_run_id, 'run.started', jsonb_build_object('engine', engine, 'model', model) from claimed, lock
-        returning id as event_id, created_at as event_at
+        returning id, org_id, run_id, root_run_id, type, data, created_at
       )
-      select claimed.*, pg_notify(${EVENTS_CHANNEL}, json_build_object(
-        'id', ev.event_id::text, 'orgId', claimed.org_id, 'runId', claimed.id, 'rootRunId', claimed.root_run_id,
-        'type', 'run.started', 'createdAt', ev.event_at,
-        'data', json_build_object('engine', claimed.engine, 'model', claimed.model), 'big', false
-      )::text)::text as notified
+      select claimed.*, ${notifyStored(sql`ev`)}::text as notified
       from claimed, ev`)
     const row = rowsOf<Record<string, unknown>>(result)[0]
     return row ? runFromRow(row) : null
@@ -333,8 +330,6 @@ class ShutdownRelease extends Error {
   override name = 'ShutdownRelease'
 }
 
-const dateOrNull = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string))
-
 /** A raw `runs` row (snake_case, from a hand-written statement) as drizzle would return it. */
 function runFromRow(r: Record<string, unknown>): RunRow {
   return {
@@ -348,13 +343,13 @@ function runFromRow(r: Record<string, unknown>): RunRow {
     status: r.status as RunRow['status'],
     origin: r.origin as RunRow['origin'],
     error: (r.error as string | null) ?? null,
-    metadata: (typeof r.metadata === 'string' ? JSON.parse(r.metadata) : r.metadata ?? {}) as Record<string, unknown>,
+    metadata: jsonOf<Record<string, unknown> | null>(r.metadata) ?? {},
     userId: (r.user_id as string | null) ?? null,
-    createdAt: new Date(r.created_at as string),
+    createdAt: dateOf(r.created_at),
     startedAt: dateOrNull(r.started_at),
     finishedAt: dateOrNull(r.finished_at),
     leaseOwner: (r.lease_owner as string | null) ?? null,
     leaseExpiresAt: dateOrNull(r.lease_expires_at),
-    cancelRequested: r.cancel_requested === true || r.cancel_requested === 't'
+    cancelRequested: boolOf(r.cancel_requested)
   }
 }

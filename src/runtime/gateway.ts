@@ -7,6 +7,7 @@ import type { ArtifactWriter, MemorySearch, RunDirectory, RunEventWriter } from 
 import { SandboxError, type SandboxManager } from './sandbox.js'
 import { toolApprovals, toolPolicies, type ApprovalStatus, type ToolMode } from './tables.js'
 import { isToolName, TOOL_NAMES, TOOLS, toolDefinitions, type ToolArgs, type ToolName } from './tools.js'
+import { decodeCursor, pageOf } from '../db/paging.js'
 
 export interface ToolCallInput {
   orgId: string
@@ -165,12 +166,12 @@ export class ToolGateway {
   // ---- approvals ------------------------------------------------------------------
 
   async listApprovals(orgId: string, runId: string, page: { limit: number; cursor?: string | undefined }): Promise<{ items: ApprovalRow[]; nextCursor: string | null }> {
+    const cursor = decodeCursor(page.cursor)
     const rows = await this.opts.db.select().from(toolApprovals)
-      .where(and(eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId), page.cursor ? gt(toolApprovals.id, page.cursor) : undefined))
+      .where(and(eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId), cursor ? gt(toolApprovals.id, cursor) : undefined))
       .orderBy(asc(toolApprovals.id))
       .limit(page.limit + 1)
-    const items = rows.slice(0, page.limit)
-    return { items, nextCursor: rows.length > page.limit ? items[items.length - 1]!.id : null }
+    return pageOf(rows, page.limit, (row) => row.id)
   }
 
   /**

@@ -1,9 +1,10 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { constants, existsSync, lstatSync, readlinkSync } from 'node:fs'
+import { spawn, type ChildProcess } from 'node:child_process'
+import { constants, existsSync } from 'node:fs'
 import { lstat, mkdir, open, readdir, realpath, rm, stat } from 'node:fs/promises'
-import { connect, createServer } from 'node:net'
-import { delimiter, isAbsolute, join, relative, resolve, sep } from 'node:path'
+import { isAbsolute, join, relative, resolve, sep } from 'node:path'
 import * as pty from 'node-pty'
+import { BOX_HOME, bwrapArgs, findExecutable, probeBubblewrap, SANDBOX_PATH, type BubblewrapProbe } from './bubblewrap.js'
+import { startDesktop, stopAll, type DesktopProcesses } from './desktop.js'
 import {
   SandboxError,
   type DesktopEndpoint,
@@ -33,43 +34,7 @@ export interface LocalSandboxOptions {
 }
 
 const SAFE_SEGMENT = /^[A-Za-z0-9_-]{1,64}$/
-const PATH_ENV = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 const MAX_LIST_ENTRIES = 1000
-/** where the workspace appears inside bubblewrap */
-const BOX_HOME = '/workspace'
-
-export function findExecutable(name: string): string | null {
-  for (const dir of (process.env.PATH ?? PATH_ENV).split(delimiter)) {
-    const candidate = join(dir, name)
-    if (dir && existsSync(candidate)) return candidate
-  }
-  return null
-}
-
-export interface BubblewrapProbe {
-  ok: boolean
-  /** false when the bwrap executable is missing altogether */
-  installed: boolean
-  /** for logs and test skips: may hold the host's error text */
-  reason: string
-}
-
-/**
- * Whether bubblewrap can build a sandbox here: it needs unprivileged user namespaces
- * (or root), which many container runtimes forbid. Checked once at boot.
- */
-export function probeBubblewrap(): BubblewrapProbe {
-  const bwrap = findExecutable('bwrap')
-  if (!bwrap) return { ok: false, installed: false, reason: 'bwrap is not installed' }
-  const probe = spawnSync(bwrap, ['--unshare-all', '--die-with-parent', '--new-session', ...systemBinds(), '--proc', '/proc', '--dev', '/dev', '--', '/bin/sh', '-c', 'exit 0'], {
-    timeout: 5000,
-    encoding: 'utf8',
-    env: { PATH: PATH_ENV }
-  })
-  if (probe.status === 0) return { ok: true, installed: true, reason: 'bubblewrap works' }
-  return { ok: false, installed: true, reason: `bwrap cannot create a sandbox here: ${(probe.stderr || probe.error?.message || `exit ${probe.status}`).trim()}` }
-}
-
 /**
  * Thrown by the provider when it may not run commands: bubblewrap cannot confine them
  * and the operator did not allow unconfined ones. The message is safe for clients
@@ -77,22 +42,6 @@ export function probeBubblewrap(): BubblewrapProbe {
  */
 export class SandboxUnavailableError extends Error {
   override name = 'SandboxUnavailableError'
-}
-
-/** The host's system directories, read-only; merged-/usr symlinks (/bin -> usr/bin) stay symlinks. */
-function systemBinds(): string[] {
-  const args: string[] = ['--ro-bind', '/usr', '/usr', '--ro-bind', '/etc', '/etc']
-  for (const dir of ['/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32']) {
-    let info
-    try {
-      info = lstatSync(dir)
-    } catch {
-      continue
-    }
-    if (info.isSymbolicLink()) args.push('--symlink', readlinkSync(dir), dir)
-    else if (info.isDirectory()) args.push('--ro-bind', dir, dir)
-  }
-  return args
 }
 
 /**
@@ -145,12 +94,6 @@ export class LocalSandboxProvider implements SandboxProvider {
   }
 }
 
-interface DesktopProcesses {
-  display: number
-  endpoint: DesktopEndpoint
-  processes: ChildProcess[]
-}
-
 class LocalSandbox implements Sandbox {
   readonly key: SandboxKey
   destroyed = false
@@ -179,7 +122,7 @@ class LocalSandbox implements Sandbox {
   private env(extra: Record<string, string> = {}): Record<string, string> {
     // never the service's own environment: it holds database URLs and secrets
     const home = this.provider.confinement === 'bwrap' ? BOX_HOME : this.workspace
-    const env: Record<string, string> = { PATH: PATH_ENV, HOME: home, LANG: 'C.UTF-8', ...extra }
+    const env: Record<string, string> = { PATH: SANDBOX_PATH, HOME: home, LANG: 'C.UTF-8', ...extra }
     if (this.display !== null) env.DISPLAY = `:${this.display}`
     return env
   }
@@ -187,17 +130,7 @@ class LocalSandbox implements Sandbox {
   /** The command line that runs `argv` confined (bubblewrap) or as is. */
   private command(argv: string[], newSession: boolean): { file: string; args: string[]; cwd: string } {
     if (this.provider.confinement !== 'bwrap') return { file: argv[0]!, args: argv.slice(1), cwd: this.workspace }
-    const args = ['--unshare-all']
-    if (this.opts.network) args.push('--share-net')
-    args.push('--die-with-parent')
-    // a new session stops TIOCSTI from typing into the caller's terminal; a PTY is the sandbox's own
-    if (newSession) args.push('--new-session')
-    args.push(...systemBinds(), '--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp', '--hostname', 'sandbox')
-    if (this.display !== null) {
-      const socket = `/tmp/.X11-unix/X${this.display}`
-      if (existsSync(socket)) args.push('--bind', socket, socket)
-    }
-    args.push('--bind', this.workspace, BOX_HOME, '--chdir', BOX_HOME, '--', ...argv)
+    const args = bwrapArgs({ argv, workspace: this.workspace, network: this.opts.network, newSession, display: this.display })
     return { file: 'bwrap', args, cwd: this.workspace }
   }
 
@@ -444,99 +377,4 @@ class BoundedBuffer {
   text(): string {
     return Buffer.concat(this.chunks).toString('utf8')
   }
-}
-
-function stopAll(processes: ChildProcess[]): void {
-  for (const p of processes) {
-    if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL')
-  }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolvePort(port))
-    })
-  })
-}
-
-function waitForPort(port: number, deadline: number, failed: () => string | null): Promise<void> {
-  return new Promise((resolveWait, reject) => {
-    const attempt = () => {
-      const why = failed()
-      if (why) return reject(new SandboxError('unavailable', why))
-      if (Date.now() > deadline) return reject(new SandboxError('unavailable', 'the VNC server did not start in time'))
-      const socket = connect(port, '127.0.0.1')
-      socket.once('connect', () => {
-        socket.destroy()
-        resolveWait()
-      })
-      socket.once('error', () => {
-        socket.destroy()
-        setTimeout(attempt, 100)
-      })
-    }
-    attempt()
-  })
-}
-
-/**
- * Xvfb on a display it picks itself (-displayfd), then x11vnc on a free loopback port.
- * No TCP and no abstract-namespace X socket (`-nolisten local`): a sandbox given the
- * network (SANDBOX_NETWORK) must not reach another thread's display that way; only its
- * own display's socket file is bound into it.
- */
-async function startDesktop(cwd: string): Promise<DesktopProcesses> {
-  const env = { PATH: PATH_ENV, HOME: cwd }
-  const xvfb = spawn('Xvfb', ['-displayfd', '3', '-screen', '0', '1280x800x24', '-nolisten', 'tcp', '-nolisten', 'local'], {
-    cwd,
-    env,
-    stdio: ['ignore', 'ignore', 'ignore', 'pipe']
-  })
-  const display = await new Promise<number>((resolveDisplay, reject) => {
-    let text = ''
-    const timer = setTimeout(() => reject(new SandboxError('unavailable', 'Xvfb did not start in time')), 15_000)
-    xvfb.stdio[3]!.on('data', (chunk: Buffer) => {
-      text += chunk.toString()
-      const match = /^(\d+)\n/.exec(text)
-      if (match) {
-        clearTimeout(timer)
-        resolveDisplay(Number(match[1]))
-      }
-    })
-    xvfb.once('error', (err) => {
-      clearTimeout(timer)
-      reject(new SandboxError('unavailable', `Xvfb failed: ${err.message}`))
-    })
-    xvfb.once('exit', (code) => {
-      clearTimeout(timer)
-      reject(new SandboxError('unavailable', `Xvfb exited (${code})`))
-    })
-  }).catch((err) => {
-    stopAll([xvfb])
-    throw err
-  })
-  const port = await freePort()
-  const vnc = spawn('x11vnc', ['-display', `:${display}`, '-rfbport', String(port), '-localhost', '-no6', '-nopw', '-forever', '-shared', '-quiet'], {
-    cwd,
-    env,
-    stdio: ['ignore', 'ignore', 'ignore']
-  })
-  let exited: string | null = null
-  vnc.once('exit', (code) => {
-    exited = `x11vnc exited (${code})`
-  })
-  vnc.once('error', (err) => {
-    exited = `x11vnc failed: ${err.message}`
-  })
-  try {
-    await waitForPort(port, Date.now() + 15_000, () => exited)
-  } catch (err) {
-    stopAll([vnc, xvfb])
-    throw err
-  }
-  return { display, endpoint: { host: '127.0.0.1', port }, processes: [xvfb, vnc] }
 }

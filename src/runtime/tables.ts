@@ -1,11 +1,11 @@
 import { sql } from 'drizzle-orm'
 import { check, index, jsonb, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core'
 import { organizations } from '../auth/tables.js'
+import { APPROVAL_STATUSES, TOOL_MODES } from '../../schemas/runtime.js'
+import { sqlList } from '../db/sql-list.js'
 
-export const TOOL_MODES = ['auto', 'approve'] as const
 export type ToolMode = (typeof TOOL_MODES)[number]
 
-export const APPROVAL_STATUSES = ['pending', 'approved', 'denied', 'cancelled', 'expired'] as const
 export type ApprovalStatus = (typeof APPROVAL_STATUSES)[number]
 
 /** An org's choice per tool; a tool without a row uses its built-in default. */
@@ -17,7 +17,7 @@ export const toolPolicies = pgTable('tool_policies', {
   updatedAt: timestamp('updated_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow()
 }, (t) => [
   primaryKey({ columns: [t.orgId, t.tool] }),
-  check('tool_policies_mode_check', sql`${t.mode} in ('auto', 'approve')`)
+  check('tool_policies_mode_check', sql`${t.mode} in (${sqlList(TOOL_MODES)})`)
 ])
 
 /**
@@ -40,5 +40,5 @@ export const toolApprovals = pgTable('tool_approvals', {
   createdAt: timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow()
 }, (t) => [
   index('tool_approvals_run_idx').on(t.orgId, t.runId, t.id),
-  check('tool_approvals_status_check', sql`${t.status} in ('pending', 'approved', 'denied', 'cancelled', 'expired')`)
+  check('tool_approvals_status_check', sql`${t.status} in (${sqlList(APPROVAL_STATUSES)})`)
 ])

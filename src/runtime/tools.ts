@@ -1,6 +1,7 @@
 import { Type, type Static, type TSchema } from 'typebox'
 import { StrictObject } from '../../schemas/common.js'
 import type { ToolMode } from './tables.js'
+import { TOOL_NAMES } from '../../schemas/runtime.js'
 
 /**
  * The agent's tools: argument schemas (JSON Schema, checked before anything runs) and
@@ -61,10 +62,10 @@ export const TOOLS = {
     defaultMode: 'auto',
     description: 'Save a text file as an artifact of this run, kept and shown to the people of the organization; saving the same name again makes a new version.'
   }
-} as const satisfies Record<string, { schema: TSchema; defaultMode: ToolMode; description: string }>
+} as const satisfies Record<(typeof TOOL_NAMES)[number], { schema: TSchema; defaultMode: ToolMode; description: string }>
 
 export type ToolName = keyof typeof TOOLS
-export const TOOL_NAMES = Object.keys(TOOLS) as ToolName[]
+export { TOOL_NAMES }
 export type ToolArgs = {
   shell: Static<typeof ShellArgs>
   read_file: Static<typeof ReadFileArgs>

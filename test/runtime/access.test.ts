@@ -6,7 +6,7 @@ import WebSocket from 'ws'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { ConfigError } from '../../src/config.js'
 import { newId } from '../../src/db/ids.js'
-import { probeBubblewrap, type BubblewrapProbe } from '../../src/runtime/local-sandbox.js'
+import { probeBubblewrap, type BubblewrapProbe } from '../../src/runtime/bubblewrap.js'
 import { buildTestApp, testConfig, type EnvOverrides, type Teardown } from '../helper.js'
 import { eventRecorder, fakeRuns } from './fakes.js'
 

@@ -3,7 +3,8 @@ import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promis
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
-import { LocalSandboxProvider, probeBubblewrap } from '../../src/runtime/local-sandbox.js'
+import { probeBubblewrap } from '../../src/runtime/bubblewrap.js'
+import { LocalSandboxProvider } from '../../src/runtime/local-sandbox.js'
 import { SandboxError, SandboxManager } from '../../src/runtime/sandbox.js'
 import type { Teardown } from '../helper.js'
 

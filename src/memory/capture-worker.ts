@@ -1,112 +1,9 @@
-import { and, desc, eq, lt, sql, type SQL } from 'drizzle-orm'
+import { sql, type SQL } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
-import { rowsOf, type Db, type Tx } from '../db/client.js'
-import { newId } from '../db/ids.js'
-import type { RunEventSink, RunRef } from '../runs/memory-port.js'
+import { rowsOf, type Db } from '../db/client.js'
+import { jsonOf } from '../db/rows.js'
+import type { RunEventSink } from '../runs/memory-port.js'
 import { PoolWriteError, type MemoryBackend, type PoolRef } from './backend.js'
-import { memoryCaptures } from './tables.js'
-
-/** The most facts one capture keeps, and the longest fact. */
-export const MAX_FACTS = 100
-export const MAX_FACT_CHARS = 4000
-
-export function cleanFacts(facts: readonly string[]): string[] {
-  return facts.map((f) => f.trim().slice(0, MAX_FACT_CHARS)).filter((f) => f.length > 0).slice(0, MAX_FACTS)
-}
-
-/** Writes the run's capture row (pending) with the caller's transaction; one row per run. */
-export async function enqueueCaptureRow(tx: Tx, run: RunRef, facts: string[], maxAttempts: number): Promise<void> {
-  await tx.insert(memoryCaptures).values({
-    id: newId(),
-    orgId: run.orgId,
-    runId: run.id,
-    rootRunId: run.rootRunId,
-    state: 'pending',
-    maxAttempts,
-    itemCount: facts.length,
-    facts
-  }).onConflictDoNothing()
-}
-
-export interface CaptureView {
-  runId: string
-  rootRunId: string
-  state: string
-  attempts: number
-  maxAttempts: number
-  lastError: string | null
-  itemCount: number
-  createdAt: string
-  updatedAt: string
-  nextAttemptAt: string
-  deliveredAt: string | null
-  orphan?: true
-}
-
-/** The org's capture rows, newest first; orphans (delivering, lease expired) are marked. */
-export async function listCaptures(db: Db, orgId: string, opts: { limit: number; cursor?: string | undefined; state?: string | undefined }) {
-  const where: SQL[] = [eq(memoryCaptures.orgId, orgId)]
-  if (opts.cursor) where.push(lt(memoryCaptures.id, opts.cursor))
-  if (opts.state) where.push(eq(memoryCaptures.state, opts.state as 'pending'))
-  const rows = await db.select({
-    id: memoryCaptures.id,
-    runId: memoryCaptures.runId,
-    rootRunId: memoryCaptures.rootRunId,
-    state: memoryCaptures.state,
-    attempts: memoryCaptures.attempts,
-    maxAttempts: memoryCaptures.maxAttempts,
-    lastError: memoryCaptures.lastError,
-    itemCount: memoryCaptures.itemCount,
-    createdAt: memoryCaptures.createdAt,
-    updatedAt: memoryCaptures.updatedAt,
-    nextAttemptAt: memoryCaptures.nextAttemptAt,
-    deliveredAt: memoryCaptures.deliveredAt,
-    orphan: sql<boolean>`(${memoryCaptures.state} = 'delivering' and ${memoryCaptures.leaseExpiresAt} < now())`
-  }).from(memoryCaptures).where(and(...where)).orderBy(desc(memoryCaptures.id)).limit(opts.limit + 1)
-  const captures: CaptureView[] = rows.slice(0, opts.limit).map((r) => ({
-    runId: r.runId,
-    rootRunId: r.rootRunId,
-    state: r.state,
-    attempts: r.attempts,
-    maxAttempts: r.maxAttempts,
-    lastError: r.lastError,
-    itemCount: r.itemCount,
-    createdAt: r.createdAt.toISOString(),
-    updatedAt: r.updatedAt.toISOString(),
-    nextAttemptAt: r.nextAttemptAt.toISOString(),
-    deliveredAt: r.deliveredAt ? r.deliveredAt.toISOString() : null,
-    ...(r.orphan === true || (r.orphan as unknown) === 't' ? { orphan: true as const } : {})
-  }))
-  return { captures, nextCursor: rows.length > opts.limit ? rows[opts.limit - 1]!.id : null }
-}
-
-/** dead → pending with a fresh budget. False when the org has no dead capture for the run. */
-export async function retryDeadCapture(db: Db, orgId: string, runId: string, maxAttempts: number): Promise<boolean> {
-  const rows = await db.update(memoryCaptures)
-    .set({ state: 'pending', attempts: 0, maxAttempts, nextAttemptAt: sql`now()`, updatedAt: sql`now()`, leaseExpiresAt: null })
-    .where(and(eq(memoryCaptures.orgId, orgId), eq(memoryCaptures.runId, runId), eq(memoryCaptures.state, 'dead')))
-    .returning({ id: memoryCaptures.id })
-  return rows.length === 1
-}
-
-/**
- * orphan → delivered | discarded, at most once: the update is conditional on the row still
- * being a delivering orphan (lease expired), so a second resolve or a live delivery is refused.
- */
-export async function resolveOrphan(db: Db, orgId: string, runId: string, resolution: 'delivered' | 'discard') {
-  const rows = await db.update(memoryCaptures)
-    .set(resolution === 'delivered'
-      ? { state: 'delivered', deliveredAt: sql`now()`, updatedAt: sql`now()`, leaseExpiresAt: null }
-      : { state: 'discarded', updatedAt: sql`now()`, leaseExpiresAt: null })
-    .where(and(
-      eq(memoryCaptures.orgId, orgId),
-      eq(memoryCaptures.runId, runId),
-      eq(memoryCaptures.state, 'delivering'),
-      sql`${memoryCaptures.leaseExpiresAt} < now()`
-    ))
-    .returning({ id: memoryCaptures.id, itemCount: memoryCaptures.itemCount, rootRunId: memoryCaptures.rootRunId })
-  return rows[0] ?? null
-}
 
 /**
  * Tells a run's stream that its capture is in the pool: `memory.captured` with
@@ -114,24 +11,24 @@ export async function resolveOrphan(db: Db, orgId: string, runId: string, resolu
  * an event that cannot be stored is logged, not thrown.
  */
 export async function announceCaptured(
-  sink: RunEventSink | null,
+  events: RunEventSink,
   log: FastifyBaseLogger,
   capture: { orgId: string; runId: string; rootRunId: string; itemCount: number },
   extra: Record<string, unknown> = {}
 ): Promise<void> {
-  if (!sink) return
   const { orgId, runId, rootRunId, itemCount } = capture
-  await sink.emit({ orgId, runId, type: 'memory.captured', data: { runId, rootRunId, itemCount, ...extra } })
+  await events.emit({ orgId, runId, type: 'memory.captured', data: { runId, rootRunId, itemCount, ...extra } })
     .catch((err: unknown) => log.warn({ err, runId }, 'memory.captured event not stored'))
 }
 
-export interface WorkerOptions {
+export interface CaptureWorkerOptions {
   db: Db
   backend: MemoryBackend
   log: FastifyBaseLogger
   /** the org's pool for a capture, created on first write; null when memory is off for the org */
   poolFor: (orgId: string) => Promise<PoolRef | null>
-  sink: () => RunEventSink | null
+  /** where `memory.captured` goes (the runs group's event sink) */
+  events: RunEventSink
   leaseMs: number
   backoffMs: number
   backoffMaxMs: number
@@ -175,7 +72,7 @@ export function backoffDelay(attempt: number, baseMs: number, maxMs: number, ran
  * changes nothing. A delivering row whose lease expires is an orphan and is never claimed
  * again by a worker: only a person resolves it.
  */
-export function createCaptureWorker(opts: WorkerOptions): CaptureWorker {
+export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
   const { db, log } = opts
   let running = false
   let killed = false
@@ -209,7 +106,7 @@ export function createCaptureWorker(opts: WorkerOptions): CaptureWorker {
   }
 
   async function deliverOne(row: Claimed, poolFor: (orgId: string) => Promise<PoolRef | null>): Promise<void> {
-    const facts: string[] = typeof row.facts === 'string' ? JSON.parse(row.facts) : row.facts
+    const facts = jsonOf<string[]>(row.facts)
     let delivered = false
     try {
       const pool = await poolFor(row.org_id)
@@ -244,7 +141,7 @@ export function createCaptureWorker(opts: WorkerOptions): CaptureWorker {
   }
 
   async function emitDelivered(row: Claimed, itemCount: number) {
-    await announceCaptured(opts.sink(), log, { orgId: row.org_id, runId: row.run_id, rootRunId: row.root_run_id, itemCount })
+    await announceCaptured(opts.events, log, { orgId: row.org_id, runId: row.run_id, rootRunId: row.root_run_id, itemCount })
   }
 
   /**
@@ -258,7 +155,7 @@ export function createCaptureWorker(opts: WorkerOptions): CaptureWorker {
     const rest: Claimed[] = []
     for (const row of rows) {
       const pool = await poolFor(row.org_id).catch(() => null)
-      if (pool) entries.push({ row, pool, facts: typeof row.facts === 'string' ? JSON.parse(row.facts) : row.facts })
+      if (pool) entries.push({ row, pool, facts: jsonOf<string[]>(row.facts) })
       else rest.push(row)
     }
     if (entries.length === 0) return rows

@@ -1,0 +1,114 @@
+import { and, desc, eq, lt, sql, type SQL } from 'drizzle-orm'
+import type { Db, Tx } from '../db/client.js'
+import { newId } from '../db/ids.js'
+import { decodeCursor, pageOf } from '../db/paging.js'
+import { boolOf, isoOf, isoOrNull } from '../db/rows.js'
+import type { RunRef } from '../runs/memory-port.js'
+import { memoryCaptures } from './tables.js'
+
+// The capture outbox's rows (contract 4.2): writing one with the run that finished, listing
+// them, and the people's retry and resolve; the delivery loop is ./capture-worker.ts.
+
+/** The most facts one capture keeps, and the longest fact. */
+export const MAX_FACTS = 100
+export const MAX_FACT_CHARS = 4000
+
+export function cleanFacts(facts: readonly string[]): string[] {
+  return facts.map((f) => f.trim().slice(0, MAX_FACT_CHARS)).filter((f) => f.length > 0).slice(0, MAX_FACTS)
+}
+
+/** Writes the run's capture row (pending) with the caller's transaction; one row per run. */
+export async function enqueueCaptureRow(tx: Tx, run: RunRef, facts: string[], maxAttempts: number): Promise<void> {
+  await tx.insert(memoryCaptures).values({
+    id: newId(),
+    orgId: run.orgId,
+    runId: run.id,
+    rootRunId: run.rootRunId,
+    state: 'pending',
+    maxAttempts,
+    itemCount: facts.length,
+    facts
+  }).onConflictDoNothing()
+}
+
+export interface CaptureView {
+  runId: string
+  rootRunId: string
+  state: string
+  attempts: number
+  maxAttempts: number
+  lastError: string | null
+  itemCount: number
+  createdAt: string
+  updatedAt: string
+  nextAttemptAt: string
+  deliveredAt: string | null
+  orphan?: true
+}
+
+/** The org's capture rows, newest first; orphans (delivering, lease expired) are marked. */
+export async function listCaptures(db: Db, orgId: string, opts: { limit: number; cursor?: string | undefined; state?: string | undefined }) {
+  const where: SQL[] = [eq(memoryCaptures.orgId, orgId)]
+  const cursor = decodeCursor(opts.cursor)
+  if (cursor) where.push(lt(memoryCaptures.id, cursor))
+  if (opts.state) where.push(eq(memoryCaptures.state, opts.state as 'pending'))
+  const rows = await db.select({
+    id: memoryCaptures.id,
+    runId: memoryCaptures.runId,
+    rootRunId: memoryCaptures.rootRunId,
+    state: memoryCaptures.state,
+    attempts: memoryCaptures.attempts,
+    maxAttempts: memoryCaptures.maxAttempts,
+    lastError: memoryCaptures.lastError,
+    itemCount: memoryCaptures.itemCount,
+    createdAt: memoryCaptures.createdAt,
+    updatedAt: memoryCaptures.updatedAt,
+    nextAttemptAt: memoryCaptures.nextAttemptAt,
+    deliveredAt: memoryCaptures.deliveredAt,
+    orphan: sql<boolean>`(${memoryCaptures.state} = 'delivering' and ${memoryCaptures.leaseExpiresAt} < now())`
+  }).from(memoryCaptures).where(and(...where)).orderBy(desc(memoryCaptures.id)).limit(opts.limit + 1)
+  const page = pageOf(rows, opts.limit, (r) => r.id)
+  const captures: CaptureView[] = page.items.map((r) => ({
+    runId: r.runId,
+    rootRunId: r.rootRunId,
+    state: r.state,
+    attempts: r.attempts,
+    maxAttempts: r.maxAttempts,
+    lastError: r.lastError,
+    itemCount: r.itemCount,
+    createdAt: isoOf(r.createdAt),
+    updatedAt: isoOf(r.updatedAt),
+    nextAttemptAt: isoOf(r.nextAttemptAt),
+    deliveredAt: isoOrNull(r.deliveredAt),
+    ...(boolOf(r.orphan) ? { orphan: true as const } : {})
+  }))
+  return { captures, nextCursor: page.nextCursor }
+}
+
+/** dead → pending with a fresh budget. False when the org has no dead capture for the run. */
+export async function retryDeadCapture(db: Db, orgId: string, runId: string, maxAttempts: number): Promise<boolean> {
+  const rows = await db.update(memoryCaptures)
+    .set({ state: 'pending', attempts: 0, maxAttempts, nextAttemptAt: sql`now()`, updatedAt: sql`now()`, leaseExpiresAt: null })
+    .where(and(eq(memoryCaptures.orgId, orgId), eq(memoryCaptures.runId, runId), eq(memoryCaptures.state, 'dead')))
+    .returning({ id: memoryCaptures.id })
+  return rows.length === 1
+}
+
+/**
+ * orphan → delivered | discarded, at most once: the update is conditional on the row still
+ * being a delivering orphan (lease expired), so a second resolve or a live delivery is refused.
+ */
+export async function resolveOrphan(db: Db, orgId: string, runId: string, resolution: 'delivered' | 'discard') {
+  const rows = await db.update(memoryCaptures)
+    .set(resolution === 'delivered'
+      ? { state: 'delivered', deliveredAt: sql`now()`, updatedAt: sql`now()`, leaseExpiresAt: null }
+      : { state: 'discarded', updatedAt: sql`now()`, leaseExpiresAt: null })
+    .where(and(
+      eq(memoryCaptures.orgId, orgId),
+      eq(memoryCaptures.runId, runId),
+      eq(memoryCaptures.state, 'delivering'),
+      sql`${memoryCaptures.leaseExpiresAt} < now()`
+    ))
+    .returning({ id: memoryCaptures.id, itemCount: memoryCaptures.itemCount, rootRunId: memoryCaptures.rootRunId })
+  return rows[0] ?? null
+}
