@@ -2,6 +2,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
+import { waitFor } from './helper.js'
 import { messages, spawnServer, startServer } from './server-process.js'
 
 t.test('the server boots on embedded Postgres, serves, and shuts down cleanly on SIGTERM', async (t) => {
@@ -9,6 +10,7 @@ t.test('the server boots on embedded Postgres, serves, and shuts down cleanly on
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
 
   const first = await startServer({ DATA_DIR: dataDir })
+  t.teardown(() => first.kill('SIGKILL'))
   const journal = JSON.parse(readFileSync('drizzle/meta/_journal.json', 'utf8')).entries.length
   const start = messages(first.output())
   t.ok(start.includes(`database: embedded PGlite in ${join(dataDir, 'pglite')}`), 'the start log names the database')
@@ -19,9 +21,9 @@ t.test('the server boots on embedded Postgres, serves, and shuts down cleanly on
   const res = await fetch(`${first.url}/api/health?ready=1`)
   t.equal(res.status, 200)
   t.same(await res.json(), { status: 'ok' })
-  const logLine = first.output().split('\n').find((line) => line.includes('"url":"/api/health?ready=1"'))
-  t.ok(logLine, 'requests are logged as JSON')
-  t.match(JSON.parse(logLine!), { reqId: /.+/, level: 30 }, 'with a request id')
+  // the log line is written after the answer: wait for it rather than race it
+  const logLine = await waitFor('the request\'s log line', async () => first.output().split('\n').find((line) => line.includes('"url":"/api/health?ready=1"')))
+  t.match(JSON.parse(logLine), { reqId: /.+/, level: 30 }, 'requests are logged as JSON, with a request id')
 
   t.ok(first.kill('SIGTERM'))
   t.equal(await first.exit, 0, 'exits 0 after SIGTERM')
@@ -29,6 +31,7 @@ t.test('the server boots on embedded Postgres, serves, and shuts down cleanly on
 
   // the embedded database was closed cleanly: a second boot on the same directory works
   const second = await startServer({ DATA_DIR: dataDir, ALLOW_DEV_ORG: 'false' })
+  t.teardown(() => second.kill('SIGKILL'))
   t.equal((await fetch(`${second.url}/api/health?ready=1`)).status, 200)
   t.ok(messages(second.output()).includes(`migrations: the schema is up to date (${journal} in all, none to apply)`))
   t.ok(messages(second.output()).some((m) => /^dev org: off/.test(m)))

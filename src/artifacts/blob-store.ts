@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto'
+import { once } from 'node:events'
 import { createWriteStream } from 'node:fs'
 import { mkdir, open, readdir, rename, stat, unlink } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -127,10 +128,13 @@ export class FsBlobStore implements BlobStore {
     const token = randomUUID()
     const path = join(this.tmp, token)
     const meter = new Meter(maxBytes)
+    // flush: the bytes reach the disk before the rename makes them the blob
+    const file = createWriteStream(path, { flags: 'wx', flush: true })
     try {
-      // flush: the bytes reach the disk before the rename makes them the blob
-      await pipeline(body, meter, createWriteStream(path, { flags: 'wx', flush: true }))
+      await pipeline(body, meter, file)
     } catch (err) {
+      // a file stream destroyed before it opened still creates the file: wait for it to close
+      if (!file.closed) await once(file, 'close').catch(() => {})
       await unlink(path).catch(ignoreMissing)
       throw err
     }
