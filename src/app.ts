@@ -29,10 +29,13 @@ import { migrateDatabase } from './db/migrate.js'
 import artifacts from './artifacts/index.js'
 import type { BlobStore } from './artifacts/blob-store.js'
 import artifactsService from './artifacts/service.js'
+import knowledge from './knowledge/index.js'
+import type { Extractor } from './knowledge/document-worker.js'
+import knowledgeService from './knowledge/service.js'
 import runs from './runs/index.js'
 import { createRunEventSink } from './runs/events.js'
 import type { RunEventSink, RunMemory } from './runs/memory-port.js'
-import { runArtifactWriter, runDirectory, runEventWriter, runMemorySearch } from './runs/runtime-ports.js'
+import { runArtifactWriter, runDirectory, runEventWriter, runKnowledgeTools, runMemorySearch } from './runs/runtime-ports.js'
 import runsService from './runs/service.js'
 import runtimeRoutes from './runtime/index.js'
 import runtimeService, { type RuntimeWiring } from './runtime/service.js'
@@ -76,6 +79,8 @@ export interface Ports {
   runtime?: RuntimeWiring
   /** where upload and artifact bytes live, instead of ARTIFACT_STORE's choice */
   blobStore?: BlobStore
+  /** how knowledge documents become Markdown, instead of the extraction worker thread */
+  knowledgeExtractor?: Extractor
 }
 
 /**
@@ -195,6 +200,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {} }
   await app.register(memoryService, { config, events: runEvents })
   // artifacts: the blob store and its sweeper; runs save files through app.artifacts.forRuns
   await app.register(artifactsService, { config, store: ports.blobStore })
+  // knowledge: records, search, the document extraction worker (bytes in the artifacts store), drafts
+  await app.register(knowledgeService, { config, store: app.artifacts.store, extract: ports.knowledgeExtractor })
   const runMemory = ports.runMemory ?? app.memory.runMemory
   // the agent runtime: sandboxes and the tool gateway, which asks the runs group about runs
   await app.register(runtimeService, {
@@ -203,6 +210,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {} }
     events: runEventWriter(runEvents),
     memory: runMemorySearch(app.db, runMemory),
     artifacts: runArtifactWriter(app.artifacts.forRuns, runEvents),
+    knowledge: runKnowledgeTools(app.knowledge.forRuns),
     ...ports.runtime
   })
   // runs: engines, dispatch, the worker (offered the runtime's tools when there is a sandbox) and the sweeper
@@ -210,7 +218,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {} }
     config,
     memory: runMemory,
     tools: app.features.capabilities.toolGateway ? app.runtime.gateway : null,
-    artifacts: app.artifacts.forRuns
+    artifacts: app.artifacts.forRuns,
+    knowledge: app.knowledge.forRuns
   })
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
@@ -235,6 +244,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {} }
     await scope.register(memory, { backendName: config.MEMORY_BACKEND })
     await scope.register(runtimeRoutes, { corsOrigins: config.CORS_ORIGINS })
     await scope.register(artifacts)
+    await scope.register(knowledge)
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 

@@ -107,7 +107,14 @@ export const EnvSchema = Type.Object({
   S3_ACCESS_KEY_ID: Type.Optional(Type.String({ description: 'S3 credentials (unset: the AWS SDK default chain)' })),
   S3_SECRET_ACCESS_KEY: Type.Optional(Type.String({ description: 'S3 credentials' })),
   S3_FORCE_PATH_STYLE: Type.Boolean({ default: false, description: 'path-style bucket URLs (MinIO and most self-hosted servers need true)' }),
-  BLOB_SWEEP_MS: Type.Integer({ minimum: 10, maximum: 86_400_000, default: 60_000, description: 'how often unreferenced blobs are looked for and removed' })
+  BLOB_SWEEP_MS: Type.Integer({ minimum: 10, maximum: 86_400_000, default: 60_000, description: 'how often unreferenced blobs are looked for and removed' }),
+  KNOWLEDGE_WORKER: Type.Boolean({ default: true, description: 'extract knowledge documents in this process' }),
+  KNOWLEDGE_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 16, default: 1, description: 'documents extracted at once per instance' }),
+  KNOWLEDGE_LEASE_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'how long a claimed document is held before another worker may take it (renewed while extracting)' }),
+  KNOWLEDGE_POLL_MS: Type.Integer({ minimum: 10, maximum: 600_000, default: 2000, description: 'how often an idle extraction worker looks for documents' }),
+  KNOWLEDGE_MAX_ATTEMPTS: Type.Integer({ minimum: 1, maximum: 100, default: 3, description: 'claims of a document before it is failed' }),
+  KNOWLEDGE_EXTRACT_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'longest text extraction of one document' }),
+  KNOWLEDGE_EXTRACT_MEMORY_MB: Type.Integer({ minimum: 32, maximum: 16_384, default: 512, description: 'heap of the extraction worker thread' })
 })
 
 export type Env = Static<typeof EnvSchema>

@@ -229,6 +229,12 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   await addFacts(app.db, DEV_ORG.id, 'org', '', ['a dev fact'])
   const items = async (headers: Record<string, string>) => ((await app.inject({ method: 'GET', url: '/api/memory/browse', headers })).json().items as Array<{ id: string }>).map((i) => i.id)
   const memoryIds = [...(await items({ cookie: owner.cookie })), ...(await items({}))]
+  // knowledge: a record and a draft in each org, so PATCH, approve and history reach their handlers
+  const knowledgeIds: string[] = []
+  for (const headers of [{ cookie: owner.cookie }, {}]) {
+    knowledgeIds.push((await app.inject({ method: 'POST', url: '/api/knowledge', headers, payload: { title: 'fuzz record', body: 'a body' } })).json().record.id)
+    knowledgeIds.push((await app.inject({ method: 'POST', url: '/api/knowledge/drafts', headers, payload: { title: 'fuzz draft', body: 'a body' } })).json().draft.id)
+  }
   t.ok(ownerRun?.id && devRun?.id && memoryIds.length >= 2, 'fixtures exist')
   const runIds = [ownerRun.id as string, devRun.id as string]
   // by parameter name; anything else gets every id (the principal's own user and key are left out, so they survive)
@@ -236,7 +242,7 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     orgId: [owner.org.id, DEV_ORG.id],
     organizationId: [owner.org.id, DEV_ORG.id],
     userId: [member.user.id],
-    id: [...runIds, spareKey.id, ...memoryIds],
+    id: [...runIds, spareKey.id, ...memoryIds, ...knowledgeIds],
     runId: runIds,
     rootRunId: runIds,
     threadId: runIds,

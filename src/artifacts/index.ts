@@ -2,10 +2,10 @@ import { Readable } from 'node:stream'
 import multipart from '@fastify/multipart'
 import type { FastifyPluginAsyncTypebox, TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { createTwoFilesPatch } from 'diff'
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyReply } from 'fastify'
 import { text } from 'node:stream/consumers'
 import {
-  badRequest, conflict, notFound, payloadTooLarge, preconditionFailed, preconditionRequired, unsupportedMediaType
+  conflict, notFound, payloadTooLarge, preconditionFailed, preconditionRequired, unsupportedMediaType
 } from '../../plugins/errors.js'
 import {
   AcceptedProposal, ArtifactEnvelope, ArtifactPage, ContentHeaders, ContentResponse, CreateArtifactBody, CreateProposalBody, DiffResponse,
@@ -19,14 +19,11 @@ import {
   addVersion, artifactToWire, createArtifact, createProposal, createUpload, decideProposal, deleteArtifact, deleteUpload, getArtifact,
   getProposal, getUpload, getVersion, listArtifacts, listProposals, listUploads, listVersions, proposalToWire, uploadToWire, versionToWire
 } from './artifacts-repo.js'
-import { BlobTooLarge } from './blob-store.js'
-import { putBlob, type StoredBlob } from './blobs.js'
+import type { StoredBlob } from './blobs.js'
+import { receiveFile, refuseLargeLength, storeBody, oneFileLimits } from './receive.js'
 import { cleanName } from './service.js'
 import { sendContent } from './content.js'
 import { isTextType, mediaTypeOf, sniffContentType } from './sniff.js'
-
-/** Multipart framing a body may carry beyond the file itself before Content-Length alone says it is too large. */
-const MULTIPART_OVERHEAD = 1024 * 1024
 
 const versionTag = (version: number) => `"v${version}"`
 
@@ -48,27 +45,8 @@ function expectedVersion(header: string | undefined): number | null | 'none' {
 const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { store, maxBytes } = app.artifacts
 
-  /** Streams a body into the org's blobs; the contract's 413 when it is over the limit, with nothing kept. */
-  async function storeBody(reply: FastifyReply, orgId: string, body: Readable): Promise<StoredBlob> {
-    try {
-      return await putBlob(app.db, store, orgId, body, maxBytes)
-    } catch (err) {
-      if (err instanceof BlobTooLarge) {
-        // the rest of the body is not read: the connection closes after the answer
-        reply.header('connection', 'close')
-        throw payloadTooLarge(maxBytes)
-      }
-      throw err
-    }
-  }
-
-  function refuseLargeLength(request: FastifyRequest, reply: FastifyReply, allowance: number): void {
-    const length = Number(request.headers['content-length'])
-    if (Number.isFinite(length) && length > maxBytes + allowance) {
-      reply.header('connection', 'close')
-      throw payloadTooLarge(maxBytes)
-    }
-  }
+  const target = { db: app.db, store, maxBytes }
+  const storeBodyOf = (reply: FastifyReply, orgId: string, body: Readable) => storeBody(target, reply, orgId, body)
 
   async function runOf(orgId: string, runId: string | undefined) {
     if (runId === undefined) return null
@@ -86,9 +64,8 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   // ---- uploads ------------------------------------------------------------------
 
   await app.register(async function multipartUploads(scope) {
-    // one file per request; busboy stops one byte past the limit, so an over-limit file
-    // always reaches the meter as too large (never silently cut to the limit)
-    await scope.register(multipart, { limits: { fileSize: maxBytes + 1, files: 1, fields: 0, parts: 1, headerPairs: 100 } })
+    // one file per request
+    await scope.register(multipart, { limits: oneFileLimits(maxBytes) })
 
     scope.post('/uploads', {
       config: { streamedBody: { mediaType: 'multipart/form-data', schema: UploadRequestBody } },
@@ -100,26 +77,11 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       }
     }, async (request, reply) => {
       const principal = principalOf(request)
-      if (!request.isMultipart()) throw unsupportedMediaType('send the file as multipart/form-data in the field `file`')
-      refuseLargeLength(request, reply, MULTIPART_OVERHEAD)
-      let part
-      try {
-        part = await request.file()
-      } catch (err) {
-        throw badRequest(`the multipart body cannot be read: ${(err as Error).message}`)
-      }
-      if (!part) throw badRequest('the multipart body has no file; send it in the field `file`')
-      if (part.fieldname !== 'file') {
-        part.file.resume()
-        throw badRequest(`the file must be sent in the field \`file\`, not \`${part.fieldname}\``)
-      }
-      const blob = await storeBody(reply, principal.orgId, part.file)
-      // belt and braces: busboy's own flag for a cut file (its limit is one byte past ours)
-      if (part.file.truncated) throw payloadTooLarge(maxBytes)
+      const { blob, filename, mimetype } = await receiveFile(target, request, reply, principal.orgId)
       const upload = await createUpload(app.db, {
         orgId: principal.orgId,
-        name: cleanName(part.filename || 'upload'),
-        contentType: await sniffContentType(blob.head, part.mimetype),
+        name: cleanName(filename || 'upload'),
+        contentType: await sniffContentType(blob.head, mimetype),
         blob,
         createdBy: realUserId(principal)
       })
@@ -214,7 +176,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       if (type === null || !isTextType(type)) throw unsupportedMediaType('text content takes a text media type (text/*, application/json, ...); upload other files')
       contentType = body.contentType ?? 'text/plain'
       if (Buffer.byteLength(body.content) > maxBytes) throw payloadTooLarge(maxBytes)
-      blob = await storeBody(reply, orgId, Readable.from([Buffer.from(body.content, 'utf8')]))
+      blob = await storeBodyOf(reply, orgId, Readable.from([Buffer.from(body.content, 'utf8')]))
     }
     const artifact = await app.db.transaction((tx) => createArtifact(tx, orgId, {
       name: body.name, blob, contentType, source: 'api', runId: run?.id ?? null, rootRunId: run?.rootRunId ?? null, createdBy: realUserId(principal)
@@ -303,11 +265,11 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       if (expected === 'none' || (expected !== null && expected !== current.version)) {
         throw preconditionFailed(`the artifact is at version ${current.version} (ETag ${versionTag(current.version)})`)
       }
-      refuseLargeLength(request, reply, 0)
+      refuseLargeLength(request, reply, maxBytes, 0)
       const declared = request.headers['content-type']
       const contentType = declared !== undefined && mediaTypeOf(declared) !== null ? declared.trim() : 'application/octet-stream'
       const body = request.body instanceof Readable ? request.body : Readable.from([])
-      const blob = await storeBody(reply, orgId, body)
+      const blob = await storeBodyOf(reply, orgId, body)
       const next = await app.db.transaction((tx) => addVersion(tx, orgId, current.id, expected ?? current.version, {
         blob, contentType, source: 'edit', runId: null, createdBy: realUserId(principal)
       }))
@@ -371,7 +333,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const { content, baseVersion, summary } = request.body
     if (baseVersion > a.version || !(await getVersion(app.db, orgId, a.id, baseVersion))) throw conflict(`the artifact has no version ${baseVersion}`)
     if (Buffer.byteLength(content) > maxBytes) throw payloadTooLarge(maxBytes)
-    const blob = await storeBody(reply, orgId, Readable.from([Buffer.from(content, 'utf8')]))
+    const blob = await storeBodyOf(reply, orgId, Readable.from([Buffer.from(content, 'utf8')]))
     const proposal = await createProposal(app.db, orgId, a.id, {
       baseVersion, summary: summary ?? null, blob, contentType: a.contentType, runId: null, createdBy: realUserId(principal)
     })

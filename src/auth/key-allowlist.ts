@@ -76,7 +76,15 @@ export const KEY_DENYLIST: readonly string[] = [
   'GET /api/artifacts/:id/versions',
   'GET /api/artifacts/:id/versions/:version/content',
   'GET /api/artifacts/:id/proposals',
-  'GET /api/artifacts/:id/proposals/:pid/diff'
+  'GET /api/artifacts/:id/proposals/:pid/diff',
+  // knowledge: keys read records and search (above); a record's history, documents and the
+  // learning lane's drafts are the people's workbench (contract 8 marks none of them key)
+  'GET /api/knowledge/:id/history',
+  'GET /api/knowledge/documents',
+  'GET /api/knowledge/documents/:id',
+  'GET /api/knowledge/documents/:id/chunks',
+  'GET /api/knowledge/drafts',
+  'GET /api/knowledge/drafts/:id'
 ]
 
 /** `METHOD /pattern` with parameter names erased and HEAD read as GET. */

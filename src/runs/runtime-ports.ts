@@ -1,6 +1,7 @@
 import { and, eq } from 'drizzle-orm'
 import type { Db } from '../db/client.js'
-import type { ArtifactWriter, MemorySearch, RunDirectory, RunEventWriter } from '../runtime/ports.js'
+import type { ArtifactWriter, KnowledgeTools, MemorySearch, RunDirectory, RunEventWriter } from '../runtime/ports.js'
+import type { RunKnowledge } from './knowledge-port.js'
 import type { RunArtifacts } from './artifact-port.js'
 import type { RunEventSink, RunMemory } from './memory-port.js'
 import { realUserIdOfRun } from './run-ref.js'
@@ -51,5 +52,13 @@ export function runMemorySearch(db: Db, memory: RunMemory): MemorySearch {
       const { items } = await memory.recall({ id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) }, query)
       return items.slice(0, limit).map(({ id, content, score }) => ({ id, content, score }))
     }
+  }
+}
+
+/** `knowledge_search` and `propose_knowledge` go to the knowledge group as the run. */
+export function runKnowledgeTools(knowledge: RunKnowledge): KnowledgeTools {
+  return {
+    search: (ref, query, limit) => knowledge.search(ref, query, limit),
+    propose: (ref, draft) => knowledge.propose(ref, draft)
   }
 }

@@ -9,6 +9,7 @@ import { EngineRegistry } from './engines/registry.js'
 import type { Engine } from './engines/types.js'
 import { EventBatcher } from './events.js'
 import type { RunArtifacts } from './artifact-port.js'
+import type { RunKnowledge } from './knowledge-port.js'
 import type { RunMemory } from './memory-port.js'
 import { cancelRun, type RunRow } from './runs-repo.js'
 import { RunSweeper } from './sweeper.js'
@@ -47,6 +48,8 @@ export interface RunsServiceOptions {
   tools: ToolGatewayPort | null
   /** where runs save files (the artifacts group) */
   artifacts: RunArtifacts
+  /** where runs propose knowledge (the knowledge group) */
+  knowledge: RunKnowledge
 }
 
 export function createEngines(config: Config): EngineRegistry {
@@ -69,7 +72,7 @@ export function createEngines(config: Config): EngineRegistry {
  * options or from the infrastructure plugins (db, event bus, features).
  */
 export default fp(async function runsService(app: FastifyInstance, opts: RunsServiceOptions) {
-  const { config, memory, tools, artifacts } = opts
+  const { config, memory, tools, artifacts, knowledge } = opts
   const log = app.log.child({ component: 'runs' })
   const engines = createEngines(config)
   app.features.catalogs.push(() => engines.catalog())
@@ -82,6 +85,7 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
     memory,
     tools,
     artifacts,
+    knowledge,
     log,
     concurrency: config.RUN_WORKER_CONCURRENCY,
     pollMs: config.RUN_POLL_MS,

@@ -8,6 +8,7 @@ import type { EngineRegistry } from './engines/registry.js'
 import { EngineError, type RunTools, type ToolDefinition } from './engines/types.js'
 import { appendEvent, notifyStored, type EventBatcher } from './events.js'
 import type { RunArtifacts } from './artifact-port.js'
+import type { RunKnowledge } from './knowledge-port.js'
 import type { RunMemory, RunRef } from './memory-port.js'
 import { runs } from './tables.js'
 import type { RunRow } from './runs-repo.js'
@@ -46,6 +47,8 @@ export interface RunWorkerOptions {
   tools: ToolGatewayPort | null
   /** where a run's files are saved (the artifacts group) */
   artifacts: RunArtifacts
+  /** where a run's knowledge drafts go (the knowledge group) */
+  knowledge: RunKnowledge
 }
 
 /** Thrown into an engine whose instance was killed: nothing more may be written. */
@@ -222,6 +225,10 @@ export class RunWorker {
           const saved = await o.artifacts.save({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, { name, content, contentType })
           await emit('artifact.created', { ...saved })
           return saved
+        },
+        proposeKnowledge: async (draft) => {
+          this.guard()
+          return o.knowledge.propose({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, draft)
         },
         recall: async (query) => {
           this.guard()

@@ -3,7 +3,7 @@ import { Value } from 'typebox/value'
 import { conflict, notFound } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import type { ArtifactWriter, MemorySearch, RunDirectory, RunEventWriter } from './ports.js'
+import type { ArtifactWriter, KnowledgeTools, MemorySearch, RunDirectory, RunEventWriter } from './ports.js'
 import { SandboxError, type SandboxManager } from './sandbox.js'
 import { toolApprovals, toolPolicies, type ApprovalStatus, type ToolMode } from './tables.js'
 import { isToolName, TOOL_NAMES, TOOLS, toolDefinitions, type ToolArgs, type ToolName } from './tools.js'
@@ -45,6 +45,7 @@ export interface GatewayOptions {
   events: RunEventWriter
   memory: MemorySearch
   artifacts: ArtifactWriter
+  knowledge: KnowledgeTools
   outputMaxBytes: number
   execTimeoutMs: number
   approvalTimeoutMs: number
@@ -271,6 +272,16 @@ export class ToolGateway {
         const args = rawArgs as ToolArgs['write_artifact']
         const saved = await this.opts.artifacts.write({ orgId, runId, rootRunId }, { name: args.name, content: args.content, contentType: args.contentType ?? 'text/markdown' })
         return { ok: true, content: JSON.stringify(saved), truncated: false }
+      }
+      if (tool === 'knowledge_search') {
+        const args = rawArgs as ToolArgs['knowledge_search']
+        const hits = await this.opts.knowledge.search({ orgId, runId, rootRunId }, args.query, args.limit ?? 10)
+        return { ok: true, content: JSON.stringify({ items: hits }), truncated: false }
+      }
+      if (tool === 'propose_knowledge') {
+        const args = rawArgs as ToolArgs['propose_knowledge']
+        const proposed = await this.opts.knowledge.propose({ orgId, runId, rootRunId }, args)
+        return { ok: true, content: JSON.stringify(proposed), truncated: false }
       }
       if (!this.opts.sandboxes) return { ok: false, content: `error: sandbox_unavailable: ${this.opts.sandboxUnavailable ?? 'no sandbox provider is configured'}`, truncated: false }
       const { sandbox, release } = await this.opts.sandboxes.acquire({ orgId, threadId: rootRunId })

@@ -36,6 +36,12 @@ export interface MemorySearch {
   search(run: ToolRunRef, query: string, limit: number): Promise<MemoryHit[]>
 }
 
+/** What the `knowledge_search` and `propose_knowledge` tools call (the knowledge group, through the runs group). */
+export interface KnowledgeTools {
+  search(run: ToolRunRef, query: string, limit: number): Promise<Array<{ kind: string; id: string; title: string; snippet: string; score: number }>>
+  propose(run: ToolRunRef, draft: { title: string; body: string; tags?: string[] | undefined; targetRecordId?: string | undefined }): Promise<{ draftId: string; title: string }>
+}
+
 /** What the `write_artifact` tool calls (the runs group wires it to the artifacts group and announces `artifact.created`). */
 export interface ArtifactWriter {
   write(run: ToolRunRef, file: { name: string; content: string; contentType: string }): Promise<{ artifactId: string; name: string; version: number }>

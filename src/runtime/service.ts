@@ -6,7 +6,7 @@ import { ToolGateway } from './gateway.js'
 import { sandboxUnavailable as sandboxUnavailableError, type ApiError } from '../../plugins/errors.js'
 import type { BubblewrapProbe } from './bubblewrap.js'
 import { LocalSandboxProvider, SandboxUnavailableError } from './local-sandbox.js'
-import type { ArtifactWriter, MemorySearch, RunDirectory, RunEventWriter } from './ports.js'
+import type { ArtifactWriter, KnowledgeTools, MemorySearch, RunDirectory, RunEventWriter } from './ports.js'
 import { SandboxManager, type SandboxProvider } from './sandbox.js'
 
 /** What the runtime needs from the runs group (src/runs/runtime-ports.ts). */
@@ -15,6 +15,7 @@ export interface RuntimePorts {
   events: RunEventWriter
   memory: MemorySearch
   artifacts: ArtifactWriter
+  knowledge: KnowledgeTools
 }
 
 /** What tests may replace: any port, the sandbox provider, the bubblewrap probe. */
@@ -138,6 +139,7 @@ export default fp(async function runtimeService(app: FastifyInstance, opts: Runt
     events: opts.events,
     memory: opts.memory,
     artifacts: opts.artifacts,
+    knowledge: opts.knowledge,
     outputMaxBytes: config.TOOL_OUTPUT_MAX_BYTES,
     execTimeoutMs: config.SANDBOX_EXEC_TIMEOUT_MS,
     approvalTimeoutMs: config.TOOL_APPROVAL_TIMEOUT_MS,

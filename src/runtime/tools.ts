@@ -31,6 +31,17 @@ export const WriteArtifactArgs = StrictObject({
   contentType: Type.Optional(Type.String({ minLength: 3, maxLength: 255, description: 'a text media type (default text/markdown)' }))
 })
 
+export const KnowledgeSearchArgs = StrictObject({
+  query: Type.String({ minLength: 1, maxLength: 500, description: 'a web search query: words, "quoted phrases", or, -excluded' }),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, description: 'at most this many hits (default 10)' }))
+})
+export const ProposeKnowledgeArgs = StrictObject({
+  title: Type.String({ minLength: 1, maxLength: 300, description: 'a short title' }),
+  body: Type.String({ minLength: 1, maxLength: 100_000, description: 'the knowledge, in Markdown' }),
+  tags: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 32, description: 'labels' })),
+  targetRecordId: Type.Optional(Type.String({ minLength: 1, maxLength: 64, description: 'the record this would revise, when it is a correction' }))
+})
+
 export const TOOLS = {
   shell: {
     schema: ShellArgs,
@@ -61,6 +72,16 @@ export const TOOLS = {
     schema: WriteArtifactArgs,
     defaultMode: 'auto',
     description: 'Save a text file as an artifact of this run, kept and shown to the people of the organization; saving the same name again makes a new version.'
+  },
+  knowledge_search: {
+    schema: KnowledgeSearchArgs,
+    defaultMode: 'auto',
+    description: 'Search the organization\'s knowledge base (records and uploaded documents). Returns titles and snippets, best first.'
+  },
+  propose_knowledge: {
+    schema: ProposeKnowledgeArgs,
+    defaultMode: 'auto',
+    description: 'Propose a piece of knowledge for the organization\'s knowledge base. It becomes a draft that a person approves or rejects.'
   }
 } as const satisfies Record<(typeof TOOL_NAMES)[number], { schema: TSchema; defaultMode: ToolMode; description: string }>
 
@@ -73,6 +94,8 @@ export type ToolArgs = {
   list_files: Static<typeof ListFilesArgs>
   memory_search: Static<typeof MemorySearchArgs>
   write_artifact: Static<typeof WriteArtifactArgs>
+  knowledge_search: Static<typeof KnowledgeSearchArgs>
+  propose_knowledge: Static<typeof ProposeKnowledgeArgs>
 }
 
 export function isToolName(name: string): name is ToolName {

@@ -17,6 +17,17 @@ export function artifactNames(prompt: string): string[] {
   return [...new Set(names)]
 }
 
+/**
+ * Contract 8: the drafts of the prompt's `learn:` lines, in order; the rest of the line is
+ * the body and, cut to 80 characters, the title.
+ */
+export function learnedDrafts(prompt: string): Array<{ title: string; body: string }> {
+  return prompt.split('\n')
+    .map((line) => /^\s*learn:\s*(.*?)\s*$/i.exec(line)?.[1] ?? '')
+    .filter((body) => body !== '')
+    .map((body) => ({ title: [...body].slice(0, 80).join(''), body }))
+}
+
 /** Contract 5: offline, deterministic, always ready; streams the prompt back word by word. */
 export function echoEngine(opts: { wordDelayMs: number }): Engine {
   const model: ModelInfo = { id: 'echo', engine: 'echo', name: 'Echo (offline)' }
@@ -40,6 +51,7 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
       const text = parts.join(' ')
       await ctx.emit('message.completed', { text })
       for (const name of artifactNames(ctx.prompt)) await ctx.saveArtifact(name, text, 'text/markdown')
+      for (const draft of learnedDrafts(ctx.prompt)) await ctx.proposeKnowledge(draft)
       return { text, facts: rememberSentences(ctx.prompt), usage: { promptTokens: parts.length, completionTokens: parts.length } }
     },
     async chat(messages, _model, signal, out) {

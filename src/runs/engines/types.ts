@@ -2,6 +2,7 @@
 // route call, whichever engine answers.
 import type { ModelInfo } from '../../../plugins/features.js'
 import type { SavedArtifact } from '../artifact-port.js'
+import type { ProposedDraft } from '../knowledge-port.js'
 import type { RecalledItem } from '../memory-port.js'
 
 /** What an engine gets while it runs one run. */
@@ -19,6 +20,8 @@ export interface EngineContext {
   tools?: RunTools | undefined
   /** saves text as an artifact of this run; emits `artifact.created` */
   saveArtifact(name: string, content: string, contentType: string): Promise<SavedArtifact>
+  /** proposes knowledge: an open draft in the org's learning lane (contract 8) */
+  proposeKnowledge(draft: { title: string; body: string }): Promise<ProposedDraft>
 }
 
 /** An OpenAI `tools` entry. */

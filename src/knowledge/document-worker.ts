@@ -1,0 +1,218 @@
+import { randomUUID } from 'node:crypto'
+import { sql, type SQL } from 'drizzle-orm'
+import type { FastifyBaseLogger } from 'fastify'
+import type { BlobStore } from '../artifacts/blob-store.js'
+import { rowsOf, type Db } from '../db/client.js'
+import { newId } from '../db/ids.js'
+import { chunkMarkdown, type Chunk } from './chunk.js'
+import { ExtractionFailed, type DocumentKind } from './extract.js'
+import { addWords } from './records-repo.js'
+
+/** Turns a document's bytes into Markdown (extract.ts in the service; a fake in tests). */
+export type Extractor = (bytes: Uint8Array, kind: DocumentKind) => Promise<string>
+
+export interface DocumentWorkerOptions {
+  db: Db
+  store: BlobStore
+  log: FastifyBaseLogger
+  extract: Extractor
+  /** how long a claim holds a document; renewed every third of it while the worker lives */
+  leaseMs: number
+  /** how often an idle worker looks for documents (uploads on this instance wake it at once) */
+  pollMs: number
+  /** documents extracted at once by this instance */
+  concurrency: number
+  /** the largest chunk, in characters */
+  maxChunkChars: number
+}
+
+export interface DocumentWorker {
+  start(): void
+  /** stops claiming, abandons extractions in flight (their leases run out) and waits */
+  stop(): Promise<void>
+  /** looks for work now instead of at the next poll */
+  wake(): void
+  /** claims and processes at most one document; false when there was none */
+  runOnce(): Promise<boolean>
+}
+
+interface Claimed {
+  id: string
+  org_id: string
+  kind: DocumentKind
+  sha256: string
+  attempts: number
+  max_attempts: number
+}
+
+const CHUNKS_PER_STATEMENT = 500
+
+/**
+ * Extracts documents into chunks. A claim is an `UPDATE … FOR UPDATE SKIP LOCKED` with a
+ * lease, so any number of instances share the queue; a worker that dies leaves its
+ * document to be claimed again when the lease passes, and a document whose attempts are
+ * spent is `failed` instead of claimed again, so none stays in `processing`. Every later
+ * move names the claim (`lease_owner`, `attempts`): a worker that lost its lease changes
+ * nothing.
+ */
+export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorker {
+  const { db, log } = opts
+  const owner = randomUUID()
+  let running = false
+  const loops = new Set<Promise<void>>()
+  const wakers = new Set<() => void>()
+  const abort = new AbortController()
+  /** rejects when the worker stops: what is in flight is handed back, not waited for */
+  const stopped = new Promise<never>((_, reject) => {
+    abort.signal.addEventListener('abort', () => reject(abort.signal.reason), { once: true })
+  })
+  stopped.catch(() => {})
+
+  /** Documents whose lease passed with no attempts left: failed, with why. */
+  async function failExhausted(): Promise<void> {
+    await db.execute(sql`
+      update knowledge_documents
+      set state = 'failed', lease_owner = null, lease_expires_at = null, updated_at = now(),
+          last_error = 'the extraction stopped before it finished (its worker died or lost its lease) on every attempt'
+      where state = 'processing' and lease_expires_at < now() and attempts >= max_attempts`)
+  }
+
+  async function claim(): Promise<Claimed | null> {
+    await failExhausted()
+    const rows = rowsOf<Claimed>(await db.execute(sql`
+      update knowledge_documents d
+      set state = 'processing', attempts = d.attempts + 1, lease_owner = ${owner}, updated_at = now(),
+          lease_expires_at = now() + make_interval(secs => ${opts.leaseMs / 1000})
+      where d.id = (
+        select id from knowledge_documents
+        where (state = 'queued' or (state = 'processing' and lease_expires_at < now())) and attempts < max_attempts
+        order by created_at, id
+        limit 1
+        for update skip locked)
+      returning d.id, d.org_id, d.kind, d.sha256, d.attempts, d.max_attempts`))
+    return rows[0] ?? null
+  }
+
+  /** A conditional move of a claimed document; false when the claim is no longer ours. */
+  async function settle(doc: Claimed, set: SQL): Promise<boolean> {
+    const result = await db.execute(sql`
+      update knowledge_documents set ${set}, lease_owner = null, lease_expires_at = null, updated_at = now()
+      where id = ${doc.id} and state = 'processing' and lease_owner = ${owner} and attempts = ${doc.attempts}
+      returning id`)
+    return rowsOf(result).length === 1
+  }
+
+  async function storeChunks(doc: Claimed, chunks: Chunk[]): Promise<boolean> {
+    return db.transaction(async (tx) => {
+      const mine = rowsOf(await tx.execute(sql`
+        select id from knowledge_documents
+        where id = ${doc.id} and state = 'processing' and lease_owner = ${owner} and attempts = ${doc.attempts}
+        for update`))
+      if (mine.length === 0) return false
+      await tx.execute(sql`delete from knowledge_chunks where document_id = ${doc.id}`)
+      for (let i = 0; i < chunks.length; i += CHUNKS_PER_STATEMENT) {
+        const rows = chunks.slice(i, i + CHUNKS_PER_STATEMENT).map((c, j) => ({ id: newId(), idx: i + j, heading: c.heading, text: c.text }))
+        await tx.execute(sql`
+          insert into knowledge_chunks (id, org_id, document_id, idx, heading, text)
+          select r.id, ${doc.org_id}, ${doc.id}, r.idx, r.heading, r.text
+          from jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) as r(id text, idx int, heading text, text text)`)
+      }
+      await addWords(tx, doc.org_id, chunks.flatMap((c) => [c.heading, c.text]))
+      await tx.execute(sql`
+        update knowledge_documents
+        set state = 'ready', chunk_count = ${chunks.length}, last_error = null, lease_owner = null, lease_expires_at = null, updated_at = now()
+        where id = ${doc.id}`)
+      return true
+    })
+  }
+
+  async function process(doc: Claimed): Promise<void> {
+    // keep the lease while extracting; a renewal that finds the claim gone stops caring
+    const renew = setInterval(() => {
+      db.execute(sql`
+        update knowledge_documents set lease_expires_at = now() + make_interval(secs => ${opts.leaseMs / 1000})
+        where id = ${doc.id} and state = 'processing' and lease_owner = ${owner} and attempts = ${doc.attempts}`)
+        .catch((err: unknown) => log.warn({ err, documentId: doc.id }, 'document lease renewal failed'))
+    }, Math.max(50, Math.floor(opts.leaseMs / 3)))
+    renew.unref()
+    try {
+      const bytes = await Promise.race([opts.store.readBytes(doc.org_id, doc.sha256), stopped])
+      const markdown = await Promise.race([opts.extract(bytes, doc.kind), stopped])
+      const chunks = chunkMarkdown(markdown, opts.maxChunkChars)
+      await storeChunks(doc, chunks)
+    } catch (err: unknown) {
+      if (abort.signal.aborted) {
+        // a clean stop hands the document back without spending an attempt
+        await settle(doc, sql`state = 'queued', attempts = attempts - 1`).catch(() => {})
+        return
+      }
+      if (err instanceof ExtractionFailed) {
+        // the file itself is the problem: trying again would fail the same way
+        await settle(doc, sql`state = 'failed', last_error = ${err.message}`)
+        log.info({ documentId: doc.id, reason: err.message }, 'document extraction failed')
+        return
+      }
+      const message = `attempt ${doc.attempts} failed: ${(err as Error).message}`.slice(0, 1000)
+      await settle(doc, doc.attempts >= doc.max_attempts
+        ? sql`state = 'failed', last_error = ${message}`
+        : sql`state = 'queued', last_error = ${message}`).catch(() => {})
+      log.warn({ err, documentId: doc.id, attempt: doc.attempts }, 'document processing failed')
+    } finally {
+      clearInterval(renew)
+    }
+  }
+
+  async function runOnce(): Promise<boolean> {
+    const doc = await claim()
+    if (!doc) return false
+    await process(doc)
+    return true
+  }
+
+  const idle = () => new Promise<void>((resolve) => {
+    const waker = () => {
+      clearTimeout(timer)
+      wakers.delete(waker)
+      resolve()
+    }
+    const timer = setTimeout(waker, opts.pollMs)
+    timer.unref()
+    wakers.add(waker)
+  })
+
+  async function loop(): Promise<void> {
+    while (running) {
+      let found = false
+      try {
+        found = await runOnce()
+      } catch (err) {
+        if (!running) return
+        log.warn({ err }, 'claiming a document failed')
+      }
+      if (!found && running) await idle()
+    }
+  }
+
+  return {
+    start() {
+      if (running) return
+      running = true
+      for (let i = 0; i < Math.max(1, opts.concurrency); i++) {
+        const l = loop()
+        loops.add(l)
+        void l.finally(() => loops.delete(l))
+      }
+    },
+    async stop() {
+      running = false
+      abort.abort(new Error('the document worker stopped'))
+      for (const waker of [...wakers]) waker()
+      await Promise.all([...loops])
+    },
+    wake() {
+      const [waker] = wakers
+      waker?.()
+    },
+    runOnce
+  }
+}

@@ -1,0 +1,90 @@
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import type { BlobStore } from '../artifacts/blob-store.js'
+import type { Config } from '../config.js'
+import type { RunKnowledge } from '../runs/knowledge-port.js'
+import { createDocumentWorker, type DocumentWorker, type Extractor } from './document-worker.js'
+import { createDraft } from './drafts-repo.js'
+import { extractMarkdown } from './extract.js'
+import { searchKnowledge } from './search.js'
+
+/** Contract 8: the longest chunk, in characters. */
+export const MAX_CHUNK_CHARS = 2000
+
+/** The knowledge group's instance-wide side, as `app.knowledge`. */
+export interface KnowledgeService {
+  /** extracts uploaded documents into chunks (started with the app when KNOWLEDGE_WORKER) */
+  worker: DocumentWorker
+  /** where document bytes live (the artifacts group's store) */
+  store: BlobStore
+  /** UPLOAD_MAX_BYTES: the largest document */
+  maxBytes: number
+  /** KNOWLEDGE_MAX_ATTEMPTS: the claims a new document gets */
+  maxAttempts: number
+  /** the runs group's port: what a run proposes and searches */
+  forRuns: RunKnowledge
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    knowledge: KnowledgeService
+  }
+}
+
+export interface KnowledgeServiceOptions {
+  config: Config
+  /** the artifacts group's blob store: documents keep their bytes there */
+  store: BlobStore
+  /** replaces the text extraction (tests: one that never finishes, to kill a worker mid-extraction) */
+  extract?: Extractor | undefined
+}
+
+/**
+ * The knowledge service: the document extraction worker (started with the app, stopped
+ * before the database closes) and the port runs propose and search through.
+ */
+export default fp(async function knowledgeService(app: FastifyInstance, opts: KnowledgeServiceOptions) {
+  const { config, store } = opts
+  const limits = {
+    timeoutMs: config.KNOWLEDGE_EXTRACT_TIMEOUT_MS,
+    maxMemoryMb: config.KNOWLEDGE_EXTRACT_MEMORY_MB,
+    // a chunk of text per 2,000 characters: 5 million characters are 2,500 chunks
+    maxOutputChars: 5_000_000
+  }
+  const worker = createDocumentWorker({
+    db: app.db,
+    store,
+    log: app.log.child({ component: 'knowledge-worker' }),
+    extract: opts.extract ?? ((bytes, kind) => extractMarkdown(bytes, kind, limits)),
+    leaseMs: config.KNOWLEDGE_LEASE_MS,
+    pollMs: config.KNOWLEDGE_POLL_MS,
+    concurrency: config.KNOWLEDGE_CONCURRENCY,
+    maxChunkChars: MAX_CHUNK_CHARS
+  })
+  const forRuns: RunKnowledge = {
+    async propose(run, draft) {
+      const row = await createDraft(app.db, run.orgId, {
+        title: draft.title,
+        body: draft.body,
+        tags: [...new Set(draft.tags ?? [])],
+        targetRecordId: draft.targetRecordId ?? null,
+        runId: run.runId,
+        createdBy: null
+      })
+      return { draftId: row.id, title: row.title }
+    },
+    async search(run, query, limit) {
+      const { items } = await searchKnowledge(app.db, run.orgId, { q: query, limit })
+      return items
+    }
+  }
+  app.decorate('knowledge', {
+    worker, store, maxBytes: config.UPLOAD_MAX_BYTES, maxAttempts: config.KNOWLEDGE_MAX_ATTEMPTS, forRuns
+  } satisfies KnowledgeService)
+  app.addHook('onReady', async () => {
+    if (config.KNOWLEDGE_WORKER) worker.start()
+  })
+  app.addHook('preClose', async () => {
+    await worker.stop()
+  })
+}, { name: 'knowledge', fastify: '5.x', dependencies: ['db'] })
