@@ -115,7 +115,7 @@ t.test('an approved shell call runs in the sandbox and its output goes back to t
 
   t.equal(upstream.requests.length, 2)
   const first = upstream.requests[0]!.body
-  t.same(first.tools.map((d: any) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact'])
+  t.same(first.tools.map((d: any) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact', 'knowledge_search', 'propose_knowledge'])
   const second = upstream.requests[1]!.body.messages
   t.match(second.at(-2), { role: 'assistant', tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'shell', arguments: '{"command":"echo hello-from-sandbox"}' } }] })
   t.match(second.at(-1), { role: 'tool', tool_call_id: 'call_1', content: /hello-from-sandbox/ })
@@ -263,4 +263,25 @@ t.test('write_artifact saves the model\'s file as the run\'s artifact and stream
   const result = events.find((e) => e.type === 'tool.result' && e.data.callId === 'w1')!.data
   t.match(result, { tool: 'write_artifact', status: 'ok' })
   t.same(JSON.parse(result.content), { artifactId: listed[0].id, name: 'plan.md', version: 1 })
+})
+
+t.test('knowledge_search finds the org\'s knowledge and propose_knowledge leaves a draft made by the run', async (t) => {
+  const { app, upstream, cookie, orgId } = await setup(t)
+  await app.inject({ method: 'POST', url: '/api/knowledge', headers: { cookie }, payload: { title: 'Release train', body: 'Releases leave every Tuesday at noon.' } })
+  upstream.script.push(
+    { calls: [{ id: 'k1', name: 'knowledge_search', arguments: JSON.stringify({ query: 'when do releases leave' }) }] },
+    { calls: [{ id: 'k2', name: 'propose_knowledge', arguments: JSON.stringify({ title: 'Hotfixes', body: 'Hotfixes may leave any day.', tags: ['release'] }) }] },
+    { text: 'Releases leave on Tuesdays; I proposed a note on hotfixes.' }
+  )
+  const runId = await startRun(app, cookie, 'when do releases leave?')
+  const run = await finished(app, cookie, runId)
+  t.equal(run.status, 'succeeded', run.error ?? '')
+  const events = await eventsOf(app, orgId, runId)
+  const searched = events.find((e) => e.type === 'tool.result' && e.data.callId === 'k1')!.data
+  t.match(searched, { tool: 'knowledge_search', status: 'ok' })
+  const hits = JSON.parse(searched.content as string).items
+  t.match(hits, [{ kind: 'record', title: 'Release train', snippet: /<mark>Releases<\/mark> <mark>leave<\/mark>/ }])
+  const proposed = JSON.parse(events.find((e) => e.type === 'tool.result' && e.data.callId === 'k2')!.data.content as string)
+  const drafts = (await app.inject({ method: 'GET', url: '/api/knowledge/drafts', headers: { cookie } })).json().items
+  t.match(drafts, [{ id: proposed.draftId, title: 'Hotfixes', body: 'Hotfixes may leave any day.', tags: ['release'], runId, createdBy: null, state: 'open' }])
 })
