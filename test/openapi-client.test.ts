@@ -18,7 +18,13 @@ t.test("Redocly's recommended rules find no error and no warning", async (t) => 
   const source = (await app.inject({ method: 'GET', url: '/openapi.json' })).body
   const config = await createConfig({ extends: ['recommended'] })
   const problems = await lintFromString({ source, absoluteRef: '/openapi.json', config })
-  t.same(problems.map((p) => `${p.severity} ${p.ruleId}: ${p.message} at ${p.location[0]?.pointer ?? ''}`), [])
+  // Contract 8 fixes both `GET /api/knowledge/:id/history` and `GET /api/knowledge/documents/:id`:
+  // a URL like /api/knowledge/documents/history fits both templates (the router picks the
+  // static segment). The one warning the contract's own paths make is expected, and only it.
+  const inherent = (p: (typeof problems)[number]) => p.ruleId === 'no-ambiguous-paths' &&
+    p.message.includes('`/api/knowledge/{id}/history` and `/api/knowledge/documents/{id}`')
+  t.equal(problems.filter(inherent).length, 1)
+  t.same(problems.filter((p) => !inherent(p)).map((p) => `${p.severity} ${p.ruleId}: ${p.message} at ${p.location[0]?.pointer ?? ''}`), [])
 })
 
 /** A consumer of the generated types: it compiles only if the document names what clients use. */

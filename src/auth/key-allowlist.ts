@@ -83,8 +83,7 @@ export const KEY_DENYLIST: readonly string[] = [
   'GET /api/knowledge/documents',
   'GET /api/knowledge/documents/:id',
   'GET /api/knowledge/documents/:id/chunks',
-  'GET /api/knowledge/drafts',
-  'GET /api/knowledge/drafts/:id'
+  'GET /api/knowledge/drafts'
 ]
 
 /** `METHOD /pattern` with parameter names erased and HEAD read as GET. */

@@ -14,7 +14,7 @@ import { principalOf, realUserId } from '../auth/principal.js'
 import {
   createDocument, deleteDocument, documentChunks, documentToWire, getDocument, listDocuments, retryDocument
 } from './documents-repo.js'
-import { approveDraft, createDraft, draftToWire, getDraft, listDrafts, rejectDraft } from './drafts-repo.js'
+import { approveDraft, createDraft, draftToWire, listDrafts, rejectDraft } from './drafts-repo.js'
 import { contentTypeOf, documentKind, DOCUMENT_KINDS } from './extract.js'
 import {
   createRecord, deleteRecord, getRecord, historyToWire, listRecords, recordHistory, recordToWire, updateRecord
@@ -285,21 +285,6 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const { orgId } = principalOf(request)
     const page = await listDrafts(app.db, orgId, { state: request.query.state, limit: request.query.limit ?? 50, cursor: request.query.cursor })
     return { items: page.items.map(draftToWire), nextCursor: page.nextCursor }
-  })
-
-  app.get('/knowledge/drafts/:id', {
-    schema: {
-      operationId: 'getKnowledgeDraft',
-      tags: TAGS,
-      summary: 'One draft',
-      params: IdParams,
-      response: { 200: DraftEnvelope, ...errorResponses(404) }
-    }
-  }, async (request) => {
-    const { orgId } = principalOf(request)
-    const draft = await getDraft(app.db, orgId, request.params.id)
-    if (!draft) throw notFound('no such knowledge draft in this organization')
-    return { draft: draftToWire(draft) }
   })
 
   app.post('/knowledge/drafts/:id/approve', {

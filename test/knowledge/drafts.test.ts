@@ -35,7 +35,8 @@ t.test('drafts: approved into a new record, with the approver\'s edits', async (
   t.equal((await decide(app, d.id, 'approve', headers)).statusCode, 409)
   t.equal((await decide(app, d.id, 'reject', headers)).statusCode, 409)
   t.same(rowsOf(await app.db.execute(sql`select count(*)::int as n from knowledge_records`)), [{ n: 1 }])
-  t.equal((await app.inject({ method: 'GET', url: `/api/knowledge/drafts/${d.id}`, headers })).json().draft.state, 'approved')
+  const listed = (await app.inject({ method: 'GET', url: '/api/knowledge/drafts', headers })).json().items
+  t.match(listed, [{ id: d.id, state: 'approved' }])
 })
 
 t.test('drafts: a draft that revises a record makes its next version; a deleted target is a 409', async (t) => {
@@ -52,7 +53,8 @@ t.test('drafts: a draft that revises a record makes its next version; a deleted 
   t.equal((await app.inject({ method: 'DELETE', url: `/api/knowledge/${record.id}` })).statusCode, 204)
   const refused = await decide(app, orphan.id, 'approve')
   t.equal(refused.statusCode, 409)
-  t.equal((await app.inject({ method: 'GET', url: `/api/knowledge/drafts/${orphan.id}` })).json().draft.state, 'open', 'still open: it can be rejected')
+  const stillOpen = (await app.inject({ method: 'GET', url: '/api/knowledge/drafts?state=open' })).json().items
+  t.match(stillOpen, [{ id: orphan.id }], 'still open: it can be rejected')
   t.equal((await decide(app, orphan.id, 'reject')).json().draft.state, 'rejected')
 
   t.equal((await draft(app, { title: 'x', body: 'y', targetRecordId: 'nope' })).statusCode, 404)

@@ -175,7 +175,7 @@ export const TENANT_FIXTURES: TenantFixture[] = [
   },
   {
     name: 'knowledge drafts',
-    routes: ['GET /api/knowledge/drafts/:id', 'POST /api/knowledge/drafts/:id/approve', 'POST /api/knowledge/drafts/:id/reject'],
+    routes: ['POST /api/knowledge/drafts/:id/approve', 'POST /api/knowledge/drafts/:id/reject'],
     lists: ['GET /api/knowledge/drafts'],
     async seed(app, owner) {
       const res = await app.inject({ method: 'POST', url: '/api/knowledge/drafts', headers: { cookie: owner.cookie }, payload: { title: 'fixture draft', body: `fixture ${owner.org.id}` } })
