@@ -3,6 +3,7 @@
 import { benchArtifacts } from './artifacts.js'
 import { benchFoundation } from './foundation.js'
 import { benchIdentity } from './identity.js'
+import { benchKnowledge } from './knowledge.js'
 import { benchMemory } from './memory.js'
 import { benchRuns } from './runs.js'
 import { benchRuntime } from './runtime.js'
@@ -13,7 +14,8 @@ const benches: Record<string, () => Promise<string>> = {
   runs: benchRuns,
   runtime: benchRuntime,
   memory: benchMemory,
-  artifacts: benchArtifacts
+  artifacts: benchArtifacts,
+  knowledge: benchKnowledge
 }
 
 const wanted = process.argv.slice(2)

@@ -52,13 +52,14 @@ t.test('a document whose every attempt dies is failed with why, never left proce
   const form = new FormData()
   form.append('file', new Blob(['# one\n\nshot'], { type: 'text/markdown' }), 'once.md')
   const { document } = await (await fetch(`${first.url}/api/knowledge/documents`, { method: 'POST', body: form })).json() as { document: { id: string } }
-  await waitFor('the claim', async () => (await (await fetch(`${first.url}/api/knowledge/documents/${document.id}`)).json()).document.state === 'processing')
+  const stateOn = async (url: string) => ((await (await fetch(`${url}/api/knowledge/documents/${document.id}`)).json()) as { document: { state: string; lastError: string; attempts: number } }).document
+  await waitFor('the claim', async () => (await stateOn(first.url)).state === 'processing')
   first.kill('SIGKILL')
   await first.exit
   const second = await startServer(env)
   t.teardown(() => second.kill('SIGKILL'))
   const failed = await waitFor('the document to fail', async () => {
-    const d = (await (await fetch(`${second.url}/api/knowledge/documents/${document.id}`)).json()).document as { state: string; lastError: string; attempts: number }
+    const d = await stateOn(second.url)
     return d.state === 'failed' ? d : null
   }, 30_000)
   t.match(failed, { attempts: 1, lastError: /stopped before it finished/ })
