@@ -9,7 +9,7 @@ import { ExtractionFailed, type DocumentKind } from './extract.js'
 import { addWords } from './records-repo.js'
 
 /** Turns a document's bytes into Markdown (extract.ts in the service; a fake in tests). */
-export type Extractor = (bytes: Uint8Array, kind: DocumentKind) => Promise<string>
+export type Extractor = (bytes: Uint8Array, kind: DocumentKind, signal: AbortSignal) => Promise<string>
 
 export interface DocumentWorkerOptions {
   db: Db
@@ -137,7 +137,7 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
     renew.unref()
     try {
       const bytes = await Promise.race([opts.store.readBytes(doc.org_id, doc.sha256), stopped])
-      const markdown = await Promise.race([opts.extract(bytes, doc.kind), stopped])
+      const markdown = await Promise.race([opts.extract(bytes, doc.kind, abort.signal), stopped])
       const chunks = chunkMarkdown(markdown, opts.maxChunkChars)
       await storeChunks(doc, chunks)
     } catch (err: unknown) {

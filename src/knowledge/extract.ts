@@ -120,7 +120,7 @@ function decodeText(bytes: Uint8Array, maxOutputChars: number): string {
 }
 
 /** The document's text as Markdown: headings as `#` lines, tables as pipe tables. Rejects with ExtractionFailed. */
-export async function extractMarkdown(bytes: Uint8Array, kind: DocumentKind, limits: ExtractLimits = DEFAULT_EXTRACT_LIMITS): Promise<string> {
+export async function extractMarkdown(bytes: Uint8Array, kind: DocumentKind, limits: ExtractLimits = DEFAULT_EXTRACT_LIMITS, signal?: AbortSignal): Promise<string> {
   if (kind === 'text' || kind === 'markdown') return decodeText(bytes, limits.maxOutputChars)
   const worker = startWorker({
     resourceLimits: { maxOldGenerationSizeMb: limits.maxMemoryMb, maxYoungGenerationSizeMb: Math.min(64, limits.maxMemoryMb / 4) },
@@ -135,8 +135,13 @@ export async function extractMarkdown(bytes: Uint8Array, kind: DocumentKind, lim
       const timer = setTimeout(() => reject(new ExtractionFailed(`extracting the text took longer than ${Math.round(limits.timeoutMs / 1000)} s`)), limits.timeoutMs)
       const settle = (fn: () => void) => {
         clearTimeout(timer)
+        signal?.removeEventListener('abort', onAbort)
         fn()
       }
+      // a stopping service does not wait for a parse: the thread is terminated below
+      const onAbort = () => settle(() => reject(signal!.reason))
+      if (signal?.aborted) return onAbort()
+      signal?.addEventListener('abort', onAbort, { once: true })
       worker.once('message', (reply: WorkerReply) => settle(() => (reply.ok ? resolve(reply.markdown) : reject(new ExtractionFailed(reply.message)))))
       worker.once('error', (err: Error & { code?: string }) => settle(() => reject(new ExtractionFailed(err.code === 'ERR_WORKER_OUT_OF_MEMORY'
         ? `extracting the text needs more than ${limits.maxMemoryMb} MB`

@@ -55,7 +55,7 @@ export default fp(async function knowledgeService(app: FastifyInstance, opts: Kn
     db: app.db,
     store,
     log: app.log.child({ component: 'knowledge-worker' }),
-    extract: opts.extract ?? ((bytes, kind) => extractMarkdown(bytes, kind, limits)),
+    extract: opts.extract ?? ((bytes, kind, signal) => extractMarkdown(bytes, kind, limits, signal)),
     leaseMs: config.KNOWLEDGE_LEASE_MS,
     pollMs: config.KNOWLEDGE_POLL_MS,
     concurrency: config.KNOWLEDGE_CONCURRENCY,

@@ -197,3 +197,19 @@ t.test('the chunker', async (t) => {
   const emoji = chunkMarkdown('😀'.repeat(120), 101)
   t.ok(emoji.every((c) => c.text.length <= 101 && !/^[\uDC00-\uDFFF]|[\uD800-\uDBFF]$/.test(c.text)), 'never inside a surrogate pair')
 })
+
+t.test('extraction is bounded in time and memory, and stops when asked', async (t) => {
+  const { extractMarkdown, ExtractionFailed } = await import('../../src/knowledge/extract.js')
+  const nested = `<html><body>${'<div><span>deep '.repeat(200_000)}${'</span></div>'.repeat(200_000)}</body></html>`
+  await t.rejects(extractMarkdown(Buffer.from(nested), 'html', { timeoutMs: 200, maxMemoryMb: 1024, maxOutputChars: 10_000_000 }),
+    { name: 'ExtractionFailed', message: /took longer than/ })
+  await t.rejects(extractMarkdown(Buffer.from(nested), 'html', { timeoutMs: 60_000, maxMemoryMb: 32, maxOutputChars: 10_000_000 }),
+    { name: 'ExtractionFailed', message: /needs more than 32 MB|took longer than/ })
+  await t.rejects(extractMarkdown(Buffer.from('x'.repeat(2000)), 'text', { timeoutMs: 1000, maxMemoryMb: 64, maxOutputChars: 1000 }),
+    { name: 'ExtractionFailed', message: /more than 1000 characters/ })
+  const controller = new AbortController()
+  const stopped = extractMarkdown(Buffer.from(nested), 'html', undefined, controller.signal)
+  setTimeout(() => controller.abort(new Error('stopping')), 100)
+  await t.rejects(stopped, { message: 'stopping' })
+  t.ok(new ExtractionFailed('x') instanceof Error)
+})
