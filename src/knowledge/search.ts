@@ -29,12 +29,12 @@ export interface SearchOutcome {
  * word in every chunk costs about what a rare one does. Which matches those are is up to
  * the index; past this many, the list is a sample of good hits, not the very best.
  */
-export const RANKED_PER_SIDE = 1000
+export const RANKED_PER_SIDE = 200
 
 /** Markers ts_headline puts around a match; removed from the text first, then turned into <mark> after escaping. */
 const OPEN = '\u0002'
 const CLOSE = '\u0003'
-const HEADLINE = `StartSel=${OPEN}, StopSel=${CLOSE}, MaxWords=30, MinWords=12, ShortWord=2, MaxFragments=2, FragmentDelimiter=" … "`
+const HEADLINE = `StartSel=${OPEN}, StopSel=${CLOSE}, MaxWords=35, MinWords=15, ShortWord=3`
 
 /**
  * The text a snippet is cut from, HTML-escaped in SQL before ts_headline reads it: the
@@ -89,36 +89,39 @@ async function ranked(db: Db, orgId: string, q: string, tag: string | undefined,
   const chunks = tag !== undefined
     ? sql``
     : sql`union all (
-        select 'chunk' as kind, c.id, null::text as record_id, c.document_id, c.heading, c.text as body,
-               ts_rank_cd(c.search_vector, q.query) as score
+        select 'chunk' as kind, c.id, ts_rank_cd(c.search_vector, q.query) as score
         from knowledge_chunks c, q
         where c.org_id = ${orgId} and c.search_vector @@ q.query
         limit ${RANKED_PER_SIDE})`
+  // matches carry ids and scores only: the texts are read for the page, after the sort
   const result = await db.execute(sql`
     with q as materialized (select websearch_to_tsquery('english', ${q}) as query),
     matches as (
-      (select 'record' as kind, r.id, r.id as record_id, null::text as document_id, r.title as heading, r.body,
-              ts_rank_cd(r.search_vector, q.query) as score
+      (select 'record' as kind, r.id, ts_rank_cd(r.search_vector, q.query) as score
        from knowledge_records r, q
        where r.org_id = ${orgId} and r.search_vector @@ q.query ${tagged}
        limit ${RANKED_PER_SIDE})
       ${chunks}),
     best as (
-      select *, row_number() over (order by score desc, id) as n from matches
+      select kind, id, score, row_number() over (order by score desc, id) as n from matches
       order by score desc, id
-      limit ${limit + 1})
-    select b.kind, b.id, b.record_id, b.document_id,
-           case when b.kind = 'record' then b.heading
-                else coalesce(d.name, '') || case when b.heading <> '' then ' > ' || b.heading else '' end end as title,
-           b.score::float8 as score,
+      limit ${limit + 1}),
+    page as (
+      select b.n, b.kind, b.id, b.score, r.id as record_id, null::text as document_id, r.title, r.body as text
+      from best b join knowledge_records r on r.id = b.id
+      where b.kind = 'record'
+      union all
+      select b.n, b.kind, b.id, b.score, null, c.document_id,
+             d.name || case when c.heading <> '' then ' > ' || c.heading else '' end, c.text
+      from best b join knowledge_chunks c on c.id = b.id join knowledge_documents d on d.id = c.document_id
+      where b.kind = 'chunk')
+    select p.kind, p.id, p.record_id, p.document_id, p.title, p.score::float8 as score,
            -- snippets for the page only (ts_headline re-parses the text: the costly part)
-           case when b.n <= ${limit} then ts_headline('english',
-             ${escapedForHeadline(sql`case when b.kind = 'record' and b.body = '' then b.heading else b.body end`)},
+           case when p.n <= ${limit} then ts_headline('english',
+             ${escapedForHeadline(sql`case when p.text = '' then p.title else p.text end`)},
              q.query, ${HEADLINE}) end as headline
-    from best b
-    cross join q
-    left join knowledge_documents d on b.kind = 'chunk' and d.id = b.document_id and d.org_id = ${orgId}
-    order by b.n`)
+    from page p cross join q
+    order by p.n`)
   return rowsOf<HitRow>(result)
 }
 

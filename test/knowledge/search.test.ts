@@ -71,7 +71,7 @@ t.test('search: snippets are escaped HTML with <mark> around matches and nothing
   t.equal(items.length, 1)
   const snippet = items[0]!.snippet
   t.notMatch(snippet, /<(?!\/?mark>)/, 'no tag but mark')
-  t.match(snippet, /&lt;<mark>script<\/mark>&gt;alert\(&quot;owned&quot;\)&lt;\/(<mark>)?script(<\/mark>)?&gt;/, 'the tag shows as text')
+  t.match(snippet, /<mark>script<\/mark>&gt;alert\(&quot;owned&quot;\)&lt;\/(<mark>)?script(<\/mark>)?&gt;/, 'the tag shows as text')
   t.match(snippet, /&amp; always/)
   t.notOk(snippet.includes('\u0002') || snippet.includes('\u0003'), 'the markers never leak')
   t.equal(items[0]!.title, '<b>Bold</b> title', 'titles are data (JSON), not HTML')
