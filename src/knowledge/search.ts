@@ -29,7 +29,7 @@ export interface SearchOutcome {
  * word in every chunk costs about what a rare one does. Which matches those are is up to
  * the index; past this many, the list is a sample of good hits, not the very best.
  */
-export const RANKED_PER_SIDE = 200
+export const RANKED_PER_SIDE = 100
 
 /** Markers ts_headline puts around a match; removed from the text first, then turned into <mark> after escaping. */
 const OPEN = '\u0002'
@@ -37,12 +37,19 @@ const CLOSE = '\u0003'
 const HEADLINE = `StartSel=${OPEN}, StopSel=${CLOSE}, MaxWords=35, MinWords=15, ShortWord=3`
 
 /**
+ * ts_headline parses all the text it is given: a snippet is cut from the first this many
+ * characters of a record's body (a chunk holds 2,000), so a megabyte record costs a search
+ * what a page does.
+ */
+const HEADLINE_SOURCE_CHARS = 20_000
+
+/**
  * The text a snippet is cut from, HTML-escaped in SQL before ts_headline reads it: the
  * parser then sees `&lt;script&gt;` as entities around a word, so a tag in a record
  * shows as text instead of being dropped as a tag, and the headline has nothing to escape.
  */
 const escapedForHeadline = (text: SQL) => sql`replace(replace(replace(replace(replace(
-  translate(${text}, ${OPEN + CLOSE}, '  '), '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')`
+  translate(left(${text}, ${HEADLINE_SOURCE_CHARS}), ${OPEN + CLOSE}, '  '), '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')`
 
 /** A headline of escaped text made HTML: the markers become <mark>, and a stray angle bracket (never expected) is escaped. */
 export function snippetHtml(headline: string): string {
