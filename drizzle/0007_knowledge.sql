@@ -45,6 +45,11 @@ CREATE TABLE "knowledge_drafts" (
 	CONSTRAINT "knowledge_drafts_state_check" CHECK ("knowledge_drafts"."state" in ('open', 'approved', 'rejected'))
 );
 --> statement-breakpoint
+CREATE TABLE "knowledge_generations" (
+	"org_id" text PRIMARY KEY NOT NULL,
+	"generation" bigint NOT NULL
+);
+--> statement-breakpoint
 CREATE TABLE "knowledge_record_history" (
 	"org_id" text NOT NULL,
 	"record_id" text NOT NULL,
@@ -82,6 +87,7 @@ CREATE TABLE "knowledge_words" (
 ALTER TABLE "knowledge_chunks" ADD CONSTRAINT "knowledge_chunks_document_id_knowledge_documents_id_fk" FOREIGN KEY ("document_id") REFERENCES "public"."knowledge_documents"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "knowledge_documents" ADD CONSTRAINT "knowledge_documents_org_id_organizations_id_fk" FOREIGN KEY ("org_id") REFERENCES "public"."organizations"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "knowledge_drafts" ADD CONSTRAINT "knowledge_drafts_org_id_organizations_id_fk" FOREIGN KEY ("org_id") REFERENCES "public"."organizations"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
+ALTER TABLE "knowledge_generations" ADD CONSTRAINT "knowledge_generations_org_id_organizations_id_fk" FOREIGN KEY ("org_id") REFERENCES "public"."organizations"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "knowledge_record_history" ADD CONSTRAINT "knowledge_record_history_org_id_organizations_id_fk" FOREIGN KEY ("org_id") REFERENCES "public"."organizations"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "knowledge_records" ADD CONSTRAINT "knowledge_records_org_id_organizations_id_fk" FOREIGN KEY ("org_id") REFERENCES "public"."organizations"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "knowledge_words" ADD CONSTRAINT "knowledge_words_org_id_organizations_id_fk" FOREIGN KEY ("org_id") REFERENCES "public"."organizations"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint

@@ -6,6 +6,7 @@ import { rowsOf, type Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { chunkMarkdown, type Chunk } from './chunk.js'
 import { ExtractionFailed, type DocumentKind } from './extract.js'
+import { bumpGeneration } from './generation.js'
 import { addWords } from './records-repo.js'
 
 /** Turns a document's bytes into Markdown (extract.ts in the service; a fake in tests). */
@@ -118,6 +119,7 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
           from jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) as r(id text, idx int, heading text, text text)`)
       }
       await addWords(tx, doc.org_id, chunks.flatMap((c) => [c.heading, c.text]))
+      await bumpGeneration(tx, doc.org_id)
       await tx.execute(sql`
         update knowledge_documents
         set state = 'ready', chunk_count = ${chunks.length}, last_error = null, lease_owner = null, lease_expires_at = null, updated_at = now()

@@ -5,6 +5,7 @@ import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { decodeCursor, pageOf } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
+import { bumpGeneration } from './generation.js'
 import { knowledgeChunks, knowledgeDocuments, type DocumentState } from './tables.js'
 
 export type DocumentRow = typeof knowledgeDocuments.$inferSelect
@@ -54,8 +55,13 @@ export async function documentChunks(db: Db, orgId: string, documentId: string) 
 
 /** Deletes a document and its chunks (its blob goes with the next sweep when nothing else names it). */
 export async function deleteDocument(db: Db, orgId: string, id: string): Promise<boolean> {
-  const gone = await db.delete(knowledgeDocuments).where(and(eq(knowledgeDocuments.orgId, orgId), eq(knowledgeDocuments.id, id))).returning({ id: knowledgeDocuments.id })
-  return gone.length === 1
+  return db.transaction(async (tx) => {
+    const gone = await tx.delete(knowledgeDocuments).where(and(eq(knowledgeDocuments.orgId, orgId), eq(knowledgeDocuments.id, id))).returning({ id: knowledgeDocuments.id })
+    if (gone.length === 0) return false
+    // its chunks went with it
+    await bumpGeneration(tx, orgId)
+    return true
+  })
 }
 
 /**

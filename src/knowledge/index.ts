@@ -19,7 +19,6 @@ import { contentTypeOf, documentKind, DOCUMENT_KINDS } from './extract.js'
 import {
   createRecord, deleteRecord, getRecord, historyToWire, listRecords, recordHistory, recordToWire, updateRecord
 } from './records-repo.js'
-import { searchKnowledge } from './search.js'
 
 const TAGS = ['knowledge']
 const uniqueTags = (tags: string[] | undefined) => (tags === undefined ? undefined : [...new Set(tags)])
@@ -75,7 +74,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   }, async (request) => {
     const { orgId } = principalOf(request)
     const started = performance.now()
-    const outcome = await searchKnowledge(app.db, orgId, { q: request.query.q, tag: request.query.tag, limit: request.query.limit ?? 10 })
+    const outcome = await app.knowledge.search(orgId, { q: request.query.q, tag: request.query.tag, limit: request.query.limit ?? 10 })
     return { ...outcome, latencyMs: Math.round((performance.now() - started) * 100) / 100 }
   })
 

@@ -3,6 +3,7 @@ import type { Db, Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { decodeCursor, pageOf } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
+import { bumpGeneration } from './generation.js'
 import { knowledgeRecordHistory, knowledgeRecords, knowledgeWords, type HistoryKind, type RecordSource } from './tables.js'
 
 export type HistoryRow = typeof knowledgeRecordHistory.$inferSelect
@@ -71,6 +72,7 @@ export async function insertRecord(tx: Tx, orgId: string, input: NewRecord): Pro
   }).returning(recordColumns)
   await addHistory(tx, record!, 'created', input.createdBy)
   await addWords(tx, orgId, [input.title, input.body, ...input.tags])
+  await bumpGeneration(tx, orgId)
   return record!
 }
 
@@ -119,6 +121,7 @@ export async function reviseRecord(tx: Tx, orgId: string, id: string, change: Re
   if (!record) return (await getRecord(tx, orgId, id)) ? 'stale' : 'missing'
   await addHistory(tx, record, 'updated', changedBy)
   await addWords(tx, orgId, [change.title ?? '', change.body ?? '', ...(change.tags ?? [])])
+  await bumpGeneration(tx, orgId)
   return record
 }
 
@@ -133,6 +136,7 @@ export async function deleteRecord(db: Db, orgId: string, id: string, changedBy:
       .where(and(eq(knowledgeRecords.orgId, orgId), eq(knowledgeRecords.id, id))).returning(recordColumns)
     if (!gone) return false
     await addHistory(tx, gone, 'deleted', changedBy)
+    await bumpGeneration(tx, orgId)
     return true
   })
 }

@@ -1,5 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm'
+import { LRUCache } from 'lru-cache'
 import { rowsOf, type Db } from '../db/client.js'
+import { currentGeneration } from './generation.js'
 
 /**
  * Contract 8's search: records and document chunks in one ranked list. `q` is read by
@@ -163,4 +165,26 @@ export async function searchKnowledge(db: Db, orgId: string, input: { q: string;
     score: Math.round(Number(r.score) * 10_000) / 10_000
   }))
   return { items, truncated: rows.length > input.limit }
+}
+
+export type Search = (orgId: string, input: { q: string; tag?: string | undefined; limit: number }) => Promise<SearchOutcome>
+
+/**
+ * Search with a cache of recent results per instance (`entries` of them; 0: none), keyed
+ * by the org's knowledge generation: a write to the org's records or chunks moves the
+ * generation on in its own transaction, so a cached result is served only while nothing
+ * it was computed from has changed, whichever instance made the change.
+ */
+export function cachedSearch(db: Db, entries: number): Search {
+  if (entries <= 0) return (orgId, input) => searchKnowledge(db, orgId, input)
+  const cache = new LRUCache<string, SearchOutcome>({ max: entries })
+  return async (orgId, input) => {
+    const generation = await currentGeneration(db, orgId)
+    const key = JSON.stringify([orgId, generation, input.q, input.tag ?? null, input.limit])
+    const hit = cache.get(key)
+    if (hit) return hit
+    const outcome = await searchKnowledge(db, orgId, input)
+    cache.set(key, outcome)
+    return outcome
+  }
 }

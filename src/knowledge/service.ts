@@ -6,7 +6,7 @@ import type { RunKnowledge } from '../runs/knowledge-port.js'
 import { createDocumentWorker, type DocumentWorker, type Extractor } from './document-worker.js'
 import { createDraft } from './drafts-repo.js'
 import { extractMarkdown } from './extract.js'
-import { searchKnowledge } from './search.js'
+import { cachedSearch, type Search } from './search.js'
 
 /** Contract 8: the longest chunk, in characters. */
 export const MAX_CHUNK_CHARS = 2000
@@ -21,6 +21,8 @@ export interface KnowledgeService {
   maxBytes: number
   /** KNOWLEDGE_MAX_ATTEMPTS: the claims a new document gets */
   maxAttempts: number
+  /** records and chunks in one ranked list, through the generation-keyed result cache */
+  search: Search
   /** the runs group's port: what a run proposes and searches */
   forRuns: RunKnowledge
 }
@@ -61,6 +63,7 @@ export default fp(async function knowledgeService(app: FastifyInstance, opts: Kn
     concurrency: config.KNOWLEDGE_CONCURRENCY,
     maxChunkChars: MAX_CHUNK_CHARS
   })
+  const search = cachedSearch(app.db, config.KNOWLEDGE_SEARCH_CACHE)
   const forRuns: RunKnowledge = {
     async propose(run, draft) {
       const row = await createDraft(app.db, run.orgId, {
@@ -74,12 +77,12 @@ export default fp(async function knowledgeService(app: FastifyInstance, opts: Kn
       return { draftId: row.id, title: row.title }
     },
     async search(run, query, limit) {
-      const { items } = await searchKnowledge(app.db, run.orgId, { q: query, limit })
+      const { items } = await search(run.orgId, { q: query, limit })
       return items
     }
   }
   app.decorate('knowledge', {
-    worker, store, maxBytes: config.UPLOAD_MAX_BYTES, maxAttempts: config.KNOWLEDGE_MAX_ATTEMPTS, forRuns
+    worker, store, maxBytes: config.UPLOAD_MAX_BYTES, maxAttempts: config.KNOWLEDGE_MAX_ATTEMPTS, search, forRuns
   } satisfies KnowledgeService)
   app.addHook('onReady', async () => {
     if (config.KNOWLEDGE_WORKER) worker.start()

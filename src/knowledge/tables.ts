@@ -115,6 +115,16 @@ export const knowledgeWords = pgTable('knowledge_words', {
   index('knowledge_words_trgm_idx').using('gin', sql`${t.word} gin_trgm_ops`)
 ])
 
+/**
+ * Each org's knowledge generation: moved on in the transaction of every change to its
+ * records and chunks (generation.ts), so search results cached under an older generation
+ * are never served again, by any instance.
+ */
+export const knowledgeGenerations = pgTable('knowledge_generations', {
+  orgId: text('org_id').primaryKey().references(() => organizations.id, { onDelete: 'cascade' }),
+  generation: bigint('generation', { mode: 'number' }).notNull()
+})
+
 /** Contract 8: knowledge a run or a person proposes (the learning lane). */
 export const knowledgeDrafts = pgTable('knowledge_drafts', {
   id: text('id').primaryKey(),

@@ -1,6 +1,7 @@
 import t from 'tap'
 import { plainWords, rewritePlainWords, snippetHtml } from '../../src/knowledge/search.js'
-import { buildTestApp, mintKey, signUpWithOrg } from '../helper.js'
+import { multipart } from '../artifacts/helpers.js'
+import { buildTestApp, mintKey, secondHandle, signUpWithOrg, waitFor } from '../helper.js'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
@@ -109,4 +110,27 @@ t.test('search helpers', async (t) => {
   t.same(plainWords('deploy "exact phrase" -excluded or kubernetes x1 a'), ['deploy', 'kubernetes'])
   t.equal(rewritePlainWords('kubernets "kubernets" -kubernets or Kubernets', new Map([['kubernets', 'kubernetes']])), 'kubernetes "kubernets" -kubernets or kubernetes')
   t.equal(snippetHtml('a \u0002&lt;x&gt;\u0003 &amp; <b>'), 'a <mark>&lt;x&gt;</mark> &amp; &lt;b&gt;')
+})
+
+t.test('search: cached answers never outlive a change, on any instance', async (t) => {
+  const a = await buildTestApp(t, { env: { KNOWLEDGE_POLL_MS: '50' } })
+  const b = await buildTestApp(t, { db: await secondHandle(t, a.testDb), env: { KNOWLEDGE_POLL_MS: '50' } })
+  const id = await record(a, 'Pager rota', 'The quokka team carries the pager.')
+  t.same(titles(await search(a, 'quokka')), ['Pager rota'])
+  t.same(titles(await search(a, 'quokka')), ['Pager rota'], 'served again (from the cache)')
+  const { version } = (await b.inject({ method: 'GET', url: `/api/knowledge/${id}` })).json().record
+  t.equal((await b.inject({ method: 'PATCH', url: `/api/knowledge/${id}`, payload: { body: 'The wombat team carries the pager.', version } })).statusCode, 200)
+  t.same(titles(await search(a, 'quokka')), [], 'a change made through the other instance retires the cached answer')
+  t.same(titles(await search(a, 'wombat')), ['Pager rota'])
+  t.same(titles(await search(a, 'wombatt')), ['Pager rota'], 'the vocabulary moved on too')
+  t.equal((await b.inject({ method: 'DELETE', url: `/api/knowledge/${id}` })).statusCode, 204)
+  t.same(titles(await search(a, 'wombat')), [])
+  // a document made ready by a worker retires cached answers too
+  t.same(titles(await search(a, 'platypus')), [])
+  const form = multipart({ filename: 'zoo.md', type: 'text/markdown', bytes: '# Zoo\n\nThe platypus lays eggs.' })
+  const doc = (await b.inject({ method: 'POST', url: '/api/knowledge/documents', payload: form.payload, headers: form.headers })).json().document
+  await waitFor('the document', async () => (await a.inject({ method: 'GET', url: `/api/knowledge/documents/${doc.id}` })).json().document.state === 'ready')
+  t.same(titles(await search(a, 'platypus')), ['zoo.md > Zoo'])
+  t.equal((await a.inject({ method: 'DELETE', url: `/api/knowledge/documents/${doc.id}` })).statusCode, 204)
+  t.same(titles(await search(b, 'platypus')), [])
 })
