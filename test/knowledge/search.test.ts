@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import t from 'tap'
 import { plainWords, rewritePlainWords, snippetHtml } from '../../src/knowledge/search.js'
 import { multipart } from '../artifacts/helpers.js'
@@ -113,8 +116,11 @@ t.test('search helpers', async (t) => {
 })
 
 t.test('search: cached answers never outlive a change, on any instance', async (t) => {
-  const a = await buildTestApp(t, { env: { KNOWLEDGE_POLL_MS: '50' } })
-  const b = await buildTestApp(t, { db: await secondHandle(t, a.testDb), env: { KNOWLEDGE_POLL_MS: '50' } })
+  // two instances share the database and, as the fs blob store requires, the data directory
+  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-two-'))
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
+  const a = await buildTestApp(t, { env: { KNOWLEDGE_POLL_MS: '50', DATA_DIR: dataDir } })
+  const b = await buildTestApp(t, { db: await secondHandle(t, a.testDb), env: { KNOWLEDGE_POLL_MS: '50', DATA_DIR: dataDir } })
   const id = await record(a, 'Pager rota', 'The quokka team carries the pager.')
   t.same(titles(await search(a, 'quokka')), ['Pager rota'])
   t.same(titles(await search(a, 'quokka')), ['Pager rota'], 'served again (from the cache)')
