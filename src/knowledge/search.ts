@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm'
 import { LRUCache } from 'lru-cache'
 import { rowsOf, type Db } from '../db/client.js'
+import type { KnowledgeFinding } from '../runs/knowledge-port.js'
 import { currentGeneration } from './generation.js'
 
 /**
@@ -11,15 +12,8 @@ import { currentGeneration } from './generation.js'
  * (pg_trgm), so a misspelled word still finds its record.
  */
 
-export interface KnowledgeHit {
-  kind: 'record' | 'chunk'
-  id: string
-  recordId: string | null
-  documentId: string | null
-  title: string
-  snippet: string
-  score: number
-}
+/** A hit is what the runs group's port promises its engines. */
+export type KnowledgeHit = KnowledgeFinding
 
 export interface SearchOutcome {
   items: KnowledgeHit[]
