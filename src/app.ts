@@ -79,7 +79,7 @@ export interface Ports {
   runtime?: RuntimeWiring
   /** where upload and artifact bytes live, instead of ARTIFACT_STORE's choice */
   blobStore?: BlobStore
-  /** how knowledge documents become Markdown, instead of the extraction worker thread */
+  /** how knowledge documents become Markdown, instead of the extraction child process */
   knowledgeExtractor?: Extractor
 }
 

@@ -115,7 +115,7 @@ export const EnvSchema = Type.Object({
   KNOWLEDGE_MAX_ATTEMPTS: Type.Integer({ minimum: 1, maximum: 100, default: 3, description: 'claims of a document before it is failed' }),
   KNOWLEDGE_EXTRACT_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'longest text extraction of one document' }),
   KNOWLEDGE_SEARCH_CACHE: Type.Integer({ minimum: 0, maximum: 1_000_000, default: 1000, description: 'search results kept per instance, dropped when the org\'s knowledge changes (0: no cache)' }),
-  KNOWLEDGE_EXTRACT_MEMORY_MB: Type.Integer({ minimum: 32, maximum: 16_384, default: 512, description: 'heap of the extraction worker thread' })
+  KNOWLEDGE_EXTRACT_MEMORY_MB: Type.Integer({ minimum: 32, maximum: 16_384, default: 512, description: 'heap of the extraction child process' })
 })
 
 export type Env = Static<typeof EnvSchema>

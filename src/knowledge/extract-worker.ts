@@ -1,6 +1,5 @@
-// The extraction thread (see extract.ts): parses one document and answers with its Markdown
+// The extraction process (see extract.ts): parses one document and answers with its Markdown
 // or with why it has none. Everything here may be slow or large; the parent bounds both.
-import { parentPort } from 'node:worker_threads'
 import { gfm } from '@joplin/turndown-plugin-gfm'
 import { unzipSync } from 'fflate'
 import mammoth from 'mammoth'
@@ -84,15 +83,18 @@ async function extract(request: WorkerRequest): Promise<string> {
   }
 }
 
-parentPort!.once('message', (request: WorkerRequest) => {
-  extract(request).then((markdown) => {
+const answer = (reply: WorkerReply) => process.send!(reply, () => process.exit(0))
+
+// the parent kills this process past its deadline; if the parent dies first, so does this
+process.on('disconnect', () => process.exit(1))
+process.once('message', (request: WorkerRequest) => {
+  extract({ ...request, bytes: new Uint8Array(request.bytes) }).then((markdown) => {
     const text = markdown.replace(/\r\n?/g, '\n').trim()
-    const reply: WorkerReply = text.length > request.maxOutputChars
+    answer(text.length > request.maxOutputChars
       ? { ok: false, message: `the document has more than ${request.maxOutputChars} characters of text` }
-      : { ok: true, markdown: text }
-    parentPort!.postMessage(reply)
+      : { ok: true, markdown: text })
   }, (err: unknown) => {
     const message = err instanceof Refused ? err.message : `the document cannot be read: ${(err as Error).message}`
-    parentPort!.postMessage({ ok: false, message: message.slice(0, 500) } satisfies WorkerReply)
+    answer({ ok: false, message: message.slice(0, 500) })
   })
 })

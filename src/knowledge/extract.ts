@@ -1,14 +1,16 @@
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
-import { Worker } from 'node:worker_threads'
+import { fork, type ChildProcess } from 'node:child_process'
 import { fileTypeFromBuffer } from 'file-type'
 
 /**
  * Contract 8's documents: which files are taken, and their text as Markdown. Parsing
- * runs in a worker thread per document, so a hostile file (a zip bomb, a PDF of ten
- * thousand pages, megabytes of nested tags) costs that thread, not the service: its heap
- * is capped (`resourceLimits`), it is terminated when it runs past the time limit, and
- * either way the document fails with a sentence saying why.
+ * runs in a child process per document, so a hostile file (a zip bomb, a PDF of ten
+ * thousand pages, megabytes of nested tags) costs that process, not the service: its heap
+ * is capped (`--max-old-space-size`), it is killed when it runs past the time limit, and
+ * either way the document fails with a sentence saying why. A worker thread is not
+ * enough: one large allocation past a thread's `resourceLimits` aborts the whole process
+ * (seen with 90 MB of nested HTML), while a child's abort is the child's alone.
  */
 
 export const DOCUMENT_KINDS = ['pdf', 'docx', 'html', 'markdown', 'text'] as const
@@ -31,7 +33,7 @@ export class ExtractionFailed extends Error {
 
 export interface ExtractLimits {
   timeoutMs: number
-  /** the extraction thread's heap */
+  /** the extraction process's heap */
   maxMemoryMb: number
   /** longer text is refused, not cut: a half-indexed document would look complete */
   maxOutputChars: number
@@ -99,17 +101,16 @@ export interface WorkerRequest {
 export type WorkerReply = { ok: true; markdown: string } | { ok: false; message: string }
 
 /**
- * The extraction thread: the compiled extract-worker.js beside this file; running from the
- * sources (tsx, tap), a bootstrap that registers tsx in the thread and then imports the
- * .ts source (a worker thread does not inherit the parent's loaders).
+ * The extraction process: the compiled extract-worker.js beside this file; running from
+ * the sources (tsx, tap), the .ts source with tsx loading it.
  */
-function startWorker(options: ConstructorParameters<typeof Worker>[1]): Worker {
+function startChild(maxMemoryMb: number): ChildProcess {
+  const heap = `--max-old-space-size=${maxMemoryMb}`
+  const options = { serialization: 'advanced' as const, stdio: ['ignore', 'ignore', 'pipe', 'ipc'] as ('ignore' | 'pipe' | 'ipc')[] }
   const compiled = new URL('./extract-worker.js', import.meta.url)
-  if (existsSync(fileURLToPath(compiled))) return new Worker(compiled, options)
-  const source = new URL('./extract-worker.ts', import.meta.url).href
-  const tsx = import.meta.resolve('tsx/esm/api')
-  const bootstrap = `import(${JSON.stringify(tsx)}).then((api) => { api.register(); return import(${JSON.stringify(source)}) })`
-  return new Worker(bootstrap, { ...options, eval: true })
+  if (existsSync(fileURLToPath(compiled))) return fork(fileURLToPath(compiled), [], { ...options, execArgv: [heap] })
+  const source = fileURLToPath(new URL('./extract-worker.ts', import.meta.url))
+  return fork(source, [], { ...options, execArgv: ['--import', import.meta.resolve('tsx'), heap] })
 }
 
 /** Text files need no parser: decoded here, with the same output bound. */
@@ -122,35 +123,34 @@ function decodeText(bytes: Uint8Array, maxOutputChars: number): string {
 /** The document's text as Markdown: headings as `#` lines, tables as pipe tables. Rejects with ExtractionFailed. */
 export async function extractMarkdown(bytes: Uint8Array, kind: DocumentKind, limits: ExtractLimits = DEFAULT_EXTRACT_LIMITS, signal?: AbortSignal): Promise<string> {
   if (kind === 'text' || kind === 'markdown') return decodeText(bytes, limits.maxOutputChars)
-  const worker = startWorker({
-    resourceLimits: { maxOldGenerationSizeMb: limits.maxMemoryMb, maxYoungGenerationSizeMb: Math.min(64, limits.maxMemoryMb / 4) },
-    stdout: true,
-    stderr: true
+  const child = startChild(limits.maxMemoryMb)
+  // parsers may print warnings; only the heap-limit abort is read from them
+  let stderr = ''
+  child.stderr!.setEncoding('utf8')
+  child.stderr!.on('data', (chunk: string) => {
+    if (stderr.length < 4096) stderr += chunk
   })
-  // parsers may print warnings; they are not the service's log
-  worker.stdout.resume()
-  worker.stderr.resume()
   try {
     return await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new ExtractionFailed(`extracting the text took longer than ${Math.round(limits.timeoutMs / 1000)} s`)), limits.timeoutMs)
       const settle = (fn: () => void) => {
         clearTimeout(timer)
         signal?.removeEventListener('abort', onAbort)
         fn()
       }
-      // a stopping service does not wait for a parse: the thread is terminated below
+      const timer = setTimeout(() => settle(() => reject(new ExtractionFailed(`extracting the text took longer than ${Math.round(limits.timeoutMs / 1000)} s`))), limits.timeoutMs)
+      // a stopping service does not wait for a parse: the process is killed below
       const onAbort = () => settle(() => reject(signal!.reason))
       if (signal?.aborted) return onAbort()
       signal?.addEventListener('abort', onAbort, { once: true })
-      worker.once('message', (reply: WorkerReply) => settle(() => (reply.ok ? resolve(reply.markdown) : reject(new ExtractionFailed(reply.message)))))
-      worker.once('error', (err: Error & { code?: string }) => settle(() => reject(new ExtractionFailed(err.code === 'ERR_WORKER_OUT_OF_MEMORY'
+      child.once('message', (reply: WorkerReply) => settle(() => (reply.ok ? resolve(reply.markdown) : reject(new ExtractionFailed(reply.message)))))
+      child.once('error', (err: Error) => settle(() => reject(new ExtractionFailed(`the extraction could not run: ${err.message}`))))
+      // 'close', not 'exit': it comes after the IPC channel has delivered every message
+      child.once('close', (code, sig) => settle(() => reject(new ExtractionFailed(/heap limit|out of memory/i.test(stderr)
         ? `extracting the text needs more than ${limits.maxMemoryMb} MB`
-        : `the extraction failed: ${err.message}`))))
-      worker.once('exit', (code) => settle(() => reject(new ExtractionFailed(`the extraction stopped (exit code ${code})`))))
-      const copy = new Uint8Array(bytes)
-      worker.postMessage({ bytes: copy, kind, maxOutputChars: limits.maxOutputChars } satisfies WorkerRequest, [copy.buffer])
+        : `the extraction stopped (${sig ?? `exit code ${code}`})`))))
+      child.send({ bytes, kind, maxOutputChars: limits.maxOutputChars } satisfies WorkerRequest)
     })
   } finally {
-    await worker.terminate()
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
   }
 }
