@@ -35,6 +35,11 @@ export const serverOwnedField = (field: string) => new ApiError(400, 'server_own
 export const invalidIdempotencyKey = (maxLength: number) =>
   new ApiError(400, 'invalid_idempotency_key', `Idempotency-Key must be 1 to ${maxLength} characters`)
 export const invalidLastEventId = () => new ApiError(400, 'invalid_last_event_id', 'Last-Event-ID must be an event id (a non-negative integer)')
+/** A body whose content (not its JSON shape) is invalid: every problem, each with its path (and where in a file, if it is one). */
+export function validationFailed(details: Array<{ path: string; message: string; line?: number; column?: number }>): ApiError {
+  const first = details[0]
+  return new ApiError(400, 'validation_failed', first ? `${first.path}: ${first.message}` : 'invalid request', { extra: { details } })
+}
 export const engineUnavailable = (message: string) => new ApiError(400, 'engine_unavailable', message)
 // 401
 export const unauthorized = (message = 'sign in or send an API key') => new ApiError(401, 'unauthorized', message)

@@ -31,7 +31,12 @@ export const ErrorBody = Type.Object({
   error: Type.String({ description: 'stable identifier' }),
   message: Type.String({ description: 'human sentence' }),
   release: Type.Optional(Type.String()),
-  details: Type.Optional(Type.Array(Type.Object({ path: Type.String(), message: Type.String() })))
+  details: Type.Optional(Type.Array(Type.Object({
+    path: Type.String(),
+    message: Type.String(),
+    line: Type.Optional(Type.Integer({ minimum: 1, description: 'in a file sent as text (a SKILL.md): the 1-based line' })),
+    column: Type.Optional(Type.Integer({ minimum: 1, description: 'and the 1-based column' }))
+  })))
 }, { $id: 'ErrorBody', description: 'an error' })
 
 /** Error responses every /api route can produce before its handler runs. */

@@ -35,8 +35,12 @@ import knowledgeService from './knowledge/service.js'
 import runs from './runs/index.js'
 import { createRunEventSink } from './runs/events.js'
 import type { RunEventSink, RunMemory } from './runs/memory-port.js'
-import { runArtifactWriter, runDirectory, runEventWriter, runKnowledgeTools, runMemorySearch } from './runs/runtime-ports.js'
+import { runArtifactWriter, runDirectory, runEventWriter, runKnowledgeTools, runMemorySearch, runSkillTools } from './runs/runtime-ports.js'
 import runsService from './runs/service.js'
+import skills from './skills/index.js'
+import skillsService from './skills/service.js'
+import tasks from './tasks/index.js'
+import tasksService from './tasks/service.js'
 import runtimeRoutes from './runtime/index.js'
 import runtimeService, { type RuntimeWiring } from './runtime/service.js'
 import memoryService from './memory/service.js'
@@ -67,6 +71,8 @@ export interface BuildOptions {
   apiPlugins?: FastifyPluginAsync[]
   /** replacements for the ports the domains offer each other (tests) */
   ports?: Ports
+  /** routes of `apiPlugins` an API key may reach besides KEY_ALLOWLIST (tests' probe routes) */
+  extraKeyRoutes?: readonly string[]
 }
 
 /** What one domain offers another, replaceable by tests (recorders, fakes). */
@@ -104,7 +110,7 @@ function validatorFactory(externalSchemas: Record<string, unknown>): FastifySche
   }
 }
 
-export async function buildApp({ config, database, apiPlugins = [], ports = {} }: BuildOptions): Promise<FastifyInstance> {
+export async function buildApp({ config, database, apiPlugins = [], ports = {}, extraKeyRoutes = [] }: BuildOptions): Promise<FastifyInstance> {
   const fixedHeadersFor = fixedHeaders(releaseHeaders(config.release))
   const app = Fastify({
     logger: {
@@ -202,6 +208,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {} }
   await app.register(artifactsService, { config, store: ports.blobStore })
   // knowledge: records, search, the document extraction worker (bytes in the artifacts store), drafts
   await app.register(knowledgeService, { config, store: app.artifacts.store, extract: ports.knowledgeExtractor })
+  await app.register(skillsService)
+  await app.register(tasksService)
   const runMemory = ports.runMemory ?? app.memory.runMemory
   // the agent runtime: sandboxes and the tool gateway, which asks the runs group about runs
   await app.register(runtimeService, {
@@ -211,6 +219,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {} }
     memory: runMemorySearch(app.db, runMemory),
     artifacts: runArtifactWriter(app.artifacts.forRuns, runEvents),
     knowledge: runKnowledgeTools(app.knowledge.forRuns),
+    skills: runSkillTools(app.skills.forRuns),
     ...ports.runtime
   })
   // runs: engines, dispatch, the worker (offered the runtime's tools when there is a sandbox) and the sweeper
@@ -219,7 +228,9 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {} }
     memory: runMemory,
     tools: app.features.capabilities.toolGateway ? app.runtime.gateway : null,
     artifacts: app.artifacts.forRuns,
-    knowledge: app.knowledge.forRuns
+    knowledge: app.knowledge.forRuns,
+    skills: app.skills.forRuns,
+    followUps: [app.skills.followUps, app.tasks.followUps]
   })
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
@@ -229,7 +240,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {} }
     await scope.register(principalPlugin, {
       allowDevOrg: config.ALLOW_DEV_ORG,
       secureCookie: config.COOKIE_SECURE,
-      cacheTtlMs: config.IDENTITY_CACHE_MS
+      cacheTtlMs: config.IDENTITY_CACHE_MS,
+      extraKeyRoutes
     })
     await scope.register(idempotencyPlugin)
     await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG })
@@ -245,6 +257,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {} }
     await scope.register(runtimeRoutes, { corsOrigins: config.CORS_ORIGINS })
     await scope.register(artifacts)
     await scope.register(knowledge)
+    await scope.register(skills)
+    await scope.register(tasks)
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 

@@ -235,14 +235,24 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     knowledgeIds.push((await app.inject({ method: 'POST', url: '/api/knowledge', headers, payload: { title: 'fuzz record', body: 'a body' } })).json().record.id)
     knowledgeIds.push((await app.inject({ method: 'POST', url: '/api/knowledge/drafts', headers, payload: { title: 'fuzz draft', body: 'a body' } })).json().draft.id)
   }
-  t.ok(ownerRun?.id && devRun?.id && memoryIds.length >= 2, 'fixtures exist')
+  // skills, a proposal, a playbook, a project and a task in each org
+  const skillIds: string[] = []
+  for (const headers of [{ cookie: owner.cookie }, {}]) {
+    const skillId = (await app.inject({ method: 'POST', url: '/api/skills', headers, payload: { name: 'fuzz-skill', description: 'fuzz', instructions: 'Do.' } })).json().skill.id
+    skillIds.push(skillId)
+    skillIds.push((await app.inject({ method: 'POST', url: '/api/skills/proposals', headers, payload: { skillMd: '---\nname: fuzz-proposal\ndescription: fuzz\n---\nDo.' } })).json().proposal.id)
+    skillIds.push((await app.inject({ method: 'POST', url: '/api/playbooks', headers, payload: { name: 'fuzz', steps: [{ skillId }] } })).json().playbook.id)
+    skillIds.push((await app.inject({ method: 'POST', url: '/api/projects', headers, payload: { name: 'fuzz' } })).json().project.id)
+    skillIds.push((await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title: 'fuzz' } })).json().task.id)
+  }
+  t.ok(ownerRun?.id && devRun?.id && memoryIds.length >= 2 && skillIds.every(Boolean), 'fixtures exist')
   const runIds = [ownerRun.id as string, devRun.id as string]
   // by parameter name; anything else gets every id (the principal's own user and key are left out, so they survive)
   const ids: Record<string, string[]> = {
     orgId: [owner.org.id, DEV_ORG.id],
     organizationId: [owner.org.id, DEV_ORG.id],
     userId: [member.user.id],
-    id: [...runIds, spareKey.id, ...memoryIds, ...knowledgeIds],
+    id: [...runIds, spareKey.id, ...memoryIds, ...knowledgeIds, ...skillIds],
     runId: runIds,
     rootRunId: runIds,
     threadId: runIds,

@@ -83,6 +83,8 @@ export interface TestAppOptions {
   runtime?: RuntimeWiring
   /** where upload and artifact bytes go (an S3 store against a local server) */
   blobStore?: BlobStore
+  /** probe routes of `apiPlugins` an API key may reach (BuildOptions.extraKeyRoutes) */
+  extraKeyRoutes?: readonly string[]
 }
 
 /** The real app over a real database, closed at teardown. */
@@ -100,6 +102,7 @@ export async function buildTestApp(t: Teardown, options: TestAppOptions = {}): P
     config,
     database: db.database,
     ...(options.apiPlugins ? { apiPlugins: options.apiPlugins } : {}),
+    ...(options.extraKeyRoutes ? { extraKeyRoutes: options.extraKeyRoutes } : {}),
     ports: {
       ...(options.runMemory ? { runMemory: options.runMemory } : {}),
       ...(options.runEvents ? { runEvents: options.runEvents } : {}),

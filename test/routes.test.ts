@@ -1,7 +1,6 @@
 import t from 'tap'
 import { keyDeniedOnPurpose, keyMayReach } from '../src/auth/key-allowlist.js'
 import { routeScopes, SCOPES } from '../src/auth/principal.js'
-import { probeRoutes } from './auth/probes.js'
 import { buildTestApp, mintKey, signUpWithOrg } from './helper.js'
 
 /** Spec section 5, "Public paths": nothing else under /api may skip org scoping. */
@@ -52,8 +51,7 @@ t.test('with dev-org access off, an anonymous caller gets 401 on every non-publi
 })
 
 t.test('an API key on every route answers as the allowlist says', async (t) => {
-  // the probe routes add allowlisted stand-ins (GET /api/projects, GET /api/tasks) and unlisted ones
-  const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' }, apiPlugins: [probeRoutes] })
+  const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' } })
   const owner = await signUpWithOrg(app)
   const { authorization } = await mintKey(app, owner.cookie)
   // over real HTTP, so a stream that lets the key in can be read for its status and dropped

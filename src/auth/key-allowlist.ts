@@ -15,6 +15,7 @@ export const KEY_ALLOWLIST: readonly string[] = [
   'POST /api/runs',
   'POST /api/runs/:id/cancel',
   'POST /api/skills/:id/run',
+  'POST /api/playbooks/:id/run',
   // runs and threads
   'GET /api/runs',
   'GET /api/runs/:id',
@@ -34,6 +35,9 @@ export const KEY_ALLOWLIST: readonly string[] = [
   // skills, tasks, projects
   'GET /api/skills',
   'GET /api/skills/:id',
+  'GET /api/skills/:id/skill.md',
+  'GET /api/playbooks',
+  'GET /api/playbooks/:id',
   'GET /api/tasks',
   'GET /api/tasks/:id',
   'GET /api/projects',
@@ -83,7 +87,10 @@ export const KEY_DENYLIST: readonly string[] = [
   'GET /api/knowledge/documents',
   'GET /api/knowledge/documents/:id',
   'GET /api/knowledge/documents/:id/chunks',
-  'GET /api/knowledge/drafts'
+  'GET /api/knowledge/drafts',
+  // skills: keys read skills and playbooks and run them (above); proposals are the people's
+  // learning lane, and a task run changes the board (contract 9 marks neither key)
+  'GET /api/skills/proposals'
 ]
 
 /** `METHOD /pattern` with parameter names erased and HEAD read as GET. */

@@ -1,16 +1,9 @@
 import { and, asc, eq } from 'drizzle-orm'
 import { conflict, notFound, organizationOwnerRequired } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
+import { isUniqueViolation } from '../db/faults.js'
 import { newId } from '../db/ids.js'
 import { members, organizations, sessions, users, type Role } from './tables.js'
-
-/** Postgres unique violation, whether drizzle wrapped it or not. */
-export function isUniqueViolation(err: unknown): boolean {
-  for (let e = err as { code?: string; cause?: unknown } | undefined, i = 0; e && i < 5; e = e.cause as typeof e, i++) {
-    if (e.code === '23505') return true
-  }
-  return false
-}
 
 /** A URL-safe slug from a display name: `Acme Rockets, Inc.` → `acme-rockets-inc`. */
 export function slugify(name: string): string {

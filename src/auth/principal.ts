@@ -8,7 +8,7 @@ import { IdentityResolver, type IdentityChange } from './identity.js'
 import { newId } from '../db/ids.js'
 import type { Role } from './tables.js'
 import { noOrganization, organizationAdminRequired, sessionRequired, unauthorized, userRequired } from '../../plugins/errors.js'
-import { keyMayReach } from './key-allowlist.js'
+import { keyMayReach, normalizeRoute } from './key-allowlist.js'
 
 /**
  * Route scopes (contract 2.2), declared on each route as `config: { scope }`, never
@@ -94,6 +94,8 @@ export interface PrincipalOptions {
   secureCookie: boolean
   /** how long a resolved session or key may be reused without the database (0: never) */
   cacheTtlMs: number
+  /** routes a key may reach besides KEY_ALLOWLIST (tests' probe routes; empty in the service) */
+  extraKeyRoutes?: readonly string[] | undefined
 }
 
 export interface SessionCookie {
@@ -149,6 +151,11 @@ export default fp(async function principalPlugin(app: FastifyInstance, opts: Pri
   }
   app.decorate('sessionCookie', sessionCookie)
 
+  const extraKeyRoutes = new Set((opts.extraKeyRoutes ?? []).map((entry) => {
+    const [method, url] = entry.split(' ') as [string, string]
+    return normalizeRoute(method, url)
+  }))
+
   async function resolve(request: FastifyRequest, reply: FastifyReply): Promise<Principal> {
     const authorization = request.headers.authorization
     if (authorization !== undefined) {
@@ -181,7 +188,10 @@ export default fp(async function principalPlugin(app: FastifyInstance, opts: Pri
     request.principal = principal
     if (principal.kind === 'key') {
       if (scopes.includes('session')) throw sessionRequired()
-      if (!keyMayReach(request.method, request.routeOptions.url ?? '')) throw unauthorized('API keys may not call this route')
+      const url = request.routeOptions.url ?? ''
+      if (!keyMayReach(request.method, url) && !extraKeyRoutes.has(normalizeRoute(request.method, url))) {
+        throw unauthorized('API keys may not call this route')
+      }
     }
     for (const scope of scopes) enforce(scope, principal)
   }

@@ -2,7 +2,7 @@ import { eq } from 'drizzle-orm'
 import { conflict } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { isUniqueViolation } from './organizations.js'
+import { isUniqueViolation } from '../db/faults.js'
 import { users } from './tables.js'
 
 export function normalizeEmail(email: string): string {

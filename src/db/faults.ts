@@ -72,3 +72,17 @@ function withoutMessage(stack: unknown): string | undefined {
   const at = stack.indexOf('\n    at ')
   return at === -1 ? undefined : `Error: database query failed${stack.slice(at)}`
 }
+
+/** The Postgres error code of a failure, whether drizzle wrapped the driver's error or not. */
+function sqlStateOf(err: unknown): string | undefined {
+  for (let e = err as { code?: unknown; cause?: unknown } | undefined, i = 0; e && i < 5; e = e.cause as typeof e, i++) {
+    if (typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code)) return e.code
+  }
+  return undefined
+}
+
+/** A unique violation (23505): a name or key that is taken. */
+export const isUniqueViolation = (err: unknown): boolean => sqlStateOf(err) === '23505'
+
+/** A foreign key violation (23503): a row still referred to, or a reference to nothing. */
+export const isForeignKeyViolation = (err: unknown): boolean => sqlStateOf(err) === '23503'

@@ -19,3 +19,13 @@ export function pageOf<T>(rows: T[], limit: number, keyOf: (row: T) => string): 
   const items = rows.slice(0, limit)
   return { items, nextCursor: rows.length > limit ? encodeCursor(keyOf(items[items.length - 1]!)) : null }
 }
+
+/**
+ * A cursor over a sort of several keys (a board: column rank, position, id): the parts
+ * joined by '.', each checked against its pattern; anything else is no cursor.
+ */
+export function decodeCursorParts(cursor: string | undefined, patterns: readonly RegExp[]): string[] | null {
+  if (!cursor || cursor.length > 1024) return null
+  const parts = Buffer.from(cursor, 'base64url').toString().split('.')
+  return parts.length === patterns.length && parts.every((p, i) => patterns[i]!.test(p)) ? parts : null
+}

@@ -32,10 +32,3 @@ export async function readHistory(db: Db, pool: PoolRef, itemId: string): Promis
   return rows.map((r) => ({ content: r.content, changedBy: r.changedBy, changedAt: r.changedAt.toISOString(), kind: r.kind }))
 }
 
-/** A unique violation, whichever driver raised it (drizzle wraps the driver's error). */
-export function isUniqueViolation(err: unknown): boolean {
-  for (let e = err as { code?: string; cause?: unknown } | undefined, i = 0; e && i < 4; e = e.cause as typeof e, i++) {
-    if (e.code === '23505') return true
-  }
-  return false
-}

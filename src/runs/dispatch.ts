@@ -4,12 +4,13 @@ import { engineUnavailable, notFound } from '../../plugins/errors.js'
 import type { IdempotencyLock, StoredAnswer } from '../../plugins/idempotency/index.js'
 import type { CreateRunBody } from '../../schemas/runs.js'
 import type { Principal } from '../auth/principal.js'
-import type { Db } from '../db/client.js'
+import type { Db, Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import type { Engine } from './engines/types.js'
 import type { EngineRegistry } from './engines/registry.js'
 import type { EventBatcher } from './events.js'
 import { announceQueued, createRun, insertThreadRoot, originOf, runToWire, type RunRow } from './runs-repo.js'
+import type { RunOrigin } from './tables.js'
 
 export interface DispatchDeps {
   db: Db
@@ -23,19 +24,26 @@ export interface DispatchInput {
   /** the request's Idempotency-Key lock, when it carries one */
   idempotency: IdempotencyLock | null
   log: FastifyBaseLogger
+  /** the run's origin when not the caller's (`skill`, `automation`, ...) */
+  origin?: RunOrigin | undefined
+  /**
+   * Work that commits with the run (a playbook's run row, the task a run is started from);
+   * the fields it answers join the reply beside `run`.
+   */
+  attach?: ((tx: Tx, run: RunRow) => Promise<Record<string, unknown>>) | undefined
 }
 
 /**
  * `POST /api/runs`: stores the run (and its idempotent answer, in the same commit), then
  * announces it. Returns the answer to send, which a retry with the same key replays.
  */
-export async function dispatchRun({ db, engines, events }: DispatchDeps, { principal, body, idempotency, log }: DispatchInput): Promise<StoredAnswer> {
+export async function dispatchRun({ db, engines, events }: DispatchDeps, { principal, body, idempotency, log, attach, ...input }: DispatchInput): Promise<StoredAnswer> {
   const chosen = await engines.resolve(body.engine, body.model)
   if ('error' in chosen) throw engineUnavailable(chosen.error)
-  const origin = originOf(principal)
+  const origin = input.origin ?? originOf(principal)
   let run: RunRow
   let answer: StoredAnswer
-  if (body.rootRunId === undefined) {
+  if (body.rootRunId === undefined && attach === undefined) {
     // the common case, a new thread: the run and its stored answer in one statement
     const id = newId()
     run = {
@@ -56,7 +64,7 @@ export async function dispatchRun({ db, engines, events }: DispatchDeps, { princ
         prompt: body.prompt, engine: chosen.engine.id, model: chosen.model, rootRunId, metadata: body.metadata, origin
       })
       if (!created) throw notFound('no such thread in this organization')
-      const wire = { run: runToWire(created) }
+      const wire = { run: runToWire(created), ...(attach ? await attach(tx, created) : {}) }
       const stored = idempotency ? await idempotency.complete(tx, 201, wire) : { status: 201, payload: JSON.stringify(wire) }
       return { run: created, answer: stored }
     }))

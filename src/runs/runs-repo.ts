@@ -8,6 +8,7 @@ import type { Static } from 'typebox'
 import type { Run } from '../../schemas/runs.js'
 import { newId } from '../db/ids.js'
 import { appendEvent, type EventBatcher } from './events.js'
+import type { FollowUpRun } from './skills-port.js'
 import { runs, type RunOrigin, type RunStatus } from './tables.js'
 
 export type RunRow = typeof runs.$inferSelect
@@ -81,6 +82,12 @@ export async function createRun(tx: Tx, principal: Principal, input: CreateRunIn
     userId: principal.userId
   }).returning()
   return run!
+}
+
+/** A run another finished run starts (a playbook's next step): inserted in the finishing transaction. */
+export async function insertFollowUp(tx: Tx, run: FollowUpRun): Promise<RunRow> {
+  const [row] = await tx.insert(runs).values({ ...run, status: 'queued' }).returning()
+  return row!
 }
 
 /**

@@ -1,10 +1,11 @@
 import { and, eq } from 'drizzle-orm'
 import type { Db } from '../db/client.js'
-import type { ArtifactWriter, KnowledgeTools, MemorySearch, RunDirectory, RunEventWriter } from '../runtime/ports.js'
+import type { ArtifactWriter, KnowledgeTools, MemorySearch, RunDirectory, RunEventWriter, SkillTools } from '../runtime/ports.js'
 import type { RunKnowledge } from './knowledge-port.js'
 import type { RunArtifacts } from './artifact-port.js'
 import type { RunEventSink, RunMemory } from './memory-port.js'
 import { realUserIdOfRun } from './run-ref.js'
+import type { RunSkills } from './skills-port.js'
 import { getRun } from './runs-repo.js'
 import { runs } from './tables.js'
 
@@ -53,6 +54,11 @@ export function runMemorySearch(db: Db, memory: RunMemory): MemorySearch {
       return items.slice(0, limit).map(({ id, content, score }) => ({ id, content, score }))
     }
   }
+}
+
+/** `propose_skill` goes to the skills group as the run. */
+export function runSkillTools(skills: RunSkills): SkillTools {
+  return { propose: (ref, proposal) => skills.propose(ref, proposal) }
 }
 
 /** `knowledge_search` and `propose_knowledge` go to the knowledge group as the run. */

@@ -11,6 +11,7 @@ import { EventBatcher } from './events.js'
 import type { RunArtifacts } from './artifact-port.js'
 import type { RunKnowledge } from './knowledge-port.js'
 import type { RunMemory } from './memory-port.js'
+import type { RunFollowUps, RunSkills } from './skills-port.js'
 import { cancelRun, type RunRow } from './runs-repo.js'
 import { RunSweeper } from './sweeper.js'
 import { dropToolCalls, RunWorker, type ToolGatewayPort } from './worker.js'
@@ -50,6 +51,10 @@ export interface RunsServiceOptions {
   artifacts: RunArtifacts
   /** where runs propose knowledge (the knowledge group) */
   knowledge: RunKnowledge
+  /** where runs propose skills (the skills group) */
+  skills: RunSkills
+  /** what follows a finished run (the skills group's playbooks, the tasks group's board) */
+  followUps: RunFollowUps[]
 }
 
 export function createEngines(config: Config): EngineRegistry {
@@ -72,7 +77,7 @@ export function createEngines(config: Config): EngineRegistry {
  * options or from the infrastructure plugins (db, event bus, features).
  */
 export default fp(async function runsService(app: FastifyInstance, opts: RunsServiceOptions) {
-  const { config, memory, tools, artifacts, knowledge } = opts
+  const { config, memory, tools, artifacts, knowledge, skills, followUps } = opts
   const log = app.log.child({ component: 'runs' })
   const engines = createEngines(config)
   app.features.catalogs.push(() => engines.catalog())
@@ -86,6 +91,8 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
     tools,
     artifacts,
     knowledge,
+    skills,
+    followUps,
     log,
     concurrency: config.RUN_WORKER_CONCURRENCY,
     pollMs: config.RUN_POLL_MS,

@@ -11,7 +11,8 @@ import type { RunArtifacts } from './artifact-port.js'
 import type { RunKnowledge } from './knowledge-port.js'
 import type { RunMemory, RunRef } from './memory-port.js'
 import { runs } from './tables.js'
-import type { RunRow } from './runs-repo.js'
+import { announceQueued, insertFollowUp, type RunRow } from './runs-repo.js'
+import type { FinishedRun, RunFollowUps, RunSkills } from './skills-port.js'
 import { boolOf, dateOf, dateOrNull, jsonOf } from '../db/rows.js'
 
 /** The agent runtime's tool gateway as the worker needs it (src/runtime/gateway.ts). */
@@ -49,6 +50,10 @@ export interface RunWorkerOptions {
   artifacts: RunArtifacts
   /** where a run's knowledge drafts go (the knowledge group) */
   knowledge: RunKnowledge
+  /** where a run's skill proposals go (the skills group) */
+  skills: RunSkills
+  /** what follows a finished run, in its finishing transaction (playbook steps, tasks) */
+  followUps: RunFollowUps[]
 }
 
 /** Thrown into an engine whose instance was killed: nothing more may be written. */
@@ -230,6 +235,10 @@ export class RunWorker {
           this.guard()
           return o.knowledge.propose({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, draft)
         },
+        proposeSkill: async (proposal) => {
+          this.guard()
+          return o.skills.propose({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, proposal)
+        },
         recall: async (query) => {
           this.guard()
           const { items } = await o.memory.recall(ref, query)
@@ -254,7 +263,7 @@ export class RunWorker {
     if (this.killed) return
     // a cancelled or failed run leaves no call waiting for a person
     if (outcome.status !== 'succeeded') await this.dropToolCalls(run.orgId, run.id)
-    await o.db.transaction(async (tx) => {
+    const next = await o.db.transaction(async (tx) => {
       const [finished] = await tx.update(runs).set({
         status: outcome.status,
         error: outcome.status === 'failed' ? outcome.error : null,
@@ -263,12 +272,22 @@ export class RunWorker {
         leaseExpiresAt: null
       }).where(and(eq(runs.id, run.id), eq(runs.status, 'running'), eq(runs.leaseOwner, this.instanceId))).returning({ id: runs.id })
       // the lease was lost meanwhile (a sweeper failed it): the sweeper's answer stands
-      if (!finished) return
+      if (!finished) return []
       const data: Record<string, unknown> = outcome.status === 'failed' ? { error: outcome.error }
         : outcome.status === 'succeeded' ? { usage: outcome.usage ?? null } : {}
       await appendEvent(tx, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: `run.${outcome.status}`, data })
       if (outcome.status === 'succeeded' && outcome.facts.length > 0) await o.memory.enqueueCapture(tx, ref, outcome.facts)
+      const ended: FinishedRun = { id: run.id, orgId: run.orgId, rootRunId: run.rootRunId, userId: run.userId, status: outcome.status, metadata: run.metadata }
+      const started: RunRow[] = []
+      for (const followUps of o.followUps) {
+        for (const followUp of await followUps.afterFinish(tx, ended)) started.push(await insertFollowUp(tx, followUp))
+      }
+      return started
     })
+    // committed: a run.queued that cannot be stored now is stored by the sweeper
+    for (const followUp of next) {
+      await announceQueued(o.events, followUp).catch((err: unknown) => o.log.warn({ err, runId: followUp.id }, 'run.queued of a follow-up run not stored; the sweeper will announce it'))
+    }
   }
 
   /** Gives a run back to the queue (graceful shutdown that could not finish it). */

@@ -3,7 +3,7 @@ import { Value } from 'typebox/value'
 import { conflict, notFound } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import type { ArtifactWriter, KnowledgeTools, MemorySearch, RunDirectory, RunEventWriter } from './ports.js'
+import type { ArtifactWriter, KnowledgeTools, MemorySearch, RunDirectory, RunEventWriter, SkillTools } from './ports.js'
 import { SandboxError, type SandboxManager } from './sandbox.js'
 import { toolApprovals, toolPolicies, type ApprovalStatus, type ToolMode } from './tables.js'
 import { isToolName, TOOL_NAMES, TOOLS, toolDefinitions, type ToolArgs, type ToolName } from './tools.js'
@@ -46,6 +46,7 @@ export interface GatewayOptions {
   memory: MemorySearch
   artifacts: ArtifactWriter
   knowledge: KnowledgeTools
+  skills: SkillTools
   outputMaxBytes: number
   execTimeoutMs: number
   approvalTimeoutMs: number
@@ -282,6 +283,11 @@ export class ToolGateway {
         const args = rawArgs as ToolArgs['propose_knowledge']
         const proposed = await this.opts.knowledge.propose({ orgId, runId, rootRunId }, args)
         return { ok: true, content: JSON.stringify(proposed), truncated: false }
+      }
+      if (tool === 'propose_skill') {
+        const args = rawArgs as ToolArgs['propose_skill']
+        const proposed = await this.opts.skills.propose({ orgId, runId, rootRunId }, args)
+        return { ok: !('refused' in proposed), content: JSON.stringify(proposed), truncated: false }
       }
       if (!this.opts.sandboxes) return { ok: false, content: `error: sandbox_unavailable: ${this.opts.sandboxUnavailable ?? 'no sandbox provider is configured'}`, truncated: false }
       const { sandbox, release } = await this.opts.sandboxes.acquire({ orgId, threadId: rootRunId })

@@ -42,6 +42,11 @@ export interface KnowledgeTools {
   propose(run: ToolRunRef, draft: { title: string; body: string; tags?: string[] | undefined; targetRecordId?: string | undefined }): Promise<{ draftId: string; title: string }>
 }
 
+/** What the `propose_skill` tool calls (the skills group, through the runs group). */
+export interface SkillTools {
+  propose(run: ToolRunRef, proposal: { skillMd: string; skillId?: string | undefined }): Promise<{ proposalId: string; state: 'open' } | { refused: string }>
+}
+
 /** What the `write_artifact` tool calls (the runs group wires it to the artifacts group and announces `artifact.created`). */
 export interface ArtifactWriter {
   write(run: ToolRunRef, file: { name: string; content: string; contentType: string }): Promise<{ artifactId: string; name: string; version: number }>

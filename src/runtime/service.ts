@@ -6,7 +6,7 @@ import { ToolGateway } from './gateway.js'
 import { sandboxUnavailable as sandboxUnavailableError, type ApiError } from '../../plugins/errors.js'
 import type { BubblewrapProbe } from './bubblewrap.js'
 import { LocalSandboxProvider, SandboxUnavailableError } from './local-sandbox.js'
-import type { ArtifactWriter, KnowledgeTools, MemorySearch, RunDirectory, RunEventWriter } from './ports.js'
+import type { ArtifactWriter, KnowledgeTools, MemorySearch, RunDirectory, RunEventWriter, SkillTools } from './ports.js'
 import { SandboxManager, type SandboxProvider } from './sandbox.js'
 
 /** What the runtime needs from the runs group (src/runs/runtime-ports.ts). */
@@ -16,6 +16,7 @@ export interface RuntimePorts {
   memory: MemorySearch
   artifacts: ArtifactWriter
   knowledge: KnowledgeTools
+  skills: SkillTools
 }
 
 /** What tests may replace: any port, the sandbox provider, the bubblewrap probe. */
@@ -140,6 +141,7 @@ export default fp(async function runtimeService(app: FastifyInstance, opts: Runt
     memory: opts.memory,
     artifacts: opts.artifacts,
     knowledge: opts.knowledge,
+    skills: opts.skills,
     outputMaxBytes: config.TOOL_OUTPUT_MAX_BYTES,
     execTimeoutMs: config.SANDBOX_EXEC_TIMEOUT_MS,
     approvalTimeoutMs: config.TOOL_APPROVAL_TIMEOUT_MS,

@@ -42,6 +42,11 @@ export const ProposeKnowledgeArgs = StrictObject({
   targetRecordId: Type.Optional(Type.String({ minLength: 1, maxLength: 64, description: 'the record this would revise, when it is a correction' }))
 })
 
+export const ProposeSkillArgs = StrictObject({
+  skillMd: Type.String({ minLength: 1, maxLength: 262_144, description: 'a whole SKILL.md: YAML front matter (name, description, ...) between --- lines, then Markdown instructions' }),
+  skillId: Type.Optional(Type.String({ minLength: 1, maxLength: 64, description: 'the skill this changes; without it, the skill with the same name, or a new one' }))
+})
+
 export const TOOLS = {
   shell: {
     schema: ShellArgs,
@@ -82,6 +87,11 @@ export const TOOLS = {
     schema: ProposeKnowledgeArgs,
     defaultMode: 'auto',
     description: 'Propose a piece of knowledge for the organization\'s knowledge base. It becomes a draft that a person approves or rejects.'
+  },
+  propose_skill: {
+    schema: ProposeSkillArgs,
+    defaultMode: 'auto',
+    description: 'Propose a skill (an Agent Skills SKILL.md) for the organization, new or as a change of an existing one. A person accepts or rejects it; the answer says why when the file is invalid.'
   }
 } as const satisfies Record<(typeof TOOL_NAMES)[number], { schema: TSchema; defaultMode: ToolMode; description: string }>
 
@@ -96,6 +106,7 @@ export type ToolArgs = {
   write_artifact: Static<typeof WriteArtifactArgs>
   knowledge_search: Static<typeof KnowledgeSearchArgs>
   propose_knowledge: Static<typeof ProposeKnowledgeArgs>
+  propose_skill: Static<typeof ProposeSkillArgs>
 }
 
 export function isToolName(name: string): name is ToolName {

@@ -2,11 +2,11 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from '../helper.js'
-import { probeRoutes } from './probes.js'
+import { withProbes } from './probes.js'
 
 const app = await buildTestApp(t, {
   env: { ALLOW_DEV_ORG: 'false', AUTH_RATE_LIMIT_PER_ACCOUNT: '2', CORS_ORIGINS: 'https://app.example.com' },
-  apiPlugins: [probeRoutes]
+  ...withProbes
 })
 
 t.test('every error identifier of spec section 7 (and contract 2) this issue owns, from a real request', async (t) => {
@@ -28,7 +28,7 @@ t.test('every error identifier of spec section 7 (and contract 2) this issue own
   await expect('401: an unknown bearer key', await app.inject({ url: '/api/runs', headers: { authorization: 'Bearer cairn_unknown' } }), 401, 'unauthorized')
   await expect('401: a key off the allowlist', await app.inject({ url: '/api/probe/whoami', headers: { authorization } }), 401, 'unauthorized')
   await expect('403 no_organization', await app.inject({ url: '/api/probe/whoami', headers: { cookie: lonely.cookie } }), 403, 'no_organization')
-  await expect('403 user_required', await app.inject({ url: '/api/tasks', headers: { authorization } }), 403, 'user_required')
+  await expect('403 user_required', await app.inject({ url: '/api/probe/key-user', headers: { authorization } }), 403, 'user_required')
   await expect('403 organization_admin_required', await app.inject({ url: '/api/keys', headers: { cookie: member.cookie } }), 403, 'organization_admin_required')
   await expect('403 session_required: mint', await app.inject({ method: 'POST', url: '/api/keys', headers: { authorization }, payload: { name: 'k' } }), 403, 'session_required')
   await expect('403 session_required: revoke', await app.inject({ method: 'DELETE', url: `/api/keys/${keyId}`, headers: { authorization } }), 403, 'session_required')

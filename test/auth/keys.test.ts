@@ -3,14 +3,14 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from '../helper.js'
-import { probeRoutes } from './probes.js'
+import { withProbes } from './probes.js'
 
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex')
 const UNAUTHORIZED = { error: 'unauthorized', message: 'sign in or send an API key' }
 
-const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'false' }, apiPlugins: [probeRoutes] })
+const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'false' }, ...withProbes })
 const rows = async <T>(query: ReturnType<typeof sql>) => rowsOf<T>(await app.db.execute(query))
-const call = (authorization: string, url = '/api/projects', extra: Record<string, string> = {}) =>
+const call = (authorization: string, url = '/api/probe/key-org', extra: Record<string, string> = {}) =>
   app.inject({ method: 'GET', url, headers: { authorization, ...extra } })
 
 t.test('minting: cairn_ + 43 base64url characters, shown once, only its hash stored', async (t) => {
@@ -50,7 +50,7 @@ t.test('a key acts for its org, with no real user, only on the allowlist', async
   t.same(res.json(), { principal: { kind: 'key', orgId: owner.org.id, userId: null, role: 'member', keyId: id }, realUser: null })
   t.equal((await call(authorization.replace('Bearer', 'bearer'))).statusCode, 200, 'the scheme is case-insensitive')
 
-  const userScoped = await call(authorization, '/api/tasks')
+  const userScoped = await call(authorization, '/api/probe/key-user')
   t.equal(userScoped.statusCode, 403, 'allowlisted but user-scoped')
   t.equal(userScoped.json().error, 'user_required')
 
@@ -59,7 +59,7 @@ t.test('a key acts for its org, with no real user, only on the allowlist', async
     t.equal(off.statusCode, 401, `${url} is off the allowlist`)
     t.equal(off.json().error, 'unauthorized')
   }
-  const head = await app.inject({ method: 'HEAD', url: '/api/projects', headers: { authorization } })
+  const head = await app.inject({ method: 'HEAD', url: '/api/probe/key-org', headers: { authorization } })
   t.equal(head.statusCode, 200, 'HEAD follows GET')
   const echo = await app.inject({ method: 'POST', url: '/api/probe/echo', headers: { authorization }, payload: { a: 1 } })
   t.equal(echo.statusCode, 401, 'writes off the allowlist')
@@ -83,10 +83,10 @@ t.test('a bearer header never falls back to the cookie', async (t) => {
   const owner = await signUpWithOrg(app)
   const other = await signUpWithOrg(app)
   const { authorization } = await mintKey(app, other.cookie)
-  const bad = await app.inject({ method: 'GET', url: '/api/projects', headers: { authorization: 'Bearer cairn_nope', cookie: owner.cookie } })
+  const bad = await app.inject({ method: 'GET', url: '/api/probe/key-org', headers: { authorization: 'Bearer cairn_nope', cookie: owner.cookie } })
   t.equal(bad.statusCode, 401)
   t.same(bad.json(), UNAUTHORIZED)
-  const both = await app.inject({ method: 'GET', url: '/api/projects', headers: { authorization, cookie: owner.cookie } })
+  const both = await app.inject({ method: 'GET', url: '/api/probe/key-org', headers: { authorization, cookie: owner.cookie } })
   t.equal(both.json().principal.orgId, other.org.id, "the key's org, not the cookie's")
   const empty = await app.inject({ method: 'GET', url: '/api/probe/whoami', headers: { authorization: '', cookie: owner.cookie } })
   t.equal(empty.statusCode, 401, 'even an empty Authorization header')
@@ -156,14 +156,14 @@ t.test('lastUsedAt: set on use, written at most once a minute, across instances'
   for (let i = 0; i < 5; i++) await call(authorization)
   t.same(await lastUsed(), first, 'not rewritten within the minute')
 
-  const second = await buildTestApp(t, { db: app.testDb, env: { ALLOW_DEV_ORG: 'false' }, apiPlugins: [probeRoutes] })
-  t.equal((await second.inject({ method: 'GET', url: '/api/projects', headers: { authorization } })).statusCode, 200)
+  const second = await buildTestApp(t, { db: app.testDb, env: { ALLOW_DEV_ORG: 'false' }, ...withProbes })
+  t.equal((await second.inject({ method: 'GET', url: '/api/probe/key-org', headers: { authorization } })).statusCode, 200)
   t.same(await lastUsed(), first, 'nor by another instance')
 
   await app.db.execute(sql`update api_keys set last_used_at = now() - interval '2 minutes' where id = ${id}`)
   const stale = await lastUsed()
-  const third = await buildTestApp(t, { db: app.testDb, env: { ALLOW_DEV_ORG: 'false' }, apiPlugins: [probeRoutes] })
-  t.equal((await third.inject({ method: 'GET', url: '/api/projects', headers: { authorization } })).statusCode, 200)
+  const third = await buildTestApp(t, { db: app.testDb, env: { ALLOW_DEV_ORG: 'false' }, ...withProbes })
+  t.equal((await third.inject({ method: 'GET', url: '/api/probe/key-org', headers: { authorization } })).statusCode, 200)
   t.ok((await lastUsed())! > stale!, 'a minute later, the next use records itself again')
 })
 
@@ -171,8 +171,8 @@ t.test('revocation reaches another instance at once (NOTIFY), not after its cach
   const owner = await signUpWithOrg(app)
   const { authorization, id } = await mintKey(app, owner.cookie)
   // the second instance would keep a resolved key 10 s; only the broadcast can make it forget sooner
-  const second = await buildTestApp(t, { db: app.testDb, env: { ALLOW_DEV_ORG: 'false', IDENTITY_CACHE_MS: '10000' }, apiPlugins: [probeRoutes] })
-  const viaSecond = () => second.inject({ method: 'GET', url: '/api/projects', headers: { authorization } })
+  const second = await buildTestApp(t, { db: app.testDb, env: { ALLOW_DEV_ORG: 'false', IDENTITY_CACHE_MS: '10000' }, ...withProbes })
+  const viaSecond = () => second.inject({ method: 'GET', url: '/api/probe/key-org', headers: { authorization } })
   t.equal((await viaSecond()).statusCode, 200, 'cached there now')
   t.equal((await app.inject({ method: 'DELETE', url: `/api/keys/${id}`, headers: { cookie: owner.cookie } })).statusCode, 204)
   let status = (await viaSecond()).statusCode

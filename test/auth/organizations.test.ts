@@ -3,10 +3,10 @@ import t from 'tap'
 import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
 import { rowsOf } from '../../src/db/client.js'
 import { addMember, buildTestApp, createOrg, signIn, signUp, signUpWithOrg, uniqueEmail } from '../helper.js'
-import { probeRoutes } from './probes.js'
+import { withProbes } from './probes.js'
 
 // the default identity cache (1 s) stays on: changes must still show on the very next request
-const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'false' }, apiPlugins: [probeRoutes] })
+const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'false' }, ...withProbes })
 
 const whoami = (cookie: string) => app.inject({ method: 'GET', url: '/api/probe/whoami', headers: { cookie } })
 const memberUrl = (orgId: string, userId: string) => `/api/auth/organizations/${orgId}/members/${userId}`
@@ -52,7 +52,7 @@ t.test('a user with no organization: 403 no_organization on org routes, auth rou
   const keys = await app.inject({ method: 'GET', url: '/api/keys', headers: { cookie: user.cookie } })
   t.equal(keys.json().error, 'no_organization')
   t.equal((await app.inject({ method: 'GET', url: '/api/auth/organizations', headers: { cookie: user.cookie } })).json().organizations.length, 0)
-  const devOn = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' }, apiPlugins: [probeRoutes] })
+  const devOn = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' }, ...withProbes })
   const lonely = await signUp(devOn)
   const there = await devOn.inject({ method: 'GET', url: '/api/probe/whoami', headers: { cookie: lonely.cookie } })
   t.equal(there.statusCode, 403, 'a signed-in user is never quietly moved into the dev org')
@@ -164,7 +164,7 @@ t.test('removing a membership reaches another instance at once (NOTIFY), not aft
   const member = await signUp(app)
   await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
   // the second instance would keep a resolved session 10 s; only the broadcast can make it forget sooner
-  const second = await buildTestApp(t, { db: app.testDb, env: { ALLOW_DEV_ORG: 'false', IDENTITY_CACHE_MS: '10000' }, apiPlugins: [probeRoutes] })
+  const second = await buildTestApp(t, { db: app.testDb, env: { ALLOW_DEV_ORG: 'false', IDENTITY_CACHE_MS: '10000' }, ...withProbes })
   const viaSecond = () => second.inject({ method: 'GET', url: '/api/probe/whoami', headers: { cookie: member.cookie } })
   t.equal((await viaSecond()).statusCode, 200, 'cached there now')
   t.equal((await app.inject({ method: 'DELETE', url: memberUrl(owner.org.id, member.user.id), headers: { cookie: owner.cookie } })).statusCode, 204)
@@ -218,7 +218,7 @@ t.test('members of another org: 404, nothing changed', async (t) => {
 })
 
 t.test('dev-org access: anonymous requests act as the fallback, never as a real user', async (t) => {
-  const devApp = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' }, apiPlugins: [probeRoutes] })
+  const devApp = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' }, ...withProbes })
   const res = await devApp.inject({ method: 'GET', url: '/api/probe/whoami' })
   t.equal(res.statusCode, 200)
   t.same(res.json(), { principal: { kind: 'dev', orgId: DEV_ORG.id, userId: DEV_USER.id, role: 'owner' }, realUser: null })

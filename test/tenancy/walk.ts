@@ -185,6 +185,66 @@ export const TENANT_FIXTURES: TenantFixture[] = [
     body: (route) => (route.startsWith('POST') ? {} : undefined)
   },
   {
+    name: 'skills',
+    routes: ['GET /api/skills/:id', 'GET /api/skills/:id/skill.md', 'PATCH /api/skills/:id', 'DELETE /api/skills/:id', 'POST /api/skills/:id/run'],
+    lists: ['GET /api/skills'],
+    async seed(app, owner) {
+      const res = await app.inject({ method: 'POST', url: '/api/skills', headers: { cookie: owner.cookie }, payload: { name: 'fixture-skill', description: `fixture ${owner.org.id}`, instructions: 'Say hello.' } })
+      return { id: (res.json() as { skill: { id: string } }).skill.id }
+    },
+    snapshot: (app, owner) => rows(app, sql`select s.id, s.version, s.description,
+      (select count(*)::int from runs r where r.org_id = s.org_id) as runs from skills s where s.org_id = ${owner.org.id} order by s.id`),
+    body: (route) => (route === 'PATCH /api/skills/:id' ? { description: 'attack', version: 1 } : route.startsWith('POST') ? { input: 'attack' } : undefined)
+  },
+  {
+    name: 'skill proposals',
+    routes: ['POST /api/skills/proposals/:id/accept', 'POST /api/skills/proposals/:id/reject'],
+    lists: ['GET /api/skills/proposals'],
+    async seed(app, owner) {
+      const skillMd = `---\nname: proposed-${owner.org.id.slice(-8).toLowerCase().replace(/[^a-z0-9]/g, 'x')}\ndescription: fixture\n---\n\nDo it.\n`
+      const res = await app.inject({ method: 'POST', url: '/api/skills/proposals', headers: { cookie: owner.cookie }, payload: { skillMd } })
+      return { id: (res.json() as { proposal: { id: string } }).proposal.id }
+    },
+    snapshot: (app, owner) => rows(app, sql`select id, state, skill_id from skill_proposals where org_id = ${owner.org.id} order by id`)
+  },
+  {
+    name: 'playbooks',
+    routes: ['GET /api/playbooks/:id', 'PATCH /api/playbooks/:id', 'DELETE /api/playbooks/:id', 'POST /api/playbooks/:id/run'],
+    lists: ['GET /api/playbooks'],
+    async seed(app, owner) {
+      const skill = await app.inject({ method: 'POST', url: '/api/skills', headers: { cookie: owner.cookie }, payload: { name: 'playbook-step', description: 'fixture', instructions: 'Step.' } })
+      const skillId = (skill.json() as { skill: { id: string } }).skill.id
+      const res = await app.inject({ method: 'POST', url: '/api/playbooks', headers: { cookie: owner.cookie }, payload: { name: `fixture ${owner.org.id}`, steps: [{ skillId }] } })
+      return { id: (res.json() as { playbook: { id: string } }).playbook.id }
+    },
+    snapshot: (app, owner) => rows(app, sql`select p.id, p.name, (select count(*)::int from playbook_steps s where s.playbook_id = p.id) as steps,
+      (select count(*)::int from playbook_runs r where r.org_id = p.org_id) as runs from playbooks p where p.org_id = ${owner.org.id} order by p.id`),
+    body: (route) => (route === 'PATCH /api/playbooks/:id' ? { name: 'attack' } : route.startsWith('POST') ? {} : undefined)
+  },
+  {
+    name: 'projects',
+    routes: ['GET /api/projects/:id', 'PATCH /api/projects/:id', 'DELETE /api/projects/:id'],
+    lists: ['GET /api/projects'],
+    async seed(app, owner) {
+      const res = await app.inject({ method: 'POST', url: '/api/projects', headers: { cookie: owner.cookie }, payload: { name: `fixture ${owner.org.id}` } })
+      return { id: (res.json() as { project: { id: string } }).project.id }
+    },
+    snapshot: (app, owner) => rows(app, sql`select id, name, archived_at from projects where org_id = ${owner.org.id} order by id`),
+    body: (route) => (route === 'PATCH /api/projects/:id' ? { name: 'attack', archived: true } : undefined)
+  },
+  {
+    name: 'tasks',
+    routes: ['GET /api/tasks/:id', 'PATCH /api/tasks/:id', 'DELETE /api/tasks/:id', 'POST /api/tasks/:id/move', 'POST /api/tasks/:id/run'],
+    lists: ['GET /api/tasks'],
+    async seed(app, owner) {
+      const res = await app.inject({ method: 'POST', url: '/api/tasks', headers: { cookie: owner.cookie }, payload: { title: `fixture ${owner.org.id}` } })
+      return { id: (res.json() as { task: { id: string } }).task.id }
+    },
+    snapshot: (app, owner) => rows(app, sql`select id, title, status, position, revision, run_id from tasks where org_id = ${owner.org.id} order by id`),
+    body: (route) => (route === 'PATCH /api/tasks/:id' ? { title: 'attack', revision: 1 }
+      : route === 'POST /api/tasks/:id/move' ? { status: 'done', revision: 1 } : route.startsWith('POST') ? {} : undefined)
+  },
+  {
     name: 'agent runtime',
     routes: [
       'GET /api/runs/:id/approvals',

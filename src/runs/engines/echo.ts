@@ -28,6 +28,14 @@ export function learnedDrafts(prompt: string): Array<{ title: string; body: stri
     .map((body) => ({ title: [...body].slice(0, 80).join(''), body }))
 }
 
+/**
+ * The prompt's fenced ```skill blocks, in order: each is a SKILL.md the echo engine proposes
+ * (contract 9), so the learning lane can be exercised offline.
+ */
+export function proposedSkillFiles(prompt: string): string[] {
+  return [...prompt.replace(/\r\n?/g, '\n').matchAll(/^[ \t]*```skill[ \t]*\n([\s\S]*?)\n[ \t]*```[ \t]*$/gm)].map((m) => m[1]!)
+}
+
 /** Contract 5: offline, deterministic, always ready; streams the prompt back word by word. */
 export function echoEngine(opts: { wordDelayMs: number }): Engine {
   const model: ModelInfo = { id: 'echo', engine: 'echo', name: 'Echo (offline)' }
@@ -52,6 +60,7 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
       await ctx.emit('message.completed', { text })
       for (const name of artifactNames(ctx.prompt)) await ctx.saveArtifact(name, text, 'text/markdown')
       for (const draft of learnedDrafts(ctx.prompt)) await ctx.proposeKnowledge(draft)
+      for (const skillMd of proposedSkillFiles(ctx.prompt)) await ctx.proposeSkill({ skillMd })
       return { text, facts: rememberSentences(ctx.prompt), usage: { promptTokens: parts.length, completionTokens: parts.length } }
     },
     async chat(messages, _model, signal, out) {

@@ -4,6 +4,7 @@ import type { ModelInfo } from '../../../plugins/features.js'
 import type { SavedArtifact } from '../artifact-port.js'
 import type { ProposedDraft } from '../knowledge-port.js'
 import type { RecalledItem } from '../memory-port.js'
+import type { ProposedSkill } from '../skills-port.js'
 
 /** What an engine gets while it runs one run. */
 export interface EngineContext {
@@ -22,6 +23,8 @@ export interface EngineContext {
   saveArtifact(name: string, content: string, contentType: string): Promise<SavedArtifact>
   /** proposes knowledge: an open draft in the org's learning lane (contract 8) */
   proposeKnowledge(draft: { title: string; body: string }): Promise<ProposedDraft>
+  /** proposes a SKILL.md: an open proposal in the org's learning lane (contract 9), or why not */
+  proposeSkill(proposal: { skillMd: string; skillId?: string | undefined }): Promise<ProposedSkill>
 }
 
 /** An OpenAI `tools` entry. */

@@ -1,0 +1,406 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { Static } from 'typebox'
+import { Type } from 'typebox'
+import { conflict, notFound, validationFailed } from '../../plugins/errors.js'
+import { sendStored } from '../../plugins/idempotency/index.js'
+import { errorResponses } from '../../schemas/common.js'
+import { RunEnvelope } from '../../schemas/runs.js'
+import {
+  AcceptedProposal, CreatePlaybookBody, CreateProposalBody, CreateSkillBody, IdParams, ListProposalsQuery, ListSkillsQuery,
+  PlaybookEnvelope, PlaybookPage, ProposalEnvelope, ProposalPage, RunPlaybookBody, RunSkillBody, SkillEnvelope, SkillPage, UpdatePlaybookBody,
+  UpdateSkillBody
+} from '../../schemas/skills.js'
+import { principalOf, realUserId } from '../auth/principal.js'
+import {
+  createPlaybook, deletePlaybook, getPlaybook, insertPlaybookRun, listPlaybooks, playbookToWire, snapshotSteps, stepMetadata, updatePlaybook,
+  type MissingSkill
+} from './playbooks-repo.js'
+import { acceptProposal, insertProposal, listProposals, proposalToWire, rejectProposal, type DecisionRefusal } from './proposals-repo.js'
+import { targetOf } from './service.js'
+import { checkSkillFields, normalizeInstructions, parseSkillMd, renderSkillMd, type SkillFields, type SkillProblem } from './skill-md.js'
+import { deleteSkill, fieldsOf, getSkill, insertSkill, listSkills, skillPrompt, skillToWire, updateSkill } from './skills-repo.js'
+
+const SKILLS = ['skills']
+const PLAYBOOKS = ['playbooks']
+const IDEMPOTENCY_HEADER = { type: 'object', properties: { 'idempotency-key': { type: 'string', description: '1 to 255 characters' } } } as const
+const SkillMdResponse = {
+  description: 'the skill as a SKILL.md file',
+  content: { 'text/markdown': { schema: Type.String() } }
+}
+
+type FieldsBody = Omit<Static<typeof CreateSkillBody>, 'skillMd'>
+
+/** The fields sent (not a file) over a base: what the skill will be; every problem at once. */
+function skillFromFields(body: FieldsBody, base: SkillFields | null): SkillFields {
+  const fields: SkillFields = {
+    name: body.name ?? base?.name ?? '',
+    description: body.description ?? base?.description ?? '',
+    instructions: normalizeInstructions(body.instructions ?? base?.instructions ?? ''),
+    license: body.license !== undefined ? body.license : base?.license ?? null,
+    compatibility: body.compatibility !== undefined ? body.compatibility : base?.compatibility ?? null,
+    allowedTools: body.allowedTools ?? base?.allowedTools ?? [],
+    metadata: body.metadata ?? base?.metadata ?? {}
+  }
+  const problems = checkSkillFields(fields)
+  if (problems.length > 0) throw validationFailed(problems.map(inBody))
+  return fields
+}
+
+/** A SKILL.md sent as text: its fields, or a 400 listing every problem with its line and column. */
+function skillFromFile(skillMd: string): SkillFields {
+  const parsed = parseSkillMd(skillMd)
+  if (!parsed.ok) throw validationFailed(parsed.problems.map(inBody))
+  return parsed.skill
+}
+
+/** Problem paths as the schema validator writes them (`/body/skillMd`, `/body/name`). */
+const inBody = (p: SkillProblem): SkillProblem => ({ ...p, path: `/body${p.path}` })
+
+function skillFromBody(body: Static<typeof CreateSkillBody>, base: SkillFields | null): SkillFields {
+  const { skillMd, ...fields } = body
+  if (skillMd === undefined) return skillFromFields(fields, base)
+  const extra = Object.keys(fields).filter((k) => k !== 'version')
+  if (extra.length > 0) throw validationFailed(extra.map((k) => ({ path: `/body/${k}`, message: 'send either skillMd or the fields, not both' })))
+  return skillFromFile(skillMd)
+}
+
+const nameTaken = (name: string) => conflict(`a skill named ${JSON.stringify(name)} exists in this organization`)
+const noSkill = () => notFound('no such skill in this organization')
+const noPlaybook = () => notFound('no such playbook in this organization')
+const missingStep = (m: MissingSkill) => notFound(m.missingStep >= 0
+  ? `no such skill in this organization (steps/${m.missingStep}/skillId)`
+  : 'a step\'s skill was deleted meanwhile')
+
+function refusal(r: DecisionRefusal): Error {
+  switch (r.refused) {
+    case 'missing': return notFound('no such skill proposal in this organization')
+    case 'not_open': return conflict(`the proposal is ${r.state}, not open`)
+    case 'skill_gone': return conflict('the skill this proposal changes was deleted')
+    case 'stale': return conflict(`the skill is at version ${r.current}, not the proposal's base version; propose again against it`)
+    case 'name_taken': return nameTaken(r.name)
+    case 'invalid': return conflict('the proposal is not a valid SKILL.md under the current rules')
+  }
+}
+
+/** Contract 9: skills (Agent Skills SKILL.md), skill runs, proposals and playbooks. */
+const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  // ---- skills -------------------------------------------------------------------
+
+  app.post('/skills', {
+    schema: {
+      operationId: 'createSkill',
+      tags: SKILLS,
+      summary: 'Create a skill from a SKILL.md (`skillMd`) or from its fields (version 1)',
+      body: CreateSkillBody,
+      response: { 201: SkillEnvelope, ...errorResponses() }
+    }
+  }, async (request, reply) => {
+    const principal = principalOf(request)
+    const fields = skillFromBody(request.body, null)
+    const skill = await insertSkill(app.db, principal.orgId, fields, { kind: 'manual' }, realUserId(principal))
+    if (skill === 'name_taken') throw nameTaken(fields.name)
+    return reply.code(201).send({ skill: skillToWire(skill) })
+  })
+
+  app.get('/skills', {
+    schema: {
+      operationId: 'listSkills',
+      tags: SKILLS,
+      summary: 'Skills of the org, newest first',
+      querystring: ListSkillsQuery,
+      response: { 200: SkillPage, ...errorResponses() }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const page = await listSkills(app.db, orgId, { limit: request.query.limit ?? 50, cursor: request.query.cursor })
+    return { items: page.items.map(skillToWire), nextCursor: page.nextCursor }
+  })
+
+  // ---- proposals (static paths before /skills/:id) ------------------------------
+
+  app.post('/skills/proposals', {
+    schema: {
+      operationId: 'createSkillProposal',
+      tags: SKILLS,
+      summary: 'Propose a SKILL.md: a new skill, or a change of `skillId` (or of the skill with its name) against `baseVersion`',
+      body: CreateProposalBody,
+      response: { 201: ProposalEnvelope, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const principal = principalOf(request)
+    const { skillMd, skillId, baseVersion } = request.body
+    const fields = skillFromFile(skillMd)
+    const target = await targetOf(app.db, principal.orgId, skillId, fields.name)
+    if (target === 'missing') throw noSkill()
+    const proposal = await insertProposal(app.db, principal.orgId, {
+      skillMd, skillId: target?.id ?? null, baseVersion: target ? baseVersion ?? target.version : null, runId: null, createdBy: realUserId(principal)
+    })
+    return reply.code(201).send({ proposal: proposalToWire(proposal) })
+  })
+
+  app.get('/skills/proposals', {
+    schema: {
+      operationId: 'listSkillProposals',
+      tags: SKILLS,
+      summary: 'Proposals, newest first; `state` and `skillId` filter',
+      querystring: ListProposalsQuery,
+      response: { 200: ProposalPage, ...errorResponses() }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const q = request.query
+    const page = await listProposals(app.db, orgId, { state: q.state, skillId: q.skillId, limit: q.limit ?? 50, cursor: q.cursor })
+    return { items: page.items.map(proposalToWire), nextCursor: page.nextCursor }
+  })
+
+  app.post('/skills/proposals/:id/accept', {
+    schema: {
+      operationId: 'acceptSkillProposal',
+      tags: SKILLS,
+      summary: 'Accept an open proposal: the skill\'s next version (409 when it moved past `baseVersion`) or a new skill',
+      params: IdParams,
+      response: { 200: AcceptedProposal, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const principal = principalOf(request)
+    const result = await acceptProposal(app.db, principal.orgId, request.params.id, realUserId(principal))
+    if ('refused' in result) throw refusal(result)
+    return { proposal: proposalToWire(result.proposal), skill: skillToWire(result.skill) }
+  })
+
+  app.post('/skills/proposals/:id/reject', {
+    schema: {
+      operationId: 'rejectSkillProposal',
+      tags: SKILLS,
+      summary: 'Reject an open proposal; a run does not propose the same content again',
+      params: IdParams,
+      response: { 200: ProposalEnvelope, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const principal = principalOf(request)
+    const result = await rejectProposal(app.db, principal.orgId, request.params.id, realUserId(principal))
+    if ('refused' in result) throw refusal(result)
+    return { proposal: proposalToWire(result) }
+  })
+
+  // ---- one skill ----------------------------------------------------------------
+
+  app.get('/skills/:id', {
+    schema: {
+      operationId: 'getSkill',
+      tags: SKILLS,
+      summary: 'One skill',
+      params: IdParams,
+      response: { 200: SkillEnvelope, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const skill = await getSkill(app.db, orgId, request.params.id)
+    if (!skill) throw noSkill()
+    return { skill: skillToWire(skill) }
+  })
+
+  app.get('/skills/:id/skill.md', {
+    schema: {
+      operationId: 'getSkillFile',
+      tags: SKILLS,
+      summary: 'The skill as a SKILL.md (front matter and instructions); parsing it gives the same skill',
+      params: IdParams,
+      response: { 200: SkillMdResponse, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const { orgId } = principalOf(request)
+    const skill = await getSkill(app.db, orgId, request.params.id)
+    if (!skill) throw noSkill()
+    return reply.type('text/markdown; charset=utf-8')
+      .header('content-disposition', 'inline; filename="SKILL.md"')
+      .send(renderSkillMd(fieldsOf(skill)))
+  })
+
+  app.patch('/skills/:id', {
+    schema: {
+      operationId: 'updateSkill',
+      tags: SKILLS,
+      summary: 'The next version: a whole `skillMd`, or the fields sent; `version` must be the current one (409 otherwise)',
+      params: IdParams,
+      body: UpdateSkillBody,
+      response: { 200: SkillEnvelope, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const { version, ...body } = request.body
+    const current = await getSkill(app.db, orgId, request.params.id)
+    if (!current) throw noSkill()
+    const fields = skillFromBody(body, fieldsOf(current))
+    const result = await updateSkill(app.db, orgId, current.id, fields, version)
+    if (result === 'missing') throw noSkill()
+    if (result === 'stale') throw conflict(`version ${version} is not the skill's current version; read it again and retry`)
+    if (result === 'name_taken') throw nameTaken(fields.name)
+    return { skill: skillToWire(result) }
+  })
+
+  app.delete('/skills/:id', {
+    schema: {
+      operationId: 'deleteSkill',
+      tags: SKILLS,
+      summary: 'Delete a skill (409 while a playbook has it as a step)',
+      params: IdParams,
+      response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const { orgId } = principalOf(request)
+    const result = await deleteSkill(app.db, orgId, request.params.id)
+    if (result === 'in_use') throw conflict('a playbook has this skill as a step; change or delete the playbook first')
+    if (!result) throw noSkill()
+    return reply.code(204).send(null)
+  })
+
+  app.post('/skills/:id/run', {
+    config: { idempotent: true },
+    schema: {
+      operationId: 'runSkill',
+      tags: SKILLS,
+      summary: 'Run a skill: the prompt is its instructions, a blank line, then `input`; honours Idempotency-Key',
+      headers: IDEMPOTENCY_HEADER,
+      params: IdParams,
+      // every field is optional, and so is the body itself
+      body: Type.Union([RunSkillBody, Type.Null()]),
+      response: { 201: RunEnvelope, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const principal = principalOf(request)
+    const skill = await getSkill(app.db, principal.orgId, request.params.id)
+    if (!skill) throw noSkill()
+    const { input, rootRunId, engine, model } = request.body ?? {}
+    const prompt = skillPrompt(skill.instructions, input)
+    if (prompt === '') throw validationFailed([{ path: '/body/input', message: 'this skill has no instructions: send an input' }])
+    const answer = await app.runs.dispatch({
+      principal,
+      body: { prompt, engine, model, rootRunId, metadata: { skillId: skill.id, skillVersion: skill.version } },
+      origin: 'skill',
+      idempotency: request.idempotency,
+      log: request.log
+    })
+    return sendStored(reply, answer)
+  })
+
+  // ---- playbooks ----------------------------------------------------------------
+
+  app.post('/playbooks', {
+    schema: {
+      operationId: 'createPlaybook',
+      tags: PLAYBOOKS,
+      summary: 'Create a playbook: skill steps run one after the other in one thread',
+      body: CreatePlaybookBody,
+      response: { 201: PlaybookEnvelope, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const principal = principalOf(request)
+    const { name, description, steps } = request.body
+    const playbook = await createPlaybook(app.db, principal.orgId, {
+      name, description: description ?? '', steps: steps.map((s) => ({ skillId: s.skillId, input: s.input ?? '' }))
+    }, realUserId(principal))
+    if ('missingStep' in playbook) throw missingStep(playbook)
+    return reply.code(201).send({ playbook: playbookToWire(playbook) })
+  })
+
+  app.get('/playbooks', {
+    schema: {
+      operationId: 'listPlaybooks',
+      tags: PLAYBOOKS,
+      summary: 'Playbooks of the org, newest first',
+      querystring: ListSkillsQuery,
+      response: { 200: PlaybookPage, ...errorResponses() }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const page = await listPlaybooks(app.db, orgId, { limit: request.query.limit ?? 50, cursor: request.query.cursor })
+    return { items: page.items.map(playbookToWire), nextCursor: page.nextCursor }
+  })
+
+  app.get('/playbooks/:id', {
+    schema: {
+      operationId: 'getPlaybook',
+      tags: PLAYBOOKS,
+      summary: 'One playbook',
+      params: IdParams,
+      response: { 200: PlaybookEnvelope, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const playbook = await getPlaybook(app.db, orgId, request.params.id)
+    if (!playbook) throw noPlaybook()
+    return { playbook: playbookToWire(playbook) }
+  })
+
+  app.patch('/playbooks/:id', {
+    schema: {
+      operationId: 'updatePlaybook',
+      tags: PLAYBOOKS,
+      summary: 'Change a playbook; `steps` replaces them all (runs under way keep the steps they started with)',
+      params: IdParams,
+      body: UpdatePlaybookBody,
+      response: { 200: PlaybookEnvelope, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const { steps, ...rest } = request.body
+    const result = await updatePlaybook(app.db, orgId, request.params.id, {
+      ...rest, steps: steps?.map((s) => ({ skillId: s.skillId, input: s.input ?? '' }))
+    })
+    if (!result) throw noPlaybook()
+    if ('missingStep' in result) throw missingStep(result)
+    return { playbook: playbookToWire(result) }
+  })
+
+  app.delete('/playbooks/:id', {
+    schema: {
+      operationId: 'deletePlaybook',
+      tags: PLAYBOOKS,
+      summary: 'Delete a playbook (runs under way finish their steps)',
+      params: IdParams,
+      response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const { orgId } = principalOf(request)
+    if (!(await deletePlaybook(app.db, orgId, request.params.id))) throw noPlaybook()
+    return reply.code(204).send(null)
+  })
+
+  app.post('/playbooks/:id/run', {
+    config: { idempotent: true },
+    schema: {
+      operationId: 'runPlaybook',
+      tags: PLAYBOOKS,
+      summary: 'Run a playbook: answers the first step\'s run, the root of a thread in which each next step starts when the previous one succeeded',
+      headers: IDEMPOTENCY_HEADER,
+      params: IdParams,
+      body: Type.Union([RunPlaybookBody, Type.Null()]),
+      response: { 201: RunEnvelope, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const principal = principalOf(request)
+    const playbook = await getPlaybook(app.db, principal.orgId, request.params.id)
+    if (!playbook) throw noPlaybook()
+    const { input, engine, model } = request.body ?? {}
+    const steps = await snapshotSteps(app.db, principal.orgId, playbook, input)
+    if (!steps) throw conflict('a step\'s skill was deleted meanwhile; read the playbook again')
+    const empty = steps.findIndex((s) => s.prompt === '')
+    if (empty >= 0) throw validationFailed([{ path: '/body/input', message: `step ${empty}'s skill has no instructions and the step no input: send an input` }])
+    const first = steps[0]!
+    const answer = await app.runs.dispatch({
+      principal,
+      body: { prompt: first.prompt, engine, model, metadata: stepMetadata(playbook.id, 0, first) },
+      origin: 'skill',
+      idempotency: request.idempotency,
+      log: request.log,
+      attach: async (tx, run) => {
+        await insertPlaybookRun(tx, { rootRunId: run.id, orgId: principal.orgId, playbookId: playbook.id, steps, engine: run.engine, model: run.model })
+        return {}
+      }
+    })
+    return sendStored(reply, answer)
+  })
+}
+
+export default skillsRoutes

@@ -1,0 +1,62 @@
+import { and, eq } from 'drizzle-orm'
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import type { Db } from '../db/client.js'
+import type { RunFollowUps, RunSkills } from '../runs/skills-port.js'
+import { nextPlaybookStep } from './playbooks-repo.js'
+import { insertProposal, sameContent } from './proposals-repo.js'
+import { parseSkillMd, type SkillProblem } from './skill-md.js'
+import { getSkill, type SkillRow } from './skills-repo.js'
+import { skills } from './tables.js'
+
+/** The skills group's instance-wide side, as `app.skills`. */
+export interface SkillsService {
+  /** the runs group's port: what a run proposes */
+  forRuns: RunSkills
+  /** the next step of a playbook, started in the transaction that finished the previous one */
+  followUps: RunFollowUps
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    skills: SkillsService
+  }
+}
+
+/** Problems of a SKILL.md in one line each, for a run's tool result. */
+export const describeProblems = (problems: SkillProblem[]) =>
+  problems.map((p) => (p.line ? `line ${p.line}, column ${p.column ?? 1}: ${p.message}` : `${p.path}: ${p.message}`)).join('; ')
+
+/**
+ * The skill a proposal changes: the one named by id, else the org's skill of the same
+ * name (a run rarely knows ids), else none (a new skill). `missing` when an id names nothing.
+ */
+export async function targetOf(db: Db, orgId: string, skillId: string | undefined, name: string): Promise<SkillRow | null | 'missing'> {
+  if (skillId !== undefined) return (await getSkill(db, orgId, skillId)) ?? 'missing'
+  const [byName] = await db.select().from(skills).where(and(eq(skills.orgId, orgId), eq(skills.name, name)))
+  return byName ?? null
+}
+
+/** The skills service: the port runs propose skills through, and the playbook follow-up. */
+export default fp(async function skillsService(app: FastifyInstance) {
+  const db = app.db
+  app.decorate('skills', {
+    forRuns: {
+      async propose(run, { skillMd, skillId }) {
+        const parsed = parseSkillMd(skillMd)
+        if (!parsed.ok) return { refused: `the SKILL.md is invalid: ${describeProblems(parsed.problems)}` }
+        const target = await targetOf(db, run.orgId, skillId, parsed.skill.name)
+        if (target === 'missing') return { refused: 'no such skill in this organization' }
+        // contract 9: content a person rejected is not proposed again; an open one is not doubled
+        const same = await sameContent(db, run.orgId, skillMd)
+        if (same?.state === 'rejected') return { refused: 'this exact SKILL.md was proposed before and rejected' }
+        if (same?.state === 'open') return { proposalId: same.id, state: 'open' }
+        const proposal = await insertProposal(db, run.orgId, {
+          skillMd, skillId: target?.id ?? null, baseVersion: target?.version ?? null, runId: run.runId, createdBy: null
+        })
+        return { proposalId: proposal.id, state: 'open' }
+      }
+    },
+    followUps: { afterFinish: nextPlaybookStep }
+  } satisfies SkillsService)
+}, { name: 'skills', fastify: '5.x', dependencies: ['db'] })

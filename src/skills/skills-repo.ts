@@ -1,0 +1,88 @@
+import { and, desc, eq, lt, sql } from 'drizzle-orm'
+import type { Db, Tx } from '../db/client.js'
+import { isForeignKeyViolation, isUniqueViolation } from '../db/faults.js'
+import { newId } from '../db/ids.js'
+import { decodeCursor, pageOf } from '../db/paging.js'
+import { isoOf } from '../db/rows.js'
+import type { SkillFields } from './skill-md.js'
+import { skills, type SkillSource } from './tables.js'
+
+export type SkillRow = typeof skills.$inferSelect
+
+export function skillToWire(s: SkillRow) {
+  return {
+    id: s.id, name: s.name, description: s.description, instructions: s.instructions, license: s.license,
+    compatibility: s.compatibility, allowedTools: s.allowedTools, metadata: s.metadata, version: s.version,
+    source: s.source, createdAt: isoOf(s.createdAt), updatedAt: isoOf(s.updatedAt), createdBy: s.createdBy
+  }
+}
+
+/** The fields of a stored skill, as the SKILL.md parser and renderer see them. */
+export function fieldsOf(s: SkillRow): SkillFields {
+  return {
+    name: s.name, description: s.description, instructions: s.instructions, license: s.license,
+    compatibility: s.compatibility, allowedTools: s.allowedTools, metadata: s.metadata
+  }
+}
+
+/** Why a write was refused: the name is another skill's, or the version moved on. */
+export type SkillWriteRefusal = 'name_taken' | 'stale' | 'missing'
+
+/** Creates version 1; `name_taken` when another skill of the org has the name. */
+export async function insertSkill(db: Db | Tx, orgId: string, fields: SkillFields, source: SkillSource, createdBy: string | null): Promise<SkillRow | 'name_taken'> {
+  try {
+    const [row] = await db.insert(skills).values({ id: newId(), orgId, ...fields, source, createdBy }).returning()
+    return row!
+  } catch (err) {
+    if (isUniqueViolation(err)) return 'name_taken'
+    throw err
+  }
+}
+
+export async function getSkill(db: Db | Tx, orgId: string, id: string): Promise<SkillRow | null> {
+  const [row] = await db.select().from(skills).where(and(eq(skills.orgId, orgId), eq(skills.id, id)))
+  return row ?? null
+}
+
+/** Skills of the org, newest first. */
+export async function listSkills(db: Db, orgId: string, q: { limit: number; cursor: string | undefined }) {
+  const cursor = decodeCursor(q.cursor)
+  const rows = await db.select().from(skills)
+    .where(and(eq(skills.orgId, orgId), cursor ? lt(skills.id, cursor) : undefined))
+    .orderBy(desc(skills.id)).limit(q.limit + 1)
+  return pageOf(rows, q.limit, (s) => s.id)
+}
+
+/**
+ * The next version, when `version` is the current one: one conditional UPDATE, so of two
+ * writers with the same version exactly one wins.
+ */
+export async function updateSkill(db: Db | Tx, orgId: string, id: string, fields: SkillFields, version: number): Promise<SkillRow | SkillWriteRefusal> {
+  try {
+    const [row] = await db.update(skills)
+      .set({ ...fields, version: sql`${skills.version} + 1`, updatedAt: sql`now()` })
+      .where(and(eq(skills.orgId, orgId), eq(skills.id, id), eq(skills.version, version)))
+      .returning()
+    if (row) return row
+  } catch (err) {
+    if (isUniqueViolation(err)) return 'name_taken'
+    throw err
+  }
+  return (await getSkill(db, orgId, id)) ? 'stale' : 'missing'
+}
+
+/** Deletes a skill; `in_use` when a playbook step still runs it. */
+export async function deleteSkill(db: Db, orgId: string, id: string): Promise<boolean | 'in_use'> {
+  try {
+    const rows = await db.delete(skills).where(and(eq(skills.orgId, orgId), eq(skills.id, id))).returning({ id: skills.id })
+    return rows.length === 1
+  } catch (err) {
+    if (isForeignKeyViolation(err)) return 'in_use'
+    throw err
+  }
+}
+
+/** The prompt of a skill run (contract 9): the instructions, a blank line, then the input. */
+export function skillPrompt(instructions: string, input: string | undefined): string {
+  return [instructions, input ?? ''].filter((part) => part.trim() !== '').join('\n\n')
+}
