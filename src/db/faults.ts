@@ -84,5 +84,5 @@ function sqlStateOf(err: unknown): string | undefined {
 /** A unique violation (23505): a name or key that is taken. */
 export const isUniqueViolation = (err: unknown): boolean => sqlStateOf(err) === '23505'
 
-/** A foreign key violation (23503): a row still referred to, or a reference to nothing. */
-export const isForeignKeyViolation = (err: unknown): boolean => sqlStateOf(err) === '23503'
+/** A foreign key violation: a row still referred to (23503, or 23001 under ON DELETE RESTRICT), or a reference to nothing. */
+export const isForeignKeyViolation = (err: unknown): boolean => ['23503', '23001'].includes(sqlStateOf(err) ?? '')

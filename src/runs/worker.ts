@@ -284,7 +284,8 @@ export class RunWorker {
       }
       return started
     })
-    // committed: a run.queued that cannot be stored now is stored by the sweeper
+    // committed: a run.queued that cannot be stored now (or by a killed instance) is stored by the sweeper
+    if (this.killed) return
     for (const followUp of next) {
       await announceQueued(o.events, followUp).catch((err: unknown) => o.log.warn({ err, runId: followUp.id }, 'run.queued of a follow-up run not stored; the sweeper will announce it'))
     }
