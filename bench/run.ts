@@ -7,6 +7,7 @@ import { benchKnowledge } from './knowledge.js'
 import { benchMemory } from './memory.js'
 import { benchRuns } from './runs.js'
 import { benchRuntime } from './runtime.js'
+import { benchSkills } from './skills.js'
 
 const benches: Record<string, () => Promise<string>> = {
   foundation: benchFoundation,
@@ -15,7 +16,8 @@ const benches: Record<string, () => Promise<string>> = {
   runtime: benchRuntime,
   memory: benchMemory,
   artifacts: benchArtifacts,
-  knowledge: benchKnowledge
+  knowledge: benchKnowledge,
+  skills: benchSkills
 }
 
 const wanted = process.argv.slice(2)

@@ -50,7 +50,7 @@ export interface IdempotencyLock {
    * as a CTE the work depends on (`with k as (…) insert … select … from k`), so the work
    * happens only if the answer is stored; then call `markStored()`.
    */
-  completion(status: number, body: unknown): { update: SQL; answer: StoredAnswer }
+  completion(status: number, body: unknown, when?: SQL): { update: SQL; answer: StoredAnswer }
   markStored(): void
   /** for a handler whose `completion` yielded no row: throw this, and the key's holder answers */
   taken(): Error
@@ -133,12 +133,16 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance, opts: I
   pruner.unref()
   app.addHook('onClose', async () => clearInterval(pruner))
 
-  /** Stores the answer as `done`, unless a live row holds the key: `returning 1` tells which. */
-  function storeAnswer(state: KeyState, status: number, payload: string): SQL {
+  /**
+   * Stores the answer as `done`, unless a live row holds the key (or `when` does not hold):
+   * `returning 1` tells which.
+   */
+  function storeAnswer(state: KeyState, status: number, payload: string, when?: SQL): SQL {
+    const values = sql`${state.orgId}, ${state.route}, ${state.key}, ${state.fingerprint}, 'done', null, null,
+              now() + make_interval(secs => ${IDEMPOTENCY_RETENTION_MS / 1000}), ${status}, 'application/json', ${payload}`
     return sql`
       insert into idempotency_keys (org_id, route, key, fingerprint, state, lock_token, locked_until, expires_at, response_status, response_type, response_body)
-      values (${state.orgId}, ${state.route}, ${state.key}, ${state.fingerprint}, 'done', null, null,
-              now() + make_interval(secs => ${IDEMPOTENCY_RETENTION_MS / 1000}), ${status}, 'application/json', ${payload})
+      ${when ? sql`select ${values} where ${when}` : sql`values (${values})`}
       on conflict (org_id, route, key) do update set
         fingerprint = excluded.fingerprint, state = 'done', lock_token = null, locked_until = null,
         expires_at = excluded.expires_at, created_at = now(), response_status = excluded.response_status,
@@ -186,9 +190,9 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance, opts: I
     const route = `${request.method} ${request.url.split('?')[0]}`
     const state: KeyState = { orgId: principal.orgId, route, key, fingerprint: fingerprintOf(route, principal, request.body ?? null), stored: false, taken: false }
     keyStates.set(request, state)
-    const completion = (status: number, body: unknown) => {
+    const completion = (status: number, body: unknown, when?: SQL) => {
       const payload = JSON.stringify(body)
-      return { update: storeAnswer(state, status, payload), answer: { status, payload } }
+      return { update: storeAnswer(state, status, payload, when), answer: { status, payload } }
     }
     request.idempotency = {
       key,

@@ -1,10 +1,12 @@
+import { sql, type SQL } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Static } from 'typebox'
 import { engineUnavailable, notFound } from '../../plugins/errors.js'
 import type { IdempotencyLock, StoredAnswer } from '../../plugins/idempotency/index.js'
 import type { CreateRunBody } from '../../schemas/runs.js'
 import type { Principal } from '../auth/principal.js'
-import type { Db, Tx } from '../db/client.js'
+import { rowsOf, type Db, type Tx } from '../db/client.js'
+import { boolOf } from '../db/rows.js'
 import { newId } from '../db/ids.js'
 import type { Engine } from './engines/types.js'
 import type { EngineRegistry } from './engines/registry.js'
@@ -31,13 +33,28 @@ export interface DispatchInput {
    * the fields it answers join the reply beside `run`.
    */
   attach?: ((tx: Tx, run: RunRow) => Promise<Record<string, unknown>>) | undefined
+  /**
+   * A condition the run is stored under, checked in the statement that stores it (a skill
+   * still at the version its prompt was made from); when it does not hold, nothing is
+   * stored and `RunPreconditionFailed` is thrown.
+   */
+  precondition?: SQL | undefined
+}
+
+/** The dispatch's precondition did not hold: nothing was stored. */
+export class RunPreconditionFailed extends Error {
+  override name = 'RunPreconditionFailed'
+}
+
+async function holds(db: Db | Tx, condition: SQL): Promise<boolean> {
+  return boolOf(rowsOf<{ ok: unknown }>(await db.execute(sql`select (${condition}) as ok`))[0]?.ok)
 }
 
 /**
  * `POST /api/runs`: stores the run (and its idempotent answer, in the same commit), then
  * announces it. Returns the answer to send, which a retry with the same key replays.
  */
-export async function dispatchRun({ db, engines, events }: DispatchDeps, { principal, body, idempotency, log, attach, ...input }: DispatchInput): Promise<StoredAnswer> {
+export async function dispatchRun({ db, engines, events }: DispatchDeps, { principal, body, idempotency, log, attach, precondition, ...input }: DispatchInput): Promise<StoredAnswer> {
   const chosen = await engines.resolve(body.engine, body.model)
   if ('error' in chosen) throw engineUnavailable(chosen.error)
   const origin = input.origin ?? originOf(principal)
@@ -52,14 +69,18 @@ export async function dispatchRun({ db, engines, events }: DispatchDeps, { princ
       createdAt: new Date(), startedAt: null, finishedAt: null, leaseOwner: null, leaseExpiresAt: null, cancelRequested: false
     }
     const wire = { run: runToWire(run) }
-    const completion = idempotency?.completion(201, wire) ?? null
-    // no row: a live row holds the key (a retry or a duplicate); its answer is sent instead
-    if (!(await insertThreadRoot(db, run, completion?.update ?? null))) throw idempotency!.taken()
+    const completion = idempotency?.completion(201, wire, precondition) ?? null
+    if (!(await insertThreadRoot(db, run, completion?.update ?? null, precondition))) {
+      if (precondition && !(await holds(db, precondition))) throw new RunPreconditionFailed()
+      // no row: a live row holds the key (a retry or a duplicate); its answer is sent instead
+      throw idempotency!.taken()
+    }
     idempotency?.markStored()
     answer = completion?.answer ?? { status: 201, payload: JSON.stringify(wire) }
   } else {
     const rootRunId = body.rootRunId
     ;({ run, answer } = await db.transaction(async (tx) => {
+      if (precondition && !(await holds(tx, precondition))) throw new RunPreconditionFailed()
       const created = await createRun(tx, principal, {
         prompt: body.prompt, engine: chosen.engine.id, model: chosen.model, rootRunId, metadata: body.metadata, origin
       })

@@ -96,13 +96,13 @@ export async function insertFollowUp(tx: Tx, run: FollowUpRun): Promise<RunRow> 
  * inserted only if the guard yields a row, so the run and its stored answer commit together.
  * Returns null when the guard yielded nothing (the idempotency lock was lost).
  */
-export async function insertThreadRoot(db: Db, row: typeof runs.$inferInsert & { id: string; createdAt: Date }, guard: SQL | null): Promise<boolean> {
+export async function insertThreadRoot(db: Db, row: typeof runs.$inferInsert & { id: string; createdAt: Date }, guard: SQL | null, when?: SQL): Promise<boolean> {
   const values = sql`${row.id}, ${row.orgId}, ${row.id}, null, ${row.engine}, ${row.model ?? null}, ${row.prompt}, 'queued',
     ${row.origin}, ${JSON.stringify(row.metadata ?? {})}::jsonb, ${row.userId ?? null}, ${row.createdAt.toISOString()}::timestamptz`
   const cols = sql`(id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, user_id, created_at)`
   const result = guard
     ? await db.execute(sql`with guard as (${guard}) insert into runs ${cols} select ${values} from guard returning id`)
-    : await db.execute(sql`insert into runs ${cols} values (${values}) returning id`)
+    : await db.execute(when ? sql`insert into runs ${cols} select ${values} where ${when} returning id` : sql`insert into runs ${cols} values (${values}) returning id`)
   return rowsOf(result).length === 1
 }
 

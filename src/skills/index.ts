@@ -16,7 +16,8 @@ import {
   type MissingSkill
 } from './playbooks-repo.js'
 import { acceptProposal, insertProposal, listProposals, proposalToWire, rejectProposal, type DecisionRefusal } from './proposals-repo.js'
-import { targetOf } from './service.js'
+import { stillAt, targetOf } from './service.js'
+import { RunPreconditionFailed } from '../runs/dispatch.js'
 import { checkSkillFields, normalizeInstructions, parseSkillMd, renderSkillMd, type SkillFields, type SkillProblem } from './skill-md.js'
 import { deleteSkill, fieldsOf, getSkill, insertSkill, listSkills, skillPrompt, skillToWire, updateSkill } from './skills-repo.js'
 
@@ -269,19 +270,28 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
   }, async (request, reply) => {
     const principal = principalOf(request)
-    const skill = await getSkill(app.db, principal.orgId, request.params.id)
-    if (!skill) throw noSkill()
     const { input, rootRunId, engine, model } = request.body ?? {}
-    const prompt = skillPrompt(skill.instructions, input)
-    if (prompt === '') throw validationFailed([{ path: '/body/input', message: 'this skill has no instructions: send an input' }])
-    const answer = await app.runs.dispatch({
-      principal,
-      body: { prompt, engine, model, rootRunId, metadata: { skillId: skill.id, skillVersion: skill.version } },
-      origin: 'skill',
-      idempotency: request.idempotency,
-      log: request.log
-    })
-    return sendStored(reply, answer)
+    // the cached skill first; a skill changed meanwhile is read again, once
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const skill = await app.skills.runnable(principal.orgId, request.params.id, attempt > 0)
+      if (!skill) throw noSkill()
+      const prompt = skillPrompt(skill.instructions, input)
+      if (prompt === '') throw validationFailed([{ path: '/body/input', message: 'this skill has no instructions: send an input' }])
+      try {
+        const answer = await app.runs.dispatch({
+          principal,
+          body: { prompt, engine, model, rootRunId, metadata: { skillId: skill.id, skillVersion: skill.version } },
+          origin: 'skill',
+          precondition: stillAt(principal.orgId, skill),
+          idempotency: request.idempotency,
+          log: request.log
+        })
+        return sendStored(reply, answer)
+      } catch (err) {
+        if (!(err instanceof RunPreconditionFailed)) throw err
+      }
+    }
+    throw conflict('the skill changed while the run was starting; retry')
   })
 
   // ---- playbooks ----------------------------------------------------------------

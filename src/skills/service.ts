@@ -1,4 +1,5 @@
-import { and, eq } from 'drizzle-orm'
+import { and, eq, sql, type SQL } from 'drizzle-orm'
+import { LRUCache } from 'lru-cache'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Db } from '../db/client.js'
@@ -15,7 +16,23 @@ export interface SkillsService {
   forRuns: RunSkills
   /** the next step of a playbook, started in the transaction that finished the previous one */
   followUps: RunFollowUps
+  /**
+   * What a skill run needs of a skill (its instructions at a version), from a per-instance
+   * cache: a run is stored only while the skill is still at that version (checked in the
+   * statement that stores it), so a stale entry costs a retry, never a wrong prompt.
+   */
+  runnable(orgId: string, skillId: string, fresh?: boolean): Promise<RunnableSkill | null>
 }
+
+export interface RunnableSkill {
+  id: string
+  instructions: string
+  version: number
+}
+
+/** The condition a skill run is stored under: the skill still exists at the version its prompt came from. */
+export const stillAt = (orgId: string, skill: RunnableSkill): SQL =>
+  sql`exists (select 1 from skills where id = ${skill.id} and org_id = ${orgId} and version = ${skill.version})`
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -40,6 +57,7 @@ export async function targetOf(db: Db, orgId: string, skillId: string | undefine
 /** The skills service: the port runs propose skills through, and the playbook follow-up. */
 export default fp(async function skillsService(app: FastifyInstance) {
   const db = app.db
+  const runnableCache = new LRUCache<string, RunnableSkill>({ max: 1000 })
   app.decorate('skills', {
     forRuns: {
       async propose(run, { skillMd, skillId }) {
@@ -57,6 +75,19 @@ export default fp(async function skillsService(app: FastifyInstance) {
         return { proposalId: proposal.id, state: 'open' }
       }
     },
-    followUps: { afterFinish: nextPlaybookStep }
+    followUps: { afterFinish: nextPlaybookStep },
+    async runnable(orgId, skillId, fresh = false) {
+      const key = `${orgId}:${skillId}`
+      const cached = fresh ? undefined : runnableCache.get(key)
+      if (cached) return cached
+      const skill = await getSkill(db, orgId, skillId)
+      if (!skill) {
+        runnableCache.delete(key)
+        return null
+      }
+      const entry = { id: skill.id, instructions: skill.instructions, version: skill.version }
+      runnableCache.set(key, entry)
+      return entry
+    }
   } satisfies SkillsService)
 }, { name: 'skills', fastify: '5.x', dependencies: ['db'] })

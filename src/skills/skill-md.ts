@@ -1,4 +1,4 @@
-import { Document, isMap, isScalar, isSeq, LineCounter, parseDocument, type Node, type Pair } from 'yaml'
+import { Document, isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, Schema, visit, type YAMLError } from 'yaml'
 
 /**
  * Agent Skills `SKILL.md` files: YAML front matter between `---` lines, then Markdown
@@ -34,9 +34,14 @@ export const SKILL_DESCRIPTION_MAX = 1024
 export const SKILL_COMPATIBILITY_MAX = 500
 
 const FIELDS = ['name', 'description', 'license', 'compatibility', 'allowed-tools', 'metadata'] as const
-const chars = (s: string) => [...s].length
+type Field = (typeof FIELDS)[number]
+const isField = (key: string): key is Field => (FIELDS as readonly string[]).includes(key)
 
-/** The Agent Skills name rules, as sentences. */
+// Agent Skills limits count characters, and an emoji is one character, not two UTF-16 units
+const chars = (s: string) => [...s].length
+/** A key as one JSON Pointer segment, so a `/` in a metadata name cannot forge a path. */
+const segment = (key: string) => key.replace(/~/g, '~0').replace(/\//g, '~1')
+
 function nameProblems(name: string): string[] {
   if (name === '') return ['name is required']
   const out: string[] = []
@@ -56,20 +61,29 @@ function descriptionProblems(description: string): string[] {
 const compatibilityProblems = (c: string | null) =>
   c !== null && chars(c) > SKILL_COMPATIBILITY_MAX ? [`compatibility has ${chars(c)} characters; at most ${SKILL_COMPATIBILITY_MAX}`] : []
 
+// a file joins the tools with spaces, so a name with a space in it would come back as two
+const toolProblems = (tool: string) =>
+  tool === '' ? ['a tool name must not be empty'] : /\s/.test(tool) ? ['a tool name must not contain spaces: allowed-tools is space-separated'] : []
+
 /** The same rules for fields sent directly (not in a file): paths `/name`, `/description`, ... */
 export function checkSkillFields(fields: SkillFields): SkillProblem[] {
   const problems: SkillProblem[] = [
     ...nameProblems(fields.name).map((message) => ({ path: '/name', message })),
     ...descriptionProblems(fields.description).map((message) => ({ path: '/description', message })),
-    ...compatibilityProblems(fields.compatibility).map((message) => ({ path: '/compatibility', message }))
+    ...compatibilityProblems(fields.compatibility).map((message) => ({ path: '/compatibility', message })),
+    ...fields.allowedTools.flatMap((tool, i) => toolProblems(tool).map((message) => ({ path: `/allowedTools/${i}`, message })))
   ]
+  for (const [key, value] of Object.entries(fields.metadata)) {
+    // the type says string, but these fields arrive from outside
+    if (typeof value !== 'string') problems.push({ path: `/metadata/${segment(key)}`, message: `metadata ${key} must be text` })
+  }
   const texts: Array<[string, string | null]> = [
     ['/name', fields.name], ['/description', fields.description], ['/instructions', fields.instructions],
     ['/license', fields.license], ['/compatibility', fields.compatibility],
     ...fields.allowedTools.map((tool, i): [string, string] => [`/allowedTools/${i}`, tool]),
-    ...Object.entries(fields.metadata).flatMap(([k, v]): Array<[string, string]> => [[`/metadata/${k}`, k], [`/metadata/${k}`, v]])
+    ...Object.entries(fields.metadata).map(([k, v]): [string, string] => [`/metadata/${segment(k)}`, `${k}${v}`])
   ]
-  for (const [path, text] of texts) if (text?.includes('\u0000')) problems.push({ path, message: 'must not contain U+0000' })
+  for (const [path, text] of texts) if (typeof text === 'string' && text.includes('\u0000')) problems.push({ path, message: 'must not contain U+0000' })
   return problems
 }
 
@@ -77,135 +91,197 @@ export function checkSkillFields(fields: SkillFields): SkillProblem[] {
 export const normalizeInstructions = (text: string): string =>
   text.replace(/\r\n?/g, '\n').replace(/^(?:[ \t]*\n)+/, '').trimEnd()
 
-/** A problem at an offset of the front matter, placed in the whole file. */
-type At = (offset: number | undefined) => { line: number; column: number }
+interface Place { line: number; column: number }
+
+const CLOSING = /^(?:---|\.\.\.)[ \t]*$/
+// gray-matter reads `---js` (and `--- coffee`) as code to run; here only YAML is front matter
+const OPENING = /^---[ \t]*(?:([^\s-]\S*)[ \t]*)?$/
+
+function openingProblem(first: string): SkillProblem | null {
+  const opening = OPENING.exec(first)
+  if (!opening) return { path: '/skillMd', message: 'a SKILL.md starts with \'---\' and YAML front matter', line: 1, column: 1 }
+  const tag = opening[1]
+  if (tag === undefined || /^ya?ml$/i.test(tag)) return null
+  return {
+    path: '/skillMd',
+    message: `front matter in '${tag}' is not accepted: a SKILL.md's front matter is YAML ('---' alone)`,
+    line: 1,
+    column: first.indexOf(tag, 3) + 1
+  }
+}
+
+// yaml reads these when a colon inside a value starts a mapping nobody meant
+const COLON_CODES = new Set(['BLOCK_AS_IMPLICIT_KEY', 'MULTILINE_IMPLICIT_KEY'])
+
+/** A yaml error or warning as one sentence, placed in the file (the YAML starts on line 2). */
+function yamlProblem(e: YAMLError): SkillProblem {
+  // prettyErrors appends the position and a code frame; the position is in line and column
+  const first = e.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '')
+  const hint = COLON_CODES.has(e.code) || /followed by map values/.test(first) ? ' (quote the value if it contains \': \')' : ''
+  const pos = e.linePos?.[0]
+  return { path: '/skillMd', message: `${first}${hint}`, line: (pos?.line ?? 1) + 1, column: pos?.col ?? 1 }
+}
+
+function placeOf(text: string, index: number): Place {
+  const before = text.slice(0, index).split('\n')
+  return { line: before.length, column: before.at(-1)!.length + 1 }
+}
+
+const kind = (node: unknown) => isSeq(node) ? 'a list' : isMap(node) ? 'a mapping' : 'not text'
 
 export function parseSkillMd(text: string): ParsedSkill {
-  const lines = text.replace(/^\uFEFF/, '').replace(/\r\n?/g, '\n').split('\n')
-  const opening = /^---([^\s-]*)[ \t]*$/.exec(lines[0] ?? '')
-  if (!opening) {
-    return { ok: false, problems: [{ path: '/skillMd', message: 'a SKILL.md starts with \'---\' and YAML front matter', line: 1, column: 1 }] }
-  }
-  const tag = opening[1]!
-  if (tag !== '' && !/^ya?ml$/i.test(tag)) {
-    return {
-      ok: false,
-      problems: [{ path: '/skillMd', message: `front matter in '${tag}' is not accepted: a SKILL.md's front matter is YAML ('---' alone)`, line: 1, column: 4 }]
-    }
-  }
-  const closing = lines.findIndex((line, i) => i > 0 && /^(---|\.\.\.)[ \t]*$/.test(line))
-  if (closing < 0) {
-    return { ok: false, problems: [{ path: '/skillMd', message: 'the front matter is not closed by a \'---\' line', line: 1, column: 1 }] }
-  }
-  const yamlText = lines.slice(1, closing).join('\n')
-  const instructions = normalizeInstructions(lines.slice(closing + 1).join('\n'))
-  const counter = new LineCounter()
-  const doc = parseDocument(yamlText, { schema: 'failsafe', prettyErrors: true, uniqueKeys: true, lineCounter: counter })
-  // the YAML starts on the file's second line
-  const at: At = (offset) => {
-    const pos = counter.linePos(offset ?? 0)
+  // line numbers stay those of the file as sent: a BOM is no line, and CRLF or CR is one line end
+  const source = text.replace(/^\uFEFF/, '').replace(/\r\n?/g, '\n')
+  const nul = source.indexOf('\u0000')
+  const nulProblem: SkillProblem[] = nul < 0 ? [] : [{ path: '/skillMd', message: 'a SKILL.md must not contain U+0000', ...placeOf(source, nul) }]
+  // in the order they appear in the file, as an editor would list them
+  const fail = (problems: SkillProblem[]): ParsedSkill => ({
+    ok: false,
+    problems: [...problems, ...nulProblem].sort((a, b) => a.line! - b.line! || a.column! - b.column!)
+  })
+
+  const lines = source.split('\n')
+  const opening = openingProblem(lines[0]!)
+  if (opening) return fail([opening])
+  const closing = lines.findIndex((line, i) => i > 0 && CLOSING.test(line))
+  if (closing < 0) return fail([{ path: '/skillMd', message: 'the front matter is not closed by a \'---\' line', line: 1, column: 1 }])
+
+  const lineCounter = new LineCounter()
+  // each front matter line ends in a line break, the last one too: a kept (`|+`) block scalar counts them
+  const yamlText = lines.slice(1, closing).map((line) => `${line}\n`).join('')
+  const doc = parseDocument(yamlText, { schema: 'failsafe', prettyErrors: true, uniqueKeys: true, lineCounter })
+  const problems = [...doc.errors, ...doc.warnings].map(yamlProblem)
+  // past a syntax error the tree is yaml's best guess: checking its fields would report ghosts
+  if (doc.errors.length > 0) return fail(problems)
+
+  const at = (node: unknown): Place => {
+    const offset = (isScalar(node) || isMap(node) || isSeq(node) || isAlias(node)) ? node.range?.[0] ?? 0 : 0
+    const pos = lineCounter.linePos(offset)
     return { line: pos.line + 1, column: pos.col }
   }
-  const problems: SkillProblem[] = [...doc.errors, ...doc.warnings].map((e) => {
-    const first = e.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '')
-    const hint = /compact mappings|followed by map values|single line/.test(first) ? ' (quote the value if it contains \': \')' : ''
-    const pos = e.linePos?.[0]
-    return { path: '/skillMd', message: `${first}${hint}`, line: (pos?.line ?? 1) + 1, column: pos?.col ?? 1 }
-  })
-  if (problems.length > 0) return { ok: false, problems }
-  if (doc.contents !== null && !isMap(doc.contents)) {
-    return { ok: false, problems: [{ path: '/skillMd', message: 'the front matter must be a mapping of fields (name: …, description: …)', ...at(doc.contents.range?.[0]) }] }
+  const contents = doc.contents
+  const empty = contents === null || (isScalar(contents) && contents.value === '')
+  if (!empty && !isMap(contents)) {
+    return fail([...problems, { path: '/skillMd', message: 'the front matter must be a mapping of fields (name: …, description: …)', ...at(contents) }])
   }
-  const pairs = (isMap(doc.contents) ? doc.contents.items : []) as Array<Pair<Node, Node | null>>
-  const byKey = new Map<string, Pair<Node, Node | null>>()
-  for (const pair of pairs) {
-    const key = isScalar(pair.key) ? String(pair.key.value) : null
-    if (key === null || !(FIELDS as readonly string[]).includes(key)) {
-      problems.push({
-        path: `/skillMd/${key ?? '?'}`,
-        message: key === null ? 'a field name must be plain text' : `unknown field '${key}' (allowed: ${FIELDS.join(', ')})`,
-        ...at(pair.key?.range?.[0])
-      })
+  const mapStart = at(contents)
+
+  /** What an alias stands for; a missing anchor is reported and reads as nothing. */
+  const deref = (node: unknown, path: string): unknown => {
+    if (!isAlias(node)) return node
+    const target = node.resolve(doc)
+    if (target === undefined) problems.push({ path, message: `alias *${node.source} refers to no anchor`, ...at(node) })
+    return target
+  }
+  // `license:` with nothing after it is the field left out, not the empty string
+  const blank = (node: unknown) => node === null || (isScalar(node) && node.type === 'PLAIN' && node.value === '')
+  /** A scalar's text, or null (reported) for a list, a mapping or a missing anchor. */
+  const textOf = (node: unknown, path: string, what: string): string | null => {
+    const value = deref(node, path)
+    if (value === null) return ''
+    if (isScalar(value)) return String(value.value)
+    if (value !== undefined) problems.push({ path, message: `${what} must be text, not ${kind(value)}`, ...at(value) })
+    return null
+  }
+
+  const byKey = new Map<Field, { key: unknown; value: unknown }>()
+  for (const pair of isMap(contents) ? contents.items : []) {
+    const keyNode = deref(pair.key, '/skillMd')
+    const key = isScalar(keyNode) ? String(keyNode.value) : null
+    if (key === null) {
+      problems.push({ path: '/skillMd', message: 'a field name must be plain text', ...at(pair.key) })
+    } else if (!isField(key)) {
+      problems.push({ path: `/skillMd/${segment(key)}`, message: `unknown field '${key}' (allowed: ${FIELDS.join(', ')})`, ...at(pair.key) })
     } else {
       byKey.set(key, pair)
     }
   }
-  const mapStart = at(isMap(doc.contents) ? doc.contents.range?.[0] : 0)
-  /** A string field: its text, or null when absent; a map or list there is a problem. */
-  const scalar = (field: string): string | null => {
+  const place = (field: Field): Place => {
     const pair = byKey.get(field)
-    if (!pair) return null
-    if (pair.value === null || (isScalar(pair.value) && pair.value.value === null)) return ''
-    if (!isScalar(pair.value)) {
-      problems.push({ path: `/skillMd/${field}`, message: `${field} must be text, not a ${isSeq(pair.value) ? 'list' : 'mapping'}`, ...at(pair.value.range?.[0]) })
-      return null
-    }
-    return String(pair.value.value)
+    if (!pair) return mapStart
+    return at(blank(pair.value) ? pair.key : pair.value)
   }
-  const place = (field: string) => {
-    const pair = byKey.get(field)
-    return pair ? at((pair.value ?? pair.key).range?.[0]) : mapStart
+
+  /** A text field: undefined when absent, null when not text (already reported). */
+  const field = (name: Field): string | null | undefined => {
+    const pair = byKey.get(name)
+    if (!pair) return undefined
+    return textOf(pair.value, `/skillMd/${name}`, name)
   }
-  // null with the key present: not text, already reported
-  const nameValue = scalar('name')
-  const descriptionValue = scalar('description')
-  const license = scalar('license')
-  const compatibility = scalar('compatibility')
-  const name = nameValue ?? ''
-  const description = descriptionValue ?? ''
-  if (nameValue !== null || !byKey.has('name')) {
-    for (const message of nameProblems(name)) problems.push({ path: '/skillMd/name', message, ...place('name') })
+  const required = (name: 'name' | 'description', rules: (s: string) => string[]): string => {
+    const value = field(name)
+    if (value === null) return ''
+    for (const message of rules(value ?? '')) problems.push({ path: `/skillMd/${name}`, message, ...place(name) })
+    return value ?? ''
   }
-  if (descriptionValue !== null || !byKey.has('description')) {
-    for (const message of descriptionProblems(description)) problems.push({ path: '/skillMd/description', message, ...place('description') })
+  const optional = (name: 'license' | 'compatibility'): string | null => {
+    const pair = byKey.get(name)
+    if (!pair || blank(pair.value)) return null
+    return field(name) ?? null
   }
+
+  const name = required('name', nameProblems)
+  const description = required('description', descriptionProblems)
+  const license = optional('license')
+  const compatibility = optional('compatibility')
   for (const message of compatibilityProblems(compatibility)) problems.push({ path: '/skillMd/compatibility', message, ...place('compatibility') })
 
-  let allowedTools: string[] = []
-  const tools = byKey.get('allowed-tools')?.value
-  if (tools) {
-    if (isScalar(tools)) allowedTools = String(tools.value ?? '').split(/\s+/).filter(Boolean)
-    else if (isSeq(tools)) {
-      for (const item of tools.items as Array<Node | null>) {
-        if (isScalar(item)) allowedTools.push(...String(item.value ?? '').split(/\s+/).filter(Boolean))
-        else problems.push({ path: '/skillMd/allowed-tools', message: 'allowed-tools lists tool names as text', ...at(item?.range?.[0]) })
-      }
-    } else problems.push({ path: '/skillMd/allowed-tools', message: 'allowed-tools is a space-separated string of tool names', ...at(tools.range?.[0]) })
+  const allowedTools: string[] = []
+  const tools = deref(byKey.get('allowed-tools')?.value ?? null, '/skillMd/allowed-tools')
+  const words = (s: string) => s.split(/\s+/).filter(Boolean)
+  if (isScalar(tools)) {
+    allowedTools.push(...words(String(tools.value)))
+  } else if (isSeq(tools)) {
+    tools.items.forEach((item, i) => {
+      const tool = textOf(item, `/skillMd/allowed-tools/${i}`, 'a tool name')
+      if (tool !== null) allowedTools.push(...words(tool))
+    })
+  } else if (tools !== null && tools !== undefined) {
+    problems.push({ path: '/skillMd/allowed-tools', message: 'allowed-tools must be a space-separated string of tool names (or a list), not a mapping', ...at(tools) })
   }
 
   const metadata: Record<string, string> = {}
-  const meta = byKey.get('metadata')?.value
-  if (meta && !(isScalar(meta) && (meta.value === null || meta.value === ''))) {
-    if (!isMap(meta)) {
-      problems.push({ path: '/skillMd/metadata', message: 'metadata is a mapping of names to text', ...at(meta.range?.[0]) })
-    } else {
-      for (const pair of meta.items as Array<Pair<Node, Node | null>>) {
-        const key = isScalar(pair.key) ? String(pair.key.value) : null
-        if (key === null) {
-          problems.push({ path: '/skillMd/metadata', message: 'a metadata name must be plain text', ...at(pair.key?.range?.[0]) })
-        } else if (pair.value !== null && !isScalar(pair.value)) {
-          problems.push({ path: `/skillMd/metadata/${key}`, message: `metadata ${key} must be text, not a ${isSeq(pair.value) ? 'list' : 'mapping'}`, ...at(pair.value.range?.[0]) })
-        } else {
-          metadata[key] = pair.value === null ? '' : String(pair.value.value ?? '')
-        }
+  const meta = deref(byKey.get('metadata')?.value ?? null, '/skillMd/metadata')
+  if (isMap(meta)) {
+    for (const pair of meta.items) {
+      const keyNode = deref(pair.key, '/skillMd/metadata')
+      if (!isScalar(keyNode)) {
+        if (keyNode !== undefined) problems.push({ path: '/skillMd/metadata', message: 'a metadata name must be text', ...at(pair.key) })
+        continue
       }
+      const key = String(keyNode.value)
+      const value = textOf(pair.value, `/skillMd/metadata/${segment(key)}`, `metadata ${key}`)
+      // defined, not assigned: a key named __proto__ is data here, not the object's prototype
+      if (value !== null) Object.defineProperty(metadata, key, { value, enumerable: true, writable: true, configurable: true })
     }
+  } else if (meta !== null && meta !== undefined && !blank(meta)) {
+    problems.push({ path: '/skillMd/metadata', message: `metadata must be a mapping of names to text, not ${isSeq(meta) ? 'a list' : 'text'}`, ...at(meta) })
   }
-  if (text.includes('\u0000')) problems.push({ path: '/skillMd', message: 'a SKILL.md must not contain U+0000', line: 1, column: 1 })
-  if (problems.length > 0) return { ok: false, problems }
+
+  if (problems.length > 0 || nulProblem.length > 0) return fail(problems)
+  const instructions = normalizeInstructions(lines.slice(closing + 1).join('\n'))
   return { ok: true, skill: { name, description, instructions, license, compatibility, allowedTools, metadata } }
 }
 
-/**
- * The skill as a SKILL.md; parsing it gives the same fields back. Every string is written
- * quoted, so no value can read as another type or break the mapping.
- */
+// Strings that a YAML 1.2 core or a YAML 1.1 reader (PyYAML, many skill loaders) would take as a
+// number, a boolean, null, a date or a merge key: written quoted, so every reader sees the same text
+const TYPED = [...new Schema({ schema: 'core' }).tags, ...new Schema({ schema: 'yaml-1.1' }).tags]
+  .flatMap((tag) => tag.test ? [tag.test] : [])
+const readsAsTyped = (s: string) => TYPED.some((test) => test.test(s))
+
+/** The skill as a SKILL.md; parsing it gives the same fields back. */
 export function renderSkillMd(skill: SkillFields): string {
   const front: Record<string, unknown> = { name: skill.name, description: skill.description }
   if (skill.license !== null) front.license = skill.license
   if (skill.compatibility !== null) front.compatibility = skill.compatibility
   if (skill.allowedTools.length > 0) front['allowed-tools'] = skill.allowedTools.join(' ')
   if (Object.keys(skill.metadata).length > 0) front.metadata = skill.metadata
-  const yaml = new Document(front).toString({ lineWidth: 0, defaultStringType: 'QUOTE_DOUBLE', defaultKeyType: 'PLAIN' })
-  return `---\n${yaml}---\n\n${skill.instructions}${skill.instructions === '' ? '' : '\n'}`
+  const doc = new Document(front)
+  visit(doc, {
+    Scalar(_, node) {
+      if (typeof node.value === 'string' && readsAsTyped(node.value)) node.type = 'QUOTE_DOUBLE'
+    }
+  })
+  const instructions = normalizeInstructions(skill.instructions)
+  return `---\n${doc.toString({ lineWidth: 0 })}---\n\n${instructions}${instructions === '' ? '' : '\n'}`
 }

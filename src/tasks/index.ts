@@ -29,6 +29,7 @@ function refusal(r: TaskRefusal): Error {
     case 'anchor_elsewhere': return conflict(`the ${r.field} task is not in that column (it moved meanwhile?)`)
     case 'anchor_is_self': return validationFailed([{ path: '/body', message: 'a task cannot be placed next to itself' }])
     case 'not_neighbours': return conflict('before and after are not neighbours in that column (the board changed meanwhile?)')
+    case 'busy': return conflict('that place in the column was taken by other moves again and again; retry')
   }
 }
 

@@ -1,11 +1,12 @@
 import { and, eq, sql, type SQL } from 'drizzle-orm'
-import { generateKeyBetween } from 'fractional-indexing'
+import { generateNKeysBetween } from 'fractional-indexing'
 import { TASK_STATUSES } from '../../schemas/tasks.js'
 import { members } from '../auth/tables.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { decodeCursorParts, pageOf } from '../db/paging.js'
-import { dateOf, isoOf } from '../db/rows.js'
+import { isForeignKeyViolation, isUniqueViolation } from '../db/faults.js'
+import { dateOf, isoOf, jsonOf } from '../db/rows.js'
 import type { FinishedRun, FollowUpRun } from '../runs/skills-port.js'
 import { projects, tasks, type TaskStatus } from './tables.js'
 
@@ -30,27 +31,20 @@ const inColumn = (c: Column): SQL =>
   sql`org_id = ${c.orgId} and coalesce(project_id, '') = ${c.projectId ?? ''} and status = ${c.status}`
 
 /**
- * Serializes the writers of one column (two tasks appended at once must not get one key).
- * Taken after the moved task's row lock, always in that order, so writers cannot deadlock.
+ * A key between two keys (null: an end), one of a few spread over the gap at random, so
+ * that writers placing into one gap at once (appending, most often) rarely pick the same.
  */
-async function lockColumn(tx: Tx, c: Column): Promise<void> {
-  await tx.execute(sql`select pg_advisory_xact_lock(hashtext(${`cairn.tasks:${c.orgId}:${c.projectId ?? ''}:${c.status}`}))`)
+function keyBetween(lower: string | null, upper: string | null): string {
+  const n = 1 + Math.floor(Math.random() * 8)
+  return generateNKeysBetween(lower, upper, n)[Math.floor(Math.random() * n)]!
 }
 
-/** The position after the column's last task (the moved task itself left out). */
-async function endOf(tx: Tx, c: Column, except: string | null): Promise<string> {
-  const [last] = rowsOf<{ position: string }>(await tx.execute(sql`
+/** The position after the column's last task (the placed task itself left out). */
+async function endOf(db: Db | Tx, c: Column, except: string | null): Promise<string> {
+  const [last] = rowsOf<{ position: string }>(await db.execute(sql`
     select position from tasks where ${inColumn(c)} ${except ? sql`and id <> ${except}` : sql``}
     order by position desc limit 1`))
-  return generateKeyBetween(last?.position ?? null, null)
-}
-
-/** The task directly above (`desc`) or below (`asc`) a position in a column, the moved task left out. */
-async function neighbour(tx: Tx, c: Column, position: string, direction: 'above' | 'below', except: string): Promise<string | null> {
-  const [row] = rowsOf<{ position: string }>(await tx.execute(direction === 'above'
-    ? sql`select position from tasks where ${inColumn(c)} and id <> ${except} and position < ${position} order by position desc limit 1`
-    : sql`select position from tasks where ${inColumn(c)} and id <> ${except} and position > ${position} order by position asc limit 1`))
-  return row?.position ?? null
+  return keyBetween(last?.position ?? null, null)
 }
 
 export type TaskRefusal =
@@ -62,6 +56,7 @@ export type TaskRefusal =
   | { refused: 'anchor_elsewhere'; field: 'before' | 'after' }
   | { refused: 'anchor_is_self' }
   | { refused: 'not_neighbours' }
+  | { refused: 'busy' }
 
 class Refused extends Error {
   readonly refusal: TaskRefusal
@@ -80,15 +75,35 @@ async function refusing<T>(work: () => Promise<T>): Promise<T | TaskRefusal> {
   }
 }
 
-async function checkProject(tx: Tx, orgId: string, projectId: string | null): Promise<void> {
+/**
+ * Places a task without locking its column: a key is chosen between the neighbours just
+ * read, and the unique index on (column, position) refuses the second of two writers that
+ * chose the same key for the same gap; that writer reads the column again. Writers into
+ * different gaps never wait for each other. Inside a transaction each attempt is a
+ * savepoint, so a refused one does not abort the caller's work.
+ */
+const PLACE_ATTEMPTS = 20
+
+async function placing<T>(db: Db | Tx, inTransaction: boolean, attempt: (q: Db | Tx) => Promise<T>): Promise<T> {
+  for (let n = 1; ; n++) {
+    try {
+      return inTransaction ? await (db as Tx).transaction((savepoint) => attempt(savepoint)) : await attempt(db)
+    } catch (err) {
+      if (!isUniqueViolation(err)) throw err
+      if (n >= PLACE_ATTEMPTS) throw new Refused({ refused: 'busy' })
+    }
+  }
+}
+
+async function checkProject(db: Db, orgId: string, projectId: string | null): Promise<void> {
   if (projectId === null) return
-  const [row] = await tx.select({ id: projects.id }).from(projects).where(and(eq(projects.orgId, orgId), eq(projects.id, projectId))).for('share')
+  const [row] = await db.select({ id: projects.id }).from(projects).where(and(eq(projects.orgId, orgId), eq(projects.id, projectId)))
   if (!row) throw new Refused({ refused: 'no_project' })
 }
 
-async function checkAssignee(tx: Tx, orgId: string, userId: string | null): Promise<void> {
+async function checkAssignee(db: Db, orgId: string, userId: string | null): Promise<void> {
   if (userId === null) return
-  const [row] = await tx.select({ userId: members.userId }).from(members).where(and(eq(members.orgId, orgId), eq(members.userId, userId)))
+  const [row] = await db.select({ userId: members.userId }).from(members).where(and(eq(members.orgId, orgId), eq(members.userId, userId)))
   if (!row) throw new Refused({ refused: 'no_assignee' })
 }
 
@@ -103,14 +118,22 @@ export interface NewTask {
 
 /** A new task, last in its column. */
 export async function createTask(db: Db, orgId: string, t: NewTask): Promise<TaskRow | TaskRefusal> {
-  return refusing(() => db.transaction(async (tx) => {
-    await checkProject(tx, orgId, t.projectId)
-    await checkAssignee(tx, orgId, t.assigneeId)
+  return refusing(async () => {
+    await checkProject(db, orgId, t.projectId)
+    await checkAssignee(db, orgId, t.assigneeId)
     const column = { orgId, projectId: t.projectId, status: t.status }
-    await lockColumn(tx, column)
-    const [row] = await tx.insert(tasks).values({ id: newId(), orgId, ...t, position: await endOf(tx, column, null) }).returning()
-    return row!
-  }))
+    const id = newId()
+    try {
+      return await placing(db, false, async (q) => {
+        const [row] = await q.insert(tasks).values({ id, orgId, ...t, position: await endOf(q, column, null) }).returning()
+        return row!
+      })
+    } catch (err) {
+      // the project was deleted between the check and the insert
+      if (isForeignKeyViolation(err)) throw new Refused({ refused: t.projectId !== null ? 'no_project' : 'no_assignee' })
+      throw err
+    }
+  })
 }
 
 export async function getTask(db: Db | Tx, orgId: string, id: string): Promise<TaskRow | null> {
@@ -118,19 +141,18 @@ export async function getTask(db: Db | Tx, orgId: string, id: string): Promise<T
   return row ?? null
 }
 
-/** The task, locked for this transaction, at the revision the caller read. */
-async function lockTask(tx: Tx, orgId: string, id: string, revision: number | null): Promise<TaskRow> {
-  const [row] = await tx.select().from(tasks).where(and(eq(tasks.orgId, orgId), eq(tasks.id, id))).for('update')
-  if (!row) throw new Refused({ refused: 'missing' })
-  if (revision !== null && row.revision !== revision) throw new Refused({ refused: 'stale', current: row.revision })
-  return row
-}
-
-async function writeTask(tx: Tx, id: string, change: Partial<typeof tasks.$inferInsert>): Promise<TaskRow> {
-  const [row] = await tx.update(tasks)
+/**
+ * Writes a task at `revision` (null: whatever it is), one conditional UPDATE: of two
+ * writers with one revision exactly one wins; the other learns why it did not.
+ */
+async function writeTask(db: Db | Tx, orgId: string, id: string, revision: number | null, change: Partial<typeof tasks.$inferInsert>): Promise<TaskRow> {
+  const [row] = await db.update(tasks)
     .set({ ...change, revision: sql`${tasks.revision} + 1`, updatedAt: sql`now()` })
-    .where(eq(tasks.id, id)).returning()
-  return row!
+    .where(and(eq(tasks.orgId, orgId), eq(tasks.id, id), revision === null ? undefined : eq(tasks.revision, revision)))
+    .returning()
+  if (row) return row
+  const current = await getTask(db, orgId, id)
+  throw new Refused(current ? { refused: 'stale', current: current.revision } : { refused: 'missing' })
 }
 
 export interface TaskChange {
@@ -143,15 +165,17 @@ export interface TaskChange {
 
 /** Edits a task at `revision`; a new status or project puts it last in its new column. */
 export async function updateTask(db: Db, orgId: string, id: string, change: TaskChange, revision: number): Promise<TaskRow | TaskRefusal> {
-  return refusing(() => db.transaction(async (tx) => {
-    const task = await lockTask(tx, orgId, id, revision)
-    if (change.projectId !== undefined) await checkProject(tx, orgId, change.projectId)
-    if (change.assigneeId !== undefined) await checkAssignee(tx, orgId, change.assigneeId)
+  return refusing(async () => {
+    const task = await getTask(db, orgId, id)
+    if (!task) throw new Refused({ refused: 'missing' })
+    if (task.revision !== revision) throw new Refused({ refused: 'stale', current: task.revision })
+    if (change.projectId !== undefined) await checkProject(db, orgId, change.projectId)
+    if (change.assigneeId !== undefined) await checkAssignee(db, orgId, change.assigneeId)
     const column = { orgId, projectId: change.projectId === undefined ? task.projectId : change.projectId, status: change.status ?? task.status }
     const moved = column.projectId !== task.projectId || column.status !== task.status
-    if (moved) await lockColumn(tx, column)
-    return writeTask(tx, id, { ...change, ...(moved ? { position: await endOf(tx, column, id) } : {}) })
-  }))
+    if (!moved) return writeTask(db, orgId, id, revision, change)
+    return placing(db, false, async (q) => writeTask(q, orgId, id, revision, { ...change, position: await endOf(q, column, id) }))
+  })
 }
 
 export async function deleteTask(db: Db, orgId: string, id: string): Promise<boolean> {
@@ -159,39 +183,66 @@ export async function deleteTask(db: Db, orgId: string, id: string): Promise<boo
   return rows.length === 1
 }
 
+interface MovePlan {
+  task: { project_id: string | null; revision: number } | null
+  before: { id: string; project_id: string | null; status: string; position: string } | null
+  after: { id: string; project_id: string | null; status: string; position: string } | null
+  above_before: string | null
+  below_after: string | null
+  last: string | null
+}
+
+/**
+ * Everything a move needs in one statement: the task, its anchors, the neighbours around
+ * them in the target column and the column's end (each an index probe).
+ */
+async function planMove(db: Db, orgId: string, id: string, status: TaskStatus, before: string | null, after: string | null): Promise<MovePlan> {
+  const column = sql`org_id = ${orgId} and coalesce(project_id, '') = coalesce((select project_id from t), '') and status = ${status} and id <> ${id}`
+  const anchor = (anchorId: string | null) => sql`select id, project_id, status, position from tasks where org_id = ${orgId} and id = ${anchorId}`
+  const [plan] = rowsOf<MovePlan>(await db.execute(sql`
+    with t as (select project_id, revision from tasks where org_id = ${orgId} and id = ${id}),
+         b as (${anchor(before)}),
+         a as (${anchor(after)})
+    select (select row_to_json(t) from t) as task,
+           (select row_to_json(b) from b) as before,
+           (select row_to_json(a) from a) as after,
+           (select position from tasks where ${column} and position < (select position from b) order by position desc limit 1) as above_before,
+           (select position from tasks where ${column} and position > (select position from a) order by position asc limit 1) as below_after,
+           (select position from tasks where ${column} order by position desc limit 1) as last`))
+  return { ...plan!, task: jsonOf(plan!.task), before: jsonOf(plan!.before), after: jsonOf(plan!.after) }
+}
+
 /**
  * Contract 9's move: into `status` (same project), directly above `before`, directly below
  * `after`, between both (which must be neighbours), or last. Writes the moved task only:
- * its new key lies between its new neighbours' keys.
+ * its new key lies between its new neighbours' keys. Two statements, no lock.
  */
 export async function moveTask(db: Db, orgId: string, id: string, to: { status: TaskStatus; before?: string | undefined; after?: string | undefined }, revision: number): Promise<TaskRow | TaskRefusal> {
-  return refusing(() => db.transaction(async (tx) => {
-    const task = await lockTask(tx, orgId, id, revision)
-    const column = { orgId, projectId: task.projectId, status: to.status }
-    await lockColumn(tx, column)
-    const anchor = async (field: 'before' | 'after', anchorId: string) => {
+  return refusing(() => placing(db, false, async () => {
+    const plan = await planMove(db, orgId, id, to.status, to.before ?? null, to.after ?? null)
+    if (!plan.task) throw new Refused({ refused: 'missing' })
+    if (plan.task.revision !== revision) throw new Refused({ refused: 'stale', current: plan.task.revision })
+    const check = (field: 'before' | 'after', anchorId: string | undefined, row: MovePlan['before']) => {
+      if (anchorId === undefined) return null
       if (anchorId === id) throw new Refused({ refused: 'anchor_is_self' })
-      const row = await getTask(tx, orgId, anchorId)
       if (!row) throw new Refused({ refused: 'no_anchor', field })
-      if (row.status !== to.status || row.projectId !== task.projectId) throw new Refused({ refused: 'anchor_elsewhere', field })
+      if (row.status !== to.status || row.project_id !== plan.task!.project_id) throw new Refused({ refused: 'anchor_elsewhere', field })
       return row.position
     }
+    const upper = check('before', to.before, plan.before)
+    const lower = check('after', to.after, plan.after)
     let position: string
-    if (to.before !== undefined && to.after !== undefined) {
-      const upper = await anchor('before', to.before)
-      const lower = await anchor('after', to.after)
-      if (!(lower < upper) || (await neighbour(tx, column, lower, 'below', id)) !== upper) throw new Refused({ refused: 'not_neighbours' })
-      position = generateKeyBetween(lower, upper)
-    } else if (to.before !== undefined) {
-      const upper = await anchor('before', to.before)
-      position = generateKeyBetween(await neighbour(tx, column, upper, 'above', id), upper)
-    } else if (to.after !== undefined) {
-      const lower = await anchor('after', to.after)
-      position = generateKeyBetween(lower, await neighbour(tx, column, lower, 'below', id))
+    if (upper !== null && lower !== null) {
+      if (!(lower < upper) || plan.below_after !== upper) throw new Refused({ refused: 'not_neighbours' })
+      position = keyBetween(lower, upper)
+    } else if (upper !== null) {
+      position = keyBetween(plan.above_before, upper)
+    } else if (lower !== null) {
+      position = keyBetween(lower, plan.below_after)
     } else {
-      position = await endOf(tx, column, id)
+      position = keyBetween(plan.last, null)
     }
-    return writeTask(tx, id, { status: to.status, position })
+    return writeTask(db, orgId, id, revision, { status: to.status, position })
   }))
 }
 
@@ -200,18 +251,12 @@ export async function moveTask(db: Db, orgId: string, id: string, to: { status: 
  * it is there already) with the run's id.
  */
 export async function startTaskRun(tx: Tx, orgId: string, id: string, runId: string): Promise<TaskRow | null> {
-  const task = await lockTask(tx, orgId, id, null).catch((err: unknown) => {
-    if (err instanceof Refused) return null
-    throw err
+  return placing(tx, true, async (q) => {
+    const task = await getTask(q, orgId, id)
+    if (!task) return null
+    const position = task.status === 'doing' ? task.position : await endOf(q, { orgId, projectId: task.projectId, status: 'doing' }, id)
+    return writeTask(q, orgId, id, null, { status: 'doing', position, runId })
   })
-  if (!task) return null
-  const column = { orgId, projectId: task.projectId, status: 'doing' as const }
-  let position = task.position
-  if (task.status !== 'doing') {
-    await lockColumn(tx, column)
-    position = await endOf(tx, column, id)
-  }
-  return writeTask(tx, id, { status: 'doing', position, runId })
 }
 
 /**
@@ -220,12 +265,15 @@ export async function startTaskRun(tx: Tx, orgId: string, id: string, runId: str
  */
 export async function finishTaskRun(tx: Tx, run: FinishedRun): Promise<FollowUpRun[]> {
   if (run.status !== 'succeeded' || typeof run.metadata.taskId !== 'string') return []
-  const [task] = await tx.select().from(tasks)
-    .where(and(eq(tasks.orgId, run.orgId), eq(tasks.id, run.metadata.taskId), eq(tasks.runId, run.id))).for('update')
-  if (!task || task.status === 'done') return []
-  const column = { orgId: run.orgId, projectId: task.projectId, status: 'done' as const }
-  await lockColumn(tx, column)
-  await writeTask(tx, task.id, { status: 'done', position: await endOf(tx, column, task.id) })
+  const taskId = run.metadata.taskId
+  await placing(tx, true, async (q) => {
+    const [task] = await q.select().from(tasks).where(and(eq(tasks.orgId, run.orgId), eq(tasks.id, taskId), eq(tasks.runId, run.id)))
+    if (!task || task.status === 'done') return
+    await q.update(tasks).set({
+      status: 'done', position: await endOf(q, { orgId: run.orgId, projectId: task.projectId, status: 'done' }, task.id),
+      revision: sql`${tasks.revision} + 1`, updatedAt: sql`now()`
+    }).where(and(eq(tasks.id, task.id), eq(tasks.runId, run.id)))
+  })
   return []
 }
 

@@ -115,7 +115,7 @@ t.test('an approved shell call runs in the sandbox and its output goes back to t
 
   t.equal(upstream.requests.length, 2)
   const first = upstream.requests[0]!.body
-  t.same(first.tools.map((d: any) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact', 'knowledge_search', 'propose_knowledge'])
+  t.same(first.tools.map((d: any) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact', 'knowledge_search', 'propose_knowledge', 'propose_skill'])
   const second = upstream.requests[1]!.body.messages
   t.match(second.at(-2), { role: 'assistant', tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'shell', arguments: '{"command":"echo hello-from-sandbox"}' } }] })
   t.match(second.at(-1), { role: 'tool', tool_call_id: 'call_1', content: /hello-from-sandbox/ })
@@ -284,4 +284,25 @@ t.test('knowledge_search finds the org\'s knowledge and propose_knowledge leaves
   const proposed = JSON.parse(events.find((e) => e.type === 'tool.result' && e.data.callId === 'k2')!.data.content as string)
   const drafts = (await app.inject({ method: 'GET', url: '/api/knowledge/drafts', headers: { cookie } })).json().items
   t.match(drafts, [{ id: proposed.draftId, title: 'Hotfixes', body: 'Hotfixes may leave any day.', tags: ['release'], runId, createdBy: null, state: 'open' }])
+})
+
+t.test('propose_skill leaves an open proposal made by the run, and says why when the file is invalid', async (t) => {
+  const { app, upstream, cookie, orgId } = await setup(t)
+  const skillMd = '---\nname: incident-summary\ndescription: Summarize an incident for the status page\n---\n\nKeep it to three sentences.'
+  upstream.script.push(
+    { calls: [{ id: 's1', name: 'propose_skill', arguments: JSON.stringify({ skillMd }) }] },
+    { calls: [{ id: 's2', name: 'propose_skill', arguments: JSON.stringify({ skillMd: '---\nname: Bad Name\n---\n' }) }] },
+    { text: 'I proposed a skill.' }
+  )
+  const runId = await startRun(app, cookie, 'learn how we write incident summaries')
+  const run = await finished(app, cookie, runId)
+  t.equal(run.status, 'succeeded', run.error ?? '')
+  const events = await eventsOf(app, orgId, runId)
+  const proposed = events.find((e) => e.type === 'tool.result' && e.data.callId === 's1')!.data
+  t.match(proposed, { tool: 'propose_skill', status: 'ok' })
+  const { proposalId } = JSON.parse(proposed.content as string)
+  const proposals = (await app.inject({ method: 'GET', url: '/api/skills/proposals', headers: { cookie } })).json().items
+  t.match(proposals, [{ id: proposalId, skillMd, runId, createdBy: null, state: 'open', skillId: null }])
+  const refused = events.find((e) => e.type === 'tool.result' && e.data.callId === 's2')!.data
+  t.match(JSON.parse(refused.content as string), { refused: /line 2.*lowercase letters/ })
 })

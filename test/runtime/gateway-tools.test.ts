@@ -53,7 +53,7 @@ t.test('policy auto runs at once; output is bounded', async (t) => {
   const byTool = Object.fromEntries(policies.json().items.map((p: { tool: string; mode: string; isDefault: boolean }) => [p.tool, [p.mode, p.isDefault]]))
   t.same(byTool, {
     shell: ['auto', false], read_file: ['auto', true], write_file: ['approve', true], list_files: ['auto', true], memory_search: ['auto', true], write_artifact: ['auto', true],
-    knowledge_search: ['auto', true], propose_knowledge: ['auto', true]
+    knowledge_search: ['auto', true], propose_knowledge: ['auto', true], propose_skill: ['auto', true]
   })
 })
 
@@ -78,7 +78,7 @@ t.test('file tools and memory_search run through the gateway', async (t) => {
   t.equal((await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))).length, 0, 'no approval was asked for a bad call')
 
   const defs = gw.definitions()
-  t.same(defs.map((d) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact', 'knowledge_search', 'propose_knowledge'])
+  t.same(defs.map((d) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact', 'knowledge_search', 'propose_knowledge', 'propose_skill'])
   t.match(defs[0], { type: 'function', function: { parameters: { type: 'object', required: ['command'], additionalProperties: false } } })
   t.equal(JSON.stringify(defs).includes('Symbol'), false)
 })

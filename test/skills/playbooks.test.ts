@@ -119,7 +119,11 @@ t.test('an instance killed between two steps: the next step still runs once, on 
   }
   const root = (await first.inject({ method: 'POST', url: `/api/playbooks/${p.id}/run`, headers })).json().run
   await waitFor('step 1 finished and the instance died', async () => killedAfter)
-  const between = rowsOf<{ status: string }>(await first.db.execute(sql`select status from runs where root_run_id = ${root.id} order by id`))
+  // the kill happened inside the finishing transaction: wait for its commit
+  const between = await waitFor('step 1\'s end committed', async () => {
+    const rows = rowsOf<{ status: string }>(await first.db.execute(sql`select status from runs where root_run_id = ${root.id} order by id`))
+    return rows.length === 2 ? rows : null
+  })
   t.same(between.map((r) => r.status), ['succeeded', 'queued'], 'step 2 committed with step 1\'s end')
 
   const second = await buildTestApp(t, { db: first.testDb, env: { RUN_SWEEP_MS: '200', RUN_LEASE_MS: '2000' } })

@@ -153,6 +153,25 @@ t.test('a skill run: its prompt, origin and metadata; an Idempotency-Key makes o
   await waitFor('the skill run succeeds', async () => (await app.inject({ method: 'GET', url: `/api/runs/${r.id}`, headers: { authorization } })).json().run.status === 'succeeded')
 })
 
+t.test('a skill run never uses a stale skill: another instance\'s edit is seen at once, a deleted skill is 404', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const second = await buildTestApp(t, { db: app.testDb, env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const owner = await signUpWithOrg(app)
+  const headers = { cookie: owner.cookie }
+  const skill = (await app.inject({ method: 'POST', url: '/api/skills', headers, payload: { name: 'cached', description: 'd', instructions: 'Version one.' } })).json().skill
+  const run = async (key?: string) => app.inject({ method: 'POST', url: `/api/skills/${skill.id}/run`, headers: { ...headers, ...(key ? { 'idempotency-key': key } : {}) }, payload: { input: 'x' } })
+  t.equal((await run()).json().run.prompt, 'Version one.\n\nx', 'cached now')
+  t.equal((await second.inject({ method: 'PATCH', url: `/api/skills/${skill.id}`, headers, payload: { instructions: 'Version two.', version: 1 } })).statusCode, 200)
+  const after = await run('after-edit')
+  t.equal(after.statusCode, 201)
+  t.match(after.json().run, { prompt: 'Version two.\n\nx', metadata: { skillVersion: 2 } })
+  t.equal((await run('after-edit')).json().run.id, after.json().run.id, 'and its key replays it')
+  t.equal((await second.inject({ method: 'DELETE', url: `/api/skills/${skill.id}`, headers })).statusCode, 204)
+  t.equal((await run()).statusCode, 404)
+  t.equal((await run('after-delete')).statusCode, 404)
+  t.same(rowsOf(await app.db.execute(sql`select count(*)::int as n from runs`)), [{ n: 2 }])
+})
+
 t.test('proposals: accepted into a new skill or the next version, stale and decided ones conflict, rejected content is not proposed again by a run', async (t) => {
   const app = await buildTestApp(t)
   const owner = await signUpWithOrg(app)
