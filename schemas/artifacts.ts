@@ -1,9 +1,7 @@
 import { Type } from 'typebox'
-import { Id, IsoDate, LiteralUnion, named, Page, PageQuery, StrictObject } from './common.js'
+import { CreatedBy, Id, IdParams, IsoDate, LiteralUnion, named, Nullable, Page, PageQuery, StrictObject } from './common.js'
 
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
 const Sha256 = Type.String({ pattern: '^[0-9a-f]{64}$', description: 'SHA-256 of the bytes, hex' })
-const CreatedBy = Nullable(Type.String({ description: 'the user who made it; null for an API key or the dev org' }))
 /** A file name as people write them: any printable characters, no control characters. */
 const Name = Type.String({ minLength: 1, maxLength: 255, pattern: '^[^\\u0000-\\u001f\\u007f]+$' })
 const MediaType = Type.String({ minLength: 3, maxLength: 255, description: 'a media type such as text/markdown' })
@@ -88,7 +86,7 @@ export const CreateProposalBody = named('CreateProposalRequest', StrictObject({
   summary: Type.Optional(Type.String({ maxLength: 2000 }))
 }))
 
-export const IdParams = StrictObject({ id: Id })
+export { IdParams }
 export const VersionParams = StrictObject({ id: Id, version: Type.Integer({ minimum: 1, maximum: 2_147_483_647 }) })
 export const ProposalParams = StrictObject({ id: Id, pid: Id })
 

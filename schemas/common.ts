@@ -23,8 +23,19 @@ export function LiteralUnion<const T extends readonly string[]>(values: T, optio
   return Type.Union(values.map((value) => Type.Literal(value)), options) as never
 }
 
+/** A value or null. */
+export const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
+
+/** Contract 6's `createdBy`: who made an object. */
+export const CreatedBy = Nullable(Type.String({ description: 'the user who made it; null for an API key, the dev org or a run' }))
+
+/** The `Idempotency-Key` request header of the routes contract 3 makes idempotent. */
+export const IdempotencyKeyHeader = { type: 'object', properties: { 'idempotency-key': { type: 'string', description: '1 to 255 characters' } } } as const
+
 export const Id = Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$', description: 'opaque id' })
 export const IsoDate = Type.String({ format: 'date-time', description: 'ISO-8601 UTC timestamp' })
+/** The params of a route on one object: `/things/:id`. */
+export const IdParams = StrictObject({ id: Id })
 
 /** The contract's error body (1.2). */
 export const ErrorBody = Type.Object({

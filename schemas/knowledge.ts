@@ -1,8 +1,6 @@
 import { Type } from 'typebox'
-import { Id, IsoDate, LiteralUnion, named, Page, PageQuery, StrictObject } from './common.js'
+import { CreatedBy, Id, IdParams, IsoDate, LiteralUnion, named, Nullable, Page, PageQuery, StrictObject } from './common.js'
 
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
-const CreatedBy = Nullable(Type.String({ description: 'the user who made it; null for an API key, the dev org or a run' }))
 
 export const DOCUMENT_STATES = ['queued', 'processing', 'ready', 'failed'] as const
 export const DRAFT_STATES = ['open', 'approved', 'rejected'] as const
@@ -124,7 +122,7 @@ export const DocumentUploadBody = named('KnowledgeDocumentUploadRequest', Type.O
   file: Type.String({ format: 'binary', description: 'a PDF, DOCX, HTML, Markdown or plain-text file' })
 }))
 
-export const IdParams = StrictObject({ id: Id })
+export { IdParams }
 export const ListRecordsQuery = StrictObject({ ...PageQuery, tag: Type.Optional(Tag) })
 export const SearchQuery = StrictObject({
   q: Type.String({ minLength: 1, maxLength: 500, description: 'a web search query: words, "quoted phrases", or, -excluded' }),

@@ -1,10 +1,9 @@
 import { Type } from 'typebox'
-import { Id, IsoDate, named, StrictObject } from './common.js'
+import { Id, IsoDate, named, Nullable, StrictObject } from './common.js'
 
 /** Any string: an invalid value falls back to `org` (spec section 2), so it is never a 400. */
 const ScopeParam = Type.Optional(Type.String({ maxLength: 64, description: '`org` (default) or `personal`; anything else means `org`' }))
 const Scope = Type.Union([Type.Literal('org'), Type.Literal('personal')])
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(t: T) => Type.Union([t, Type.Null()])
 
 export const ScopeQuery = StrictObject({ scope: ScopeParam })
 

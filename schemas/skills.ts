@@ -1,8 +1,6 @@
 import { Type } from 'typebox'
-import { Id, IsoDate, LiteralUnion, named, Page, PageQuery, StrictObject } from './common.js'
+import { CreatedBy, Id, IdParams, IsoDate, LiteralUnion, named, Nullable, Page, PageQuery, StrictObject } from './common.js'
 
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
-const CreatedBy = Nullable(Type.String({ description: 'the user who made it; null for an API key, the dev org or a run' }))
 
 export const PROPOSAL_STATES = ['open', 'accepted', 'rejected'] as const
 
@@ -66,7 +64,7 @@ export const RunSkillBody = named('RunSkillRequest', StrictObject({
 export const SkillEnvelope = Type.Object({ skill: Skill })
 export const SkillPage = named('SkillPage', Page(Skill))
 export const ListSkillsQuery = StrictObject({ ...PageQuery })
-export const IdParams = StrictObject({ id: Id })
+export { IdParams }
 
 export const ProposalState = LiteralUnion(PROPOSAL_STATES)
 export const SkillProposal = named('SkillProposal', Type.Object({

@@ -1,9 +1,7 @@
 import { Type } from 'typebox'
-import { Id, IsoDate, LiteralUnion, named, Page, PageQuery, StrictObject } from './common.js'
+import { CreatedBy, Id, IdParams, IsoDate, LiteralUnion, named, Nullable, Page, PageQuery, StrictObject } from './common.js'
 import { Run } from './runs.js'
 
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
-const CreatedBy = Nullable(Type.String({ description: 'the user who made it; null for an API key, the dev org or a run' }))
 
 /** The board's columns, in the order lists show them. */
 export const TASK_STATUSES = ['todo', 'doing', 'done'] as const
@@ -86,4 +84,4 @@ export const ListTasksQuery = StrictObject({
   projectId: Type.Optional(Id),
   status: Type.Optional(TaskStatus)
 })
-export const IdParams = StrictObject({ id: Id })
+export { IdParams }

@@ -3,7 +3,7 @@ import { notFound } from '../../plugins/errors.js'
 import { sendStored } from '../../plugins/idempotency/index.js'
 import { principalOf } from '../auth/principal.js'
 import { parseLastEventId, sseFrame } from '../../plugins/sse.js'
-import { errorResponses } from '../../schemas/common.js'
+import { errorResponses, IdempotencyKeyHeader } from '../../schemas/common.js'
 import {
   ChatBody, ChatStream, CreateRunBody, ListRunsQuery, ListThreadsQuery, RootRunIdParams, RunEnvelope, RunIdParams,
   RunChangeStream, RunEventStream, RunPage, SseHeaders, ThreadDetail, ThreadPage
@@ -22,7 +22,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'createRun',
       tags: ['runs'],
       summary: 'Start a run (optionally in an existing thread); honours Idempotency-Key',
-      headers: { type: 'object', properties: { 'idempotency-key': { type: 'string', description: '1 to 255 characters' } } },
+      headers: IdempotencyKeyHeader,
       body: CreateRunBody,
       response: { 201: RunEnvelope, ...errorResponses(404, 413) }
     }

@@ -3,7 +3,7 @@ import type { Static } from 'typebox'
 import { Type } from 'typebox'
 import { conflict, notFound, validationFailed } from '../../plugins/errors.js'
 import { sendStored } from '../../plugins/idempotency/index.js'
-import { errorResponses } from '../../schemas/common.js'
+import { errorResponses, IdempotencyKeyHeader } from '../../schemas/common.js'
 import { RunEnvelope } from '../../schemas/runs.js'
 import {
   AcceptedProposal, CreatePlaybookBody, CreateProposalBody, CreateSkillBody, IdParams, ListProposalsQuery, ListSkillsQuery,
@@ -23,7 +23,6 @@ import { deleteSkill, fieldsOf, getSkill, insertSkill, listSkills, skillPrompt, 
 
 const SKILLS = ['skills']
 const PLAYBOOKS = ['playbooks']
-const IDEMPOTENCY_HEADER = { type: 'object', properties: { 'idempotency-key': { type: 'string', description: '1 to 255 characters' } } } as const
 const SkillMdResponse = {
   description: 'the skill as a SKILL.md file',
   content: { 'text/markdown': { schema: Type.String() } }
@@ -262,7 +261,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'runSkill',
       tags: SKILLS,
       summary: 'Run a skill: the prompt is its instructions, a blank line, then `input`; honours Idempotency-Key',
-      headers: IDEMPOTENCY_HEADER,
+      headers: IdempotencyKeyHeader,
       params: IdParams,
       // every field is optional, and so is the body itself
       body: Type.Union([RunSkillBody, Type.Null()]),
@@ -383,7 +382,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'runPlaybook',
       tags: PLAYBOOKS,
       summary: 'Run a playbook: answers the first step\'s run, the root of a thread in which each next step starts when the previous one succeeded',
-      headers: IDEMPOTENCY_HEADER,
+      headers: IdempotencyKeyHeader,
       params: IdParams,
       body: Type.Union([RunPlaybookBody, Type.Null()]),
       response: { 201: RunEnvelope, ...errorResponses(404) }

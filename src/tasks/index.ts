@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
 import { conflict, notFound, validationFailed } from '../../plugins/errors.js'
 import { sendStored } from '../../plugins/idempotency/index.js'
-import { errorResponses } from '../../schemas/common.js'
+import { errorResponses, IdempotencyKeyHeader } from '../../schemas/common.js'
 import {
   CreateProjectBody, CreateTaskBody, IdParams, ListProjectsQuery, ListTasksQuery, MoveTaskBody, ProjectEnvelope, ProjectPage, RunTaskBody,
   TaskEnvelope, TaskPage, TaskRunReply, UpdateProjectBody, UpdateTaskBody
@@ -218,7 +218,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'runTask',
       tags: TASKS,
       summary: 'Start a run on the task\'s title and description: the task goes to doing, and to done when the run succeeds',
-      headers: { type: 'object', properties: { 'idempotency-key': { type: 'string', description: '1 to 255 characters' } } },
+      headers: IdempotencyKeyHeader,
       params: IdParams,
       // every field is optional, and so is the body itself
       body: Type.Union([RunTaskBody, Type.Null()]),
