@@ -6,7 +6,7 @@ import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { decodeCursorParts, pageOf } from '../db/paging.js'
 import { isForeignKeyViolation, isUniqueViolation } from '../db/faults.js'
-import { dateOf, isoOf, jsonOf } from '../db/rows.js'
+import { isoOf, jsonOf } from '../db/rows.js'
 import type { FinishedRun, FollowUpRun } from '../runs/skills-port.js'
 import { projects, tasks, type TaskStatus } from './tables.js'
 
@@ -283,23 +283,11 @@ const CURSOR_PARTS = [/^[0-9]$/, /^[0-9A-Za-z]{1,900}$/, /^[A-Za-z0-9_-]{1,64}$/
 /** Tasks by status (todo, doing, done), then position: the board read top to bottom, column by column. */
 export async function listTasks(db: Db, orgId: string, q: { projectId?: string | undefined; status?: TaskStatus | undefined; limit: number; cursor: string | undefined }) {
   const after = decodeCursorParts(q.cursor, CURSOR_PARTS)
-  const rows = rowsOf<Record<string, unknown>>(await db.execute(sql`
-    select *, ${RANK} as rank from tasks
-    where org_id = ${orgId}
-      ${q.projectId !== undefined ? sql`and project_id = ${q.projectId}` : sql``}
-      ${q.status !== undefined ? sql`and status = ${q.status}` : sql``}
-      ${after ? sql`and (${RANK}, position, id) > (${Number(after[0])}, ${after[1]}::text collate "C", ${after[2]})` : sql``}
-    order by ${RANK}, position, id
-    limit ${q.limit + 1}`))
-  const page = pageOf(rows, q.limit, (r) => `${Number(r.rank)}.${String(r.position)}.${String(r.id)}`)
-  return { items: page.items.map(taskFromRow), nextCursor: page.nextCursor }
-}
-
-function taskFromRow(r: Record<string, unknown>): TaskRow {
-  return {
-    id: r.id as string, orgId: r.org_id as string, projectId: (r.project_id as string | null) ?? null, title: r.title as string,
-    description: r.description as string, status: r.status as TaskStatus, position: r.position as string, runId: (r.run_id as string | null) ?? null,
-    assigneeId: (r.assignee_id as string | null) ?? null, revision: Number(r.revision), createdAt: dateOf(r.created_at),
-    updatedAt: dateOf(r.updated_at), createdBy: (r.created_by as string | null) ?? null
-  }
+  const rows = await db.select().from(tasks).where(and(
+    eq(tasks.orgId, orgId),
+    q.projectId !== undefined ? eq(tasks.projectId, q.projectId) : undefined,
+    q.status !== undefined ? eq(tasks.status, q.status) : undefined,
+    after ? sql`(${RANK}, ${tasks.position}, ${tasks.id}) > (${Number(after[0])}, ${after[1]}::text collate "C", ${after[2]})` : undefined
+  )).orderBy(RANK, tasks.position, tasks.id).limit(q.limit + 1)
+  return pageOf(rows, q.limit, (t) => `${TASK_STATUSES.indexOf(t.status)}.${t.position}.${t.id}`)
 }
