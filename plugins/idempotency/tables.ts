@@ -1,6 +1,6 @@
-import { index, integer, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core'
+import { index, integer, pgTable, primaryKey, text } from 'drizzle-orm/pg-core'
+import { ts } from '../../src/db/columns.js'
 
-const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' })
 
 /** Contract 3: one row per (org, route, key), kept 24 hours. */
 export const idempotencyKeys = pgTable('idempotency_keys', {

@@ -1,10 +1,10 @@
 import { sql } from 'drizzle-orm'
-import { bigint, check, index, integer, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+import { bigint, check, index, integer, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core'
+import { ts } from '../db/columns.js'
 import { PROPOSAL_STATES, VERSION_SOURCES } from '../../schemas/artifacts.js'
 import { organizations } from '../auth/tables.js'
 import { sqlList } from '../db/sql-list.js'
 
-const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' })
 const bytes = (name: string) => bigint(name, { mode: 'number' })
 
 export type VersionSource = (typeof VERSION_SOURCES)[number]

@@ -1,10 +1,10 @@
 import { sql } from 'drizzle-orm'
-import { bigint, check, customType, index, integer, jsonb, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+import { bigint, check, customType, index, integer, jsonb, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core'
+import { ts } from '../db/columns.js'
 import { DOCUMENT_STATES, DRAFT_STATES, HISTORY_KINDS } from '../../schemas/knowledge.js'
 import { organizations } from '../auth/tables.js'
 import { sqlList } from '../db/sql-list.js'
 
-const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' })
 const tsvector = customType<{ data: string }>({ dataType: () => 'tsvector' })
 
 export type DocumentState = (typeof DOCUMENT_STATES)[number]

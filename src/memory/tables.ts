@@ -1,9 +1,9 @@
 import { sql } from 'drizzle-orm'
-import { boolean, check, customType, index, integer, jsonb, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+import { boolean, check, customType, index, integer, jsonb, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core'
+import { ts } from '../db/columns.js'
 import { organizations } from '../auth/tables.js'
 
 const tsvector = customType<{ data: string }>({ dataType: () => 'tsvector' })
-const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' })
 
 /** Per-org switch: an org admin can turn memory off for the org (no row = on). */
 export const memorySettings = pgTable('memory_settings', {

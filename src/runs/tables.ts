@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm'
-import { bigserial, boolean, check, index, jsonb, pgTable, text, timestamp } from 'drizzle-orm/pg-core'
+import { bigserial, boolean, check, index, jsonb, pgTable, text } from 'drizzle-orm/pg-core'
+import { ts } from '../db/columns.js'
 import { RUN_ORIGINS, RUN_STATUSES } from '../../schemas/runs.js'
 import { organizations } from '../auth/tables.js'
 import { sqlList } from '../db/sql-list.js'
@@ -10,7 +11,6 @@ export const TERMINAL_STATUSES: readonly RunStatus[] = ['succeeded', 'failed', '
 
 export type RunOrigin = (typeof RUN_ORIGINS)[number]
 
-const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' })
 
 export const runs = pgTable('runs', {
   id: text('id').primaryKey(),

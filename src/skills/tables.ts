@@ -1,10 +1,10 @@
 import { sql } from 'drizzle-orm'
-import { check, index, integer, jsonb, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+import { check, index, integer, jsonb, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core'
+import { ts } from '../db/columns.js'
 import { PROPOSAL_STATES } from '../../schemas/skills.js'
 import { organizations } from '../auth/tables.js'
 import { sqlList } from '../db/sql-list.js'
 
-const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' })
 
 export type SkillProposalState = (typeof PROPOSAL_STATES)[number]
 export type SkillSource = { kind: 'manual' } | { kind: 'github'; repo: string; path: string; ref: string; commit: string }

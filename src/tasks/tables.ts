@@ -1,10 +1,10 @@
 import { sql } from 'drizzle-orm'
-import { check, customType, index, integer, pgTable, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+import { check, customType, index, integer, pgTable, text, uniqueIndex } from 'drizzle-orm/pg-core'
+import { ts } from '../db/columns.js'
 import { TASK_STATUSES } from '../../schemas/tasks.js'
 import { organizations, users } from '../auth/tables.js'
 import { sqlList } from '../db/sql-list.js'
 
-const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' })
 /** Fractional position keys compare byte by byte, as fractional-indexing generates them; a locale collation would not. */
 const byteText = customType<{ data: string }>({ dataType: () => 'text collate "C"' })
 
