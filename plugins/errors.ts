@@ -94,6 +94,8 @@ export const notReady = (retryAfterSeconds: number) =>
   new ApiError(503, 'not_ready', 'the database does not answer', { headers: { 'retry-after': String(retryAfterSeconds) } })
 export const sandboxUnavailable = (reason: string) => new ApiError(503, 'sandbox_unavailable', reason)
 export const desktopUnavailable = () => new ApiError(503, 'desktop_unavailable', 'the desktop needs Xvfb and x11vnc on this server')
+export const secretsUnavailable = () =>
+  new ApiError(503, 'secrets_unavailable', 'secrets need SECRETS_KEY (32 random bytes in base64) on this server')
 
 /** Identifiers for errors raised by Fastify and its plugins rather than by our handlers. */
 const FRAMEWORK_CODES: Record<string, [number, string]> = {

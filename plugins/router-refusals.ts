@@ -15,8 +15,8 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, HTTPM
 /** The fixed headers an answer to `url` carries (plugins/security-headers.ts `fixedHeaders`). */
 export type HeadersFor = (url: string, secure: boolean) => Readonly<Record<string, string>>
 
-/** A path parameter longer than this is `414 uri_too_long` (Fastify's router stops there). */
-export const MAX_PARAM_LENGTH = 100
+/** A path parameter longer than this is `414 uri_too_long` (Fastify's router stops there); the longest name a route takes is a secret's (128). */
+export const MAX_PARAM_LENGTH = 128
 /** An unmatched path longer than this is `414 uri_too_long` rather than `404`. */
 export const MAX_PATH_LENGTH = 2048
 

@@ -1,5 +1,6 @@
 import { Type, type TSchema } from 'typebox'
 import { Id, IsoDate, LiteralUnion, named, Page, PageQuery, StrictObject } from './common.js'
+import { SecretName } from './secrets.js'
 
 /** Contract 5's run statuses and origins: the one list each (the table's CHECK is built from them). */
 export const RUN_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const
@@ -32,7 +33,12 @@ export const CreateRunBody = named('CreateRunRequest', StrictObject({
   engine: Type.Optional(Type.String({ minLength: 1, maxLength: 64, pattern: '^[a-z0-9_-]+$' })),
   model: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   rootRunId: Type.Optional(Id),
-  metadata: Type.Optional(Type.Record(Type.String({ maxLength: 100 }), Type.Unknown(), { maxProperties: 50 }))
+  metadata: Type.Optional(Type.Record(Type.String({ maxLength: 100 }), Type.Unknown(), { maxProperties: 50 })),
+  secrets: Type.Optional(Type.Array(SecretName, {
+    maxItems: 50,
+    uniqueItems: true,
+    description: 'org secrets the run\'s sandbox gets as environment variables; their values are redacted from all it stores and streams'
+  }))
 }))
 
 export const RunIdParams = StrictObject({ id: Id })

@@ -37,6 +37,12 @@ import { createRunEventSink } from './runs/events.js'
 import type { RunEventSink, RunMemory } from './runs/memory-port.js'
 import { runArtifactWriter, runDirectory, runEventWriter, runKnowledgeTools, runMemorySearch, runSkillTools } from './runs/runtime-ports.js'
 import runsService from './runs/service.js'
+import automations from './automations/index.js'
+import { systemClock, type Clock } from './automations/scheduler.js'
+import automationsService from './automations/service.js'
+import { automationRuns } from './runs/automation-runs.js'
+import secrets from './secrets/index.js'
+import secretsService from './secrets/service.js'
 import skills from './skills/index.js'
 import skillsService from './skills/service.js'
 import tasks from './tasks/index.js'
@@ -73,6 +79,8 @@ export interface BuildOptions {
   ports?: Ports
   /** routes of `apiPlugins` an API key may reach besides KEY_ALLOWLIST (tests' probe routes) */
   extraKeyRoutes?: readonly string[]
+  /** the time automations are scheduled by (tests move it instead of waiting) */
+  clock?: Clock
 }
 
 /** What one domain offers another, replaceable by tests (recorders, fakes). */
@@ -110,7 +118,7 @@ function validatorFactory(externalSchemas: Record<string, unknown>): FastifySche
   }
 }
 
-export async function buildApp({ config, database, apiPlugins = [], ports = {}, extraKeyRoutes = [] }: BuildOptions): Promise<FastifyInstance> {
+export async function buildApp({ config, database, apiPlugins = [], ports = {}, extraKeyRoutes = [], clock = systemClock }: BuildOptions): Promise<FastifyInstance> {
   const fixedHeadersFor = fixedHeaders(releaseHeaders(config.release))
   const app = Fastify({
     logger: {
@@ -208,6 +216,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
   await app.register(artifactsService, { config, store: ports.blobStore })
   // knowledge: records, search, the document extraction worker (bytes in the artifacts store), drafts
   await app.register(knowledgeService, { config, store: app.artifacts.store, extract: ports.knowledgeExtractor })
+  // org secrets: sealing, re-sealing after a rotation; runs open the ones they name
+  await app.register(secretsService, { config })
   await app.register(skillsService)
   await app.register(tasksService)
   const runMemory = ports.runMemory ?? app.memory.runMemory
@@ -230,7 +240,15 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     artifacts: app.artifacts.forRuns,
     knowledge: app.knowledge.forRuns,
     skills: app.skills.forRuns,
-    followUps: [app.skills.followUps, app.tasks.followUps]
+    followUps: [app.skills.followUps, app.tasks.followUps],
+    secrets: app.secrets.forRuns
+  })
+  // automations: the scheduler, which starts runs of prompts, skills and playbooks
+  await app.register(automationsService, {
+    config,
+    clock,
+    runs: automationRuns(app.runs, app.log.child({ component: 'scheduler' })),
+    targets: app.skills.forAutomations
   })
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
@@ -259,6 +277,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     await scope.register(knowledge)
     await scope.register(skills)
     await scope.register(tasks)
+    await scope.register(secrets)
+    await scope.register(automations)
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 

@@ -1,5 +1,6 @@
 import { Type, type Static } from 'typebox'
 import { Value } from 'typebox/value'
+import { parseKey, parsePreviousKeys } from './secrets/crypto.js'
 
 /**
  * Every environment variable the service reads, in one schema. `loadConfig` validates
@@ -115,6 +116,11 @@ export const EnvSchema = Type.Object({
   KNOWLEDGE_MAX_ATTEMPTS: Type.Integer({ minimum: 1, maximum: 100, default: 3, description: 'claims of a document before it is failed' }),
   KNOWLEDGE_EXTRACT_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'longest text extraction of one document' }),
   KNOWLEDGE_SEARCH_CACHE: Type.Integer({ minimum: 0, maximum: 1_000_000, default: 1000, description: 'search results kept per instance, dropped when the org\'s knowledge changes (0: no cache)' }),
+  SECRETS_KEY: Type.Optional(Type.String({ description: 'the key org secrets are sealed with: 32 random bytes in base64 (openssl rand -base64 32). Unset: a key made once in DATA_DIR/secrets.key on the embedded database; secrets unavailable (503) on Postgres' })),
+  SECRETS_PREVIOUS_KEYS: Type.Optional(Type.String({ description: 'comma-separated earlier SECRETS_KEY values: they still open secrets, which are sealed again under SECRETS_KEY in the background' })),
+  SCHEDULER: Type.Boolean({ default: true, description: 'fire due automations from this instance (every instance may; each tick fires once)' }),
+  SCHEDULER_POLL_MS: Type.Integer({ minimum: 10, maximum: 60_000, default: 1000, description: 'how often the scheduler looks for automations another instance changed (its own changes wake it at once)' }),
+  SCHEDULER_GRACE_MS: Type.Integer({ minimum: 1000, maximum: 3_600_000, default: 60_000, description: 'a tick later than this when found (no instance ran at its time) counts as missed: catchUp decides' }),
   KNOWLEDGE_EXTRACT_MEMORY_MB: Type.Integer({ minimum: 32, maximum: 16_384, default: 512, description: 'heap of the extraction child process' })
 })
 
@@ -163,6 +169,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   }
   if (values.SANDBOX_CONFINEMENT === 'none' && !values.SANDBOX_UNCONFINED) {
     throw new ConfigError('invalid configuration:\n  SANDBOX_CONFINEMENT=none: runs commands outside bubblewrap; it needs SANDBOX_UNCONFINED=true')
+  }
+  try {
+    // the message names the variable, never its value
+    if (values.SECRETS_KEY !== undefined) parseKey(values.SECRETS_KEY, 'SECRETS_KEY')
+    parsePreviousKeys(values.SECRETS_PREVIOUS_KEYS)
+  } catch (err) {
+    throw new ConfigError(`invalid configuration:\n  ${(err as Error).message}`)
   }
   const release = `${API_COMPAT}:${values.SERVICE_COMMIT ?? 'dev'}`
   return {

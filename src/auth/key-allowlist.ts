@@ -42,6 +42,10 @@ export const KEY_ALLOWLIST: readonly string[] = [
   'GET /api/tasks/:id',
   'GET /api/projects',
   'GET /api/projects/:id',
+  // automations (contract 10: key reads); a trigger starts a run but is not marked key
+  'GET /api/automations',
+  'GET /api/automations/:id',
+  'GET /api/automations/:id/fires',
   // memory hub reads
   'GET /api/memory/search',
   'GET /api/memory/browse',
@@ -90,7 +94,9 @@ export const KEY_DENYLIST: readonly string[] = [
   'GET /api/knowledge/drafts',
   // skills: keys read skills and playbooks and run them (above); proposals are the people's
   // learning lane, and a task run changes the board (contract 9 marks neither key)
-  'GET /api/skills/proposals'
+  'GET /api/skills/proposals',
+  // secrets: admin only, and never for a key (contract 10)
+  'GET /api/secrets'
 ]
 
 /** `METHOD /pattern` with parameter names erased and HEAD read as GET. */

@@ -86,3 +86,13 @@ export const isUniqueViolation = (err: unknown): boolean => sqlStateOf(err) === 
 
 /** A foreign key violation: a row still referred to (23503, or 23001 under ON DELETE RESTRICT), or a reference to nothing. */
 export const isForeignKeyViolation = (err: unknown): boolean => ['23503', '23001'].includes(sqlStateOf(err) ?? '')
+
+/** A delete a foreign key refuses (a row still refers to it) answers `in_use` instead of throwing. */
+export async function inUseWhenReferenced<T>(deleting: Promise<T>): Promise<T | 'in_use'> {
+  try {
+    return await deleting
+  } catch (err) {
+    if (isForeignKeyViolation(err)) return 'in_use'
+    throw err
+  }
+}

@@ -1,7 +1,9 @@
 import { sql, type SQL } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Static } from 'typebox'
-import { engineUnavailable, notFound } from '../../plugins/errors.js'
+import { engineUnavailable, notFound, validationFailed } from '../../plugins/errors.js'
+import { Redactor } from '../secrets/redact.js'
+import type { RunSecrets } from './secrets-port.js'
 import type { IdempotencyLock, StoredAnswer } from '../../plugins/idempotency/index.js'
 import type { CreateRunBody } from '../../schemas/runs.js'
 import type { Principal } from '../auth/principal.js'
@@ -11,13 +13,14 @@ import { newId } from '../db/ids.js'
 import type { Engine } from './engines/types.js'
 import type { EngineRegistry } from './engines/registry.js'
 import type { EventBatcher } from './events.js'
-import { announceQueued, createRun, insertThreadRoot, originOf, runToWire, type RunRow } from './runs-repo.js'
+import { announceCommitted, createRun, insertThreadRoot, originOf, runToWire, type RunRow } from './runs-repo.js'
 import type { RunOrigin } from './tables.js'
 
 export interface DispatchDeps {
   db: Db
   engines: EngineRegistry
   events: EventBatcher
+  secrets: RunSecrets
 }
 
 export interface DispatchInput {
@@ -54,9 +57,10 @@ async function holds(db: Db | Tx, condition: SQL): Promise<boolean> {
  * `POST /api/runs`: stores the run (and its idempotent answer, in the same commit), then
  * announces it. Returns the answer to send, which a retry with the same key replays.
  */
-export async function dispatchRun({ db, engines, events }: DispatchDeps, { principal, body, idempotency, log, attach, precondition, ...input }: DispatchInput): Promise<StoredAnswer> {
-  const chosen = await engines.resolve(body.engine, body.model)
+export async function dispatchRun({ db, engines, events, secrets }: DispatchDeps, { principal, idempotency, log, attach, precondition, ...input }: DispatchInput): Promise<StoredAnswer> {
+  const chosen = await engines.resolve(input.body.engine, input.body.model)
   if ('error' in chosen) throw engineUnavailable(chosen.error)
+  const body = await withSecretsRedacted(secrets, principal.orgId, input.body)
   const origin = input.origin ?? originOf(principal)
   let run: RunRow
   let answer: StoredAnswer
@@ -65,7 +69,7 @@ export async function dispatchRun({ db, engines, events }: DispatchDeps, { princ
     const id = newId()
     run = {
       id, orgId: principal.orgId, rootRunId: id, parentRunId: null, engine: chosen.engine.id, model: chosen.model,
-      prompt: body.prompt, status: 'queued', origin, error: null, metadata: body.metadata ?? {}, userId: principal.userId,
+      prompt: body.prompt, status: 'queued', origin, error: null, metadata: body.metadata ?? {}, secretNames: body.secrets ?? [], userId: principal.userId,
       createdAt: new Date(), startedAt: null, finishedAt: null, leaseOwner: null, leaseExpiresAt: null, cancelRequested: false
     }
     const wire = { run: runToWire(run) }
@@ -82,7 +86,7 @@ export async function dispatchRun({ db, engines, events }: DispatchDeps, { princ
     ;({ run, answer } = await db.transaction(async (tx) => {
       if (precondition && !(await holds(tx, precondition))) throw new RunPreconditionFailed()
       const created = await createRun(tx, principal, {
-        prompt: body.prompt, engine: chosen.engine.id, model: chosen.model, rootRunId, metadata: body.metadata, origin
+        prompt: body.prompt, engine: chosen.engine.id, model: chosen.model, rootRunId, metadata: body.metadata, secretNames: body.secrets, origin
       })
       if (!created) throw notFound('no such thread in this organization')
       const wire = { run: runToWire(created), ...(attach ? await attach(tx, created) : {}) }
@@ -90,15 +94,23 @@ export async function dispatchRun({ db, engines, events }: DispatchDeps, { princ
       return { run: created, answer: stored }
     }))
   }
-  // The run committed, so the request answers as committed whatever happens next
-  // (contract 1.3): a run.queued that cannot be stored now (the database went away between
-  // the two statements) is stored by the sweeper, which looks for exactly that.
-  try {
-    await announceQueued(events, run)
-  } catch (err) {
-    log.warn({ err }, 'run.queued not stored after the run committed; the sweeper will announce it')
-  }
+  // the run committed, so the request answers as committed whatever happens next (contract 1.3)
+  await announceCommitted(events, [run], log)
   return answer
+}
+
+/**
+ * Contract 10: the secrets a run names must exist in the org (else 400), and their values
+ * are replaced by `[secret:NAME]` in what is stored of the run (prompt, metadata).
+ */
+async function withSecretsRedacted(secrets: RunSecrets, orgId: string, body: Static<typeof CreateRunBody>): Promise<Static<typeof CreateRunBody>> {
+  if (!body.secrets || body.secrets.length === 0) return body
+  const { values, missing } = await secrets.open(orgId, body.secrets)
+  if (missing.length > 0) {
+    throw validationFailed(missing.map((name) => ({ path: `/body/secrets/${body.secrets!.indexOf(name)}`, message: `no secret named ${name} in this organization` })))
+  }
+  const redactor = new Redactor(values)
+  return { ...body, prompt: redactor.text(body.prompt), ...(body.metadata ? { metadata: redactor.deep(body.metadata) } : {}) }
 }
 
 /**

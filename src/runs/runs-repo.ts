@@ -1,4 +1,5 @@
 import { and, asc, desc, eq, lt, sql, type SQL } from 'drizzle-orm'
+import type { FastifyBaseLogger } from 'fastify'
 import { CONTROL_CHANNEL } from '../../plugins/event-bus.js'
 import type { Principal } from '../auth/principal.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
@@ -46,6 +47,7 @@ export interface CreateRunInput {
   model: string | null
   rootRunId?: string | undefined
   metadata?: Record<string, unknown> | undefined
+  secretNames?: string[] | undefined
   origin: RunOrigin
 }
 
@@ -79,9 +81,38 @@ export async function createRun(tx: Tx, principal: Principal, input: CreateRunIn
     status: 'queued',
     origin: input.origin,
     metadata: input.metadata ?? {},
+    secretNames: input.secretNames ?? [],
     userId: principal.userId
   }).returning()
   return run!
+}
+
+export interface NewThreadRun {
+  id: string
+  orgId: string
+  engine: string
+  model: string | null
+  prompt: string
+  origin: RunOrigin
+  metadata: Record<string, unknown>
+  userId: string | null
+}
+
+/**
+ * Queued runs that each start a thread (an automation's fires), in the caller's
+ * transaction; announce them after it commits. The batch travels as one JSON parameter
+ * (`jsonb_to_recordset`): for hundreds of rows about five times faster than a VALUES list
+ * with a parameter per column.
+ */
+export async function insertThreadRoots<T extends NewThreadRun>(tx: Tx, rows: T[]): Promise<T[]> {
+  if (rows.length === 0) return []
+  const batch = JSON.stringify(rows.map((r) => ({ id: r.id, org_id: r.orgId, engine: r.engine, model: r.model, prompt: r.prompt, origin: r.origin, metadata: r.metadata, user_id: r.userId })))
+  await tx.execute(sql`
+    insert into runs (id, org_id, root_run_id, engine, model, prompt, status, origin, metadata, user_id)
+    select id, org_id, id, engine, model, prompt, 'queued', origin, metadata, user_id
+    from jsonb_to_recordset(${batch}::jsonb)
+      as r(id text, org_id text, engine text, model text, prompt text, origin text, metadata jsonb, user_id text)`)
+  return rows
 }
 
 /** A run another finished run starts (a playbook's next step): inserted in the finishing transaction. */
@@ -98,12 +129,23 @@ export async function insertFollowUp(tx: Tx, run: FollowUpRun): Promise<RunRow> 
  */
 export async function insertThreadRoot(db: Db, row: typeof runs.$inferInsert & { id: string; createdAt: Date }, guard: SQL | null, when?: SQL): Promise<boolean> {
   const values = sql`${row.id}, ${row.orgId}, ${row.id}, null, ${row.engine}, ${row.model ?? null}, ${row.prompt}, 'queued',
-    ${row.origin}, ${JSON.stringify(row.metadata ?? {})}::jsonb, ${row.userId ?? null}, ${row.createdAt.toISOString()}::timestamptz`
-  const cols = sql`(id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, user_id, created_at)`
+    ${row.origin}, ${JSON.stringify(row.metadata ?? {})}::jsonb, ${JSON.stringify(row.secretNames ?? [])}::jsonb, ${row.userId ?? null}, ${row.createdAt.toISOString()}::timestamptz`
+  const cols = sql`(id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, secret_names, user_id, created_at)`
   const result = guard
     ? await db.execute(sql`with guard as (${guard}) insert into runs ${cols} select ${values} from guard returning id`)
     : await db.execute(when ? sql`insert into runs ${cols} select ${values} where ${when} returning id` : sql`insert into runs ${cols} values (${values}) returning id`)
   return rowsOf(result).length === 1
+}
+
+/**
+ * The `run.queued` events of runs that committed. One that cannot be stored now (the
+ * database went away after the commit) is logged and left to the sweeper, which looks for
+ * exactly that: this never throws, since the runs exist whatever happens here.
+ */
+export async function announceCommitted(events: EventBatcher, runs: Array<Pick<RunRow, 'id' | 'orgId' | 'rootRunId' | 'engine' | 'model'>>, log: FastifyBaseLogger): Promise<void> {
+  await Promise.all(runs.map((run) => announceQueued(events, run).catch((err: unknown) => {
+    log.warn({ err, runId: run.id }, 'run.queued not stored after the run committed; the sweeper will announce it')
+  })))
 }
 
 /** The `run.queued` event, written after the run's own (durable) transaction committed. */

@@ -11,6 +11,7 @@ import { EventBatcher } from './events.js'
 import type { RunArtifacts } from './artifact-port.js'
 import type { RunKnowledge } from './knowledge-port.js'
 import type { RunMemory } from './memory-port.js'
+import type { RunSecrets } from './secrets-port.js'
 import type { RunFollowUps, RunSkills } from './skills-port.js'
 import { cancelRun, type RunRow } from './runs-repo.js'
 import { RunSweeper } from './sweeper.js'
@@ -55,6 +56,8 @@ export interface RunsServiceOptions {
   skills: RunSkills
   /** what follows a finished run (the skills group's playbooks, the tasks group's board) */
   followUps: RunFollowUps[]
+  /** the org secrets a run names (the secrets group) */
+  secrets: RunSecrets
 }
 
 export function createEngines(config: Config): EngineRegistry {
@@ -77,7 +80,7 @@ export function createEngines(config: Config): EngineRegistry {
  * options or from the infrastructure plugins (db, event bus, features).
  */
 export default fp(async function runsService(app: FastifyInstance, opts: RunsServiceOptions) {
-  const { config, memory, tools, artifacts, knowledge, skills, followUps } = opts
+  const { config, memory, tools, artifacts, knowledge, skills, followUps, secrets } = opts
   const log = app.log.child({ component: 'runs' })
   const engines = createEngines(config)
   app.features.catalogs.push(() => engines.catalog())
@@ -93,6 +96,7 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
     knowledge,
     skills,
     followUps,
+    secrets,
     log,
     concurrency: config.RUN_WORKER_CONCURRENCY,
     pollMs: config.RUN_POLL_MS,
@@ -104,7 +108,7 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
     worker,
     sweeper,
     events,
-    dispatch: (input) => dispatchRun({ db: app.db, engines, events }, input),
+    dispatch: (input) => dispatchRun({ db: app.db, engines, events, secrets }, input),
     async cancel(orgId, runId) {
       const run = await cancelRun(app.db, orgId, runId)
       // calls waiting for a person are dropped now, wherever the run runs: its worker stops promptly

@@ -24,6 +24,8 @@ export const runs = pgTable('runs', {
   origin: text('origin').$type<RunOrigin>().notNull(),
   error: text('error'),
   metadata: jsonb('metadata').$type<Record<string, unknown>>().notNull().default({}),
+  /** the org secrets the run named (contract 10): its sandbox's environment, redacted from all it stores */
+  secretNames: jsonb('secret_names').$type<string[]>().notNull().default([]),
   userId: text('user_id'),
   createdAt: ts('created_at').notNull().defaultNow(),
   startedAt: ts('started_at'),

@@ -11,14 +11,22 @@ import type { RunArtifacts } from './artifact-port.js'
 import type { RunKnowledge } from './knowledge-port.js'
 import type { RunMemory, RunRef } from './memory-port.js'
 import { runs } from './tables.js'
-import { announceQueued, insertFollowUp, type RunRow } from './runs-repo.js'
+import { announceCommitted, insertFollowUp, type RunRow } from './runs-repo.js'
 import type { FinishedRun, RunFollowUps, RunSkills } from './skills-port.js'
+import type { RunSecrets } from './secrets-port.js'
+import { NO_SECRETS, Redactor } from '../secrets/redact.js'
 import { boolOf, dateOf, dateOrNull, jsonOf } from '../db/rows.js'
 
 /** The agent runtime's tool gateway as the worker needs it (src/runtime/gateway.ts). */
 export interface ToolGatewayPort {
   definitions(): ToolDefinition[]
-  execute(input: { orgId: string; runId: string; rootRunId: string; callId: string; name: string; arguments: string; signal: AbortSignal }): Promise<{ content: string }>
+  execute(input: {
+    orgId: string; runId: string; rootRunId: string; callId: string; name: string; arguments: string; signal: AbortSignal
+    /** the run's secrets, as the environment of its sandbox commands */
+    env?: Record<string, string> | undefined
+    /** what the gateway stores, streams and answers goes through it (the run's secret values redacted) */
+    redact?: Redactor | undefined
+  }): Promise<{ content: string }>
   /** drops the run's waiting approvals (every instance sees it) and stops its running calls here */
   cancelRun(orgId: string, runId: string): Promise<number>
 }
@@ -54,6 +62,8 @@ export interface RunWorkerOptions {
   skills: RunSkills
   /** what follows a finished run, in its finishing transaction (playbook steps, tasks) */
   followUps: RunFollowUps[]
+  /** the values of the secrets a run names */
+  secrets: RunSecrets
 }
 
 /** Thrown into an engine whose instance was killed: nothing more may be written. */
@@ -201,22 +211,45 @@ export class RunWorker {
   private async runOne(run: RunRow, signal: AbortSignal): Promise<void> {
     const { o } = this
     const ref: RunRef = { id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) }
-    const emit = async (type: string, data: Record<string, unknown>) => {
+    const store = async (type: string, data: Record<string, unknown>) => {
       this.guard()
       if (signal.aborted) throw signal.reason
       await o.events.append({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type, data })
+    }
+    // contract 10: the run's secret values never leave it; deltas are redacted as a stream
+    let redact = NO_SECRETS
+    let deltas = redact.stream()
+    let env: Record<string, string> | undefined
+    const flushDeltas = async () => {
+      const rest = deltas.flush()
+      if (rest !== '') await store('message.delta', { text: rest })
+    }
+    const emit = async (type: string, data: Record<string, unknown>) => {
+      if (redact.empty) return store(type, data)
+      if (type === 'message.delta' && typeof data.text === 'string') {
+        const text = deltas.push(data.text)
+        if (text !== '') await store(type, { ...data, text })
+        return
+      }
+      await flushDeltas()
+      await store(type, redact.deep(data))
     }
     const engine = o.engines.get(run.engine)
     const gateway = this.o.tools
     const tools: RunTools | undefined = gateway ? {
       definitions: () => gateway.definitions(),
-      execute: (call) => {
+      execute: async (call) => {
         this.guard()
-        return gateway.execute({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, ...call })
+        await flushDeltas()
+        return gateway.execute({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, ...call, env, redact })
       }
     } : undefined
     let outcome: { status: 'succeeded'; facts: string[]; usage?: unknown } | { status: 'failed'; error: string } | { status: 'cancelled' }
     try {
+      if (run.secretNames.length > 0) {
+        ;({ redact, env } = await this.secretsOf(run))
+        deltas = redact.stream()
+      }
       if (!engine) throw new EngineError(`engine ${run.engine} is not available on this instance`)
       const result = await engine.run({
         runId: run.id,
@@ -227,26 +260,28 @@ export class RunWorker {
         tools,
         saveArtifact: async (name, content, contentType) => {
           this.guard()
-          const saved = await o.artifacts.save({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, { name, content, contentType })
+          const saved = await o.artifacts.save({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, { name: redact.text(name), content: redact.text(content), contentType })
           await emit('artifact.created', { ...saved })
           return saved
         },
         proposeKnowledge: async (draft) => {
           this.guard()
-          return o.knowledge.propose({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, draft)
+          return o.knowledge.propose({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, redact.deep(draft))
         },
         proposeSkill: async (proposal) => {
           this.guard()
-          return o.skills.propose({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, proposal)
+          return o.skills.propose({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, redact.deep(proposal))
         },
-        recall: async (query) => {
+        recall: async (raw) => {
           this.guard()
+          const query = redact.text(raw)
           const { items } = await o.memory.recall(ref, query)
           await emit('memory.recalled', { query, itemIds: items.map((i) => i.id), count: items.length })
           return items
         }
       })
-      outcome = { status: 'succeeded', facts: result.facts, usage: result.usage }
+      await flushDeltas()
+      outcome = { status: 'succeeded', facts: result.facts.map((f) => redact.text(f)), usage: result.usage }
     } catch (err) {
       if (this.killed || err instanceof WorkerGone) return
       const reason = signal.aborted ? signal.reason : err
@@ -254,9 +289,9 @@ export class RunWorker {
       else if (reason instanceof ShutdownRelease) {
         await this.release(run)
         return
-      } else if (err instanceof EngineError) outcome = { status: 'failed', error: err.message }
+      } else if (err instanceof EngineError) outcome = { status: 'failed', error: redact.text(err.message) }
       else {
-        o.log.error({ err, runId: run.id }, 'engine crashed')
+        o.log.error({ err: redact.empty ? err : redactedError(redact, err), runId: run.id }, 'engine crashed')
         outcome = { status: 'failed', error: 'engine_error' }
       }
     }
@@ -284,11 +319,24 @@ export class RunWorker {
       }
       return started
     })
-    // committed: a run.queued that cannot be stored now (or by a killed instance) is stored by the sweeper
+    // committed: a run.queued a killed instance cannot store is stored by the sweeper
     if (this.killed) return
-    for (const followUp of next) {
-      await announceQueued(o.events, followUp).catch((err: unknown) => o.log.warn({ err, runId: followUp.id }, 'run.queued of a follow-up run not stored; the sweeper will announce it'))
+    await announceCommitted(o.events, next, o.log)
+  }
+
+  /**
+   * The run's secrets: their values for its sandbox, and the redactor of all it stores.
+   * A secret deleted (or unopenable) since the run was accepted fails the run.
+   */
+  private async secretsOf(run: RunRow): Promise<{ redact: Redactor; env: Record<string, string> }> {
+    let opened
+    try {
+      opened = await this.o.secrets.open(run.orgId, run.secretNames)
+    } catch (err) {
+      throw new EngineError(err instanceof Error && 'statusCode' in err ? err.message : 'the run\'s secrets could not be read')
     }
+    if (opened.missing.length > 0) throw new EngineError(`the run names secrets this organization no longer has: ${opened.missing.join(', ')}`)
+    return { redact: new Redactor(opened.values), env: Object.fromEntries(opened.values.map((s) => [s.name, s.value])) }
   }
 
   /** Gives a run back to the queue (graceful shutdown that could not finish it). */
@@ -357,6 +405,12 @@ class ShutdownRelease extends Error {
   override name = 'ShutdownRelease'
 }
 
+/** An error fit for the log: its message and stack with the run's secret values redacted. */
+function redactedError(redact: Redactor, err: unknown): { type: string; message: string; stack?: string | undefined } {
+  const e = err instanceof Error ? err : new Error(String(err))
+  return { type: e.name, message: redact.text(e.message), stack: e.stack === undefined ? undefined : redact.text(e.stack) }
+}
+
 /** A raw `runs` row (snake_case, from a hand-written statement) as drizzle would return it. */
 function runFromRow(r: Record<string, unknown>): RunRow {
   return {
@@ -371,6 +425,7 @@ function runFromRow(r: Record<string, unknown>): RunRow {
     origin: r.origin as RunRow['origin'],
     error: (r.error as string | null) ?? null,
     metadata: jsonOf<Record<string, unknown> | null>(r.metadata) ?? {},
+    secretNames: jsonOf<string[] | null>(r.secret_names) ?? [],
     userId: (r.user_id as string | null) ?? null,
     createdAt: dateOf(r.created_at),
     startedAt: dateOrNull(r.started_at),

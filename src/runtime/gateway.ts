@@ -5,6 +5,7 @@ import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import type { ArtifactWriter, KnowledgeTools, MemorySearch, RunDirectory, RunEventWriter, SkillTools } from './ports.js'
 import { SandboxError, type SandboxManager } from './sandbox.js'
+import { NO_SECRETS, type Redactor } from '../secrets/redact.js'
 import { toolApprovals, toolPolicies, type ApprovalStatus, type ToolMode } from './tables.js'
 import { isToolName, TOOL_NAMES, TOOLS, toolDefinitions, type ToolArgs, type ToolName } from './tools.js'
 import { decodeCursor, pageOf } from '../db/paging.js'
@@ -21,6 +22,10 @@ export interface ToolCallInput {
   arguments: string | Record<string, unknown>
   /** aborting stops the call (waiting or running) */
   signal?: AbortSignal
+  /** the run's secrets: the environment of its sandbox commands (contract 10) */
+  env?: Record<string, string> | undefined
+  /** what the call stores, streams and answers goes through it (the run's secret values redacted) */
+  redact?: Redactor | undefined
 }
 
 export type ToolStatus = 'ok' | 'error' | 'denied' | 'cancelled' | 'expired'
@@ -81,18 +86,20 @@ export class ToolGateway {
 
   async execute(input: ToolCallInput): Promise<ToolResult> {
     const { orgId, runId } = input
+    const redact = input.redact ?? NO_SECRETS
     const callId = input.callId ?? newId()
     const rootRunId = input.rootRunId ?? (await this.opts.runs.threadOfRun(orgId, runId))?.rootRunId
     if (!rootRunId) return { callId, tool: input.name, status: 'error', content: 'error: the run does not exist', truncated: false, approvalId: null }
 
     const parsed = parseArguments(input.arguments)
-    await this.opts.events.emit(orgId, runId, 'tool.call', { callId, tool: input.name, arguments: parsed ?? input.arguments })
+    await this.opts.events.emit(orgId, runId, 'tool.call', redact.deep({ callId, tool: input.name, arguments: parsed ?? input.arguments }))
+    const finish = (result: ToolResult) => this.finish(orgId, runId, redact.deep(result))
     const invalid = !isToolName(input.name)
       ? `unknown tool ${JSON.stringify(input.name)}`
       : parsed === null
         ? 'the arguments are not a JSON object'
         : firstError(input.name, parsed)
-    if (invalid !== null) return this.finish(orgId, runId, { callId, tool: input.name, status: 'error', content: `error: ${invalid}`, truncated: false, approvalId: null })
+    if (invalid !== null) return finish({ callId, tool: input.name, status: 'error', content: `error: ${invalid}`, truncated: false, approvalId: null })
     const tool = input.name as ToolName
     const args = parsed as Record<string, unknown>
 
@@ -107,21 +114,22 @@ export class ToolGateway {
     try {
       let approvalId: string | null = null
       if ((await this.modeFor(orgId, tool)) === 'approve') {
-        const approval = await this.requestApproval(orgId, runId, rootRunId, callId, tool, args)
+        const approval = await this.requestApproval(orgId, runId, rootRunId, callId, tool, redact.deep(args))
         approvalId = approval.id
         const status = await this.waitForDecision(approval, flight.controller.signal)
         if (status !== 'approved') {
           const content = status === 'denied' ? 'the call was denied by a person' : status === 'expired' ? 'no one approved the call in time' : 'the run was cancelled'
-          return await this.finish(orgId, runId, { callId, tool, status: status as ToolStatus, content, truncated: false, approvalId })
+          return await finish({ callId, tool, status: status as ToolStatus, content, truncated: false, approvalId })
         }
       }
       if (flight.controller.signal.aborted) {
-        return await this.finish(orgId, runId, { callId, tool, status: 'cancelled', content: 'the run was cancelled', truncated: false, approvalId })
+        return await finish({ callId, tool, status: 'cancelled', content: 'the run was cancelled', truncated: false, approvalId })
       }
-      const outcome = await this.run(orgId, runId, rootRunId, tool, args, flight.controller.signal)
-      const bounded = bound(outcome.content, this.opts.outputMaxBytes)
+      const outcome = await this.run(orgId, runId, rootRunId, tool, args, flight.controller.signal, input.env)
+      // redacted before it is cut, so a value is never left half-shown at the end
+      const bounded = bound(redact.text(outcome.content), this.opts.outputMaxBytes)
       const status: ToolStatus = flight.controller.signal.aborted ? 'cancelled' : outcome.ok ? 'ok' : 'error'
-      return await this.finish(orgId, runId, { callId, tool, status, content: bounded.text, truncated: bounded.truncated || outcome.truncated, approvalId })
+      return await finish({ callId, tool, status, content: bounded.text, truncated: bounded.truncated || outcome.truncated, approvalId })
     } finally {
       input.signal?.removeEventListener('abort', onAbort)
       set.delete(flight)
@@ -262,7 +270,7 @@ export class ToolGateway {
 
   // ---- execution ------------------------------------------------------------------
 
-  private async run(orgId: string, runId: string, rootRunId: string, tool: ToolName, rawArgs: Record<string, unknown>, signal: AbortSignal): Promise<{ ok: boolean; content: string; truncated: boolean }> {
+  private async run(orgId: string, runId: string, rootRunId: string, tool: ToolName, rawArgs: Record<string, unknown>, signal: AbortSignal, env: Record<string, string> | undefined): Promise<{ ok: boolean; content: string; truncated: boolean }> {
     try {
       if (tool === 'memory_search') {
         const args = rawArgs as ToolArgs['memory_search']
@@ -296,7 +304,7 @@ export class ToolGateway {
           case 'shell': {
             const args = rawArgs as ToolArgs['shell']
             const timeoutMs = Math.min(this.opts.execTimeoutMs, (args.timeoutSeconds ?? Infinity) * 1000)
-            const r = await sandbox.exec(args.command, { timeoutMs, maxOutputBytes: this.opts.outputMaxBytes, signal })
+            const r = await sandbox.exec(args.command, { timeoutMs, maxOutputBytes: this.opts.outputMaxBytes, signal, env })
             const head = r.timedOut ? `timed out after ${timeoutMs} ms` : r.signal ? `killed by ${r.signal}` : `exit code ${r.exitCode}`
             const content = `${head}\n${r.stdout}${r.stderr ? `${r.stdout.endsWith('\n') || r.stdout === '' ? '' : '\n'}[stderr]\n${r.stderr}` : ''}`
             return { ok: r.exitCode === 0, content, truncated: r.truncated }

@@ -119,10 +119,10 @@ class LocalSandbox implements Sandbox {
     if (this.destroyed) throw new SandboxError('destroyed', 'the sandbox was stopped')
   }
 
-  private env(extra: Record<string, string> = {}): Record<string, string> {
+  private env(extra: Record<string, string> = {}, given: Record<string, string> = {}): Record<string, string> {
     // never the service's own environment: it holds database URLs and secrets
     const home = this.provider.confinement === 'bwrap' ? BOX_HOME : this.workspace
-    const env: Record<string, string> = { PATH: SANDBOX_PATH, HOME: home, LANG: 'C.UTF-8', ...extra }
+    const env: Record<string, string> = { ...given, PATH: SANDBOX_PATH, HOME: home, LANG: 'C.UTF-8', ...extra }
     if (this.display !== null) env.DISPLAY = `:${this.display}`
     return env
   }
@@ -144,7 +144,7 @@ class LocalSandbox implements Sandbox {
       let child: ChildProcess
       try {
         // detached: its own process group, so a timeout kills the whole tree
-        child = spawn(file, args, { cwd, env: this.env(), detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
+        child = spawn(file, args, { cwd, env: this.env({}, options.env), detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
       } catch (err) {
         reject(err)
         return

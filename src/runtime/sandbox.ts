@@ -20,6 +20,8 @@ export interface ExecOptions {
   maxOutputBytes?: number
   /** aborting kills the command (a cancelled run) */
   signal?: AbortSignal
+  /** extra environment variables (a run's secrets); the sandbox's own PATH, HOME and LANG win */
+  env?: Record<string, string> | undefined
 }
 
 export interface ExecResult {

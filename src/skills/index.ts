@@ -250,7 +250,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   }, async (request, reply) => {
     const { orgId } = principalOf(request)
     const result = await deleteSkill(app.db, orgId, request.params.id)
-    if (result === 'in_use') throw conflict('a playbook has this skill as a step; change or delete the playbook first')
+    if (result === 'in_use') throw conflict('a playbook step or an automation uses this skill; change or delete it first')
     if (!result) throw noSkill()
     return reply.code(204).send(null)
   })
@@ -366,13 +366,15 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       operationId: 'deletePlaybook',
       tags: PLAYBOOKS,
-      summary: 'Delete a playbook (runs under way finish their steps)',
+      summary: 'Delete a playbook (runs under way finish their steps); 409 while an automation runs it',
       params: IdParams,
       response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
     }
   }, async (request, reply) => {
     const { orgId } = principalOf(request)
-    if (!(await deletePlaybook(app.db, orgId, request.params.id))) throw noPlaybook()
+    const result = await deletePlaybook(app.db, orgId, request.params.id)
+    if (result === 'in_use') throw conflict('an automation runs this playbook; change or delete the automation first')
+    if (!result) throw noPlaybook()
     return reply.code(204).send(null)
   })
 

@@ -1,6 +1,6 @@
 import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm'
 import type { Db, Tx } from '../db/client.js'
-import { isForeignKeyViolation } from '../db/faults.js'
+import { inUseWhenReferenced, isForeignKeyViolation } from '../db/faults.js'
 import { newId } from '../db/ids.js'
 import { decodeCursor, pageOf } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
@@ -109,9 +109,10 @@ export async function updatePlaybook(db: Db, orgId: string, id: string, change: 
   })
 }
 
-export async function deletePlaybook(db: Db, orgId: string, id: string): Promise<boolean> {
-  const rows = await db.delete(playbooks).where(and(eq(playbooks.orgId, orgId), eq(playbooks.id, id))).returning({ id: playbooks.id })
-  return rows.length === 1
+/** Deletes a playbook; `in_use` while an automation runs it (a foreign key refuses). */
+export async function deletePlaybook(db: Db, orgId: string, id: string): Promise<boolean | 'in_use'> {
+  const rows = await inUseWhenReferenced(db.delete(playbooks).where(and(eq(playbooks.orgId, orgId), eq(playbooks.id, id))).returning({ id: playbooks.id }))
+  return rows === 'in_use' ? rows : rows.length === 1
 }
 
 /**
@@ -119,7 +120,7 @@ export async function deletePlaybook(db: Db, orgId: string, id: string): Promise
  * the step's prompt (instructions, then the step's input, then the run's input). Null
  * when a step's skill is gone.
  */
-export async function snapshotSteps(db: Db, orgId: string, playbook: PlaybookWithSteps, input: string | undefined): Promise<PlaybookRunStep[] | null> {
+export async function snapshotSteps(db: Db | Tx, orgId: string, playbook: PlaybookWithSteps, input: string | undefined): Promise<PlaybookRunStep[] | null> {
   const ids = [...new Set(playbook.steps.map((s) => s.skillId))]
   const rows = await db.select({ id: skills.id, version: skills.version, instructions: skills.instructions }).from(skills)
     .where(and(eq(skills.orgId, orgId), inArray(skills.id, ids)))

@@ -4,10 +4,11 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Db } from '../db/client.js'
 import type { RunFollowUps, RunSkills } from '../runs/skills-port.js'
-import { nextPlaybookStep } from './playbooks-repo.js'
+import type { AutomationTargets } from '../automations/targets-port.js'
+import { getPlaybook, insertPlaybookRun, nextPlaybookStep, snapshotSteps, stepMetadata } from './playbooks-repo.js'
 import { insertProposal, sameContent } from './proposals-repo.js'
 import { parseSkillMd, type SkillProblem } from './skill-md.js'
-import { getSkill, type SkillRow } from './skills-repo.js'
+import { getSkill, skillPrompt, type SkillRow } from './skills-repo.js'
 import { skills } from './tables.js'
 
 /** The skills group's instance-wide side, as `app.skills`. */
@@ -22,6 +23,8 @@ export interface SkillsService {
    * statement that stores it), so a stale entry costs a retry, never a wrong prompt.
    */
   runnable(orgId: string, skillId: string, fresh?: boolean): Promise<RunnableSkill | null>
+  /** the runs an automation's skill or playbook target starts (the automations group's port) */
+  forAutomations: AutomationTargets
 }
 
 export interface RunnableSkill {
@@ -76,6 +79,27 @@ export default fp(async function skillsService(app: FastifyInstance) {
       }
     },
     followUps: { afterFinish: nextPlaybookStep },
+    forAutomations: {
+      async skill(tx, orgId, skillId, input) {
+        const skill = await getSkill(tx, orgId, skillId)
+        if (!skill) return null
+        return { prompt: skillPrompt(skill.instructions, input), metadata: { skillId: skill.id, skillVersion: skill.version } }
+      },
+      async playbook(tx, orgId, playbookId, input) {
+        const playbook = await getPlaybook(tx, orgId, playbookId)
+        const steps = playbook ? await snapshotSteps(tx, orgId, playbook, input) : null
+        if (!playbook || !steps) return null
+        const first = steps[0]!
+        return {
+          prompt: first.prompt,
+          metadata: stepMetadata(playbook.id, 0, first),
+          started: (tx, run) => insertPlaybookRun(tx, { rootRunId: run.id, orgId, playbookId: playbook.id, steps, engine: run.engine, model: run.model })
+        }
+      },
+      async exists(db, orgId, target) {
+        return 'skillId' in target ? (await getSkill(db, orgId, target.skillId)) !== null : (await getPlaybook(db, orgId, target.playbookId)) !== null
+      }
+    },
     async runnable(orgId, skillId, fresh = false) {
       const key = `${orgId}:${skillId}`
       const cached = fresh ? undefined : runnableCache.get(key)

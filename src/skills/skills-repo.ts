@@ -1,6 +1,6 @@
 import { and, desc, eq, lt, sql } from 'drizzle-orm'
 import type { Db, Tx } from '../db/client.js'
-import { isForeignKeyViolation, isUniqueViolation } from '../db/faults.js'
+import { inUseWhenReferenced, isUniqueViolation } from '../db/faults.js'
 import { newId } from '../db/ids.js'
 import { decodeCursor, pageOf } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
@@ -73,13 +73,8 @@ export async function updateSkill(db: Db | Tx, orgId: string, id: string, fields
 
 /** Deletes a skill; `in_use` when a playbook step still runs it. */
 export async function deleteSkill(db: Db, orgId: string, id: string): Promise<boolean | 'in_use'> {
-  try {
-    const rows = await db.delete(skills).where(and(eq(skills.orgId, orgId), eq(skills.id, id))).returning({ id: skills.id })
-    return rows.length === 1
-  } catch (err) {
-    if (isForeignKeyViolation(err)) return 'in_use'
-    throw err
-  }
+  const rows = await inUseWhenReferenced(db.delete(skills).where(and(eq(skills.orgId, orgId), eq(skills.id, id))).returning({ id: skills.id }))
+  return rows === 'in_use' ? rows : rows.length === 1
 }
 
 /** The prompt of a skill run (contract 9): the instructions, a blank line, then the input. */

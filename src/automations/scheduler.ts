@@ -1,0 +1,209 @@
+import type { FastifyBaseLogger } from 'fastify'
+import type { Db, Tx } from '../db/client.js'
+import { newId } from '../db/ids.js'
+import { advance, claimDue, earliestTick, insertFires, type AutomationRow } from './automations-repo.js'
+import { planFire } from './cron.js'
+import type { AutomationTargets, PreparedRun } from './targets-port.js'
+
+/** Where the scheduler reads the time: the system clock, or a test's. */
+export interface Clock {
+  now(): Date
+}
+export const systemClock: Clock = { now: () => new Date() }
+
+/** What automations need of the runs group: the engine a prompt names, queued runs stored in a transaction, announced after it. */
+export interface AutomationRuns {
+  /** the engine and model a run of this request gets (an unknown one is kept: the worker fails the run, saying why) */
+  engineFor(engine: string | undefined, model: string | undefined): Promise<{ engine: string; model: string | null }>
+  insert(tx: Tx, rows: QueuedRun[]): Promise<QueuedRun[]>
+  /** never throws: a run.queued not stored now is left to the runs sweeper */
+  announce(runs: QueuedRun[]): Promise<void>
+}
+
+export interface QueuedRun {
+  id: string
+  orgId: string
+  /** its own id: each run an automation starts is a new thread */
+  rootRunId: string
+  engine: string
+  model: string | null
+  prompt: string
+  origin: 'automation'
+  metadata: Record<string, unknown>
+  userId: string | null
+}
+
+export interface RunPlan {
+  row: QueuedRun
+  started?: PreparedRun['started']
+}
+
+/**
+ * The run an automation starts (a fire, with its tick, or a trigger, with `scheduledFor:
+ * null`), read in the transaction that stores it; null when its skill or playbook is gone.
+ */
+export async function planRun(tx: Tx, deps: { runs: Pick<AutomationRuns, 'engineFor'>; targets: AutomationTargets }, a: AutomationRow, scheduledFor: Date | null): Promise<RunPlan | null> {
+  const target = a.target
+  let prepared: PreparedRun | null
+  let chosen: { engine: string; model: string | null }
+  if ('prompt' in target) {
+    prepared = { prompt: target.prompt, metadata: {} }
+    chosen = await deps.runs.engineFor(target.engine, target.model)
+  } else {
+    prepared = 'skillId' in target
+      ? await deps.targets.skill(tx, a.orgId, target.skillId, target.input)
+      : await deps.targets.playbook(tx, a.orgId, target.playbookId, target.input)
+    chosen = await deps.runs.engineFor(undefined, undefined)
+  }
+  if (!prepared) return null
+  const id = newId()
+  return {
+    row: {
+      id, orgId: a.orgId, rootRunId: id, engine: chosen.engine, model: chosen.model, prompt: prepared.prompt, origin: 'automation',
+      metadata: { ...prepared.metadata, automationId: a.id, scheduledFor: scheduledFor?.toISOString() ?? null }, userId: a.createdBy
+    },
+    ...(prepared.started ? { started: prepared.started } : {})
+  }
+}
+
+export interface SchedulerOptions {
+  db: Db
+  clock: Clock
+  runs: AutomationRuns
+  targets: AutomationTargets
+  log: FastifyBaseLogger
+  pollMs: number
+  graceMs: number
+  /** automations claimed per transaction */
+  batch: number
+}
+
+/**
+ * Fires due automations. Every instance runs one; they share the due rows through
+ * `FOR UPDATE SKIP LOCKED`, and a tick is fired by inserting its `automation_fires` row
+ * (unique on automation and tick) in the transaction that inserts its run, so each tick
+ * starts exactly one run whatever the number of instances and whenever one dies.
+ * Time is the scheduler's clock (`Clock`), never the database's: it decides which ticks
+ * are due and stamps `firedAt`.
+ */
+export class AutomationScheduler {
+  private readonly o: SchedulerOptions
+  private stopped = true
+  private killed = false
+  private timer: NodeJS.Timeout | null = null
+  private wakeUp: (() => void) | null = null
+  private loopDone: Promise<void> = Promise.resolve()
+  /** test seam: runs inside each fire transaction just before it commits */
+  beforeCommit: ((tx: Tx) => Promise<void>) | null = null
+
+  constructor(options: SchedulerOptions) {
+    this.o = options
+  }
+
+  start(): void {
+    if (!this.stopped || this.killed) return
+    this.stopped = false
+    this.loopDone = this.loop()
+  }
+
+  /** Looks again now (an automation changed on this instance). */
+  wake(): void {
+    this.wakeUp?.()
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true
+    this.wake()
+    await this.loopDone
+  }
+
+  /** Simulates a crash: nothing more is written or announced. */
+  kill(): void {
+    this.killed = true
+    this.stopped = true
+    this.wake()
+  }
+
+  private async loop(): Promise<void> {
+    while (!this.stopped) {
+      try {
+        await this.fireDue()
+      } catch (err) {
+        if (!this.killed) this.o.log.error({ err }, 'scheduler: firing due automations failed')
+      }
+      let wait = this.o.pollMs
+      try {
+        const tick = await earliestTick(this.o.db)
+        // at least a few milliseconds: a due row another instance holds must not make this one spin
+        if (tick) wait = Math.max(5, Math.min(this.o.pollMs, tick.getTime() - this.o.clock.now().getTime()))
+      } catch (err) {
+        if (!this.killed && !this.stopped) this.o.log.warn({ err }, 'scheduler: reading the next tick failed')
+      }
+      if (this.stopped) return
+      await new Promise<void>((resolve) => {
+        this.wakeUp = () => {
+          if (this.timer) clearTimeout(this.timer)
+          this.timer = null
+          this.wakeUp = null
+          resolve()
+        }
+        this.timer = setTimeout(() => this.wakeUp?.(), wait)
+      })
+    }
+  }
+
+  /** Fires every tick due at `now` (the clock's by default); answers how many runs it started. */
+  async fireDue(now: Date = this.o.clock.now()): Promise<number> {
+    let started = 0
+    const announcing: Array<Promise<void>> = []
+    for (;;) {
+      if (this.killed) break
+      const { claimed, runs } = await this.o.db.transaction(async (tx) => {
+        const due = await claimDue(tx, now, this.o.batch)
+        const plans: Array<RunPlan & { automationId: string; tick: Date }> = []
+        // one engine lookup per engine and model in a batch, not per automation
+        const engines = new Map<string, Promise<{ engine: string; model: string | null }>>()
+        const chosenEngines = {
+          engineFor: (engine: string | undefined, model: string | undefined) => {
+            const key = `${engine ?? ''}\u0000${model ?? ''}`
+            let chosen = engines.get(key)
+            if (!chosen) engines.set(key, (chosen = this.o.runs.engineFor(engine, model)))
+            return chosen
+          }
+        }
+        const moves = new Map<string, { id: string; next: Date | null; firedAt: Date | null; runId: string | null }>()
+        // automations sharing a schedule and a tick (the common crons) are planned once
+        const planned = new Map<string, ReturnType<typeof planFire>>()
+        for (const a of due) {
+          const key = `${a.cron}\u0000${a.timezone}\u0000${a.catchUp}\u0000${a.nextFireAt!.getTime()}`
+          let plan = planned.get(key)
+          if (!plan) planned.set(key, (plan = planFire(a, a.nextFireAt!, now, this.o.graceMs)))
+          moves.set(a.id, { id: a.id, next: plan.next, firedAt: null, runId: null })
+          if (!plan.fire) continue
+          const run = await planRun(tx, { runs: chosenEngines, targets: this.o.targets }, a, plan.fire)
+          if (run) plans.push({ ...run, automationId: a.id, tick: plan.fire })
+        }
+        // the batch's own time: later batches of one pass are later
+        const firedAt = this.o.clock.now()
+        const won = await insertFires(tx, plans.map((p) => ({ automationId: p.automationId, scheduledFor: p.tick, orgId: p.row.orgId, firedAt, runId: p.row.id })))
+        const winners = plans.filter((p) => won.has(p.automationId))
+        const runs = await this.o.runs.insert(tx, winners.map((p) => p.row))
+        for (const p of winners) {
+          await p.started?.(tx, p.row)
+          moves.set(p.automationId, { ...moves.get(p.automationId)!, firedAt, runId: p.row.id })
+        }
+        await advance(tx, [...moves.values()])
+        if (this.beforeCommit) await this.beforeCommit(tx)
+        return { claimed: due.length, runs }
+      })
+      // committed: a run.queued not stored now (or by a killed instance) is stored by the runs sweeper
+      if (this.killed) break
+      // announced while the next batch fires: a due tick never waits for the last batch's events
+      announcing.push(this.o.runs.announce(runs))
+      started += runs.length
+      if (claimed < this.o.batch) break
+    }
+    await Promise.all(announcing)
+    return started
+  }
+}

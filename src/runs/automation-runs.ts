@@ -1,0 +1,19 @@
+import type { FastifyBaseLogger } from 'fastify'
+import type { AutomationRuns } from '../automations/scheduler.js'
+import type { EngineRegistry } from './engines/registry.js'
+import type { EventBatcher } from './events.js'
+import { announceCommitted, insertThreadRoots } from './runs-repo.js'
+
+/** The runs group's side of the automations port: engines, queued runs in the caller's transaction, their announcement. */
+export function automationRuns(runs: { engines: EngineRegistry; events: EventBatcher }, log: FastifyBaseLogger): AutomationRuns {
+  return {
+    async engineFor(engine, model) {
+      const chosen = await runs.engines.resolve(engine, model)
+      // an engine gone since the automation was saved: the run is kept and fails, saying why
+      if ('error' in chosen) return { engine: engine ?? 'echo', model: model ?? null }
+      return { engine: chosen.engine.id, model: chosen.model }
+    },
+    insert: (tx, rows) => insertThreadRoots(tx, rows),
+    announce: (rows) => announceCommitted(runs.events, rows, log)
+  }
+}

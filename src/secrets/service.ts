@@ -1,0 +1,140 @@
+import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import { secretsUnavailable } from '../../plugins/errors.js'
+import type { Config } from '../config.js'
+import type { RunSecrets } from '../runs/secrets-port.js'
+import { KeyRing, newKeyText, parseKey, parsePreviousKeys, type SecretKey } from './crypto.js'
+import { deleteSecret, listSecrets, putSecret, resealBatch, useSecrets, type SecretRow } from './secrets-repo.js'
+
+/** The secrets group's instance-wide side, as `app.secrets`. */
+export interface SecretsService {
+  /** null when this server has no key (Postgres without SECRETS_KEY): the routes answer 503 */
+  ring: KeyRing | null
+  put(orgId: string, name: string, value: string, updatedBy: string | null): Promise<{ row: SecretRow; created: boolean }>
+  list(orgId: string, page: { limit: number; cursor: string | undefined }): Promise<{ items: SecretRow[]; nextCursor: string | null }>
+  remove(orgId: string, name: string): Promise<boolean>
+  /** the runs group's port */
+  forRuns: RunSecrets
+  /** seals rows under previous keys again under the current one, until none is left (also run at start) */
+  reseal(): Promise<{ moved: number; unopened: number }>
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    secrets: SecretsService
+  }
+}
+
+export const KEY_FILE = 'secrets.key'
+
+/**
+ * The key ring this server seals and opens with: SECRETS_KEY (and SECRETS_PREVIOUS_KEYS);
+ * without it, on the embedded database, a key made once in DATA_DIR/secrets.key (0600);
+ * on Postgres without it, none. A key file left from before SECRETS_KEY was set stays in
+ * the ring as a previous key, so its rows move to the configured key by themselves.
+ */
+export function keyRingFor(config: Config, warn: (message: string) => void): KeyRing | null {
+  const file = join(config.DATA_DIR, KEY_FILE)
+  const embedded = config.DATABASE_URL === undefined
+  let fileKey: SecretKey | null = null
+  if (embedded) {
+    try {
+      fileKey = parseKey(readFileSync(file, 'utf8'), file)
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+    }
+  }
+  const previous = parsePreviousKeys(config.SECRETS_PREVIOUS_KEYS)
+  if (config.SECRETS_KEY !== undefined) {
+    // the ring keeps one entry per key id, so a key file holding SECRETS_KEY itself is no previous key
+    return new KeyRing(parseKey(config.SECRETS_KEY, 'SECRETS_KEY'), fileKey ? [...previous, fileKey] : previous)
+  }
+  if (!embedded) return null
+  if (!fileKey) {
+    mkdirSync(config.DATA_DIR, { recursive: true })
+    const text = newKeyText()
+    // 'wx': made once; a second process on this DATA_DIR cannot get here (the data-dir lock)
+    writeFileSync(file, `${text}\n`, { mode: 0o600, flag: 'wx' })
+    chmodSync(file, 0o600)
+    fileKey = parseKey(text, file)
+  }
+  warn(`SECRETS_KEY is unset: secrets are sealed with the key in ${file}. Back it up with the data, or set SECRETS_KEY`)
+  return new KeyRing(fileKey, previous)
+}
+
+const RESEAL_BATCH = 100
+
+/** Contract 10's org secrets: sealing, the run port, and re-sealing after a key rotation. */
+export default fp(async function secretsService(app: FastifyInstance, opts: { config: Config }) {
+  const db = app.db
+  const log = app.log.child({ component: 'secrets' })
+  const ring = keyRingFor(opts.config, (message) => log.warn(message))
+  const usable = (): KeyRing => {
+    if (!ring) throw secretsUnavailable()
+    return ring
+  }
+  const open = (row: SecretRow) => usable().open(row.orgId, row.name, row.keyId, Buffer.from(row.sealed, 'base64'))
+
+  async function reseal(): Promise<{ moved: number; unopened: number }> {
+    if (!ring) return { moved: 0, unopened: 0 }
+    let moved = 0
+    let unopened = 0
+    for (;;) {
+      const batch = await resealBatch(db, ring.previousIds, RESEAL_BATCH, (row) => {
+        const value = open(row)
+        if (value === null) return null
+        const { keyId, sealed } = ring.seal(row.orgId, row.name, value)
+        return { keyId, sealed: sealed.toString('base64') }
+      })
+      moved += batch.moved
+      unopened += batch.unopened
+      if (batch.moved === 0) return { moved, unopened }
+    }
+  }
+
+  app.decorate('secrets', {
+    ring,
+    async put(orgId, name, value, updatedBy) {
+      const { keyId, sealed } = usable().seal(orgId, name, value)
+      return putSecret(db, orgId, { name, keyId, sealed: sealed.toString('base64'), updatedBy })
+    },
+    list(orgId, page) {
+      usable()
+      return listSecrets(db, orgId, page)
+    },
+    remove(orgId, name) {
+      usable()
+      return deleteSecret(db, orgId, name)
+    },
+    forRuns: {
+      async open(orgId, names) {
+        usable()
+        const rows = await useSecrets(db, orgId, names)
+        const values = rows.flatMap((row) => {
+          const value = open(row)
+          return value === null ? [] : [{ name: row.name, value }]
+        })
+        const found = new Set(values.map((v) => v.name))
+        return { values, missing: names.filter((n) => !found.has(n)) }
+      }
+    },
+    reseal
+  } satisfies SecretsService)
+
+  let resealing: Promise<unknown> = Promise.resolve()
+  app.addHook('onReady', async () => {
+    if (!ring || ring.previousIds.length === 0) return
+    // in the background: a start never waits for a rotation
+    resealing = reseal()
+      .then(({ moved, unopened }) => {
+        if (moved > 0) log.info({ moved }, 'secrets sealed again under the current key')
+        if (unopened > 0) log.warn({ unopened }, 'secrets under a previous key that it does not open (altered?) were left as they are')
+      })
+      .catch((err: unknown) => log.warn({ err }, 're-sealing secrets under the current key stopped; it resumes at the next start'))
+  })
+  app.addHook('preClose', async () => {
+    await resealing
+  })
+}, { name: 'secrets', fastify: '5.x', dependencies: ['db'] })
