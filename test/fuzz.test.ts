@@ -1,4 +1,5 @@
 import fc from 'fast-check'
+import { newKeyText } from '../src/secrets/crypto.js'
 import t from 'tap'
 import { DEV_ORG } from '../src/auth/dev-org.js'
 import { createSession } from '../src/auth/sessions.js'
@@ -212,7 +213,8 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
       AUTH_RATE_LIMIT_PER_IP: '1000000',
       AUTH_RATE_LIMIT_PER_ACCOUNT: '1000000',
       SANDBOX_PROVIDER: 'none',
-      RUN_POLL_MS: '50'
+      RUN_POLL_MS: '50',
+      SECRETS_KEY: newKeyText()
     }
   })
   const base = await app.listen({ port: 0, host: '127.0.0.1' })
@@ -244,6 +246,8 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     skillIds.push((await app.inject({ method: 'POST', url: '/api/playbooks', headers, payload: { name: 'fuzz', steps: [{ skillId }] } })).json().playbook.id)
     skillIds.push((await app.inject({ method: 'POST', url: '/api/projects', headers, payload: { name: 'fuzz' } })).json().project.id)
     skillIds.push((await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title: 'fuzz' } })).json().task.id)
+    skillIds.push((await app.inject({ method: 'POST', url: '/api/automations', headers, payload: { name: 'fuzz', cron: '0 3 * * *', target: { skillId } } })).json().automation.id)
+    await app.inject({ method: 'PUT', url: '/api/secrets/FUZZ_TOKEN', headers, payload: { value: 'fuzz value' } })
   }
   t.ok(ownerRun?.id && devRun?.id && memoryIds.length >= 2 && skillIds.every(Boolean), 'fixtures exist')
   const runIds = [ownerRun.id as string, devRun.id as string]
@@ -257,6 +261,7 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     rootRunId: runIds,
     threadId: runIds,
     tool: ['shell', 'browser'],
+    name: ['FUZZ_TOKEN', 'MISSING_NAME'],
     approvalId: ['0190b8f0-0000-7000-8000-000000000000']
   }
   const everyId = [...new Set(Object.values(ids).flat())]

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import type { Clock } from '../src/automations/scheduler.js'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -85,6 +86,8 @@ export interface TestAppOptions {
   blobStore?: BlobStore
   /** probe routes of `apiPlugins` an API key may reach (BuildOptions.extraKeyRoutes) */
   extraKeyRoutes?: readonly string[]
+  /** the time automations are scheduled by (a test's clock) */
+  clock?: Clock
 }
 
 /** The real app over a real database, closed at teardown. */
@@ -103,6 +106,7 @@ export async function buildTestApp(t: Teardown, options: TestAppOptions = {}): P
     database: db.database,
     ...(options.apiPlugins ? { apiPlugins: options.apiPlugins } : {}),
     ...(options.extraKeyRoutes ? { extraKeyRoutes: options.extraKeyRoutes } : {}),
+    ...(options.clock ? { clock: options.clock } : {}),
     ports: {
       ...(options.runMemory ? { runMemory: options.runMemory } : {}),
       ...(options.runEvents ? { runEvents: options.runEvents } : {}),

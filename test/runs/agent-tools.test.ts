@@ -1,13 +1,14 @@
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { and, asc, eq } from 'drizzle-orm'
+import { eq } from 'drizzle-orm'
 import t from 'tap'
 import { newId } from '../../src/db/ids.js'
-import { runEvents, runs } from '../../src/runs/tables.js'
+import { runs } from '../../src/runs/tables.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
 import { buildTestApp, createTestDatabase, secondHandle, signUpWithOrg, type Teardown } from '../helper.js'
 import { startOpenAiUpstream } from './openai-upstream.js'
+import { finishedRun, storedEventsOf } from './run-helpers.js'
 import { eventually } from './sse-client.js'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
@@ -69,15 +70,8 @@ async function startRun(app: App, cookie: string, prompt: string): Promise<strin
   return res.json().run.id
 }
 
-const finished = (app: App, cookie: string, id: string) =>
-  eventually(async () => {
-    const run = (await app.inject({ method: 'GET', url: `/api/runs/${id}`, headers: { cookie } })).json().run
-    return ['succeeded', 'failed', 'cancelled'].includes(run.status) ? run : null
-  })
-
-const eventsOf = async (app: App, orgId: string, runId: string) =>
-  (await app.db.select().from(runEvents).where(and(eq(runEvents.orgId, orgId), eq(runEvents.runId, runId))).orderBy(asc(runEvents.id)))
-    .map((e) => ({ type: e.type, data: e.data as Record<string, any> }))
+const finished = finishedRun
+const eventsOf = storedEventsOf
 
 const pendingApproval = (app: App, orgId: string, runId: string) =>
   eventually(async () => (await eventsOf(app, orgId, runId)).find((e) => e.type === 'approval.requested')?.data)

@@ -245,6 +245,37 @@ export const TENANT_FIXTURES: TenantFixture[] = [
       : route === 'POST /api/tasks/:id/move' ? { status: 'done', revision: 1 } : route.startsWith('POST') ? {} : undefined)
   },
   {
+    // a secret's name is the org's own namespace, not an id: the attacker's DELETE of the
+    // victim's name finds nothing of its own (404) and the victim's secret stays
+    name: 'secrets',
+    routes: ['DELETE /api/secrets/:name'],
+    lists: ['GET /api/secrets'],
+    async seed(app, owner) {
+      const name = `FIXTURE_${owner.org.id.toUpperCase().replace(/[^A-Z0-9]/g, '_')}`
+      const res = await app.inject({ method: 'PUT', url: `/api/secrets/${name}`, headers: { cookie: owner.cookie }, payload: { value: `value of ${owner.org.id}` } })
+      if (res.statusCode !== 201) throw new Error(`secret fixture: ${res.statusCode} ${res.body}`)
+      return { name }
+    },
+    snapshot: (app, owner) => rows(app, sql`select name, sealed, key_id from secrets where org_id = ${owner.org.id} order by name`)
+  },
+  {
+    name: 'automations',
+    routes: ['GET /api/automations/:id', 'PATCH /api/automations/:id', 'DELETE /api/automations/:id', 'POST /api/automations/:id/trigger', 'GET /api/automations/:id/fires'],
+    lists: ['GET /api/automations'],
+    async seed(app, owner) {
+      const res = await app.inject({
+        method: 'POST', url: '/api/automations', headers: { cookie: owner.cookie },
+        payload: { name: `fixture ${owner.org.id}`, cron: '0 3 * * *', target: { prompt: `automation of ${owner.org.id}` } }
+      })
+      return { id: (res.json() as { automation: { id: string } }).automation.id }
+    },
+    snapshot: async (app, owner) => [
+      await rows(app, sql`select id, name, cron, enabled, next_fire_at from automations where org_id = ${owner.org.id} order by id`),
+      await rows(app, sql`select count(*)::int as n from runs where org_id = ${owner.org.id} and origin = 'automation'`)
+    ],
+    body: (route) => (route.startsWith('PATCH') ? { enabled: false, name: 'attack' } : route.startsWith('POST') ? {} : undefined)
+  },
+  {
     name: 'agent runtime',
     routes: [
       'GET /api/runs/:id/approvals',
