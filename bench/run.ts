@@ -1,6 +1,7 @@
 // npm run bench [-- name …]: runs the named benchmarks (all by default) and prints
 // Markdown tables of requests/s, p99 and the ratio to the baseline measured in the same run.
 import { benchArtifacts } from './artifacts.js'
+import { benchAutomations } from './automations.js'
 import { benchFoundation } from './foundation.js'
 import { benchIdentity } from './identity.js'
 import { benchKnowledge } from './knowledge.js'
@@ -17,7 +18,8 @@ const benches: Record<string, () => Promise<string>> = {
   memory: benchMemory,
   artifacts: benchArtifacts,
   knowledge: benchKnowledge,
-  skills: benchSkills
+  skills: benchSkills,
+  automations: benchAutomations
 }
 
 const wanted = process.argv.slice(2)
