@@ -87,19 +87,12 @@ export default fp(async function eventBusPlugin(app: FastifyInstance) {
   const { database } = app
   let listens = 0
   const ready = (async () => {
-    if (database.pg) {
-      const onlisten = () => {
-        // postgres.js re-LISTENs after a reconnect; whatever was sent meanwhile is lost
-        if (++listens > 2) for (const fn of resync) fn()
-      }
-      const a = await database.pg.listen(EVENTS_CHANNEL, dispatchEvent, onlisten)
-      const b = await database.pg.listen(CONTROL_CHANNEL, dispatchControl, onlisten)
-      stops.push(() => a.unlisten(), () => b.unlisten())
-    } else if (database.lite) {
-      const a = await database.lite.listen(EVENTS_CHANNEL, dispatchEvent)
-      const b = await database.lite.listen(CONTROL_CHANNEL, dispatchControl)
-      stops.push(a, b)
+    const onListen = () => {
+      // after a reconnect (postgres.js LISTENs again), whatever was sent meanwhile is lost
+      if (++listens > 2) for (const fn of resync) fn()
     }
+    stops.push(await database.listen(EVENTS_CHANNEL, dispatchEvent, onListen))
+    stops.push(await database.listen(CONTROL_CHANNEL, dispatchControl, onListen))
   })()
   await ready
 

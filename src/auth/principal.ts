@@ -1,5 +1,6 @@
 import { BlockList, isIP } from 'node:net'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { sql } from 'drizzle-orm'
 import fp from 'fastify-plugin'
 import { Type } from 'typebox'
 import { Value } from 'typebox/value'
@@ -227,7 +228,6 @@ const IdentityNotice = Type.Object({
  * within its process). The payload is `{from, change?}` JSON, ids only.
  */
 async function listenForInvalidations(app: FastifyInstance, identity: IdentityResolver): Promise<void> {
-  const { pg, lite } = app.database
   // this instance's own notices come back to it: the change was applied when it was made
   const self = newId()
   const heard = (payload: string) => {
@@ -246,25 +246,15 @@ async function listenForInvalidations(app: FastifyInstance, identity: IdentityRe
     }
   }
   const payloadOf = (change?: IdentityChange) => JSON.stringify(change ? { from: self, change } : { from: self })
-  if (pg) {
-    // the third callback runs on every (re)connect: notifications missed while the
-    // connection was down cannot be replayed, so forget everything then too
-    const { unlisten } = await pg.listen(INVALIDATION_CHANNEL, heard, () => identity.clear())
-    identity.broadcast = async (change) => {
-      await pg.notify(INVALIDATION_CHANNEL, payloadOf(change))
-    }
-    app.addHook('onClose', async () => {
-      await unlisten().catch(() => {})
-    })
-  } else if (lite) {
-    const unlisten = await lite.listen(INVALIDATION_CHANNEL, heard)
-    identity.broadcast = async (change) => {
-      await lite.query('select pg_notify($1, $2)', [INVALIDATION_CHANNEL, payloadOf(change)])
-    }
-    app.addHook('preClose', async () => {
-      if (!lite.closed) await unlisten().catch(() => {})
-    })
+  // the third callback runs on every (re)connect: notifications missed while the
+  // connection was down cannot be replayed, so forget everything then too
+  const unlisten = await app.database.listen(INVALIDATION_CHANNEL, heard, () => identity.clear())
+  identity.broadcast = async (change) => {
+    await app.db.execute(sql`select pg_notify(${INVALIDATION_CHANNEL}, ${payloadOf(change)})`)
   }
+  app.addHook('preClose', async () => {
+    await unlisten().catch(() => {})
+  })
 }
 
 function enforce(scope: Scope, principal: Principal): void {

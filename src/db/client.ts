@@ -1,15 +1,10 @@
 import { mkdirSync } from 'node:fs'
 import { resolve } from 'node:path'
-import { PGlite } from '@electric-sql/pglite'
-import { pg_trgm } from '@electric-sql/pglite/contrib/pg_trgm'
-import { sql } from 'drizzle-orm'
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core'
-import { drizzle as drizzlePglite } from 'drizzle-orm/pglite'
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js'
 import postgres, { type Sql } from 'postgres'
 import { lockDataDir } from './data-dir-lock.js'
-import { unpackedBundle } from './pglite-extensions.js'
-import { pgliteTemplate } from './pglite-template.js'
+import { PgliteThread } from './pglite-thread.js'
 import * as schema from './schema.js'
 
 export type Schema = typeof schema
@@ -19,10 +14,14 @@ export type Db = PgDatabase<PgQueryResultHKT, Schema>
 export interface Database {
   readonly kind: 'postgres' | 'pglite'
   readonly db: Db
-  /** the postgres.js client when kind is 'postgres' (LISTEN/NOTIFY, reserved connections) */
+  /** the postgres.js pool when kind is 'postgres' (its own connections: reserved, LISTEN) */
   readonly pg: postgres.Sql | null
-  /** the PGlite instance when kind is 'pglite' */
-  readonly lite: PGlite | null
+  /**
+   * LISTEN on `channel`: `fn` gets each payload. `onListen` runs after every (re)LISTEN,
+   * the first included: after a reconnect, whatever was sent meanwhile is lost. Resolves
+   * to the UNLISTEN.
+   */
+  listen(channel: string, fn: (payload: string) => void, onListen?: () => void): Promise<() => Promise<void>>
   /** a trivial round trip, for readiness checks */
   ping(): Promise<void>
   close(): Promise<void>
@@ -79,7 +78,10 @@ function openPostgres(url: string, max: number): Database {
     kind: 'postgres',
     db,
     pg,
-    lite: null,
+    async listen(channel, fn, onListen) {
+      const subscription = await pg.listen(channel, fn, onListen)
+      return () => subscription.unlisten()
+    },
     async ping() {
       await withinTime(pg`select 1`, PING_TIMEOUT_MS)
     },
@@ -116,37 +118,63 @@ function preparedStatements<T extends Sql>(client: T): T {
   })
 }
 
+/**
+ * The embedded database: PGlite in its own thread (src/db/pglite-thread.ts), reached by
+ * postgres.js through one connection, as a real server is. The data directory is locked
+ * before PGlite reads a byte: a second process on it stops here (contract 1.3).
+ */
 async function openPglite(dataDir: string): Promise<Database> {
   let location = dataDir
   let lock: { release(): void } | null = null
   if (!dataDir.startsWith('memory://')) {
     const dir = resolve(dataDir)
     mkdirSync(dir, { recursive: true })
-    // before PGlite reads a byte: a second process on the directory stops here (contract 1.3)
     lock = lockDataDir(dir)
     location = resolve(dir, 'pglite')
     mkdirSync(location, { recursive: true })
   }
-  let lite: PGlite
+  let thread: PgliteThread
   try {
-    const template = location.startsWith('memory://') ? undefined : pgliteTemplate(location)
-    lite = await PGlite.create(location, { extensions: { pg_trgm: unpackedBundle(pg_trgm) }, ...(template ? { loadDataDir: template } : {}) })
+    thread = await PgliteThread.start(location)
   } catch (err) {
     lock?.release()
     throw err
   }
-  const db = drizzlePglite({ client: lite, schema }) as unknown as Db
+  const options = {
+    // PGlite has one session: one connection, kept for the life of the service
+    max: 1,
+    idle_timeout: 0,
+    max_lifetime: 0,
+    // statements of one tick travel (and run) together; more may wait behind them
+    max_pipeline: 1000,
+    socket: () => thread.socket(),
+    username: 'postgres',
+    database: 'postgres',
+    onnotice: () => {}
+  }
+  // max_pipeline is a postgres.js option its types leave out
+  const pg = postgres(options as postgres.Options<Record<string, never>>)
+  const db = drizzlePostgres({ client: preparedStatements(pg), schema }) as unknown as Db
   return {
     kind: 'pglite',
     db,
     pg: null,
-    lite,
+    async listen(channel, fn, onListen) {
+      if (!/^[a-z_][a-z0-9_]*$/.test(channel)) throw new Error(`not a channel name: ${channel}`)
+      const listener = thread.onNotification(channel, fn)
+      if (listener.first) await pg.unsafe(`listen ${channel}`)
+      onListen?.()
+      return async () => {
+        if (listener.stop()) await pg.unsafe(`unlisten ${channel}`).catch(() => {})
+      }
+    },
     async ping() {
-      await db.execute(sql`select 1`)
+      await withinTime(pg`select 1`, PING_TIMEOUT_MS)
     },
     async close() {
       try {
-        if (!lite.closed) await lite.close()
+        await pg.end({ timeout: 5 })
+        await thread.close()
       } finally {
         lock?.release()
       }

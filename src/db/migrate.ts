@@ -1,10 +1,8 @@
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator'
-import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js'
+import { drizzle as drizzlePostgres, type PostgresJsDatabase } from 'drizzle-orm/postgres-js'
 import { migrate as migratePostgres } from 'drizzle-orm/postgres-js/migrator'
-import type { PgliteDatabase } from 'drizzle-orm/pglite'
 import { sql } from 'drizzle-orm'
 import postgres from 'postgres'
 import type { Database } from './client.js'
@@ -40,24 +38,20 @@ const HAS_TABLE = sql`select to_regclass('drizzle.__drizzle_migrations') is not 
 export async function migrateDatabase(database: Database, url?: string): Promise<MigrationReport> {
   const folder = migrationsFolder()
   const total = (JSON.parse(readFileSync(join(folder, 'meta', '_journal.json'), 'utf8')) as { entries: unknown[] }).entries.length
-  if (database.kind === 'pglite') {
-    const lite = database.db as unknown as PgliteDatabase<Record<string, never>>
-    const count = async () => ((await lite.execute<{ present: boolean }>(HAS_TABLE)).rows[0]?.present
-      ? (await lite.execute<{ n: number }>(APPLIED)).rows[0]!.n : 0)
-    const before = await count()
-    await migratePglite(lite, { migrationsFolder: folder })
-    return { applied: (await count()) - before, total }
-  }
-  if (!url) throw new Error('migrating real Postgres needs its url')
-  const conn = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 10 })
-  try {
-    await conn`select pg_advisory_lock(${MIGRATION_LOCK})`
-    const db = drizzlePostgres({ client: conn })
+  const apply = async (db: PostgresJsDatabase) => {
     const count = async () => ((await db.execute<{ present: boolean }>(HAS_TABLE))[0]?.present
       ? (await db.execute<{ n: number }>(APPLIED))[0]!.n : 0)
     const before = await count()
     await migratePostgres(db, { migrationsFolder: folder })
     return { applied: (await count()) - before, total }
+  }
+  // the embedded database has one process (its directory is locked) and one connection
+  if (database.kind === 'pglite') return apply(database.db as unknown as PostgresJsDatabase)
+  if (!url) throw new Error('migrating real Postgres needs its url')
+  const conn = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 10 })
+  try {
+    await conn`select pg_advisory_lock(${MIGRATION_LOCK})`
+    return await apply(drizzlePostgres({ client: conn }))
   } finally {
     await conn`select pg_advisory_unlock(${MIGRATION_LOCK})`.catch(() => {})
     await conn.end({ timeout: 5 })
