@@ -14,8 +14,6 @@ export type Db = PgDatabase<PgQueryResultHKT, Schema>
 export interface Database {
   readonly kind: 'postgres' | 'pglite'
   readonly db: Db
-  /** the postgres.js pool when kind is 'postgres' (its own connections: reserved, LISTEN) */
-  readonly pg: postgres.Sql | null
   /**
    * LISTEN on `channel`: `fn` gets each payload. `onListen` runs after every (re)LISTEN,
    * the first included: after a reconnect, whatever was sent meanwhile is lost. Resolves
@@ -77,7 +75,6 @@ function openPostgres(url: string, max: number): Database {
   return {
     kind: 'postgres',
     db,
-    pg,
     async listen(channel, fn, onListen) {
       const subscription = await pg.listen(channel, fn, onListen)
       return () => subscription.unlisten()
@@ -158,7 +155,6 @@ async function openPglite(dataDir: string): Promise<Database> {
   return {
     kind: 'pglite',
     db,
-    pg: null,
     async listen(channel, fn, onListen) {
       if (!/^[a-z_][a-z0-9_]*$/.test(channel)) throw new Error(`not a channel name: ${channel}`)
       const listener = thread.onNotification(channel, fn)

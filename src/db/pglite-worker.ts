@@ -123,11 +123,9 @@ async function drain(): Promise<void> {
         notify(copy)
         post({ type: 'data', bytes: copy }, [copy.buffer])
       }
-      if (next.terminate) {
-        connected = false
-        await reset()
-      }
+      if (next.terminate) connected = false
     }
+    // the client went away (Terminate, or its socket ended): what it left open goes too
     if (!connected) await reset()
     if (closing) {
       await lite.close()
@@ -141,7 +139,7 @@ async function drain(): Promise<void> {
   }
 }
 
-/** A client went away: what it left open in the session goes with it. */
+/** Rolls back an open transaction and drops every prepared statement of the session. */
 async function reset(): Promise<void> {
   if (lite.closed) return
   if (lite.isInTransaction()) await lite.exec('rollback')
