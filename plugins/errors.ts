@@ -88,12 +88,19 @@ export function rateLimited(seconds: number, what = 'requests'): ApiError {
 // 502: the memory service (MEMORY_BACKEND=http) failed us
 export const upstreamFailed = (what: string) => new ApiError(502, 'upstream_failed', `the memory service did not answer the ${what}`)
 export const updateFailed = (message = 'the memory service did not accept the update') => new ApiError(502, 'update failed', message)
+// 502: GitHub, Slack or a model provider answered with an error (contract 6); the message says which
+export const integrationFailed = (message: string) => new ApiError(502, 'upstream_failed', message)
 export const deleteFailed = () => new ApiError(502, 'delete failed', 'the memory service did not accept the delete')
 // 503
 export const notReady = (retryAfterSeconds: number) =>
   new ApiError(503, 'not_ready', 'the database does not answer', { headers: { 'retry-after': String(retryAfterSeconds) } })
 export const sandboxUnavailable = (reason: string) => new ApiError(503, 'sandbox_unavailable', reason)
 export const desktopUnavailable = () => new ApiError(503, 'desktop_unavailable', 'the desktop needs Xvfb and x11vnc on this server')
+export const integrationNotConnected = (kind: string) =>
+  new ApiError(503, 'integration_not_connected', `this organization has not connected ${kind}; an admin connects it with PUT /api/integrations/${kind.toLowerCase()}`)
+/** GitHub's (or another service's) rate limit: try again when it resets */
+export const upstreamRateLimited = (service: string, retryAfterSeconds: number) =>
+  new ApiError(503, 'upstream_rate_limited', `${service}'s rate limit is used up; try again in ${retryAfterSeconds} s`, { headers: { 'retry-after': String(retryAfterSeconds) } })
 export const secretsUnavailable = () =>
   new ApiError(503, 'secrets_unavailable', 'secrets need SECRETS_KEY (32 random bytes in base64) on this server')
 

@@ -42,6 +42,7 @@ import { systemClock, type Clock } from './automations/scheduler.js'
 import automationsService from './automations/service.js'
 import { automationRuns } from './runs/automation-runs.js'
 import secrets from './secrets/index.js'
+import integrations from './integrations/index.js'
 import secretsService from './secrets/service.js'
 import skills from './skills/index.js'
 import skillsService from './skills/service.js'
@@ -279,6 +280,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     await scope.register(tasks)
     await scope.register(secrets)
     await scope.register(automations)
+    await scope.register(integrations)
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 

@@ -1,4 +1,4 @@
-import { and, asc, eq, getTableColumns, gt, inArray, sql } from 'drizzle-orm'
+import { and, asc, eq, getTableColumns, gt, inArray, notLike, sql } from 'drizzle-orm'
 import type { Db } from '../db/client.js'
 import { decodeCursor, pageOf } from '../db/paging.js'
 import { boolOf, isoOf, isoOrNull } from '../db/rows.js'
@@ -27,7 +27,8 @@ export async function putSecret(db: Db, orgId: string, s: { name: string; keyId:
 export async function listSecrets(db: Db, orgId: string, q: { limit: number; cursor: string | undefined }) {
   const cursor = decodeCursor(q.cursor)
   const rows = await db.select().from(secrets)
-    .where(and(eq(secrets.orgId, orgId), cursor ? gt(secrets.name, cursor) : undefined))
+    // internal names (`cairn:…`, the platform's credentials) are not the org's to list
+    .where(and(eq(secrets.orgId, orgId), notLike(secrets.name, 'cairn:%'), cursor ? gt(secrets.name, cursor) : undefined))
     .orderBy(asc(secrets.name)).limit(q.limit + 1)
   return pageOf(rows, q.limit, (s) => s.name)
 }
@@ -35,6 +36,17 @@ export async function listSecrets(db: Db, orgId: string, q: { limit: number; cur
 export async function deleteSecret(db: Db, orgId: string, name: string): Promise<boolean> {
   const rows = await db.delete(secrets).where(and(eq(secrets.orgId, orgId), eq(secrets.name, name))).returning({ name: secrets.name })
   return rows.length === 1
+}
+
+export async function getSecret(db: Db, orgId: string, name: string): Promise<SecretRow | undefined> {
+  const [row] = await db.select().from(secrets).where(and(eq(secrets.orgId, orgId), eq(secrets.name, name)))
+  return row
+}
+
+export async function deleteSecrets(db: Db, orgId: string, names: string[]): Promise<number> {
+  if (names.length === 0) return 0
+  const rows = await db.delete(secrets).where(and(eq(secrets.orgId, orgId), inArray(secrets.name, names))).returning({ name: secrets.name })
+  return rows.length
 }
 
 /** The sealed rows of these names, marking them used. */

@@ -6,7 +6,7 @@ import { secretsUnavailable } from '../../plugins/errors.js'
 import type { Config } from '../config.js'
 import type { RunSecrets } from '../runs/secrets-port.js'
 import { KeyRing, newKeyText, parseKey, parsePreviousKeys, type SecretKey } from './crypto.js'
-import { deleteSecret, listSecrets, putSecret, resealBatch, useSecrets, type SecretRow } from './secrets-repo.js'
+import { deleteSecret, deleteSecrets, getSecret, listSecrets, putSecret, resealBatch, useSecrets, type SecretRow } from './secrets-repo.js'
 
 /** The secrets group's instance-wide side, as `app.secrets`. */
 export interface SecretsService {
@@ -17,6 +17,12 @@ export interface SecretsService {
   remove(orgId: string, name: string): Promise<boolean>
   /** the runs group's port */
   forRuns: RunSecrets
+  /**
+   * Credentials the platform keeps for an org (a provider's API key, a GitHub token, a
+   * Slack signing secret), sealed like the org's secrets under names the secrets routes
+   * and runs cannot name (`cairn:` + a name): never listed, never given to a run.
+   */
+  internal: InternalSecrets
   /** seals rows under previous keys again under the current one, until none is left (also run at start) */
   reseal(): Promise<{ moved: number; unopened: number }>
 }
@@ -26,6 +32,18 @@ declare module 'fastify' {
     secrets: SecretsService
   }
 }
+
+export interface InternalSecrets {
+  /** throws 503 secrets_unavailable without a key */
+  put(orgId: string, name: string, value: string): Promise<void>
+  /** null when there is none, or when no key of the ring opens it */
+  open(orgId: string, name: string): Promise<string | null>
+  /** removes these names; true when one was there */
+  remove(orgId: string, names: string[]): Promise<boolean>
+}
+
+/** Internal names start with this, which SECRET_NAME_PATTERN (upper case first) never matches. */
+export const INTERNAL_PREFIX = 'cairn:'
 
 export const KEY_FILE = 'secrets.key'
 
@@ -118,6 +136,20 @@ export default fp(async function secretsService(app: FastifyInstance, opts: { co
         })
         const found = new Set(values.map((v) => v.name))
         return { values, missing: names.filter((n) => !found.has(n)) }
+      }
+    },
+    internal: {
+      async put(orgId, name, value) {
+        const full = INTERNAL_PREFIX + name
+        const { keyId, sealed } = usable().seal(orgId, full, value)
+        await putSecret(db, orgId, { name: full, keyId, sealed: sealed.toString('base64'), updatedBy: null })
+      },
+      async open(orgId, name) {
+        const row = await getSecret(db, orgId, INTERNAL_PREFIX + name)
+        return row ? open(row) : null
+      },
+      async remove(orgId, names) {
+        return (await deleteSecrets(db, orgId, names.map((n) => INTERNAL_PREFIX + n))) > 0
       }
     },
     reseal
