@@ -104,17 +104,25 @@ async function captureBench(): Promise<string> {
 
 export async function benchMemory(): Promise<string> {
   const parts: string[] = []
-  const only = process.env.BENCH_MEMORY_PARTS?.split(',') ?? ['postgres', 'pglite', 'capture']
-  if (only.includes('postgres')) {
+  const only = process.env.BENCH_MEMORY_PARTS?.split(',') ?? ['postgres', 'postgres-uncached', 'pglite', 'pglite-uncached', 'capture']
+  // the same queries again and again: with the cache (the default) every search after the
+  // first is a hit, so each database is measured without it too, the cost of a new query
+  const uncached = { MEMORY_SEARCH_CACHE: '0' }
+  for (const [part, label, env] of [
+    ['postgres', 'Real Postgres 15, search cache on (every search a hit)', {}],
+    ['postgres-uncached', 'Real Postgres 15, search cache off (MEMORY_SEARCH_CACHE=0)', uncached]
+  ] as const) {
+    if (!only.includes(part)) continue
     const name = 'cairn_bench_memory'
     const url = await freshDatabase(name)
     try {
-      parts.push(await searchBench('Real Postgres 15', { DATABASE_URL: url }))
+      parts.push(await searchBench(label, { DATABASE_URL: url, ...env }))
     } finally {
       await dropDatabase(name)
     }
   }
-  if (only.includes('pglite')) parts.push(await searchBench('PGlite (embedded)', {}))
+  if (only.includes('pglite')) parts.push(await searchBench('PGlite (embedded), search cache on (every search a hit)', {}))
+  if (only.includes('pglite-uncached')) parts.push(await searchBench('PGlite (embedded), search cache off (MEMORY_SEARCH_CACHE=0)', uncached))
   if (only.includes('capture')) parts.push(await captureBench())
   return parts.join('\n\n')
 }

@@ -96,6 +96,7 @@ export const EnvSchema = Type.Object({
   MEMORY_CAPTURE_POLL_MS: Type.Integer({ minimum: 1, maximum: 60_000, default: 250, description: 'how often an idle delivery worker looks for work' }),
   MEMORY_CAPTURE_BATCH: Type.Integer({ minimum: 1, maximum: 1000, default: 200, description: 'captures claimed per round' }),
   MEMORY_CAPTURE_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 64, default: 8, description: 'deliveries in flight per instance' }),
+  MEMORY_SEARCH_CACHE: Type.Integer({ minimum: 0, maximum: 1_000_000, default: 1000, description: 'memory search results kept per instance, dropped when their pool changes (0: no cache; postgres backend)' }),
   MEMORY_CAPTURE_WORKER: Type.Boolean({ default: true, description: 'run the capture delivery worker in this process' }),
   ARTIFACT_STORE: Type.Union([Type.Literal('fs'), Type.Literal('s3')], {
     default: 'fs',

@@ -1,4 +1,5 @@
 import { and, desc, eq, lt, sql } from 'drizzle-orm'
+import { LRUCache } from 'lru-cache'
 import { conflict } from '../../plugins/errors.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
@@ -11,6 +12,8 @@ import { isoOf } from '../db/rows.js'
 
 /** Thrown inside a delivery transaction to roll it back when the capture row moved on. */
 class StaleDelivery extends Error {}
+
+type SearchOutcome = { items: SearchHit[]; truncated: boolean }
 
 const MAX_QUERY = 500
 const MAX_WORDS = 8
@@ -59,7 +62,10 @@ async function addVocabulary(exec: Db | Tx, pool: PoolRef, contents: string[]): 
  * RANKED_MATCHES full-text matches are ranked by ts_rank_cd together with pg_trgm word
  * similarity to the query.
  */
-export function createPostgresPool(db: Db): MemoryBackend {
+export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}): MemoryBackend {
+  // recent results of this instance, keyed by the pool's generation (memoryPools.generation)
+  const cache = (opts.searchCache ?? 0) > 0 ? new LRUCache<string, SearchOutcome>({ max: opts.searchCache! }) : null
+
   /**
    * One round trip: each query word becomes `(word:* | up to three vocabulary words it may be
    * a misspelling of)`; the groups are joined with `joiner`. The newest RANKED_MATCHES matches
@@ -124,6 +130,21 @@ export function createPostgresPool(db: Db): MemoryBackend {
     return rowsOf<{ id: string; content: string; source_run_id: string | null; root_run_id: string | null; created_at: string | Date; score: number }>(result)
   }
 
+  async function searchPool(pool: PoolRef, q: string, tokens: string[], limit: number): Promise<SearchOutcome> {
+    let rows = await ranked(pool, q, tokens, '&', limit)
+    // nothing has every word (a long, chatty query): any word will do
+    if (rows.length === 0 && tokens.length > 1) rows = await ranked(pool, q, tokens, '|', limit)
+    const items: SearchHit[] = rows.slice(0, limit).map((r) => ({
+      id: r.id,
+      content: r.content,
+      score: Math.round(Number(r.score) * 10_000) / 10_000,
+      runId: r.source_run_id,
+      rootRunId: r.root_run_id,
+      createdAt: isoOf(r.created_at)
+    }))
+    return { items, truncated: rows.length > limit }
+  }
+
   return {
     name: 'postgres',
 
@@ -131,18 +152,14 @@ export function createPostgresPool(db: Db): MemoryBackend {
       const q = query.slice(0, MAX_QUERY)
       const tokens = [...new Set(wordsOf(q))].slice(0, MAX_WORDS)
       if (tokens.length === 0) return { items: [], truncated: false }
-      let rows = await ranked(pool, q, tokens, '&', limit)
-      // nothing has every word (a long, chatty query): any word will do
-      if (rows.length === 0 && tokens.length > 1) rows = await ranked(pool, q, tokens, '|', limit)
-      const items: SearchHit[] = rows.slice(0, limit).map((r) => ({
-        id: r.id,
-        content: r.content,
-        score: Math.round(Number(r.score) * 10_000) / 10_000,
-        runId: r.source_run_id,
-        rootRunId: r.root_run_id,
-        createdAt: isoOf(r.created_at)
-      }))
-      return { items, truncated: rows.length > limit }
+      if (!cache) return searchPool(pool, q, tokens, limit)
+      const [row] = await db.select({ generation: memoryPools.generation }).from(memoryPools).where(eq(memoryPools.id, pool.id))
+      const key = JSON.stringify([pool.id, row?.generation ?? 0, q, limit])
+      const hit = cache.get(key)
+      if (hit) return hit
+      const outcome = await searchPool(pool, q, tokens, limit)
+      cache.set(key, outcome)
+      return outcome
     },
 
     async browse(pool, limit, rawCursor) {
@@ -181,6 +198,7 @@ export function createPostgresPool(db: Db): MemoryBackend {
             .where(and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id), eq(memoryItems.id, id)))
             .returning({ id: memoryItems.id })
           if (rows.length === 0) return false
+          await tx.update(memoryPools).set({ generation: sql`${memoryPools.generation} + 1` }).where(eq(memoryPools.id, pool.id))
           await addVocabulary(tx, pool, [content])
           await recordChanges(tx, pool, changedBy, [{ itemId: id, content, kind: 'updated' }])
           return true
@@ -198,7 +216,7 @@ export function createPostgresPool(db: Db): MemoryBackend {
           .returning({ id: memoryItems.id, content: memoryItems.content })
         await recordChanges(tx, pool, changedBy, rows.map((r) => ({ itemId: r.id, content: r.content, kind: 'deleted' as const })))
         if (rows.length > 0) {
-          await tx.update(memoryPools).set({ itemCount: sql`greatest(0, ${memoryPools.itemCount} - ${rows.length})` }).where(eq(memoryPools.id, pool.id))
+          await tx.update(memoryPools).set({ itemCount: sql`greatest(0, ${memoryPools.itemCount} - ${rows.length})`, generation: sql`${memoryPools.generation} + 1` }).where(eq(memoryPools.id, pool.id))
         }
         return rows.length
       })
@@ -290,6 +308,6 @@ async function writeFacts(tx: Tx, entries: BatchEntry[]): Promise<void> {
   }
   // counts last, in pool order: the row locks are held briefly and always taken in one order
   for (const poolId of poolIds) {
-    await tx.update(memoryPools).set({ itemCount: sql`${memoryPools.itemCount} + ${byPool.get(poolId)!.length}` }).where(eq(memoryPools.id, poolId))
+    await tx.update(memoryPools).set({ itemCount: sql`${memoryPools.itemCount} + ${byPool.get(poolId)!.length}`, generation: sql`${memoryPools.generation} + 1` }).where(eq(memoryPools.id, poolId))
   }
 }

@@ -53,7 +53,7 @@ export interface MemoryServiceOptions {
 
 export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions, log: FastifyInstance['log']): MemoryHub {
   let backend: MemoryBackend | null = null
-  if (config.MEMORY_BACKEND === 'postgres') backend = createPostgresPool(db)
+  if (config.MEMORY_BACKEND === 'postgres') backend = createPostgresPool(db, { searchCache: config.MEMORY_SEARCH_CACHE })
   if (config.MEMORY_BACKEND === 'http') {
     if (!config.MEMORY_URL) throw new Error('MEMORY_BACKEND=http needs MEMORY_URL')
     backend = createMem0Pool(db, { url: config.MEMORY_URL, apiKey: config.MEMORY_API_KEY, timeoutMs: config.MEMORY_HTTP_TIMEOUT_MS })

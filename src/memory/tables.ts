@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { boolean, check, customType, index, integer, jsonb, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core'
+import { bigint, boolean, check, customType, index, integer, jsonb, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core'
 import { ts } from '../db/columns.js'
 import { organizations } from '../auth/tables.js'
 
@@ -24,6 +24,12 @@ export const memoryPools = pgTable('memory_pools', {
   ownerKey: text('owner_key').notNull(),
   /** items in the pool (postgres backend), kept with every insert and delete: browse's total */
   itemCount: integer('item_count').notNull().default(0),
+  /**
+   * moved on in the transaction of every change to the pool's items (insert, edit, delete),
+   * so a search result cached under an older generation is never served again, whichever
+   * instance made the change
+   */
+  generation: bigint('generation', { mode: 'number' }).notNull().default(0),
   createdAt: ts('created_at').notNull().defaultNow()
 }, (t) => [
   uniqueIndex('memory_pools_owner_key').on(t.orgId, t.ownerKey),

@@ -1,5 +1,7 @@
 import t from 'tap'
+import { sql } from 'drizzle-orm'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
+import { rowsOf } from '../../src/db/client.js'
 import { prefixQuery, RANKED_MATCHES } from '../../src/memory/postgres-pool.js'
 import { buildTestApp } from '../helper.js'
 import { addFacts, FAST } from './helpers.js'
@@ -71,4 +73,42 @@ t.test('a query matching more than RANKED_MATCHES facts ranks the newest of them
   t.same((await search('gama')).items.map((i) => i.content), ['Alpha alpha alpha: the gamma rollout checklist'], 'misspelled')
   // with both words, the old fact is the only match and is found
   t.same((await search('alpha checklist')).items.map((i) => i.content), ['Alpha alpha alpha: the gamma rollout checklist'])
+})
+
+t.test('cached search results are retired by every change to the pool, whichever instance makes it', async (t) => {
+  const a = await buildTestApp(t, { env: { ...FAST, MEMORY_CAPTURE_WORKER: 'false' } })
+  const b = await buildTestApp(t, { env: { ...FAST, MEMORY_CAPTURE_WORKER: 'false' }, db: a.testDb })
+  const pool = await addFacts(a.db, DEV_ORG.id, 'org', '', FACTS)
+  const contents = async (q: string) => {
+    const res = await a.inject({ method: 'GET', url: `/api/memory/search?q=${encodeURIComponent(q)}` })
+    t.equal(res.statusCode, 200, q)
+    return (res.json().items as Array<{ content: string }>).map((i) => i.content).sort()
+  }
+  const id = async (content: string) => (await a.db.execute(sql`select id from memory_items where pool_id = ${pool.id} and content = ${content}`).then((r) => rowsOf<{ id: string }>(r)))[0]!.id
+  t.same(await contents('vault'), [FACTS[2], FACTS[4]].sort(), 'first search')
+
+  // a change outside the pool's write paths does not move the generation: the cached answer stays
+  await a.db.execute(sql`update memory_items set content = 'The vault door code changes daily' where pool_id = ${pool.id} and content = ${FACTS[4]}`)
+  t.same(await contents('vault'), [FACTS[2], FACTS[4]].sort(), 'served from the cache')
+  await a.db.execute(sql`update memory_items set content = ${FACTS[4]} where pool_id = ${pool.id} and content = 'The vault door code changes daily'`)
+
+  const edited = await b.inject({ method: 'PATCH', url: `/api/memory/item/${await id(FACTS[4]!)}`, payload: { content: 'The safe door code changes weekly' } })
+  t.equal(edited.statusCode, 200, 'edited on the other instance')
+  t.same(await contents('vault'), [FACTS[2]], 'an edit on another instance retires the cached answer')
+
+  const removed = await b.inject({ method: 'DELETE', url: `/api/memory/item/${await id(FACTS[2]!)}` })
+  t.equal(removed.statusCode, 200, 'deleted on the other instance')
+  t.same(await contents('vault'), [], 'a delete retires it')
+
+  await addFacts(b.db, DEV_ORG.id, 'org', '', ['The new vault opens at nine'])
+  t.same(await contents('vault'), ['The new vault opens at nine'], 'a delivered capture retires it')
+})
+
+t.test('MEMORY_SEARCH_CACHE=0 reads the pool on every search', async (t) => {
+  const app = await buildTestApp(t, { env: { ...FAST, MEMORY_CAPTURE_WORKER: 'false', MEMORY_SEARCH_CACHE: '0' } })
+  const pool = await addFacts(app.db, DEV_ORG.id, 'org', '', FACTS)
+  const contents = async (q: string) => (await app.inject({ method: 'GET', url: `/api/memory/search?q=${q}` })).json().items.map((i: { content: string }) => i.content)
+  t.same(await contents('coffee'), [FACTS[1]])
+  await app.db.execute(sql`update memory_items set content = 'The office tea machine needs descaling monthly' where pool_id = ${pool.id} and content = ${FACTS[1]}`)
+  t.same(await contents('coffee'), [], 'the change is seen at once')
 })

@@ -1,0 +1,1 @@
+ALTER TABLE "memory_pools" ADD COLUMN "generation" bigint DEFAULT 0 NOT NULL;
