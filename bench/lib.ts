@@ -94,7 +94,7 @@ export function benchEnv(dataDir: string, env: Record<string, string>): Record<s
 }
 
 /** Starts a server script (TypeScript, through tsx) as its own process, so load and service do not share a loop. */
-export async function startServer(script: string, env: Record<string, string> = {}): Promise<Server> {
+export async function startServer(script: string, env: Record<string, string> = {}, readyTimeoutMs = 60_000): Promise<Server> {
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-bench-'))
   const child = spawn(process.execPath, ['--import', 'tsx', script], {
     env: benchEnv(dataDir, env),
@@ -102,7 +102,7 @@ export async function startServer(script: string, env: Record<string, string> = 
   })
   const lines = createInterface({ input: child.stdout! })
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${script} did not report its address`)), 60_000)
+    const timer = setTimeout(() => reject(new Error(`${script} did not report its address`)), readyTimeoutMs)
     child.once('exit', (code) => reject(new Error(`${script} exited with ${code}`)))
     lines.on('line', (line) => {
       const match = /listening on (http:\/\/\S+)/.exec(line)

@@ -43,6 +43,7 @@ import automationsService from './automations/service.js'
 import { automationRuns } from './runs/automation-runs.js'
 import secrets from './secrets/index.js'
 import integrations from './integrations/index.js'
+import platform from './platform/index.js'
 import secretsService from './secrets/service.js'
 import skills from './skills/index.js'
 import skillsService from './skills/service.js'
@@ -281,6 +282,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     await scope.register(secrets)
     await scope.register(automations)
     await scope.register(integrations)
+    await scope.register(platform)
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 

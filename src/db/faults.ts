@@ -74,7 +74,7 @@ function withoutMessage(stack: unknown): string | undefined {
 }
 
 /** The Postgres error code of a failure, whether drizzle wrapped the driver's error or not. */
-function sqlStateOf(err: unknown): string | undefined {
+export function sqlStateOf(err: unknown): string | undefined {
   for (let e = err as { code?: unknown; cause?: unknown } | undefined, i = 0; e && i < 5; e = e.cause as typeof e, i++) {
     if (typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code)) return e.code
   }

@@ -70,7 +70,7 @@ export async function dispatchRun({ db, engines, events, secrets }: DispatchDeps
     run = {
       id, orgId: principal.orgId, rootRunId: id, parentRunId: null, engine: chosen.engine.id, model: chosen.model,
       prompt: body.prompt, status: 'queued', origin, error: null, metadata: body.metadata ?? {}, secretNames: body.secrets ?? [], userId: principal.userId,
-      createdAt: new Date(), startedAt: null, finishedAt: null, leaseOwner: null, leaseExpiresAt: null, cancelRequested: false
+      createdAt: new Date(), startedAt: null, finishedAt: null, inputTokens: null, outputTokens: null, leaseOwner: null, leaseExpiresAt: null, cancelRequested: false
     }
     const wire = { run: runToWire(run) }
     const completion = idempotency?.completion(201, wire, precondition) ?? null

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { bigserial, boolean, check, index, jsonb, pgTable, text } from 'drizzle-orm/pg-core'
+import { bigserial, boolean, check, index, integer, jsonb, pgTable, text } from 'drizzle-orm/pg-core'
 import { ts } from '../db/columns.js'
 import { RUN_ORIGINS, RUN_STATUSES } from '../../schemas/runs.js'
 import { organizations } from '../auth/tables.js'
@@ -30,6 +30,9 @@ export const runs = pgTable('runs', {
   createdAt: ts('created_at').notNull().defaultNow(),
   startedAt: ts('started_at'),
   finishedAt: ts('finished_at'),
+  /** tokens the engine reported at the end (null: none reported); summed into usage_slots */
+  inputTokens: integer('input_tokens'),
+  outputTokens: integer('output_tokens'),
   /** the worker instance holding the run while it is `running` */
   leaseOwner: text('lease_owner'),
   leaseExpiresAt: ts('lease_expires_at'),

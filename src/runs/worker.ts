@@ -5,7 +5,7 @@ import type { EventBus } from '../../plugins/event-bus.js'
 import { rowsOf, type Db } from '../db/client.js'
 import { realUserIdOfRun } from './run-ref.js'
 import type { EngineRegistry } from './engines/registry.js'
-import { EngineError, type RunTools, type ToolDefinition } from './engines/types.js'
+import { EngineError, type EngineResult, type RunTools, type ToolDefinition } from './engines/types.js'
 import { appendEvent, notifyStored, type EventBatcher } from './events.js'
 import type { RunArtifacts } from './artifact-port.js'
 import type { RunKnowledge } from './knowledge-port.js'
@@ -244,7 +244,7 @@ export class RunWorker {
         return gateway.execute({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, ...call, env, redact })
       }
     } : undefined
-    let outcome: { status: 'succeeded'; facts: string[]; usage?: unknown } | { status: 'failed'; error: string } | { status: 'cancelled' }
+    let outcome: { status: 'succeeded'; facts: string[]; usage?: EngineResult['usage'] } | { status: 'failed'; error: string } | { status: 'cancelled' }
     try {
       if (run.secretNames.length > 0) {
         ;({ redact, env } = await this.secretsOf(run))
@@ -303,6 +303,10 @@ export class RunWorker {
         status: outcome.status,
         error: outcome.status === 'failed' ? outcome.error : null,
         finishedAt: sql`now()`,
+        // what the engine reported (fleet usage sums it: usage_slots)
+        ...(outcome.status === 'succeeded' && outcome.usage
+          ? { inputTokens: outcome.usage.promptTokens, outputTokens: outcome.usage.completionTokens }
+          : {}),
         leaseOwner: null,
         leaseExpiresAt: null
       }).where(and(eq(runs.id, run.id), eq(runs.status, 'running'), eq(runs.leaseOwner, this.instanceId))).returning({ id: runs.id })
@@ -430,6 +434,8 @@ function runFromRow(r: Record<string, unknown>): RunRow {
     createdAt: dateOf(r.created_at),
     startedAt: dateOrNull(r.started_at),
     finishedAt: dateOrNull(r.finished_at),
+    inputTokens: (r.input_tokens as number | null) ?? null,
+    outputTokens: (r.output_tokens as number | null) ?? null,
     leaseOwner: (r.lease_owner as string | null) ?? null,
     leaseExpiresAt: dateOrNull(r.lease_expires_at),
     cancelRequested: boolOf(r.cancel_requested)

@@ -82,7 +82,7 @@ export const TENANT_FIXTURES: TenantFixture[] = [
       'GET /api/runs/:rootRunId/thread-events',
       'GET /api/threads/:rootRunId'
     ],
-    lists: ['GET /api/runs', 'GET /api/threads'],
+    lists: ['GET /api/runs', 'GET /api/threads', 'GET /api/dashboard', 'GET /api/usage?groupBy=user', 'GET /api/integrations'],
     async seed(app, owner) {
       const res = await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: owner.cookie }, payload: { prompt: 'tenant fixture' } })
       const { run } = res.json() as { run: { id: string; rootRunId: string } }

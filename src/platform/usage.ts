@@ -1,0 +1,114 @@
+import { sql } from 'drizzle-orm'
+import { validationFailed } from '../../plugins/errors.js'
+import { USAGE_GROUPS, USAGE_MAX_DAYS } from '../../schemas/platform.js'
+import { isTimeZone } from '../automations/cron.js'
+import { rowsOf, type Db } from '../db/client.js'
+import { sqlStateOf } from '../db/faults.js'
+
+type Group = (typeof USAGE_GROUPS)[number]
+const COUNTS = ['runs', 'succeeded', 'failed', 'inputTokens', 'outputTokens', 'durationMs'] as const
+type Counts = Record<(typeof COUNTS)[number], number>
+
+export interface UsageBucket extends Counts {
+  date: string
+  engine: string | null
+  model: string | null
+  userId: string | null
+}
+
+const DAY_MS = 86_400_000
+const zero = (): Counts => ({ runs: 0, succeeded: 0, failed: 0, inputTokens: 0, outputTokens: 0, durationMs: 0 })
+
+/** Days since 1970-01-01 of a real calendar date, or null (2026-02-30 is none). */
+function dayNumber(date: string): number | null {
+  const [y, m, d] = date.split('-').map(Number) as [number, number, number]
+  const ms = Date.UTC(y, m - 1, d)
+  const back = new Date(ms)
+  if (back.getUTCFullYear() !== y || back.getUTCMonth() !== m - 1 || back.getUTCDate() !== d) return null
+  return ms / DAY_MS
+}
+const dateOfDay = (day: number) => new Date(day * DAY_MS).toISOString().slice(0, 10)
+
+/** Today's date in `tz` (en-CA formats as YYYY-MM-DD). */
+const todayIn = (tz: string, now: Date) => new Intl.DateTimeFormat('en-CA', { timeZone: tz, year: 'numeric', month: '2-digit', day: '2-digit' }).format(now)
+
+export interface UsageQuery {
+  from?: string | undefined
+  to?: string | undefined
+  tz?: string | undefined
+  groupBy?: string | undefined
+}
+
+/** The query's days and groups, or 400 validation_failed naming what is wrong. */
+export function parseUsageQuery(q: UsageQuery, now: Date): { first: number; last: number; tz: string; groups: Group[] } {
+  const tz = q.tz ?? 'UTC'
+  if (!isTimeZone(tz)) throw validationFailed([{ path: '/querystring/tz', message: `${JSON.stringify(tz)} is not an IANA time zone (like Europe/Berlin or UTC)` }])
+  const to = q.to ?? todayIn(tz, now)
+  const last = dayNumber(to)
+  if (last === null) throw validationFailed([{ path: '/querystring/to', message: `${to} is not a date` }])
+  const first = q.from === undefined ? last - 29 : dayNumber(q.from)
+  if (first === null) throw validationFailed([{ path: '/querystring/from', message: `${q.from} is not a date` }])
+  if (first > last) throw validationFailed([{ path: '/querystring/from', message: 'must not be after `to`' }])
+  if (last - first + 1 > USAGE_MAX_DAYS) {
+    throw validationFailed([{ path: '/querystring/to', message: `the range is ${last - first + 1} days; at most ${USAGE_MAX_DAYS}` }])
+  }
+  const groups = [...new Set((q.groupBy ?? '').split(',').filter((g) => g !== ''))] as Group[]
+  return { first, last, tz, groups: USAGE_GROUPS.filter((g) => groups.includes(g)) }
+}
+
+const COLUMN: Record<Group, string> = { engine: 'engine', model: 'model', user: 'user_id' }
+
+/**
+ * Contract 11's fleet usage from the quarter-hour rollup (usage_slots, or
+ * usage_slot_groups when grouped): the slots from the
+ * local midnight starting `first` to the one ending `last`, summed per local day of `tz`
+ * and group; then every day of every group seen is there, zero-filled, in date then group
+ * order, and the totals are the buckets' sums.
+ */
+export async function usageReport(db: Db, orgId: string, { first, last, tz, groups }: ReturnType<typeof parseUsageQuery>): Promise<{ buckets: UsageBucket[]; totals: Counts }> {
+  const keys = groups.map((g) => sql.raw(COLUMN[g]))
+  const columns = keys.length > 0 ? sql`, ${sql.join(keys, sql`, `)}` : sql``
+  const rows = rowsOf<Record<string, unknown>>(await db.execute(sql`
+    select ((slot at time zone ${tz})::date)::text as date${columns},
+           sum(runs)::bigint as runs, sum(succeeded)::bigint as succeeded, sum(failed)::bigint as failed,
+           sum(input_tokens)::bigint as input_tokens, sum(output_tokens)::bigint as output_tokens, sum(duration_ms)::bigint as duration_ms
+    from ${keys.length > 0 ? sql.raw('usage_slot_groups') : sql.raw('usage_slots')}
+    where org_id = ${orgId}
+      and slot >= (${dateOfDay(first)}::date::timestamp at time zone ${tz})
+      and slot < ((${dateOfDay(last)}::date + 1)::timestamp at time zone ${tz})
+    group by 1${columns}`).catch((err: unknown) => {
+    // a zone ICU knows and this database's time zone data does not
+    if (sqlStateOf(err) === '22023') throw validationFailed([{ path: '/querystring/tz', message: `${JSON.stringify(tz)} is not a time zone this database knows` }])
+    throw err
+  }))
+  const label = (r: Record<string, unknown>) => ({
+    engine: groups.includes('engine') ? String(r.engine) : null,
+    model: groups.includes('model') && r.model !== '' ? String(r.model) : null,
+    userId: groups.includes('user') && r.user_id !== '' ? String(r.user_id) : null
+  })
+  const keyOf = (l: ReturnType<typeof label>) => JSON.stringify([l.engine, l.model, l.userId])
+  const byKey = new Map<string, Counts>()
+  const seen = new Map<string, ReturnType<typeof label>>()
+  for (const r of rows) {
+    const l = label(r)
+    const k = keyOf(l)
+    seen.set(k, l)
+    byKey.set(`${r.date as string}|${k}`, {
+      runs: Number(r.runs), succeeded: Number(r.succeeded), failed: Number(r.failed),
+      inputTokens: Number(r.input_tokens), outputTokens: Number(r.output_tokens), durationMs: Number(r.duration_ms)
+    })
+  }
+  if (seen.size === 0) seen.set(keyOf({ engine: null, model: null, userId: null }), { engine: null, model: null, userId: null })
+  const order = [...seen.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+  const buckets: UsageBucket[] = []
+  const totals = zero()
+  for (let day = first; day <= last; day++) {
+    const date = dateOfDay(day)
+    for (const [k, l] of order) {
+      const counts = byKey.get(`${date}|${k}`) ?? zero()
+      for (const c of COUNTS) totals[c] += counts[c]
+      buckets.push({ date, ...l, ...counts })
+    }
+  }
+  return { buckets, totals }
+}

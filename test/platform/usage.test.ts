@@ -1,0 +1,119 @@
+import { sql } from 'drizzle-orm'
+import type { FastifyInstance } from 'fastify'
+import t from 'tap'
+import { rowsOf } from '../../src/db/client.js'
+import { newId } from '../../src/db/ids.js'
+import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg, waitFor } from '../helper.js'
+
+/** A finished run as the worker leaves it: the trigger adds it to usage_slots. */
+async function finishedRun(app: FastifyInstance, orgId: string, r: { at: string; engine?: string; model?: string | null; userId?: string | null; status?: string; ms?: number; tokens?: [number, number] }) {
+  const id = newId()
+  const finished = new Date(r.at)
+  const started = new Date(finished.getTime() - (r.ms ?? 1000))
+  await app.db.execute(sql`
+    insert into runs (id, org_id, root_run_id, engine, model, prompt, status, origin, user_id, created_at, started_at, finished_at, input_tokens, output_tokens)
+    values (${id}, ${orgId}, ${id}, ${r.engine ?? 'echo'}, ${r.model ?? null}, 'p', ${r.status ?? 'succeeded'}, 'api', ${r.userId ?? null},
+            ${started.toISOString()}, ${started.toISOString()}, ${finished.toISOString()}, ${r.tokens?.[0] ?? null}, ${r.tokens?.[1] ?? null})`)
+  return id
+}
+
+t.test('runs executed through the API are in the usage of their day, with the tokens the engine reported', async (t) => {
+  const app = await buildTestApp(t)
+  const owner = await signUpWithOrg(app)
+  const headers = { cookie: owner.cookie }
+  for (const prompt of ['one two three', 'four five']) {
+    const res = await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt } })
+    t.equal(res.statusCode, 201, res.body)
+  }
+  await waitFor('both runs finished', async () => {
+    const res = await app.inject({ method: 'GET', url: '/api/runs?status=succeeded', headers })
+    return res.json().items.length === 2
+  })
+  const res = await app.inject({ method: 'GET', url: '/api/usage?groupBy=engine', headers })
+  t.equal(res.statusCode, 200, res.body)
+  const body = res.json()
+  t.equal(body.buckets.length, 30, 'the last 30 days by default, one engine')
+  const today = body.buckets.at(-1)
+  t.equal(today.date, new Date().toISOString().slice(0, 10), 'ends today (UTC)')
+  t.match(today, { engine: 'echo', model: null, userId: null, runs: 2, succeeded: 2, failed: 0 })
+  t.ok(today.inputTokens > 0 && today.outputTokens > 0, `echo reports tokens: ${JSON.stringify(today)}`)
+  t.same(body.totals, { runs: 2, succeeded: 2, failed: 0, inputTokens: today.inputTokens, outputTokens: today.outputTokens, durationMs: today.durationMs })
+  const stored = rowsOf<{ input: number; output: number }>(await app.db.execute(sql`select sum(input_tokens)::int as input, sum(output_tokens)::int as output from runs where org_id = ${owner.org.id}`))[0]!
+  t.same([today.inputTokens, today.outputTokens], [stored.input, stored.output], 'the runs\' own token counts')
+})
+
+t.test('local days of Europe/Berlin across both 2026 changes: 23 and 25 hours, every run on its day', async (t) => {
+  const app = await buildTestApp(t)
+  const owner = await signUpWithOrg(app)
+  const org = owner.org.id
+  // 2026-03-29: 00:00 CET is 2026-03-28T23:00Z, 24:00 CEST is 2026-03-29T22:00Z (23 hours)
+  for (const at of ['2026-03-28T22:59:59Z', '2026-03-28T23:00:00Z', '2026-03-29T01:30:00Z', '2026-03-29T21:59:59Z', '2026-03-29T22:00:00Z']) await finishedRun(app, org, { at })
+  // 2026-10-25: 00:00 CEST is 2026-10-24T22:00Z, 24:00 CET is 2026-10-25T23:00Z (25 hours)
+  for (const at of ['2026-10-24T21:59:59Z', '2026-10-24T22:00:00Z', '2026-10-25T00:30:00Z', '2026-10-25T01:30:00Z', '2026-10-25T22:59:59Z', '2026-10-25T23:00:00Z']) await finishedRun(app, org, { at })
+  const get = async (query: string) => {
+    const res = await app.inject({ method: 'GET', url: `/api/usage?${query}`, headers: { cookie: owner.cookie } })
+    t.equal(res.statusCode, 200, res.body)
+    return res.json() as { buckets: Array<{ date: string; runs: number }>; totals: { runs: number } }
+  }
+  const spring = await get('from=2026-03-28&to=2026-03-30&tz=Europe/Berlin')
+  t.same(spring.buckets.map((b) => [b.date, b.runs]), [['2026-03-28', 1], ['2026-03-29', 3], ['2026-03-30', 1]])
+  const autumn = await get('from=2026-10-24&to=2026-10-26&tz=Europe/Berlin')
+  t.same(autumn.buckets.map((b) => [b.date, b.runs]), [['2026-10-24', 1], ['2026-10-25', 4], ['2026-10-26', 1]])
+  const utc = await get('from=2026-10-24&to=2026-10-26')
+  t.same(utc.buckets.map((b) => [b.date, b.runs]), [['2026-10-24', 2], ['2026-10-25', 4], ['2026-10-26', 0]], 'the same runs by UTC days')
+  // a half-hour zone: Kolkata's midnight is 18:30Z
+  for (const at of ['2026-07-10T18:29:59Z', '2026-07-10T18:30:00Z']) await finishedRun(app, org, { at })
+  const kolkata = await get('from=2026-07-10&to=2026-07-11&tz=Asia/Kolkata')
+  t.same(kolkata.buckets.map((b) => [b.date, b.runs]), [['2026-07-10', 1], ['2026-07-11', 1]], 'a +05:30 zone splits at 18:30Z')
+  const year = await get('from=2026-01-01&to=2026-12-31&tz=Europe/Berlin')
+  t.equal(year.buckets.length, 365, 'zero-filled: every day')
+  t.equal(year.totals.runs, 13)
+  t.equal(year.buckets.reduce((s, b) => s + b.runs, 0), year.totals.runs, 'buckets sum to the totals')
+})
+
+t.test('groups are zero-filled for every day, ordered, and sum to the totals', async (t) => {
+  const app = await buildTestApp(t)
+  const owner = await signUpWithOrg(app)
+  const org = owner.org.id
+  const user = owner.user.id
+  await finishedRun(app, org, { at: '2026-05-02T10:00:00Z', engine: 'echo', userId: user, tokens: [10, 20], ms: 1500 })
+  await finishedRun(app, org, { at: '2026-05-02T11:00:00Z', engine: 'openai', model: 'gpt-x', status: 'failed', tokens: [5, 0], ms: 500 })
+  await finishedRun(app, org, { at: '2026-05-04T12:00:00Z', engine: 'openai', model: 'gpt-x', status: 'cancelled', ms: 0 })
+  const res = await app.inject({ method: 'GET', url: '/api/usage?from=2026-05-01&to=2026-05-04&groupBy=engine,model,user', headers: { cookie: owner.cookie } })
+  t.equal(res.statusCode, 200, res.body)
+  const { buckets, totals } = res.json()
+  t.equal(buckets.length, 8, '4 days × 2 groups')
+  t.same(buckets.slice(2, 4), [
+    { date: '2026-05-02', engine: 'echo', model: null, userId: user, runs: 1, succeeded: 1, failed: 0, inputTokens: 10, outputTokens: 20, durationMs: 1500 },
+    { date: '2026-05-02', engine: 'openai', model: 'gpt-x', userId: null, runs: 1, succeeded: 0, failed: 1, inputTokens: 5, outputTokens: 0, durationMs: 500 }
+  ])
+  t.same(buckets[0], { date: '2026-05-01', engine: 'echo', model: null, userId: user, runs: 0, succeeded: 0, failed: 0, inputTokens: 0, outputTokens: 0, durationMs: 0 }, 'a day without runs')
+  t.same(totals, { runs: 3, succeeded: 1, failed: 1, inputTokens: 15, outputTokens: 20, durationMs: 2000 })
+  const empty = await app.inject({ method: 'GET', url: '/api/usage?from=2025-01-01&to=2025-01-02&groupBy=user', headers: { cookie: owner.cookie } })
+  t.same(empty.json().buckets.map((b: { date: string; userId: null; runs: number }) => [b.date, b.userId, b.runs]), [['2025-01-01', null, 0], ['2025-01-02', null, 0]], 'no runs: a zero bucket per day')
+})
+
+t.test('usage refuses bad ranges, zones and groups, and is for admins of their own org', async (t) => {
+  const app = await buildTestApp(t)
+  const owner = await signUpWithOrg(app)
+  const other = await signUpWithOrg(app)
+  await finishedRun(app, other.org.id, { at: '2026-06-01T12:00:00Z' })
+  const get = (query: string, headers: Record<string, string> = { cookie: owner.cookie }) => app.inject({ method: 'GET', url: `/api/usage?${query}`, headers })
+  for (const query of ['from=2026-02-30&to=2026-03-01', 'from=2026-03-02&to=2026-03-01', 'from=2025-01-01&to=2026-01-02', 'tz=Mars/Olympus',
+    'tz=%2B02:00', 'groupBy=team', 'groupBy=engine,', 'from=20260101', 'limit=5', 'to=2026-13-01']) {
+    const res = await get(query)
+    t.equal(res.statusCode, 400, query)
+    t.equal(res.json().error, 'validation_failed', query)
+  }
+  t.equal((await get('from=2025-01-01&to=2026-01-01')).statusCode, 200, '366 days are allowed')
+  const theirs = await get('from=2026-06-01&to=2026-06-01')
+  t.equal(theirs.json().totals.runs, 0, 'another org\'s runs are not counted')
+  t.equal((await get('from=2026-06-01&to=2026-06-01', { cookie: other.cookie })).json().totals.runs, 1, 'its own admin sees them')
+
+  const member = await signUp(app)
+  await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
+  const asMember = await get('', { cookie: member.cookie, 'x-org-id': owner.org.id })
+  t.equal(asMember.statusCode, 403, 'a member may not')
+  const key = await mintKey(app, owner.cookie)
+  t.equal((await get('', { authorization: key.authorization })).statusCode, 401, 'nor an API key (off the allowlist: 401)')
+})
