@@ -43,6 +43,8 @@ import automationsService from './automations/service.js'
 import { automationRuns } from './runs/automation-runs.js'
 import secrets from './secrets/index.js'
 import integrations from './integrations/index.js'
+import providers from './providers/index.js'
+import providersService from './providers/service.js'
 import secretsService from './secrets/service.js'
 import skills from './skills/index.js'
 import skillsService from './skills/service.js'
@@ -219,6 +221,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
   await app.register(knowledgeService, { config, store: app.artifacts.store, extract: ports.knowledgeExtractor })
   // org secrets: sealing, re-sealing after a rotation; runs open the ones they name
   await app.register(secretsService, { config })
+  // org model providers: their keys are internal secrets; runs reach them for models the deployment lacks
+  await app.register(providersService, { config, secrets: app.secrets.internal })
   await app.register(skillsService)
   await app.register(tasksService)
   const runMemory = ports.runMemory ?? app.memory.runMemory
@@ -242,7 +246,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     knowledge: app.knowledge.forRuns,
     skills: app.skills.forRuns,
     followUps: [app.skills.followUps, app.tasks.followUps],
-    secrets: app.secrets.forRuns
+    secrets: app.secrets.forRuns,
+    providers: app.providers.forRuns
   })
   // automations: the scheduler, which starts runs of prompts, skills and playbooks
   await app.register(automationsService, {
@@ -281,6 +286,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     await scope.register(secrets)
     await scope.register(automations)
     await scope.register(integrations)
+    await scope.register(providers)
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 
