@@ -99,6 +99,8 @@ export const KEY_DENYLIST: readonly string[] = [
   'GET /api/skills/proposals',
   // secrets: admin only, and never for a key (contract 10)
   'GET /api/secrets',
+  // integrations (contract 11): reading them is an org route, not marked key
+  'GET /api/integrations',
   // provider connections: org configuration, not a read path an integration needs (contract 11 marks only GET /api/models key)
   'GET /api/providers'
 ]
