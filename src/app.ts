@@ -44,6 +44,8 @@ import { automationRuns } from './runs/automation-runs.js'
 import secrets from './secrets/index.js'
 import integrations from './integrations/index.js'
 import platform from './platform/index.js'
+import providers from './providers/index.js'
+import providersService from './providers/service.js'
 import secretsService from './secrets/service.js'
 import skills from './skills/index.js'
 import skillsService from './skills/service.js'
@@ -220,6 +222,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
   await app.register(knowledgeService, { config, store: app.artifacts.store, extract: ports.knowledgeExtractor })
   // org secrets: sealing, re-sealing after a rotation; runs open the ones they name
   await app.register(secretsService, { config })
+  // org model providers: their keys are internal secrets; runs reach them for models the deployment lacks
+  await app.register(providersService, { config, secrets: app.secrets.internal })
   await app.register(skillsService)
   await app.register(tasksService)
   const runMemory = ports.runMemory ?? app.memory.runMemory
@@ -243,7 +247,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     knowledge: app.knowledge.forRuns,
     skills: app.skills.forRuns,
     followUps: [app.skills.followUps, app.tasks.followUps],
-    secrets: app.secrets.forRuns
+    secrets: app.secrets.forRuns,
+    providers: app.providers.forRuns
   })
   // automations: the scheduler, which starts runs of prompts, skills and playbooks
   await app.register(automationsService, {
@@ -283,6 +288,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     await scope.register(automations)
     await scope.register(integrations)
     await scope.register(platform)
+    await scope.register(providers)
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 

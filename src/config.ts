@@ -61,6 +61,8 @@ export const EnvSchema = Type.Object({
   OPENAI_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 120_000, description: 'upstream request timeout (also between streamed chunks)' }),
   OPENAI_MAX_TOOL_ROUNDS: Type.Integer({ minimum: 0, maximum: 100, default: 8, description: 'model calls answered with tool results per run before the run fails (0: tools are not offered)' }),
   OPENAI_PROBE_TTL_MS: Type.Integer({ minimum: 0, maximum: 3_600_000, default: 30_000, description: 'how long a /models readiness probe result is cached' }),
+  PROVIDER_ALLOW_PRIVATE: Type.Boolean({ default: false, description: 'let org model providers (POST /api/providers) use loopback and private addresses (RFC 1918, fc00::/7, CGNAT); link-local and cloud metadata addresses are refused regardless' }),
+  PROVIDER_CHECK_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 120_000, default: 10_000, description: 'how long a provider check waits for its /models' }),
   SANDBOX_PROVIDER: Type.Union([Type.Literal('local'), Type.Literal('none')], {
     default: 'local',
     description: 'where agent tools and terminals run: local (a workspace per org and thread under DATA_DIR/sandboxes) or none'

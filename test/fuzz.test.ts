@@ -3,6 +3,8 @@ import { newKeyText } from '../src/secrets/crypto.js'
 import t from 'tap'
 import { DEV_ORG } from '../src/auth/dev-org.js'
 import { createSession } from '../src/auth/sessions.js'
+import { newId } from '../src/db/ids.js'
+import { providers } from '../src/providers/tables.js'
 import { addFacts } from './memory/helpers.js'
 import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from './helper.js'
 
@@ -248,6 +250,14 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     skillIds.push((await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title: 'fuzz' } })).json().task.id)
     skillIds.push((await app.inject({ method: 'POST', url: '/api/automations', headers, payload: { name: 'fuzz', cron: '0 3 * * *', target: { skillId } } })).json().automation.id)
     await app.inject({ method: 'PUT', url: '/api/secrets/FUZZ_TOKEN', headers, payload: { value: 'fuzz value' } })
+  }
+  // a provider in each org, so check and delete reach their handlers (stored directly: this
+  // app refuses private addresses, and its check then refuses to connect, which is the point)
+  for (const orgId of [owner.org.id, DEV_ORG.id]) {
+    const id = newId()
+    await app.db.insert(providers).values({ id, orgId, name: 'fuzz', baseUrl: 'http://127.0.0.1:9/v1', models: ['fuzz-model'], modelsGiven: true, ready: true })
+    await app.secrets.internal.put(orgId, `provider:${id}:api_key`, 'fuzz provider key')
+    skillIds.push(id)
   }
   t.ok(ownerRun?.id && devRun?.id && memoryIds.length >= 2 && skillIds.every(Boolean), 'fixtures exist')
   const runIds = [ownerRun.id as string, devRun.id as string]

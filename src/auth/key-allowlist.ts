@@ -46,6 +46,8 @@ export const KEY_ALLOWLIST: readonly string[] = [
   'GET /api/automations',
   'GET /api/automations/:id',
   'GET /api/automations/:id/fires',
+  // platform (contract 11): the models a run may name
+  'GET /api/models',
   // memory hub reads
   'GET /api/memory/search',
   'GET /api/memory/browse',
@@ -96,7 +98,11 @@ export const KEY_DENYLIST: readonly string[] = [
   // learning lane, and a task run changes the board (contract 9 marks neither key)
   'GET /api/skills/proposals',
   // secrets: admin only, and never for a key (contract 10)
-  'GET /api/secrets'
+  'GET /api/secrets',
+  // integrations (contract 11): reading them is an org route, not marked key
+  'GET /api/integrations',
+  // provider connections: org configuration, not a read path an integration needs (contract 11 marks only GET /api/models key)
+  'GET /api/providers'
 ]
 
 /** `METHOD /pattern` with parameter names erased and HEAD read as GET. */

@@ -58,7 +58,7 @@ async function holds(db: Db | Tx, condition: SQL): Promise<boolean> {
  * announces it. Returns the answer to send, which a retry with the same key replays.
  */
 export async function dispatchRun({ db, engines, events, secrets }: DispatchDeps, { principal, idempotency, log, attach, precondition, ...input }: DispatchInput): Promise<StoredAnswer> {
-  const chosen = await engines.resolve(input.body.engine, input.body.model)
+  const chosen = await engines.resolve(input.body.engine, input.body.model, principal.orgId)
   if ('error' in chosen) throw engineUnavailable(chosen.error)
   const body = await withSecretsRedacted(secrets, principal.orgId, input.body)
   const origin = input.origin ?? originOf(principal)
@@ -114,12 +114,12 @@ async function withSecretsRedacted(secrets: RunSecrets, orgId: string, body: Sta
 }
 
 /**
- * The engine and model `POST /api/chat` uses: the one the model names, else the first
- * model of a ready `openai` engine, else echo.
+ * The engine and model `POST /api/chat` uses: the one the model names (an org provider's
+ * included), else the first model of a ready `openai` engine, else echo.
  */
-export async function chatEngine(engines: EngineRegistry, model: string | undefined): Promise<{ engine: Engine; model: string | null }> {
+export async function chatEngine(engines: EngineRegistry, orgId: string, model: string | undefined): Promise<{ engine: Engine; model: string | null }> {
   if (model !== undefined) {
-    const chosen = await engines.resolve(undefined, model)
+    const chosen = await engines.resolve(undefined, model, orgId)
     if ('error' in chosen) throw engineUnavailable(chosen.error)
     return chosen
   }

@@ -210,9 +210,9 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: ChatStream, ...errorResponses(413) }
     }
   }, async (request, reply) => {
-    principalOf(request)
+    const { orgId } = principalOf(request)
     const { messages } = request.body
-    const { engine, model: chosenModel } = await app.runs.chatEngine(request.body.model)
+    const { engine, model: chosenModel } = await app.runs.chatEngine(orgId, request.body.model)
     const stream = app.sse.open(request, reply)
     const controller = new AbortController()
     // a client that goes away aborts the upstream request

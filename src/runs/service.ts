@@ -5,6 +5,8 @@ import type { Config } from '../config.js'
 import { chatEngine, dispatchRun, type DispatchInput } from './dispatch.js'
 import { echoEngine } from './engines/echo.js'
 import { openAiEngine } from './engines/openai.js'
+import { providerEngine } from './engines/provider.js'
+import type { OrgProviders } from './providers-port.js'
 import { EngineRegistry } from './engines/registry.js'
 import type { Engine } from './engines/types.js'
 import { EventBatcher } from './events.js'
@@ -30,8 +32,8 @@ export interface RunsService {
   dispatch(input: DispatchInput): Promise<StoredAnswer>
   /** asks a run to stop; null when the org has no such run */
   cancel(orgId: string, runId: string): Promise<RunRow | null>
-  /** the engine and model `POST /api/chat` uses */
-  chatEngine(model: string | undefined): Promise<{ engine: Engine; model: string | null }>
+  /** the engine and model `POST /api/chat` uses (the org's providers' models included) */
+  chatEngine(orgId: string, model: string | undefined): Promise<{ engine: Engine; model: string | null }>
   /** simulates a crash of this instance's runs side (tests): nothing more is written */
   kill(): void
 }
@@ -58,9 +60,17 @@ export interface RunsServiceOptions {
   followUps: RunFollowUps[]
   /** the org secrets a run names (the secrets group) */
   secrets: RunSecrets
+  /** the org's model providers, for models the deployment does not serve (the providers group) */
+  providers?: OrgProviders | undefined
 }
 
-export function createEngines(config: Config): EngineRegistry {
+export function createEngines(config: Config, providers?: OrgProviders): EngineRegistry {
+  const orgEngine = providers
+    ? async (orgId: string, model: string) => {
+      const connection = await providers.offering(orgId, model)
+      return connection ? providerEngine(connection, { timeoutMs: config.OPENAI_TIMEOUT_MS, maxToolRounds: config.OPENAI_MAX_TOOL_ROUNDS }) : null
+    }
+    : null
   return new EngineRegistry([
     echoEngine({ wordDelayMs: config.ECHO_WORD_DELAY_MS }),
     openAiEngine({
@@ -71,7 +81,7 @@ export function createEngines(config: Config): EngineRegistry {
       probeTtlMs: config.OPENAI_PROBE_TTL_MS,
       maxToolRounds: config.OPENAI_MAX_TOOL_ROUNDS
     })
-  ])
+  ], orgEngine)
 }
 
 /**
@@ -80,9 +90,9 @@ export function createEngines(config: Config): EngineRegistry {
  * options or from the infrastructure plugins (db, event bus, features).
  */
 export default fp(async function runsService(app: FastifyInstance, opts: RunsServiceOptions) {
-  const { config, memory, tools, artifacts, knowledge, skills, followUps, secrets } = opts
+  const { config, memory, tools, artifacts, knowledge, skills, followUps, secrets, providers } = opts
   const log = app.log.child({ component: 'runs' })
-  const engines = createEngines(config)
+  const engines = createEngines(config, providers)
   app.features.catalogs.push(() => engines.catalog())
   const events = new EventBatcher(app.db)
   const worker = new RunWorker({
@@ -115,7 +125,7 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
       if (run?.status === 'running') await dropToolCalls(tools, log, orgId, run.id)
       return run
     },
-    chatEngine: (model) => chatEngine(engines, model),
+    chatEngine: (orgId, model) => chatEngine(engines, orgId, model),
     kill() {
       worker.kill()
       sweeper.stop()

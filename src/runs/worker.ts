@@ -234,7 +234,6 @@ export class RunWorker {
       await flushDeltas()
       await store(type, redact.deep(data))
     }
-    const engine = o.engines.get(run.engine)
     const gateway = this.o.tools
     const tools: RunTools | undefined = gateway ? {
       definitions: () => gateway.definitions(),
@@ -250,6 +249,8 @@ export class RunWorker {
         ;({ redact, env } = await this.secretsOf(run))
         deltas = redact.stream()
       }
+      // an org provider's model is looked up only for openai runs the deployment cannot serve
+      const engine = await o.engines.forRun(run)
       if (!engine) throw new EngineError(`engine ${run.engine} is not available on this instance`)
       const result = await engine.run({
         runId: run.id,

@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm'
 import type { FastifyInstance } from 'fastify'
 import { rowsOf } from '../../src/db/client.js'
 import { newId } from '../../src/db/ids.js'
+import { providers } from '../../src/providers/tables.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
 import { mintKey, signUpWithOrg, type SignedIn, type TestOrg } from '../helper.js'
 
@@ -274,6 +275,26 @@ export const TENANT_FIXTURES: TenantFixture[] = [
       await rows(app, sql`select count(*)::int as n from runs where org_id = ${owner.org.id} and origin = 'automation'`)
     ],
     body: (route) => (route.startsWith('PATCH') ? { enabled: false, name: 'attack' } : route.startsWith('POST') ? {} : undefined)
+  },
+  {
+    // seeded in the database: the walk's app refuses private provider addresses, and the
+    // attacker's calls must be 404s before any request to the provider could be made
+    name: 'model providers',
+    routes: ['DELETE /api/providers/:id', 'POST /api/providers/:id/check'],
+    lists: ['GET /api/providers', 'GET /api/models'],
+    async seed(app, owner) {
+      const id = newId()
+      const model = `model-of-${owner.org.id}`
+      await app.db.insert(providers).values({
+        id, orgId: owner.org.id, name: `fixture ${owner.org.id}`, baseUrl: 'https://provider.example.test/v1', models: [model], modelsGiven: true, ready: true
+      })
+      await app.secrets.internal.put(owner.org.id, `provider:${id}:api_key`, `key of ${owner.org.id}`)
+      return { id, model }
+    },
+    snapshot: async (app, owner) => [
+      await rows(app, sql`select id, name, base_url, models, ready, last_error, last_checked_at from providers where org_id = ${owner.org.id} order by id`),
+      await rows(app, sql`select name, sealed from secrets where org_id = ${owner.org.id} and name like 'cairn:provider:%' order by name`)
+    ]
   },
   {
     name: 'agent runtime',

@@ -9,6 +9,16 @@ export interface OpenAiOptions {
   probeTtlMs: number
   /** model calls answered with tool results per run, at most */
   maxToolRounds: number
+  /** how requests are made (an org provider's guarded fetch); the global fetch by default */
+  fetch?: ((url: string, init: RequestInit) => Promise<Response>) | undefined
+}
+
+/** A fetch failure in words: undici's "fetch failed" says nothing without its cause. */
+function failureText(err: unknown): string {
+  const e = err as Error
+  let cause: unknown = e.cause
+  while (cause instanceof Error && cause.cause instanceof Error) cause = cause.cause
+  return cause instanceof Error && cause.message !== '' ? `${e.message}: ${cause.message}` : e.message
 }
 
 /**
@@ -17,6 +27,7 @@ export interface OpenAiOptions {
  */
 export function openAiEngine(opts: OpenAiOptions): Engine {
   const base = opts.baseUrl?.replace(/\/+$/, '')
+  const fetch = opts.fetch ?? globalThis.fetch
   let probe: { at: number; ok: boolean; ids: string[] } | null = null
   let probing: Promise<boolean> | null = null
 
@@ -132,7 +143,7 @@ export function openAiEngine(opts: OpenAiOptions): Engine {
       if (signal.aborted) throw signal.reason
       if (timeout.signal.aborted) throw new EngineError(`upstream_timeout: no answer within ${opts.timeoutMs} ms`)
       if (err instanceof EngineError) throw err
-      throw new EngineError(`upstream_error: ${(err as Error).message}`)
+      throw new EngineError(`upstream_error: ${failureText(err)}`)
     } finally {
       clearTimeout(timer)
     }

@@ -1,12 +1,22 @@
 import type { EngineInfo, ModelInfo } from '../../../plugins/features.js'
-import type { Engine } from './types.js'
+import { EngineError, type Engine } from './types.js'
 
-/** The engines of one instance, with the `/api/config` catalog. */
+/** The engine of an org's provider that offers a model, or null (src/runs/providers-port.ts). */
+export type OrgEngineLookup = (orgId: string, model: string) => Promise<Engine | null>
+
+/**
+ * The engines of one instance, with the `/api/config` catalog. A model the deployment does
+ * not serve may be an org provider's (contract 11): `resolve` with an org id and `forRun`
+ * ask `orgEngine` then, and only then, so runs of the deployment's models cost no lookup.
+ * The deployment's models come first: an org provider cannot take over one of their ids.
+ */
 export class EngineRegistry {
   readonly engines: Map<string, Engine>
+  private readonly orgEngine: OrgEngineLookup | null
 
-  constructor(engines: Engine[]) {
+  constructor(engines: Engine[], orgEngine: OrgEngineLookup | null = null) {
     this.engines = new Map(engines.map((e) => [e.id, e]))
+    this.orgEngine = orgEngine
   }
 
   get(id: string): Engine | undefined {
@@ -23,8 +33,36 @@ export class EngineRegistry {
     return out
   }
 
-  /** Picks the engine and model for a request: explicit engine, or the engine owning the model, else echo. */
-  async resolve(engineId: string | undefined, model: string | undefined): Promise<{ engine: Engine; model: string | null } | { error: string }> {
+  /**
+   * Picks the engine and model for a request: explicit engine, or the engine owning the
+   * model, else echo; with an org id, a model no deployment engine serves may be one of
+   * that org's providers' (engine `openai`).
+   */
+  async resolve(engineId: string | undefined, model: string | undefined, orgId?: string): Promise<{ engine: Engine; model: string | null } | { error: string }> {
+    const chosen = await this.resolveDeployment(engineId, model)
+    if (!('error' in chosen) || orgId === undefined || model === undefined || this.orgEngine === null) return chosen
+    if (engineId !== undefined && engineId !== 'openai') return chosen
+    const engine = await this.orgEngine(orgId, model)
+    return engine ? { engine, model } : chosen
+  }
+
+  /**
+   * The engine that executes a stored run: the deployment's, unless the run is an `openai`
+   * run of a model the deployment does not serve and one of the org's providers does.
+   */
+  async forRun(run: { orgId: string; engine: string; model: string | null }): Promise<Engine | undefined> {
+    const engine = this.engines.get(run.engine)
+    if (run.engine !== 'openai' || run.model === null || this.orgEngine === null) return engine
+    const deploymentReady = engine !== undefined && (await engine.ready())
+    if (deploymentReady && (await engine.models()).some((m) => m.id === run.model)) return engine
+    const provider = await this.orgEngine(run.orgId, run.model)
+    if (provider) return provider
+    if (deploymentReady) return engine
+    // accepted for a provider that has since been deleted or stopped being ready
+    throw new EngineError(`model_unavailable: no provider of this organization offers ${JSON.stringify(run.model)} any more`)
+  }
+
+  private async resolveDeployment(engineId: string | undefined, model: string | undefined): Promise<{ engine: Engine; model: string | null } | { error: string }> {
     let engine: Engine | undefined
     if (engineId !== undefined) {
       engine = this.engines.get(engineId)

@@ -1,0 +1,188 @@
+import { lookup as dnsLookup, type LookupAddress } from 'node:dns'
+import { lookup as dnsLookupAsync } from 'node:dns/promises'
+import type { LookupFunction } from 'node:net'
+import ipaddr from 'ipaddr.js'
+import { Agent, fetch as undiciFetch } from 'undici'
+
+/**
+ * The SSRF guard of provider connections (contract 11). A provider's base URL is typed by
+ * an org admin, and the service then makes requests to it from inside the deployment, so
+ * the addresses it may reach are limited:
+ * - never: link-local (169.254/16, fe80::/10: cloud metadata lives there), the known cloud
+ *   metadata addresses and names, multicast and broadcast;
+ * - unless PROVIDER_ALLOW_PRIVATE=true: loopback, private (RFC 1918, fc00::/7), CGNAT,
+ *   unspecified, and every other special-purpose range (reserved, benchmarking, …);
+ * IPv6 forms that carry an IPv4 address (IPv4-mapped, IPv4-compatible, NAT64, 6to4) are
+ * judged by that IPv4 address. Every address a name resolves to must pass, and requests
+ * connect only through `providerFetch`, whose agent checks the address it is about to
+ * connect to (so a name that re-resolves to 127.0.0.1 later, DNS rebinding, is refused).
+ */
+
+/** Cloud metadata services, refused whatever PROVIDER_ALLOW_PRIVATE says. */
+const METADATA_ADDRESSES = new Set([
+  '169.254.169.254', // AWS, GCP, Azure, Oracle, DigitalOcean, OpenStack
+  '169.254.170.2', // AWS ECS task metadata
+  '100.100.100.200', // Alibaba Cloud
+  '168.63.129.16', // Azure wire server
+  '192.0.0.192', // Oracle Cloud (classic)
+  'fd00:ec2::254', // AWS IMDS over IPv6
+  'fd20:ce::254' // GCP metadata over IPv6
+])
+const METADATA_NAMES = new Set(['metadata', 'metadata.google.internal', 'metadata.goog', 'instance-data', 'instance-data.ec2.internal', 'metadata.azure.internal'])
+
+/** A v4 address's range name for people. */
+const RANGE_WORDS: Record<string, string> = {
+  linkLocal: 'a link-local address',
+  multicast: 'a multicast address',
+  broadcast: 'the broadcast address',
+  loopback: 'a loopback address',
+  private: 'a private address',
+  uniqueLocal: 'a private (unique local) address',
+  carrierGradeNat: 'a carrier-grade NAT address',
+  unspecified: 'the unspecified address',
+  reserved: 'a reserved address',
+  benchmarking: 'a benchmarking address',
+  deprecatedSiteLocal: 'a site-local address',
+  teredo: 'a Teredo tunnel address',
+  discard: 'a discard-only address'
+}
+const ALWAYS_REFUSED = new Set(['linkLocal', 'multicast', 'broadcast'])
+
+export type AddressVerdict = { ok: true } | { ok: false; reason: string; always: boolean }
+
+/** The IPv4 address an IPv6 one carries, when it is one of the forms that do. */
+function embeddedV4(v6: ipaddr.IPv6): ipaddr.IPv4 | null {
+  const p = v6.parts
+  const range = v6.range()
+  const fromWords = (hi: number, lo: number) => new ipaddr.IPv4([hi >> 8, hi & 0xff, lo >> 8, lo & 0xff])
+  if (range === 'ipv4Mapped') return v6.toIPv4Address()
+  if (range === 'rfc6145' || (range === 'rfc6052' && p[2] === 0)) return fromWords(p[6]!, p[7]!)
+  if (range === '6to4') return fromWords(p[1]!, p[2]!)
+  // IPv4-compatible (::a.b.c.d, deprecated): everything but the last 32 bits is zero
+  if (p.slice(0, 6).every((x) => x === 0) && (p[6] !== 0 || p[7]! > 1)) return fromWords(p[6]!, p[7]!)
+  return null
+}
+
+/** Whether a provider may be reached at this address (an IP literal, v4 or v6). */
+export function classifyAddress(text: string, allowPrivate: boolean): AddressVerdict {
+  let addr: ipaddr.IPv4 | ipaddr.IPv6
+  try {
+    addr = ipaddr.parse(text.replace(/^\[|\]$/g, '').replace(/%.*$/, ''))
+  } catch {
+    return { ok: false, reason: 'not an IP address', always: true }
+  }
+  const shown = addr.toString()
+  if (METADATA_ADDRESSES.has(shown)) return { ok: false, reason: `${shown} is a cloud metadata address`, always: true }
+  if (addr.kind() === 'ipv6') {
+    const v4 = embeddedV4(addr as ipaddr.IPv6)
+    if (v4) {
+      const inner = classifyAddress(v4.toString(), allowPrivate)
+      return inner.ok ? inner : { ...inner, reason: `${shown} carries the IPv4 address ${v4.toString()}: ${inner.reason}` }
+    }
+  }
+  const range = addr.range()
+  if (range === 'unicast') return { ok: true }
+  const words = RANGE_WORDS[range] ?? `a special-purpose address (${range})`
+  if (ALWAYS_REFUSED.has(range)) return { ok: false, reason: `${shown} is ${words}`, always: true }
+  if (allowPrivate) return { ok: true }
+  return { ok: false, reason: `${shown} is ${words} (PROVIDER_ALLOW_PRIVATE=true allows loopback and private addresses)`, always: false }
+}
+
+/** A URL hostname without brackets and trailing dot, lower case. */
+const bareHost = (hostname: string) => hostname.replace(/^\[|\]$/g, '').replace(/\.$/, '').toLowerCase()
+
+/** Refused before any lookup: a metadata name. */
+function refusedName(host: string): string | null {
+  return METADATA_NAMES.has(host) ? `${host} is a cloud metadata host` : null
+}
+
+/** An address (or name) a provider request may not reach; the message is for people. */
+export class AddressRefused extends Error {
+  override name = 'AddressRefused'
+  readonly code = 'PROVIDER_ADDRESS_REFUSED'
+}
+
+/** The host does not resolve (ENOTFOUND, EAI_AGAIN…). */
+export class HostUnresolved extends Error {
+  override name = 'HostUnresolved'
+}
+
+/**
+ * Resolves a base URL's host (every address) and judges each: null when it may be used,
+ * else the sentence saying why not. Throws HostUnresolved when the name does not resolve.
+ */
+export async function checkHost(hostname: string, allowPrivate: boolean): Promise<string | null> {
+  const host = bareHost(hostname)
+  if (ipaddr.isValid(host)) {
+    const verdict = classifyAddress(host, allowPrivate)
+    return verdict.ok ? null : verdict.reason
+  }
+  const named = refusedName(host)
+  if (named) return named
+  let addresses: LookupAddress[]
+  try {
+    addresses = await dnsLookupAsync(host, { all: true, verbatim: true })
+  } catch (err) {
+    throw new HostUnresolved(`${host} does not resolve (${(err as NodeJS.ErrnoException).code ?? 'lookup failed'})`)
+  }
+  if (addresses.length === 0) throw new HostUnresolved(`${host} does not resolve`)
+  for (const { address } of addresses) {
+    const verdict = classifyAddress(address, allowPrivate)
+    if (!verdict.ok) return `${host} resolves to ${verdict.reason}`
+  }
+  return null
+}
+
+/**
+ * net.connect's `lookup` for provider connections: resolves as usual, then refuses the
+ * connection when any address the name resolves to is one providers may not reach.
+ */
+export function guardedLookup(allowPrivate: boolean): LookupFunction {
+  return (hostname, options, callback) => {
+    const host = bareHost(hostname)
+    const named = refusedName(host)
+    if (named) return void callback(new AddressRefused(named), '', 0)
+    dnsLookup(hostname, { family: options.family ?? 0, hints: options.hints ?? 0, all: true, verbatim: true }, (err, addresses) => {
+      if (err) return void callback(err, '', 0)
+      for (const { address } of addresses) {
+        const verdict = classifyAddress(address, allowPrivate)
+        if (!verdict.ok) return void callback(new AddressRefused(`${host} resolves to ${verdict.reason}`), '', 0)
+      }
+      if (options.all) return void (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, addresses)
+      const first = addresses[0]
+      if (!first) return void callback(Object.assign(new Error(`${host} does not resolve`), { code: 'ENOTFOUND' }), '', 0)
+      callback(null, first.address, first.family)
+    })
+  }
+}
+
+export type ProviderFetch = (url: string, init: RequestInit) => Promise<Response>
+
+/**
+ * The only way requests reach a provider: an agent whose connections go through
+ * `guardedLookup`, IP-literal hosts judged here (they are never looked up), and no
+ * redirects followed (a redirect could name any address).
+ */
+export function providerFetcher(allowPrivate: boolean): { fetch: ProviderFetch; close(): Promise<void> } {
+  const agent = new Agent({ connect: { lookup: guardedLookup(allowPrivate) } })
+  return {
+    async fetch(url, init) {
+      const host = bareHost(new URL(url).hostname)
+      if (ipaddr.isValid(host)) {
+        const verdict = classifyAddress(host, allowPrivate)
+        if (!verdict.ok) throw new TypeError('fetch failed', { cause: new AddressRefused(verdict.reason) })
+      }
+      const res = await undiciFetch(url, { ...(init as Record<string, unknown>), dispatcher: agent, redirect: 'error' } as Parameters<typeof undiciFetch>[1])
+      return res as unknown as Response
+    },
+    close: () => agent.destroy()
+  }
+}
+
+/** The AddressRefused somewhere in an error's cause chain, if any. */
+export function refusalIn(err: unknown): AddressRefused | null {
+  for (let e = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if (e instanceof AddressRefused) return e
+  }
+  return null
+}

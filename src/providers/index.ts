@@ -1,0 +1,108 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { notFound } from '../../plugins/errors.js'
+import { errorResponses, IdParams } from '../../schemas/common.js'
+import { CreateProviderBody, ListProvidersQuery, ModelList, ProviderEnvelope, ProviderPage } from '../../schemas/providers.js'
+import { principalOf, realUserId } from '../auth/principal.js'
+import { listProviders, providerToWire } from './providers-repo.js'
+
+const PROVIDERS = ['providers']
+const ADMIN = { scope: 'admin' } as const
+
+/**
+ * Contract 11: the org's OpenAI-compatible model providers (admin writes, org reads) and
+ * `GET /api/models`, the models ready for the org (an API key may read it).
+ */
+const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.post('/providers', {
+    config: ADMIN,
+    schema: {
+      operationId: 'createProvider',
+      tags: PROVIDERS,
+      summary: 'Connect an OpenAI-compatible provider (admin): the key is sealed as a secret, the provider is checked once at once',
+      body: CreateProviderBody,
+      response: { 201: ProviderEnvelope, ...errorResponses(503) }
+    }
+  }, async (request, reply) => {
+    const principal = principalOf(request)
+    const row = await app.providers.create(principal.orgId, request.body, realUserId(principal))
+    return reply.code(201).send({ provider: providerToWire(row) })
+  })
+
+  app.get('/providers', {
+    schema: {
+      operationId: 'listProviders',
+      tags: PROVIDERS,
+      summary: 'The org\'s providers, oldest first (the order in which they offer a model id two of them share)',
+      querystring: ListProvidersQuery,
+      response: { 200: ProviderPage, ...errorResponses() }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const page = await listProviders(app.db, orgId, { limit: request.query.limit ?? 50, cursor: request.query.cursor })
+    return { items: page.items.map(providerToWire), nextCursor: page.nextCursor }
+  })
+
+  app.delete('/providers/:id', {
+    config: ADMIN,
+    schema: {
+      operationId: 'deleteProvider',
+      tags: PROVIDERS,
+      summary: 'Remove a provider and its key (admin); runs naming its models afterwards are refused, queued ones fail',
+      params: IdParams,
+      response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const { orgId } = principalOf(request)
+    if (!(await app.providers.remove(orgId, request.params.id))) throw notFound('no such provider in this organization')
+    return reply.code(204).send(null)
+  })
+
+  app.post('/providers/:id/check', {
+    config: ADMIN,
+    schema: {
+      operationId: 'checkProvider',
+      tags: PROVIDERS,
+      summary: 'Probe the provider\'s /models with its key (admin): ready, or lastError saying whether the key or the URL is wrong',
+      params: IdParams,
+      response: { 200: ProviderEnvelope, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const row = await app.providers.check(orgId, request.params.id)
+    if (!row) throw notFound('no such provider in this organization')
+    return { provider: providerToWire(row) }
+  })
+
+  app.get('/models', {
+    schema: {
+      operationId: 'listModels',
+      tags: PROVIDERS,
+      summary: 'The models a run of this org may name: the deployment\'s (providerId null), then its ready providers\' (an id already listed is not repeated)',
+      response: { 200: ModelList, ...errorResponses() }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const [catalogs, ready] = await Promise.all([
+      Promise.all(app.features.catalogs.map((catalog) => catalog())),
+      app.providers.ready(orgId)
+    ])
+    const items: Array<{ id: string; engine: string; providerId: string | null }> = []
+    const seen = new Set<string>()
+    for (const model of catalogs.flatMap((c) => c.models)) {
+      if (seen.has(model.id)) continue
+      seen.add(model.id)
+      items.push({ id: model.id, engine: model.engine, providerId: null })
+    }
+    // the same precedence a run's model resolves by (src/runs/engines/registry.ts)
+    for (const provider of ready) {
+      for (const id of provider.models) {
+        if (seen.has(id)) continue
+        seen.add(id)
+        items.push({ id, engine: 'openai', providerId: provider.id })
+      }
+    }
+    return { items }
+  })
+}
+
+export default providersRoutes

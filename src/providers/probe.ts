@@ -1,0 +1,90 @@
+import { MAX_PROVIDER_MODELS } from '../../schemas/providers.js'
+import { refusalIn, type ProviderFetch } from './address-guard.js'
+
+export type ProbeOutcome = { ok: true; models: string[] } | { ok: false; error: string }
+
+/** The largest /models answer read (OpenRouter's full list is well under 1 MiB). */
+const MAX_MODELS_BYTES = 4 * 1024 * 1024
+
+/** Reads a body as text, up to `limit` bytes; null when it is longer. */
+async function textUpTo(res: Response, limit: number): Promise<string | null> {
+  if (!res.body) return ''
+  const chunks: Uint8Array[] = []
+  let size = 0
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    size += chunk.byteLength
+    if (size > limit) {
+      await res.body.cancel().catch(() => {})
+      return null
+    }
+    chunks.push(chunk)
+  }
+  return Buffer.concat(chunks).toString('utf8')
+}
+
+const validId = (id: unknown): id is string => typeof id === 'string' && id.length > 0 && id.length <= 200 && id.trim() === id
+
+/** The check's sentence for a request that got no HTTP answer. */
+function unreachable(err: unknown, url: URL, timeoutMs: number, timedOut: boolean): string {
+  if (timedOut) return `the provider did not answer GET /models within ${timeoutMs / 1000} s`
+  const refused = refusalIn(err)
+  if (refused) return `${refused.message}; provider requests may not go there`
+  let cause: unknown = err
+  while (cause instanceof Error && cause.cause instanceof Error) cause = cause.cause
+  const code = (cause as NodeJS.ErrnoException | undefined)?.code
+  const where = url.host
+  if (code === 'ECONNREFUSED') return `nothing accepts connections at ${where} (connection refused); check the base URL`
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'EAI_NONAME') return `${url.hostname} does not resolve; check the base URL`
+  if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return `${where} closed the connection before answering`
+  if (code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'ETIMEDOUT') return `could not connect to ${where} in time`
+  if (typeof code === 'string' && (code.startsWith('ERR_TLS') || code.includes('CERT') || code.startsWith('ERR_SSL'))) return `the TLS connection to ${where} failed (${code})`
+  const message = cause instanceof Error ? cause.message : String(cause)
+  if (/redirect/i.test(message)) return 'the provider answered GET /models with a redirect, which provider requests do not follow; use the final URL as the base URL'
+  return `could not reach the provider at ${where}: ${message}`
+}
+
+/**
+ * `POST /api/providers/:id/check`: GET `<baseUrl>/models` with the key. A 401 or 403 is
+ * the key, a 404 the URL; anything else that is not the OpenAI models list says what it was.
+ */
+export async function probeModels(fetch: ProviderFetch, baseUrl: string, apiKey: string | null, timeoutMs: number): Promise<ProbeOutcome> {
+  const url = new URL(`${baseUrl}/models`)
+  const signal = AbortSignal.timeout(timeoutMs)
+  let res: Response
+  try {
+    res = await fetch(url.toString(), {
+      headers: { accept: 'application/json', ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}) },
+      signal
+    })
+  } catch (err) {
+    return { ok: false, error: unreachable(err, url, timeoutMs, signal.aborted) }
+  }
+  try {
+    if (res.status === 401 || res.status === 403) {
+      await res.body?.cancel()
+      return { ok: false, error: `the provider refused the API key (HTTP ${res.status} from GET /models); check the key` }
+    }
+    if (res.status === 404) {
+      await res.body?.cancel()
+      return { ok: false, error: `the provider has no models list at ${url.toString()} (HTTP 404); check the base URL (OpenAI-compatible APIs usually end in /v1)` }
+    }
+    if (!res.ok) {
+      await res.body?.cancel()
+      return { ok: false, error: `the provider answered HTTP ${res.status} to GET /models` }
+    }
+    const text = await textUpTo(res, MAX_MODELS_BYTES)
+    if (text === null) return { ok: false, error: `the provider's models list is larger than ${MAX_MODELS_BYTES / 1024 / 1024} MiB` }
+    let body: unknown
+    try {
+      body = JSON.parse(text)
+    } catch {
+      return { ok: false, error: 'the provider\'s GET /models answer is not JSON; check the base URL (it should be the OpenAI-compatible API, e.g. …/v1)' }
+    }
+    const data = (body as { data?: unknown } | null)?.data
+    if (!Array.isArray(data)) return { ok: false, error: 'the provider\'s GET /models answer is not an OpenAI models list ({"data": [{"id": …}]}); check the base URL' }
+    const ids = [...new Set(data.map((m) => (m as { id?: unknown } | null)?.id).filter(validId))].slice(0, MAX_PROVIDER_MODELS)
+    return { ok: true, models: ids }
+  } catch (err) {
+    return { ok: false, error: unreachable(err, url, timeoutMs, signal.aborted) }
+  }
+}

@@ -1,0 +1,78 @@
+import { and, asc, eq, gt, sql } from 'drizzle-orm'
+import type { Db } from '../db/client.js'
+import { decodeCursor, pageOf } from '../db/paging.js'
+import { isoOf, isoOrNull } from '../db/rows.js'
+import { providers } from './tables.js'
+
+export type ProviderRow = typeof providers.$inferSelect
+
+/** Contract 11's provider; the API key is a secret and never part of it. */
+export function providerToWire(p: ProviderRow) {
+  return {
+    id: p.id,
+    name: p.name,
+    baseUrl: p.baseUrl,
+    models: p.models,
+    ready: p.ready,
+    lastCheckedAt: isoOrNull(p.lastCheckedAt),
+    lastError: p.lastError,
+    createdAt: isoOf(p.createdAt),
+    updatedAt: isoOf(p.updatedAt),
+    createdBy: p.createdBy
+  }
+}
+
+/** The secret name of a provider's API key (stored as `cairn:provider:<id>:api_key`). */
+export const apiKeySecretName = (providerId: string) => `provider:${providerId}:api_key`
+
+/** Inserts a provider; null when the org already has one of that name. */
+export async function insertProvider(db: Db, orgId: string, p: { id: string; name: string; baseUrl: string; models: string[]; modelsGiven: boolean; createdBy: string | null }): Promise<ProviderRow | null> {
+  const [row] = await db.insert(providers).values({ ...p, orgId }).onConflictDoNothing({ target: [providers.orgId, providers.name] }).returning()
+  return row ?? null
+}
+
+export async function getProvider(db: Db, orgId: string, id: string): Promise<ProviderRow | null> {
+  const [row] = await db.select().from(providers).where(and(eq(providers.orgId, orgId), eq(providers.id, id)))
+  return row ?? null
+}
+
+export async function providerNamed(db: Db, orgId: string, name: string): Promise<ProviderRow | null> {
+  const [row] = await db.select().from(providers).where(and(eq(providers.orgId, orgId), eq(providers.name, name)))
+  return row ?? null
+}
+
+/** Providers oldest first: the order in which they offer a model id two of them share. */
+export async function listProviders(db: Db, orgId: string, q: { limit: number; cursor: string | undefined }) {
+  const cursor = decodeCursor(q.cursor)
+  const rows = await db.select().from(providers)
+    .where(and(eq(providers.orgId, orgId), cursor ? gt(providers.id, cursor) : undefined))
+    .orderBy(asc(providers.id)).limit(q.limit + 1)
+  return pageOf(rows, q.limit, (p) => p.id)
+}
+
+/** The org's ready providers, oldest first (GET /api/models). */
+export async function readyProviders(db: Db, orgId: string): Promise<ProviderRow[]> {
+  return db.select().from(providers).where(and(eq(providers.orgId, orgId), eq(providers.ready, true))).orderBy(asc(providers.id))
+}
+
+/** The oldest ready provider of the org that offers this model (a run naming it). */
+export async function providerOffering(db: Db, orgId: string, model: string): Promise<ProviderRow | null> {
+  const [row] = await db.select().from(providers)
+    .where(and(eq(providers.orgId, orgId), eq(providers.ready, true), sql`${providers.models} @> ${JSON.stringify([model])}::jsonb`))
+    .orderBy(asc(providers.id)).limit(1)
+  return row ?? null
+}
+
+/** Records a check's outcome: ready with (when it lists them) the models, or not ready and why. */
+export async function recordCheck(db: Db, orgId: string, id: string, outcome: { ok: true; models: string[] | null } | { ok: false; error: string }): Promise<ProviderRow | null> {
+  const [row] = await db.update(providers).set(outcome.ok
+    ? { ready: true, lastError: null, lastCheckedAt: sql`now()`, updatedAt: sql`now()`, ...(outcome.models ? { models: outcome.models } : {}) }
+    : { ready: false, lastError: outcome.error, lastCheckedAt: sql`now()`, updatedAt: sql`now()` })
+    .where(and(eq(providers.orgId, orgId), eq(providers.id, id))).returning()
+  return row ?? null
+}
+
+export async function deleteProvider(db: Db, orgId: string, id: string): Promise<boolean> {
+  const rows = await db.delete(providers).where(and(eq(providers.orgId, orgId), eq(providers.id, id))).returning({ id: providers.id })
+  return rows.length === 1
+}

@@ -1,0 +1,48 @@
+import type { ProviderConnection } from '../providers-port.js'
+import { openAiEngine, type OpenAiOptions } from './openai.js'
+import { EngineError, type Engine } from './types.js'
+
+/**
+ * An org provider's models, run by the OpenAI-compatible engine against the provider's
+ * base URL with its key, through its guarded fetch. The key is opened when a run or chat
+ * starts (dispatch only needs to know the model is offered), and never appears in an error.
+ */
+export function providerEngine(conn: ProviderConnection, opts: Pick<OpenAiOptions, 'timeoutMs' | 'maxToolRounds'>): Engine {
+  const models = conn.models.map((id) => ({ id, engine: 'openai', name: id }))
+
+  async function connect(): Promise<{ engine: Engine; key: string }> {
+    let key: string | null
+    try {
+      key = await conn.apiKey()
+    } catch {
+      key = null
+    }
+    if (key === null) throw new EngineError(`provider_unavailable: the API key of provider ${JSON.stringify(conn.name)} cannot be opened on this server`)
+    const engine = openAiEngine({ baseUrl: conn.baseUrl, apiKey: key, models: conn.models, timeoutMs: opts.timeoutMs, probeTtlMs: 0, maxToolRounds: opts.maxToolRounds, fetch: conn.fetch })
+    return { engine, key }
+  }
+  /** an upstream error body may quote the key back: it is cut out of the run's error */
+  const hidingKey = (key: string) => (err: unknown): never => {
+    if (err instanceof EngineError && err.message.includes(key)) throw new EngineError(err.message.split(key).join('[provider key]'))
+    throw err
+  }
+
+  return {
+    id: 'openai',
+    name: `${conn.name} (OpenAI-compatible)`,
+    async ready() {
+      return true
+    },
+    async models() {
+      return models
+    },
+    async run(ctx) {
+      const { engine, key } = await connect()
+      return engine.run(ctx).catch(hidingKey(key))
+    },
+    async chat(messages, model, signal, out) {
+      const { engine, key } = await connect()
+      return engine.chat(messages, model, signal, out).catch(hidingKey(key))
+    }
+  }
+}

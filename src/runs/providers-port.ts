@@ -1,0 +1,25 @@
+/**
+ * The seam between runs and an org's model providers (contract 11): a run, a chat or an
+ * automation naming a model the deployment does not serve is run by the org's provider
+ * that offers it, through the OpenAI-compatible engine. The providers group implements it.
+ */
+
+/** What the OpenAI-compatible engine needs to talk to one provider. */
+export interface ProviderConnection {
+  id: string
+  name: string
+  baseUrl: string
+  models: string[]
+  /** the API key, opened when a request is about to be made; null when it cannot be opened */
+  apiKey(): Promise<string | null>
+  /** the only way to reach the provider (the SSRF guard: checked addresses, no redirects) */
+  fetch(url: string, init: RequestInit): Promise<Response>
+}
+
+export interface OrgProviders {
+  /**
+   * The org's ready provider that offers this model (the oldest, when several do), or null.
+   * One query; asked only for models the deployment does not serve.
+   */
+  offering(orgId: string, model: string): Promise<ProviderConnection | null>
+}
