@@ -102,7 +102,10 @@ export const KEY_DENYLIST: readonly string[] = [
   // integrations (contract 11): reading them is an org route, not marked key
   'GET /api/integrations',
   // provider connections: org configuration, not a read path an integration needs (contract 11 marks only GET /api/models key)
-  'GET /api/providers'
+  'GET /api/providers',
+  // the dashboard and fleet usage are for people (contract 11 marks neither key)
+  'GET /api/dashboard',
+  'GET /api/usage'
 ]
 
 /** `METHOD /pattern` with parameter names erased and HEAD read as GET. */
