@@ -43,6 +43,8 @@ import automationsService from './automations/service.js'
 import { automationRuns } from './runs/automation-runs.js'
 import secrets from './secrets/index.js'
 import integrations from './integrations/index.js'
+import github from './github/index.js'
+import githubService from './github/service.js'
 import secretsService from './secrets/service.js'
 import skills from './skills/index.js'
 import skillsService from './skills/service.js'
@@ -221,6 +223,9 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
   await app.register(secretsService, { config })
   await app.register(skillsService)
   await app.register(tasksService)
+  // GitHub: the org's connection, conditional-request lists, skill import, and the repo
+  // wiki job (its pages are knowledge records; runs do the job, see `jobs` below)
+  await app.register(githubService, { config, records: app.knowledge.forWiki, skills: app.skills.forImport })
   const runMemory = ports.runMemory ?? app.memory.runMemory
   // the agent runtime: sandboxes and the tool gateway, which asks the runs group about runs
   await app.register(runtimeService, {
@@ -242,7 +247,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     knowledge: app.knowledge.forRuns,
     skills: app.skills.forRuns,
     followUps: [app.skills.followUps, app.tasks.followUps],
-    secrets: app.secrets.forRuns
+    secrets: app.secrets.forRuns,
+    jobs: [app.github.wikiJobs]
   })
   // automations: the scheduler, which starts runs of prompts, skills and playbooks
   await app.register(automationsService, {
@@ -281,6 +287,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     await scope.register(secrets)
     await scope.register(automations)
     await scope.register(integrations)
+    await scope.register(github)
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 

@@ -46,6 +46,9 @@ export const KEY_ALLOWLIST: readonly string[] = [
   'GET /api/automations',
   'GET /api/automations/:id',
   'GET /api/automations/:id/fires',
+  // GitHub reads (contract 11)
+  'GET /api/github/repos',
+  'GET /api/github/repos/:owner/:repo/pulls',
   // memory hub reads
   'GET /api/memory/search',
   'GET /api/memory/browse',
@@ -96,7 +99,9 @@ export const KEY_DENYLIST: readonly string[] = [
   // learning lane, and a task run changes the board (contract 9 marks neither key)
   'GET /api/skills/proposals',
   // secrets: admin only, and never for a key (contract 10)
-  'GET /api/secrets'
+  'GET /api/secrets',
+  // integrations: which are connected is for people (contract 11 marks only the GitHub reads key)
+  'GET /api/integrations'
 ]
 
 /** `METHOD /pattern` with parameter names erased and HEAD read as GET. */

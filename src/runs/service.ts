@@ -12,6 +12,7 @@ import type { RunArtifacts } from './artifact-port.js'
 import type { RunKnowledge } from './knowledge-port.js'
 import type { RunMemory } from './memory-port.js'
 import type { RunSecrets } from './secrets-port.js'
+import type { RunJobs } from './job-port.js'
 import type { RunFollowUps, RunSkills } from './skills-port.js'
 import { cancelRun, type RunRow } from './runs-repo.js'
 import { RunSweeper } from './sweeper.js'
@@ -58,6 +59,8 @@ export interface RunsServiceOptions {
   followUps: RunFollowUps[]
   /** the org secrets a run names (the secrets group) */
   secrets: RunSecrets
+  /** runs that do a job of their own (the github group's repo wiki builds) */
+  jobs?: RunJobs[] | undefined
 }
 
 export function createEngines(config: Config): EngineRegistry {
@@ -80,7 +83,7 @@ export function createEngines(config: Config): EngineRegistry {
  * options or from the infrastructure plugins (db, event bus, features).
  */
 export default fp(async function runsService(app: FastifyInstance, opts: RunsServiceOptions) {
-  const { config, memory, tools, artifacts, knowledge, skills, followUps, secrets } = opts
+  const { config, memory, tools, artifacts, knowledge, skills, followUps, secrets, jobs } = opts
   const log = app.log.child({ component: 'runs' })
   const engines = createEngines(config)
   app.features.catalogs.push(() => engines.catalog())
@@ -97,6 +100,7 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
     skills,
     followUps,
     secrets,
+    jobs,
     log,
     concurrency: config.RUN_WORKER_CONCURRENCY,
     pollMs: config.RUN_POLL_MS,
