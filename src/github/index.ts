@@ -34,6 +34,12 @@ function checkRef(ref: string | undefined): void {
   }
 }
 
+/*
+ * The routes leave 503 to the shared `ServiceUnavailable` answer of the document, which
+ * declares `Retry-After` (upstream_rate_limited); integration_not_connected and
+ * secrets_unavailable are 503s without it.
+ */
+
 /**
  * Contract 11's GitHub: connecting and disconnecting (admin), the org's repositories and
  * pull requests (conditional requests, so repeated lists cost no rate limit), skill import
@@ -47,7 +53,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
       tags: INTEGRATIONS,
       summary: 'Connect GitHub with a token (admin): checked against GitHub (GET /user) before it is kept, sealed, never returned; 400 when GitHub refuses it',
       body: ConnectGitHubBody,
-      response: { 200: IntegrationEnvelope, ...errorResponses(502, 503) }
+      response: { 200: IntegrationEnvelope, ...errorResponses(502) }
     }
   }, async (request) => {
     const principal = principalOf(request)
@@ -75,7 +81,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
       tags: GITHUB,
       summary: 'Repositories the connected token can read, by name. A page holds at most 100 (GitHub\'s largest page); a repeated page is a conditional request (304 from GitHub: no rate limit used)',
       querystring: ListGitHubReposQuery,
-      response: { 200: GitHubRepoPage, ...errorResponses(502, 503) }
+      response: { 200: GitHubRepoPage, ...errorResponses(502) }
     }
   }, async (request) => {
     const { orgId } = principalOf(request)
@@ -89,7 +95,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Pull requests of a repository (`state`: open by default, closed or all), newest first as GitHub lists them; conditional requests as for repositories',
       params: PullsParams,
       querystring: ListPullsQuery,
-      response: { 200: GitHubPullPage, ...errorResponses(404, 502, 503) }
+      response: { 200: GitHubPullPage, ...errorResponses(404, 502) }
     }
   }, async (request) => {
     const { orgId } = principalOf(request)
@@ -104,7 +110,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
       tags: GITHUB,
       summary: 'Import the SKILL.md of a repository folder (or the file `path` names) at `ref` (default: the default branch), resolved to a commit kept in `source`: 201 with a new skill or its next version, 200 when that commit was imported already',
       body: ImportSkillBody,
-      response: { 200: SkillEnvelope, 201: SkillEnvelope, ...errorResponses(404, 502, 503) }
+      response: { 200: SkillEnvelope, 201: SkillEnvelope, ...errorResponses(404, 502) }
     }
   }, async (request, reply) => {
     const principal = principalOf(request)
@@ -129,7 +135,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
       tags: GITHUB,
       summary: 'Build a repository\'s wiki as a run: one knowledge record per page (README and top-level files, each document under docs/, each top-level source folder), tagged `wiki:<owner>/<repo>`; pages whose cited files did not change keep their version',
       body: BuildWikiBody,
-      response: { 202: RunEnvelope, ...errorResponses(404, 502, 503) }
+      response: { 202: RunEnvelope, ...errorResponses(404, 502) }
     }
   }, async (request, reply) => {
     const principal = principalOf(request)
