@@ -46,6 +46,8 @@ import integrations from './integrations/index.js'
 import platform from './platform/index.js'
 import providers from './providers/index.js'
 import providersService from './providers/service.js'
+import github from './github/index.js'
+import githubService from './github/service.js'
 import secretsService from './secrets/service.js'
 import skills from './skills/index.js'
 import skillsService from './skills/service.js'
@@ -226,6 +228,9 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
   await app.register(providersService, { config, secrets: app.secrets.internal })
   await app.register(skillsService)
   await app.register(tasksService)
+  // GitHub: the org's connection, conditional-request lists, skill import, and the repo
+  // wiki job (its pages are knowledge records; runs do the job, see `jobs` below)
+  await app.register(githubService, { config, records: app.knowledge.forWiki, skills: app.skills.forImport })
   const runMemory = ports.runMemory ?? app.memory.runMemory
   // the agent runtime: sandboxes and the tool gateway, which asks the runs group about runs
   await app.register(runtimeService, {
@@ -248,7 +253,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     skills: app.skills.forRuns,
     followUps: [app.skills.followUps, app.tasks.followUps],
     secrets: app.secrets.forRuns,
-    providers: app.providers.forRuns
+    providers: app.providers.forRuns,
+    jobs: [app.github.wikiJobs]
   })
   // automations: the scheduler, which starts runs of prompts, skills and playbooks
   await app.register(automationsService, {
@@ -289,6 +295,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     await scope.register(integrations)
     await scope.register(platform)
     await scope.register(providers)
+    await scope.register(github)
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 

@@ -124,6 +124,8 @@ export const EnvSchema = Type.Object({
   SCHEDULER: Type.Boolean({ default: true, description: 'fire due automations from this instance (every instance may; each tick fires once)' }),
   SCHEDULER_POLL_MS: Type.Integer({ minimum: 10, maximum: 60_000, default: 1000, description: 'how often the scheduler looks for automations another instance changed (its own changes wake it at once)' }),
   SCHEDULER_GRACE_MS: Type.Integer({ minimum: 1000, maximum: 3_600_000, default: 60_000, description: 'a tick later than this when found (no instance ran at its time) counts as missed: catchUp decides' }),
+  GITHUB_API_URL: Type.String({ pattern: '^https?://', default: 'https://api.github.com', description: 'GitHub REST API base (GitHub Enterprise: https://<host>/api/v3; tests: a local server speaking GitHub\'s protocol)' }),
+  GITHUB_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 600_000, default: 15_000, description: 'longest wait for one GitHub request (then 502 upstream_failed)' }),
   KNOWLEDGE_EXTRACT_MEMORY_MB: Type.Integer({ minimum: 32, maximum: 16_384, default: 512, description: 'heap of the extraction child process' })
 })
 

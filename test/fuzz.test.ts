@@ -6,6 +6,7 @@ import { createSession } from '../src/auth/sessions.js'
 import { newId } from '../src/db/ids.js'
 import { providers } from '../src/providers/tables.js'
 import { addFacts } from './memory/helpers.js'
+import { fixtureGitHub } from './github/fake-github.js'
 import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from './helper.js'
 
 /**
@@ -216,7 +217,8 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
       AUTH_RATE_LIMIT_PER_ACCOUNT: '1000000',
       SANDBOX_PROVIDER: 'none',
       RUN_POLL_MS: '50',
-      SECRETS_KEY: newKeyText()
+      SECRETS_KEY: newKeyText(),
+      GITHUB_API_URL: (await fixtureGitHub()).url
     }
   })
   const base = await app.listen({ port: 0, host: '127.0.0.1' })
@@ -259,6 +261,21 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     await app.secrets.internal.put(orgId, `provider:${id}:api_key`, 'fuzz provider key')
     skillIds.push(id)
   }
+  // GitHub: both orgs connected to the fixture GitHub, reading one repository with a skill and a
+  // pull request, so the GitHub routes, skill import and wiki runs reach their handlers
+  const github = await fixtureGitHub()
+  const ownerAccount = github.addAccount('fuzz-owner')
+  const devAccount = github.addAccount('fuzz-dev')
+  const fuzzRepo = github.addRepo('fuzz-owner', 'fuzz-repo', { files: { 'README.md': '# fuzz\n', 'f/SKILL.md': '---\nname: fuzz-import\ndescription: fuzz\n---\nDo.\n' } })
+  fuzzRepo.collaborators.add('fuzz-dev')
+  github.addPull(fuzzRepo, { title: 'fuzz pull' })
+  const connectGitHub = async () => {
+    for (const [headers, token] of [[{ cookie: owner.cookie }, ownerAccount.token], [{}, devAccount.token]] as const) {
+      const res = await app.inject({ method: 'PUT', url: '/api/integrations/github', headers, payload: { token } })
+      if (res.statusCode !== 200) throw new Error(`github fixture: ${res.statusCode} ${res.body}`)
+    }
+  }
+  await connectGitHub()
   t.ok(ownerRun?.id && devRun?.id && memoryIds.length >= 2 && skillIds.every(Boolean), 'fixtures exist')
   const runIds = [ownerRun.id as string, devRun.id as string]
   // by parameter name; anything else gets every id (the principal's own user and key are left out, so they survive)
@@ -272,7 +289,10 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     threadId: runIds,
     tool: ['shell', 'browser'],
     name: ['FUZZ_TOKEN', 'MISSING_NAME'],
-    approvalId: ['0190b8f0-0000-7000-8000-000000000000']
+    approvalId: ['0190b8f0-0000-7000-8000-000000000000'],
+    owner: ['fuzz-owner'],
+    // the body's `owner/name` of skill import and wiki (a `repo` path parameter gets it too, and is refused)
+    repo: ['fuzz-owner/fuzz-repo']
   }
   const everyId = [...new Set(Object.values(ids).flat())]
 
@@ -339,7 +359,8 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   }
   // the one 5xx that is not a fault: a feature this deployment has switched off (the fuzz
   // app runs without a sandbox provider), answered as the contract says
-  const switchedOff = (res: Sent) => res.status === 503 && /^\{"error":"(sandbox|desktop)_unavailable"/.test(res.body)
+  // (and GitHub, after the fuzz itself called DELETE /api/integrations/github: it is reconnected before each GitHub operation)
+  const switchedOff = (res: Sent) => res.status === 503 && /^\{"error":"(sandbox_unavailable|desktop_unavailable|integration_not_connected)"/.test(res.body)
   let featureOff = 0
   const check = (op: Operation, input: Input, res: Sent) => {
     if (switchedOff(res)) {
@@ -381,6 +402,7 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   const spent: Array<[string, number]> = []
   for (const op of operations) {
     const opStarted = Date.now()
+    if (/^\/api\/(github\/|skills\/import|knowledge\/wiki)/.test(op.path)) await connectGitHub()
     // 1. every slot gets every kind of hostile value, as each principal in turn
     const slots: Slot[] = [...op.params.map((param): Slot => ({ kind: 'param', param })), ...(op.body ? bodySlots(doc, op.body).map((path): Slot => ({ kind: 'body', path })) : [])]
     let turn = 0

@@ -48,6 +48,9 @@ export const KEY_ALLOWLIST: readonly string[] = [
   'GET /api/automations/:id/fires',
   // platform (contract 11): the models a run may name
   'GET /api/models',
+  // GitHub reads (contract 11)
+  'GET /api/github/repos',
+  'GET /api/github/repos/:owner/:repo/pulls',
   // memory hub reads
   'GET /api/memory/search',
   'GET /api/memory/browse',

@@ -99,6 +99,8 @@ export interface RecordChange {
   title?: string | undefined
   body?: string | undefined
   tags?: string[] | undefined
+  /** set by the server only (a repo wiki page moving to a new commit), never by a PATCH */
+  source?: RecordSource | undefined
 }
 
 /**
@@ -111,6 +113,7 @@ export async function reviseRecord(tx: Tx, orgId: string, id: string, change: Re
     ...(change.title !== undefined ? { title: change.title } : {}),
     ...(change.body !== undefined ? { body: change.body } : {}),
     ...(change.tags !== undefined ? { tags: change.tags } : {}),
+    ...(change.source !== undefined ? { source: change.source } : {}),
     version: sql`${knowledgeRecords.version} + 1`,
     updatedAt: sql`greatest(now(), ${knowledgeRecords.updatedAt})`
   }).where(and(
@@ -131,14 +134,17 @@ export async function updateRecord(db: Db, orgId: string, id: string, change: Re
 
 /** Deletes a record; its history stays, ending with a `deleted` entry. False when it is not in the org. */
 export async function deleteRecord(db: Db, orgId: string, id: string, changedBy: string | null): Promise<boolean> {
-  return db.transaction(async (tx) => {
-    const [gone] = await tx.delete(knowledgeRecords)
-      .where(and(eq(knowledgeRecords.orgId, orgId), eq(knowledgeRecords.id, id))).returning(recordColumns)
-    if (!gone) return false
-    await addHistory(tx, gone, 'deleted', changedBy)
-    await bumpGeneration(tx, orgId)
-    return true
-  })
+  return db.transaction((tx) => removeRecord(tx, orgId, id, changedBy))
+}
+
+/** `deleteRecord` in the caller's transaction. */
+export async function removeRecord(tx: Tx, orgId: string, id: string, changedBy: string | null): Promise<boolean> {
+  const [gone] = await tx.delete(knowledgeRecords)
+    .where(and(eq(knowledgeRecords.orgId, orgId), eq(knowledgeRecords.id, id))).returning(recordColumns)
+  if (!gone) return false
+  await addHistory(tx, gone, 'deleted', changedBy)
+  await bumpGeneration(tx, orgId)
+  return true
 }
 
 /** A record's history, oldest first; null when the org never had it. */

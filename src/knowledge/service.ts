@@ -5,6 +5,8 @@ import type { Config } from '../config.js'
 import type { RunKnowledge } from '../runs/knowledge-port.js'
 import { createDocumentWorker, type DocumentWorker, type Extractor } from './document-worker.js'
 import { createDraft } from './drafts-repo.js'
+import { getRecord, insertRecord, removeRecord, reviseRecord } from './records-repo.js'
+import type { WikiRecords } from '../github/ports.js'
 import { extractMarkdown } from './extract.js'
 import { cachedSearch, type Search } from './search.js'
 
@@ -25,6 +27,8 @@ export interface KnowledgeService {
   search: Search
   /** the runs group's port: what a run proposes and searches */
   forRuns: RunKnowledge
+  /** the github group's port: repo wiki pages are records */
+  forWiki: WikiRecords
 }
 
 declare module 'fastify' {
@@ -81,8 +85,21 @@ export default fp(async function knowledgeService(app: FastifyInstance, opts: Kn
       return items
     }
   }
+  const forWiki: WikiRecords = {
+    async create(tx, orgId, page, createdBy) {
+      return (await insertRecord(tx, orgId, { ...page, createdBy })).id
+    },
+    async revise(tx, orgId, recordId, page, changedBy) {
+      const revised = await reviseRecord(tx, orgId, recordId, page, null, changedBy)
+      return typeof revised !== 'string'
+    },
+    remove: removeRecord,
+    async exists(db, orgId, recordId) {
+      return (await getRecord(db, orgId, recordId)) !== null
+    }
+  }
   app.decorate('knowledge', {
-    worker, store, maxBytes: config.UPLOAD_MAX_BYTES, maxAttempts: config.KNOWLEDGE_MAX_ATTEMPTS, search, forRuns
+    worker, store, maxBytes: config.UPLOAD_MAX_BYTES, maxAttempts: config.KNOWLEDGE_MAX_ATTEMPTS, search, forRuns, forWiki
   } satisfies KnowledgeService)
   app.addHook('onReady', async () => {
     if (config.KNOWLEDGE_WORKER) worker.start()

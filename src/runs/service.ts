@@ -14,6 +14,7 @@ import type { RunArtifacts } from './artifact-port.js'
 import type { RunKnowledge } from './knowledge-port.js'
 import type { RunMemory } from './memory-port.js'
 import type { RunSecrets } from './secrets-port.js'
+import type { RunJobs } from './job-port.js'
 import type { RunFollowUps, RunSkills } from './skills-port.js'
 import { cancelRun, type RunRow } from './runs-repo.js'
 import { RunSweeper } from './sweeper.js'
@@ -62,6 +63,8 @@ export interface RunsServiceOptions {
   secrets: RunSecrets
   /** the org's model providers, for models the deployment does not serve (the providers group) */
   providers?: OrgProviders | undefined
+  /** runs that do a job of their own (the github group's repo wiki builds) */
+  jobs?: RunJobs[] | undefined
 }
 
 export function createEngines(config: Config, providers?: OrgProviders): EngineRegistry {
@@ -90,7 +93,7 @@ export function createEngines(config: Config, providers?: OrgProviders): EngineR
  * options or from the infrastructure plugins (db, event bus, features).
  */
 export default fp(async function runsService(app: FastifyInstance, opts: RunsServiceOptions) {
-  const { config, memory, tools, artifacts, knowledge, skills, followUps, secrets, providers } = opts
+  const { config, memory, tools, artifacts, knowledge, skills, followUps, secrets, providers, jobs } = opts
   const log = app.log.child({ component: 'runs' })
   const engines = createEngines(config, providers)
   app.features.catalogs.push(() => engines.catalog())
@@ -107,6 +110,7 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
     skills,
     followUps,
     secrets,
+    jobs,
     log,
     concurrency: config.RUN_WORKER_CONCURRENCY,
     pollMs: config.RUN_POLL_MS,

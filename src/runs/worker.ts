@@ -5,7 +5,7 @@ import type { EventBus } from '../../plugins/event-bus.js'
 import { rowsOf, type Db } from '../db/client.js'
 import { realUserIdOfRun } from './run-ref.js'
 import type { EngineRegistry } from './engines/registry.js'
-import { EngineError, type EngineResult, type RunTools, type ToolDefinition } from './engines/types.js'
+import { EngineError, type EngineContext, type EngineResult, type RunTools, type ToolDefinition } from './engines/types.js'
 import { appendEvent, notifyStored, type EventBatcher } from './events.js'
 import type { RunArtifacts } from './artifact-port.js'
 import type { RunKnowledge } from './knowledge-port.js'
@@ -14,6 +14,7 @@ import { runs } from './tables.js'
 import { announceCommitted, insertFollowUp, type RunRow } from './runs-repo.js'
 import type { FinishedRun, RunFollowUps, RunSkills } from './skills-port.js'
 import type { RunSecrets } from './secrets-port.js'
+import type { RunJob, RunJobs } from './job-port.js'
 import { NO_SECRETS, Redactor } from '../secrets/redact.js'
 import { boolOf, dateOf, dateOrNull, jsonOf } from '../db/rows.js'
 
@@ -64,6 +65,8 @@ export interface RunWorkerOptions {
   followUps: RunFollowUps[]
   /** the values of the secrets a run names */
   secrets: RunSecrets
+  /** groups whose runs do a job of their own instead of answering a prompt (a repo wiki build) */
+  jobs?: RunJobs[] | undefined
 }
 
 /** Thrown into an engine whose instance was killed: nothing more may be written. */
@@ -252,7 +255,8 @@ export class RunWorker {
       // an org provider's model is looked up only for openai runs the deployment cannot serve
       const engine = await o.engines.forRun(run)
       if (!engine) throw new EngineError(`engine ${run.engine} is not available on this instance`)
-      const result = await engine.run({
+      const job = await this.jobOf(run)
+      const ctx: EngineContext = {
         runId: run.id,
         prompt: run.prompt,
         model: run.model,
@@ -280,7 +284,8 @@ export class RunWorker {
           await emit('memory.recalled', { query, itemIds: items.map((i) => i.id), count: items.length })
           return items
         }
-      })
+      }
+      const result = job ? await job.run(ctx, engine) : await engine.run(ctx)
       await flushDeltas()
       outcome = { status: 'succeeded', facts: result.facts.map((f) => redact.text(f)), usage: result.usage }
     } catch (err) {
@@ -327,6 +332,17 @@ export class RunWorker {
     // committed: a run.queued a killed instance cannot store is stored by the sweeper
     if (this.killed) return
     await announceCommitted(o.events, next, o.log)
+  }
+
+  /** The job a group does for this run (a wiki build), or null: the engine answers the prompt. */
+  private async jobOf(run: RunRow): Promise<RunJob | null> {
+    for (const jobs of this.o.jobs ?? []) {
+      const job = await jobs.jobOf({
+        id: run.id, orgId: run.orgId, rootRunId: run.rootRunId, realUserId: realUserIdOfRun(run), model: run.model, metadata: run.metadata
+      })
+      if (job) return job
+    }
+    return null
   }
 
   /**

@@ -7,8 +7,9 @@ import type { RunFollowUps, RunSkills } from '../runs/skills-port.js'
 import type { AutomationTargets } from '../automations/targets-port.js'
 import { getPlaybook, insertPlaybookRun, nextPlaybookStep, snapshotSteps, stepMetadata } from './playbooks-repo.js'
 import { insertProposal, sameContent } from './proposals-repo.js'
-import { parseSkillMd, type SkillProblem } from './skill-md.js'
-import { getSkill, skillPrompt, type SkillRow } from './skills-repo.js'
+import { parseSkillMd, skillMdLocation, type SkillProblem } from './skill-md.js'
+import { getSkill, insertSkill, skillPrompt, skillsImportedFrom, updateSkill, type SkillRow } from './skills-repo.js'
+import type { GitHubSkillSource, SkillImport, SkillImports } from '../github/ports.js'
 import { skills } from './tables.js'
 
 /** The skills group's instance-wide side, as `app.skills`. */
@@ -25,6 +26,8 @@ export interface SkillsService {
   runnable(orgId: string, skillId: string, fresh?: boolean): Promise<RunnableSkill | null>
   /** the runs an automation's skill or playbook target starts (the automations group's port) */
   forAutomations: AutomationTargets
+  /** SKILL.md files imported from a GitHub repository (the github group's port) */
+  forImport: SkillImports
 }
 
 export interface RunnableSkill {
@@ -55,6 +58,41 @@ export async function targetOf(db: Db, orgId: string, skillId: string | undefine
   if (skillId !== undefined) return (await getSkill(db, orgId, skillId)) ?? 'missing'
   const [byName] = await db.select().from(skills).where(and(eq(skills.orgId, orgId), eq(skills.name, name)))
   return byName ?? null
+}
+
+/** The skill imported from this folder of this repository before, if any. */
+async function importedFrom(db: Db, orgId: string, source: GitHubSkillSource): Promise<SkillRow | null> {
+  const folder = skillMdLocation(source.path).folder
+  const rows = await skillsImportedFrom(db, orgId, source.repo)
+  return rows.find((row) => row.source.kind === 'github' && skillMdLocation(row.source.path).folder === folder) ?? null
+}
+
+/**
+ * Contract 11's skill import: the skill imported from the same folder of the same
+ * repository is the same skill. The same commit again is no new version; another commit is
+ * the next version (its SKILL.md may rename the skill). A name held by another skill is a
+ * refusal, never an overwrite. Concurrent imports settle on one skill: a lost race is
+ * looked up again.
+ */
+async function importSkill(db: Db, orgId: string, skillMd: string, source: GitHubSkillSource, createdBy: string | null): Promise<SkillImport> {
+  const parsed = parseSkillMd(skillMd)
+  if (!parsed.ok) return { outcome: 'invalid', problems: parsed.problems }
+  const fields = parsed.skill
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const earlier = await importedFrom(db, orgId, source)
+    if (earlier) {
+      if (earlier.source.kind === 'github' && earlier.source.commit === source.commit) return { outcome: 'unchanged', skill: earlier }
+      const updated = await updateSkill(db, orgId, earlier.id, fields, earlier.version, source)
+      if (updated === 'name_taken') return { outcome: 'name_taken', name: fields.name }
+      if (typeof updated !== 'string') return { outcome: 'updated', skill: updated }
+      continue // changed or deleted meanwhile: look again
+    }
+    const created = await insertSkill(db, orgId, fields, source, createdBy)
+    if (created !== 'name_taken') return { outcome: 'created', skill: created }
+    // a concurrent import of this folder got there first (look again), or another skill has the name
+    if (!(await importedFrom(db, orgId, source))) return { outcome: 'name_taken', name: fields.name }
+  }
+  return { outcome: 'name_taken', name: fields.name }
 }
 
 /** The skills service: the port runs propose skills through, and the playbook follow-up. */
@@ -99,6 +137,9 @@ export default fp(async function skillsService(app: FastifyInstance) {
       async exists(db, orgId, target) {
         return 'skillId' in target ? (await getSkill(db, orgId, target.skillId)) !== null : (await getPlaybook(db, orgId, target.playbookId)) !== null
       }
+    },
+    forImport: {
+      importSkill: (orgId, skillMd, source, createdBy) => importSkill(db, orgId, skillMd, source, createdBy)
     },
     async runnable(orgId, skillId, fresh = false) {
       const key = `${orgId}:${skillId}`

@@ -285,3 +285,17 @@ export function renderSkillMd(skill: SkillFields): string {
   const instructions = normalizeInstructions(skill.instructions)
   return `---\n${doc.toString({ lineWidth: 0 })}---\n\n${instructions}${instructions === '' ? '' : '\n'}`
 }
+
+/** The file name of a skill in its folder (Agent Skills). */
+export const SKILL_FILE = 'SKILL.md'
+
+/**
+ * Where a skill lives in a repository, from a path naming its folder or the file itself:
+ * the folder (`''` at the root) and the file. Slashes are normalized (`./a//b/` is `a/b`).
+ */
+export function skillMdLocation(path: string): { folder: string; file: string } {
+  const parts = path.split('/').filter((p) => p !== '' && p !== '.')
+  if (parts[parts.length - 1] === SKILL_FILE) parts.pop()
+  const folder = parts.join('/')
+  return { folder, file: folder === '' ? SKILL_FILE : `${folder}/${SKILL_FILE}` }
+}

@@ -57,10 +57,10 @@ export async function listSkills(db: Db, orgId: string, q: { limit: number; curs
  * The next version, when `version` is the current one: one conditional UPDATE, so of two
  * writers with the same version exactly one wins.
  */
-export async function updateSkill(db: Db | Tx, orgId: string, id: string, fields: SkillFields, version: number): Promise<SkillRow | SkillWriteRefusal> {
+export async function updateSkill(db: Db | Tx, orgId: string, id: string, fields: SkillFields, version: number, source?: SkillSource): Promise<SkillRow | SkillWriteRefusal> {
   try {
     const [row] = await db.update(skills)
-      .set({ ...fields, version: sql`${skills.version} + 1`, updatedAt: sql`now()` })
+      .set({ ...fields, ...(source ? { source } : {}), version: sql`${skills.version} + 1`, updatedAt: sql`now()` })
       .where(and(eq(skills.orgId, orgId), eq(skills.id, id), eq(skills.version, version)))
       .returning()
     if (row) return row
@@ -69,6 +69,13 @@ export async function updateSkill(db: Db | Tx, orgId: string, id: string, fields
     throw err
   }
   return (await getSkill(db, orgId, id)) ? 'stale' : 'missing'
+}
+
+/** The skills of the org imported from a repository (contract 11), oldest first. */
+export async function skillsImportedFrom(db: Db | Tx, orgId: string, repo: string): Promise<SkillRow[]> {
+  return db.select().from(skills)
+    .where(and(eq(skills.orgId, orgId), sql`${skills.source}->>'kind' = 'github'`, sql`lower(${skills.source}->>'repo') = lower(${repo})`))
+    .orderBy(skills.id)
 }
 
 /** Deletes a skill; `in_use` when a playbook step still runs it. */

@@ -1,10 +1,11 @@
 import t from 'tap'
 import { newKeyText } from '../../src/secrets/crypto.js'
+import { fixtureGitHub } from '../github/fake-github.js'
 import { buildTestApp } from '../helper.js'
 import { makeActor, TENANT_FIXTURES, walkTenantIsolation } from './walk.js'
 
 t.test('tenant isolation: the other org\'s ids are 404 (or a scope error) and change nothing; lists never leak', async (t) => {
-  const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'false', SECRETS_KEY: newKeyText() } })
+  const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'false', SECRETS_KEY: newKeyText(), GITHUB_API_URL: (await fixtureGitHub()).url } })
   const attacker = await makeActor(app, 'attacker')
   const victim = await makeActor(app, 'victim')
   const findings = await walkTenantIsolation(app, attacker, victim)
