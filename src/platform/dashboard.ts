@@ -24,9 +24,7 @@ const clip = (text: string) => {
 export async function dashboard(db: Db, orgId: string, now: Date) {
   const [row] = rowsOf<Record<string, unknown>>(await db.execute(sql`
     select
-      (select coalesce(sum(runs), 0) from usage_slots where org_id = ${orgId}) as finished,
-      (select coalesce(sum(succeeded), 0) from usage_slots where org_id = ${orgId}) as succeeded,
-      (select coalesce(sum(failed), 0) from usage_slots where org_id = ${orgId}) as failed,
+      f.finished, f.succeeded, f.failed,
       (select count(*) from runs where org_id = ${orgId} and status = 'queued') as queued,
       (select count(*) from runs where org_id = ${orgId} and status = 'running') as running,
       (select count(*) from runs where org_id = ${orgId} and id >= ${uuidv7Floor(new Date(now.getTime() - 86_400_000))}) as last24h,
@@ -51,7 +49,9 @@ export async function dashboard(db: Db, orgId: string, now: Date) {
           (select 'skill', id, name, updated_at from skills where org_id = ${orgId} order by updated_at desc limit ${RECENT})
           union all
           (select 'task', id, title, updated_at from tasks where org_id = ${orgId} order by updated_at desc limit ${RECENT})
-        ) everything order by at desc, id desc limit ${RECENT}) r) as recent`))
+        ) everything order by at desc, id desc limit ${RECENT}) r) as recent
+    from (select coalesce(sum(runs), 0) as finished, coalesce(sum(succeeded), 0) as succeeded, coalesce(sum(failed), 0) as failed
+          from usage_slots where org_id = ${orgId}) f`))
   const n = (key: string) => Number(row![key])
   const finished = n('finished')
   const byStatus = { queued: n('queued'), running: n('running'), succeeded: n('succeeded'), failed: n('failed'), cancelled: finished - n('succeeded') - n('failed') }
