@@ -43,6 +43,9 @@ import automationsService from './automations/service.js'
 import { automationRuns } from './runs/automation-runs.js'
 import secrets from './secrets/index.js'
 import integrations from './integrations/index.js'
+import slack from './slack/index.js'
+import slackService from './slack/service.js'
+import { chatPlatformRuns } from './runs/chat-platform-runs.js'
 import secretsService from './secrets/service.js'
 import skills from './skills/index.js'
 import skillsService from './skills/service.js'
@@ -251,6 +254,13 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     runs: automationRuns(app.runs, app.log.child({ component: 'scheduler' })),
     targets: app.skills.forAutomations
   })
+  // Slack: connecting, the signed event ingress that starts runs, and the reply outbox
+  await app.register(slackService, {
+    config,
+    clock,
+    runs: chatPlatformRuns(app.runs, app.log.child({ component: 'slack' })),
+    secrets: app.secrets
+  })
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
   // they declare otherwise, because the principal hook sits here.
@@ -281,6 +291,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     await scope.register(secrets)
     await scope.register(automations)
     await scope.register(integrations)
+    await scope.register(slack)
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 
