@@ -77,7 +77,8 @@ export class SlackOutbox {
   private unsubscribe: (() => void) | null = null
   private looping: Promise<void> | null = null
   private again = false
-  private stopped = false
+  /** until start(): an outbox this instance does not run (SLACK_OUTBOX=false) claims nothing */
+  private stopped = true
   private killed = false
 
   constructor(options: SlackOutboxOptions) {
@@ -123,7 +124,8 @@ export class SlackOutbox {
     this.timers = []
     this.unsubscribe?.()
     this.unsubscribe = null
-    await this.looping
+    // a killed outbox abandons what it was doing (a post in flight records nothing)
+    if (!this.killed) await this.looping
   }
 
   /** A crash: nothing more is recorded; claimed replies wait for their lease to expire. */

@@ -15,6 +15,9 @@ import { SlackCallError, slackApi, type SlackApi } from './web-api.js'
 export const BOT_TOKEN = 'slack:bot-token'
 export const SIGNING_SECRET = 'slack:signing-secret'
 
+/** What a team id looks like (T…, E… for an Enterprise Grid); nothing else is looked up (it is not verified yet). */
+const TEAM_ID = /^[A-Za-z0-9_-]{1,64}$/
+
 /** A url_verification names no team: it is tried against at most this many connected teams. */
 const MAX_TRIAL_TEAMS = 10_000
 
@@ -125,7 +128,7 @@ export default fp(async function slackService(app: FastifyInstance, opts: SlackS
       if (!freshTimestamp(timestamp, now)) throw unauthorized('X-Slack-Request-Timestamp is outside the 5-minute window')
       const signed = { ...request, timestamp, signature }
       const body = (payload !== null && typeof payload === 'object' ? payload : {}) as { team_id?: unknown; type?: unknown }
-      if (typeof body.team_id === 'string' && body.team_id !== '') {
+      if (typeof body.team_id === 'string' && TEAM_ID.test(body.team_id)) {
         const team = await teamById(db, body.team_id)
         // an unknown team and a wrong signature answer alike
         if (team && (await verifies(team, signed, now))) return team

@@ -1,13 +1,17 @@
 import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
+import { newKeyText } from '../../src/secrets/crypto.js'
 import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from '../helper.js'
 import { startFakeSlack } from './fake-slack.js'
 import { connectSlack, installApp } from './helpers.js'
 
+// Postgres has no key file: the deployment's key (one for the whole file)
+const KEY = newKeyText()
+
 t.test('connect, read, reconnect and disconnect Slack', async (t) => {
   const fake = await startFakeSlack(t)
-  const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url } })
+  const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url, SECRETS_KEY: KEY } })
   const owner = await signUpWithOrg(app)
   const slack = installApp(fake, 'acme')
 
@@ -62,7 +66,7 @@ t.test('connect, read, reconnect and disconnect Slack', async (t) => {
 
 t.test('connect validation: the token is checked before anything is kept', async (t) => {
   const fake = await startFakeSlack(t)
-  const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url } })
+  const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url, SECRETS_KEY: KEY } })
   const owner = await signUpWithOrg(app)
   const slack = installApp(fake)
   const kept = async () => rowsOf(await app.db.execute(sql`
@@ -108,7 +112,7 @@ t.test('connect validation: the token is checked before anything is kept', async
 
 t.test('admins only; a team belongs to one org at a time', async (t) => {
   const fake = await startFakeSlack(t)
-  const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url, ALLOW_DEV_ORG: 'false' } })
+  const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url, ALLOW_DEV_ORG: 'false', SECRETS_KEY: KEY } })
   const a = await signUpWithOrg(app)
   const b = await signUpWithOrg(app)
   const member = await signUp(app)
@@ -139,4 +143,14 @@ t.test('admins only; a team belongs to one org at a time', async (t) => {
   // once A lets it go, B may take it
   t.equal((await app.inject({ method: 'DELETE', url: '/api/integrations/slack', headers: { cookie: a.cookie } })).statusCode, 204)
   t.equal((await connectSlack(app, b.cookie, slack)).statusCode, 200)
+})
+
+t.test('without a key to seal credentials with (Postgres without SECRETS_KEY): 503 before Slack is asked', { skip: process.env.DATABASE_URL ? false : 'the embedded database always has a key' }, async (t) => {
+  const fake = await startFakeSlack(t)
+  const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url } })
+  const owner = await signUpWithOrg(app)
+  const res = await connectSlack(app, owner.cookie, installApp(fake))
+  t.equal(res.statusCode, 503)
+  t.equal(res.json().error, 'secrets_unavailable')
+  t.equal(fake.calls['auth.test'], undefined)
 })

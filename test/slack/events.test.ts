@@ -8,7 +8,7 @@ import { startFakeSlack } from './fake-slack.js'
 import { callback, connectSlack, eventId, installApp, mentionPair, messageTs, postEvent, sendEvent, signedHeaders } from './helpers.js'
 
 // runs stay queued: these tests are about what the ingress stores, not about answers
-const ENV = { RUN_WORKER_CONCURRENCY: '0', SLACK_OUTBOX: 'false', ALLOW_DEV_ORG: 'false' }
+const ENV = { RUN_WORKER_CONCURRENCY: '0', SLACK_OUTBOX: 'false', ALLOW_DEV_ORG: 'false', SECRETS_KEY: newKeyText() }
 
 // one app for the file (building one is most of a test's time); every test has its own org and workspace
 const sharedFake = await startFakeSlack(t)
@@ -179,8 +179,8 @@ t.test('tenancy: each team\'s events land in its own org only', async (t) => {
 
 t.test('two instances: the two events of one message, one on each, start one run', async (t) => {
   const fake = await startFakeSlack(t)
-  // one key ring for both, as instances of one deployment share SECRETS_KEY
-  const env = { ...ENV, SLACK_API_URL: fake.url, SECRETS_KEY: newKeyText() }
+  // ENV's SECRETS_KEY: one key ring for both, as the instances of one deployment share it
+  const env = { ...ENV, SLACK_API_URL: fake.url }
   const first = await buildTestApp(t, { env })
   const second = await buildTestApp(t, { env, db: await secondHandle(t, first.testDb) })
   const owner = await signUpWithOrg(first)

@@ -2,13 +2,14 @@ import { sql } from 'drizzle-orm'
 import type { FastifyInstance } from 'fastify'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
+import { newKeyText } from '../../src/secrets/crypto.js'
 import { slackSignature } from '../../src/slack/signature.js'
 import { buildTestApp, signUpWithOrg } from '../helper.js'
 import { startFakeSlack } from './fake-slack.js'
 import { callback, connectSlack, EVENTS_URL, installApp, mentionPair, nowSeconds, postEvent, signedHeaders } from './helpers.js'
 
 // runs stay queued: these tests are about what the ingress stores, not about answers
-const ENV = { RUN_WORKER_CONCURRENCY: '0', SLACK_OUTBOX: 'false', ALLOW_DEV_ORG: 'false' }
+const ENV = { RUN_WORKER_CONCURRENCY: '0', SLACK_OUTBOX: 'false', ALLOW_DEV_ORG: 'false', SECRETS_KEY: newKeyText() }
 
 // one app for the file (building one is most of a test's time); every test has its own org and workspace
 const sharedFake = await startFakeSlack(t)
