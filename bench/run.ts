@@ -9,6 +9,7 @@ import { benchMemory } from './memory.js'
 import { benchRuns } from './runs.js'
 import { benchRuntime } from './runtime.js'
 import { benchSkills } from './skills.js'
+import { benchSlack } from './slack.js'
 
 const benches: Record<string, () => Promise<string>> = {
   foundation: benchFoundation,
@@ -19,7 +20,8 @@ const benches: Record<string, () => Promise<string>> = {
   artifacts: benchArtifacts,
   knowledge: benchKnowledge,
   skills: benchSkills,
-  automations: benchAutomations
+  automations: benchAutomations,
+  slack: benchSlack
 }
 
 const wanted = process.argv.slice(2)

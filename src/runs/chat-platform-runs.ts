@@ -1,3 +1,4 @@
+import { sql } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import type { ChatPlatformRuns } from '../slack/ingress.js'
 import { chatEngine } from './dispatch.js'
@@ -26,6 +27,13 @@ export function chatPlatformRuns(runs: { engines: EngineRegistry; events: EventB
       metadata: run.metadata,
       origin: 'chatplatform'
     }),
+    rootInsert(run, gate) {
+      return sql`insert into runs (id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, secret_names, user_id)
+        select ${run.id}, ${run.orgId}, ${run.id}, null, ${run.engine}, ${run.model}, ${run.prompt}, 'queued', 'chatplatform',
+          ${JSON.stringify(run.metadata)}::jsonb, '[]'::jsonb, null
+        from ${gate}
+        returning id`
+    },
     announce: (rows) => announceCommitted(runs.events, rows, log)
   }
 }

@@ -1,11 +1,11 @@
-import { and, eq, isNotNull, sql, type SQL } from 'drizzle-orm'
+import { and, eq, sql, type SQL } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import type { EventBus } from '../../plugins/event-bus.js'
 import { rowsOf, type Db } from '../db/client.js'
 import { boolOf } from '../db/rows.js'
 import { integrations } from '../integrations/tables.js'
 import { backoffDelay } from '../memory/capture-worker.js'
-import { pruneDedupe, replySource } from './slack-repo.js'
+import { pruneDedupe } from './slack-repo.js'
 import { SlackCallError, type SlackApi, type SlackFailure } from './web-api.js'
 
 /** Slack refusals that another attempt would meet again: the reply is given up at once. */
@@ -24,6 +24,8 @@ const MAX_TEXT = 39_000
 const TERMINAL_EVENTS = new Set(['run.succeeded', 'run.failed', 'run.cancelled'])
 const PRUNE_EVERY_MS = 60 * 60 * 1000
 const MAX_BACKOFF_MS = 10 * 60 * 1000
+/** How long a run's end waits before the outbox looks (ends close together share one claim). */
+const WAKE_DELAY_MS = 20
 
 /** The text posted for a finished run. */
 export function replyText(source: { status: string; error: string | null; text: string | null }): string {
@@ -57,6 +59,10 @@ interface Claimed {
   message_ts: string
   attempts: number
   uncertain: boolean
+  /** the run's, for the reply's text */
+  status: string
+  error: string | null
+  text: string | null
 }
 
 /**
@@ -77,6 +83,7 @@ export class SlackOutbox {
   private unsubscribe: (() => void) | null = null
   private looping: Promise<void> | null = null
   private again = false
+  private soon: NodeJS.Timeout | null = null
   /** until start(): an outbox this instance does not run (SLACK_OUTBOX=false) claims nothing */
   private stopped = true
   private killed = false
@@ -88,7 +95,7 @@ export class SlackOutbox {
   start(): void {
     this.stopped = false
     this.unsubscribe = this.o.bus.subscribeAll((event) => {
-      if (TERMINAL_EVENTS.has(event.type)) this.wake()
+      if (TERMINAL_EVENTS.has(event.type)) this.wakeSoon()
     })
     this.timers.push(setInterval(() => this.wake(), this.o.pollMs))
     this.timers.push(setInterval(() => void this.prune(), PRUNE_EVERY_MS))
@@ -96,7 +103,20 @@ export class SlackOutbox {
     this.wake()
   }
 
-  /** Looks for due replies now (a run ended, the poll timer). */
+  /**
+   * A run ended (on any instance): look a moment later, so that runs ending together are
+   * claimed in one statement rather than one each.
+   */
+  private wakeSoon(): void {
+    if (this.soon || this.stopped) return
+    this.soon = setTimeout(() => {
+      this.soon = null
+      this.wake()
+    }, WAKE_DELAY_MS)
+    this.soon.unref()
+  }
+
+  /** Looks for due replies now (the poll timer, a run that ended). */
   wake(): void {
     if (this.stopped) return
     if (this.looping) {
@@ -122,6 +142,8 @@ export class SlackOutbox {
     this.stopped = true
     for (const t of this.timers) clearInterval(t)
     this.timers = []
+    if (this.soon) clearTimeout(this.soon)
+    this.soon = null
     this.unsubscribe?.()
     this.unsubscribe = null
     // a killed outbox abandons what it was doing (a post in flight records nothing)
@@ -143,20 +165,28 @@ export class SlackOutbox {
     return claimed.length
   }
 
+  /**
+   * One statement: claims due replies under a lease and reads what each will say (its run's
+   * status, error and last completed message).
+   */
   private async claim(): Promise<Claimed[]> {
     const { o } = this
     const rows = rowsOf<Claimed>(await o.db.execute(sql`
-      update slack_replies o
-      set state = 'posting', attempts = o.attempts + 1, uncertain = (o.uncertain or o.state = 'posting'),
-          lease_expires_at = now() + make_interval(secs => ${o.leaseMs / 1000})
-      where o.run_id in (
-        select s.run_id from slack_replies s join runs r on r.id = s.run_id
-        where ((s.state = 'pending' and s.next_attempt_at <= now()) or (s.state = 'posting' and s.lease_expires_at < now()))
-          and r.status in ('succeeded', 'failed', 'cancelled')
-        order by s.next_attempt_at
-        limit ${o.batch}
-        for update of s skip locked)
-      returning o.run_id, o.org_id, o.channel, o.thread_ts, o.message_ts, o.attempts, o.uncertain`))
+      with claimed as (
+        update slack_replies o
+        set state = 'posting', attempts = o.attempts + 1, uncertain = (o.uncertain or o.state = 'posting'),
+            lease_expires_at = now() + make_interval(secs => ${o.leaseMs / 1000})
+        where o.run_id in (
+          select s.run_id from slack_replies s join runs r on r.id = s.run_id
+          where ((s.state = 'pending' and s.next_attempt_at <= now()) or (s.state = 'posting' and s.lease_expires_at < now()))
+            and r.status in ('succeeded', 'failed', 'cancelled')
+          order by s.next_attempt_at
+          limit ${o.batch}
+          for update of s skip locked)
+        returning o.run_id, o.org_id, o.channel, o.thread_ts, o.message_ts, o.attempts, o.uncertain)
+      select c.*, r.status, r.error,
+        (select e.data->>'text' from run_events e where e.run_id = c.run_id and e.type = 'message.completed' order by e.id desc limit 1) as text
+      from claimed c join runs r on r.id = c.run_id`))
     return rows.map((r) => ({ ...r, attempts: Number(r.attempts), uncertain: boolOf(r.uncertain) }))
   }
 
@@ -170,11 +200,16 @@ export class SlackOutbox {
     return rowsOf(result).length === 1
   }
 
+  /** Records the reply as sent, and clears a token failure the integration showed (the token works again), in one statement. */
   private async sent(row: Claimed, ts: string): Promise<void> {
-    if (!(await this.settle(row, sql`state = 'sent', reply_ts = ${ts}, sent_at = now(), last_error = null, uncertain = false`))) return
-    // the token works again: a failure shown on the integration is over
-    await this.o.db.update(integrations).set({ lastError: null, updatedAt: sql`now()` })
-      .where(and(eq(integrations.orgId, row.org_id), eq(integrations.kind, 'slack'), isNotNull(integrations.lastError)))
+    if (this.killed) return
+    await this.o.db.execute(sql`
+      with sent as (
+        update slack_replies set state = 'sent', reply_ts = ${ts}, sent_at = now(), last_error = null, uncertain = false, lease_expires_at = null
+        where run_id = ${row.run_id} and state = 'posting' and attempts = ${row.attempts}
+        returning org_id)
+      update integrations set last_error = null, updated_at = now()
+      where org_id in (select org_id from sent) and kind = 'slack' and last_error is not null`)
   }
 
   private async deliver(row: Claimed): Promise<void> {
@@ -188,8 +223,6 @@ export class SlackOutbox {
       await this.settle(row, sql`state = 'failed', last_error = ${'Slack is not connected for this organization'}`)
       return
     }
-    const source = await replySource(o.db, row.run_id)
-    if (!source) return
     let uncertain = row.uncertain
     try {
       if (uncertain) {
@@ -201,7 +234,7 @@ export class SlackOutbox {
         }
       }
       if (this.killed) return
-      const ts = await o.api.postReply(token, { channel: row.channel, threadTs: row.thread_ts, text: replyText(source), runId: row.run_id })
+      const ts = await o.api.postReply(token, { channel: row.channel, threadTs: row.thread_ts, text: replyText(row), runId: row.run_id })
       await this.sent(row, ts)
     } catch (err) {
       if (this.killed) return

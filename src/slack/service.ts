@@ -18,6 +18,10 @@ export const SIGNING_SECRET = 'slack:signing-secret'
 /** What a team id looks like (T…, E… for an Enterprise Grid); nothing else is looked up (it is not verified yet). */
 const TEAM_ID = /^[A-Za-z0-9_-]{1,64}$/
 
+/** How long a team and its signing secret are kept in memory, and how many at most. */
+const KEEP_TEAM_MS = 30_000
+const MAX_KEPT_TEAMS = 10_000
+
 /** A url_verification names no team: it is tried against at most this many connected teams. */
 const MAX_TRIAL_TEAMS = 10_000
 
@@ -75,14 +79,32 @@ export default fp(async function slackService(app: FastifyInstance, opts: SlackS
     batch: 16
   })
 
-  async function verifies(team: SlackTeamRow, request: SlackRequest & { timestamp: string; signature: string }, now: Date): Promise<boolean> {
-    const signingSecret = await secrets.internal.open(team.orgId, SIGNING_SECRET)
-    return signingSecret !== null && verifySlackRequest({ signingSecret, timestamp: request.timestamp, signature: request.signature, rawBody: request.rawBody, now })
+  /**
+   * Teams and their signing secrets, kept briefly so the ingress costs no lookup per event.
+   * A signature that does not verify under a kept secret is checked again against the
+   * database (a secret rotated on another instance works at once); a team disconnected on
+   * another instance may still verify here for a little while, but then its events store
+   * nothing (every write is gated on the team still being connected).
+   */
+  const teams = new Map<string, { team: SlackTeamRow; signingSecret: string | null; at: number }>()
+  async function teamEntry(teamId: string) {
+    const team = await teamById(db, teamId)
+    if (!team) {
+      teams.delete(teamId)
+      return null
+    }
+    const entry = { team, signingSecret: await secrets.internal.open(team.orgId, SIGNING_SECRET), at: Date.now() }
+    if (teams.size >= MAX_KEPT_TEAMS) teams.clear()
+    teams.set(teamId, entry)
+    return entry
   }
+  const verifies = (signingSecret: string | null, request: SlackRequest & { timestamp: string; signature: string }, now: Date) =>
+    signingSecret !== null && verifySlackRequest({ signingSecret, timestamp: request.timestamp, signature: request.signature, rawBody: request.rawBody, now })
 
   async function disconnect(orgId: string): Promise<boolean> {
     const had = await db.transaction((tx) => dropConnection(tx, orgId))
     await secrets.internal.remove(orgId, [BOT_TOKEN, SIGNING_SECRET])
+    teams.clear()
     return had
   }
 
@@ -108,7 +130,7 @@ export default fp(async function slackService(app: FastifyInstance, opts: SlackS
       }
       await secrets.internal.put(orgId, BOT_TOKEN, body.botToken)
       await secrets.internal.put(orgId, SIGNING_SECRET, body.signingSecret)
-      return db.transaction(async (tx) => {
+      const row = await db.transaction(async (tx) => {
         if (!(await claimTeam(tx, orgId, { teamId: identity.teamId, botUserId: identity.botUserId, botId: identity.botId }))) {
           throw conflict('this Slack team is connected to another organization')
         }
@@ -118,6 +140,8 @@ export default fp(async function slackService(app: FastifyInstance, opts: SlackS
           connectedBy
         })
       })
+      teams.clear()
+      return row
     },
     disconnect,
     async authenticate(request) {
@@ -129,12 +153,14 @@ export default fp(async function slackService(app: FastifyInstance, opts: SlackS
       const signed = { ...request, timestamp, signature }
       const body = (payload !== null && typeof payload === 'object' ? payload : {}) as { team_id?: unknown; type?: unknown }
       if (typeof body.team_id === 'string' && TEAM_ID.test(body.team_id)) {
-        const team = await teamById(db, body.team_id)
+        const kept = teams.get(body.team_id)
+        if (kept && Date.now() - kept.at < KEEP_TEAM_MS && verifies(kept.signingSecret, signed, now)) return kept.team
+        const entry = await teamEntry(body.team_id)
         // an unknown team and a wrong signature answer alike
-        if (team && (await verifies(team, signed, now))) return team
+        if (entry && verifies(entry.signingSecret, signed, now)) return entry.team
       } else if (body.type === 'url_verification') {
         for (const team of await connectedTeams(db, MAX_TRIAL_TEAMS)) {
-          if (await verifies(team, signed, now)) return null
+          if (verifies(await secrets.internal.open(team.orgId, SIGNING_SECRET), signed, now)) return null
         }
       }
       throw unauthorized('the request is not signed by a connected Slack app')
@@ -142,6 +168,7 @@ export default fp(async function slackService(app: FastifyInstance, opts: SlackS
     async receive(team, envelope) {
       const received = await receiveEvent({ db, runs }, team, envelope)
       if (received.kind === 'disconnected') {
+        teams.clear()
         await secrets.internal.remove(team.orgId, [BOT_TOKEN, SIGNING_SECRET])
         log.info({ orgId: team.orgId, teamId: team.teamId }, 'Slack disconnected: the app was uninstalled or its tokens revoked')
       }

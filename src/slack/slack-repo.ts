@@ -1,6 +1,5 @@
 import { and, eq, lt, ne, sql } from 'drizzle-orm'
 import type { Db, Tx } from '../db/client.js'
-import { rowsOf } from '../db/client.js'
 import { integrations } from '../integrations/tables.js'
 import { slackEvents, slackMessages, slackTeams, slackThreads } from './tables.js'
 
@@ -40,6 +39,12 @@ export async function dropConnection(tx: Tx, orgId: string): Promise<boolean> {
   const teams = await tx.delete(slackTeams).where(eq(slackTeams.orgId, orgId)).returning({ teamId: slackTeams.teamId })
   const rows = await tx.delete(integrations).where(and(eq(integrations.orgId, orgId), eq(integrations.kind, 'slack'))).returning({ orgId: integrations.orgId })
   return teams.length + rows.length > 0
+}
+
+/** Whether the team is still connected to the org (a disconnect since the request was verified starts nothing). */
+export async function stillConnected(tx: Tx, team: { teamId: string; orgId: string }): Promise<boolean> {
+  const rows = await tx.select({ teamId: slackTeams.teamId }).from(slackTeams).where(and(eq(slackTeams.teamId, team.teamId), eq(slackTeams.orgId, team.orgId))).for('share')
+  return rows.length === 1
 }
 
 /** Records an event id; false when it was taken before (a retry, or a duplicate delivery). */
@@ -84,13 +89,4 @@ export async function pruneDedupe(db: Db, hours: number): Promise<number> {
   const events = await db.delete(slackEvents).where(lt(slackEvents.receivedAt, cutoff)).returning({ id: slackEvents.eventId })
   const messages = await db.delete(slackMessages).where(lt(slackMessages.createdAt, cutoff)).returning({ ts: slackMessages.ts })
   return events.length + messages.length
-}
-
-/** The answer a run's reply carries: its status, error and last completed message. */
-export async function replySource(db: Db, runId: string): Promise<{ status: string; error: string | null; text: string | null } | null> {
-  const [row] = rowsOf<{ status: string; error: string | null; text: string | null }>(await db.execute(sql`
-    select r.status, r.error,
-      (select e.data->>'text' from run_events e where e.run_id = r.id and e.type = 'message.completed' order by e.id desc limit 1) as text
-    from runs r where r.id = ${runId}`))
-  return row ?? null
 }
