@@ -2,8 +2,8 @@ import { Type } from 'typebox'
 import { named, StrictObject } from './common.js'
 
 export const ConnectSlackBody = named('ConnectSlackBody', StrictObject({
-  botToken: Type.String({ minLength: 1, maxLength: 512, description: 'the app\'s bot token (xoxb-…), checked with auth.test before it is kept' }),
-  signingSecret: Type.String({ minLength: 1, maxLength: 256, description: 'the app\'s signing secret (Basic Information → App Credentials): events are verified with it' }),
+  botToken: Type.String({ minLength: 1, maxLength: 512, pattern: '^[!-~]+$', description: 'the app\'s bot token (xoxb-…; visible ASCII, as it travels in a header), checked with auth.test before it is kept' }),
+  signingSecret: Type.String({ minLength: 1, maxLength: 256, pattern: '^[!-~]+$', description: 'the app\'s signing secret (Basic Information → App Credentials): events are verified with it' }),
   teamId: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$', description: 'the workspace (team) id the token must belong to, e.g. T0123ABCD' })
 }, { description: 'connects the org to a Slack workspace; the token and the secret are sealed and never returned' }))
 

@@ -96,7 +96,9 @@ export const KEY_DENYLIST: readonly string[] = [
   // learning lane, and a task run changes the board (contract 9 marks neither key)
   'GET /api/skills/proposals',
   // secrets: admin only, and never for a key (contract 10)
-  'GET /api/secrets'
+  'GET /api/secrets',
+  // integrations: an org route, not marked key (contract 11); the chat-platform ingress is public
+  'GET /api/integrations'
 ]
 
 /** `METHOD /pattern` with parameter names erased and HEAD read as GET. */

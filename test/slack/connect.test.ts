@@ -87,6 +87,7 @@ t.test('connect validation: the token is checked before anything is kept', async
     [{ signingSecret: slack.signingSecret, teamId: slack.teamId }, /botToken/],
     [{ botToken: '', signingSecret: slack.signingSecret, teamId: slack.teamId }, /botToken/],
     [{ botToken: slack.botToken, signingSecret: slack.signingSecret, teamId: 'T 1' }, /teamId/],
+    [{ botToken: 'xoxb-\u00e9t\u00e9', signingSecret: slack.signingSecret, teamId: slack.teamId }, /botToken/],
     [{ botToken: slack.botToken, signingSecret: slack.signingSecret, teamId: slack.teamId, orgId: 'x' }, /orgId|org_id/],
     [{ botToken: slack.botToken, signingSecret: slack.signingSecret, teamId: slack.teamId, extra: 1 }, /.*/]
   ] as const) {
