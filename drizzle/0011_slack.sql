@@ -24,7 +24,7 @@ CREATE TABLE "slack_replies" (
 	"channel" text NOT NULL,
 	"thread_ts" text NOT NULL,
 	"message_ts" text NOT NULL,
-	"state" text DEFAULT 'pending' NOT NULL,
+	"state" text DEFAULT 'waiting' NOT NULL,
 	"attempts" integer DEFAULT 0 NOT NULL,
 	"uncertain" boolean DEFAULT false NOT NULL,
 	"next_attempt_at" timestamp with time zone DEFAULT now() NOT NULL,
@@ -33,7 +33,7 @@ CREATE TABLE "slack_replies" (
 	"reply_ts" text,
 	"created_at" timestamp with time zone DEFAULT now() NOT NULL,
 	"sent_at" timestamp with time zone,
-	CONSTRAINT "slack_replies_state_check" CHECK ("slack_replies"."state" in ('pending', 'posting', 'sent', 'failed'))
+	CONSTRAINT "slack_replies_state_check" CHECK ("slack_replies"."state" in ('waiting', 'pending', 'posting', 'sent', 'failed'))
 );
 --> statement-breakpoint
 CREATE TABLE "slack_teams" (
@@ -63,4 +63,5 @@ ALTER TABLE "slack_threads" ADD CONSTRAINT "slack_threads_org_id_organizations_i
 CREATE INDEX "slack_events_received_idx" ON "slack_events" USING btree ("received_at");--> statement-breakpoint
 CREATE INDEX "slack_messages_created_idx" ON "slack_messages" USING btree ("created_at");--> statement-breakpoint
 CREATE INDEX "slack_replies_due_idx" ON "slack_replies" USING btree ("next_attempt_at") WHERE state in ('pending', 'posting');--> statement-breakpoint
+CREATE INDEX "slack_replies_waiting_idx" ON "slack_replies" USING btree ("created_at") WHERE state = 'waiting';--> statement-breakpoint
 CREATE UNIQUE INDEX "slack_teams_org_idx" ON "slack_teams" USING btree ("org_id");

@@ -26,6 +26,8 @@ const PRUNE_EVERY_MS = 60 * 60 * 1000
 const MAX_BACKOFF_MS = 10 * 60 * 1000
 /** How long a run's end waits before the outbox looks (ends close together share one claim). */
 const WAKE_DELAY_MS = 20
+/** How often waiting replies are checked against their runs (the bus is the fast path). */
+const SWEEP_EVERY_MS = 30_000
 
 /** The text posted for a finished run. */
 export function replyText(source: { status: string; error: string | null; text: string | null }): string {
@@ -67,10 +69,12 @@ interface Claimed {
 
 /**
  * Posts the answer of each finished run started from Slack into its thread, exactly once.
- * A reply row is written with its run and becomes due when the run ends (a join on the
- * run's status, so runs that end any way count: finished, failed by the sweeper, cancelled).
- * Rows are claimed with `FOR UPDATE SKIP LOCKED` under a lease, so any number of instances
- * share the outbox and a reply whose instance died is taken over when its lease expires.
+ * A reply row is written with its run (`waiting`) and becomes due when the run ends, however
+ * it ends (an answer, a failure, a cancel, the sweeper's worker_lost): the run's terminal
+ * event on the bus marks it, and a sweep against the runs' status catches what the bus
+ * missed. Due rows are claimed with `FOR UPDATE SKIP LOCKED` under a lease, so any number
+ * of instances share the outbox and a reply whose instance died is taken over when its
+ * lease expires; a claim reads only due rows, however many runs are still going.
  *
  * Exactly one reply: success is recorded in one conditional statement with Slack's ts;
  * every post carries the run id as message metadata, and an attempt after one whose outcome
@@ -84,6 +88,8 @@ export class SlackOutbox {
   private looping: Promise<void> | null = null
   private again = false
   private soon: NodeJS.Timeout | null = null
+  /** runs the bus said ended since the last look */
+  private readonly ended = new Set<string>()
   /** until start(): an outbox this instance does not run (SLACK_OUTBOX=false) claims nothing */
   private stopped = true
   private killed = false
@@ -94,13 +100,22 @@ export class SlackOutbox {
 
   start(): void {
     this.stopped = false
-    this.unsubscribe = this.o.bus.subscribeAll((event) => {
-      if (TERMINAL_EVENTS.has(event.type)) this.wakeSoon()
-    })
+    const unsubscribe = [
+      this.o.bus.subscribeAll((event) => {
+        if (!TERMINAL_EVENTS.has(event.type)) return
+        this.ended.add(event.runId)
+        this.wakeSoon()
+      }),
+      // notifications were lost while the bus reconnected: look at every waiting reply
+      this.o.bus.onResync(() => void this.sweep())
+    ]
+    this.unsubscribe = () => unsubscribe.forEach((fn) => fn())
     this.timers.push(setInterval(() => this.wake(), this.o.pollMs))
+    this.timers.push(setInterval(() => void this.sweep(), SWEEP_EVERY_MS))
     this.timers.push(setInterval(() => void this.prune(), PRUNE_EVERY_MS))
     for (const t of this.timers) t.unref()
-    this.wake()
+    // runs that ended while no outbox ran
+    void this.sweep().then(() => this.wake())
   }
 
   /**
@@ -127,6 +142,7 @@ export class SlackOutbox {
       do {
         this.again = false
         try {
+          await this.markEnded()
           while (!this.stopped && (await this.runOnce()) > 0) { /* until nothing is due */ }
         } catch (err) {
           if (!this.stopped) this.o.log.warn({ err }, 'slack outbox: claiming replies failed')
@@ -156,6 +172,43 @@ export class SlackOutbox {
     void this.stop()
   }
 
+  /**
+   * The replies of runs whose end the bus announced become due: one statement for all the
+   * runs that ended since the last look (most of them are not Slack's, and match nothing).
+   */
+  private async markEnded(): Promise<void> {
+    if (this.ended.size === 0) return
+    const ids = [...this.ended]
+    this.ended.clear()
+    try {
+      await this.o.db.execute(sql`
+        update slack_replies set state = 'pending', next_attempt_at = now()
+        where state = 'waiting' and run_id in (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})`)
+    } catch (err) {
+      // the sweep finds them
+      if (!this.stopped) this.o.log.warn({ err }, 'slack outbox: marking replies due failed')
+    }
+  }
+
+  /**
+   * Every waiting reply whose run has ended becomes due, whatever the bus said: at start
+   * (runs that ended while no outbox ran), after the bus reconnected, and now and then.
+   */
+  async sweep(): Promise<number> {
+    try {
+      const rows = rowsOf(await this.o.db.execute(sql`
+        update slack_replies s set state = 'pending', next_attempt_at = now()
+        from runs r
+        where s.state = 'waiting' and r.id = s.run_id and r.status in ('succeeded', 'failed', 'cancelled')
+        returning s.run_id`))
+      if (rows.length > 0) this.wake()
+      return rows.length
+    } catch (err) {
+      if (!this.stopped) this.o.log.warn({ err }, 'slack outbox: sweeping waiting replies failed')
+      return 0
+    }
+  }
+
   /** One claim-and-post round; how many replies it claimed. */
   async runOnce(): Promise<number> {
     const claimed = await this.claim()
@@ -177,12 +230,11 @@ export class SlackOutbox {
         set state = 'posting', attempts = o.attempts + 1, uncertain = (o.uncertain or o.state = 'posting'),
             lease_expires_at = now() + make_interval(secs => ${o.leaseMs / 1000})
         where o.run_id in (
-          select s.run_id from slack_replies s join runs r on r.id = s.run_id
-          where ((s.state = 'pending' and s.next_attempt_at <= now()) or (s.state = 'posting' and s.lease_expires_at < now()))
-            and r.status in ('succeeded', 'failed', 'cancelled')
+          select s.run_id from slack_replies s
+          where (s.state = 'pending' and s.next_attempt_at <= now()) or (s.state = 'posting' and s.lease_expires_at < now())
           order by s.next_attempt_at
           limit ${o.batch}
-          for update of s skip locked)
+          for update skip locked)
         returning o.run_id, o.org_id, o.channel, o.thread_ts, o.message_ts, o.attempts, o.uncertain)
       select c.*, r.status, r.error,
         (select e.data->>'text' from run_events e where e.run_id = c.run_id and e.type = 'message.completed' order by e.id desc limit 1) as text

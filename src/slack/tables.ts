@@ -60,13 +60,16 @@ export const slackEvents = pgTable('slack_events', {
   index('slack_events_received_idx').on(t.receivedAt)
 ])
 
-/** pending: waits for its run to end (or for its next attempt); posting: claimed under a lease; sent; failed: given up. */
-export const SLACK_REPLY_STATES = ['pending', 'posting', 'sent', 'failed'] as const
+/**
+ * waiting: its run has not ended; pending: due at `next_attempt_at`; posting: claimed under a
+ * lease; sent; failed: given up.
+ */
+export const SLACK_REPLY_STATES = ['waiting', 'pending', 'posting', 'sent', 'failed'] as const
 export type SlackReplyState = (typeof SLACK_REPLY_STATES)[number]
 
 /**
- * The reply outbox: one row per run started from Slack, written with the run. It is due
- * once its run has ended; the worker claims it under a lease (`FOR UPDATE SKIP LOCKED`),
+ * The reply outbox: one row per run started from Slack, written with the run (`waiting`). It
+ * becomes `pending` (due) when its run ends; the worker claims it under a lease (`FOR UPDATE SKIP LOCKED`),
  * posts the answer in the thread and records `sent` with Slack's `message_ts`. Keyed by the
  * run, so a run has one reply. `uncertain`: an earlier attempt may have posted (a lost
  * answer, a 5xx, an instance that died mid-post), so the next one looks in the thread for
@@ -80,7 +83,7 @@ export const slackReplies = pgTable('slack_replies', {
   threadTs: text('thread_ts').notNull(),
   /** the message the run answers (replies are looked for after it) */
   messageTs: text('message_ts').notNull(),
-  state: text('state').$type<SlackReplyState>().notNull().default('pending'),
+  state: text('state').$type<SlackReplyState>().notNull().default('waiting'),
   attempts: integer('attempts').notNull().default(0),
   uncertain: boolean('uncertain').notNull().default(false),
   nextAttemptAt: ts('next_attempt_at').notNull().defaultNow(),
@@ -92,5 +95,6 @@ export const slackReplies = pgTable('slack_replies', {
   sentAt: ts('sent_at')
 }, (t) => [
   index('slack_replies_due_idx').on(t.nextAttemptAt).where(sql`state in ('pending', 'posting')`),
+  index('slack_replies_waiting_idx').on(t.createdAt).where(sql`state = 'waiting'`),
   check('slack_replies_state_check', sql`${t.state} in (${sqlList(SLACK_REPLY_STATES)})`)
 ])

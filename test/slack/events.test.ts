@@ -48,7 +48,7 @@ t.test('an app_mention starts one chatplatform run; retries of its event_id star
   t.equal(run.root_run_id, run.id, 'it starts a thread')
   t.match(typeof run.metadata === 'string' ? JSON.parse(run.metadata) : run.metadata, { slack: { teamId: slack.teamId, channel: 'C0PLAN', ts: mention.ts, threadTs: mention.ts, user: 'UHUMAN1', eventId: id } })
   const reply = rowsOf(await app.db.execute(sql`select * from slack_replies where run_id = ${run.id}`))
-  t.match(reply, [{ state: 'pending', channel: 'C0PLAN', thread_ts: mention.ts, message_ts: mention.ts, attempts: 0 }], 'its reply waits in the outbox')
+  t.match(reply, [{ state: 'waiting', channel: 'C0PLAN', thread_ts: mention.ts, message_ts: mention.ts, attempts: 0 }], 'its reply waits in the outbox')
   // the API shows it like any run
   const viaApi = (await app.inject({ method: 'GET', url: `/api/runs/${run.id}`, headers: { cookie: owner.cookie } })).json()
   t.match(viaApi.run, { origin: 'chatplatform', rootRunId: run.id })

@@ -87,7 +87,7 @@ t.test('the ack comes while the engine is still working; the answer is posted on
   await gate.started
   t.equal((await runOf(app, pair.mention.ts)).status, 'running', 'acknowledged while the run is still running')
   t.equal(repliesTo(fake, run.id).length, 0, 'nothing posted before the run ends')
-  t.equal((await replyRow(app, run.id)).state, 'pending')
+  t.equal((await replyRow(app, run.id)).state, 'waiting')
 
   gate.open()
   await fake.until(() => repliesTo(fake, run.id).length === 1)
@@ -209,4 +209,20 @@ t.test('an instance that dies mid-post: another takes the reply over and does no
   t.match(row, { state: 'sent', attempts: 2, reply_ts: repliesTo(slackFake, run.id)[0]!.ts })
   t.equal(repliesTo(slackFake, run.id).length, 1, 'one reply')
   t.equal(slackFake.calls['chat.postMessage'], 1, 'posted once')
+})
+
+t.test('a run that ended while no outbox ran (a queued run cancelled) is answered when one starts', async (t) => {
+  const quiet = await buildTestApp(t, { env: { ...ENV, SLACK_OUTBOX: 'false', RUN_WORKER_CONCURRENCY: '0' } })
+  const owner = await signUpWithOrg(quiet)
+  const slack = installApp(fake)
+  t.equal((await connectSlack(quiet, owner.cookie, slack)).statusCode, 200)
+  const pair = mentionPair(slack, { text: '[never started]' })
+  await sendEvent(quiet, slack, pair.mention)
+  const run = await runOf(quiet, pair.mention.ts)
+  t.equal((await quiet.inject({ method: 'POST', url: `/api/runs/${run.id}/cancel`, headers: { cookie: owner.cookie } })).json().run.status, 'cancelled')
+  t.equal((await replyRow(quiet, run.id)).state, 'waiting', 'no outbox heard the run end')
+
+  quiet.slack.outbox.start()
+  t.match(await settled(quiet, run.id), { state: 'sent', attempts: 1 })
+  t.same(repliesTo(fake, run.id).map((m) => m.text), ['The run was cancelled.'])
 })
