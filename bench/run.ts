@@ -10,6 +10,7 @@ import { benchRuns } from './runs.js'
 import { benchRuntime } from './runtime.js'
 import { benchSkills } from './skills.js'
 import { benchUsage } from './usage.js'
+import { benchSlack } from './slack.js'
 
 const benches: Record<string, () => Promise<string>> = {
   foundation: benchFoundation,
@@ -21,7 +22,8 @@ const benches: Record<string, () => Promise<string>> = {
   knowledge: benchKnowledge,
   skills: benchSkills,
   automations: benchAutomations,
-  usage: benchUsage
+  usage: benchUsage,
+  slack: benchSlack
 }
 
 const wanted = process.argv.slice(2)

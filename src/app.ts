@@ -48,6 +48,9 @@ import providers from './providers/index.js'
 import providersService from './providers/service.js'
 import github from './github/index.js'
 import githubService from './github/service.js'
+import slack from './slack/index.js'
+import slackService from './slack/service.js'
+import { chatPlatformRuns } from './runs/chat-platform-runs.js'
 import secretsService from './secrets/service.js'
 import skills from './skills/index.js'
 import skillsService from './skills/service.js'
@@ -263,6 +266,13 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     runs: automationRuns(app.runs, app.log.child({ component: 'scheduler' })),
     targets: app.skills.forAutomations
   })
+  // Slack: connecting, the signed event ingress that starts runs, and the reply outbox
+  await app.register(slackService, {
+    config,
+    clock,
+    runs: chatPlatformRuns(app.runs, app.log.child({ component: 'slack' })),
+    secrets: app.secrets
+  })
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
   // they declare otherwise, because the principal hook sits here.
@@ -296,6 +306,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     await scope.register(platform)
     await scope.register(providers)
     await scope.register(github)
+    await scope.register(slack)
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 

@@ -126,6 +126,13 @@ export const EnvSchema = Type.Object({
   SCHEDULER_GRACE_MS: Type.Integer({ minimum: 1000, maximum: 3_600_000, default: 60_000, description: 'a tick later than this when found (no instance ran at its time) counts as missed: catchUp decides' }),
   GITHUB_API_URL: Type.String({ pattern: '^https?://', default: 'https://api.github.com', description: 'GitHub REST API base (GitHub Enterprise: https://<host>/api/v3; tests: a local server speaking GitHub\'s protocol)' }),
   GITHUB_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 600_000, default: 15_000, description: 'longest wait for one GitHub request (then 502 upstream_failed)' }),
+  SLACK_API_URL: Type.String({ pattern: '^https?://', default: 'https://slack.com/api/', description: 'Slack Web API base (auth.test, chat.postMessage); tests point it at a local server' }),
+  SLACK_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 120_000, default: 10_000, description: 'longest Slack Web API call' }),
+  SLACK_OUTBOX: Type.Boolean({ default: true, description: 'post Slack replies from this instance (every instance may; each run gets one reply)' }),
+  SLACK_OUTBOX_POLL_MS: Type.Integer({ minimum: 10, maximum: 600_000, default: 1000, description: 'how often the Slack reply outbox looks for due replies (a finished run wakes it at once)' }),
+  SLACK_OUTBOX_LEASE_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'how long a claimed reply is held before another instance may take it over (longer than SLACK_TIMEOUT_MS)' }),
+  SLACK_RETRY_BASE_MS: Type.Integer({ minimum: 1, maximum: 3_600_000, default: 2000, description: 'first wait before a failed Slack reply is tried again; doubles per attempt (at most 10 minutes)' }),
+  SLACK_MAX_ATTEMPTS: Type.Integer({ minimum: 1, maximum: 100, default: 8, description: 'attempts to post a reply before it is given up (last_error kept)' }),
   KNOWLEDGE_EXTRACT_MEMORY_MB: Type.Integer({ minimum: 32, maximum: 16_384, default: 512, description: 'heap of the extraction child process' })
 })
 

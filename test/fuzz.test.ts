@@ -8,6 +8,8 @@ import { providers } from '../src/providers/tables.js'
 import { addFacts } from './memory/helpers.js'
 import { fixtureGitHub } from './github/fake-github.js'
 import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from './helper.js'
+import { startFakeSlack } from './slack/fake-slack.js'
+import { connectSlack, EVENTS_URL, installApp, signedHeaders } from './slack/helpers.js'
 
 /**
  * Issue 11, item 6: every operation of the OpenAPI document, every parameter and body
@@ -211,8 +213,12 @@ interface Sent {
 
 t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document', async (t) => {
   const started = Date.now()
+  // Slack's Web API, locally: the generic token ('f') is a bot of workspace 'f', so connecting succeeds
+  const slack = await startFakeSlack(t)
+  slack.tokens.set('f', { team_id: 'f', team: 'fuzz', user_id: 'UFUZZBOT', bot_id: 'BFUZZ' })
   const app = await buildTestApp(t, {
     env: {
+      SLACK_API_URL: slack.url,
       AUTH_RATE_LIMIT_PER_IP: '1000000',
       AUTH_RATE_LIMIT_PER_ACCOUNT: '1000000',
       SANDBOX_PROVIDER: 'none',
@@ -461,4 +467,42 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   t.same(failures, [], `no 5xx: ${failures.length} found`)
   t.comment(`fuzz: ${operations.length} operations, ${requests} requests, ${failures.length} 5xx, ${featureOff} 503 sandbox_unavailable, ${noAnswer} closed without an answer, ${((Date.now() - started) / 1000).toFixed(1)} s, seed ${SEED}, database ${app.testDb.url ? 'postgres' : 'pglite'}`)
   t.comment(`slowest: ${spent.sort((a, b) => b[1] - a[1]).slice(0, 5).map(([name, ms]) => `${name} ${(ms / 1000).toFixed(1)} s`).join(', ')}`)
+})
+
+/**
+ * The Slack ingress answers 401 to everything above (nothing is signed). Here every field of
+ * its body gets every kind of hostile value in a body signed with a connected app's secret,
+ * so the values reach the schema and the handler: never a 5xx, and NUL, lone surrogates and
+ * deep nesting are refused (4xx).
+ */
+t.test('the Slack ingress: signed bodies with hostile values never reach a 5xx', async (t) => {
+  const fake = await startFakeSlack(t)
+  const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url, SECRETS_KEY: newKeyText(), RUN_WORKER_CONCURRENCY: '0', SLACK_OUTBOX: 'false' } })
+  const owner = await signUpWithOrg(app)
+  const slack = installApp(fake)
+  t.equal((await connectSlack(app, owner.cookie, slack)).statusCode, 200)
+  const doc = app.swagger() as { components?: { schemas?: Record<string, Schema> } }
+  const envelope = resolve(doc, { $ref: '#/components/schemas/SlackEventEnvelope' })
+  t.ok(envelope?.properties?.event, 'the envelope is documented')
+  const valid: Json = {
+    type: 'event_callback', team_id: slack.teamId, event_id: 'EvFuzz',
+    event: { type: 'app_mention', user: 'UFUZZ', text: `<@${slack.botUserId}> fuzz`, ts: '1700000000.000001', channel: 'CFUZZ' }
+  }
+  let seed = SEED
+  let requests = 0
+  const failures: string[] = []
+  for (const path of bodySlots(doc, envelope)) {
+    for (const [kind, arbitrary] of Object.entries(HOSTILE)) {
+      const [value] = fc.sample(arbitrary, { seed: seed++, numRuns: 1 }) as [Json]
+      const body = expandDeep(JSON.stringify(setAt(valid, path, value)))
+      const res = await app.inject({ method: 'POST', url: EVENTS_URL, headers: signedHeaders(slack.signingSecret, body), payload: body })
+      requests++
+      const where = `/${path.join('/')} = ${kind}`
+      if (res.statusCode >= 500) failures.push(`${res.statusCode} ${where} -> ${res.body.slice(0, 200)}`)
+      else if ((kind === 'nul' || kind === 'loneSurrogate' || kind === 'deep') && (res.statusCode < 400 || res.statusCode >= 500)) {
+        failures.push(`${res.statusCode}, not a 4xx: ${where} -> ${res.body.slice(0, 200)}`)
+      }
+    }
+  }
+  t.same(failures, [], `no 5xx in ${requests} signed requests`)
 })

@@ -41,7 +41,12 @@ export function originOf(principal: Principal): RunOrigin {
   return principal.kind === 'user' ? 'web' : principal.kind === 'key' ? 'api' : 'dev'
 }
 
+/** Whose run it is: only the org and the user are read (a principal, or a system starter such as the Slack ingress). */
+export type RunOwner = Pick<Principal, 'orgId' | 'userId'> & Partial<Principal>
+
 export interface CreateRunInput {
+  /** the run's id when the caller needs it before the insert (a row that refers to it); otherwise a new one */
+  id?: string | undefined
   prompt: string
   engine: string
   model: string | null
@@ -56,8 +61,8 @@ export interface CreateRunInput {
  * thread: the given id must be a run of this org; the new run hangs off the thread's latest run.
  * Returns null when the thread is not in the org.
  */
-export async function createRun(tx: Tx, principal: Principal, input: CreateRunInput): Promise<RunRow | null> {
-  const id = newId()
+export async function createRun(tx: Tx, principal: RunOwner, input: CreateRunInput): Promise<RunRow | null> {
+  const id = input.id ?? newId()
   let rootRunId = id
   let parentRunId: string | null = null
   if (input.rootRunId !== undefined) {

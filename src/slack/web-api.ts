@@ -1,0 +1,128 @@
+import { ErrorCode, LogLevel, WebClient, type Logger } from '@slack/web-api'
+
+/** The metadata every reply carries, so a retry can find a reply that was posted but not recorded. */
+export const REPLY_EVENT_TYPE = 'cairn_run_reply'
+
+/** Slack's answer to auth.test: who the bot token belongs to. */
+export interface SlackIdentity {
+  teamId: string
+  team: string | null
+  botUserId: string | null
+  botId: string | null
+}
+
+/**
+ * Why a Web API call failed. `refused`: Slack answered `ok: false` (a definite answer,
+ * nothing was done); `rate_limited`: 429 with Retry-After; `unavailable`: no usable answer
+ * (network, timeout, a 5xx), after which the call may or may not have taken effect.
+ */
+export type SlackFailure =
+  | { kind: 'refused'; error: string }
+  | { kind: 'rate_limited'; retryAfterSeconds: number }
+  | { kind: 'unavailable'; message: string }
+
+export class SlackCallError extends Error {
+  override name = 'SlackCallError'
+  readonly failure: SlackFailure
+  constructor(method: string, failure: SlackFailure) {
+    super(failure.kind === 'refused' ? `Slack refused ${method}: ${failure.error}`
+      : failure.kind === 'rate_limited' ? `Slack rate-limited ${method} (retry in ${failure.retryAfterSeconds} s)`
+        : `Slack did not answer ${method}: ${failure.message}`)
+    this.failure = failure
+  }
+}
+
+export interface SlackApi {
+  /** auth.test: the token's team and bot; throws SlackCallError */
+  authTest(token: string): Promise<SlackIdentity>
+  /** chat.postMessage in a thread, tagged with the run id; answers the posted message's ts */
+  postReply(token: string, reply: { channel: string; threadTs: string; text: string; runId: string }): Promise<string>
+  /**
+   * conversations.replies: the ts of a reply to this run already in the thread (posted by an
+   * attempt whose answer was lost), or null when there is none
+   */
+  findReply(token: string, where: { channel: string; threadTs: string; after: string; runId: string }): Promise<string | null>
+}
+
+/** The Web API client's own log goes to ours at debug level: we log what matters ourselves, without tokens. */
+function quietLogger(debug: (message: string) => void): Logger {
+  let level = LogLevel.WARN
+  const at = (...msg: unknown[]) => debug(msg.map(String).join(' '))
+  return { debug: () => {}, info: () => {}, warn: at, error: at, setLevel: (l) => void (level = l), getLevel: () => level, setName: () => {} }
+}
+
+function failureOf(err: unknown): SlackFailure {
+  const e = err as { code?: string; data?: { error?: string }; retryAfter?: number; statusCode?: number; original?: Error; message?: string }
+  switch (e.code) {
+    case ErrorCode.PlatformError:
+      return { kind: 'refused', error: e.data?.error ?? 'unknown_error' }
+    case ErrorCode.RateLimitedError:
+      return { kind: 'rate_limited', retryAfterSeconds: Math.max(1, Math.ceil(e.retryAfter ?? 1)) }
+    case ErrorCode.HTTPError:
+      return { kind: 'unavailable', message: `HTTP ${e.statusCode ?? '?'}` }
+    case ErrorCode.RequestError:
+      return { kind: 'unavailable', message: e.original?.name === 'TimeoutError' ? 'timed out' : (e.original?.message ?? 'request failed') }
+    default:
+      return { kind: 'unavailable', message: e.message ?? String(err) }
+  }
+}
+
+/**
+ * Slack's Web API through @slack/web-api, at `SLACK_API_URL`. The client's own retries are
+ * off (the outbox retries, with its own backoff, and knows whether a post may have landed)
+ * and a 429 is answered at once rather than waited out.
+ */
+export function slackApi(o: { baseUrl: string; timeoutMs: number; debug: (message: string) => void }): SlackApi {
+  const slackApiUrl = o.baseUrl.endsWith('/') ? o.baseUrl : `${o.baseUrl}/`
+  const logger = quietLogger(o.debug)
+  const client = (token: string) => new WebClient(token, {
+    slackApiUrl,
+    timeout: o.timeoutMs,
+    retryConfig: { retries: 0 },
+    rejectRateLimitedCalls: true,
+    logger,
+    // absolute URLs in a method name never leave SLACK_API_URL
+    allowAbsoluteUrls: false
+  })
+  async function call<T>(method: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn()
+    } catch (err) {
+      throw new SlackCallError(method, failureOf(err))
+    }
+  }
+  return {
+    async authTest(token) {
+      const res = await call('auth.test', () => client(token).auth.test())
+      if (typeof res.team_id !== 'string' || res.team_id === '') throw new SlackCallError('auth.test', { kind: 'unavailable', message: 'no team_id in the answer' })
+      return { teamId: res.team_id, team: res.team ?? null, botUserId: res.user_id ?? null, botId: res.bot_id ?? null }
+    },
+    async postReply(token, r) {
+      const res = await call('chat.postMessage', () => client(token).chat.postMessage({
+        channel: r.channel,
+        thread_ts: r.threadTs,
+        text: r.text,
+        unfurl_links: false,
+        unfurl_media: false,
+        metadata: { event_type: REPLY_EVENT_TYPE, event_payload: { run_id: r.runId } }
+      }))
+      return res.ts ?? ''
+    },
+    async findReply(token, w) {
+      let cursor: string | undefined
+      // a thread is read after the message the run answers, a page at a time, at most five pages
+      for (let page = 0; page < 5; page++) {
+        const res = await call('conversations.replies', () => client(token).conversations.replies({
+          channel: w.channel, ts: w.threadTs, oldest: w.after, include_all_metadata: true, limit: 200, ...(cursor ? { cursor } : {})
+        }))
+        for (const m of res.messages ?? []) {
+          const meta = m.metadata as { event_type?: string; event_payload?: { run_id?: unknown } } | undefined
+          if (meta?.event_type === REPLY_EVENT_TYPE && meta.event_payload?.run_id === w.runId && typeof m.ts === 'string') return m.ts
+        }
+        cursor = res.response_metadata?.next_cursor || undefined
+        if (!cursor) return null
+      }
+      return null
+    }
+  }
+}

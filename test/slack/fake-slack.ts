@@ -1,0 +1,139 @@
+import { EventEmitter, once } from 'node:events'
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { Teardown } from '../helper.js'
+
+/** Who a bot token is (auth.test). */
+export interface FakeIdentity {
+  team_id: string
+  team: string
+  user_id: string
+  bot_id: string
+}
+
+/** A message the fake workspace holds (posted through chat.postMessage). */
+export interface FakeMessage {
+  token: string
+  channel: string
+  thread_ts: string | undefined
+  text: string
+  ts: string
+  metadata: { event_type?: string; event_payload?: Record<string, unknown> } | undefined
+}
+
+/**
+ * What one chat.postMessage attempt does instead of posting normally:
+ * `http500` answers 500 and posts nothing; `error` answers `ok: false` with that error and
+ * posts nothing; `loseAnswer` posts, then drops the connection before answering (the caller
+ * cannot know it landed); `hold` posts and never answers (an instance that dies mid-post);
+ * `rateLimit` answers 429 with Retry-After.
+ */
+export type PostBehaviour = { http500: true } | { error: string } | { loseAnswer: true } | { hold: true } | { rateLimit: number }
+
+export interface FakeSlack {
+  /** the Web API base, for SLACK_API_URL */
+  url: string
+  tokens: Map<string, FakeIdentity>
+  /** messages posted, in order */
+  messages: FakeMessage[]
+  /** calls per method, answered or not */
+  calls: Record<string, number>
+  /** the next chat.postMessage attempts, in order (each used once) */
+  postPlan: PostBehaviour[]
+  /** auth.test's next answers instead of the normal one */
+  authPlan: Array<{ http500: true } | { rateLimit: number }>
+  /** resolves once `check` holds, checked after every request the fake handled */
+  until(check: () => boolean): Promise<void>
+}
+
+/**
+ * A local server speaking the parts of Slack's Web API the service calls: `auth.test`,
+ * `chat.postMessage` (with message metadata) and `conversations.replies`
+ * (`include_all_metadata`), form-encoded or JSON, the bot token as a bearer header.
+ */
+export async function startFakeSlack(t: Teardown): Promise<FakeSlack> {
+  const changed = new EventEmitter()
+  changed.setMaxListeners(100)
+  let counter = 0
+  const fake: Omit<FakeSlack, 'url'> = {
+    tokens: new Map(),
+    messages: [],
+    calls: {},
+    postPlan: [],
+    authPlan: [],
+    async until(check) {
+      while (!check()) await once(changed, 'handled')
+    }
+  }
+  const held: ServerResponse[] = []
+
+  const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
+    let raw = ''
+    for await (const chunk of req) raw += chunk
+    const method = (req.url ?? '').replace(/^\/api\//, '').split('?')[0]!
+    fake.calls[method] = (fake.calls[method] ?? 0) + 1
+    const params: Record<string, string> = (req.headers['content-type'] ?? '').includes('json')
+      ? Object.fromEntries(Object.entries(raw ? JSON.parse(raw) as Record<string, unknown> : {}).map(([k, v]) => [k, typeof v === 'string' ? v : JSON.stringify(v)]))
+      : Object.fromEntries(new URLSearchParams(raw))
+    const token = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? params.token ?? ''
+    const answer = (body: Record<string, unknown>, status = 200, headers: Record<string, string> = {}) => {
+      res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', ...headers })
+      res.end(JSON.stringify(body))
+    }
+    try {
+      const identity = fake.tokens.get(token)
+      if (method === 'auth.test') {
+        const plan = fake.authPlan.shift()
+        if (plan && 'http500' in plan) return answer({ ok: false }, 500)
+        if (plan && 'rateLimit' in plan) return answer({ ok: false, error: 'ratelimited' }, 429, { 'retry-after': String(plan.rateLimit) })
+        if (!identity) return answer({ ok: false, error: 'invalid_auth' })
+        return answer({ ok: true, url: `https://${identity.team}.slack.test/`, user: 'cairn', ...identity })
+      }
+      if (!identity) return answer({ ok: false, error: 'invalid_auth' })
+      if (method === 'chat.postMessage') {
+        const plan = fake.postPlan.shift()
+        if (plan && 'http500' in plan) return answer({ ok: false }, 500)
+        if (plan && 'error' in plan) return answer({ ok: false, error: plan.error })
+        if (plan && 'rateLimit' in plan) return answer({ ok: false, error: 'ratelimited' }, 429, { 'retry-after': String(plan.rateLimit) })
+        if (!params.channel) return answer({ ok: false, error: 'channel_not_found' })
+        counter++
+        const message: FakeMessage = {
+          token,
+          channel: params.channel,
+          thread_ts: params.thread_ts,
+          text: params.text ?? '',
+          ts: `${Math.floor(Date.now() / 1000)}.${String(counter).padStart(6, '0')}`,
+          metadata: params.metadata ? JSON.parse(params.metadata) : undefined
+        }
+        fake.messages.push(message)
+        if (plan && 'loseAnswer' in plan) {
+          res.socket?.destroy()
+          return
+        }
+        if (plan && 'hold' in plan) {
+          held.push(res)
+          return
+        }
+        return answer({ ok: true, channel: message.channel, ts: message.ts, message: { text: message.text, ts: message.ts } })
+      }
+      if (method === 'conversations.replies') {
+        const withMetadata = params.include_all_metadata === 'true'
+        const oldest = Number(params.oldest ?? 0)
+        const messages = fake.messages
+          .filter((m) => m.token === token && m.channel === params.channel && m.thread_ts === params.ts && Number(m.ts) > oldest)
+          .map((m) => ({ type: 'message', ts: m.ts, thread_ts: m.thread_ts, text: m.text, bot_id: identity.bot_id, ...(withMetadata && m.metadata ? { metadata: m.metadata } : {}) }))
+        return answer({ ok: true, messages, has_more: false, response_metadata: { next_cursor: '' } })
+      }
+      return answer({ ok: false, error: 'unknown_method' })
+    } finally {
+      changed.emit('handled')
+    }
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => {
+    for (const res of held) res.destroy()
+    server.closeAllConnections()
+    server.close()
+  })
+  return { ...fake, url: `http://127.0.0.1:${(server.address() as { port: number }).port}/api/` } as FakeSlack
+}

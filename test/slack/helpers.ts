@@ -1,0 +1,99 @@
+import { randomBytes } from 'node:crypto'
+import type { FastifyInstance } from 'fastify'
+import { slackSignature } from '../../src/slack/signature.js'
+import type { FakeSlack } from './fake-slack.js'
+
+export const EVENTS_URL = '/api/chatplatform/slack/events'
+
+export interface SlackApp {
+  teamId: string
+  team: string
+  botToken: string
+  signingSecret: string
+  botUserId: string
+  botId: string
+}
+
+let unique = 0
+/** A Slack app installed in a fresh workspace of the fake (its bot token known to auth.test). */
+export function installApp(fake: FakeSlack, name = 'acme'): SlackApp {
+  unique++
+  const suffix = `${process.pid}${unique}`.toUpperCase()
+  const app: SlackApp = {
+    teamId: `T${suffix}`,
+    team: `${name}-${unique}`,
+    botToken: `xoxb-${randomBytes(12).toString('hex')}`,
+    signingSecret: randomBytes(16).toString('hex'),
+    botUserId: `UB${suffix}`,
+    botId: `B${suffix}`
+  }
+  fake.tokens.set(app.botToken, { team_id: app.teamId, team: app.team, user_id: app.botUserId, bot_id: app.botId })
+  return app
+}
+
+/** PUT /api/integrations/slack as the cookie's user. */
+export function connectSlack(app: FastifyInstance, cookie: string, slack: SlackApp, overrides: Record<string, unknown> = {}) {
+  return app.inject({
+    method: 'PUT',
+    url: '/api/integrations/slack',
+    headers: { cookie },
+    payload: { botToken: slack.botToken, signingSecret: slack.signingSecret, teamId: slack.teamId, ...overrides }
+  })
+}
+
+export const nowSeconds = () => Math.floor(Date.now() / 1000)
+
+/** Slack's request headers for a body: its timestamp (now unless given) and v0 signature under the secret. */
+export function signedHeaders(secret: string, body: string, timestamp = String(nowSeconds())): Record<string, string> {
+  return { 'content-type': 'application/json', 'x-slack-request-timestamp': timestamp, 'x-slack-signature': slackSignature(secret, timestamp, body) }
+}
+
+/** POSTs a body to the ingress with these headers (the body sent as the exact bytes given). */
+export function postEvent(app: FastifyInstance, body: string, headers: Record<string, string>) {
+  return app.inject({ method: 'POST', url: EVENTS_URL, headers, payload: body })
+}
+
+/** A signed event callback for the app's team. */
+export function sendEvent(app: FastifyInstance, slack: SlackApp, event: Record<string, unknown>, opts: { eventId?: string; retry?: number; timestamp?: string } = {}) {
+  const body = JSON.stringify(callback(slack, event, opts.eventId))
+  const headers = signedHeaders(slack.signingSecret, body, opts.timestamp)
+  if (opts.retry !== undefined) Object.assign(headers, { 'x-slack-retry-num': String(opts.retry), 'x-slack-retry-reason': 'http_timeout' })
+  return postEvent(app, body, headers)
+}
+
+let events = 0
+let stamps = 0
+export const eventId = () => `Ev${process.pid}X${++events}`
+/** A fresh message ts, like Slack's (`seconds.micros`), a little in the past. */
+export const messageTs = () => `${nowSeconds() - 60}.${String(++stamps).padStart(6, '0')}`
+
+/** Slack's envelope around an event. */
+export function callback(slack: SlackApp, event: Record<string, unknown>, id = eventId()) {
+  return {
+    token: 'legacy-verification-token',
+    team_id: slack.teamId,
+    api_app_id: 'A0CAIRN',
+    event,
+    type: 'event_callback',
+    event_id: id,
+    event_time: nowSeconds(),
+    authorizations: [{ team_id: slack.teamId, user_id: slack.botUserId, is_bot: true }]
+  }
+}
+
+/** The `app_mention` and `message` events Slack sends for one message that mentions the bot. */
+export function mentionPair(slack: SlackApp, o: { channel?: string; ts?: string; threadTs?: string; text?: string; user?: string } = {}) {
+  const ts = o.ts ?? messageTs()
+  const base = {
+    user: o.user ?? 'UHUMAN1',
+    text: `<@${slack.botUserId}> ${o.text ?? 'what is the weather'}`,
+    ts,
+    channel: o.channel ?? 'C0GENERAL',
+    event_ts: ts,
+    ...(o.threadTs ? { thread_ts: o.threadTs } : {})
+  }
+  return {
+    mention: { type: 'app_mention', ...base },
+    message: { type: 'message', channel_type: 'channel', ...base }
+  }
+}
