@@ -2,27 +2,11 @@ import { sql } from 'drizzle-orm'
 import type { FastifyInstance } from 'fastify'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
-import { newKeyText } from '../../src/secrets/crypto.js'
 import { buildTestApp, secondHandle, signUpWithOrg } from '../helper.js'
 import { startFakeSlack } from './fake-slack.js'
-import { callback, connectSlack, eventId, installApp, mentionPair, messageTs, postEvent, sendEvent, signedHeaders } from './helpers.js'
+import { callback, connectSlack, INGRESS_ENV, ingressFixture, eventId, installApp, mentionPair, messageTs, postEvent, sendEvent, signedHeaders } from './helpers.js'
 
-// runs stay queued: these tests are about what the ingress stores, not about answers
-const ENV = { RUN_WORKER_CONCURRENCY: '0', SLACK_OUTBOX: 'false', ALLOW_DEV_ORG: 'false', SECRETS_KEY: newKeyText() }
-
-// one app for the file (building one is most of a test's time); every test has its own org and workspace
-const sharedFake = await startFakeSlack(t)
-const sharedApp = await buildTestApp(t, { env: { ...ENV, SLACK_API_URL: sharedFake.url } })
-
-async function setUp() {
-  const fake = sharedFake
-  const app = sharedApp
-  const owner = await signUpWithOrg(app)
-  const slack = installApp(fake)
-  const res = await connectSlack(app, owner.cookie, slack)
-  if (res.statusCode !== 200) throw new Error(res.body)
-  return { fake, app, owner, slack }
-}
+const { setUp } = await ingressFixture(t)
 
 const runsOf = async (app: FastifyInstance, orgId: string) =>
   rowsOf<{ id: string; root_run_id: string; parent_run_id: string | null; origin: string; prompt: string; status: string; user_id: string | null; metadata: unknown }>(
@@ -179,8 +163,8 @@ t.test('tenancy: each team\'s events land in its own org only', async (t) => {
 
 t.test('two instances: the two events of one message, one on each, start one run', async (t) => {
   const fake = await startFakeSlack(t)
-  // ENV's SECRETS_KEY: one key ring for both, as the instances of one deployment share it
-  const env = { ...ENV, SLACK_API_URL: fake.url }
+  // INGRESS_ENV's SECRETS_KEY: one key ring for both, as the instances of one deployment share it
+  const env = { ...INGRESS_ENV, SLACK_API_URL: fake.url }
   const first = await buildTestApp(t, { env })
   const second = await buildTestApp(t, { env, db: await secondHandle(t, first.testDb) })
   const owner = await signUpWithOrg(first)

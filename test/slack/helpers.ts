@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import { slackSignature } from '../../src/slack/signature.js'
-import type { FakeSlack } from './fake-slack.js'
+import { newKeyText } from '../../src/secrets/crypto.js'
+import { buildTestApp, signUpWithOrg, type Teardown } from '../helper.js'
+import { startFakeSlack, type FakeSlack } from './fake-slack.js'
 
 export const EVENTS_URL = '/api/chatplatform/slack/events'
 
@@ -95,5 +97,26 @@ export function mentionPair(slack: SlackApp, o: { channel?: string; ts?: string;
   return {
     mention: { type: 'app_mention', ...base },
     message: { type: 'message', channel_type: 'channel', ...base }
+  }
+}
+
+/** Runs stay queued: the ingress tests are about what it stores, not about answers. */
+export const INGRESS_ENV = { RUN_WORKER_CONCURRENCY: '0', SLACK_OUTBOX: 'false', ALLOW_DEV_ORG: 'false', SECRETS_KEY: newKeyText() }
+
+/**
+ * One app and one local Slack for a test file (building an app is most of a test's time);
+ * `setUp` gives every test its own org with a connected workspace.
+ */
+export async function ingressFixture(t: Teardown) {
+  const fake = await startFakeSlack(t)
+  const app = await buildTestApp(t, { env: { ...INGRESS_ENV, SLACK_API_URL: fake.url } })
+  return {
+    async setUp() {
+      const owner = await signUpWithOrg(app)
+      const slack = installApp(fake)
+      const res = await connectSlack(app, owner.cookie, slack)
+      if (res.statusCode !== 200) throw new Error(res.body)
+      return { fake, app, owner, slack }
+    }
   }
 }

@@ -2,28 +2,12 @@ import { sql } from 'drizzle-orm'
 import type { FastifyInstance } from 'fastify'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
-import { newKeyText } from '../../src/secrets/crypto.js'
 import { slackSignature } from '../../src/slack/signature.js'
 import { buildTestApp, signUpWithOrg } from '../helper.js'
 import { startFakeSlack } from './fake-slack.js'
-import { callback, connectSlack, EVENTS_URL, installApp, mentionPair, nowSeconds, postEvent, signedHeaders } from './helpers.js'
+import { callback, connectSlack, INGRESS_ENV, ingressFixture, EVENTS_URL, installApp, mentionPair, nowSeconds, postEvent, signedHeaders } from './helpers.js'
 
-// runs stay queued: these tests are about what the ingress stores, not about answers
-const ENV = { RUN_WORKER_CONCURRENCY: '0', SLACK_OUTBOX: 'false', ALLOW_DEV_ORG: 'false', SECRETS_KEY: newKeyText() }
-
-// one app for the file (building one is most of a test's time); every test has its own org and workspace
-const sharedFake = await startFakeSlack(t)
-const sharedApp = await buildTestApp(t, { env: { ...ENV, SLACK_API_URL: sharedFake.url } })
-
-async function setUp() {
-  const fake = sharedFake
-  const app = sharedApp
-  const owner = await signUpWithOrg(app)
-  const slack = installApp(fake)
-  const res = await connectSlack(app, owner.cookie, slack)
-  if (res.statusCode !== 200) throw new Error(res.body)
-  return { fake, app, owner, slack }
-}
+const { setUp } = await ingressFixture(t)
 
 const count = async (app: FastifyInstance, table: 'runs' | 'slack_replies' | 'slack_messages' | 'slack_events', orgId: string) =>
   Number(rowsOf<{ n: number }>(await app.db.execute(sql`select count(*)::int as n from ${sql.identifier(table)} where org_id = ${orgId}`))[0]!.n)
@@ -75,7 +59,7 @@ t.test('requests that are not signed by the connected app are 401 and change not
 t.test('the time window follows the service\'s clock', async (t) => {
   const fake = await startFakeSlack(t)
   const at = 1531420618
-  const app = await buildTestApp(t, { env: { ...ENV, SLACK_API_URL: fake.url }, clock: { now: () => new Date(at * 1000) } })
+  const app = await buildTestApp(t, { env: { ...INGRESS_ENV, SLACK_API_URL: fake.url }, clock: { now: () => new Date(at * 1000) } })
   const owner = await signUpWithOrg(app)
   const slack = installApp(fake)
   t.equal((await connectSlack(app, owner.cookie, slack, { signingSecret: '8f742231b10e8888abcd99yyyzzz85a5' })).statusCode, 200)
