@@ -51,7 +51,7 @@ export async function dashboard(db: Db, orgId: string, now: Date) {
           (select 'task', id, title, updated_at from tasks where org_id = ${orgId} order by updated_at desc limit ${RECENT})
         ) everything order by at desc, id desc limit ${RECENT}) r) as recent
     from (select coalesce(sum(runs), 0) as finished, coalesce(sum(succeeded), 0) as succeeded, coalesce(sum(failed), 0) as failed
-          from usage_slots where org_id = ${orgId}) f`))
+          from usage_hours where org_id = ${orgId}) f`))
   const n = (key: string) => Number(row![key])
   const finished = n('finished')
   const byStatus = { queued: n('queued'), running: n('running'), succeeded: n('succeeded'), failed: n('failed'), cancelled: finished - n('succeeded') - n('failed') }

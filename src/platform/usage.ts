@@ -57,30 +57,50 @@ export function parseUsageQuery(q: UsageQuery, now: Date): { first: number; last
 }
 
 const COLUMN: Record<Group, string> = { engine: 'engine', model: 'model', user: 'user_id' }
+/** The rollup's origin for date_bin (any whole UTC hour: it bins the same in every session time zone). */
+const ORIGIN = '2000-01-01T00:00:00Z'
 
 /**
- * Contract 11's fleet usage from the quarter-hour rollup (usage_slots, or
- * usage_slot_groups when grouped): the slots from the
- * local midnight starting `first` to the one ending `last`, summed per local day of `tz`
- * and group; then every day of every group seen is there, zero-filled, in date then group
- * order, and the totals are the buckets' sums.
+ * Contract 11's fleet usage from the rollup (src/platform/tables.ts): the local midnights
+ * from `first` to the one ending `last` are converted once each; every whole UTC hour
+ * between them that no midnight splits is read from the hourly table, and the quarter
+ * hours of the hours one does split (zones like +05:30) from the quarter-hour table; each
+ * row's local day is a binary search among the midnights (width_bucket). Then every day of
+ * every group seen is there, zero-filled, in date then group order, and the totals are the
+ * buckets' sums.
  */
 export async function usageReport(db: Db, orgId: string, { first, last, tz, groups }: ReturnType<typeof parseUsageQuery>): Promise<{ buckets: UsageBucket[]; totals: Counts }> {
   const keys = groups.map((g) => sql.raw(COLUMN[g]))
   const columns = keys.length > 0 ? sql`, ${sql.join(keys, sql`, `)}` : sql``
-  // the local midnights from `first` to the one ending `last`, converted once each; every
-  // slot's day is then a binary search among them (width_bucket), not a conversion per slot
+  const hours = sql.raw(keys.length > 0 ? 'usage_hour_groups' : 'usage_hours')
   const rows = rowsOf<Record<string, unknown>>(await db.execute(sql`
-    with bounds as materialized (
-      select array_agg(((${dateOfDay(first)}::date + i)::timestamp at time zone ${tz}) order by i) as b
-      from generate_series(0, ${last - first + 1}::int) i)
-    select width_bucket(slot, (select b from bounds)) - 1 as day${columns},
+    with midnights as materialized (
+      select i, ((${dateOfDay(first)}::date + i)::timestamp at time zone ${tz}) as m
+      from generate_series(0, ${last - first + 1}::int) i),
+    bounds as materialized (
+      select array_agg(m order by i) as b,
+             coalesce(array_agg(date_bin('1 hour', m, ${ORIGIN}::timestamptz)) filter (where m <> date_bin('1 hour', m, ${ORIGIN}::timestamptz)), '{}') as split
+      from midnights)
+    select day${columns},
            sum(runs)::bigint as runs, sum(succeeded)::bigint as succeeded, sum(failed)::bigint as failed,
            sum(input_tokens)::bigint as input_tokens, sum(output_tokens)::bigint as output_tokens, sum(duration_ms)::bigint as duration_ms
-    from ${keys.length > 0 ? sql.raw('usage_slot_groups') : sql.raw('usage_slots')}
-    where org_id = ${orgId}
-      and slot >= (select b[1] from bounds)
-      and slot < (select b[array_length(b, 1)] from bounds)
+    from (
+      select width_bucket(hour, (select b from bounds)) - 1 as day${columns}, runs, succeeded, failed, input_tokens, output_tokens, duration_ms
+      from ${hours}
+      where org_id = ${orgId}
+        and hour >= (select b[1] from bounds)
+        and hour < (select b[array_length(b, 1)] from bounds)
+        and hour <> all ((select split from bounds)::timestamptz[])
+      union all
+      select width_bucket(q.slot, (select b from bounds)) - 1${columns}, runs, succeeded, failed, input_tokens, output_tokens, duration_ms
+      from unnest((select split from bounds)) h
+      -- lateral, with the hour and the range in one bound each: an index range per split hour
+      cross join lateral (
+        select * from usage_slot_groups q
+        where q.org_id = ${orgId}
+          and q.slot >= greatest(h, (select b[1] from bounds))
+          and q.slot < least(h + interval '1 hour', (select b[array_length(b, 1)] from bounds))) q
+    ) r
     group by 1${columns}`).catch((err: unknown) => {
     // a zone ICU knows and this database's time zone data does not
     if (sqlStateOf(err) === '22023') throw validationFailed([{ path: '/querystring/tz', message: `${JSON.stringify(tz)} is not a time zone this database knows` }])

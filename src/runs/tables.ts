@@ -30,7 +30,7 @@ export const runs = pgTable('runs', {
   createdAt: ts('created_at').notNull().defaultNow(),
   startedAt: ts('started_at'),
   finishedAt: ts('finished_at'),
-  /** tokens the engine reported at the end (null: none reported); summed into usage_slots */
+  /** tokens the engine reported at the end (null: none reported); summed into usage_hours */
   inputTokens: integer('input_tokens'),
   outputTokens: integer('output_tokens'),
   /** the worker instance holding the run while it is `running` */

@@ -309,7 +309,7 @@ export class RunWorker {
         status: outcome.status,
         error: outcome.status === 'failed' ? outcome.error : null,
         finishedAt: sql`now()`,
-        // what the engine reported (fleet usage sums it: usage_slots)
+        // what the engine reported (fleet usage sums it: usage_hours)
         ...(outcome.status === 'succeeded' && outcome.usage
           ? { inputTokens: outcome.usage.promptTokens, outputTokens: outcome.usage.completionTokens }
           : {}),

@@ -5,7 +5,7 @@ import { rowsOf } from '../../src/db/client.js'
 import { newId } from '../../src/db/ids.js'
 import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg, waitFor } from '../helper.js'
 
-/** A finished run as the worker leaves it: the trigger adds it to usage_slots. */
+/** A finished run as the worker leaves it: the trigger adds it to usage_hours. */
 async function finishedRun(app: FastifyInstance, orgId: string, r: { at: string; engine?: string; model?: string | null; userId?: string | null; status?: string; ms?: number; tokens?: [number, number] }) {
   const id = newId()
   const finished = new Date(r.at)
@@ -70,6 +70,60 @@ t.test('local days of Europe/Berlin across both 2026 changes: 23 and 25 hours, e
   t.equal(year.totals.runs, 13)
   t.equal(year.buckets.reduce((s, b) => s + b.runs, 0), year.totals.runs, 'buckets sum to the totals')
 })
+
+t.test('every zone\'s days are exact at both grains: runs near the midnights of whole-hour, half-hour and quarter-hour zones land on the day Intl gives them', async (t) => {
+  const app = await buildTestApp(t)
+  const owner = await signUpWithOrg(app)
+  const org = owner.org.id
+  // each zone's midnights (DST changes included) ± a second and ± 15 minutes, plus a spread
+  // of times, in two engines: the hours a midnight splits are read at the quarter hour
+  const zones = ['UTC', 'Europe/Berlin', 'Asia/Kolkata', 'Asia/Kathmandu', 'America/St_Johns', 'Australia/Adelaide', 'Pacific/Chatham']
+  const from = '2026-03-27'
+  const to = '2026-04-06'
+  const moments = new Set<number>()
+  for (const tz of zones) {
+    for (let day = Date.parse(`${from}T00:00:00Z`) - 86_400_000; day <= Date.parse(`${to}T00:00:00Z`) + 2 * 86_400_000; day += 86_400_000) {
+      const midnight = zonedMidnight(new Date(day).toISOString().slice(0, 10), tz)
+      for (const d of [-900_000, -1000, 0, 1000, 900_000]) moments.add(midnight + d)
+    }
+  }
+  for (let at = Date.parse(`${from}T00:07:00Z`); at < Date.parse(`${to}T23:00:00Z`); at += 5 * 3_600_000 + 7 * 60_000) moments.add(at)
+  const ats = [...moments].sort((a, b) => a - b)
+  for (const [i, at] of ats.entries()) await finishedRun(app, org, { at: new Date(at).toISOString(), engine: i % 2 === 0 ? 'echo' : 'openai' })
+  for (const tz of zones) {
+    const dayOf = (at: number) => new Intl.DateTimeFormat('en-CA', { timeZone: tz, year: 'numeric', month: '2-digit', day: '2-digit' }).format(at)
+    const expected = new Map<string, number>()
+    for (const [i, at] of ats.entries()) {
+      const date = dayOf(at)
+      if (date < from || date > to) continue
+      const engine = i % 2 === 0 ? 'echo' : 'openai'
+      expected.set(`${date}|${engine}`, (expected.get(`${date}|${engine}`) ?? 0) + 1)
+      expected.set(date, (expected.get(date) ?? 0) + 1)
+    }
+    for (const groupBy of ['', 'engine']) {
+      const res = await app.inject({ method: 'GET', url: `/api/usage?from=${from}&to=${to}&tz=${tz}${groupBy === '' ? '' : `&groupBy=${groupBy}`}`, headers: { cookie: owner.cookie } })
+      t.equal(res.statusCode, 200, res.body)
+      const { buckets, totals } = res.json() as { buckets: Array<{ date: string; engine: string | null; runs: number }>; totals: { runs: number } }
+      const got = buckets.map((b) => [b.engine === null ? b.date : `${b.date}|${b.engine}`, b.runs])
+      const want = got.map(([key]) => [key, expected.get(key as string) ?? 0])
+      t.same(got, want, `${tz}${groupBy === '' ? '' : ' by engine'}: every run on its local day`)
+      t.equal(totals.runs, [...expected.entries()].filter(([k]) => !k.includes('|')).reduce((s, [, n]) => s + n, 0), `${tz}: the totals`)
+    }
+  }
+})
+
+/** The instant `date` begins in `tz` (the first instant whose local date is `date`). */
+function zonedMidnight(date: string, tz: string): number {
+  const dayOf = (at: number) => new Intl.DateTimeFormat('en-CA', { timeZone: tz, year: 'numeric', month: '2-digit', day: '2-digit' }).format(at)
+  let lo = Date.parse(`${date}T00:00:00Z`) - 15 * 3_600_000
+  let hi = lo + 30 * 3_600_000
+  while (hi - lo > 1000) { // the first second whose local date is `date` (offsets are whole minutes)
+    const mid = lo + Math.floor((hi - lo) / 2000) * 1000
+    if (dayOf(mid) < date) lo = mid
+    else hi = mid
+  }
+  return hi
+}
 
 t.test('groups are zero-filled for every day, ordered, and sum to the totals', async (t) => {
   const app = await buildTestApp(t)
