@@ -41,7 +41,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const target = a.target
     if (!target) return
     if ('prompt' in target) {
-      const chosen = await app.runs.engines.resolve(target.engine, target.model)
+      const chosen = await app.runs.engines.resolve(target.engine, target.model, orgId)
       if ('error' in chosen) throw engineUnavailable(chosen.error)
     } else if (!(await targets.exists(app.db, orgId, target))) {
       throw notFound(`no such ${'skillId' in target ? 'skill' : 'playbook'} in this organization (target)`)

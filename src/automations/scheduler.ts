@@ -14,7 +14,7 @@ export const systemClock: Clock = { now: () => new Date() }
 /** What automations need of the runs group: the engine a prompt names, queued runs stored in a transaction, announced after it. */
 export interface AutomationRuns {
   /** the engine and model a run of this request gets (an unknown one is kept: the worker fails the run, saying why) */
-  engineFor(engine: string | undefined, model: string | undefined): Promise<{ engine: string; model: string | null }>
+  engineFor(tx: Tx, orgId: string, engine: string | undefined, model: string | undefined): Promise<{ engine: string; model: string | null }>
   insert(tx: Tx, rows: QueuedRun[]): Promise<QueuedRun[]>
   /** never throws: a run.queued not stored now is left to the runs sweeper */
   announce(runs: QueuedRun[]): Promise<void>
@@ -48,12 +48,12 @@ export async function planRun(tx: Tx, deps: { runs: Pick<AutomationRuns, 'engine
   let chosen: { engine: string; model: string | null }
   if ('prompt' in target) {
     prepared = { prompt: target.prompt, metadata: {} }
-    chosen = await deps.runs.engineFor(target.engine, target.model)
+    chosen = await deps.runs.engineFor(tx, a.orgId, target.engine, target.model)
   } else {
     prepared = 'skillId' in target
       ? await deps.targets.skill(tx, a.orgId, target.skillId, target.input)
       : await deps.targets.playbook(tx, a.orgId, target.playbookId, target.input)
-    chosen = await deps.runs.engineFor(undefined, undefined)
+    chosen = await deps.runs.engineFor(tx, a.orgId, undefined, undefined)
   }
   if (!prepared) return null
   const id = newId()
@@ -161,13 +161,13 @@ export class AutomationScheduler {
       const { claimed, runs } = await this.o.db.transaction(async (tx) => {
         const due = await claimDue(tx, now, this.o.batch)
         const plans: Array<RunPlan & { automationId: string; tick: Date }> = []
-        // one engine lookup per engine and model in a batch, not per automation
+        // one engine lookup per org, engine and model in a batch, not per automation
         const engines = new Map<string, Promise<{ engine: string; model: string | null }>>()
         const chosenEngines = {
-          engineFor: (engine: string | undefined, model: string | undefined) => {
-            const key = `${engine ?? ''}\u0000${model ?? ''}`
+          engineFor: (on: Tx, orgId: string, engine: string | undefined, model: string | undefined) => {
+            const key = `${orgId}\u0000${engine ?? ''}\u0000${model ?? ''}`
             let chosen = engines.get(key)
-            if (!chosen) engines.set(key, (chosen = this.o.runs.engineFor(engine, model)))
+            if (!chosen) engines.set(key, (chosen = this.o.runs.engineFor(on, orgId, engine, model)))
             return chosen
           }
         }

@@ -1,5 +1,5 @@
 import { and, asc, eq, gt, sql } from 'drizzle-orm'
-import type { Db } from '../db/client.js'
+import type { Db, Tx } from '../db/client.js'
 import { decodeCursor, pageOf } from '../db/paging.js'
 import { isoOf, isoOrNull } from '../db/rows.js'
 import { providers } from './tables.js'
@@ -56,7 +56,7 @@ export async function readyProviders(db: Db, orgId: string): Promise<ProviderRow
 }
 
 /** The oldest ready provider of the org that offers this model (a run naming it). */
-export async function providerOffering(db: Db, orgId: string, model: string): Promise<ProviderRow | null> {
+export async function providerOffering(db: Db | Tx, orgId: string, model: string): Promise<ProviderRow | null> {
   const [row] = await db.select().from(providers)
     .where(and(eq(providers.orgId, orgId), eq(providers.ready, true), sql`${providers.models} @> ${JSON.stringify([model])}::jsonb`))
     .orderBy(asc(providers.id)).limit(1)

@@ -118,8 +118,8 @@ export default fp(async function providersService(app: FastifyInstance, opts: Pr
     },
     ready: (orgId) => readyProviders(db, orgId),
     forRuns: {
-      async offering(orgId, model) {
-        const row = await providerOffering(db, orgId, model)
+      async offering(orgId, model, on) {
+        const row = await providerOffering(on ?? db, orgId, model)
         if (!row) return null
         return {
           id: row.id,

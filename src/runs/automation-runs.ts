@@ -7,8 +7,9 @@ import { announceCommitted, insertThreadRoots } from './runs-repo.js'
 /** The runs group's side of the automations port: engines, queued runs in the caller's transaction, their announcement. */
 export function automationRuns(runs: { engines: EngineRegistry; events: EventBatcher }, log: FastifyBaseLogger): AutomationRuns {
   return {
-    async engineFor(engine, model) {
-      const chosen = await runs.engines.resolve(engine, model)
+    async engineFor(tx, orgId, engine, model) {
+      // the org's providers' models too (contract 11), like POST /api/runs, read in the caller's transaction
+      const chosen = await runs.engines.resolve(engine, model, orgId, tx)
       // an engine gone since the automation was saved: the run is kept and fails, saying why
       if ('error' in chosen) return { engine: engine ?? 'echo', model: model ?? null }
       return { engine: chosen.engine.id, model: chosen.model }

@@ -3,6 +3,7 @@
  * automation naming a model the deployment does not serve is run by the org's provider
  * that offers it, through the OpenAI-compatible engine. The providers group implements it.
  */
+import type { Db, Tx } from '../db/client.js'
 
 /** What the OpenAI-compatible engine needs to talk to one provider. */
 export interface ProviderConnection {
@@ -19,7 +20,8 @@ export interface ProviderConnection {
 export interface OrgProviders {
   /**
    * The org's ready provider that offers this model (the oldest, when several do), or null.
-   * One query; asked only for models the deployment does not serve.
+   * One query, on `db` when given (a caller inside a transaction: the embedded database has
+   * one connection); asked only for models the deployment does not serve.
    */
-  offering(orgId: string, model: string): Promise<ProviderConnection | null>
+  offering(orgId: string, model: string, db?: Db | Tx): Promise<ProviderConnection | null>
 }

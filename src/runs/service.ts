@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { StoredAnswer } from '../../plugins/idempotency/index.js'
 import type { Config } from '../config.js'
+import type { Db, Tx } from '../db/client.js'
 import { chatEngine, dispatchRun, type DispatchInput } from './dispatch.js'
 import { echoEngine } from './engines/echo.js'
 import { openAiEngine } from './engines/openai.js'
@@ -69,8 +70,8 @@ export interface RunsServiceOptions {
 
 export function createEngines(config: Config, providers?: OrgProviders): EngineRegistry {
   const orgEngine = providers
-    ? async (orgId: string, model: string) => {
-      const connection = await providers.offering(orgId, model)
+    ? async (orgId: string, model: string, db?: Db | Tx) => {
+      const connection = await providers.offering(orgId, model, db)
       return connection ? providerEngine(connection, { timeoutMs: config.OPENAI_TIMEOUT_MS, maxToolRounds: config.OPENAI_MAX_TOOL_ROUNDS }) : null
     }
     : null

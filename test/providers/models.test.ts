@@ -82,6 +82,26 @@ t.test('GET /api/models lists the deployment\'s models and the org\'s ready prov
   for (const body of answers) t.notOk(body.includes(fake.key), 'no answer carries the key')
 })
 
+t.test('an automation can name a provider\'s model: saved, triggered and run through the provider; another org\'s cannot', async (t) => {
+  const fake = await startFakeProvider(t)
+  const app = await buildTestApp(t, { env: ENV })
+  const owner = await signUpWithOrg(app)
+  const other = await signUpWithOrg(app)
+  await addProvider(app, owner.cookie, { name: 'Fake', baseUrl: fake.baseUrl, apiKey: fake.key })
+  const body = { name: 'Morning', cron: '0 9 * * *', timezone: 'UTC', target: { prompt: 'Say hello', model: 'fake-small' } }
+  const created = await app.inject({ method: 'POST', url: '/api/automations', headers: { cookie: owner.cookie }, payload: body })
+  t.equal(created.statusCode, 201, created.body)
+  const refused = await app.inject({ method: 'POST', url: '/api/automations', headers: { cookie: other.cookie }, payload: body })
+  t.equal(refused.statusCode, 400, 'an org without the provider cannot name its model')
+  t.equal(refused.json().error, 'engine_unavailable')
+  const triggered = await app.inject({ method: 'POST', url: `/api/automations/${created.json().automation.id}/trigger`, headers: { cookie: owner.cookie } })
+  t.equal(triggered.statusCode, 201, triggered.body)
+  t.match(triggered.json().run, { engine: 'openai', model: 'fake-small', origin: 'automation' })
+  const done = await finishedRun(app, owner.cookie, triggered.json().run.id)
+  t.equal(done.status, 'succeeded', done.error ?? '')
+  t.match(fake.requests.find((r) => r.path === '/v1/chat/completions')?.body, { model: 'fake-small' }, 'the provider answered it')
+})
+
 t.test('a provider that is not ready offers nothing; one deleted fails the runs it had queued', async (t) => {
   const fake = await startFakeProvider(t)
   const db = await createTestDatabase(t)

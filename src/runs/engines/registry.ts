@@ -1,8 +1,9 @@
 import type { EngineInfo, ModelInfo } from '../../../plugins/features.js'
+import type { Db, Tx } from '../../db/client.js'
 import { EngineError, type Engine } from './types.js'
 
 /** The engine of an org's provider that offers a model, or null (src/runs/providers-port.ts). */
-export type OrgEngineLookup = (orgId: string, model: string) => Promise<Engine | null>
+export type OrgEngineLookup = (orgId: string, model: string, db?: Db | Tx) => Promise<Engine | null>
 
 /**
  * The engines of one instance, with the `/api/config` catalog. A model the deployment does
@@ -36,13 +37,14 @@ export class EngineRegistry {
   /**
    * Picks the engine and model for a request: explicit engine, or the engine owning the
    * model, else echo; with an org id, a model no deployment engine serves may be one of
-   * that org's providers' (engine `openai`).
+   * that org's providers' (engine `openai`), looked up on `db` when given (a caller in a
+   * transaction).
    */
-  async resolve(engineId: string | undefined, model: string | undefined, orgId?: string): Promise<{ engine: Engine; model: string | null } | { error: string }> {
+  async resolve(engineId: string | undefined, model: string | undefined, orgId?: string, db?: Db | Tx): Promise<{ engine: Engine; model: string | null } | { error: string }> {
     const chosen = await this.resolveDeployment(engineId, model)
     if (!('error' in chosen) || orgId === undefined || model === undefined || this.orgEngine === null) return chosen
     if (engineId !== undefined && engineId !== 'openai') return chosen
-    const engine = await this.orgEngine(orgId, model)
+    const engine = await this.orgEngine(orgId, model, db)
     return engine ? { engine, model } : chosen
   }
 
