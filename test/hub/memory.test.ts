@@ -1,14 +1,16 @@
 // Contract 12, in a real Chromium against a listening server: remember → browse and search
 // with the run link, edit → history, delete → gone, stored HTML stays text, the keyboard
 // path through search and edit, and the server's CSP and routes for /hub.
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { waitFor } from '../helper.js'
 import { HUB_CSP } from '../../plugins/hub.js'
 import { hubServer, launchBrowser, noBrowser, openPage, recordWrites, RELEASE, screenshot, tabTo } from './helpers.js'
 
-if (noBrowser) t.plan(0, noBrowser)
-
-const { app, base } = noBrowser ? ({} as Awaited<ReturnType<typeof hubServer>>) : await hubServer(t, { ECHO_WORD_DELAY_MS: '0' })
+const { app, base } = await hubServer(t, { ECHO_WORD_DELAY_MS: '0' })
+/** A browser test: skipped, with the reason, where there is no Chromium. */
+const test = (name: string, fn: (t: Test) => Promise<void>) => t.test(name, { skip: noBrowser }, fn)
+// one browser for the file; each test opens its own context (its own cookies)
+const browser = noBrowser ? (null as never) : await launchBrowser(t)
 
 /** An echo run of the dev org: every sentence with "remember" becomes a fact once the capture is delivered. */
 async function remember(prompt: string): Promise<{ runId: string; itemId: string; content: string }> {
@@ -48,9 +50,8 @@ t.test('the server side: /hub, its CSP, client routes, assets, and no OpenAPI en
   t.notOk(Object.keys(openapi.paths).some((p) => p.startsWith('/hub')), 'the console is not an API operation')
 })
 
-t.test('remember → browse and search show the fact with its run link; the run page shows the text', async (t) => {
+test('remember → browse and search show the fact with its run link; the run page shows the text', async (t) => {
   const fact = await remember('Remember the blue door is on Elm Street. The weather is fine.')
-  const browser = await launchBrowser(t)
   const { page, problems, close } = await openPage(browser)
   t.teardown(close)
 
@@ -82,9 +83,8 @@ t.test('remember → browse and search show the fact with its run link; the run 
   t.same(await problems.violations(), [])
 })
 
-t.test('edit → history shows created and updated (a double click saves once); delete with confirmation → gone from the API', async (t) => {
+test('edit → history shows created and updated (a double click saves once); delete with confirmation → gone from the API', async (t) => {
   const fact = await remember('Remember the staging database is called owl.')
-  const browser = await launchBrowser(t)
   const { page, problems, close } = await openPage(browser)
   t.teardown(close)
   const writes = recordWrites(page)
@@ -128,10 +128,9 @@ t.test('edit → history shows created and updated (a double click saves once); 
   t.same(problems.errors, [])
 })
 
-t.test('stored HTML is shown as text: nothing runs, no CSP violation', async (t) => {
+test('stored HTML is shown as text: nothing runs, no CSP violation', async (t) => {
   const hostile = 'Remember zebracorn <img src=x onerror="window.__pwned=1"> and <script>window.__pwned=2</script> ok.'
   const fact = await remember(hostile)
-  const browser = await launchBrowser(t)
   const { page, problems, close } = await openPage(browser)
   t.teardown(close)
 
@@ -150,9 +149,8 @@ t.test('stored HTML is shown as text: nothing runs, no CSP violation', async (t)
   t.same(problems.errors, [])
 })
 
-t.test('keyboard only: search, open, edit and save; the focus is visible', async (t) => {
+test('keyboard only: search, open, edit and save; the focus is visible', async (t) => {
   const fact = await remember('Remember the deploy window opens at noon.')
-  const browser = await launchBrowser(t)
   const { page, problems, close } = await openPage(browser)
   t.teardown(close)
 
@@ -190,8 +188,7 @@ t.test('keyboard only: search, open, edit and save; the focus is visible', async
   t.same(problems.errors, [])
 })
 
-t.test('360 px wide: the browse view fits without sideways scrolling', async (t) => {
-  const browser = await launchBrowser(t)
+test('360 px wide: the browse view fits without sideways scrolling', async (t) => {
   const { page, close } = await openPage(browser, { width: 360, height: 740 })
   t.teardown(close)
   await page.goto(`${base}/hub/`)
