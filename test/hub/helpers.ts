@@ -9,6 +9,14 @@ import { ensureHubBuild } from '../../scripts/build-hub.mjs'
 import { buildTestApp, type EnvOverrides, type Teardown, type TestDatabase } from '../helper.js'
 import type { FastifyInstance } from 'fastify'
 
+// page-side callbacks (addInitScript, evaluate) run in the browser; this program has Node's
+// types, not the DOM's, so the few globals they touch are declared here, for this module only
+declare const window: { __cspViolations?: string[] }
+declare const document: {
+  activeElement: unknown
+  addEventListener(type: 'securitypolicyviolation', listener: (e: { violatedDirective: string; blockedURI: string }) => void): void
+}
+
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 /** Why the browser tests skip, or false when they can run. */
 export const noBrowser: string | false = existsSync(CHROMIUM) ? false : `no Chromium at ${CHROMIUM} (apt-get install chromium, as .ci/run does)`
@@ -63,7 +71,7 @@ export async function openPage(browser: Browser, opts: { width?: number; height?
   const page = await context.newPage()
   await page.addInitScript(() => {
     const seen: string[] = []
-    ;(window as unknown as { __cspViolations: string[] }).__cspViolations = seen
+    window.__cspViolations = seen
     document.addEventListener('securitypolicyviolation', (e) => seen.push(`${e.violatedDirective} ${e.blockedURI}`))
   })
   const errors: string[] = []
@@ -76,7 +84,7 @@ export async function openPage(browser: Browser, opts: { width?: number; height?
     page,
     problems: {
       errors,
-      violations: () => page.evaluate(() => (window as unknown as { __cspViolations?: string[] }).__cspViolations ?? [])
+      violations: () => page.evaluate(() => window.__cspViolations ?? [])
     },
     close: () => context.close()
   }

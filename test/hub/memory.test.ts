@@ -6,6 +6,11 @@ import { waitFor } from '../helper.js'
 import { HUB_CSP } from '../../plugins/hub.js'
 import { hubServer, launchBrowser, noBrowser, openPage, recordWrites, RELEASE, screenshot, tabTo } from './helpers.js'
 
+// page-side callbacks run in the browser; this program has Node's types, not the DOM's
+declare const window: { __pwned?: number }
+declare const document: { activeElement: unknown; documentElement: { scrollWidth: number; clientWidth: number } }
+declare function getComputedStyle(element: unknown): { outlineStyle: string; outlineWidth: string }
+
 const { app, base } = await hubServer(t, { ECHO_WORD_DELAY_MS: '0' })
 /** A browser test: skipped, with the reason, where there is no Chromium. */
 const test = (name: string, fn: (t: Test) => Promise<void>) => t.test(name, { skip: noBrowser }, fn)
@@ -144,7 +149,7 @@ test('stored HTML is shown as text: nothing runs, no CSP violation', async (t) =
   await page.goto(`${base}/hub/items/${fact.itemId}`)
   await t.resolveMatch(page.getByLabel('Content').inputValue(), fact.content)
   await screenshot(page, 'xss-as-text')
-  t.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined, 'no handler ran')
+  t.equal(await page.evaluate(() => window.__pwned), undefined, 'no handler ran')
   t.same(await problems.violations(), [], 'no CSP violation: the markup was never parsed')
   t.same(problems.errors, [])
 })
@@ -158,7 +163,7 @@ test('keyboard only: search, open, edit and save; the focus is visible', async (
   await page.locator('.card').first().waitFor()
   await tabTo(page, 'nav a[href="/hub/search"]')
   const ring = await page.evaluate(() => {
-    const style = getComputedStyle(document.activeElement!)
+    const style = getComputedStyle(document.activeElement)
     return { style: style.outlineStyle, width: style.outlineWidth }
   })
   t.not(ring.style, 'none', 'the focused link has an outline')

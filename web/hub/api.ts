@@ -93,7 +93,7 @@ export interface SearchItem {
   citation: { kind: 'memory'; id: string; runId: string | null; rootRunId: string | null; createdAt: string }
 }
 export interface SearchResult { enabled: boolean; scope: Scope; authed: boolean; truncated: boolean; latencyMs: number; failedClosed?: true; items: SearchItem[] }
-export interface HistoryEntry { content: string; changedBy: string | null; changedAt: string; kind: 'created' | 'updated' | 'deleted' }
+export interface HistoryEntry { content: string; changedBy: string; changedAt: string; kind: 'created' | 'updated' | 'deleted' }
 
 export const CAPTURE_STATES = ['pending', 'delivering', 'delivered', 'dead', 'discarded'] as const
 export type CaptureState = (typeof CAPTURE_STATES)[number]

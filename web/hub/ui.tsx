@@ -47,6 +47,8 @@ export const messageOf = (err: unknown) => (err instanceof Error ? err.message :
 
 export function ErrorBox({ error, retry }: { error: unknown; retry?: () => void }) {
   const code = error instanceof ApiError ? error.code : null
+  // the banner at the top says what to do (reload); here only that nothing changed
+  if (code === 'frontend_release_mismatch') return <p class="state notice" role="status">Not saved: this page is older than the server. Reload it to continue.</p>
   return (
     <div class="state error" role="alert">
       <p><strong>Something went wrong.</strong> {messageOf(error)}{code && code !== 'network' ? <span class="muted"> ({code})</span> : null}</p>
