@@ -7,6 +7,10 @@ export type Identity =
   | { kind: 'anonymous' }
 
 export async function loadIdentity(): Promise<Identity> {
+  // both at once: the config is only needed without a session, but asking for it after the
+  // 401 would add a round trip to every dev-org page load
+  const config = api<ClientConfig>('GET', '/config')
+  config.catch(() => {})
   try {
     const session = await api<SessionInfo>('GET', '/auth/session')
     const active = session.session.activeOrganizationId
@@ -15,8 +19,7 @@ export async function loadIdentity(): Promise<Identity> {
   } catch (err) {
     if (!(err instanceof ApiError) || err.status !== 401) throw err
   }
-  const config = await api<ClientConfig>('GET', '/config')
-  return config.allowDevOrg ? { kind: 'dev' } : { kind: 'anonymous' }
+  return (await config).allowDevOrg ? { kind: 'dev' } : { kind: 'anonymous' }
 }
 
 export const isAdmin = (who: Identity) => who.kind === 'dev' || (who.kind === 'user' && (who.org?.role === 'owner' || who.org?.role === 'admin'))

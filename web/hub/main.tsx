@@ -64,10 +64,15 @@ function Who({ who, onChanged }: { who: Identity; onChanged: () => void }) {
   )
 }
 
-function Page({ who, reloadWho }: { who: Identity; reloadWho: () => void }) {
+/**
+ * The view of the address. `who` is null while the session is being read: the views that
+ * only read the org's memory start at once (the server knows who is calling), and the
+ * ones that depend on who it is wait.
+ */
+function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void }) {
   const { path, params } = useLocation()
   if (path === '/sign-in') return <SignInView onSignedIn={() => { reloadWho(); navigate('/') }} />
-  if (who.kind === 'anonymous') {
+  if (who?.kind === 'anonymous') {
     return (
       <section aria-labelledby="need-sign-in">
         <h1 id="need-sign-in">Sign in to use the Memory Hub</h1>
@@ -76,13 +81,13 @@ function Page({ who, reloadWho }: { who: Identity; reloadWho: () => void }) {
     )
   }
   let m: Record<string, string> | null
-  if (path === '/') return <BrowseView who={who} params={params} />
-  if (path === '/search') return <SearchView who={who} params={params} />
-  if ((m = match('/items/:id', path))) return <ItemView who={who} id={m.id!} params={params} />
+  if (path === '/') return <BrowseView params={params} />
+  if (path === '/search') return <SearchView params={params} />
+  if ((m = match('/items/:id', path))) return who ? <ItemView who={who} id={m.id!} params={params} /> : <Loading what="your session" />
   if (path === '/captures') return <CapturesView params={params} />
   if (path === '/recalls') return <RecallsView params={params} />
   if ((m = match('/runs/:id', path))) return <RunView id={m.id!} />
-  if (path === '/settings') return <SettingsView who={who} />
+  if (path === '/settings') return who ? <SettingsView who={who} /> : <Loading what="your session" />
   return (
     <section aria-labelledby="not-found">
       <h1 id="not-found">No such page</h1>
@@ -121,9 +126,7 @@ function App() {
         </nav>
       </header>
       <main id="main" ref={main} tabIndex={-1}>
-        {who.status === 'loading' ? <Loading what="your session" /> : null}
-        {who.status === 'error' ? <ErrorBox error={who.error} retry={reloadWho} /> : null}
-        {who.status === 'ok' ? <Page who={who.data} reloadWho={reloadWho} /> : null}
+        {who.status === 'error' ? <ErrorBox error={who.error} retry={reloadWho} /> : <Page who={who.status === 'ok' ? who.data : null} reloadWho={reloadWho} />}
       </main>
     </>
   )

@@ -1,6 +1,5 @@
 import { useState } from 'preact/hooks'
 import { api, query, type BrowseResult, type Scope } from '../api.js'
-import type { Identity } from '../identity.js'
 import { navigate } from '../router.js'
 import { Empty, ErrorBox, Link, Loading, MemoryOff, PersonalUnavailable, RunLink, ScopePicker, Time, useLoad } from '../ui.js'
 
@@ -8,7 +7,7 @@ export const scopeOf = (params: URLSearchParams): Scope => (params.get('scope') 
 const PAGE = 50
 
 /** Browse: a pool's facts, newest first, a page at a time. */
-export function BrowseView({ params }: { who: Identity; params: URLSearchParams }) {
+export function BrowseView({ params }: { params: URLSearchParams }) {
   const scope = scopeOf(params)
   const cursor = params.get('cursor') ?? undefined
   // the cursors of the pages before this one, for "Newer"

@@ -1,12 +1,11 @@
 import { useEffect, useState } from 'preact/hooks'
 import { api, query, type Scope, type SearchResult } from '../api.js'
-import type { Identity } from '../identity.js'
 import { navigate } from '../router.js'
 import { Empty, ErrorBox, Link, Loading, MemoryOff, PersonalUnavailable, RunLink, ScopePicker, Time, useLoad } from '../ui.js'
 import { scopeOf } from './browse.js'
 
 /** Search: the pool's best matches for a query, each with the run it came from. */
-export function SearchView({ params }: { who: Identity; params: URLSearchParams }) {
+export function SearchView({ params }: { params: URLSearchParams }) {
   const scope = scopeOf(params)
   const q = params.get('q') ?? ''
   const [text, setText] = useState(q)
