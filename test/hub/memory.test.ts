@@ -4,7 +4,7 @@
 import t, { type Test } from 'tap'
 import { waitFor } from '../helper.js'
 import { HUB_CSP } from '../../plugins/hub.js'
-import { hubServer, launchBrowser, noBrowser, openPage, recordWrites, RELEASE, screenshot, tabTo } from './helpers.js'
+import { hubServer, launchBrowser, noBrowser, openPage, recordWrites, SCREENSHOTS, RELEASE, screenshot, tabTo } from './helpers.js'
 
 // page-side callbacks run in the browser; this program has Node's types, not the DOM's
 declare const window: { __pwned?: number }
@@ -16,6 +16,7 @@ const { app, base } = await hubServer(t, { ECHO_WORD_DELAY_MS: '0' })
 const test = (name: string, fn: (t: Test) => Promise<void>) => t.test(name, { skip: noBrowser }, fn)
 // one browser for the file; each test opens its own context (its own cookies)
 const browser = noBrowser ? (null as never) : await launchBrowser(t)
+if (!noBrowser) t.comment(`screenshots of each view: ${SCREENSHOTS}`)
 
 /** An echo run of the dev org: every sentence with "remember" becomes a fact once the capture is delivered. */
 async function remember(prompt: string): Promise<{ runId: string; itemId: string; content: string }> {

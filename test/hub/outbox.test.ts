@@ -9,11 +9,12 @@ import { newId } from '../../src/db/ids.js'
 import { ensurePool } from '../../src/memory/pools.js'
 import { createPostgresPool } from '../../src/memory/postgres-pool.js'
 import { signUpWithOrg, waitFor } from '../helper.js'
-import { hubServer, launchBrowser, noBrowser, openPage, recordWrites, screenshot } from './helpers.js'
+import { hubServer, launchBrowser, noBrowser, openPage, recordWrites, SCREENSHOTS, screenshot } from './helpers.js'
 
 const { app, base } = await hubServer(t, { MEMORY_CAPTURE_WORKER: 'false', ECHO_WORD_DELAY_MS: '250' })
 const test = (name: string, fn: (t: Test) => Promise<void>) => t.test(name, { skip: noBrowser }, fn)
 const browser = noBrowser ? (null as never) : await launchBrowser(t)
+if (!noBrowser) t.comment(`screenshots of each view: ${SCREENSHOTS}`)
 
 /** A capture row for a run of the dev org, as a finished run leaves it (state pending). */
 async function capture(facts: string[]): Promise<string> {
