@@ -172,6 +172,29 @@ test('personal scope without a person says why and sends no write; signed in, it
   t.same(problems.errors, [])
 })
 
+test('browse pages through the pool newest first, 50 at a time', async (t) => {
+  const pool = await ensurePool(app.db, DEV_ORG.id, 'org', '')
+  const facts = Array.from({ length: 55 }, (_, i) => `Paging fact number ${i + 1}`)
+  // one delivery per fact, oldest first, so "newest first" has an order to show
+  for (const fact of facts) await createPostgresPool(app.db).deliver(pool, { captureId: newId(), runId: newId(), rootRunId: newId(), facts: [fact] }, async () => true)
+  const total = (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json().total as number
+  const { page, problems, close } = await openPage(browser)
+  t.teardown(close)
+  await page.goto(`${base}/hub/`)
+  await page.getByText(`${total} facts in the organization pool, newest first. Showing 1–50.`).waitFor()
+  t.equal(await page.locator('ul.cards li.card .content').first().textContent(), 'Paging fact number 55', 'the newest first')
+  t.equal(await page.locator('ul.cards li.card').count(), 50)
+  await page.getByRole('button', { name: 'Older →' }).click()
+  await page.getByText(`Showing 51–${total}.`).waitFor()
+  t.match(new URL(page.url()).search, /cursor=/, 'the page is in the address')
+  t.equal(await page.locator('ul.cards li.card').count(), total - 50)
+  t.ok(await page.getByRole('button', { name: 'Older →' }).isDisabled(), 'no older page')
+  await page.getByRole('button', { name: '← Newer' }).click()
+  await page.getByText('Showing 1–50.').waitFor()
+  t.equal(await page.locator('ul.cards li.card .content').first().textContent(), 'Paging fact number 55')
+  t.same(problems.errors, [])
+})
+
 test('the admin switches memory off and on', async (t) => {
   const { page, problems, close } = await openPage(browser)
   t.teardown(close)
