@@ -84,16 +84,18 @@ test('dead capture → Retry → pending again; orphan → Discard, with the exp
 
 test('the recall ledger links to the run, whose page follows its events as the text streams', async (t) => {
   const prompt = 'alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec romeo sierra tango'
+  // the page is loaded first, so that from the run's start to its live view is only client-side navigation
+  const { page, problems, close } = await openPage(browser)
+  t.teardown(close)
+  await page.goto(`${base}/hub/settings`)
+  await page.getByRole('switch').waitFor()
   const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt, engine: 'echo' } })
   const runId = res.json().run.id as string
   await waitFor('the recall frame', async () => (await app.inject({ method: 'GET', url: `/api/memory/recalls?runId=${runId}` })).json().recalls.length > 0)
 
-  const { page, problems, close } = await openPage(browser)
-  t.teardown(close)
-  await page.goto(`${base}/hub/recalls`)
+  await page.getByRole('link', { name: 'Recall ledger' }).click()
   const frame = page.locator('.card', { hasText: prompt })
   await frame.waitFor()
-  await screenshot(page, 'recalls')
   await frame.getByRole('link', { name: new RegExp(`run ${runId}`) }).click()
   await page.waitForURL(`${base}/hub/runs/${runId}`)
   const output = page.getByLabel('Run output')
@@ -101,11 +103,13 @@ test('the recall ledger links to the run, whose page follows its events as the t
   await output.getByText(/alpha/).waitFor()
   const early = await output.textContent()
   t.notMatch(early, /tango/, `partial text while the run streams: ${JSON.stringify(early)}`)
-  await page.getByText('Live: following the run’s events.').waitFor()
   await screenshot(page, 'run-streaming')
   await page.getByText('The run has finished; the stream ended.').waitFor()
   t.equal(await output.textContent(), prompt, 'the whole text once it finished')
   await page.locator('.badge', { hasText: 'succeeded' }).waitFor()
+  await page.getByRole('link', { name: '← Recall ledger' }).click()
+  await page.locator('.card', { hasText: prompt }).waitFor()
+  await screenshot(page, 'recalls')
   t.same(problems.errors, [])
 })
 
