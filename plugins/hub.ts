@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from 'node:fs'
+import { existsSync } from 'node:fs'
 import { readFile, stat } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -95,12 +95,3 @@ export default fp(async function hubPlugin(app: FastifyInstance, opts: HubOption
   app.get('/hub/*', { schema: { hide: true } }, async (_request, reply) => page(reply))
 }, { name: 'hub', fastify: '5.x' })
 
-/** For tests: whether a console build is present. */
-export function hubBuilt(dir = defaultHubDir()): boolean {
-  try {
-    readFileSync(join(dir, 'index.html'))
-    return true
-  } catch {
-    return false
-  }
-}
