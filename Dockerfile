@@ -14,6 +14,9 @@ COPY tsconfig.json tsconfig.build.json ./
 COPY src src
 COPY plugins plugins
 COPY schemas schemas
+# the Memory Hub console (contract 12): bundled into .build/hub (esbuild and preact are dev dependencies)
+COPY web web
+RUN node scripts/build-hub.mjs
 # a plain directory (no .build/ symlink): the image runs dist/ as it is and never rebuilds
 RUN npx tsc -p tsconfig.build.json --outDir dist && npm prune --omit=dev --ignore-scripts
 
@@ -31,6 +34,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap xvfb
 COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules node_modules
 COPY --from=build /app/dist dist
+# the console's files; the server finds them at .build/hub beside package.json
+COPY --from=build /app/.build .build
 COPY drizzle drizzle
 RUN mkdir -p /data && chown node:node /data
 USER node

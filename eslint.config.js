@@ -1,5 +1,6 @@
 // ESLint: the recommended JavaScript rules and typescript-eslint's strict set, over the
-// service, its plugins and schemas, the tests, the benches and the scripts.
+// service, its plugins and schemas, the Memory Hub console (web/), the tests, the benches and
+// the scripts.
 import js from '@eslint/js'
 import globals from 'globals'
 import tseslint from 'typescript-eslint'
@@ -28,5 +29,10 @@ export default tseslint.config(
       sourceType: 'module',
       globals: globals.node
     }
+  },
+  {
+    // the Memory Hub console runs in the browser (its own tsconfig has the DOM types)
+    files: ['web/**/*.{ts,tsx}'],
+    languageOptions: { globals: globals.browser }
   }
 )

@@ -3,6 +3,7 @@
 import { benchArtifacts } from './artifacts.js'
 import { benchAutomations } from './automations.js'
 import { benchFoundation } from './foundation.js'
+import { benchHub } from './hub.js'
 import { benchIdentity } from './identity.js'
 import { benchKnowledge } from './knowledge.js'
 import { benchMemory } from './memory.js'
@@ -23,7 +24,8 @@ const benches: Record<string, () => Promise<string>> = {
   skills: benchSkills,
   automations: benchAutomations,
   usage: benchUsage,
-  slack: benchSlack
+  slack: benchSlack,
+  hub: benchHub
 }
 
 const wanted = process.argv.slice(2)

@@ -12,6 +12,7 @@ import {
 import { createRequire } from 'node:module'
 import { dirname, join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { ensureHubBuild } from './build-hub.mjs'
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), '..')
 const SOURCE_DIRS = ['src', 'plugins', 'schemas']
@@ -198,6 +199,7 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   } else {
     try {
       ensureBuild()
+      ensureHubBuild()
       await ensurePgliteTemplate()
     } catch (err) {
       process.stderr.write(`cairn: ${err.message}\n`)

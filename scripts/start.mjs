@@ -4,6 +4,7 @@ import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { ensureBuild, root } from './build.mjs'
+import { ensureHubBuild } from './build-hub.mjs'
 
 let dir
 try {
@@ -17,5 +18,11 @@ try {
     process.stderr.write(`cairn: ${err.message}\n`)
     process.exit(1)
   }
+}
+// the console (/hub/) is a page beside the API: without it the API still starts
+try {
+  ensureHubBuild()
+} catch (err) {
+  process.stderr.write(`cairn: warning: ${err.message}; /hub/ answers 503 until it is built\n`)
 }
 await import(pathToFileURL(join(dir, 'src', 'server.js')).href)

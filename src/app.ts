@@ -14,6 +14,7 @@ import errorsPlugin, { rateLimited } from '../plugins/errors.js'
 import featuresPlugin from '../plugins/features.js'
 import { refusingHostileInput } from '../plugins/hostile-input.js'
 import openapiPlugin from '../plugins/openapi.js'
+import hubPlugin from '../plugins/hub.js'
 import principalPlugin from './auth/principal.js'
 import releasePlugin, { releaseHeaders } from '../plugins/release.js'
 import securityHeaders, { fixedHeaders } from '../plugins/security-headers.js'
@@ -206,6 +207,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     await app.register(cors, { origin: config.CORS_ORIGINS, credentials: true, maxAge: 600 })
   }
   await app.register(openapiPlugin, { release: config.release })
+  // contract 12: the Memory Hub console, a page over the public API at /hub/
+  await app.register(hubPlugin, { release: config.release })
   await app.register(websocket, {
     options: {
       // ws closes a socket with 1009 when a message is larger

@@ -14,12 +14,12 @@ export function describeDatabase(config: Pick<Config, 'DATABASE_URL' | 'DATA_DIR
   }
 }
 
-/** Where the API and its docs answer, from the bound address. */
+/** Where the API, its docs and the Memory Hub console answer, from the bound address. */
 export function describeListening(host: string, port: number): string {
   const wildcard = host === '0.0.0.0' || host === '::'
   const shown = wildcard ? 'localhost' : host.includes(':') ? `[${host}]` : host
   const base = `http://${shown}:${port}`
-  return `API at ${base}/api, docs at ${base}/docs${wildcard ? ` (listening on all interfaces, ${host})` : ''}`
+  return `API at ${base}/api, docs at ${base}/docs, Memory Hub at ${base}/hub/${wildcard ? ` (listening on all interfaces, ${host})` : ''}`
 }
 
 type StartError = Error & { code?: string; errors?: Array<{ code?: string }>; hostname?: string; path?: string }

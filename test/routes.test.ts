@@ -16,8 +16,8 @@ function isSpecPublic(method: string, url: string): boolean {
   return url.startsWith('/api/auth/')
 }
 
-/** Routes outside /api: the API description only. */
-const OUTSIDE_API = [/^\/openapi\.json$/, /^\/docs(\/.*)?$/]
+/** Routes outside /api: the API description and the Memory Hub console (static pages that call the API). */
+const OUTSIDE_API = [/^\/openapi\.json$/, /^\/docs(\/.*)?$/, /^\/hub(\/.*)?$/]
 
 const fakeId = '0190b8f0-0000-7000-8000-000000000000'
 const fill = (url: string) => url.replace(/:[A-Za-z0-9_]+/g, fakeId)

@@ -16,7 +16,7 @@ t.test('the server boots on embedded Postgres, serves, and shuts down cleanly on
   t.ok(start.includes(`database: embedded PGlite in ${join(dataDir, 'pglite')}`), 'the start log names the database')
   t.ok(start.includes(`migrations: ${journal} applied, the schema is up to date (${journal} in all)`), 'and the migrations applied')
   t.ok(start.some((m) => /^dev org: on, for callers on this machine \(loopback\) only/.test(m)), 'and the dev org, for whom')
-  t.ok(start.includes(`API at ${first.url}/api, docs at ${first.url}/docs`), 'and where the API and docs are')
+  t.ok(start.includes(`API at ${first.url}/api, docs at ${first.url}/docs, Memory Hub at ${first.url}/hub/`), 'and where the API, docs and console are')
   t.equal((await fetch(`${first.url}/docs`)).status, 200, 'docs are where it says')
   const res = await fetch(`${first.url}/api/health?ready=1`)
   t.equal(res.status, 200)

@@ -1,0 +1,138 @@
+import { render } from 'preact'
+import { useEffect, useRef, useState } from 'preact/hooks'
+import { api, onReleaseMismatch } from './api.js'
+import { loadIdentity, type Identity } from './identity.js'
+import { match, navigate, useLocation } from './router.js'
+import { ErrorBox, Link, Loading, messageOf, useAction, useLoad } from './ui.js'
+import { BrowseView } from './views/browse.js'
+import { CapturesView } from './views/captures.js'
+import { ItemView } from './views/item.js'
+import { RecallsView } from './views/recalls.js'
+import { RunView } from './views/run.js'
+import { SearchView } from './views/search.js'
+import { SettingsView } from './views/settings.js'
+import { SignInView } from './views/sign-in.js'
+import './styles.css'
+
+const NAV = [
+  { to: '/', label: 'Browse', active: (p: string) => p === '/' || p.startsWith('/items/') },
+  { to: '/search', label: 'Search', active: (p: string) => p === '/search' },
+  { to: '/captures', label: 'Capture outbox', active: (p: string) => p === '/captures' },
+  { to: '/recalls', label: 'Recall ledger', active: (p: string) => p === '/recalls' || p.startsWith('/runs/') },
+  { to: '/settings', label: 'Settings', active: (p: string) => p === '/settings' }
+]
+
+function ReleaseBanner() {
+  return (
+    <div class="banner" role="alert">
+      <p>A new version is available: <button type="button" onClick={() => location.reload()}>reload</button></p>
+    </div>
+  )
+}
+
+function Who({ who, onChanged }: { who: Identity; onChanged: () => void }) {
+  const signOut = useAction(async () => {
+    await api('POST', '/auth/sign-out')
+    onChanged()
+    navigate('/sign-in')
+  })
+  const switchOrg = useAction(async (organizationId: string) => {
+    await api('POST', '/auth/organizations/active', { organizationId })
+    onChanged()
+  })
+  if (who.kind === 'dev') {
+    return <div class="who"><span>Dev organization (this machine)</span> <Link to="/sign-in">Sign in</Link></div>
+  }
+  if (who.kind === 'anonymous') return <div class="who"><Link to="/sign-in">Sign in</Link></div>
+  const orgs = who.session.organizations
+  return (
+    <div class="who">
+      <span title={who.session.user.email}>{who.session.user.name || who.session.user.email}</span>
+      {orgs.length > 1
+        ? (
+          <label class="org-pick">
+            <span class="visually-hidden">Organization</span>
+            <select value={who.org?.id} disabled={switchOrg.pending} onChange={(e) => switchOrg.run((e.target as HTMLSelectElement).value)}>
+              {orgs.map((o) => <option key={o.id} value={o.id}>{o.name}</option>)}
+            </select>
+          </label>
+        )
+        : who.org ? <span class="muted">{who.org.name}</span> : null}
+      <button type="button" class="link" onClick={() => signOut.run()} disabled={signOut.pending}>Sign out</button>
+      {signOut.error || switchOrg.error ? <span role="alert" class="inline-error">{messageOf(signOut.error ?? switchOrg.error)}</span> : null}
+    </div>
+  )
+}
+
+/**
+ * The view of the address. `who` is null while the session is being read: the views that
+ * only read the org's memory start at once (the server knows who is calling), and the
+ * ones that depend on who it is wait.
+ */
+function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void }) {
+  const { path, params } = useLocation()
+  if (path === '/sign-in') return <SignInView onSignedIn={() => { reloadWho(); navigate('/') }} />
+  if (who?.kind === 'anonymous') {
+    return (
+      <section aria-labelledby="need-sign-in">
+        <h1 id="need-sign-in">Sign in to use the Memory Hub</h1>
+        <p>The Memory Hub shows and corrects what Cairn remembers for your organization. <Link to="/sign-in">Sign in</Link> to continue.</p>
+      </section>
+    )
+  }
+  let m: Record<string, string> | null
+  if (path === '/') return <BrowseView params={params} />
+  if (path === '/search') return <SearchView params={params} />
+  if ((m = match('/items/:id', path))) return who ? <ItemView who={who} id={m.id!} params={params} /> : <Loading what="your session" />
+  if (path === '/captures') return <CapturesView params={params} />
+  if (path === '/recalls') return <RecallsView params={params} />
+  if ((m = match('/runs/:id', path))) return <RunView id={m.id!} />
+  if (path === '/settings') return who ? <SettingsView who={who} /> : <Loading what="your session" />
+  return (
+    <section aria-labelledby="not-found">
+      <h1 id="not-found">No such page</h1>
+      <p><Link to="/">Back to browsing memory</Link></p>
+    </section>
+  )
+}
+
+function App() {
+  const [stale, setStale] = useState(false)
+  const [who, reloadWho] = useLoad('identity', loadIdentity)
+  const { path } = useLocation()
+  const main = useRef<HTMLElement>(null)
+  useEffect(() => onReleaseMismatch(() => setStale(true)), [])
+  // after a client-side navigation, keyboard and screen-reader users start at the new page
+  const first = useRef(true)
+  useEffect(() => {
+    if (first.current) { first.current = false; return }
+    main.current?.focus()
+  }, [path])
+  return (
+    <>
+      <a class="skip" href="#main">Skip to content</a>
+      {stale ? <ReleaseBanner /> : null}
+      <header class="top">
+        <div class="bar">
+          <Link to="/" class="brand">Cairn <span>Memory Hub</span></Link>
+          {who.status === 'ok' ? <Who who={who.data} onChanged={reloadWho} /> : null}
+        </div>
+        <nav aria-label="Memory Hub">
+          <ul>
+            {NAV.map((item) => (
+              <li key={item.to}><Link to={item.to} aria-current={item.active(path) ? 'page' : undefined}>{item.label}</Link></li>
+            ))}
+          </ul>
+        </nav>
+      </header>
+      <main id="main" ref={main} tabIndex={-1}>
+        {who.status === 'error' ? <ErrorBox error={who.error} retry={reloadWho} /> : <Page who={who.status === 'ok' ? who.data : null} reloadWho={reloadWho} />}
+      </main>
+    </>
+  )
+}
+
+const root = document.getElementById('app')!
+// the page's "Loading…" placeholder goes; render adds to a container, it does not replace it
+root.textContent = ''
+render(<App />, root)

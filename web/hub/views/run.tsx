@@ -1,0 +1,98 @@
+import { useEffect, useState } from 'preact/hooks'
+import { api, query, type RecallFrame, type Run } from '../api.js'
+import { Empty, ErrorBox, Link, Loading, Time, useLoad } from '../ui.js'
+import { RecallList } from './recalls.js'
+
+const EVENT_TYPES = [
+  'run.queued', 'run.started', 'message.delta', 'message.completed', 'tool.call', 'tool.result', 'memory.recalled',
+  'memory.captured', 'artifact.created', 'run.succeeded', 'run.failed', 'run.cancelled'
+] as const
+const TERMINAL: Record<string, Run['status']> = { 'run.succeeded': 'succeeded', 'run.failed': 'failed', 'run.cancelled': 'cancelled' }
+
+interface Logged { id: string; type: string; at: string }
+type Stream = 'connecting' | 'live' | 'reconnecting' | 'ended' | 'failed'
+
+/** Follows /api/runs/:id/events (the whole history first, then live) and shows the text as it streams. */
+function useRunStream(id: string) {
+  const [text, setText] = useState('')
+  const [log, setLog] = useState<Logged[]>([])
+  const [status, setStatus] = useState<Run['status'] | null>(null)
+  const [stream, setStream] = useState<Stream>('connecting')
+  useEffect(() => {
+    setText('')
+    setLog([])
+    setStatus(null)
+    setStream('connecting')
+    const source = new EventSource(`/api/runs/${encodeURIComponent(id)}/events`)
+    source.onopen = () => setStream('live')
+    source.onerror = () => setStream(source.readyState === EventSource.CLOSED ? 'failed' : 'reconnecting')
+    for (const type of EVENT_TYPES) {
+      source.addEventListener(type, (event) => {
+        const e = event as MessageEvent<string>
+        // each frame is the stored event: {id, runId, rootRunId, type, createdAt, data}
+        let data: Record<string, unknown> = {}
+        try {
+          data = (JSON.parse(e.data) as { data?: Record<string, unknown> }).data ?? {}
+        } catch {
+          // an event without a JSON body still shows in the log
+        }
+        if (type === 'message.delta' && typeof data.text === 'string') setText((t) => t + (data.text as string))
+        if (type === 'message.completed' && typeof data.text === 'string') setText(data.text)
+        if (type === 'run.started') setStatus('running')
+        if (TERMINAL[type]) setStatus(TERMINAL[type]!)
+        if (type !== 'message.delta') setLog((l) => [...l, { id: e.lastEventId, type, at: new Date().toISOString() }])
+      })
+    }
+    source.addEventListener('end', () => {
+      source.close()
+      setStream('ended')
+    })
+    return () => source.close()
+  }, [id])
+  return { text, log, status, stream }
+}
+
+const STREAM_LABEL: Record<Stream, string> = {
+  connecting: 'Connecting to the event stream…',
+  live: 'Live: following the run’s events.',
+  reconnecting: 'The connection dropped; reconnecting (nothing is missed)…',
+  ended: 'The run has finished; the stream ended.',
+  failed: 'The event stream is closed.'
+}
+
+export function RunView({ id }: { id: string }) {
+  const [run, reload] = useLoad(`run ${id}`, async () => (await api<{ run: Run }>('GET', `/runs/${encodeURIComponent(id)}`)).run)
+  const [recalls] = useLoad(`run recalls ${id}`, () => api<{ recalls: RecallFrame[] }>('GET', `/memory/recalls${query({ runId: id, limit: 50 })}`))
+  const live = useRunStream(id)
+  const status = live.status ?? (run.status === 'ok' ? run.data.status : null)
+  return (
+    <section aria-labelledby="run-title">
+      <p class="crumbs"><Link to="/recalls">← Recall ledger</Link></p>
+      <h1 id="run-title">Run <code>{id.slice(-8)}</code></h1>
+      {run.status === 'loading' ? <Loading what="the run" /> : null}
+      {run.status === 'error' ? <ErrorBox error={run.error} retry={reload} /> : null}
+      {run.status === 'ok' ? (
+        <dl class="facts">
+          <div><dt>Status</dt><dd><span class={`badge status-${status ?? 'queued'}`}>{status}</span></dd></div>
+          <div><dt>Engine</dt><dd>{run.data.engine}{run.data.model ? ` · ${run.data.model}` : ''}</dd></div>
+          <div><dt>Started</dt><dd><Time iso={run.data.createdAt} /></dd></div>
+          <div class="wide"><dt>Prompt</dt><dd class="content">{run.data.prompt}</dd></div>
+          {run.data.error ? <div class="wide"><dt>Error</dt><dd>{run.data.error}</dd></div> : null}
+        </dl>
+      ) : null}
+      <h2>Output</h2>
+      <p class="muted" role="status">{STREAM_LABEL[live.stream]}</p>
+      <div class="output content" aria-live="polite" aria-label="Run output">{live.text === '' ? <span class="muted">(no text yet)</span> : live.text}</div>
+      <h2>Events</h2>
+      {live.log.length === 0 ? <p class="muted">No events yet.</p> : (
+        <ol class="events">
+          {live.log.map((e, i) => <li key={`${e.id}-${i}`}><code>{e.type}</code></li>)}
+        </ol>
+      )}
+      <h2>Recalled for this run</h2>
+      {recalls.status === 'loading' ? <Loading what="recalls" /> : null}
+      {recalls.status === 'error' ? <ErrorBox error={recalls.error} /> : null}
+      {recalls.status === 'ok' ? (recalls.data.recalls.length === 0 ? <Empty><p>This run recalled nothing.</p></Empty> : <RecallList frames={recalls.data.recalls} />) : null}
+    </section>
+  )
+}
