@@ -15,7 +15,8 @@ const BUILDS = join(root, '.build')
 /** Where the server looks for the console (plugins/hub.ts): a symlink to the current build. */
 export const HUB_LINK = join(BUILDS, 'hub')
 
-function filesUnder(dir) {
+/** Every file under `dir`, at any depth (scripts/build.mjs hashes its sources with it too). */
+export function filesUnder(dir) {
   const out = []
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name)

@@ -12,22 +12,12 @@ import {
 import { createRequire } from 'node:module'
 import { dirname, join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { ensureHubBuild } from './build-hub.mjs'
+import { ensureHubBuild, filesUnder } from './build-hub.mjs'
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), '..')
 const SOURCE_DIRS = ['src', 'plugins', 'schemas']
 const CONFIG_FILES = ['tsconfig.json', 'tsconfig.build.json']
 const BUILDS = join(root, '.build')
-
-function filesUnder(dir) {
-  const out = []
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name)
-    if (entry.isDirectory()) out.push(...filesUnder(path))
-    else if (entry.isFile()) out.push(path)
-  }
-  return out
-}
 
 /** A hash of everything the build reads from the checkout (file names and contents). */
 export function sourceHash() {

@@ -128,3 +128,13 @@ export function MemoryOff() {
     </div>
   )
 }
+
+/** A cursor pager back to the newest page or on to older ones. */
+export function NewestOlder({ cursor, next, onChange }: { cursor: string | undefined; next: string | null | undefined; onChange: (cursor: string | undefined) => void }) {
+  return (
+    <nav class="pager" aria-label="Pages">
+      <button type="button" class="secondary" disabled={cursor === undefined} onClick={() => onChange(undefined)}>← Newest</button>
+      <button type="button" class="secondary" disabled={next === null || next === undefined} onClick={() => onChange(next ?? undefined)}>Older →</button>
+    </nav>
+  )
+}

@@ -1,7 +1,7 @@
 import { useState } from 'preact/hooks'
 import { api, query, CAPTURE_STATES, type Capture } from '../api.js'
 import { navigate } from '../router.js'
-import { Empty, ErrorBox, Loading, RunLink, Time, useAction, useLoad } from '../ui.js'
+import { Empty, ErrorBox, Loading, NewestOlder, RunLink, Time, useAction, useLoad } from '../ui.js'
 
 const FILTERS = [
   { value: '', label: 'All' },
@@ -94,10 +94,7 @@ export function CapturesView({ params }: { params: URLSearchParams }) {
               <ul class="cards" aria-label="Captures">
                 {shown.map((c) => <CaptureRow key={`${c.runId} ${c.state} ${c.updatedAt}`} capture={c} onDone={(m) => { setMessage(m); reload() }} />)}
               </ul>
-              <nav class="pager" aria-label="Pages">
-                <button type="button" class="secondary" disabled={cursor === undefined} onClick={() => setCursor(undefined)}>← Newest</button>
-                <button type="button" class="secondary" disabled={state.data.nextCursor === null} onClick={() => setCursor(state.data.nextCursor ?? undefined)}>Older →</button>
-              </nav>
+              <NewestOlder cursor={cursor} next={state.data.nextCursor} onChange={setCursor} />
             </>
           )
       ) : null}

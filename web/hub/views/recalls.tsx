@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks'
 import { api, query, type RecallFrame } from '../api.js'
-import { Empty, ErrorBox, Loading, RunLink, Time, useLoad } from '../ui.js'
+import { Empty, ErrorBox, Loading, NewestOlder, RunLink, Time, useLoad } from '../ui.js'
 
 export function RecallList({ frames }: { frames: RecallFrame[] }) {
   return (
@@ -35,10 +35,7 @@ export function RecallsView({ params }: { params: URLSearchParams }) {
           : (
             <>
               <RecallList frames={state.data.recalls} />
-              <nav class="pager" aria-label="Pages">
-                <button type="button" class="secondary" disabled={cursor === undefined} onClick={() => setCursor(undefined)}>← Newest</button>
-                <button type="button" class="secondary" disabled={state.data.nextCursor === null} onClick={() => setCursor(state.data.nextCursor ?? undefined)}>Older →</button>
-              </nav>
+              <NewestOlder cursor={cursor} next={state.data.nextCursor} onChange={setCursor} />
             </>
           )
       ) : null}
