@@ -75,11 +75,12 @@ export async function usageReport(db: Db, orgId: string, { first, last, tz, grou
   const hours = sql.raw(keys.length > 0 ? 'usage_hour_groups' : 'usage_hours')
   const rows = rowsOf<Record<string, unknown>>(await db.execute(sql`
     with midnights as materialized (
-      select i, ((${dateOfDay(first)}::date + i)::timestamp at time zone ${tz}) as m
-      from generate_series(0, ${last - first + 1}::int) i),
+      select i, m, date_bin('1 hour', m, ${ORIGIN}::timestamptz) as h
+      from (select i, ((${dateOfDay(first)}::date + i)::timestamp at time zone ${tz}) as m
+            from generate_series(0, ${last - first + 1}::int) i) x),
     bounds as materialized (
       select array_agg(m order by i) as b,
-             coalesce(array_agg(date_bin('1 hour', m, ${ORIGIN}::timestamptz)) filter (where m <> date_bin('1 hour', m, ${ORIGIN}::timestamptz)), '{}') as split
+             coalesce(array_agg(h) filter (where m <> h), '{}') as split
       from midnights)
     select day${columns},
            sum(runs)::bigint as runs, sum(succeeded)::bigint as succeeded, sum(failed)::bigint as failed,
