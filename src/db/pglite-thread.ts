@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events'
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
-import { Worker } from 'node:worker_threads'
+import { Worker, type ResourceLimits } from 'node:worker_threads'
 import type { FromWorker, PgliteWorkerData, ToWorker } from './pglite-worker.js'
 
 /**
@@ -25,9 +25,12 @@ export class PgliteThread {
     worker.on('exit', (code) => this.fail(new Error(`the embedded database stopped (exit code ${code})`)))
   }
 
-  /** Starts the thread and waits until PGlite is open (its data loaded, or created). */
-  static async start(location: string): Promise<PgliteThread> {
-    const worker = startWorker({ location })
+  /**
+   * Starts the thread and waits until PGlite is open (its data loaded, or created).
+   * `limits` caps the thread's heap (a test's way to catch a leak there).
+   */
+  static async start(location: string, limits?: ResourceLimits): Promise<PgliteThread> {
+    const worker = startWorker({ location }, limits)
     let onMessage!: (message: FromWorker) => void
     let onError!: (err: Error) => void
     let onExit!: (code: number) => void
@@ -120,14 +123,14 @@ export class PgliteThread {
 }
 
 /** The worker from its compiled `.js`, or from the `.ts` source with tsx (tests, bench). */
-function startWorker(data: PgliteWorkerData): Worker {
+function startWorker(data: PgliteWorkerData, resourceLimits?: ResourceLimits): Worker {
   const compiled = new URL('./pglite-worker.js', import.meta.url)
-  if (existsSync(fileURLToPath(compiled))) return new Worker(compiled, { workerData: data })
+  if (existsSync(fileURLToPath(compiled))) return new Worker(compiled, { workerData: data, resourceLimits })
   // a worker does not inherit tsx's loader (--import is not for workers on Node 20): it
   // imports the source through tsx's API
   const source = new URL('./pglite-worker.ts', import.meta.url).href
   const boot = `import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}).then((tsx) => tsx.tsImport(${JSON.stringify(source)}, ${JSON.stringify(source)}))`
-  return new Worker(boot, { eval: true, workerData: data })
+  return new Worker(boot, { eval: true, workerData: data, resourceLimits })
 }
 
 /**

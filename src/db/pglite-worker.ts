@@ -5,7 +5,7 @@
 // this thread instead of the event loop that serves HTTP.
 //
 // Framing only: every complete message received is handed to PGlite in one
-// `execProtocolRaw` call (Postgres reads them in order, as from a socket); its answer goes
+// `execProtocolRawStream` call (Postgres reads them in order, as from a socket); its answer goes
 // back as one message. A NotificationResponse in an answer is also posted on its own, for
 // the LISTEN side of the event bus. One client at a time: a Terminate ends it, and a new
 // client starts with no statement or transaction left from the last.
@@ -118,10 +118,9 @@ async function drain(): Promise<void> {
       const next = connected ? takeComplete() : null
       if (!next) break
       if (next.bytes.length > 0) {
-        const answer = await lite.execProtocolRaw(next.bytes)
-        const copy = new Uint8Array(answer)
-        notify(copy)
-        post({ type: 'data', bytes: copy }, [copy.buffer])
+        const answer = await execute(next.bytes)
+        notify(answer)
+        post({ type: 'data', bytes: answer }, [answer.buffer as ArrayBuffer])
       }
       if (next.terminate) connected = false
     }
@@ -137,6 +136,28 @@ async function drain(): Promise<void> {
   } finally {
     busy = false
   }
+}
+
+/**
+ * Runs complete messages and returns PGlite's answer, in a buffer of its own (to transfer).
+ * The answer's bytes are taken as PGlite writes them (`execProtocolRawStream`), not with
+ * `execProtocolRaw`: that one also parses every answer into JavaScript objects and keeps them
+ * for the life of the session (PGlite 0.5), so a long-lived connection grows the heap without
+ * end and the collector's pauses with it.
+ */
+async function execute(bytes: Uint8Array): Promise<Uint8Array> {
+  const chunks: Uint8Array[] = []
+  let size = 0
+  // each chunk is a view of PGlite's memory, valid during the call only
+  await lite.execProtocolRawStream(bytes, { onRawData: (chunk) => { chunks.push(chunk.slice()); size += chunk.length } })
+  if (chunks.length === 1) return chunks[0]!
+  const answer = new Uint8Array(size)
+  let at = 0
+  for (const chunk of chunks) {
+    answer.set(chunk, at)
+    at += chunk.length
+  }
+  return answer
 }
 
 /** Rolls back an open transaction and drops every prepared statement of the session. */
