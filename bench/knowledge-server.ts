@@ -5,6 +5,7 @@ import { sql } from 'drizzle-orm'
 import { buildApp } from '../src/app.js'
 import { DEV_ORG } from '../src/auth/dev-org.js'
 import { loadConfig } from '../src/config.js'
+import { maintainEmbedded } from '../src/db/maintenance.js'
 
 const WORDS = ['deploy', 'kubernetes', 'invoice', 'customer', 'release', 'database', 'backup', 'vault', 'credentials', 'staging',
   'payments', 'latency', 'incident', 'oncall', 'runbook', 'terraform', 'migration', 'frontend', 'webhook', 'billing',
@@ -51,8 +52,10 @@ await app.db.execute(sql`
   select distinct ${DEV_ORG.id}, w from knowledge_chunks, regexp_split_to_table(lower(heading || ' ' || text), '[^[:alnum:]]+') as w
   where length(w) between 3 and 32 and w ~ '[[:alpha:]]'
   on conflict do nothing`)
-// the steady state autovacuum keeps: statistics and a current visibility map
-for (const table of ['knowledge_chunks', 'knowledge_records', 'knowledge_words', 'knowledge_documents']) await app.db.execute(sql.raw(`vacuum analyze ${table}`))
+// the steady state autovacuum keeps on a real server (statistics and a current visibility
+// map), and on the embedded database the service's own pass (src/db/maintenance.ts)
+if (app.database.kind === 'pglite') await maintainEmbedded(app.db)
+else for (const table of ['knowledge_chunks', 'knowledge_records', 'knowledge_words', 'knowledge_documents']) await app.db.execute(sql.raw(`vacuum analyze ${table}`))
 process.stderr.write(`seeded ${chunks} chunks and ${records} records in ${Date.now() - started} ms\n`)
 const address = await app.listen({ port: Number(process.env.PORT ?? 0), host: '127.0.0.1' })
 process.stdout.write(`listening on ${address}\n`)

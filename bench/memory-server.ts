@@ -4,6 +4,7 @@ import { sql } from 'drizzle-orm'
 import { buildApp } from '../src/app.js'
 import { DEV_ORG } from '../src/auth/dev-org.js'
 import { loadConfig } from '../src/config.js'
+import { maintainEmbedded } from '../src/db/maintenance.js'
 
 const WORDS = ['deploy', 'kubernetes', 'invoice', 'customer', 'release', 'database', 'backup', 'vault', 'credentials', 'staging',
   'payments', 'latency', 'incident', 'oncall', 'runbook', 'terraform', 'migration', 'frontend', 'webhook', 'billing',
@@ -44,9 +45,14 @@ await app.db.execute(sql`
   where pool_id = 'bench-pool' and length(w) between 3 and 32 and w ~ '[[:alpha:]]'
   on conflict do nothing`)
 await app.db.execute(sql`update memory_pools set item_count = (select count(*) from memory_items where pool_id = 'bench-pool') where id = 'bench-pool'`)
-// the steady state autovacuum keeps: statistics and a current visibility map
-await app.db.execute(sql`vacuum analyze memory_items`)
-await app.db.execute(sql`vacuum analyze memory_words`)
+// the steady state autovacuum keeps on a real server (statistics and a current visibility
+// map), and on the embedded database the service's own pass (src/db/maintenance.ts)
+if (app.database.kind === 'pglite') {
+  await maintainEmbedded(app.db)
+} else {
+  await app.db.execute(sql`vacuum analyze memory_items`)
+  await app.db.execute(sql`vacuum analyze memory_words`)
+}
 process.stderr.write(`seeded ${facts} facts in ${Date.now() - started} ms\n`)
 const address = await app.listen({ port: Number(process.env.PORT ?? 0), host: '127.0.0.1' })
 process.stdout.write(`listening on ${address}\n`)

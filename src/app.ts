@@ -188,7 +188,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
   // first, so every answer carries them, refusals by the hooks after it included
   await app.register(securityHeaders, { apiHeaders: releaseHeaders(config.release) })
   await app.register(releasePlugin, { release: config.release, isDevBuild: config.isDevBuild })
-  await app.register(dbPlugin, { database: db, closeOnShutdown: owned })
+  await app.register(dbPlugin, { database: db, closeOnShutdown: owned, maintenanceEveryMs: config.EMBEDDED_MAINTENANCE_SECONDS * 1000 })
   await app.register(featuresPlugin)
   await app.register(eventBusPlugin)
   await app.register(ssePlugin, { heartbeatMs: config.SSE_HEARTBEAT_MS, maxBufferBytes: config.SSE_MAX_BUFFER_BYTES, stallMs: config.SSE_STALL_MS })

@@ -20,6 +20,7 @@ export const EnvSchema = Type.Object({
   })),
   DATABASE_POOL_MAX: Type.Integer({ minimum: 1, maximum: 500, default: 20, description: 'postgres.js pool size' }),
   DATA_DIR: Type.String({ minLength: 1, default: './data', description: 'embedded database and local files' }),
+  EMBEDDED_MAINTENANCE_SECONDS: Type.Integer({ minimum: 0, maximum: 86_400, default: 60, description: 'how often the embedded database vacuums and analyzes the tables autovacuum would (0: never)' }),
   ALLOW_DEV_ORG: Type.Optional(Type.Boolean({
     description: 'anonymous requests act in the seeded dev org; default on unless NODE_ENV=production'
   })),

@@ -7,7 +7,8 @@ import { PgliteThread } from '../../src/db/pglite-thread.js'
 t.test('the database thread serves answer after answer in a small heap', async (t) => {
   // 2,000 answers of about 100 KB: kept, their parsed rows alone would pass 200 MB
   const thread = await PgliteThread.start('memory://', { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 16 })
-  const pg = postgres({ max: 1, socket: () => thread.socket(), username: 'postgres', database: 'postgres', onnotice: () => {} })
+  // `socket` (as src/db/client.ts passes it) is a postgres.js option its types leave out
+  const pg = postgres({ max: 1, socket: () => thread.socket(), username: 'postgres', database: 'postgres', onnotice: () => {} } as postgres.Options<Record<string, never>>)
   t.teardown(async () => {
     await pg.end({ timeout: 5 })
     await thread.close()
