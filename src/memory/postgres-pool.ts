@@ -18,27 +18,34 @@ type SearchOutcome = { items: SearchHit[]; truncated: boolean }
 const MAX_QUERY = 500
 const MAX_WORDS = 8
 /**
- * Search ranks at most this many matches: the newest ones. A broad query (a common word in
- * thousands of facts) then costs about what a narrow one does instead of reading and
- * ranking every match.
+ * Search ranks this many matches, the newest ones, or a page's worth when the page is larger.
+ * A broad query (a common word in thousands of facts) then costs about what a narrow one
+ * does instead of reading and ranking every match. A common word's search walks about
+ * RANKED_MATCHES / share facts newest first, the most of its cost: at 100 a word in 2% of
+ * 100,000 facts read 5,000 rows, 4–5 ms of WebAssembly on the embedded database; at 50 it
+ * reads 2,500. Fifty is still 2.5 default pages to choose from, and a common word's matches
+ * rank nearly alike (one occurrence each), so its best are the newest anyway.
  */
-export const RANKED_MATCHES = 100
-// (one more match than this is read, so that a full page of 100 can still say `truncated`)
+export const RANKED_MATCHES = 50
+// (one more match than this is read, so that a full page can still say `truncated`)
 /**
  * The newest facts of the pool that are checked first, to tell a common query from a rare
  * one. Near the threshold either way costs about the same, so a small sample decides well
  * enough; far from it (a word in 10% of facts, or in 0.1%) even a small sample is clear.
  */
 const PROBE = 250
-/** the most facts a common query walks, newest first, looking for its RANKED_MATCHES matches */
+/** the most facts a common query walks, newest first, looking for its matches */
 const WALK_LIMIT = 25_000
 /**
  * A match found through the GIN index costs about as much as this many facts read walking
- * newest first (measured on Postgres 15). Walking reads RANKED_MATCHES / share facts, the
- * index share × pool size, so walking is cheaper for a share of at least
- * sqrt(RANKED_MATCHES / INDEX_ROW_COST / pool size).
+ * newest first. Walking for n matches reads n / share facts, the index share × pool size,
+ * so walking is cheaper for a share of at least sqrt(n / INDEX_ROW_COST / pool size).
+ * Measured on each engine: on Postgres 15 a match costs 11.4 facts walked; on the embedded
+ * database (PGlite) only 2.6 (at 100,000 facts and 51 matches the walk wins from a share of
+ * about 1.4%, not 0.67%: a misspelled rare word's corrections walked 7,000 facts for what
+ * the index found in less time).
  */
-const INDEX_ROW_COST = 11.4
+const INDEX_ROW_COST = { postgres: 11.4, pglite: 2.6 } as const
 
 const wordsOf = (text: string) => text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []
 
@@ -61,18 +68,20 @@ async function addVocabulary(exec: Db | Tx, pool: PoolRef, contents: string[]): 
 /**
  * Facts in this database. Each query word is matched as a prefix and, through pg_trgm
  * similarity against the pool's vocabulary, by its likely corrections; the newest
- * RANKED_MATCHES full-text matches are ranked by ts_rank_cd together with pg_trgm word
+ * RANKED_MATCHES (or a page of) full-text matches are ranked by ts_rank_cd together with pg_trgm word
  * similarity to the query.
  */
-export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}): MemoryBackend {
+export function createPostgresPool(db: Db, opts: { searchCache?: number; engine?: keyof typeof INDEX_ROW_COST } = {}): MemoryBackend {
+  const indexRowCost = INDEX_ROW_COST[opts.engine ?? 'postgres']
   // recent results of this instance, keyed by the pool's generation (memoryPools.generation)
   const cache = (opts.searchCache ?? 0) > 0 ? new LRUCache<string, SearchOutcome>({ max: opts.searchCache! }) : null
 
   /**
    * One round trip: each query word becomes `(word:* | up to three vocabulary words it may be
-   * a misspelling of)`; the groups are joined with `joiner`. The newest RANKED_MATCHES matches
-   * are found one of two ways, whichever reads fewer rows: a common query (its share of the
-   * pool's newest PROBE facts is at least sqrt(RANKED_MATCHES / INDEX_ROW_COST / pool size),
+   * a misspelling of)`; the groups are joined with `joiner`. The newest n matches (n = the
+   * larger of RANKED_MATCHES and the page, plus one) are found one of two ways, whichever
+   * reads fewer rows: a common query (its share of the pool's newest PROBE facts is at least
+   * sqrt(n / INDEX_ROW_COST / pool size) for the engine,
    * where walking beats the index) walks the pool newest first until it has them; any other
    * goes through the GIN index and sorts its matches by id. They are ranked by ts_rank_cd; the
    * best `limit + 1` (a page, and one to tell it is truncated) are put in order together with
@@ -81,6 +90,7 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
    */
   async function ranked(pool: PoolRef, q: string, tokens: string[], joiner: '&' | '|', limit: number) {
     const words = sql.join(tokens.map((w) => sql`${w}`), sql`, `)
+    const matches = Math.max(RANKED_MATCHES, limit) + 1
     const result = await db.execute(sql`
       with tokens as (
         select token, ord from unnest(array[${words}]::text[]) with ordinality as t(token, ord)),
@@ -103,7 +113,7 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
                       where org_id = ${pool.orgId} and pool_id = ${pool.id}
                       order by id desc limit ${PROBE}) p, query
                 where p.search_vector @@ query.query)
-               >= ${PROBE} * sqrt(${RANKED_MATCHES / INDEX_ROW_COST}::float8 / greatest(1, (select item_count from memory_pools where id = ${pool.id}))) as yes),
+               >= ${PROBE} * sqrt(${matches / indexRowCost}::float8 / greatest(1, (select item_count from memory_pools where id = ${pool.id}))) as yes),
       walked as (
         select n.* from (
           select id, content, source_run_id, root_run_id, created_at, search_vector
@@ -112,7 +122,7 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
           order by id desc
           limit ${WALK_LIMIT}) n, query
         where (select yes from common) and n.search_vector @@ query.query
-        limit ${RANKED_MATCHES + 1}),
+        limit ${matches}),
       indexed as (
         select m.id, m.content, m.source_run_id, m.root_run_id, m.created_at, m.search_vector
         from memory_items m, query
@@ -120,7 +130,7 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
           and m.org_id = ${pool.orgId} and m.pool_id = ${pool.id} and m.search_vector @@ query.query
         -- collate "C": sort the matches, never walk the id index for them (same order for ids)
         order by m.id collate "C" desc
-        limit ${RANKED_MATCHES + 1}),
+        limit ${matches}),
       candidates as (
         select m.id, m.content, m.source_run_id, m.root_run_id, m.created_at, ts_rank_cd(m.search_vector, query.query) as rank
         from (select * from walked union all select * from indexed) m, query

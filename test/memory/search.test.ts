@@ -49,25 +49,34 @@ t.test('prefix queries keep only letters and digits', async (t) => {
   t.equal(prefixQuery('Übergröße café'), 'übergröße:* & café:*')
 })
 
-t.test('a query matching more than RANKED_MATCHES facts ranks the newest of them', async (t) => {
+t.test('a query matching more than RANKED_MATCHES facts ranks the newest of them, or a page of them', async (t) => {
   const app = await buildTestApp(t, { env: { ...FAST, MEMORY_CAPTURE_WORKER: 'false' } })
-  // the oldest fact is the best full-text match for `alpha`; 2 × RANKED_MATCHES newer ones match too
+  // the oldest fact is the best full-text match for `alpha`; 250 newer ones match too (the
+  // last is the newest). Two groups of ten match better than the rest: the 36th to 45th
+  // newest (within RANKED_MATCHES + 1 = 51) and the 71st to 80th (past 51, within 101).
+  t.equal(RANKED_MATCHES, 50)
   await addFacts(app.db, DEV_ORG.id, 'org', '', ['Alpha alpha alpha: the gamma rollout checklist'])
-  const newer = Array.from({ length: 2 * RANKED_MATCHES }, (_, i) => `Alpha note ${i} about the deploy`)
+  const near = (i: number) => i >= 205 && i < 215
+  const far = (i: number) => i >= 170 && i < 180
+  const newer = Array.from({ length: 250 }, (_, i) => near(i) || far(i) ? `Alpha alpha note ${i} about the deploy` : `Alpha note ${i} about the deploy`)
+  const group = (keep: (i: number) => boolean) => new Set(newer.filter((_, i) => keep(i)))
   await addFacts(app.db, DEV_ORG.id, 'org', '', newer)
   const search = async (q: string, limit = 20) => {
     const res = await app.inject({ method: 'GET', url: `/api/memory/search?q=${encodeURIComponent(q)}&limit=${limit}` })
     t.equal(res.statusCode, 200, q)
     return res.json() as { truncated: boolean; items: Array<{ content: string }> }
   }
-  // `alpha` is in every fact: the pool is walked newest first
-  const common = await search('alpha', 100)
-  t.equal(common.items.length, 100)
-  t.equal(common.truncated, true)
-  t.notOk(common.items.some((i) => i.content.startsWith('Alpha alpha')), 'the old fact is past the newest matches')
-  // (one more than RANKED_MATCHES is read, so a full page can say truncated)
-  const newest = new Set(newer.slice(-(RANKED_MATCHES + 1)))
-  t.ok(common.items.every((i) => newest.has(i.content)), 'every hit is one of the newest matches')
+  // `alpha` is in every fact: the pool is walked newest first. One more match than is
+  // ranked is read, so a full page can say truncated.
+  for (const [limit, ranked, best] of [[20, 51, group(near)], [100, 101, group((i) => near(i) || far(i))]] as const) {
+    const common = await search('alpha', limit)
+    t.equal(common.items.length, limit, `a page of ${limit}`)
+    t.equal(common.truncated, true)
+    t.notOk(common.items.some((i) => i.content.startsWith('Alpha alpha alpha')), 'the old fact is past the newest matches')
+    const newest = new Set(newer.slice(-ranked))
+    t.ok(common.items.every((i) => newest.has(i.content)), `every hit is one of the newest ${ranked} matches`)
+    t.same(new Set(common.items.slice(0, best.size).map((i) => i.content)), best, `the better matches of the newest ${ranked} come first, and only those`)
+  }
   // a rare word goes through the index, however old its facts are
   t.same((await search('gamma')).items.map((i) => i.content), ['Alpha alpha alpha: the gamma rollout checklist'])
   t.same((await search('gama')).items.map((i) => i.content), ['Alpha alpha alpha: the gamma rollout checklist'], 'misspelled')
