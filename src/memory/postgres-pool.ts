@@ -40,12 +40,12 @@ const WALK_LIMIT = 25_000
  * A match found through the GIN index costs about as much as this many facts read walking
  * newest first. Walking for n matches reads n / share facts, the index share × pool size,
  * so walking is cheaper for a share of at least sqrt(n / INDEX_ROW_COST / pool size).
- * Measured on each engine: on Postgres 15 a match costs 11.4 facts walked; on the embedded
- * database (PGlite) only 2.6 (at 100,000 facts and 51 matches the walk wins from a share of
- * about 1.4%, not 0.67%: a misspelled rare word's corrections walked 7,000 facts for what
- * the index found in less time).
+ * Measured at 100,000 facts, each path timed alone at shares from 0.13% to 2.7%: the walk
+ * wins from about 1.1–1.5% for 51 matches and 2.1–2.2% for 101, on Postgres 15 and on the
+ * embedded database alike, which puts this at 2 to 4. (It was 11.4: a misspelled rare
+ * word's three corrections then walked 7,000 facts for what the index found faster.)
  */
-const INDEX_ROW_COST = { postgres: 11.4, pglite: 2.6 } as const
+const INDEX_ROW_COST = 3
 
 const wordsOf = (text: string) => text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []
 
@@ -71,8 +71,7 @@ async function addVocabulary(exec: Db | Tx, pool: PoolRef, contents: string[]): 
  * RANKED_MATCHES (or a page of) full-text matches are ranked by ts_rank_cd together with pg_trgm word
  * similarity to the query.
  */
-export function createPostgresPool(db: Db, opts: { searchCache?: number; engine?: keyof typeof INDEX_ROW_COST } = {}): MemoryBackend {
-  const indexRowCost = INDEX_ROW_COST[opts.engine ?? 'postgres']
+export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}): MemoryBackend {
   // recent results of this instance, keyed by the pool's generation (memoryPools.generation)
   const cache = (opts.searchCache ?? 0) > 0 ? new LRUCache<string, SearchOutcome>({ max: opts.searchCache! }) : null
 
@@ -81,7 +80,7 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number; engine?
    * a misspelling of)`; the groups are joined with `joiner`. The newest n matches (n = the
    * larger of RANKED_MATCHES and the page, plus one) are found one of two ways, whichever
    * reads fewer rows: a common query (its share of the pool's newest PROBE facts is at least
-   * sqrt(n / INDEX_ROW_COST / pool size) for the engine,
+   * sqrt(n / INDEX_ROW_COST / pool size),
    * where walking beats the index) walks the pool newest first until it has them; any other
    * goes through the GIN index and sorts its matches by id. They are ranked by ts_rank_cd; the
    * best `limit + 1` (a page, and one to tell it is truncated) are put in order together with
@@ -113,7 +112,7 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number; engine?
                       where org_id = ${pool.orgId} and pool_id = ${pool.id}
                       order by id desc limit ${PROBE}) p, query
                 where p.search_vector @@ query.query)
-               >= ${PROBE} * sqrt(${matches / indexRowCost}::float8 / greatest(1, (select item_count from memory_pools where id = ${pool.id}))) as yes),
+               >= ${PROBE} * sqrt(${matches / INDEX_ROW_COST}::float8 / greatest(1, (select item_count from memory_pools where id = ${pool.id}))) as yes),
       walked as (
         select n.* from (
           select id, content, source_run_id, root_run_id, created_at, search_vector

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Principal } from '../auth/principal.js'
 import type { Config } from '../config.js'
-import type { Database, Db } from '../db/client.js'
+import type { Db } from '../db/client.js'
 import type { RecalledItem, RunEventSink, RunMemory } from '../runs/memory-port.js'
 import type { MemoryBackend } from './backend.js'
 import { createMem0Pool } from './mem0-pool.js'
@@ -51,9 +51,9 @@ export interface MemoryServiceOptions {
   events: RunEventSink
 }
 
-export function createMemoryHub(db: Db, engine: Database['kind'], { config, events }: MemoryServiceOptions, log: FastifyInstance['log']): MemoryHub {
+export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions, log: FastifyInstance['log']): MemoryHub {
   let backend: MemoryBackend | null = null
-  if (config.MEMORY_BACKEND === 'postgres') backend = createPostgresPool(db, { searchCache: config.MEMORY_SEARCH_CACHE, engine })
+  if (config.MEMORY_BACKEND === 'postgres') backend = createPostgresPool(db, { searchCache: config.MEMORY_SEARCH_CACHE })
   if (config.MEMORY_BACKEND === 'http') {
     if (!config.MEMORY_URL) throw new Error('MEMORY_BACKEND=http needs MEMORY_URL')
     backend = createMem0Pool(db, { url: config.MEMORY_URL, apiKey: config.MEMORY_API_KEY, timeoutMs: config.MEMORY_HTTP_TIMEOUT_MS })
@@ -132,7 +132,7 @@ export function createMemoryHub(db: Db, engine: Database['kind'], { config, even
  * its deliveries in flight, when the app closes.
  */
 export default fp(async function memoryService(app: FastifyInstance, opts: MemoryServiceOptions) {
-  const hub = createMemoryHub(app.db, app.database.kind, opts, app.log)
+  const hub = createMemoryHub(app.db, opts, app.log)
   app.decorate('memory', hub)
   app.features.capabilities.memory = hub.backend !== null
   app.addHook('onReady', async () => {
