@@ -68,8 +68,8 @@ async function addVocabulary(exec: Db | Tx, pool: PoolRef, contents: string[]): 
 /**
  * Facts in this database. Each query word is matched as a prefix and, through pg_trgm
  * similarity against the pool's vocabulary, by its likely corrections; the newest
- * RANKED_MATCHES (or a page of) full-text matches are ranked by ts_rank_cd together with pg_trgm word
- * similarity to the query.
+ * RANKED_MATCHES full-text matches (more when the page is larger) are ranked by ts_rank_cd
+ * together with pg_trgm word similarity to the query.
  */
 export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}): MemoryBackend {
   // recent results of this instance, keyed by the pool's generation (memoryPools.generation)
@@ -80,12 +80,11 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
    * a misspelling of)`; the groups are joined with `joiner`. The newest n matches (n = the
    * larger of RANKED_MATCHES and the page, plus one) are found one of two ways, whichever
    * reads fewer rows: a common query (its share of the pool's newest PROBE facts is at least
-   * sqrt(n / INDEX_ROW_COST / pool size),
-   * where walking beats the index) walks the pool newest first until it has them; any other
-   * goes through the GIN index and sorts its matches by id. They are ranked by ts_rank_cd; the
-   * best `limit + 1` (a page, and one to tell it is truncated) are put in order together with
-   * pg_trgm word similarity to the query, costly enough (about 20 µs a fact in WebAssembly)
-   * to be kept to the page.
+   * sqrt(n / INDEX_ROW_COST / pool size), where walking beats the index) walks the pool
+   * newest first until it has them; any other goes through the GIN index and sorts its
+   * matches by id. They are ranked by ts_rank_cd; the best `limit + 1` (a page, and one to
+   * tell it is truncated) are put in order together with pg_trgm word similarity to the
+   * query, costly enough (about 20 µs a fact in WebAssembly) to be kept to the page.
    */
   async function ranked(pool: PoolRef, q: string, tokens: string[], joiner: '&' | '|', limit: number) {
     const words = sql.join(tokens.map((w) => sql`${w}`), sql`, `)
