@@ -76,6 +76,8 @@ export const EnvSchema = Type.Object({
     default: false,
     description: 'allow sandbox commands, terminals and desktops to run as plain processes with the service user\'s rights when bubblewrap cannot confine them (default: no sandbox then, 503 sandbox_unavailable)'
   }),
+  SANDBOX_UID: Type.Integer({ minimum: 1, maximum: 4_294_967_294, default: 65534, description: 'when the service runs as root: the unprivileged user id sandboxed commands, terminals and file tools run as (bubblewrap only)' }),
+  SANDBOX_GID: Type.Integer({ minimum: 1, maximum: 4_294_967_294, default: 65534, description: 'when the service runs as root: the group id sandboxed processes run as (no supplementary groups)' }),
   SANDBOX_NETWORK: Type.Boolean({ default: false, description: 'give sandboxed commands network access (bubblewrap only; default no network)' }),
   SANDBOX_EXEC_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'wall-clock limit of one sandbox command' }),
   SANDBOX_OUTPUT_MAX_BYTES: Type.Integer({ minimum: 256, maximum: 16 * 1024 * 1024, default: 256 * 1024, description: 'stdout/stderr kept per sandbox command (the rest is dropped)' }),

@@ -54,8 +54,11 @@ function waitForPort(port: number, deadline: number, failed: () => string | null
  * network (SANDBOX_NETWORK) must not reach another thread's display that way; only its
  * own display's socket file is bound into it.
  */
-export async function startDesktop(cwd: string): Promise<DesktopProcesses> {
-  const env = { PATH: SANDBOX_PATH, HOME: cwd }
+export async function startDesktop(): Promise<DesktopProcesses> {
+  // Xvfb and x11vnc run outside the sandbox, as the service user: never in the workspace,
+  // never with it as HOME (x11vnc reads $HOME/.x11vncrc, whose options run commands)
+  const cwd = '/'
+  const env = { PATH: SANDBOX_PATH, HOME: '/nonexistent' }
   const xvfb = spawn('Xvfb', ['-displayfd', '3', '-screen', '0', '1280x800x24', '-nolisten', 'tcp', '-nolisten', 'local'], {
     cwd,
     env,
@@ -85,7 +88,7 @@ export async function startDesktop(cwd: string): Promise<DesktopProcesses> {
     throw err
   })
   const port = await freePort()
-  const vnc = spawn('x11vnc', ['-display', `:${display}`, '-rfbport', String(port), '-localhost', '-no6', '-nopw', '-forever', '-shared', '-quiet'], {
+  const vnc = spawn('x11vnc', ['-display', `:${display}`, '-rfbport', String(port), '-norc', '-localhost', '-no6', '-nopw', '-forever', '-shared', '-quiet'], {
     cwd,
     env,
     stdio: ['ignore', 'ignore', 'ignore']

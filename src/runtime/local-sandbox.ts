@@ -1,10 +1,11 @@
-import { spawn, type ChildProcess } from 'node:child_process'
-import { constants, existsSync } from 'node:fs'
-import { lstat, mkdir, open, readdir, realpath, rm, stat } from 'node:fs/promises'
-import { isAbsolute, join, relative, resolve, sep } from 'node:path'
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { chown, lstat, mkdir, readdir, realpath, rm } from 'node:fs/promises'
+import { isAbsolute, join, resolve } from 'node:path'
 import * as pty from 'node-pty'
-import { BOX_HOME, bwrapArgs, findExecutable, probeBubblewrap, SANDBOX_PATH, type BubblewrapProbe } from './bubblewrap.js'
+import { BOX_HOME, bwrapArgs, findExecutable, probeBubblewrap, SANDBOX_PATH, sandboxUserFor, type BubblewrapProbe, type SandboxUser } from './bubblewrap.js'
 import { startDesktop, stopAll, type DesktopProcesses } from './desktop.js'
+import { FILE_OPS_SCRIPT, fileOpError } from './file-ops.js'
 import {
   SandboxError,
   type DesktopEndpoint,
@@ -24,8 +25,10 @@ export interface LocalSandboxOptions {
   confinement: 'auto' | 'bwrap' | 'none'
   /** SANDBOX_UNCONFINED: the operator allows commands to run as plain processes when bubblewrap cannot confine them */
   unconfined: boolean
-  /** whether bubblewrap works here (tests force an answer; probeBubblewrap otherwise) */
-  probe?: () => BubblewrapProbe
+  /** whether bubblewrap works here for `user` (tests force an answer; probeBubblewrap otherwise) */
+  probe?: (user: SandboxUser | null) => BubblewrapProbe
+  /** SANDBOX_UID and SANDBOX_GID: who sandboxed processes are when the service runs as root */
+  user?: SandboxUser
   network: boolean
   execTimeoutMs: number
   outputMaxBytes: number
@@ -35,6 +38,14 @@ export interface LocalSandboxOptions {
 
 const SAFE_SEGMENT = /^[A-Za-z0-9_-]{1,64}$/
 const MAX_LIST_ENTRIES = 1000
+/** a file operation reads or writes at most SANDBOX_FILE_MAX_BYTES: only a FIFO or a stalled disk takes this long */
+const FILE_OP_TIMEOUT_MS = 30_000
+const ENTRY_TYPES: Record<string, FileEntry['type']> = { f: 'file', d: 'dir', l: 'symlink' }
+
+interface RawResult extends Omit<ExecResult, 'stdout' | 'stderr'> {
+  stdout: Buffer
+  stderr: Buffer
+}
 /**
  * Thrown by the provider when it may not run commands: bubblewrap cannot confine them
  * and the operator did not allow unconfined ones. The message is safe for clients
@@ -52,6 +63,8 @@ export class SandboxUnavailableError extends Error {
 export class LocalSandboxProvider implements SandboxProvider {
   readonly name = 'local'
   readonly confinement: 'bwrap' | 'none'
+  /** the unprivileged user bubblewrap drops to (the service runs as root); null otherwise */
+  readonly user: SandboxUser | null
   readonly desktopAvailable: boolean
   readonly options: LocalSandboxOptions
   readonly root: string
@@ -59,14 +72,17 @@ export class LocalSandboxProvider implements SandboxProvider {
   constructor(options: LocalSandboxOptions) {
     this.options = options
     this.root = resolve(options.dataDir, 'sandboxes')
+    const user = sandboxUserFor(options.user ?? { uid: 65534, gid: 65534 })
+    this.user = null
     if (options.confinement === 'none') {
       if (!options.unconfined) throw new SandboxUnavailableError('SANDBOX_CONFINEMENT=none runs commands outside bubblewrap; it needs SANDBOX_UNCONFINED=true')
       this.confinement = 'none'
       options.log.warn({}, 'SANDBOX_CONFINEMENT=none: sandbox commands run as plain processes with the service user\'s rights')
     } else {
-      const probe = (options.probe ?? probeBubblewrap)()
+      const probe = (options.probe ?? probeBubblewrap)(user)
       if (probe.ok) {
         this.confinement = 'bwrap'
+        this.user = user
       } else if (options.confinement === 'bwrap') {
         throw new Error(`SANDBOX_CONFINEMENT=bwrap but ${probe.reason}`)
       } else if (options.unconfined) {
@@ -90,7 +106,25 @@ export class LocalSandboxProvider implements SandboxProvider {
     }
     const workspace = join(this.root, key.orgId, key.threadId)
     await mkdir(workspace, { recursive: true, mode: 0o700 })
+    if (this.user) await this.own(workspace, this.user)
     return new LocalSandbox(this, key, await realpath(workspace))
+  }
+
+  /**
+   * The workspace belongs to the sandbox's user, who can then write in it and nowhere
+   * else. A workspace from before that user existed is handed over once with
+   * `chown -R -h` (GNU's walk never follows a link); no sandboxed process of the
+   * thread runs while its sandbox is being created.
+   */
+  private async own(workspace: string, user: SandboxUser): Promise<void> {
+    const info = await lstat(workspace)
+    if (info.uid === user.uid && info.gid === user.gid) return
+    if ((await readdir(workspace)).length === 0) {
+      await chown(workspace, user.uid, user.gid)
+      return
+    }
+    const done = spawnSync('chown', ['-R', '-h', '--', `${user.uid}:${user.gid}`, workspace], { env: { PATH: SANDBOX_PATH }, encoding: 'utf8' })
+    if (done.status !== 0) this.options.log.warn({ status: done.status }, 'could not hand an existing workspace over to the sandbox user')
   }
 }
 
@@ -130,30 +164,43 @@ class LocalSandbox implements Sandbox {
   /** The command line that runs `argv` confined (bubblewrap) or as is. */
   private command(argv: string[], newSession: boolean): { file: string; args: string[]; cwd: string } {
     if (this.provider.confinement !== 'bwrap') return { file: argv[0]!, args: argv.slice(1), cwd: this.workspace }
-    const args = bwrapArgs({ argv, workspace: this.workspace, network: this.opts.network, newSession, display: this.display })
-    return { file: 'bwrap', args, cwd: this.workspace }
+    const args = bwrapArgs({ argv, workspace: this.workspace, network: this.opts.network, newSession, display: this.display, user: this.provider.user })
+    // the host working directory is never the workspace: bubblewrap enters it in the sandbox's view
+    return { file: 'bwrap', args, cwd: '/' }
   }
 
   exec(commandLine: string, options: ExecOptions = {}): Promise<ExecResult> {
     if (this.destroyed) return Promise.reject(new SandboxError('destroyed', 'the sandbox was stopped'))
-    const timeoutMs = options.timeoutMs ?? this.opts.execTimeoutMs
-    const maxBytes = options.maxOutputBytes ?? this.opts.outputMaxBytes
-    const { file, args, cwd } = this.command(['/bin/sh', '-c', commandLine], true)
+    return this.run(['/bin/sh', '-c', commandLine], {
+      timeoutMs: options.timeoutMs ?? this.opts.execTimeoutMs,
+      maxBytes: options.maxOutputBytes ?? this.opts.outputMaxBytes,
+      signal: options.signal,
+      env: options.env
+    }).then((r) => ({ ...r, stdout: r.stdout.toString('utf8'), stderr: r.stderr.toString('utf8') }))
+  }
+
+  /** Runs `argv` confined, in its own process group (a timeout or abort kills the whole tree). */
+  private run(argv: string[], o: { timeoutMs: number; maxBytes: number; signal?: AbortSignal | undefined; env?: Record<string, string> | undefined; stdin?: Buffer }): Promise<RawResult> {
+    const { file, args, cwd } = this.command(argv, true)
     const started = Date.now()
     return new Promise((resolvePromise, reject) => {
       let child: ChildProcess
       try {
-        // detached: its own process group, so a timeout kills the whole tree
-        child = spawn(file, args, { cwd, env: this.env({}, options.env), detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
+        child = spawn(file, args, { cwd, env: this.env({}, o.env), detached: true, stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] })
       } catch (err) {
         reject(err)
         return
       }
       this.children.add(child)
-      const out = new BoundedBuffer(maxBytes)
-      const errOut = new BoundedBuffer(maxBytes)
+      const out = new BoundedBuffer(o.maxBytes)
+      const errOut = new BoundedBuffer(o.maxBytes)
       child.stdout!.on('data', (chunk: Buffer) => out.push(chunk))
       child.stderr!.on('data', (chunk: Buffer) => errOut.push(chunk))
+      if (o.stdin) {
+        // a command that exits without reading its input is not an error of ours
+        child.stdin!.on('error', () => {})
+        child.stdin!.end(o.stdin)
+      }
       let timedOut = false
       const kill = () => {
         try {
@@ -165,10 +212,10 @@ class LocalSandbox implements Sandbox {
       const timer = setTimeout(() => {
         timedOut = true
         kill()
-      }, timeoutMs)
+      }, o.timeoutMs)
       const onAbort = () => kill()
-      options.signal?.addEventListener('abort', onAbort, { once: true })
-      if (options.signal?.aborted) kill()
+      o.signal?.addEventListener('abort', onAbort, { once: true })
+      if (o.signal?.aborted) kill()
       child.on('error', (err) => {
         clearTimeout(timer)
         this.children.delete(child)
@@ -176,13 +223,13 @@ class LocalSandbox implements Sandbox {
       })
       child.on('close', (code, signal) => {
         clearTimeout(timer)
-        options.signal?.removeEventListener('abort', onAbort)
+        o.signal?.removeEventListener('abort', onAbort)
         this.children.delete(child)
         resolvePromise({
           exitCode: code,
           signal,
-          stdout: out.text(),
-          stderr: errOut.text(),
+          stdout: out.bytes(),
+          stderr: errOut.bytes(),
           timedOut,
           truncated: out.truncated || errOut.truncated,
           durationMs: Date.now() - started
@@ -191,55 +238,51 @@ class LocalSandbox implements Sandbox {
     })
   }
 
-  async readFile(path: string, maxBytes = this.opts.fileMaxBytes): Promise<{ content: string; size: number; truncated: boolean }> {
+  /**
+   * One file operation of FILE_OPS_SCRIPT, run inside the confinement like a command, so
+   * that every path is resolved in the sandbox's view (see ./file-ops.ts). The path is
+   * checked by `segments()` first, for clear errors; the script never sees `..`.
+   */
+  private async fileOp(op: 'read' | 'list' | 'write', path: string, limit: number, maxBytes: number, stdin?: Buffer): Promise<Buffer> {
     this.alive()
-    const target = await this.resolveExisting(path)
-    const info = await stat(target)
-    if (!info.isFile()) throw new SandboxError('not_a_file', `${path} is not a file`)
-    const handle = await open(target, constants.O_RDONLY | constants.O_NOFOLLOW)
-    try {
-      const length = Math.min(info.size, maxBytes)
-      const buffer = Buffer.alloc(length)
-      const { bytesRead } = await handle.read(buffer, 0, length, 0)
-      return { content: buffer.subarray(0, bytesRead).toString('utf8'), size: info.size, truncated: info.size > maxBytes }
-    } finally {
-      await handle.close()
-    }
+    const parts = segments(path)
+    if (parts.length === 0 && op !== 'list') throw new SandboxError('invalid_path', 'a file path is required')
+    const root = this.provider.confinement === 'bwrap' ? BOX_HOME : this.workspace
+    const target = parts.length === 0 ? '.' : `./${parts.join('/')}`
+    const r = await this.run(['/bin/sh', '-c', FILE_OPS_SCRIPT, 'cairn-files', root, op, target, String(limit)], {
+      timeoutMs: Math.min(this.opts.execTimeoutMs, FILE_OP_TIMEOUT_MS),
+      maxBytes,
+      ...(stdin ? { stdin } : {})
+    })
+    const err = fileOpError(op, parts.join('/'), { exitCode: r.exitCode, timedOut: r.timedOut, stderr: r.stderr.toString('utf8') })
+    if (err) throw err
+    return r.stdout
+  }
+
+  async readFile(path: string, maxBytes = this.opts.fileMaxBytes): Promise<{ content: string; size: number; truncated: boolean }> {
+    const out = await this.fileOp('read', path, maxBytes, maxBytes + 32)
+    const newline = out.indexOf(0x0a)
+    const size = Number(out.subarray(0, newline).toString('latin1'))
+    if (newline < 0 || !Number.isSafeInteger(size)) throw new SandboxError('io_error', `could not read ${path}`)
+    return { content: out.subarray(newline + 1, newline + 1 + maxBytes).toString('utf8'), size, truncated: size > maxBytes }
   }
 
   async writeFile(path: string, content: string): Promise<{ bytes: number }> {
     this.alive()
     const data = Buffer.from(content, 'utf8')
     if (data.length > this.opts.fileMaxBytes) throw new SandboxError('too_large', `content is over ${this.opts.fileMaxBytes} bytes`)
-    const parts = segments(path)
-    if (parts.length === 0) throw new SandboxError('invalid_path', 'a file path is required')
-    const dir = await this.walk(parts.slice(0, -1), true)
-    let target = join(dir, parts[parts.length - 1]!)
-    const existing = await lstat(target).catch(() => null)
-    if (existing?.isSymbolicLink()) target = await this.confine(target)
-    if (existing?.isDirectory()) throw new SandboxError('not_a_file', `${path} is a directory`)
-    // O_NOFOLLOW: a symlink planted after the check is refused, not followed
-    const handle = await open(target, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o644)
-    try {
-      await handle.writeFile(data)
-    } finally {
-      await handle.close()
-    }
+    await this.fileOp('write', path, 0, 64 * 1024, data)
     return { bytes: data.length }
   }
 
   async listFiles(path: string): Promise<FileEntry[]> {
-    this.alive()
-    const dir = await this.resolveExisting(path, true)
-    const info = await stat(dir)
-    if (!info.isDirectory()) throw new SandboxError('not_a_directory', `${path} is not a directory`)
-    const names = (await readdir(dir)).sort().slice(0, MAX_LIST_ENTRIES)
+    const out = await this.fileOp('list', path, MAX_LIST_ENTRIES, MAX_LIST_ENTRIES * 300)
     const entries: FileEntry[] = []
-    for (const name of names) {
-      const entry = await lstat(join(dir, name)).catch(() => null)
-      if (!entry) continue
-      const type = entry.isSymbolicLink() ? 'symlink' : entry.isDirectory() ? 'dir' : entry.isFile() ? 'file' : 'other'
-      entries.push({ name, type, size: entry.isFile() ? entry.size : 0 })
+    for (const record of out.toString('utf8').split('\0')) {
+      // name/type/size: a name never holds a slash
+      const [name, type, size] = record.split('/')
+      if (!name || type === undefined) continue
+      entries.push({ name, type: ENTRY_TYPES[type] ?? 'other', size: type === 'f' ? Number(size) : 0 })
     }
     return entries
   }
@@ -266,7 +309,7 @@ class LocalSandbox implements Sandbox {
       return Promise.reject(new SandboxError('unavailable', 'the desktop needs Xvfb and x11vnc, which are not installed'))
     }
     if (!this.desktopStart) {
-      this.desktopStart = startDesktop(this.workspace)
+      this.desktopStart = startDesktop()
       this.desktopStart.then((d) => {
         this.display = d.display
         if (this.destroyed) stopAll(d.processes)
@@ -307,40 +350,12 @@ class LocalSandbox implements Sandbox {
       for (const listener of this.listeners) listener()
       this.listeners.clear()
     }
-    if (options.purge) await rm(this.workspace, { recursive: true, force: true })
-  }
-
-  /** The host path of an existing file or directory, checked to be inside the workspace. */
-  private async resolveExisting(path: string, allowRoot = false): Promise<string> {
-    const parts = segments(path)
-    if (parts.length === 0 && !allowRoot) throw new SandboxError('invalid_path', 'a file path is required')
-    return this.walk(parts, false)
-  }
-
-  /** Follows `parts` from the workspace, refusing any step (symlinks included) that leaves it. */
-  private async walk(parts: string[], createDirs: boolean): Promise<string> {
-    let current = this.workspace
-    for (const part of parts) {
-      const next = join(current, part)
-      const info = await lstat(next).catch(() => null)
-      if (!info) {
-        if (!createDirs) throw new SandboxError('not_found', `${parts.join('/')} does not exist`)
-        await mkdir(next, { mode: 0o755 })
-        current = next
-        continue
-      }
-      current = info.isSymbolicLink() ? await this.confine(next) : next
-      if (createDirs && !(await stat(current)).isDirectory()) throw new SandboxError('not_a_directory', `${part} is not a directory`)
+    if (options.purge) {
+      // emptied inside the confinement, so no link planted in it can lead the walk out
+      const root = this.provider.confinement === 'bwrap' ? BOX_HOME : this.workspace
+      await this.run(['/bin/sh', '-c', FILE_OPS_SCRIPT, 'cairn-files', root, 'purge', '.', '0'], { timeoutMs: this.opts.execTimeoutMs, maxBytes: 4096 })
+      await rm(this.workspace, { recursive: true, force: true })
     }
-    return current
-  }
-
-  private async confine(path: string): Promise<string> {
-    const real = await realpath(path).catch(() => null)
-    if (real === null) throw new SandboxError('not_found', 'the link points nowhere')
-    const rel = relative(this.workspace, real)
-    if (rel === '' || (!isAbsolute(rel) && rel !== '..' && !rel.startsWith(`..${sep}`))) return real
-    throw new SandboxError('invalid_path', 'the path leaves the workspace')
   }
 }
 
@@ -374,7 +389,7 @@ class BoundedBuffer {
     this.chunks.push(part)
     this.size += part.length
   }
-  text(): string {
-    return Buffer.concat(this.chunks).toString('utf8')
+  bytes(): Buffer {
+    return Buffer.concat(this.chunks)
   }
 }

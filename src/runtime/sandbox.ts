@@ -55,7 +55,7 @@ export interface DesktopEndpoint {
 
 /** A sandbox error the client may see (bad path, missing file, no desktop ...). */
 export class SandboxError extends Error {
-  readonly code: 'invalid_path' | 'not_found' | 'too_large' | 'not_a_file' | 'not_a_directory' | 'unavailable' | 'destroyed'
+  readonly code: 'invalid_path' | 'not_found' | 'too_large' | 'not_a_file' | 'not_a_directory' | 'unavailable' | 'destroyed' | 'io_error'
   constructor(code: SandboxError['code'], message: string) {
     super(message)
     this.name = 'SandboxError'

@@ -4,7 +4,7 @@ import type { WebSocket } from 'ws'
 import type { Config } from '../config.js'
 import { ToolGateway } from './gateway.js'
 import { sandboxUnavailable as sandboxUnavailableError, type ApiError } from '../../plugins/errors.js'
-import type { BubblewrapProbe } from './bubblewrap.js'
+import type { BubblewrapProbe, SandboxUser } from './bubblewrap.js'
 import { LocalSandboxProvider, SandboxUnavailableError } from './local-sandbox.js'
 import type { ArtifactWriter, KnowledgeTools, MemorySearch, RunDirectory, RunEventWriter, SkillTools } from './ports.js'
 import { SandboxManager, type SandboxProvider } from './sandbox.js'
@@ -24,7 +24,7 @@ export interface RuntimeWiring extends Partial<RuntimePorts> {
   /** replaces the provider SANDBOX_PROVIDER would choose */
   sandboxProvider?: SandboxProvider
   /** replaces the local provider's bubblewrap probe (tests force "bwrap missing") */
-  bubblewrapProbe?: () => BubblewrapProbe
+  bubblewrapProbe?: (user: SandboxUser | null) => BubblewrapProbe
 }
 
 /** Whether tools, terminals and desktops have somewhere to run, as `GET /api/config` reports it. */
@@ -110,6 +110,7 @@ function providerFor(config: Config, app: FastifyInstance, wiring: RuntimeServic
         confinement: config.SANDBOX_CONFINEMENT,
         unconfined: config.SANDBOX_UNCONFINED,
         ...(wiring.bubblewrapProbe ? { probe: wiring.bubblewrapProbe } : {}),
+        user: { uid: config.SANDBOX_UID, gid: config.SANDBOX_GID },
         network: config.SANDBOX_NETWORK,
         execTimeoutMs: config.SANDBOX_EXEC_TIMEOUT_MS,
         outputMaxBytes: config.SANDBOX_OUTPUT_MAX_BYTES,

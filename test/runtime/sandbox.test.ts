@@ -86,8 +86,8 @@ t.test('output is cut at the limit', async (t) => {
   t.equal(result.exitCode, 0)
 })
 
-t.test('files: write, read, list inside the workspace', async (t) => {
-  const { sandbox, workspace } = await setup(t)
+for (const mode of ['auto', 'none'] as const) t.test(`files (${mode}): write, read, list inside the workspace`, async (t) => {
+  const { sandbox, workspace } = await setup(t, mode)
   t.same(await sandbox.writeFile('notes/a.txt', 'hello ✓'), { bytes: Buffer.byteLength('hello ✓') })
   t.equal(await readFile(join(workspace, 'notes', 'a.txt'), 'utf8'), 'hello ✓')
   t.same(await sandbox.readFile('./notes//a.txt'), { content: 'hello ✓', size: 9, truncated: false })
@@ -95,15 +95,21 @@ t.test('files: write, read, list inside the workspace', async (t) => {
   t.same(await sandbox.listFiles(''), [{ name: 'notes', type: 'dir', size: 0 }])
   t.same(await sandbox.listFiles('notes'), [{ name: 'a.txt', type: 'file', size: 9 }])
   // a link that stays inside the workspace is fine
-  await symlink(join(workspace, 'notes'), join(workspace, 'inner'))
+  await symlink('notes', join(workspace, 'inner'))
   t.equal((await sandbox.readFile('inner/a.txt')).content, 'hello ✓')
+  if (mode === 'auto' && bwrap.ok) {
+    // an absolute link is read as the sandbox sees it, where the workspace is /workspace
+    await symlink('/workspace/notes', join(workspace, 'inner-abs'))
+    t.equal((await sandbox.readFile('inner-abs/a.txt')).content, 'hello ✓')
+    t.same(await sandbox.listFiles('inner-abs'), [{ name: 'a.txt', type: 'file', size: 9 }])
+  }
   await t.rejects(sandbox.readFile('missing.txt'), { code: 'not_found' })
   await t.rejects(sandbox.readFile('notes'), { code: 'not_a_file' })
   await t.rejects(sandbox.writeFile('big.txt', 'x'.repeat(70 * 1024)), { code: 'too_large' })
 })
 
-t.test('path escapes are rejected: .., absolute paths, symlinks out', async (t) => {
-  const { sandbox, outside, workspace } = await setup(t)
+for (const mode of ['auto', 'none'] as const) t.test(`path escapes (${mode}) are rejected: .., absolute paths, symlinks out`, async (t) => {
+  const { sandbox, outside, workspace } = await setup(t, mode)
   for (const path of ['../secret.txt', 'a/../../secret.txt', '..', '/etc/passwd', join(outside, 'secret.txt'), '~/x', 'a\0b', '']) {
     await t.rejects(sandbox.readFile(path), SandboxError, `read ${JSON.stringify(path)}`)
     await t.rejects(sandbox.writeFile(path, 'x'), SandboxError, `write ${JSON.stringify(path)}`)
@@ -111,14 +117,23 @@ t.test('path escapes are rejected: .., absolute paths, symlinks out', async (t) 
   await t.rejects(sandbox.listFiles('../..'), { code: 'invalid_path' })
 
   await mkdir(workspace, { recursive: true })
+  // links resolve in the sandbox's view: a host path outside is not there at all (bubblewrap),
+  // or is refused as leaving the workspace (unconfined); a system path there is refused
   await symlink(outside, join(workspace, 'out'))
   await symlink(join(outside, 'secret.txt'), join(workspace, 'leak.txt'))
-  await t.rejects(sandbox.readFile('out/secret.txt'), { code: 'invalid_path' }, 'a directory link out')
-  await t.rejects(sandbox.readFile('leak.txt'), { code: 'invalid_path' }, 'a file link out')
-  await t.rejects(sandbox.listFiles('out'), { code: 'invalid_path' })
-  await t.rejects(sandbox.writeFile('out/new.txt', 'x'), { code: 'invalid_path' })
-  await t.rejects(sandbox.writeFile('leak.txt', 'overwritten'), { code: 'invalid_path' })
-  await t.rejects(sandbox.writeFile('out/sub/new.txt', 'x'), { code: 'invalid_path' })
+  await symlink('/etc', join(workspace, 'etc'))
+  await symlink('../..', join(workspace, 'up'))
+  const refused = { name: 'SandboxError', code: /^(invalid_path|not_found)$/ }
+  await t.rejects(sandbox.readFile('out/secret.txt'), refused, 'a directory link out')
+  await t.rejects(sandbox.readFile('leak.txt'), refused, 'a file link out')
+  await t.rejects(sandbox.listFiles('out'), refused)
+  await t.rejects(sandbox.writeFile('out/new.txt', 'x'), refused)
+  await t.rejects(sandbox.writeFile('leak.txt', 'overwritten'), refused)
+  await t.rejects(sandbox.writeFile('out/sub/new.txt', 'x'), refused)
+  await t.rejects(sandbox.readFile('etc/passwd'), { code: 'invalid_path' })
+  await t.rejects(sandbox.listFiles('etc'), { code: 'invalid_path' })
+  await t.rejects(sandbox.listFiles('up'), { code: 'invalid_path' })
+  await t.rejects(sandbox.writeFile('up/x.txt', 'x'), { code: 'invalid_path' })
   t.notOk(existsSync(join(outside, 'new.txt')))
   t.notOk(existsSync(join(outside, 'sub')))
   t.equal(await readFile(join(outside, 'secret.txt'), 'utf8'), 'top-secret-value', 'the outside file is unchanged')
