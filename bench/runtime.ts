@@ -1,11 +1,13 @@
-// Issue 6: the runtime's HTTP routes against a bare Node http server, and the cost of one
-// sandbox command (bubblewrap, plain) against a bare spawn of /bin/true, same run.
+// The runtime's HTTP routes against a bare Node http server; the cost of one sandbox
+// command (bubblewrap, plain) against a bare spawn of /bin/true; and the file tools
+// against a `shell` call of the same sandbox, same run.
 import { spawn } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { probeBubblewrap } from '../src/runtime/bubblewrap.js'
 import { LocalSandboxProvider } from '../src/runtime/local-sandbox.js'
+import type { Sandbox } from '../src/runtime/sandbox.js'
 import { load, startServer, table, type Result } from './lib.js'
 
 const RUN = '0190b8f0-0000-7000-8000-00000000be01'
@@ -43,21 +45,35 @@ async function sandboxExec(): Promise<string> {
   try {
     const rows: Array<[string, number]> = []
     rows.push(['spawn /bin/true (baseline)', await timeMany(n, () => new Promise((resolve) => spawn('/bin/true').once('close', resolve)))])
-    const plain = await new LocalSandboxProvider({ ...options, confinement: 'none', unconfined: true }).create({ orgId: 'bench', threadId: 'plain' })
-    rows.push(['sandbox exec `true`, plain process', await timeMany(n, () => plain.exec('true'))])
+    const files: Array<[string, number, number]> = []
+    const both = async (mode: string, sandbox: Sandbox) => {
+      const shell = await timeMany(n, () => sandbox.exec('true'))
+      rows.push([`sandbox exec \`true\`, ${mode}`, shell])
+      await sandbox.writeFile('notes/page.md', 'x'.repeat(4096))
+      for (const [tool, call] of [
+        ['read_file (4 KB)', () => sandbox.readFile('notes/page.md')],
+        ['list_files', () => sandbox.listFiles('notes')],
+        ['write_file (4 KB)', () => sandbox.writeFile('notes/page.md', 'y'.repeat(4096))]
+      ] as const) {
+        files.push([`${tool}, ${mode}`, await timeMany(n, call), shell])
+      }
+    }
+    await both('plain process', await new LocalSandboxProvider({ ...options, confinement: 'none', unconfined: true }).create({ orgId: 'bench', threadId: 'plain' }))
     if (probeBubblewrap().ok) {
       const boxed = new LocalSandboxProvider({ ...options, confinement: 'bwrap', unconfined: false })
-      const sandbox = await boxed.create({ orgId: 'bench', threadId: 'bwrap' })
-      rows.push(['sandbox exec `true`, bubblewrap', await timeMany(n, () => sandbox.exec('true'))])
+      await both('bubblewrap', await boxed.create({ orgId: 'bench', threadId: 'bwrap' }))
     }
     const base = rows[0]![1]
     return ['| case | ms per command | ratio to baseline |', '| --- | ---: | ---: |',
-      ...rows.map(([name, ms]) => `| ${name} | ${ms.toFixed(2)} | ${(ms / base).toFixed(2)} |`)].join('\n')
+      ...rows.map(([name, ms]) => `| ${name} | ${ms.toFixed(2)} | ${(ms / base).toFixed(2)} |`),
+      '', '| file tool | ms per call | ratio to a shell call (`true`) in the same sandbox |', '| --- | ---: | ---: |',
+      ...files.map(([name, ms, shell]) => `| ${name} | ${ms.toFixed(2)} | ${(ms / shell).toFixed(2)} |`)].join('\n')
   } finally {
     rmSync(dataDir, { recursive: true, force: true })
   }
 }
 
 export async function benchRuntime(): Promise<string> {
+  if (process.env.BENCH_RUNTIME_PARTS === 'sandbox') return sandboxExec()
   return `${await httpRoutes()}\n\n${await sandboxExec()}`
 }
