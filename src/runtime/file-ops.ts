@@ -65,7 +65,7 @@ list)
   find . -mindepth 1 -maxdepth 1 -printf '%P/%y/%s\\0' | LC_ALL=C sort -z -t / -k 1,1 | head -z -n "$4" ;;
 write)
   walk "$p" 1; settle 1
-  [ -d "$name" ] && exit 66
+  if [ -e "$name" ] && [ ! -f "$name" ]; then exit 66; fi
   umask 022
   dd of="$name" oflag=nofollow bs=65536 status=none || exit 70 ;;
 purge)
@@ -83,7 +83,7 @@ export function fileOpError(op: 'read' | 'list' | 'write', path: string, result:
   const shown = path === '' ? 'the workspace' : path
   switch (result.exitCode) {
     case 65: return new SandboxError(CODES[65], `${shown} does not exist`)
-    case 66: return new SandboxError(CODES[66], op === 'write' ? `${shown} is a directory` : `${shown} is not a file`)
+    case 66: return new SandboxError(CODES[66], op === 'write' ? `${shown} exists and is not a regular file` : `${shown} is not a file`)
     case 67: return new SandboxError(CODES[67], 'the path leaves the workspace')
     case 68: return new SandboxError(CODES[68], op === 'write' ? `a folder on the way to ${shown} is not a directory` : `${shown} is not a directory`)
     case 69: return new SandboxError(CODES[69], 'the link points nowhere')

@@ -137,6 +137,10 @@ t.test('workspace links to /etc/passwd, DATA_DIR and another org\'s workspace ar
   t.equal(shell.statusCode, 200)
   const look = await gw.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: `cat datakey otherabs/theirs.txt ${join(other, 'theirs.txt')} 2>&1; ls up` } })
   t.notMatch(look.content, /HOST-SECRET|OTHER-ORG-FILE/)
+  // nor can a hard link bring a system file into the workspace (another mount in the sandbox)
+  const hard = await gw.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'ln /etc/passwd hard-passwd' } })
+  t.equal(hard.status, 'error')
+  t.notOk(existsSync(join(workspace, 'hard-passwd')))
 })
 
 t.test('sandboxed processes drop root: another user, no capabilities, no_new_privs', { skip: skip || (root ? false : 'the service does not run as root here') }, async (t) => {

@@ -106,6 +106,12 @@ for (const mode of ['auto', 'none'] as const) t.test(`files (${mode}): write, re
   await t.rejects(sandbox.readFile('missing.txt'), { code: 'not_found' })
   await t.rejects(sandbox.readFile('notes'), { code: 'not_a_file' })
   await t.rejects(sandbox.writeFile('big.txt', 'x'.repeat(70 * 1024)), { code: 'too_large' })
+  // a FIFO is neither read nor written (either would wait for a peer forever)
+  t.equal((await sandbox.exec('mkfifo pipe')).exitCode, 0)
+  await t.rejects(sandbox.readFile('pipe'), { code: 'not_a_file' })
+  await t.rejects(sandbox.writeFile('pipe', 'x'), { code: 'not_a_file' })
+  await t.rejects(sandbox.writeFile('notes', 'x'), { code: 'not_a_file' }, 'nor is a folder replaced')
+  t.same((await sandbox.listFiles('')).map((e) => [e.name, e.type]), [['inner', 'symlink'], ...(mode === 'auto' && bwrap.ok ? [['inner-abs', 'symlink']] : []), ['notes', 'dir'], ['pipe', 'other']])
 })
 
 for (const mode of ['auto', 'none'] as const) t.test(`path escapes (${mode}) are rejected: .., absolute paths, symlinks out`, async (t) => {
