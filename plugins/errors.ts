@@ -64,6 +64,8 @@ export const noOrphanCapture = () =>
   new ApiError(404, 'no delivering orphan for this run in your org', 'there is no orphaned delivery for this run in your organization')
 // 409
 export const conflict = (message: string) => new ApiError(409, 'conflict', message)
+export const threadBusy = () =>
+  new ApiError(409, 'thread_busy', 'a run of this thread has not ended yet; wait for it, or send multitask "enqueue" or "interrupt"')
 export const idempotencyKeyReused = () => new ApiError(409, 'idempotency_key_reused', 'this Idempotency-Key was used with a different request')
 export const idempotencyKeyInUse = () =>
   new ApiError(409, 'idempotency_key_in_use', 'a request with this Idempotency-Key is still in progress; retry shortly', { headers: { 'retry-after': '1' } })

@@ -8,6 +8,29 @@ export const RUN_ORIGINS = ['web', 'api', 'dev', 'skill', 'automation', 'chatpla
 export const RunStatus = named('RunStatus', LiteralUnion(RUN_STATUSES))
 export const RunOrigin = named('RunOrigin', LiteralUnion(RUN_ORIGINS))
 
+/** Contract 13.3: how the model is asked to shape its answer. */
+export const ResponseFormat = named('ResponseFormat', Type.Union([
+  StrictObject({ type: Type.Literal('text') }),
+  StrictObject({ type: Type.Literal('json_object') }),
+  StrictObject({
+    type: Type.Literal('json_schema'),
+    name: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' }),
+    schema: Type.Record(Type.String(), Type.Unknown(), { description: 'a JSON Schema (at most 64 KB); the run succeeds only when its output validates against it' })
+  })
+], { description: 'text (default), any JSON object, or JSON that validates against a schema' }))
+
+export const RunSettings = named('RunSettings', Type.Object({
+  temperature: Type.Union([Type.Number(), Type.Null()]),
+  maxOutputTokens: Type.Union([Type.Integer(), Type.Null()]),
+  responseFormat: Type.Union([ResponseFormat, Type.Null()]),
+  tools: Type.Union([Type.Array(Type.String()), Type.Null()], { description: 'the tools the run may use; null: all' })
+}, { description: 'what the run asked of its model; each null when not set' }))
+
+export const RunUsage = named('RunUsage', Type.Object({
+  inputTokens: Type.Integer(),
+  outputTokens: Type.Integer()
+}, { description: 'tokens over every model call of the run, as the upstream reported them' }))
+
 export const Run = named('Run', Type.Object({
   id: Type.String(),
   rootRunId: Type.String(),
@@ -22,10 +45,30 @@ export const Run = named('Run', Type.Object({
   startedAt: Type.Union([IsoDate, Type.Null()]),
   finishedAt: Type.Union([IsoDate, Type.Null()]),
   userId: Type.Union([Type.String(), Type.Null()]),
-  metadata: Type.Record(Type.String(), Type.Unknown())
+  metadata: Type.Record(Type.String(), Type.Unknown()),
+  output: Type.Union([Type.String(), Type.Null()], { description: 'the final answer of a succeeded run; null otherwise (also while it runs)' }),
+  usage: Type.Union([RunUsage, Type.Null()], { description: 'null when no model reported tokens' }),
+  instructions: Type.Union([Type.String(), Type.Null()], { description: 'the system instructions the run was started with' }),
+  settings: RunSettings,
+  attachments: Type.Array(Type.String(), { description: 'upload ids copied into the run\'s workspace' })
 }, { description: 'a run (contract 5)' }))
 
 export const RunEnvelope = named('RunReply', Type.Object({ run: Run }))
+
+export const MULTITASK_MODES = ['enqueue', 'reject', 'interrupt'] as const
+
+/** What configures the agent of a run (contract 13.3), wherever a run is started. */
+export const AgentOptions = {
+  instructions: Type.Optional(Type.String({ minLength: 1, maxLength: 32_000, description: 'sent as the first system message' })),
+  temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
+  maxOutputTokens: Type.Optional(Type.Integer({ minimum: 1, maximum: 200_000 })),
+  responseFormat: Type.Optional(ResponseFormat),
+  tools: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 128 }), {
+    maxItems: 128,
+    uniqueItems: true,
+    description: 'the tools this run may use, by name (an unknown name is a 400); [] for none; absent for all'
+  }))
+}
 
 /** `origin`, `orgId`, `userId` are the server's: unknown fields are a 400. */
 export const CreateRunBody = named('CreateRunRequest', StrictObject({
@@ -34,6 +77,10 @@ export const CreateRunBody = named('CreateRunRequest', StrictObject({
   model: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   rootRunId: Type.Optional(Id),
   metadata: Type.Optional(Type.Record(Type.String({ maxLength: 100 }), Type.Unknown(), { maxProperties: 50 })),
+  ...AgentOptions,
+  multitask: Type.Optional(LiteralUnion(MULTITASK_MODES, {
+    description: 'with rootRunId, when a run of the thread has not ended: enqueue (default: wait for it), reject (409 thread_busy) or interrupt (cancel it)'
+  })),
   secrets: Type.Optional(Type.Array(SecretName, {
     maxItems: 50,
     uniqueItems: true,
@@ -42,6 +89,9 @@ export const CreateRunBody = named('CreateRunRequest', StrictObject({
 }))
 
 export const RunIdParams = StrictObject({ id: Id })
+export const GetRunQuery = StrictObject({
+  wait: Type.Optional(Type.Integer({ minimum: 0, maximum: 60, description: 'seconds to wait for the run to end before answering (its state at that moment either way)' }))
+})
 export const RootRunIdParams = StrictObject({ rootRunId: Id })
 
 export const ListRunsQuery = StrictObject({

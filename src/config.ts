@@ -61,6 +61,7 @@ export const EnvSchema = Type.Object({
   MODELS: Type.String({ default: '', description: 'comma-separated model ids offered through the openai engine' }),
   OPENAI_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 120_000, description: 'upstream request timeout (also between streamed chunks)' }),
   OPENAI_MAX_TOOL_ROUNDS: Type.Integer({ minimum: 0, maximum: 100, default: 8, description: 'model calls answered with tool results per run before the run fails (0: tools are not offered)' }),
+  MODEL_CONTEXT_TOKENS: Type.Integer({ minimum: 1000, maximum: 10_000_000, default: 64_000, description: 'a run is sent its thread\'s earlier turns that fit in this many tokens with its instructions and prompt (estimated as UTF-8 bytes / 3); older turns are dropped whole' }),
   OPENAI_PROBE_TTL_MS: Type.Integer({ minimum: 0, maximum: 3_600_000, default: 30_000, description: 'how long a /models readiness probe result is cached' }),
   PROVIDER_ALLOW_PRIVATE: Type.Boolean({ default: false, description: 'let org model providers (POST /api/providers) use loopback and private addresses (RFC 1918, fc00::/7, CGNAT); link-local and cloud metadata addresses are refused regardless' }),
   PROVIDER_CHECK_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 120_000, default: 10_000, description: 'how long a provider check waits for its /models' }),

@@ -15,6 +15,7 @@ import type { EngineRegistry } from './engines/registry.js'
 import type { EventBatcher } from './events.js'
 import { announceCommitted, createRun, insertThreadRoot, originOf, runToWire, type RunRow } from './runs-repo.js'
 import type { RunOrigin } from './tables.js'
+import { agentOptionsOf } from './agent-options.js'
 
 export interface DispatchDeps {
   db: Db
@@ -60,6 +61,7 @@ async function holds(db: Db | Tx, condition: SQL): Promise<boolean> {
 export async function dispatchRun({ db, engines, events, secrets }: DispatchDeps, { principal, idempotency, log, attach, precondition, ...input }: DispatchInput): Promise<StoredAnswer> {
   const chosen = await engines.resolve(input.body.engine, input.body.model, principal.orgId)
   if ('error' in chosen) throw engineUnavailable(chosen.error)
+  const { instructions, settings } = agentOptionsOf(input.body)
   const body = await withSecretsRedacted(secrets, principal.orgId, input.body)
   const origin = input.origin ?? originOf(principal)
   let run: RunRow
@@ -70,7 +72,8 @@ export async function dispatchRun({ db, engines, events, secrets }: DispatchDeps
     run = {
       id, orgId: principal.orgId, rootRunId: id, parentRunId: null, engine: chosen.engine.id, model: chosen.model,
       prompt: body.prompt, status: 'queued', origin, error: null, metadata: body.metadata ?? {}, secretNames: body.secrets ?? [], userId: principal.userId,
-      createdAt: new Date(), startedAt: null, finishedAt: null, inputTokens: null, outputTokens: null, leaseOwner: null, leaseExpiresAt: null, cancelRequested: false
+      createdAt: new Date(), startedAt: null, finishedAt: null, inputTokens: null, outputTokens: null, leaseOwner: null, leaseExpiresAt: null, cancelRequested: false,
+      output: null, instructions, settings, attachments: []
     }
     const wire = { run: runToWire(run) }
     const completion = idempotency?.completion(201, wire, precondition) ?? null
@@ -86,7 +89,8 @@ export async function dispatchRun({ db, engines, events, secrets }: DispatchDeps
     ;({ run, answer } = await db.transaction(async (tx) => {
       if (precondition && !(await holds(tx, precondition))) throw new RunPreconditionFailed()
       const created = await createRun(tx, principal, {
-        prompt: body.prompt, engine: chosen.engine.id, model: chosen.model, rootRunId, metadata: body.metadata, secretNames: body.secrets, origin
+        prompt: body.prompt, engine: chosen.engine.id, model: chosen.model, rootRunId, metadata: body.metadata, secretNames: body.secrets, origin,
+        instructions, settings, multitask: body.multitask
       })
       if (!created) throw notFound('no such thread in this organization')
       const wire = { run: runToWire(created), ...(attach ? await attach(tx, created) : {}) }

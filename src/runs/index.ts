@@ -1,18 +1,56 @@
+import type { ServerResponse } from 'node:http'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyInstance } from 'fastify'
 import { notFound } from '../../plugins/errors.js'
 import { sendStored } from '../../plugins/idempotency/index.js'
 import { principalOf } from '../auth/principal.js'
 import { parseLastEventId, sseFrame } from '../../plugins/sse.js'
 import { errorResponses, IdempotencyKeyHeader } from '../../schemas/common.js'
 import {
-  ChatBody, ChatStream, CreateRunBody, ListRunsQuery, ListThreadsQuery, RootRunIdParams, RunEnvelope, RunIdParams,
+  ChatBody, ChatStream, CreateRunBody, GetRunQuery, ListRunsQuery, ListThreadsQuery, RootRunIdParams, RunEnvelope, RunIdParams,
   RunChangeStream, RunEventStream, RunPage, SseHeaders, ThreadDetail, ThreadPage
 } from '../../schemas/runs.js'
 import { EngineError } from './engines/types.js'
 import { lastEventOf, TERMINAL_EVENTS } from './events.js'
-import { getRun, getThread, listRuns, listThreads, runToWire } from './runs-repo.js'
+import { getRun, getThread, listRuns, listThreads, runToWire, type RunRow } from './runs-repo.js'
 import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from './streams.js'
 import { TERMINAL_STATUSES } from './tables.js'
+
+/**
+ * Contract 13.1: the run once it has ended, or as it is when `ms` have passed (or the client
+ * went away). Its terminal event wakes the wait on whichever instance ran it (the event bus
+ * carries it), and the row is read again every 2 s in case a notification was missed.
+ */
+async function waitForEnd(app: FastifyInstance, orgId: string, runId: string, ms: number, response: ServerResponse): Promise<RunRow | null> {
+  let wake: () => void = () => {}
+  const stops = [
+    app.eventBus.subscribe(orgId, (event) => {
+      if (event.runId === runId && TERMINAL_EVENTS.has(event.type)) wake()
+    }),
+    app.eventBus.onResync(() => wake())
+  ]
+  let gone = false
+  const onClose = () => {
+    gone = true
+    wake()
+  }
+  response.once('close', onClose)
+  const deadline = Date.now() + ms
+  try {
+    for (;;) {
+      const woken = new Promise<void>((resolve) => (wake = resolve))
+      const run = await getRun(app.db, orgId, runId)
+      const left = deadline - Date.now()
+      if (!run || TERMINAL_STATUSES.includes(run.status) || left <= 0 || gone) return run
+      let timer: NodeJS.Timeout | undefined
+      await Promise.race([woken, new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.min(left, 2000))))])
+      clearTimeout(timer)
+    }
+  } finally {
+    for (const stop of stops) stop()
+    response.off('close', onClose)
+  }
+}
 
 /** Runs, threads, their live streams and chat (contract 5). */
 const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -73,13 +111,15 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       operationId: 'getRun',
       tags: ['runs'],
-      summary: 'One run',
+      summary: 'One run; with `wait=N`, answers when the run has ended or after N seconds, whichever comes first',
       params: RunIdParams,
+      querystring: GetRunQuery,
       response: { 200: RunEnvelope, ...errorResponses(404) }
     }
-  }, async (request) => {
+  }, async (request, reply) => {
     const { orgId } = principalOf(request)
-    const run = await getRun(app.db, orgId, request.params.id)
+    const wait = request.query.wait ?? 0
+    const run = wait > 0 ? await waitForEnd(app, orgId, request.params.id, wait * 1000, reply.raw) : await getRun(app.db, orgId, request.params.id)
     if (!run) throw notFound('no such run in this organization')
     return { run: runToWire(run) }
   })

@@ -1,6 +1,7 @@
 import { and, asc, desc, eq, lt, sql, type SQL } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import { CONTROL_CHANNEL } from '../../plugins/event-bus.js'
+import { threadBusy } from '../../plugins/errors.js'
 import type { Principal } from '../auth/principal.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { decodeCursor, pageOf } from '../db/paging.js'
@@ -10,7 +11,7 @@ import type { Run } from '../../schemas/runs.js'
 import { newId } from '../db/ids.js'
 import { appendEvent, type EventBatcher } from './events.js'
 import type { FollowUpRun } from './skills-port.js'
-import { runs, type RunOrigin, type RunStatus } from './tables.js'
+import { runs, type RunOrigin, type RunSettings, type RunStatus } from './tables.js'
 
 export type RunRow = typeof runs.$inferSelect
 
@@ -32,7 +33,22 @@ export function runToWire(run: RunRow): RunWire {
     startedAt: isoOrNull(run.startedAt),
     finishedAt: isoOrNull(run.finishedAt),
     userId: run.userId,
-    metadata: run.metadata
+    metadata: run.metadata,
+    output: run.output,
+    usage: run.inputTokens === null && run.outputTokens === null ? null : { inputTokens: run.inputTokens ?? 0, outputTokens: run.outputTokens ?? 0 },
+    instructions: run.instructions,
+    settings: settingsToWire(run.settings),
+    attachments: run.attachments
+  }
+}
+
+/** Every setting of the wire's RunSettings, null where the run named none. */
+export function settingsToWire(s: RunSettings): RunWire['settings'] {
+  return {
+    temperature: s.temperature ?? null,
+    maxOutputTokens: s.maxOutputTokens ?? null,
+    responseFormat: (s.responseFormat ?? null) as RunWire['settings']['responseFormat'],
+    tools: s.tools ?? null
   }
 }
 
@@ -54,7 +70,14 @@ export interface CreateRunInput {
   metadata?: Record<string, unknown> | undefined
   secretNames?: string[] | undefined
   origin: RunOrigin
+  instructions?: string | null | undefined
+  settings?: RunSettings | undefined
+  /** joining a thread whose run has not ended: wait for it (default), refuse, or cancel it */
+  multitask?: 'enqueue' | 'reject' | 'interrupt' | undefined
 }
+
+/** Statuses of a run that has not ended: a thread with one is busy. */
+const LIVE = sql`('queued', 'running')`
 
 /**
  * Inserts a queued run in the caller's transaction (announce it with `announceQueued` after commit). Joining a
@@ -70,6 +93,14 @@ export async function createRun(tx: Tx, principal: RunOwner, input: CreateRunInp
       .where(and(eq(runs.orgId, principal.orgId), eq(runs.id, input.rootRunId)))
     if (!anchor) return null
     rootRunId = anchor.rootRunId
+    // one dispatch into a thread at a time: the busy check and the parent are then exact
+    await tx.execute(sql`select 1 from runs where org_id = ${principal.orgId} and id = ${rootRunId} for update`)
+    if (input.multitask === 'reject') {
+      const busy = rowsOf(await tx.execute(sql`select 1 from runs where org_id = ${principal.orgId} and root_run_id = ${rootRunId} and status in ${LIVE} limit 1`))
+      if (busy.length > 0) throw threadBusy()
+    } else if (input.multitask === 'interrupt') {
+      await interruptThread(tx, principal.orgId, rootRunId)
+    }
     const [latest] = await tx.select({ id: runs.id }).from(runs)
       .where(and(eq(runs.orgId, principal.orgId), eq(runs.rootRunId, rootRunId)))
       .orderBy(desc(runs.id)).limit(1)
@@ -87,9 +118,30 @@ export async function createRun(tx: Tx, principal: RunOwner, input: CreateRunInp
     origin: input.origin,
     metadata: input.metadata ?? {},
     secretNames: input.secretNames ?? [],
-    userId: principal.userId
+    userId: principal.userId,
+    instructions: input.instructions ?? null,
+    settings: input.settings ?? {}
   }).returning()
   return run!
+}
+
+/**
+ * Contract 13.2's `interrupt`: the thread's queued runs are cancelled at once, its running
+ * ones flagged (their worker, on whichever instance, is told), all with `error: "interrupted"`.
+ */
+async function interruptThread(tx: Tx, orgId: string, rootRunId: string): Promise<void> {
+  const queued = rowsOf<{ id: string }>(await tx.execute(sql`
+    update runs set status = 'cancelled', finished_at = now(), error = 'interrupted'
+    where org_id = ${orgId} and root_run_id = ${rootRunId} and status = 'queued' returning id`))
+  for (const { id } of queued) {
+    await appendEvent(tx, { orgId, runId: id, rootRunId, type: 'run.cancelled', data: { reason: 'interrupted' } })
+  }
+  const running = rowsOf<{ id: string }>(await tx.execute(sql`
+    update runs set cancel_requested = true, error = 'interrupted'
+    where org_id = ${orgId} and root_run_id = ${rootRunId} and status = 'running' returning id`))
+  for (const { id } of running) {
+    await tx.execute(sql`select pg_notify(${CONTROL_CHANNEL}, ${JSON.stringify({ kind: 'cancel', runId: id })})`)
+  }
 }
 
 export interface NewThreadRun {
@@ -134,8 +186,9 @@ export async function insertFollowUp(tx: Tx, run: FollowUpRun): Promise<RunRow> 
  */
 export async function insertThreadRoot(db: Db, row: typeof runs.$inferInsert & { id: string; createdAt: Date }, guard: SQL | null, when?: SQL): Promise<boolean> {
   const values = sql`${row.id}, ${row.orgId}, ${row.id}, null, ${row.engine}, ${row.model ?? null}, ${row.prompt}, 'queued',
-    ${row.origin}, ${JSON.stringify(row.metadata ?? {})}::jsonb, ${JSON.stringify(row.secretNames ?? [])}::jsonb, ${row.userId ?? null}, ${row.createdAt.toISOString()}::timestamptz`
-  const cols = sql`(id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, secret_names, user_id, created_at)`
+    ${row.origin}, ${JSON.stringify(row.metadata ?? {})}::jsonb, ${JSON.stringify(row.secretNames ?? [])}::jsonb, ${row.userId ?? null}, ${row.createdAt.toISOString()}::timestamptz,
+    ${row.instructions ?? null}, ${JSON.stringify(row.settings ?? {})}::jsonb`
+  const cols = sql`(id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, secret_names, user_id, created_at, instructions, settings)`
   const result = guard
     ? await db.execute(sql`with guard as (${guard}) insert into runs ${cols} select ${values} from guard returning id`)
     : await db.execute(when ? sql`insert into runs ${cols} select ${values} where ${when} returning id` : sql`insert into runs ${cols} values (${values}) returning id`)

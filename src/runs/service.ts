@@ -115,7 +115,8 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
     log,
     concurrency: config.RUN_WORKER_CONCURRENCY,
     pollMs: config.RUN_POLL_MS,
-    leaseMs: config.RUN_LEASE_MS
+    leaseMs: config.RUN_LEASE_MS,
+    contextTokens: config.MODEL_CONTEXT_TOKENS
   })
   const sweeper = new RunSweeper({ db: app.db, events, tools, log, sweepMs: config.RUN_SWEEP_MS, retentionDays: config.RUN_EVENTS_RETENTION_DAYS })
   app.decorate('runs', {

@@ -11,6 +11,14 @@ export const TERMINAL_STATUSES: readonly RunStatus[] = ['succeeded', 'failed', '
 
 export type RunOrigin = (typeof RUN_ORIGINS)[number]
 
+/** How a run's model is asked: each field unset (absent) unless the run named it. */
+export interface RunSettings {
+  temperature?: number
+  maxOutputTokens?: number
+  responseFormat?: { type: 'text' } | { type: 'json_object' } | { type: 'json_schema'; name: string; schema: Record<string, unknown> }
+  /** the tools the run may use; absent: all */
+  tools?: string[]
+}
 
 export const runs = pgTable('runs', {
   id: text('id').primaryKey(),
@@ -27,6 +35,13 @@ export const runs = pgTable('runs', {
   /** the org secrets the run named (contract 10): its sandbox's environment, redacted from all it stores */
   secretNames: jsonb('secret_names').$type<string[]>().notNull().default([]),
   userId: text('user_id'),
+  /** the final assistant text of a succeeded run (null otherwise) */
+  output: text('output'),
+  /** sent as the first system message */
+  instructions: text('instructions'),
+  settings: jsonb('settings').$type<RunSettings>().notNull().default({}),
+  /** upload ids copied into the workspace before the run starts */
+  attachments: jsonb('attachments').$type<string[]>().notNull().default([]),
   createdAt: ts('created_at').notNull().defaultNow(),
   startedAt: ts('started_at'),
   finishedAt: ts('finished_at'),

@@ -5,7 +5,8 @@ import type { EventBus } from '../../plugins/event-bus.js'
 import { rowsOf, type Db } from '../db/client.js'
 import { realUserIdOfRun } from './run-ref.js'
 import type { EngineRegistry } from './engines/registry.js'
-import { EngineError, type EngineContext, type EngineResult, type RunTools, type ToolDefinition } from './engines/types.js'
+import { EngineError, type ChatMessage, type EngineContext, type EngineResult, type RunTools, type ToolDefinition } from './engines/types.js'
+import { outputViolation } from './agent-options.js'
 import { appendEvent, notifyStored, type EventBatcher } from './events.js'
 import type { RunArtifacts } from './artifact-port.js'
 import type { RunKnowledge } from './knowledge-port.js'
@@ -67,7 +68,15 @@ export interface RunWorkerOptions {
   secrets: RunSecrets
   /** groups whose runs do a job of their own instead of answering a prompt (a repo wiki build) */
   jobs?: RunJobs[] | undefined
+  /** MODEL_CONTEXT_TOKENS: the thread's earlier turns sent with a run fit in this, with its instructions and prompt */
+  contextTokens?: number | undefined
 }
+
+/**
+ * Tokens estimated from UTF-8 bytes: 3 bytes a token errs on the safe side for English
+ * (about 4 bytes a token) and for CJK scripts (3 bytes a character, about a token each).
+ */
+export const BYTES_PER_TOKEN = 3
 
 /** Thrown into an engine whose instance was killed: nothing more may be written. */
 class WorkerGone extends Error {
@@ -151,23 +160,27 @@ export class RunWorker {
 
   private async claimLoop(): Promise<void> {
     while (!this.stopping && this.active.size < this.o.concurrency) {
-      let run: RunRow | null
+      let claimed: Claimed | null
       try {
-        run = await this.claim()
+        claimed = await this.claim()
       } catch (err) {
         if (!this.stopping) this.o.log.error({ err }, 'run worker: claim failed')
         return
       }
-      if (!run) return
-      this.execute(run)
+      if (!claimed) return
+      this.execute(claimed)
     }
   }
 
   /**
-   * One statement (one round trip): take the oldest queued run nobody else is taking,
-   * lease it, and store and announce its `run.started` event (same rules as appendEvent).
+   * One statement (one round trip): take the oldest queued run nobody else is taking and
+   * whose thread has no earlier run still queued or running (contract 13.2: runs of one
+   * thread run one at a time, in order), lease it, read the thread's earlier succeeded
+   * turns that fit in MODEL_CONTEXT_TOKENS (newest kept, oldest dropped whole), and store
+   * and announce its `run.started` event with `contextTurns` and `droppedTurns`.
    */
-  private async claim(): Promise<RunRow | null> {
+  private async claim(): Promise<Claimed | null> {
+    const budgetBytes = (this.o.contextTokens ?? 64_000) * BYTES_PER_TOKEN
     const result = await this.o.db.execute(sql`
       with claimed as (
         update runs set status = 'running', started_at = now(), lease_owner = ${this.instanceId},
@@ -176,28 +189,48 @@ export class RunWorker {
         -- and a run.started must never come before it
         where id = (select id from runs where status = 'queued'
                       and exists (select 1 from run_events e where e.run_id = runs.id and e.type = 'run.queued')
+                      and not exists (select 1 from runs b where b.org_id = runs.org_id and b.root_run_id = runs.root_run_id
+                                        and b.id < runs.id and b.status in ('queued', 'running'))
                     order by created_at, id limit 1 for update skip locked)
         returning *
+      ),
+      hist as (
+        select h.id, h.prompt, h.output,
+               sum(octet_length(h.prompt) + octet_length(h.output)) over (order by h.id desc) as cum
+        from runs h join claimed c on h.org_id = c.org_id and h.root_run_id = c.root_run_id and h.id < c.id
+        where h.status = 'succeeded' and h.output is not null
+      ),
+      ctx as (
+        select coalesce(jsonb_agg(jsonb_build_object('prompt', hist.prompt, 'output', hist.output) order by hist.id)
+                          filter (where hist.cum <= b.budget), '[]'::jsonb) as turns,
+               (count(*) filter (where hist.cum <= b.budget))::int as kept,
+               count(hist.id)::int as total
+        from (select ${budgetBytes} - octet_length(c.prompt) - coalesce(octet_length(c.instructions), 0) as budget from claimed c) b
+        left join hist on true
       ),
       async as (select set_config('synchronous_commit', 'off', true) as v from claimed),
       lock as (select pg_advisory_xact_lock(hashtext('cairn.run_events:' || claimed.org_id))::text as v from claimed, async),
       ev as (
         insert into run_events (org_id, run_id, root_run_id, type, data)
-        select org_id, id, root_run_id, 'run.started', jsonb_build_object('engine', engine, 'model', model) from claimed, lock
+        select org_id, id, root_run_id, 'run.started',
+               jsonb_build_object('engine', engine, 'model', model, 'contextTurns', ctx.kept, 'droppedTurns', ctx.total - ctx.kept)
+        from claimed, ctx, lock
         returning id, org_id, run_id, root_run_id, type, data, created_at
       )
-      select claimed.*, ${notifyStored(sql`ev`)}::text as notified
-      from claimed, ev`)
+      select claimed.*, ctx.turns as context_turns, ${notifyStored(sql`ev`)}::text as notified
+      from claimed, ev, ctx`)
     const row = rowsOf<Record<string, unknown>>(result)[0]
-    return row ? runFromRow(row) : null
+    if (!row) return null
+    const turns = jsonOf<Array<{ prompt: string; output: string }> | null>(row.context_turns) ?? []
+    return { run: runFromRow(row), history: turns.flatMap((t) => [{ role: 'user' as const, content: t.prompt }, { role: 'assistant' as const, content: t.output }]) }
   }
 
-  private execute(run: RunRow): void {
+  private execute({ run, history }: Claimed): void {
     const controller = new AbortController()
     const entry: Active = { run, controller, done: Promise.resolve() }
     this.active.set(run.id, entry)
     if (run.cancelRequested || this.recentlyCancelled.delete(run.id)) controller.abort(new CancelRequested())
-    entry.done = this.runOne(run, controller.signal)
+    entry.done = this.runOne(run, history, controller.signal)
       .catch((err) => {
         if (!this.killed) this.o.log.error({ err, runId: run.id }, 'run worker: finishing a run failed')
       })
@@ -211,7 +244,7 @@ export class RunWorker {
     if (this.killed) throw new WorkerGone('this worker was killed')
   }
 
-  private async runOne(run: RunRow, signal: AbortSignal): Promise<void> {
+  private async runOne(run: RunRow, history: ChatMessage[], signal: AbortSignal): Promise<void> {
     const { o } = this
     const ref: RunRef = { id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) }
     const store = async (type: string, data: Record<string, unknown>) => {
@@ -238,15 +271,24 @@ export class RunWorker {
       await store(type, redact.deep(data))
     }
     const gateway = this.o.tools
-    const tools: RunTools | undefined = gateway ? {
-      definitions: () => gateway.definitions(),
+    // contract 13.3: `tools` names the ones the run may use ([]: none)
+    const allowed = run.settings.tools ? new Set(run.settings.tools) : null
+    const tools: RunTools | undefined = gateway && allowed?.size !== 0 ? {
+      definitions: () => gateway.definitions().filter((d) => !allowed || allowed.has(d.function.name)),
       execute: async (call) => {
         this.guard()
         await flushDeltas()
+        if (allowed && !allowed.has(call.name)) return { content: `error: the tool ${JSON.stringify(call.name)} is not available to this run` }
         return gateway.execute({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, ...call, env, redact })
       }
     } : undefined
-    let outcome: { status: 'succeeded'; facts: string[]; usage?: EngineResult['usage'] } | { status: 'failed'; error: string } | { status: 'cancelled' }
+    // every model call's tokens, whatever the run's end (contract 13.3, metering)
+    let reported: Usage | null = null
+    const reportUsage = (u: Usage) => {
+      reported = { promptTokens: (reported?.promptTokens ?? 0) + u.promptTokens, completionTokens: (reported?.completionTokens ?? 0) + u.completionTokens }
+    }
+    let outcome: { status: 'succeeded'; facts: string[]; output: string } | { status: 'failed'; error: string } | { status: 'cancelled' }
+    let engineUsage: Usage | undefined
     try {
       if (run.secretNames.length > 0) {
         ;({ redact, env } = await this.secretsOf(run))
@@ -260,6 +302,10 @@ export class RunWorker {
         runId: run.id,
         prompt: run.prompt,
         model: run.model,
+        instructions: run.instructions,
+        history,
+        settings: run.settings,
+        reportUsage,
         signal,
         emit,
         tools,
@@ -287,7 +333,10 @@ export class RunWorker {
       }
       const result = job ? await job.run(ctx, engine) : await engine.run(ctx)
       await flushDeltas()
-      outcome = { status: 'succeeded', facts: result.facts.map((f) => redact.text(f)), usage: result.usage }
+      engineUsage = result.usage
+      const output = redact.text(result.text)
+      const invalid = outputViolation(run.settings, output)
+      outcome = invalid === null ? { status: 'succeeded', facts: result.facts.map((f) => redact.text(f)), output } : { status: 'failed', error: invalid }
     } catch (err) {
       if (this.killed || err instanceof WorkerGone) return
       const reason = signal.aborted ? signal.reason : err
@@ -304,22 +353,23 @@ export class RunWorker {
     if (this.killed) return
     // a cancelled or failed run leaves no call waiting for a person
     if (outcome.status !== 'succeeded') await this.dropToolCalls(run.orgId, run.id)
+    const usage: Usage | null = reported ?? engineUsage ?? null
     const next = await o.db.transaction(async (tx) => {
       const [finished] = await tx.update(runs).set({
         status: outcome.status,
-        error: outcome.status === 'failed' ? outcome.error : null,
+        // a cancelled run keeps why (`interrupted`)
+        error: outcome.status === 'failed' ? outcome.error : outcome.status === 'cancelled' ? sql`${runs.error}` : null,
+        output: outcome.status === 'succeeded' ? outcome.output : null,
         finishedAt: sql`now()`,
-        // what the engine reported (fleet usage sums it: usage_hours)
-        ...(outcome.status === 'succeeded' && outcome.usage
-          ? { inputTokens: outcome.usage.promptTokens, outputTokens: outcome.usage.completionTokens }
-          : {}),
+        // what the engine reported, whatever the end (fleet usage sums it: usage_hours)
+        ...(usage ? { inputTokens: usage.promptTokens, outputTokens: usage.completionTokens } : {}),
         leaseOwner: null,
         leaseExpiresAt: null
       }).where(and(eq(runs.id, run.id), eq(runs.status, 'running'), eq(runs.leaseOwner, this.instanceId))).returning({ id: runs.id })
       // the lease was lost meanwhile (a sweeper failed it): the sweeper's answer stands
       if (!finished) return []
       const data: Record<string, unknown> = outcome.status === 'failed' ? { error: outcome.error }
-        : outcome.status === 'succeeded' ? { usage: outcome.usage ?? null } : {}
+        : outcome.status === 'succeeded' ? { usage } : {}
       await appendEvent(tx, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: `run.${outcome.status}`, data })
       if (outcome.status === 'succeeded' && outcome.facts.length > 0) await o.memory.enqueueCapture(tx, ref, outcome.facts)
       const ended: FinishedRun = { id: run.id, orgId: run.orgId, rootRunId: run.rootRunId, userId: run.userId, status: outcome.status, metadata: run.metadata }
@@ -422,6 +472,14 @@ export class RunWorker {
   }
 }
 
+type Usage = NonNullable<EngineResult['usage']>
+
+/** A claimed run and the thread's earlier turns it is given (user and assistant messages). */
+interface Claimed {
+  run: RunRow
+  history: ChatMessage[]
+}
+
 class ShutdownRelease extends Error {
   override name = 'ShutdownRelease'
 }
@@ -453,6 +511,10 @@ function runFromRow(r: Record<string, unknown>): RunRow {
     finishedAt: dateOrNull(r.finished_at),
     inputTokens: (r.input_tokens as number | null) ?? null,
     outputTokens: (r.output_tokens as number | null) ?? null,
+    output: (r.output as string | null) ?? null,
+    instructions: (r.instructions as string | null) ?? null,
+    settings: jsonOf<RunRow['settings'] | null>(r.settings) ?? {},
+    attachments: jsonOf<string[] | null>(r.attachments) ?? [],
     leaseOwner: (r.lease_owner as string | null) ?? null,
     leaseExpiresAt: dateOrNull(r.lease_expires_at),
     cancelRequested: boolOf(r.cancel_requested)

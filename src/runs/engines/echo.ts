@@ -36,6 +36,17 @@ export function proposedSkillFiles(prompt: string): string[] {
   return [...prompt.replace(/\r\n?/g, '\n').matchAll(/^[ \t]*```skill[ \t]*\n([\s\S]*?)\n[ \t]*```[ \t]*$/gm)].map((m) => m[1]!)
 }
 
+/**
+ * What echo answers: the prompt itself, except for the prompt `history`, answered with the
+ * conversation it was given (contract 13.2, testable offline): `history: 2 turns: first
+ * prompt | second prompt`.
+ */
+export function echoAnswer(prompt: string, history: ReadonlyArray<{ role: string; content: string }>): string {
+  if (prompt.trim().toLowerCase() !== 'history') return prompt
+  const asked = history.filter((m) => m.role === 'user').map((m) => m.content)
+  return `history: ${asked.length} turns${asked.length > 0 ? `: ${asked.join(' | ')}` : ''}`
+}
+
 /** Contract 5: offline, deterministic, always ready; streams the prompt back word by word. */
 export function echoEngine(opts: { wordDelayMs: number }): Engine {
   const model: ModelInfo = { id: 'echo', engine: 'echo', name: 'Echo (offline)' }
@@ -50,18 +61,28 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
     },
     async run(ctx) {
       await ctx.recall(ctx.prompt)
-      const parts = words(ctx.prompt)
-      for (let i = 0; i < parts.length; i++) {
-        if (i > 0) await abortable(opts.wordDelayMs, ctx.signal)
-        else if (ctx.signal.aborted) throw ctx.signal.reason
-        await ctx.emit('message.delta', { text: i === 0 ? parts[i] : ` ${parts[i]}` })
+      const parts = words(echoAnswer(ctx.prompt, ctx.history))
+      const format = ctx.settings.responseFormat?.type
+      let text: string
+      if (format === 'json_object' || format === 'json_schema') {
+        // contract 13.3, offline: a fixed JSON object, checked against the schema like a model's
+        text = JSON.stringify({ echo: parts.join(' ') })
+        if (ctx.signal.aborted) throw ctx.signal.reason
+        await ctx.emit('message.delta', { text })
+      } else {
+        for (let i = 0; i < parts.length; i++) {
+          if (i > 0) await abortable(opts.wordDelayMs, ctx.signal)
+          else if (ctx.signal.aborted) throw ctx.signal.reason
+          await ctx.emit('message.delta', { text: i === 0 ? parts[i] : ` ${parts[i]}` })
+        }
+        text = parts.join(' ')
       }
-      const text = parts.join(' ')
       await ctx.emit('message.completed', { text })
       for (const name of artifactNames(ctx.prompt)) await ctx.saveArtifact(name, text, 'text/markdown')
       for (const draft of learnedDrafts(ctx.prompt)) await ctx.proposeKnowledge(draft)
       for (const skillMd of proposedSkillFiles(ctx.prompt)) await ctx.proposeSkill({ skillMd })
-      return { text, facts: rememberSentences(ctx.prompt), usage: { promptTokens: parts.length, completionTokens: parts.length } }
+      const heard = words(ctx.prompt).length + ctx.history.reduce((n, m) => n + words(m.content).length, 0)
+      return { text, facts: rememberSentences(ctx.prompt), usage: { promptTokens: heard, completionTokens: parts.length } }
     },
     async chat(messages, _model, signal, out) {
       const last = [...messages].reverse().find((m) => m.role === 'user')

@@ -1,4 +1,5 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser'
+import type { RunSettings } from '../tables.js'
 import { EngineError, type ChatMessage, type Engine, type ToolCall, type ToolDefinition, type WireMessage } from './types.js'
 
 export interface OpenAiOptions {
@@ -11,6 +12,17 @@ export interface OpenAiOptions {
   maxToolRounds: number
   /** how requests are made (an org provider's guarded fetch); the global fetch by default */
   fetch?: ((url: string, init: RequestInit) => Promise<Response>) | undefined
+}
+
+/** A run's settings as chat-completions parameters (contract 13.3). */
+function requestSettings(s: RunSettings): Record<string, unknown> {
+  const out: Record<string, unknown> = {}
+  if (s.temperature !== undefined) out.temperature = s.temperature
+  if (s.maxOutputTokens !== undefined) out.max_tokens = s.maxOutputTokens
+  const f = s.responseFormat
+  if (f?.type === 'json_schema') out.response_format = { type: 'json_schema', json_schema: { name: f.name, schema: f.schema } }
+  else if (f) out.response_format = { type: f.type }
+  return out
 }
 
 /** A fetch failure in words: undici's "fetch failed" says nothing without its cause. */
@@ -68,7 +80,7 @@ export function openAiEngine(opts: OpenAiOptions): Engine {
    * POSTs a streaming chat completion and calls onDelta for each content chunk; tool call
    * deltas are put together by index (id, name, arguments arrive in pieces).
    */
-  async function stream(messages: WireMessage[], model: string, signal: AbortSignal, onDelta: (text: string) => Promise<void> | void, tools?: ToolDefinition[]) {
+  async function stream(messages: WireMessage[], model: string, signal: AbortSignal, onDelta: (text: string) => Promise<void> | void, tools?: ToolDefinition[], settings: RunSettings = {}) {
     if (!base) throw new EngineError('openai engine is not configured')
     const timeout = new AbortController()
     let timer = setTimeout(() => timeout.abort(), opts.timeoutMs)
@@ -84,7 +96,7 @@ export function openAiEngine(opts: OpenAiOptions): Engine {
       const res = await fetch(`${base}/chat/completions`, {
         method: 'POST',
         headers: { ...headers(), accept: 'text/event-stream' },
-        body: JSON.stringify({ model, messages, ...(tools && tools.length > 0 ? { tools } : {}), stream: true, stream_options: { include_usage: true } }),
+        body: JSON.stringify({ model, messages, ...(tools && tools.length > 0 ? { tools } : {}), ...requestSettings(settings), stream: true, stream_options: { include_usage: true } }),
         signal: combined
       })
       if (!res.ok || !res.body) {
@@ -159,18 +171,21 @@ export function openAiEngine(opts: OpenAiOptions): Engine {
     },
     async run(ctx) {
       const items = await ctx.recall(ctx.prompt)
+      // contract 13.2: system messages, then the thread's earlier turns, then this prompt
       const messages: ChatMessage[] = []
+      if (ctx.instructions) messages.push({ role: 'system', content: ctx.instructions })
       if (items.length > 0) {
         messages.push({ role: 'system', content: `Relevant memory:\n${items.map((i) => `- ${i.content}`).join('\n')}` })
       }
-      messages.push({ role: 'user', content: ctx.prompt })
+      messages.push(...ctx.history, { role: 'user', content: ctx.prompt })
       const model = ctx.model ?? modelIds()[0]
       if (!model) throw new EngineError('no model configured for the openai engine')
       const tools = ctx.tools && opts.maxToolRounds > 0 ? ctx.tools.definitions() : []
       const wire: WireMessage[] = messages
       const usage = { promptTokens: 0, completionTokens: 0 }
       for (let round = 0; ; round++) {
-        const answer = await stream(wire, model, ctx.signal, (delta) => ctx.emit('message.delta', { text: delta }), tools)
+        const answer = await stream(wire, model, ctx.signal, (delta) => ctx.emit('message.delta', { text: delta }), tools, ctx.settings)
+        ctx.reportUsage(answer.usage)
         usage.promptTokens += answer.usage.promptTokens
         usage.completionTokens += answer.usage.completionTokens
         if (answer.toolCalls.length === 0 || !ctx.tools || tools.length === 0) {

@@ -5,12 +5,21 @@ import type { SavedArtifact } from '../artifact-port.js'
 import type { ProposedDraft } from '../knowledge-port.js'
 import type { RecalledItem } from '../memory-port.js'
 import type { ProposedSkill } from '../skills-port.js'
+import type { RunSettings } from '../tables.js'
 
 /** What an engine gets while it runs one run. */
 export interface EngineContext {
   runId: string
   prompt: string
   model: string | null
+  /** the run's instructions: its first system message (contract 13.3) */
+  instructions: string | null
+  /** the thread's earlier succeeded turns, oldest first, as user and assistant messages (contract 13.2) */
+  history: ChatMessage[]
+  /** temperature, output limit, response format, tools (each absent unless the run set it) */
+  settings: RunSettings
+  /** adds one model call's tokens to the run's usage (kept whatever the run's end) */
+  reportUsage(usage: { promptTokens: number; completionTokens: number }): void
   /** aborted on cancel, on shutdown and when the worker loses the run */
   signal: AbortSignal
   /** stores and publishes an event of this run (awaited: stored before it is sent) */

@@ -1,0 +1,197 @@
+import { and, eq } from 'drizzle-orm'
+import t from 'tap'
+import { DEV_ORG } from '../../src/auth/dev-org.js'
+import { runs } from '../../src/runs/tables.js'
+import { buildTestApp, waitFor } from '../helper.js'
+import { startOpenAiUpstream } from './openai-upstream.js'
+import { storedEventsOf } from './run-helpers.js'
+
+// Runs that keep their result, see their thread, and take the agent's configuration:
+// with the offline echo engine, and with a local OpenAI-compatible server that records
+// every request it receives.
+
+type App = Awaited<ReturnType<typeof buildTestApp>>
+
+const post = async (app: App, payload: Record<string, unknown>) => app.inject({ method: 'POST', url: '/api/runs', payload })
+const ended = async (app: App, id: string) => {
+  const res = await app.inject({ method: 'GET', url: `/api/runs/${id}?wait=30` })
+  return res.json().run
+}
+const runsOfThread = async (app: App, rootRunId: string) =>
+  app.db.select().from(runs).where(and(eq(runs.orgId, DEV_ORG.id), eq(runs.rootRunId, rootRunId)))
+
+t.test('a run keeps its output and usage; ?wait answers when it ends', async (t) => {
+  const app = await buildTestApp(t)
+  const created = await post(app, { prompt: 'the answer is kept' })
+  t.equal(created.statusCode, 201)
+  t.match(created.json().run, { output: null, usage: null, instructions: null, attachments: [], settings: { temperature: null, maxOutputTokens: null, responseFormat: null, tools: null } })
+  const run = await ended(app, created.json().run.id)
+  t.equal(run.status, 'succeeded')
+  t.equal(run.output, 'the answer is kept')
+  t.same(run.usage, { inputTokens: 4, outputTokens: 4 })
+  const [row] = await app.db.select().from(runs).where(eq(runs.id, run.id))
+  t.equal(row!.output, 'the answer is kept', 'stored on the run, not derived from events')
+  // an ended run answers at once, whatever the wait
+  const again = await app.inject({ method: 'GET', url: `/api/runs/${run.id}?wait=60` })
+  t.equal(again.json().run.output, 'the answer is kept')
+  for (const wait of ['-1', '61', 'x']) {
+    const bad = await app.inject({ method: 'GET', url: `/api/runs/${run.id}?wait=${wait}` })
+    t.equal(bad.statusCode, 400, `wait=${wait}`)
+    t.equal(bad.json().error, 'validation_failed')
+  }
+})
+
+t.test('?wait answers with the run as it is when the time is up', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const run = (await post(app, { prompt: 'nobody runs me' })).json().run
+  const started = Date.now()
+  const res = await app.inject({ method: 'GET', url: `/api/runs/${run.id}?wait=1` })
+  t.equal(res.statusCode, 200)
+  t.equal(res.json().run.status, 'queued')
+  t.ok(Date.now() - started >= 900, 'it waited for the time asked')
+  const other = await app.inject({ method: 'GET', url: '/api/runs/01900000-0000-7000-8000-000000000000?wait=1' })
+  t.equal(other.statusCode, 404)
+})
+
+t.test('a thread remembers: earlier succeeded turns go with every run, failed ones do not', async (t) => {
+  const app = await buildTestApp(t)
+  const first = await ended(app, (await post(app, { prompt: 'My name is Priya' })).json().run.id)
+  const failed = await ended(app, (await post(app, {
+    prompt: 'not json', rootRunId: first.id, responseFormat: { type: 'json_schema', name: 'strict', schema: { type: 'object', required: ['answer'] } }
+  })).json().run.id)
+  t.equal(failed.status, 'failed')
+  t.match(failed.error, /^output_invalid: /)
+  t.equal(failed.output, null)
+  const second = await ended(app, (await post(app, { prompt: 'I live in Lisbon', rootRunId: first.id })).json().run.id)
+  const asked = await ended(app, (await post(app, { prompt: 'history', rootRunId: second.id })).json().run.id)
+  t.equal(asked.output, 'history: 2 turns: My name is Priya | I live in Lisbon', 'oldest first, the failed run left out')
+  const started = (await storedEventsOf(app, DEV_ORG.id, asked.id)).find((e) => e.type === 'run.started')!
+  t.match(started.data, { contextTurns: 2, droppedTurns: 0 })
+  const firstStarted = (await storedEventsOf(app, DEV_ORG.id, first.id)).find((e) => e.type === 'run.started')!
+  t.match(firstStarted.data, { contextTurns: 0, droppedTurns: 0 })
+})
+
+t.test('MODEL_CONTEXT_TOKENS drops the oldest whole turns; the prompt is always sent', async (t) => {
+  // 1,000 tokens: 3,000 bytes for the earlier turns, the instructions and the prompt
+  const app = await buildTestApp(t, { env: { MODEL_CONTEXT_TOKENS: '1000' } })
+  const long = (n: number) => `turn${n} ${'x'.repeat(600)}`
+  const root = await ended(app, (await post(app, { prompt: long(1) })).json().run.id)
+  for (const n of [2, 3]) await ended(app, (await post(app, { prompt: long(n), rootRunId: root.id })).json().run.id)
+  const asked = await ended(app, (await post(app, { prompt: 'history', rootRunId: root.id })).json().run.id)
+  // each turn is about 1,220 bytes (prompt and its echo): the two newest fit
+  t.match(asked.output, /^history: 2 turns: turn2 x+ \| turn3 x+$/)
+  const started = (await storedEventsOf(app, DEV_ORG.id, asked.id)).find((e) => e.type === 'run.started')!
+  t.match(started.data, { contextTurns: 2, droppedTurns: 1 })
+})
+
+t.test('multitask: runs of one thread never overlap; reject and interrupt', async (t) => {
+  const app = await buildTestApp(t, { env: { ECHO_WORD_DELAY_MS: '40' } })
+  const slow = Array.from({ length: 40 }, (_, i) => `w${i}`).join(' ')
+  const first = (await post(app, { prompt: slow })).json().run
+  const queuedBehind = (await post(app, { prompt: 'after you', rootRunId: first.id })).json().run
+  // wait until the first runs, then try the three modes
+  await waitFor('the first run to start', async () => (await app.inject({ url: `/api/runs/${first.id}` })).json().run.status === 'running')
+  t.equal((await app.inject({ url: `/api/runs/${queuedBehind.id}` })).json().run.status, 'queued', 'the next run waits for the running one')
+  const before = (await runsOfThread(app, first.id)).length
+  const refused = await post(app, { prompt: 'me too', rootRunId: first.id, multitask: 'reject' })
+  t.equal(refused.statusCode, 409)
+  t.equal(refused.json().error, 'thread_busy')
+  t.equal((await runsOfThread(app, first.id)).length, before, 'nothing was created')
+  const interrupting = (await post(app, { prompt: 'stop and do this', rootRunId: first.id, multitask: 'interrupt' })).json().run
+  const done = await ended(app, interrupting.id)
+  t.equal(done.status, 'succeeded')
+  const cut = await ended(app, first.id)
+  const skipped = await ended(app, queuedBehind.id)
+  t.match(cut, { status: 'cancelled', error: 'interrupted' })
+  t.match(skipped, { status: 'cancelled', error: 'interrupted' })
+  t.ok(new Date(done.startedAt) >= new Date(cut.finishedAt), 'the interrupting run started after the interrupted one ended')
+  // enqueue (the default) in order: each starts after the previous ended
+  const a = (await post(app, { prompt: 'one two three', rootRunId: first.id })).json().run
+  const b = (await post(app, { prompt: 'four five', rootRunId: first.id, multitask: 'enqueue' })).json().run
+  const [ra, rb] = [await ended(app, a.id), await ended(app, b.id)]
+  t.ok(new Date(rb.startedAt) >= new Date(ra.finishedAt), 'enqueued runs run one after the other')
+  t.equal(rb.status, 'succeeded')
+  const bad = await post(app, { prompt: 'x', rootRunId: first.id, multitask: 'sometimes' })
+  t.equal(bad.statusCode, 400)
+})
+
+t.test('instructions, settings and their refusals', async (t) => {
+  const app = await buildTestApp(t)
+  const asked = (await post(app, {
+    prompt: 'configured', instructions: 'You are terse.', temperature: 0.2, maxOutputTokens: 300, tools: ['read_file', 'list_files']
+  })).json().run
+  t.match(asked, { instructions: 'You are terse.', settings: { temperature: 0.2, maxOutputTokens: 300, responseFormat: null, tools: ['read_file', 'list_files'] } })
+  const count = async () => (await app.db.select().from(runs)).length
+  const before = await count()
+  const refusals: Array<[Record<string, unknown>, RegExp]> = [
+    [{ tools: ['read_file', 'rm_rf'] }, /^\/body\/tools\/1/],
+    [{ temperature: 3 }, /temperature/],
+    [{ maxOutputTokens: 0 }, /maxOutputTokens/],
+    [{ instructions: 'x'.repeat(32_001) }, /instructions/],
+    [{ responseFormat: { type: 'xml' } }, /responseFormat/],
+    [{ responseFormat: { type: 'json_schema', name: 'bad', schema: { type: 'nonsense' } } }, /^\/body\/responseFormat\/schema: not a usable JSON Schema/],
+    [{ responseFormat: { type: 'json_schema', name: 'redos', schema: { type: 'string', pattern: '^(a+)+$' } } }, /exponential/],
+    [{ responseFormat: { type: 'json_schema', name: 'big', schema: { description: 'x'.repeat(70_000) } } }, /64 KB/],
+    [{ responseFormat: { type: 'json_schema', name: 'remote', schema: { $ref: 'https://example.com/schema.json' } } }, /not a usable JSON Schema/]
+  ]
+  for (const [extra, message] of refusals) {
+    const res = await post(app, { prompt: 'refused', ...extra })
+    t.equal(res.statusCode, 400, JSON.stringify(extra).slice(0, 80))
+    t.equal(res.json().error, 'validation_failed')
+    t.match(res.json().message, message)
+  }
+  t.equal(await count(), before, 'no refused run was stored')
+
+  const schema = { type: 'object', properties: { echo: { type: 'string' } }, required: ['echo'], additionalProperties: false }
+  const json = await ended(app, (await post(app, { prompt: 'give me json', responseFormat: { type: 'json_schema', name: 'reply', schema } })).json().run.id)
+  t.equal(json.status, 'succeeded')
+  t.same(JSON.parse(json.output), { echo: 'give me json' })
+  const object = await ended(app, (await post(app, { prompt: 'any object', responseFormat: { type: 'json_object' } })).json().run.id)
+  t.same(JSON.parse(object.output), { echo: 'any object' })
+  const wrong = await ended(app, (await post(app, {
+    prompt: 'must fail', responseFormat: { type: 'json_schema', name: 'reply', schema: { type: 'object', properties: { echo: { type: 'integer' } } } }
+  })).json().run.id)
+  t.match(wrong, { status: 'failed', error: 'output_invalid: /echo must be integer', output: null })
+})
+
+t.test('the model request carries instructions, the thread, settings and only the allowed tools', async (t) => {
+  const requests: any[] = []
+  const url = await startOpenAiUpstream(t, {
+    models: ['tiny-1'],
+    onRequest: (req, body) => {
+      if (req.url === '/v1/chat/completions') requests.push(body)
+    },
+    chat(body, stream) {
+      const chat = stream()
+      const last = body.messages[body.messages.length - 1].content as string
+      chat.delta({ content: last === 'What is my name?' ? 'Priya.' : body.response_format ? '{"ok":true}' : 'Noted.' })
+      chat.end({ prompt_tokens: 11, completion_tokens: 2 })
+    }
+  })
+  const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1' } })
+  const first = await ended(app, (await post(app, { prompt: 'My name is Priya', model: 'tiny-1' })).json().run.id)
+  t.equal(first.output, 'Noted.')
+  t.same(first.usage, { inputTokens: 11, outputTokens: 2 })
+  const second = await ended(app, (await post(app, {
+    prompt: 'What is my name?', model: 'tiny-1', rootRunId: first.id, instructions: 'Answer in one word.', temperature: 0, maxOutputTokens: 20, tools: ['read_file']
+  })).json().run.id)
+  t.equal(second.output, 'Priya.')
+  const sent = requests[requests.length - 1]
+  t.same(sent.messages, [
+    { role: 'system', content: 'Answer in one word.' },
+    { role: 'user', content: 'My name is Priya' },
+    { role: 'assistant', content: 'Noted.' },
+    { role: 'user', content: 'What is my name?' }
+  ])
+  t.equal(sent.temperature, 0)
+  t.equal(sent.max_tokens, 20)
+  if (app.runtime.sandboxes) t.same(sent.tools.map((d: any) => d.function.name), ['read_file'], 'only the tools the run allows')
+  const none = await ended(app, (await post(app, { prompt: 'no tools', model: 'tiny-1', tools: [] })).json().run.id)
+  t.equal(none.status, 'succeeded')
+  t.equal(requests[requests.length - 1].tools, undefined, 'tools: [] offers none')
+  const json = await ended(app, (await post(app, {
+    prompt: 'json please', model: 'tiny-1', responseFormat: { type: 'json_schema', name: 'ok', schema: { type: 'object', required: ['ok'] } }
+  })).json().run.id)
+  t.equal(json.status, 'succeeded')
+  t.same(requests[requests.length - 1].response_format, { type: 'json_schema', json_schema: { name: 'ok', schema: { type: 'object', required: ['ok'] } } })
+})
