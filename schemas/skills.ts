@@ -1,5 +1,6 @@
 import { Type } from 'typebox'
 import { CreatedBy, Id, IdParams, IsoDate, LiteralUnion, named, Nullable, Page, PageQuery, StrictObject } from './common.js'
+import { AgentOptions } from './runs.js'
 
 
 export const PROPOSAL_STATES = ['open', 'accepted', 'rejected'] as const
@@ -26,6 +27,7 @@ export const Skill = named('Skill', Type.Object({
   allowedTools: Type.Array(Type.String()),
   metadata: Type.Record(Type.String(), Type.String()),
   version: Type.Integer({ minimum: 1 }),
+  warnings: Type.Array(Type.String(), { description: 'sentences about allowed-tools names runs of this skill do not get as written' }),
   source: SkillSource,
   createdAt: IsoDate,
   updatedAt: IsoDate,
@@ -58,7 +60,8 @@ export const RunSkillBody = named('RunSkillRequest', StrictObject({
   input: Type.Optional(RunInput),
   rootRunId: Type.Optional(Id),
   engine: Type.Optional(Engine),
-  model: Type.Optional(Model)
+  model: Type.Optional(Model),
+  ...AgentOptions
 }))
 
 export const SkillEnvelope = Type.Object({ skill: Skill })

@@ -4,6 +4,7 @@ import { newId } from '../db/ids.js'
 import { advance, claimDue, earliestTick, insertFires, type AutomationRow } from './automations-repo.js'
 import { planFire } from './cron.js'
 import type { AutomationTargets, PreparedRun } from './targets-port.js'
+import type { RunSettings } from '../runs/tables.js'
 
 /** Where the scheduler reads the time: the system clock, or a test's. */
 export interface Clock {
@@ -31,6 +32,8 @@ export interface QueuedRun {
   origin: 'automation'
   metadata: Record<string, unknown>
   userId: string | null
+  instructions?: string | null | undefined
+  settings?: RunSettings | undefined
 }
 
 export interface RunPlan {
@@ -60,6 +63,7 @@ export async function planRun(tx: Tx, deps: { runs: Pick<AutomationRuns, 'engine
   return {
     row: {
       id, orgId: a.orgId, rootRunId: id, engine: chosen.engine, model: chosen.model, prompt: prepared.prompt, origin: 'automation',
+      instructions: prepared.instructions ?? null, settings: prepared.settings ?? {},
       metadata: { ...prepared.metadata, automationId: a.id, scheduledFor: scheduledFor?.toISOString() ?? null }, userId: a.createdBy
     },
     ...(prepared.started ? { started: prepared.started } : {})

@@ -4,9 +4,13 @@
  * implements it (`app.skills.forAutomations`).
  */
 import type { Db, Tx } from '../db/client.js'
+import type { RunSettings } from '../runs/tables.js'
 
 export interface PreparedRun {
   prompt: string
+  /** the run's system instructions and settings (a skill's, contract 13.3) */
+  instructions?: string | null | undefined
+  settings?: RunSettings | undefined
   metadata: Record<string, unknown>
   /** work that commits with the run (a playbook's run row) */
   started?(tx: Tx, run: { id: string; orgId: string; engine: string; model: string | null }): Promise<void>

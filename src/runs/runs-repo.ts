@@ -153,6 +153,8 @@ export interface NewThreadRun {
   origin: RunOrigin
   metadata: Record<string, unknown>
   userId: string | null
+  instructions?: string | null | undefined
+  settings?: RunSettings | undefined
 }
 
 /**
@@ -163,12 +165,15 @@ export interface NewThreadRun {
  */
 export async function insertThreadRoots<T extends NewThreadRun>(tx: Tx, rows: T[]): Promise<T[]> {
   if (rows.length === 0) return []
-  const batch = JSON.stringify(rows.map((r) => ({ id: r.id, org_id: r.orgId, engine: r.engine, model: r.model, prompt: r.prompt, origin: r.origin, metadata: r.metadata, user_id: r.userId })))
+  const batch = JSON.stringify(rows.map((r) => ({
+    id: r.id, org_id: r.orgId, engine: r.engine, model: r.model, prompt: r.prompt, origin: r.origin, metadata: r.metadata, user_id: r.userId,
+    instructions: r.instructions ?? null, settings: r.settings ?? {}
+  })))
   await tx.execute(sql`
-    insert into runs (id, org_id, root_run_id, engine, model, prompt, status, origin, metadata, user_id)
-    select id, org_id, id, engine, model, prompt, 'queued', origin, metadata, user_id
+    insert into runs (id, org_id, root_run_id, engine, model, prompt, status, origin, metadata, user_id, instructions, settings)
+    select id, org_id, id, engine, model, prompt, 'queued', origin, metadata, user_id, instructions, settings
     from jsonb_to_recordset(${batch}::jsonb)
-      as r(id text, org_id text, engine text, model text, prompt text, origin text, metadata jsonb, user_id text)`)
+      as r(id text, org_id text, engine text, model text, prompt text, origin text, metadata jsonb, user_id text, instructions text, settings jsonb)`)
   return rows
 }
 

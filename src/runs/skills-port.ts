@@ -4,7 +4,7 @@
  * next step of a playbook, a task moving to done). Those groups implement it.
  */
 import type { Tx } from '../db/client.js'
-import type { RunOrigin } from './tables.js'
+import type { RunOrigin, RunSettings } from './tables.js'
 
 /** The run a skill is proposed by. */
 export interface SkillRunRef {
@@ -43,6 +43,8 @@ export interface FollowUpRun {
   origin: RunOrigin
   metadata: Record<string, unknown>
   userId: string | null
+  instructions?: string | null | undefined
+  settings?: RunSettings | undefined
 }
 
 export interface RunFollowUps {

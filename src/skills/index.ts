@@ -19,7 +19,8 @@ import { acceptProposal, insertProposal, listProposals, proposalToWire, rejectPr
 import { stillAt, targetOf } from './service.js'
 import { RunPreconditionFailed } from '../runs/dispatch.js'
 import { checkSkillFields, normalizeInstructions, parseSkillMd, renderSkillMd, type SkillFields, type SkillProblem } from './skill-md.js'
-import { deleteSkill, fieldsOf, getSkill, insertSkill, listSkills, skillPrompt, skillToWire, updateSkill } from './skills-repo.js'
+import { agentOptionsOf } from '../runs/agent-options.js'
+import { deleteSkill, fieldsOf, getSkill, insertSkill, joinedInstructions, listSkills, narrowedTools, skillRun, skillToWire, updateSkill } from './skills-repo.js'
 
 const SKILLS = ['skills']
 const PLAYBOOKS = ['playbooks']
@@ -260,7 +261,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       operationId: 'runSkill',
       tags: SKILLS,
-      summary: 'Run a skill: the prompt is its instructions, a blank line, then `input`; honours Idempotency-Key',
+      summary: 'Run a skill: its instructions are the system message, `input` the prompt, `allowed-tools` the tools it may use; honours Idempotency-Key',
       headers: IdempotencyKeyHeader,
       params: IdParams,
       // every field is optional, and so is the body itself
@@ -269,17 +270,23 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
   }, async (request, reply) => {
     const principal = principalOf(request)
-    const { input, rootRunId, engine, model } = request.body ?? {}
+    const { input, rootRunId, engine, model, instructions, tools, ...settings } = request.body ?? {}
+    // the caller's own tool names are checked before the skill's cut them
+    agentOptionsOf({ tools })
     // the cached skill first; a skill changed meanwhile is read again, once
     for (let attempt = 0; attempt < 2; attempt++) {
       const skill = await app.skills.runnable(principal.orgId, request.params.id, attempt > 0)
       if (!skill) throw noSkill()
-      const prompt = skillPrompt(skill.instructions, input)
-      if (prompt === '') throw validationFailed([{ path: '/body/input', message: 'this skill has no instructions: send an input' }])
+      const run = skillRun(skill, input)
       try {
         const answer = await app.runs.dispatch({
           principal,
-          body: { prompt, engine, model, rootRunId, metadata: { skillId: skill.id, skillVersion: skill.version } },
+          body: {
+            prompt: run.prompt, engine, model, rootRunId, metadata: { skillId: skill.id, skillVersion: skill.version }, ...settings,
+            // the caller's instructions follow the skill's; its tools are cut to the skill's
+            ...joinedInstructions(run.instructions, instructions),
+            ...narrowedTools(run.tools, tools)
+          },
           origin: 'skill',
           precondition: stillAt(principal.orgId, skill),
           idempotency: request.idempotency,
@@ -401,7 +408,10 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const first = steps[0]!
     const answer = await app.runs.dispatch({
       principal,
-      body: { prompt: first.prompt, engine, model, metadata: stepMetadata(playbook.id, 0, first) },
+      body: {
+        prompt: first.prompt, engine, model, metadata: stepMetadata(playbook.id, 0, first),
+        ...(first.instructions ? { instructions: first.instructions } : {}), ...(first.tools ? { tools: first.tools } : {})
+      },
       origin: 'skill',
       idempotency: request.idempotency,
       log: request.log,

@@ -5,7 +5,7 @@ import { newId } from '../db/ids.js'
 import { decodeCursor, pageOf } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
 import type { FinishedRun, FollowUpRun } from '../runs/skills-port.js'
-import { skillPrompt } from './skills-repo.js'
+import { skillRun } from './skills-repo.js'
 import { playbookRuns, playbooks, playbookSteps, skills, type PlaybookRunStep } from './tables.js'
 
 export type PlaybookRow = typeof playbooks.$inferSelect
@@ -116,13 +116,14 @@ export async function deletePlaybook(db: Db, orgId: string, id: string): Promise
 }
 
 /**
- * What a playbook run will do, fixed now: each step's skill at its current version and
- * the step's prompt (instructions, then the step's input, then the run's input). Null
- * when a step's skill is gone.
+ * What a playbook run will do, fixed now: each step's skill at its current version, its
+ * instructions and tools, and the step's prompt (the step's input, then the run's input).
+ * Each step also sees the earlier steps' answers, as the thread's earlier turns. Null when
+ * a step's skill is gone.
  */
 export async function snapshotSteps(db: Db | Tx, orgId: string, playbook: PlaybookWithSteps, input: string | undefined): Promise<PlaybookRunStep[] | null> {
   const ids = [...new Set(playbook.steps.map((s) => s.skillId))]
-  const rows = await db.select({ id: skills.id, version: skills.version, instructions: skills.instructions }).from(skills)
+  const rows = await db.select({ id: skills.id, name: skills.name, version: skills.version, instructions: skills.instructions, allowedTools: skills.allowedTools }).from(skills)
     .where(and(eq(skills.orgId, orgId), inArray(skills.id, ids)))
   const byId = new Map(rows.map((r) => [r.id, r]))
   const out: PlaybookRunStep[] = []
@@ -130,7 +131,8 @@ export async function snapshotSteps(db: Db | Tx, orgId: string, playbook: Playbo
     const skill = byId.get(step.skillId)
     if (!skill) return null
     const stepInput = [step.input, input ?? ''].filter((part) => part.trim() !== '').join('\n\n')
-    out.push({ skillId: skill.id, skillVersion: skill.version, prompt: skillPrompt(skill.instructions, stepInput) })
+    const run = skillRun(skill, stepInput)
+    out.push({ skillId: skill.id, skillVersion: skill.version, prompt: run.prompt, instructions: run.instructions, ...(run.tools ? { tools: run.tools } : {}) })
   }
   return out
 }
@@ -166,6 +168,7 @@ export async function nextPlaybookStep(tx: Tx, run: FinishedRun): Promise<Follow
   const step = moved.steps[moved.currentStep]!
   return [{
     id, orgId: run.orgId, rootRunId: run.rootRunId, parentRunId: run.id, prompt: step.prompt, engine: moved.engine, model: moved.model,
+    instructions: step.instructions ?? null, settings: step.tools ? { tools: step.tools } : {},
     origin: 'skill', metadata: stepMetadata(moved.playbookId, moved.currentStep, step), userId: run.userId
   }]
 }

@@ -8,7 +8,7 @@ import type { AutomationTargets } from '../automations/targets-port.js'
 import { getPlaybook, insertPlaybookRun, nextPlaybookStep, snapshotSteps, stepMetadata } from './playbooks-repo.js'
 import { insertProposal, sameContent } from './proposals-repo.js'
 import { parseSkillMd, skillMdLocation, type SkillProblem } from './skill-md.js'
-import { getSkill, insertSkill, skillPrompt, skillsImportedFrom, updateSkill, type SkillRow } from './skills-repo.js'
+import { getSkill, insertSkill, skillRun, skillsImportedFrom, updateSkill, type SkillRow } from './skills-repo.js'
 import type { GitHubSkillSource, SkillImport, SkillImports } from '../github/ports.js'
 import { skills } from './tables.js'
 
@@ -32,7 +32,9 @@ export interface SkillsService {
 
 export interface RunnableSkill {
   id: string
+  name: string
   instructions: string
+  allowedTools: string[]
   version: number
 }
 
@@ -121,7 +123,11 @@ export default fp(async function skillsService(app: FastifyInstance) {
       async skill(tx, orgId, skillId, input) {
         const skill = await getSkill(tx, orgId, skillId)
         if (!skill) return null
-        return { prompt: skillPrompt(skill.instructions, input), metadata: { skillId: skill.id, skillVersion: skill.version } }
+        const run = skillRun(skill, input)
+        return {
+          prompt: run.prompt, instructions: run.instructions, settings: run.tools ? { tools: run.tools } : {},
+          metadata: { skillId: skill.id, skillVersion: skill.version }
+        }
       },
       async playbook(tx, orgId, playbookId, input) {
         const playbook = await getPlaybook(tx, orgId, playbookId)
@@ -130,6 +136,8 @@ export default fp(async function skillsService(app: FastifyInstance) {
         const first = steps[0]!
         return {
           prompt: first.prompt,
+          instructions: first.instructions ?? null,
+          settings: first.tools ? { tools: first.tools } : {},
           metadata: stepMetadata(playbook.id, 0, first),
           started: (tx, run) => insertPlaybookRun(tx, { rootRunId: run.id, orgId, playbookId: playbook.id, steps, engine: run.engine, model: run.model })
         }
@@ -150,7 +158,7 @@ export default fp(async function skillsService(app: FastifyInstance) {
         runnableCache.delete(key)
         return null
       }
-      const entry = { id: skill.id, instructions: skill.instructions, version: skill.version }
+      const entry = { id: skill.id, name: skill.name, instructions: skill.instructions, allowedTools: skill.allowedTools, version: skill.version }
       runnableCache.set(key, entry)
       return entry
     }

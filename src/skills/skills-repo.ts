@@ -6,6 +6,7 @@ import { decodeCursor, pageOf } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
 import type { SkillFields } from './skill-md.js'
 import { skills, type SkillSource } from './tables.js'
+import { TOOL_NAMES } from '../../schemas/runtime.js'
 
 export type SkillRow = typeof skills.$inferSelect
 
@@ -13,7 +14,8 @@ export function skillToWire(s: SkillRow) {
   return {
     id: s.id, name: s.name, description: s.description, instructions: s.instructions, license: s.license,
     compatibility: s.compatibility, allowedTools: s.allowedTools, metadata: s.metadata, version: s.version,
-    source: s.source, createdAt: isoOf(s.createdAt), updatedAt: isoOf(s.updatedAt), createdBy: s.createdBy
+    source: s.source, createdAt: isoOf(s.createdAt), updatedAt: isoOf(s.updatedAt), createdBy: s.createdBy,
+    warnings: skillTools(s.allowedTools).warnings
   }
 }
 
@@ -84,7 +86,52 @@ export async function deleteSkill(db: Db, orgId: string, id: string): Promise<bo
   return rows === 'in_use' ? rows : rows.length === 1
 }
 
-/** The prompt of a skill run (contract 9): the instructions, a blank line, then the input. */
-export function skillPrompt(instructions: string, input: string | undefined): string {
-  return [instructions, input ?? ''].filter((part) => part.trim() !== '').join('\n\n')
+/**
+ * A skill run (contract 13.3): the skill's instructions as the system message, the input as
+ * the prompt (without one, a request to run the skill), and `allowed-tools` as the tools
+ * it may use.
+ */
+export function skillRun(skill: { name: string; instructions: string; allowedTools: string[] }, input: string | undefined): { prompt: string; instructions: string | null; tools: string[] | undefined } {
+  const given = input?.trim() ? input : `Run the skill ${skill.name}.`
+  return { prompt: given, instructions: skill.instructions.trim() === '' ? null : skill.instructions, tools: skillTools(skill.allowedTools).tools }
+}
+
+/** Agent Skills' common tool names (Claude Code's) and the Cairn tool each stands for. */
+const TOOL_ALIASES: Record<string, string> = { Bash: 'shell', Read: 'read_file', Write: 'write_file', Edit: 'write_file', MultiEdit: 'write_file', Glob: 'list_files', LS: 'list_files' }
+
+/**
+ * What a skill's `allowed-tools` lets its runs use: Cairn's tool names and the common
+ * aliases (`Bash` → shell, `Read` → read_file, `Write`/`Edit` → write_file, `Glob`/`LS` →
+ * list_files; an argument pattern such as `Bash(git:*)` is not enforced, only the tool).
+ * Other names are kept in the skill and reported as warnings. No `allowed-tools`: every
+ * tool (`undefined`).
+ */
+export function skillTools(allowed: string[]): { tools: string[] | undefined; warnings: string[] } {
+  if (allowed.length === 0) return { tools: undefined, warnings: [] }
+  const known = new Set<string>(TOOL_NAMES)
+  const tools = new Set<string>()
+  const warnings: string[] = []
+  for (const name of allowed) {
+    const base = name.replace(/\(.*\)$/, '')
+    const tool = known.has(base) ? base : TOOL_ALIASES[base]
+    if (!tool) {
+      warnings.push(`allowed-tools names ${JSON.stringify(name)}, which Cairn does not have: runs of this skill do not get it`)
+      continue
+    }
+    tools.add(tool)
+    if (base !== name) warnings.push(`allowed-tools names ${JSON.stringify(name)}: runs get ${tool}, without its argument pattern`)
+  }
+  return { tools: [...tools], warnings }
+}
+
+/** The skill's instructions, then the caller's after a blank line (contract 13.3), as a run body field. */
+export function joinedInstructions(skill: string | null, caller: string | undefined): { instructions?: string } {
+  const joined = [skill, caller].filter((part): part is string => typeof part === 'string' && part.trim() !== '').join('\n\n')
+  return joined === '' ? {} : { instructions: joined }
+}
+
+/** The tools a skill run may use: the skill's, cut to the caller's when it names some (a run body field). */
+export function narrowedTools(skill: string[] | undefined, caller: string[] | undefined): { tools?: string[] } {
+  if (skill === undefined) return caller === undefined ? {} : { tools: caller }
+  return { tools: caller === undefined ? skill : skill.filter((tool) => caller.includes(tool)) }
 }

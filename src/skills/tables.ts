@@ -81,6 +81,9 @@ export interface PlaybookRunStep {
   skillId: string
   skillVersion: number
   prompt: string
+  /** the skill's instructions and the tools its allowed-tools grant (absent in steps stored before they were kept apart) */
+  instructions?: string | null
+  tools?: string[] | undefined
 }
 
 /**

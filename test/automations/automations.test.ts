@@ -164,13 +164,13 @@ t.test('fires and triggers start runs: prompt, skill and playbook targets, origi
   clock.set('2026-06-01T09:00:00.250Z')
   t.equal(await app.automations.scheduler.fireDue(), 3)
 
-  const runs = rowsOf<{ id: string; prompt: string; origin: string; metadata: unknown; status: string; root_run_id: string }>(
-    await app.db.execute(sql`select id, prompt, origin, metadata, status, root_run_id from runs order by id`))
+  const runs = rowsOf<{ id: string; prompt: string; instructions: string | null; origin: string; metadata: unknown; status: string; root_run_id: string }>(
+    await app.db.execute(sql`select id, prompt, instructions, origin, metadata, status, root_run_id from runs order by id`))
   const meta = (r: { metadata: unknown }) => (typeof r.metadata === 'string' ? JSON.parse(r.metadata) : r.metadata) as Record<string, unknown>
   const of = (id: string) => runs.find((r) => meta(r).automationId === id)!
   t.match(of(byPrompt.id), { prompt: 'good morning', origin: 'automation' })
   t.same(meta(of(byPrompt.id)), { automationId: byPrompt.id, scheduledFor: '2026-06-01T09:00:00.000Z' })
-  t.match(of(bySkill.id), { prompt: 'Write the report.\n\nfor June', origin: 'automation' })
+  t.match(of(bySkill.id), { prompt: 'for June', instructions: 'Write the report.', origin: 'automation' })
   t.match(meta(of(bySkill.id)), { skillId: skill.id, skillVersion: 1, automationId: bySkill.id })
   const root = of(byPlaybook.id)
   t.match(meta(root), { playbookId: playbook.id, playbookStep: 0, automationId: byPlaybook.id })

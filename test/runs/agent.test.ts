@@ -195,3 +195,21 @@ t.test('the model request carries instructions, the thread, settings and only th
   t.equal(json.status, 'succeeded')
   t.same(requests[requests.length - 1].response_format, { type: 'json_schema', json_schema: { name: 'ok', schema: { type: 'object', required: ['ok'] } } })
 })
+
+t.test('a skill run: the skill\'s instructions first, its allowed-tools cut the caller\'s tools', async (t) => {
+  const app = await buildTestApp(t)
+  const skill = (await app.inject({
+    method: 'POST', url: '/api/skills', payload: { name: 'gitter', description: 'd', instructions: 'Use git.', allowedTools: ['Bash(git:*)', 'Read', 'Grep'] }
+  })).json().skill
+  t.same(skill.warnings, [
+    'allowed-tools names "Bash(git:*)": runs get shell, without its argument pattern',
+    'allowed-tools names "Grep", which Cairn does not have: runs of this skill do not get it'
+  ])
+  const res = await app.inject({ method: 'POST', url: `/api/skills/${skill.id}/run`, payload: { input: 'status?', instructions: 'Be brief.', tools: ['read_file', 'write_file'], temperature: 1 } })
+  t.equal(res.statusCode, 201)
+  t.match(res.json().run, { prompt: 'status?', instructions: 'Use git.\n\nBe brief.', settings: { tools: ['read_file'], temperature: 1 } })
+  const own = (await app.inject({ method: 'POST', url: `/api/skills/${skill.id}/run`, payload: { input: 'x' } })).json().run
+  t.same(own.settings.tools, ['shell', 'read_file'])
+  const bad = await app.inject({ method: 'POST', url: `/api/skills/${skill.id}/run`, payload: { tools: ['nope'] } })
+  t.equal(bad.statusCode, 400)
+})

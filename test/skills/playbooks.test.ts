@@ -14,7 +14,10 @@ async function skillsOf(app: App, cookie: string, n: number): Promise<string[]> 
   return ids
 }
 
-interface ThreadRun { id: string; parentRunId: string | null; status: string; prompt: string; origin: string; metadata: Record<string, unknown> }
+interface ThreadRun {
+  id: string; parentRunId: string | null; status: string; prompt: string; origin: string; metadata: Record<string, unknown>
+  instructions: string | null; output: string | null; settings: { tools: string[] | null }
+}
 const threadRuns = async (app: App, headers: Record<string, string>, rootRunId: string): Promise<ThreadRun[]> =>
   (await app.inject({ method: 'GET', url: `/api/threads/${rootRunId}`, headers })).json().runs
 
@@ -62,7 +65,7 @@ t.test('a playbook run: one thread, each step when the previous succeeded, paren
   const started = await app.inject({ method: 'POST', url: `/api/playbooks/${p.id}/run`, headers: { ...headers, 'idempotency-key': 'pb-1' }, payload: { input: 'for release 7' } })
   t.equal(started.statusCode, 201)
   const first = started.json().run
-  t.match(first, { rootRunId: first.id, parentRunId: null, origin: 'skill', prompt: 'Do step 1.\n\nfor release 7', metadata: { playbookId: p.id, playbookStep: 0, skillId: steps[0], skillVersion: 1 } })
+  t.match(first, { rootRunId: first.id, parentRunId: null, origin: 'skill', prompt: 'for release 7', instructions: 'Do step 1.', metadata: { playbookId: p.id, playbookStep: 0, skillId: steps[0], skillVersion: 1 } })
   const replay = await app.inject({ method: 'POST', url: `/api/playbooks/${p.id}/run`, headers: { ...headers, 'idempotency-key': 'pb-1' }, payload: { input: 'for release 7' } })
   t.equal(replay.json().run.id, first.id, 'the key replays the same start')
   // changed after the start: the running playbook keeps what it started with
@@ -72,7 +75,8 @@ t.test('a playbook run: one thread, each step when the previous succeeded, paren
     const all = await threadRuns(app, headers, first.id)
     return all.length === 3 && all.every((r) => r.status === 'succeeded') ? all : null
   })
-  t.same(runs.map((r) => r.prompt), ['Do step 1.\n\nfor release 7', 'Do step 2.\n\ncarefully\n\nfor release 7', 'Do step 3.\n\nfor release 7'])
+  t.same(runs.map((r) => r.prompt), ['for release 7', 'carefully\n\nfor release 7', 'for release 7'])
+  t.same(runs.map((r) => r.instructions), ['Do step 1.', 'Do step 2.', 'Do step 3.'], 'each step\'s skill as its system message, as it was at the start')
   t.same(runs.map((r) => r.parentRunId), [null, runs[0]!.id, runs[1]!.id])
   t.same(runs.map((r) => r.metadata.playbookStep), [0, 1, 2])
   t.same(runs.map((r) => r.origin), ['skill', 'skill', 'skill'])
@@ -82,6 +86,26 @@ t.test('a playbook run: one thread, each step when the previous succeeded, paren
   const spoof = await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt: 'spoof', rootRunId: first.id, metadata: { playbookId: p.id, playbookStep: 0 } } })
   await waitFor('the spoof ends', async () => (await app.inject({ method: 'GET', url: `/api/runs/${spoof.json().run.id}`, headers })).json().run.status === 'succeeded')
   t.equal((await threadRuns(app, headers, first.id)).length, 4)
+})
+
+t.test('each step sees the earlier steps\' answers, and gets only its skill\'s allowed tools', async (t) => {
+  const app = await buildTestApp(t)
+  const owner = await signUpWithOrg(app)
+  const headers = { cookie: owner.cookie }
+  const skill = async (name: string, extra: Record<string, unknown> = {}) =>
+    (await app.inject({ method: 'POST', url: '/api/skills', headers, payload: { name, description: name, instructions: `Be ${name}.`, ...extra } })).json().skill.id as string
+  const a = await skill('first')
+  const b = await skill('second', { allowedTools: ['Read', 'LS', 'WebSearch'] })
+  const created = await app.inject({ method: 'GET', url: `/api/skills/${b}`, headers })
+  t.same(created.json().skill.warnings, ['allowed-tools names "WebSearch", which Cairn does not have: runs of this skill do not get it'])
+  const p = (await app.inject({ method: 'POST', url: '/api/playbooks', headers, payload: { name: 'Chain', steps: [{ skillId: a, input: 'The release is 7.2' }, { skillId: b, input: 'history' }] } })).json().playbook
+  const first = (await app.inject({ method: 'POST', url: `/api/playbooks/${p.id}/run`, headers })).json().run
+  const runs = await waitFor('both steps succeeded', async () => {
+    const all = await threadRuns(app, headers, first.id)
+    return all.length === 2 && all.every((r) => r.status === 'succeeded') ? all : null
+  })
+  t.equal(runs[1]!.output, 'history: 1 turns: The release is 7.2', 'step 2 was given step 1\'s turn')
+  t.same(runs.map((r) => r.settings.tools), [null, ['read_file', 'list_files']])
 })
 
 t.test('a cancelled step stops the playbook', async (t) => {

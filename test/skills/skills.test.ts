@@ -6,7 +6,7 @@ import { buildTestApp, mintKey, signUpWithOrg, waitFor } from '../helper.js'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
-const SKILL_KEYS = ['allowedTools', 'compatibility', 'createdAt', 'createdBy', 'description', 'id', 'instructions', 'license', 'metadata', 'name', 'source', 'updatedAt', 'version']
+const SKILL_KEYS = ['allowedTools', 'compatibility', 'createdAt', 'createdBy', 'description', 'id', 'instructions', 'license', 'metadata', 'name', 'source', 'updatedAt', 'version', 'warnings']
 const PROPOSAL_KEYS = ['baseVersion', 'createdAt', 'createdBy', 'decidedAt', 'decidedBy', 'id', 'runId', 'skillId', 'skillMd', 'state']
 
 const FILE = `---
@@ -135,7 +135,9 @@ t.test('a skill run: its prompt, origin and metadata; an Idempotency-Key makes o
   const first = await run('k1')
   t.equal(first.statusCode, 201)
   const r = first.json().run
-  t.match(r, { prompt: 'Say hello.\n\nto Ada', origin: 'skill', metadata: { skillId: skill.id, skillVersion: 1 }, status: 'queued', userId: null })
+  // the skill's instructions are the system message, the input the prompt
+  t.match(r, { prompt: 'to Ada', instructions: 'Say hello.', origin: 'skill', metadata: { skillId: skill.id, skillVersion: 1 }, status: 'queued', userId: null })
+  t.same(r.settings.tools, null, 'no allowed-tools: every tool')
   const again = await run('k1')
   t.equal(again.statusCode, 201)
   t.equal(again.headers['idempotent-replayed'], 'true')
@@ -146,7 +148,7 @@ t.test('a skill run: its prompt, origin and metadata; an Idempotency-Key makes o
 
   const bare = await app.inject({ method: 'POST', url: `/api/skills/${skill.id}/run`, headers: { authorization } })
   t.equal(bare.statusCode, 201, 'no body at all')
-  t.equal(bare.json().run.prompt, 'Say hello.')
+  t.match(bare.json().run, { prompt: 'Run the skill greet.', instructions: 'Say hello.' }, 'without an input, a request to run it')
   const inThread = await app.inject({ method: 'POST', url: `/api/skills/${skill.id}/run`, headers: { authorization }, payload: { rootRunId: r.id } })
   t.match(inThread.json().run, { rootRunId: r.id, origin: 'skill' })
   t.equal((await app.inject({ method: 'POST', url: '/api/skills/0190b8f0-0000-7000-8000-000000000000/run', headers: { authorization } })).statusCode, 404)
@@ -160,11 +162,11 @@ t.test('a skill run never uses a stale skill: another instance\'s edit is seen a
   const headers = { cookie: owner.cookie }
   const skill = (await app.inject({ method: 'POST', url: '/api/skills', headers, payload: { name: 'cached', description: 'd', instructions: 'Version one.' } })).json().skill
   const run = async (key?: string) => app.inject({ method: 'POST', url: `/api/skills/${skill.id}/run`, headers: { ...headers, ...(key ? { 'idempotency-key': key } : {}) }, payload: { input: 'x' } })
-  t.equal((await run()).json().run.prompt, 'Version one.\n\nx', 'cached now')
+  t.equal((await run()).json().run.instructions, 'Version one.', 'cached now')
   t.equal((await second.inject({ method: 'PATCH', url: `/api/skills/${skill.id}`, headers, payload: { instructions: 'Version two.', version: 1 } })).statusCode, 200)
   const after = await run('after-edit')
   t.equal(after.statusCode, 201)
-  t.match(after.json().run, { prompt: 'Version two.\n\nx', metadata: { skillVersion: 2 } })
+  t.match(after.json().run, { prompt: 'x', instructions: 'Version two.', metadata: { skillVersion: 2 } })
   t.equal((await run('after-edit')).json().run.id, after.json().run.id, 'and its key replays it')
   t.equal((await second.inject({ method: 'DELETE', url: `/api/skills/${skill.id}`, headers })).statusCode, 204)
   t.equal((await run()).statusCode, 404)
