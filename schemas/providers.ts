@@ -1,5 +1,5 @@
 import { Type } from 'typebox'
-import { CreatedBy, IsoDate, named, Nullable, Page, PageQuery, StrictObject } from './common.js'
+import { CreatedBy, IsoDate, LiteralUnion, named, Nullable, Page, PageQuery, StrictObject } from './common.js'
 
 /** A model id as runs name it (the same bounds as `POST /api/runs {model}`). */
 export const ModelId = Type.String({ minLength: 1, maxLength: 200, pattern: '^\\S(.*\\S)?$', description: 'a model id the provider serves' })
@@ -32,6 +32,17 @@ export const ListProvidersQuery = StrictObject({ ...PageQuery })
 export const ModelEntry = named('ModelEntry', Type.Object({
   id: Type.String({ description: 'what a run names as `model`' }),
   engine: Type.String({ description: 'the engine that runs it (`openai` for a provider\'s models)' }),
-  providerId: Nullable(Type.String({ description: 'the org\'s provider serving it; null for the deployment\'s own models' }))
+  providerId: Nullable(Type.String({ description: 'the org\'s provider serving it; null for the deployment\'s own models' })),
+  default: Type.Boolean({ description: 'the org\'s default model: what a run naming no model gets' })
 }, { description: 'a model ready for the caller\'s org' }))
+
+export const DEFAULT_MODEL_SOURCES = ['org', 'deployment', 'provider', 'echo'] as const
+export const DefaultModel = named('DefaultModel', Type.Object({
+  model: Type.String({ description: 'what a run, chat, skill, playbook, task, automation or Slack run naming no model uses' }),
+  source: LiteralUnion(DEFAULT_MODEL_SOURCES, { description: 'org: an admin chose it; deployment: the server\'s first ready model; provider: the org\'s providers\' first ready model; echo: nothing else is ready' })
+}))
+export const SetDefaultModelBody = named('SetDefaultModelRequest', StrictObject({
+  model: Nullable(Type.String({ minLength: 1, maxLength: 200, description: 'a model of GET /api/models; null forgets the choice' }))
+}))
+export const SetDefaultModelReply = Type.Object({ model: Nullable(Type.String()) })
 export const ModelList = named('ModelList', Type.Object({ items: Type.Array(ModelEntry) }))

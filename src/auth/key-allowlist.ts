@@ -48,6 +48,7 @@ export const KEY_ALLOWLIST: readonly string[] = [
   'GET /api/automations/:id/fires',
   // platform (contract 11): the models a run may name
   'GET /api/models',
+  'GET /api/models/default',
   // GitHub reads (contract 11)
   'GET /api/github/repos',
   'GET /api/github/repos/:owner/:repo/pulls',

@@ -1,9 +1,11 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { notFound } from '../../plugins/errors.js'
+import { notFound, validationFailed } from '../../plugins/errors.js'
 import { errorResponses, IdParams } from '../../schemas/common.js'
-import { CreateProviderBody, ListProvidersQuery, ModelList, ProviderEnvelope, ProviderPage } from '../../schemas/providers.js'
+import {
+  CreateProviderBody, DefaultModel, ListProvidersQuery, ModelList, ProviderEnvelope, ProviderPage, SetDefaultModelBody, SetDefaultModelReply
+} from '../../schemas/providers.js'
 import { principalOf, realUserId } from '../auth/principal.js'
-import { listProviders, providerToWire } from './providers-repo.js'
+import { listProviders, providerToWire, setModelDefault } from './providers-repo.js'
 
 const PROVIDERS = ['providers']
 const ADMIN = { scope: 'admin' } as const
@@ -25,6 +27,8 @@ const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
   }, async (request, reply) => {
     const principal = principalOf(request)
     const row = await app.providers.create(principal.orgId, request.body, realUserId(principal))
+    // the org's default model may now be this provider's (other instances: within 2 s)
+    app.runs.engines.forgetDefaults(principal.orgId)
     return reply.code(201).send({ provider: providerToWire(row) })
   })
 
@@ -54,6 +58,7 @@ const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
   }, async (request, reply) => {
     const { orgId } = principalOf(request)
     if (!(await app.providers.remove(orgId, request.params.id))) throw notFound('no such provider in this organization')
+    app.runs.engines.forgetDefaults(orgId)
     return reply.code(204).send(null)
   })
 
@@ -69,6 +74,7 @@ const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
   }, async (request) => {
     const { orgId } = principalOf(request)
     const row = await app.providers.check(orgId, request.params.id)
+    app.runs.engines.forgetDefaults(orgId)
     if (!row) throw notFound('no such provider in this organization')
     return { provider: providerToWire(row) }
   })
@@ -82,26 +88,60 @@ const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
   }, async (request) => {
     const { orgId } = principalOf(request)
-    const [catalogs, ready] = await Promise.all([
+    const [catalogs, ready, fallback] = await Promise.all([
       Promise.all(app.features.catalogs.map((catalog) => catalog())),
-      app.providers.ready(orgId)
+      app.providers.ready(orgId),
+      app.runs.engines.defaultModel(orgId)
     ])
-    const items: Array<{ id: string; engine: string; providerId: string | null }> = []
+    const items: Array<{ id: string; engine: string; providerId: string | null; default: boolean }> = []
     const seen = new Set<string>()
     for (const model of catalogs.flatMap((c) => c.models)) {
       if (seen.has(model.id)) continue
       seen.add(model.id)
-      items.push({ id: model.id, engine: model.engine, providerId: null })
+      items.push({ id: model.id, engine: model.engine, providerId: null, default: model.id === fallback.model })
     }
     // the same precedence a run's model resolves by (src/runs/engines/registry.ts)
     for (const provider of ready) {
       for (const id of provider.models) {
         if (seen.has(id)) continue
         seen.add(id)
-        items.push({ id, engine: 'openai', providerId: provider.id })
+        items.push({ id, engine: 'openai', providerId: provider.id, default: id === fallback.model })
       }
     }
     return { items }
+  })
+
+  app.get('/models/default', {
+    schema: {
+      operationId: 'getDefaultModel',
+      tags: PROVIDERS,
+      summary: 'The org\'s default model and where it comes from: an admin\'s choice, else the deployment\'s first ready model, else the org providers\', else echo',
+      response: { 200: DefaultModel, ...errorResponses() }
+    }
+  }, async (request) => {
+    const { model, source } = await app.runs.engines.defaultModel(principalOf(request).orgId)
+    return { model: model ?? 'echo', source }
+  })
+
+  app.put('/models/default', {
+    config: ADMIN,
+    schema: {
+      operationId: 'setDefaultModel',
+      tags: PROVIDERS,
+      summary: 'Choose the org\'s default model (admin): one GET /api/models lists; null forgets the choice',
+      body: SetDefaultModelBody,
+      response: { 200: SetDefaultModelReply, ...errorResponses() }
+    }
+  }, async (request) => {
+    const principal = principalOf(request)
+    const { model } = request.body
+    if (model !== null) {
+      const offered = await app.runs.engines.resolve(undefined, model, principal.orgId)
+      if ('error' in offered) throw validationFailed([{ path: '/body/model', message: `${offered.error}: choose one of GET /api/models` }])
+    }
+    await setModelDefault(app.db, principal.orgId, model, realUserId(principal))
+    app.runs.engines.forgetDefaults(principal.orgId)
+    return { model }
   })
 }
 

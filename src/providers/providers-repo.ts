@@ -1,8 +1,8 @@
 import { and, asc, eq, gt, sql } from 'drizzle-orm'
-import type { Db, Tx } from '../db/client.js'
+import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { decodeCursor, pageOf } from '../db/paging.js'
 import { isoOf, isoOrNull } from '../db/rows.js'
-import { providers } from './tables.js'
+import { modelDefaults, providers } from './tables.js'
 
 export type ProviderRow = typeof providers.$inferSelect
 
@@ -75,4 +75,25 @@ export async function recordCheck(db: Db, orgId: string, id: string, outcome: { 
 export async function deleteProvider(db: Db, orgId: string, id: string): Promise<boolean> {
   const rows = await db.delete(providers).where(and(eq(providers.orgId, orgId), eq(providers.id, id))).returning({ id: providers.id })
   return rows.length === 1
+}
+
+/**
+ * What the org's default model is made of, in one query: the model its admin chose (null:
+ * none) and the first model of its oldest ready provider (null: none).
+ */
+export async function modelDefaultsOf(db: Db | Tx, orgId: string): Promise<{ chosen: string | null; firstProviderModel: string | null }> {
+  const rows = rowsOf<{ chosen: string | null; first: string | null }>(await db.execute(sql`
+    select (select model from model_defaults where org_id = ${orgId}) as chosen,
+           (select models->>0 from providers where org_id = ${orgId} and ready and jsonb_array_length(models) > 0 order by id limit 1) as first`))
+  return { chosen: rows[0]?.chosen ?? null, firstProviderModel: rows[0]?.first ?? null }
+}
+
+/** Chooses (or, with null, forgets) the org's default model. */
+export async function setModelDefault(db: Db, orgId: string, model: string | null, userId: string | null): Promise<void> {
+  if (model === null) {
+    await db.delete(modelDefaults).where(eq(modelDefaults.orgId, orgId))
+    return
+  }
+  await db.insert(modelDefaults).values({ orgId, model, updatedBy: userId })
+    .onConflictDoUpdate({ target: modelDefaults.orgId, set: { model, updatedBy: userId, updatedAt: sql`now()` } })
 }

@@ -8,7 +8,7 @@ import type { InternalSecrets } from '../secrets/service.js'
 import { checkHost, HostUnresolved, providerFetcher, type ProviderFetch } from './address-guard.js'
 import { probeModels } from './probe.js'
 import {
-  apiKeySecretName, deleteProvider, getProvider, insertProvider, providerNamed, providerOffering, readyProviders, recordCheck, type ProviderRow
+  apiKeySecretName, deleteProvider, getProvider, insertProvider, modelDefaultsOf, providerNamed, providerOffering, type ProviderRow, readyProviders, recordCheck
 } from './providers-repo.js'
 
 /** The providers group's instance-wide side, as `app.providers`. */
@@ -118,6 +118,7 @@ export default fp(async function providersService(app: FastifyInstance, opts: Pr
     },
     ready: (orgId) => readyProviders(db, orgId),
     forRuns: {
+      defaults: (orgId, on) => modelDefaultsOf(on ?? db, orgId),
       async offering(orgId, model, on) {
         const row = await providerOffering(on ?? db, orgId, model)
         if (!row) return null

@@ -25,3 +25,11 @@ export const providers = pgTable('providers', {
   uniqueIndex('providers_org_name_idx').on(t.orgId, t.name),
   index('providers_org_idx').on(t.orgId, t.id)
 ])
+
+/** The model an org's admin chose for runs, chats and automations that name none (contract 13.3). */
+export const modelDefaults = pgTable('model_defaults', {
+  orgId: text('org_id').primaryKey().references(() => organizations.id, { onDelete: 'cascade' }),
+  model: text('model').notNull(),
+  updatedAt: ts('updated_at').notNull().defaultNow(),
+  updatedBy: text('updated_by')
+})

@@ -119,16 +119,10 @@ async function withSecretsRedacted(secrets: RunSecrets, orgId: string, body: Sta
 
 /**
  * The engine and model `POST /api/chat` uses: the one the model names (an org provider's
- * included), else the first model of a ready `openai` engine, else echo.
+ * included), else the org's default model.
  */
 export async function chatEngine(engines: EngineRegistry, orgId: string, model: string | undefined): Promise<{ engine: Engine; model: string | null }> {
-  if (model !== undefined) {
-    const chosen = await engines.resolve(undefined, model, orgId)
-    if ('error' in chosen) throw engineUnavailable(chosen.error)
-    return chosen
-  }
-  const openai = engines.get('openai')
-  const models = openai && (await openai.ready()) ? await openai.models() : []
-  if (openai && models.length > 0) return { engine: openai, model: models[0]!.id }
-  return { engine: engines.get('echo')!, model: 'echo' }
+  const chosen = await engines.resolve(undefined, model, orgId)
+  if ('error' in chosen) throw engineUnavailable(chosen.error)
+  return chosen
 }

@@ -24,4 +24,9 @@ export interface OrgProviders {
    * one connection); asked only for models the deployment does not serve.
    */
   offering(orgId: string, model: string, db?: Db | Tx): Promise<ProviderConnection | null>
+  /**
+   * What the org's default model is made of (contract 13.3): the model its admin chose,
+   * and its oldest ready provider's first model (each null when there is none). One query.
+   */
+  defaults(orgId: string, db?: Db | Tx): Promise<{ chosen: string | null; firstProviderModel: string | null }>
 }

@@ -85,7 +85,7 @@ export function createEngines(config: Config, providers?: OrgProviders): EngineR
       probeTtlMs: config.OPENAI_PROBE_TTL_MS,
       maxToolRounds: config.OPENAI_MAX_TOOL_ROUNDS
     })
-  ], orgEngine)
+  ], orgEngine, providers ? (orgId, db) => providers.defaults(orgId, db) : null)
 }
 
 /**

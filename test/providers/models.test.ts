@@ -23,16 +23,16 @@ t.test('GET /api/models lists the deployment\'s models and the org\'s ready prov
 
   const empty = await app.inject({ method: 'GET', url: '/api/models', headers: { authorization: key.authorization } })
   t.equal(empty.statusCode, 200)
-  t.same(empty.json(), { items: [{ id: 'echo', engine: 'echo', providerId: null }] }, 'without providers: the deployment\'s models')
+  t.same(empty.json(), { items: [{ id: 'echo', engine: 'echo', providerId: null, default: true }] }, 'without providers: the deployment\'s models')
 
   const provider = await addProvider(app, owner.cookie, { name: 'Fake', baseUrl: fake.baseUrl, apiKey: fake.key })
   const models = await app.inject({ method: 'GET', url: '/api/models', headers: { authorization: key.authorization } })
   answers.push(models.body)
   t.same(models.json().items, [
-    { id: 'echo', engine: 'echo', providerId: null },
-    { id: 'fake-small', engine: 'openai', providerId: provider.id },
-    { id: 'fake-large', engine: 'openai', providerId: provider.id }
-  ])
+    { id: 'echo', engine: 'echo', providerId: null, default: false },
+    { id: 'fake-small', engine: 'openai', providerId: provider.id, default: true },
+    { id: 'fake-large', engine: 'openai', providerId: provider.id, default: false }
+  ], 'the provider\'s first model is now the org\'s default')
 
   // a run through an API key, naming the provider's model
   const created = await app.inject({ method: 'POST', url: '/api/runs', headers: { authorization: key.authorization }, payload: { prompt: 'Say hello', model: 'fake-small' } })
@@ -63,7 +63,7 @@ t.test('GET /api/models lists the deployment\'s models and the org\'s ready prov
   t.match(unknown.json().message, /no-such-model/)
   const echoModel = await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: owner.cookie }, payload: { prompt: 'x', engine: 'echo', model: 'fake-small' } })
   t.equal(echoModel.statusCode, 400, 'another engine does not serve a provider\'s model')
-  const echo = (await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: owner.cookie }, payload: { prompt: 'plain echo' } })).json().run
+  const echo = (await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: owner.cookie }, payload: { prompt: 'plain echo', engine: 'echo' } })).json().run
   t.match(await finishedRun(app, owner.cookie, echo.id), { status: 'succeeded', engine: 'echo' })
 
   // chat names the provider's model too
@@ -137,10 +137,10 @@ t.test('two providers offering one id: the oldest serves it, listed once; the de
   const two = await addProvider(app, owner.cookie, { name: 'Two', baseUrl: second.baseUrl, apiKey: second.key })
   const items = (await app.inject({ method: 'GET', url: '/api/models', headers: { cookie: owner.cookie } })).json().items
   t.same(items, [
-    { id: 'echo', engine: 'echo', providerId: null },
-    { id: 'shared', engine: 'openai', providerId: one.id },
-    { id: 'first-only', engine: 'openai', providerId: one.id },
-    { id: 'second-only', engine: 'openai', providerId: two.id }
+    { id: 'echo', engine: 'echo', providerId: null, default: false },
+    { id: 'shared', engine: 'openai', providerId: one.id, default: true },
+    { id: 'first-only', engine: 'openai', providerId: one.id, default: false },
+    { id: 'second-only', engine: 'openai', providerId: two.id, default: false }
   ])
   const shared = (await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: owner.cookie }, payload: { prompt: 'who', model: 'shared' } })).json().run
   t.equal((await finishedRun(app, owner.cookie, shared.id)).status, 'succeeded')
@@ -186,7 +186,7 @@ t.test('tenancy: another org\'s provider is a 404 and offers it nothing', async 
   t.equal((await app.inject({ method: 'DELETE', url: `/api/providers/${provider.id}`, headers: { cookie: other.cookie } })).statusCode, 404)
   t.same((await app.inject({ method: 'GET', url: '/api/providers', headers: { cookie: other.cookie } })).json().items, [])
   const models = (await app.inject({ method: 'GET', url: '/api/models', headers: { authorization: otherKey.authorization } })).json().items
-  t.same(models, [{ id: 'echo', engine: 'echo', providerId: null }])
+  t.same(models, [{ id: 'echo', engine: 'echo', providerId: null, default: true }])
   const run = await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: other.cookie }, payload: { prompt: 'x', model: 'fake-small' } })
   t.equal(run.statusCode, 400)
   t.equal(run.json().error, 'engine_unavailable')

@@ -1,9 +1,15 @@
 import type { EngineInfo, ModelInfo } from '../../../plugins/features.js'
 import type { Db, Tx } from '../../db/client.js'
+import { LRUCache } from 'lru-cache'
 import { EngineError, type Engine } from './types.js'
 
 /** The engine of an org's provider that offers a model, or null (src/runs/providers-port.ts). */
 export type OrgEngineLookup = (orgId: string, model: string, db?: Db | Tx) => Promise<Engine | null>
+/** The org's chosen default model and its first provider model (src/runs/providers-port.ts). */
+export type OrgDefaultsLookup = (orgId: string, db?: Db | Tx) => Promise<{ chosen: string | null; firstProviderModel: string | null }>
+
+/** Where an org's default model came from (contract 13.3). */
+export type DefaultSource = 'org' | 'deployment' | 'provider' | 'echo'
 
 /**
  * The engines of one instance, with the `/api/config` catalog. A model the deployment does
@@ -14,10 +20,51 @@ export type OrgEngineLookup = (orgId: string, model: string, db?: Db | Tx) => Pr
 export class EngineRegistry {
   readonly engines: Map<string, Engine>
   private readonly orgEngine: OrgEngineLookup | null
+  private readonly orgDefaults: OrgDefaultsLookup | null
 
-  constructor(engines: Engine[], orgEngine: OrgEngineLookup | null = null) {
+  constructor(engines: Engine[], orgEngine: OrgEngineLookup | null = null, orgDefaults: OrgDefaultsLookup | null = null) {
     this.engines = new Map(engines.map((e) => [e.id, e]))
     this.orgEngine = orgEngine
+    this.orgDefaults = orgDefaults
+  }
+
+  /**
+   * The org defaults read from the database, for 2 s: a dispatch naming no model costs no
+   * query in a burst. A change on this instance is seen at once (`forgetDefaults`), on
+   * another within the 2 s.
+   */
+  private readonly defaultsCache = new LRUCache<string, { chosen: string | null; firstProviderModel: string | null }>({ max: 10_000, ttl: 2000 })
+
+  forgetDefaults(orgId: string): void {
+    this.defaultsCache.delete(orgId)
+  }
+
+  /**
+   * The org's default model (contract 13.3): the one its admin chose, while something still
+   * offers it; else the deployment's first ready model; else its providers' first ready
+   * model; else echo. What a run, chat, skill, playbook, task, automation or Slack run
+   * naming neither engine nor model gets.
+   */
+  async defaultModel(orgId: string, db?: Db | Tx): Promise<{ engine: Engine; model: string | null; source: DefaultSource }> {
+    let defaults = this.defaultsCache.get(orgId)
+    if (!defaults) {
+      defaults = this.orgDefaults ? await this.orgDefaults(orgId, db) : { chosen: null, firstProviderModel: null }
+      this.defaultsCache.set(orgId, defaults)
+    }
+    if (defaults.chosen !== null) {
+      const chosen = await this.resolve(undefined, defaults.chosen, orgId, db, false)
+      if (!('error' in chosen)) return { ...chosen, source: 'org' }
+    }
+    for (const engine of this.engines.values()) {
+      if (engine.id === 'echo' || !(await engine.ready())) continue
+      const [first] = await engine.models()
+      if (first) return { engine, model: first.id, source: 'deployment' }
+    }
+    if (defaults.firstProviderModel !== null) {
+      const provider = await this.resolve(undefined, defaults.firstProviderModel, orgId, db, false)
+      if (!('error' in provider)) return { ...provider, source: 'provider' }
+    }
+    return { engine: this.engines.get('echo')!, model: 'echo', source: 'echo' }
   }
 
   get(id: string): Engine | undefined {
@@ -36,11 +83,16 @@ export class EngineRegistry {
 
   /**
    * Picks the engine and model for a request: explicit engine, or the engine owning the
-   * model, else echo; with an org id, a model no deployment engine serves may be one of
+   * model; naming neither, the org's default model (echo without an org id); with an org id, a model no deployment engine serves may be one of
    * that org's providers' (engine `openai`), looked up on `db` when given (a caller in a
    * transaction).
    */
-  async resolve(engineId: string | undefined, model: string | undefined, orgId?: string, db?: Db | Tx): Promise<{ engine: Engine; model: string | null } | { error: string }> {
+  async resolve(engineId: string | undefined, model: string | undefined, orgId?: string, db?: Db | Tx, orgDefault = true): Promise<{ engine: Engine; model: string | null } | { error: string }> {
+    // naming neither: the org's default model, never a silent echo
+    if (engineId === undefined && model === undefined && orgId !== undefined && orgDefault) {
+      const { engine, model: chosen } = await this.defaultModel(orgId, db)
+      return { engine, model: chosen }
+    }
     const chosen = await this.resolveDeployment(engineId, model)
     if (!('error' in chosen) || orgId === undefined || model === undefined || this.orgEngine === null) return chosen
     if (engineId !== undefined && engineId !== 'openai') return chosen
