@@ -3,6 +3,7 @@
 import { benchArtifacts } from './artifacts.js'
 import { benchAutomations } from './automations.js'
 import { benchFoundation } from './foundation.js'
+import { benchHistory } from './history.js'
 import { benchHub } from './hub.js'
 import { benchIdentity } from './identity.js'
 import { benchKnowledge } from './knowledge.js'
@@ -17,6 +18,7 @@ const benches: Record<string, () => Promise<string>> = {
   foundation: benchFoundation,
   identity: benchIdentity,
   runs: benchRuns,
+  history: benchHistory,
   runtime: benchRuntime,
   memory: benchMemory,
   artifacts: benchArtifacts,

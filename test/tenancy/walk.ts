@@ -364,7 +364,7 @@ export const TENANT_FIXTURES: TenantFixture[] = [
       // outbox delivers it into the org pool
       const res = await app.inject({
         method: 'POST', url: '/api/runs', headers: { cookie: owner.cookie },
-        payload: { prompt: `Remember the fixture door of ${owner.org.id}.` }
+        payload: { prompt: `Remember the fixture door of ${owner.org.id}.`, engine: 'echo' }
       })
       const { run } = res.json() as { run: { id: string } }
       for (let i = 0; i < 200; i++) {
