@@ -108,6 +108,8 @@ export default fp(async function slackService(app: FastifyInstance, opts: SlackS
     return had
   }
 
+  // the deployment offers Slack: an org connects it with PUT /api/integrations/slack
+  app.features.capabilities.slack = true
   app.decorate('slack', {
     api,
     outbox,
