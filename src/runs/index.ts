@@ -3,7 +3,8 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyInstance } from 'fastify'
 import { notFound } from '../../plugins/errors.js'
 import { sendStored } from '../../plugins/idempotency/index.js'
-import { principalOf } from '../auth/principal.js'
+import { principalOf, realUserId } from '../auth/principal.js'
+import { newId } from '../db/ids.js'
 import { parseLastEventId, sseFrame } from '../../plugins/sse.js'
 import { errorResponses, IdempotencyKeyHeader } from '../../schemas/common.js'
 import {
@@ -14,7 +15,7 @@ import { EngineError } from './engines/types.js'
 import { lastEventOf, TERMINAL_EVENTS } from './events.js'
 import { getRun, getThread, listRuns, listThreads, runToWire, type RunRow } from './runs-repo.js'
 import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from './streams.js'
-import { TERMINAL_STATUSES } from './tables.js'
+import { chatCompletions, TERMINAL_STATUSES } from './tables.js'
 
 /**
  * Contract 13.1: the run once it has ended, or as it is when `ms` have passed (or the client
@@ -250,22 +251,28 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: ChatStream, ...errorResponses(413) }
     }
   }, async (request, reply) => {
-    const { orgId } = principalOf(request)
+    const principal = principalOf(request)
+    const { orgId } = principal
     const { messages } = request.body
     const { engine, model: chosenModel } = await app.runs.chatEngine(orgId, request.body.model)
     const stream = app.sse.open(request, reply)
     const controller = new AbortController()
     // a client that goes away aborts the upstream request
     stream.onClose(() => controller.abort())
+    const startedAt = new Date()
+    let status: 'succeeded' | 'failed' | 'cancelled' = 'failed'
+    let usage: { promptTokens: number; completionTokens: number } | null = null
     try {
-      const usage = await engine.chat(messages, chosenModel, controller.signal, {
+      usage = await engine.chat(messages, chosenModel, controller.signal, {
         onToken(text) {
           stream.write(sseFrame('token', JSON.stringify({ text })))
         }
       })
+      status = 'succeeded'
       stream.write(sseFrame('done', JSON.stringify({ model: chosenModel, usage })))
     } catch (err) {
-      if (!controller.signal.aborted) {
+      if (controller.signal.aborted) status = 'cancelled'
+      else {
         const message = err instanceof EngineError ? err.message : 'chat failed'
         if (!(err instanceof EngineError)) request.log.error({ err }, 'chat failed')
         stream.write(sseFrame('error', JSON.stringify({ error: 'chat_failed', message })))
@@ -273,6 +280,11 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     } finally {
       stream.close()
     }
+    // metered like a run: the usage rollup counts it by engine, model and user
+    await app.db.insert(chatCompletions).values({
+      id: newId(), orgId, engine: engine.id, model: chosenModel, userId: realUserId(principal), status, startedAt, finishedAt: new Date(),
+      inputTokens: usage?.promptTokens ?? null, outputTokens: usage?.completionTokens ?? null
+    }).catch((err: unknown) => request.log.warn({ err }, 'chat usage not recorded'))
   })
 }
 

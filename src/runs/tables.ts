@@ -81,3 +81,21 @@ export const runEvents = pgTable('run_events', {
   index('run_events_root_idx').on(t.rootRunId, t.id),
   index('run_events_created_idx').on(t.createdAt)
 ])
+
+/**
+ * One `POST /api/chat` completion, metered like a run (contract 13.3): the usage rollup's
+ * trigger (usage_add_finished_run, 0021) counts it by engine, model and user when it is
+ * stored, finished. Nothing else reads it; rows go with their org.
+ */
+export const chatCompletions = pgTable('chat_completions', {
+  id: text('id').primaryKey(),
+  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
+  engine: text('engine').notNull(),
+  model: text('model'),
+  userId: text('user_id'),
+  status: text('status').$type<'succeeded' | 'failed' | 'cancelled'>().notNull(),
+  startedAt: ts('started_at').notNull(),
+  finishedAt: ts('finished_at').notNull(),
+  inputTokens: integer('input_tokens'),
+  outputTokens: integer('output_tokens')
+}, (t) => [index('chat_completions_org_idx').on(t.orgId, t.id)])

@@ -1,7 +1,9 @@
+import { sql } from 'drizzle-orm'
 import t from 'tap'
+import { rowsOf } from '../../src/db/client.js'
 import { newKeyText } from '../../src/secrets/crypto.js'
 import { startOpenAiUpstream } from '../runs/openai-upstream.js'
-import { addMember, buildTestApp, signUp, signUpWithOrg } from '../helper.js'
+import { addMember, buildTestApp, signUp, signUpWithOrg, waitFor } from '../helper.js'
 import { startFakeProvider } from './fake-provider.js'
 
 // Contract 13.3's default model: what a run, chat, skill, automation or Slack run that names
@@ -42,9 +44,18 @@ t.test('the deployment\'s first ready model, an admin\'s choice, echo only when 
   t.match(skillRun, { engine: 'openai', model: 'tiny-1' })
   await ended(app, headers, skillRun.id)
   t.same(requests[requests.length - 1].messages, [{ role: 'system', content: 'Summarize.' }, { role: 'user', content: 'the day' }], 'the skill\'s instructions as the system message')
+  const metered = async () => rowsOf<{ runs: number; input: number }>(await app.db.execute(sql`
+    select coalesce(sum(runs), 0)::int as runs, coalesce(sum(input_tokens), 0)::int as input from usage_hour_groups where org_id = ${owner.org.id} and model = 'tiny-1'`))[0]!
+  const before = await metered()
   const base = await app.listen({ port: 0, host: '127.0.0.1' })
   const chat = await fetch(`${base}/api/chat`, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] }) })
   t.match(await chat.text(), /event: done\ndata: \{"model":"tiny-1"/, 'a chat naming no model')
+  const chats = await waitFor('the chat is metered', async () => {
+    const rows = rowsOf<{ status: string; engine: string; user_id: string; input_tokens: number }>(await app.db.execute(sql`select status, engine, user_id, input_tokens from chat_completions where org_id = ${owner.org.id}`))
+    return rows.length === 1 ? rows : null
+  })
+  t.same(chats, [{ status: 'succeeded', engine: 'openai', user_id: owner.user.id, input_tokens: 7 }])
+  t.same(await metered(), { runs: before.runs + 1, input: before.input + 7 }, 'in the usage rollup like a run')
 
   // an admin chooses; a member may not; an unknown model is refused
   const member = await signUp(app)
