@@ -1,5 +1,6 @@
 import { Type } from 'typebox'
 import { CreatedBy, Id, IsoDate, LiteralUnion, named, Nullable, Page, PageQuery, StrictObject } from './common.js'
+import { AgentOptions } from './runs.js'
 
 /** What a ticks missed while no instance ran become (contract 10). */
 export const CATCH_UPS = ['latest', 'skip'] as const
@@ -11,7 +12,8 @@ const Input = Type.String({ maxLength: 100_000 })
 export const PromptTarget = named('AutomationPromptTarget', StrictObject({
   prompt: Type.String({ minLength: 1, maxLength: 100_000 }),
   engine: Type.Optional(Engine),
-  model: Type.Optional(Model)
+  model: Type.Optional(Model),
+  ...AgentOptions
 }))
 export const SkillTarget = named('AutomationSkillTarget', StrictObject({ skillId: Id, input: Type.Optional(Input) }))
 export const PlaybookTarget = named('AutomationPlaybookTarget', StrictObject({ playbookId: Id, input: Type.Optional(Input) }))

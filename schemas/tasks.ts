@@ -1,6 +1,6 @@
 import { Type } from 'typebox'
 import { CreatedBy, Id, IdParams, IsoDate, LiteralUnion, named, Nullable, Page, PageQuery, StrictObject } from './common.js'
-import { Run } from './runs.js'
+import { AgentOptions, Run } from './runs.js'
 
 
 /** The board's columns, in the order lists show them. */
@@ -74,7 +74,8 @@ export const MoveTaskBody = named('MoveTaskRequest', StrictObject({
 }, { description: '`before: X` lands directly above X, `after: X` directly below X (both: between them, which must be neighbours), neither: last' }))
 export const RunTaskBody = named('RunTaskRequest', StrictObject({
   engine: Type.Optional(Type.String({ minLength: 1, maxLength: 64, pattern: '^[a-z0-9_-]+$' })),
-  model: Type.Optional(Type.String({ minLength: 1, maxLength: 200 }))
+  model: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+  ...AgentOptions
 }))
 export const TaskEnvelope = Type.Object({ task: Task })
 export const TaskPage = named('TaskPage', Page(Task))

@@ -1,3 +1,4 @@
+import { agentOptionsOf } from '../runs/agent-options.js'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
 import { conflict, engineUnavailable, notFound, validationFailed } from '../../plugins/errors.js'
@@ -41,6 +42,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const target = a.target
     if (!target) return
     if ('prompt' in target) {
+      agentOptionsOf(target, '/body/target')
       const chosen = await app.runs.engines.resolve(target.engine, target.model, orgId)
       if ('error' in chosen) throw engineUnavailable(chosen.error)
     } else if (!(await targets.exists(app.db, orgId, target))) {

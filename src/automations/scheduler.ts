@@ -5,6 +5,7 @@ import { advance, claimDue, earliestTick, insertFires, type AutomationRow } from
 import { planFire } from './cron.js'
 import type { AutomationTargets, PreparedRun } from './targets-port.js'
 import type { RunSettings } from '../runs/tables.js'
+import { agentOptionsOf } from '../runs/agent-options.js'
 
 /** Where the scheduler reads the time: the system clock, or a test's. */
 export interface Clock {
@@ -50,7 +51,8 @@ export async function planRun(tx: Tx, deps: { runs: Pick<AutomationRuns, 'engine
   let prepared: PreparedRun | null
   let chosen: { engine: string; model: string | null }
   if ('prompt' in target) {
-    prepared = { prompt: target.prompt, metadata: {} }
+    // checked when the automation was saved (agentOptionsOf): the run's configuration
+    prepared = { prompt: target.prompt, metadata: {}, ...agentOptionsOf(target) }
     chosen = await deps.runs.engineFor(tx, a.orgId, target.engine, target.model)
   } else {
     prepared = 'skillId' in target

@@ -1,3 +1,5 @@
+import type { Static } from 'typebox'
+import type { PromptTarget as PromptTargetSchema } from '../../schemas/automations.js'
 import { sql } from 'drizzle-orm'
 import { boolean, check, index, jsonb, pgTable, primaryKey, text } from 'drizzle-orm/pg-core'
 import { CATCH_UPS } from '../../schemas/automations.js'
@@ -8,9 +10,9 @@ import { playbooks, skills } from '../skills/tables.js'
 
 export type CatchUp = (typeof CATCH_UPS)[number]
 
-/** A run target: a prompt, a skill run or a playbook run (contract 10). */
+/** A run target: a prompt (with the run's agent options, contract 13.3), a skill run or a playbook run (contract 10). */
 export type AutomationTarget =
-  | { prompt: string; engine?: string | undefined; model?: string | undefined }
+  | ({ prompt: string; engine?: string | undefined; model?: string | undefined } & Static<typeof PromptTargetSchema>)
   | { skillId: string; input?: string | undefined }
   | { playbookId: string; input?: string | undefined }
 

@@ -231,7 +231,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const prompt = [task.title, task.description].filter((part) => part.trim() !== '').join('\n\n')
     const answer = await app.runs.dispatch({
       principal,
-      body: { prompt, engine: request.body?.engine, model: request.body?.model, metadata: { taskId: task.id } },
+      body: { ...request.body, prompt, metadata: { taskId: task.id } },
       idempotency: request.idempotency,
       log: request.log,
       attach: async (tx, run) => {

@@ -213,3 +213,19 @@ t.test('a skill run: the skill\'s instructions first, its allowed-tools cut the 
   const bad = await app.inject({ method: 'POST', url: `/api/skills/${skill.id}/run`, payload: { tools: ['nope'] } })
   t.equal(bad.statusCode, 400)
 })
+
+t.test('task runs and automation prompt targets take the agent options too', async (t) => {
+  const app = await buildTestApp(t)
+  const task = (await app.inject({ method: 'POST', url: '/api/tasks', payload: { title: 'Write the notes' } })).json().task
+  const started = await app.inject({ method: 'POST', url: `/api/tasks/${task.id}/run`, payload: { instructions: 'Be brief.', tools: [], maxOutputTokens: 100 } })
+  t.equal(started.statusCode, 201)
+  t.match(started.json().run, { prompt: 'Write the notes', instructions: 'Be brief.', settings: { tools: [], maxOutputTokens: 100 } })
+  const bad = await app.inject({ method: 'POST', url: '/api/automations', payload: { name: 'n', cron: '@daily', target: { prompt: 'p', tools: ['nope'] } } })
+  t.equal(bad.statusCode, 400)
+  t.match(bad.json().message, /^\/body\/target\/tools\/0/)
+  const good = await app.inject({ method: 'POST', url: '/api/automations', payload: { name: 'n', cron: '@daily', target: { prompt: 'p', instructions: 'Nightly.', temperature: 0 } } })
+  t.equal(good.statusCode, 201)
+  const fired = await app.inject({ method: 'POST', url: `/api/automations/${good.json().automation.id}/trigger` })
+  t.equal(fired.statusCode, 201)
+  t.match(fired.json().run, { prompt: 'p', instructions: 'Nightly.', settings: { temperature: 0 } })
+})
