@@ -105,7 +105,7 @@ const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
       for (const id of provider.models) {
         if (seen.has(id)) continue
         seen.add(id)
-        items.push({ id, engine: 'openai', providerId: provider.id, default: id === fallback.model })
+        items.push({ id, engine: provider.kind, providerId: provider.id, default: id === fallback.model })
       }
     }
     return { items }

@@ -11,6 +11,7 @@ export function providerToWire(p: ProviderRow) {
   return {
     id: p.id,
     name: p.name,
+    kind: p.kind,
     baseUrl: p.baseUrl,
     models: p.models,
     ready: p.ready,
@@ -26,7 +27,7 @@ export function providerToWire(p: ProviderRow) {
 export const apiKeySecretName = (providerId: string) => `provider:${providerId}:api_key`
 
 /** Inserts a provider; null when the org already has one of that name. */
-export async function insertProvider(db: Db, orgId: string, p: { id: string; name: string; baseUrl: string; models: string[]; modelsGiven: boolean; createdBy: string | null }): Promise<ProviderRow | null> {
+export async function insertProvider(db: Db, orgId: string, p: { id: string; name: string; kind: ProviderRow['kind']; baseUrl: string; models: string[]; modelsGiven: boolean; createdBy: string | null }): Promise<ProviderRow | null> {
   const [row] = await db.insert(providers).values({ ...p, orgId }).onConflictDoNothing({ target: [providers.orgId, providers.name] }).returning()
   return row ?? null
 }

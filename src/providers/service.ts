@@ -14,7 +14,7 @@ import {
 /** The providers group's instance-wide side, as `app.providers`. */
 export interface ProvidersService {
   /** validates, stores the key as a secret, then checks it once: `POST /api/providers` */
-  create(orgId: string, input: { name: string; baseUrl: string; apiKey: string; models?: string[] | undefined }, createdBy: string | null): Promise<ProviderRow>
+  create(orgId: string, input: { name: string; kind?: ProviderRow['kind'] | undefined; baseUrl: string; apiKey: string; models?: string[] | undefined }, createdBy: string | null): Promise<ProviderRow>
   /** probes `/models` and records the outcome; null when the org has no such provider */
   check(orgId: string, id: string): Promise<ProviderRow | null>
   /** the row and its key; false when the org has no such provider */
@@ -81,7 +81,7 @@ export default fp(async function providersService(app: FastifyInstance, opts: Pr
     const key = await secrets.open(orgId, apiKeySecretName(row.id))
     const outcome = key === null
       ? { ok: false as const, error: 'the provider\'s API key cannot be opened on this server (was SECRETS_KEY changed?); delete the provider and add it again' }
-      : await probeModels(fetch, row.baseUrl, key, timeoutMs)
+      : await probeModels(fetch, row.kind, row.baseUrl, key, timeoutMs)
     return recordCheck(db, orgId, row.id, outcome.ok ? { ok: true, models: row.modelsGiven ? null : outcome.models } : outcome)
   }
 
@@ -95,7 +95,7 @@ export default fp(async function providersService(app: FastifyInstance, opts: Pr
       // the key first: a provider row never exists without its key (a crash in between
       // leaves only a sealed value under a name no provider has)
       await secrets.put(orgId, apiKeySecretName(id), input.apiKey)
-      const row = await insertProvider(db, orgId, { id, name, baseUrl, models: input.models ?? [], modelsGiven: input.models !== undefined, createdBy })
+      const row = await insertProvider(db, orgId, { id, name, kind: input.kind ?? 'openai', baseUrl, models: input.models ?? [], modelsGiven: input.models !== undefined, createdBy })
         .catch(async (err: unknown) => {
           await secrets.remove(orgId, [apiKeySecretName(id)])
           throw err
@@ -125,6 +125,7 @@ export default fp(async function providersService(app: FastifyInstance, opts: Pr
         return {
           id: row.id,
           name: row.name,
+          kind: row.kind,
           baseUrl: row.baseUrl,
           models: row.models,
           apiKey: () => secrets.open(orgId, apiKeySecretName(row.id)),

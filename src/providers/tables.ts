@@ -1,9 +1,12 @@
-import { boolean, index, jsonb, pgTable, text, uniqueIndex } from 'drizzle-orm/pg-core'
+import { sql } from 'drizzle-orm'
+import { boolean, check, index, jsonb, pgTable, text, uniqueIndex } from 'drizzle-orm/pg-core'
+import { PROVIDER_KINDS } from '../../schemas/providers.js'
 import { organizations } from '../auth/tables.js'
 import { ts } from '../db/columns.js'
+import { sqlList } from '../db/sql-list.js'
 
 /**
- * Contract 11: an org's OpenAI-compatible model provider. The API key is not here: it is
+ * Contract 11: an org's model provider (OpenAI-compatible or Anthropic, contract 13.3). The API key is not here: it is
  * an internal secret (`provider:<id>:api_key`, src/secrets/service.ts `internal`).
  * `models_given` tells whether `models` came with the request (kept as given) or from the
  * provider's own /models at the last successful check (replaced by each one).
@@ -12,6 +15,8 @@ export const providers = pgTable('providers', {
   id: text('id').primaryKey(),
   orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
   name: text('name').notNull(),
+  /** the protocol: `openai` (chat completions) or `anthropic` (the Messages API) */
+  kind: text('kind').$type<typeof PROVIDER_KINDS[number]>().notNull().default('openai'),
   baseUrl: text('base_url').notNull(),
   models: jsonb('models').$type<string[]>().notNull().default([]),
   modelsGiven: boolean('models_given').notNull().default(false),
@@ -23,7 +28,8 @@ export const providers = pgTable('providers', {
   createdBy: text('created_by')
 }, (t) => [
   uniqueIndex('providers_org_name_idx').on(t.orgId, t.name),
-  index('providers_org_idx').on(t.orgId, t.id)
+  index('providers_org_idx').on(t.orgId, t.id),
+  check('providers_kind_check', sql`${t.kind} in (${sqlList(PROVIDER_KINDS)})`)
 ])
 
 /** The model an org's admin chose for runs, chats and automations that name none (contract 13.3). */

@@ -9,6 +9,8 @@ import type { Db, Tx } from '../db/client.js'
 export interface ProviderConnection {
   id: string
   name: string
+  /** the protocol it speaks: OpenAI chat completions, or Anthropic's Messages API */
+  kind: 'openai' | 'anthropic'
   baseUrl: string
   models: string[]
   /** the API key, opened when a request is about to be made; null when it cannot be opened */

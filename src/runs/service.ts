@@ -5,6 +5,7 @@ import type { Config } from '../config.js'
 import type { Db, Tx } from '../db/client.js'
 import { chatEngine, dispatchRun, type DispatchInput } from './dispatch.js'
 import { echoEngine } from './engines/echo.js'
+import { anthropicEngine } from './engines/anthropic.js'
 import { openAiEngine } from './engines/openai.js'
 import { providerEngine } from './engines/provider.js'
 import type { OrgProviders } from './providers-port.js'
@@ -69,21 +70,25 @@ export interface RunsServiceOptions {
 }
 
 export function createEngines(config: Config, providers?: OrgProviders): EngineRegistry {
+  const common = {
+    timeoutMs: config.OPENAI_TIMEOUT_MS, maxToolRounds: config.OPENAI_MAX_TOOL_ROUNDS, retries: config.MODEL_RETRIES, retryBaseMs: config.MODEL_RETRY_BASE_MS
+  }
   const orgEngine = providers
     ? async (orgId: string, model: string, db?: Db | Tx) => {
       const connection = await providers.offering(orgId, model, db)
-      return connection ? providerEngine(connection, { timeoutMs: config.OPENAI_TIMEOUT_MS, maxToolRounds: config.OPENAI_MAX_TOOL_ROUNDS }) : null
+      return connection ? providerEngine(connection, common) : null
     }
     : null
+  const list = (value: string) => value.split(',').map((m) => m.trim()).filter(Boolean)
   return new EngineRegistry([
     echoEngine({ wordDelayMs: config.ECHO_WORD_DELAY_MS }),
-    openAiEngine({
-      baseUrl: config.OPENAI_BASE_URL,
-      apiKey: config.OPENAI_API_KEY,
-      models: config.MODELS.split(',').map((m) => m.trim()).filter(Boolean),
-      timeoutMs: config.OPENAI_TIMEOUT_MS,
-      probeTtlMs: config.OPENAI_PROBE_TTL_MS,
-      maxToolRounds: config.OPENAI_MAX_TOOL_ROUNDS
+    openAiEngine({ ...common, baseUrl: config.OPENAI_BASE_URL, apiKey: config.OPENAI_API_KEY, models: list(config.MODELS), probeTtlMs: config.OPENAI_PROBE_TTL_MS }),
+    anthropicEngine({
+      ...common,
+      baseUrl: config.ANTHROPIC_BASE_URL ?? (config.ANTHROPIC_API_KEY ? 'https://api.anthropic.com' : undefined),
+      apiKey: config.ANTHROPIC_API_KEY,
+      models: list(config.ANTHROPIC_MODELS),
+      probeTtlMs: config.OPENAI_PROBE_TTL_MS
     })
   ], orgEngine, providers ? (orgId, db) => providers.defaults(orgId, db) : null)
 }

@@ -229,3 +229,69 @@ t.test('task runs and automation prompt targets take the agent options too', asy
   t.equal(fired.statusCode, 201)
   t.match(fired.json().run, { prompt: 'p', instructions: 'Nightly.', settings: { temperature: 0 } })
 })
+
+t.test('upstream faults before the first token are retried, honouring Retry-After; after it they are final', async (t) => {
+  let plan: Array<'429' | '503' | 'ok' | 'cut' | 'drop'> = []
+  let calls = 0
+  const auth = new Set<string | undefined>()
+  const url = await startOpenAiUpstream(t, {
+    models: ['tiny-1'],
+    onRequest: (req) => void auth.add(req.headers.authorization),
+    chat(_body, stream, res) {
+      calls++
+      const next = plan.shift() ?? 'ok'
+      if (next === 'drop') {
+        // the connection closes without an answer
+        res.socket?.destroy()
+        return
+      }
+      if (next === '429') {
+        res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '1' }).end('{"error":{"message":"slow down"}}')
+        return
+      }
+      if (next === '503') {
+        res.writeHead(503, { 'content-type': 'application/json' }).end('{"error":{"message":"overloaded"}}')
+        return
+      }
+      const chat = stream()
+      chat.delta({ content: 'partial' })
+      if (next === 'cut') {
+        // the answer stops after its first words: no finish_reason, no [DONE]
+        res.end()
+        return
+      }
+      chat.end()
+    }
+  })
+  const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1', MODEL_RETRY_BASE_MS: '20' } })
+  plan = ['429', '503', 'ok']
+  const retried = await ended(app, (await post(app, { prompt: 'try hard' })).json().run.id)
+  t.equal(retried.status, 'succeeded')
+  t.equal(calls, 3)
+  const retries = (await storedEventsOf(app, DEV_ORG.id, retried.id)).filter((e) => e.type === 'model.retry').map((e) => e.data)
+  t.equal(retries.length, 2)
+  t.same(retries[0], { attempt: 1, status: 429, waitMs: 1000 }, 'Retry-After is honoured')
+  t.match(retries[1], { attempt: 2, status: 503 })
+  t.ok(retries[1]!.waitMs >= 10 && retries[1]!.waitMs <= 40, 'exponential backoff with jitter otherwise')
+  t.same([...auth], [undefined], 'no key configured: no Authorization header')
+
+  calls = 0
+  plan = ['drop', 'ok']
+  const dropped = await ended(app, (await post(app, { prompt: 'reconnect' })).json().run.id)
+  t.equal(dropped.status, 'succeeded', 'a connection that fails before the answer is tried again')
+  t.equal(calls, 2)
+  t.match((await storedEventsOf(app, DEV_ORG.id, dropped.id)).filter((e) => e.type === 'model.retry').map((e) => e.data), [{ attempt: 1, status: null }])
+
+  calls = 0
+  plan = ['cut', 'ok']
+  const cut = await ended(app, (await post(app, { prompt: 'cut me' })).json().run.id)
+  t.match(cut, { status: 'failed', error: 'upstream_error: the stream ended early' }, 'a failure after the first token is final')
+  t.equal(calls, 1)
+  t.same(cut.output, null)
+
+  calls = 0
+  plan = ['503', '503', '503', '503', '503']
+  const spent = await ended(app, (await post(app, { prompt: 'give up' })).json().run.id)
+  t.match(spent, { status: 'failed', error: /^upstream_error: HTTP 503/ })
+  t.equal(calls, 4, 'MODEL_RETRIES (3) tries after the first')
+})

@@ -47,6 +47,7 @@ export async function startOpenAiUpstream(t: Teardown, o: UpstreamOptions): Prom
         res,
         delta: (delta) => void res.write(`data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta }] })}\n\n`),
         end(usage = { prompt_tokens: 7, completion_tokens: 3 }) {
+          res.write(`data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] })}\n\n`)
           res.write(`data: ${JSON.stringify({ id: 'c1', choices: [], usage })}\n\n`)
           res.end('data: [DONE]\n\n')
         }

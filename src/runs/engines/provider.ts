@@ -1,14 +1,16 @@
 import type { ProviderConnection } from '../providers-port.js'
+import { anthropicEngine } from './anthropic.js'
 import { openAiEngine, type OpenAiOptions } from './openai.js'
 import { EngineError, type Engine } from './types.js'
 
 /**
- * An org provider's models, run by the OpenAI-compatible engine against the provider's
- * base URL with its key, through its guarded fetch. The key is opened when a run or chat
+ * An org provider's models, run by the engine of its kind (OpenAI-compatible or Anthropic)
+ * against the provider's base URL with its key, through its guarded fetch. The key is opened when a run or chat
  * starts (dispatch only needs to know the model is offered), and never appears in an error.
  */
-export function providerEngine(conn: ProviderConnection, opts: Pick<OpenAiOptions, 'timeoutMs' | 'maxToolRounds'>): Engine {
-  const models = conn.models.map((id) => ({ id, engine: 'openai', name: id }))
+export function providerEngine(conn: ProviderConnection, opts: Pick<OpenAiOptions, 'timeoutMs' | 'maxToolRounds' | 'retries' | 'retryBaseMs'>): Engine {
+  const id = conn.kind
+  const models = conn.models.map((model) => ({ id: model, engine: id, name: model }))
 
   async function connect(): Promise<{ engine: Engine; key: string }> {
     let key: string | null
@@ -18,7 +20,8 @@ export function providerEngine(conn: ProviderConnection, opts: Pick<OpenAiOption
       key = null
     }
     if (key === null) throw new EngineError(`provider_unavailable: the API key of provider ${JSON.stringify(conn.name)} cannot be opened on this server`)
-    const engine = openAiEngine({ baseUrl: conn.baseUrl, apiKey: key, models: conn.models, timeoutMs: opts.timeoutMs, probeTtlMs: 0, maxToolRounds: opts.maxToolRounds, fetch: conn.fetch })
+    const settings = { ...opts, baseUrl: conn.baseUrl, apiKey: key, models: conn.models, probeTtlMs: 0, fetch: conn.fetch }
+    const engine = conn.kind === 'anthropic' ? anthropicEngine(settings) : openAiEngine(settings)
     return { engine, key }
   }
   /** an upstream error body may quote the key back: it is cut out of the run's error */
@@ -28,8 +31,8 @@ export function providerEngine(conn: ProviderConnection, opts: Pick<OpenAiOption
   }
 
   return {
-    id: 'openai',
-    name: `${conn.name} (OpenAI-compatible)`,
+    id,
+    name: `${conn.name} (${conn.kind === 'anthropic' ? 'Anthropic' : 'OpenAI-compatible'})`,
     async ready() {
       return true
     },

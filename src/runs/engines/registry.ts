@@ -8,6 +8,9 @@ export type OrgEngineLookup = (orgId: string, model: string, db?: Db | Tx) => Pr
 /** The org's chosen default model and its first provider model (src/runs/providers-port.ts). */
 export type OrgDefaultsLookup = (orgId: string, db?: Db | Tx) => Promise<{ chosen: string | null; firstProviderModel: string | null }>
 
+/** The engines an org provider's models run on (its `kind`). */
+const PROVIDER_ENGINES = new Set(['openai', 'anthropic'])
+
 /** Where an org's default model came from (contract 13.3). */
 export type DefaultSource = 'org' | 'deployment' | 'provider' | 'echo'
 
@@ -95,8 +98,9 @@ export class EngineRegistry {
     }
     const chosen = await this.resolveDeployment(engineId, model)
     if (!('error' in chosen) || orgId === undefined || model === undefined || this.orgEngine === null) return chosen
-    if (engineId !== undefined && engineId !== 'openai') return chosen
+    if (engineId !== undefined && !PROVIDER_ENGINES.has(engineId)) return chosen
     const engine = await this.orgEngine(orgId, model, db)
+    if (engine && engineId !== undefined && engine.id !== engineId) return chosen
     return engine ? { engine, model } : chosen
   }
 
@@ -106,7 +110,7 @@ export class EngineRegistry {
    */
   async forRun(run: { orgId: string; engine: string; model: string | null }): Promise<Engine | undefined> {
     const engine = this.engines.get(run.engine)
-    if (run.engine !== 'openai' || run.model === null || this.orgEngine === null) return engine
+    if (!PROVIDER_ENGINES.has(run.engine) || run.model === null || this.orgEngine === null) return engine
     const deploymentReady = engine !== undefined && (await engine.ready())
     if (deploymentReady && (await engine.models()).some((m) => m.id === run.model)) return engine
     const provider = await this.orgEngine(run.orgId, run.model)

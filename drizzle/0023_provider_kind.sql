@@ -1,0 +1,2 @@
+ALTER TABLE "providers" ADD COLUMN "kind" text DEFAULT 'openai' NOT NULL;--> statement-breakpoint
+ALTER TABLE "providers" ADD CONSTRAINT "providers_kind_check" CHECK ("providers"."kind" in ('openai', 'anthropic'));

@@ -1,0 +1,229 @@
+// What every model protocol shares: one streamed call's shape, the idle timeout, the
+// retries before the first token (contract 13.3) and the run's tool loop. The protocols
+// themselves (openai.ts, anthropic.ts) only turn a call into their SDK's request and back.
+import type { RunSettings } from '../tables.js'
+import { backoffDelay } from '../../memory/capture-worker.js'
+import { abortable, EngineError, type ChatMessage, type Engine, type EngineContext, type ToolCall, type ToolDefinition, type WireMessage } from './types.js'
+
+/** Answers a model call is retried after, before its first token. */
+const RETRYABLE = new Set([429, 500, 502, 503, 504])
+/** the longest wait a `Retry-After` may ask for */
+const RETRY_AFTER_MAX_MS = 60_000
+
+/** A `Retry-After` header (seconds, or an HTTP date) in milliseconds, capped; null when absent or unreadable. */
+export function retryAfterMs(value: string | null | undefined, now = Date.now()): number | null {
+  if (value === null || value === undefined || value.trim() === '') return null
+  const seconds = Number(value)
+  const ms = Number.isFinite(seconds) ? seconds * 1000 : Date.parse(value) - now
+  return Number.isFinite(ms) ? Math.min(RETRY_AFTER_MAX_MS, Math.max(0, Math.round(ms))) : null
+}
+
+/** One retry of a model call: which, why (the HTTP status, null when it could not connect) and how long it waits. */
+export interface ModelRetry {
+  attempt: number
+  status: number | null
+  waitMs: number
+}
+
+export interface Usage {
+  promptTokens: number
+  completionTokens: number
+}
+
+/** One model call as the tool loop asks for it. */
+export interface CallRequest {
+  messages: WireMessage[]
+  model: string
+  tools: ToolDefinition[]
+  settings: RunSettings
+  /** aborted on cancel and by the idle timeout */
+  signal: AbortSignal
+  onDelta(text: string): Promise<void> | void
+  /** called with each piece of the answer as it arrives (the idle timeout starts over; a failure after the first is final) */
+  onProgress(): void
+}
+
+export interface CallAnswer {
+  text: string
+  usage: Usage
+  toolCalls: ToolCall[]
+}
+
+/** What a protocol (the OpenAI or Anthropic SDK) does; everything else is shared. */
+export interface ModelProtocol {
+  /** one streamed call; throws the SDK's error as it is */
+  call(req: CallRequest): Promise<CallAnswer>
+  /** the model ids its models endpoint lists (the readiness probe) */
+  listModels(signal: AbortSignal): Promise<string[]>
+}
+
+export interface ModelEngineOptions {
+  id: string
+  name: string
+  models: string[]
+  timeoutMs: number
+  probeTtlMs: number
+  /** model calls answered with tool results per run, at most */
+  maxToolRounds: number
+  /** MODEL_RETRIES: tries after the first, before the first token, for 429, 5xx and connection failures */
+  retries?: number | undefined
+  /** MODEL_RETRY_BASE_MS: the first retry waits between half of it and it, doubling each time */
+  retryBaseMs?: number | undefined
+  /** false: the protocol is not configured (no base URL) */
+  configured: boolean
+}
+
+/** The HTTP status and headers of an SDK error (both SDKs' `APIError` carry them); status null when it never got an answer. */
+function upstreamAnswer(err: unknown): { http: boolean; status: number | null; headers: Headers | undefined } {
+  const e = err as { status?: unknown; headers?: unknown } | null
+  const status = typeof e?.status === 'number' ? e.status : null
+  const headers = e?.headers instanceof Headers ? e.headers : undefined
+  return { http: status !== null, status, headers }
+}
+
+/** A failure in words: "Connection error." or "fetch failed" say nothing without their deepest cause. */
+function failureText(err: unknown): string {
+  const e = err as Error
+  let cause: unknown = e.cause
+  while (cause instanceof Error && cause.cause instanceof Error) cause = cause.cause
+  return cause instanceof Error && cause.message !== '' ? `${e.message}: ${cause.message}` : e.message
+}
+
+/** The run's `error` for an SDK failure: `upstream_error: HTTP <status>: <the provider's message>`, or why it could not connect. */
+function engineErrorOf(err: unknown): EngineError {
+  if (err instanceof EngineError) return err
+  const { status } = upstreamAnswer(err)
+  if (status !== null) {
+    const detail = ((err as Error).message ?? '').replace(/^\d{3}\s*/, '').slice(0, 200).replace(/\s+/g, ' ').trim()
+    return new EngineError(`upstream_error: HTTP ${status}${detail && detail !== 'status code (no body)' ? `: ${detail}` : ''}`)
+  }
+  return new EngineError(`upstream_error: ${failureText(err)}`)
+}
+
+/**
+ * A model engine: readiness from a cached models probe, the run's tool loop and chat, each
+ * model call under an idle timeout and retried before its first token.
+ */
+export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): Engine {
+  const retries = opts.retries ?? 3
+  const retryBaseMs = opts.retryBaseMs ?? 500
+  let probe: { at: number; ok: boolean; ids: string[] } | null = null
+  let probing: Promise<boolean> | null = null
+
+  async function check(): Promise<boolean> {
+    if (!opts.configured) return false
+    if (probe && Date.now() - probe.at < opts.probeTtlMs) return probe.ok
+    probing ??= (async () => {
+      let ok = false
+      let ids: string[] = []
+      try {
+        ids = await protocol.listModels(AbortSignal.timeout(Math.min(2000, opts.timeoutMs)))
+        ok = true
+      } catch {
+        ok = false
+      }
+      probe = { at: Date.now(), ok, ids }
+      probing = null
+      return ok
+    })()
+    return probing
+  }
+
+  const modelIds = (): string[] => (opts.models.length > 0 ? opts.models : (probe?.ids ?? []))
+
+  /**
+   * One model call, streamed: aborted when nothing arrives for `timeoutMs`; a 429, 5xx or
+   * connection failure before anything of the answer arrived is tried again (`Retry-After`
+   * honoured, else exponential backoff with jitter), reported through onRetry.
+   */
+  async function call(
+    req: Omit<CallRequest, 'signal' | 'onProgress'>, signal: AbortSignal, onRetry?: (retry: ModelRetry) => Promise<void> | void
+  ): Promise<CallAnswer> {
+    if (!opts.configured) throw new EngineError(`${opts.id} engine is not configured`)
+    for (let attempt = 1; ; attempt++) {
+      const idle = new AbortController()
+      let timer = setTimeout(() => idle.abort(), opts.timeoutMs)
+      let started = false
+      const onProgress = () => {
+        started = true
+        clearTimeout(timer)
+        timer = setTimeout(() => idle.abort(), opts.timeoutMs)
+      }
+      let failure: unknown
+      try {
+        const combined = AbortSignal.any([signal, idle.signal])
+        const answer = await protocol.call({ ...req, signal: combined, onProgress })
+        // an SDK ends a stream quietly when its signal aborts
+        if (signal.aborted) throw signal.reason
+        if (idle.signal.aborted) throw new EngineError(`upstream_timeout: no answer within ${opts.timeoutMs} ms`)
+        return answer
+      } catch (err) {
+        failure = err
+      } finally {
+        clearTimeout(timer)
+      }
+      if (signal.aborted) throw signal.reason
+      if (idle.signal.aborted) throw new EngineError(`upstream_timeout: no answer within ${opts.timeoutMs} ms`)
+      const { http, status, headers } = upstreamAnswer(failure)
+      const retryable = !(failure instanceof EngineError) && (http ? RETRYABLE.has(status!) : true)
+      if (started || !retryable || attempt > retries) throw engineErrorOf(failure)
+      const waitMs = retryAfterMs(headers?.get('retry-after')) ?? backoffDelay(attempt, retryBaseMs, RETRY_AFTER_MAX_MS)
+      await onRetry?.({ attempt, status, waitMs })
+      await abortable(waitMs, signal)
+    }
+  }
+
+  return {
+    id: opts.id,
+    name: opts.name,
+    ready: check,
+    async models() {
+      if (!(await check())) return []
+      return modelIds().map((id) => ({ id, engine: opts.id, name: id }))
+    },
+    async run(ctx: EngineContext) {
+      const items = await ctx.recall(ctx.prompt)
+      // contract 13.2: system messages, then the thread's earlier turns, then this prompt
+      const messages: ChatMessage[] = []
+      if (ctx.instructions) messages.push({ role: 'system', content: ctx.instructions })
+      if (items.length > 0) {
+        messages.push({ role: 'system', content: `Relevant memory:\n${items.map((i) => `- ${i.content}`).join('\n')}` })
+      }
+      messages.push(...ctx.history, { role: 'user', content: ctx.prompt })
+      const model = ctx.model ?? modelIds()[0]
+      if (!model) throw new EngineError(`no model configured for the ${opts.id} engine`)
+      const tools = ctx.tools && opts.maxToolRounds > 0 ? ctx.tools.definitions() : []
+      const wire: WireMessage[] = messages
+      const usage = { promptTokens: 0, completionTokens: 0 }
+      for (let round = 0; ; round++) {
+        const answer = await call({ messages: wire, model, tools, settings: ctx.settings, onDelta: (delta) => ctx.emit('message.delta', { text: delta }) },
+          ctx.signal, (retry) => ctx.emit('model.retry', { ...retry }))
+        ctx.reportUsage(answer.usage)
+        usage.promptTokens += answer.usage.promptTokens
+        usage.completionTokens += answer.usage.completionTokens
+        if (answer.toolCalls.length === 0 || !ctx.tools || tools.length === 0) {
+          await ctx.emit('message.completed', { text: answer.text })
+          return { text: answer.text, facts: [], usage }
+        }
+        if (round >= opts.maxToolRounds) {
+          throw new EngineError(`tool_rounds_exceeded: the model still asked for tools after ${opts.maxToolRounds} rounds (OPENAI_MAX_TOOL_ROUNDS)`)
+        }
+        const calls = answer.toolCalls.map((c, i) => ({ ...c, id: c.id || `call_${round}_${i}` }))
+        wire.push({ role: 'assistant', content: answer.text === '' ? null : answer.text, tool_calls: calls })
+        // one at a time, in the model's order: each may wait for a person's approval
+        for (const c of calls) {
+          if (ctx.signal.aborted) throw ctx.signal.reason
+          const result = await ctx.tools.execute({ callId: c.id, name: c.function.name, arguments: c.function.arguments, signal: ctx.signal })
+          if (ctx.signal.aborted) throw ctx.signal.reason
+          wire.push({ role: 'tool', tool_call_id: c.id, content: result.content })
+        }
+      }
+    },
+    async chat(messages, model, signal, out) {
+      const chosen = model ?? modelIds()[0]
+      if (!chosen) throw new EngineError(`no model configured for the ${opts.id} engine`)
+      const { usage } = await call({ messages, model: chosen, tools: [], settings: {}, onDelta: (delta) => out.onToken(delta) }, signal)
+      return usage
+    }
+  }
+}
