@@ -67,6 +67,11 @@ export const AgentOptions = {
     maxItems: 128,
     uniqueItems: true,
     description: 'the tools this run may use, by name (an unknown name is a 400); [] for none; absent for all'
+  })),
+  attachments: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 64 }), {
+    maxItems: 10,
+    uniqueItems: true,
+    description: 'upload ids of the org (another org\'s or an unknown one is a 404): copied into the run\'s workspace under attachments/<file name> before it starts, listed in the model\'s user message (text files up to 32 KB inlined)'
   }))
 }
 

@@ -122,7 +122,9 @@ export const UpdatePlaybookBody = named('UpdatePlaybookRequest', StrictObject({
 export const RunPlaybookBody = named('RunPlaybookRequest', StrictObject({
   input: Type.Optional(RunInput),
   engine: Type.Optional(Engine),
-  model: Type.Optional(Model)
+  model: Type.Optional(Model),
+  /** every step takes them (instructions after the step's skill's, tools cut to its allowed-tools); attachments go to the thread's workspace with the first step */
+  ...AgentOptions
 }))
 export const PlaybookEnvelope = Type.Object({ playbook: Playbook })
 export const PlaybookPage = named('PlaybookPage', Page(Playbook))

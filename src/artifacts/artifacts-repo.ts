@@ -1,4 +1,4 @@
-import { and, desc, eq, lt, sql } from 'drizzle-orm'
+import { and, desc, eq, inArray, lt, sql } from 'drizzle-orm'
 import type { Db, Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { decodeCursor, pageOf } from '../db/paging.js'
@@ -54,6 +54,12 @@ export async function createUpload(db: Db, row: { orgId: string; name: string; c
     }).returning()
     return upload!
   })
+}
+
+/** The org's uploads among these ids, in one query. */
+export async function uploadsAmong(db: Db, orgId: string, ids: string[]): Promise<UploadRow[]> {
+  if (ids.length === 0) return []
+  return db.select().from(uploads).where(and(eq(uploads.orgId, orgId), inArray(uploads.id, ids)))
 }
 
 export async function getUpload(db: Db | Tx, orgId: string, id: string): Promise<UploadRow | null> {

@@ -4,8 +4,8 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.js'
 import type { RunArtifacts } from '../runs/artifact-port.js'
-import { saveRunArtifact } from './artifacts-repo.js'
-import { FsBlobStore, type BlobStore } from './blob-store.js'
+import { getUpload, saveRunArtifact, uploadsAmong } from './artifacts-repo.js'
+import { BlobMissing, FsBlobStore, type BlobStore } from './blob-store.js'
 import { BlobSweeper, putBlob } from './blobs.js'
 
 /** The artifacts group's instance-wide side, as `app.artifacts`. */
@@ -66,6 +66,23 @@ export default fp(async function artifactsService(app: FastifyInstance, opts: Ar
       const blob = await putBlob(app.db, store, run.orgId, Readable.from([Buffer.from(file.content, 'utf8')]), config.UPLOAD_MAX_BYTES)
       const artifact = await saveRunArtifact(app.db, run, cleanName(file.name), { blob, contentType: file.contentType })
       return { artifactId: artifact.id, name: artifact.name, version: artifact.version }
+    },
+    async uploadsOf(orgId, ids) {
+      const rows = new Map((await uploadsAmong(app.db, orgId, ids)).map((u) => [u.id, u]))
+      return ids.flatMap((id) => {
+        const u = rows.get(id)
+        return u ? [{ id: u.id, name: u.name, contentType: u.contentType, size: Number(u.size) }] : []
+      })
+    },
+    async readUpload(orgId, id) {
+      const upload = await getUpload(app.db, orgId, id)
+      if (!upload) return null
+      try {
+        return await store.readBytes(orgId, upload.sha256)
+      } catch (err) {
+        if (err instanceof BlobMissing) return null
+        throw err
+      }
     }
   }
   app.decorate('artifacts', { store, sweeper, maxBytes: config.UPLOAD_MAX_BYTES, forRuns } satisfies ArtifactsService)

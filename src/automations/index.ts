@@ -42,7 +42,10 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const target = a.target
     if (!target) return
     if ('prompt' in target) {
-      agentOptionsOf(target, '/body/target')
+      const { attachments } = agentOptionsOf(target, '/body/target')
+      const found = new Set((await app.artifacts.forRuns.uploadsOf(orgId, attachments)).map((u) => u.id))
+      const missing = attachments.find((id) => !found.has(id))
+      if (missing !== undefined) throw notFound(`no upload ${JSON.stringify(missing)} in this organization (target.attachments)`)
       const chosen = await app.runs.engines.resolve(target.engine, target.model, orgId)
       if ('error' in chosen) throw engineUnavailable(chosen.error)
     } else if (!(await targets.exists(app.db, orgId, target))) {

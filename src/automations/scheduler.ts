@@ -35,6 +35,7 @@ export interface QueuedRun {
   userId: string | null
   instructions?: string | null | undefined
   settings?: RunSettings | undefined
+  attachments?: string[] | undefined
 }
 
 export interface RunPlan {
@@ -65,7 +66,7 @@ export async function planRun(tx: Tx, deps: { runs: Pick<AutomationRuns, 'engine
   return {
     row: {
       id, orgId: a.orgId, rootRunId: id, engine: chosen.engine, model: chosen.model, prompt: prepared.prompt, origin: 'automation',
-      instructions: prepared.instructions ?? null, settings: prepared.settings ?? {},
+      instructions: prepared.instructions ?? null, settings: prepared.settings ?? {}, attachments: prepared.attachments ?? [],
       metadata: { ...prepared.metadata, automationId: a.id, scheduledFor: scheduledFor?.toISOString() ?? null }, userId: a.createdBy
     },
     ...(prepared.started ? { started: prepared.started } : {})

@@ -11,6 +11,8 @@ export interface PreparedRun {
   /** the run's system instructions and settings (a skill's, contract 13.3) */
   instructions?: string | null | undefined
   settings?: RunSettings | undefined
+  /** upload ids copied into the run's workspace (a prompt target's, contract 13.3) */
+  attachments?: string[] | undefined
   metadata: Record<string, unknown>
   /** work that commits with the run (a playbook's run row) */
   started?(tx: Tx, run: { id: string; orgId: string; engine: string; model: string | null }): Promise<void>

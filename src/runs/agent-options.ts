@@ -19,7 +19,7 @@ const SCHEMA_MAX_BYTES = 64 * 1024
  * (`safe-regex2`: it is run over the model's output) is a `400 validation_failed` naming
  * the field. `at` is the body path of the options (`/body` for a run).
  */
-export function agentOptionsOf(body: AgentOptionsBody, at = '/body'): { instructions: string | null; settings: RunSettings } {
+export function agentOptionsOf(body: AgentOptionsBody, at = '/body'): { instructions: string | null; settings: RunSettings; attachments: string[] } {
   const settings: RunSettings = {}
   if (body.temperature !== undefined) settings.temperature = body.temperature
   if (body.maxOutputTokens !== undefined) settings.maxOutputTokens = body.maxOutputTokens
@@ -43,7 +43,7 @@ export function agentOptionsOf(body: AgentOptionsBody, at = '/body'): { instruct
       settings.responseFormat = { type: format.type }
     }
   }
-  return { instructions: body.instructions ?? null, settings }
+  return { instructions: body.instructions ?? null, settings, attachments: body.attachments ? [...body.attachments] : [] }
 }
 
 /** The first `pattern` or `patternProperties` key of a schema that safe-regex2 finds unsafe, or null. */

@@ -17,7 +17,19 @@ export interface SavedArtifact {
   version: number
 }
 
+/** An upload a run attaches (contract 13.3). */
+export interface AttachedUpload {
+  id: string
+  name: string
+  contentType: string
+  size: number
+}
+
 export interface RunArtifacts {
   /** Saves text as the run's artifact `name` (a new version when the run saved that name before). */
   save(run: ArtifactRunRef, file: { name: string; content: string; contentType: string }): Promise<SavedArtifact>
+  /** The org's uploads among these ids (one query; another org's are not among them), in the order asked. */
+  uploadsOf(orgId: string, ids: string[]): Promise<AttachedUpload[]>
+  /** An upload's bytes; null when it is gone. */
+  readUpload(orgId: string, id: string): Promise<Buffer | null>
 }

@@ -16,9 +16,12 @@ import type { EventBatcher } from './events.js'
 import { announceCommitted, createRun, insertThreadRoot, originOf, runToWire, type RunRow } from './runs-repo.js'
 import type { RunOrigin } from './tables.js'
 import { agentOptionsOf } from './agent-options.js'
+import type { RunArtifacts } from './artifact-port.js'
 
 export interface DispatchDeps {
   db: Db
+  /** the org's uploads a run attaches (the artifacts group) */
+  artifacts: Pick<RunArtifacts, 'uploadsOf'>
   engines: EngineRegistry
   events: EventBatcher
   secrets: RunSecrets
@@ -58,10 +61,16 @@ async function holds(db: Db | Tx, condition: SQL): Promise<boolean> {
  * `POST /api/runs`: stores the run (and its idempotent answer, in the same commit), then
  * announces it. Returns the answer to send, which a retry with the same key replays.
  */
-export async function dispatchRun({ db, engines, events, secrets }: DispatchDeps, { principal, idempotency, log, attach, precondition, ...input }: DispatchInput): Promise<StoredAnswer> {
+export async function dispatchRun({ db, engines, events, secrets, artifacts }: DispatchDeps, { principal, idempotency, log, attach, precondition, ...input }: DispatchInput): Promise<StoredAnswer> {
   const chosen = await engines.resolve(input.body.engine, input.body.model, principal.orgId)
   if ('error' in chosen) throw engineUnavailable(chosen.error)
-  const { instructions, settings } = agentOptionsOf(input.body)
+  const { instructions, settings, attachments } = agentOptionsOf(input.body)
+  if (attachments.length > 0) {
+    // contract 13.3: another org's upload is as unknown as one that never was
+    const found = new Set((await artifacts.uploadsOf(principal.orgId, attachments)).map((u) => u.id))
+    const missing = attachments.find((id) => !found.has(id))
+    if (missing !== undefined) throw notFound(`no upload ${JSON.stringify(missing)} in this organization (attachments)`)
+  }
   const body = await withSecretsRedacted(secrets, principal.orgId, input.body)
   const origin = input.origin ?? originOf(principal)
   let run: RunRow
@@ -73,7 +82,7 @@ export async function dispatchRun({ db, engines, events, secrets }: DispatchDeps
       id, orgId: principal.orgId, rootRunId: id, parentRunId: null, engine: chosen.engine.id, model: chosen.model,
       prompt: body.prompt, status: 'queued', origin, error: null, metadata: body.metadata ?? {}, secretNames: body.secrets ?? [], userId: principal.userId,
       createdAt: new Date(), startedAt: null, finishedAt: null, inputTokens: null, outputTokens: null, leaseOwner: null, leaseExpiresAt: null, cancelRequested: false,
-      output: null, instructions, settings, attachments: []
+      output: null, instructions, settings, attachments
     }
     const wire = { run: runToWire(run) }
     const completion = idempotency?.completion(201, wire, precondition) ?? null
@@ -90,7 +99,7 @@ export async function dispatchRun({ db, engines, events, secrets }: DispatchDeps
       if (precondition && !(await holds(tx, precondition))) throw new RunPreconditionFailed()
       const created = await createRun(tx, principal, {
         prompt: body.prompt, engine: chosen.engine.id, model: chosen.model, rootRunId, metadata: body.metadata, secretNames: body.secrets, origin,
-        instructions, settings, multitask: body.multitask
+        instructions, settings, attachments, multitask: body.multitask
       })
       if (!created) throw notFound('no such thread in this organization')
       const wire = { run: runToWire(created), ...(attach ? await attach(tx, created) : {}) }

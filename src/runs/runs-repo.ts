@@ -72,6 +72,8 @@ export interface CreateRunInput {
   origin: RunOrigin
   instructions?: string | null | undefined
   settings?: RunSettings | undefined
+  /** upload ids copied into the workspace before the run starts */
+  attachments?: string[] | undefined
   /** joining a thread whose run has not ended: wait for it (default), refuse, or cancel it */
   multitask?: 'enqueue' | 'reject' | 'interrupt' | undefined
 }
@@ -120,7 +122,8 @@ export async function createRun(tx: Tx, principal: RunOwner, input: CreateRunInp
     secretNames: input.secretNames ?? [],
     userId: principal.userId,
     instructions: input.instructions ?? null,
-    settings: input.settings ?? {}
+    settings: input.settings ?? {},
+    attachments: input.attachments ?? []
   }).returning()
   return run!
 }
@@ -155,6 +158,7 @@ export interface NewThreadRun {
   userId: string | null
   instructions?: string | null | undefined
   settings?: RunSettings | undefined
+  attachments?: string[] | undefined
 }
 
 /**
@@ -167,13 +171,13 @@ export async function insertThreadRoots<T extends NewThreadRun>(tx: Tx, rows: T[
   if (rows.length === 0) return []
   const batch = JSON.stringify(rows.map((r) => ({
     id: r.id, org_id: r.orgId, engine: r.engine, model: r.model, prompt: r.prompt, origin: r.origin, metadata: r.metadata, user_id: r.userId,
-    instructions: r.instructions ?? null, settings: r.settings ?? {}
+    instructions: r.instructions ?? null, settings: r.settings ?? {}, attachments: r.attachments ?? []
   })))
   await tx.execute(sql`
-    insert into runs (id, org_id, root_run_id, engine, model, prompt, status, origin, metadata, user_id, instructions, settings)
-    select id, org_id, id, engine, model, prompt, 'queued', origin, metadata, user_id, instructions, settings
+    insert into runs (id, org_id, root_run_id, engine, model, prompt, status, origin, metadata, user_id, instructions, settings, attachments)
+    select id, org_id, id, engine, model, prompt, 'queued', origin, metadata, user_id, instructions, settings, attachments
     from jsonb_to_recordset(${batch}::jsonb)
-      as r(id text, org_id text, engine text, model text, prompt text, origin text, metadata jsonb, user_id text, instructions text, settings jsonb)`)
+      as r(id text, org_id text, engine text, model text, prompt text, origin text, metadata jsonb, user_id text, instructions text, settings jsonb, attachments jsonb)`)
   return rows
 }
 
@@ -192,8 +196,8 @@ export async function insertFollowUp(tx: Tx, run: FollowUpRun): Promise<RunRow> 
 export async function insertThreadRoot(db: Db, row: typeof runs.$inferInsert & { id: string; createdAt: Date }, guard: SQL | null, when?: SQL): Promise<boolean> {
   const values = sql`${row.id}, ${row.orgId}, ${row.id}, null, ${row.engine}, ${row.model ?? null}, ${row.prompt}, 'queued',
     ${row.origin}, ${JSON.stringify(row.metadata ?? {})}::jsonb, ${JSON.stringify(row.secretNames ?? [])}::jsonb, ${row.userId ?? null}, ${row.createdAt.toISOString()}::timestamptz,
-    ${row.instructions ?? null}, ${JSON.stringify(row.settings ?? {})}::jsonb`
-  const cols = sql`(id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, secret_names, user_id, created_at, instructions, settings)`
+    ${row.instructions ?? null}, ${JSON.stringify(row.settings ?? {})}::jsonb, ${JSON.stringify(row.attachments ?? [])}::jsonb`
+  const cols = sql`(id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, secret_names, user_id, created_at, instructions, settings, attachments)`
   const result = guard
     ? await db.execute(sql`with guard as (${guard}) insert into runs ${cols} select ${values} from guard returning id`)
     : await db.execute(when ? sql`insert into runs ${cols} select ${values} where ${when} returning id` : sql`insert into runs ${cols} values (${values}) returning id`)

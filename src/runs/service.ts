@@ -129,7 +129,7 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
     worker,
     sweeper,
     events,
-    dispatch: (input) => dispatchRun({ db: app.db, engines, events, secrets }, input),
+    dispatch: (input) => dispatchRun({ db: app.db, engines, events, secrets, artifacts }, input),
     async cancel(orgId, runId) {
       const run = await cancelRun(app.db, orgId, runId)
       // calls waiting for a person are dropped now, wherever the run runs: its worker stops promptly

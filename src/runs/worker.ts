@@ -7,6 +7,7 @@ import { realUserIdOfRun } from './run-ref.js'
 import type { EngineRegistry } from './engines/registry.js'
 import { EngineError, type ChatMessage, type EngineContext, type EngineResult, type RunTools, type ToolDefinition } from './engines/types.js'
 import { outputViolation } from './agent-options.js'
+import { prepareAttachments } from './attachments.js'
 import { appendEvent, notifyStored, type EventBatcher } from './events.js'
 import type { RunArtifacts } from './artifact-port.js'
 import type { RunKnowledge } from './knowledge-port.js'
@@ -31,6 +32,8 @@ export interface ToolGatewayPort {
   }): Promise<{ content: string }>
   /** drops the run's waiting approvals (every instance sees it) and stops its running calls here */
   cancelRun(orgId: string, runId: string): Promise<number>
+  /** writes files into the thread's workspace inside its confinement; false without a sandbox */
+  putFiles(ref: { orgId: string; rootRunId: string }, files: Array<{ path: string; data: Buffer }>): Promise<boolean>
 }
 
 /** Drops a run's waiting tool calls, if runs have tools; never throws (the run ends either way). */
@@ -298,12 +301,17 @@ export class RunWorker {
       const engine = await o.engines.forRun(run)
       if (!engine) throw new EngineError(`engine ${run.engine} is not available on this instance`)
       const job = await this.jobOf(run)
+      const gatewayFiles = gateway
+      const attachments = run.attachments.length === 0 ? null : await prepareAttachments(o.artifacts, run,
+        gatewayFiles ? (files) => gatewayFiles.putFiles({ orgId: run.orgId, rootRunId: run.rootRunId }, files) : null)
+      this.guard()
       const ctx: EngineContext = {
         runId: run.id,
         prompt: run.prompt,
         model: run.model,
         instructions: run.instructions,
         history,
+        attachments,
         settings: run.settings,
         reportUsage,
         signal,

@@ -84,6 +84,21 @@ export class ToolGateway {
     return toolDefinitions()
   }
 
+  /**
+   * Writes files into a thread's workspace inside its confinement, like `write_file` (a
+   * run's attachments, before it starts); false when this server has no sandbox.
+   */
+  async putFiles(ref: { orgId: string; rootRunId: string }, files: Array<{ path: string; data: Buffer }>): Promise<boolean> {
+    if (!this.opts.sandboxes) return false
+    const { sandbox, release } = await this.opts.sandboxes.acquire({ orgId: ref.orgId, threadId: ref.rootRunId })
+    try {
+      for (const file of files) await sandbox.writeFile(file.path, file.data, Number.MAX_SAFE_INTEGER)
+    } finally {
+      release()
+    }
+    return true
+  }
+
   async execute(input: ToolCallInput): Promise<ToolResult> {
     const { orgId, runId } = input
     const redact = input.redact ?? NO_SECRETS

@@ -267,10 +267,10 @@ class LocalSandbox implements Sandbox {
     return { content: out.subarray(newline + 1, newline + 1 + maxBytes).toString('utf8'), size, truncated: size > maxBytes }
   }
 
-  async writeFile(path: string, content: string): Promise<{ bytes: number }> {
+  async writeFile(path: string, content: string | Uint8Array, maxBytes = this.opts.fileMaxBytes): Promise<{ bytes: number }> {
     this.alive()
-    const data = Buffer.from(content, 'utf8')
-    if (data.length > this.opts.fileMaxBytes) throw new SandboxError('too_large', `content is over ${this.opts.fileMaxBytes} bytes`)
+    const data = typeof content === 'string' ? Buffer.from(content, 'utf8') : Buffer.from(content.buffer, content.byteOffset, content.byteLength)
+    if (data.length > maxBytes) throw new SandboxError('too_large', `content is over ${maxBytes} bytes`)
     await this.fileOp('write', path, 0, 64 * 1024, data)
     return { bytes: data.length }
   }

@@ -67,7 +67,8 @@ export interface Sandbox {
   readonly key: SandboxKey
   exec(command: string, options?: ExecOptions): Promise<ExecResult>
   readFile(path: string, maxBytes?: number): Promise<{ content: string; size: number; truncated: boolean }>
-  writeFile(path: string, content: string): Promise<{ bytes: number }>
+  /** writes a file (folders made as needed) inside the confinement; over `maxBytes` (the sandbox's file limit by default) is `too_large` */
+  writeFile(path: string, content: string | Uint8Array, maxBytes?: number): Promise<{ bytes: number }>
   listFiles(path: string): Promise<FileEntry[]>
   /** an interactive shell on a pseudo-terminal, confined like `exec` */
   spawnPty(options: PtyOptions): IPty

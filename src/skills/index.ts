@@ -400,9 +400,15 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const principal = principalOf(request)
     const playbook = await getPlaybook(app.db, principal.orgId, request.params.id)
     if (!playbook) throw noPlaybook()
-    const { input, engine, model } = request.body ?? {}
-    const steps = await snapshotSteps(app.db, principal.orgId, playbook, input)
-    if (!steps) throw conflict('a step\'s skill was deleted meanwhile; read the playbook again')
+    const { input, engine, model, instructions, tools, attachments, ...rest } = request.body ?? {}
+    // checked once here; every step then takes them
+    const { settings: { tools: _checked, ...settings } } = agentOptionsOf({ tools, ...rest })
+    const snapshot = await snapshotSteps(app.db, principal.orgId, playbook, input)
+    if (!snapshot) throw conflict('a step\'s skill was deleted meanwhile; read the playbook again')
+    const steps = snapshot.map((step) => ({
+      ...step, ...joinedInstructions(step.instructions ?? null, instructions), ...narrowedTools(step.tools, tools),
+      ...(Object.keys(settings).length > 0 ? { settings } : {})
+    }))
     const empty = steps.findIndex((s) => s.prompt === '')
     if (empty >= 0) throw validationFailed([{ path: '/body/input', message: `step ${empty}'s skill has no instructions and the step no input: send an input` }])
     const first = steps[0]!
@@ -410,7 +416,8 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       principal,
       body: {
         prompt: first.prompt, engine, model, metadata: stepMetadata(playbook.id, 0, first),
-        ...(first.instructions ? { instructions: first.instructions } : {}), ...(first.tools ? { tools: first.tools } : {})
+        ...(first.instructions ? { instructions: first.instructions } : {}), ...(first.tools ? { tools: first.tools } : {}),
+        ...rest, ...(attachments ? { attachments } : {})
       },
       origin: 'skill',
       idempotency: request.idempotency,

@@ -168,7 +168,7 @@ export async function nextPlaybookStep(tx: Tx, run: FinishedRun): Promise<Follow
   const step = moved.steps[moved.currentStep]!
   return [{
     id, orgId: run.orgId, rootRunId: run.rootRunId, parentRunId: run.id, prompt: step.prompt, engine: moved.engine, model: moved.model,
-    instructions: step.instructions ?? null, settings: step.tools ? { tools: step.tools } : {},
+    instructions: step.instructions ?? null, settings: { ...step.settings, ...(step.tools ? { tools: step.tools } : {}) },
     origin: 'skill', metadata: stepMetadata(moved.playbookId, moved.currentStep, step), userId: run.userId
   }]
 }

@@ -1,3 +1,4 @@
+import type { RunSettings } from '../runs/tables.js'
 import { sql } from 'drizzle-orm'
 import { check, index, integer, jsonb, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core'
 import { ts } from '../db/columns.js'
@@ -84,6 +85,8 @@ export interface PlaybookRunStep {
   /** the skill's instructions and the tools its allowed-tools grant (absent in steps stored before they were kept apart) */
   instructions?: string | null
   tools?: string[] | undefined
+  /** the caller's temperature, output limit and response format, for every step */
+  settings?: Omit<RunSettings, 'tools'> | undefined
 }
 
 /**

@@ -1,8 +1,12 @@
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { and, eq } from 'drizzle-orm'
 import t from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { runs } from '../../src/runs/tables.js'
-import { buildTestApp, waitFor } from '../helper.js'
+import { upload } from '../artifacts/helpers.js'
+import { buildTestApp, createTestDatabase, secondHandle, signUpWithOrg, waitFor } from '../helper.js'
 import { startOpenAiUpstream } from './openai-upstream.js'
 import { storedEventsOf } from './run-helpers.js'
 
@@ -294,4 +298,98 @@ t.test('upstream faults before the first token are retried, honouring Retry-Afte
   const spent = await ended(app, (await post(app, { prompt: 'give up' })).json().run.id)
   t.match(spent, { status: 'failed', error: /^upstream_error: HTTP 503/ })
   t.equal(calls, 4, 'MODEL_RETRIES (3) tries after the first')
+})
+
+t.test('attachments: the org\'s uploads are copied into the workspace and listed, small text inlined, in the model\'s user message', async (t) => {
+  const requests: any[] = []
+  const url = await startOpenAiUpstream(t, {
+    models: ['tiny-1'],
+    onRequest: (req, body) => {
+      if (req.url === '/v1/chat/completions') requests.push(body)
+    },
+    chat(_body, stream) {
+      const chat = stream()
+      chat.delta({ content: 'Read them.' })
+      chat.end()
+    }
+  })
+  const dataDir = await mkdtemp(join(tmpdir(), 'cairn-attachments-'))
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+  const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1', DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true' } })
+  const notes = (await upload(app, { filename: 'notes.md', type: 'text/markdown', bytes: '# Notes\nuse ``` fences\n' })).json().upload
+  const image = (await upload(app, { filename: 'logo.png', type: 'image/png', bytes: Buffer.from([0x89, 0x50, 0x4e, 0x47, 0, 1, 2]) })).json().upload
+
+  // offline: echo answers the prompt "attachments" with what it was given
+  const echoed = await ended(app, (await post(app, { prompt: 'attachments', engine: 'echo', attachments: [notes.id, image.id] })).json().run.id)
+  t.match(echoed, { status: 'succeeded', attachments: [notes.id, image.id] })
+  t.equal(echoed.output, 'attachments: 2 files: attachments/notes.md | attachments/logo.png')
+
+  const run = await ended(app, (await post(app, { prompt: 'Summarize the notes.', model: 'tiny-1', attachments: [notes.id, image.id] })).json().run.id)
+  t.equal(run.status, 'succeeded', run.error ?? '')
+  const user = requests.at(-1).messages.at(-1)
+  t.equal(user.role, 'user')
+  t.equal(user.content, [
+    'Summarize the notes.',
+    '',
+    'Attached files (in your workspace):',
+    '- attachments/notes.md (text/markdown, 23 bytes)',
+    `- attachments/logo.png (${image.contentType}, 7 bytes)`,
+    '',
+    'attachments/notes.md:',
+    '````',
+    '# Notes\nuse ``` fences',
+    '````'
+  ].join('\n'), 'listed, and the text file inlined in a fence longer than its own')
+  if (app.runtime.sandboxes) {
+    const { sandbox, release } = await app.runtime.sandboxes.acquire({ orgId: DEV_ORG.id, threadId: run.rootRunId })
+    t.teardown(release)
+    t.equal((await sandbox.readFile('attachments/notes.md')).content, '# Notes\nuse ``` fences\n', 'copied into the thread\'s workspace')
+    t.equal((await sandbox.readFile('attachments/logo.png')).size, 7, 'binary files too, byte for byte')
+  }
+
+  // refusals: another org's upload and an unknown one are 404, more than 10 a 400; nothing is stored
+  const other = await signUpWithOrg(app)
+  const foreign = (await upload(app, { filename: 'theirs.txt', bytes: 'secret' }, { cookie: other.cookie })).json().upload
+  const before = (await app.db.select().from(runs)).length
+  for (const ids of [[foreign.id], ['01900000-0000-7000-8000-000000000000']]) {
+    const refused = await post(app, { prompt: 'x', attachments: ids })
+    t.equal(refused.statusCode, 404, ids[0])
+    t.equal(refused.json().error, 'not_found')
+  }
+  const tooMany = await post(app, { prompt: 'x', attachments: Array.from({ length: 11 }, (_, i) => `u${i}`) })
+  t.equal(tooMany.statusCode, 400)
+  t.equal((await app.db.select().from(runs)).length, before, 'no run stored')
+
+})
+
+t.test('an attachment deleted before its run starts fails the run, naming the upload', async (t) => {
+  const shared = await createTestDatabase(t)
+  const idle = await buildTestApp(t, { db: await secondHandle(t, shared, 5), env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const gone = (await upload(idle, { filename: 'gone.txt', bytes: 'soon gone' })).json().upload
+  const queued = (await post(idle, { prompt: 'x', engine: 'echo', attachments: [gone.id] })).json().run
+  t.equal((await idle.inject({ method: 'DELETE', url: `/api/uploads/${gone.id}` })).statusCode, 204)
+  const worker = await buildTestApp(t, { db: shared })
+  const failed = await ended(worker, queued.id)
+  t.match(failed, { status: 'failed', error: `attachment_missing: the upload "${gone.id}" no longer exists` })
+})
+
+t.test('a playbook run takes the agent options: every step gets them, the attachments go to the thread with the first', async (t) => {
+  const app = await buildTestApp(t)
+  const skill = async (name: string, instructions: string) =>
+    (await app.inject({ method: 'POST', url: '/api/skills', payload: { name, description: 'd', instructions } })).json().skill.id
+  const playbook = (await app.inject({
+    method: 'POST', url: '/api/playbooks', payload: { name: 'Two', steps: [{ skillId: await skill('one', 'Step one.'), input: 'a' }, { skillId: await skill('two', 'Step two.'), input: 'b' }] }
+  })).json().playbook
+  const file = (await upload(app, { filename: 'brief.txt', bytes: 'the brief' })).json().upload
+  const refused = await app.inject({ method: 'POST', url: `/api/playbooks/${playbook.id}/run`, payload: { tools: ['no_such_tool'] } })
+  t.equal(refused.statusCode, 400)
+  const started = await app.inject({
+    method: 'POST', url: `/api/playbooks/${playbook.id}/run`, payload: { instructions: 'Be brief.', temperature: 0.3, maxOutputTokens: 50, attachments: [file.id] }
+  })
+  t.equal(started.statusCode, 201, started.body)
+  const first = started.json().run
+  const second = await waitFor('the second step', async () => (await runsOfThread(app, first.rootRunId)).find((r) => r.id !== first.id && r.status === 'succeeded'))
+  const firstRow = (await runsOfThread(app, first.rootRunId)).find((r) => r.id === first.id)!
+  t.match(firstRow, { instructions: 'Step one.\n\nBe brief.', settings: { temperature: 0.3, maxOutputTokens: 50 }, attachments: [file.id] })
+  t.match(second, { instructions: 'Step two.\n\nBe brief.', settings: { temperature: 0.3, maxOutputTokens: 50 }, attachments: [] })
 })

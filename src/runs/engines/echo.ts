@@ -41,7 +41,8 @@ export function proposedSkillFiles(prompt: string): string[] {
  * conversation it was given (contract 13.2, testable offline): `history: 2 turns: first
  * prompt | second prompt`.
  */
-export function echoAnswer(prompt: string, history: ReadonlyArray<{ role: string; content: string }>): string {
+export function echoAnswer(prompt: string, history: ReadonlyArray<{ role: string; content: string }>, attachments: string[] = []): string {
+  if (prompt.trim().toLowerCase() === 'attachments') return `attachments: ${attachments.length} files${attachments.length > 0 ? `: ${attachments.join(' | ')}` : ''}`
   if (prompt.trim().toLowerCase() !== 'history') return prompt
   const asked = history.filter((m) => m.role === 'user').map((m) => m.content)
   return `history: ${asked.length} turns${asked.length > 0 ? `: ${asked.join(' | ')}` : ''}`
@@ -61,7 +62,7 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
     },
     async run(ctx) {
       await ctx.recall(ctx.prompt)
-      const parts = words(echoAnswer(ctx.prompt, ctx.history))
+      const parts = words(echoAnswer(ctx.prompt, ctx.history, ctx.attachments?.paths))
       const format = ctx.settings.responseFormat?.type
       let text: string
       if (format === 'json_object' || format === 'json_schema') {

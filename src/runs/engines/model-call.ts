@@ -189,7 +189,8 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
       if (items.length > 0) {
         messages.push({ role: 'system', content: `Relevant memory:\n${items.map((i) => `- ${i.content}`).join('\n')}` })
       }
-      messages.push(...ctx.history, { role: 'user', content: ctx.prompt })
+      const prompt = ctx.attachments ? `${ctx.prompt}\n\n${ctx.attachments.message}` : ctx.prompt
+      messages.push(...ctx.history, { role: 'user', content: prompt })
       const model = ctx.model ?? modelIds()[0]
       if (!model) throw new EngineError(`no model configured for the ${opts.id} engine`)
       const tools = ctx.tools && opts.maxToolRounds > 0 ? ctx.tools.definitions() : []

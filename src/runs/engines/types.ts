@@ -16,6 +16,8 @@ export interface EngineContext {
   instructions: string | null
   /** the thread's earlier succeeded turns, oldest first, as user and assistant messages (contract 13.2) */
   history: ChatMessage[]
+  /** the run's attachments: their workspace paths, and what the user message says of them (contract 13.3); null without */
+  attachments: { paths: string[]; message: string } | null
   /** temperature, output limit, response format, tools (each absent unless the run set it) */
   settings: RunSettings
   /** adds one model call's tokens to the run's usage (kept whatever the run's end) */
