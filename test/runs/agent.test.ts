@@ -227,11 +227,14 @@ t.test('task runs and automation prompt targets take the agent options too', asy
   const bad = await app.inject({ method: 'POST', url: '/api/automations', payload: { name: 'n', cron: '@daily', target: { prompt: 'p', tools: ['nope'] } } })
   t.equal(bad.statusCode, 400)
   t.match(bad.json().message, /^\/body\/target\/tools\/0/)
-  const good = await app.inject({ method: 'POST', url: '/api/automations', payload: { name: 'n', cron: '@daily', target: { prompt: 'p', instructions: 'Nightly.', temperature: 0 } } })
+  const unknown = await app.inject({ method: 'POST', url: '/api/automations', payload: { name: 'n', cron: '@daily', target: { prompt: 'p', attachments: ['01900000-0000-7000-8000-000000000000'] } } })
+  t.equal(unknown.statusCode, 404, 'an attachment that is not an upload of the org')
+  const file = (await upload(app, { filename: 'report.csv', type: 'text/csv', bytes: 'a,b\n1,2\n' })).json().upload
+  const good = await app.inject({ method: 'POST', url: '/api/automations', payload: { name: 'n', cron: '@daily', target: { prompt: 'p', instructions: 'Nightly.', temperature: 0, attachments: [file.id] } } })
   t.equal(good.statusCode, 201)
   const fired = await app.inject({ method: 'POST', url: `/api/automations/${good.json().automation.id}/trigger` })
   t.equal(fired.statusCode, 201)
-  t.match(fired.json().run, { prompt: 'p', instructions: 'Nightly.', settings: { temperature: 0 } })
+  t.match(fired.json().run, { prompt: 'p', instructions: 'Nightly.', settings: { temperature: 0 }, attachments: [file.id] })
 })
 
 t.test('upstream faults before the first token are retried, honouring Retry-After; after it they are final', async (t) => {
