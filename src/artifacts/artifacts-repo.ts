@@ -139,6 +139,13 @@ export async function saveRunArtifact(
   })
 }
 
+/** The artifact a run saved under a name (a run has at most one per name), if any. */
+export async function runArtifactNamed(db: Db, orgId: string, runId: string, name: string): Promise<string | null> {
+  const [row] = await db.select({ id: artifacts.id }).from(artifacts)
+    .where(and(eq(artifacts.orgId, orgId), eq(artifacts.runId, runId), eq(artifacts.name, name)))
+  return row?.id ?? null
+}
+
 export async function getArtifact(db: Db | Tx, orgId: string, id: string): Promise<ArtifactRow | null> {
   const [row] = await db.select().from(artifacts).where(and(eq(artifacts.orgId, orgId), eq(artifacts.id, id)))
   return row ?? null
