@@ -68,7 +68,7 @@ export interface GitHubServiceOptions {
 
 /**
  * A list cursor: GitHub's page number and page size, so every page of one listing has the
- * size of its first (whatever `limit` a later request sends). Anything else is no cursor.
+ * size of its first (whatever `limit` a later request sends). Anything else is refused.
  */
 function pageOf(cursor: string | undefined, limit: number): { page: number; perPage: number } {
   const parts = decodeCursorParts(cursor, [/^[1-9]\d{0,5}$/, /^[1-9]\d{0,2}$/])
@@ -230,8 +230,9 @@ export default fp(async function githubService(app: FastifyInstance, opts: GitHu
     },
 
     async listRepos(orgId, q) {
-      const session = await openSession(deps, orgId)
+      // the cursor first: a bad one is refused without asking GitHub anything
       const { page, perPage } = pageOf(q.cursor, q.limit)
+      const session = await openSession(deps, orgId)
       const { items, hasNext } = await cachedPage(session, `GET /user/repos?per_page=${perPage}&page=${page}`, 'the repositories of the token',
         'GitHub does not know the token\'s user',
         (api, headers) => api.rest.repos.listForAuthenticatedUser({ per_page: perPage, page, headers }), repoToWire)
@@ -239,8 +240,8 @@ export default fp(async function githubService(app: FastifyInstance, opts: GitHu
     },
 
     async listPulls(orgId, owner, repo, q) {
-      const session = await openSession(deps, orgId)
       const { page, perPage } = pageOf(q.cursor, q.limit)
+      const session = await openSession(deps, orgId)
       const name = `${owner}/${repo}`
       const request = `GET /repos/${name.toLowerCase()}/pulls?state=${q.state}&per_page=${perPage}&page=${page}`
       const { items, hasNext } = await cachedPage(session, request, `the pull requests of ${name}`, `GitHub has no repository ${name} that this token can read`,

@@ -220,6 +220,28 @@ t.test('20 concurrent PUTs with one If-Match: exactly one new version', async (t
   t.equal(await count(app, 'blobs'), 2, 'version 1 and the winner')
 })
 
+t.test('versions page newest first; a cursor that is not a version of the list is 400 naming it', async (t) => {
+  const app = await buildTestApp(t)
+  const a = await makeArtifact(app)
+  for (let v = 1; v < 5; v++) t.equal((await put(app, a.id, `version ${v + 1}`, { 'if-match': `"v${v}"` })).statusCode, 200)
+  const seen: number[] = []
+  let cursor: string | null = null
+  do {
+    const url: string = `/api/artifacts/${a.id}/versions?limit=2${cursor ? `&cursor=${cursor}` : ''}`
+    const res = await app.inject({ method: 'GET', url })
+    t.equal(res.statusCode, 200)
+    seen.push(...res.json().items.map((v: { version: number }) => v.version))
+    cursor = res.json().nextCursor
+  } while (cursor && seen.length < 10)
+  t.same(seen, [5, 4, 3, 2, 1])
+  // past the integer column, not a number, zero, an id (another list's cursor)
+  for (const key of ['2147483648', '99999999999', 'three', '0', a.id]) {
+    const res = await app.inject({ method: 'GET', url: `/api/artifacts/${a.id}/versions?cursor=${Buffer.from(key).toString('base64url')}` })
+    t.equal(res.statusCode, 400, key)
+    t.match(res.json(), { error: 'validation_failed', details: [{ path: '/querystring/cursor' }] })
+  }
+})
+
 t.test('PUT over the limit: 413, no version, no blob', async (t) => {
   const app = await buildTestApp(t, { env: { UPLOAD_MAX_BYTES: '50' } })
   const a = (await createText(app, { name: 'n.txt', content: 'small' })).json().artifact

@@ -58,10 +58,15 @@ t.test('repositories: paged through Link, only what the token can read, the wire
   })
   t.type(first.nextCursor, 'string')
 
-  // a cursor that decodes to nothing is the first page, never an error
-  const junk = await get('/api/github/repos?limit=2&cursor=bm90LWEtY3Vyc29y', { cookie: owner.cookie })
-  t.equal(junk.statusCode, 200)
-  t.equal(junk.json().items[0].fullName, 'pager/alpha')
+  // a cursor that is not a page of this listing is refused, and GitHub is not asked
+  const asked = github.log.length
+  for (const cursor of ['bm90LWEtY3Vyc29y', Buffer.from('0.3').toString('base64url'), Buffer.from('2.3.4').toString('base64url'), '!!', '']) {
+    const junk = await get(`/api/github/repos?limit=2&cursor=${encodeURIComponent(cursor)}`, { cookie: owner.cookie })
+    t.equal(junk.statusCode, 400, `cursor ${cursor}`)
+    t.equal(junk.json().error, 'validation_failed')
+    t.same(junk.json().details.map((d: { path: string }) => d.path), ['/querystring/cursor'])
+  }
+  t.equal(github.log.length, asked, 'GitHub was not asked')
   // above GitHub's largest page: pages of 100
   const big = await get('/api/github/repos?limit=200', { cookie: owner.cookie })
   t.equal(big.statusCode, 200)
