@@ -7,6 +7,7 @@ import { testConfig } from '../src/config.js'
 import { buildApp } from '../src/app.js'
 import { openDatabase } from '../src/db/client.js'
 import { migrateDatabase } from '../src/db/migrate.js'
+import { encodeCursor } from '../src/db/paging.js'
 import { benchPostgres, load, startServer, type Result } from './lib.js'
 
 const FACTS = Number(process.env.BENCH_FACTS ?? 100_000)
@@ -52,7 +53,9 @@ async function searchBench(label: string, env: Record<string, string>): Promise<
       results.push(await load({ url: `${base}/api/memory/search?q=${encodeURIComponent(q)}`, name: `${name} (\`${q}\`)`, connections }))
     }
     results.push(await load({ url: `${base}/api/memory/browse`, name: 'browse first page (50)', connections }))
-    results.push(await load({ url: `${base}/api/memory/browse?limit=50&cursor=0190${'0'.repeat(7)}c350`, name: 'browse deep page (cursor)', connections }))
+    // the page after fact 50,000 (memory-server's ids are '0190' and 12 hex digits)
+    const deep = encodeCursor(`0190${(50_000).toString(16).padStart(12, '0')}`)
+    results.push(await load({ url: `${base}/api/memory/browse?limit=50&cursor=${deep}`, name: 'browse deep page (cursor)', connections }))
     return rows(`${label}: ${FACTS.toLocaleString('en')} facts, ${connections} connections`, results, results[0]!)
   } finally {
     await server.stop()

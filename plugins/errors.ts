@@ -77,6 +77,11 @@ export const frontendReleaseMismatch = (client: string, release: string) =>
 export const preconditionFailed = (message: string) => new ApiError(412, 'precondition_failed', message)
 export const payloadTooLarge = (limit: number) => new ApiError(413, 'payload_too_large', `the content is larger than ${limit} bytes (UPLOAD_MAX_BYTES)`)
 export const unsupportedMediaType = (message: string) => new ApiError(415, 'unsupported_media_type', message)
+/** RFC 9110 15.5.16: a content coding the server does not decode; Accept-Encoding says which it takes */
+export const unsupportedContentEncoding = (encoding: string) =>
+  new ApiError(415, 'unsupported_media_type', `Content-Encoding ${JSON.stringify(encoding.slice(0, 100))} is not accepted; send the body uncompressed`, {
+    headers: { 'accept-encoding': 'identity' }
+  })
 export const rangeNotSatisfiable = (size: number) =>
   new ApiError(416, 'range_not_satisfiable', `the range is outside the content (${size} bytes)`, { headers: { 'content-range': `bytes */${size}` } })
 export const preconditionRequired = () => new ApiError(428, 'precondition_required', 'this write needs If-Match with the current ETag')

@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import fp from 'fastify-plugin'
-import { forbiddenOrigin, serverOwnedField } from './errors.js'
+import { forbiddenOrigin, serverOwnedField, unsupportedContentEncoding } from './errors.js'
 import { asList } from './hook-list.js'
 
 const MUTATING = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
@@ -18,8 +18,22 @@ export function ownOrigin(request: FastifyRequest): string {
   return `${request.protocol}://${request.host}`
 }
 
+/** A Content-Encoding naming nothing but `identity` (any case; empty members ignored), i.e. a body sent as it is. */
+function isIdentity(encoding: string): boolean {
+  return encoding.split(',').every((coding) => {
+    const c = coding.trim().toLowerCase()
+    return c === '' || c === 'identity'
+  })
+}
+
+/** Whether the request carries a body at all (RFC 9112 6.3: a length above 0, or chunked). */
+function hasBody(request: FastifyRequest): boolean {
+  const length = request.headers['content-length']
+  return request.headers['transfer-encoding'] !== undefined || (length !== undefined && length.trim() !== '0')
+}
+
 /**
- * Two guards every /api route gets, whatever its plugin:
+ * Three guards every /api route gets, whatever its plugin:
  *
  * 1. Origin check (contract 2.1, CSRF). A browser sends cookies (and, with dev-org access,
  *    acts anonymously) on cross-site POSTs that SameSite=Lax does not stop for same-site
@@ -31,6 +45,12 @@ export function ownOrigin(request: FastifyRequest): string {
  *    `origin` at the top level of a JSON body is `400 server_owned_field`, before any
  *    schema runs, on every route that takes a body, so no handler can be tricked into
  *    trusting one.
+ * 3. Content-Encoding. No route decodes a compressed body, so a body whose
+ *    `Content-Encoding` is anything but `identity` would be read as if it were plain (gzip
+ *    bytes parsed as JSON, or stored as an upload's content): it is
+ *    `415 unsupported_media_type` with `Accept-Encoding: identity` (RFC 9110 15.5.16),
+ *    before any of it is read. It runs after authentication, as the other refusals of a
+ *    body do.
  */
 export default fp(async function requestGuards(app: FastifyInstance, opts: RequestGuardOptions) {
   const trusted = new Set(opts.trustedOrigins)
@@ -45,6 +65,12 @@ export default fp(async function requestGuards(app: FastifyInstance, opts: Reque
     }
     if (trusted.has(origin) || origin === ownOrigin(request)) return done()
     done(forbiddenOrigin(`origin ${JSON.stringify(origin.slice(0, 200))} may not change anything here`))
+  })
+
+  app.addHook('preParsing', function contentEncoding(request, _reply, payload, done) {
+    const encoding = request.headers['content-encoding']
+    if (encoding === undefined || isIdentity(encoding) || !hasBody(request)) return done(null, payload)
+    done(unsupportedContentEncoding(encoding))
   })
 
   function serverOwnedFields(request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) {

@@ -57,9 +57,12 @@ export function errorResponses(...statuses: number[]): Record<number, TSchema> {
   return out
 }
 
+/** A list's cursor: its last page's `nextCursor`, as it came (anything else is 400 validation_failed). */
+export const Cursor = Type.String({ minLength: 1, maxLength: 512, pattern: '^[A-Za-z0-9_-]+$', description: 'the previous page\'s nextCursor, as it came; leave it out for the first page' })
+
 export const PageQuery = {
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
-  cursor: Type.Optional(Type.String({ maxLength: 512 }))
+  cursor: Type.Optional(Cursor)
 }
 
 export function Page<T extends TSchema>(item: T) {

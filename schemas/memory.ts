@@ -1,5 +1,5 @@
 import { Type } from 'typebox'
-import { Id, IsoDate, named, Nullable, StrictObject } from './common.js'
+import { Cursor, Id, IsoDate, named, Nullable, StrictObject } from './common.js'
 
 /** Any string: an invalid value falls back to `org` (spec section 2), so it is never a 400. */
 const ScopeParam = Type.Optional(Type.String({ maxLength: 64, description: '`org` (default) or `personal`; anything else means `org`' }))
@@ -16,7 +16,7 @@ export const SearchQuery = StrictObject({
 export const BrowseQuery = StrictObject({
   scope: ScopeParam,
   limit: Type.Optional(Type.Integer({ minimum: 1, description: 'default 50, at most 200 (larger values are capped)' })),
-  cursor: Type.Optional(Type.String({ maxLength: 512 }))
+  cursor: Type.Optional(Cursor)
 })
 
 export const SearchItem = named('MemorySearchItem', Type.Object({
@@ -87,7 +87,7 @@ export const HistoryResponse = named('MemoryHistory', Type.Object({
 export const CapturesQuery = StrictObject({
   scope: ScopeParam,
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
-  cursor: Type.Optional(Type.String({ maxLength: 512 })),
+  cursor: Type.Optional(Cursor),
   state: Type.Optional(Type.Union(['pending', 'delivering', 'delivered', 'dead', 'discarded'].map((s) => Type.Literal(s))))
 })
 
@@ -117,7 +117,7 @@ export const ResolveBody = named('CaptureResolveRequest', StrictObject({
 export const RecallsQuery = StrictObject({
   scope: ScopeParam,
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
-  cursor: Type.Optional(Type.String({ maxLength: 512 })),
+  cursor: Type.Optional(Cursor),
   runId: Type.Optional(Id),
   rootRunId: Type.Optional(Id)
 })

@@ -53,7 +53,7 @@ export const CreateSkillBody = named('CreateSkillRequest', StrictObject({
 export const UpdateSkillBody = named('UpdateSkillRequest', StrictObject({
   skillMd: Type.Optional(SkillMd),
   ...skillFields,
-  version: Type.Integer({ minimum: 1, description: 'the version this change is based on; a stale one is 409' })
+  version: Type.Integer({ minimum: 1, maximum: 2_147_483_647, description: 'the version this change is based on; a stale one is 409' })
 }, { description: '`skillMd` replaces the whole skill; otherwise the fields sent replace theirs' }))
 
 export const RunSkillBody = named('RunSkillRequest', StrictObject({
@@ -85,7 +85,7 @@ export const SkillProposal = named('SkillProposal', Type.Object({
 export const CreateProposalBody = named('CreateSkillProposalRequest', StrictObject({
   skillMd: SkillMd,
   skillId: Type.Optional(Id),
-  baseVersion: Type.Optional(Type.Integer({ minimum: 1, description: 'default: the skill\'s current version' }))
+  baseVersion: Type.Optional(Type.Integer({ minimum: 1, maximum: 2_147_483_647, description: 'default: the skill\'s current version' }))
 }))
 export const ListProposalsQuery = StrictObject({ ...PageQuery, state: Type.Optional(ProposalState), skillId: Type.Optional(Id) })
 export const ProposalEnvelope = Type.Object({ proposal: SkillProposal })

@@ -258,6 +258,11 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     skillIds.push((await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title: 'fuzz' } })).json().task.id)
     skillIds.push((await app.inject({ method: 'POST', url: '/api/automations', headers, payload: { name: 'fuzz', cron: '0 3 * * *', target: { skillId } } })).json().automation.id)
     await app.inject({ method: 'PUT', url: '/api/secrets/FUZZ_TOKEN', headers, payload: { value: 'fuzz value' } })
+    // an artifact with two versions and a proposal, so its versions and proposals reach their handlers
+    const artifact = (await app.inject({ method: 'POST', url: '/api/artifacts', headers, payload: { name: 'fuzz.md', content: 'one' } })).json().artifact
+    await app.inject({ method: 'PUT', url: `/api/artifacts/${artifact.id}/content`, headers: { ...headers, 'content-type': 'text/plain', 'if-match': '"v1"' }, payload: 'two' })
+    await app.inject({ method: 'POST', url: `/api/artifacts/${artifact.id}/proposals`, headers, payload: { content: 'three', baseVersion: 2 } })
+    skillIds.push(artifact.id)
   }
   // a provider in each org, so check and delete reach their handlers (stored directly: this
   // app refuses private addresses, and its check then refuses to connect, which is the point)
@@ -382,11 +387,17 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
 
   /**
    * Contract 1.3: what is refused whatever the route (and, on an event stream, before it
-   * opens): NUL, lone surrogates and deep nesting in any body field or path value, and a
-   * Last-Event-ID that is not an event id.
+   * opens): NUL, lone surrogates and deep nesting in any body field or path value, a
+   * Last-Event-ID that is not an event id, and a list cursor that is not base64url.
    */
   const mustRefuse = (slot: Slot, kind: string, value: Json): boolean => {
     if (slot.kind === 'body' || slot.param.in === 'path') return kind === 'nul' || kind === 'loneSurrogate' || kind === 'deep'
+    // a list's cursor is base64url (or a number) as the list gave it out; nothing else is read as a page
+    if (slot.param.in === 'query' && slot.param.name === 'cursor') {
+      // an array is sent as that many cursors: none, one, or several (never one cursor)
+      const sent = Array.isArray(value) ? value : [value]
+      return sent.length > 1 || (sent.length === 1 && !/^[A-Za-z0-9_-]{1,512}$/.test(asText(sent[0]!)))
+    }
     if (slot.param.in === 'header' && slot.param.name.toLowerCase() === 'last-event-id') {
       const text = asText(value)
       return /^[\x20-\x7e]+$/.test(text) && text.length < 8000 && text.trim() !== '' && !/^\d{1,15}$/.test(text.trim())
@@ -403,6 +414,71 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     }
     return { principal, values, body: op.body ? validValue(doc, op.body, '', ids) : undefined }
   }
+
+  async function checkCursors(): Promise<string[]> {
+    const out: string[] = []
+    // not base64url; three NUL bytes; 'not an id'; a real id with padding; four dotted parts;
+    // each is a cursor of none of the lists (ids, names, numbers, dotted board and GitHub pages)
+    const foreign = ['!!!', '', 'AAAA', 'bm90IGFuIGlk', `${Buffer.from(runIds[0]!).toString('base64url')}=`, 'Zm9vLmJhci5iYXouYmF0']
+    // path values by name; GitHub's pull requests take the repository's own name here
+    const candidates = (name: string) => name === 'repo' ? ['fuzz-repo'] : ids[name] ?? everyId
+    const cookie = `cairn_session=${(await createSession(app.db, owner.user.id, owner.org.id)).token}`
+    const lists = operations.filter((op) => op.method === 'GET' && op.params.some((p) => p.in === 'query' && p.name === 'cursor'))
+    t.ok(lists.length >= 20, `${lists.length} lists take a cursor`)
+    for (const op of lists) {
+      if (op.path.startsWith('/api/github/')) await connectGitHub()
+      const pathParams = op.params.filter((p) => p.in === 'path')
+      let combos: string[][] = [[]]
+      for (const param of pathParams) combos = combos.flatMap((combo) => candidates(param.name).map((value) => [...combo, value]))
+      const urlOf = (combo: string[], query: string) => {
+        let path = op.path
+        pathParams.forEach((param, i) => { path = path.replace(`{${param.name}}`, encodeURIComponent(combo[i]!)) })
+        return `${base}${path}?${query}`
+      }
+      const get = async (url: string) => {
+        requests++
+        const res = await fetch(url, { headers: { cookie }, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) })
+        return { status: res.status, body: await res.text() }
+      }
+      // the first path values (one of the owner's) that reach the list
+      let reached: string[] | undefined
+      for (const combo of combos) {
+        if ((await get(urlOf(combo, 'limit=1'))).status === 200) {
+          reached = combo
+          break
+        }
+      }
+      if (!reached) {
+        out.push(`${op.path}: no fixture reaches the list`)
+        continue
+      }
+      for (const cursor of foreign) {
+        const res = await get(urlOf(reached, `limit=1&cursor=${encodeURIComponent(cursor)}`))
+        let paths: unknown
+        try {
+          paths = (JSON.parse(res.body) as { details?: Array<{ path: string }> }).details?.map((d) => d.path)
+        } catch {
+          paths = res.body.slice(0, 100)
+        }
+        if (res.status !== 400 || !res.body.startsWith('{"error":"validation_failed"') || JSON.stringify(paths) !== '["/querystring/cursor"]') {
+          out.push(`${op.path} cursor=${JSON.stringify(cursor)}: ${res.status} ${res.body.slice(0, 200)}`)
+        }
+      }
+      // what the list gives out, it takes
+      const first = await get(urlOf(reached, 'limit=1'))
+      const next = (JSON.parse(first.body) as { nextCursor?: string | null }).nextCursor
+      if (typeof next === 'string') {
+        const second = await get(urlOf(reached, `limit=1&cursor=${encodeURIComponent(next)}`))
+        if (second.status !== 200) out.push(`${op.path}: its own nextCursor answered ${second.status} ${second.body.slice(0, 200)}`)
+      }
+    }
+    return out
+  }
+
+  // 0. every list, while every fixture still exists (the walk below deletes some): a cursor
+  // it did not give out is 400 validation_failed naming /querystring/cursor (never read as
+  // the first page), and one it gave out is taken
+  t.same(await checkCursors(), [], 'every list refuses a cursor it did not give out')
 
   let seed = SEED
   const spent: Array<[string, number]> = []

@@ -1,7 +1,7 @@
 import { and, desc, eq, inArray, lt, sql } from 'drizzle-orm'
 import type { Db, Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { decodeCursor, invalidCursor, pageOf } from '../db/paging.js'
 import { isoOf, isoOrNull } from '../db/rows.js'
 import { referenceBlob, type StoredBlob } from './blobs.js'
 import {
@@ -145,6 +145,13 @@ export async function saveRunArtifact(
   })
 }
 
+/** The artifact a run saved under a name (a run has at most one per name), if any. */
+export async function runArtifactNamed(db: Db, orgId: string, runId: string, name: string): Promise<string | null> {
+  const [row] = await db.select({ id: artifacts.id }).from(artifacts)
+    .where(and(eq(artifacts.orgId, orgId), eq(artifacts.runId, runId), eq(artifacts.name, name)))
+  return row?.id ?? null
+}
+
 export async function getArtifact(db: Db | Tx, orgId: string, id: string): Promise<ArtifactRow | null> {
   const [row] = await db.select().from(artifacts).where(and(eq(artifacts.orgId, orgId), eq(artifacts.id, id)))
   return row ?? null
@@ -173,12 +180,17 @@ export async function getVersion(db: Db | Tx, orgId: string, id: string, version
   return row ?? null
 }
 
+/** The largest version the integer column holds. */
+const MAX_VERSION = 2_147_483_647
+
 /** Versions newest first; the cursor is the last version seen. */
 export async function listVersions(db: Db, orgId: string, id: string, q: PageInput) {
-  const before = q.cursor !== undefined ? Number(decodeCursor(q.cursor)) : NaN
+  const key = decodeCursor(q.cursor, /^[1-9][0-9]{0,9}$/)
+  const before = key === null ? null : Number(key)
+  if (before !== null && before > MAX_VERSION) throw invalidCursor()
   const rows = await db.select().from(artifactVersions).where(and(
     eq(artifactVersions.orgId, orgId), eq(artifactVersions.artifactId, id),
-    Number.isInteger(before) ? lt(artifactVersions.version, before) : undefined
+    before !== null ? lt(artifactVersions.version, before) : undefined
   )).orderBy(desc(artifactVersions.version)).limit(q.limit + 1)
   return pageOf(rows, q.limit, (v) => String(v.version))
 }

@@ -14,10 +14,12 @@ import {
 } from '../../schemas/artifacts.js'
 import { errorResponses } from '../../schemas/common.js'
 import { principalOf, realUserId } from '../auth/principal.js'
+import { isUniqueViolation } from '../db/faults.js'
 import { getRun } from '../runs/runs-repo.js'
 import {
   addVersion, artifactToWire, createArtifact, createProposal, createUpload, decideProposal, deleteArtifact, deleteUpload, getArtifact,
-  getProposal, getUpload, getVersion, listArtifacts, listProposals, listUploads, listVersions, proposalToWire, uploadToWire, versionToWire
+  getProposal, getUpload, getVersion, listArtifacts, listProposals, listUploads, listVersions, proposalToWire, runArtifactNamed, uploadToWire,
+  versionToWire
 } from './artifacts-repo.js'
 import type { StoredBlob } from './blobs.js'
 import { receiveFile, refuseLargeLength, storeBody, oneFileLimits } from './receive.js'
@@ -157,13 +159,17 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       tags: ['artifacts'],
       summary: 'Make an artifact from text or from an upload (version 1, source `api`)',
       body: CreateArtifactBody,
-      response: { 201: ArtifactEnvelope, ...errorResponses(404, 413, 415) }
+      response: { 201: ArtifactEnvelope, ...errorResponses(404, 409, 413, 415) }
     }
   }, async (request, reply) => {
     const principal = principalOf(request)
     const { orgId } = principal
     const body = request.body
     const run = await runOf(orgId, body.runId)
+    // a run has one artifact per name: said before any bytes are stored, and by the unique
+    // index when two requests race
+    const nameTaken = () => conflict(`the run already has an artifact named ${JSON.stringify(body.name)}; write its next version with PUT /api/artifacts/:id/content`)
+    if (run && (await runArtifactNamed(app.db, orgId, run.id, body.name)) !== null) throw nameTaken()
     let blob: Pick<StoredBlob, 'sha256' | 'size'>
     let contentType: string
     if ('uploadId' in body) {
@@ -178,9 +184,15 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       if (Buffer.byteLength(body.content) > maxBytes) throw payloadTooLarge(maxBytes)
       blob = await storeBodyOf(reply, orgId, Readable.from([Buffer.from(body.content, 'utf8')]))
     }
-    const artifact = await app.db.transaction((tx) => createArtifact(tx, orgId, {
-      name: body.name, blob, contentType, source: 'api', runId: run?.id ?? null, rootRunId: run?.rootRunId ?? null, createdBy: realUserId(principal)
-    }))
+    let artifact
+    try {
+      artifact = await app.db.transaction((tx) => createArtifact(tx, orgId, {
+        name: body.name, blob, contentType, source: 'api', runId: run?.id ?? null, rootRunId: run?.rootRunId ?? null, createdBy: realUserId(principal)
+      }))
+    } catch (err) {
+      if (run && isUniqueViolation(err)) throw nameTaken()
+      throw err
+    }
     return reply.code(201).send({ artifact: artifactToWire(artifact) })
   })
 

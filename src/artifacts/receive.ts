@@ -9,6 +9,13 @@ import { putBlob, type StoredBlob } from './blobs.js'
 /** Multipart framing a body may carry beyond the file itself before Content-Length alone says it is too large. */
 export const MULTIPART_OVERHEAD = 1024 * 1024
 
+/**
+ * busboy's words for a multipart body that ends before its parts do: "Unexpected end of
+ * multipart data" (the body), "Part terminated early due to unexpected end of multipart
+ * data" (the part being read).
+ */
+const CUT_SHORT = /unexpected end of multipart data/i
+
 /** The multipart plugin's limits for a route that takes one file in the field `file`. */
 export const oneFileLimits = (maxBytes: number) => ({
   // busboy stops one byte past the limit, so an over-limit file always reaches the meter
@@ -64,7 +71,23 @@ export async function receiveFile(target: BlobTarget, request: FastifyRequest, r
     part.file.resume()
     throw badRequest(`the file must be sent in the field \`file\`, not \`${part.fieldname}\``)
   }
-  const blob = await storeBody(target, reply, orgId, part.file)
+  // A body cut short (or missing its closing delimiter) fails the file's stream with
+  // busboy's error, which reaches us through the store as whatever the store makes of it.
+  // Seen on the stream itself, it is the client's 400; a failure of the store alone (a full
+  // disk, S3) stays a 5xx.
+  const isCutShort = (err: unknown): err is Error => err instanceof Error && CUT_SHORT.test(err.message)
+  // (it may have failed already, before this listener)
+  let cutShort = isCutShort(part.file.errored) ? part.file.errored : undefined
+  part.file.on('error', (err: Error) => {
+    if (isCutShort(err)) cutShort ??= err
+  })
+  let blob: StoredBlob
+  try {
+    blob = await storeBody(target, reply, orgId, part.file)
+  } catch (err) {
+    if (cutShort !== undefined) throw badRequest(`the multipart body cannot be read: ${cutShort.message}`)
+    throw err
+  }
   // belt and braces: busboy's own flag for a cut file (its limit is one byte past ours)
   if (part.file.truncated) throw payloadTooLarge(target.maxBytes)
   return { blob, filename: part.filename, mimetype: part.mimetype }

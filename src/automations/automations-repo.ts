@@ -1,7 +1,7 @@
 import { and, asc, desc, eq, isNotNull, lt, sql } from 'drizzle-orm'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { decodeCursor, invalidCursor, pageOf } from '../db/paging.js'
 import { dateOrNull, isoOf, isoOrNull } from '../db/rows.js'
 import { describeCron, nextRun, nextRuns } from './cron.js'
 import { automationFires, automations, type AutomationTarget, type CatchUp } from './tables.js'
@@ -83,8 +83,9 @@ export const fireToWire = (f: FireRow) => ({ scheduledFor: isoOf(f.scheduledFor)
 
 /** An automation's fires, latest tick first; the cursor is the tick's epoch milliseconds. */
 export async function listFires(db: Db, orgId: string, automationId: string, q: { limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
-  const before = cursor !== null && /^\d{1,16}$/.test(cursor) ? new Date(Number(cursor)) : null
+  const key = decodeCursor(q.cursor, /^[0-9]{1,16}$/)
+  const before = key === null ? null : new Date(Number(key))
+  if (before !== null && Number.isNaN(before.getTime())) throw invalidCursor()
   const rows = await db.select().from(automationFires)
     .where(and(eq(automationFires.orgId, orgId), eq(automationFires.automationId, automationId), before ? lt(automationFires.scheduledFor, before) : undefined))
     .orderBy(desc(automationFires.scheduledFor)).limit(q.limit + 1)

@@ -1,17 +1,29 @@
+import { validationFailed, type ApiError } from '../../plugins/errors.js'
+
 /**
  * Contract 1.4's lists: `limit` and an opaque `cursor`, answered as `{items, nextCursor}`.
- * A cursor is the sort key of the last item sent, base64url-encoded; one that does not
- * decode to a key is read as no cursor (the first page), never as an error.
+ * A cursor is the sort key of the last item sent, base64url-encoded. A cursor the list
+ * could not have given out is `400 validation_failed` naming `/querystring/cursor`: read as
+ * the first page, it would send a client that mangled one round the same items forever.
+ * (The schema's pattern refuses what is not base64url at all; these decoders refuse the
+ * rest.)
  */
 
-const KEY = /^[A-Za-z0-9_-]{1,64}$/
+/** An id, or a secret's name (up to 128 characters) */
+const KEY = /^[A-Za-z0-9_-]{1,128}$/
 
 export const encodeCursor = (key: string): string => Buffer.from(key).toString('base64url')
 
-export function decodeCursor(cursor: string | undefined): string | null {
-  if (!cursor) return null
-  const key = Buffer.from(cursor, 'base64url').toString()
-  return KEY.test(key) ? key : null
+/** A cursor no list handed out. */
+export const invalidCursor = (): ApiError =>
+  validationFailed([{ path: '/querystring/cursor', message: 'is not a cursor of this list; send nextCursor as it came, or no cursor for the first page' }])
+
+/** The key in a cursor, or null for none; one that is not `key`'s, or not as encodeCursor writes it, is refused. */
+export function decodeCursor(cursor: string | undefined, key: RegExp = KEY): string | null {
+  if (cursor === undefined) return null
+  const decoded = Buffer.from(cursor, 'base64url').toString()
+  if (!key.test(decoded) || encodeCursor(decoded) !== cursor) throw invalidCursor()
+  return decoded
 }
 
 /** Cuts rows fetched with `limit + 1` into a page: the next cursor exists when a row was left over. */
@@ -22,10 +34,13 @@ export function pageOf<T>(rows: T[], limit: number, keyOf: (row: T) => string): 
 
 /**
  * A cursor over a sort of several keys (a board: column rank, position, id): the parts
- * joined by '.', each checked against its pattern; anything else is no cursor.
+ * joined by '.', each checked against its pattern; null for none, anything else refused.
  */
 export function decodeCursorParts(cursor: string | undefined, patterns: readonly RegExp[]): string[] | null {
-  if (!cursor || cursor.length > 1024) return null
-  const parts = Buffer.from(cursor, 'base64url').toString().split('.')
-  return parts.length === patterns.length && parts.every((p, i) => patterns[i]!.test(p)) ? parts : null
+  if (cursor === undefined) return null
+  if (cursor.length > 1024) throw invalidCursor()
+  const decoded = Buffer.from(cursor, 'base64url').toString()
+  const parts = decoded.split('.')
+  if (parts.length !== patterns.length || !parts.every((p, i) => patterns[i]!.test(p)) || encodeCursor(decoded) !== cursor) throw invalidCursor()
+  return parts
 }

@@ -68,7 +68,7 @@ export interface GitHubServiceOptions {
 
 /**
  * A list cursor: GitHub's page number and page size, so every page of one listing has the
- * size of its first (whatever `limit` a later request sends). Anything else is no cursor.
+ * size of its first (whatever `limit` a later request sends). Anything else is refused.
  */
 function pageOf(cursor: string | undefined, limit: number): { page: number; perPage: number } {
   const parts = decodeCursorParts(cursor, [/^[1-9]\d{0,5}$/, /^[1-9]\d{0,2}$/])
@@ -101,20 +101,21 @@ export const repoToWire = (r: GitHubRepoData): GitHubRepoWire => ({
   updatedAt: r.updated_at ?? null
 })
 
+/** A pull request as GitHub sends it; the fields that may be null may also be left out. */
 interface GitHubPullData {
   id: number
   number: number
   title: string
   state: string
   draft?: boolean
-  merged_at: string | null
-  user: { login: string } | null
+  merged_at?: string | null
+  user?: { login: string } | null
   head: { ref: string }
   base: { ref: string }
   html_url: string
   created_at: string
   updated_at: string
-  closed_at: string | null
+  closed_at?: string | null
 }
 
 export const pullToWire = (p: GitHubPullData): GitHubPullWire => ({
@@ -123,16 +124,26 @@ export const pullToWire = (p: GitHubPullData): GitHubPullWire => ({
   title: p.title,
   state: p.state === 'closed' ? 'closed' : 'open',
   draft: p.draft ?? false,
-  merged: p.merged_at !== null,
+  merged: typeof p.merged_at === 'string',
   author: p.user?.login ?? null,
   headRef: p.head.ref,
   baseRef: p.base.ref,
   htmlUrl: p.html_url,
   createdAt: p.created_at,
   updatedAt: p.updated_at,
-  closedAt: p.closed_at,
-  mergedAt: p.merged_at
+  closedAt: p.closed_at ?? null,
+  mergedAt: p.merged_at ?? null
 })
+
+/**
+ * A pull request from the conditional-request cache. Earlier releases stored one whose
+ * GitHub payload left out `closed_at` or `merged_at` without those fields (and as merged);
+ * such a record is read as GitHub meant it: not closed, not merged.
+ */
+const cachedPull = (p: GitHubPullWire): GitHubPullWire => {
+  const mergedAt = p.mergedAt ?? null
+  return { ...p, closedAt: p.closedAt ?? null, mergedAt, merged: mergedAt !== null }
+}
 
 const COMMIT_SHA = /^[0-9a-f]{40}([0-9a-f]{24})?$/
 
@@ -152,14 +163,18 @@ export default fp(async function githubService(app: FastifyInstance, opts: GitHu
   async function cachedPage<T>(
     session: GitHubSession, request: string, what: string, missing: string,
     fetchPage: (api: GitHubApi, headers: Record<string, string>) => Promise<{ data: unknown; headers: { etag?: string | undefined; link?: string | undefined } }>,
-    toWire: (item: never) => T
+    toWire: (item: never) => T,
+    fromCache: (item: T) => T = (item) => item
   ): Promise<{ items: T[]; hasNext: boolean }> {
     const cached = await getCachedList(db, session.orgId, request)
     const answer = await session.call(what, missing, (api) => fetchPage(api, cached ? { 'if-none-match': cached.etag } : {}).catch((err: unknown) => {
       if (cached && isNotModified(err)) return null
       throw err
     }))
-    if (answer === null) return cached!.body as { items: T[]; hasNext: boolean }
+    if (answer === null) {
+      const body = cached!.body as { items: T[]; hasNext: boolean }
+      return { items: body.items.map(fromCache), hasNext: body.hasNext }
+    }
     const items = (Array.isArray(answer.data) ? answer.data : []).map((item) => toWire(item as never))
     const body = { items, hasNext: hasNextPage(answer.headers.link) }
     if (answer.headers.etag) await putCachedList(db, session.orgId, request, { etag: answer.headers.etag, body })
@@ -215,8 +230,9 @@ export default fp(async function githubService(app: FastifyInstance, opts: GitHu
     },
 
     async listRepos(orgId, q) {
-      const session = await openSession(deps, orgId)
+      // the cursor first: a bad one is refused without asking GitHub anything
       const { page, perPage } = pageOf(q.cursor, q.limit)
+      const session = await openSession(deps, orgId)
       const { items, hasNext } = await cachedPage(session, `GET /user/repos?per_page=${perPage}&page=${page}`, 'the repositories of the token',
         'GitHub does not know the token\'s user',
         (api, headers) => api.rest.repos.listForAuthenticatedUser({ per_page: perPage, page, headers }), repoToWire)
@@ -224,12 +240,12 @@ export default fp(async function githubService(app: FastifyInstance, opts: GitHu
     },
 
     async listPulls(orgId, owner, repo, q) {
-      const session = await openSession(deps, orgId)
       const { page, perPage } = pageOf(q.cursor, q.limit)
+      const session = await openSession(deps, orgId)
       const name = `${owner}/${repo}`
       const request = `GET /repos/${name.toLowerCase()}/pulls?state=${q.state}&per_page=${perPage}&page=${page}`
       const { items, hasNext } = await cachedPage(session, request, `the pull requests of ${name}`, `GitHub has no repository ${name} that this token can read`,
-        (api, headers) => api.rest.pulls.list({ owner, repo, state: q.state, per_page: perPage, page, headers }), pullToWire)
+        (api, headers) => api.rest.pulls.list({ owner, repo, state: q.state, per_page: perPage, page, headers }), pullToWire, cachedPull)
       return { items, nextCursor: hasNext ? cursorOf(page + 1, perPage) : null }
     },
 

@@ -1,5 +1,6 @@
 import { ApiError, deleteFailed, updateFailed, upstreamFailed } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
+import { invalidCursor } from '../db/paging.js'
 import { PoolWriteError, type BrowseItem, type MemoryBackend, type PoolRef, type SearchHit } from './backend.js'
 import { readHistory, recordChanges } from './history.js'
 
@@ -117,6 +118,9 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
     },
 
     async browse(pool, limit, cursor) {
+      // this backend's cursor is the offset of the page in the service's list
+      if (cursor !== undefined && !/^[1-9][0-9]{0,8}$/.test(cursor)) throw invalidCursor()
+      const offset = cursor === undefined ? 0 : Number(cursor)
       let res: Response
       try {
         res = await call('GET', `/memories?user_id=${encodeURIComponent(mem0UserId(pool))}`)
@@ -127,7 +131,6 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
       if (!list) throw upstreamFailed('listing')
       const mine = list.filter((i) => !i.user_id || i.user_id === mem0UserId(pool))
       mine.sort((a, b) => iso(b.created_at).localeCompare(iso(a.created_at)) || b.id.localeCompare(a.id))
-      const offset = cursor && /^\d{1,9}$/.test(cursor) ? Number(cursor) : 0
       const page = mine.slice(offset, offset + limit)
       const items: BrowseItem[] = page.map((i) => ({
         id: i.id,

@@ -66,6 +66,40 @@ t.test('creation refusals change nothing', async (t) => {
   t.equal(await count(app, 'blobs'), 0)
 })
 
+t.test('a run has one artifact per name: the same name again for that run is 409 conflict, and changes nothing', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const run = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'hi' } })).json().run
+  const first = await createText(app, { name: 'report.md', content: '# first', runId: run.id })
+  t.equal(first.statusCode, 201)
+  const up = (await upload(app, { filename: 'pic.png', type: 'image/png', bytes: PNG })).json().upload
+  const blobsBefore = await count(app, 'blobs')
+  for (const body of [{ content: '# second' }, { content: '# first' }, { uploadId: up.id }]) {
+    const again = await createText(app, { name: 'report.md', runId: run.id, ...body })
+    t.equal(again.statusCode, 409, JSON.stringify(body))
+    t.same(Object.keys(again.json()).sort(), ['error', 'message'])
+    t.equal(again.json().error, 'conflict')
+    t.match(again.json().message, /already has an artifact named "report\.md"/)
+  }
+  t.equal(await count(app, 'artifacts'), 1)
+  t.equal(await count(app, 'artifact_versions'), 1)
+  t.equal(await count(app, 'blobs'), blobsBefore, 'no bytes were stored for a refused name')
+  const current = await content(app, first.json().artifact.id)
+  t.equal(current.body, '# first')
+
+  // the name is the run's: without a run, or for another run, it is free
+  t.equal((await createText(app, { name: 'report.md', content: '# loose' })).statusCode, 201)
+  const other = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'other' } })).json().run
+  t.equal((await createText(app, { name: 'report.md', content: '# other', runId: other.id })).statusCode, 201)
+
+  // requests racing for one name: the unique index answers for the losers, as a 409 too
+  const racing = await Promise.all(Array.from({ length: 6 }, (_, i) => createText(app, { name: 'race.md', content: `# racer ${i}`, runId: run.id })))
+  t.same(racing.map((r) => r.statusCode).sort(), [201, 409, 409, 409, 409, 409])
+  t.ok(racing.every((r) => r.statusCode === 201 || r.json().error === 'conflict'))
+  const named = (await app.inject({ method: 'GET', url: `/api/artifacts?runId=${run.id}` })).json().items as Array<{ name: string }>
+  t.same(named.map((a) => a.name).sort(), ['race.md', 'report.md'])
+  t.equal(await count(app, 'artifact_versions'), 4)
+})
+
 t.test('content: ETag, 304, ranges, If-Range, safe headers', async (t) => {
   const app = await buildTestApp(t)
   const a = await makeArtifact(app)
@@ -184,6 +218,28 @@ t.test('20 concurrent PUTs with one If-Match: exactly one new version', async (t
   await expirePins(app)
   await app.artifacts.sweeper.sweep()
   t.equal(await count(app, 'blobs'), 2, 'version 1 and the winner')
+})
+
+t.test('versions page newest first; a cursor that is not a version of the list is 400 naming it', async (t) => {
+  const app = await buildTestApp(t)
+  const a = await makeArtifact(app)
+  for (let v = 1; v < 5; v++) t.equal((await put(app, a.id, `version ${v + 1}`, { 'if-match': `"v${v}"` })).statusCode, 200)
+  const seen: number[] = []
+  let cursor: string | null = null
+  do {
+    const url: string = `/api/artifacts/${a.id}/versions?limit=2${cursor ? `&cursor=${cursor}` : ''}`
+    const res = await app.inject({ method: 'GET', url })
+    t.equal(res.statusCode, 200)
+    seen.push(...res.json().items.map((v: { version: number }) => v.version))
+    cursor = res.json().nextCursor
+  } while (cursor && seen.length < 10)
+  t.same(seen, [5, 4, 3, 2, 1])
+  // past the integer column, not a number, zero, an id (another list's cursor)
+  for (const key of ['2147483648', '99999999999', 'three', '0', a.id]) {
+    const res = await app.inject({ method: 'GET', url: `/api/artifacts/${a.id}/versions?cursor=${Buffer.from(key).toString('base64url')}` })
+    t.equal(res.statusCode, 400, key)
+    t.match(res.json(), { error: 'validation_failed', details: [{ path: '/querystring/cursor' }] })
+  }
 })
 
 t.test('PUT over the limit: 413, no version, no blob', async (t) => {

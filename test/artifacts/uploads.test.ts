@@ -84,6 +84,25 @@ t.test('refusals: not multipart 415, another field or no file 400; nothing store
   t.equal(await count(app, 'uploads'), 0)
 })
 
+t.test('a multipart body cut short is 400 bad_request, with no row, no blob and no temporary', async (t) => {
+  const { app, dataDir } = await appWithDir(t)
+  const body = multipart({ filename: 'notes.txt', type: 'text/plain', bytes: 'twelve bytes'.repeat(40) })
+  const closing = body.payload.length - body.payload.lastIndexOf('\r\n--')
+  // inside the file's bytes, inside the closing delimiter, and without its final `--`
+  for (const cut of [120, closing - 3, 4]) {
+    const res = await app.inject({ method: 'POST', url: '/api/uploads', payload: body.payload.subarray(0, body.payload.length - cut), headers: body.headers })
+    t.equal(res.statusCode, 400, `cut ${cut} bytes short`)
+    t.same(Object.keys(res.json()).sort(), ['error', 'message'])
+    t.equal(res.json().error, 'bad_request')
+    t.match(res.json().message, /multipart body cannot be read/)
+  }
+  t.equal(await count(app, 'uploads'), 0)
+  t.equal(await count(app, 'blobs'), 0)
+  t.same(blobFiles(dataDir), [])
+  t.same(temporaries(dataDir), [])
+  t.equal((await upload(app, { filename: 'notes.txt', type: 'text/plain', bytes: 'whole' })).statusCode, 201, 'a whole body is taken after them')
+})
+
 t.test('list, read, delete; the bytes go with the sweep once nothing names them', async (t) => {
   const { app, dataDir } = await appWithDir(t)
   const ids: string[] = []

@@ -117,6 +117,29 @@ t.test('DST, Europe/Berlin: */15 * * * * fires 8 times between 00:00Z and 02:00Z
   t.same(fires, ['00:00', '00:15', '00:30', '00:45', '01:00', '01:15', '01:30', '01:45'].map((hm) => `2026-10-25T${hm}:00.000Z`))
 })
 
+t.test('fires page by tick; a cursor that is not a tick of the list is 400 naming it', async (t) => {
+  const clock = new FakeClock('2026-05-31T23:59:00Z')
+  const { app, headers } = await scheduled(t, clock)
+  const a = await create(app, headers, { cron: '*/15 * * * *' })
+  await tickThrough([app], clock, '2026-05-31T23:59:00Z', '2026-06-01T00:59:00Z')
+  const seen: string[] = []
+  let cursor: string | null = null
+  do {
+    const url: string = `/api/automations/${a.id}/fires?limit=2${cursor ? `&cursor=${cursor}` : ''}`
+    const res = await app.inject({ method: 'GET', url, headers })
+    t.equal(res.statusCode, 200)
+    seen.push(...res.json().items.map((f: { scheduledFor: string }) => f.scheduledFor))
+    cursor = res.json().nextCursor
+  } while (cursor && seen.length < 10)
+  t.same(seen, ['00:45', '00:30', '00:15', '00:00'].map((hm) => `2026-06-01T${hm}:00.000Z`))
+  // a tick past what a date holds, a key that is not a number, a tick with padding, not base64url
+  for (const bad of [Buffer.from('9999999999999999').toString('base64url'), Buffer.from('not-a-tick').toString('base64url'), `${Buffer.from('1780272000000').toString('base64url')}=`, 'a.b']) {
+    const res = await app.inject({ method: 'GET', url: `/api/automations/${a.id}/fires?cursor=${bad}`, headers })
+    t.equal(res.statusCode, 400, bad)
+    t.match(res.json(), { error: 'validation_failed', details: [{ path: '/querystring/cursor' }] })
+  }
+})
+
 t.test('DST elsewhere: America/Santiago midnight on 2026-09-06, Australia/Lord_Howe\'s half-hour changes', async (t) => {
   const clock = new FakeClock('2026-09-05T12:00:00Z')
   const { app, headers } = await scheduled(t, clock)

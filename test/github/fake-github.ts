@@ -27,6 +27,8 @@ export interface FakePull {
   author: string
   head: string
   base: string
+  /** fields GitHub's answer leaves out (some payloads omit what is null) */
+  omit?: Array<'closed_at' | 'merged_at' | 'draft' | 'user'>
 }
 
 export interface FakeRepo {
@@ -325,7 +327,7 @@ export class FakeGitHub {
   }
 
   private pullJson(repo: FakeRepo, p: FakePull) {
-    return {
+    const json: Record<string, unknown> = {
       id: repo.id * 1000 + p.number,
       number: p.number,
       title: p.title,
@@ -340,6 +342,7 @@ export class FakeGitHub {
       closed_at: p.state === 'closed' ? '2025-10-01T00:00:00Z' : null,
       merged_at: p.merged ? '2025-10-01T00:00:00Z' : null
     }
+    return Object.fromEntries(Object.entries(json).filter(([field]) => !(p.omit as string[] | undefined)?.includes(field)))
   }
 }
 

@@ -58,10 +58,15 @@ t.test('repositories: paged through Link, only what the token can read, the wire
   })
   t.type(first.nextCursor, 'string')
 
-  // a cursor that decodes to nothing is the first page, never an error
-  const junk = await get('/api/github/repos?limit=2&cursor=bm90LWEtY3Vyc29y', { cookie: owner.cookie })
-  t.equal(junk.statusCode, 200)
-  t.equal(junk.json().items[0].fullName, 'pager/alpha')
+  // a cursor that is not a page of this listing is refused, and GitHub is not asked
+  const asked = github.log.length
+  for (const cursor of ['bm90LWEtY3Vyc29y', Buffer.from('0.3').toString('base64url'), Buffer.from('2.3.4').toString('base64url'), '!!', '']) {
+    const junk = await get(`/api/github/repos?limit=2&cursor=${encodeURIComponent(cursor)}`, { cookie: owner.cookie })
+    t.equal(junk.statusCode, 400, `cursor ${cursor}`)
+    t.equal(junk.json().error, 'validation_failed')
+    t.same(junk.json().details.map((d: { path: string }) => d.path), ['/querystring/cursor'])
+  }
+  t.equal(github.log.length, asked, 'GitHub was not asked')
   // above GitHub's largest page: pages of 100
   const big = await get('/api/github/repos?limit=200', { cookie: owner.cookie })
   t.equal(big.statusCode, 200)
@@ -162,6 +167,35 @@ t.test('pull requests: state filter, paging, 304s, 404 for a repository the toke
     if (res.statusCode === 400) t.equal(res.json().error, 'validation_failed', url)
   }
   t.equal(github.log.length, asked, 'GitHub was not asked')
+})
+
+t.test('a pull request GitHub sends without closed_at or merged_at (or cached so) is open and unmerged, never a 5xx', async (t) => {
+  const { owner } = await connected('sparse')
+  const repo = github.addRepo('sparse', 'app')
+  github.addPull(repo, { title: 'Bare', omit: ['closed_at', 'merged_at', 'draft', 'user'] })
+  github.addPull(repo, { title: 'Closed, merged_at left out', state: 'closed', omit: ['merged_at'] })
+  const list = await get('/api/github/repos/sparse/app/pulls?state=all', { cookie: owner.cookie })
+  t.equal(list.statusCode, 200, list.body)
+  const [closed, bare] = list.json().items
+  t.same(bare, {
+    id: String(repo.id * 1000 + 1), number: 1, title: 'Bare', state: 'open', draft: false, merged: false, author: null, headRef: 'branch-1', baseRef: 'main',
+    htmlUrl: 'https://github.example/sparse/app/pull/1', createdAt: '2025-01-01T00:00:00Z', updatedAt: '2025-01-02T00:00:00Z', closedAt: null, mergedAt: null
+  })
+  t.match(closed, { number: 2, state: 'closed', merged: false, closedAt: '2025-10-01T00:00:00Z', mergedAt: null })
+
+  // a record an earlier release cached from such a payload: no closedAt or mergedAt, and
+  // counted as merged; GitHub answers 304, so the answer comes from that record
+  const request = 'GET /repos/sparse/app/pulls?state=all&per_page=50&page=1'
+  const updated = rowsOf(await app.db.execute(sql`
+    update github_cache set body = jsonb_set(body, '{items}', (
+      select jsonb_agg(((i - 'closedAt') - 'mergedAt') || '{"merged": true}'::jsonb) from jsonb_array_elements(body->'items') i))
+    where org_id = ${owner.org.id} and request = ${request} returning request`))
+  t.equal(updated.length, 1, 'the cached record is the one the list reads')
+  const before = github.count('/repos/sparse/app/pulls', 304)
+  const cached = await get('/api/github/repos/sparse/app/pulls?state=all', { cookie: owner.cookie })
+  t.equal(github.count('/repos/sparse/app/pulls', 304), before + 1, 'answered from the cache')
+  t.equal(cached.statusCode, 200, cached.body)
+  t.match(cached.json().items, [{ number: 2, merged: false, closedAt: null, mergedAt: null }, { number: 1, merged: false, closedAt: null, mergedAt: null }])
 })
 
 t.test('an API key lists repositories and pulls (key routes); the org is the key\'s', async (t) => {

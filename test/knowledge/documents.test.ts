@@ -150,7 +150,19 @@ t.test('files of other kinds are 415 and leave no document; malformed bodies are
   t.equal(json.statusCode, 415)
   const wrongField = multipart({ field: 'upload', filename: 'a.txt', bytes: 'x' })
   t.equal((await app.inject({ method: 'POST', url: '/api/knowledge/documents', payload: wrongField.payload, headers: wrongField.headers })).statusCode, 400)
+  // a body cut short, inside the file or inside its closing delimiter: not even a blob is
+  // kept (the 415s above leave theirs to the sweeper)
+  const blobs = async () => rowsOf(await app.db.execute(sql`select count(*)::int as n from blobs`))
+  const blobsBefore = await blobs()
+  const whole = multipart({ filename: 'notes.md', type: 'text/markdown', bytes: '# Notes\n' + 'a line of notes\n'.repeat(40) })
+  for (const cut of [100, 4]) {
+    const res = await app.inject({ method: 'POST', url: '/api/knowledge/documents', payload: whole.payload.subarray(0, whole.payload.length - cut), headers: whole.headers })
+    t.equal(res.statusCode, 400, `cut ${cut} bytes short`)
+    t.equal(res.json().error, 'bad_request')
+    t.match(res.json().message, /multipart body cannot be read/)
+  }
   t.same(rowsOf(await app.db.execute(sql`select count(*)::int as n from knowledge_documents`)), [{ n: 0 }])
+  t.same(await blobs(), blobsBefore)
 
   t.equal(await documentKind('notes.txt', 'text/plain', Buffer.from('%PDF-1.7\n')), 'pdf', 'a signature wins over the declared type')
   t.equal(await documentKind('notes', undefined, Buffer.from('plain words')), 'text')

@@ -17,6 +17,15 @@ t.test('http backend: browse, search, patch, delete and history against a mem0 s
 
   const browse = (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json()
   t.match(browse, { enabled: true, total: 1, items: [{ id: 'm-1', content: 'Invoices go out on the first', sourceRunId: 'run-9', sourceScope: 'org' }] })
+  // this backend's cursor is an offset; anything else is refused before the service is asked
+  t.equal((await app.inject({ method: 'GET', url: '/api/memory/browse?cursor=1' })).json().items.length, 0, 'the page after the only fact')
+  const listed = mem0.state.lists
+  for (const bad of ['0', '007', 'abc', Buffer.from('m-1').toString('base64url'), '1234567890']) {
+    const res = await app.inject({ method: 'GET', url: `/api/memory/browse?cursor=${bad}` })
+    t.equal(res.statusCode, 400, bad)
+    t.match(res.json(), { error: 'validation_failed', details: [{ path: '/querystring/cursor' }] })
+  }
+  t.equal(mem0.state.lists, listed, 'the service was not asked')
   const search = (await app.inject({ method: 'GET', url: '/api/memory/search?q=invoices' })).json()
   t.same(search.items.map((i: { id: string }) => i.id), ['m-1'])
   t.match(search.items[0].citation, { kind: 'memory', id: 'm-1', runId: 'run-9' })

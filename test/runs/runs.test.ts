@@ -169,7 +169,13 @@ t.test('bad input is a clear 4xx and changes nothing', async (t) => {
     t.equal(res.statusCode, 400, url)
     t.equal(res.json().error, 'validation_failed', url)
   }
-  t.equal((await app.inject({ method: 'GET', url: '/api/runs?cursor=%%%' })).statusCode, 200, 'an unreadable cursor starts over')
+  // a cursor the list did not give out is refused, never read as the first page
+  for (const cursor of ['%25%25%25', '', 'AAAA', 'bm90IGFuIGlk', `${Buffer.from('0190b8f0-0000-7000-8000-000000000000').toString('base64url')}=`]) {
+    const res = await app.inject({ method: 'GET', url: `/api/runs?cursor=${cursor}` })
+    t.equal(res.statusCode, 400, `cursor ${cursor}`)
+    t.equal(res.json().error, 'validation_failed')
+    t.same(res.json().details.map((d: { path: string }) => d.path), ['/querystring/cursor'])
+  }
   const count = rowsOf<{ n: number }>(await app.db.execute(sql`select count(*)::int as n from runs`))[0]!.n
   t.equal(count, 0, 'nothing was created')
 })

@@ -113,6 +113,20 @@ t.test('routes: admin only, never a value, 201 then 200, 404, keys get 401', asy
   t.match(big.json(), { error: 'validation_failed', details: [{ path: '/body/value' }] })
   t.notMatch(big.body, /éé/, 'the error does not repeat the value')
   t.equal((await put(app, owner.cookie, 'MAX', 'x'.repeat(64 * 1024))).statusCode, 201, 'exactly 64 KiB')
+  // paged one by one, a 128-character name is a cursor like any other
+  const names: string[] = []
+  let cursor: string | null = null
+  do {
+    const url: string = `/api/secrets?limit=1${cursor ? `&cursor=${cursor}` : ''}`
+    const page = await app.inject({ method: 'GET', url, headers })
+    t.equal(page.statusCode, 200, page.body.slice(0, 200))
+    names.push(...page.json().items.map((s: { name: string }) => s.name))
+    cursor = page.json().nextCursor
+  } while (cursor && names.length < 10)
+  t.same(names, ['A'.repeat(128), 'API_KEY', 'GITHUB_TOKEN', 'MAX'])
+  const lower = await app.inject({ method: 'GET', url: `/api/secrets?cursor=${Buffer.from('not a name').toString('base64url')}`, headers })
+  t.equal(lower.statusCode, 400)
+  t.match(lower.json(), { error: 'validation_failed', details: [{ path: '/querystring/cursor' }] })
 
   // members, other orgs, keys
   const member = await signUp(app)

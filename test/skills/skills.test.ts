@@ -94,6 +94,35 @@ t.test('skills: created from a SKILL.md or from fields, read back as the same fi
   t.equal((await app.inject({ method: 'DELETE', url: `/api/skills/${skill.id}`, headers })).statusCode, 404)
 })
 
+t.test('a version or baseVersion past the 32-bit range is 400 validation_failed naming it, and changes nothing', async (t) => {
+  const app = await buildTestApp(t)
+  const created = await app.inject({ method: 'POST', url: '/api/skills', payload: { skillMd: FILE } })
+  t.equal(created.statusCode, 201)
+  const skill = created.json().skill
+  const json = { 'content-type': 'application/json' }
+  // 1e400 is read as Infinity; the others are numbers JSON carries but the column cannot
+  for (const big of ['2147483648', '9007199254740993', '1e400']) {
+    const patch = await app.inject({ method: 'PATCH', url: `/api/skills/${skill.id}`, headers: json, payload: `{"description":"changed","version":${big}}` })
+    t.equal(patch.statusCode, 400, `PATCH version ${big}`)
+    t.equal(patch.json().error, 'validation_failed')
+    t.same(patch.json().details.map((d: { path: string }) => d.path), ['/body/version'])
+    const propose = await app.inject({
+      method: 'POST', url: '/api/skills/proposals', headers: json,
+      payload: `{"skillMd":${JSON.stringify(FILE.replace('Apache-2.0', 'MIT'))},"skillId":"${skill.id}","baseVersion":${big}}`
+    })
+    t.equal(propose.statusCode, 400, `proposal baseVersion ${big}`)
+    t.equal(propose.json().error, 'validation_failed')
+    t.same(propose.json().details.map((d: { path: string }) => d.path), ['/body/baseVersion'])
+  }
+  const after = (await app.inject({ method: 'GET', url: `/api/skills/${skill.id}` })).json().skill
+  t.same(after, skill, 'the skill is as it was')
+  t.equal(await count(app, 'skill_proposals'), 0)
+  // the largest one is a version like any other: stale here
+  const stale = await app.inject({ method: 'PATCH', url: `/api/skills/${skill.id}`, payload: { description: 'changed', version: 2_147_483_647 } })
+  t.equal(stale.statusCode, 409)
+  t.equal(stale.json().error, 'conflict')
+})
+
 t.test('a SKILL.md with problems is a 400 naming each one with its line and column; nothing is stored', async (t) => {
   const app = await buildTestApp(t)
   const owner = await signUpWithOrg(app)
