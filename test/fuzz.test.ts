@@ -1,10 +1,14 @@
+import { gzipSync } from 'node:zlib'
+import { sql } from 'drizzle-orm'
 import fc from 'fast-check'
 import { newKeyText } from '../src/secrets/crypto.js'
 import t from 'tap'
 import { DEV_ORG } from '../src/auth/dev-org.js'
 import { createSession } from '../src/auth/sessions.js'
+import { rowsOf } from '../src/db/client.js'
 import { newId } from '../src/db/ids.js'
 import { providers } from '../src/providers/tables.js'
+import { multipart } from './artifacts/helpers.js'
 import { addFacts } from './memory/helpers.js'
 import { fixtureGitHub } from './github/fake-github.js'
 import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from './helper.js'
@@ -60,6 +64,8 @@ interface Operation {
   path: string
   params: Parameter[]
   body: Schema | undefined
+  /** the media types its request body may have (none: it takes no body) */
+  bodyTypes: string[]
   /** answers with an event stream (or may): read only its status and headers */
   sse: boolean
 }
@@ -69,8 +75,12 @@ interface Operation {
  * JSON.stringify itself overflows the stack a few thousand levels down.
  */
 const deepToken = (depth: number): string => `@@deep${depth}@@`
+/** A number JSON.stringify cannot write (1e400 is read as Infinity), written as it is in the JSON text. */
+const rawNumber = (text: string): string => `@@number${text}@@`
 const nested = (depth: number): string => `${'{"a":['.repeat(depth >> 1)}${depth % 2 === 1 ? '{}' : '1'}${']}'.repeat(depth >> 1)}`
-const expandDeep = (text: string): string => text.replace(/"?@@deep(\d+)@@"?/g, (_m, depth: string) => nested(Number(depth)))
+const expandDeep = (text: string): string => text
+  .replace(/"?@@deep(\d+)@@"?/g, (_m, depth: string) => nested(Number(depth)))
+  .replace(/"?@@number([-+.eE0-9]+)@@"?/g, (_m, number: string) => number)
 const MEGABYTE = 'x'.repeat(1 << 20)
 // just under the body limit with a little JSON around it, so the string reaches the schemas and the handlers
 const ALMOST_MEGABYTE = 'y'.repeat((1 << 20) - 4096)
@@ -81,7 +91,7 @@ const HOSTILE: Record<string, fc.Arbitrary<Json>> = {
   loneSurrogate: fc.tuple(fc.string({ maxLength: 4 }), fc.integer({ min: 0xd800, max: 0xdfff })).map(([s, c]) => `${s}${String.fromCharCode(c)}${s}`),
   deep: fc.oneof(fc.integer({ min: 65, max: 200 }), fc.integer({ min: 4000, max: 20_000 })).map(deepToken),
   wrongType: fc.oneof(fc.boolean(), fc.constant(null), fc.array(fc.integer(), { maxLength: 3 }), fc.dictionary(fc.string({ maxLength: 5 }), fc.integer(), { maxKeys: 3 }), fc.integer(), fc.double({ noNaN: true, noDefaultInfinity: true })),
-  hugeNumber: fc.constantFrom(1e308, -1e308, 2 ** 53 + 2, 1e21, 2 ** 31, 2 ** 63, 1.2345678901234568e29),
+  hugeNumber: fc.constantFrom<Json>(1e308, -1e308, 2 ** 53 + 2, 1e21, 2 ** 31, 2 ** 63, 1.2345678901234568e29, rawNumber('1e400'), rawNumber('-1e400'), rawNumber('9007199254740993')),
   negative: fc.oneof(fc.integer({ min: -(2 ** 40), max: -1 }), fc.constantFrom(-1, -0.5, -1e308)),
   empty: fc.constantFrom<Json>('', [], {}),
   megabyte: fc.constantFrom(MEGABYTE, ALMOST_MEGABYTE),
@@ -112,6 +122,7 @@ function operationsOf(doc: { paths: Record<string, Record<string, { parameters?:
         path,
         params,
         body: resolve(doc as never, op.requestBody?.content?.['application/json']?.schema),
+        bodyTypes: Object.keys(op.requestBody?.content ?? {}),
         sse: params.some((p) => p.in === 'header' && p.name.toLowerCase() === 'last-event-id') ||
           Object.values(responses).some((r) => r.content !== undefined && 'text/event-stream' in r.content)
       })
@@ -280,6 +291,8 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   const fuzzRepo = github.addRepo('fuzz-owner', 'fuzz-repo', { files: { 'README.md': '# fuzz\n', 'f/SKILL.md': '---\nname: fuzz-import\ndescription: fuzz\n---\nDo.\n' } })
   fuzzRepo.collaborators.add('fuzz-dev')
   github.addPull(fuzzRepo, { title: 'fuzz pull' })
+  // GitHub leaves out what is null now and then
+  github.addPull(fuzzRepo, { title: 'fuzz pull, sparse', omit: ['closed_at', 'merged_at', 'draft', 'user'] })
   const connectGitHub = async () => {
     for (const [headers, token] of [[{ cookie: owner.cookie }, ownerAccount.token], [{}, devAccount.token]] as const) {
       const res = await app.inject({ method: 'PUT', url: '/api/integrations/github', headers, payload: { token } })
@@ -287,7 +300,9 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     }
   }
   await connectGitHub()
-  t.ok(ownerRun?.id && devRun?.id && memoryIds.length >= 2 && skillIds.every(Boolean), 'fixtures exist')
+  // an artifact saved for a run under a name (the name is the run's now)
+  const runArtifact = await app.inject({ method: 'POST', url: '/api/artifacts', headers: { cookie: owner.cookie }, payload: { name: 'fuzz-run.md', content: 'run', runId: ownerRun.id } })
+  t.ok(ownerRun?.id && devRun?.id && memoryIds.length >= 2 && skillIds.every(Boolean) && runArtifact.statusCode === 201, 'fixtures exist')
   const runIds = [ownerRun.id as string, devRun.id as string]
   // by parameter name; anything else gets every id (the principal's own user and key are left out, so they survive)
   const ids: Record<string, string[]> = {
@@ -302,8 +317,9 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     name: ['FUZZ_TOKEN', 'MISSING_NAME'],
     approvalId: ['0190b8f0-0000-7000-8000-000000000000'],
     owner: ['fuzz-owner'],
-    // the body's `owner/name` of skill import and wiki (a `repo` path parameter gets it too, and is refused)
-    repo: ['fuzz-owner/fuzz-repo']
+    // the body's `owner/name` of skill import and wiki (a `repo` path parameter gets it first too, and
+    // refuses it), then the name alone that the pull requests' path takes
+    repo: ['fuzz-owner/fuzz-repo', 'fuzz-repo']
   }
   const everyId = [...new Set(Object.values(ids).flat())]
 
@@ -475,10 +491,151 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     return out
   }
 
+  /** Rows a request could write and no worker writes meanwhile: a refused one leaves them as they were. */
+  const REQUEST_TABLES = [
+    'users', 'organizations', 'members', 'api_keys', 'idempotency_keys', 'integrations', 'providers', 'secrets', 'uploads', 'blobs', 'artifacts',
+    'artifact_versions', 'artifact_proposals', 'knowledge_records', 'knowledge_documents', 'knowledge_drafts', 'skills', 'skill_proposals',
+    'playbooks', 'playbook_steps', 'projects', 'tasks', 'automations', 'tool_policies'
+  ]
+  const rowCounts = async () => {
+    const counts: Record<string, number> = {}
+    for (const table of REQUEST_TABLES) counts[table] = rowsOf<{ n: number }>(await app.db.execute(sql.raw(`select count(*)::int as n from ${table}`)))[0]!.n
+    return counts
+  }
+  const pointer = (path: string[]) => path.map((p) => p.replace(/~/g, '~0').replace(/\//g, '~1')).join('/')
+  /** The schema at a body slot, through properties and items as bodySlots walks them. */
+  const schemaAt = (schema: Schema | undefined, path: string[]): Schema | undefined => {
+    let at = resolve(doc as never, schema)
+    for (const key of path) at = resolve(doc as never, /^\d+$/.test(key) ? at?.items : at?.properties?.[key])
+    return at
+  }
+  const isInteger = (schema: Schema | undefined) => [schema, ...(schema?.anyOf ?? [])].some((s) => {
+    const type = resolve(doc as never, s)?.type
+    return type === 'integer' || (Array.isArray(type) && type.includes('integer'))
+  })
+
+  /**
+   * The path values that reach an operation's handler: the first whose GET (of the
+   * operation's own path, or of the nearest parent path with the same parameters) answers
+   * 200 for the owner. Without such a GET, the first candidates.
+   */
+  async function reachingPath(op: Operation, cookie: string): Promise<string> {
+    const pathParams = op.params.filter((p) => p.in === 'path')
+    if (pathParams.length === 0) return op.path
+    const fill = (path: string, combo: string[]) => pathParams.reduce((at, param, i) => at.replace(`{${param.name}}`, encodeURIComponent(combo[i]!)), path)
+    let combos: string[][] = [[]]
+    for (const param of pathParams) combos = combos.flatMap((combo) => (param.name === 'repo' ? ['fuzz-repo'] : ids[param.name] ?? everyId).map((value) => [...combo, value]))
+    let probe: string | undefined
+    // (every parent with the parameters still has a `{`, so this ends)
+    for (let path = op.path; pathParams.every((p) => path.includes(`{${p.name}}`)); path = path.slice(0, path.lastIndexOf('/'))) {
+      if (operations.some((o) => o.method === 'GET' && o.path === path && !o.sse)) {
+        probe = path
+        break
+      }
+    }
+    if (probe !== undefined) {
+      for (const combo of combos) {
+        requests++
+        const res = await fetch(`${base}${fill(probe, combo)}`, { headers: { cookie }, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) })
+        await res.body?.cancel()
+        if (res.status === 200) return fill(op.path, combo)
+      }
+    }
+    return fill(op.path, combos[0]!)
+  }
+
+  /**
+   * What the fuzzer once found, asked of every operation it applies to: a body with a
+   * content coding (415), a multipart body cut short (400 bad_request), integers past what
+   * a column holds (never a 5xx; 400 naming the field where the schema bounds it), a name a
+   * run's artifact already has (409), and GitHub pull requests without closed_at or
+   * merged_at. Each refusal leaves the rows as they were.
+   */
+  async function checkFindings(): Promise<string[]> {
+    const out: string[] = []
+    const cookie = `cairn_session=${(await createSession(app.db, owner.user.id, owner.org.id)).token}`
+    const sendRaw = async (method: string, url: string, headers: Record<string, string>, body?: Buffer | string) => {
+      requests++
+      const res = await fetch(url, { method, headers: { cookie, ...headers }, ...(body !== undefined ? { body } : {}), signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) })
+      return { status: res.status, body: await res.text(), headers: res.headers }
+    }
+    const errorOf = (body: string) => {
+      try {
+        return JSON.parse(body) as { error?: string; details?: Array<{ path: string }> }
+      } catch {
+        return {}
+      }
+    }
+    const writes = operations.filter((op) => op.bodyTypes.length > 0 && op.method !== 'GET')
+    await connectGitHub()
+    const before = await rowCounts()
+
+    // a content coding, on every operation that takes a body
+    for (const op of writes) {
+      const type = op.bodyTypes.includes('application/json') ? 'application/json' : op.bodyTypes[0]!
+      const plain = type === 'multipart/form-data'
+        ? multipart({ filename: 'fuzz.txt', type: 'text/plain', bytes: 'fuzz' })
+        : { payload: Buffer.from(type === 'application/json' ? expandDeep(JSON.stringify(validValue(doc, op.body, '', ids))) : 'fuzz'), headers: { 'content-type': type } }
+      const res = await sendRaw(op.method, `${base}${await reachingPath(op, cookie)}`, { ...plain.headers, 'content-encoding': 'gzip' }, gzipSync(plain.payload))
+      if (res.status !== 415 || errorOf(res.body).error !== 'unsupported_media_type' || res.headers.get('accept-encoding') !== 'identity') {
+        out.push(`gzip ${op.method} ${op.path}: ${res.status} ${res.body.slice(0, 200)}`)
+      }
+    }
+
+    // a multipart body cut inside its file, and inside its closing delimiter
+    for (const op of writes.filter((o) => o.bodyTypes.includes('multipart/form-data'))) {
+      const whole = multipart({ filename: 'fuzz.md', type: 'text/markdown', bytes: '# fuzz\n'.repeat(50) })
+      for (const cut of [100, 4]) {
+        const res = await sendRaw(op.method, `${base}${await reachingPath(op, cookie)}`, whole.headers, whole.payload.subarray(0, whole.payload.length - cut))
+        if (res.status !== 400 || errorOf(res.body).error !== 'bad_request') out.push(`multipart cut ${cut} short ${op.method} ${op.path}: ${res.status} ${res.body.slice(0, 200)}`)
+      }
+    }
+
+    const after = await rowCounts()
+    const changed = REQUEST_TABLES.filter((table) => before[table] !== after[table]).map((table) => `${table}: ${before[table]} -> ${after[table]}`)
+    if (changed.length > 0) out.push(`refused bodies changed rows: ${changed.join(', ')}`)
+
+    // integers past 32 bits (and 1e400, read as Infinity) in every integer field of a JSON body
+    // (some are taken, and do what they ask: a version is only compared, a limit capped)
+    let integerFields = 0
+    for (const op of writes.filter((o) => o.body !== undefined && o.method !== 'DELETE')) {
+      const slots = bodySlots(doc, op.body).filter((path) => path.length > 0 && isInteger(schemaAt(op.body, path)))
+      if (slots.length === 0) continue
+      integerFields += slots.length
+      const url = `${base}${await reachingPath(op, cookie)}`
+      for (const path of slots) {
+        const bounded = [schemaAt(op.body, path), ...(schemaAt(op.body, path)?.anyOf ?? [])].some((s) => (resolve(doc as never, s)?.maximum ?? Infinity) <= 2_147_483_647)
+        for (const value of ['2147483648', '9007199254740993', '1e400']) {
+          const body = expandDeep(JSON.stringify(setAt(validValue(doc, op.body, '', ids), path, rawNumber(value))))
+          const res = await sendRaw(op.method, url, { 'content-type': 'application/json' }, body)
+          const where = `${op.method} ${op.path} /body/${pointer(path)}=${value}`
+          if (res.status >= 500) out.push(`${where}: ${res.status} ${res.body.slice(0, 200)}`)
+          else if (bounded && (res.status !== 400 || !errorOf(res.body).details?.some((d) => d.path === `/body/${pointer(path)}`))) {
+            out.push(`${where}: ${res.status}, not a 400 naming the field: ${res.body.slice(0, 200)}`)
+          }
+        }
+      }
+    }
+    // a name the run's artifact already has
+    const artifactsBefore = (await rowCounts()).artifacts
+    const again = await sendRaw('POST', `${base}/api/artifacts`, { 'content-type': 'application/json' }, JSON.stringify({ name: 'fuzz-run.md', content: 'again', runId: ownerRun.id }))
+    if (again.status !== 409 || errorOf(again.body).error !== 'conflict') out.push(`the same artifact name for a run: ${again.status} ${again.body.slice(0, 200)}`)
+    if ((await rowCounts()).artifacts !== artifactsBefore) out.push('the refused artifact name added a row')
+
+    // GitHub's sparse pull request
+    const pulls = await sendRaw('GET', `${base}/api/github/repos/fuzz-owner/fuzz-repo/pulls?state=all`, {})
+    const sparse = (errorOf(pulls.body) as { items?: Array<{ title: string; closedAt?: unknown; mergedAt?: unknown; merged?: unknown }> }).items?.find((p) => p.title === 'fuzz pull, sparse')
+    if (pulls.status !== 200 || sparse?.closedAt !== null || sparse.mergedAt !== null || sparse.merged !== false) out.push(`a pull request without closed_at: ${pulls.status} ${pulls.body.slice(0, 200)}`)
+    const multiparts = writes.filter((o) => o.bodyTypes.includes('multipart/form-data')).length
+    t.comment(`findings: a content coding on ${writes.length} operations, multipart cut short on ${multiparts}, ${integerFields} integer fields past 32 bits`)
+    return out
+  }
+
   // 0. every list, while every fixture still exists (the walk below deletes some): a cursor
   // it did not give out is 400 validation_failed naming /querystring/cursor (never read as
   // the first page), and one it gave out is taken
   t.same(await checkCursors(), [], 'every list refuses a cursor it did not give out')
+  t.same(await checkFindings(), [], 'what the fuzzer found is refused as a 4xx everywhere it applies, and changes nothing')
 
   let seed = SEED
   const spent: Array<[string, number]> = []
