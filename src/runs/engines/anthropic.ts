@@ -2,21 +2,10 @@ import Anthropic from '@anthropic-ai/sdk'
 import type { ContentBlockParam, MessageCreateParamsBase, MessageParam, Tool } from '@anthropic-ai/sdk/resources/messages/messages'
 import type { RunSettings } from '../tables.js'
 import { EngineError, type Engine, type ToolCall, type ToolDefinition, type WireMessage } from './types.js'
-import { modelEngine, type ModelProtocol } from './model-call.js'
+import { protocolEngine, type ModelClientOptions, type ModelProtocol } from './model-call.js'
 
-export interface AnthropicOptions {
-  /** the API's origin, e.g. https://api.anthropic.com (requests go to `{baseUrl}/v1/messages`) */
-  baseUrl: string | undefined
-  apiKey: string | undefined
-  models: string[]
-  timeoutMs: number
-  probeTtlMs: number
-  maxToolRounds: number
-  /** how requests are made (an org provider's guarded fetch); the global fetch by default */
-  fetch?: ((url: string, init: RequestInit) => Promise<Response>) | undefined
-  retries?: number | undefined
-  retryBaseMs?: number | undefined
-}
+/** `baseUrl` is the API's origin, e.g. https://api.anthropic.com (requests go to `{baseUrl}/v1/messages`). */
+export type AnthropicOptions = ModelClientOptions
 
 /** The API version every request names (the one the SDK's request shapes follow; the provider check sends it too). */
 export const ANTHROPIC_VERSION = '2026-10-21'
@@ -138,9 +127,5 @@ function anthropicProtocol(opts: AnthropicOptions, base: string): ModelProtocol 
 
 /** Anthropic's Messages API (the deployment's ANTHROPIC_* settings, or an org provider of kind `anthropic`). */
 export function anthropicEngine(opts: AnthropicOptions): Engine {
-  const base = opts.baseUrl?.replace(/\/+$/, '')
-  const protocol: ModelProtocol = base
-    ? anthropicProtocol(opts, base)
-    : { call: () => Promise.reject(new EngineError('anthropic engine is not configured')), listModels: () => Promise.resolve([]) }
-  return modelEngine(protocol, { ...opts, id: 'anthropic', name: 'Anthropic', configured: base !== undefined })
+  return protocolEngine('anthropic', 'Anthropic', opts, (base) => anthropicProtocol(opts, base))
 }

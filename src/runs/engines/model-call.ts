@@ -73,6 +73,30 @@ export interface ModelEngineOptions {
   configured: boolean
 }
 
+/** What a model engine of either protocol is built from (the deployment's settings, or an org provider's). */
+export interface ModelClientOptions {
+  baseUrl: string | undefined
+  apiKey: string | undefined
+  models: string[]
+  timeoutMs: number
+  probeTtlMs: number
+  /** model calls answered with tool results per run, at most */
+  maxToolRounds: number
+  /** how requests are made (an org provider's guarded fetch); the global fetch by default */
+  fetch?: ((url: string, init: RequestInit) => Promise<Response>) | undefined
+  /** MODEL_RETRIES: tries after the first, before the first token, for 429, 5xx and connection failures */
+  retries?: number | undefined
+  /** MODEL_RETRY_BASE_MS: the first retry waits between half of it and it, doubling each time */
+  retryBaseMs?: number | undefined
+}
+
+/** A model engine of one protocol: not configured (never ready) without a base URL. */
+export function protocolEngine(id: string, name: string, opts: ModelClientOptions, protocol: (base: string) => ModelProtocol): Engine {
+  const base = opts.baseUrl?.replace(/\/+$/, '')
+  const unconfigured: ModelProtocol = { call: () => Promise.reject(new EngineError(`${id} engine is not configured`)), listModels: () => Promise.resolve([]) }
+  return modelEngine(base ? protocol(base) : unconfigured, { ...opts, id, name, configured: base !== undefined })
+}
+
 /** The HTTP status and headers of an SDK error (both SDKs' `APIError` carry them); status null when it never got an answer. */
 function upstreamAnswer(err: unknown): { http: boolean; status: number | null; headers: Headers | undefined } {
   const e = err as { status?: unknown; headers?: unknown } | null

@@ -2,25 +2,11 @@ import OpenAI from 'openai'
 import type { ChatCompletionCreateParamsStreaming, ChatCompletionMessageParam } from 'openai/resources/chat/completions'
 import type { RunSettings } from '../tables.js'
 import { EngineError, type Engine, type ToolCall } from './types.js'
-import { modelEngine, type ModelProtocol } from './model-call.js'
+import { protocolEngine, type ModelClientOptions, type ModelProtocol } from './model-call.js'
 
 export { retryAfterMs, type ModelRetry } from './model-call.js'
 
-export interface OpenAiOptions {
-  baseUrl: string | undefined
-  apiKey: string | undefined
-  models: string[]
-  timeoutMs: number
-  probeTtlMs: number
-  /** model calls answered with tool results per run, at most */
-  maxToolRounds: number
-  /** how requests are made (an org provider's guarded fetch); the global fetch by default */
-  fetch?: ((url: string, init: RequestInit) => Promise<Response>) | undefined
-  /** MODEL_RETRIES: tries after the first, before the first token, for 429, 5xx and connection failures */
-  retries?: number | undefined
-  /** MODEL_RETRY_BASE_MS: the first retry waits between half of it and it, doubling each time */
-  retryBaseMs?: number | undefined
-}
+export type OpenAiOptions = ModelClientOptions
 
 /** A run's settings as chat-completions parameters (contract 13.3). */
 function requestSettings(s: RunSettings): Partial<ChatCompletionCreateParamsStreaming> {
@@ -102,9 +88,5 @@ function openAiProtocol(opts: OpenAiOptions, base: string): ModelProtocol {
  * and its `/models` answered recently (a short probe, cached).
  */
 export function openAiEngine(opts: OpenAiOptions): Engine {
-  const base = opts.baseUrl?.replace(/\/+$/, '')
-  const protocol: ModelProtocol = base
-    ? openAiProtocol(opts, base)
-    : { call: () => Promise.reject(new EngineError('openai engine is not configured')), listModels: () => Promise.resolve([]) }
-  return modelEngine(protocol, { ...opts, id: 'openai', name: 'OpenAI-compatible', configured: base !== undefined })
+  return protocolEngine('openai', 'OpenAI-compatible', opts, (base) => openAiProtocol(opts, base))
 }
