@@ -2,40 +2,20 @@
 // the first byte of its request at the model, with the thread's earlier turns read and
 // trimmed in the claim's own statement. Against the same measure for a thread's first run
 // (no history), in the same run, on PGlite and (BENCH_DATABASE_URL or DATABASE_URL) Postgres.
-import { once } from 'node:events'
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { benchPostgres, credentials, startServer, withDatabase } from './lib.js'
+import { pct, startBenchModel } from './model.js'
 
 const TURNS = Number(process.env.BENCH_HISTORY_TURNS ?? 200)
 const PROBES = Number(process.env.BENCH_HISTORY_PROBES ?? 100)
 
-/** A local OpenAI-compatible model: notes when each request's first byte arrived, answers at once. */
+/** A local OpenAI-compatible model: notes when each request began to arrive, by its last message, and answers at once. */
 async function startModel(): Promise<{ url: string; arrivals: Map<string, number>; close(): Promise<void> }> {
   const arrivals = new Map<string, number>()
-  const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
-    const arrived = performance.timeOrigin + performance.now()
-    let raw = ''
-    for await (const chunk of req) raw += chunk
-    if (req.url === '/v1/models') {
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ data: [{ id: 'bench-model' }] }))
-      return
-    }
-    const body = JSON.parse(raw) as { messages: Array<{ content: string }> }
-    arrivals.set(body.messages[body.messages.length - 1]!.content, arrived)
-    res.writeHead(200, { 'content-type': 'text/event-stream' })
-    res.write(`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: 'noted: '.padEnd(200, 'x') } }] })}\n\n`)
-    res.write(`data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 1, completion_tokens: 1 } })}\n\n`)
-    res.end('data: [DONE]\n\n')
+  const model = await startBenchModel(({ messages }, arrived) => {
+    arrivals.set(messages[messages.length - 1]!.content ?? '', arrived)
+    return [{ delta: { content: 'noted: '.padEnd(200, 'x') }, finish: 'stop' }]
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as { port: number }
-  return { url: `http://127.0.0.1:${port}/v1`, arrivals, close: () => new Promise((r) => server.close(() => r())) }
-}
-
-const pct = (values: number[], p: number) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!
+  return { ...model, arrivals }
 }
 
 async function measure(label: string, env: Record<string, string>): Promise<string[]> {

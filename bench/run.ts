@@ -1,5 +1,6 @@
 // npm run bench [-- name …]: runs the named benchmarks (all by default) and prints
 // Markdown tables of requests/s, p99 and the ratio to the baseline measured in the same run.
+import { benchApprovals } from './approvals.js'
 import { benchArtifacts } from './artifacts.js'
 import { benchAutomations } from './automations.js'
 import { benchFoundation } from './foundation.js'
@@ -8,26 +9,33 @@ import { benchHub } from './hub.js'
 import { benchIdentity } from './identity.js'
 import { benchKnowledge } from './knowledge.js'
 import { benchMemory } from './memory.js'
+import { benchMcp } from './mcp.js'
+import { benchRecall } from './recall.js'
 import { benchRuns } from './runs.js'
 import { benchRuntime } from './runtime.js'
 import { benchSkills } from './skills.js'
 import { benchUsage } from './usage.js'
 import { benchSlack } from './slack.js'
+import { benchWorkspaces } from './workspaces.js'
 
 const benches: Record<string, () => Promise<string>> = {
   foundation: benchFoundation,
   identity: benchIdentity,
   runs: benchRuns,
+  approvals: benchApprovals,
   history: benchHistory,
   runtime: benchRuntime,
   memory: benchMemory,
+  recall: benchRecall,
   artifacts: benchArtifacts,
   knowledge: benchKnowledge,
   skills: benchSkills,
   automations: benchAutomations,
   usage: benchUsage,
   slack: benchSlack,
-  hub: benchHub
+  hub: benchHub,
+  workspaces: benchWorkspaces,
+  mcp: benchMcp
 }
 
 const wanted = process.argv.slice(2)

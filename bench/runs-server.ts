@@ -1,9 +1,24 @@
 // The real service for the runs benchmark: like cairn-server.ts, and on SIGUSR2 it
 // collects garbage and prints its heap, so the bench can measure bytes per connection.
+import { sql } from 'drizzle-orm'
 import { buildApp } from '../src/app.js'
+import { DEV_ORG } from '../src/auth/dev-org.js'
 import { loadConfig } from '../src/config.js'
 
 const app = await buildApp({ config: loadConfig() })
+// BENCH_WAITING_RUNS: that many runs of the dev org waiting for approval (a day from expiry)
+const waiting = Number(process.env.BENCH_WAITING_RUNS ?? 0)
+if (waiting > 0) {
+  await app.db.execute(sql`
+    with r as (
+      insert into runs (id, org_id, root_run_id, engine, prompt, status, origin, suspended, resume_at)
+      select g.id, ${DEV_ORG.id}, g.id, 'openai', 'waiting', 'requires_action', 'api',
+             '{"messages":[],"round":0,"calls":[]}'::jsonb, now() + interval '1 day'
+      from (select gen_random_uuid()::text as id from generate_series(1, ${waiting})) g
+      returning id)
+    insert into tool_approvals (id, org_id, run_id, root_run_id, call_id, tool, arguments, expires_at)
+    select gen_random_uuid()::text, ${DEV_ORG.id}, id, id, 'c', 'shell', '{}'::jsonb, now() + interval '1 day' from r`)
+}
 const address = await app.listen({ port: Number(process.env.PORT ?? 0), host: '127.0.0.1', backlog: 4096 })
 process.stdout.write(`listening on ${address}\n`)
 process.on('SIGUSR2', () => {

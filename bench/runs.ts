@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { benchEnv, benchPostgres, credentials, load, table, withDatabase, type Result } from './lib.js'
+import { now, pct } from './model.js'
 
 interface Proc {
   url: string
@@ -59,11 +60,6 @@ function post(url: string, body: unknown): Promise<{ status: number; body: strin
   })
 }
 
-const pct = (values: number[], p: number) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!
-}
-const now = () => performance.timeOrigin + performance.now()
 
 async function dispatch(label: string, env: Record<string, string>, withHealth = true): Promise<Result[]> {
   const server = await startRunsServer(env)

@@ -14,7 +14,12 @@ const app = await buildApp({
         },
         async threadExists(orgId) {
           return orgId === DEV_ORG.id
-        }
+        },
+        async existingThreads(keys) {
+          return new Set(keys.filter((k) => k.orgId === DEV_ORG.id).map((k) => `${k.orgId}/${k.threadId}`))
+        },
+        async hold() {},
+        async decided() {}
       }
     }
   }

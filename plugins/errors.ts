@@ -1,7 +1,7 @@
 import type { FastifyError, FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { allowedMethods, MAX_PATH_LENGTH } from './router-refusals.js'
-import { DATABASE_RETRY_AFTER_S, isDatabaseUnavailable } from '../src/db/faults.js'
+import { DATABASE_RETRY_AFTER_S, isDatabaseUnavailable, isDiskFull } from '../src/db/faults.js'
 
 /**
  * A failure the client is meant to see: a status, the contract's identifier and a
@@ -66,6 +66,11 @@ export const noOrphanCapture = () =>
 export const conflict = (message: string) => new ApiError(409, 'conflict', message)
 export const threadBusy = () =>
   new ApiError(409, 'thread_busy', 'a run of this thread has not ended yet; wait for it, or send multitask "enqueue" or "interrupt"')
+/** A terminal of a thread whose workspace another instance holds (a run or a terminal there): refused, not queued. */
+export const workspaceBusy = () =>
+  new ApiError(409, 'workspace_busy', 'the thread\'s workspace is in use on another instance (a run or a terminal of this thread); try again when it has ended', {
+    headers: { 'retry-after': '5' }
+  })
 export const idempotencyKeyReused = () => new ApiError(409, 'idempotency_key_reused', 'this Idempotency-Key was used with a different request')
 export const idempotencyKeyInUse = () =>
   new ApiError(409, 'idempotency_key_in_use', 'a request with this Idempotency-Key is still in progress; retry shortly', { headers: { 'retry-after': '1' } })
@@ -86,7 +91,6 @@ export const rangeNotSatisfiable = (size: number) =>
   new ApiError(416, 'range_not_satisfiable', `the range is outside the content (${size} bytes)`, { headers: { 'content-range': `bytes */${size}` } })
 export const preconditionRequired = () => new ApiError(428, 'precondition_required', 'this write needs If-Match with the current ETag')
 // 414
-export const uriTooLong = (message: string) => new ApiError(414, 'uri_too_long', message)
 // 429
 export function rateLimited(seconds: number, what = 'requests'): ApiError {
   const wait = Math.max(1, Math.ceil(seconds))
@@ -101,6 +105,10 @@ export const deleteFailed = () => new ApiError(502, 'delete failed', 'the memory
 // 503
 export const notReady = (retryAfterSeconds: number) =>
   new ApiError(503, 'not_ready', 'the database does not answer', { headers: { 'retry-after': String(retryAfterSeconds) } })
+/** Seconds a client is told to wait while the disk is full. */
+export const STORAGE_RETRY_AFTER_S = 30
+export const storageFull = (retryAfterSeconds: number) =>
+  new ApiError(503, 'not_ready', 'the disk is full: uploads and artifacts cannot be stored', { headers: { 'retry-after': String(retryAfterSeconds) } })
 export const sandboxUnavailable = (reason: string) => new ApiError(503, 'sandbox_unavailable', reason)
 export const desktopUnavailable = () => new ApiError(503, 'desktop_unavailable', 'the desktop needs Xvfb and x11vnc on this server')
 export const integrationNotConnected = (kind: string) =>
@@ -152,6 +160,7 @@ export function describeError(err: FastifyError | ApiError | Error): ErrorReply 
     return { status: err.statusCode, body: { error: err.error, message: err.message, ...err.extra }, headers: err.headers }
   }
   if (isDatabaseUnavailable(err)) return databaseUnavailable()
+  if (isDiskFull(err)) return insufficientStorage()
   const fe = err as FastifyError
   if (fe.validation) {
     const context = fe.validationContext ?? 'body'
@@ -188,6 +197,18 @@ function databaseUnavailable(): ErrorReply {
     status: 503,
     body: { error: 'database_unavailable', message: 'the database is unavailable; retry shortly' },
     headers: { 'retry-after': String(DATABASE_RETRY_AFTER_S) }
+  }
+}
+
+/**
+ * A write that found the disk full (ENOSPC, EDQUOT): 507, and the connection closes after the
+ * answer, since the rest of an upload's body was not read.
+ */
+function insufficientStorage(): ErrorReply {
+  return {
+    status: 507,
+    body: { error: 'insufficient_storage', message: 'the server has no room to store this now; try again later' },
+    headers: { 'retry-after': String(STORAGE_RETRY_AFTER_S), connection: 'close' }
   }
 }
 

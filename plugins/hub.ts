@@ -89,6 +89,8 @@ export default fp(async function hubPlugin(app: FastifyInstance, opts: HubOption
       return reply.header('cache-control', 'public, max-age=31536000, immutable').sendFile(file, assets, { cacheControl: false })
     })
   })
+  // the root says where to go: the console (whose footer points at the API reference)
+  app.get('/', { schema: { hide: true } }, async (_request, reply) => reply.redirect('/hub/', 302))
   app.get('/hub', { schema: { hide: true } }, async (_request, reply) => reply.redirect('/hub/', 301))
   app.get('/hub/', { schema: { hide: true } }, async (_request, reply) => page(reply))
   // client-side routes (/hub/search, /hub/items/:id, …) load the same page

@@ -1,5 +1,6 @@
 import swagger, { type OpenAPIV3_2 } from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
+import compress from '@fastify/compress'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { COMPONENT_NAME } from '../schemas/common.js'
@@ -15,8 +16,21 @@ const TAGS = [
   { name: 'keys', description: 'API keys of an organization' },
   { name: 'runs', description: 'Runs, threads, their event streams and chat' },
   { name: 'memory', description: 'The Memory Hub: search, browse, correct; the capture outbox and the recall ledger' },
-  { name: 'runtime', description: 'Tool policies and approvals (the terminal and desktop WebSockets are described in the README)' },
-  { name: 'artifacts', description: 'Uploads, artifacts made by runs and people, their versions and proposals' }
+  { name: 'runtime', description: 'Tool policies and approvals (the terminal and desktop WebSockets are described in the agent runtime guide)' },
+  { name: 'artifacts', description: 'Uploads, artifacts made by runs and people, their versions and proposals' },
+  { name: 'knowledge', description: 'Records with versions, ranked search, documents made searchable, and drafts' },
+  { name: 'skills', description: 'Skills (SKILL.md), their versions and proposed changes, and skill runs' },
+  { name: 'playbooks', description: 'Playbooks: skills run one after another, each step seeing the last' },
+  { name: 'projects', description: 'Projects that hold a task board' },
+  { name: 'tasks', description: 'Tasks on a board, moved between columns, run by agents' },
+  { name: 'secrets', description: 'Org secrets: sealed values runs get as environment variables' },
+  { name: 'automations', description: 'Cron schedules that start runs, their fires and triggers' },
+  { name: 'integrations', description: 'Connected services (GitHub, Slack) of an organization' },
+  { name: 'platform', description: 'The dashboard and fleet usage' },
+  { name: 'providers', description: 'Model providers of an organization (OpenAI-compatible, Anthropic) and the models runs may name' },
+  { name: 'github', description: 'GitHub: repositories, pull requests, skill import and the repository wiki' },
+  { name: 'mcp', description: 'The Model Context Protocol: Cairn as an MCP server (/api/mcp) and the organization\'s MCP servers whose tools runs call' },
+  { name: 'chatplatform', description: 'Chat platforms calling in (Slack events and button clicks), authenticated by their signature' }
 ]
 
 /**
@@ -146,6 +160,31 @@ function addSharedRefusals(document: Json): void {
 }
 
 /**
+ * A form field that carries an object or an array (Slack's `payload`) carries it as JSON:
+ * said in the form's `encoding`, so that a client sends JSON there rather than the form
+ * style's `a[b]=c` fields.
+ */
+function describeJsonFormFields(document: Json): void {
+  const schemas = ((document.components as Json | undefined)?.schemas ?? {}) as Record<string, Json>
+  const resolve = (schema: Json | undefined): Json | undefined => {
+    const ref = schema?.$ref
+    return typeof ref === 'string' ? schemas[ref.replace('#/components/schemas/', '')] : schema
+  }
+  for (const item of Object.values(document.paths as Record<string, Record<string, Json>>)) {
+    for (const operation of Object.values(item)) {
+      const content = ((operation.requestBody as Json | undefined)?.content as Record<string, Json> | undefined)?.['application/x-www-form-urlencoded']
+      const properties = (resolve(content?.schema as Json | undefined)?.properties ?? {}) as Record<string, Json>
+      const encoding: Json = {}
+      for (const [name, property] of Object.entries(properties)) {
+        const type = resolve(property)?.type
+        if (type === 'object' || type === 'array') encoding[name] = { contentType: 'application/json' }
+      }
+      if (content && Object.keys(encoding).length > 0) content.encoding = encoding
+    }
+  }
+}
+
+/**
  * The OpenAPI 3.1 document, built from every route's TypeBox schemas, at
  * `GET /openapi.json`, with an interactive reference at `/docs`. Both live outside
  * /api so the spec's list of public /api paths stays exact. Contract 1.5: named
@@ -160,9 +199,9 @@ export default fp(async function openapiPlugin(app: FastifyInstance, opts: OpenA
         title: 'Cairn API',
         version: opts.release,
         description: 'Multi-tenant agent platform: runs, threads, chat, memory and more. Errors are `{error, message}` JSON.',
-        license: { name: 'Proprietary', identifier: 'LicenseRef-Cairn-Proprietary' }
+        license: { name: 'Proprietary', identifier: 'LicenseRef-Cairn-Proprietary' },
+        contact: { name: 'The operators of this Cairn deployment' }
       },
-      servers: [{ url: '/', description: 'this server (the document is served by the API it describes)' }],
       tags: TAGS,
       components: {
         securitySchemes: {
@@ -184,16 +223,27 @@ export default fp(async function openapiPlugin(app: FastifyInstance, opts: OpenA
       const document = structuredClone('openapiObject' in generated ? generated.openapiObject : generated.swaggerObject) as Json
       hoistNamedSchemas(document)
       addSharedRefusals(document)
+      describeJsonFormFields(document)
       return document as Partial<OpenAPIV3_2.Document>
     }
   })
-  // /docs gets its own policy (same-origin scripts and styles), replacing the API's deny-all
-  // one; no upgrade-insecure-requests, so the page also works over plain http in development
-  await app.register(swaggerUi, {
-    routePrefix: '/docs',
-    uiConfig: { deepLinking: true },
-    staticCSP: "default-src 'self'; base-uri 'self'; font-src 'self' data:; frame-ancestors 'self'; img-src 'self' data:; " +
-      "object-src 'none'; script-src 'self'; script-src-attr 'none'; style-src 'self' 'unsafe-inline'"
+  await app.register(async function docsPage(docs) {
+    // the reference's page and assets are 2.4 MB of JavaScript and CSS: compressed for the
+    // browsers that ask (brotli or gzip), here only, never on the API's answers or streams
+    await docs.register(compress, { global: true, threshold: 1024 })
+    // /docs gets its own policy (same-origin scripts and styles), replacing the API's deny-all
+    // one; no upgrade-insecure-requests, so the page also works over plain http in development
+    await docs.register(swaggerUi, {
+      routePrefix: '/docs',
+      uiConfig: { deepLinking: true },
+      staticCSP: "default-src 'self'; base-uri 'self'; font-src 'self' data:; frame-ancestors 'self'; img-src 'self' data:; " +
+        "object-src 'none'; script-src 'self'; script-src-attr 'none'; style-src 'self' 'unsafe-inline'"
+    })
   })
-  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
+  // the server is the one that answered, as an absolute URL: a relative "/" made some
+  // generators call `//api/…`
+  app.get('/openapi.json', { schema: { hide: true } }, async (request) => {
+    const origin = `${request.protocol}://${request.host}`
+    return { ...app.swagger(), servers: [{ url: origin, description: 'the server this document was read from' }] }
+  })
 }, { name: 'openapi', fastify: '5.x' })

@@ -15,8 +15,12 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, HTTPM
 /** The fixed headers an answer to `url` carries (plugins/security-headers.ts `fixedHeaders`). */
 export type HeadersFor = (url: string, secure: boolean) => Readonly<Record<string, string>>
 
-/** A path parameter longer than this is `414 uri_too_long` (Fastify's router stops there); the longest name a route takes is a secret's (128). */
-export const MAX_PARAM_LENGTH = 128
+/**
+ * A path parameter longer than this is `414 uri_too_long` (Fastify's router stops there).
+ * Well above the longest value any route takes (a secret's name, 128), so a value one
+ * character too long still reaches its schema and is `400 validation_failed` naming it.
+ */
+export const MAX_PARAM_LENGTH = 1024
 /** An unmatched path longer than this is `414 uri_too_long` rather than `404`. */
 export const MAX_PATH_LENGTH = 2048
 

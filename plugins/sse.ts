@@ -35,6 +35,9 @@ declare module 'fastify' {
   }
 }
 
+/** What a stream gets before it closes at shutdown: a comment, and when to reconnect (ms). */
+export const SHUTDOWN_FRAME = ': shutting down; reconnect with Last-Event-ID\nretry: 1000\n\n'
+
 /** `id:`/`event:`/`data:` frame; data is one line of JSON. */
 export function sseFrame(event: string, data: string, id?: number | string): string {
   return id === undefined ? `event: ${event}\ndata: ${data}\n\n` : `id: ${id}\nevent: ${event}\ndata: ${data}\n\n`
@@ -214,10 +217,16 @@ export default fp(async function ssePlugin(app: FastifyInstance, opts: SseOption
   }
   app.decorate('sse', helper)
 
-  // open streams would keep server.close() waiting forever
+  // open streams would keep server.close() waiting forever. Each ends cleanly with a
+  // reconnectable close: `retry:` tells an EventSource when to come back, and it resumes
+  // with Last-Event-ID (on another instance, or this one restarted). Not `event: end`,
+  // which says that a run is over and nothing more will come.
   app.addHook('preClose', async () => {
     clearInterval(heartbeat)
     clearInterval(stallCheck)
-    for (const stream of [...streams]) stream.close()
+    for (const stream of [...streams]) {
+      stream.write(SHUTDOWN_FRAME)
+      stream.close()
+    }
   })
 }, { name: 'sse', fastify: '5.x', dependencies: ['errors'] })

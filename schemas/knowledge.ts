@@ -63,7 +63,8 @@ export const KnowledgeDocument = named('KnowledgeDocument', Type.Object({
   state: DocumentState,
   chunkCount: Type.Integer(),
   attempts: Type.Integer(),
-  lastError: Nullable(Type.String()),
+  lastError: Nullable(Type.String({ description: 'why the last attempt failed, as a sentence; null once it is ready' })),
+  nextAttemptAt: IsoDate,
   createdAt: IsoDate,
   updatedAt: IsoDate
 }))

@@ -99,6 +99,8 @@ export const Capture = named('Capture', Type.Object({
   maxAttempts: Type.Integer(),
   lastError: Nullable(Type.String()),
   itemCount: Type.Integer(),
+  addedCount: Nullable(Type.Integer({ description: 'once delivered: the facts the pool took as new (null before, and for the http backend, which merges on its own)' })),
+  mergedCount: Nullable(Type.Integer({ description: 'once delivered: the facts the pool already held, not stored twice' })),
   createdAt: IsoDate,
   updatedAt: IsoDate,
   nextAttemptAt: IsoDate,
@@ -138,7 +140,16 @@ export const RecallsResponse = named('RecallList', Type.Object({ recalls: Type.A
 
 export const Settings = named('MemorySettings', Type.Object({
   enabled: Type.Boolean({ description: 'memory is on for this org (and the service has a backend)' }),
+  extract: Type.Boolean({ description: 'after a run succeeds, its model is asked once for the durable facts of the exchange, which join its capture' }),
   orgEnabled: Type.Boolean({ description: 'the org switch alone' }),
   backend: Type.Union([Type.Literal('postgres'), Type.Literal('http'), Type.Literal('off')])
 }))
-export const SettingsBody = named('MemorySettingsRequest', StrictObject({ enabled: Type.Boolean() }))
+export const SettingsBody = named('MemorySettingsRequest', StrictObject({
+  enabled: Type.Boolean(),
+  extract: Type.Optional(Type.Boolean({ description: 'extract facts from succeeded runs (default false; absent: unchanged)' }))
+}))
+export const AddItemBody = named('MemoryAddRequest', StrictObject({
+  scope: ScopeParam,
+  content: Type.String({ minLength: 1, maxLength: 4000, pattern: '\\S', description: 'the fact' })
+}))
+export const AddItemResponse = named('MemoryAddResult', Type.Object({ item: BrowseItem }))

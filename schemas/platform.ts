@@ -46,11 +46,12 @@ export const Dashboard = named('Dashboard', Type.Object({
   runs: Type.Object({
     total: Type.Integer(),
     byStatus: Type.Object({
-      queued: Type.Integer(), running: Type.Integer(), succeeded: Type.Integer(), failed: Type.Integer(), cancelled: Type.Integer()
+      queued: Type.Integer(), running: Type.Integer(), requires_action: Type.Integer({ description: 'waiting for people to decide tool calls' }),
+      succeeded: Type.Integer(), failed: Type.Integer(), cancelled: Type.Integer()
     }),
     last24h: Type.Integer({ description: 'runs created in the last 24 hours' })
   }),
-  activeRuns: Type.Integer({ description: 'runs queued or running now' }),
+  activeRuns: Type.Integer({ description: 'runs queued, running or waiting for approval now' }),
   memory: Type.Object({
     items: Type.Integer({ description: 'facts in the org\'s pools (postgres backend)' }),
     pendingCaptures: Type.Integer(),

@@ -3,8 +3,8 @@ import { Id, IsoDate, LiteralUnion, named, Page, PageQuery, StrictObject } from 
 import { SecretName } from './secrets.js'
 
 /** Contract 5's run statuses and origins: the one list each (the table's CHECK is built from them). */
-export const RUN_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const
-export const RUN_ORIGINS = ['web', 'api', 'dev', 'skill', 'automation', 'chatplatform'] as const
+export const RUN_STATUSES = ['queued', 'running', 'requires_action', 'succeeded', 'failed', 'cancelled'] as const
+export const RUN_ORIGINS = ['web', 'api', 'dev', 'skill', 'automation', 'chatplatform', 'mcp'] as const
 export const RunStatus = named('RunStatus', LiteralUnion(RUN_STATUSES))
 export const RunOrigin = named('RunOrigin', LiteralUnion(RUN_ORIGINS))
 

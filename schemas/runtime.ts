@@ -2,7 +2,7 @@ import { Type } from 'typebox'
 import { Id, IsoDate, LiteralUnion, named, Page, PageQuery, StrictObject } from './common.js'
 
 /** The gateway's tools, its policy modes and approval states: one list each (src/runtime builds its tables and tools from them). */
-export const TOOL_NAMES = ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact', 'knowledge_search', 'propose_knowledge', 'propose_skill'] as const
+export const TOOL_NAMES = ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact', 'knowledge_search', 'propose_knowledge', 'propose_skill', 'remember'] as const
 export const TOOL_MODES = ['auto', 'approve'] as const
 export const APPROVAL_STATUSES = ['pending', 'approved', 'denied', 'cancelled', 'expired'] as const
 export const ToolName = named('ToolName', LiteralUnion(TOOL_NAMES, { description: 'a gateway tool' }))
@@ -31,7 +31,7 @@ export const Approval = named('Approval', Type.Object({
   tool: Type.String(),
   arguments: Type.Record(Type.String(), Type.Unknown()),
   status: LiteralUnion(APPROVAL_STATUSES),
-  decidedBy: Type.Union([Type.String(), Type.Null()]),
+  decidedBy: Type.Union([Type.String(), Type.Null()], { description: 'who decided: the Cairn user id, or `slack:<Slack user id>` when decided with a button in Slack; null while pending and for expired or cancelled calls' }),
   decidedAt: Type.Union([IsoDate, Type.Null()]),
   expiresAt: IsoDate,
   createdAt: IsoDate

@@ -28,9 +28,14 @@ export const SlackEventEnvelope = named('SlackEventEnvelope', Type.Object({
   event: Type.Optional(SlackEvent)
 }, { description: 'a request of Slack\'s Events API, signed with the app\'s signing secret (X-Slack-Signature, X-Slack-Request-Timestamp)' }))
 
-export const SlackSignatureHeaders = Type.Object({
+/** The headers Slack signs every request with. */
+export const SlackSignedHeaders = Type.Object({
   'x-slack-signature': Type.Optional(Type.String({ description: 'v0=<hex HMAC-SHA256 of v0:<timestamp>:<raw body>>' })),
-  'x-slack-request-timestamp': Type.Optional(Type.String({ description: 'Unix seconds; refused more than 300 s from now either way' })),
+  'x-slack-request-timestamp': Type.Optional(Type.String({ description: 'Unix seconds; refused more than 300 s from now either way' }))
+})
+
+export const SlackSignatureHeaders = Type.Object({
+  ...SlackSignedHeaders.properties,
   'x-slack-retry-num': Type.Optional(Type.String({ description: 'set by Slack on a retry; a retried event starts nothing again' }))
 })
 
@@ -38,3 +43,23 @@ export const SlackEventAck = named('SlackEventAck', Type.Object({
   challenge: Type.Optional(Type.String({ description: 'url_verification: the challenge sent' })),
   ok: Type.Optional(Type.Boolean({ description: 'an event callback: taken (a run started, or nothing to do)' }))
 }, { description: 'the ingress\'s acknowledgement' }))
+
+/** The fields of an interaction this service reads; Slack sends many more, which are accepted and ignored. */
+export const SlackInteractionPayload = Type.Object({
+  type: Type.String({ maxLength: 128, description: 'block_actions (a button was clicked) is acted on; other interactions are acknowledged and ignored' }),
+  team: Type.Optional(Type.Union([Type.Object({ id: Type.Optional(Type.String({ maxLength: 128 })) }), Type.Null()], { description: 'the workspace the click came from: its org decides' })),
+  user: Type.Optional(Type.Object({
+    id: Type.Optional(Type.String({ maxLength: 128, description: 'the Slack user who clicked: recorded as `slack:<id>`' })),
+    team_id: Type.Optional(Type.String({ maxLength: 128 }))
+  })),
+  actions: Type.Optional(Type.Array(Type.Object({
+    action_id: Type.Optional(Type.String({ maxLength: 255, description: 'cairn_approve or cairn_deny (others are ignored)' })),
+    value: Type.Optional(Type.String({ maxLength: 2000, description: 'the approval id' }))
+  }), { maxItems: 100 }))
+}, { description: 'the interaction, sent as JSON in the form field `payload`' })
+
+export const SlackInteractionForm = named('SlackInteraction', Type.Object({
+  payload: SlackInteractionPayload
+}, { description: 'a request of Slack\'s interactivity (application/x-www-form-urlencoded, the interaction as JSON in `payload`), signed with the app\'s signing secret like events' }))
+
+export const SlackInteractionAck = Type.Null({ description: 'acknowledged, with an empty body (Slack wants one within 3 s); what was clicked is decided by then, the message is updated after' })

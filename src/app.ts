@@ -5,8 +5,9 @@ import websocket from '@fastify/websocket'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Ajv from 'ajv'
 import addFormats from 'ajv-formats'
-import Fastify, { type FastifyContextConfig, type FastifyInstance, type FastifyPluginAsync, type FastifySchemaCompiler } from 'fastify'
+import Fastify, { LogController, type FastifyContextConfig, type FastifyInstance, type FastifyPluginAsync, type FastifySchemaCompiler } from 'fastify'
 import dbPlugin from '../plugins/db.js'
+import shutdownRefusals from '../plugins/shutdown.js'
 import eventBusPlugin from '../plugins/event-bus.js'
 import idempotencyPlugin from '../plugins/idempotency/index.js'
 import ssePlugin from '../plugins/sse.js'
@@ -36,7 +37,7 @@ import knowledgeService from './knowledge/service.js'
 import runs from './runs/index.js'
 import { createRunEventSink } from './runs/events.js'
 import type { RunEventSink, RunMemory } from './runs/memory-port.js'
-import { runArtifactWriter, runDirectory, runEventWriter, runKnowledgeTools, runMemorySearch, runSkillTools } from './runs/runtime-ports.js'
+import { runArtifactWriter, runDirectory, runEventWriter, runKnowledgeTools, runMemoryTools, runSkillTools } from './runs/runtime-ports.js'
 import runsService from './runs/service.js'
 import automations from './automations/index.js'
 import { systemClock, type Clock } from './automations/scheduler.js'
@@ -53,6 +54,8 @@ import slack from './slack/index.js'
 import slackService from './slack/service.js'
 import { chatPlatformRuns } from './runs/chat-platform-runs.js'
 import secretsService from './secrets/service.js'
+import mcpService from './mcp/service.js'
+import mcpRoutes from './mcp/index.js'
 import skills from './skills/index.js'
 import skillsService from './skills/service.js'
 import tasks from './tasks/index.js'
@@ -89,8 +92,10 @@ export interface BuildOptions {
   ports?: Ports
   /** routes of `apiPlugins` an API key may reach besides KEY_ALLOWLIST (tests' probe routes) */
   extraKeyRoutes?: readonly string[]
-  /** the time automations are scheduled by (tests move it instead of waiting) */
+  /** the time automations are scheduled by and failed documents back off by (tests move it instead of waiting) */
   clock?: Clock
+  /** where log lines go instead of stdout (tests read them) */
+  logStream?: { write(line: string): void }
 }
 
 /** What one domain offers another, replaceable by tests (recorders, fakes). */
@@ -99,7 +104,7 @@ export interface Ports {
   runEvents?: RunEventSink
   /** the Memory Hub side of runs (recall, capture) */
   runMemory?: RunMemory
-  /** the agent runtime's ports (RunDirectory, RunEventWriter, MemorySearch) and sandbox provider */
+  /** the agent runtime's ports (RunDirectory, RunEventWriter, MemoryTools) and sandbox provider */
   runtime?: RuntimeWiring
   /** where upload and artifact bytes live, instead of ARTIFACT_STORE's choice */
   blobStore?: BlobStore
@@ -128,15 +133,27 @@ function validatorFactory(externalSchemas: Record<string, unknown>): FastifySche
   }
 }
 
-export async function buildApp({ config, database, apiPlugins = [], ports = {}, extraKeyRoutes = [], clock = systemClock }: BuildOptions): Promise<FastifyInstance> {
+/** pino-pretty, one line per fact: time, level, message, then the fields on the same line */
+const PRETTY = { target: 'pino-pretty', options: { singleLine: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' } }
+
+function prettyLogs(config: Config): boolean {
+  if (config.LOG_FORMAT !== 'auto') return config.LOG_FORMAT === 'pretty'
+  return config.NODE_ENV !== 'production' && process.stdout.isTTY === true
+}
+
+export async function buildApp({ config, database, apiPlugins = [], ports = {}, extraKeyRoutes = [], clock = systemClock, logStream }: BuildOptions): Promise<FastifyInstance> {
   const fixedHeadersFor = fixedHeaders(releaseHeaders(config.release))
   const app = Fastify({
     logger: {
       level: config.LOG_LEVEL,
       redact: ['req.headers.authorization', 'req.headers.cookie', 'res.headers["set-cookie"]'],
       // failed queries are logged without their SQL and parameters (contract 1.3)
-      serializers: { err: serializeError as never }
+      serializers: { err: serializeError as never },
+      // a test's stream, else pretty lines for a person, else JSON on stdout
+      ...(logStream ? { stream: logStream } : prettyLogs(config) ? { transport: PRETTY } : {})
     },
+    // one line per request, when it is answered (onResponse below), instead of two
+    logController: new LogController({ disableRequestLogging: true }),
     // contract 1.3: the client's x-request-id only when it is a sane tracing id
     requestIdHeader: false,
     genReqId: requestIdOf,
@@ -156,7 +173,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     bodyLimit: config.BODY_LIMIT,
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
-    return503OnClosing: true,
+    // refused by plugins/shutdown.ts instead, in the contract's body and with our headers
+    return503OnClosing: false,
     forceCloseConnections: 'idle',
     schemaController: { compilersFactory: { buildValidator: validatorFactory as never } }
   }).withTypeProvider<TypeBoxTypeProvider>()
@@ -184,9 +202,16 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     const methods = Array.isArray(route.method) ? route.method : [route.method]
     for (const method of methods) routes.push({ method, url: route.url, config: route.config ?? {}, websocket: Boolean((route as { websocket?: boolean }).websocket) })
   })
+  if (['info', 'debug', 'trace'].includes(config.LOG_LEVEL)) {
+    // one line per request, once answered: what was asked, how it ended, how long it took
+    app.addHook('onResponse', async (request, reply) => {
+      request.log.info({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
+    })
+  }
   await app.register(errorsPlugin)
   // first, so every answer carries them, refusals by the hooks after it included
   await app.register(securityHeaders, { apiHeaders: releaseHeaders(config.release) })
+  await app.register(shutdownRefusals)
   await app.register(releasePlugin, { release: config.release, isDevBuild: config.isDevBuild })
   await app.register(dbPlugin, { database: db, closeOnShutdown: owned, maintenanceEveryMs: config.EMBEDDED_MAINTENANCE_SECONDS * 1000 })
   await app.register(featuresPlugin)
@@ -210,6 +235,13 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
   // contract 12: the Memory Hub console, a page over the public API at /hub/
   await app.register(hubPlugin, { release: config.release })
   await app.register(websocket, {
+    // at shutdown sockets close with 1012 (service restart): a client reconnects, to another
+    // instance or to this one restarted; the default close sends no code at all
+    preClose(this: FastifyInstance, done: () => void) {
+      for (const client of this.websocketServer.clients) client.close(1012, 'the server is restarting; reconnect')
+      this.websocketServer.close()
+      done()
+    },
     options: {
       // ws closes a socket with 1009 when a message is larger
       maxPayload: config.WS_MAX_MESSAGE_BYTES,
@@ -227,11 +259,13 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
   // artifacts: the blob store and its sweeper; runs save files through app.artifacts.forRuns
   await app.register(artifactsService, { config, store: ports.blobStore })
   // knowledge: records, search, the document extraction worker (bytes in the artifacts store), drafts
-  await app.register(knowledgeService, { config, store: app.artifacts.store, extract: ports.knowledgeExtractor })
+  await app.register(knowledgeService, { config, store: app.artifacts.store, extract: ports.knowledgeExtractor, clock })
   // org secrets: sealing, re-sealing after a rotation; runs open the ones they name
   await app.register(secretsService, { config })
   // org model providers: their keys are internal secrets; runs reach them for models the deployment lacks
   await app.register(providersService, { config, secrets: app.secrets.internal })
+  // org MCP servers: their headers are internal secrets; runs call their tools through the gateway
+  await app.register(mcpService, { config, secrets: app.secrets.internal })
   await app.register(skillsService)
   await app.register(tasksService)
   // GitHub: the org's connection, conditional-request lists, skill import, and the repo
@@ -243,10 +277,12 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     config,
     runs: runDirectory(app.db),
     events: runEventWriter(runEvents),
-    memory: runMemorySearch(app.db, runMemory),
+    memory: runMemoryTools(app.db, runMemory),
     artifacts: runArtifactWriter(app.artifacts.forRuns, runEvents),
+    archives: app.artifacts.forWorkspaces,
     knowledge: runKnowledgeTools(app.knowledge.forRuns),
     skills: runSkillTools(app.skills.forRuns),
+    mcp: app.mcp.forGateway,
     ...ports.runtime
   })
   // runs: engines, dispatch, the worker (offered the runtime's tools when there is a sandbox) and the sweeper
@@ -260,7 +296,8 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     followUps: [app.skills.followUps, app.tasks.followUps],
     secrets: app.secrets.forRuns,
     providers: app.providers.forRuns,
-    jobs: [app.github.wikiJobs]
+    jobs: [app.github.wikiJobs],
+    mcpTools: (orgId, names) => app.mcp.unknownTool(orgId, names)
   })
   // automations: the scheduler, which starts runs of prompts, skills and playbooks
   await app.register(automationsService, {
@@ -269,12 +306,14 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     runs: automationRuns(app.runs, app.log.child({ component: 'scheduler' })),
     targets: app.skills.forAutomations
   })
-  // Slack: connecting, the signed event ingress that starts runs, and the reply outbox
+  // Slack: connecting, the signed event ingress that starts runs, the reply outbox, and tool
+  // calls approved or denied from Slack (the gateway records those decisions)
   await app.register(slackService, {
     config,
     clock,
     runs: chatPlatformRuns(app.runs, app.log.child({ component: 'slack' })),
-    secrets: app.secrets
+    secrets: app.secrets,
+    approvals: app.runtime.gateway
   })
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
@@ -310,6 +349,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     await scope.register(providers)
     await scope.register(github)
     await scope.register(slack)
+    await scope.register(mcpRoutes, { sessionIdleHours: config.MCP_SESSION_IDLE_HOURS })
     for (const plugin of apiPlugins) await scope.register(plugin)
   }, { prefix: '/api' })
 

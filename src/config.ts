@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { Type, type Static } from 'typebox'
 import { Value } from 'typebox/value'
 import { parseKey, parsePreviousKeys } from './secrets/crypto.js'
@@ -44,6 +47,10 @@ export const EnvSchema = Type.Object({
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
     { default: 'info' }
   ),
+  LOG_FORMAT: Type.Union([Type.Literal('auto'), Type.Literal('json'), Type.Literal('pretty')], {
+    default: 'auto',
+    description: 'json: one JSON object per line; pretty: one readable line per fact; auto: pretty on a terminal outside production, else json'
+  }),
   BODY_LIMIT: Type.Integer({ minimum: 1024, maximum: 64 * 1024 * 1024, default: 1024 * 1024, description: 'max JSON body bytes' }),
   REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 30_000, description: 'a request whose headers and body are not received within this is answered 408 request_timeout' }),
   SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, maximum: 600_000, default: 10_000, description: 'time allowed for in-flight work at shutdown' }),
@@ -70,6 +77,9 @@ export const EnvSchema = Type.Object({
   OPENAI_PROBE_TTL_MS: Type.Integer({ minimum: 0, maximum: 3_600_000, default: 30_000, description: 'how long a /models readiness probe result is cached' }),
   PROVIDER_ALLOW_PRIVATE: Type.Boolean({ default: false, description: 'let org model providers (POST /api/providers) use loopback and private addresses (RFC 1918, fc00::/7, CGNAT); link-local and cloud metadata addresses are refused regardless' }),
   PROVIDER_CHECK_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 120_000, default: 10_000, description: 'how long a provider check waits for its /models' }),
+  MCP_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 120_000, default: 5_000, description: 'how long connecting to an org MCP server and listing its tools may take (a check, and each run start: a server slower than this offers no tools to that run)' }),
+  MCP_CALL_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 120_000, description: 'how long one tool call on an org MCP server may take before the model is told it failed' }),
+  MCP_SESSION_IDLE_HOURS: Type.Integer({ minimum: 1, maximum: 8760, default: 24, description: 'a session of /api/mcp unused this long ends (its client starts a new one)' }),
   SANDBOX_PROVIDER: Type.Union([Type.Literal('local'), Type.Literal('none')], {
     default: 'local',
     description: 'where agent tools and terminals run: local (a workspace per org and thread under DATA_DIR/sandboxes) or none'
@@ -88,10 +98,11 @@ export const EnvSchema = Type.Object({
   SANDBOX_EXEC_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'wall-clock limit of one sandbox command' }),
   SANDBOX_OUTPUT_MAX_BYTES: Type.Integer({ minimum: 256, maximum: 16 * 1024 * 1024, default: 256 * 1024, description: 'stdout/stderr kept per sandbox command (the rest is dropped)' }),
   SANDBOX_FILE_MAX_BYTES: Type.Integer({ minimum: 1024, maximum: 64 * 1024 * 1024, default: 1024 * 1024, description: 'largest file read or written through the sandbox file API' }),
+  SANDBOX_WORKSPACE_MAX_BYTES: Type.Integer({ minimum: 1024, maximum: 64 * 1024 * 1024 * 1024, default: 256 * 1024 * 1024, description: 'largest thread workspace (bytes of its files) saved to the blob store when a run or terminal that changed it ends; past it the changes are not saved and the run fails with workspace_too_large' }),
+  SANDBOX_WORKSPACE_LEASE_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 30_000, description: 'how long an instance holds a thread workspace without renewing it; a killed holder\'s workspace is free again after this' }),
   SANDBOX_IDLE_MS: Type.Integer({ minimum: 1000, maximum: 86_400_000, default: 900_000, description: 'a sandbox unused this long is reaped (processes stopped, files kept)' }),
   TOOL_OUTPUT_MAX_BYTES: Type.Integer({ minimum: 256, maximum: 1024 * 1024, default: 32 * 1024, description: 'tool result text handed back to the model and recorded as an event' }),
   TOOL_APPROVAL_TIMEOUT_MS: Type.Integer({ minimum: 1000, maximum: 86_400_000, default: 1_800_000, description: 'a tool call waiting for approval longer than this is expired (treated as denied)' }),
-  TOOL_APPROVAL_POLL_MS: Type.Integer({ minimum: 50, maximum: 60_000, default: 1000, description: 'how often a waiting tool call re-reads its approval row (decisions made on another instance)' }),
   WS_MAX_MESSAGE_BYTES: Type.Integer({ minimum: 1024, maximum: 16 * 1024 * 1024, default: 256 * 1024, description: 'largest WebSocket message accepted (terminal, desktop); larger closes with 1009' }),
   MEMORY_BACKEND: Type.Union([Type.Literal('postgres'), Type.Literal('http'), Type.Literal('off')], {
     default: 'postgres',
@@ -108,6 +119,7 @@ export const EnvSchema = Type.Object({
   MEMORY_CAPTURE_BATCH: Type.Integer({ minimum: 1, maximum: 1000, default: 200, description: 'captures claimed per round' }),
   MEMORY_CAPTURE_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 64, default: 8, description: 'deliveries in flight per instance' }),
   MEMORY_SEARCH_CACHE: Type.Integer({ minimum: 0, maximum: 1_000_000, default: 1000, description: 'memory search results kept per instance, dropped when their pool changes (0: no cache; postgres backend)' }),
+  MEMORY_RECALL_LIMIT: Type.Integer({ minimum: 1, maximum: 50, default: 5, description: 'facts recalled for a run at most (from the prompt\'s significant words), given to the model as one system message' }),
   MEMORY_CAPTURE_WORKER: Type.Boolean({ default: true, description: 'run the capture delivery worker in this process' }),
   ARTIFACT_STORE: Type.Union([Type.Literal('fs'), Type.Literal('s3')], {
     default: 'fs',
@@ -126,6 +138,8 @@ export const EnvSchema = Type.Object({
   KNOWLEDGE_LEASE_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'how long a claimed document is held before another worker may take it (renewed while extracting)' }),
   KNOWLEDGE_POLL_MS: Type.Integer({ minimum: 10, maximum: 600_000, default: 2000, description: 'how often an idle extraction worker looks for documents' }),
   KNOWLEDGE_MAX_ATTEMPTS: Type.Integer({ minimum: 1, maximum: 100, default: 3, description: 'claims of a document before it is failed' }),
+  KNOWLEDGE_BACKOFF_MS: Type.Integer({ minimum: 1, maximum: 3_600_000, default: 5_000, description: 'wait before a failed document is tried again (doubles per attempt, with jitter)' }),
+  KNOWLEDGE_BACKOFF_MAX_MS: Type.Integer({ minimum: 1, maximum: 86_400_000, default: 300_000, description: 'longest wait between attempts of a document' }),
   KNOWLEDGE_EXTRACT_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'longest text extraction of one document' }),
   KNOWLEDGE_SEARCH_CACHE: Type.Integer({ minimum: 0, maximum: 1_000_000, default: 1000, description: 'search results kept per instance, dropped when the org\'s knowledge changes (0: no cache)' }),
   SECRETS_KEY: Type.Optional(Type.String({ description: 'the key org secrets are sealed with: 32 random bytes in base64 (openssl rand -base64 32). Unset: a key made once in DATA_DIR/secrets.key on the embedded database; secrets unavailable (503) on Postgres' })),
@@ -137,11 +151,11 @@ export const EnvSchema = Type.Object({
   GITHUB_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 600_000, default: 15_000, description: 'longest wait for one GitHub request (then 502 upstream_failed)' }),
   SLACK_API_URL: Type.String({ pattern: '^https?://', default: 'https://slack.com/api/', description: 'Slack Web API base (auth.test, chat.postMessage); tests point it at a local server' }),
   SLACK_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 120_000, default: 10_000, description: 'longest Slack Web API call' }),
-  SLACK_OUTBOX: Type.Boolean({ default: true, description: 'post Slack replies from this instance (every instance may; each run gets one reply)' }),
-  SLACK_OUTBOX_POLL_MS: Type.Integer({ minimum: 10, maximum: 600_000, default: 1000, description: 'how often the Slack reply outbox looks for due replies (a finished run wakes it at once)' }),
-  SLACK_OUTBOX_LEASE_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'how long a claimed reply is held before another instance may take it over (longer than SLACK_TIMEOUT_MS)' }),
-  SLACK_RETRY_BASE_MS: Type.Integer({ minimum: 1, maximum: 3_600_000, default: 2000, description: 'first wait before a failed Slack reply is tried again; doubles per attempt (at most 10 minutes)' }),
-  SLACK_MAX_ATTEMPTS: Type.Integer({ minimum: 1, maximum: 100, default: 8, description: 'attempts to post a reply before it is given up (last_error kept)' }),
+  SLACK_OUTBOX: Type.Boolean({ default: true, description: 'post Slack replies and approval requests from this instance (every instance may; each run gets one reply, each stop for approval one message)' }),
+  SLACK_OUTBOX_POLL_MS: Type.Integer({ minimum: 10, maximum: 600_000, default: 1000, description: 'how often the Slack outboxes look for due replies and approval requests (a run ending or stopping for approval wakes them at once)' }),
+  SLACK_OUTBOX_LEASE_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'how long a claimed reply or approval request is held before another instance may take it over (longer than SLACK_TIMEOUT_MS)' }),
+  SLACK_RETRY_BASE_MS: Type.Integer({ minimum: 1, maximum: 3_600_000, default: 2000, description: 'first wait before a failed Slack post (reply or approval request) is tried again; doubles per attempt (at most 10 minutes)' }),
+  SLACK_MAX_ATTEMPTS: Type.Integer({ minimum: 1, maximum: 100, default: 8, description: 'attempts to post a reply or approval request before it is given up (last_error kept)' }),
   KNOWLEDGE_EXTRACT_MEMORY_MB: Type.Integer({ minimum: 32, maximum: 16_384, default: 512, description: 'heap of the extraction child process' })
 })
 
@@ -162,6 +176,24 @@ export const API_COMPAT = 'run-events-v1'
 
 export class ConfigError extends Error {
   override name = 'ConfigError'
+}
+
+const memoryFiles = new Map<string, string>()
+/**
+ * Where this process keeps its files (blobs, sandboxes, the secrets key file): `DATA_DIR`,
+ * or, when `DATA_DIR` is `memory://…` (an in-memory database that lives as long as the
+ * process), a temporary directory of its own, removed when the process exits. Never a
+ * folder named after the database URL.
+ */
+export function filesDir(config: Pick<Config, 'DATA_DIR'>): string {
+  if (!config.DATA_DIR.startsWith('memory://')) return config.DATA_DIR
+  let dir = memoryFiles.get(config.DATA_DIR)
+  if (!dir) {
+    const made = mkdtempSync(join(tmpdir(), 'cairn-memory-'))
+    process.once('exit', () => rmSync(made, { recursive: true, force: true }))
+    memoryFiles.set(config.DATA_DIR, (dir = made))
+  }
+  return dir
 }
 
 /** Validates an environment (process.env by default) and derives the runtime config. */

@@ -36,12 +36,24 @@ process.on('unhandledRejection', (reason) => {
   app.log.error({ err: reason }, 'unawaited database failure (the database is unavailable; not fatal)')
 })
 
-// SIGTERM/SIGINT: stop accepting, let in-flight requests finish, close the database.
-// An uncaught exception does the same, then exits 1.
+// SIGTERM/SIGINT: refuse new requests (503), hand running runs back to the queue, end
+// event streams and WebSockets with a reconnectable close, let in-flight requests finish,
+// close the database, exit 0, all within SHUTDOWN_GRACE_MS. Connections still busy at
+// four fifths of it are cut, so that the close ends in time rather than by the timer of
+// close-with-grace (which exits 1). An uncaught exception does the same, then exits 1.
 closeWithGrace({ delay: config.SHUTDOWN_GRACE_MS, logger: app.log, skip: ['unhandledRejection'] }, async ({ signal, err }) => {
   if (err) app.log.error({ err }, 'shutting down after an error')
   else app.log.info({ signal }, 'shutting down')
-  await app.close()
+  const cut = setTimeout(() => {
+    app.log.warn('shutting down: cutting the connections still busy')
+    app.server.closeAllConnections()
+  }, Math.floor(config.SHUTDOWN_GRACE_MS * 0.8))
+  try {
+    await app.close()
+  } finally {
+    clearTimeout(cut)
+  }
+  app.log.info('shut down')
 })
 
 try {

@@ -1,6 +1,7 @@
 import { resolve } from 'node:path'
 import type { Config } from './config.js'
 import { DataDirLockedError } from './db/data-dir-lock.js'
+import { SecretsKeyMismatch } from './secrets/service.js'
 
 /** Which database, for the start log and error sentences: a path or host:port/db, never credentials. */
 export function describeDatabase(config: Pick<Config, 'DATABASE_URL' | 'DATA_DIR'>): string {
@@ -30,7 +31,7 @@ type StartError = Error & { code?: string; errors?: Array<{ code?: string }>; ho
  * is a bug and keeps its stack.
  */
 export function startFailure(err: unknown, config: Pick<Config, 'DATABASE_URL' | 'DATA_DIR'>): string | null {
-  if (err instanceof DataDirLockedError) return err.message
+  if (err instanceof DataDirLockedError || err instanceof SecretsKeyMismatch) return err.message
   if (!(err instanceof Error)) return null
   const e = err as StartError
   const code = e.code ?? e.errors?.[0]?.code

@@ -1,5 +1,8 @@
 import t from 'tap'
-import { ConfigError, loadConfig } from '../src/config.js'
+import { existsSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { isAbsolute } from 'node:path'
+import { ConfigError, filesDir, loadConfig } from '../src/config.js'
 
 t.test('defaults describe a local development build', async (t) => {
   const config = loadConfig({})
@@ -64,4 +67,14 @@ t.test('a bad value is refused with the variable named', async (t) => {
     t.throws(() => loadConfig(env), { name: 'ConfigError', message: pattern }, JSON.stringify(env))
   }
   t.ok(new ConfigError('x') instanceof Error)
+})
+
+t.test('an in-memory database keeps its files in a temporary directory of its own, never in a folder named memory:', async (t) => {
+  const dir = filesDir(loadConfig({ DATA_DIR: 'memory://' }))
+  t.equal(filesDir(loadConfig({ DATA_DIR: 'memory://' })), dir, 'the same directory for the life of the process')
+  t.ok(isAbsolute(dir) && dir.startsWith(tmpdir()), dir)
+  t.ok(existsSync(dir))
+  t.notOk(dir.includes('memory:'))
+  t.equal(filesDir(loadConfig({ DATA_DIR: './data' })), './data', 'a real DATA_DIR is used as it is')
+  t.notOk(existsSync('memory:'), 'nothing was made in the working directory')
 })

@@ -13,7 +13,7 @@ import { addFacts } from './memory/helpers.js'
 import { fixtureGitHub } from './github/fake-github.js'
 import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from './helper.js'
 import { startFakeSlack } from './slack/fake-slack.js'
-import { connectSlack, EVENTS_URL, installApp, signedHeaders } from './slack/helpers.js'
+import { blockActions, connectSlack, EVENTS_URL, installApp, INTERACTIONS_URL, signedFormHeaders, signedHeaders } from './slack/helpers.js'
 
 /**
  * Issue 11, item 6: every operation of the OpenAPI document, every parameter and body
@@ -703,12 +703,13 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
 })
 
 /**
- * The Slack ingress answers 401 to everything above (nothing is signed). Here every field of
- * its body gets every kind of hostile value in a body signed with a connected app's secret,
- * so the values reach the schema and the handler: never a 5xx, and NUL, lone surrogates and
- * deep nesting are refused (4xx).
+ * The Slack ingress and interactions routes answer 401 to everything above (nothing is
+ * signed). Here every field of their bodies gets every kind of hostile value in a body
+ * signed with a connected app's secret (the interaction as JSON in a form's `payload`, as
+ * Slack sends it), so the values reach the schema and the handler: never a 5xx, and NUL,
+ * lone surrogates and deep nesting are refused (4xx).
  */
-t.test('the Slack ingress: signed bodies with hostile values never reach a 5xx', async (t) => {
+t.test('the Slack ingress and interactions: signed bodies with hostile values never reach a 5xx', async (t) => {
   const fake = await startFakeSlack(t)
   const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url, SECRETS_KEY: newKeyText(), RUN_WORKER_CONCURRENCY: '0', SLACK_OUTBOX: 'false' } })
   const owner = await signUpWithOrg(app)
@@ -731,6 +732,26 @@ t.test('the Slack ingress: signed bodies with hostile values never reach a 5xx',
       const res = await app.inject({ method: 'POST', url: EVENTS_URL, headers: signedHeaders(slack.signingSecret, body), payload: body })
       requests++
       const where = `/${path.join('/')} = ${kind}`
+      if (res.statusCode >= 500) failures.push(`${res.statusCode} ${where} -> ${res.body.slice(0, 200)}`)
+      else if ((kind === 'nul' || kind === 'loneSurrogate' || kind === 'deep') && (res.statusCode < 400 || res.statusCode >= 500)) {
+        failures.push(`${res.statusCode}, not a 4xx: ${where} -> ${res.body.slice(0, 200)}`)
+      }
+    }
+  }
+
+  const interaction = resolve(doc, { $ref: '#/components/schemas/SlackInteraction' })
+  t.ok(interaction?.properties?.payload, 'the interaction form is documented')
+  const click: Json = { payload: blockActions(slack, { actionId: 'cairn_approve', value: newId() }) as unknown as Json }
+  const interactionPaths = bodySlots(doc, interaction).filter((path) => path[0] === 'payload' && path.length > 1)
+  t.ok(interactionPaths.some((path) => path.join('/') === 'payload/actions/0/value'), 'down to the approval id')
+  for (const path of interactionPaths) {
+    for (const [kind, arbitrary] of Object.entries(HOSTILE)) {
+      const [value] = fc.sample(arbitrary, { seed: seed++, numRuns: 1 }) as [Json]
+      const payload = (setAt(click, path, value) as { payload: Json }).payload
+      const body = `payload=${encodeURIComponent(expandDeep(JSON.stringify(payload)))}`
+      const res = await app.inject({ method: 'POST', url: INTERACTIONS_URL, headers: signedFormHeaders(slack.signingSecret, body), payload: body })
+      requests++
+      const where = `interaction /${path.join('/')} = ${kind}`
       if (res.statusCode >= 500) failures.push(`${res.statusCode} ${where} -> ${res.body.slice(0, 200)}`)
       else if ((kind === 'nul' || kind === 'loneSurrogate' || kind === 'deep') && (res.statusCode < 400 || res.statusCode >= 500)) {
         failures.push(`${res.statusCode}, not a 4xx: ${where} -> ${res.body.slice(0, 200)}`)

@@ -1,17 +1,21 @@
 import { randomBytes } from 'node:crypto'
 import type { Clock } from '../src/automations/scheduler.js'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { appendFileSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { join, relative } from 'node:path'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import postgres from 'postgres'
+import { sql } from 'drizzle-orm'
+import tap from 'tap'
 import { buildApp } from '../src/app.js'
 import type { BlobStore } from '../src/artifacts/blob-store.js'
+import type { Extractor } from '../src/knowledge/document-worker.js'
 import { testConfig, type Env } from '../src/config.js'
-import { openDatabase, type Database } from '../src/db/client.js'
+import { openDatabase, rowsOf, type Database } from '../src/db/client.js'
 import { migrateDatabase } from '../src/db/migrate.js'
 import type { RunEventSink, RunMemory } from '../src/runs/memory-port.js'
 import type { RuntimeWiring } from '../src/runtime/service.js'
+import { pgliteSchemaTemplate, postgresSchemaTemplate } from './templates.js'
 
 /** The bits of a tap Test the helpers need (teardown). */
 export interface Teardown {
@@ -30,31 +34,85 @@ export interface TestDatabase {
 }
 
 /**
- * A fresh, migrated database for one test file: an in-memory PGlite by default, or a
- * new database on the server named by DATABASE_URL (dropped at teardown). Test files
- * run in parallel without sharing rows.
+ * A fresh, migrated database for a test: an in-memory PGlite by default, or a new
+ * database on the server named by DATABASE_URL. Test files run in parallel without
+ * sharing rows. Both start from a migrated template of this checkout's migrations
+ * (test/templates.ts); migrating then finds nothing to do.
+ *
+ * When the test ends, its database is emptied (every table truncated, identities
+ * restarted: the state of a new one) and kept for the next test of the same file, which
+ * saves opening PGlite (about 3 s of CPU) or creating and dropping a Postgres database
+ * each time. One whose tables changed, that no longer answers or cannot be emptied is
+ * closed instead. The file's last test closes them all (and drops them on Postgres).
  */
 export async function createTestDatabase(t: Teardown): Promise<TestDatabase> {
+  const db = idleDatabases.pop() ?? (await openTestDatabase())
+  t.teardown(() => releaseTestDatabase(db))
+  return db
+}
+
+/** Emptied databases waiting for the next test of this file, and how to close each. */
+const idleDatabases: TestDatabase[] = []
+const closers = new Map<TestDatabase, () => Promise<void>>()
+/** The tables of the migrated schema: a database with other tables is not reused. */
+const TABLES = sql`select string_agg(format('%I.%I', schemaname, tablename), ', ' order by tablename) as list
+  from pg_tables where schemaname = 'public'`
+let schemaTables: string | undefined
+
+tap.teardown(async () => {
+  idleDatabases.length = 0
+  for (const close of closers.values()) await close().catch(() => {})
+})
+
+async function openTestDatabase(): Promise<TestDatabase> {
   const serverUrl = process.env.DATABASE_URL
+  let db: TestDatabase
   if (!serverUrl) {
-    const database = await openDatabase({ dataDir: 'memory://' })
+    const database = await openDatabase({ dataDir: 'memory://', template: await pgliteSchemaTemplate() })
     await migrateDatabase(database)
-    t.teardown(() => database.close())
-    return { database, url: undefined }
+    db = { database, url: undefined }
+    closers.set(db, () => database.close())
+  } else {
+    const name = `cairn_test_${process.pid}_${randomBytes(4).toString('hex')}`
+    const admin = postgres(serverUrl, { max: 1, onnotice: () => {} })
+    await admin.unsafe(`create database "${name}" template "${await postgresSchemaTemplate(serverUrl)}"`)
+    const url = new URL(serverUrl)
+    url.pathname = `/${name}`
+    const database = await openDatabase({ url: url.toString(), poolMax: 10 })
+    await migrateDatabase(database, url.toString())
+    db = { database, url: url.toString() }
+    closers.set(db, async () => {
+      await database.close().catch(() => {})
+      await admin.unsafe(`drop database if exists "${name}" with (force)`)
+      await admin.end()
+    })
   }
-  const name = `cairn_test_${process.pid}_${randomBytes(4).toString('hex')}`
-  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} })
-  await admin.unsafe(`create database "${name}"`)
-  const url = new URL(serverUrl)
-  url.pathname = `/${name}`
-  const database = await openDatabase({ url: url.toString(), poolMax: 10 })
-  await migrateDatabase(database, url.toString())
-  t.teardown(async () => {
-    await database.close()
-    await admin.unsafe(`drop database if exists "${name}" with (force)`)
-    await admin.end()
-  })
-  return { database, url: url.toString() }
+  schemaTables ??= rowsOf<{ list: string }>(await db.database.db.execute(TABLES))[0]!.list
+  return db
+}
+
+/** `TEST_FRESH_DATABASES=1`: every test gets a new database (to rule reuse out of a failure). */
+const reuse = process.env.TEST_FRESH_DATABASES !== '1'
+
+async function releaseTestDatabase(db: TestDatabase): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  try {
+    const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('the database did not answer')), 10_000)))
+    await Promise.race([late, db.database.db.transaction(async (tx) => {
+      // a lock another connection still holds (a killed child's) is a reason to give up, not to wait
+      await tx.execute(sql`set local lock_timeout = '2s'`)
+      const [tables] = rowsOf<{ list: string }>(await tx.execute(TABLES))
+      if (!reuse || tables?.list !== schemaTables) throw new Error('not to be reused')
+      await tx.execute(sql.raw(`truncate ${schemaTables} restart identity cascade`))
+    })])
+    idleDatabases.push(db)
+  } catch {
+    const close = closers.get(db)
+    closers.delete(db)
+    await close?.().catch(() => {})
+  } finally {
+    clearTimeout(timer)
+  }
 }
 
 /**
@@ -88,6 +146,10 @@ export interface TestAppOptions {
   extraKeyRoutes?: readonly string[]
   /** the time automations are scheduled by (a test's clock) */
   clock?: Clock
+  /** how knowledge documents become Markdown, instead of the extraction child process */
+  knowledgeExtractor?: Extractor
+  /** collects the app's log lines (parsed JSON, level info and up) */
+  logs?: Array<Record<string, unknown>>
 }
 
 /** The real app over a real database, closed at teardown. */
@@ -100,18 +162,20 @@ export async function buildTestApp(t: Teardown, options: TestAppOptions = {}): P
     t.teardown(() => rmSync(own, { recursive: true, force: true }))
     dataDir = own
   }
-  const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...options.env, DATA_DIR: dataDir })
+  const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...(options.logs ? { LOG_LEVEL: 'info' } : {}), ...options.env, DATA_DIR: dataDir })
   const app = await buildApp({
     config,
     database: db.database,
     ...(options.apiPlugins ? { apiPlugins: options.apiPlugins } : {}),
     ...(options.extraKeyRoutes ? { extraKeyRoutes: options.extraKeyRoutes } : {}),
     ...(options.clock ? { clock: options.clock } : {}),
+    ...(options.logs ? { logStream: { write: (line: string) => void options.logs!.push(JSON.parse(line) as Record<string, unknown>) } } : {}),
     ports: {
       ...(options.runMemory ? { runMemory: options.runMemory } : {}),
       ...(options.runEvents ? { runEvents: options.runEvents } : {}),
       ...(options.runtime ? { runtime: options.runtime } : {}),
-      ...(options.blobStore ? { blobStore: options.blobStore } : {})
+      ...(options.blobStore ? { blobStore: options.blobStore } : {}),
+      ...(options.knowledgeExtractor ? { knowledgeExtractor: options.knowledgeExtractor } : {})
     }
   })
   t.teardown(() => app.close())
@@ -213,4 +277,15 @@ export async function waitFor<T>(what: string, check: () => Promise<T | undefine
     if (Date.now() > until) throw new Error(`timed out waiting for ${what}`)
     await new Promise((r) => setTimeout(r, 15))
   }
+}
+
+// `TEST_CPU_LOG=<file> npm test`: each test file that uses these helpers appends the CPU
+// seconds its process spent (its database thread included) and its name, to find the
+// files that cost the suite most on a loaded machine, where wall times say little.
+const cpuLog = process.env.TEST_CPU_LOG
+if (cpuLog) {
+  process.on('exit', () => {
+    const { user, system } = process.cpuUsage()
+    appendFileSync(cpuLog, `${((user + system) / 1e6).toFixed(1)} ${relative(process.cwd(), process.argv[1] ?? '?')}\n`)
+  })
 }

@@ -1,3 +1,4 @@
+import { brotliDecompressSync, gunzipSync } from 'node:zlib'
 import { validate } from '@readme/openapi-parser'
 import t from 'tap'
 import { buildTestApp } from './helper.js'
@@ -49,9 +50,16 @@ interface Operation {
 
 t.test('the document names its resources, streams events as text/event-stream and declares the contract headers', async (t) => {
   const app = await buildTestApp(t)
-  const doc = (await app.inject({ method: 'GET', url: '/openapi.json' })).json()
-  t.ok(doc.servers?.length > 0, 'servers')
+  const doc = (await app.inject({ method: 'GET', url: '/openapi.json', headers: { host: 'cairn.example.test:8443' } })).json()
+  t.same(doc.servers.map((s: { url: string }) => s.url), ['http://cairn.example.test:8443'], 'the server that answered, as an absolute URL')
   t.ok(doc.info.license?.name, 'info.license')
+  t.ok(doc.info.contact?.name, 'info.contact')
+  const declared = new Map((doc.tags as Array<{ name: string; description?: string }>).map((tag) => [tag.name, tag.description]))
+  for (const [path, item] of Object.entries(doc.paths as Record<string, Record<string, Operation>>)) {
+    for (const [method, operation] of Object.entries(item)) {
+      for (const tag of operation.tags ?? []) t.ok(declared.get(tag), `${method} ${path}: its tag ${tag} is declared, with a description`)
+    }
+  }
   const schemas = doc.components.schemas as Record<string, unknown>
   for (const name of ['Run', 'Thread', 'RunEvent', 'RunChange', 'MemoryItem', 'MemorySearchItem', 'Capture', 'RecallFrame', 'User', 'Organization', 'ApiKey', 'ErrorBody']) {
     t.ok(schemas[name], `components.schemas.${name}`)
@@ -70,9 +78,23 @@ t.test('the document names its resources, streams events as text/event-stream an
   t.ok(paths['/api/auth/sign-in']!.post!.responses!['429']!.headers?.['Retry-After'], 'Retry-After on 429')
 })
 
-t.test('the interactive reference is served at /docs', async (t) => {
+t.test('the interactive reference is served at /docs, its assets compressed; API answers are not', async (t) => {
   const app = await buildTestApp(t)
   const res = await app.inject({ method: 'GET', url: '/docs' })
   t.equal(res.statusCode, 200)
   t.match(res.headers['content-type'], /text\/html/)
+  const plain = await app.inject({ method: 'GET', url: '/docs/static/swagger-ui-bundle.js' })
+  t.equal(plain.statusCode, 200)
+  t.notOk(plain.headers['content-encoding'], 'uncompressed for a client that does not ask')
+  for (const encoding of ['br', 'gzip']) {
+    const packed = await app.inject({ method: 'GET', url: '/docs/static/swagger-ui-bundle.js', headers: { 'accept-encoding': encoding } })
+    t.equal(packed.statusCode, 200)
+    t.equal(packed.headers['content-encoding'], encoding)
+    const unpacked = encoding === 'br' ? brotliDecompressSync(packed.rawPayload) : gunzipSync(packed.rawPayload)
+    t.ok(unpacked.equals(plain.rawPayload), `${encoding}: the same bytes`)
+    t.ok(packed.rawPayload.length < plain.rawPayload.length / 2, `${encoding}: ${plain.rawPayload.length} bytes became ${packed.rawPayload.length}`)
+  }
+  const api = await app.inject({ method: 'GET', url: '/api/config', headers: { 'accept-encoding': 'br, gzip' } })
+  t.equal(api.statusCode, 200)
+  t.notOk(api.headers['content-encoding'], 'the API answers as it did')
 })

@@ -6,9 +6,10 @@ import { buildTestApp, mintKey, signUpWithOrg } from './helper.js'
 /**
  * Spec section 5, "Public paths": nothing else under /api may skip org scoping. Of the
  * chat-platform family (`/api/chatplatform/*`) only the routes that verify a platform's
- * request signature exist, each listed here by name: Slack's Events API.
+ * request signature exist, each listed here by name: Slack's Events API and Slack's
+ * interactivity (approval buttons).
  */
-const CHAT_PLATFORM_ROUTES = ['POST /api/chatplatform/slack/events']
+const CHAT_PLATFORM_ROUTES = ['POST /api/chatplatform/slack/events', 'POST /api/chatplatform/slack/interactions']
 
 function isSpecPublic(method: string, url: string): boolean {
   if ((method === 'GET' || method === 'HEAD') && (url === '/api/health' || url === '/api/config')) return true
@@ -17,7 +18,7 @@ function isSpecPublic(method: string, url: string): boolean {
 }
 
 /** Routes outside /api: the API description and the Memory Hub console (static pages that call the API). */
-const OUTSIDE_API = [/^\/openapi\.json$/, /^\/docs(\/.*)?$/, /^\/hub(\/.*)?$/]
+const OUTSIDE_API = [/^\/$/, /^\/openapi\.json$/, /^\/docs(\/.*)?$/, /^\/hub(\/.*)?$/]
 
 const fakeId = '0190b8f0-0000-7000-8000-000000000000'
 const fill = (url: string) => url.replace(/:[A-Za-z0-9_]+/g, fakeId)
@@ -42,7 +43,7 @@ t.test('every route is classified, and only the spec public list is public', asy
   }
 })
 
-t.test('every non-public route is on the API-key allowlist or deliberately denied (plugins/key-allowlist.ts)', async (t) => {
+t.test('every non-public route is on the API-key allowlist or deliberately denied (src/auth/key-allowlist.ts)', async (t) => {
   const app = await buildTestApp(t)
   for (const route of app.routeTable) {
     if (!route.url.startsWith('/api') || routeScopes(route.config.scope).includes('public')) continue

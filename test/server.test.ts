@@ -23,18 +23,23 @@ t.test('the server boots on embedded Postgres, serves, and shuts down cleanly on
   t.same(await res.json(), { status: 'ok' })
   // the log line is written after the answer: wait for it rather than race it
   const logLine = await waitFor('the request\'s log line', async () => first.output().split('\n').find((line) => line.includes('"url":"/api/health?ready=1"')))
-  t.match(JSON.parse(logLine), { reqId: /.+/, level: 30 }, 'requests are logged as JSON, with a request id')
+  t.match(JSON.parse(logLine), { reqId: /.+/, level: 30, msg: 'request', method: 'GET', status: 200, ms: Number }, 'requests are logged as JSON, with a request id')
+  t.equal(first.output().split('\n').filter((line) => line.includes('/api/health?ready=1')).length, 1, 'one line per request')
 
   t.ok(first.kill('SIGTERM'))
   t.equal(await first.exit, 0, 'exits 0 after SIGTERM')
   t.match(first.output(), /shutting down/)
 
   // the embedded database was closed cleanly: a second boot on the same directory works
-  const second = await startServer({ DATA_DIR: dataDir, ALLOW_DEV_ORG: 'false' })
+  // (with the log for people: one readable line per fact)
+  const second = await startServer({ DATA_DIR: dataDir, ALLOW_DEV_ORG: 'false', LOG_FORMAT: 'pretty' })
   t.teardown(() => second.kill('SIGKILL'))
   t.equal((await fetch(`${second.url}/api/health?ready=1`)).status, 200)
-  t.ok(messages(second.output()).includes(`migrations: the schema is up to date (${journal} in all, none to apply)`))
-  t.ok(messages(second.output()).some((m) => /^dev org: off/.test(m)))
+  t.match(second.output(), `migrations: the schema is up to date (${journal} in all, none to apply)`)
+  t.match(second.output(), /^\S+ INFO: dev org: off/m)
+  const pretty = await waitFor('the request\'s pretty line', async () => second.output().split('\n').find((line) => line.includes('/api/health?ready=1')))
+  t.match(pretty, /^\S+ INFO: request .*"method":"GET".*"status":200/, 'a request is one readable line')
+  t.notOk(second.output().split('\n').some((line) => line.startsWith('{')), 'no JSON lines')
   t.ok(second.kill('SIGINT'))
   t.equal(await second.exit, 0, 'exits 0 after SIGINT')
 })

@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { rowsOf, type Db, type Tx } from '../../src/db/client.js'
 import { isDatabaseUnavailable } from '../../src/db/faults.js'
-import { describeError, idempotencyKeyInUse, idempotencyKeyReused, invalidIdempotencyKey, type ApiError } from '../errors.js'
+import { ApiError, describeError, idempotencyKeyInUse, idempotencyKeyReused, invalidIdempotencyKey } from '../errors.js'
 import { asList } from '../hook-list.js'
 import { principalOf, type Principal } from '../../src/auth/principal.js'
 
@@ -103,6 +103,51 @@ interface KeyState {
 
 const keyStates = new WeakMap<FastifyRequest, KeyState>()
 
+/**
+ * Stores the answer as `done`, unless a live row holds the key (or `when` does not hold):
+ * `returning 1` tells which.
+ */
+function storeAnswer(state: KeyState, status: number, payload: string, when?: SQL): SQL {
+  const values = sql`${state.orgId}, ${state.route}, ${state.key}, ${state.fingerprint}, 'done', null, null,
+            now() + make_interval(secs => ${IDEMPOTENCY_RETENTION_MS / 1000}), ${status}, 'application/json', ${payload}`
+  return sql`
+    insert into idempotency_keys (org_id, route, key, fingerprint, state, lock_token, locked_until, expires_at, response_status, response_type, response_body)
+    ${when ? sql`select ${values} where ${when}` : sql`values (${values})`}
+    on conflict (org_id, route, key) do update set
+      fingerprint = excluded.fingerprint, state = 'done', lock_token = null, locked_until = null,
+      expires_at = excluded.expires_at, created_at = now(), response_status = excluded.response_status,
+      response_type = excluded.response_type, response_body = excluded.response_body
+    where idempotency_keys.expires_at < now()
+       or (idempotency_keys.state = 'in_flight' and idempotency_keys.locked_until < now())
+    returning 1 as ok`
+}
+
+/** The key's row while it is live (kept, and not an expired lock), else undefined. */
+async function liveRow(db: Db, state: KeyState): Promise<KeyRow | undefined> {
+  const row = rowsOf<KeyRow>(await db.execute(sql`
+    select fingerprint, state, response_status, response_body,
+           (expires_at < now() or (state = 'in_flight' and locked_until < now())) as free
+    from idempotency_keys
+    where org_id = ${state.orgId} and route = ${state.route} and key = ${state.key}`))[0]
+  return row && !row.free ? row : undefined
+}
+
+/** What a request with this key gets when `row` holds it (or held it and went away). */
+function answerFrom(row: KeyRow | undefined, state: KeyState): StoredAnswer & { replayed: boolean; headers?: Record<string, string> | undefined } {
+  let refusal: ApiError
+  if (row && row.fingerprint !== state.fingerprint) {
+    refusal = idempotencyKeyReused()
+  } else if (row && row.state === 'done' && row.response_status !== null && row.response_body !== null) {
+    return { status: row.response_status, payload: row.response_body, replayed: true }
+  } else {
+    // still in flight, or it went away meanwhile (expired): the client retries
+    refusal = idempotencyKeyInUse()
+  }
+  const { status, body, headers } = describeError(refusal)
+  return { status, payload: JSON.stringify(body), replayed: false, headers }
+}
+
+
 
 /**
  * Contract 3 as one plugin. A route opts in with `config: { idempotent: true }`.
@@ -132,50 +177,6 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance, opts: I
   }, opts.pruneEveryMs ?? PRUNE_EVERY_MS)
   pruner.unref()
   app.addHook('onClose', async () => clearInterval(pruner))
-
-  /**
-   * Stores the answer as `done`, unless a live row holds the key (or `when` does not hold):
-   * `returning 1` tells which.
-   */
-  function storeAnswer(state: KeyState, status: number, payload: string, when?: SQL): SQL {
-    const values = sql`${state.orgId}, ${state.route}, ${state.key}, ${state.fingerprint}, 'done', null, null,
-              now() + make_interval(secs => ${IDEMPOTENCY_RETENTION_MS / 1000}), ${status}, 'application/json', ${payload}`
-    return sql`
-      insert into idempotency_keys (org_id, route, key, fingerprint, state, lock_token, locked_until, expires_at, response_status, response_type, response_body)
-      ${when ? sql`select ${values} where ${when}` : sql`values (${values})`}
-      on conflict (org_id, route, key) do update set
-        fingerprint = excluded.fingerprint, state = 'done', lock_token = null, locked_until = null,
-        expires_at = excluded.expires_at, created_at = now(), response_status = excluded.response_status,
-        response_type = excluded.response_type, response_body = excluded.response_body
-      where idempotency_keys.expires_at < now()
-         or (idempotency_keys.state = 'in_flight' and idempotency_keys.locked_until < now())
-      returning 1 as ok`
-  }
-
-  /** The key's row while it is live (kept, and not an expired lock), else undefined. */
-  async function liveRow(state: KeyState): Promise<KeyRow | undefined> {
-    const row = rowsOf<KeyRow>(await app.db.execute(sql`
-      select fingerprint, state, response_status, response_body,
-             (expires_at < now() or (state = 'in_flight' and locked_until < now())) as free
-      from idempotency_keys
-      where org_id = ${state.orgId} and route = ${state.route} and key = ${state.key}`))[0]
-    return row && !row.free ? row : undefined
-  }
-
-  /** What a request with this key gets when `row` holds it (or held it and went away). */
-  function answerFrom(row: KeyRow | undefined, state: KeyState): StoredAnswer & { replayed: boolean; headers?: Record<string, string> | undefined } {
-    let refusal: ApiError
-    if (row && row.fingerprint !== state.fingerprint) {
-      refusal = idempotencyKeyReused()
-    } else if (row && row.state === 'done' && row.response_status !== null && row.response_body !== null) {
-      return { status: row.response_status, payload: row.response_body, replayed: true }
-    } else {
-      // still in flight, or it went away meanwhile (expired): the client retries
-      refusal = idempotencyKeyInUse()
-    }
-    const { status, body, headers } = describeError(refusal)
-    return { status, payload: JSON.stringify(body), replayed: false, headers }
-  }
 
   // A preHandler (after validation and auth, so those failures use nothing up) with no
   // database work: the key is checked when the handler writes it.
@@ -230,7 +231,7 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance, opts: I
       if (!state.taken && status >= 400 && status < 500 && typeof payload === 'string') {
         if (rowsOf(await app.db.execute(storeAnswer(state, status, payload))).length === 1) return payload
       }
-      row = await liveRow(state)
+      row = await liveRow(app.db, state)
     } catch (err) {
       // the database went away (contract 1.3): the answer stays unstored, and a retry with
       // the key does the work again or gets the stored answer. The handler's own refusal
@@ -266,4 +267,56 @@ export async function pruneIdempotencyKeys(db: Db): Promise<number> {
     with gone as (delete from idempotency_keys where expires_at < now() returning 1)
     select count(*)::int as n from gone`)
   return rowsOf<{ n: number }>(result)[0]?.n ?? 0
+}
+
+/**
+ * Contract 3 for work that is not an HTTP request of its own (a tool call of /api/mcp that
+ * starts a run): `work` gets a lock to store its answer with, as a route's handler does;
+ * a repeat of the key gets the first answer back (`replayed`), a key used with another
+ * body `409 idempotency_key_reused`, one still in flight `409 idempotency_key_in_use`
+ * (both as stored answers). A 4xx thrown by `work` is stored as its answer too.
+ */
+export async function idempotentWork(
+  db: Db,
+  input: { orgId: string; route: string; key: string; principal: Principal; body: unknown },
+  work: (lock: IdempotencyLock) => Promise<StoredAnswer>
+): Promise<StoredAnswer & { replayed: boolean }> {
+  const state: KeyState = {
+    orgId: input.orgId, route: input.route, key: input.key, fingerprint: fingerprintOf(input.route, input.principal, input.body ?? null), stored: false, taken: false
+  }
+  const completion = (status: number, body: unknown, when?: SQL) => {
+    const payload = JSON.stringify(body)
+    return { update: storeAnswer(state, status, payload, when), answer: { status, payload } }
+  }
+  const lock: IdempotencyLock = {
+    key: input.key,
+    completion,
+    markStored() {
+      state.stored = true
+    },
+    taken() {
+      state.taken = true
+      return idempotencyKeyInUse()
+    },
+    async complete(tx, status, body) {
+      const { update, answer } = completion(status, body)
+      if (rowsOf(await tx.execute(update)).length === 0) {
+        state.taken = true
+        throw idempotencyKeyInUse()
+      }
+      state.stored = true
+      return answer
+    }
+  }
+  try {
+    return { ...(await work(lock)), replayed: false }
+  } catch (err) {
+    const refusal = err instanceof ApiError && err.statusCode >= 400 && err.statusCode < 500 && !state.taken ? describeError(err) : null
+    if (refusal) {
+      const payload = JSON.stringify(refusal.body)
+      if (rowsOf(await db.execute(storeAnswer(state, refusal.status, payload))).length === 1) throw err
+    } else if (!state.taken) throw err
+    const answer = answerFrom(await liveRow(db, state), state)
+    return { status: answer.status, payload: answer.payload, replayed: answer.replayed }
+  }
 }

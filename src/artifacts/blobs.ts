@@ -54,7 +54,7 @@ export interface BlobSweeperOptions {
 
 /**
  * Removes blobs nothing references (uploads, artifact versions and proposals, knowledge
- * documents) once their pin has passed. Each round locks its
+ * documents, thread workspace archives) once their pin has passed. Each round locks its
  * candidates (`FOR UPDATE SKIP LOCKED`, so instances share the work) and removes the
  * bytes before the row, inside that lock: a writer pinning the same address waits for the
  * round and then writes the bytes again. A round that dies leaves rows whose bytes may be
@@ -95,6 +95,7 @@ export class BlobSweeper {
           and not exists (select 1 from artifact_versions v where v.org_id = b.org_id and v.sha256 = b.sha256)
           and not exists (select 1 from artifact_proposals p where p.org_id = b.org_id and p.sha256 = b.sha256)
           and not exists (select 1 from knowledge_documents k where k.org_id = b.org_id and k.sha256 = b.sha256)
+          and not exists (select 1 from thread_workspaces w where w.org_id = b.org_id and w.sha256 = b.sha256)
         order by pinned_until limit 100
         for update skip locked`))
       for (const blob of gone) {

@@ -75,7 +75,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
         operationId: 'createUpload',
         tags: ['artifacts'],
         summary: 'Upload a file (multipart, one field `file`); its type is sniffed from the bytes',
-        response: { 201: UploadEnvelope, ...errorResponses(413, 415) }
+        response: { 201: UploadEnvelope, ...errorResponses(413, 415, 507) }
       }
     }, async (request, reply) => {
       const principal = principalOf(request)
@@ -159,7 +159,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       tags: ['artifacts'],
       summary: 'Make an artifact from text or from an upload (version 1, source `api`)',
       body: CreateArtifactBody,
-      response: { 201: ArtifactEnvelope, ...errorResponses(404, 409, 413, 415) }
+      response: { 201: ArtifactEnvelope, ...errorResponses(404, 409, 413, 415, 507) }
     }
   }, async (request, reply) => {
     const principal = principalOf(request)
@@ -267,7 +267,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
         summary: 'Replace the content (a new version, source `edit`); If-Match with the current ETag is required',
         params: IdParams,
         headers: IfMatchHeaders,
-        response: { 200: ArtifactEnvelope, ...errorResponses(404, 412, 413, 428) }
+        response: { 200: ArtifactEnvelope, ...errorResponses(404, 412, 413, 428, 507) }
       }
     }, async (request, reply) => {
       const principal = principalOf(request)
@@ -336,7 +336,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Suggest a new version (text) against a base version',
       params: IdParams,
       body: CreateProposalBody,
-      response: { 201: ProposalEnvelope, ...errorResponses(404, 413) }
+      response: { 201: ProposalEnvelope, ...errorResponses(404, 413, 507) }
     }
   }, async (request, reply) => {
     const principal = principalOf(request)

@@ -2,22 +2,26 @@ import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import type { Config } from '../config.js'
+import { filesDir, type Config } from '../config.js'
 import type { RunArtifacts } from '../runs/artifact-port.js'
 import { getUpload, saveRunArtifact, uploadsAmong } from './artifacts-repo.js'
 import { BlobMissing, FsBlobStore, type BlobStore } from './blob-store.js'
-import { BlobSweeper, putBlob } from './blobs.js'
+import { BlobSweeper, putBlob, referenceBlob } from './blobs.js'
+import type { WorkspaceArchives } from '../runtime/ports.js'
+import { WatchedBlobStore } from './storage-health.js'
 
 /** The artifacts group's instance-wide side, as `app.artifacts`. */
 export interface ArtifactsService {
-  /** where the bytes live (ARTIFACT_STORE) */
-  store: BlobStore
+  /** where the bytes live (ARTIFACT_STORE), watched for a full disk (readiness) */
+  store: WatchedBlobStore
   /** removes blobs nothing references */
   sweeper: BlobSweeper
   /** UPLOAD_MAX_BYTES: the largest upload or content write */
   maxBytes: number
   /** the runs group's port: what a run saves */
   forRuns: RunArtifacts
+  /** the runtime's port: thread workspace archives, blobs like any other */
+  forWorkspaces: WorkspaceArchives
 }
 
 declare module 'fastify' {
@@ -34,7 +38,7 @@ export interface ArtifactsServiceOptions {
 
 /** The store ARTIFACT_STORE names; the S3 client is loaded only when it is chosen. */
 export async function createBlobStore(config: Config): Promise<BlobStore> {
-  if (config.ARTIFACT_STORE === 'fs') return new FsBlobStore(join(config.DATA_DIR, 'blobs'))
+  if (config.ARTIFACT_STORE === 'fs') return new FsBlobStore(join(filesDir(config), 'blobs'))
   const { S3BlobStore } = await import('./s3-store.js')
   return new S3BlobStore({
     bucket: config.S3_BUCKET!,
@@ -59,7 +63,7 @@ export function cleanName(name: string): string {
  */
 export default fp(async function artifactsService(app: FastifyInstance, opts: ArtifactsServiceOptions) {
   const { config } = opts
-  const store = opts.store ?? (await createBlobStore(config))
+  const store = new WatchedBlobStore(opts.store ?? (await createBlobStore(config)))
   const sweeper = new BlobSweeper({ db: app.db, store, log: app.log.child({ component: 'blob-sweeper' }), everyMs: config.BLOB_SWEEP_MS })
   const forRuns: RunArtifacts = {
     async save(run, file) {
@@ -85,7 +89,15 @@ export default fp(async function artifactsService(app: FastifyInstance, opts: Ar
       }
     }
   }
-  app.decorate('artifacts', { store, sweeper, maxBytes: config.UPLOAD_MAX_BYTES, forRuns } satisfies ArtifactsService)
+  const forWorkspaces: WorkspaceArchives = {
+    async put(orgId, body, maxBytes) {
+      const blob = await putBlob(app.db, store, orgId, body, maxBytes)
+      return { sha256: blob.sha256, size: blob.size }
+    },
+    reference: referenceBlob,
+    read: (orgId, sha256) => store.read(orgId, sha256)
+  }
+  app.decorate('artifacts', { store, sweeper, maxBytes: config.UPLOAD_MAX_BYTES, forRuns, forWorkspaces } satisfies ArtifactsService)
   // every version is kept byte for byte
   app.features.artifactsFidelity = 'full'
   app.addHook('onReady', async () => {

@@ -1,5 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { lt } from 'drizzle-orm'
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { RateLimiterDrizzle, RateLimiterRes } from 'rate-limiter-flexible'
 import { invalidCredentials, noOrganization, notFound, organizationAdminRequired, rateLimited, unauthorized } from '../../plugins/errors.js'
 import {
   ActiveOrganizationBody, ActiveOrganizationReply, AddMemberBody, ChangeRoleBody, CreateOrganizationBody, MemberParams,
@@ -11,7 +13,7 @@ import keys from './keys.js'
 import { addMember, changeRole, createOrganization, listMemberships, removeMember, roleIn, slugify } from './organizations.js'
 import { hashPassword, primeDummyHash, verifyAgainstDummy, verifyPassword } from './passwords.js'
 import { createSession, deleteSession, setActiveOrg } from './sessions.js'
-import type { Role } from './tables.js'
+import { authRateLimits, type Role } from './tables.js'
 import { hashSecret } from './tokens.js'
 import { createUser, findCredentials, findUser, normalizeEmail } from './users.js'
 
@@ -34,21 +36,40 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
 
   // Brute-force brakes, per client address (every attempt) and per account (failed
   // sign-ins). request.ip honours TRUST_PROXY only, so a forged X-Forwarded-For from an
-  // untrusted peer changes nothing. In-memory: each instance counts its own.
+  // untrusted peer changes nothing. Counted in the database (one upsert per attempt), so
+  // the limits hold across any number of instances.
   const { perIp, perAccount, windowMs } = opts.rateLimit
-  const ipLimit = app.createRateLimit({ max: perIp, timeWindow: windowMs, keyGenerator: (req) => `auth-ip|${req.ip}` })
+  const limiter = (keyPrefix: string, points: number) => new RateLimiterDrizzle({
+    storeClient: db, schema: authRateLimits, keyPrefix, points, duration: Math.ceil(windowMs / 1000), clearExpiredByTimeout: false
+  })
+  const ipLimit = limiter('auth-ip', perIp)
   const emailOf = (req: FastifyRequest) => normalizeEmail(String((req.body as { email?: unknown } | undefined)?.email ?? ''))
-  const signInFailures = app.createRateLimit({ max: perAccount, timeWindow: windowMs, keyGenerator: (req) => `auth-sign-in|${emailOf(req)}` })
-  const signUpAttempts = app.createRateLimit({ max: perAccount, timeWindow: windowMs, keyGenerator: (req) => `auth-sign-up|${emailOf(req)}` })
+  const signInFailures = limiter('auth-sign-in', perAccount)
+  const signUpAttempts = limiter('auth-sign-up', perAccount)
+  const refused = (res: RateLimiterRes) => rateLimited(Math.max(1, res.msBeforeNext) / 1000, 'attempts')
   async function limitByIp(request: FastifyRequest) {
-    const state = await ipLimit(request)
-    if (!state.isAllowed && state.isExceeded) throw rateLimited(state.ttlInSeconds, 'attempts')
+    try {
+      await ipLimit.consume(request.ip)
+    } catch (err) {
+      if (err instanceof RateLimiterRes) throw refused(err)
+      throw err
+    }
   }
   /** Refuses an account whose failures used up the window's budget (counting only, no increment). */
-  async function checkAccount(limiter: typeof signInFailures, request: FastifyRequest) {
-    const state = await limiter(request, { increment: false })
-    if (!state.isAllowed && state.remaining <= 0) throw rateLimited(state.ttlInSeconds, 'attempts')
+  async function checkAccount(limit: RateLimiterDrizzle, request: FastifyRequest) {
+    const state = await limit.get(emailOf(request))
+    if (state && state.consumedPoints >= perAccount) throw refused(state)
   }
+  /** One more failure (or sign-up) of the account in its window. */
+  async function countAccount(limit: RateLimiterDrizzle, request: FastifyRequest) {
+    await limit.penalty(emailOf(request))
+  }
+  // windows long past are removed (a counter is read only while its window runs)
+  const pruner = setInterval(() => {
+    void db.delete(authRateLimits).where(lt(authRateLimits.expire, new Date(Date.now() - windowMs))).catch(() => {})
+  }, Math.min(windowMs, 300_000))
+  pruner.unref()
+  app.addHook('onClose', async () => clearInterval(pruner))
 
   /** The signed-in session behind the cookie; a bearer header never falls back to it. */
   async function requireSession(request: FastifyRequest, reply: FastifyReply) {
@@ -96,7 +117,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     }
   }, async (request, reply) => {
     await checkAccount(signUpAttempts, request)
-    await signUpAttempts(request)
+    await countAccount(signUpAttempts, request)
     const user = await createUser(db, request.body.email, request.body.name, await hashPassword(request.body.password))
     await startSession(request, reply, user.id)
     return reply.code(201).send({ user: toWire(user) })
@@ -117,7 +138,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
       ? await verifyPassword(found.passwordHash!, request.body.password)
       : await verifyAgainstDummy(request.body.password)
     if (!found || !ok) {
-      await signInFailures(request)
+      await countAccount(signInFailures, request)
       throw invalidCredentials()
     }
     await startSession(request, reply, found.id)

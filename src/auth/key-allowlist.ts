@@ -56,7 +56,11 @@ export const KEY_ALLOWLIST: readonly string[] = [
   'GET /api/memory/search',
   'GET /api/memory/browse',
   'GET /api/memory/captures',
-  'GET /api/memory/recalls'
+  'GET /api/memory/recalls',
+  // Cairn as an MCP server: its tools read and dispatch as the routes above do
+  'POST /api/mcp',
+  'GET /api/mcp',
+  'DELETE /api/mcp'
 ]
 
 /**
@@ -109,7 +113,9 @@ export const KEY_DENYLIST: readonly string[] = [
   'GET /api/providers',
   // the dashboard and fleet usage are for people (contract 11 marks neither key)
   'GET /api/dashboard',
-  'GET /api/usage'
+  'GET /api/usage',
+  // the org's MCP servers: org configuration, not a read path an integration needs
+  'GET /api/mcp-servers'
 ]
 
 /** `METHOD /pattern` with parameter names erased and HEAD read as GET. */

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { check, index, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+import { check, index, integer, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
 
 export const ROLES = ['owner', 'admin', 'member'] as const
 export type Role = (typeof ROLES)[number]
@@ -64,3 +64,14 @@ export const apiKeys = pgTable('api_keys', {
   uniqueIndex('api_keys_key_hash_key').on(t.keyHash),
   index('api_keys_org_idx').on(t.orgId, t.createdAt)
 ])
+
+/**
+ * The sign-in and sign-up brakes' counters, shared by every instance (rate-limiter-flexible's
+ * RateLimiterDrizzle store: its column names). `key` is the limiter's prefix and the
+ * client address or the normalized email; `expire` ends the window.
+ */
+export const authRateLimits = pgTable('auth_rate_limits', {
+  key: text('key').primaryKey(),
+  points: integer('points').notNull().default(0),
+  expire: timestamp('expire', { withTimezone: true, mode: 'date' })
+}, (t) => [index('auth_rate_limits_expire_idx').on(t.expire)])

@@ -30,12 +30,17 @@ export interface OpenDatabaseOptions {
   url?: string | undefined
   /** PGlite data directory, or `memory://` for a throwaway in-memory database */
   dataDir?: string
+  /**
+   * A fresh embedded database starts from this data directory dump (a tar made by PGlite's
+   * `dumpDataDir`) instead of the empty template: the tests' already migrated schema
+   */
+  template?: string
   poolMax?: number
 }
 
 export async function openDatabase(options: OpenDatabaseOptions): Promise<Database> {
   if (options.url) return openPostgres(options.url, options.poolMax ?? 20)
-  return openPglite(options.dataDir ?? './data')
+  return openPglite(options.dataDir ?? './data', options.template)
 }
 
 /** longest pause between reconnect attempts, in seconds */
@@ -44,7 +49,8 @@ const RECONNECT_MAX_S = 1
 const PING_TIMEOUT_MS = 800
 
 /** Rejects with a database-unavailable error when `work` takes longer than `ms`. */
-async function withinTime<T>(work: Promise<T>, ms: number): Promise<T> {
+/** The work, or a CONNECT_TIMEOUT error (a database that did not answer) after `ms`. */
+export async function withinTime<T>(work: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(Object.assign(new Error('the database did not answer in time'), { code: 'CONNECT_TIMEOUT' })), ms)
@@ -89,6 +95,16 @@ function openPostgres(url: string, max: number): Database {
 }
 
 /**
+ * A statement whose text starts with this comment is planned at each execution, not
+ * prepared: a statement prepared while its tables were small keeps, after five runs, the
+ * generic plan of small tables (sequential scans) until they are analyzed again, and a
+ * busy instance grows its queue tables faster than analyze follows (on PGlite, only the
+ * embedded maintenance analyzes). For the few statements whose plan depends on how much
+ * the tables hold, like the run claim; a plan costs a little, a stale one costs scans.
+ */
+export const PLAN_EACH_TIME = '/* planned each time */'
+
+/**
  * The postgres.js client as drizzle should see it: every query a named prepared statement.
  * Drizzle runs its queries through `unsafe(…, { prepare: false })` unless they were given a
  * name, and postgres.js then sends each query with parameters twice over: Parse and
@@ -103,7 +119,7 @@ function preparedStatements<T extends Sql>(client: T): T {
     get(target, property, receiver) {
       if (property === 'unsafe') {
         return (query: string, parameters?: unknown[], options?: Record<string, unknown>) =>
-          target.unsafe(query, parameters as never, { ...options, prepare: true })
+          target.unsafe(query, parameters as never, { ...options, prepare: !query.startsWith(PLAN_EACH_TIME) })
       }
       if (property === 'begin' || property === 'savepoint') {
         const open = Reflect.get(target, property, receiver) as (...args: unknown[]) => unknown
@@ -120,7 +136,7 @@ function preparedStatements<T extends Sql>(client: T): T {
  * postgres.js through one connection, as a real server is. The data directory is locked
  * before PGlite reads a byte: a second process on it stops here (contract 1.3).
  */
-async function openPglite(dataDir: string): Promise<Database> {
+async function openPglite(dataDir: string, template?: string): Promise<Database> {
   let location = dataDir
   let lock: { release(): void } | null = null
   if (!dataDir.startsWith('memory://')) {
@@ -132,7 +148,7 @@ async function openPglite(dataDir: string): Promise<Database> {
   }
   let thread: PgliteThread
   try {
-    thread = await PgliteThread.start(location)
+    thread = await PgliteThread.start(location, undefined, template)
   } catch (err) {
     lock?.release()
     throw err

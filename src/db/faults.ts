@@ -38,8 +38,67 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   return false
 }
 
-/** Fields of driver errors that quote SQL, parameters or stored values. */
-const SECRET_FIELDS = new Set(['query', 'params', 'parameters', 'args', 'types', 'detail', 'where', 'internal_query', 'internal_position', 'cause'])
+/** Fields of driver errors that quote SQL, parameters or stored values, or name a server (host, port). */
+const SECRET_FIELDS = new Set([
+  'query', 'params', 'parameters', 'args', 'types', 'detail', 'where', 'internal_query', 'internal_position', 'cause',
+  'address', 'port', 'host', 'hostname'
+])
+
+/** `host:port`, `[v6]:port` and `a.b.c.d` as error messages of sockets write them (postgres.js: "write CONNECTION_CLOSED 10.0.0.5:5432"). */
+const SERVER_ADDRESS = /(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][\w.-]*):\d{1,5}\b|\b\d{1,3}(\.\d{1,3}){3}\b/g
+
+/** A message without the server names and ports it quotes (the error's own `address`, `hostname`, and any host:port). */
+function withoutServers(message: string, e: Record<string, unknown>): string {
+  let out = message.replace(SERVER_ADDRESS, '(server)')
+  for (const key of ['hostname', 'host', 'address']) {
+    const value = e[key]
+    if (typeof value === 'string' && value.length > 1) out = out.split(value).join('(server)')
+  }
+  if (typeof e.port === 'number' || typeof e.port === 'string') out = out.split(`(server):${String(e.port)}`).join('(server)')
+  return out
+}
+
+/** Errno codes of a full disk (no space, or the user's quota used up). */
+const DISK_FULL = new Set(['ENOSPC', 'EDQUOT'])
+
+/** True when `err` (or what it wraps) is a write that found the disk full (ENOSPC, EDQUOT). */
+export function isDiskFull(err: unknown): boolean {
+  for (const e of causes(err)) if (typeof e.code === 'string' && DISK_FULL.has(e.code)) return true
+  return false
+}
+
+/** postgres.js's own codes for a connection it lost or could not make */
+const DRIVER_CODES = new Set(['CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT'])
+
+/** Whether the failure came from the database driver (a failed query, a lost connection), not from a socket of something else. */
+function fromDatabase(err: unknown): boolean {
+  for (const e of causes(err)) {
+    if (e instanceof DrizzleQueryError) return true
+    const code = e.code
+    if (typeof code === 'string' && (DRIVER_CODES.has(code) || UNAVAILABLE_STATES.has(code) || /^08[0-9A-Z]{3}$/.test(code))) return true
+  }
+  return false
+}
+
+/**
+ * What failed, as a short sentence safe to store (`lastError`) and to show: never the SQL,
+ * parameters or values of a failed query, nor a host, port or file path. A database that
+ * went away is "the database was unavailable"; a query it refused is named by its SQLSTATE;
+ * a failed system call by its code; any other error by its message, with server names and
+ * ports taken out.
+ */
+export function failureSentence(err: unknown): string {
+  if (fromDatabase(err) && isDatabaseUnavailable(err)) return 'the database was unavailable'
+  if (isDiskFull(err)) return 'the disk is full'
+  const state = sqlStateOf(err)
+  if (state !== undefined && !/^E[A-Z]/.test(state)) return `a database query failed (SQLSTATE ${state})`
+  for (const e of causes(err)) if (e instanceof DrizzleQueryError) return 'a database query failed'
+  if (!(err instanceof Error)) return 'an unexpected error'
+  const e = err as Error & Record<string, unknown>
+  // a failed system call (fs, net) quotes its path or address: its code says enough
+  if (typeof e.code === 'string' && typeof e.syscall === 'string') return `a system call failed (${e.syscall} ${e.code})`
+  return withoutServers(err.message, e).slice(0, 500) || 'an unexpected error'
+}
 
 /**
  * The logger's `err` serializer, in place of pino's standard one (which also folds every
@@ -52,11 +111,9 @@ export function serializeError(err: unknown, depth = 0): unknown {
   if (err === null || typeof err !== 'object') return err
   const e = err as Error & Record<string, unknown>
   const failedQuery = e instanceof DrizzleQueryError
-  const out: Record<string, unknown> = {
-    type: e.constructor?.name ?? 'Error',
-    message: failedQuery ? 'database query failed' : String(e.message ?? ''),
-    stack: failedQuery ? withoutMessage(e.stack) : e.stack
-  }
+  const type = e.constructor?.name ?? 'Error'
+  const message = failedQuery ? 'database query failed' : withoutServers(String(e.message ?? ''), e)
+  const out: Record<string, unknown> = { type, message, stack: withoutMessage(e.stack, type, message) }
   for (const key in e) {
     if (SECRET_FIELDS.has(key) || key in out) continue
     const value = e[key]
@@ -66,11 +123,11 @@ export function serializeError(err: unknown, depth = 0): unknown {
   return out
 }
 
-/** The stack's frames under a fixed first line (the original repeats the message, SQL and all). */
-function withoutMessage(stack: unknown): string | undefined {
+/** The stack's frames under the safe message (the original first line repeats the message: SQL, values, servers and all). */
+function withoutMessage(stack: unknown, type: string, message: string): string | undefined {
   if (typeof stack !== 'string') return undefined
   const at = stack.indexOf('\n    at ')
-  return at === -1 ? undefined : `Error: database query failed${stack.slice(at)}`
+  return at === -1 ? undefined : `${type}: ${message}${stack.slice(at)}`
 }
 
 /** The Postgres error code of a failure, whether drizzle wrapped the driver's error or not. */

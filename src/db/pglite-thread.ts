@@ -27,10 +27,11 @@ export class PgliteThread {
 
   /**
    * Starts the thread and waits until PGlite is open (its data loaded, or created).
-   * `limits` caps the thread's heap (a test's way to catch a leak there).
+   * `limits` caps the thread's heap (a test's way to catch a leak there); `template`, a
+   * data directory dump a new database starts from.
    */
-  static async start(location: string, limits?: ResourceLimits): Promise<PgliteThread> {
-    const worker = startWorker({ location }, limits)
+  static async start(location: string, limits?: ResourceLimits, template?: string): Promise<PgliteThread> {
+    const worker = startWorker({ location, ...(template ? { template } : {}) }, limits)
     let onMessage!: (message: FromWorker) => void
     let onError!: (err: Error) => void
     let onExit!: (code: number) => void

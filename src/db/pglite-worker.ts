@@ -9,6 +9,7 @@
 // back as one message. A NotificationResponse in an answer is also posted on its own, for
 // the LISTEN side of the event bus. One client at a time: a Terminate ends it, and a new
 // client starts with no statement or transaction left from the last.
+import { readFileSync } from 'node:fs'
 import { parentPort, workerData } from 'node:worker_threads'
 import { PGlite } from '@electric-sql/pglite'
 import { pg_trgm } from '@electric-sql/pglite/contrib/pg_trgm'
@@ -18,6 +19,8 @@ import { pgliteTemplate } from './pglite-template.js'
 export interface PgliteWorkerData {
   /** a directory, or `memory://` */
   location: string
+  /** a data directory dump (tar) a new database starts from, instead of the empty template */
+  template?: string
 }
 
 /** The service thread → this thread. */
@@ -46,8 +49,8 @@ const NOTIFICATION = 0x41 // 'A'
 
 let lite: PGlite
 try {
-  const { location } = workerData as PgliteWorkerData
-  const template = pgliteTemplate(location)
+  const { location, template: dump } = workerData as PgliteWorkerData
+  const template = dump ? new Blob([readFileSync(dump)]) : pgliteTemplate(location)
   lite = await PGlite.create(location, { extensions: { pg_trgm: unpackedBundle(pg_trgm) }, ...(template ? { loadDataDir: template } : {}) })
 } catch (err) {
   post({ type: 'failed', message: err instanceof Error ? err.message : String(err) })

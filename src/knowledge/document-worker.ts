@@ -1,9 +1,13 @@
 import { randomUUID } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { sql, type SQL } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import type { BlobStore } from '../artifacts/blob-store.js'
-import { rowsOf, type Db } from '../db/client.js'
+import type { Clock } from '../automations/scheduler.js'
+import { rowsOf, withinTime, type Db } from '../db/client.js'
+import { failureSentence, isDatabaseUnavailable } from '../db/faults.js'
 import { newId } from '../db/ids.js'
+import { backoffDelay, SETTLE_TIMEOUT_MS } from '../memory/capture-worker.js'
 import { chunkMarkdown, type Chunk } from './chunk.js'
 import { ExtractionFailed, type DocumentKind } from './extract.js'
 import { bumpGeneration } from './generation.js'
@@ -25,6 +29,14 @@ export interface DocumentWorkerOptions {
   concurrency: number
   /** the largest chunk, in characters */
   maxChunkChars: number
+  /** a failed attempt waits about this long before the next (doubling per attempt, with jitter) */
+  backoffMs: number
+  /** the longest wait between attempts */
+  backoffMaxMs: number
+  /** when a document is due again: the time failed attempts back off by (tests move it) */
+  clock: Clock
+  /** jitter's source (tests pin it) */
+  random?: () => number
 }
 
 export interface DocumentWorker {
@@ -54,11 +66,16 @@ const CHUNKS_PER_STATEMENT = 500
  * document to be claimed again when the lease passes, and a document whose attempts are
  * spent is `failed` instead of claimed again, so none stays in `processing`. Every later
  * move names the claim (`lease_owner`, `attempts`): a worker that lost its lease changes
- * nothing.
+ * nothing. A failed attempt puts the document back with a due time (`next_attempt_at`,
+ * exponential backoff with jitter, by the worker's clock); one that failed only because the
+ * database went away does not spend the attempt.
  */
 export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorker {
-  const { db, log } = opts
+  const { db, log, clock } = opts
+  const random = opts.random ?? Math.random
   const owner = randomUUID()
+  /** cut short the waits between tries of a move while the database is away (stop) */
+  const pause = new AbortController()
   let running = false
   const loops = new Set<Promise<void>>()
   const wakers = new Set<() => void>()
@@ -86,7 +103,8 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
           lease_expires_at = now() + make_interval(secs => ${opts.leaseMs / 1000})
       where d.id = (
         select id from knowledge_documents
-        where (state = 'queued' or (state = 'processing' and lease_expires_at < now())) and attempts < max_attempts
+        where ((state = 'queued' and (attempts = 0 or next_attempt_at <= ${clock.now().toISOString()}::timestamptz)) or (state = 'processing' and lease_expires_at < now()))
+          and attempts < max_attempts
         order by created_at, id
         limit 1
         for update skip locked)
@@ -94,14 +112,28 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
     return rows[0] ?? null
   }
 
-  /** A conditional move of a claimed document; false when the claim is no longer ours. */
+  /**
+   * A conditional move of a claimed document; false when the claim is no longer ours. While
+   * the database is unavailable it is tried again with backoff until it answers or the
+   * worker stops (the lease hands the document on then).
+   */
   async function settle(doc: Claimed, set: SQL): Promise<boolean> {
-    const result = await db.execute(sql`
-      update knowledge_documents set ${set}, lease_owner = null, lease_expires_at = null, updated_at = now()
-      where id = ${doc.id} and state = 'processing' and lease_owner = ${owner} and attempts = ${doc.attempts}
-      returning id`)
-    return rowsOf(result).length === 1
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const result = await withinTime(db.execute(sql`
+          update knowledge_documents set ${set}, lease_owner = null, lease_expires_at = null, updated_at = now()
+          where id = ${doc.id} and state = 'processing' and lease_owner = ${owner} and attempts = ${doc.attempts}
+          returning id`), SETTLE_TIMEOUT_MS)
+        return rowsOf(result).length === 1
+      } catch (err) {
+        if (!isDatabaseUnavailable(err) || pause.signal.aborted) throw err
+        await sleep(backoffDelay(attempt, opts.backoffMs, opts.backoffMaxMs), undefined, { signal: pause.signal, ref: false }).catch(() => {})
+      }
+    }
   }
+
+  /** The due time of the next attempt after `attempt` failed. */
+  const dueAfter = (attempt: number) => new Date(clock.now().getTime() + backoffDelay(attempt, opts.backoffMs, opts.backoffMaxMs, random)).toISOString()
 
   async function storeChunks(doc: Claimed, chunks: Chunk[]): Promise<boolean> {
     return db.transaction(async (tx) => {
@@ -137,10 +169,13 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
         .catch((err: unknown) => log.warn({ err, documentId: doc.id }, 'document lease renewal failed'))
     }, Math.max(50, Math.floor(opts.leaseMs / 3)))
     renew.unref()
+    /** set while the chunks are written: a connection failure then is the database's */
+    let storing = false
     try {
       const bytes = await Promise.race([opts.store.readBytes(doc.org_id, doc.sha256), stopped])
       const markdown = await Promise.race([opts.extract(bytes, doc.kind, abort.signal), stopped])
       const chunks = chunkMarkdown(markdown, opts.maxChunkChars)
+      storing = true
       await storeChunks(doc, chunks)
     } catch (err: unknown) {
       if (abort.signal.aborted) {
@@ -154,11 +189,21 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
         log.info({ documentId: doc.id, reason: err.message }, 'document extraction failed')
         return
       }
-      const message = `attempt ${doc.attempts} failed: ${(err as Error).message}`.slice(0, 1000)
+      // a sentence: never the failed query, its values, a path or a server's address
+      const lostDatabase = storing && isDatabaseUnavailable(err)
+      const reason = lostDatabase ? 'the database was unavailable' : failureSentence(err)
+      const message = `attempt ${doc.attempts} failed: ${reason}`
+      log.warn({ err, documentId: doc.id, attempt: doc.attempts }, `document processing failed: ${reason}`)
+      if (lostDatabase) {
+        // the database went away: nothing was kept (the chunks commit with the ready state); the attempt is not spent
+        await settle(doc, sql`state = 'queued', attempts = attempts - 1, last_error = ${message}, next_attempt_at = ${dueAfter(doc.attempts)}::timestamptz`)
+          .catch((e: unknown) => log.warn({ err: e, documentId: doc.id }, 'document left to its lease'))
+        return
+      }
       await settle(doc, doc.attempts >= doc.max_attempts
         ? sql`state = 'failed', last_error = ${message}`
-        : sql`state = 'queued', last_error = ${message}`).catch(() => {})
-      log.warn({ err, documentId: doc.id, attempt: doc.attempts }, 'document processing failed')
+        : sql`state = 'queued', last_error = ${message}, next_attempt_at = ${dueAfter(doc.attempts)}::timestamptz`)
+        .catch((e: unknown) => log.warn({ err: e, documentId: doc.id }, 'document left to its lease'))
     } finally {
       clearInterval(renew)
     }
@@ -207,6 +252,7 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
     },
     async stop() {
       running = false
+      pause.abort()
       abort.abort(new Error('the document worker stopped'))
       for (const waker of [...wakers]) waker()
       await Promise.all([...loops])

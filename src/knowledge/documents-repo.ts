@@ -13,7 +13,7 @@ export type DocumentRow = typeof knowledgeDocuments.$inferSelect
 export function documentToWire(d: DocumentRow) {
   return {
     id: d.id, name: d.name, contentType: d.contentType, size: d.size, sha256: d.sha256, state: d.state, chunkCount: d.chunkCount,
-    attempts: d.attempts, lastError: d.lastError, createdAt: isoOf(d.createdAt), updatedAt: isoOf(d.updatedAt)
+    attempts: d.attempts, lastError: d.lastError, nextAttemptAt: isoOf(d.nextAttemptAt), createdAt: isoOf(d.createdAt), updatedAt: isoOf(d.updatedAt)
   }
 }
 
@@ -70,7 +70,7 @@ export async function deleteDocument(db: Db, orgId: string, id: string): Promise
  */
 export async function retryDocument(db: Db, orgId: string, id: string): Promise<DocumentRow | 'missing' | 'not-failed'> {
   const [row] = await db.update(knowledgeDocuments)
-    .set({ state: 'queued', attempts: 0, leaseOwner: null, leaseExpiresAt: null, updatedAt: sql`now()` })
+    .set({ state: 'queued', attempts: 0, leaseOwner: null, leaseExpiresAt: null, nextAttemptAt: sql`now()`, updatedAt: sql`now()` })
     .where(and(eq(knowledgeDocuments.orgId, orgId), eq(knowledgeDocuments.id, id), eq(knowledgeDocuments.state, 'failed')))
     .returning()
   if (row) return row

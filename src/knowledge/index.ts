@@ -153,7 +153,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
         operationId: 'createKnowledgeDocument',
         tags: TAGS,
         summary: 'Upload a document (multipart field `file`: PDF, DOCX, HTML, Markdown or text); its text is extracted into chunks',
-        response: { 202: DocumentEnvelope, ...errorResponses(413, 415) }
+        response: { 202: DocumentEnvelope, ...errorResponses(413, 415, 507) }
       }
     }, async (request, reply) => {
       const principal = principalOf(request)

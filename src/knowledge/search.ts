@@ -55,6 +55,12 @@ export function snippetHtml(headline: string): string {
     .replaceAll(CLOSE, '</mark>')
 }
 
+/** A snippet as plain text (for a model or an MCP client): no <mark>, entities read back. */
+export function snippetText(html: string): string {
+  return html.replace(/<\/?mark>/g, '').replace(/&(lt|gt|quot|#39|amp);/g, (_, name: string) => ENTITIES[name]!)
+}
+const ENTITIES: Record<string, string> = { lt: '<', gt: '>', quot: '"', '#39': "'", amp: '&' }
+
 /** The plain words of a web search query: outside quotes, not excluded, not `or`. */
 export function plainWords(q: string): string[] {
   const out: string[] = []

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { BlobStore } from '../artifacts/blob-store.js'
+import type { Clock } from '../automations/scheduler.js'
 import type { Config } from '../config.js'
 import type { RunKnowledge } from '../runs/knowledge-port.js'
 import { createDocumentWorker, type DocumentWorker, type Extractor } from './document-worker.js'
@@ -8,7 +9,7 @@ import { createDraft } from './drafts-repo.js'
 import { getRecord, insertRecord, removeRecord, reviseRecord } from './records-repo.js'
 import type { WikiRecords } from '../github/ports.js'
 import { extractMarkdown } from './extract.js'
-import { cachedSearch, type Search } from './search.js'
+import { cachedSearch, snippetText, type Search } from './search.js'
 
 /** Contract 8: the longest chunk, in characters. */
 export const MAX_CHUNK_CHARS = 2000
@@ -43,6 +44,8 @@ export interface KnowledgeServiceOptions {
   store: BlobStore
   /** replaces the text extraction (tests: one that never finishes, to kill a worker mid-extraction) */
   extract?: Extractor | undefined
+  /** the time failed documents back off by */
+  clock: Clock
 }
 
 /**
@@ -65,7 +68,10 @@ export default fp(async function knowledgeService(app: FastifyInstance, opts: Kn
     leaseMs: config.KNOWLEDGE_LEASE_MS,
     pollMs: config.KNOWLEDGE_POLL_MS,
     concurrency: config.KNOWLEDGE_CONCURRENCY,
-    maxChunkChars: MAX_CHUNK_CHARS
+    maxChunkChars: MAX_CHUNK_CHARS,
+    backoffMs: config.KNOWLEDGE_BACKOFF_MS,
+    backoffMaxMs: config.KNOWLEDGE_BACKOFF_MAX_MS,
+    clock: opts.clock
   })
   const search = cachedSearch(app.db, config.KNOWLEDGE_SEARCH_CACHE)
   const forRuns: RunKnowledge = {
@@ -82,7 +88,8 @@ export default fp(async function knowledgeService(app: FastifyInstance, opts: Kn
     },
     async search(run, query, limit) {
       const { items } = await search(run.orgId, { q: query, limit })
-      return items
+      // a model reads plain text, not the console's HTML
+      return items.map((hit) => ({ ...hit, snippet: snippetText(hit.snippet) }))
     }
   }
   const forWiki: WikiRecords = {

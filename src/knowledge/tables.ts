@@ -58,7 +58,8 @@ export const knowledgeRecordHistory = pgTable('knowledge_record_history', {
  * Contract 8: a file whose text becomes searchable chunks. Its bytes are a blob of the
  * artifacts store (by SHA-256). Extraction workers claim a document with a lease
  * (`lease_owner`, `lease_expires_at`); a document whose lease passed is claimed again
- * until `attempts` reaches `max_attempts`.
+ * until `attempts` reaches `max_attempts`; one whose attempt failed waits until
+ * `next_attempt_at`.
  */
 export const knowledgeDocuments = pgTable('knowledge_documents', {
   id: text('id').primaryKey(),
@@ -75,6 +76,8 @@ export const knowledgeDocuments = pgTable('knowledge_documents', {
   lastError: text('last_error'),
   leaseOwner: text('lease_owner'),
   leaseExpiresAt: ts('lease_expires_at'),
+  /** a queued document is not claimed before this (a failed attempt backs off, with jitter) */
+  nextAttemptAt: ts('next_attempt_at').notNull().defaultNow(),
   createdAt: ts('created_at').notNull().defaultNow(),
   updatedAt: ts('updated_at').notNull().defaultNow(),
   createdBy: text('created_by')

@@ -40,6 +40,8 @@ export interface CaptureDelivery {
   runId: string
   rootRunId: string
   facts: string[]
+  /** each fact's index in its capture (a capture split over pools); 0, 1, … when absent */
+  indexes?: number[] | undefined
 }
 
 /**
@@ -72,10 +74,16 @@ export class PoolWriteError extends Error {
 /** One interface over every place facts can live. */
 export interface MemoryBackend {
   readonly name: 'postgres' | 'http'
-  search(pool: PoolRef, query: string, limit: number): Promise<{ items: SearchHit[]; truncated: boolean }>
+  /**
+   * `anyWord`: the query is a recall's significant words (recall.ts), most significant
+   * first; a fact matching any of them counts, ranked by how many it matches and how well.
+   */
+  search(pool: PoolRef, query: string, limit: number, options?: { anyWord?: boolean }): Promise<{ items: SearchHit[]; truncated: boolean }>
   browse(pool: PoolRef, limit: number, cursor: string | undefined): Promise<{ items: BrowseItem[]; total: number; nextCursor: string | null }>
   /** whether the id is an item of this pool */
   exists(pool: PoolRef, id: string): Promise<boolean>
+  /** a fact added by a person; a conflict (409) when the pool already holds it */
+  add(pool: PoolRef, content: string, changedBy: string): Promise<BrowseItem>
   /** false when the id is not an item of this pool */
   update(pool: PoolRef, id: string, content: string, changedBy: string): Promise<boolean>
   /** how many items went (0: none of this pool had that id) */

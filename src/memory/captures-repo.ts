@@ -4,7 +4,8 @@ import { newId } from '../db/ids.js'
 import { decodeCursor, pageOf } from '../db/paging.js'
 import { boolOf, isoOf, isoOrNull } from '../db/rows.js'
 import type { RunRef } from '../runs/memory-port.js'
-import { memoryCaptures } from './tables.js'
+import { contentHash } from './backend.js'
+import { memoryCaptures, type CaptureFact } from './tables.js'
 
 // The capture outbox's rows (contract 4.2): writing one with the run that finished, listing
 // them, and the people's retry and resolve; the delivery loop is ./capture-worker.ts.
@@ -13,12 +14,30 @@ import { memoryCaptures } from './tables.js'
 export const MAX_FACTS = 100
 export const MAX_FACT_CHARS = 4000
 
-export function cleanFacts(facts: readonly string[]): string[] {
-  return facts.map((f) => f.trim().slice(0, MAX_FACT_CHARS)).filter((f) => f.length > 0).slice(0, MAX_FACTS)
+/** A captured fact's text. */
+export const factContent = (fact: CaptureFact): string => (typeof fact === 'string' ? fact : fact.content)
+
+/**
+ * Facts trimmed and cut to MAX_FACT_CHARS, empty ones dropped, one of each per pool (the
+ * same text after trimming and case folding, contentHash), at most MAX_FACTS.
+ */
+export function cleanFacts(facts: readonly CaptureFact[]): CaptureFact[] {
+  const seen = new Set<string>()
+  const kept: CaptureFact[] = []
+  for (const fact of facts) {
+    const content = factContent(fact).trim().slice(0, MAX_FACT_CHARS)
+    if (content === '') continue
+    const key = `${typeof fact === 'string' ? '' : fact.owner}\n${contentHash(content)}`
+    if (seen.has(key)) continue
+    seen.add(key)
+    kept.push(typeof fact === 'string' ? content : { ...fact, content })
+    if (kept.length === MAX_FACTS) break
+  }
+  return kept
 }
 
 /** Writes the run's capture row (pending) with the caller's transaction; one row per run. */
-export async function enqueueCaptureRow(tx: Tx, run: RunRef, facts: string[], maxAttempts: number): Promise<void> {
+export async function enqueueCaptureRow(tx: Tx, run: RunRef, facts: CaptureFact[], maxAttempts: number): Promise<void> {
   await tx.insert(memoryCaptures).values({
     id: newId(),
     orgId: run.orgId,
@@ -39,6 +58,8 @@ export interface CaptureView {
   maxAttempts: number
   lastError: string | null
   itemCount: number
+  addedCount: number | null
+  mergedCount: number | null
   createdAt: string
   updatedAt: string
   nextAttemptAt: string
@@ -61,6 +82,8 @@ export async function listCaptures(db: Db, orgId: string, opts: { limit: number;
     maxAttempts: memoryCaptures.maxAttempts,
     lastError: memoryCaptures.lastError,
     itemCount: memoryCaptures.itemCount,
+    addedCount: memoryCaptures.addedCount,
+    mergedCount: memoryCaptures.mergedCount,
     createdAt: memoryCaptures.createdAt,
     updatedAt: memoryCaptures.updatedAt,
     nextAttemptAt: memoryCaptures.nextAttemptAt,
@@ -76,6 +99,8 @@ export async function listCaptures(db: Db, orgId: string, opts: { limit: number;
     maxAttempts: r.maxAttempts,
     lastError: r.lastError,
     itemCount: r.itemCount,
+    addedCount: r.addedCount,
+    mergedCount: r.mergedCount,
     createdAt: isoOf(r.createdAt),
     updatedAt: isoOf(r.updatedAt),
     nextAttemptAt: isoOf(r.nextAttemptAt),

@@ -3,17 +3,17 @@ import { memoryDisabled, noDeadCapture, noOrphanCapture, notInPool, signInRequir
 import { principalOf, realUserId, type Principal } from '../auth/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
-  BrowseQuery, BrowseResponse, CapturesQuery, CapturesResponse, DeleteResponse, HistoryResponse, ItemParams, Ok, PatchBody,
+  AddItemBody, AddItemResponse, BrowseQuery, BrowseResponse, CapturesQuery, CapturesResponse, DeleteResponse, HistoryResponse, ItemParams, Ok, PatchBody,
   RecallsQuery, RecallsResponse, ResolveBody, RunParams, ScopeQuery, SearchQuery, SearchResponse, Settings, SettingsBody
 } from '../../schemas/memory.js'
 import type { PoolRef } from './backend.js'
 import { changedByOf } from './service.js'
 import { announceCaptured } from './capture-worker.js'
 import { listCaptures, resolveOrphan, retryDeadCapture } from './captures-repo.js'
-import { lookupPool, orgMemoryOn, parseScope, setOrgMemory, type PoolScope } from './pools.js'
+import { ensurePool, lookupPool, orgMemorySettings, parseScope, setOrgMemory, type PoolScope } from './pools.js'
 import { listRecalls } from './recall-ledger.js'
+import { searchMemoryAs } from './search-as.js'
 
-const SEARCH_LIMIT = { default: 20, max: 100 }
 const BROWSE_LIMIT = { default: 50, max: 200 }
 
 
@@ -52,30 +52,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       response: { 200: SearchResponse, ...errorResponses(502) }
     }
   }, async (request) => {
-    const started = performance.now()
-    const principal = principalOf(request)
-    const scope = parseScope(request.query.scope)
-    const a = await access(principal, scope)
-    const base = { enabled: a.enabled, scope, authed: a.authed, truncated: false }
-    if (a.failedClosed) return { ...base, latencyMs: elapsed(started), failedClosed: true as const, items: [] }
-    const q = (request.query.q ?? '').trim()
-    if (!a.enabled || !hub.backend || q === '') return { ...base, latencyMs: elapsed(started), items: [] }
-    const pool = a.pool
-    if (!pool) return { ...base, latencyMs: elapsed(started), items: [] }
-    const limit = Math.min(request.query.limit ?? SEARCH_LIMIT.default, SEARCH_LIMIT.max)
-    const found = await hub.backend.search(pool, q, limit)
-    return {
-      ...base,
-      truncated: found.truncated,
-      latencyMs: elapsed(started),
-      items: found.items.map((h) => ({
-        id: h.id,
-        content: h.content,
-        sourceScope: scope,
-        score: h.score,
-        citation: { kind: 'memory' as const, id: h.id, runId: h.runId, rootRunId: h.rootRunId, createdAt: h.createdAt }
-      }))
-    }
+    return searchMemoryAs(app, principalOf(request), { scope: parseScope(request.query.scope), q: request.query.q, limit: request.query.limit })
   })
 
   app.get('/memory/browse', {
@@ -105,6 +82,25 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       items: page.items.map((i) => ({ ...i, sourceScope: scope })),
       nextCursor: page.nextCursor
     }
+  })
+
+  app.post('/memory/items', {
+    schema: {
+      operationId: 'addMemoryItem',
+      tags: ['memory'],
+      summary: 'Add a fact by hand (the pool is made on this first write)',
+      body: AddItemBody,
+      response: { 201: AddItemResponse, ...errorResponses(409, 413, 415, 502) }
+    }
+  }, async (request, reply) => {
+    const principal = principalOf(request)
+    const scope = parseScope(request.body.scope)
+    const a = await access(principal, scope)
+    if (a.failedClosed) throw signInRequired()
+    if (!a.enabled || !hub.backend) throw memoryDisabled()
+    const pool = a.pool ?? await ensurePool(app.db, principal.orgId, scope, scope === 'personal' ? realUserId(principal)! : '')
+    const item = await hub.backend.add(pool, request.body.content.trim(), changedByOf(principal))
+    return reply.code(201).send({ item: { ...item, sourceScope: scope } })
   })
 
   app.patch('/memory/item/:id', {
@@ -242,15 +238,15 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   })
 
   async function settingsOf(orgId: string) {
-    const orgEnabled = await orgMemoryOn(app.db, orgId)
-    return { enabled: orgEnabled && hub.backend !== null, orgEnabled, backend: opts.backendName }
+    const { enabled: orgEnabled, extract } = await orgMemorySettings(app.db, orgId)
+    return { enabled: orgEnabled && hub.backend !== null, extract, orgEnabled, backend: opts.backendName }
   }
 
   app.get('/memory/settings', {
     schema: {
       operationId: 'getMemorySettings',
       tags: ['memory'],
-      summary: 'Whether memory is on for your org',
+      summary: 'Whether memory is on for your org, and whether facts are extracted from its runs',
       querystring: ScopeQuery,
       response: { 200: Settings, ...errorResponses() }
     }
@@ -261,13 +257,13 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
     schema: {
       operationId: 'updateMemorySettings',
       tags: ['memory'],
-      summary: 'Turn memory off or on for your org (org admins)',
+      summary: 'Turn memory, and extraction from runs, off or on for your org (org admins)',
       body: SettingsBody,
       response: { 200: Settings, ...errorResponses(413, 415) }
     }
   }, async (request) => {
     const principal = principalOf(request)
-    await setOrgMemory(app.db, principal.orgId, request.body.enabled, changedByOf(principal))
+    await setOrgMemory(app.db, principal.orgId, request.body, changedByOf(principal))
     return settingsOf(principal.orgId)
   })
 }

@@ -1,4 +1,4 @@
-import { ApiError, deleteFailed, updateFailed, upstreamFailed } from '../../plugins/errors.js'
+import { ApiError, conflict, deleteFailed, updateFailed, upstreamFailed } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
 import { invalidCursor } from '../db/paging.js'
 import { PoolWriteError, type BrowseItem, type MemoryBackend, type PoolRef, type SearchHit } from './backend.js'
@@ -145,6 +145,24 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
 
     async exists(pool, id) {
       return (await ownItem(pool, id, updateFailed('the memory service did not answer'))) !== null
+    },
+
+    async add(pool, content, changedBy) {
+      const failed = upstreamFailed('write')
+      let res: Response
+      try {
+        res = await call('POST', '/memories', { messages: [{ role: 'user', content }], user_id: mem0UserId(pool), infer: false, metadata: { source: 'cairn', added_by: changedBy } })
+      } catch {
+        throw failed
+      }
+      const list = res.ok ? listOf(await readJson(res)) : null
+      const created = list?.[0]
+      // mem0 answers no new item for a fact it already holds
+      if (list && !created) throw conflict('the pool already holds this fact')
+      if (!created) throw failed
+      await recordChanges(db, pool, changedBy, [{ itemId: created.id, content, kind: 'created' }])
+      const at = iso(created.created_at ?? new Date().toISOString())
+      return { id: created.id, content: text(created) || content, background: false, sourceRunId: null, createdAt: at, updatedAt: at }
     },
 
     async update(pool, id, content, changedBy) {

@@ -18,9 +18,17 @@ export async function orgMemoryOn(exec: Db | Tx, orgId: string): Promise<boolean
   return rows[0]?.enabled ?? true
 }
 
-export async function setOrgMemory(db: Db, orgId: string, enabled: boolean, updatedBy: string): Promise<void> {
-  await db.insert(memorySettings).values({ orgId, enabled, updatedBy })
-    .onConflictDoUpdate({ target: memorySettings.orgId, set: { enabled, updatedBy, updatedAt: new Date() } })
+/** The org's memory settings (no row: on, no extraction). */
+export async function orgMemorySettings(exec: Db | Tx, orgId: string): Promise<{ enabled: boolean; extract: boolean }> {
+  const rows = await exec.select({ enabled: memorySettings.enabled, extract: memorySettings.extract }).from(memorySettings).where(eq(memorySettings.orgId, orgId))
+  return { enabled: rows[0]?.enabled ?? true, extract: rows[0]?.extract ?? false }
+}
+
+/** Sets the org switch and, when given, extraction (absent: kept as it is). */
+export async function setOrgMemory(db: Db, orgId: string, settings: { enabled: boolean; extract?: boolean | undefined }, updatedBy: string): Promise<void> {
+  const extract = settings.extract === undefined ? {} : { extract: settings.extract }
+  await db.insert(memorySettings).values({ orgId, enabled: settings.enabled, ...extract, updatedBy })
+    .onConflictDoUpdate({ target: memorySettings.orgId, set: { enabled: settings.enabled, ...extract, updatedBy, updatedAt: new Date() } })
 }
 
 function toRef(row: typeof memoryPools.$inferSelect): PoolRef {

@@ -17,6 +17,8 @@ type SearchOutcome = { items: SearchHit[]; truncated: boolean }
 
 const MAX_QUERY = 500
 const MAX_WORDS = 8
+/** the most words a recall's any-word search takes (a prompt's most significant, in order) */
+const MAX_RECALL_WORDS = 16
 /**
  * Search ranks this many matches, the newest ones, or a page's worth when the page is larger.
  * A broad query (a common word in thousands of facts) then costs about what a narrow one
@@ -86,14 +88,10 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
    * tell it is truncated) are put in order together with pg_trgm word similarity to the
    * query, costly enough (about 20 µs a fact in WebAssembly) to be kept to the page.
    */
-  async function ranked(pool: PoolRef, q: string, tokens: string[], joiner: '&' | '|', limit: number) {
+  async function ranked(pool: PoolRef, q: string, tokens: string[], joiner: '&' | '|', limit: number, correct = true) {
     const words = sql.join(tokens.map((w) => sql`${w}`), sql`, `)
     const matches = Math.max(RANKED_MATCHES, limit) + 1
-    const result = await db.execute(sql`
-      with tokens as (
-        select token, ord from unnest(array[${words}]::text[]) with ordinality as t(token, ord)),
-      groups as (
-        select t.ord, '(' || t.token || ':*' || coalesce((
+    const corrections = correct ? sql`coalesce((
           select string_agg(' | ' || w.word, '' order by w.word)
           from (select word from memory_words
                 where pool_id = ${pool.id} and length(t.token) >= 3 and t.token ~ '[[:alpha:]]'
@@ -101,7 +99,12 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
                   and not exists (select 1 from memory_words known where known.pool_id = ${pool.id} and known.word = t.token)
                   and word % t.token and word <> t.token
                 order by similarity(word, t.token) desc, word
-                limit 3) as w), '') || ')' as grp
+                limit 3) as w), '')` : sql`''`
+    const result = await db.execute(sql`
+      with tokens as (
+        select token, ord from unnest(array[${words}]::text[]) with ordinality as t(token, ord)),
+      groups as (
+        select t.ord, '(' || t.token || ':*' || ${corrections} || ')' as grp
         from tokens t),
       query as materialized (
         select to_tsquery('english', string_agg(grp, ${` ${joiner} `} order by ord)) as query from groups),
@@ -142,10 +145,11 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
     return rowsOf<{ id: string; content: string; source_run_id: string | null; root_run_id: string | null; created_at: string | Date; score: number }>(result)
   }
 
-  async function searchPool(pool: PoolRef, q: string, tokens: string[], limit: number): Promise<SearchOutcome> {
-    let rows = await ranked(pool, q, tokens, '&', limit)
+  async function searchPool(pool: PoolRef, q: string, tokens: string[], limit: number, anyWord: boolean): Promise<SearchOutcome> {
+    // a recall's words (a prompt's significant ones) match any of them, as spelled
+    let rows = anyWord ? await ranked(pool, q, tokens, '|', limit, false) : await ranked(pool, q, tokens, '&', limit)
     // nothing has every word (a long, chatty query): any word will do
-    if (rows.length === 0 && tokens.length > 1) rows = await ranked(pool, q, tokens, '|', limit)
+    if (rows.length === 0 && tokens.length > 1 && !anyWord) rows = await ranked(pool, q, tokens, '|', limit)
     const items: SearchHit[] = rows.slice(0, limit).map((r) => ({
       id: r.id,
       content: r.content,
@@ -160,16 +164,17 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
   return {
     name: 'postgres',
 
-    async search(pool, query, limit) {
+    async search(pool, query, limit, options = {}) {
+      const anyWord = options.anyWord === true
       const q = query.slice(0, MAX_QUERY)
-      const tokens = [...new Set(wordsOf(q))].slice(0, MAX_WORDS)
+      const tokens = [...new Set(wordsOf(q))].slice(0, anyWord ? MAX_RECALL_WORDS : MAX_WORDS)
       if (tokens.length === 0) return { items: [], truncated: false }
-      if (!cache) return searchPool(pool, q, tokens, limit)
+      if (!cache) return searchPool(pool, q, tokens, limit, anyWord)
       const [row] = await db.select({ generation: memoryPools.generation }).from(memoryPools).where(eq(memoryPools.id, pool.id))
-      const key = JSON.stringify([pool.id, row?.generation ?? 0, q, limit])
+      const key = JSON.stringify([pool.id, row?.generation ?? 0, q, limit, anyWord])
       const hit = cache.get(key)
       if (hit) return hit
-      const outcome = await searchPool(pool, q, tokens, limit)
+      const outcome = await searchPool(pool, q, tokens, limit, anyWord)
       cache.set(key, outcome)
       return outcome
     },
@@ -200,6 +205,22 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
       const rows = await db.select({ id: memoryItems.id }).from(memoryItems)
         .where(and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id), eq(memoryItems.id, id)))
       return rows.length === 1
+    },
+
+    async add(pool, content, changedBy) {
+      try {
+        return await db.transaction(async (tx) => {
+          const [row] = await tx.insert(memoryItems).values({ id: newId(), orgId: pool.orgId, poolId: pool.id, content, contentHash: contentHash(content) })
+            .returning({ id: memoryItems.id, content: memoryItems.content, background: memoryItems.background, sourceRunId: memoryItems.sourceRunId, createdAt: memoryItems.createdAt, updatedAt: memoryItems.updatedAt })
+          await tx.update(memoryPools).set({ itemCount: sql`${memoryPools.itemCount} + 1`, generation: sql`${memoryPools.generation} + 1` }).where(eq(memoryPools.id, pool.id))
+          await addVocabulary(tx, pool, [content])
+          await recordChanges(tx, pool, changedBy, [{ itemId: row!.id, content, kind: 'created' }])
+          return { ...row!, createdAt: isoOf(row!.createdAt), updatedAt: isoOf(row!.updatedAt) }
+        })
+      } catch (err) {
+        if (isUniqueViolation(err)) throw conflict('the pool already holds this fact')
+        throw err
+      }
     },
 
     async update(pool, id, content, changedBy) {
@@ -264,7 +285,22 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
 /** rows per insert statement; each statement carries its rows as one JSON parameter */
 const INSERT_CHUNK = 5000
 
-type KeptFact = { id: string; content: string; pool_id: string; org_id: string; source_run_id: string | null }
+type KeptFact = { id: string; content: string; pool_id: string; org_id: string; source_run_id: string | null; capture_id: string }
+
+/**
+ * Each delivered capture says how many of its facts were new to their pool and how many the
+ * pool already held (merged, not stored twice).
+ */
+async function countAdded(tx: Tx, entries: BatchEntry[], kept: KeptFact[]): Promise<void> {
+  const added = new Map<string, number>()
+  for (const { capture } of entries) added.set(capture.captureId, 0)
+  for (const row of kept) added.set(row.capture_id, (added.get(row.capture_id) ?? 0) + 1)
+  const counts = [...added].map(([id, n]) => ({ id, n }))
+  await tx.execute(sql`
+    update memory_captures c set added_count = b.n, merged_count = greatest(0, c.item_count - b.n)
+    from jsonb_to_recordset(${JSON.stringify(counts)}::jsonb) as b(id text, n int)
+    where c.id = b.id`)
+}
 
 /**
  * Adds captured facts: a fact already in its pool (same normalized content) or an already
@@ -273,7 +309,7 @@ type KeptFact = { id: string; content: string; pool_id: string; org_id: string; 
  * parameter per column costs far more to build and to parse than the insert itself.
  */
 async function writeFacts(tx: Tx, entries: BatchEntry[]): Promise<void> {
-  const values = entries.flatMap(({ pool, capture }) => capture.facts.map((content, index) => ({
+  const values = entries.flatMap(({ pool, capture }) => capture.facts.map((content, i) => ({
     id: newId(),
     org_id: pool.orgId,
     pool_id: pool.id,
@@ -282,7 +318,7 @@ async function writeFacts(tx: Tx, entries: BatchEntry[]): Promise<void> {
     source_run_id: capture.runId,
     root_run_id: capture.rootRunId,
     capture_id: capture.captureId,
-    fact_index: index
+    fact_index: capture.indexes?.[i] ?? i
   })))
   const kept: KeptFact[] = []
   for (let i = 0; i < values.length; i += INSERT_CHUNK) {
@@ -292,8 +328,9 @@ async function writeFacts(tx: Tx, entries: BatchEntry[]): Promise<void> {
       from jsonb_to_recordset(${JSON.stringify(values.slice(i, i + INSERT_CHUNK))}::jsonb)
         as r(id text, org_id text, pool_id text, content text, content_hash text, source_run_id text, root_run_id text, capture_id text, fact_index int)
       on conflict do nothing
-      returning id, content, pool_id, org_id, source_run_id`)))
+      returning id, content, pool_id, org_id, source_run_id, capture_id`)))
   }
+  await countAdded(tx, entries, kept)
   if (kept.length === 0) return
   const byPool = new Map<string, string[]>()
   for (const row of kept) byPool.set(row.pool_id, [...(byPool.get(row.pool_id) ?? []), row.content])

@@ -8,12 +8,11 @@ import type { MemoryBackend } from './backend.js'
 import { createMem0Pool } from './mem0-pool.js'
 import { createCaptureWorker, type CaptureWorker } from './capture-worker.js'
 import { cleanFacts, enqueueCaptureRow } from './captures-repo.js'
-import { ensurePool, findPool, orgMemoryOn } from './pools.js'
+import { ensurePool, findPool, orgMemoryOn, orgMemorySettings } from './pools.js'
+import { significantWords } from './recall-words.js'
+import type { CaptureFact } from './tables.js'
 import { createPostgresPool } from './postgres-pool.js'
 import { recordRecall } from './recall-ledger.js'
-
-/** How many facts one recall brings back per pool. */
-const RECALL_LIMIT = 20
 
 export interface MemoryHub {
   /** null when MEMORY_BACKEND=off */
@@ -66,7 +65,7 @@ export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions
     db,
     backend,
     log,
-    poolFor: async (orgId) => ((await enabledFor(orgId)) ? ensurePool(db, orgId, 'org', '') : null),
+    poolFor: async (orgId, owner) => ((await enabledFor(orgId)) ? ensurePool(db, orgId, owner === null ? 'org' : 'personal', owner ?? '') : null),
     events,
     leaseMs: config.MEMORY_CAPTURE_LEASE_MS,
     backoffMs: config.MEMORY_CAPTURE_BACKOFF_MS,
@@ -77,8 +76,14 @@ export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions
   })
 
   const runMemory: RunMemory = {
-    async recall(run, query) {
-      if (!backend || !(await enabledFor(run.orgId))) return { items: [] }
+    enabled: enabledFor,
+    async extractFor(orgId) {
+      return backend !== null && (await orgMemorySettings(db, orgId)).extract
+    },
+    async recall(run, text, options) {
+      const query = options.kind === 'prompt' ? significantWords(text).join(' ') : text.trim()
+      const limit = options.kind === 'prompt' ? config.MEMORY_RECALL_LIMIT : options.limit
+      if (!backend || !(await enabledFor(run.orgId))) return { items: [], query }
       const pools: Array<['org' | 'personal', string]> = [['org', '']]
       // only a real signed-in user ever has a personal pool read for them
       if (run.realUserId) pools.push(['personal', run.realUserId])
@@ -87,9 +92,10 @@ export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions
         const started = performance.now()
         const pool = await findPool(db, run.orgId, scope, ownerKey)
         let hits: RecalledItem[] = []
-        if (pool && query.trim() !== '') {
+        if (pool && query !== '') {
           try {
-            hits = (await backend.search(pool, query, RECALL_LIMIT)).items.map((h) => ({ id: h.id, content: h.content, sourceScope: scope, score: h.score }))
+            hits = (await backend.search(pool, query, limit, { anyWord: options.kind === 'prompt' })).items
+              .map((h) => ({ id: h.id, content: h.content, sourceScope: scope, score: h.score }))
           } catch (err) {
             log.warn({ err, runId: run.id }, 'memory recall failed')
           }
@@ -98,11 +104,13 @@ export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions
         items.push(...hits)
       }
       items.sort((a, b) => b.score - a.score)
-      return { items }
+      return { items: items.slice(0, limit), query }
     },
 
     async enqueueCapture(tx, run, facts) {
-      const kept = cleanFacts(facts)
+      // a personal fact needs the run's real user (the remember tool refuses it otherwise)
+      const kept = cleanFacts(facts.flatMap((f): CaptureFact[] => typeof f === 'string' ? [f] : f.scope === 'org' ? [f.content]
+        : run.realUserId ? [{ content: f.content, scope: 'personal', owner: run.realUserId }] : []))
       if (!backend || kept.length === 0) return
       if (!(await orgMemoryOn(tx, run.orgId))) return
       await enqueueCaptureRow(tx, run, kept, config.MEMORY_CAPTURE_ATTEMPTS)

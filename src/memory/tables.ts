@@ -9,6 +9,8 @@ const tsvector = customType<{ data: string }>({ dataType: () => 'tsvector' })
 export const memorySettings = pgTable('memory_settings', {
   orgId: text('org_id').primaryKey().references(() => organizations.id, { onDelete: 'cascade' }),
   enabled: boolean('enabled').notNull(),
+  /** after a run succeeds, ask its model for the durable facts of the exchange (contract 13.5) */
+  extract: boolean('extract').notNull().default(false),
   updatedBy: text('updated_by').notNull(),
   updatedAt: ts('updated_at').notNull().defaultNow()
 })
@@ -85,6 +87,9 @@ export const memoryItemHistory = pgTable('memory_item_history', {
   changedAt: ts('changed_at').notNull().defaultNow()
 }, (t) => [index('memory_item_history_item_idx').on(t.poolId, t.itemId, t.id)])
 
+/** A captured fact: a string goes to the org pool; a personal one names its owner (the run's real user). */
+export type CaptureFact = string | { content: string; scope: 'personal'; owner: string }
+
 export const CAPTURE_STATES = ['pending', 'delivering', 'delivered', 'dead', 'discarded'] as const
 export type CaptureState = (typeof CAPTURE_STATES)[number]
 
@@ -99,7 +104,10 @@ export const memoryCaptures = pgTable('memory_captures', {
   maxAttempts: integer('max_attempts').notNull(),
   lastError: text('last_error'),
   itemCount: integer('item_count').notNull(),
-  facts: jsonb('facts').$type<string[]>().notNull(),
+  facts: jsonb('facts').$type<CaptureFact[]>().notNull(),
+  /** once delivered: the facts the pool took as new, and those it already held (merged) */
+  addedCount: integer('added_count'),
+  mergedCount: integer('merged_count'),
   createdAt: ts('created_at').notNull().defaultNow(),
   updatedAt: ts('updated_at').notNull().defaultNow(),
   nextAttemptAt: ts('next_attempt_at').notNull().defaultNow(),
@@ -108,6 +116,8 @@ export const memoryCaptures = pgTable('memory_captures', {
 }, (t) => [
   uniqueIndex('memory_captures_run_key').on(t.orgId, t.runId),
   index('memory_captures_due_idx').on(t.nextAttemptAt).where(sql`${t.state} = 'pending'`),
+  // deliveries whose lease passed (the postgres backend takes them back)
+  index('memory_captures_lease_idx').on(t.leaseExpiresAt).where(sql`${t.state} = 'delivering'`),
   index('memory_captures_org_newest_idx').on(t.orgId, t.id.desc()),
   check('memory_captures_state_check', sql`${t.state} in ('pending', 'delivering', 'delivered', 'dead', 'discarded')`)
 ])

@@ -27,6 +27,7 @@ export async function dashboard(db: Db, orgId: string, now: Date) {
       f.finished, f.succeeded, f.failed,
       (select count(*) from runs where org_id = ${orgId} and status = 'queued') as queued,
       (select count(*) from runs where org_id = ${orgId} and status = 'running') as running,
+      (select count(*) from runs where org_id = ${orgId} and status = 'requires_action') as requires_action,
       (select count(*) from runs where org_id = ${orgId} and id >= ${uuidv7Floor(new Date(now.getTime() - 86_400_000))}) as last24h,
       (select coalesce(sum(item_count), 0) from memory_pools where org_id = ${orgId}) as memory_items,
       (select count(*) from memory_captures where org_id = ${orgId} and state = 'pending') as pending_captures,
@@ -54,11 +55,11 @@ export async function dashboard(db: Db, orgId: string, now: Date) {
           from usage_hours where org_id = ${orgId}) f`))
   const n = (key: string) => Number(row![key])
   const finished = n('finished')
-  const byStatus = { queued: n('queued'), running: n('running'), succeeded: n('succeeded'), failed: n('failed'), cancelled: finished - n('succeeded') - n('failed') }
+  const byStatus = { queued: n('queued'), running: n('running'), requires_action: n('requires_action'), succeeded: n('succeeded'), failed: n('failed'), cancelled: finished - n('succeeded') - n('failed') }
   const recent = (typeof row!.recent === 'string' ? JSON.parse(row!.recent) : row!.recent) as Array<{ kind: string; id: string; title: string; at: string }>
   return {
-    runs: { total: finished + byStatus.queued + byStatus.running, byStatus, last24h: n('last24h') },
-    activeRuns: byStatus.queued + byStatus.running,
+    runs: { total: finished + byStatus.queued + byStatus.running + byStatus.requires_action, byStatus, last24h: n('last24h') },
+    activeRuns: byStatus.queued + byStatus.running + byStatus.requires_action,
     memory: { items: n('memory_items'), pendingCaptures: n('pending_captures'), deadCaptures: n('dead_captures'), orphans: n('orphans') },
     knowledge: { records: n('records'), documents: n('documents') },
     automations: { enabled: n('automations_enabled'), nextFireAt: isoOrNull(row!.next_fire_at as string | Date | null) },

@@ -1,3 +1,4 @@
+import { validationFailed } from '../../plugins/errors.js'
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns'
 import { lookup as dnsLookupAsync } from 'node:dns/promises'
 import type { LookupFunction } from 'node:net'
@@ -185,4 +186,19 @@ export function refusalIn(err: unknown): AddressRefused | null {
     if (e instanceof AddressRefused) return e
   }
   return null
+}
+
+/**
+ * A request body's URL checked like checkHost: `400 validation_failed` naming `path` when its
+ * host cannot be resolved, or resolves where `what` may not be reached.
+ */
+export async function guardUrl(url: string, allowPrivate: boolean, path: string, what: string): Promise<void> {
+  let refused: string | null
+  try {
+    refused = await checkHost(new URL(url).hostname, allowPrivate)
+  } catch (err) {
+    if (err instanceof HostUnresolved) throw validationFailed([{ path, message: `${err.message}; check the URL` }])
+    throw err
+  }
+  if (refused) throw validationFailed([{ path, message: `${refused}; ${what} may not be reached there` }])
 }

@@ -5,7 +5,7 @@ import type { Config } from '../config.js'
 import { newId } from '../db/ids.js'
 import type { OrgProviders } from '../runs/providers-port.js'
 import type { InternalSecrets } from '../secrets/service.js'
-import { checkHost, HostUnresolved, providerFetcher, type ProviderFetch } from './address-guard.js'
+import { guardUrl, providerFetcher, type ProviderFetch } from './address-guard.js'
 import { probeModels } from './probe.js'
 import {
   apiKeySecretName, deleteProvider, getProvider, insertProvider, modelDefaultsOf, providerNamed, providerOffering, type ProviderRow, readyProviders, recordCheck
@@ -66,16 +66,7 @@ export default fp(async function providersService(app: FastifyInstance, opts: Pr
   const timeoutMs = config.PROVIDER_CHECK_TIMEOUT_MS
 
   /** 400 naming /body/baseUrl when the host resolves to an address providers may not reach. */
-  async function guard(baseUrl: string): Promise<void> {
-    let refused: string | null
-    try {
-      refused = await checkHost(new URL(baseUrl).hostname, allowPrivate)
-    } catch (err) {
-      if (err instanceof HostUnresolved) throw validationFailed([{ path: '/body/baseUrl', message: `${err.message}; check the URL` }])
-      throw err
-    }
-    if (refused) throw validationFailed([{ path: '/body/baseUrl', message: `${refused}; providers may not be reached there` }])
-  }
+  const guard = (baseUrl: string) => guardUrl(baseUrl, allowPrivate, '/body/baseUrl', 'providers')
 
   async function check(orgId: string, row: ProviderRow): Promise<ProviderRow | null> {
     const key = await secrets.open(orgId, apiKeySecretName(row.id))

@@ -4,6 +4,9 @@ import type { Static } from 'typebox'
 import { validationFailed } from '../../plugins/errors.js'
 import type { AgentOptions as AgentOptionsSchema } from '../../schemas/runs.js'
 import { TOOL_NAMES } from '../../schemas/runtime.js'
+
+/** `mcp__<server>__<tool>`: a tool of one of the org's MCP servers */
+export const MCP_TOOL_NAME = /^mcp__[a-z0-9_-]{1,32}__[A-Za-z0-9_./-]+$/
 import type { RunSettings } from './tables.js'
 
 // Contract 13.3: what configures the agent of a run, checked once where a run is started
@@ -25,8 +28,9 @@ export function agentOptionsOf(body: AgentOptionsBody, at = '/body'): { instruct
   if (body.maxOutputTokens !== undefined) settings.maxOutputTokens = body.maxOutputTokens
   if (body.tools !== undefined) {
     const known = new Set<string>(TOOL_NAMES)
-    const unknown = body.tools.findIndex((name) => !known.has(name))
-    if (unknown >= 0) throw validationFailed([{ path: `${at}/tools/${unknown}`, message: `no tool named ${JSON.stringify(body.tools[unknown])}; known: ${TOOL_NAMES.join(', ')}` }])
+    // an MCP server's tool: whether the org has it is checked where the run is dispatched
+    const unknown = body.tools.findIndex((name) => !known.has(name) && !MCP_TOOL_NAME.test(name))
+    if (unknown >= 0) throw validationFailed([{ path: `${at}/tools/${unknown}`, message: `no tool named ${JSON.stringify(body.tools[unknown])}; known: ${TOOL_NAMES.join(', ')} and mcp__<server>__<tool> for the tools of the organization's MCP servers` }])
     settings.tools = [...body.tools]
   }
   const format = body.responseFormat

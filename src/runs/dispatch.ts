@@ -13,7 +13,7 @@ import { newId } from '../db/ids.js'
 import type { Engine } from './engines/types.js'
 import type { EngineRegistry } from './engines/registry.js'
 import type { EventBatcher } from './events.js'
-import { announceCommitted, createRun, insertThreadRoot, originOf, runToWire, type RunRow } from './runs-repo.js'
+import { announceCommitted, createRun, insertThreadRoot, originOf, runToWire, type OnRunsEnded, type RunRow } from './runs-repo.js'
 import type { RunOrigin } from './tables.js'
 import { agentOptionsOf } from './agent-options.js'
 import type { RunArtifacts } from './artifact-port.js'
@@ -25,6 +25,10 @@ export interface DispatchDeps {
   engines: EngineRegistry
   events: EventBatcher
   secrets: RunSecrets
+  /** told of the runs an `interrupt` ends (their remembered facts are captured) */
+  onEnded?: OnRunsEnded | undefined
+  /** the index of the first of these tool names no MCP server of the org offers, or -1 (the mcp group) */
+  mcpTools?: ((orgId: string, names: string[]) => Promise<number>) | undefined
 }
 
 export interface DispatchInput {
@@ -61,10 +65,16 @@ async function holds(db: Db | Tx, condition: SQL): Promise<boolean> {
  * `POST /api/runs`: stores the run (and its idempotent answer, in the same commit), then
  * announces it. Returns the answer to send, which a retry with the same key replays.
  */
-export async function dispatchRun({ db, engines, events, secrets, artifacts }: DispatchDeps, { principal, idempotency, log, attach, precondition, ...input }: DispatchInput): Promise<StoredAnswer> {
+export async function dispatchRun({ db, engines, events, secrets, artifacts, onEnded, mcpTools }: DispatchDeps, { principal, idempotency, log, attach, precondition, ...input }: DispatchInput): Promise<StoredAnswer> {
   const chosen = await engines.resolve(input.body.engine, input.body.model, principal.orgId)
   if ('error' in chosen) throw engineUnavailable(chosen.error)
   const { instructions, settings, attachments } = agentOptionsOf(input.body)
+  const named = settings.tools ?? []
+  if (named.some((name) => name.startsWith('mcp__'))) {
+    // contract 13.3: the org's catalogue, its MCP servers' tools included
+    const unknown = mcpTools ? await mcpTools(principal.orgId, named) : named.findIndex((name) => name.startsWith('mcp__'))
+    if (unknown >= 0) throw validationFailed([{ path: `/body/tools/${unknown}`, message: `no MCP server of this organization offers ${JSON.stringify(named[unknown])}` }])
+  }
   if (attachments.length > 0) {
     // contract 13.3: another org's upload is as unknown as one that never was
     const found = new Set((await artifacts.uploadsOf(principal.orgId, attachments)).map((u) => u.id))
@@ -82,7 +92,7 @@ export async function dispatchRun({ db, engines, events, secrets, artifacts }: D
       id, orgId: principal.orgId, rootRunId: id, parentRunId: null, engine: chosen.engine.id, model: chosen.model,
       prompt: body.prompt, status: 'queued', origin, error: null, metadata: body.metadata ?? {}, secretNames: body.secrets ?? [], userId: principal.userId,
       createdAt: new Date(), startedAt: null, finishedAt: null, inputTokens: null, outputTokens: null, leaseOwner: null, leaseExpiresAt: null, cancelRequested: false,
-      output: null, instructions, settings, attachments
+      output: null, instructions, settings, attachments, suspended: null, resumeAt: null, remembered: null
     }
     const wire = { run: runToWire(run) }
     const completion = idempotency?.completion(201, wire, precondition) ?? null
@@ -99,7 +109,7 @@ export async function dispatchRun({ db, engines, events, secrets, artifacts }: D
       if (precondition && !(await holds(tx, precondition))) throw new RunPreconditionFailed()
       const created = await createRun(tx, principal, {
         prompt: body.prompt, engine: chosen.engine.id, model: chosen.model, rootRunId, metadata: body.metadata, secretNames: body.secrets, origin,
-        instructions, settings, attachments, multitask: body.multitask
+        instructions, settings, attachments, multitask: body.multitask, onEnded
       })
       if (!created) throw notFound('no such thread in this organization')
       const wire = { run: runToWire(created), ...(attach ? await attach(tx, created) : {}) }

@@ -3,11 +3,12 @@ import { EVENTS_CHANNEL, type BusEvent } from '../../plugins/event-bus.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import type { RunEventSink } from './memory-port.js'
 import { isoOf, jsonOf } from '../db/rows.js'
+import { isDatabaseUnavailable } from '../db/faults.js'
 
 /** Contract 5: the event types a run can produce. */
 export const EVENT_TYPES = [
   'run.queued', 'run.started', 'message.delta', 'message.completed', 'tool.call', 'tool.result',
-  'memory.recalled', 'memory.captured', 'artifact.created', 'run.succeeded', 'run.failed', 'run.cancelled'
+  'memory.recalled', 'memory.captured', 'artifact.created', 'run.requires_action', 'run.succeeded', 'run.failed', 'run.cancelled'
 ] as const
 export const TERMINAL_EVENTS = new Set(['run.succeeded', 'run.failed', 'run.cancelled'])
 /** token deltas are not "changes" of a run; the change stream skips them */
@@ -45,16 +46,14 @@ export interface NewEvent {
  * (or as its own when given the database): the NOTIFY is delivered only if it commits.
  * The per-org advisory lock, held to commit, makes ids commit in increasing order within
  * an org, so a reader that has seen id N never later sees a smaller id appear (resume by
- * Last-Event-ID loses nothing). Because that lock serializes an org's event commits, the
- * transaction commits asynchronously (`synchronous_commit = off`, transaction-local): the
- * lock is held for microseconds instead of a WAL flush. A Postgres crash can then lose the
- * last moments of events, always a tail (WAL is replayed in order), never a hole.
- * Transactions that must be durable (the run row at dispatch) commit before calling this.
+ * Last-Event-ID loses nothing). The commit is durable (`synchronous_commit` as the server
+ * has it, on by default): Postgres delivers the NOTIFY, and shows the row to readers,
+ * only once the commit is flushed, so no client is ever shown an event that a crash then
+ * erases. Event writes outside a transaction share their flushes (EventBatcher).
  */
 export async function appendEvent(tx: Tx | Db, event: NewEvent): Promise<BusEvent> {
   const result = await tx.execute(sql`
-    with async as (select set_config('synchronous_commit', 'off', true)),
-    lock as (select pg_advisory_xact_lock(hashtext(${'cairn.run_events:' + event.orgId})) from async),
+    with lock as (select pg_advisory_xact_lock(hashtext(${'cairn.run_events:' + event.orgId}))),
     ins as (
       insert into run_events (org_id, run_id, root_run_id, type, data)
       select ${event.orgId}, ${event.runId}, ${event.rootRunId}, ${event.type}, ${JSON.stringify(event.data ?? {})}::jsonb from lock
@@ -95,8 +94,8 @@ interface Pending {
  * costs one statement as before; under load, a round trip and a commit are shared by every
  * event that arrived meanwhile. The rules are appendEvent's: the per-org advisory locks
  * (taken in hash order, so two batches never deadlock) are held to commit and every id is
- * drawn under them, so ids still commit in increasing order within an org; commit is
- * asynchronous; NOTIFYs go out in id order. A caller's promise settles when its event is
+ * drawn under them, so ids still commit in increasing order within an org; the commit is
+ * durable, one flush for the whole batch; NOTIFYs go out in id order. A caller's promise settles when its event is
  * stored. Events of one run keep their order because its emitter awaits each one.
  */
 export class EventBatcher {
@@ -125,8 +124,9 @@ export class EventBatcher {
           const stored = await this.write(batch)
           batch.forEach((p, i) => p.resolve(stored[i]!))
         } catch (err) {
-          // one bad event must not fail its neighbours: retry them one by one
-          if (batch.length === 1) batch[0]!.reject(err)
+          // one bad event must not fail its neighbours: retry them one by one; but the
+          // database away fails them all alike (their writers retry: src/runs/worker.ts)
+          if (batch.length === 1 || isDatabaseUnavailable(err)) for (const p of batch) p.reject(err)
           else for (const p of batch) await appendEvent(this.db, p.event).then(p.resolve, p.reject)
         }
       }
@@ -138,14 +138,13 @@ export class EventBatcher {
   private async write(batch: Pending[]): Promise<BusEvent[]> {
     const input = JSON.stringify(batch.map((p) => ({ o: p.event.orgId, r: p.event.runId, t: p.event.rootRunId, y: p.event.type, d: p.data })))
     const result = await this.db.execute(sql`
-      with async as (select set_config('synchronous_commit', 'off', true)),
-      input as (
+      with input as (
         select e.value->>'o' as org_id, e.value->>'r' as run_id, e.value->>'t' as root_run_id, e.value->>'y' as type,
                (e.value->>'d')::jsonb as data, e.ord
         from jsonb_array_elements(${input}::jsonb) with ordinality as e(value, ord)),
       locks as (
         select count(pg_advisory_xact_lock(h)) as n
-        from (select distinct hashtext('cairn.run_events:' || org_id) as h from input order by h) as s, async),
+        from (select distinct hashtext('cairn.run_events:' || org_id) as h from input order by h) as s),
       ins as (
         insert into run_events (org_id, run_id, root_run_id, type, data)
         select org_id, run_id, root_run_id, type, data from input, locks order by ord

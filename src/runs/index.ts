@@ -1,4 +1,3 @@
-import type { ServerResponse } from 'node:http'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyInstance } from 'fastify'
 import { notFound } from '../../plugins/errors.js'
@@ -18,15 +17,15 @@ import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from '
 import { chatCompletions, TERMINAL_STATUSES } from './tables.js'
 
 /**
- * Contract 13.1: the run once it has ended, or as it is when `ms` have passed (or the client
- * went away). Its terminal event wakes the wait on whichever instance ran it (the event bus
+ * Contract 13.1: the run once it has ended (or waits for people's decisions), or as it is
+ * when `ms` have passed (or the client went away). Its terminal event wakes the wait on whichever instance ran it (the event bus
  * carries it), and the row is read again every 2 s in case a notification was missed.
  */
-async function waitForEnd(app: FastifyInstance, orgId: string, runId: string, ms: number, response: ServerResponse): Promise<RunRow | null> {
+export async function waitForEnd(app: FastifyInstance, orgId: string, runId: string, ms: number, response: { once(event: 'close', listener: () => void): unknown; off(event: 'close', listener: () => void): unknown }): Promise<RunRow | null> {
   let wake: () => void = () => {}
   const stops = [
     app.eventBus.subscribe(orgId, (event) => {
-      if (event.runId === runId && TERMINAL_EVENTS.has(event.type)) wake()
+      if (event.runId === runId && (TERMINAL_EVENTS.has(event.type) || event.type === 'run.requires_action')) wake()
     }),
     app.eventBus.onResync(() => wake())
   ]
@@ -42,7 +41,8 @@ async function waitForEnd(app: FastifyInstance, orgId: string, runId: string, ms
       const woken = new Promise<void>((resolve) => (wake = resolve))
       const run = await getRun(app.db, orgId, runId)
       const left = deadline - Date.now()
-      if (!run || TERMINAL_STATUSES.includes(run.status) || left <= 0 || gone) return run
+      // a run waiting for people cannot end by waiting longer: it answers as it is
+      if (!run || TERMINAL_STATUSES.includes(run.status) || run.status === 'requires_action' || left <= 0 || gone) return run
       let timer: NodeJS.Timeout | undefined
       await Promise.race([woken, new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.min(left, 2000))))])
       clearTimeout(timer)

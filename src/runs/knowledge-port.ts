@@ -22,7 +22,7 @@ export interface KnowledgeFinding {
   recordId: string | null
   documentId: string | null
   title: string
-  /** HTML-escaped, matches in <mark> */
+  /** plain text (no HTML) */
   snippet: string
   score: number
 }

@@ -2,7 +2,7 @@ import type { Tx } from '../db/client.js'
 
 /**
  * The seam between runs and the Memory Hub. The runs group calls these; the memory
- * group implements them. Until memory is wired in, runs use `noRunMemory`.
+ * group implements them (with memory off, it recalls nothing and captures nothing).
  */
 
 /** The run a memory operation is made for. */
@@ -21,26 +21,32 @@ export interface RecalledItem {
   score: number
 }
 
-export interface RunMemory {
-  /**
-   * Recalls from the run's pools (the org pool, plus the personal pool when the run has
-   * a real user) and records one recall frame per retrieval in the ledger.
-   */
-  recall(run: RunRef, query: string): Promise<{ items: RecalledItem[] }>
-  /**
-   * Called inside the transaction that finishes the run: writes the run's capture
-   * outbox row (state `pending`) when there are facts to keep. It commits or rolls back
-   * with the run.
-   */
-  enqueueCapture(tx: Tx, run: RunRef, facts: string[]): Promise<void>
+/** A fact to capture when a run ends: for the org pool, or the personal pool of the run's real user. */
+export interface CapturedFact {
+  content: string
+  scope: 'org' | 'personal'
 }
 
-/** Memory off: nothing recalled, nothing captured. */
-export const noRunMemory: RunMemory = {
-  async recall() {
-    return { items: [] }
-  },
-  async enqueueCapture() {}
+export interface RunMemory {
+  /** memory is on for the org (a backend, and the org has not switched it off) */
+  enabled(orgId: string): Promise<boolean>
+  /** whether the org asked for facts to be extracted from its succeeded runs (contract 13.5) */
+  extractFor(orgId: string): Promise<boolean>
+  /**
+   * Recalls from the run's pools (the org pool, plus the personal pool when the run has
+   * a real user) and records one recall frame per retrieval in the ledger. A `prompt`
+   * recall searches the prompt's significant words (any of them) for at most
+   * MEMORY_RECALL_LIMIT items; a `query` recall (the memory_search tool) searches the
+   * query as the Hub's search does, for at most `limit`. `query` in the answer is what
+   * was searched.
+   */
+  recall(run: RunRef, text: string, options: { kind: 'prompt' } | { kind: 'query'; limit: number }): Promise<{ items: RecalledItem[]; query: string }>
+  /**
+   * Called inside the transaction that ends the run: writes the run's capture outbox row
+   * (state `pending`) when there are facts to keep (a string is an org fact). It commits or
+   * rolls back with the run.
+   */
+  enqueueCapture(tx: Tx, run: RunRef, facts: Array<string | CapturedFact>): Promise<void>
 }
 
 /**

@@ -3,15 +3,15 @@ import type { FastifyBaseLogger } from 'fastify'
 import { CONTROL_CHANNEL } from '../../plugins/event-bus.js'
 import { threadBusy } from '../../plugins/errors.js'
 import type { Principal } from '../auth/principal.js'
-import { rowsOf, type Db, type Tx } from '../db/client.js'
+import { PLAN_EACH_TIME, rowsOf, type Db, type Tx } from '../db/client.js'
 import { decodeCursor, pageOf } from '../db/paging.js'
-import { isoOf, isoOrNull } from '../db/rows.js'
+import { boolOf, dateOf, dateOrNull, isoOf, isoOrNull, jsonOf } from '../db/rows.js'
 import type { Static } from 'typebox'
 import type { Run } from '../../schemas/runs.js'
 import { newId } from '../db/ids.js'
-import { appendEvent, type EventBatcher } from './events.js'
+import { appendEvent, notifyStored, type EventBatcher } from './events.js'
 import type { FollowUpRun } from './skills-port.js'
-import { runs, type RunOrigin, type RunSettings, type RunStatus } from './tables.js'
+import { runs, type RememberedFact, type RunOrigin, type RunSettings, type RunStatus, type SuspendedRun } from './tables.js'
 
 export type RunRow = typeof runs.$inferSelect
 
@@ -76,10 +76,35 @@ export interface CreateRunInput {
   attachments?: string[] | undefined
   /** joining a thread whose run has not ended: wait for it (default), refuse, or cancel it */
   multitask?: 'enqueue' | 'reject' | 'interrupt' | undefined
+  /** told, in the transaction, of the thread's runs an `interrupt` ended */
+  onEnded?: OnRunsEnded | undefined
+}
+
+/** A run that ended outside its worker (cancelled while queued or waiting, interrupted, its worker lost). */
+export interface EndedRun {
+  id: string
+  orgId: string
+  rootRunId: string
+  origin: RunOrigin
+  userId: string | null
+  /** the facts it remembered (the `remember` tool), captured whatever its end (contract 13.5) */
+  remembered: RememberedFact[] | null
+}
+
+/** Called inside the transaction that ended runs outside their worker. */
+export type OnRunsEnded = (tx: Tx, ended: EndedRun[]) => Promise<void>
+
+/** What an ended run's hand-written `returning` gives, as an EndedRun. */
+export const ENDED_COLUMNS = sql`id, org_id, root_run_id, origin, user_id, remembered`
+export function endedOf(r: Record<string, unknown>): EndedRun {
+  return {
+    id: r.id as string, orgId: r.org_id as string, rootRunId: r.root_run_id as string, origin: r.origin as RunOrigin,
+    userId: (r.user_id as string | null) ?? null, remembered: jsonOf<RememberedFact[] | null>(r.remembered) ?? null
+  }
 }
 
 /** Statuses of a run that has not ended: a thread with one is busy. */
-const LIVE = sql`('queued', 'running')`
+const LIVE = sql`('queued', 'running', 'requires_action')`
 
 /**
  * Inserts a queued run in the caller's transaction (announce it with `announceQueued` after commit). Joining a
@@ -101,7 +126,7 @@ export async function createRun(tx: Tx, principal: RunOwner, input: CreateRunInp
       const busy = rowsOf(await tx.execute(sql`select 1 from runs where org_id = ${principal.orgId} and root_run_id = ${rootRunId} and status in ${LIVE} limit 1`))
       if (busy.length > 0) throw threadBusy()
     } else if (input.multitask === 'interrupt') {
-      await interruptThread(tx, principal.orgId, rootRunId)
+      await interruptThread(tx, principal.orgId, rootRunId, input.onEnded)
     }
     const [latest] = await tx.select({ id: runs.id }).from(runs)
       .where(and(eq(runs.orgId, principal.orgId), eq(runs.rootRunId, rootRunId)))
@@ -129,15 +154,21 @@ export async function createRun(tx: Tx, principal: RunOwner, input: CreateRunInp
 }
 
 /**
- * Contract 13.2's `interrupt`: the thread's queued runs are cancelled at once, its running
+ * Contract 13.2's `interrupt`: the thread's queued and waiting runs are cancelled at once (the
+ * calls a waiting one asked people about are dropped with it), its running
  * ones flagged (their worker, on whichever instance, is told), all with `error: "interrupted"`.
  */
-async function interruptThread(tx: Tx, orgId: string, rootRunId: string): Promise<void> {
-  const queued = rowsOf<{ id: string }>(await tx.execute(sql`
-    update runs set status = 'cancelled', finished_at = now(), error = 'interrupted'
-    where org_id = ${orgId} and root_run_id = ${rootRunId} and status = 'queued' returning id`))
+async function interruptThread(tx: Tx, orgId: string, rootRunId: string, onEnded: OnRunsEnded | undefined): Promise<void> {
+  const queued = rowsOf<Record<string, unknown>>(await tx.execute(sql`
+    update runs set status = 'cancelled', finished_at = now(), error = 'interrupted', suspended = null, resume_at = null
+    where org_id = ${orgId} and root_run_id = ${rootRunId} and status in ('queued', 'requires_action') returning ${ENDED_COLUMNS}`)).map(endedOf)
+  if (queued.length > 0) await onEnded?.(tx, queued)
   for (const { id } of queued) {
     await appendEvent(tx, { orgId, runId: id, rootRunId, type: 'run.cancelled', data: { reason: 'interrupted' } })
+  }
+  if (queued.length > 0) {
+    await tx.execute(sql`update tool_approvals set status = 'cancelled', decided_at = now()
+      where org_id = ${orgId} and run_id in (${sql.join(queued.map((r) => sql`${r.id}`), sql`, `)}) and status = 'pending'`)
   }
   const running = rowsOf<{ id: string }>(await tx.execute(sql`
     update runs set cancel_requested = true, error = 'interrupted'
@@ -225,6 +256,22 @@ export async function getRun(db: Db | Tx, orgId: string, id: string): Promise<Ru
   return run ?? null
 }
 
+/** The most facts one run keeps with the `remember` tool. */
+export const MAX_REMEMBERED = 100
+
+/**
+ * Keeps a fact on a running run (contract 13.5), captured when it ends whatever its status;
+ * how many it keeps now, or null when it is full or not running.
+ */
+export async function rememberFact(db: Db, orgId: string, id: string, fact: RememberedFact): Promise<number | null> {
+  const rows = rowsOf<{ n: number }>(await db.execute(sql`
+    update runs set remembered = coalesce(remembered, '[]'::jsonb) || jsonb_build_array(jsonb_build_object('content', ${fact.content}::text, 'scope', ${fact.scope}::text))
+    where org_id = ${orgId} and id = ${id} and status = 'running'
+      and jsonb_array_length(coalesce(remembered, '[]'::jsonb)) < ${MAX_REMEMBERED}
+    returning jsonb_array_length(remembered) as n`))
+  return rows[0] ? Number(rows[0].n) : null
+}
+
 export async function listRuns(db: Db, orgId: string, q: { status?: RunStatus | undefined; rootRunId?: string | undefined; limit: number; cursor: string | undefined }) {
   const cursor = decodeCursor(q.cursor)
   const rows = await db.select().from(runs).where(and(
@@ -295,17 +342,20 @@ export async function getThread(db: Db, orgId: string, rootRunId: string) {
 }
 
 /**
- * Cancel (idempotent): a queued run is cancelled at once; a running one is flagged and
- * its worker, on whichever instance, is told through NOTIFY; a finished one is left as is.
+ * Cancel (idempotent): a queued run, or one waiting for people's decisions (contract 13.4),
+ * is cancelled at once; a running one is flagged and its worker, on whichever instance, is
+ * told through NOTIFY; a finished one is left as is.
  */
-export async function cancelRun(db: Db, orgId: string, id: string): Promise<RunRow | null> {
+export async function cancelRun(db: Db, orgId: string, id: string, onEnded?: OnRunsEnded): Promise<RunRow | null> {
   return db.transaction(async (tx) => {
     const [run] = await tx.select().from(runs).where(and(eq(runs.orgId, orgId), eq(runs.id, id))).for('update')
     if (!run) return null
-    if (run.status === 'queued') {
-      const [done] = await tx.update(runs).set({ status: 'cancelled', finishedAt: sql`now()`, error: null })
+    if (run.status === 'queued' || run.status === 'requires_action') {
+      const [done] = await tx.update(runs).set({ status: 'cancelled', finishedAt: sql`now()`, error: null, suspended: null, resumeAt: null })
         .where(eq(runs.id, id)).returning()
-      await appendEvent(tx, { orgId, runId: id, rootRunId: run.rootRunId, type: 'run.cancelled', data: { reason: 'cancelled before start' } })
+      const reason = run.status === 'queued' ? 'cancelled before start' : 'cancelled while waiting for approval'
+      await appendEvent(tx, { orgId, runId: id, rootRunId: run.rootRunId, type: 'run.cancelled', data: { reason } })
+      await onEnded?.(tx, [done!])
       return done!
     }
     if (run.status === 'running' && !run.cancelRequested) {
@@ -315,4 +365,174 @@ export async function cancelRun(db: Db, orgId: string, id: string): Promise<RunR
     }
     return run
   })
+}
+
+/** A claimed run and the thread's earlier turns it is given (user and assistant messages). */
+export interface ClaimedRun {
+  run: RunRow
+  history: Array<{ role: 'user' | 'assistant'; content: string }>
+}
+
+/**
+ * One statement (one round trip): take a run nobody else is taking: first one waiting
+ * for people whose calls are all decided or whose first approval expired (contract
+ * 13.4), else the oldest queued run whose thread has no earlier run still queued,
+ * running or waiting (contract 13.2: runs of one thread run one at a time, in order);
+ * lease it, read the thread's earlier succeeded turns that fit in MODEL_CONTEXT_TOKENS
+ * (newest kept, oldest dropped whole), and store and announce its `run.started` event
+ * with `contextTurns` and `droppedTurns` (and `resumed` when it goes on from where it
+ * waited).
+ */
+export async function claimNext(db: Db, o: { instanceId: string; leaseMs: number; budgetBytes: number }): Promise<ClaimedRun | null> {
+  const result = await db.execute(sql`${sql.raw(PLAN_EACH_TIME)}
+    with claimed as (
+      update runs set status = 'running', started_at = coalesce(started_at, now()), resume_at = null, lease_owner = ${o.instanceId},
+        lease_expires_at = now() + make_interval(secs => ${o.leaseMs / 1000})
+      where id = coalesce(
+        (select id from runs where status = 'requires_action' and resume_at <= now()
+          order by resume_at, id limit 1 for update skip locked),
+        -- only a run whose run.queued is stored: it is written just after the run commits,
+        -- and a run.started must never come before it
+        (select id from runs where status = 'queued'
+           and exists (select 1 from run_events e where e.run_id = runs.id and e.type = 'run.queued')
+           and not exists (select 1 from runs b where b.org_id = runs.org_id and b.root_run_id = runs.root_run_id
+                             and b.id < runs.id and b.status in ('queued', 'running', 'requires_action'))
+         order by created_at, id limit 1 for update skip locked))
+      returning *
+    ),
+    hist as (
+      select h.id, h.prompt, h.output,
+             sum(octet_length(h.prompt) + octet_length(h.output)) over (order by h.id desc) as cum
+      from runs h join claimed c on h.org_id = c.org_id and h.root_run_id = c.root_run_id and h.id < c.id
+      where h.status = 'succeeded' and h.output is not null and c.suspended is null
+    ),
+    ctx as (
+      select coalesce(jsonb_agg(jsonb_build_object('prompt', hist.prompt, 'output', hist.output) order by hist.id)
+                        filter (where hist.cum <= b.budget), '[]'::jsonb) as turns,
+             (count(*) filter (where hist.cum <= b.budget))::int as kept,
+             count(hist.id)::int as total
+      from (select ${o.budgetBytes} - octet_length(c.prompt) - coalesce(octet_length(c.instructions), 0) as budget from claimed c) b
+      left join hist on true
+    ),
+    lock as (select pg_advisory_xact_lock(hashtext('cairn.run_events:' || claimed.org_id))::text as v from claimed),
+    ev as (
+      insert into run_events (org_id, run_id, root_run_id, type, data)
+      select org_id, id, root_run_id, 'run.started',
+             case when suspended is null
+               then jsonb_build_object('engine', engine, 'model', model, 'contextTurns', ctx.kept, 'droppedTurns', ctx.total - ctx.kept)
+               else jsonb_build_object('engine', engine, 'model', model, 'resumed', true) end
+      from claimed, ctx, lock
+      returning id, org_id, run_id, root_run_id, type, data, created_at
+    )
+    select claimed.*, ctx.turns as context_turns, ${notifyStored(sql`ev`)}::text as notified
+    from claimed, ev, ctx`)
+  const row = rowsOf<Record<string, unknown>>(result)[0]
+  if (!row) return null
+  const turns = jsonOf<Array<{ prompt: string; output: string }> | null>(row.context_turns) ?? []
+  return { run: runFromRow(row), history: turns.flatMap((t) => [{ role: 'user' as const, content: t.prompt }, { role: 'assistant' as const, content: t.output }]) }
+}
+
+/** Extends this worker's leases on the runs it still holds (`running`); which it holds, and which were asked to stop. */
+export async function renewLeases(db: Db, instanceId: string, leaseMs: number, ids: string[]): Promise<Array<{ id: string; cancel_requested: boolean }>> {
+  return rowsOf<{ id: string; cancel_requested: boolean }>(await db.execute(sql`
+    update runs set lease_expires_at = now() + make_interval(secs => ${leaseMs / 1000})
+    where lease_owner = ${instanceId} and status = 'running' and id in (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})
+    returning id, cancel_requested`))
+}
+
+/**
+ * Contract 13.4: a run this worker holds leaves it to wait for people's decisions, in one
+ * transaction: status `requires_action`, its state and the tokens spent so far stored,
+ * its lease released, `run.requires_action` naming the pending approvals. When it may go
+ * on (`resume_at`): now if every call was decided meanwhile, else when its first pending
+ * approval expires (a decision moves it to now: runtime-ports.ts `decided`). The run row
+ * is locked first, so a decision committed just before is seen here, and one just after
+ * sees the run waiting. Nothing happens when the lease was lost.
+ */
+export async function suspendRun(db: Db, run: RunRow, instanceId: string, state: SuspendedRun, spent: { promptTokens: number; completionTokens: number } | null): Promise<void> {
+  const approvalIds = state.calls.flatMap((c) => (c.approvalId !== undefined && c.content === undefined ? [c.approvalId] : []))
+  await db.transaction(async (tx) => {
+    const held = rowsOf(await tx.execute(sql`select 1 from runs where id = ${run.id} and status = 'running' and lease_owner = ${instanceId} for update`))
+    if (held.length === 0) return
+    await tx.execute(sql`
+      update runs set status = 'requires_action', suspended = ${JSON.stringify(state)}::jsonb, lease_owner = null, lease_expires_at = null,
+        input_tokens = ${spent?.promptTokens ?? null}, output_tokens = ${spent?.completionTokens ?? null},
+        resume_at = coalesce((select min(a.expires_at) from tool_approvals a
+                              where a.org_id = ${run.orgId} and a.run_id = ${run.id} and a.status = 'pending'), now())
+      where id = ${run.id}`)
+    await appendEvent(tx, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: 'run.requires_action', data: { approvalIds } })
+  })
+}
+
+/**
+ * Gives a run this worker holds back to the queue, its lease released, with a second
+ * `run.queued` (`requeued: true`) that wakes every instance's worker and tells a client
+ * following the run that its text starts over. With a checkpoint (or the state it waited
+ * in, kept) it goes on from there without executing a tool call again.
+ */
+export async function releaseRun(db: Db, run: RunRow, instanceId: string, checkpoint: { state: string; usage: { promptTokens: number; completionTokens: number } | null } | undefined): Promise<void> {
+  await db.transaction(async (tx) => {
+    const [released] = await tx.update(runs).set({
+      status: 'queued', startedAt: null, leaseOwner: null, leaseExpiresAt: null,
+      ...(checkpoint ? { suspended: sql`${checkpoint.state}::jsonb`, inputTokens: checkpoint.usage?.promptTokens ?? null, outputTokens: checkpoint.usage?.completionTokens ?? null } : {})
+    }).where(and(eq(runs.id, run.id), eq(runs.status, 'running'), eq(runs.leaseOwner, instanceId))).returning({ id: runs.id })
+    if (released) await appendEvent(tx, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: 'run.queued', data: { engine: run.engine, model: run.model, requeued: true } })
+  })
+}
+
+/** How a run ended, as the worker stores it. */
+export type RunOutcome = { status: 'succeeded'; facts: string[]; output: string } | { status: 'failed'; error: string } | { status: 'cancelled' }
+
+/**
+ * Stores a held run's end (in the caller's finishing transaction): its status, output or
+ * error (a cancelled run keeps why, `interrupted`), the tokens the engine reported whatever
+ * the end (fleet usage sums them: usage_hours), its lease and waiting state cleared. False
+ * when this worker no longer holds it.
+ */
+export async function markFinished(tx: Tx, runId: string, instanceId: string, outcome: RunOutcome, usage: { promptTokens: number; completionTokens: number } | null): Promise<{ remembered: RememberedFact[] } | null> {
+  const [finished] = await tx.update(runs).set({
+    status: outcome.status,
+    error: outcome.status === 'failed' ? outcome.error : outcome.status === 'cancelled' ? sql`${runs.error}` : null,
+    output: outcome.status === 'succeeded' ? outcome.output : null,
+    finishedAt: sql`now()`,
+    ...(usage ? { inputTokens: usage.promptTokens, outputTokens: usage.completionTokens } : {}),
+    suspended: null,
+    leaseOwner: null,
+    leaseExpiresAt: null
+  }).where(and(eq(runs.id, runId), eq(runs.status, 'running'), eq(runs.leaseOwner, instanceId))).returning({ remembered: runs.remembered })
+  return finished ? { remembered: jsonOf<RememberedFact[] | null>(finished.remembered) ?? [] } : null
+}
+
+/** A raw `runs` row (snake_case, from a hand-written statement) as drizzle would return it. */
+function runFromRow(r: Record<string, unknown>): RunRow {
+  return {
+    id: r.id as string,
+    orgId: r.org_id as string,
+    rootRunId: r.root_run_id as string,
+    parentRunId: (r.parent_run_id as string | null) ?? null,
+    engine: r.engine as string,
+    model: (r.model as string | null) ?? null,
+    prompt: r.prompt as string,
+    status: r.status as RunRow['status'],
+    origin: r.origin as RunRow['origin'],
+    error: (r.error as string | null) ?? null,
+    metadata: jsonOf<Record<string, unknown> | null>(r.metadata) ?? {},
+    secretNames: jsonOf<string[] | null>(r.secret_names) ?? [],
+    userId: (r.user_id as string | null) ?? null,
+    createdAt: dateOf(r.created_at),
+    startedAt: dateOrNull(r.started_at),
+    finishedAt: dateOrNull(r.finished_at),
+    inputTokens: (r.input_tokens as number | null) ?? null,
+    outputTokens: (r.output_tokens as number | null) ?? null,
+    output: (r.output as string | null) ?? null,
+    instructions: (r.instructions as string | null) ?? null,
+    settings: jsonOf<RunRow['settings'] | null>(r.settings) ?? {},
+    attachments: jsonOf<string[] | null>(r.attachments) ?? [],
+    leaseOwner: (r.lease_owner as string | null) ?? null,
+    leaseExpiresAt: dateOrNull(r.lease_expires_at),
+    cancelRequested: boolOf(r.cancel_requested),
+    suspended: jsonOf<RunRow['suspended']>(r.suspended) ?? null,
+    resumeAt: dateOrNull(r.resume_at),
+    remembered: jsonOf<RunRow['remembered']>(r.remembered) ?? null
+  }
 }

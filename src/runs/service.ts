@@ -18,7 +18,8 @@ import type { RunMemory } from './memory-port.js'
 import type { RunSecrets } from './secrets-port.js'
 import type { RunJobs } from './job-port.js'
 import type { RunFollowUps, RunSkills } from './skills-port.js'
-import { cancelRun, type RunRow } from './runs-repo.js'
+import { cancelRun, type OnRunsEnded, type RunRow } from './runs-repo.js'
+import { realUserIdOfRun } from './run-ref.js'
 import { RunSweeper } from './sweeper.js'
 import { dropToolCalls, RunWorker, type ToolGatewayPort } from './worker.js'
 
@@ -49,7 +50,7 @@ declare module 'fastify' {
 
 export interface RunsServiceOptions {
   config: Config
-  /** the Memory Hub side of runs (recall, capture); `noRunMemory` when memory is off */
+  /** the Memory Hub side of runs (recall, capture) */
   memory: RunMemory
   /** the agent runtime's tool gateway; null: runs are offered no tools */
   tools: ToolGatewayPort | null
@@ -67,6 +68,8 @@ export interface RunsServiceOptions {
   providers?: OrgProviders | undefined
   /** runs that do a job of their own (the github group's repo wiki builds) */
   jobs?: RunJobs[] | undefined
+  /** which MCP tool names the org's servers offer (a run's `tools`) */
+  mcpTools?: ((orgId: string, names: string[]) => Promise<number>) | undefined
 }
 
 export function createEngines(config: Config, providers?: OrgProviders): EngineRegistry {
@@ -95,7 +98,7 @@ export function createEngines(config: Config, providers?: OrgProviders): EngineR
 
 /**
  * The runs service: engines (and their `/api/config` catalog), dispatch, the worker that
- * starts with the app and drains on close, and the sweeper. Everything it uses arrives as
+ * starts with the app and hands its runs back on close, and the sweeper. Everything it uses arrives as
  * options or from the infrastructure plugins (db, event bus, features).
  */
 export default fp(async function runsService(app: FastifyInstance, opts: RunsServiceOptions) {
@@ -123,17 +126,26 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
     leaseMs: config.RUN_LEASE_MS,
     contextTokens: config.MODEL_CONTEXT_TOKENS
   })
-  const sweeper = new RunSweeper({ db: app.db, events, tools, log, sweepMs: config.RUN_SWEEP_MS, retentionDays: config.RUN_EVENTS_RETENTION_DAYS })
+  // contract 13.5: the facts a run remembered are captured however it ends, here when outside its worker
+  const onEnded: OnRunsEnded = async (tx, ended) => {
+    for (const run of ended) {
+      if (run.remembered && run.remembered.length > 0) {
+        await memory.enqueueCapture(tx, { id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) }, run.remembered)
+      }
+    }
+  }
+  const sweeper = new RunSweeper({ db: app.db, events, tools, log, sweepMs: config.RUN_SWEEP_MS, retentionDays: config.RUN_EVENTS_RETENTION_DAYS, onEnded })
   app.decorate('runs', {
     engines,
     worker,
     sweeper,
     events,
-    dispatch: (input) => dispatchRun({ db: app.db, engines, events, secrets, artifacts }, input),
+    dispatch: (input) => dispatchRun({ db: app.db, engines, events, secrets, artifacts, onEnded, mcpTools: opts.mcpTools }, input),
     async cancel(orgId, runId) {
-      const run = await cancelRun(app.db, orgId, runId)
-      // calls waiting for a person are dropped now, wherever the run runs: its worker stops promptly
-      if (run?.status === 'running') await dropToolCalls(tools, log, orgId, run.id)
+      const run = await cancelRun(app.db, orgId, runId, onEnded)
+      // calls waiting for a person are dropped now, wherever the run runs: its worker stops
+      // promptly; a run that waited for them is cancelled already
+      if (run?.status === 'running' || run?.status === 'cancelled') await dropToolCalls(tools, log, orgId, run.id)
       return run
     },
     chatEngine: (orgId, model) => chatEngine(engines, orgId, model),
@@ -146,8 +158,10 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
     worker.start()
     sweeper.start()
   })
+  // running runs are handed back at once, not waited for: a deploy must not fail them, and
+  // the process must be gone within SHUTDOWN_GRACE_MS (half of it for the hand-backs)
   app.addHook('preClose', async () => {
     sweeper.stop()
-    await worker.close(config.SHUTDOWN_GRACE_MS)
+    await worker.close(Math.floor(config.SHUTDOWN_GRACE_MS / 2))
   })
 }, { name: 'runs', fastify: '5.x', dependencies: ['db', 'event-bus', 'features'] })

@@ -2,7 +2,7 @@ import { sql } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import { rowsOf, type Db } from '../db/client.js'
 import { appendEvent, pruneEvents, type EventBatcher } from './events.js'
-import { announceQueued } from './runs-repo.js'
+import { announceQueued, ENDED_COLUMNS, endedOf, type OnRunsEnded } from './runs-repo.js'
 import { dropToolCalls, type ToolGatewayPort } from './worker.js'
 
 /** A queued run still without its run.queued this long after it was created is announced by the sweeper. */
@@ -19,6 +19,8 @@ export interface RunSweeperOptions {
   log: FastifyBaseLogger
   sweepMs: number
   retentionDays: number
+  /** told of the runs it fails (their remembered facts are captured) */
+  onEnded?: OnRunsEnded | undefined
 }
 
 /**
@@ -69,13 +71,14 @@ export class RunSweeper {
         select id from runs where status = 'running' and lease_expires_at < now() order by lease_expires_at limit 100`))
       for (const { id } of expired) {
         const orgId = await db.transaction(async (tx) => {
-          const [run] = rowsOf<{ id: string; org_id: string; root_run_id: string }>(await tx.execute(sql`
+          const [run] = rowsOf<Record<string, unknown>>(await tx.execute(sql`
             update runs set status = 'failed', error = 'worker_lost', finished_at = now(), lease_owner = null, lease_expires_at = null
             where id = ${id} and status = 'running' and lease_expires_at < now()
-            returning id, org_id, root_run_id`))
+            returning ${ENDED_COLUMNS}`)).map(endedOf)
           if (!run) return null
-          await appendEvent(tx, { orgId: run.org_id, runId: run.id, rootRunId: run.root_run_id, type: 'run.failed', data: { error: 'worker_lost' } })
-          return run.org_id
+          await appendEvent(tx, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: 'run.failed', data: { error: 'worker_lost' } })
+          await this.o.onEnded?.(tx, [run])
+          return run.orgId
         })
         if (orgId !== null) {
           swept++

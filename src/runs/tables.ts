@@ -20,6 +20,26 @@ export interface RunSettings {
   tools?: string[]
 }
 
+/**
+ * A run waiting for people's decisions (contract 13.4): what it resumes from, on any
+ * instance. `messages` is the model conversation up to and including the assistant
+ * message that asked for `calls`; a call with `content` has its result already (executed
+ * or answered before the run left its worker) and is never executed again. The tokens
+ * spent before are the run's own (input_tokens, output_tokens), stored with it.
+ */
+/** A fact the `remember` tool kept on the run until it ends. */
+export interface RememberedFact {
+  content: string
+  scope: 'org' | 'personal'
+}
+
+export interface SuspendedRun {
+  messages: unknown[]
+  /** the tool round that waits (0 for the first model answer) */
+  round: number
+  calls: Array<{ id: string; name: string; arguments: string; content?: string | undefined; approvalId?: string | undefined }>
+}
+
 export const runs = pgTable('runs', {
   id: text('id').primaryKey(),
   orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
@@ -51,13 +71,20 @@ export const runs = pgTable('runs', {
   /** the worker instance holding the run while it is `running` */
   leaseOwner: text('lease_owner'),
   leaseExpiresAt: ts('lease_expires_at'),
-  cancelRequested: boolean('cancel_requested').notNull().default(false)
+  cancelRequested: boolean('cancel_requested').notNull().default(false),
+  /** while `requires_action`: the conversation so far and the tool calls of the round that waits (contract 13.4) */
+  suspended: jsonb('suspended').$type<SuspendedRun>(),
+  /** facts the model asked to remember (the `remember` tool), captured when the run ends whatever its status (contract 13.5) */
+  remembered: jsonb('remembered').$type<RememberedFact[]>(),
+  /** while `requires_action`: when a worker may take the run again (every call decided: now; else its first approval's expiry) */
+  resumeAt: ts('resume_at')
 }, (t) => [
   index('runs_org_id_idx').on(t.orgId, t.id),
   index('runs_org_root_idx').on(t.orgId, t.rootRunId, t.id),
   // the claim and the sweeper look only at live rows
   index('runs_queued_idx').on(t.createdAt).where(sql`status = 'queued'`),
   index('runs_running_lease_idx').on(t.leaseExpiresAt).where(sql`status = 'running'`),
+  index('runs_waiting_idx').on(t.resumeAt).where(sql`status = 'requires_action'`),
   check('runs_status_check', sql`${t.status} in (${sqlList(RUN_STATUSES)})`),
   check('runs_origin_check', sql`${t.origin} in (${sqlList(RUN_ORIGINS)})`)
 ])

@@ -1,39 +1,53 @@
 import { randomUUID } from 'node:crypto'
-import { and, eq, sql } from 'drizzle-orm'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger } from 'fastify'
 import type { EventBus } from '../../plugins/event-bus.js'
-import { rowsOf, type Db } from '../db/client.js'
+import type { Db } from '../db/client.js'
 import { realUserIdOfRun } from './run-ref.js'
 import type { EngineRegistry } from './engines/registry.js'
-import { EngineError, type ChatMessage, type EngineContext, type EngineResult, type RunTools, type ToolDefinition } from './engines/types.js'
+import { EngineError, RunSuspended, type ChatMessage, type Engine, type EngineContext, type EngineResult, type RunTools, type ToolDefinition } from './engines/types.js'
 import { outputViolation } from './agent-options.js'
 import { prepareAttachments } from './attachments.js'
-import { appendEvent, notifyStored, type EventBatcher } from './events.js'
+import { appendEvent, type EventBatcher } from './events.js'
+import { extractionMessages, parseExtraction } from './extraction.js'
 import type { RunArtifacts } from './artifact-port.js'
 import type { RunKnowledge } from './knowledge-port.js'
 import type { RunMemory, RunRef } from './memory-port.js'
-import { runs } from './tables.js'
-import { announceCommitted, insertFollowUp, type RunRow } from './runs-repo.js'
+import type { SuspendedRun } from './tables.js'
+import { announceCommitted, claimNext, insertFollowUp, markFinished, releaseRun, renewLeases, suspendRun, type ClaimedRun, type RunOutcome, type RunRow } from './runs-repo.js'
 import type { FinishedRun, RunFollowUps, RunSkills } from './skills-port.js'
 import type { RunSecrets } from './secrets-port.js'
 import type { RunJob, RunJobs } from './job-port.js'
 import { NO_SECRETS, Redactor } from '../secrets/redact.js'
-import { boolOf, dateOf, dateOrNull, jsonOf } from '../db/rows.js'
+import { isDatabaseUnavailable } from '../db/faults.js'
+import { backoffDelay } from '../memory/capture-worker.js'
 
 /** The agent runtime's tool gateway as the worker needs it (src/runtime/gateway.ts). */
 export interface ToolGatewayPort {
   definitions(): ToolDefinition[]
+  /** the built-in tools and the org's MCP servers' tools that answer now */
+  definitionsFor(orgId: string): Promise<ToolDefinition[]>
   execute(input: {
     orgId: string; runId: string; rootRunId: string; callId: string; name: string; arguments: string; signal: AbortSignal
     /** the run's secrets, as the environment of its sandbox commands */
     env?: Record<string, string> | undefined
     /** what the gateway stores, streams and answers goes through it (the run's secret values redacted) */
     redact?: Redactor | undefined
-  }): Promise<{ content: string }>
+    /** a call that needs no decision answers `deferred`, unexecuted */
+    defer?: boolean | undefined
+    /** the call's approval, asked before the run left its worker */
+    approvalId?: string | undefined
+  }): Promise<{ content: string; status: string; approvalId: string | null }>
   /** drops the run's waiting approvals (every instance sees it) and stops its running calls here */
   cancelRun(orgId: string, runId: string): Promise<number>
   /** writes files into the thread's workspace inside its confinement; false without a sandbox */
-  putFiles(ref: { orgId: string; rootRunId: string }, files: Array<{ path: string; data: Buffer }>): Promise<boolean>
+  putFiles(ref: { orgId: string; runId: string; rootRunId: string }, files: Array<{ path: string; data: Buffer }>): Promise<boolean>
+  /**
+   * Ends the run's hold on its thread's workspace, saving what it changed so the thread's
+   * next run or terminal finds it on any instance; the error the run ends with when that
+   * failed (`workspace_too_large: …`), else null. Never throws.
+   */
+  settleWorkspace(orgId: string, runId: string): Promise<string | null>
 }
 
 /** Drops a run's waiting tool calls, if runs have tools; never throws (the run ends either way). */
@@ -88,11 +102,23 @@ class WorkerGone extends Error {
 class CancelRequested extends Error {
   override name = 'CancelRequested'
 }
+/** A write of a run kept failing (the database away) until its lease ran out: the sweeper answers for the run. */
+class LeaseLost extends Error {
+  override name = 'LeaseLost'
+}
+
+/** Writes of a running run retried while the database is away: first wait, and the longest. */
+const WRITE_RETRY_BASE_MS = 100
+const WRITE_RETRY_MAX_MS = 2000
 
 interface Active {
   run: RunRow
   controller: AbortController
   done: Promise<void>
+  /** until when (this process's clock) the lease surely holds: the last claim or renewal sent, plus RUN_LEASE_MS */
+  leaseUntil: number
+  /** where the run could go on from if handed back (the engine's last checkpoint, as stored JSON, and the tokens spent to get there) */
+  checkpoint?: { state: string; usage: Usage | null } | undefined
 }
 
 /**
@@ -107,7 +133,7 @@ export class RunWorker {
   private readonly recentlyCancelled = new Map<string, number>()
   private stopping = false
   private killed = false
-  private claiming = false
+  private claiming: Promise<void> | null = null
   private wakeAgain = false
   private timers: NodeJS.Timeout[] = []
   private unsubscribe: Array<() => void> = []
@@ -129,7 +155,8 @@ export class RunWorker {
     const { o } = this
     if (o.concurrency > 0) {
       this.unsubscribe.push(o.bus.subscribeAll((event) => {
-        if (event.type === 'run.queued') this.wake()
+        // a person's decision (on any instance) may let a waiting run go on
+        if (event.type === 'run.queued' || event.type === 'approval.resolved') this.wake()
       }))
       this.timers.push(setInterval(() => this.wake(), o.pollMs))
       this.timers.push(setInterval(() => void this.renewLeases(), Math.max(50, Math.floor(o.leaseMs / 3))))
@@ -151,9 +178,8 @@ export class RunWorker {
       this.wakeAgain = true
       return
     }
-    this.claiming = true
-    void this.claimLoop().finally(() => {
-      this.claiming = false
+    this.claiming = this.claimLoop().finally(() => {
+      this.claiming = null
       if (this.wakeAgain) {
         this.wakeAgain = false
         this.wake()
@@ -163,7 +189,8 @@ export class RunWorker {
 
   private async claimLoop(): Promise<void> {
     while (!this.stopping && this.active.size < this.o.concurrency) {
-      let claimed: Claimed | null
+      let claimed: ClaimedRun | null
+      const sentAt = Date.now()
       try {
         claimed = await this.claim()
       } catch (err) {
@@ -171,72 +198,28 @@ export class RunWorker {
         return
       }
       if (!claimed) return
-      this.execute(claimed)
+      this.execute(claimed, sentAt + this.o.leaseMs)
     }
   }
 
-  /**
-   * One statement (one round trip): take the oldest queued run nobody else is taking and
-   * whose thread has no earlier run still queued or running (contract 13.2: runs of one
-   * thread run one at a time, in order), lease it, read the thread's earlier succeeded
-   * turns that fit in MODEL_CONTEXT_TOKENS (newest kept, oldest dropped whole), and store
-   * and announce its `run.started` event with `contextTurns` and `droppedTurns`.
-   */
-  private async claim(): Promise<Claimed | null> {
-    const budgetBytes = (this.o.contextTokens ?? 64_000) * BYTES_PER_TOKEN
-    const result = await this.o.db.execute(sql`
-      with claimed as (
-        update runs set status = 'running', started_at = now(), lease_owner = ${this.instanceId},
-          lease_expires_at = now() + make_interval(secs => ${this.o.leaseMs / 1000})
-        -- only a run whose run.queued is stored: it is written just after the run commits,
-        -- and a run.started must never come before it
-        where id = (select id from runs where status = 'queued'
-                      and exists (select 1 from run_events e where e.run_id = runs.id and e.type = 'run.queued')
-                      and not exists (select 1 from runs b where b.org_id = runs.org_id and b.root_run_id = runs.root_run_id
-                                        and b.id < runs.id and b.status in ('queued', 'running'))
-                    order by created_at, id limit 1 for update skip locked)
-        returning *
-      ),
-      hist as (
-        select h.id, h.prompt, h.output,
-               sum(octet_length(h.prompt) + octet_length(h.output)) over (order by h.id desc) as cum
-        from runs h join claimed c on h.org_id = c.org_id and h.root_run_id = c.root_run_id and h.id < c.id
-        where h.status = 'succeeded' and h.output is not null
-      ),
-      ctx as (
-        select coalesce(jsonb_agg(jsonb_build_object('prompt', hist.prompt, 'output', hist.output) order by hist.id)
-                          filter (where hist.cum <= b.budget), '[]'::jsonb) as turns,
-               (count(*) filter (where hist.cum <= b.budget))::int as kept,
-               count(hist.id)::int as total
-        from (select ${budgetBytes} - octet_length(c.prompt) - coalesce(octet_length(c.instructions), 0) as budget from claimed c) b
-        left join hist on true
-      ),
-      async as (select set_config('synchronous_commit', 'off', true) as v from claimed),
-      lock as (select pg_advisory_xact_lock(hashtext('cairn.run_events:' || claimed.org_id))::text as v from claimed, async),
-      ev as (
-        insert into run_events (org_id, run_id, root_run_id, type, data)
-        select org_id, id, root_run_id, 'run.started',
-               jsonb_build_object('engine', engine, 'model', model, 'contextTurns', ctx.kept, 'droppedTurns', ctx.total - ctx.kept)
-        from claimed, ctx, lock
-        returning id, org_id, run_id, root_run_id, type, data, created_at
-      )
-      select claimed.*, ctx.turns as context_turns, ${notifyStored(sql`ev`)}::text as notified
-      from claimed, ev, ctx`)
-    const row = rowsOf<Record<string, unknown>>(result)[0]
-    if (!row) return null
-    const turns = jsonOf<Array<{ prompt: string; output: string }> | null>(row.context_turns) ?? []
-    return { run: runFromRow(row), history: turns.flatMap((t) => [{ role: 'user' as const, content: t.prompt }, { role: 'assistant' as const, content: t.output }]) }
+  /** Takes the next run this worker may execute (runs-repo.ts claimNext), or null. */
+  private claim(): Promise<ClaimedRun | null> {
+    return claimNext(this.o.db, { instanceId: this.instanceId, leaseMs: this.o.leaseMs, budgetBytes: (this.o.contextTokens ?? 64_000) * BYTES_PER_TOKEN })
   }
 
-  private execute({ run, history }: Claimed): void {
+  private execute({ run, history }: ClaimedRun, leaseUntil: number): void {
     const controller = new AbortController()
-    const entry: Active = { run, controller, done: Promise.resolve() }
+    const entry: Active = { run, controller, done: Promise.resolve(), leaseUntil }
     this.active.set(run.id, entry)
     if (run.cancelRequested || this.recentlyCancelled.delete(run.id)) controller.abort(new CancelRequested())
-    entry.done = this.runOne(run, history, controller.signal)
+    // claimed as the instance began to stop: handed back at once
+    else if (this.stopping) controller.abort(new ShutdownRelease())
+    entry.done = this.runOne(entry, history)
       .catch((err) => {
         if (!this.killed) this.o.log.error({ err, runId: run.id }, 'run worker: finishing a run failed')
       })
+      // however the run left (a lost lease, a crash of its end), its workspace is not kept from other instances
+      .then(() => this.settleWorkspace(run).then(() => {}))
       .finally(() => {
         this.active.delete(run.id)
         this.wake()
@@ -247,13 +230,51 @@ export class RunWorker {
     if (this.killed) throw new WorkerGone('this worker was killed')
   }
 
-  private async runOne(run: RunRow, history: ChatMessage[], signal: AbortSignal): Promise<void> {
+  /**
+   * A write (or read) of a run this worker holds, tried again while the database is away
+   * (contract 1.3: an outage shorter than the lease fails no run), with backoff, until it
+   * is back or the lease can no longer be counted on (LeaseLost: the sweeper answers for
+   * the run). With `signal`, a cancel or shutdown stops the waiting too.
+   */
+  private async whileLeased<T>(entry: Active, work: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await work()
+      } catch (err) {
+        if (!isDatabaseUnavailable(err) || this.killed) throw err
+        const wait = backoffDelay(attempt, WRITE_RETRY_BASE_MS, WRITE_RETRY_MAX_MS)
+        if (Date.now() + wait >= entry.leaseUntil) throw new LeaseLost(`the database stayed away past the lease of run ${entry.run.id}`, { cause: err })
+        if (attempt === 1) this.o.log.warn({ err, runId: entry.run.id }, 'run worker: the database is away; retrying the run\'s write')
+        await sleep(wait, undefined, signal ? { signal } : undefined).catch(() => {})
+        this.guard()
+        if (signal?.aborted) throw signal.reason
+      }
+    }
+  }
+
+  /**
+   * A run's last write of this execution (its end, its suspension, its hand-back), tried
+   * like any other while the database is away; `lost` when the lease ran out meanwhile or
+   * the worker was killed: the sweeper (or the next claim) answers for the run then.
+   */
+  private async lastWrite<T>(entry: Active, work: () => Promise<T>, lost: T): Promise<T> {
+    try {
+      return await this.whileLeased(entry, work)
+    } catch (err) {
+      if (err instanceof LeaseLost || err instanceof WorkerGone) return lost
+      throw err
+    }
+  }
+
+  private async runOne(entry: Active, history: ChatMessage[]): Promise<void> {
     const { o } = this
+    const { run } = entry
+    const { signal } = entry.controller
     const ref: RunRef = { id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) }
     const store = async (type: string, data: Record<string, unknown>) => {
       this.guard()
       if (signal.aborted) throw signal.reason
-      await o.events.append({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type, data })
+      await this.whileLeased(entry, () => o.events.append({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type, data }), signal)
     }
     // contract 10: the run's secret values never leave it; deltas are redacted as a stream
     let redact = NO_SECRETS
@@ -276,21 +297,30 @@ export class RunWorker {
     const gateway = this.o.tools
     // contract 13.3: `tools` names the ones the run may use ([]: none)
     const allowed = run.settings.tools ? new Set(run.settings.tools) : null
+    // the org's MCP tools are listed when the run starts (or goes on), unless it may use none of them
+    let offered: ToolDefinition[] | null = null
     const tools: RunTools | undefined = gateway && allowed?.size !== 0 ? {
-      definitions: () => gateway.definitions().filter((d) => !allowed || allowed.has(d.function.name)),
+      definitions: () => (offered ?? gateway.definitions()).filter((d) => !allowed || allowed.has(d.function.name)),
       execute: async (call) => {
         this.guard()
         await flushDeltas()
         if (allowed && !allowed.has(call.name)) return { content: `error: the tool ${JSON.stringify(call.name)} is not available to this run` }
-        return gateway.execute({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, ...call, env, redact })
+        // contract 13.4: a call that needs a person's decision does not hold this worker
+        const result = await gateway.execute({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, ...call, env, redact })
+        if (result.status === 'pending') return { pending: result.approvalId! }
+        if (result.status === 'deferred') return { deferred: true as const }
+        return { content: result.content }
       }
     } : undefined
     // every model call's tokens, whatever the run's end (contract 13.3, metering)
-    let reported: Usage | null = null
+    // a run going on after it waited counts the tokens it spent before
+    let reported: Usage | null = run.suspended && (run.inputTokens !== null || run.outputTokens !== null)
+      ? { promptTokens: run.inputTokens ?? 0, completionTokens: run.outputTokens ?? 0 }
+      : null
     const reportUsage = (u: Usage) => {
       reported = { promptTokens: (reported?.promptTokens ?? 0) + u.promptTokens, completionTokens: (reported?.completionTokens ?? 0) + u.completionTokens }
     }
-    let outcome: { status: 'succeeded'; facts: string[]; output: string } | { status: 'failed'; error: string } | { status: 'cancelled' }
+    let outcome: RunOutcome
     let engineUsage: Usage | undefined
     try {
       if (run.secretNames.length > 0) {
@@ -301,9 +331,11 @@ export class RunWorker {
       const engine = await o.engines.forRun(run)
       if (!engine) throw new EngineError(`engine ${run.engine} is not available on this instance`)
       const job = await this.jobOf(run)
+      if (tools && (!allowed || [...allowed].some((name) => name.startsWith('mcp__')))) offered = await gateway!.definitionsFor(run.orgId)
       const gatewayFiles = gateway
-      const attachments = run.attachments.length === 0 ? null : await prepareAttachments(o.artifacts, run,
-        gatewayFiles ? (files) => gatewayFiles.putFiles({ orgId: run.orgId, rootRunId: run.rootRunId }, files) : null)
+      // a run going on after it waited has its attachments in its workspace already
+      const attachments = run.attachments.length === 0 || run.suspended ? null : await prepareAttachments(o.artifacts, run,
+        gatewayFiles ? (files) => gatewayFiles.putFiles({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, files) : null)
       this.guard()
       const ctx: EngineContext = {
         runId: run.id,
@@ -312,6 +344,10 @@ export class RunWorker {
         instructions: run.instructions,
         history,
         attachments,
+        resume: run.suspended,
+        checkpoint: (state) => {
+          entry.checkpoint = { state: JSON.stringify(state), usage: reported }
+        },
         settings: run.settings,
         reportUsage,
         signal,
@@ -333,10 +369,9 @@ export class RunWorker {
         },
         recall: async (raw) => {
           this.guard()
-          const query = redact.text(raw)
-          const { items } = await o.memory.recall(ref, query)
-          await emit('memory.recalled', { query, itemIds: items.map((i) => i.id), count: items.length })
-          return items
+          const recalled = await this.whileLeased(entry, () => o.memory.recall(ref, redact.text(raw), { kind: 'prompt' }), signal)
+          await emit('memory.recalled', { query: recalled.query, itemIds: recalled.items.map((i) => i.id), count: recalled.items.length })
+          return recalled.items
         }
       }
       const result = job ? await job.run(ctx, engine) : await engine.run(ctx)
@@ -345,12 +380,23 @@ export class RunWorker {
       const output = redact.text(result.text)
       const invalid = outputViolation(run.settings, output)
       outcome = invalid === null ? { status: 'succeeded', facts: result.facts.map((f) => redact.text(f)), output } : { status: 'failed', error: invalid }
+      if (outcome.status === 'succeeded' && !job && (await this.whileLeased(entry, () => o.memory.extractFor(run.orgId), signal))) {
+        outcome.facts.push(...await this.extractFacts(engine, run, output, { signal, emit, reportUsage, redact }))
+      }
     } catch (err) {
-      if (this.killed || err instanceof WorkerGone) return
+      if (this.killed || err instanceof WorkerGone || err instanceof LeaseLost) return
       const reason = signal.aborted ? signal.reason : err
+      if (reason instanceof RunSuspended) {
+        await flushDeltas()
+        await this.suspend(entry, reason.state, reported)
+        return
+      }
       if (reason instanceof CancelRequested) outcome = { status: 'cancelled' }
-      else if (reason instanceof ShutdownRelease) {
-        await this.release(run)
+      else if (reason instanceof ShutdownRelease || isDatabaseUnavailable(reason)) {
+        // not the engine's fault: the instance is stopping, or the database went away under
+        // something the run read or wrote; another worker (or this one) runs it again
+        if (!(reason instanceof ShutdownRelease)) o.log.warn({ err: reason, runId: run.id }, 'run worker: the database went away under the run; handing it back')
+        await this.release(entry)
         return
       } else if (err instanceof EngineError) outcome = { status: 'failed', error: redact.text(err.message) }
       else {
@@ -359,37 +405,76 @@ export class RunWorker {
       }
     }
     if (this.killed) return
+    await this.finish(entry, ref, outcome, reported ?? engineUsage ?? null)
+  }
+
+  /**
+   * The run's end, in one transaction retried like the events (a failed try rolled back
+   * whole; a try that did commit, its answer lost, makes the next one find the run
+   * finished): its status and event, its facts to capture, and what follows it (playbook
+   * steps, tasks), announced once committed.
+   */
+  private async finish(entry: Active, ref: RunRef, outcome: RunOutcome, usage: Usage | null): Promise<void> {
+    const { o } = this
+    const { run } = entry
+    // saved before the run's end is stored: the thread's next run, on any instance, sees these files
+    const unsaved = await this.settleWorkspace(run)
+    if (unsaved !== null && outcome.status === 'succeeded') outcome = { status: 'failed', error: unsaved }
     // a cancelled or failed run leaves no call waiting for a person
     if (outcome.status !== 'succeeded') await this.dropToolCalls(run.orgId, run.id)
-    const usage: Usage | null = reported ?? engineUsage ?? null
-    const next = await o.db.transaction(async (tx) => {
-      const [finished] = await tx.update(runs).set({
-        status: outcome.status,
-        // a cancelled run keeps why (`interrupted`)
-        error: outcome.status === 'failed' ? outcome.error : outcome.status === 'cancelled' ? sql`${runs.error}` : null,
-        output: outcome.status === 'succeeded' ? outcome.output : null,
-        finishedAt: sql`now()`,
-        // what the engine reported, whatever the end (fleet usage sums it: usage_hours)
-        ...(usage ? { inputTokens: usage.promptTokens, outputTokens: usage.completionTokens } : {}),
-        leaseOwner: null,
-        leaseExpiresAt: null
-      }).where(and(eq(runs.id, run.id), eq(runs.status, 'running'), eq(runs.leaseOwner, this.instanceId))).returning({ id: runs.id })
+    const next = await this.lastWrite(entry, () => o.db.transaction(async (tx) => {
       // the lease was lost meanwhile (a sweeper failed it): the sweeper's answer stands
+      const finished = await markFinished(tx, run.id, this.instanceId, outcome, usage)
       if (!finished) return []
       const data: Record<string, unknown> = outcome.status === 'failed' ? { error: outcome.error }
         : outcome.status === 'succeeded' ? { usage } : {}
       await appendEvent(tx, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: `run.${outcome.status}`, data })
-      if (outcome.status === 'succeeded' && outcome.facts.length > 0) await o.memory.enqueueCapture(tx, ref, outcome.facts)
+      // contract 13.5: what the model remembered is kept whatever the end; the engine's and the extraction's facts on success
+      const facts = [...finished.remembered, ...(outcome.status === 'succeeded' ? outcome.facts : [])]
+      if (facts.length > 0) await o.memory.enqueueCapture(tx, ref, facts)
       const ended: FinishedRun = { id: run.id, orgId: run.orgId, rootRunId: run.rootRunId, userId: run.userId, status: outcome.status, metadata: run.metadata }
       const started: RunRow[] = []
       for (const followUps of o.followUps) {
         for (const followUp of await followUps.afterFinish(tx, ended)) started.push(await insertFollowUp(tx, followUp))
       }
       return started
-    })
+    }), [])
     // committed: a run.queued a killed instance cannot store is stored by the sweeper
     if (this.killed) return
     await announceCommitted(o.events, next, o.log)
+  }
+
+  /**
+   * Contract 13.5: the run's model is asked once for the durable facts of the exchange. A
+   * failure (the call, or an answer that is not `{"facts": [...]}`) is a
+   * `memory.extract_failed` event and never fails the run; a cancel still cancels it.
+   */
+  private async extractFacts(engine: Engine, run: RunRow, output: string, ctx: { signal: AbortSignal; emit: EngineContext['emit']; reportUsage: EngineContext['reportUsage']; redact: Redactor }): Promise<string[]> {
+    let answer: string
+    try {
+      const done = await engine.complete(extractionMessages(run.prompt, output), run.model, { responseFormat: { type: 'json_object' } }, ctx.signal)
+      ctx.reportUsage(done.usage)
+      answer = done.text
+    } catch (err) {
+      if (ctx.signal.aborted) throw ctx.signal.reason
+      if (err instanceof WorkerGone || err instanceof LeaseLost) throw err
+      await ctx.emit('memory.extract_failed', { error: ctx.redact.text(err instanceof EngineError ? err.message : 'the extraction call failed') })
+      return []
+    }
+    const parsed = parseExtraction(answer)
+    if ('error' in parsed) {
+      await ctx.emit('memory.extract_failed', { error: parsed.error })
+      return []
+    }
+    return parsed.facts.map((f) => ctx.redact.text(f))
+  }
+
+  /** Contract 13.4: the run leaves this worker to wait for people's decisions (runs-repo.ts suspendRun). */
+  private async suspend(entry: Active, state: SuspendedRun, spent: Usage | null): Promise<void> {
+    const { run } = entry
+    // the run may go on on another instance
+    await this.settleWorkspace(run)
+    await this.lastWrite(entry, () => suspendRun(this.o.db, run, this.instanceId, state, spent), undefined)
   }
 
   /** The job a group does for this run (a wiki build), or null: the engine answers the prompt. */
@@ -418,21 +503,30 @@ export class RunWorker {
     return { redact: new Redactor(opened.values), env: Object.fromEntries(opened.values.map((s) => [s.name, s.value])) }
   }
 
-  /** Gives a run back to the queue (graceful shutdown that could not finish it). */
-  private async release(run: RunRow): Promise<void> {
-    await this.o.db.update(runs).set({ status: 'queued', startedAt: null, leaseOwner: null, leaseExpiresAt: null })
-      .where(and(eq(runs.id, run.id), eq(runs.status, 'running'), eq(runs.leaseOwner, this.instanceId)))
+  /** Ends the run's hold on its workspace (none when killed: a crash saves nothing); the error it ends with, or null. */
+  private async settleWorkspace(run: RunRow): Promise<string | null> {
+    if (this.killed || !this.o.tools) return null
+    return this.o.tools.settleWorkspace(run.orgId, run.id)
+  }
+
+  /** Hands a run back to the queue (shutdown, the database away): runs-repo.ts releaseRun. */
+  private async release(entry: Active): Promise<void> {
+    const { run, checkpoint } = entry
+    await this.settleWorkspace(run)
+    await this.lastWrite(entry, () => releaseRun(this.o.db, run, this.instanceId, checkpoint), undefined)
   }
 
   private async renewLeases(): Promise<void> {
     if (this.killed || this.active.size === 0) return
     const ids = [...this.active.keys()]
+    const sentAt = Date.now()
     try {
-      const rows = rowsOf<{ id: string; cancel_requested: boolean }>(await this.o.db.execute(sql`
-        update runs set lease_expires_at = now() + make_interval(secs => ${this.o.leaseMs / 1000})
-        where lease_owner = ${this.instanceId} and status = 'running' and id in (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})
-        returning id, cancel_requested`))
+      const rows = await renewLeases(this.o.db, this.instanceId, this.o.leaseMs, ids)
       const kept = new Set(rows.map((r) => r.id))
+      for (const id of kept) {
+        const entry = this.active.get(id)
+        if (entry) entry.leaseUntil = sentAt + this.o.leaseMs
+      }
       for (const row of rows) if (row.cancel_requested) this.active.get(row.id)?.controller.abort(new CancelRequested())
       // a run we hold but could not renew was taken from us (swept): stop working on it
       for (const id of ids) if (!kept.has(id)) this.active.get(id)?.controller.abort(new CancelRequested())
@@ -451,23 +545,28 @@ export class RunWorker {
   }
 
   /**
-   * Graceful stop: claim nothing more, let running runs finish within `graceMs`, then
-   * hand the rest back to the queue for another instance.
+   * Graceful stop: claim nothing more and hand every running run back to the queue at
+   * once (re-queued, its lease released), for another instance or the next start. A run
+   * already writing its end finishes. Waits at most `deadlineMs` for the hand-backs
+   * (the database may be away); a run not handed back by then is left to its lease.
    */
-  async close(graceMs: number): Promise<void> {
+  async close(deadlineMs: number): Promise<void> {
     if (this.killed) return
     this.stopping = true
-    const all = () => Promise.all([...this.active.values()].map((a) => a.done))
     let timer: NodeJS.Timeout | undefined
-    const timedOut = await Promise.race([
-      all().then(() => false),
-      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), graceMs)))
-    ])
-    clearTimeout(timer)
-    if (timedOut) {
-      for (const a of this.active.values()) a.controller.abort(new ShutdownRelease())
-      await all()
+    const deadline = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), deadlineMs)))
+    const handedBack = async () => {
+      // a claim in flight adds its run, which execute() hands back at once
+      await this.claiming
+      const running = [...this.active.values()]
+      for (const a of running) a.controller.abort(new ShutdownRelease())
+      await Promise.all(running.map((a) => a.done))
+      if (running.length > 0) this.o.log.info({ runs: running.map((a) => a.run.id) }, `run worker: ${running.length} running runs handed back to the queue`)
+      return false
     }
+    const timedOut = await Promise.race([handedBack(), deadline])
+    clearTimeout(timer)
+    if (timedOut) this.o.log.warn({ runs: [...this.active.keys()] }, 'run worker: runs not handed back before the shutdown deadline; their leases will expire')
     this.stopTimers()
   }
 
@@ -482,12 +581,6 @@ export class RunWorker {
 
 type Usage = NonNullable<EngineResult['usage']>
 
-/** A claimed run and the thread's earlier turns it is given (user and assistant messages). */
-interface Claimed {
-  run: RunRow
-  history: ChatMessage[]
-}
-
 class ShutdownRelease extends Error {
   override name = 'ShutdownRelease'
 }
@@ -496,35 +589,4 @@ class ShutdownRelease extends Error {
 function redactedError(redact: Redactor, err: unknown): { type: string; message: string; stack?: string | undefined } {
   const e = err instanceof Error ? err : new Error(String(err))
   return { type: e.name, message: redact.text(e.message), stack: e.stack === undefined ? undefined : redact.text(e.stack) }
-}
-
-/** A raw `runs` row (snake_case, from a hand-written statement) as drizzle would return it. */
-function runFromRow(r: Record<string, unknown>): RunRow {
-  return {
-    id: r.id as string,
-    orgId: r.org_id as string,
-    rootRunId: r.root_run_id as string,
-    parentRunId: (r.parent_run_id as string | null) ?? null,
-    engine: r.engine as string,
-    model: (r.model as string | null) ?? null,
-    prompt: r.prompt as string,
-    status: r.status as RunRow['status'],
-    origin: r.origin as RunRow['origin'],
-    error: (r.error as string | null) ?? null,
-    metadata: jsonOf<Record<string, unknown> | null>(r.metadata) ?? {},
-    secretNames: jsonOf<string[] | null>(r.secret_names) ?? [],
-    userId: (r.user_id as string | null) ?? null,
-    createdAt: dateOf(r.created_at),
-    startedAt: dateOrNull(r.started_at),
-    finishedAt: dateOrNull(r.finished_at),
-    inputTokens: (r.input_tokens as number | null) ?? null,
-    outputTokens: (r.output_tokens as number | null) ?? null,
-    output: (r.output as string | null) ?? null,
-    instructions: (r.instructions as string | null) ?? null,
-    settings: jsonOf<RunRow['settings'] | null>(r.settings) ?? {},
-    attachments: jsonOf<string[] | null>(r.attachments) ?? [],
-    leaseOwner: (r.lease_owner as string | null) ?? null,
-    leaseExpiresAt: dateOrNull(r.lease_expires_at),
-    cancelRequested: boolOf(r.cancel_requested)
-  }
 }

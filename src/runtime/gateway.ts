@@ -3,8 +3,9 @@ import { Value } from 'typebox/value'
 import { conflict, notFound } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import type { ArtifactWriter, KnowledgeTools, MemorySearch, RunDirectory, RunEventWriter, SkillTools } from './ports.js'
+import type { ArtifactWriter, KnowledgeTools, McpToolSource, MemoryTools, RunDirectory, RunEventWriter, SkillTools } from './ports.js'
 import { SandboxError, type SandboxManager } from './sandbox.js'
+import type { ThreadWorkspaces, WorkspaceSession } from './workspaces.js'
 import { NO_SECRETS, type Redactor } from '../secrets/redact.js'
 import { toolApprovals, toolPolicies, type ApprovalStatus, type ToolMode } from './tables.js'
 import { isToolName, TOOL_NAMES, TOOLS, toolDefinitions, type ToolArgs, type ToolName } from './tools.js'
@@ -20,15 +21,28 @@ export interface ToolCallInput {
   name: string
   /** the model's arguments: a JSON string (as OpenAI sends them) or an object */
   arguments: string | Record<string, unknown>
-  /** aborting stops the call (waiting or running) */
+  /** aborting stops the call while it runs */
   signal?: AbortSignal
   /** the run's secrets: the environment of its sandbox commands (contract 10) */
   env?: Record<string, string> | undefined
   /** what the call stores, streams and answers goes through it (the run's secret values redacted) */
   redact?: Redactor | undefined
+  /**
+   * A call that needs a person's decision is stored (`tool_approvals`, `approval.requested`)
+   * and answered `pending` at once: nothing waits in the gateway (contract 13.4: the run
+   * leaves its worker and asks again, with `approvalId`, once it is decided). `defer`
+   * answers `deferred` for a call that needs no decision, unexecuted and unrecorded (a call
+   * after one that waits runs after it).
+   */
+  defer?: boolean | undefined
+  /** the call was asked and this approval decided: it runs (approved) or is answered denied, never asked again */
+  approvalId?: string | undefined
 }
 
-export type ToolStatus = 'ok' | 'error' | 'denied' | 'cancelled' | 'expired'
+export type ToolStatus = 'ok' | 'error' | 'denied' | 'cancelled' | 'expired' | 'pending' | 'deferred'
+
+/** What the model is told of a call a person denied or let expire (contract 13.4). */
+export const DENIED_CONTENT = 'the call was denied by a person'
 
 export interface ToolResult {
   callId: string
@@ -44,18 +58,21 @@ export interface GatewayOptions {
   db: Db
   /** null when there is no sandbox: sandbox tools answer an error naming `sandboxUnavailable` */
   sandboxes: SandboxManager | null
+  /** the thread workspaces a run holds while it uses its sandbox (null: they stay on this disk) */
+  workspaces?: ThreadWorkspaces | null | undefined
   /** why there is no sandbox (SandboxStatus.reason) */
   sandboxUnavailable?: string | null
   runs: RunDirectory
   events: RunEventWriter
-  memory: MemorySearch
+  memory: MemoryTools
   artifacts: ArtifactWriter
   knowledge: KnowledgeTools
   skills: SkillTools
+  /** the org's MCP servers' tools (`mcp__<server>__<tool>`, policy `approve` unless set); absent: none */
+  mcp?: McpToolSource | undefined
   outputMaxBytes: number
   execTimeoutMs: number
   approvalTimeoutMs: number
-  approvalPollMs: number
   log: { error(obj: object, msg: string): void }
 }
 
@@ -67,14 +84,15 @@ interface InFlight {
 
 /**
  * The one way tools run: validates the call, applies the org's policy (`auto` runs at
- * once, `approve` stores a `tool_approvals` row and waits for a person), executes in
+ * once, `approve` stores a `tool_approvals` row and answers `pending`; asked again with
+ * the approval's id once a person decided, it runs or is answered denied), executes in
  * the thread's sandbox, bounds the output and records `tool.call` / `tool.result`.
  */
 export class ToolGateway {
   private readonly opts: GatewayOptions
   private readonly inFlight = new Map<string, Set<InFlight>>()
-  /** local wake-ups for waiting calls; other instances see decisions by polling the row */
-  private readonly wakers = new Map<string, () => void>()
+  /** each run's session on its thread's workspace, opened at its first sandbox use, ended by settleWorkspace */
+  private readonly workspaceSessions = new Map<string, Promise<WorkspaceSession>>()
 
   constructor(options: GatewayOptions) {
     this.opts = options
@@ -84,12 +102,23 @@ export class ToolGateway {
     return toolDefinitions()
   }
 
+  /** The built-in tools and, after them, the tools of the org's MCP servers that answer now. */
+  async definitionsFor(orgId: string) {
+    return [...toolDefinitions(), ...(this.opts.mcp ? await this.opts.mcp.definitions(orgId) : [])]
+  }
+
+  /** a built-in tool, or one of an MCP server (whether the org has it is the server's to say) */
+  private known(name: string): boolean {
+    return isToolName(name) || this.opts.mcp?.isMcpTool(name) === true
+  }
+
   /**
    * Writes files into a thread's workspace inside its confinement, like `write_file` (a
    * run's attachments, before it starts); false when this server has no sandbox.
    */
-  async putFiles(ref: { orgId: string; rootRunId: string }, files: Array<{ path: string; data: Buffer }>): Promise<boolean> {
+  async putFiles(ref: { orgId: string; runId: string; rootRunId: string }, files: Array<{ path: string; data: Buffer }>): Promise<boolean> {
     if (!this.opts.sandboxes) return false
+    await this.holdWorkspace({ orgId: ref.orgId, runId: ref.runId, rootRunId: ref.rootRunId })
     const { sandbox, release } = await this.opts.sandboxes.acquire({ orgId: ref.orgId, threadId: ref.rootRunId })
     try {
       for (const file of files) await sandbox.writeFile(file.path, file.data, Number.MAX_SAFE_INTEGER)
@@ -107,17 +136,35 @@ export class ToolGateway {
     if (!rootRunId) return { callId, tool: input.name, status: 'error', content: 'error: the run does not exist', truncated: false, approvalId: null }
 
     const parsed = parseArguments(input.arguments)
+    if (input.approvalId !== undefined) return this.resume(input, rootRunId, callId, parsed, redact)
+    const mode = this.known(input.name) && parsed !== null ? await this.modeFor(orgId, input.name) : null
+    if (input.defer && mode !== 'approve') return { callId, tool: input.name, status: 'deferred', content: '', truncated: false, approvalId: null }
     await this.opts.events.emit(orgId, runId, 'tool.call', redact.deep({ callId, tool: input.name, arguments: parsed ?? input.arguments }))
     const finish = (result: ToolResult) => this.finish(orgId, runId, redact.deep(result))
-    const invalid = !isToolName(input.name)
+    const invalid = !this.known(input.name)
       ? `unknown tool ${JSON.stringify(input.name)}`
       : parsed === null
         ? 'the arguments are not a JSON object'
-        : firstError(input.name, parsed)
+        // an MCP tool's arguments are checked by its server, against the schema it listed
+        : isToolName(input.name) ? firstError(input.name, parsed) : null
     if (invalid !== null) return finish({ callId, tool: input.name, status: 'error', content: `error: ${invalid}`, truncated: false, approvalId: null })
-    const tool = input.name as ToolName
+    const tool = input.name
     const args = parsed as Record<string, unknown>
 
+    if (mode === 'approve') {
+      const approval = await this.requestApproval(orgId, runId, rootRunId, callId, tool, redact.deep(args))
+      return { callId, tool, status: 'pending', content: '', truncated: false, approvalId: approval.id }
+    }
+    return this.runAndFinish(input, rootRunId, callId, tool, args, null, redact)
+  }
+
+  /**
+   * Runs a call in the thread's sandbox (cancelRun stops it here), bounds its output and
+   * records its `tool.result`.
+   */
+  private async runAndFinish(input: ToolCallInput, rootRunId: string, callId: string, tool: string, args: Record<string, unknown>, approvalId: string | null, redact: Redactor): Promise<ToolResult> {
+    const { orgId, runId } = input
+    const finish = (result: ToolResult) => this.finish(orgId, runId, redact.deep(result))
     const flight: InFlight = { controller: new AbortController() }
     const runKey = `${orgId}/${runId}`
     const onAbort = () => flight.controller.abort()
@@ -127,20 +174,11 @@ export class ToolGateway {
     if (!set) this.inFlight.set(runKey, (set = new Set()))
     set.add(flight)
     try {
-      let approvalId: string | null = null
-      if ((await this.modeFor(orgId, tool)) === 'approve') {
-        const approval = await this.requestApproval(orgId, runId, rootRunId, callId, tool, redact.deep(args))
-        approvalId = approval.id
-        const status = await this.waitForDecision(approval, flight.controller.signal)
-        if (status !== 'approved') {
-          const content = status === 'denied' ? 'the call was denied by a person' : status === 'expired' ? 'no one approved the call in time' : 'the run was cancelled'
-          return await finish({ callId, tool, status: status as ToolStatus, content, truncated: false, approvalId })
-        }
-      }
       if (flight.controller.signal.aborted) {
         return await finish({ callId, tool, status: 'cancelled', content: 'the run was cancelled', truncated: false, approvalId })
       }
-      const outcome = await this.run(orgId, runId, rootRunId, tool, args, flight.controller.signal, input.env)
+      // a fact is stored as the model wrote it, but never with a secret's value
+      const outcome = await this.run(orgId, runId, rootRunId, tool, tool === 'remember' ? redact.deep(args) : args, flight.controller.signal, input.env)
       // redacted before it is cut, so a value is never left half-shown at the end
       const bounded = bound(redact.text(outcome.content), this.opts.outputMaxBytes)
       const status: ToolStatus = flight.controller.signal.aborted ? 'cancelled' : outcome.ok ? 'ok' : 'error'
@@ -152,6 +190,27 @@ export class ToolGateway {
     }
   }
 
+  /**
+   * A call whose approval was asked before its run left the worker: it runs if approved;
+   * denied, expired (an undecided approval past its time expires now) or cancelled, the
+   * model is told so. Its `tool.call` was recorded when it was asked.
+   */
+  private async resume(input: ToolCallInput, rootRunId: string, callId: string, parsed: Record<string, unknown> | null, redact: Redactor): Promise<ToolResult> {
+    const { orgId, runId } = input
+    const approvalId = input.approvalId!
+    const finish = (result: ToolResult) => this.finish(orgId, runId, redact.deep(result))
+    await this.opts.db.update(toolApprovals).set({ status: 'expired', decidedAt: new Date() })
+      .where(and(eq(toolApprovals.id, approvalId), eq(toolApprovals.status, 'pending'), sql`${toolApprovals.expiresAt} <= now()`))
+    const [row] = await this.opts.db.select({ status: toolApprovals.status }).from(toolApprovals)
+      .where(and(eq(toolApprovals.id, approvalId), eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId)))
+    const status = row?.status ?? 'cancelled'
+    if (status === 'pending') return { callId, tool: input.name, status: 'pending', content: '', truncated: false, approvalId }
+    if (status !== 'approved' || !this.known(input.name) || parsed === null) {
+      return finish({ callId, tool: input.name, status: status === 'approved' ? 'error' : status as ToolStatus, content: status === 'approved' ? 'error: the arguments are not a JSON object' : deniedContent(status), truncated: false, approvalId })
+    }
+    return this.runAndFinish(input, rootRunId, callId, input.name, parsed, approvalId, redact)
+  }
+
   /** Drops a run's waiting calls (on every instance, through the rows) and stops its running ones here. */
   async cancelRun(orgId: string, runId: string): Promise<number> {
     const cancelled = await this.opts.db.update(toolApprovals)
@@ -159,8 +218,54 @@ export class ToolGateway {
       .where(and(eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId), eq(toolApprovals.status, 'pending')))
       .returning({ id: toolApprovals.id })
     for (const flight of this.inFlight.get(`${orgId}/${runId}`) ?? []) flight.controller.abort()
-    for (const row of cancelled) this.wakers.get(row.id)?.()
     return cancelled.length
+  }
+
+  // ---- workspaces -----------------------------------------------------------------
+
+  /**
+   * The run's session on its thread's workspace, opened once at its first sandbox use: it
+   * waits while another instance holds the workspace (a terminal there, or a run's end
+   * being saved), saying so once with `workspace.waiting`.
+   */
+  private async holdWorkspace(ref: { orgId: string; runId: string; rootRunId: string }, signal?: AbortSignal): Promise<void> {
+    const workspaces = this.opts.workspaces
+    if (!workspaces) return
+    const runKey = `${ref.orgId}/${ref.runId}`
+    let session = this.workspaceSessions.get(runKey)
+    if (!session) {
+      session = workspaces.open({ orgId: ref.orgId, threadId: ref.rootRunId }, {
+        wait: true,
+        signal,
+        onWait: () => void this.opts.events.emit(ref.orgId, ref.runId, 'workspace.waiting', { reason: 'the thread\'s workspace is in use on another instance' }).catch(() => {})
+      })
+      this.workspaceSessions.set(runKey, session)
+      const opened = session
+      opened.catch(() => {
+        if (this.workspaceSessions.get(runKey) === opened) this.workspaceSessions.delete(runKey)
+      })
+    }
+    await session
+  }
+
+  /**
+   * Ends the run's session on its workspace (its end, its wait for people, its hand-back):
+   * saves what the run changed and frees the workspace for other instances. Null when all
+   * is kept, else the error the run ends with (`workspace_too_large: …`). Never throws.
+   */
+  async settleWorkspace(orgId: string, runId: string): Promise<string | null> {
+    const runKey = `${orgId}/${runId}`
+    const session = this.workspaceSessions.get(runKey)
+    if (!session) return null
+    this.workspaceSessions.delete(runKey)
+    const opened = await session.catch(() => null)
+    if (!opened) return null
+    try {
+      return (await opened.close()).error
+    } catch (err) {
+      this.opts.log.error({ err, runId }, 'ending a run\'s workspace session failed')
+      return 'workspace_not_saved: the thread\'s workspace could not be saved'
+    }
   }
 
   // ---- policies -------------------------------------------------------------------
@@ -182,10 +287,11 @@ export class ToolGateway {
       .onConflictDoUpdate({ target: [toolPolicies.orgId, toolPolicies.tool], set: { mode, updatedBy: userId, updatedAt: new Date() } })
   }
 
-  private async modeFor(orgId: string, tool: ToolName): Promise<ToolMode> {
+  private async modeFor(orgId: string, tool: string): Promise<ToolMode> {
     const [row] = await this.opts.db.select({ mode: toolPolicies.mode }).from(toolPolicies)
       .where(and(eq(toolPolicies.orgId, orgId), eq(toolPolicies.tool, tool)))
-    return row?.mode ?? TOOLS[tool].defaultMode
+    // an MCP server's tool needs a person's approval unless the org said otherwise
+    return row?.mode ?? (isToolName(tool) ? TOOLS[tool].defaultMode : 'approve')
   }
 
   // ---- approvals ------------------------------------------------------------------
@@ -205,29 +311,35 @@ export class ToolGateway {
    */
   async decide(orgId: string, runId: string, approvalId: string, decision: 'approve' | 'deny', userId: string | null): Promise<ApprovalRow> {
     const status: ApprovalStatus = decision === 'approve' ? 'approved' : 'denied'
-    const [row] = await this.opts.db.update(toolApprovals)
-      .set({ status, decidedBy: userId, decidedAt: new Date() })
-      .where(and(
-        eq(toolApprovals.id, approvalId), eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId),
-        eq(toolApprovals.status, 'pending'), gt(toolApprovals.expiresAt, sql`now()`)
-      ))
-      .returning()
-    if (!row) {
-      const [existing] = await this.opts.db.select().from(toolApprovals)
+    const row = await this.opts.db.transaction(async (tx) => {
+      await this.opts.runs.hold(tx, orgId, runId)
+      const [decided] = await tx.update(toolApprovals)
+        .set({ status, decidedBy: userId, decidedAt: new Date() })
+        .where(and(
+          eq(toolApprovals.id, approvalId), eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId),
+          eq(toolApprovals.status, 'pending'), gt(toolApprovals.expiresAt, sql`now()`)
+        ))
+        .returning()
+      if (decided) {
+        await this.opts.runs.decided(tx, orgId, runId)
+        return decided
+      }
+      const [existing] = await tx.select().from(toolApprovals)
         .where(and(eq(toolApprovals.id, approvalId), eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId)))
       if (!existing) throw notFound('no such approval for this run')
-      if (existing.status === 'pending') {
-        await this.expire(existing.id)
-        throw conflict('the approval has expired')
-      }
-      throw conflict(`the approval is already ${existing.status}`)
-    }
-    this.wakers.get(row.id)?.()
+      if (existing.status !== 'pending') throw conflict(`the approval is already ${existing.status}`)
+      // past its time: expired now, which lets its run go on (answered as denied)
+      await tx.update(toolApprovals).set({ status: 'expired', decidedAt: new Date() })
+        .where(and(eq(toolApprovals.id, existing.id), eq(toolApprovals.status, 'pending')))
+      await this.opts.runs.decided(tx, orgId, runId)
+      return null
+    })
+    if (!row) throw conflict('the approval has expired')
     await this.opts.events.emit(orgId, runId, 'approval.resolved', { approvalId: row.id, callId: row.callId, tool: row.tool, status, decidedBy: userId })
     return row
   }
 
-  private async requestApproval(orgId: string, runId: string, rootRunId: string, callId: string, tool: ToolName, args: Record<string, unknown>): Promise<ApprovalRow> {
+  private async requestApproval(orgId: string, runId: string, rootRunId: string, callId: string, tool: string, args: Record<string, unknown>): Promise<ApprovalRow> {
     const [row] = await this.opts.db.insert(toolApprovals).values({
       id: newId(),
       orgId,
@@ -244,53 +356,25 @@ export class ToolGateway {
     return row!
   }
 
-  private async expire(id: string): Promise<void> {
-    await this.opts.db.update(toolApprovals).set({ status: 'expired', decidedAt: new Date() })
-      .where(and(eq(toolApprovals.id, id), eq(toolApprovals.status, 'pending')))
-  }
-
-  /** Waits until the row leaves `pending`: woken here by `decide`/`cancelRun`, or by polling when decided elsewhere. */
-  private async waitForDecision(approval: ApprovalRow, signal: AbortSignal): Promise<ApprovalStatus> {
-    try {
-      for (;;) {
-        const [row] = await this.opts.db.select({ status: toolApprovals.status }).from(toolApprovals).where(eq(toolApprovals.id, approval.id))
-        const status = row?.status ?? 'cancelled'
-        if (status !== 'pending') return status
-        if (signal.aborted) {
-          await this.opts.db.update(toolApprovals).set({ status: 'cancelled', decidedAt: new Date() })
-            .where(and(eq(toolApprovals.id, approval.id), eq(toolApprovals.status, 'pending')))
-          continue
-        }
-        const left = approval.expiresAt.getTime() - Date.now()
-        if (left <= 0) {
-          await this.expire(approval.id)
-          continue
-        }
-        await new Promise<void>((resolve) => {
-          const done = () => {
-            clearTimeout(timer)
-            signal.removeEventListener('abort', done)
-            this.wakers.delete(approval.id)
-            resolve()
-          }
-          const timer = setTimeout(done, Math.min(this.opts.approvalPollMs, left))
-          signal.addEventListener('abort', done, { once: true })
-          this.wakers.set(approval.id, done)
-        })
-      }
-    } finally {
-      this.wakers.delete(approval.id)
-    }
-  }
-
   // ---- execution ------------------------------------------------------------------
 
-  private async run(orgId: string, runId: string, rootRunId: string, tool: ToolName, rawArgs: Record<string, unknown>, signal: AbortSignal, env: Record<string, string> | undefined): Promise<{ ok: boolean; content: string; truncated: boolean }> {
+  private async run(orgId: string, runId: string, rootRunId: string, tool: string, rawArgs: Record<string, unknown>, signal: AbortSignal, env: Record<string, string> | undefined): Promise<{ ok: boolean; content: string; truncated: boolean }> {
     try {
+      if (!isToolName(tool)) {
+        // known() let it through: an MCP server's tool, answered by its server
+        const answer = await this.opts.mcp!.call(orgId, tool, rawArgs, signal)
+        return { ...answer, truncated: false }
+      }
       if (tool === 'memory_search') {
         const args = rawArgs as ToolArgs['memory_search']
         const hits = await this.opts.memory.search({ orgId, runId, rootRunId }, args.query, args.limit ?? 10)
         return { ok: true, content: JSON.stringify({ items: hits }), truncated: false }
+      }
+      if (tool === 'remember') {
+        const args = rawArgs as ToolArgs['remember']
+        const kept = await this.opts.memory.remember({ orgId, runId, rootRunId }, { content: args.content.trim(), scope: args.scope ?? 'org' })
+        if ('refused' in kept) return { ok: false, content: `error: ${kept.refused}`, truncated: false }
+        return { ok: true, content: JSON.stringify({ remembered: true, scope: args.scope ?? 'org', keptThisRun: kept.kept }), truncated: false }
       }
       if (tool === 'write_artifact') {
         const args = rawArgs as ToolArgs['write_artifact']
@@ -313,6 +397,7 @@ export class ToolGateway {
         return { ok: !('refused' in proposed), content: JSON.stringify(proposed), truncated: false }
       }
       if (!this.opts.sandboxes) return { ok: false, content: `error: sandbox_unavailable: ${this.opts.sandboxUnavailable ?? 'no sandbox provider is configured'}`, truncated: false }
+      await this.holdWorkspace({ orgId, runId, rootRunId }, signal)
       const { sandbox, release } = await this.opts.sandboxes.acquire({ orgId, threadId: rootRunId })
       try {
         switch (tool) {
@@ -383,4 +468,9 @@ export function bound(text: string, max: number): { text: string; truncated: boo
   // step back over UTF-8 continuation bytes so no character is split
   while (end > 0 && (bytes[end]! & 0xc0) === 0x80) end--
   return { text: bytes.subarray(0, end).toString('utf8'), truncated: true }
+}
+
+/** The model's answer for a call that did not run: denied or expired (contract 13.4), or cancelled with its run. */
+function deniedContent(status: ApprovalStatus): string {
+  return status === 'cancelled' ? 'the run was cancelled' : DENIED_CONTENT
 }

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
-import { desktopUnavailable, notFound } from '../../plugins/errors.js'
+import { desktopUnavailable, notFound, workspaceBusy } from '../../plugins/errors.js'
 import { principalOf } from '../auth/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
@@ -22,6 +22,10 @@ import { sandboxUnavailable } from './service.js'
 import type { ApprovalRow } from './gateway.js'
 import { bridgeTerminal } from './terminal.js'
 import { assertSameOrigin } from './ws-guard.js'
+import { WorkspaceBusy, type WorkspaceSession } from './workspaces.js'
+
+/** A terminal admitted but never upgraded (the client went away in between) frees its workspace after this. */
+const UNCLAIMED_SESSION_MS = 30_000
 
 export interface RuntimeRoutesOptions {
   corsOrigins: readonly string[]
@@ -48,6 +52,8 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
   const { gateway, runs, sandboxes, sockets } = app.runtime
   /** the thread a socket was admitted for, found before the upgrade */
   const admitted = new WeakMap<FastifyRequest, string>()
+  /** the workspace session a terminal was admitted with, and the timer that ends it if no socket claims it */
+  const sessions = new WeakMap<FastifyRequest, { session: WorkspaceSession; timer: NodeJS.Timeout }>()
 
   // sign-out and removed memberships, made on any instance, close the sockets opened
   // here for them (1008)
@@ -64,6 +70,34 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
   app.addHook('onRoute', (route) => {
     if ((route as { websocket?: boolean }).websocket && route.schema) route.schema.hide = false
   })
+
+  /**
+   * A terminal or desktop holds the thread's workspace while its socket is open. Another
+   * instance holding it (a run or a socket there) refuses the handshake at once with 409:
+   * a person is waiting at a screen, where a run would rather wait for it.
+   */
+  async function admitSession(request: FastifyRequest, key: { orgId: string; threadId: string }): Promise<void> {
+    // a plain GET never becomes a socket: it holds nothing
+    if (!app.runtime.workspaces || request.headers.upgrade?.toLowerCase() !== 'websocket') return
+    let session: WorkspaceSession
+    try {
+      session = await app.runtime.workspaces.open(key, { wait: false })
+    } catch (err) {
+      if (err instanceof WorkspaceBusy) throw workspaceBusy()
+      throw err
+    }
+    const timer = setTimeout(() => void session.close().catch(() => {}), UNCLAIMED_SESSION_MS)
+    timer.unref()
+    sessions.set(request, { session, timer })
+  }
+
+  /** The session admitted with the request, now claimed by its socket. */
+  function claimSession(request: FastifyRequest): WorkspaceSession | null {
+    const held = sessions.get(request)
+    if (!held) return null
+    clearTimeout(held.timer)
+    return held.session
+  }
 
   async function threadOfRun(orgId: string, runId: string): Promise<string> {
     const thread = await runs.threadOfRun(orgId, runId)
@@ -144,20 +178,23 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
       tags: ['runtime'],
       summary: 'WebSocket: a terminal (PTY) in the run\'s thread sandbox; binary frames are terminal bytes, text frames JSON {type:"resize",cols,rows}',
       params: RunParams,
-      response: { 101: SwitchingProtocols, ...errorResponses(404, 503) }
+      response: { 101: SwitchingProtocols, ...errorResponses(404, 409, 503) }
     },
     preHandler: async (request) => {
       assertSameOrigin(request, opts.corsOrigins)
       const { id } = request.params as { id: string }
-      const thread = await threadOfRun(principalOf(request).orgId, id)
+      const orgId = principalOf(request).orgId
+      const thread = await threadOfRun(orgId, id)
       if (!sandboxes) throw sandboxUnavailable(app.runtime.sandboxStatus)
+      await admitSession(request, { orgId, threadId: thread })
       admitted.set(request, thread)
     }
   }, (socket, request) => {
     const threadId = admitted.get(request)!
     const principal = principalOf(request)
+    const session = claimSession(request)
     sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
-    return bridgeTerminal(socket, sandboxes!, { orgId: principalOf(request).orgId, threadId }, request.log)
+    return bridgeTerminal(socket, sandboxes!, { orgId: principalOf(request).orgId, threadId }, request.log, session)
   })
 
   app.get('/desktop-proxy/:threadId/websockify', {
@@ -168,7 +205,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
       tags: ['runtime'],
       summary: 'WebSocket (subprotocol binary): websockify bridge to the thread sandbox\'s VNC server, for noVNC',
       params: ThreadParams,
-      response: { 101: SwitchingProtocols, ...errorResponses(404, 503) }
+      response: { 101: SwitchingProtocols, ...errorResponses(404, 409, 503) }
     },
     preHandler: async (request) => {
       assertSameOrigin(request, opts.corsOrigins)
@@ -178,11 +215,15 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
       if (!sandboxes.provider.desktopAvailable) {
         throw desktopUnavailable()
       }
+      await admitSession(request, { orgId: principalOf(request).orgId, threadId })
       admitted.set(request, threadId)
     }
   }, (socket, request) => {
     const threadId = admitted.get(request)!
     const principal = principalOf(request)
+    const session = claimSession(request)
+    // the desktop's programs run until the workspace is saved (its last session's end stops them)
+    if (session) socket.once('close', () => void session.close().catch((err: unknown) => request.log.warn({ err }, 'desktop: ending the workspace session failed')))
     sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
     return bridgeDesktop(socket, sandboxes!, { orgId: principalOf(request).orgId, threadId }, request.log)
   })

@@ -2,6 +2,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { chown, lstat, mkdir, readdir, realpath, rm } from 'node:fs/promises'
 import { isAbsolute, join, resolve } from 'node:path'
+import type { Readable } from 'node:stream'
 import * as pty from 'node-pty'
 import { BOX_HOME, bwrapArgs, findExecutable, probeBubblewrap, SANDBOX_PATH, sandboxUserFor, type BubblewrapProbe, type SandboxUser } from './bubblewrap.js'
 import { startDesktop, stopAll, type DesktopProcesses } from './desktop.js'
@@ -40,6 +41,8 @@ const SAFE_SEGMENT = /^[A-Za-z0-9_-]{1,64}$/
 const MAX_LIST_ENTRIES = 1000
 /** a file operation reads or writes at most SANDBOX_FILE_MAX_BYTES: only a FIFO or a stalled disk takes this long */
 const FILE_OP_TIMEOUT_MS = 30_000
+/** The descriptor on which bubblewrap names the first process of the command's PID namespace. */
+const INFO_FD = 3
 const ENTRY_TYPES: Record<string, FileEntry['type']> = { f: 'file', d: 'dir', l: 'symlink' }
 
 interface RawResult extends Omit<ExecResult, 'stdout' | 'stderr'> {
@@ -68,6 +71,10 @@ export class LocalSandboxProvider implements SandboxProvider {
   readonly desktopAvailable: boolean
   readonly options: LocalSandboxOptions
   readonly root: string
+
+  get workspaceRoot(): string {
+    return this.root
+  }
 
   constructor(options: LocalSandboxOptions) {
     this.options = options
@@ -162,11 +169,11 @@ class LocalSandbox implements Sandbox {
   }
 
   /** The command line that runs `argv` confined (bubblewrap) or as is. */
-  private command(argv: string[], newSession: boolean): { file: string; args: string[]; cwd: string } {
+  private command(argv: string[], newSession: boolean, infoFd?: number): { file: string; args: string[]; cwd: string } {
     if (this.provider.confinement !== 'bwrap') return { file: argv[0]!, args: argv.slice(1), cwd: this.workspace }
     const args = bwrapArgs({ argv, workspace: this.workspace, network: this.opts.network, newSession, display: this.display, user: this.provider.user })
     // the host working directory is never the workspace: bubblewrap enters it in the sandbox's view
-    return { file: 'bwrap', args, cwd: '/' }
+    return { file: 'bwrap', args: infoFd === undefined ? args : ['--info-fd', String(infoFd), ...args], cwd: '/' }
   }
 
   exec(commandLine: string, options: ExecOptions = {}): Promise<ExecResult> {
@@ -181,12 +188,18 @@ class LocalSandbox implements Sandbox {
 
   /** Runs `argv` confined, in its own process group (a timeout or abort kills the whole tree). */
   private run(argv: string[], o: { timeoutMs: number; maxBytes: number; signal?: AbortSignal | undefined; env?: Record<string, string> | undefined; stdin?: Buffer }): Promise<RawResult> {
-    const { file, args, cwd } = this.command(argv, true)
+    const { file, args, cwd } = this.command(argv, true, INFO_FD)
+    const confined = file === 'bwrap'
     const started = Date.now()
+    // aborted before it started: nothing runs. (Killed in bubblewrap's first moments, a
+    // command could outlive it: its child may not yet have asked to die with its parent.)
+    if (o.signal?.aborted) {
+      return Promise.resolve({ exitCode: null, signal: 'SIGKILL', stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), timedOut: false, truncated: false, durationMs: 0 })
+    }
     return new Promise((resolvePromise, reject) => {
       let child: ChildProcess
       try {
-        child = spawn(file, args, { cwd, env: this.env({}, o.env), detached: true, stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] })
+        child = spawn(file, args, { cwd, env: this.env({}, o.env), detached: true, stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', ...(confined ? ['pipe' as const] : [])] })
       } catch (err) {
         reject(err)
         return
@@ -202,13 +215,63 @@ class LocalSandbox implements Sandbox {
         child.stdin!.end(o.stdin)
       }
       let timedOut = false
-      const kill = () => {
+      let exited = false
+      const killGroup = () => {
         try {
           if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL')
         } catch {
           child.kill('SIGKILL')
         }
       }
+      // Confined, the command runs in its own PID namespace, whose first process bubblewrap
+      // names on INFO_FD once it exists. Killing that process ends everything in the
+      // namespace. Killing bubblewrap alone is not enough: in its first moments its child may
+      // not yet have asked to die with it, and would then run (holding our pipes) to its end.
+      let namespacePid: number | null = null
+      let killWanted = false
+      const killNamespace = () => {
+        if (namespacePid === null || exited) return
+        try {
+          process.kill(namespacePid, 'SIGKILL')
+        } catch {
+          // already gone
+        }
+      }
+      const kill = () => {
+        if (!confined || namespacePid !== null) {
+          killNamespace()
+          killGroup()
+          return
+        }
+        // bubblewrap has not named its namespace yet: it does so right after creating it, or exits
+        killWanted = true
+      }
+      if (confined) {
+        let info = ''
+        const named = () => {
+          if (killWanted) {
+            killNamespace()
+            killGroup()
+          }
+        }
+        const infoStream = child.stdio[INFO_FD] as Readable
+        infoStream.setEncoding('utf8')
+        infoStream.on('data', (chunk: string) => {
+          if (namespacePid !== null || info.length > 4096) return
+          info += chunk
+          const pid = /"child-pid":\s*(\d+)\D/.exec(info)
+          if (pid) {
+            namespacePid = Number(pid[1])
+            named()
+          }
+        })
+        infoStream.on('error', () => {})
+        // no name (bubblewrap failed before creating the namespace): its own group is all there is
+        infoStream.on('close', named)
+      }
+      child.on('exit', () => {
+        exited = true
+      })
       const timer = setTimeout(() => {
         timedOut = true
         kill()

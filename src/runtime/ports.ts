@@ -1,9 +1,11 @@
 /**
  * The seams between the agent runtime and the runs group. The runtime never reads the
- * runs tables itself: it asks these ports. The runs group provides them at wiring time
- * (`buildApp({ runtime: { runs, events, memory } })`); until then the defaults below
- * make every run unknown (404) and drop events.
+ * runs tables itself: it asks these ports, which the runs group provides at wiring time
+ * (src/app.ts; tests replace them through `buildApp({ ports: { runtime } })`).
  */
+import type { Readable } from 'node:stream'
+import type { Tx } from '../db/client.js'
+
 
 /** Which thread a run belongs to, always inside one org. */
 export interface RunDirectory {
@@ -11,6 +13,16 @@ export interface RunDirectory {
   threadOfRun(orgId: string, runId: string): Promise<{ rootRunId: string } | null>
   /** whether a thread (a root run id) exists in this org */
   threadExists(orgId: string, rootRunId: string): Promise<boolean>
+  /** which of these threads still exist, as `<org>/<thread>` (the workspace sweeper drops the others' workspaces) */
+  existingThreads(keys: Array<{ orgId: string; threadId: string }>): Promise<Set<string>>
+  /**
+   * Around a decision on one of the run's approvals, in the decision's transaction:
+   * `hold` locks the run row first, `decided` then lets a run waiting for people go on at
+   * once when none of its approvals is pending any more (contract 13.4). Decisions on two
+   * of its calls at the same moment cannot both miss that they were the last.
+   */
+  hold(tx: Tx, orgId: string, runId: string): Promise<void>
+  decided(tx: Tx, orgId: string, runId: string): Promise<void>
 }
 
 /** Stores (then streams) one run event: `tool.call`, `tool.result`, `approval.requested`, `approval.resolved`. */
@@ -31,9 +43,14 @@ export interface MemoryHit {
   score: number
 }
 
-/** What the `memory_search` tool calls (the runs group wires it to `RunMemory.recall`). */
-export interface MemorySearch {
+/**
+ * What the memory tools call: `memory_search` (the runs group wires it to `RunMemory.recall`)
+ * and `remember`, which keeps a fact on the run until it ends (then it is captured), or
+ * answers why not (`refused`).
+ */
+export interface MemoryTools {
   search(run: ToolRunRef, query: string, limit: number): Promise<MemoryHit[]>
+  remember(run: ToolRunRef, fact: { content: string; scope: 'org' | 'personal' }): Promise<{ kept: number } | { refused: string }>
 }
 
 /** What the `knowledge_search` and `propose_knowledge` tools call (the knowledge group, through the runs group). */
@@ -50,4 +67,26 @@ export interface SkillTools {
 /** What the `write_artifact` tool calls (the runs group wires it to the artifacts group and announces `artifact.created`). */
 export interface ArtifactWriter {
   write(run: ToolRunRef, file: { name: string; content: string; contentType: string }): Promise<{ artifactId: string; name: string; version: number }>
+}
+
+/**
+ * Where thread workspace archives are kept (the artifacts group's blob store): blobs of
+ * the org, pinned when put until `reference` names them in the transaction that points a
+ * `thread_workspaces` row at them; the blob sweeper removes those no row names any more.
+ */
+export interface WorkspaceArchives {
+  /** stores the archive; more than `maxBytes` throws and keeps nothing */
+  put(orgId: string, body: Readable, maxBytes: number): Promise<{ sha256: string; size: number }>
+  reference(tx: Tx, orgId: string, sha256: string): Promise<void>
+  read(orgId: string, sha256: string): Promise<Readable>
+}
+
+/**
+ * The org's MCP servers as the gateway sees them (the mcp group): tools named
+ * `mcp__<server>__<tool>`, listed per org when a run starts, called on their server.
+ */
+export interface McpToolSource {
+  isMcpTool(name: string): boolean
+  definitions(orgId: string): Promise<Array<{ type: 'function'; function: { name: string; description: string; parameters: Record<string, unknown> } }>>
+  call(orgId: string, name: string, args: Record<string, unknown>, signal: AbortSignal): Promise<{ ok: boolean; content: string }>
 }

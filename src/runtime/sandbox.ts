@@ -88,6 +88,12 @@ export interface SandboxProvider {
   readonly confinement: string
   /** whether `desktop()` can work at all here (a 503 before the WebSocket upgrade otherwise) */
   readonly desktopAvailable: boolean
+  /**
+   * Where workspaces are on this instance's disk (`<root>/<org>/<thread>`), so they can be
+   * saved to and restored from the blob store (./workspaces.ts); a provider without it
+   * keeps workspaces where they are.
+   */
+  readonly workspaceRoot?: string
   create(key: SandboxKey): Promise<Sandbox>
   close?(): Promise<void>
 }

@@ -1,19 +1,23 @@
+import { randomUUID } from 'node:crypto'
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { dirname, join } from 'node:path'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { WebSocket } from 'ws'
-import type { Config } from '../config.js'
+import { filesDir, type Config } from '../config.js'
 import { ToolGateway } from './gateway.js'
 import { sandboxUnavailable as sandboxUnavailableError, type ApiError } from '../../plugins/errors.js'
 import type { BubblewrapProbe, SandboxUser } from './bubblewrap.js'
 import { LocalSandboxProvider, SandboxUnavailableError } from './local-sandbox.js'
-import type { ArtifactWriter, KnowledgeTools, MemorySearch, RunDirectory, RunEventWriter, SkillTools } from './ports.js'
+import type { ArtifactWriter, KnowledgeTools, McpToolSource, MemoryTools, RunDirectory, RunEventWriter, SkillTools, WorkspaceArchives } from './ports.js'
 import { SandboxManager, type SandboxProvider } from './sandbox.js'
+import { ThreadWorkspaces } from './workspaces.js'
 
 /** What the runtime needs from the runs group (src/runs/runtime-ports.ts). */
 export interface RuntimePorts {
   runs: RunDirectory
   events: RunEventWriter
-  memory: MemorySearch
+  memory: MemoryTools
   artifacts: ArtifactWriter
   knowledge: KnowledgeTools
   skills: SkillTools
@@ -45,6 +49,8 @@ export interface Runtime {
   gateway: ToolGateway
   runs: RunDirectory
   sockets: OpenSockets
+  /** thread workspaces that follow their thread across instances; null without a sandbox (or with a provider that keeps its own) */
+  workspaces: ThreadWorkspaces | null
 }
 
 export interface SocketOwner {
@@ -91,6 +97,30 @@ declare module 'fastify' {
 
 export interface RuntimeServiceOptions extends RuntimePorts, Omit<RuntimeWiring, keyof RuntimePorts> {
   config: Config
+  /** where workspace archives go (the artifacts group's blob store) */
+  archives: WorkspaceArchives
+  /** the org's MCP servers' tools, offered beside the built-in ones */
+  mcp?: McpToolSource | undefined
+}
+
+/**
+ * Who holds workspace leases from this process. With the embedded database only one
+ * process can use the data directory, so the id is kept there: restarted after a crash,
+ * the instance is still the holder of its old leases and need not wait for them to expire
+ * (it restores what was saved, its copy no longer being known to match). With Postgres,
+ * one id per process.
+ */
+function instanceIdFor(config: Config, kind: 'postgres' | 'pglite'): string | undefined {
+  if (kind !== 'pglite') return undefined
+  const path = join(filesDir(config), 'sandbox-state', 'instance-id')
+  try {
+    return readFileSync(path, 'utf8').trim()
+  } catch {
+    const id = randomUUID()
+    mkdirSync(dirname(path), { recursive: true })
+    writeFileSync(path, id)
+    return id
+  }
 }
 
 /** The 503 of routes and tools that need a sandbox when there is none (contract 1.3). */
@@ -106,7 +136,7 @@ function providerFor(config: Config, app: FastifyInstance, wiring: RuntimeServic
   try {
     return {
       provider: new LocalSandboxProvider({
-        dataDir: config.DATA_DIR,
+        dataDir: filesDir(config),
         confinement: config.SANDBOX_CONFINEMENT,
         unconfined: config.SANDBOX_UNCONFINED,
         ...(wiring.bubblewrapProbe ? { probe: wiring.bubblewrapProbe } : {}),
@@ -133,9 +163,22 @@ export default fp(async function runtimeService(app: FastifyInstance, opts: Runt
     ? { provider: provider.name, available: true, confinement: provider.confinement, reason: null }
     : { provider: 'none', available: false, confinement: null, reason }
   const sandboxes = provider ? new SandboxManager(provider, { idleMs: config.SANDBOX_IDLE_MS }) : null
+  const workspaces = sandboxes && provider?.workspaceRoot ? new ThreadWorkspaces({
+    db: app.db,
+    archives: opts.archives,
+    sandboxes,
+    root: provider.workspaceRoot,
+    stateDir: join(filesDir(config), 'sandbox-state'),
+    instanceId: instanceIdFor(config, app.database.kind),
+    leaseMs: config.SANDBOX_WORKSPACE_LEASE_MS,
+    maxBytes: config.SANDBOX_WORKSPACE_MAX_BYTES,
+    runs,
+    log: app.log.child({ component: 'workspaces' })
+  }) : null
   const gateway = new ToolGateway({
     db: app.db,
     sandboxes,
+    workspaces,
     sandboxUnavailable: sandboxStatus.reason,
     runs,
     events: opts.events,
@@ -143,18 +186,24 @@ export default fp(async function runtimeService(app: FastifyInstance, opts: Runt
     artifacts: opts.artifacts,
     knowledge: opts.knowledge,
     skills: opts.skills,
+    mcp: opts.mcp,
     outputMaxBytes: config.TOOL_OUTPUT_MAX_BYTES,
     execTimeoutMs: config.SANDBOX_EXEC_TIMEOUT_MS,
     approvalTimeoutMs: config.TOOL_APPROVAL_TIMEOUT_MS,
-    approvalPollMs: config.TOOL_APPROVAL_POLL_MS,
     log: app.log
   })
-  app.decorate('runtime', { sandboxes, sandboxStatus, gateway, runs, sockets: new OpenSockets() })
+  app.decorate('runtime', { sandboxes, sandboxStatus, gateway, runs, sockets: new OpenSockets(), workspaces })
   app.features.sandbox = sandboxStatus
   // tools need somewhere to run
   app.features.capabilities.toolGateway = sandboxes !== null
   if (provider) app.log.info({ provider: provider.name, confinement: provider.confinement, desktop: provider.desktopAvailable }, 'sandbox provider ready')
+  app.addHook('onReady', async () => {
+    workspaces?.start(config.BLOB_SWEEP_MS)
+  })
+  // after the run worker handed its runs back (preClose), before the database closes:
+  // what changed is saved and the leases freed, so another instance need not wait for them
   app.addHook('onClose', async () => {
+    await workspaces?.close()
     await sandboxes?.close()
   })
 }, { name: 'runtime', fastify: '5.x', dependencies: ['db', 'features'] })

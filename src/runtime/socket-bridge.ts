@@ -14,6 +14,8 @@ export interface BridgeTarget {
   resume(): void
   /** stops what the target started (the socket is gone) */
   stop(): void
+  /** true once the target closes the socket itself after the sandbox stops (a terminal saving its workspace) */
+  closing?(): boolean
 }
 
 export interface BridgeOptions {
@@ -94,6 +96,7 @@ export async function bridgeSocket(o: BridgeOptions): Promise<void> {
   }
   const running = target
   const unsubscribe = sandbox.onDestroy(() => {
+    if (running.closing?.()) return
     if (socket.readyState === socket.OPEN || socket.readyState === socket.CONNECTING) socket.close(1001, 'sandbox stopped')
   })
   const finish = () => {

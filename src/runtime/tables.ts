@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { check, index, jsonb, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core'
+import { bigint, check, index, integer, jsonb, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core'
 import { organizations } from '../auth/tables.js'
 import { APPROVAL_STATUSES, TOOL_MODES } from '../../schemas/runtime.js'
 import { sqlList } from '../db/sql-list.js'
@@ -21,8 +21,9 @@ export const toolPolicies = pgTable('tool_policies', {
 ])
 
 /**
- * A tool call waiting for a person. The waiting gateway (on whichever instance holds
- * the call) re-reads the row, so a decision made on any instance wakes it.
+ * A tool call waiting for a person. Its run waits without a worker (`requires_action`);
+ * a decision, on any instance, lets the run go on (runs.resume_at), and the gateway reads
+ * the decision from this row when the run asks again.
  * `run_id`/`root_run_id` reference the runs group's `runs` rows (no FK on this branch).
  */
 export const toolApprovals = pgTable('tool_approvals', {
@@ -41,4 +42,28 @@ export const toolApprovals = pgTable('tool_approvals', {
 }, (t) => [
   index('tool_approvals_run_idx').on(t.orgId, t.runId, t.id),
   check('tool_approvals_status_check', sql`${t.status} in (${sqlList(APPROVAL_STATUSES)})`)
+])
+
+/**
+ * A thread's sandbox workspace as every instance sees it: who holds it now (an instance,
+ * until `lease_expires_at`; renewed while it is used) and the archive of its last save
+ * (a blob of the org, `sha256`), which `revision` counts. The instance that next runs or
+ * opens a terminal in the thread takes the lease and restores that archive unless its own
+ * disk already has this revision. No row: nothing was saved yet (an empty workspace).
+ * `thread_id` is the runs group's root run id (no FK: the sweeper drops rows of threads
+ * that no longer exist, and the blob sweeper then their archives).
+ */
+export const threadWorkspaces = pgTable('thread_workspaces', {
+  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
+  threadId: text('thread_id').notNull(),
+  holder: text('holder'),
+  leaseExpiresAt: timestamp('lease_expires_at', { withTimezone: true, mode: 'date' }),
+  revision: integer('revision').notNull().default(0),
+  sha256: text('sha256'),
+  bytes: bigint('bytes', { mode: 'number' }),
+  savedAt: timestamp('saved_at', { withTimezone: true, mode: 'date' })
+}, (t) => [
+  primaryKey({ columns: [t.orgId, t.threadId] }),
+  index('thread_workspaces_holder_idx').on(t.holder),
+  index('thread_workspaces_blob_idx').on(t.orgId, t.sha256)
 ])

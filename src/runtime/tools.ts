@@ -47,6 +47,11 @@ export const ProposeSkillArgs = StrictObject({
   skillId: Type.Optional(Type.String({ minLength: 1, maxLength: 64, description: 'the skill this changes; without it, the skill with the same name, or a new one' }))
 })
 
+export const RememberArgs = StrictObject({
+  content: Type.String({ minLength: 1, maxLength: 4000, pattern: '\\S', description: 'one durable fact, in a sentence that stands on its own' }),
+  scope: Type.Optional(Type.Union([Type.Literal('org'), Type.Literal('personal')], { description: 'org (default): for the whole organization; personal: for the person the run works for' }))
+})
+
 export const TOOLS = {
   shell: {
     schema: ShellArgs,
@@ -92,6 +97,11 @@ export const TOOLS = {
     schema: ProposeSkillArgs,
     defaultMode: 'auto',
     description: 'Propose a skill (an Agent Skills SKILL.md) for the organization, new or as a change of an existing one. A person accepts or rejects it; the answer says why when the file is invalid.'
+  },
+  remember: {
+    schema: RememberArgs,
+    defaultMode: 'auto',
+    description: 'Remember a durable fact for later runs (a preference, a decision, how something works). It is kept in the organization\'s memory, or the person\'s own with scope personal, when this run ends.'
   }
 } as const satisfies Record<(typeof TOOL_NAMES)[number], { schema: TSchema; defaultMode: ToolMode; description: string }>
 
@@ -107,6 +117,7 @@ export type ToolArgs = {
   knowledge_search: Static<typeof KnowledgeSearchArgs>
   propose_knowledge: Static<typeof ProposeKnowledgeArgs>
   propose_skill: Static<typeof ProposeSkillArgs>
+  remember: Static<typeof RememberArgs>
 }
 
 export function isToolName(name: string): name is ToolName {

@@ -49,6 +49,17 @@ export async function deleteSecrets(db: Db, orgId: string, names: string[]): Pro
   return rows.length
 }
 
+/**
+ * What the start-up key check needs: up to `limit` rows sealed under these keys, and
+ * whether any row is stored at all.
+ */
+export async function keyCheckSample(db: Db, keyIds: string[], limit: number): Promise<{ rows: SecretRow[]; any: boolean }> {
+  const rows = keyIds.length === 0 ? [] : await db.select().from(secrets).where(inArray(secrets.keyId, keyIds)).limit(limit)
+  if (rows.length > 0) return { rows, any: true }
+  const [one] = await db.select({ name: secrets.name }).from(secrets).limit(1)
+  return { rows, any: one !== undefined }
+}
+
 /** The sealed rows of these names, marking them used. */
 export async function useSecrets(db: Db, orgId: string, names: string[]): Promise<SecretRow[]> {
   if (names.length === 0) return []

@@ -3,10 +3,10 @@ import { join } from 'node:path'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { secretsUnavailable } from '../../plugins/errors.js'
-import type { Config } from '../config.js'
+import { filesDir, type Config } from '../config.js'
 import type { RunSecrets } from '../runs/secrets-port.js'
 import { KeyRing, newKeyText, parseKey, parsePreviousKeys, type SecretKey } from './crypto.js'
-import { deleteSecret, deleteSecrets, getSecret, listSecrets, putSecret, resealBatch, useSecrets, type SecretRow } from './secrets-repo.js'
+import { deleteSecret, deleteSecrets, getSecret, keyCheckSample, listSecrets, putSecret, resealBatch, useSecrets, type SecretRow } from './secrets-repo.js'
 
 /** The secrets group's instance-wide side, as `app.secrets`. */
 export interface SecretsService {
@@ -54,7 +54,7 @@ export const KEY_FILE = 'secrets.key'
  * the ring as a previous key, so its rows move to the configured key by themselves.
  */
 export function keyRingFor(config: Config, warn: (message: string) => void): KeyRing | null {
-  const file = join(config.DATA_DIR, KEY_FILE)
+  const file = join(filesDir(config), KEY_FILE)
   const embedded = config.DATABASE_URL === undefined
   let fileKey: SecretKey | null = null
   if (embedded) {
@@ -71,7 +71,7 @@ export function keyRingFor(config: Config, warn: (message: string) => void): Key
   }
   if (!embedded) return null
   if (!fileKey) {
-    mkdirSync(config.DATA_DIR, { recursive: true })
+    mkdirSync(filesDir(config), { recursive: true })
     const text = newKeyText()
     // 'wx': made once; a second process on this DATA_DIR cannot get here (the data-dir lock)
     writeFileSync(file, `${text}\n`, { mode: 0o600, flag: 'wx' })
@@ -83,12 +83,42 @@ export function keyRingFor(config: Config, warn: (message: string) => void): Key
 }
 
 const RESEAL_BATCH = 100
+/** rows the start-up check tries to open */
+const KEY_CHECK_SAMPLE = 20
+
+/** The configured keys open none of the secrets stored in the database: the instance does not start. */
+export class SecretsKeyMismatch extends Error {
+  override name = 'SecretsKeyMismatch'
+}
+
+/**
+ * At start: when the database holds secrets, the ring must open at least one of them; an
+ * instance with another SECRETS_KEY (a typo, a key from another deployment) would otherwise
+ * answer that every secret is missing. Throws SecretsKeyMismatch, naming the key ids only.
+ */
+export async function checkKeyOpensStored(db: FastifyInstance['db'], ring: KeyRing): Promise<void> {
+  const ids = [ring.current.id, ...ring.previousIds]
+  const { rows, any } = await keyCheckSample(db, ids, KEY_CHECK_SAMPLE)
+  if (!any) return
+  if (rows.some((row) => ring.open(row.orgId, row.name, row.keyId, Buffer.from(row.sealed, 'base64')) !== null)) return
+  throw new SecretsKeyMismatch(rows.length === 0
+    ? `SECRETS_KEY (key id ${ring.current.id}) opens none of the org secrets stored in the database: they were sealed with another key. Set SECRETS_KEY to that key (or list it in SECRETS_PREVIOUS_KEYS to rotate)`
+    : `SECRETS_KEY (key id ${ring.current.id}) opens none of the org secrets sealed under its key id: they were altered, or the key is not the one that sealed them`)
+}
 
 /** Contract 10's org secrets: sealing, the run port, and re-sealing after a key rotation. */
 export default fp(async function secretsService(app: FastifyInstance, opts: { config: Config }) {
   const db = app.db
   const log = app.log.child({ component: 'secrets' })
   const ring = keyRingFor(opts.config, (message) => log.warn(message))
+  if (ring) {
+    try {
+      await checkKeyOpensStored(db, ring)
+    } catch (err) {
+      if (err instanceof SecretsKeyMismatch) log.error(`refusing to start: ${err.message}`)
+      throw err
+    }
+  }
   const usable = (): KeyRing => {
     if (!ring) throw secretsUnavailable()
     return ring

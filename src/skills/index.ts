@@ -16,11 +16,11 @@ import {
   type MissingSkill
 } from './playbooks-repo.js'
 import { acceptProposal, insertProposal, listProposals, proposalToWire, rejectProposal, type DecisionRefusal } from './proposals-repo.js'
-import { stillAt, targetOf } from './service.js'
-import { RunPreconditionFailed } from '../runs/dispatch.js'
+import { targetOf } from './service.js'
 import { checkSkillFields, normalizeInstructions, parseSkillMd, renderSkillMd, type SkillFields, type SkillProblem } from './skill-md.js'
 import { agentOptionsOf } from '../runs/agent-options.js'
-import { deleteSkill, fieldsOf, getSkill, insertSkill, joinedInstructions, listSkills, narrowedTools, skillRun, skillToWire, updateSkill } from './skills-repo.js'
+import { dispatchSkillRun } from './run-skill.js'
+import { deleteSkill, fieldsOf, getSkill, insertSkill, joinedInstructions, listSkills, narrowedTools, skillToWire, updateSkill } from './skills-repo.js'
 
 const SKILLS = ['skills']
 const PLAYBOOKS = ['playbooks']
@@ -269,35 +269,8 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 201: RunEnvelope, ...errorResponses(404) }
     }
   }, async (request, reply) => {
-    const principal = principalOf(request)
-    const { input, rootRunId, engine, model, instructions, tools, ...settings } = request.body ?? {}
-    // the caller's own tool names are checked before the skill's cut them
-    agentOptionsOf({ tools })
-    // the cached skill first; a skill changed meanwhile is read again, once
-    for (let attempt = 0; attempt < 2; attempt++) {
-      const skill = await app.skills.runnable(principal.orgId, request.params.id, attempt > 0)
-      if (!skill) throw noSkill()
-      const run = skillRun(skill, input)
-      try {
-        const answer = await app.runs.dispatch({
-          principal,
-          body: {
-            prompt: run.prompt, engine, model, rootRunId, metadata: { skillId: skill.id, skillVersion: skill.version }, ...settings,
-            // the caller's instructions follow the skill's; its tools are cut to the skill's
-            ...joinedInstructions(run.instructions, instructions),
-            ...narrowedTools(run.tools, tools)
-          },
-          origin: 'skill',
-          precondition: stillAt(principal.orgId, skill),
-          idempotency: request.idempotency,
-          log: request.log
-        })
-        return sendStored(reply, answer)
-      } catch (err) {
-        if (!(err instanceof RunPreconditionFailed)) throw err
-      }
-    }
-    throw conflict('the skill changed while the run was starting; retry')
+    const answer = await dispatchSkillRun(app, { principal: principalOf(request), skillId: request.params.id, body: request.body, idempotency: request.idempotency, log: request.log })
+    return sendStored(reply, answer)
   })
 
   // ---- playbooks ----------------------------------------------------------------

@@ -1,33 +1,16 @@
-import { and, eq, sql, type SQL } from 'drizzle-orm'
+import { sql, type SQL } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import type { EventBus } from '../../plugins/event-bus.js'
 import { rowsOf, type Db } from '../db/client.js'
 import { boolOf } from '../db/rows.js'
-import { integrations } from '../integrations/tables.js'
-import { backoffDelay } from '../memory/capture-worker.js'
+import { maybeDone, OutboxLoop, planAfterFailure, SWEEP_EVERY_MS } from './outbox-loop.js'
 import { pruneDedupe } from './slack-repo.js'
-import { SlackCallError, type SlackApi, type SlackFailure } from './web-api.js'
-
-/** Slack refusals that another attempt would meet again: the reply is given up at once. */
-const PERMANENT = new Set([
-  'invalid_auth', 'not_authed', 'account_inactive', 'token_revoked', 'token_expired', 'no_permission', 'missing_scope',
-  'channel_not_found', 'not_in_channel', 'is_archived', 'msg_too_long', 'no_text', 'restricted_action', 'team_access_not_granted',
-  'ekm_access_denied', 'invalid_arguments', 'invalid_metadata_format', 'invalid_metadata_schema'
-])
-/** Refusals after which Slack says part of the call may have happened. */
-const MAYBE_DONE = new Set(['internal_error', 'fatal_error', 'request_timeout', 'service_unavailable'])
-/** Refusals about the token: the integration shows them as its lastError. */
-const TOKEN_ERRORS = new Set(['invalid_auth', 'not_authed', 'account_inactive', 'token_revoked', 'token_expired'])
+import { SlackCallError, type SlackApi } from './web-api.js'
 
 /** Slack's limit is 40,000 characters; a longer answer is cut, saying so. */
 const MAX_TEXT = 39_000
 const TERMINAL_EVENTS = new Set(['run.succeeded', 'run.failed', 'run.cancelled'])
 const PRUNE_EVERY_MS = 60 * 60 * 1000
-const MAX_BACKOFF_MS = 10 * 60 * 1000
-/** How long a run's end waits before the outbox looks (ends close together share one claim). */
-const WAKE_DELAY_MS = 20
-/** How often waiting replies are checked against their runs (the bus is the fast path). */
-const SWEEP_EVERY_MS = 30_000
 
 /** The text posted for a finished run. */
 export function replyText(source: { status: string; error: string | null; text: string | null }): string {
@@ -54,7 +37,7 @@ export interface SlackOutboxOptions {
 }
 
 interface Claimed {
-  run_id: string
+  runId: string
   org_id: string
   channel: string
   thread_ts: string
@@ -81,26 +64,18 @@ interface Claimed {
  * is unknown (a lost answer, a 5xx, an instance that died mid-post) first looks for that
  * reply in the thread (conversations.replies) and records it instead of posting again.
  */
-export class SlackOutbox {
+export class SlackOutbox extends OutboxLoop<Claimed> {
   private readonly o: SlackOutboxOptions
-  private timers: NodeJS.Timeout[] = []
-  private unsubscribe: (() => void) | null = null
-  private looping: Promise<void> | null = null
-  private again = false
-  private soon: NodeJS.Timeout | null = null
   /** runs the bus said ended since the last look */
   private readonly ended = new Set<string>()
-  /** until start(): an outbox this instance does not run (SLACK_OUTBOX=false) claims nothing */
-  private stopped = true
-  private killed = false
 
   constructor(options: SlackOutboxOptions) {
+    super({ log: options.log, pollMs: options.pollMs, what: 'slack outbox' })
     this.o = options
   }
 
   start(): void {
-    this.stopped = false
-    const unsubscribe = [
+    this.begin([
       this.o.bus.subscribeAll((event) => {
         if (!TERMINAL_EVENTS.has(event.type)) return
         this.ended.add(event.runId)
@@ -108,75 +83,16 @@ export class SlackOutbox {
       }),
       // notifications were lost while the bus reconnected: look at every waiting reply
       this.o.bus.onResync(() => void this.sweep())
-    ]
-    this.unsubscribe = () => unsubscribe.forEach((fn) => fn())
-    this.timers.push(setInterval(() => this.wake(), this.o.pollMs))
-    this.timers.push(setInterval(() => void this.sweep(), SWEEP_EVERY_MS))
-    this.timers.push(setInterval(() => void this.prune(), PRUNE_EVERY_MS))
-    for (const t of this.timers) t.unref()
+    ], [[SWEEP_EVERY_MS, () => void this.sweep()], [PRUNE_EVERY_MS, () => void this.prune()]])
     // runs that ended while no outbox ran
     void this.sweep().then(() => this.wake())
-  }
-
-  /**
-   * A run ended (on any instance): look a moment later, so that runs ending together are
-   * claimed in one statement rather than one each.
-   */
-  private wakeSoon(): void {
-    if (this.soon || this.stopped) return
-    this.soon = setTimeout(() => {
-      this.soon = null
-      this.wake()
-    }, WAKE_DELAY_MS)
-    this.soon.unref()
-  }
-
-  /** Looks for due replies now (the poll timer, a run that ended). */
-  wake(): void {
-    if (this.stopped) return
-    if (this.looping) {
-      this.again = true
-      return
-    }
-    this.looping = (async () => {
-      do {
-        this.again = false
-        try {
-          await this.markEnded()
-          while (!this.stopped && (await this.runOnce()) > 0) { /* until nothing is due */ }
-        } catch (err) {
-          if (!this.stopped) this.o.log.warn({ err }, 'slack outbox: claiming replies failed')
-        }
-      } while (this.again && !this.stopped)
-    })().finally(() => {
-      this.looping = null
-    })
-  }
-
-  /** Stops claiming and waits for the round in flight. */
-  async stop(): Promise<void> {
-    this.stopped = true
-    for (const t of this.timers) clearInterval(t)
-    this.timers = []
-    if (this.soon) clearTimeout(this.soon)
-    this.soon = null
-    this.unsubscribe?.()
-    this.unsubscribe = null
-    // a killed outbox abandons what it was doing (a post in flight records nothing)
-    if (!this.killed) await this.looping
-  }
-
-  /** A crash: nothing more is recorded; claimed replies wait for their lease to expire. */
-  kill(): void {
-    this.killed = true
-    void this.stop()
   }
 
   /**
    * The replies of runs whose end the bus announced become due: one statement for all the
    * runs that ended since the last look (most of them are not Slack's, and match nothing).
    */
-  private async markEnded(): Promise<void> {
+  protected async beforeRound(): Promise<void> {
     if (this.ended.size === 0) return
     const ids = [...this.ended]
     this.ended.clear()
@@ -209,22 +125,13 @@ export class SlackOutbox {
     }
   }
 
-  /** One claim-and-post round; how many replies it claimed. */
-  async runOnce(): Promise<number> {
-    const claimed = await this.claim()
-    await Promise.all(claimed.map((row) => this.deliver(row).catch((err: unknown) => {
-      if (!this.killed) this.o.log.error({ err, runId: row.run_id }, 'slack outbox: a reply failed unexpectedly')
-    })))
-    return claimed.length
-  }
-
   /**
    * One statement: claims due replies under a lease and reads what each will say (its run's
    * status, error and last completed message).
    */
-  private async claim(): Promise<Claimed[]> {
+  protected async claim(): Promise<Claimed[]> {
     const { o } = this
-    const rows = rowsOf<Claimed>(await o.db.execute(sql`
+    const rows = rowsOf<Omit<Claimed, 'runId'> & { run_id: string }>(await o.db.execute(sql`
       with claimed as (
         update slack_replies o
         set state = 'posting', attempts = o.attempts + 1, uncertain = (o.uncertain or o.state = 'posting'),
@@ -239,7 +146,7 @@ export class SlackOutbox {
       select c.*, r.status, r.error,
         (select e.data->>'text' from run_events e where e.run_id = c.run_id and e.type = 'message.completed' order by e.id desc limit 1) as text
       from claimed c join runs r on r.id = c.run_id`))
-    return rows.map((r) => ({ ...r, attempts: Number(r.attempts), uncertain: boolOf(r.uncertain) }))
+    return rows.map(({ run_id: runId, ...r }) => ({ ...r, runId, attempts: Number(r.attempts), uncertain: boolOf(r.uncertain) }))
   }
 
   /** A conditional move of a claimed row: nothing when it moved on (another instance took it over). */
@@ -247,7 +154,7 @@ export class SlackOutbox {
     if (this.killed) return false
     const result = await this.o.db.execute(sql`
       update slack_replies set ${set}, lease_expires_at = null
-      where run_id = ${row.run_id} and state = 'posting' and attempts = ${row.attempts}
+      where run_id = ${row.runId} and state = 'posting' and attempts = ${row.attempts}
       returning run_id`)
     return rowsOf(result).length === 1
   }
@@ -258,13 +165,13 @@ export class SlackOutbox {
     await this.o.db.execute(sql`
       with sent as (
         update slack_replies set state = 'sent', reply_ts = ${ts}, sent_at = now(), last_error = null, uncertain = false, lease_expires_at = null
-        where run_id = ${row.run_id} and state = 'posting' and attempts = ${row.attempts}
+        where run_id = ${row.runId} and state = 'posting' and attempts = ${row.attempts}
         returning org_id)
       update integrations set last_error = null, updated_at = now()
       where org_id in (select org_id from sent) and kind = 'slack' and last_error is not null`)
   }
 
-  private async deliver(row: Claimed): Promise<void> {
+  protected async deliver(row: Claimed): Promise<void> {
     const { o } = this
     if (row.attempts > o.maxAttempts) {
       await this.settle(row, sql`state = 'failed', last_error = ${'gave up: the reply was claimed too many times'}`)
@@ -286,7 +193,7 @@ export class SlackOutbox {
         }
       }
       if (this.killed) return
-      const ts = await o.api.postReply(token, { channel: row.channel, threadTs: row.thread_ts, text: replyText(row), runId: row.run_id })
+      const ts = await o.api.postReply(token, { channel: row.channel, threadTs: row.thread_ts, text: replyText(row), runId: row.runId })
       await this.sent(row, ts)
     } catch (err) {
       if (this.killed) return
@@ -298,30 +205,24 @@ export class SlackOutbox {
   /** The ts of an earlier attempt's reply in the thread; null: none; undefined: could not look (then it posts). */
   private async lookFor(token: string, row: Claimed): Promise<string | null | undefined> {
     try {
-      return await this.o.api.findReply(token, { channel: row.channel, threadTs: row.thread_ts, after: row.message_ts, runId: row.run_id })
+      return await this.o.api.findReply(token, { channel: row.channel, threadTs: row.thread_ts, after: row.message_ts, runId: row.runId })
     } catch (err) {
-      this.o.log.warn({ runId: row.run_id, err: (err as Error).message }, 'slack outbox: could not look for an earlier reply (needs the history scopes); posting')
+      this.o.log.warn({ runId: row.runId, err: (err as Error).message }, 'slack outbox: could not look for an earlier reply (needs the history scopes); posting')
       return undefined
     }
   }
 
   private async failed(row: Claimed, err: SlackCallError, uncertain: boolean): Promise<void> {
     const { o } = this
-    const f = err.failure
-    const permanent = f.kind === 'refused' && PERMANENT.has(f.error)
-    if (f.kind === 'refused' && TOKEN_ERRORS.has(f.error)) {
-      await o.db.update(integrations).set({ lastError: `Slack refused the bot token (${f.error}); connect Slack again`, updatedAt: sql`now()` })
-        .where(and(eq(integrations.orgId, row.org_id), eq(integrations.kind, 'slack')))
-    }
-    if (permanent || row.attempts >= o.maxAttempts) {
+    const { giveUp, delayMs: delay } = await planAfterFailure(o.db, row.org_id, err, row.attempts, o)
+    if (giveUp) {
       await this.settle(row, sql`state = 'failed', last_error = ${err.message}, uncertain = ${uncertain}`)
-      o.log.warn({ runId: row.run_id, attempt: row.attempts, err: err.message }, 'slack outbox: reply given up')
+      o.log.warn({ runId: row.runId, attempt: row.attempts, err: err.message }, 'slack outbox: reply given up')
       return
     }
-    const delay = f.kind === 'rate_limited' ? f.retryAfterSeconds * 1000 : backoffDelay(row.attempts, o.retryBaseMs, MAX_BACKOFF_MS)
     await this.settle(row, sql`state = 'pending', last_error = ${err.message}, uncertain = ${uncertain},
       next_attempt_at = now() + make_interval(secs => ${delay / 1000})`)
-    o.log.info({ runId: row.run_id, attempt: row.attempts, err: err.message, retryInMs: delay }, 'slack outbox: reply will be tried again')
+    o.log.info({ runId: row.runId, attempt: row.attempts, err: err.message, retryInMs: delay }, 'slack outbox: reply will be tried again')
   }
 
   /** Deletes dedupe rows past Slack's retry window; never throws. */
@@ -333,9 +234,4 @@ export class SlackOutbox {
       return 0
     }
   }
-}
-
-/** Whether a failed call may still have posted. */
-function maybeDone(f: SlackFailure): boolean {
-  return f.kind === 'unavailable' || (f.kind === 'refused' && MAYBE_DONE.has(f.error))
 }

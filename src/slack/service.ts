@@ -5,7 +5,9 @@ import type { Clock } from '../automations/scheduler.js'
 import type { Config } from '../config.js'
 import { upsertIntegration, type IntegrationRow } from '../integrations/integrations-repo.js'
 import type { SecretsService } from '../secrets/service.js'
+import { ApprovalOutbox } from './approval-outbox.js'
 import { receiveEvent, type ChatPlatformRuns, type Received, type SlackEnvelope } from './ingress.js'
+import { takeClicks, type ApprovalDecisions, type ClickOutcome, type SlackInteraction } from './interactions.js'
 import { SlackOutbox } from './outbox.js'
 import { freshTimestamp, verifySlackRequest } from './signature.js'
 import { claimTeam, connectedTeams, dropConnection, teamById, type SlackTeamRow } from './slack-repo.js'
@@ -29,14 +31,18 @@ export interface SlackRequest {
   timestamp: string | undefined
   signature: string | undefined
   rawBody: Buffer
-  /** the body as JSON, when it is JSON */
-  payload: unknown
+  /** the team the body names (an event's `team_id`, an interaction's `team.id`), not verified yet */
+  teamId: string | undefined
+  /** an Events API url_verification, which names no team */
+  urlVerification: boolean
 }
 
 /** The Slack group's instance-wide side, as `app.slack`. */
 export interface SlackService {
   api: SlackApi
   outbox: SlackOutbox
+  /** the approval requests posted for Slack-started runs waiting for decisions */
+  approvalRequests: ApprovalOutbox
   /** `PUT /api/integrations/slack`: checks the token with auth.test, then keeps it */
   connect(orgId: string, connectedBy: string | null, body: { botToken: string; signingSecret: string; teamId: string }): Promise<IntegrationRow>
   /** forgets the org's Slack connection and credentials; true when there was one */
@@ -45,6 +51,11 @@ export interface SlackService {
   authenticate(request: SlackRequest): Promise<SlackTeamRow | null>
   /** one verified event callback (src/slack/ingress.ts) */
   receive(team: SlackTeamRow, envelope: SlackEnvelope): Promise<Received>
+  /**
+   * one verified interaction payload: clicks on approval buttons are decided now; the
+   * messages they came from are updated a moment later, after the answer (best effort)
+   */
+  interact(team: SlackTeamRow, payload: SlackInteraction): Promise<ClickOutcome[]>
 }
 
 declare module 'fastify' {
@@ -58,26 +69,40 @@ export interface SlackServiceOptions {
   clock: Clock
   runs: ChatPlatformRuns
   secrets: Pick<SecretsService, 'ring' | 'internal'>
+  /** decisions on waiting tool calls (the runtime group's tool gateway) */
+  approvals: ApprovalDecisions
 }
 
-/** Contract 11's Slack integration and chat-platform ingress, and the reply outbox worker. */
+/** Contract 11's Slack integration and chat-platform ingress, the reply outbox worker, and approving tool calls from Slack (contract 13.4). */
 export default fp(async function slackService(app: FastifyInstance, opts: SlackServiceOptions) {
-  const { config, clock, runs, secrets } = opts
+  const { config, clock, runs, secrets, approvals } = opts
   const db = app.db
   const log = app.log.child({ component: 'slack' })
   const api = slackApi({ baseUrl: config.SLACK_API_URL, timeoutMs: config.SLACK_TIMEOUT_MS, debug: (message) => log.debug(message) })
-  const outbox = new SlackOutbox({
+  // both outboxes post with the bot token under the same SLACK_OUTBOX settings
+  const posting = {
     db,
     api,
     bus: app.eventBus,
     log,
-    botToken: (orgId) => secrets.internal.open(orgId, BOT_TOKEN),
+    botToken: (orgId: string) => secrets.internal.open(orgId, BOT_TOKEN),
     pollMs: config.SLACK_OUTBOX_POLL_MS,
     leaseMs: config.SLACK_OUTBOX_LEASE_MS,
     retryBaseMs: config.SLACK_RETRY_BASE_MS,
     maxAttempts: config.SLACK_MAX_ATTEMPTS,
     batch: 16
-  })
+  }
+  const outbox = new SlackOutbox(posting)
+  const approvalRequests = new ApprovalOutbox({ ...posting, now: () => clock.now() })
+  /** message updates after decisions, running after their requests were answered */
+  const updates = new Set<Promise<void>>()
+  function updateLater(orgId: string, eventIds: number[]): void {
+    const update = new Promise<void>((resolve) => setImmediate(resolve)).then(async () => {
+      for (const eventId of eventIds) await approvalRequests.refreshQuietly(orgId, eventId)
+    })
+    updates.add(update)
+    void update.finally(() => updates.delete(update))
+  }
 
   /**
    * Teams and their signing secrets, kept briefly so the ingress costs no lookup per event.
@@ -113,6 +138,7 @@ export default fp(async function slackService(app: FastifyInstance, opts: SlackS
   app.decorate('slack', {
     api,
     outbox,
+    approvalRequests,
     async connect(orgId, connectedBy, body) {
       if (!secrets.ring) throw secretsUnavailable()
       const held = await teamById(db, body.teamId)
@@ -147,20 +173,19 @@ export default fp(async function slackService(app: FastifyInstance, opts: SlackS
     },
     disconnect,
     async authenticate(request) {
-      const { timestamp, signature, payload } = request
+      const { timestamp, signature, teamId } = request
       if (timestamp === undefined || signature === undefined) throw unauthorized('X-Slack-Request-Timestamp and X-Slack-Signature are required')
       const now = clock.now()
       // before any lookup: a replayed or future request costs no query
       if (!freshTimestamp(timestamp, now)) throw unauthorized('X-Slack-Request-Timestamp is outside the 5-minute window')
       const signed = { ...request, timestamp, signature }
-      const body = (payload !== null && typeof payload === 'object' ? payload : {}) as { team_id?: unknown; type?: unknown }
-      if (typeof body.team_id === 'string' && TEAM_ID.test(body.team_id)) {
-        const kept = teams.get(body.team_id)
+      if (teamId !== undefined && TEAM_ID.test(teamId)) {
+        const kept = teams.get(teamId)
         if (kept && Date.now() - kept.at < KEEP_TEAM_MS && verifies(kept.signingSecret, signed, now)) return kept.team
-        const entry = await teamEntry(body.team_id)
+        const entry = await teamEntry(teamId)
         // an unknown team and a wrong signature answer alike
         if (entry && verifies(entry.signingSecret, signed, now)) return entry.team
-      } else if (body.type === 'url_verification') {
+      } else if (request.urlVerification) {
         for (const team of await connectedTeams(db, MAX_TRIAL_TEAMS)) {
           if (verifies(await secrets.internal.open(team.orgId, SIGNING_SECRET), signed, now)) return null
         }
@@ -175,13 +200,25 @@ export default fp(async function slackService(app: FastifyInstance, opts: SlackS
         log.info({ orgId: team.orgId, teamId: team.teamId }, 'Slack disconnected: the app was uninstalled or its tokens revoked')
       }
       return received
+    },
+    async interact(team, payload) {
+      const outcomes = await takeClicks({ db, decisions: approvals }, team, payload)
+      for (const outcome of outcomes) {
+        if (outcome.kind === 'decided') log.info({ orgId: team.orgId, eventId: outcome.eventId, decision: outcome.decision }, 'slack: a tool call was decided from Slack')
+      }
+      const eventIds = [...new Set(outcomes.flatMap((o) => (o.kind === 'unknown' ? [] : [o.eventId])))]
+      if (eventIds.length > 0) updateLater(team.orgId, eventIds)
+      return outcomes
     }
   } satisfies SlackService)
 
   app.addHook('onReady', async () => {
-    if (config.SLACK_OUTBOX) outbox.start()
+    if (config.SLACK_OUTBOX) {
+      outbox.start()
+      approvalRequests.start()
+    }
   })
   app.addHook('preClose', async () => {
-    await outbox.stop()
+    await Promise.all([outbox.stop(), approvalRequests.stop(), ...updates])
   })
 }, { name: 'slack', fastify: '5.x', dependencies: ['db', 'event-bus', 'secrets'] })

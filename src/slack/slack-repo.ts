@@ -10,11 +10,6 @@ export async function teamById(db: Db, teamId: string): Promise<SlackTeamRow | u
   return row
 }
 
-export async function teamOfOrg(db: Db | Tx, orgId: string): Promise<SlackTeamRow | undefined> {
-  const [row] = await db.select().from(slackTeams).where(eq(slackTeams.orgId, orgId))
-  return row
-}
-
 /** Every connected team, for a request that names none (url_verification): at most `limit`. */
 export async function connectedTeams(db: Db, limit: number): Promise<SlackTeamRow[]> {
   return db.select().from(slackTeams).orderBy(slackTeams.connectedAt).limit(limit)

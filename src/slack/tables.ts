@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { boolean, check, index, integer, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core'
+import { bigint, boolean, check, index, integer, jsonb, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core'
 import { organizations } from '../auth/tables.js'
 import { ts } from '../db/columns.js'
 import { sqlList } from '../db/sql-list.js'
@@ -97,4 +97,48 @@ export const slackReplies = pgTable('slack_replies', {
   index('slack_replies_due_idx').on(t.nextAttemptAt).where(sql`state in ('pending', 'posting')`),
   index('slack_replies_waiting_idx').on(t.createdAt).where(sql`state = 'waiting'`),
   check('slack_replies_state_check', sql`${t.state} in (${sqlList(SLACK_REPLY_STATES)})`)
+])
+
+/**
+ * pending: due at `next_attempt_at`; posting: claimed under a lease; sent; failed: given up;
+ * skipped: none of its approvals was still waiting when it was due (nothing to ask).
+ */
+export const SLACK_APPROVAL_MESSAGE_STATES = ['pending', 'posting', 'sent', 'failed', 'skipped'] as const
+export type SlackApprovalMessageState = (typeof SLACK_APPROVAL_MESSAGE_STATES)[number]
+
+/**
+ * The approval-request outbox: one row per time a Slack-started run stopped for people's
+ * decisions, keyed by that `run.requires_action` event (so a run that stops again later
+ * gets another message, and the same stop never two). Written when the event is heard on
+ * the bus, or by the sweep for a waiting run whose stop has no row; the worker claims it
+ * under a lease (`FOR UPDATE SKIP LOCKED`), posts one message with Approve and Deny
+ * buttons in the run's Slack thread and records Slack's `message_ts`, which a decision
+ * later updates. `approval_ids` are the stop's pending approvals; a click is acted on
+ * only for an approval listed in a message posted for that team. `uncertain`: an earlier
+ * attempt may have posted, so the next one looks in the thread before posting again.
+ */
+export const slackApprovalMessages = pgTable('slack_approval_messages', {
+  eventId: bigint('event_id', { mode: 'number' }).primaryKey(),
+  runId: text('run_id').notNull().references(() => runs.id, { onDelete: 'cascade' }),
+  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
+  teamId: text('team_id').notNull(),
+  channel: text('channel').notNull(),
+  threadTs: text('thread_ts').notNull(),
+  /** the message that started the run: an earlier attempt's post is looked for after it */
+  afterTs: text('after_ts').notNull(),
+  approvalIds: jsonb('approval_ids').$type<string[]>().notNull(),
+  state: text('state').$type<SlackApprovalMessageState>().notNull().default('pending'),
+  attempts: integer('attempts').notNull().default(0),
+  uncertain: boolean('uncertain').notNull().default(false),
+  nextAttemptAt: ts('next_attempt_at').notNull().defaultNow(),
+  leaseExpiresAt: ts('lease_expires_at'),
+  lastError: text('last_error'),
+  /** Slack's ts of the posted message (chat.update names it) */
+  messageTs: text('message_ts'),
+  createdAt: ts('created_at').notNull().defaultNow(),
+  sentAt: ts('sent_at')
+}, (t) => [
+  index('slack_approval_messages_due_idx').on(t.nextAttemptAt).where(sql`state in ('pending', 'posting')`),
+  index('slack_approval_messages_run_idx').on(t.runId),
+  check('slack_approval_messages_state_check', sql`${t.state} in (${sqlList(SLACK_APPROVAL_MESSAGE_STATES)})`)
 ])

@@ -1,7 +1,18 @@
-import { ErrorCode, LogLevel, WebClient, type Logger } from '@slack/web-api'
+import { ErrorCode, LogLevel, WebClient, type ChatUpdateArguments, type Logger } from '@slack/web-api'
 
 /** The metadata every reply carries, so a retry can find a reply that was posted but not recorded. */
 export const REPLY_EVENT_TYPE = 'cairn_run_reply'
+/** The same for an approval request (its payload names the run and the request: the run.requires_action event id). */
+export const APPROVAL_EVENT_TYPE = 'cairn_approval_request'
+
+/** One Block Kit block, as the Web API client types it. */
+export type SlackBlock = Extract<ChatUpdateArguments, { blocks: unknown[] }>['blocks'][number]
+
+/** A message made of blocks; `text` is the notification's and the fallback's. */
+export interface BlockMessage {
+  text: string
+  blocks: SlackBlock[]
+}
 
 /** Slack's answer to auth.test: who the bot token belongs to. */
 export interface SlackIdentity {
@@ -42,7 +53,15 @@ export interface SlackApi {
    * attempt whose answer was lost), or null when there is none
    */
   findReply(token: string, where: { channel: string; threadTs: string; after: string; runId: string }): Promise<string | null>
+  /** chat.postMessage of an approval request in a thread, tagged with its run and request id; answers its ts */
+  postApprovalRequest(token: string, request: BlockMessage & { channel: string; threadTs: string; runId: string; requestId: string }): Promise<string>
+  /** conversations.replies: the ts of that approval request already in the thread, or null */
+  findApprovalRequest(token: string, where: { channel: string; threadTs: string; after: string; requestId: string }): Promise<string | null>
+  /** chat.update: the posted message's new text and blocks */
+  updateMessage(token: string, message: BlockMessage & { channel: string; ts: string }): Promise<void>
 }
+
+type Metadata = { event_type?: string; event_payload?: Record<string, unknown> } | undefined
 
 /** The Web API client's own log goes to ours at debug level: we log what matters ourselves, without tokens. */
 function quietLogger(debug: (message: string) => void): Logger {
@@ -91,6 +110,21 @@ export function slackApi(o: { baseUrl: string; timeoutMs: number; debug: (messag
       throw new SlackCallError(method, failureOf(err))
     }
   }
+  /** Our message in a thread whose metadata matches: read after `after`, a page at a time, at most five pages; its ts or null. */
+  async function findTagged(token: string, w: { channel: string; threadTs: string; after: string }, matches: (meta: Metadata) => boolean): Promise<string | null> {
+    let cursor: string | undefined
+    for (let page = 0; page < 5; page++) {
+      const res = await call('conversations.replies', () => client(token).conversations.replies({
+        channel: w.channel, ts: w.threadTs, oldest: w.after, include_all_metadata: true, limit: 200, ...(cursor ? { cursor } : {})
+      }))
+      for (const m of res.messages ?? []) {
+        if (typeof m.ts === 'string' && matches(m.metadata as Metadata)) return m.ts
+      }
+      cursor = res.response_metadata?.next_cursor || undefined
+      if (!cursor) return null
+    }
+    return null
+  }
   return {
     async authTest(token) {
       const res = await call('auth.test', () => client(token).auth.test())
@@ -108,21 +142,23 @@ export function slackApi(o: { baseUrl: string; timeoutMs: number; debug: (messag
       }))
       return res.ts ?? ''
     },
-    async findReply(token, w) {
-      let cursor: string | undefined
-      // a thread is read after the message the run answers, a page at a time, at most five pages
-      for (let page = 0; page < 5; page++) {
-        const res = await call('conversations.replies', () => client(token).conversations.replies({
-          channel: w.channel, ts: w.threadTs, oldest: w.after, include_all_metadata: true, limit: 200, ...(cursor ? { cursor } : {})
-        }))
-        for (const m of res.messages ?? []) {
-          const meta = m.metadata as { event_type?: string; event_payload?: { run_id?: unknown } } | undefined
-          if (meta?.event_type === REPLY_EVENT_TYPE && meta.event_payload?.run_id === w.runId && typeof m.ts === 'string') return m.ts
-        }
-        cursor = res.response_metadata?.next_cursor || undefined
-        if (!cursor) return null
-      }
-      return null
+    findReply: (token, w) => findTagged(token, w, (meta) => meta?.event_type === REPLY_EVENT_TYPE && meta.event_payload?.run_id === w.runId),
+    async postApprovalRequest(token, r) {
+      const res = await call('chat.postMessage', () => client(token).chat.postMessage({
+        channel: r.channel,
+        thread_ts: r.threadTs,
+        text: r.text,
+        blocks: r.blocks,
+        unfurl_links: false,
+        unfurl_media: false,
+        metadata: { event_type: APPROVAL_EVENT_TYPE, event_payload: { run_id: r.runId, request_id: r.requestId } }
+      }))
+      return res.ts ?? ''
+    },
+    findApprovalRequest: (token, w) =>
+      findTagged(token, w, (meta) => meta?.event_type === APPROVAL_EVENT_TYPE && meta.event_payload?.request_id === w.requestId),
+    async updateMessage(token, m) {
+      await call('chat.update', () => client(token).chat.update({ channel: m.channel, ts: m.ts, text: m.text, blocks: m.blocks }))
     }
   }
 }

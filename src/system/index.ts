@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { notReady } from '../../plugins/errors.js'
+import { notReady, STORAGE_RETRY_AFTER_S, storageFull } from '../../plugins/errors.js'
 import { devOrgFor } from '../auth/principal.js'
 import { DATABASE_RETRY_AFTER_S } from '../db/faults.js'
 import { errorResponses } from '../../schemas/common.js'
@@ -19,7 +19,7 @@ const system: FastifyPluginAsyncTypebox<SystemOptions> = async (app, opts) => {
     schema: {
       operationId: 'getHealth',
       tags: ['system'],
-      summary: 'Liveness; with ?ready=1 also readiness (the database answers)',
+      summary: 'Liveness; with ?ready=1 also readiness (the database answers, the disk has room)',
       querystring: HealthQuery,
       response: { 200: Health, ...errorResponses(503) }
     }
@@ -32,6 +32,8 @@ const system: FastifyPluginAsyncTypebox<SystemOptions> = async (app, opts) => {
         // the ping is bounded (src/db/client.ts), so this comes within a second
         throw notReady(DATABASE_RETRY_AFTER_S)
       }
+      // a full disk fails every upload: not ready until a write succeeds again
+      if (!(await app.artifacts.store.hasRoom())) throw storageFull(STORAGE_RETRY_AFTER_S)
     }
     return health
   })

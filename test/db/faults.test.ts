@@ -4,7 +4,7 @@ import postgres from 'postgres'
 import t from 'tap'
 import { describeError } from '../../plugins/errors.js'
 import { users } from '../../src/auth/tables.js'
-import { isDatabaseUnavailable, serializeError } from '../../src/db/faults.js'
+import { failureSentence, isDatabaseUnavailable, serializeError } from '../../src/db/faults.js'
 import { createTestDatabase, uniqueEmail } from '../helper.js'
 
 const fault = (code: string, message = 'gone') => Object.assign(new Error(message), { code })
@@ -76,4 +76,19 @@ t.test('postgres.js (patched): a backend killed under a transaction fails its qu
   for (let i = 0; i < 5; i++) await immediate()
   t.same(uncaught, [], 'nothing was thrown outside a query')
   t.same(await sql`select 1 as ok`, [{ ok: 1 }], 'the pool goes on working')
+})
+
+t.test('failures as stored sentences: no SQL, values, hosts, ports or paths', async (t) => {
+  const lost = Object.assign(new Error('write CONNECTION_CLOSED db.internal.example:5432'), { code: 'CONNECTION_CLOSED', address: 'db.internal.example', port: 5432 })
+  t.equal(failureSentence(lost), 'the database was unavailable')
+  t.equal(failureSentence(new DrizzleQueryError('insert into t values ($1)', ['secret value'], fault('23514', 'new row violates check constraint'))), 'a database query failed (SQLSTATE 23514)')
+  t.equal(failureSentence(new DrizzleQueryError('select 1', [], new Error('odd'))), 'a database query failed')
+  t.equal(failureSentence(Object.assign(new Error('ENOSPC: no space left on device, write \'/data/blobs/x\''), { code: 'ENOSPC', syscall: 'write', path: '/data/blobs/x' })), 'the disk is full')
+  t.equal(failureSentence(Object.assign(new Error('EACCES: permission denied, open \'/data/x\''), { code: 'EACCES', syscall: 'open', path: '/data/x' })), 'a system call failed (open EACCES)')
+  // a socket of something other than the database is not the database
+  t.equal(failureSentence(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET', syscall: 'read' })), 'a system call failed (read ECONNRESET)')
+  t.equal(failureSentence(new Error('the memory service at http://mem0.internal:8000 is unreachable')), 'the memory service at http://(server) is unreachable')
+  const logged = JSON.stringify(serializeError(Object.assign(new Error('connect ECONNREFUSED 10.1.2.3:5432'), { code: 'ECONNREFUSED', syscall: 'connect', address: '10.1.2.3', port: 5432 })))
+  t.notMatch(logged, /10\.1\.2\.3|5432/, 'the log line names no host or port')
+  t.match(JSON.parse(logged), { code: 'ECONNREFUSED', message: 'connect ECONNREFUSED (server)' })
 })

@@ -1,15 +1,11 @@
-import { execFile } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
-import { once } from 'node:events'
-import { chmodSync, existsSync, mkdtempSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { promisify } from 'node:util'
 import postgres from 'postgres'
 import t from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
-import type { Teardown } from '../helper.js'
+import { clusterSkip, startCluster } from './cluster.js'
 import { startServer, type Started } from '../server-process.js'
 
 /**
@@ -19,63 +15,19 @@ import { startServer, type Started } from '../server-process.js'
  * (src/server.ts). Needs the Postgres 15 server binaries; skipped where they are missing.
  */
 
-const run = promisify(execFile)
-const BIN = process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin'
 const TRIALS = 10
 const CLIENTS = 6
 /** how long each outage lasts before Postgres is started again */
 const OUTAGE_MS = 1000
 const SQL_TEXT = /\b(select|insert into|update|delete from|returning)\b|failed query|params:/i
 
-const missing = ['initdb', 'pg_ctl', 'postgres'].filter((bin) => !existsSync(join(BIN, bin)))
-const asRoot = process.getuid?.() === 0
 // about a minute: CI runs it once, in its Postgres half (the database here is its own either way)
-const skip = missing.length > 0
-  ? `Postgres server binaries not found in ${BIN} (${missing.join(', ')}); set PG_BIN`
+const skip = clusterSkip
+  ? clusterSkip
   : !process.env.DATABASE_URL && !process.env.RESTART_TEST
     ? 'runs in the Postgres half of the suite (DATABASE_URL set) or with RESTART_TEST=1'
     : false
 if (!skip) t.setTimeout(300_000)
-
-/** Runs a Postgres binary, as the `postgres` system user when we are root (initdb refuses root). */
-async function pgBin(bin: string, args: string[]): Promise<void> {
-  const command = [join(BIN, bin), ...args].map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ')
-  if (asRoot) await run('su', ['postgres', '-s', '/bin/sh', '-c', command])
-  else await run(join(BIN, bin), args)
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer()
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as { port: number }
-  server.close()
-  return port
-}
-
-interface Cluster {
-  url: string
-  start(): Promise<void>
-  stop(mode: 'fast' | 'immediate'): Promise<void>
-}
-
-async function startCluster(t: Teardown): Promise<Cluster> {
-  const dir = mkdtempSync(join(tmpdir(), 'cairn-pg-'))
-  chmodSync(dir, 0o777)
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-  const data = join(dir, 'data')
-  const port = await freePort()
-  await pgBin('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync', '-E', 'UTF8'])
-  const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60`
-  const cluster: Cluster = {
-    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
-    start: () => pgBin('pg_ctl', ['-D', data, '-o', options, '-l', join(dir, 'log'), '-w', '-t', '30', 'start']),
-    stop: (mode) => pgBin('pg_ctl', ['-D', data, '-m', mode, '-w', 'stop'])
-  }
-  await cluster.start()
-  t.teardown(() => cluster.stop('immediate').catch(() => {}))
-  return cluster
-}
 
 /** The real server (as `npm start` runs it) on the test's cluster; the dev org for its loopback clients. */
 function startService(databaseUrl: string, dataDir: string): Promise<Started> {
@@ -157,7 +109,7 @@ t.test('Postgres restarted 10 times under load: nothing acknowledged is lost, no
   skip,
   timeout: 240_000
 }, async (t) => {
-  const cluster = await startCluster(t)
+  const cluster = await startCluster(t, ['fsync=off'])
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-restart-'))
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
   // every process started, so the log covers restarts of the process too

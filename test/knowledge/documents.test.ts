@@ -22,7 +22,7 @@ interface Doc {
 }
 interface ChunkWire { index: number; heading: string; text: string }
 
-const DOCUMENT_KEYS = ['attempts', 'chunkCount', 'contentType', 'createdAt', 'id', 'lastError', 'name', 'sha256', 'size', 'state', 'updatedAt']
+const DOCUMENT_KEYS = ['attempts', 'chunkCount', 'contentType', 'createdAt', 'id', 'lastError', 'name', 'nextAttemptAt', 'sha256', 'size', 'state', 'updatedAt']
 
 async function send(app: App, filename: string, bytes: Buffer | string, type?: string, headers: Record<string, string> = {}) {
   const body = multipart({ filename, bytes, ...(type ? { type } : {}) })

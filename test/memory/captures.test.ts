@@ -42,8 +42,8 @@ t.test('the capture row is written with the run transaction: rollback leaves non
   const list = (await app.inject({ method: 'GET', url: '/api/memory/captures' })).json()
   t.equal(list.captures.length, 1)
   const capture = list.captures[0]
-  t.same(Object.keys(capture).sort(), ['attempts', 'createdAt', 'deliveredAt', 'itemCount', 'lastError', 'maxAttempts', 'nextAttemptAt', 'rootRunId', 'runId', 'state', 'updatedAt'])
-  t.match(capture, { runId: run.id, rootRunId: run.rootRunId, state: 'pending', attempts: 0, maxAttempts: 8, lastError: null, itemCount: 2, deliveredAt: null })
+  t.same(Object.keys(capture).sort(), ['addedCount', 'attempts', 'createdAt', 'deliveredAt', 'itemCount', 'lastError', 'maxAttempts', 'mergedCount', 'nextAttemptAt', 'rootRunId', 'runId', 'state', 'updatedAt'])
+  t.match(capture, { runId: run.id, rootRunId: run.rootRunId, state: 'pending', attempts: 0, maxAttempts: 8, lastError: null, itemCount: 2, addedCount: null, mergedCount: null, deliveredAt: null })
   t.same(rows[0]!.facts, ['Remember the blue door', 'Remember to water plants'])
 
   await enqueue(app, ['   ', ''])

@@ -111,7 +111,7 @@ interface StoredMemory {
 export async function startMem0(t: Teardown) {
   const store = new Map<string, StoredMemory>()
   const deliveries = new Map<string, number>()
-  const state = { mode: 'ok' as Mem0Mode, updateMode: 'ok' as 'ok' | 'fail', posts: 0, lists: 0, delayMs: 0 }
+  const state = { mode: 'ok' as Mem0Mode, updateMode: 'ok' as 'ok' | 'fail', posts: 0, lists: 0, delayMs: 0, searches: [] as string[] }
   const hanging = new Set<ServerResponse>()
 
   const send = (res: ServerResponse, status: number, body: unknown) => {
@@ -157,6 +157,7 @@ export async function startMem0(t: Teardown) {
       return send(res, 200, { results: [...store.values()].filter((m) => m.user_id === url.searchParams.get('user_id')) })
     }
     if (req.method === 'POST' && url.pathname === '/search') {
+      state.searches.push(String(body.query))
       const words = String(body.query).toLowerCase().split(/\s+/)
       const results = [...store.values()]
         .filter((m) => m.user_id === body.user_id && words.some((w) => m.memory.toLowerCase().includes(w)))

@@ -52,7 +52,7 @@ t.test('org B cannot search, browse, patch, delete, read history, retry or resol
     t.equal(resolve.json().error, 'no delivering orphan for this run in your org')
   }
   // A's recall frames are A's alone
-  await app.memory.runMemory.recall(dead, 'tangerine')
+  await app.memory.runMemory.recall(dead, 'tangerine', { kind: 'prompt' })
   t.same((await app.inject({ method: 'GET', url: '/api/memory/recalls', headers: as(b.user) })).json().recalls, [])
   t.equal((await app.inject({ method: 'GET', url: `/api/memory/recalls?runId=${dead.id}`, headers: as(b.user) })).json().recalls.length, 0)
   t.equal((await app.inject({ method: 'GET', url: '/api/memory/recalls', headers: as(a.user) })).json().recalls.length, 1)

@@ -62,3 +62,18 @@ t.test('http backend: an unreachable service is a 502 on reads, never a 5xx with
   t.equal(patch.statusCode, 502)
   t.equal(patch.json().error, 'update failed')
 })
+
+t.test('http backend: a run recalls with the prompt\'s significant words; a person adds a fact', async (t) => {
+  const mem0 = await startMem0(t)
+  const app = await memoryTestApp(t, { env: { ...FAST, MEMORY_BACKEND: 'http', MEMORY_URL: mem0.url, MEMORY_CAPTURE_WORKER: 'false' } })
+  const added = await app.inject({ method: 'POST', url: '/api/memory/items', payload: { content: 'Invoices go out on the first' } })
+  t.equal(added.statusCode, 201, added.body)
+  t.match(added.json().item, { content: 'Invoices go out on the first', sourceScope: 'org' })
+  const stored = [...mem0.store.values()]
+  t.match(stored, [{ memory: 'Invoices go out on the first', user_id: `cairn:${DEV_ORG.id}` }], 'written to the org\'s mem0 user')
+  const recalled = await app.memory.runMemory.recall({ id: 'r1', rootRunId: 'r1', orgId: DEV_ORG.id, realUserId: null },
+    'Hello, could you please tell me when the invoices go out this month?', { kind: 'prompt' })
+  t.same(mem0.state.searches, ['invoices month'], 'the significant words, not the whole prompt')
+  t.same(recalled.items.map((i) => i.content), ['Invoices go out on the first'])
+  t.equal(recalled.query, 'invoices month')
+})

@@ -11,15 +11,15 @@ t.test('every retrieval for a run records a frame; the ledger lists, filters and
   await addFacts(app.db, DEV_ORG.id, 'personal', alice.userId!, ['Alice skips the standup on Fridays'])
 
   const devRun = runRef(DEV_ORG.id)
-  const recalled = await app.memory.runMemory.recall(devRun, 'standup')
+  const recalled = await app.memory.runMemory.recall(devRun, 'standup', { kind: 'prompt' })
   t.same(recalled.items.map((i) => [i.content, i.sourceScope]), [['The standup is at nine', 'org']], 'no real user: the org pool only')
 
   const aliceRun = runRef(DEV_ORG.id, alice.userId)
-  const both = await app.memory.runMemory.recall(aliceRun, 'standup')
+  const both = await app.memory.runMemory.recall(aliceRun, 'standup', { kind: 'prompt' })
   t.same(both.items.map((i) => i.sourceScope).sort(), ['org', 'personal'], 'a real user: org and personal pools')
 
   const child = { ...runRef(DEV_ORG.id), rootRunId: aliceRun.id }
-  await app.memory.runMemory.recall(child, 'nothing matches this')
+  await app.memory.runMemory.recall(child, 'nothing matches this', { kind: 'prompt' })
 
   const list = await app.inject({ method: 'GET', url: '/api/memory/recalls' })
   t.equal(list.statusCode, 200)
@@ -27,7 +27,7 @@ t.test('every retrieval for a run records a frame; the ledger lists, filters and
   t.equal(recalls.length, 4)
   t.equal(nextCursor, null)
   t.same(Object.keys(recalls[0]).sort(), ['createdAt', 'id', 'itemIds', 'latencyMs', 'query', 'rootRunId', 'runId', 'scope', 'session'])
-  t.match(recalls[0], { runId: child.id, rootRunId: aliceRun.id, scope: 'org', query: 'nothing matches this', itemIds: [], session: { runId: child.id, rootRunId: aliceRun.id } })
+  t.match(recalls[0], { runId: child.id, rootRunId: aliceRun.id, scope: 'org', query: 'nothing matches', itemIds: [], session: { runId: child.id, rootRunId: aliceRun.id } })
   const devFrame = recalls.find((r: { runId: string }) => r.runId === devRun.id)
   t.same(devFrame.itemIds, [recalled.items[0]!.id])
   t.type(devFrame.latencyMs, 'number')
@@ -50,6 +50,6 @@ t.test('memory off for the org: nothing is recalled and no frame is recorded', a
   const app = await buildTestApp(t, { env: { ...FAST, MEMORY_CAPTURE_WORKER: 'false' } })
   await addFacts(app.db, DEV_ORG.id, 'org', '', ['A fact'])
   await app.inject({ method: 'PUT', url: '/api/memory/settings', payload: { enabled: false } })
-  t.same(await app.memory.runMemory.recall(runRef(DEV_ORG.id), 'fact'), { items: [] })
+  t.same(await app.memory.runMemory.recall(runRef(DEV_ORG.id), 'fact', { kind: 'prompt' }), { items: [], query: 'fact' })
   t.equal((await app.db.select().from(memoryRecalls)).length, 0)
 })

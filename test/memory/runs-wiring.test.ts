@@ -43,7 +43,7 @@ t.test('an echo run recalls, captures its "remember" sentences, and a later run 
 
   const recalls = (await app.inject({ method: 'GET', url: `/api/memory/recalls?runId=${secondId}` })).json().recalls
   t.ok(recalls.length >= 1)
-  t.match(recalls[0], { runId: secondId, rootRunId: secondId, scope: 'org', query: 'which blue door', session: { runId: secondId, rootRunId: secondId } })
+  t.match(recalls[0], { runId: secondId, rootRunId: secondId, scope: 'org', query: 'blue door', session: { runId: secondId, rootRunId: secondId } })
   t.ok(recalls[0].itemIds.includes(doorId))
   t.equal((await app.inject({ method: 'GET', url: '/api/config' })).json().capabilities.memory, true)
 })

@@ -20,7 +20,7 @@ t.test('the dashboard counts the org\'s runs, memory, knowledge and automations,
   const empty = await app.inject({ method: 'GET', url: '/api/dashboard', headers })
   t.equal(empty.statusCode, 200, empty.body)
   t.same(empty.json(), {
-    runs: { total: 0, byStatus: { queued: 0, running: 0, succeeded: 0, failed: 0, cancelled: 0 }, last24h: 0 },
+    runs: { total: 0, byStatus: { queued: 0, running: 0, requires_action: 0, succeeded: 0, failed: 0, cancelled: 0 }, last24h: 0 },
     activeRuns: 0,
     memory: { items: 0, pendingCaptures: 0, deadCaptures: 0, orphans: 0 },
     knowledge: { records: 0, documents: 0 },
@@ -46,7 +46,7 @@ t.test('the dashboard counts the org\'s runs, memory, knowledge and automations,
   const res = await app.inject({ method: 'GET', url: '/api/dashboard', headers })
   t.equal(res.statusCode, 200, res.body)
   const body = res.json()
-  t.same(body.runs, { total: 3, byStatus: { queued: 1, running: 0, succeeded: 1, failed: 0, cancelled: 1 }, last24h: 3 })
+  t.same(body.runs, { total: 3, byStatus: { queued: 1, running: 0, requires_action: 0, succeeded: 1, failed: 0, cancelled: 1 }, last24h: 3 })
   t.equal(body.activeRuns, 1)
   t.equal(body.knowledge.records, 1)
   t.equal(body.automations.enabled, 1)

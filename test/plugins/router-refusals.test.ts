@@ -75,11 +75,16 @@ t.test('headers too large: 431 headers_too_large written on the socket, with our
 
 t.test('an over-long URL: 414 uri_too_long, whether Node, the router or the 404 handler sees it first', async (t) => {
   refusal(t, await raw(port, [`GET /api/runs/${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`]), 414, 'uri_too_long')
-  const param = await app.inject({ method: 'GET', url: `/api/runs/${'a'.repeat(129)}` })
+  const param = await app.inject({ method: 'GET', url: `/api/runs/${'a'.repeat(1025)}` })
   refusal(t, param, 414, 'uri_too_long')
   t.notOk(param.body.includes('aaaa'), 'the URL is not echoed')
   refusal(t, await app.inject({ method: 'GET', url: `/api/${'a/'.repeat(1100)}` }), 414, 'uri_too_long')
-  t.equal((await app.inject({ method: 'GET', url: `/api/runs/${'a'.repeat(128)}` })).statusCode, 400, 'a parameter at the limit reaches its schema')
+  t.equal((await app.inject({ method: 'GET', url: `/api/runs/${'a'.repeat(1024)}` })).statusCode, 400, 'a parameter at the limit reaches its schema')
+  // a secret's name one character past its maximum is the schema's to refuse, naming it
+  const secret = await app.inject({ method: 'PUT', url: `/api/secrets/A${'B'.repeat(128)}`, payload: { value: 'x' } })
+  t.equal(secret.statusCode, 400)
+  t.equal(secret.json().error, 'validation_failed')
+  t.match(secret.json().details, [{ path: '/params/name' }])
 })
 
 t.test('a malformed URL: 400 bad_request, from the router or from Node', async (t) => {

@@ -7,57 +7,20 @@ import { newId } from '../../src/db/ids.js'
 import { runs } from '../../src/runs/tables.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
 import { buildTestApp, createTestDatabase, secondHandle, signUpWithOrg, type Teardown } from '../helper.js'
-import { startOpenAiUpstream } from './openai-upstream.js'
+import { shellCall, startToolModel, type Answer } from './tool-model.js'
 import { finishedRun, storedEventsOf } from './run-helpers.js'
 import { eventually } from './sse-client.js'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
-/** One scripted model answer: text, or tool calls (streamed in pieces, as OpenAI does). */
-type Answer = { text: string } | { calls: Array<{ id: string; name: string; arguments: string }> }
-
-interface Upstream {
-  url: string
-  requests: Array<{ body: any }>
-  /** answers in order; when empty the model asks for `shell` again (the endless case) */
-  script: Answer[]
-}
-
-/** The upstream of these tests: one model that answers from `script`, with tool calls. */
-async function startUpstream(t: Teardown): Promise<Upstream> {
-  const state: Upstream = { url: '', requests: [], script: [] }
-  state.url = await startOpenAiUpstream(t, {
-    models: ['tool-model'],
-    chat(body, stream) {
-      state.requests.push({ body })
-      const answer = state.script.shift() ?? { calls: [{ id: `again-${state.requests.length}`, name: 'shell', arguments: '{"command":"true"}' }] }
-      const chat = stream()
-      if ('text' in answer) {
-        for (const piece of answer.text.match(/.{1,4}/gs) ?? []) chat.delta({ content: piece })
-      } else {
-        chat.delta({ role: 'assistant', content: null })
-        answer.calls.forEach((call, index) => {
-          // id and name first, then the arguments in two pieces
-          chat.delta({ tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.name, arguments: '' } }] })
-          const half = Math.floor(call.arguments.length / 2)
-          chat.delta({ tool_calls: [{ index, function: { arguments: call.arguments.slice(0, half) } }] })
-          chat.delta({ tool_calls: [{ index, function: { arguments: call.arguments.slice(half) } }] })
-        })
-      }
-      chat.end({ prompt_tokens: 5, completion_tokens: 2 })
-    }
-  })
-  return state
-}
-
 async function setup(t: Teardown, env: Record<string, string> = {}) {
-  const upstream = await startUpstream(t)
+  const upstream = await startToolModel(t)
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-agent-tools-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const app = await buildTestApp(t, {
     env: {
       OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dataDir,
-      TOOL_APPROVAL_POLL_MS: '50', SANDBOX_UNCONFINED: 'true', ...env
+      SANDBOX_UNCONFINED: 'true', ...env
     }
   })
   const owner = await signUpWithOrg(app)
@@ -75,8 +38,6 @@ const eventsOf = storedEventsOf
 
 const pendingApproval = (app: App, orgId: string, runId: string) =>
   eventually(async () => (await eventsOf(app, orgId, runId)).find((e) => e.type === 'approval.requested')?.data)
-
-const shellCall = (command: string, id = 'call_1'): Answer => ({ calls: [{ id, name: 'shell', arguments: JSON.stringify({ command }) }] })
 
 t.test('an approved shell call runs in the sandbox and its output goes back to the model', async (t) => {
   const { app, upstream, cookie, orgId } = await setup(t)
@@ -109,7 +70,7 @@ t.test('an approved shell call runs in the sandbox and its output goes back to t
 
   t.equal(upstream.requests.length, 2)
   const first = upstream.requests[0]!.body
-  t.same(first.tools.map((d: any) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact', 'knowledge_search', 'propose_knowledge', 'propose_skill'])
+  t.same(first.tools.map((d: any) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact', 'knowledge_search', 'propose_knowledge', 'propose_skill', 'remember'])
   const second = upstream.requests[1]!.body.messages
   t.match(second.at(-2), { role: 'assistant', tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'shell', arguments: '{"command":"echo hello-from-sandbox"}' } }] })
   t.match(second.at(-1), { role: 'tool', tool_call_id: 'call_1', content: /hello-from-sandbox/ })
@@ -196,12 +157,12 @@ t.test('without a sandbox the model is offered no tools', async (t) => {
 })
 
 t.test('a cancel on another instance drops the approval the run waits for there', async (t) => {
-  const upstream = await startUpstream(t)
+  const upstream = await startToolModel(t)
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-agent-tools-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const shared = await createTestDatabase(t)
   const second = await secondHandle(t, shared, 5)
-  const env = { OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50', SANDBOX_UNCONFINED: 'true' }
+  const env = { OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true' }
   const a = await buildTestApp(t, { db: shared, env })
   const b = await buildTestApp(t, { db: second, env: { ...env, RUN_WORKER_CONCURRENCY: '0' } })
   const { cookie, org } = await signUpWithOrg(b)
@@ -274,7 +235,9 @@ t.test('knowledge_search finds the org\'s knowledge and propose_knowledge leaves
   const searched = events.find((e) => e.type === 'tool.result' && e.data.callId === 'k1')!.data
   t.match(searched, { tool: 'knowledge_search', status: 'ok' })
   const hits = JSON.parse(searched.content as string).items
-  t.match(hits, [{ kind: 'record', title: 'Release train', snippet: /<mark>Releases<\/mark> <mark>leave<\/mark>/ }])
+  // the model reads plain text: no <mark> HTML (the console's search shows the marks)
+  t.match(hits, [{ kind: 'record', title: 'Release train', snippet: 'Releases leave every Tuesday at noon.' }])
+  t.notMatch(searched.content as string, /<\/?mark>|&lt;|&amp;/)
   const proposed = JSON.parse(events.find((e) => e.type === 'tool.result' && e.data.callId === 'k2')!.data.content as string)
   const drafts = (await app.inject({ method: 'GET', url: '/api/knowledge/drafts', headers: { cookie } })).json().items
   t.match(drafts, [{ id: proposed.draftId, title: 'Hotfixes', body: 'Hotfixes may leave any day.', tags: ['release'], runId, createdBy: null, state: 'open' }])

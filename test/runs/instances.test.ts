@@ -77,14 +77,26 @@ t.test('a killed worker leaves its run failed with worker_lost', async (t) => {
   t.ok(final.finishedAt)
 })
 
-t.test('graceful close finishes the running run', async (t) => {
-  const { a } = await twoInstances(t, { ...fast, ECHO_WORD_DELAY_MS: '20' }, { ...fast, RUN_WORKER_CONCURRENCY: '0' })
-  const run = (await a.inject({ method: 'POST', url: '/api/runs', payload: { prompt: Array.from({ length: 40 }, (_, i) => `w${i}`).join(' ') } })).json().run
-  // 40 words of 20 ms: long enough that the 25 ms poll sees it running on a loaded machine
-  await eventually(async () => a.runs.worker.activeCount === 1)
+t.test('graceful close hands the running run back at once; another instance finishes it once', async (t) => {
+  const { a, b, baseB } = await twoInstances(t, { ...fast, ECHO_WORD_DELAY_MS: '200' }, { ...fast, RUN_WORKER_CONCURRENCY: '0' })
+  const run = (await a.inject({ method: 'POST', url: '/api/runs', payload: { prompt: Array.from({ length: 100 }, (_, i) => `w${i}`).join(' ') } })).json().run
+  const stream = await SseClient.open(`${baseB}/api/runs/${run.id}/events`)
+  t.teardown(() => stream.close())
+  await stream.until((c) => c.events('message.delta').length >= 1)
+  // 100 words of 200 ms: closing waits for none of them
+  const started = Date.now()
   await a.close()
-  const [row] = rowsOf<{ status: string }>(await a.db.execute(sql`select status from runs where id = ${run.id}`))
-  t.equal(row!.status, 'succeeded', 'drained before closing')
+  t.ok(Date.now() - started < 5000, `closed without running the run out (${Date.now() - started} ms)`)
+  const [row] = rowsOf<{ status: string; lease_owner: string | null; started_at: unknown }>(await b.db.execute(sql`select status, lease_owner, started_at from runs where id = ${run.id}`))
+  t.same(row, { status: 'queued', lease_owner: null, started_at: null }, 'queued again, its lease released')
+  await stream.until((c) => c.events('run.queued').length === 2)
+  t.same(stream.json(stream.events('run.queued')[1]!).data, { engine: 'echo', model: 'echo', requeued: true })
+
+  // an instance with workers takes it over and finishes it once
+  const c = await buildTestApp(t, { db: { database: b.testDb.database, url: b.testDb.url }, env: { ...fast, ECHO_WORD_DELAY_MS: '0' } })
+  await stream.until((s) => s.ended, 20_000)
+  t.same(stream.events().filter((f) => f.event.startsWith('run.')).map((f) => f.event), ['run.queued', 'run.started', 'run.queued', 'run.started', 'run.succeeded'])
+  t.equal((await c.inject({ method: 'GET', url: `/api/runs/${run.id}` })).json().run.status, 'succeeded')
 })
 
 t.test('idempotent dispatch racing on two instances creates one run', async (t) => {

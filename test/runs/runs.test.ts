@@ -3,7 +3,7 @@ import t from 'tap'
 import { organizations } from '../../src/auth/tables.js'
 import { rowsOf } from '../../src/db/client.js'
 import { newId } from '../../src/db/ids.js'
-import type { RunMemory } from '../../src/runs/memory-port.js'
+import type { CapturedFact, RunMemory } from '../../src/runs/memory-port.js'
 import { createRun } from '../../src/runs/runs-repo.js'
 import { UNANNOUNCED_AFTER_MS } from '../../src/runs/sweeper.js'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
@@ -23,11 +23,13 @@ async function waitFinished(app: Awaited<ReturnType<typeof buildTestApp>>, id: s
 
 t.test('create, read, list and finish a run with the echo engine', async (t) => {
   const recalled: string[] = []
-  const captured: Array<{ runId: string; facts: string[] }> = []
+  const captured: Array<{ runId: string; facts: Array<string | CapturedFact> }> = []
   const memory: RunMemory = {
+    enabled: async () => true,
+    extractFor: async () => false,
     async recall(run, query) {
       recalled.push(query)
-      return { items: [{ id: 'm1', content: 'x', sourceScope: 'org', score: 1 }, { id: 'm2', content: 'y', sourceScope: 'org', score: 0.5 }] }
+      return { items: [{ id: 'm1', content: 'x', sourceScope: 'org', score: 1 }, { id: 'm2', content: 'y', sourceScope: 'org', score: 0.5 }], query: `searched: ${query}` }
     },
     async enqueueCapture(_tx, run, facts) {
       captured.push({ runId: run.id, facts })
@@ -52,7 +54,7 @@ t.test('create, read, list and finish a run with the echo engine', async (t) => 
   const events = await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id)).orderBy(runEvents.id)
   const types = events.map((e) => e.type)
   t.same(types.slice(0, 3), ['run.queued', 'run.started', 'memory.recalled'])
-  t.same(events[2]!.data, { query: prompt, itemIds: ['m1', 'm2'], count: 2 })
+  t.same(events[2]!.data, { query: `searched: ${prompt}`, itemIds: ['m1', 'm2'], count: 2 }, 'the event names what was searched')
   const deltas = events.filter((e) => e.type === 'message.delta').map((e) => e.data.text).join('')
   t.equal(deltas, prompt.split(/\s+/).join(' '), 'the deltas spell the prompt word by word')
   t.same(types.slice(-2), ['message.completed', 'run.succeeded'])

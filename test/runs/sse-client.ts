@@ -10,6 +10,8 @@ export interface Frame {
 export class SseClient {
   frames: Frame[] = []
   comments: string[] = []
+  /** the last `retry:` the server sent (ms), or null */
+  retry: number | null = null
   status = 0
   headers: IncomingMessage['headers'] = {}
   ended = false
@@ -58,10 +60,15 @@ export class SseClient {
           this.comments.push(line.slice(1))
           continue
         }
-        isComment = false
         const colon = line.indexOf(':')
         const field = line.slice(0, colon)
         const value = line.slice(colon + 1).replace(/^ /, '')
+        // `retry:` alone sets the reconnection time; it is no event
+        if (field === 'retry') {
+          this.retry = Number(value)
+          continue
+        }
+        isComment = false
         if (field === 'id') frame.id = value
         else if (field === 'event') frame.event = value
         else if (field === 'data') frame.data += value

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { newId } from '../../src/db/ids.js'
-import type { MemorySearch, RunDirectory, RunEventWriter } from '../../src/runtime/ports.js'
+import type { MemoryTools, RunDirectory, RunEventWriter } from '../../src/runtime/ports.js'
 import { buildTestApp, type EnvOverrides, type Teardown } from '../helper.js'
 
 /** A tiny run directory: runs added by the test, each in one org and thread. */
@@ -19,7 +19,13 @@ export function fakeRuns() {
     },
     async threadExists(orgId, rootRunId) {
       return [...runs.values()].some((r) => r.orgId === orgId && r.rootRunId === rootRunId)
-    }
+    },
+    async existingThreads(keys) {
+      return new Set(keys.filter((k) => [...runs.values()].some((r) => r.orgId === k.orgId && r.rootRunId === k.threadId)).map((k) => `${k.orgId}/${k.threadId}`))
+    },
+    // no runs table: nothing to lock or to let go on
+    async hold() {},
+    async decided() {}
   }
   return directory
 }
@@ -64,12 +70,12 @@ export function eventRecorder() {
  * Its tools need a sandbox wherever the tests run: bubblewrap where it works (CI),
  * plain processes elsewhere, so SANDBOX_UNCONFINED is on.
  */
-export async function buildGatewayApp(t: Teardown, env: EnvOverrides = {}, memory?: MemorySearch) {
+export async function buildGatewayApp(t: Teardown, env: EnvOverrides = {}, memory?: MemoryTools) {
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-gateway-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const runs = fakeRuns()
   const events = eventRecorder()
-  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50', SANDBOX_UNCONFINED: 'true', ...env }, runtime: { runs, events, ...(memory ? { memory } : {}) } })
+  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true', ...env }, runtime: { runs, events, ...(memory ? { memory } : {}) } })
   return { app, runs, events, dataDir }
 }
 
@@ -77,9 +83,9 @@ export async function buildGatewayApp(t: Teardown, env: EnvOverrides = {}, memor
  * A test file's `setup()`: a fresh run and thread in the dev org, on one app shared by the
  * file's tests (built on first use, torn down with `fileTap`), or on an app of the test's own.
  */
-export function gatewaySetup(fileTap: Teardown, sharedEnv: EnvOverrides = {}, sharedMemory?: MemorySearch) {
+export function gatewaySetup(fileTap: Teardown, sharedEnv: EnvOverrides = {}, sharedMemory?: MemoryTools) {
   let shared: ReturnType<typeof buildGatewayApp> | undefined
-  return async (own?: { t: Teardown; env?: EnvOverrides; memory?: MemorySearch }) => {
+  return async (own?: { t: Teardown; env?: EnvOverrides; memory?: MemoryTools }) => {
     const base = own ? await buildGatewayApp(own.t, own.env, own.memory) : await (shared ??= buildGatewayApp(fileTap, sharedEnv, sharedMemory))
     const runId = newId()
     const threadId = newId()

@@ -1,19 +1,24 @@
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
 import { eq } from 'drizzle-orm'
 import t from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { newId } from '../../src/db/ids.js'
-import type { MemorySearch } from '../../src/runtime/ports.js'
+import type { MemoryTools } from '../../src/runtime/ports.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
-import { buildTestApp, type EnvOverrides } from '../helper.js'
+import { buildTestApp, waitFor, type EnvOverrides } from '../helper.js'
 import { fakeRuns, gatewaySetup } from './fakes.js'
 
 const ORG = DEV_ORG.id
 
 const searched: string[] = []
-const SHARED_MEMORY: MemorySearch = {
+const SHARED_MEMORY: MemoryTools = {
   async search(run, query, limit) {
     searched.push(`${run.orgId}:${run.rootRunId}:${query}:${limit}`)
     return [{ id: 'm1', content: 'the sky is blue', score: 0.9 }]
+  },
+  async remember() {
+    return { refused: 'not in this test' }
   }
 }
 const SHARED_ENV: EnvOverrides = { TOOL_OUTPUT_MAX_BYTES: '1024' }
@@ -22,12 +27,11 @@ const SHARED_ENV: EnvOverrides = { TOOL_OUTPUT_MAX_BYTES: '1024' }
 const setup = gatewaySetup(t, SHARED_ENV, SHARED_MEMORY)
 
 t.test('cancelling the run stops a running command', async (t) => {
-  const { app, runId } = await setup()
+  const { app, runId, workspace } = await setup()
   await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', payload: { mode: 'auto' } })
   const call = app.runtime.gateway.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'echo started > started.txt; sleep 60' } })
-  const deadline = Date.now() + 10_000
-  while (app.runtime.sandboxes!.size === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
-  await new Promise((r) => setTimeout(r, 200))
+  // the command has started once its file is there (no event says so)
+  await waitFor('the command to start', async () => existsSync(join(workspace, 'started.txt')) || undefined, 30_000)
   await app.runtime.gateway.cancelRun(ORG, runId)
   const result = await call
   t.equal(result.status, 'cancelled')
@@ -53,7 +57,7 @@ t.test('policy auto runs at once; output is bounded', async (t) => {
   const byTool = Object.fromEntries(policies.json().items.map((p: { tool: string; mode: string; isDefault: boolean }) => [p.tool, [p.mode, p.isDefault]]))
   t.same(byTool, {
     shell: ['auto', false], read_file: ['auto', true], write_file: ['approve', true], list_files: ['auto', true], memory_search: ['auto', true], write_artifact: ['auto', true],
-    knowledge_search: ['auto', true], propose_knowledge: ['auto', true], propose_skill: ['auto', true]
+    knowledge_search: ['auto', true], propose_knowledge: ['auto', true], propose_skill: ['auto', true], remember: ['auto', true]
   })
 })
 
@@ -78,7 +82,7 @@ t.test('file tools and memory_search run through the gateway', async (t) => {
   t.equal((await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))).length, 0, 'no approval was asked for a bad call')
 
   const defs = gw.definitions()
-  t.same(defs.map((d) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact', 'knowledge_search', 'propose_knowledge', 'propose_skill'])
+  t.same(defs.map((d) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact', 'knowledge_search', 'propose_knowledge', 'propose_skill', 'remember'])
   t.match(defs[0], { type: 'function', function: { parameters: { type: 'object', required: ['command'], additionalProperties: false } } })
   t.equal(JSON.stringify(defs).includes('Symbol'), false)
 })

@@ -16,12 +16,14 @@ const ORG = DEV_ORG.id
 /** Each test gets its own run and thread, on one app for the file unless it asks for its own. */
 const setup = gatewaySetup(t)
 
-t.test('a shell call that needs approval waits, is approved through the route and returns its output', async (t) => {
+t.test('a shell call that needs approval is stored pending, is approved through the route and then runs', async (t) => {
   const { app, events, runId, threadId } = await setup()
-  const call = app.runtime.gateway.execute({ orgId: ORG, runId, callId: 'call-1', name: 'shell', arguments: JSON.stringify({ command: 'echo approved-output' }) })
-  const requested = await events.next('approval.requested', runId)
-  const approvalId = requested.data.approvalId as string
-  t.match(requested.data, { callId: 'call-1', tool: 'shell', arguments: { command: 'echo approved-output' } })
+  const args = JSON.stringify({ command: 'echo approved-output' })
+  const asked = await app.runtime.gateway.execute({ orgId: ORG, runId, callId: 'call-1', name: 'shell', arguments: args })
+  t.match(asked, { callId: 'call-1', tool: 'shell', status: 'pending', content: '' }, 'answered at once: nothing waits')
+  const approvalId = asked.approvalId!
+  const requested = events.of(runId).find((e) => e.type === 'approval.requested')!
+  t.match(requested.data, { approvalId, callId: 'call-1', tool: 'shell', arguments: { command: 'echo approved-output' } })
 
   const list = await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals` })
   t.equal(list.statusCode, 200)
@@ -33,10 +35,10 @@ t.test('a shell call that needs approval waits, is approved through the route an
   t.equal(decided.statusCode, 200)
   t.match(decided.json().approval, { id: approvalId, status: 'approved', decidedBy: DEV_USER.id })
 
-  const result = await call
+  const result = await app.runtime.gateway.execute({ orgId: ORG, runId, callId: 'call-1', name: 'shell', arguments: args, approvalId })
   t.match(result, { callId: 'call-1', tool: 'shell', status: 'ok', truncated: false, approvalId })
   t.match(result.content, /^exit code 0\napproved-output\n$/)
-  t.same(events.of(runId).map((e) => e.type), ['tool.call', 'approval.requested', 'approval.resolved', 'tool.result'])
+  t.same(events.of(runId).map((e) => e.type), ['tool.call', 'approval.requested', 'approval.resolved', 'tool.result'], 'the call is recorded once')
   t.ok(events.of(runId).every((e) => e.orgId === ORG), 'the events are the run\'s, in its org')
   t.match(events.of(runId).at(-1)!.data, { callId: 'call-1', status: 'ok', content: result.content })
 
@@ -47,70 +49,75 @@ t.test('a shell call that needs approval waits, is approved through the route an
   t.equal(row!.status, 'approved', 'the first decision stands')
 })
 
-t.test('a denied call does not run', async (t) => {
+t.test('a denied call does not run; the model is told a person denied it', async (t) => {
   const { app, events, runId, workspace } = await setup()
-  const call = app.runtime.gateway.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'touch ran.txt' } })
-  const { data } = await events.next('approval.requested', runId)
-  const res = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${data.approvalId}`, payload: { decision: 'deny' } })
+  const call = { orgId: ORG, runId, callId: 'c1', name: 'shell', arguments: { command: 'touch ran.txt' } }
+  const asked = await app.runtime.gateway.execute(call)
+  const res = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${asked.approvalId}`, payload: { decision: 'deny' } })
   t.equal(res.statusCode, 200)
   t.equal(res.json().approval.status, 'denied')
-  const result = await call
-  t.equal(result.status, 'denied')
+  const result = await app.runtime.gateway.execute({ ...call, approvalId: asked.approvalId! })
+  t.match(result, { status: 'denied', content: 'the call was denied by a person' })
   t.notOk(existsSync(join(workspace, 'ran.txt')), 'the command never ran')
   t.match(events.of(runId).at(-1), { type: 'tool.result', data: { status: 'denied' } })
 })
 
-t.test('cancelling the run drops its waiting call', async (t) => {
-  const { app, events, runId } = await setup()
-  const call = app.runtime.gateway.execute({ orgId: ORG, runId, name: 'write_file', arguments: { path: 'a.txt', content: 'x' } })
-  const { data } = await events.next('approval.requested', runId)
+t.test('cancelling the run drops its pending call', async (t) => {
+  const { app, runId } = await setup()
+  const call = { orgId: ORG, runId, callId: 'c1', name: 'write_file', arguments: { path: 'a.txt', content: 'x' } }
+  const asked = await app.runtime.gateway.execute(call)
   t.equal(await app.runtime.gateway.cancelRun(ORG, runId), 1)
-  const result = await call
+  const result = await app.runtime.gateway.execute({ ...call, approvalId: asked.approvalId! })
   t.equal(result.status, 'cancelled')
-  const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, data.approvalId as string))
+  const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, asked.approvalId!))
   t.equal(row!.status, 'cancelled')
-  const late = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${data.approvalId}`, payload: { decision: 'approve' } })
+  const late = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${asked.approvalId}`, payload: { decision: 'approve' } })
   t.equal(late.statusCode, 409)
   t.equal(late.json().error, 'conflict')
 })
 
-t.test('an approval nobody decides expires', async (t) => {
+t.test('an approval nobody decides expires, and is answered as denied', async (t) => {
   const { app, runId } = await setup({ t, env: { TOOL_APPROVAL_TIMEOUT_MS: '1000' } })
-  const result = await app.runtime.gateway.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'true' } })
-  t.equal(result.status, 'expired')
+  const call = { orgId: ORG, runId, callId: 'c1', name: 'shell', arguments: { command: 'true' } }
+  const asked = await app.runtime.gateway.execute(call)
+  const [pending] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, asked.approvalId!))
+  // its time is a due time: nothing polls it; the run's worker asks again once it has passed
+  while (Date.now() <= pending!.expiresAt.getTime()) await new Promise((resolve) => setTimeout(resolve, pending!.expiresAt.getTime() - Date.now() + 5))
+  const result = await app.runtime.gateway.execute({ ...call, approvalId: asked.approvalId! })
+  t.match(result, { status: 'expired', content: 'the call was denied by a person' })
   const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))
   t.equal(row!.status, 'expired')
 })
 
-t.test('a decision made on another instance wakes the waiting call', async (t) => {
+t.test('a decision made on another instance is the one the call goes by', async (t) => {
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-gateway-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const db = await createTestDatabase(t)
   const runs = fakeRuns()
   const events = eventRecorder()
-  const env = { DATA_DIR: dataDir, TOOL_APPROVAL_POLL_MS: '50', SANDBOX_UNCONFINED: 'true' }
+  const env = { DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true' }
   const a = await buildTestApp(t, { db, env, runtime: { runs, events } })
   const b = await buildTestApp(t, { db, env, runtime: { runs, events: eventRecorder() } })
   const runId = newId()
   runs.add(ORG, runId)
-  const call = a.runtime.gateway.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'echo from-a' } })
-  const { data } = await events.next('approval.requested', runId)
-  const res = await b.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${data.approvalId}`, payload: { decision: 'approve' } })
+  const call = { orgId: ORG, runId, callId: 'c1', name: 'shell', arguments: { command: 'echo from-a' } }
+  const asked = await a.runtime.gateway.execute(call)
+  const res = await b.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${asked.approvalId}`, payload: { decision: 'approve' } })
   t.equal(res.statusCode, 200)
-  const result = await call
+  const result = await a.runtime.gateway.execute({ ...call, approvalId: asked.approvalId! })
   t.equal(result.status, 'ok')
   t.match(result.content, /from-a/)
 })
 
 t.test('approval routes: other orgs, unknown ids and bad input', async (t) => {
-  const { app, runs, events, runId } = await setup()
+  const { app, runs, runId } = await setup()
   const otherOrg = newId()
   await app.db.insert(organizations).values({ id: otherOrg, name: 'Other', slug: `other-${otherOrg.slice(-8)}` })
   const foreignRun = newId()
   runs.add(otherOrg, foreignRun)
-  const call = app.runtime.gateway.execute({ orgId: otherOrg, runId: foreignRun, name: 'shell', arguments: { command: 'echo foreign' } })
-  const { data } = await events.next('approval.requested', foreignRun)
-  const foreignApproval = data.approvalId as string
+  const asked = await app.runtime.gateway.execute({ orgId: otherOrg, runId: foreignRun, name: 'shell', arguments: { command: 'echo foreign' } })
+  t.equal(asked.status, 'pending')
+  const foreignApproval = asked.approvalId!
 
   const cases: Array<[string, string, unknown, number, string]> = [
     ['GET', `/api/runs/${foreignRun}/approvals`, undefined, 404, 'not_found'],
@@ -144,14 +151,14 @@ t.test('approval routes: other orgs, unknown ids and bad input', async (t) => {
   t.equal(row!.status, 'pending', 'the other org\'s approval is untouched')
   const mine = await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals` })
   t.same(mine.json(), { items: [], nextCursor: null }, 'lists never show another org\'s rows')
-  await app.runtime.gateway.cancelRun(otherOrg, foreignRun)
-  t.equal((await call).status, 'cancelled')
+  t.equal(await app.runtime.gateway.cancelRun(otherOrg, foreignRun), 1)
+  const [dropped] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, foreignApproval))
+  t.equal(dropped!.status, 'cancelled')
 })
 
 t.test('approvals are paged', async (t) => {
-  const { app, events, runId } = await setup()
-  const calls = [1, 2, 3].map((n) => app.runtime.gateway.execute({ orgId: ORG, runId, callId: `c${n}`, name: 'shell', arguments: { command: 'true' } }))
-  while (events.of(runId).filter((e) => e.type === 'approval.requested').length < 3) await events.next('approval.requested', runId).then(() => new Promise((r) => setTimeout(r, 10)))
+  const { app, runId } = await setup()
+  for (const n of [1, 2, 3]) t.equal((await app.runtime.gateway.execute({ orgId: ORG, runId, callId: `c${n}`, name: 'shell', arguments: { command: 'true' } })).status, 'pending')
   const first = await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals?limit=2` })
   t.equal(first.json().items.length, 2)
   t.type(first.json().nextCursor, 'string')
@@ -160,6 +167,7 @@ t.test('approvals are paged', async (t) => {
   t.equal(second.json().nextCursor, null)
   const ids = [...first.json().items, ...second.json().items].map((a: { callId: string }) => a.callId).sort()
   t.same(ids, ['c1', 'c2', 'c3'])
-  await app.runtime.gateway.cancelRun(ORG, runId)
-  t.same((await Promise.all(calls)).map((r) => r.status), ['cancelled', 'cancelled', 'cancelled'])
+  t.equal(await app.runtime.gateway.cancelRun(ORG, runId), 3)
+  const rows = await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))
+  t.same(rows.map((r) => r.status), ['cancelled', 'cancelled', 'cancelled'])
 })

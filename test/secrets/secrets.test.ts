@@ -7,6 +7,7 @@ import { rowsOf } from '../../src/db/client.js'
 import { KeyRing, newKeyText } from '../../src/secrets/crypto.js'
 import { Redactor } from '../../src/secrets/redact.js'
 import { KEY_FILE } from '../../src/secrets/service.js'
+import { startFailure } from '../../src/startup.js'
 import { addMember, buildTestApp, createTestDatabase, mintKey, signUp, signUpWithOrg, testConfig, waitFor } from '../helper.js'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
@@ -103,7 +104,7 @@ t.test('routes: admin only, never a value, 201 then 200, 404, keys get 401', asy
   t.notMatch(dumped, /plaintext/, 'no plaintext in a dump of the table')
   t.notMatch(dumped, /ghp_/)
 
-  for (const [name, status] of [['lower', 400], ['1ABC', 400], ['A_B-C', 400], ['A'.repeat(129), 414]] as const) {
+  for (const [name, status] of [['lower', 400], ['1ABC', 400], ['A_B-C', 400], ['A'.repeat(129), 400]] as const) {
     t.equal((await put(app, owner.cookie, name, 'v')).statusCode, status, `${name.slice(0, 10)} is not a name`)
   }
   t.equal((await put(app, owner.cookie, 'A'.repeat(128), 'v')).statusCode, 201, 'a 128-character name')
@@ -225,4 +226,25 @@ t.test('the embedded key file: made once, mode 0600, reused at the next start', 
   const second = await buildTestApp(t, { db, env })
   t.equal(readFileSync(file, 'utf8'), key, 'not made again')
   t.same((await second.secrets.forRuns.open(owner.org.id, ['TOKEN'])).values, [{ name: 'TOKEN', value: 'kept' }])
+})
+
+t.test('an instance whose SECRETS_KEY opens none of the stored secrets refuses to start, saying so', async (t) => {
+  const db = await createTestDatabase(t)
+  const first = await buildTestApp(t, { db, env: { SECRETS_KEY: KEY_A } })
+  // nothing stored yet: nothing to check a key against
+  await (await buildTestApp(t, { db, env: { SECRETS_KEY: KEY_B } })).close()
+  const owner = await signUpWithOrg(first)
+  t.equal((await put(first, owner.cookie, 'TOKEN', 'sealed under A')).statusCode, 201)
+
+  const logs: Array<Record<string, unknown>> = []
+  const refused = await buildTestApp(t, { db, logs, env: { SECRETS_KEY: KEY_B } }).then(() => null, (err: unknown) => err as Error)
+  t.match(refused, { name: 'SecretsKeyMismatch', message: /^SECRETS_KEY \(key id [0-9a-f]{16}\) opens none of the org secrets stored in the database/ })
+  t.equal(startFailure(refused, testConfig({ SECRETS_KEY: KEY_B })), refused!.message, 'the start fails with that one sentence (exit 1)')
+  t.ok(logs.some((l) => l.level === 50 && String(l.msg).startsWith('refusing to start: SECRETS_KEY')), 'an error line names the problem')
+  t.notMatch(JSON.stringify(logs) + refused!.message, new RegExp([KEY_A, KEY_B].map((k) => k.replace(/[+/=]/g, '\\$&')).join('|')), 'never a key')
+
+  // the same key starts; so does a new key with the old one kept as previous (a rotation)
+  await (await buildTestApp(t, { db, env: { SECRETS_KEY: KEY_A } })).close()
+  const rotated = await buildTestApp(t, { db, env: { SECRETS_KEY: KEY_B, SECRETS_PREVIOUS_KEYS: KEY_A } })
+  t.same((await rotated.secrets.forRuns.open(owner.org.id, ['TOKEN'])).values, [{ name: 'TOKEN', value: 'sealed under A' }])
 })

@@ -18,6 +18,17 @@ export interface FakeMessage {
   text: string
   ts: string
   metadata: { event_type?: string; event_payload?: Record<string, unknown> } | undefined
+  /** Block Kit blocks, when the message has them (changed by chat.update) */
+  blocks: Array<Record<string, unknown>> | undefined
+}
+
+/** A chat.update the fake took. */
+export interface FakeUpdate {
+  token: string
+  channel: string
+  ts: string
+  text: string
+  blocks: Array<Record<string, unknown>> | undefined
 }
 
 /**
@@ -35,6 +46,10 @@ export interface FakeSlack {
   tokens: Map<string, FakeIdentity>
   /** messages posted, in order */
   messages: FakeMessage[]
+  /** chat.update calls that changed a message, in order */
+  updates: FakeUpdate[]
+  /** the next chat.update attempts, in order (each used once) */
+  updatePlan: Array<{ http500: true } | { error: string }>
   /** calls per method, answered or not */
   calls: Record<string, number>
   /** the next chat.postMessage attempts, in order (each used once) */
@@ -47,7 +62,7 @@ export interface FakeSlack {
 
 /**
  * A local server speaking the parts of Slack's Web API the service calls: `auth.test`,
- * `chat.postMessage` (with message metadata) and `conversations.replies`
+ * `chat.postMessage` (with message metadata and blocks), `chat.update` and `conversations.replies`
  * (`include_all_metadata`), form-encoded or JSON, the bot token as a bearer header.
  */
 export async function startFakeSlack(t: Teardown): Promise<FakeSlack> {
@@ -57,6 +72,8 @@ export async function startFakeSlack(t: Teardown): Promise<FakeSlack> {
   const fake: Omit<FakeSlack, 'url'> = {
     tokens: new Map(),
     messages: [],
+    updates: [],
+    updatePlan: [],
     calls: {},
     postPlan: [],
     authPlan: [],
@@ -102,7 +119,8 @@ export async function startFakeSlack(t: Teardown): Promise<FakeSlack> {
           thread_ts: params.thread_ts,
           text: params.text ?? '',
           ts: `${Math.floor(Date.now() / 1000)}.${String(counter).padStart(6, '0')}`,
-          metadata: params.metadata ? JSON.parse(params.metadata) : undefined
+          metadata: params.metadata ? JSON.parse(params.metadata) : undefined,
+          blocks: params.blocks ? JSON.parse(params.blocks) : undefined
         }
         fake.messages.push(message)
         if (plan && 'loseAnswer' in plan) {
@@ -114,6 +132,17 @@ export async function startFakeSlack(t: Teardown): Promise<FakeSlack> {
           return
         }
         return answer({ ok: true, channel: message.channel, ts: message.ts, message: { text: message.text, ts: message.ts } })
+      }
+      if (method === 'chat.update') {
+        const plan = fake.updatePlan.shift()
+        if (plan && 'http500' in plan) return answer({ ok: false }, 500)
+        if (plan && 'error' in plan) return answer({ ok: false, error: plan.error })
+        const message = fake.messages.find((m) => m.token === token && m.channel === params.channel && m.ts === params.ts)
+        if (!message) return answer({ ok: false, error: 'message_not_found' })
+        message.text = params.text ?? ''
+        message.blocks = params.blocks ? JSON.parse(params.blocks) : undefined
+        fake.updates.push({ token, channel: message.channel, ts: message.ts, text: message.text, blocks: message.blocks })
+        return answer({ ok: true, channel: message.channel, ts: message.ts, text: message.text })
       }
       if (method === 'conversations.replies') {
         const withMetadata = params.include_all_metadata === 'true'

@@ -6,6 +6,7 @@ import { buildTestApp, signUpWithOrg, type Teardown } from '../helper.js'
 import { startFakeSlack, type FakeSlack } from './fake-slack.js'
 
 export const EVENTS_URL = '/api/chatplatform/slack/events'
+export const INTERACTIONS_URL = '/api/chatplatform/slack/interactions'
 
 export interface SlackApp {
   teamId: string
@@ -119,4 +120,39 @@ export async function ingressFixture(t: Teardown) {
       return { fake, app, owner, slack }
     }
   }
+}
+
+/** Slack's interaction request body: a form whose `payload` field is the interaction as JSON. */
+export const interactionForm = (payload: unknown) => `payload=${encodeURIComponent(JSON.stringify(payload))}`
+
+/** Slack's headers for an interaction form: its timestamp (now unless given) and v0 signature under the secret. */
+export function signedFormHeaders(secret: string, body: string, timestamp = String(nowSeconds())): Record<string, string> {
+  return { ...signedHeaders(secret, body, timestamp), 'content-type': 'application/x-www-form-urlencoded' }
+}
+
+/** POSTs a form body to the interactions route with these headers (the exact bytes given). */
+export function postInteraction(app: FastifyInstance, body: string, headers: Record<string, string>) {
+  return app.inject({ method: 'POST', url: INTERACTIONS_URL, headers, payload: body })
+}
+
+/** A `block_actions` payload: the user clicked a button of a message in the app's workspace. */
+export function blockActions(slack: SlackApp, o: { user?: string; actionId: string; value: string; channel?: string; messageTs?: string }) {
+  return {
+    type: 'block_actions',
+    user: { id: o.user ?? 'UHUMAN1', username: 'human', name: 'human', team_id: slack.teamId },
+    api_app_id: 'A0CAIRN',
+    token: 'legacy-verification-token',
+    container: { type: 'message', message_ts: o.messageTs ?? '1700000000.000001', channel_id: o.channel ?? 'C0GENERAL', is_ephemeral: false },
+    trigger_id: '1.2.3',
+    team: { id: slack.teamId, domain: slack.team },
+    channel: { id: o.channel ?? 'C0GENERAL', name: 'general' },
+    response_url: 'https://hooks.slack.test/actions/T/1/x',
+    actions: [{ action_id: o.actionId, block_id: `cairn_approval_${o.value}`, text: { type: 'plain_text', text: 'Approve' }, value: o.value, type: 'button', action_ts: `${nowSeconds()}.000100` }]
+  }
+}
+
+/** A signed click on an approval button (Approve unless `deny`), as the app's workspace sends it. */
+export function click(app: FastifyInstance, slack: SlackApp, approvalId: string, o: { deny?: boolean; user?: string; timestamp?: string } = {}) {
+  const body = interactionForm(blockActions(slack, { user: o.user, actionId: o.deny ? 'cairn_deny' : 'cairn_approve', value: approvalId }))
+  return postInteraction(app, body, signedFormHeaders(slack.signingSecret, body, o.timestamp))
 }

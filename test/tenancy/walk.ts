@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify'
 import { rowsOf } from '../../src/db/client.js'
 import { newId } from '../../src/db/ids.js'
 import { providers } from '../../src/providers/tables.js'
+import { mcpServers } from '../../src/mcp/tables.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
 import { fixtureGitHub } from '../github/fake-github.js'
 import { mintKey, signUpWithOrg, type SignedIn, type TestOrg } from '../helper.js'
@@ -295,6 +296,26 @@ export const TENANT_FIXTURES: TenantFixture[] = [
     snapshot: async (app, owner) => [
       await rows(app, sql`select id, name, base_url, models, ready, last_error, last_checked_at from providers where org_id = ${owner.org.id} order by id`),
       await rows(app, sql`select name, sealed from secrets where org_id = ${owner.org.id} and name like 'cairn:provider:%' order by name`)
+    ]
+  },
+  {
+    // seeded in the database: the attacker's calls must be 404s before any connection to the
+    // server could be made (its address is not even resolvable)
+    name: 'mcp servers',
+    routes: ['DELETE /api/mcp-servers/:id', 'POST /api/mcp-servers/:id/check'],
+    lists: ['GET /api/mcp-servers'],
+    async seed(app, owner) {
+      const id = newId()
+      await app.db.insert(mcpServers).values({
+        id, orgId: owner.org.id, name: `fixture-${id.slice(-8)}`, url: 'https://mcp.example.test/mcp', headerNames: ['authorization'], ready: true,
+        tools: [{ name: 'lookup', description: null, inputSchema: { type: 'object' } }]
+      })
+      await app.secrets.internal.put(owner.org.id, `mcp:${id}:header:authorization`, `Bearer token of ${owner.org.id}`)
+      return { id }
+    },
+    snapshot: async (app, owner) => [
+      await rows(app, sql`select id, name, url, ready, last_error, last_checked_at, tools from mcp_servers where org_id = ${owner.org.id} order by id`),
+      await rows(app, sql`select name, sealed from secrets where org_id = ${owner.org.id} and name like 'cairn:mcp:%' order by name`)
     ]
   },
   {

@@ -127,9 +127,13 @@ export interface Run {
   engine: string
   model: string | null
   prompt: string
-  status: 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled'
+  status: 'queued' | 'running' | 'requires_action' | 'succeeded' | 'failed' | 'cancelled'
   error: string | null
+  output?: string | null
   createdAt: string
   finishedAt: string | null
 }
-export interface MemorySettings { enabled: boolean; orgEnabled: boolean; backend: string }
+export interface ThreadSummary { rootRunId: string; title: string; runCount: number; latestRunId: string; latestStatus: Run['status']; createdAt: string; updatedAt: string }
+export interface ModelEntry { id: string; engine: string; providerId: string | null; default: boolean }
+export interface Approval { id: string; runId: string; callId: string; tool: string; arguments: Record<string, unknown>; status: string; expiresAt: string }
+export interface MemorySettings { enabled: boolean; extract: boolean; orgEnabled: boolean; backend: string }

@@ -11,15 +11,19 @@ import { RecallsView } from './views/recalls.js'
 import { RunView } from './views/run.js'
 import { SearchView } from './views/search.js'
 import { SettingsView } from './views/settings.js'
-import { SignInView } from './views/sign-in.js'
+import { SignInView, SignUpView } from './views/sign-in.js'
+import { NoOrgView, OrganizationView } from './views/organization.js'
+import { ThreadsView, ThreadView } from './views/threads.js'
 import './styles.css'
 
 const NAV = [
+  { to: '/threads', label: 'Conversations', active: (p: string) => p.startsWith('/threads') },
   { to: '/', label: 'Browse', active: (p: string) => p === '/' || p.startsWith('/items/') },
   { to: '/search', label: 'Search', active: (p: string) => p === '/search' },
   { to: '/captures', label: 'Capture outbox', active: (p: string) => p === '/captures' },
   { to: '/recalls', label: 'Recall ledger', active: (p: string) => p === '/recalls' || p.startsWith('/runs/') },
-  { to: '/settings', label: 'Settings', active: (p: string) => p === '/settings' }
+  { to: '/settings', label: 'Settings', active: (p: string) => p === '/settings' },
+  { to: '/organization', label: 'Organization', active: (p: string) => p === '/organization' }
 ]
 
 function ReleaseBanner() {
@@ -43,7 +47,7 @@ function Who({ who, onChanged }: { who: Identity; onChanged: () => void }) {
   if (who.kind === 'dev') {
     return <div class="who"><span>Dev organization (this machine)</span> <Link to="/sign-in">Sign in</Link></div>
   }
-  if (who.kind === 'anonymous') return <div class="who"><Link to="/sign-in">Sign in</Link></div>
+  if (who.kind === 'anonymous') return <div class="who"><Link to="/sign-in">Sign in</Link> <Link to="/sign-up">Create an account</Link></div>
   const orgs = who.session.organizations
   return (
     <div class="who">
@@ -72,11 +76,14 @@ function Who({ who, onChanged }: { who: Identity; onChanged: () => void }) {
 function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void }) {
   const { path, params } = useLocation()
   if (path === '/sign-in') return <SignInView onSignedIn={() => { reloadWho(); navigate('/') }} />
+  if (path === '/sign-up') return <SignUpView onSignedUp={() => { reloadWho(); navigate('/') }} />
+  // a person without an organization is led to create one (every other view needs one)
+  if (who?.kind === 'user' && who.org === null) return <NoOrgView created={reloadWho} />
   if (who?.kind === 'anonymous') {
     return (
       <section aria-labelledby="need-sign-in">
         <h1 id="need-sign-in">Sign in to use the Memory Hub</h1>
-        <p>The Memory Hub shows and corrects what Cairn remembers for your organization. <Link to="/sign-in">Sign in</Link> to continue.</p>
+        <p>The Memory Hub shows and corrects what Cairn remembers for your organization. <Link to="/sign-in">Sign in</Link> to continue, or <Link to="/sign-up">create an account</Link>.</p>
       </section>
     )
   }
@@ -87,7 +94,10 @@ function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void 
   if (path === '/captures') return <CapturesView params={params} />
   if (path === '/recalls') return <RecallsView params={params} />
   if ((m = match('/runs/:id', path))) return <RunView id={m.id!} />
+  if (path === '/threads') return <ThreadsView params={params} />
+  if ((m = match('/threads/:id', path))) return <ThreadView id={m.id!} />
   if (path === '/settings') return who ? <SettingsView who={who} /> : <Loading what="your session" />
+  if (path === '/organization') return who ? <OrganizationView who={who} changed={reloadWho} /> : <Loading what="your session" />
   return (
     <section aria-labelledby="not-found">
       <h1 id="not-found">No such page</h1>
@@ -128,6 +138,9 @@ function App() {
       <main id="main" ref={main} tabIndex={-1}>
         {who.status === 'error' ? <ErrorBox error={who.error} retry={reloadWho} /> : <Page who={who.status === 'ok' ? who.data : null} reloadWho={reloadWho} />}
       </main>
+      <footer class="bottom">
+        <p class="muted">The console uses Cairn's public HTTP API: its reference is at <a href="/docs">/docs</a> (OpenAPI at <a href="/openapi.json">/openapi.json</a>).</p>
+      </footer>
     </>
   )
 }

@@ -32,7 +32,7 @@ export function Time({ iso }: { iso: string | null }) {
 
 export function RunLink({ runId }: { runId: string | null }) {
   if (runId === null) return <span class="muted">no run</span>
-  return <Link to={`/runs/${encodeURIComponent(runId)}`} class="run-link" aria-label={`run ${runId}: live events`}>run {shortId(runId)}</Link>
+  return <Link to={`/runs/${encodeURIComponent(runId)}`} class="run-link" aria-label={`run ${shortId(runId)}: live events of run ${runId}`}>run {shortId(runId)}</Link>
 }
 
 export function Loading({ what }: { what: string }) {

@@ -9,6 +9,11 @@ export function rememberSentences(prompt: string): string[] {
     .filter((s) => s !== '' && /\bremember\b/i.test(s))
 }
 
+/** The `fact: <text>` lines of a text (any case): what echo extracts as facts (contract 13.5, offline). */
+export function factLines(text: string): string[] {
+  return text.split('\n').map((line) => /^\s*(?:person:\s*)?fact:\s*(.*?)\s*$/i.exec(line)?.[1] ?? '').filter((f) => f !== '')
+}
+
 const words = (text: string) => text.split(/\s+/).filter(Boolean)
 
 /** Contract 7: the names of the prompt's `artifact: <name>` lines, each once, in order. */
@@ -84,6 +89,12 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
       for (const skillMd of proposedSkillFiles(ctx.prompt)) await ctx.proposeSkill({ skillMd })
       const heard = words(ctx.prompt).length + ctx.history.reduce((n, m) => n + words(m.content).length, 0)
       return { text, facts: rememberSentences(ctx.prompt), usage: { promptTokens: heard, completionTokens: parts.length } }
+    },
+    async complete(messages, _model, settings) {
+      // memory extraction, offline: the `fact:` lines of the person's message are its facts
+      const last = [...messages].reverse().find((m) => m.role === 'user')?.content ?? ''
+      const text = settings.responseFormat?.type === 'json_object' ? JSON.stringify({ facts: factLines(last) }) : last
+      return { text, usage: { promptTokens: messages.reduce((n, m) => n + words(m.content).length, 0), completionTokens: words(text).length } }
     },
     async chat(messages, _model, signal, out) {
       const last = [...messages].reverse().find((m) => m.role === 'user')

@@ -1,9 +1,9 @@
 // What every model protocol shares: one streamed call's shape, the idle timeout, the
 // retries before the first token (contract 13.3) and the run's tool loop. The protocols
 // themselves (openai.ts, anthropic.ts) only turn a call into their SDK's request and back.
-import type { RunSettings } from '../tables.js'
+import type { RunSettings, SuspendedRun } from '../tables.js'
 import { backoffDelay } from '../../memory/capture-worker.js'
-import { abortable, EngineError, type ChatMessage, type Engine, type EngineContext, type ToolCall, type ToolDefinition, type WireMessage } from './types.js'
+import { abortable, EngineError, RunSuspended, type ChatMessage, type Engine, type EngineContext, type ToolCall, type ToolDefinition, type WireMessage } from './types.js'
 
 /** Answers a model call is retried after, before its first token. */
 const RETRYABLE = new Set([429, 500, 502, 503, 504])
@@ -206,21 +206,33 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
       return modelIds().map((id) => ({ id, engine: opts.id, name: id }))
     },
     async run(ctx: EngineContext) {
-      const items = await ctx.recall(ctx.prompt)
-      // contract 13.2: system messages, then the thread's earlier turns, then this prompt
-      const messages: ChatMessage[] = []
-      if (ctx.instructions) messages.push({ role: 'system', content: ctx.instructions })
-      if (items.length > 0) {
-        messages.push({ role: 'system', content: `Relevant memory:\n${items.map((i) => `- ${i.content}`).join('\n')}` })
-      }
-      const prompt = ctx.attachments ? `${ctx.prompt}\n\n${ctx.attachments.message}` : ctx.prompt
-      messages.push(...ctx.history, { role: 'user', content: prompt })
       const model = ctx.model ?? modelIds()[0]
       if (!model) throw new EngineError(`no model configured for the ${opts.id} engine`)
       const tools = ctx.tools && opts.maxToolRounds > 0 ? ctx.tools.definitions() : []
-      const wire: WireMessage[] = messages
+      let wire: WireMessage[]
+      let round = 0
+      // this execution's calls (a run that goes on after it waited counts what it spent before itself)
       const usage = { promptTokens: 0, completionTokens: 0 }
-      for (let round = 0; ; round++) {
+      if (ctx.resume) {
+        // contract 13.4: on from the stored conversation; the round that asked is not asked again
+        wire = ctx.resume.messages as WireMessage[]
+        round = ctx.resume.round
+        await toolRound(ctx, wire, round, ctx.resume.calls)
+        round++
+      } else {
+        // contract 13.5: the prompt's significant words, at most MEMORY_RECALL_LIMIT facts
+        const items = await ctx.recall(ctx.prompt)
+        // contract 13.2: system messages, then the thread's earlier turns, then this prompt
+        const messages: ChatMessage[] = []
+        if (ctx.instructions) messages.push({ role: 'system', content: ctx.instructions })
+        if (items.length > 0) {
+          messages.push({ role: 'system', content: memoryMessage(items) })
+        }
+        const prompt = ctx.attachments ? `${ctx.prompt}\n\n${ctx.attachments.message}` : ctx.prompt
+        messages.push(...ctx.history, { role: 'user', content: prompt })
+        wire = messages
+      }
+      for (; ; round++) {
         const answer = await call({ messages: wire, model, tools, settings: ctx.settings, onDelta: (delta) => ctx.emit('message.delta', { text: delta }) },
           ctx.signal, (retry) => ctx.emit('model.retry', { ...retry }))
         ctx.reportUsage(answer.usage)
@@ -235,13 +247,7 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
         }
         const calls = answer.toolCalls.map((c, i) => ({ ...c, id: c.id || `call_${round}_${i}` }))
         wire.push({ role: 'assistant', content: answer.text === '' ? null : answer.text, tool_calls: calls })
-        // one at a time, in the model's order: each may wait for a person's approval
-        for (const c of calls) {
-          if (ctx.signal.aborted) throw ctx.signal.reason
-          const result = await ctx.tools.execute({ callId: c.id, name: c.function.name, arguments: c.function.arguments, signal: ctx.signal })
-          if (ctx.signal.aborted) throw ctx.signal.reason
-          wire.push({ role: 'tool', tool_call_id: c.id, content: result.content })
-        }
+        await toolRound(ctx, wire, round, calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })))
       }
     },
     async chat(messages, model, signal, out) {
@@ -249,6 +255,48 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
       if (!chosen) throw new EngineError(`no model configured for the ${opts.id} engine`)
       const { usage } = await call({ messages, model: chosen, tools: [], settings: {}, onDelta: (delta) => out.onToken(delta) }, signal)
       return usage
+    },
+    async complete(messages, model, settings, signal) {
+      const chosen = model ?? modelIds()[0]
+      if (!chosen) throw new EngineError(`no model configured for the ${opts.id} engine`)
+      const { text, usage } = await call({ messages, model: chosen, tools: [], settings, onDelta: () => {} }, signal)
+      return { text, usage }
     }
   }
+}
+
+/** Recalled facts as the one system message a model gets them in. */
+export function memoryMessage(items: ReadonlyArray<{ content: string }>): string {
+  return `Relevant memory (facts remembered from earlier conversations; they may be out of date):\n${items.map((i) => `- ${i.content}`).join('\n')}`
+}
+
+/**
+ * One round of tool calls, in the model's order, their results appended to `wire`. A call
+ * that needs a person's decision leaves the run waiting (RunSuspended, contract 13.4):
+ * the calls after it that need a decision are asked too, so people can decide them
+ * together; those that need none run after it, when the run goes on. A call with a
+ * result already is never executed again.
+ */
+async function toolRound(ctx: EngineContext, wire: WireMessage[], round: number, calls: SuspendedRun['calls']): Promise<void> {
+  const tools = ctx.tools!
+  let waiting = false
+  for (const c of calls) {
+    if (c.content !== undefined) continue
+    if (ctx.signal.aborted) throw ctx.signal.reason
+    // behind a call that waits, a decided one waits too: calls run in order
+    if (waiting && c.approvalId !== undefined) continue
+    const answer = await tools.execute({ callId: c.id, name: c.name, arguments: c.arguments, signal: ctx.signal, defer: waiting, approvalId: c.approvalId })
+    if (ctx.signal.aborted) throw ctx.signal.reason
+    if ('pending' in answer) {
+      c.approvalId = answer.pending
+      waiting = true
+    } else if ('content' in answer) {
+      c.content = answer.content
+      ctx.checkpoint?.({ messages: wire, round, calls })
+    }
+  }
+  if (waiting) throw new RunSuspended({ messages: wire, round, calls })
+  for (const c of calls) wire.push({ role: 'tool', tool_call_id: c.id, content: c.content! })
+  // the round is whole: going on from here asks the model again, with every result
+  ctx.checkpoint?.({ messages: wire, round, calls: [] })
 }

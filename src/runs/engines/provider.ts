@@ -46,6 +46,10 @@ export function providerEngine(conn: ProviderConnection, opts: Pick<OpenAiOption
     async chat(messages, model, signal, out) {
       const { engine, key } = await connect()
       return engine.chat(messages, model, signal, out).catch(hidingKey(key))
+    },
+    async complete(messages, model, settings, signal) {
+      const { engine, key } = await connect()
+      return engine.complete(messages, model, settings, signal).catch(hidingKey(key))
     }
   }
 }

@@ -5,7 +5,7 @@ import type { SavedArtifact } from '../artifact-port.js'
 import type { ProposedDraft } from '../knowledge-port.js'
 import type { RecalledItem } from '../memory-port.js'
 import type { ProposedSkill } from '../skills-port.js'
-import type { RunSettings } from '../tables.js'
+import type { RunSettings, SuspendedRun } from '../tables.js'
 
 /** What an engine gets while it runs one run. */
 export interface EngineContext {
@@ -18,6 +18,14 @@ export interface EngineContext {
   history: ChatMessage[]
   /** the run's attachments: their workspace paths, and what the user message says of them (contract 13.3); null without */
   attachments: { paths: string[]; message: string } | null
+  /** where a run that waited for approvals goes on from (contract 13.4); null for a fresh start */
+  resume: SuspendedRun | null
+  /**
+   * Where the run could go on from now without executing a tool call again (each call's
+   * result as it arrives, and the round once complete): a run handed back to the queue
+   * (shutdown, the database away) resumes there instead of starting over.
+   */
+  checkpoint?(state: SuspendedRun): void
   /** temperature, output limit, response format, tools (each absent unless the run set it) */
   settings: RunSettings
   /** adds one model call's tokens to the run's usage (kept whatever the run's end) */
@@ -46,11 +54,27 @@ export interface ToolDefinition {
 
 /**
  * The tool gateway as an engine sees it (kept free of Fastify): the definitions to offer
- * and one call at a time, recorded as `tool.call` / `tool.result` run events.
+ * and one call at a time, recorded as `tool.call` / `tool.result` run events. A call that
+ * needs a person's decision answers `pending` (its approval id) at once; with `defer`, a
+ * call that needs none answers `deferred`, unexecuted; with `approvalId`, a call asked
+ * before runs (approved) or is answered denied.
  */
 export interface RunTools {
   definitions(): ToolDefinition[]
-  execute(call: { callId: string; name: string; arguments: string; signal: AbortSignal }): Promise<{ content: string }>
+  execute(call: { callId: string; name: string; arguments: string; signal: AbortSignal; defer?: boolean; approvalId?: string | undefined }): Promise<ToolAnswer>
+}
+
+export type ToolAnswer = { content: string } | { pending: string } | { deferred: true }
+
+/** Thrown by an engine whose tool round waits for people's decisions: the worker stores `state` and frees its slot. */
+export class RunSuspended extends Error {
+  override name = 'RunSuspended'
+  readonly state: SuspendedRun
+
+  constructor(state: SuspendedRun) {
+    super('the run waits for people to decide its tool calls')
+    this.state = state
+  }
 }
 
 export interface ToolCall {
@@ -90,6 +114,8 @@ export interface Engine {
   models(): Promise<ModelInfo[]>
   run(ctx: EngineContext): Promise<EngineResult>
   chat(messages: ChatMessage[], model: string | null, signal: AbortSignal, out: ChatStream): Promise<{ promptTokens: number; completionTokens: number }>
+  /** one call, not streamed to anyone, with the run's settings (memory extraction asks for a JSON object) */
+  complete(messages: ChatMessage[], model: string | null, settings: RunSettings, signal: AbortSignal): Promise<{ text: string; usage: { promptTokens: number; completionTokens: number } }>
 }
 
 /** An engine failure with the text that ends up in the run's `error`. */

@@ -1,7 +1,7 @@
 import { useState } from 'preact/hooks'
-import { api, query, type BrowseResult, type Scope } from '../api.js'
+import { api, ApiError, query, type BrowseResult, type Scope } from '../api.js'
 import { navigate } from '../router.js'
-import { Empty, ErrorBox, Link, Loading, MemoryOff, PersonalUnavailable, RunLink, ScopePicker, Time, useLoad } from '../ui.js'
+import { Empty, ErrorBox, Link, Loading, MemoryOff, PersonalUnavailable, RunLink, ScopePicker, Time, useAction, useLoad } from '../ui.js'
 
 export const scopeOf = (params: URLSearchParams): Scope => (params.get('scope') === 'personal' ? 'personal' : 'org')
 const PAGE = 50
@@ -12,6 +12,8 @@ export function BrowseView({ params }: { params: URLSearchParams }) {
   const cursor = params.get('cursor') ?? undefined
   // the cursors of the pages before this one, for "Newer"
   const [back, setBack] = useState<Array<string | undefined>>([])
+  // the fact just added, said once the list shows it
+  const [added, setAdded] = useState<string | null>(null)
   const [state, reload] = useLoad(`browse ${scope} ${cursor ?? ''}`, () =>
     api<BrowseResult>('GET', `/memory/browse${query({ scope, limit: PAGE, cursor })}`))
   const go = (next: { scope?: Scope; cursor?: string | undefined }) => {
@@ -30,12 +32,14 @@ export function BrowseView({ params }: { params: URLSearchParams }) {
         const r = state.data
         if (r.failedClosed) return <PersonalUnavailable />
         if (!r.enabled) return <MemoryOff />
+        const form = <AddFact scope={scope} done={added} added={(text) => { setAdded(text); setBack([]); if (cursor) go({ cursor: undefined }); else reload() }} />
         if (r.items.length === 0) {
-          return <Empty><p>{cursor ? 'No more facts on this page.' : `The ${scope === 'org' ? 'organization' : 'personal'} pool is empty.`} Facts appear here when a run captures them (a sentence with “remember” in an echo run, for example).</p></Empty>
+          return <>{form}<Empty><p>{cursor ? 'No more facts on this page.' : `The ${scope === 'org' ? 'organization' : 'personal'} pool is empty.`} Facts appear here when you add one above, or when a run captures them (a model's remember tool, or a sentence with “remember” in an echo run).</p></Empty></>
         }
         const first = back.length * PAGE + 1
         return (
           <>
+            {form}
             <p class="summary" role="status">{r.total.toLocaleString()} {r.total === 1 ? 'fact' : 'facts'} in the {scope === 'org' ? 'organization' : 'personal'} pool, newest first. Showing {first.toLocaleString()}–{(first + r.items.length - 1).toLocaleString()}.</p>
             <ul class="cards" aria-label="Stored facts">
               {r.items.map((item) => (
@@ -45,7 +49,7 @@ export function BrowseView({ params }: { params: URLSearchParams }) {
                     <Time iso={item.createdAt} />
                     {item.updatedAt !== item.createdAt ? <span> · edited <Time iso={item.updatedAt} /></span> : null}
                     <span> · </span><RunLink runId={item.sourceRunId} />
-                    <span> · </span><Link to={`/items/${encodeURIComponent(item.id)}${query({ scope: scope === 'org' ? undefined : scope })}`} aria-label={`Open fact: ${item.content.slice(0, 60)}`}>Open, edit or delete</Link>
+                    <span> · </span><Link to={`/items/${encodeURIComponent(item.id)}${query({ scope: scope === 'org' ? undefined : scope })}`} aria-label={`Open, edit or delete: ${item.content.slice(0, 60)}`}>Open, edit or delete</Link>
                   </p>
                 </li>
               ))}
@@ -58,5 +62,34 @@ export function BrowseView({ params }: { params: URLSearchParams }) {
         )
       })() : null}
     </section>
+  )
+}
+
+/** "Add a fact": a person writes a fact into the pool shown. */
+function AddFact({ scope, done, added }: { scope: Scope; done: string | null; added: (text: string) => void }) {
+  const [content, setContent] = useState('')
+  const add = useAction(async (text: string) => {
+    await api<{ item: unknown }>('POST', '/memory/items', { scope, content: text })
+    setContent('')
+    added(text)
+  })
+  const submit = (e: Event) => {
+    e.preventDefault()
+    if (content.trim() !== '') add.run(content.trim())
+  }
+  return (
+    <form class="card add-fact" onSubmit={submit} aria-labelledby="add-fact-title">
+      <h2 id="add-fact-title">Add a fact</h2>
+      <label for="add-fact-content">A fact for the {scope === 'org' ? 'organization' : 'personal'} pool, in a sentence that stands on its own</label>
+      <textarea id="add-fact-content" rows={2} maxLength={4000} required value={content}
+        onInput={(e) => setContent((e.target as HTMLTextAreaElement).value)} />
+      <div class="actions">
+        <button type="submit" disabled={add.pending || content.trim() === ''}>{add.pending ? 'Adding…' : 'Add fact'}</button>
+      </div>
+      {done !== null ? <p role="status" class="muted">Added: {done}</p> : null}
+      {add.error instanceof ApiError && add.error.status === 409
+        ? <p class="state notice" role="alert">The pool already holds this fact.</p>
+        : add.error ? <ErrorBox error={add.error} /> : null}
+    </form>
   )
 }

@@ -5,22 +5,29 @@ import { RecallList } from './recalls.js'
 
 const EVENT_TYPES = [
   'run.queued', 'run.started', 'message.delta', 'message.completed', 'tool.call', 'tool.result', 'memory.recalled',
-  'memory.captured', 'artifact.created', 'run.succeeded', 'run.failed', 'run.cancelled'
+  'memory.captured', 'artifact.created', 'approval.requested', 'approval.resolved', 'run.requires_action',
+  'run.succeeded', 'run.failed', 'run.cancelled'
 ] as const
 const TERMINAL: Record<string, Run['status']> = { 'run.succeeded': 'succeeded', 'run.failed': 'failed', 'run.cancelled': 'cancelled' }
 
 interface Logged { id: string; type: string; at: string }
+/** A tool call of the run as its events tell it: asked, then answered (status and the text the model got). */
+export interface ToolCallView { callId: string; tool: string; arguments: unknown; status?: string; content?: string }
 type Stream = 'connecting' | 'live' | 'reconnecting' | 'ended' | 'failed'
 
 /** Follows /api/runs/:id/events (the whole history first, then live) and shows the text as it streams. */
-function useRunStream(id: string) {
+export function useRunStream(id: string) {
   const [text, setText] = useState('')
   const [log, setLog] = useState<Logged[]>([])
+  const [tools, setTools] = useState<ToolCallView[]>([])
+  // moves on with each approval event: a view of the pending calls reads them again
+  const [approvals, setApprovals] = useState(0)
   const [status, setStatus] = useState<Run['status'] | null>(null)
   const [stream, setStream] = useState<Stream>('connecting')
   useEffect(() => {
     setText('')
     setLog([])
+    setTools([])
     setStatus(null)
     setStream('connecting')
     const source = new EventSource(`/api/runs/${encodeURIComponent(id)}/events`)
@@ -36,9 +43,21 @@ function useRunStream(id: string) {
         } catch {
           // an event without a JSON body still shows in the log
         }
+        // handed back to the queue (a deploy, a database outage): the run starts over
+        if (type === 'run.queued' && data.requeued === true) setText('')
         if (type === 'message.delta' && typeof data.text === 'string') setText((t) => t + (data.text as string))
         if (type === 'message.completed' && typeof data.text === 'string') setText(data.text)
+        if (type === 'tool.call') {
+          const call = { callId: String(data.callId), tool: String(data.tool), arguments: data.arguments }
+          setTools((list) => (list.some((c) => c.callId === call.callId) ? list : [...list, call]))
+        }
+        if (type === 'tool.result') {
+          setTools((list) => list.map((c) => (c.callId === String(data.callId) ? { ...c, status: String(data.status), content: String(data.content ?? '') } : c)))
+        }
+        if (type === 'approval.requested' || type === 'approval.resolved') setApprovals((n) => n + 1)
         if (type === 'run.started') setStatus('running')
+        // waiting for people to decide its tool calls, without a worker
+        if (type === 'run.requires_action') setStatus('requires_action')
         if (TERMINAL[type]) setStatus(TERMINAL[type]!)
         if (type !== 'message.delta') setLog((l) => [...l, { id: e.lastEventId, type, at: new Date().toISOString() }])
       })
@@ -49,7 +68,7 @@ function useRunStream(id: string) {
     })
     return () => source.close()
   }, [id])
-  return { text, log, status, stream }
+  return { text, log, tools, approvals, status, stream }
 }
 
 const STREAM_LABEL: Record<Stream, string> = {

@@ -48,7 +48,7 @@ export function SearchView({ params }: { params: URLSearchParams }) {
                     <span>score {item.score.toFixed(2)}</span>
                     <span> · </span><Time iso={item.citation.createdAt} />
                     <span> · </span><RunLink runId={item.citation.runId} />
-                    <span> · </span><Link to={`/items/${encodeURIComponent(item.id)}${query({ scope: scope === 'org' ? undefined : scope })}`} aria-label={`Open fact: ${item.content.slice(0, 60)}`}>Open, edit or delete</Link>
+                    <span> · </span><Link to={`/items/${encodeURIComponent(item.id)}${query({ scope: scope === 'org' ? undefined : scope })}`} aria-label={`Open, edit or delete: ${item.content.slice(0, 60)}`}>Open, edit or delete</Link>
                   </p>
                 </li>
               ))}

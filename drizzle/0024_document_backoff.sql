@@ -1,0 +1,2 @@
+ALTER TABLE "knowledge_documents" ADD COLUMN "next_attempt_at" timestamp with time zone DEFAULT now() NOT NULL;--> statement-breakpoint
+CREATE INDEX "memory_captures_lease_idx" ON "memory_captures" USING btree ("lease_expires_at") WHERE "memory_captures"."state" = 'delivering';

@@ -1,0 +1,235 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
+import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js'
+import { sql } from 'drizzle-orm'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { notFound } from '../../plugins/errors.js'
+import { idempotentWork } from '../../plugins/idempotency/index.js'
+import { errorResponses, IdParams } from '../../schemas/common.js'
+import { CreateMcpServerBody, ListMcpServersQuery, McpAnswer, McpHeaders, McpMessage, McpServerEnvelope, McpServerPage } from '../../schemas/mcp.js'
+import { principalOf, realUserId, type Principal } from '../auth/principal.js'
+import { rowsOf } from '../db/client.js'
+import { boolOf } from '../db/rows.js'
+import { newId } from '../db/ids.js'
+import { buildMcpServer } from './server.js'
+import { listMcpServers, mcpServerToWire } from './servers-repo.js'
+import { mcpSessions } from './tables.js'
+
+const TAGS = ['mcp']
+const ADMIN = { scope: 'admin' } as const
+/** the headers of a request the MCP transport reads; the rest (cookies, keys) stay here */
+const FORWARDED = ['accept', 'content-type', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id'] as const
+/** a session's last use is written at most this often */
+const TOUCH_EVERY_S = 300
+
+/** Who a session belongs to: the same caller (user, key or dev org) in the same org, or no one. */
+const holderOf = (p: Principal) => `${p.kind}:${p.kind === 'key' ? (p.keyId ?? '') : (p.userId ?? '')}`
+
+/** A JSON-RPC error answered before the transport (an unknown session, a missing one). */
+function rpcError(reply: FastifyReply, status: number, code: number, message: string) {
+  return reply.code(status).type('application/json').send(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }))
+}
+
+/**
+ * `/api/mcp` (Cairn as an MCP server, Streamable HTTP) and `/api/mcp-servers` (the org's
+ * MCP servers whose tools runs may call).
+ *
+ * Sessions across instances: every request builds its MCP server and transport afresh for
+ * its caller, so no instance holds anything of a session in memory. `initialize` stores a
+ * row (`mcp_sessions`: its id, org and caller) and answers its id as `Mcp-Session-Id`; a
+ * later request on any instance is served when that row exists for the same caller and
+ * was used within MCP_SESSION_IDLE_HOURS (else 404, and the client initializes again);
+ * `DELETE` removes the row.
+ */
+const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async (app, opts) => {
+  const idleSeconds = opts.sessionIdleHours * 3600
+
+  // ---- /api/mcp -----------------------------------------------------------------
+
+  await app.register(async function mcpEndpoint(scope) {
+    // the body is the SDK's to read: a malformed message gets its JSON-RPC error, not our 400
+    scope.removeAllContentTypeParsers()
+    scope.addContentTypeParser('*', { parseAs: 'string' }, (_request, body, done) => done(null, body))
+
+    /** The live session of this id for this caller, its last use written now and then; false when there is none. */
+    async function sessionLive(principal: Principal, id: string): Promise<boolean> {
+      if (id.length > 128) return false
+      const rows = rowsOf<{ stale: unknown }>(await scope.db.execute(sql`
+        select (last_used_at < now() - make_interval(secs => ${TOUCH_EVERY_S})) as stale from mcp_sessions
+        where id = ${id} and org_id = ${principal.orgId} and principal = ${holderOf(principal)}
+          and last_used_at > now() - make_interval(secs => ${idleSeconds})`))
+      if (rows.length === 0) return false
+      if (boolOf(rows[0]!.stale)) {
+        await scope.db.execute(sql`update mcp_sessions set last_used_at = now() where id = ${id}`)
+      }
+      return true
+    }
+
+    // a GET's stream is cut when the instance stops (its client reconnects, to any instance):
+    // ending it is not enough for a client that already went away without a word
+    const streams = new Set<FastifyReply['raw']>()
+    scope.addHook('preClose', async () => {
+      for (const stream of streams) stream.destroy()
+    })
+
+    async function serve(request: FastifyRequest, reply: FastifyReply) {
+      const principal = principalOf(request)
+      const raw = typeof request.body === 'string' ? request.body : undefined
+      let parsed: unknown
+      try {
+        parsed = raw === undefined ? undefined : JSON.parse(raw)
+      } catch {
+        parsed = undefined
+      }
+      const initializing = request.method === 'POST' && (isInitializeRequest(parsed) || (Array.isArray(parsed) && parsed.some((m) => isInitializeRequest(m))))
+      const header = request.headers['mcp-session-id']
+      const sessionId = typeof header === 'string' ? header : undefined
+      // a message that is not JSON is the transport's to refuse (a JSON-RPC parse error)
+      if (!initializing && parsed !== undefined || request.method !== 'POST') {
+        if (sessionId === undefined) return rpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required')
+        if (!(await sessionLive(principal, sessionId))) return rpcError(reply, 404, -32001, 'Session not found')
+      }
+      if (request.method === 'DELETE' && sessionId !== undefined) {
+        await scope.db.delete(mcpSessions).where(sql`${mcpSessions.id} = ${sessionId} and ${mcpSessions.orgId} = ${principal.orgId}`)
+      }
+      const transport = new WebStandardStreamableHTTPServerTransport(initializing
+        ? {
+          sessionIdGenerator: () => newId(),
+          enableJsonResponse: true,
+          onsessioninitialized: async (id) => {
+            await scope.db.insert(mcpSessions).values({ id, orgId: principal.orgId, principal: holderOf(principal) })
+            // ended sessions are deleted by whoever opens a new one
+            await scope.db.execute(sql`delete from mcp_sessions where last_used_at < now() - make_interval(secs => ${idleSeconds})`)
+          }
+        }
+        // stateless per request: the session was checked above, against its row
+        : { sessionIdGenerator: undefined, enableJsonResponse: true })
+      const server = buildMcpServer({
+        app,
+        principal,
+        log: request.log,
+        connection: request.raw,
+        async idempotent(route, key, body, work) {
+          if (key === undefined) return work(null)
+          return idempotentWork(scope.db, { orgId: principal.orgId, route, key, principal, body }, work)
+        }
+      })
+      if (request.method === 'GET') streams.add(reply.raw)
+      reply.raw.once('close', () => {
+        streams.delete(reply.raw)
+        void server.close().catch(() => {})
+      })
+      await server.connect(transport)
+      const headers = new Headers()
+      for (const name of FORWARDED) {
+        const value = request.headers[name]
+        if (typeof value === 'string') headers.set(name, value)
+      }
+      const answer = await transport.handleRequest(new Request(`http://cairn.invalid${request.url}`, {
+        method: request.method,
+        headers,
+        ...(raw !== undefined ? { body: raw } : {})
+      }), parsed === undefined ? {} : { parsedBody: parsed })
+      if (!initializing && sessionId !== undefined) reply.header('mcp-session-id', sessionId)
+      return reply.send(answer)
+    }
+
+    const common = { headers: McpHeaders }
+    const answers = { 200: McpAnswer, 202: { type: 'null', description: 'a notification or response was accepted' }, ...errorResponses(404, 406, 409, 413, 415) }
+    scope.post('/mcp', {
+      schema: {
+        operationId: 'mcpMessage',
+        tags: TAGS,
+        summary: 'MCP Streamable HTTP: send a JSON-RPC message (initialize first; its answer\'s Mcp-Session-Id goes with every later request)',
+        ...common,
+        body: McpMessage,
+        response: answers
+      },
+      // the SDK checks the message; the schema is only the document's
+      validatorCompiler: () => () => true
+    }, serve)
+    scope.get('/mcp', {
+      exposeHeadRoute: false,
+      schema: {
+        operationId: 'mcpStream',
+        tags: TAGS,
+        summary: 'MCP Streamable HTTP: the server\'s stream of a session (SSE)',
+        ...common,
+        response: answers
+      }
+    }, serve)
+    scope.delete('/mcp', {
+      schema: {
+        operationId: 'mcpEndSession',
+        tags: TAGS,
+        summary: 'MCP Streamable HTTP: end a session',
+        ...common,
+        response: answers
+      }
+    }, serve)
+  })
+
+  // ---- /api/mcp-servers ---------------------------------------------------------
+
+  app.post('/mcp-servers', {
+    config: ADMIN,
+    schema: {
+      operationId: 'createMcpServer',
+      tags: TAGS,
+      summary: 'Connect an MCP server (admin): header values are sealed as secrets; the server is checked once at once',
+      body: CreateMcpServerBody,
+      response: { 201: McpServerEnvelope, ...errorResponses(409, 413, 503) }
+    }
+  }, async (request, reply) => {
+    const principal = principalOf(request)
+    const row = await app.mcp.create(principal.orgId, request.body, realUserId(principal))
+    return reply.code(201).send({ server: mcpServerToWire(row) })
+  })
+
+  app.get('/mcp-servers', {
+    schema: {
+      operationId: 'listMcpServers',
+      tags: TAGS,
+      summary: 'The org\'s MCP servers, oldest first, with the tools each listed at its last check',
+      querystring: ListMcpServersQuery,
+      response: { 200: McpServerPage, ...errorResponses() }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const page = await listMcpServers(app.db, orgId, { limit: request.query.limit ?? 50, cursor: request.query.cursor })
+    return { items: page.items.map(mcpServerToWire), nextCursor: page.nextCursor }
+  })
+
+  app.post('/mcp-servers/:id/check', {
+    config: ADMIN,
+    schema: {
+      operationId: 'checkMcpServer',
+      tags: TAGS,
+      summary: 'Connect to the server and list its tools now (admin): ready, or lastError saying why not',
+      params: IdParams,
+      response: { 200: McpServerEnvelope, ...errorResponses(404) }
+    }
+  }, async (request) => {
+    const { orgId } = principalOf(request)
+    const row = await app.mcp.check(orgId, request.params.id)
+    if (!row) throw notFound('no such MCP server in this organization')
+    return { server: mcpServerToWire(row) }
+  })
+
+  app.delete('/mcp-servers/:id', {
+    config: ADMIN,
+    schema: {
+      operationId: 'deleteMcpServer',
+      tags: TAGS,
+      summary: 'Remove an MCP server and its sealed headers (admin); its tools are no longer offered',
+      params: IdParams,
+      response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
+    }
+  }, async (request, reply) => {
+    const { orgId } = principalOf(request)
+    if (!(await app.mcp.remove(orgId, request.params.id))) throw notFound('no such MCP server in this organization')
+    return reply.code(204).send(null)
+  })
+}
+
+export default mcpRoutes

@@ -1,0 +1,48 @@
+import type { FastifyInstance } from 'fastify'
+import { realUserId, type Principal } from '../auth/principal.js'
+import { lookupPool, type PoolScope } from './pools.js'
+
+export const SEARCH_LIMIT = { default: 20, max: 100 }
+
+const elapsed = (started: number) => Math.round((performance.now() - started) * 100) / 100
+
+/**
+ * Who may read which pool: personal needs a real user, never the dev fallback or a key
+ * (it fails closed and is never looked up).
+ */
+export async function poolAccess(app: FastifyInstance, principal: Principal, scope: PoolScope) {
+  const user = realUserId(principal)
+  const failedClosed = scope === 'personal' && user === null
+  const ownerKey = scope === 'personal' ? (user ?? '') : ''
+  const found = await lookupPool(app.db, principal.orgId, failedClosed ? 'org' : scope, ownerKey)
+  const enabled = app.memory.backend !== null && found.orgOn
+  return { enabled, authed: user !== null, failedClosed, pool: failedClosed || !enabled ? null : found.pool }
+}
+
+/** `GET /api/memory/search` as the caller: the route and the MCP tool `memory_search` both answer this. */
+export async function searchMemoryAs(app: FastifyInstance, principal: Principal, query: { scope: PoolScope; q: string | undefined; limit: number | undefined }) {
+  const started = performance.now()
+  const { scope } = query
+  const a = await poolAccess(app, principal, scope)
+  const base = { enabled: a.enabled, scope, authed: a.authed, truncated: false }
+  if (a.failedClosed) return { ...base, latencyMs: elapsed(started), failedClosed: true as const, items: [] }
+  const q = (query.q ?? '').trim()
+  const backend = app.memory.backend
+  if (!a.enabled || !backend || q === '') return { ...base, latencyMs: elapsed(started), items: [] }
+  const pool = a.pool
+  if (!pool) return { ...base, latencyMs: elapsed(started), items: [] }
+  const limit = Math.min(query.limit ?? SEARCH_LIMIT.default, SEARCH_LIMIT.max)
+  const found = await backend.search(pool, q, limit)
+  return {
+    ...base,
+    truncated: found.truncated,
+    latencyMs: elapsed(started),
+    items: found.items.map((h) => ({
+      id: h.id,
+      content: h.content,
+      sourceScope: scope,
+      score: h.score,
+      citation: { kind: 'memory' as const, id: h.id, runId: h.runId, rootRunId: h.rootRunId, createdAt: h.createdAt }
+    }))
+  }
+}

@@ -1,0 +1,71 @@
+// Conversations in the console, in a real Chromium: start one, watch the answer stream, send
+// a follow-up that sees the earlier turn, and decide a model's tool call (approve) with its
+// tool and arguments shown, the run going on with the result. A local OpenAI-compatible
+// model (test/runs/tool-model.ts) asks for the tool.
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import t, { type Test } from 'tap'
+import { shellCall, startToolModel } from '../runs/tool-model.js'
+import { hubServer, launchBrowser, noBrowser, openPage, screenshot } from './helpers.js'
+
+const model = await startToolModel(t)
+const dataDir = await mkdtemp(join(tmpdir(), 'cairn-hub-threads-'))
+t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+const { app, base } = await hubServer(t, {
+  OPENAI_BASE_URL: model.url, MODELS: 'tool-model', ECHO_WORD_DELAY_MS: '20', DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true', RUN_POLL_MS: '50'
+})
+const test = (name: string, fn: (t: Test) => Promise<void>) => t.test(name, { skip: noBrowser }, fn)
+const browser = noBrowser ? (null as never) : await launchBrowser(t)
+
+test('start a conversation, watch the answer, follow up in the same thread', async (t) => {
+  const { page, problems, close } = await openPage(browser)
+  t.teardown(close)
+  await page.goto(`${base}/hub/`)
+  await page.getByRole('link', { name: 'Conversations' }).click()
+  await page.getByText('No conversations yet').waitFor()
+  await page.getByRole('textbox', { name: 'Message', exact: true }).fill('My name is Priya.')
+  await page.getByRole('combobox', { name: 'Model' }).selectOption('echo')
+  await page.getByRole('button', { name: 'Send' }).click()
+  await page.getByRole('heading', { name: 'My name is Priya.' }).waitFor()
+  const first = page.locator('.turn').first()
+  await first.locator('.badge', { hasText: 'succeeded' }).waitFor()
+  t.equal(await first.locator('.output').textContent(), 'My name is Priya.')
+
+  await page.getByRole('textbox', { name: 'Message', exact: true }).fill('history')
+  await page.getByRole('combobox', { name: 'Model' }).selectOption('echo')
+  await page.getByRole('button', { name: 'Send' }).click()
+  const second = page.locator('.turn').nth(1)
+  await second.locator('.badge', { hasText: 'succeeded' }).waitFor()
+  t.equal(await second.locator('.output').textContent(), 'history: 1 turns: My name is Priya.', 'the follow-up saw the earlier turn')
+  await screenshot(page, 'thread')
+  const threads = (await app.inject({ method: 'GET', url: '/api/threads' })).json().items
+  t.match(threads, [{ title: 'My name is Priya.', runCount: 2 }])
+  await page.getByRole('link', { name: '← Conversations' }).click()
+  await page.getByRole('link', { name: 'My name is Priya.' }).waitFor()
+  t.same(problems.errors, [])
+})
+
+test('a tool call waits for a person: approve it in the thread, the run goes on', async (t) => {
+  model.script.push(shellCall('echo hello-from-the-console'), { text: 'The command said hello.' })
+  const { page, problems, close } = await openPage(browser)
+  t.teardown(close)
+  await page.goto(`${base}/hub/threads`)
+  await page.getByRole('textbox', { name: 'Message', exact: true }).fill('Say hello from the sandbox')
+  await page.getByRole('combobox', { name: 'Model' }).selectOption('tool-model')
+  await page.getByRole('button', { name: 'Send' }).click()
+  const waiting = page.getByRole('region', { name: 'Tool calls waiting for your decision' })
+  await waiting.waitFor()
+  t.match(await waiting.textContent(), /shell[\s\S]*"command": "echo hello-from-the-console"/)
+  await page.locator('.badge', { hasText: 'requires_action' }).waitFor()
+  await screenshot(page, 'thread-approval')
+  const decided = page.waitForResponse((r) => /\/approvals\/[^/]+$/.test(r.url()))
+  await waiting.getByRole('button', { name: 'Approve shell' }).click()
+  t.equal((await decided).status(), 200)
+  const turn = page.locator('.turn').first()
+  await turn.locator('.badge', { hasText: 'succeeded' }).waitFor()
+  t.equal(await turn.locator('.output').textContent(), 'The command said hello.')
+  const results = model.requests[1]!.body.messages.filter((m: { role: string }) => m.role === 'tool')
+  t.match(results[0].content, /hello-from-the-console/, 'the approved call ran and its output went to the model')
+  t.same(problems.errors, [])
+})

@@ -1,0 +1,54 @@
+import { createServer } from 'node:http'
+import { Server } from '@modelcontextprotocol/sdk/server/index.js'
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
+import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js'
+import type { Teardown } from '../helper.js'
+
+export interface LocalMcp {
+  url: string
+  /** every call of `record`: its arguments and the headers it came with */
+  calls: Array<{ args: Record<string, unknown>; headers: Record<string, string | string[] | undefined> }>
+  close(): Promise<void>
+}
+
+/**
+ * A local MCP server built with the SDK (stateless Streamable HTTP): `record` (answers what
+ * it was given, and records it), `fail` (answers an error), `slow` (answers once `release` is called).
+ */
+export async function startLocalMcp(t: Teardown): Promise<LocalMcp & { release(): void }> {
+  const calls: LocalMcp['calls'] = []
+  let release: () => void = () => {}
+  const released = new Promise<void>((resolve) => (release = resolve))
+  const http = createServer(async (req, res) => {
+    const server = new Server({ name: 'local', version: '1.0.0' }, { capabilities: { tools: {} } })
+    server.setRequestHandler(ListToolsRequestSchema, async () => ({
+      tools: [
+        { name: 'record', description: 'records a note', inputSchema: { type: 'object', properties: { note: { type: 'string' } }, required: ['note'] } },
+        { name: 'fail', description: 'always fails', inputSchema: { type: 'object', properties: {} } },
+        { name: 'slow', description: 'answers late', inputSchema: { type: 'object', properties: {} } }
+      ]
+    }))
+    server.setRequestHandler(CallToolRequestSchema, async (request) => {
+      if (request.params.name === 'record') {
+        calls.push({ args: request.params.arguments ?? {}, headers: req.headers })
+        return { content: [{ type: 'text', text: `recorded: ${String(request.params.arguments?.note)}` }] }
+      }
+      if (request.params.name === 'slow') {
+        await released
+        return { content: [{ type: 'text', text: 'slow done' }] }
+      }
+      return { isError: true, content: [{ type: 'text', text: 'the ticket system is down' }] }
+    })
+    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
+    res.on('close', () => void server.close())
+    await server.connect(transport)
+    await transport.handleRequest(req, res)
+  })
+  await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve))
+  const close = () => new Promise<void>((resolve) => {
+    http.closeAllConnections()
+    http.close(() => resolve())
+  })
+  t.teardown(close)
+  return { url: `http://127.0.0.1:${(http.address() as { port: number }).port}/mcp`, calls, close, release: () => release() }
+}

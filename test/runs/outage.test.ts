@@ -1,0 +1,54 @@
+import { inArray } from 'drizzle-orm'
+import t from 'tap'
+import { runEvents, runs } from '../../src/runs/tables.js'
+import { buildTestApp, createTestDatabase, waitFor } from '../helper.js'
+import { databaseOutage } from '../db/outage.js'
+
+/**
+ * Contract 1.3 and 5: a database outage shorter than a run's lease fails no run. The
+ * runs' event writes fail while it lasts (and on Postgres the statements in flight are
+ * cut); each run waits for the database, goes on, and finishes exactly once.
+ */
+
+const OUTAGE_MS = 1500
+const words = (n: number, tag: string) => Array.from({ length: n }, (_, i) => `${tag}${i}`).join(' ')
+
+t.test('a database outage shorter than the lease fails no running run; each finishes once, whole', async (t) => {
+  const shared = await createTestDatabase(t)
+  const app = await buildTestApp(t, {
+    db: shared,
+    env: { ECHO_WORD_DELAY_MS: '40', RUN_WORKER_CONCURRENCY: '6', RUN_POLL_MS: '50', RUN_SWEEP_MS: '200', RUN_LEASE_MS: '8000' }
+  })
+  const outage = databaseOutage(t, shared.database, shared.url)
+  const prompts = Array.from({ length: 6 }, (_, i) => words(80, `r${i}w`))
+  const ids: string[] = []
+  for (const prompt of prompts) {
+    const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt } })
+    t.equal(res.statusCode, 201)
+    ids.push(res.json().run.id)
+  }
+  // every run is streaming its words when the database goes away
+  await waitFor('all six streaming', async () => {
+    const deltas = await app.db.select({ runId: runEvents.runId }).from(runEvents)
+      .where(inArray(runEvents.runId, ids))
+    const streaming = new Set(deltas.map((d) => d.runId))
+    return streaming.size === ids.length && deltas.length >= ids.length * 4
+  })
+
+  await outage.begin()
+  await new Promise((resolve) => setTimeout(resolve, OUTAGE_MS))
+  outage.end()
+
+  const finished = await waitFor('all six finished', async () => {
+    const rows = await app.db.select().from(runs).where(inArray(runs.id, ids))
+    return rows.every((r) => ['succeeded', 'failed', 'cancelled'].includes(r.status)) ? rows : null
+  }, 60_000)
+  t.same(finished.map((r) => [r.status, r.error]), ids.map(() => ['succeeded', null]), 'none failed')
+  for (const run of finished) t.equal(run.output, prompts[ids.indexOf(run.id)], 'the whole answer')
+  const events = await app.db.select({ runId: runEvents.runId, type: runEvents.type }).from(runEvents).where(inArray(runEvents.runId, ids))
+  for (const id of ids) {
+    const ends = events.filter((e) => e.runId === id && e.type.startsWith('run.') && !['run.queued', 'run.started'].includes(e.type))
+    t.same(ends.map((e) => e.type), ['run.succeeded'], `run ${id} finished once`)
+    t.equal(events.filter((e) => e.runId === id && e.type === 'run.started').length, 1, 'went on where it was, not started over')
+  }
+})

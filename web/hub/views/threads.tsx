@@ -1,0 +1,166 @@
+import { useEffect, useState } from 'preact/hooks'
+import { api, ApiError, query, type Approval, type ModelEntry, type Run, type ThreadSummary } from '../api.js'
+import { navigate } from '../router.js'
+import { Empty, ErrorBox, Link, Loading, Time, useAction, useLoad } from '../ui.js'
+import { useRunStream, type ToolCallView } from './run.js'
+
+const LIVE = new Set<Run['status']>(['queued', 'running', 'requires_action'])
+
+/** The message box: a new conversation, or the next message of one (a follow-up run in the thread). */
+function MessageBox({ rootRunId, sent }: { rootRunId: string | null; sent: (run: Run) => void }) {
+  const [prompt, setPrompt] = useState('')
+  const [model, setModel] = useState('')
+  const [models] = useLoad('models', () => api<{ items: ModelEntry[] }>('GET', '/models'))
+  const send = useAction(async () => {
+    const body: Record<string, unknown> = { prompt: prompt.trim() }
+    if (rootRunId) body.rootRunId = rootRunId
+    if (model) body.model = model
+    const { run } = await api<{ run: Run }>('POST', '/runs', body)
+    setPrompt('')
+    sent(run)
+  })
+  const list = models.status === 'ok' ? models.data.items : []
+  return (
+    <form class="card stack message-box" onSubmit={(e) => { e.preventDefault(); if (prompt.trim() !== '') send.run() }} aria-labelledby="message-title">
+      <h2 id="message-title">{rootRunId ? 'Your message' : 'Start a conversation'}</h2>
+      <label for="message">Message</label>
+      <textarea id="message" rows={3} maxLength={100_000} required value={prompt} onInput={(e) => setPrompt((e.target as HTMLTextAreaElement).value)} />
+      <label for="model">Model</label>
+      <select id="model" value={model} onChange={(e) => setModel((e.target as HTMLSelectElement).value)}>
+        <option value="">The organization's default{list.find((m) => m.default) ? ` (${list.find((m) => m.default)!.id})` : ''}</option>
+        {list.map((m) => <option key={`${m.engine}/${m.id}`} value={m.id}>{m.id}</option>)}
+      </select>
+      <button type="submit" disabled={send.pending || prompt.trim() === ''}>{send.pending ? 'Sending…' : 'Send'}</button>
+      {send.error ? <ErrorBox error={send.error} /> : null}
+    </form>
+  )
+}
+
+/** The org's conversations, newest first, and a box to start one. */
+export function ThreadsView({ params }: { params: URLSearchParams }) {
+  const cursor = params.get('cursor') ?? undefined
+  const [state, reload] = useLoad(`threads ${cursor ?? ''}`, () => api<{ items: ThreadSummary[]; nextCursor: string | null }>('GET', `/threads${query({ limit: 50, cursor })}`))
+  return (
+    <section aria-labelledby="threads-title">
+      <h1 id="threads-title">Conversations</h1>
+      <MessageBox rootRunId={null} sent={(run) => navigate(`/threads/${encodeURIComponent(run.rootRunId)}`)} />
+      {state.status === 'loading' ? <Loading what="conversations" /> : null}
+      {state.status === 'error' ? <ErrorBox error={state.error} retry={reload} /> : null}
+      {state.status === 'ok' ? (state.data.items.length === 0 ? <Empty><p>No conversations yet: start one above.</p></Empty> : (
+        <>
+          <ul class="cards" aria-label="Conversations">
+            {state.data.items.map((thread) => (
+              <li key={thread.rootRunId} class="card">
+                <p class="content"><Link to={`/threads/${encodeURIComponent(thread.rootRunId)}`}>{thread.title}</Link></p>
+                <p class="meta"><span class={`badge status-${thread.latestStatus}`}>{thread.latestStatus}</span> · {thread.runCount} {thread.runCount === 1 ? 'message' : 'messages'} · <Time iso={thread.updatedAt} /></p>
+              </li>
+            ))}
+          </ul>
+          {state.data.nextCursor ? <p><Link to={`/threads${query({ cursor: state.data.nextCursor })}`}>Older conversations →</Link></p> : null}
+        </>
+      )) : null}
+    </section>
+  )
+}
+
+function ToolCalls({ calls }: { calls: ToolCallView[] }) {
+  if (calls.length === 0) return null
+  return (
+    <ol class="tool-calls" aria-label="Tool calls">
+      {calls.map((c) => (
+        <li key={c.callId}>
+          <p><strong>{c.tool}</strong> <code>{JSON.stringify(c.arguments)}</code>{c.status ? <span class="muted"> · {c.status}</span> : <span class="muted"> · waiting</span>}</p>
+          {c.content !== undefined ? <pre class="tool-result">{c.content}</pre> : null}
+        </li>
+      ))}
+    </ol>
+  )
+}
+
+/** The pending calls of a run waiting for people: each with its tool and arguments, approve or deny. */
+function PendingApprovals({ runId, version }: { runId: string; version: number }) {
+  const [state, reload] = useLoad(`approvals ${runId} ${version}`, () => api<{ items: Approval[] }>('GET', `/runs/${encodeURIComponent(runId)}/approvals`))
+  const decide = useAction(async (approvalId: string, decision: 'approve' | 'deny') => {
+    await api('POST', `/runs/${encodeURIComponent(runId)}/approvals/${encodeURIComponent(approvalId)}`, { decision })
+    reload()
+  })
+  if (state.status !== 'ok') return state.status === 'error' ? <ErrorBox error={state.error} retry={reload} /> : null
+  const pending = state.data.items.filter((a) => a.status === 'pending')
+  if (pending.length === 0) return null
+  return (
+    <div class="card approvals" role="region" aria-label="Tool calls waiting for your decision">
+      <h3>Waiting for your decision</h3>
+      <ul>
+        {pending.map((a) => (
+          <li key={a.id}>
+            <p><strong>{a.tool}</strong> wants to run with</p>
+            <pre>{JSON.stringify(a.arguments, null, 2)}</pre>
+            <p class="muted">Expires <Time iso={a.expiresAt} /></p>
+            <button type="button" disabled={decide.pending} onClick={() => decide.run(a.id, 'approve')} aria-label={`Approve ${a.tool}`}>Approve</button>{' '}
+            <button type="button" class="secondary" disabled={decide.pending} onClick={() => decide.run(a.id, 'deny')} aria-label={`Deny ${a.tool}`}>Deny</button>
+          </li>
+        ))}
+      </ul>
+      {decide.error instanceof ApiError && decide.error.status === 409 ? <p class="state notice" role="alert">This call was decided already, or has expired.</p> : decide.error ? <ErrorBox error={decide.error} /> : null}
+    </div>
+  )
+}
+
+/** The run that has not ended yet: its text, tool calls and results as they stream, its approvals, cancel. */
+function LiveRun({ run, ended }: { run: Run; ended: () => void }) {
+  const live = useRunStream(run.id)
+  const status = live.status ?? run.status
+  const cancel = useAction(async () => { await api('POST', `/runs/${encodeURIComponent(run.id)}/cancel`) })
+  useEffect(() => {
+    if (!LIVE.has(status)) ended()
+  }, [status])
+  return (
+    <li class="turn">
+      <p class="prompt"><span class="who-said">You</span> {run.prompt}</p>
+      <div class="answer">
+        <p class="meta"><span class={`badge status-${status}`}>{status}</span> {run.model ? <span class="muted">{run.model}</span> : null}</p>
+        <ToolCalls calls={live.tools} />
+        {status === 'requires_action' ? <PendingApprovals runId={run.id} version={live.approvals} /> : null}
+        <div class="output content" aria-live="polite" aria-label="Answer">{live.text === '' ? <span class="muted">(no text yet)</span> : live.text}</div>
+        <button type="button" class="secondary" disabled={cancel.pending} onClick={() => cancel.run()}>Cancel</button>
+        {cancel.error ? <ErrorBox error={cancel.error} /> : null}
+      </div>
+    </li>
+  )
+}
+
+function FinishedRun({ run }: { run: Run }) {
+  return (
+    <li class="turn">
+      <p class="prompt"><span class="who-said">You</span> {run.prompt}</p>
+      <div class="answer">
+        <p class="meta"><span class={`badge status-${run.status}`}>{run.status}</span> {run.model ? <span class="muted">{run.model}</span> : null} · <Link to={`/runs/${encodeURIComponent(run.id)}`}>events</Link></p>
+        {run.output ? <div class="output content">{run.output}</div> : null}
+        {run.error ? <p class="state error">{run.error}</p> : null}
+      </div>
+    </li>
+  )
+}
+
+/** One conversation: each run's prompt and answer, the live one streamed, and the box for the next message. */
+export function ThreadView({ id }: { id: string }) {
+  const [version, setVersion] = useState(0)
+  const [state, reload] = useLoad(`thread ${id} ${version}`, () => api<{ thread: ThreadSummary; runs: Run[] }>('GET', `/threads/${encodeURIComponent(id)}`))
+  const again = () => setVersion((v) => v + 1)
+  return (
+    <section aria-labelledby="thread-title">
+      <p class="crumbs"><Link to="/threads">← Conversations</Link></p>
+      {state.status === 'loading' ? <Loading what="the conversation" /> : null}
+      {state.status === 'error' ? <ErrorBox error={state.error} retry={reload} /> : null}
+      {state.status === 'ok' ? (
+        <>
+          <h1 id="thread-title">{state.data.thread.title}</h1>
+          <ol class="conversation" aria-label="Conversation">
+            {state.data.runs.map((run) => (LIVE.has(run.status) ? <LiveRun key={run.id} run={run} ended={again} /> : <FinishedRun key={run.id} run={run} />))}
+          </ol>
+          <MessageBox rootRunId={id} sent={again} />
+        </>
+      ) : null}
+    </section>
+  )
+}
