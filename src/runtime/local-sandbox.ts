@@ -237,7 +237,9 @@ class LocalSandbox implements Sandbox {
           // already gone
         }
       }
+      let killSent = false
       const kill = () => {
+        killSent = true
         if (!confined || namespacePid !== null) {
           killNamespace()
           killGroup()
@@ -288,9 +290,12 @@ class LocalSandbox implements Sandbox {
         clearTimeout(timer)
         o.signal?.removeEventListener('abort', onAbort)
         this.children.delete(child)
+        // killed through its namespace, the command's SIGKILL comes back as bubblewrap's exit
+        // status 137 (128 + 9): it is reported as the kill it was
+        const ourKill = killSent && (signal === 'SIGKILL' || code === 128 + 9)
         resolvePromise({
-          exitCode: code,
-          signal,
+          exitCode: ourKill ? null : code,
+          signal: ourKill ? 'SIGKILL' : signal,
           stdout: out.bytes(),
           stderr: errOut.bytes(),
           timedOut,
