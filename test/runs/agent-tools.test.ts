@@ -36,8 +36,17 @@ async function startRun(app: App, cookie: string, prompt: string): Promise<strin
 const finished = finishedRun
 const eventsOf = storedEventsOf
 
-const pendingApproval = (app: App, orgId: string, runId: string) =>
-  eventually(async () => (await eventsOf(app, orgId, runId)).find((e) => e.type === 'approval.requested')?.data)
+/** The approval a run waits for: the run is read with ?wait= (it answers once the run waits for
+ * a person or has ended), so a run that ended instead fails here with its status and error. */
+async function pendingApproval(app: App, cookie: string, orgId: string, runId: string) {
+  const run = await eventually(async () => {
+    const res = await app.inject({ method: 'GET', url: `/api/runs/${runId}?wait=30`, headers: { cookie } })
+    const current = res.json().run
+    return ['queued', 'running'].includes(current.status) ? null : current
+  }, 90_000)
+  if (run.status !== 'requires_action') throw new Error(`run ${runId} is ${run.status}, not requires_action: ${run.error ?? ''}`)
+  return eventually(async () => (await eventsOf(app, orgId, runId)).find((e) => e.type === 'approval.requested')?.data)
+}
 
 t.test('an approved shell call runs in the sandbox and its output goes back to the model', async (t) => {
   const { app, upstream, cookie, orgId } = await setup(t)
@@ -45,7 +54,7 @@ t.test('an approved shell call runs in the sandbox and its output goes back to t
   upstream.script.push(shellCall('echo hello-from-sandbox'), { text: 'The sandbox said hello.' })
   const runId = await startRun(app, cookie, 'say hello from the sandbox')
 
-  const requested = await pendingApproval(app, orgId, runId)
+  const requested = await pendingApproval(app, cookie, orgId, runId)
   t.match(requested, { callId: 'call_1', tool: 'shell', arguments: { command: 'echo hello-from-sandbox' } })
   const listed = await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals`, headers: { cookie } })
   t.equal(listed.statusCode, 200)
@@ -81,7 +90,7 @@ t.test('a denied call answers the model with the denial; the run completes', asy
   const { app, upstream, cookie, orgId } = await setup(t)
   upstream.script.push(shellCall('rm -rf /tmp/nothing'), { text: 'Understood, I will not.' })
   const runId = await startRun(app, cookie, 'clean up')
-  const requested = await pendingApproval(app, orgId, runId)
+  const requested = await pendingApproval(app, cookie, orgId, runId)
   const denied = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${requested.approvalId}`, headers: { cookie }, payload: { decision: 'deny' } })
   t.equal(denied.statusCode, 200, denied.body)
   const run = await finished(app, cookie, runId)
@@ -97,7 +106,7 @@ t.test('cancelling a run that waits for approval ends it cancelled and drops the
   const { app, upstream, cookie, orgId } = await setup(t)
   upstream.script.push(shellCall('echo never'), { text: 'unreachable' })
   const runId = await startRun(app, cookie, 'wait for me')
-  const requested = await pendingApproval(app, orgId, runId)
+  const requested = await pendingApproval(app, cookie, orgId, runId)
   const cancel = await app.inject({ method: 'POST', url: `/api/runs/${runId}/cancel`, headers: { cookie } })
   t.equal(cancel.statusCode, 200)
   const run = await finished(app, cookie, runId)
@@ -168,7 +177,7 @@ t.test('a cancel on another instance drops the approval the run waits for there'
   const { cookie, org } = await signUpWithOrg(b)
   upstream.script.push(shellCall('echo never'), { text: 'unreachable' })
   const runId = await startRun(b, cookie, 'wait on A')
-  const requested = await pendingApproval(a, org.id, runId)
+  const requested = await pendingApproval(a, cookie, org.id, runId)
   t.equal((await b.inject({ method: 'POST', url: `/api/runs/${runId}/cancel`, headers: { cookie } })).statusCode, 200)
   const run = await finished(b, cookie, runId)
   t.equal(run.status, 'cancelled')
