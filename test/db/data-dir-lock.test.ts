@@ -4,6 +4,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
+import { embeddedPassOnly } from '../passes.js'
 import { DataDirLockedError, LOCK_FILE, lockDataDir } from '../../src/db/data-dir-lock.js'
 import { openDatabase } from '../../src/db/client.js'
 
@@ -20,7 +21,7 @@ async function deadPid(): Promise<number> {
   return child.pid!
 }
 
-t.test('one holder per directory: the second is refused with the directory and the holder pid', async (t) => {
+t.test('one holder per directory: the second is refused with the directory and the holder pid', { skip: embeddedPassOnly }, async (t) => {
   const dir = tempDir(t)
   const lock = lockDataDir(dir)
   const text = readFileSync(join(dir, LOCK_FILE), 'utf8')
@@ -35,7 +36,7 @@ t.test('one holder per directory: the second is refused with the directory and t
   lockDataDir(dir).release()
 })
 
-t.test('a lock whose holder is gone, or whose pid now names another process, is taken over', async (t) => {
+t.test('a lock whose holder is gone, or whose pid now names another process, is taken over', { skip: embeddedPassOnly }, async (t) => {
   const dir = tempDir(t)
   writeFileSync(join(dir, LOCK_FILE), `${await deadPid()} 12345\n`)
   const first = lockDataDir(dir)
@@ -51,7 +52,7 @@ t.test('a lock whose holder is gone, or whose pid now names another process, is 
   }
 })
 
-t.test('release never removes a lock another process holds now', async (t) => {
+t.test('release never removes a lock another process holds now', { skip: embeddedPassOnly }, async (t) => {
   const dir = tempDir(t)
   const lock = lockDataDir(dir)
   writeFileSync(join(dir, LOCK_FILE), '1\n') // as if taken over meanwhile
@@ -59,7 +60,7 @@ t.test('release never removes a lock another process holds now', async (t) => {
   t.equal(readFileSync(join(dir, LOCK_FILE), 'utf8'), '1\n')
 })
 
-t.test('openDatabase on PGlite takes the lock before opening and gives it back at close', async (t) => {
+t.test('openDatabase on PGlite takes the lock before opening and gives it back at close', { skip: embeddedPassOnly }, async (t) => {
   const dir = tempDir(t)
   const database = await openDatabase({ dataDir: dir })
   t.ok(existsSync(join(dir, LOCK_FILE)))

@@ -4,9 +4,10 @@ import { join } from 'node:path'
 import { PGlite } from '@electric-sql/pglite'
 import { pg_trgm } from '@electric-sql/pglite/contrib/pg_trgm'
 import t from 'tap'
+import { embeddedPassOnly } from '../passes.js'
 import { unpackedBundle } from '../../src/db/pglite-extensions.js'
 
-t.test('an unpacked bundle installs the extension without PGlite loading the bundle itself', async (t) => {
+t.test('an unpacked bundle installs the extension without PGlite loading the bundle itself', { skip: embeddedPassOnly }, async (t) => {
   const ext = unpackedBundle(pg_trgm)
   t.equal(ext.name, 'pg_trgm')
   const result = await ext.setup({} as never, { preRun: [] })
@@ -24,7 +25,7 @@ t.test('an unpacked bundle installs the extension without PGlite loading the bun
   t.ok(dirs.has('/pglite/lib/postgresql'))
 })
 
-t.test('PGlite with the unpacked pg_trgm: create extension, similarity, a trigram index, on disk and reopened', async (t) => {
+t.test('PGlite with the unpacked pg_trgm: create extension, similarity, a trigram index, on disk and reopened', { skip: embeddedPassOnly }, async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'cairn-pglite-ext-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   const first = await PGlite.create(dir, { extensions: { pg_trgm: unpackedBundle(pg_trgm) } })

@@ -68,7 +68,7 @@ test('dead capture → Retry → pending again; orphan → Discard, with the exp
   await orphanRow.getByText('orphan (delivering)').waitFor()
   // the unfiltered list (which holds the orphan too) may still show, or the list may be
   // between the two, while the filtered one loads: wait until one row is left, then check it
-  await page.waitForFunction(() => document.querySelectorAll('li.capture').length === 1)
+  await page.waitForFunction("document.querySelectorAll('li.capture').length === 1")
   t.same(await page.locator('li.capture').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-run'))), [orphan], 'the filter shows orphans only')
   await screenshot(page, 'captures-orphans')
   const resolved = page.waitForResponse((r) => r.url().endsWith(`/captures/${orphan}/resolve`))

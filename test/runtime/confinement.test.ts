@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs'
 import { mkdir, readdir, readFile, stat, symlink, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import t from 'tap'
+import { embeddedPassOnly } from '../passes.js'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { findExecutable, probeBubblewrap } from '../../src/runtime/bubblewrap.js'
 import { gatewaySetup } from './fakes.js'
@@ -29,7 +30,7 @@ async function hostFiles(dir: string, prefix = ''): Promise<string[]> {
   return found.sort()
 }
 
-t.test('a directory swapped for ../../.. mid-call never leads a file tool out', { skip }, async (t) => {
+t.test('a directory swapped for ../../.. mid-call never leads a file tool out', { skip: embeddedPassOnly || skip }, async (t) => {
   // the attacker's loop must outlive every call, however slow the machine
   const { app, runId, workspace, dataDir } = await setup({ t, env: { SANDBOX_EXEC_TIMEOUT_MS: '900000' } })
   const gw = app.runtime.gateway
@@ -95,7 +96,7 @@ t.test('a directory swapped for ../../.. mid-call never leads a file tool out', 
   t.ok(seen.write.get('ok'), 'some writes went through, inside the workspace')
 })
 
-t.test('workspace links to /etc/passwd, DATA_DIR and another org\'s workspace are refused by every file tool', { skip }, async (t) => {
+t.test('workspace links to /etc/passwd, DATA_DIR and another org\'s workspace are refused by every file tool', { skip: embeddedPassOnly || skip }, async (t) => {
   const { app, runId, workspace, dataDir } = await setup({ t })
   const gw = app.runtime.gateway
   await app.inject({ method: 'PUT', url: '/api/tools/policies/write_file', payload: { mode: 'auto' } })
@@ -144,7 +145,7 @@ t.test('workspace links to /etc/passwd, DATA_DIR and another org\'s workspace ar
   t.notOk(existsSync(join(workspace, 'hard-passwd')))
 })
 
-t.test('sandboxed processes drop root: another user, no capabilities, no_new_privs', { skip: skip || (root ? false : 'the service does not run as root here') }, async (t) => {
+t.test('sandboxed processes drop root: another user, no capabilities, no_new_privs', { skip: embeddedPassOnly || (skip || (root ? false : 'the service does not run as root here')) }, async (t) => {
   const { app, runId, workspace } = await setup({ t })
   const gw = app.runtime.gateway
   await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', payload: { mode: 'auto' } })
@@ -165,7 +166,7 @@ t.test('sandboxed processes drop root: another user, no capabilities, no_new_pri
   t.same([(await stat(workspace)).uid], [65534], 'the workspace itself is that user\'s')
 })
 
-t.test('the desktop never reads the workspace: a planted .x11vncrc is ignored', { skip: hasDesktop ? false : 'Xvfb and x11vnc are not installed' }, async (t) => {
+t.test('the desktop never reads the workspace: a planted .x11vncrc is ignored', { skip: embeddedPassOnly || (hasDesktop ? false : 'Xvfb and x11vnc are not installed') }, async (t) => {
   const { app, threadId, workspace, dataDir } = await setup({ t })
   const planted = join(dataDir, 'x11vnc-read-the-workspace.log')
   const { sandbox, release } = await app.runtime.sandboxes!.acquire({ orgId: ORG, threadId })
