@@ -8,14 +8,20 @@ export const APPROVAL_STATUSES = ['pending', 'approved', 'denied', 'cancelled', 
 export const ToolName = named('ToolName', LiteralUnion(TOOL_NAMES, { description: 'a gateway tool' }))
 export const ToolMode = named('ToolMode', LiteralUnion(TOOL_MODES, { description: 'auto: runs at once; approve: waits for a person' }))
 
+/** A tool a policy can name: a built-in one, or an MCP server's as runs see it. */
+export const PolicyToolName = Type.Union([
+  ToolName,
+  Type.String({ pattern: '^mcp__[a-z0-9_-]{1,32}__[A-Za-z0-9_-]{1,64}$', maxLength: 100, description: 'a tool of one of the organization\'s MCP servers, mcp__<server>__<tool>' })
+])
+
 export const ToolPolicy = named('ToolPolicy', Type.Object({
-  tool: ToolName,
+  tool: PolicyToolName,
   mode: ToolMode,
   isDefault: Type.Boolean({ description: 'true when the org has not chosen and the built-in default applies' }),
   description: Type.String()
 }))
 export const ToolPolicyList = named('ToolPolicyList', Type.Object({ items: Type.Array(ToolPolicy) }))
-export const ToolPolicyParams = StrictObject({ tool: ToolName })
+export const ToolPolicyParams = StrictObject({ tool: PolicyToolName })
 export const SetToolPolicyBody = named('ToolPolicyRequest', StrictObject({ mode: ToolMode }))
 
 export const RunParams = StrictObject({ id: Id })

@@ -26,6 +26,8 @@ export interface McpTools {
   definitions(orgId: string): Promise<McpToolDefinition[]>
   /** calls one tool on its server; `ok` false when the server said it failed or could not be reached */
   call(orgId: string, name: string, args: Record<string, unknown>, signal: AbortSignal): Promise<{ ok: boolean; content: string }>
+  /** the tools the org's servers listed when last reached, as stored (no connection is made) */
+  known(orgId: string): Promise<Array<{ name: string; description: string }>>
 }
 
 /** The MCP group's instance-wide side, as `app.mcp`. */
@@ -147,6 +149,12 @@ export default fp(async function mcpService(app: FastifyInstance, opts: McpServi
           }
         }))
         .filter((d) => FUNCTION_NAME.test(d.function.name)))
+    },
+    async known(orgId) {
+      return (await allMcpServers(db, orgId)).flatMap((row) => row.tools.map((tool) => ({
+        name: `${MCP_TOOL_PREFIX}${row.name}__${tool.name}`,
+        description: tool.description ?? `the ${tool.name} tool of the MCP server ${row.name}`
+      }))).filter((tool) => FUNCTION_NAME.test(tool.name))
     },
     async call(orgId, name, args, signal) {
       const found = splitName(await allMcpServers(db, orgId), name)

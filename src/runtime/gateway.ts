@@ -270,18 +270,31 @@ export class ToolGateway {
 
   // ---- policies -------------------------------------------------------------------
 
-  async policies(orgId: string): Promise<Array<{ tool: ToolName; mode: ToolMode; isDefault: boolean; description: string }>> {
-    const rows = await this.opts.db.select().from(toolPolicies).where(eq(toolPolicies.orgId, orgId))
+  /**
+   * The built-in tools' policies, then those of the tools the org's MCP servers listed when
+   * last reached (default `approve`).
+   */
+  async policies(orgId: string): Promise<Array<{ tool: string; mode: ToolMode; isDefault: boolean; description: string }>> {
+    const [rows, mcpTools] = await Promise.all([
+      this.opts.db.select().from(toolPolicies).where(eq(toolPolicies.orgId, orgId)),
+      this.opts.mcp ? this.opts.mcp.known(orgId) : []
+    ])
     const set = new Map(rows.map((r) => [r.tool, r.mode]))
-    return TOOL_NAMES.map((tool) => ({
-      tool,
-      mode: set.get(tool) ?? TOOLS[tool].defaultMode,
-      isDefault: !set.has(tool),
-      description: TOOLS[tool].description
-    }))
+    const tools = [
+      ...TOOL_NAMES.map((tool) => ({ tool, defaultMode: TOOLS[tool].defaultMode, description: TOOLS[tool].description })),
+      ...mcpTools.map((t) => ({ tool: t.name, defaultMode: 'approve' as const, description: t.description }))
+    ]
+    return tools.map(({ tool, defaultMode, description }) => ({ tool, mode: set.get(tool) ?? defaultMode, isDefault: !set.has(tool), description }))
   }
 
-  async setPolicy(orgId: string, tool: ToolName, mode: ToolMode, userId: string | null): Promise<void> {
+  /**
+   * Sets a tool's policy: a built-in tool, or one an MCP server of the org listed when last
+   * reached (any other name is not found).
+   */
+  async setPolicy(orgId: string, tool: string, mode: ToolMode, userId: string | null): Promise<void> {
+    if (!isToolName(tool) && !(this.opts.mcp?.isMcpTool(tool) && (await this.opts.mcp.known(orgId)).some((t) => t.name === tool))) {
+      throw notFound(`no tool named ${tool}: MCP tools are named mcp__<server>__<tool> after one of the organization's servers listed them`)
+    }
     await this.opts.db.insert(toolPolicies)
       .values({ orgId, tool, mode, updatedBy: userId })
       .onConflictDoUpdate({ target: [toolPolicies.orgId, toolPolicies.tool], set: { mode, updatedBy: userId, updatedAt: new Date() } })

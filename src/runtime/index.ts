@@ -110,6 +110,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
       operationId: 'listToolPolicies',
       tags: ['runtime'],
       summary: 'The org\'s tool policies (auto or approve), defaults included',
+      description: 'The built-in tools, then the tools the organization\'s MCP servers listed when last reached (mcp__<server>__<tool>, default approve).',
       response: { 200: ToolPolicyList, ...errorResponses() }
     }
   }, async (request) => {
@@ -122,13 +123,14 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
       operationId: 'setToolPolicy',
       tags: ['runtime'],
       summary: 'Set whether a tool runs at once or waits for approval',
+      description: 'A built-in tool, or an MCP server\'s tool as runs see it (mcp__<server>__<tool>, listed by its server when last reached; 404 otherwise).',
       params: ToolPolicyParams,
       body: SetToolPolicyBody,
-      response: { 200: ToolPolicy, ...errorResponses(413, 415) }
+      response: { 200: ToolPolicy, ...errorResponses(404, 413, 415) }
     }
   }, async (request) => {
     const principal = principalOf(request)
-    const tool = request.params.tool as Parameters<typeof gateway.setPolicy>[1]
+    const tool = request.params.tool
     await gateway.setPolicy(principal.orgId, tool, request.body.mode, principal.userId)
     const policy = (await gateway.policies(principal.orgId)).find((p) => p.tool === tool)!
     return policy

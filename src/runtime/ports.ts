@@ -89,4 +89,6 @@ export interface McpToolSource {
   isMcpTool(name: string): boolean
   definitions(orgId: string): Promise<Array<{ type: 'function'; function: { name: string; description: string; parameters: Record<string, unknown> } }>>
   call(orgId: string, name: string, args: Record<string, unknown>, signal: AbortSignal): Promise<{ ok: boolean; content: string }>
+  /** the tools the org's servers listed when last reached (stored; no connection is made) */
+  known(orgId: string): Promise<Array<{ name: string; description: string }>>
 }

@@ -52,8 +52,22 @@ t.test('an admin connects a server (headers sealed, never returned); its tools r
   await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
   t.equal((await app.inject({ method: 'POST', url: '/api/mcp-servers', headers: { cookie: member.cookie }, payload: { name: 'mine', url: mcp.url } })).json().error, 'organization_admin_required')
 
-  // `fail` runs without a person (the org's policy); `record` needs one (the default)
-  await app.db.insert(toolPolicies).values({ orgId: owner.org.id, tool: 'mcp__local__fail', mode: 'auto' })
+  // `fail` runs without a person (the org's policy, set through the API); `record` needs one (the default)
+  const policies = (await app.inject({ method: 'GET', url: '/api/tools/policies', headers })).json().items
+  t.same(policies.filter((p: any) => p.tool.startsWith('mcp__')).map((p: any) => [p.tool, p.mode, p.isDefault]),
+    [['mcp__local__record', 'approve', true], ['mcp__local__fail', 'approve', true], ['mcp__local__slow', 'approve', true]], 'its tools are listed, approve by default')
+  const setAuto = await app.inject({ method: 'PUT', url: '/api/tools/policies/mcp__local__fail', headers, payload: { mode: 'auto' } })
+  t.equal(setAuto.statusCode, 200, setAuto.body)
+  t.match(setAuto.json(), { tool: 'mcp__local__fail', mode: 'auto', isDefault: false })
+  const [stored] = await app.db.select().from(toolPolicies).where(eq(toolPolicies.tool, 'mcp__local__fail'))
+  t.match(stored, { orgId: owner.org.id, mode: 'auto', updatedBy: owner.user.id })
+  const unlisted = await app.inject({ method: 'PUT', url: '/api/tools/policies/mcp__local__nothing', headers, payload: { mode: 'auto' } })
+  t.equal(unlisted.statusCode, 404, 'a tool its server did not list')
+  t.equal((await app.inject({ method: 'PUT', url: '/api/tools/policies/mcp__other__record', headers, payload: { mode: 'auto' } })).statusCode, 404, 'no such server')
+  t.match((await app.inject({ method: 'PUT', url: '/api/tools/policies/mcp__Bad%20Name__x', headers, payload: { mode: 'auto' } })).json(), { error: 'validation_failed' })
+  const stranger = await signUpWithOrg(app)
+  t.equal((await app.inject({ method: 'PUT', url: '/api/tools/policies/mcp__local__fail', headers: { cookie: stranger.cookie }, payload: { mode: 'auto' } })).statusCode, 404, 'another org\'s server is not found')
+  t.notOk((await app.inject({ method: 'GET', url: '/api/tools/policies', headers: { cookie: stranger.cookie } })).json().items.some((p: any) => p.tool.startsWith('mcp__')))
   upstream.script.push(
     { calls: [{ id: 'call_f', name: 'mcp__local__fail', arguments: '{}' }] },
     { calls: [{ id: 'call_r', name: 'mcp__local__record', arguments: JSON.stringify({ note: 'hello mcp' }) }] },
