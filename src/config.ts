@@ -55,6 +55,10 @@ export const EnvSchema = Type.Object({
   REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 30_000, description: 'a request whose headers and body are not received within this is answered 408 request_timeout' }),
   SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, maximum: 600_000, default: 10_000, description: 'time allowed for in-flight work at shutdown' }),
   RUN_WORKER_CONCURRENCY: Type.Integer({ minimum: 0, maximum: 256, default: 4, description: 'runs one instance executes at once (0: this instance runs none)' }),
+  RUN_QUEUE_MAX_PER_ORG: Type.Integer({
+    minimum: 0, maximum: 10_000_000, default: 1000,
+    description: 'an org with this many runs queued (not yet started) gets 429 rate_limited with Retry-After for the next one it starts through the API (0: no limit)'
+  }),
   RUN_POLL_MS: Type.Integer({ minimum: 10, maximum: 600_000, default: 1000, description: 'how often idle workers look for queued runs (NOTIFY wakes them sooner)' }),
   RUN_LEASE_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 30_000, description: 'a running run is failed with worker_lost when its lease is not renewed for this long' }),
   RUN_SWEEP_MS: Type.Integer({ minimum: 10, maximum: 3_600_000, default: 5000, description: 'how often each instance looks for expired leases' }),

@@ -220,15 +220,17 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance, opts: I
 
   // Every answer the handler did not store with its work ends here: a 4xx is stored (so a
   // retry gets it again) unless the key turns out to be held; a held key (or a 5xx while
-  // it is) is answered from the stored row, as a retry would be.
+  // it is) is answered from the stored row, as a retry would be. A 429 (a full run queue)
+  // is a rate limit, as in contract 3: never stored, it uses nothing up.
   async function idempotencyRecord(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
     const state = keyStates.get(request)
     if (!state || state.stored) return payload
     state.stored = true
     const status = reply.statusCode
+    const passing = status >= 500 || status === 429
     let row: KeyRow | undefined
     try {
-      if (!state.taken && status >= 400 && status < 500 && typeof payload === 'string') {
+      if (!state.taken && !passing && status >= 400 && status < 500 && typeof payload === 'string') {
         if (rowsOf(await app.db.execute(storeAnswer(state, status, payload))).length === 1) return payload
       }
       row = await liveRow(app.db, state)
@@ -237,13 +239,13 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance, opts: I
       // the key does the work again or gets the stored answer. The handler's own refusal
       // (or 5xx) stands; a held key cannot be answered from its row, so 503
       if (!isDatabaseUnavailable(err)) throw err
-      if (status >= 500 || (status >= 400 && !state.taken)) return payload
+      if (passing || (status >= 400 && !state.taken)) return payload
       const { status: unavailable, body, headers } = describeError(err as Error)
       reply.code(unavailable).type('application/json; charset=utf-8')
       if (headers) reply.headers(headers)
       return JSON.stringify(body)
     }
-    if (!state.taken && status >= 500 && !row) return payload
+    if (!state.taken && passing && !row) return payload
     const answer = answerFrom(row, state)
     reply.code(answer.status).type('application/json; charset=utf-8')
     if (answer.replayed) reply.header('idempotent-replayed', 'true')

@@ -135,7 +135,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
       tags: GITHUB,
       summary: 'Build a repository\'s wiki as a run: one knowledge record per page (README and top-level files, each document under docs/, each top-level source folder), tagged `wiki:<owner>/<repo>`; pages whose cited files did not change keep their version',
       body: BuildWikiBody,
-      response: { 202: RunEnvelope, ...errorResponses(404, 502) }
+      response: { 202: RunEnvelope, ...errorResponses(404, 429, 502) }
     }
   }, async (request, reply) => {
     const principal = principalOf(request)

@@ -1,7 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Static } from 'typebox'
-import { engineUnavailable, notFound, validationFailed } from '../../plugins/errors.js'
+import { engineUnavailable, notFound, rateLimited, validationFailed } from '../../plugins/errors.js'
 import { Redactor } from '../secrets/redact.js'
 import type { RunSecrets } from './secrets-port.js'
 import type { IdempotencyLock, StoredAnswer } from '../../plugins/idempotency/index.js'
@@ -27,6 +27,8 @@ export interface DispatchDeps {
   secrets: RunSecrets
   /** told of the runs an `interrupt` ends (their remembered facts are captured) */
   onEnded?: OnRunsEnded | undefined
+  /** an org with this many queued runs is refused another (429 with Retry-After); 0: no limit */
+  queueMax: number
   /** the index of the first of these tool names no MCP server of the org offers, or -1 (the mcp group) */
   mcpTools?: ((orgId: string, names: string[]) => Promise<number>) | undefined
 }
@@ -57,6 +59,16 @@ export class RunPreconditionFailed extends Error {
   override name = 'RunPreconditionFailed'
 }
 
+/** Retry-After for a full queue: long enough for workers to take some, short enough to feel live. */
+const QUEUE_RETRY_AFTER_S = 2
+
+/** Whether the org has at least `limit` runs queued: counts no further than the limit, on a partial index. */
+export async function queuedAtLeast(db: Db, orgId: string, limit: number): Promise<boolean> {
+  const [row] = rowsOf<{ n: unknown }>(await db.execute(sql`
+    select count(*)::int as n from (select 1 from runs where org_id = ${orgId} and status = 'queued' limit ${limit}) q`))
+  return Number(row?.n ?? 0) >= limit
+}
+
 async function holds(db: Db | Tx, condition: SQL): Promise<boolean> {
   return boolOf(rowsOf<{ ok: unknown }>(await db.execute(sql`select (${condition}) as ok`))[0]?.ok)
 }
@@ -65,7 +77,10 @@ async function holds(db: Db | Tx, condition: SQL): Promise<boolean> {
  * `POST /api/runs`: stores the run (and its idempotent answer, in the same commit), then
  * announces it. Returns the answer to send, which a retry with the same key replays.
  */
-export async function dispatchRun({ db, engines, events, secrets, artifacts, onEnded, mcpTools }: DispatchDeps, { principal, idempotency, log, attach, precondition, ...input }: DispatchInput): Promise<StoredAnswer> {
+export async function dispatchRun({ db, engines, events, secrets, artifacts, onEnded, mcpTools, queueMax }: DispatchDeps, { principal, idempotency, log, attach, precondition, ...input }: DispatchInput): Promise<StoredAnswer> {
+  if (queueMax > 0 && await queuedAtLeast(db, principal.orgId, queueMax)) {
+    throw rateLimited(QUEUE_RETRY_AFTER_S, `queued runs in this organization (${queueMax} are waiting to start)`)
+  }
   const chosen = await engines.resolve(input.body.engine, input.body.model, principal.orgId)
   if ('error' in chosen) throw engineUnavailable(chosen.error)
   const { instructions, settings, attachments } = agentOptionsOf(input.body)

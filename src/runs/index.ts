@@ -63,7 +63,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Start a run (optionally in an existing thread); honours Idempotency-Key',
       headers: IdempotencyKeyHeader,
       body: CreateRunBody,
-      response: { 201: RunEnvelope, ...errorResponses(404, 413) }
+      response: { 201: RunEnvelope, ...errorResponses(404, 413, 429) }
     }
   }, async (request, reply) => {
     const answer = await app.runs.dispatch({ principal: principalOf(request), body: request.body, idempotency: request.idempotency, log: request.log })

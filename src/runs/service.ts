@@ -140,7 +140,7 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
     worker,
     sweeper,
     events,
-    dispatch: (input) => dispatchRun({ db: app.db, engines, events, secrets, artifacts, onEnded, mcpTools: opts.mcpTools }, input),
+    dispatch: (input) => dispatchRun({ db: app.db, engines, events, secrets, artifacts, onEnded, mcpTools: opts.mcpTools, queueMax: config.RUN_QUEUE_MAX_PER_ORG }, input),
     async cancel(orgId, runId) {
       const run = await cancelRun(app.db, orgId, runId, onEnded)
       // calls waiting for a person are dropped now, wherever the run runs: its worker stops

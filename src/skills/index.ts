@@ -266,7 +266,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       params: IdParams,
       // every field is optional, and so is the body itself
       body: Type.Union([RunSkillBody, Type.Null()]),
-      response: { 201: RunEnvelope, ...errorResponses(404) }
+      response: { 201: RunEnvelope, ...errorResponses(404, 429) }
     }
   }, async (request, reply) => {
     const answer = await dispatchSkillRun(app, { principal: principalOf(request), skillId: request.params.id, body: request.body, idempotency: request.idempotency, log: request.log })
@@ -367,7 +367,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       headers: IdempotencyKeyHeader,
       params: IdParams,
       body: Type.Union([RunPlaybookBody, Type.Null()]),
-      response: { 201: RunEnvelope, ...errorResponses(404) }
+      response: { 201: RunEnvelope, ...errorResponses(404, 429) }
     }
   }, async (request, reply) => {
     const principal = principalOf(request)

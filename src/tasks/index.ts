@@ -222,7 +222,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       params: IdParams,
       // every field is optional, and so is the body itself
       body: Type.Union([RunTaskBody, Type.Null()]),
-      response: { 201: TaskRunReply, ...errorResponses(404) }
+      response: { 201: TaskRunReply, ...errorResponses(404, 429) }
     }
   }, async (request, reply) => {
     const principal = principalOf(request)

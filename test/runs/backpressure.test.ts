@@ -1,0 +1,54 @@
+import { and, eq } from 'drizzle-orm'
+import t from 'tap'
+import { runs } from '../../src/runs/tables.js'
+import { buildTestApp, signUpWithOrg } from '../helper.js'
+
+// RUN_QUEUE_MAX_PER_ORG: an org whose queued runs reach the limit is refused the next one
+// (429 rate_limited, Retry-After), nothing is stored, and other orgs are not affected.
+// Nothing executes here (RUN_WORKER_CONCURRENCY=0), so what is queued stays queued.
+
+t.test('a full queue answers 429 with Retry-After and stores nothing; another org, a replay and a freed place are served', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_QUEUE_MAX_PER_ORG: '3', RUN_WORKER_CONCURRENCY: '0' } })
+  const a = await signUpWithOrg(app)
+  const b = await signUpWithOrg(app)
+  const post = (cookie: string, prompt: string, headers: Record<string, string> = {}) =>
+    app.inject({ method: 'POST', url: '/api/runs', headers: { cookie, ...headers }, payload: { prompt, engine: 'echo' } })
+  const queuedOf = async (orgId: string) =>
+    (await app.db.select({ id: runs.id }).from(runs).where(and(eq(runs.orgId, orgId), eq(runs.status, 'queued')))).length
+
+  const first = await post(a.cookie, 'one', { 'idempotency-key': 'first-run' })
+  t.equal(first.statusCode, 201)
+  t.equal((await post(a.cookie, 'two')).statusCode, 201)
+  // a follow-up in a thread counts like any run
+  const followUp = await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: a.cookie }, payload: { prompt: 'three', engine: 'echo', rootRunId: first.json().run.id } })
+  t.equal(followUp.statusCode, 201, followUp.body)
+
+  const refused = await post(a.cookie, 'four', { 'idempotency-key': 'fourth-run' })
+  t.equal(refused.statusCode, 429)
+  t.match(refused.json(), { error: 'rate_limited', message: /queued runs/ })
+  t.ok(Number(refused.headers['retry-after']) >= 1, 'Retry-After in seconds')
+  t.equal(await queuedOf(a.org.id), 3, 'nothing was stored')
+  const skill = await app.inject({ method: 'POST', url: '/api/skills', headers: { cookie: a.cookie }, payload: { name: 'greet', description: 'greets', instructions: 'Say hello.' } })
+  t.equal(skill.statusCode, 201, skill.body)
+  const viaSkill = await app.inject({ method: 'POST', url: `/api/skills/${skill.json().skill.id}/run`, headers: { cookie: a.cookie }, payload: { input: 'hi', engine: 'echo' } })
+  t.equal(viaSkill.statusCode, 429, 'a skill run waits in the same queue')
+
+  t.equal((await post(b.cookie, 'another org')).statusCode, 201, 'the limit is per organization')
+  const replay = await post(a.cookie, 'one', { 'idempotency-key': 'first-run' })
+  t.equal(replay.statusCode, 201, 'a retry of an accepted run replays its answer')
+  t.equal(replay.json().run.id, first.json().run.id)
+
+  // a place frees: the refused request, retried with its key, is accepted now
+  t.equal((await app.inject({ method: 'POST', url: `/api/runs/${first.json().run.id}/cancel`, headers: { cookie: a.cookie } })).statusCode, 200)
+  const retried = await post(a.cookie, 'four', { 'idempotency-key': 'fourth-run' })
+  t.equal(retried.statusCode, 201, retried.body)
+  t.equal(await queuedOf(a.org.id), 3)
+})
+
+t.test('RUN_QUEUE_MAX_PER_ORG=0 sets no limit', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_QUEUE_MAX_PER_ORG: '0', RUN_WORKER_CONCURRENCY: '0' } })
+  const a = await signUpWithOrg(app)
+  for (let i = 0; i < 5; i++) {
+    t.equal((await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: a.cookie }, payload: { prompt: `run ${i}`, engine: 'echo' } })).statusCode, 201)
+  }
+})
