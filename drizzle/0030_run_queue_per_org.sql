@@ -1,1 +1,1 @@
-CREATE INDEX "runs_org_queued_idx" ON "runs" USING btree ("org_id") WHERE status = 'queued';
+CREATE INDEX "runs_org_queued_idx" ON "runs" USING btree ("org_id","created_at","id") WHERE status = 'queued';

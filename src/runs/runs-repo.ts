@@ -376,8 +376,13 @@ export interface ClaimedRun {
 /**
  * One statement (one round trip): take a run nobody else is taking: first one waiting
  * for people whose calls are all decided or whose first approval expired (contract
- * 13.4), else the oldest queued run whose thread has no earlier run still queued,
- * running or waiting (contract 13.2: runs of one thread run one at a time, in order);
+ * 13.4), else a queued run whose thread has no earlier run still queued, running or
+ * waiting (contract 13.2: runs of one thread run one at a time, in order): each org's
+ * oldest such run is a candidate, and the one taken is that of the org with the fewest
+ * runs running now, the oldest among equals. So one org's flood never keeps another
+ * org's run waiting for more than the next free worker, and with one org it is plain
+ * first-in first-out. The orgs with queued runs are found with a skip scan of
+ * runs_org_queued_idx (one probe per org), not by reading their queues;
  * lease it, read the thread's earlier succeeded turns that fit in MODEL_CONTEXT_TOKENS
  * (newest kept, oldest dropped whole), and store and announce its `run.started` event
  * with `contextTurns` and `droppedTurns` (and `resumed` when it goes on from where it
@@ -385,19 +390,31 @@ export interface ClaimedRun {
  */
 export async function claimNext(db: Db, o: { instanceId: string; leaseMs: number; budgetBytes: number }): Promise<ClaimedRun | null> {
   const result = await db.execute(sql`${sql.raw(PLAN_EACH_TIME)}
-    with claimed as (
+    with recursive queued_orgs(org_id) as (
+      (select org_id from runs where status = 'queued' order by org_id limit 1)
+      union all
+      select (select r.org_id from runs r where r.status = 'queued' and r.org_id > q.org_id order by r.org_id limit 1)
+      from queued_orgs q where q.org_id is not null
+    ),
+    busy as (select org_id, count(*) as n from runs where status = 'running' group by org_id),
+    claimed as (
       update runs set status = 'running', started_at = coalesce(started_at, now()), resume_at = null, lease_owner = ${o.instanceId},
         lease_expires_at = now() + make_interval(secs => ${o.leaseMs / 1000})
       where id = coalesce(
         (select id from runs where status = 'requires_action' and resume_at <= now()
           order by resume_at, id limit 1 for update skip locked),
-        -- only a run whose run.queued is stored: it is written just after the run commits,
-        -- and a run.started must never come before it
-        (select id from runs where status = 'queued'
-           and exists (select 1 from run_events e where e.run_id = runs.id and e.type = 'run.queued')
-           and not exists (select 1 from runs b where b.org_id = runs.org_id and b.root_run_id = runs.root_run_id
-                             and b.id < runs.id and b.status in ('queued', 'running', 'requires_action'))
-         order by created_at, id limit 1 for update skip locked))
+        (select head.id from queued_orgs q
+           left join busy on busy.org_id = q.org_id
+           cross join lateral (
+             -- only a run whose run.queued is stored: it is written just after the run
+             -- commits, and a run.started must never come before it
+             select id, created_at from runs where status = 'queued' and org_id = q.org_id
+               and exists (select 1 from run_events e where e.run_id = runs.id and e.type = 'run.queued')
+               and not exists (select 1 from runs b where b.org_id = runs.org_id and b.root_run_id = runs.root_run_id
+                                 and b.id < runs.id and b.status in ('queued', 'running', 'requires_action'))
+             order by created_at, id limit 1 for update skip locked) head
+         where q.org_id is not null
+         order by coalesce(busy.n, 0), head.created_at, head.id limit 1))
       returning *
     ),
     hist as (

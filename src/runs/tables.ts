@@ -83,8 +83,9 @@ export const runs = pgTable('runs', {
   index('runs_org_root_idx').on(t.orgId, t.rootRunId, t.id),
   // the claim and the sweeper look only at live rows
   index('runs_queued_idx').on(t.createdAt).where(sql`status = 'queued'`),
-  // an org's queued runs, counted before another is accepted (RUN_QUEUE_MAX_PER_ORG)
-  index('runs_org_queued_idx').on(t.orgId).where(sql`status = 'queued'`),
+  // an org's queued runs, oldest first: counted before another is accepted
+  // (RUN_QUEUE_MAX_PER_ORG), and the claim's way to each org's next run (fair claiming)
+  index('runs_org_queued_idx').on(t.orgId, t.createdAt, t.id).where(sql`status = 'queued'`),
   index('runs_running_lease_idx').on(t.leaseExpiresAt).where(sql`status = 'running'`),
   index('runs_waiting_idx').on(t.resumeAt).where(sql`status = 'requires_action'`),
   check('runs_status_check', sql`${t.status} in (${sqlList(RUN_STATUSES)})`),

@@ -1,11 +1,13 @@
 import { and, eq } from 'drizzle-orm'
 import t from 'tap'
+import { claimNext } from '../../src/runs/runs-repo.js'
 import { runs } from '../../src/runs/tables.js'
 import { buildTestApp, signUpWithOrg } from '../helper.js'
 
 // RUN_QUEUE_MAX_PER_ORG: an org whose queued runs reach the limit is refused the next one
 // (429 rate_limited, Retry-After), nothing is stored, and other orgs are not affected.
 // Nothing executes here (RUN_WORKER_CONCURRENCY=0), so what is queued stays queued.
+// The claim serves the org with the fewest runs running first.
 
 t.test('a full queue answers 429 with Retry-After and stores nothing; another org, a replay and a freed place are served', async (t) => {
   const app = await buildTestApp(t, { env: { RUN_QUEUE_MAX_PER_ORG: '3', RUN_WORKER_CONCURRENCY: '0' } })
@@ -51,4 +53,23 @@ t.test('RUN_QUEUE_MAX_PER_ORG=0 sets no limit', async (t) => {
   for (let i = 0; i < 5; i++) {
     t.equal((await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: a.cookie }, payload: { prompt: `run ${i}`, engine: 'echo' } })).statusCode, 201)
   }
+})
+
+t.test('fair claiming: the next run taken is that of the org with the fewest running, so a flood does not hold another org back', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const a = await signUpWithOrg(app)
+  const b = await signUpWithOrg(app)
+  const start = async (cookie: string, prompt: string) =>
+    (await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie }, payload: { prompt, engine: 'echo' } })).json().run.id as string
+  const flood: string[] = []
+  for (let i = 0; i < 40; i++) flood.push(await start(a.cookie, `flood ${i}`))
+  const late = await start(b.cookie, 'one run, after the flood')
+  const claim = async () => (await claimNext(app.db, { instanceId: 'test-worker', leaseMs: 60_000, budgetBytes: 100_000 }))?.run.id
+
+  t.equal(await claim(), flood[0], 'with nothing running anywhere, the oldest run goes first')
+  t.equal(await claim(), late, 'then the org with nothing running, ahead of 39 older runs of the busy org')
+  t.equal(await claim(), flood[1], 'both orgs running one: the oldest again')
+  t.equal(await claim(), flood[2], 'the only org with queued runs: first in, first out')
+  const [row] = await app.db.select({ status: runs.status }).from(runs).where(eq(runs.id, late))
+  t.equal(row!.status, 'running')
 })
