@@ -23,11 +23,21 @@ export const pct = (values: number[], p: number) => {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!
 }
 
-export async function startBenchModel(answer: (body: BenchModelRequest, arrived: number) => BenchModelChunk[]): Promise<{ url: string; close(): Promise<void> }> {
+export async function startBenchModel(
+  answer: (body: BenchModelRequest, arrived: number) => BenchModelChunk[],
+  o: { delayMs?: number; inFlight?: { now: number; max: number } } = {}
+): Promise<{ url: string; close(): Promise<void> }> {
   const server = createServer(async (req, res) => {
     const arrived = now()
     let raw = ''
     for await (const chunk of req) raw += chunk
+    if (req.method !== 'GET' && o.delayMs) {
+      // a model that thinks: the answer starts after delayMs
+      const gauge = o.inFlight
+      if (gauge) gauge.max = Math.max(gauge.max, ++gauge.now)
+      await new Promise((resolve) => setTimeout(resolve, o.delayMs))
+      if (gauge) gauge.now--
+    }
     if (req.method === 'GET') {
       res.writeHead(200, { 'content-type': 'application/json' })
         .end(JSON.stringify({ object: 'list', data: [{ id: 'bench-model', object: 'model', created: 0, owned_by: 'bench' }] }))

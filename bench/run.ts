@@ -10,6 +10,7 @@ import { benchIdentity } from './identity.js'
 import { benchKnowledge } from './knowledge.js'
 import { benchMemory } from './memory.js'
 import { benchMcp } from './mcp.js'
+import { benchModelBound } from './model-bound.js'
 import { benchRecall } from './recall.js'
 import { benchRuns } from './runs.js'
 import { benchRuntime } from './runtime.js'
@@ -22,6 +23,7 @@ const benches: Record<string, () => Promise<string>> = {
   foundation: benchFoundation,
   identity: benchIdentity,
   runs: benchRuns,
+  'model-bound': benchModelBound,
   approvals: benchApprovals,
   history: benchHistory,
   runtime: benchRuntime,

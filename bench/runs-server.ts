@@ -1,5 +1,6 @@
 // The real service for the runs benchmark: like cairn-server.ts, and on SIGUSR2 it
 // collects garbage and prints its heap, so the bench can measure bytes per connection.
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { sql } from 'drizzle-orm'
 import { buildApp } from '../src/app.js'
 import { DEV_ORG } from '../src/auth/dev-org.js'
@@ -21,7 +22,15 @@ if (waiting > 0) {
 }
 const address = await app.listen({ port: Number(process.env.PORT ?? 0), host: '127.0.0.1', backlog: 4096 })
 process.stdout.write(`listening on ${address}\n`)
+// the event loop's delay, for benchmarks that load the service (BENCH_LAG=1 prints its p99 on SIGUSR2)
+const lag = monitorEventLoopDelay({ resolution: 10 })
+lag.enable()
 process.on('SIGUSR2', () => {
+  if (process.env.BENCH_LAG === '1') {
+    process.stdout.write(`lag p99 ${(lag.percentile(99) / 1e6).toFixed(1)} max ${(lag.max / 1e6).toFixed(1)}\n`)
+    lag.reset()
+    return
+  }
   const gc = (globalThis as { gc?: () => void }).gc
   gc?.()
   gc?.()

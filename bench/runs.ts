@@ -19,7 +19,7 @@ interface Proc {
   stop(): Promise<void>
 }
 
-async function startRunsServer(env: Record<string, string>): Promise<Proc> {
+export async function startRunsServer(env: Record<string, string>): Promise<Proc> {
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-bench-'))
   const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', 'bench/runs-server.ts'], {
     env: benchEnv(dataDir, { NODE_ENV: 'development', ...env }),
