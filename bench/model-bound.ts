@@ -27,13 +27,16 @@ async function one(database: string, databaseUrl: string | undefined, concurrenc
   const lag = async () => {
     server.child.kill('SIGUSR2')
     for (;;) {
-      const { value } = await server.lines.next()
+      const { value, done } = await server.lines.next()
+      if (done) throw new Error('the service exited')
       const m = /^lag p99 (\S+) max (\S+)/.exec(value)
       if (m) return { p99: m[1]!, max: m[2]! }
     }
   }
   try {
-    await lag() // from here on
+    // let the service finish starting (its first second is not the load's), then measure from here on
+    await new Promise((resolve) => setTimeout(resolve, 1000))
+    await lag()
     const started = now()
     const ids = await Promise.all(Array.from({ length: runs }, async (_, i) => {
       const res = await fetch(`${server.url}/api/runs`, {

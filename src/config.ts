@@ -54,7 +54,7 @@ export const EnvSchema = Type.Object({
   BODY_LIMIT: Type.Integer({ minimum: 1024, maximum: 64 * 1024 * 1024, default: 1024 * 1024, description: 'max JSON body bytes' }),
   REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 3_600_000, default: 30_000, description: 'a request whose headers and body are not received within this is answered 408 request_timeout' }),
   SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, maximum: 600_000, default: 10_000, description: 'time allowed for in-flight work at shutdown' }),
-  RUN_WORKER_CONCURRENCY: Type.Integer({ minimum: 0, maximum: 256, default: 4, description: 'runs one instance executes at once (0: this instance runs none)' }),
+  RUN_WORKER_CONCURRENCY: Type.Integer({ minimum: 0, maximum: 256, default: 100, description: 'runs one instance executes at once (0: this instance runs none); a run waiting on a model or a person costs no CPU, so size it for the runs in flight, not for the cores' }),
   RUN_QUEUE_MAX_PER_ORG: Type.Integer({
     minimum: 0, maximum: 10_000_000, default: 1000,
     description: 'an org with this many runs queued (not yet started) gets 429 rate_limited with Retry-After for the next one it starts through the API (0: no limit)'
