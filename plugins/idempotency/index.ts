@@ -122,6 +122,37 @@ function storeAnswer(state: KeyState, status: number, payload: string, when?: SQ
     returning 1 as ok`
 }
 
+/**
+ * The lock a handler (or an MCP tool's work) stores its answer with: the answer is written
+ * with the work, and only if no live row holds the key; `state` records what happened.
+ */
+function lockOf(key: string, state: KeyState): IdempotencyLock {
+  const completion = (status: number, body: unknown, when?: SQL) => {
+    const payload = JSON.stringify(body)
+    return { update: storeAnswer(state, status, payload, when), answer: { status, payload } }
+  }
+  return {
+    key,
+    completion,
+    markStored() {
+      state.stored = true
+    },
+    taken() {
+      state.taken = true
+      return idempotencyKeyInUse()
+    },
+    async complete(tx, status, body) {
+      const { update, answer } = completion(status, body)
+      if (rowsOf(await tx.execute(update)).length === 0) {
+        state.taken = true
+        throw idempotencyKeyInUse()
+      }
+      state.stored = true
+      return answer
+    }
+  }
+}
+
 /** The key's row while it is live (kept, and not an expired lock), else undefined. */
 async function liveRow(db: Db, state: KeyState): Promise<KeyRow | undefined> {
   const row = rowsOf<KeyRow>(await db.execute(sql`
@@ -191,30 +222,7 @@ export default fp(async function idempotencyPlugin(app: FastifyInstance, opts: I
     const route = `${request.method} ${request.url.split('?')[0]}`
     const state: KeyState = { orgId: principal.orgId, route, key, fingerprint: fingerprintOf(route, principal, request.body ?? null), stored: false, taken: false }
     keyStates.set(request, state)
-    const completion = (status: number, body: unknown, when?: SQL) => {
-      const payload = JSON.stringify(body)
-      return { update: storeAnswer(state, status, payload, when), answer: { status, payload } }
-    }
-    request.idempotency = {
-      key,
-      completion,
-      markStored() {
-        state.stored = true
-      },
-      taken() {
-        state.taken = true
-        return idempotencyKeyInUse()
-      },
-      async complete(tx, status, body) {
-        const { update, answer } = completion(status, body)
-        if (rowsOf(await tx.execute(update)).length === 0) {
-          state.taken = true
-          throw idempotencyKeyInUse()
-        }
-        state.stored = true
-        return answer
-      }
-    }
+    request.idempotency = lockOf(key, state)
     done()
   }
 
@@ -286,30 +294,7 @@ export async function idempotentWork(
   const state: KeyState = {
     orgId: input.orgId, route: input.route, key: input.key, fingerprint: fingerprintOf(input.route, input.principal, input.body ?? null), stored: false, taken: false
   }
-  const completion = (status: number, body: unknown, when?: SQL) => {
-    const payload = JSON.stringify(body)
-    return { update: storeAnswer(state, status, payload, when), answer: { status, payload } }
-  }
-  const lock: IdempotencyLock = {
-    key: input.key,
-    completion,
-    markStored() {
-      state.stored = true
-    },
-    taken() {
-      state.taken = true
-      return idempotencyKeyInUse()
-    },
-    async complete(tx, status, body) {
-      const { update, answer } = completion(status, body)
-      if (rowsOf(await tx.execute(update)).length === 0) {
-        state.taken = true
-        throw idempotencyKeyInUse()
-      }
-      state.stored = true
-      return answer
-    }
-  }
+  const lock = lockOf(input.key, state)
   try {
     return { ...(await work(lock)), replayed: false }
   } catch (err) {
