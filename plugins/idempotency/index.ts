@@ -298,7 +298,8 @@ export async function idempotentWork(
   try {
     return { ...(await work(lock)), replayed: false }
   } catch (err) {
-    const refusal = err instanceof ApiError && err.statusCode >= 400 && err.statusCode < 500 && !state.taken ? describeError(err) : null
+    // as on send: a 4xx is the answer to keep, except a rate limit (429), which uses nothing up
+    const refusal = err instanceof ApiError && err.statusCode >= 400 && err.statusCode < 500 && err.statusCode !== 429 && !state.taken ? describeError(err) : null
     if (refusal) {
       const payload = JSON.stringify(refusal.body)
       if (rowsOf(await db.execute(storeAnswer(state, refusal.status, payload))).length === 1) throw err
