@@ -12,6 +12,7 @@ import { benchMemory } from './memory.js'
 import { benchMcp } from './mcp.js'
 import { benchModelBound } from './model-bound.js'
 import { benchRecall } from './recall.js'
+import { benchRunCost } from './run-cost.js'
 import { benchRuns } from './runs.js'
 import { benchRuntime } from './runtime.js'
 import { benchSkills } from './skills.js'
@@ -23,6 +24,7 @@ const benches: Record<string, () => Promise<string>> = {
   foundation: benchFoundation,
   identity: benchIdentity,
   runs: benchRuns,
+  'run-cost': benchRunCost,
   'model-bound': benchModelBound,
   approvals: benchApprovals,
   history: benchHistory,

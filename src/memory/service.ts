@@ -77,13 +77,15 @@ export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions
 
   const runMemory: RunMemory = {
     enabled: enabledFor,
-    async extractFor(orgId) {
-      return backend !== null && (await orgMemorySettings(db, orgId)).extract
+    async settingsFor(orgId) {
+      if (!backend) return { enabled: false, extract: false }
+      const settings = await orgMemorySettings(db, orgId)
+      return { enabled: settings.enabled, extract: settings.enabled && settings.extract }
     },
     async recall(run, text, options) {
       const query = options.kind === 'prompt' ? significantWords(text).join(' ') : text.trim()
       const limit = options.kind === 'prompt' ? config.MEMORY_RECALL_LIMIT : options.limit
-      if (!backend || !(await enabledFor(run.orgId))) return { items: [], query }
+      if (!backend || !(options.enabled ?? (await enabledFor(run.orgId)))) return { items: [], query }
       const pools: Array<['org' | 'personal', string]> = [['org', '']]
       // only a real signed-in user ever has a personal pool read for them
       if (run.realUserId) pools.push(['personal', run.realUserId])

@@ -82,7 +82,6 @@ const MAX_BATCH = 256
 
 interface Pending {
   event: NewEvent
-  data: string
   resolve: (event: BusEvent) => void
   reject: (err: unknown) => void
 }
@@ -110,9 +109,16 @@ export class EventBatcher {
 
   append(event: NewEvent): Promise<BusEvent> {
     return new Promise((resolve, reject) => {
-      this.queue.push({ event, data: JSON.stringify(event.data ?? {}), resolve, reject })
+      this.queue.push({ event, resolve, reject })
       if (!this.flushing) void this.flush()
     })
+  }
+
+  /** Several events of one writer, in one batch (so in one statement, when they fit), in order. */
+  appendAll(events: NewEvent[]): Promise<BusEvent[]> {
+    const stored = events.map((event) => new Promise<BusEvent>((resolve, reject) => this.queue.push({ event, resolve, reject })))
+    if (!this.flushing) void this.flush()
+    return Promise.all(stored)
   }
 
   private async flush(): Promise<void> {
@@ -135,29 +141,41 @@ export class EventBatcher {
     }
   }
 
-  private async write(batch: Pending[]): Promise<BusEvent[]> {
-    const input = JSON.stringify(batch.map((p) => ({ o: p.event.orgId, r: p.event.runId, t: p.event.rootRunId, y: p.event.type, d: p.data })))
-    const result = await this.db.execute(sql`
-      with input as (
-        select e.value->>'o' as org_id, e.value->>'r' as run_id, e.value->>'t' as root_run_id, e.value->>'y' as type,
-               (e.value->>'d')::jsonb as data, e.ord
-        from jsonb_array_elements(${input}::jsonb) with ordinality as e(value, ord)),
-      locks as (
-        select count(pg_advisory_xact_lock(h)) as n
-        from (select distinct hashtext('cairn.run_events:' || org_id) as h from input order by h) as s),
-      ins as (
-        insert into run_events (org_id, run_id, root_run_id, type, data)
-        select org_id, run_id, root_run_id, type, data from input, locks order by ord
-        returning id, org_id, run_id, root_run_id, type, data, created_at),
-      sent as (
-        select id, created_at, ${notifyStored(sql`ordered`)} as notified
-        from (select * from ins order by id) as ordered)
-      select id::text as event_id, created_at, notified::text from sent order by sent.id`)
-    // ids were drawn in insertion order, which is the batch's order
-    const rows = rowsOf<{ event_id: string; created_at: Date | string }>(result)
-    if (rows.length !== batch.length) throw new Error(`event batch stored ${rows.length} of ${batch.length} events`)
-    return batch.map((p, i) => stored(p.event, rows[i]!.event_id, rows[i]!.created_at))
+  private write(batch: Pending[]): Promise<BusEvent[]> {
+    return insertEvents(this.db, batch.map((p) => p.event))
   }
+}
+
+/**
+ * Stores several events and announces them, in one statement, inside the caller's
+ * transaction (or as its own when given the database), under appendEvent's rules: the
+ * per-org advisory locks (taken in hash order, so two writers never deadlock) are held to
+ * commit and every id is drawn under them; ids follow the list's order, and so do the
+ * NOTIFYs. The events as the bus carries them, in the list's order.
+ */
+export async function insertEvents(tx: Tx | Db, events: NewEvent[]): Promise<BusEvent[]> {
+  if (events.length === 0) return []
+  const input = JSON.stringify(events.map((e) => ({ o: e.orgId, r: e.runId, t: e.rootRunId, y: e.type, d: JSON.stringify(e.data ?? {}) })))
+  const result = await tx.execute(sql`
+    with input as (
+      select e.value->>'o' as org_id, e.value->>'r' as run_id, e.value->>'t' as root_run_id, e.value->>'y' as type,
+             (e.value->>'d')::jsonb as data, e.ord
+      from jsonb_array_elements(${input}::jsonb) with ordinality as e(value, ord)),
+    locks as (
+      select count(pg_advisory_xact_lock(h)) as n
+      from (select distinct hashtext('cairn.run_events:' || org_id) as h from input order by h) as s),
+    ins as (
+      insert into run_events (org_id, run_id, root_run_id, type, data)
+      select org_id, run_id, root_run_id, type, data from input, locks order by ord
+      returning id, org_id, run_id, root_run_id, type, data, created_at),
+    sent as (
+      select id, created_at, ${notifyStored(sql`ordered`)} as notified
+      from (select * from ins order by id) as ordered)
+    select id::text as event_id, created_at, notified::text from sent order by sent.id`)
+  // ids were drawn in insertion order, which is the list's order
+  const rows = rowsOf<{ event_id: string; created_at: Date | string }>(result)
+  if (rows.length !== events.length) throw new Error(`event batch stored ${rows.length} of ${events.length} events`)
+  return events.map((e, i) => stored(e, rows[i]!.event_id, rows[i]!.created_at))
 }
 
 export interface EventFilter {

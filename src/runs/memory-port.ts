@@ -30,8 +30,11 @@ export interface CapturedFact {
 export interface RunMemory {
   /** memory is on for the org (a backend, and the org has not switched it off) */
   enabled(orgId: string): Promise<boolean>
-  /** whether the org asked for facts to be extracted from its succeeded runs (contract 13.5) */
-  extractFor(orgId: string): Promise<boolean>
+  /**
+   * Both switches in one read, for a run: memory on (as `enabled`), and whether the org
+   * asked for facts to be extracted from its succeeded runs (contract 13.5)
+   */
+  settingsFor(orgId: string): Promise<{ enabled: boolean; extract: boolean }>
   /**
    * Recalls from the run's pools (the org pool, plus the personal pool when the run has
    * a real user) and records one recall frame per retrieval in the ledger. A `prompt`
@@ -40,7 +43,10 @@ export interface RunMemory {
    * query as the Hub's search does, for at most `limit`. `query` in the answer is what
    * was searched.
    */
-  recall(run: RunRef, text: string, options: { kind: 'prompt' } | { kind: 'query'; limit: number }): Promise<{ items: RecalledItem[]; query: string }>
+  recall(run: RunRef, text: string, options: ({ kind: 'prompt' } | { kind: 'query'; limit: number }) & {
+    /** memory on or off as the caller already read it (settingsFor); read here when absent */
+    enabled?: boolean | undefined
+  }): Promise<{ items: RecalledItem[]; query: string }>
   /**
    * Called inside the transaction that ends the run: writes the run's capture outbox row
    * (state `pending`) when there are facts to keep (a string is an org fact). It commits or

@@ -386,9 +386,11 @@ export interface ClaimedRun {
  * lease it, read the thread's earlier succeeded turns that fit in MODEL_CONTEXT_TOKENS
  * (newest kept, oldest dropped whole), and store and announce its `run.started` event
  * with `contextTurns` and `droppedTurns` (and `resumed` when it goes on from where it
- * waited).
+ * waited). `waiting`: whether other runs are queued or due to go on (none runnable now,
+ * perhaps: a thread's next run waits for its turn), so the worker knows when looking again
+ * can find something.
  */
-export async function claimNext(db: Db, o: { instanceId: string; leaseMs: number; budgetBytes: number }): Promise<ClaimedRun | null> {
+export async function claimNext(db: Db, o: { instanceId: string; leaseMs: number; budgetBytes: number }): Promise<{ claimed: ClaimedRun | null; waiting: boolean }> {
   const result = await db.execute(sql`${sql.raw(PLAN_EACH_TIME)}
     with recursive queued_orgs(org_id) as (
       (select org_id from runs where status = 'queued' order by org_id limit 1)
@@ -441,12 +443,17 @@ export async function claimNext(db: Db, o: { instanceId: string; leaseMs: number
       from claimed, ctx, lock
       returning id, org_id, run_id, root_run_id, type, data, created_at
     )
-    select claimed.*, ctx.turns as context_turns, ${notifyStored(sql`ev`)}::text as notified
-    from claimed, ev, ctx`)
-  const row = rowsOf<Record<string, unknown>>(result)[0]
-  if (!row) return null
+    select taken.*, (
+             exists (select 1 from runs where status = 'queued' and id not in (select id from claimed))
+             or exists (select 1 from runs where status = 'requires_action' and resume_at <= now() and id not in (select id from claimed))
+           ) as more_waiting
+    from (select claimed.*, ctx.turns as context_turns, ${notifyStored(sql`ev`)}::text as notified from claimed, ev, ctx) taken
+    right join (select 1) as one on true`)
+  const row = rowsOf<Record<string, unknown>>(result)[0]!
+  const waiting = boolOf(row.more_waiting)
+  if (row.id === null || row.id === undefined) return { claimed: null, waiting }
   const turns = jsonOf<Array<{ prompt: string; output: string }> | null>(row.context_turns) ?? []
-  return { run: runFromRow(row), history: turns.flatMap((t) => [{ role: 'user' as const, content: t.prompt }, { role: 'assistant' as const, content: t.output }]) }
+  return { claimed: { run: runFromRow(row), history: turns.flatMap((t) => [{ role: 'user' as const, content: t.prompt }, { role: 'assistant' as const, content: t.output }]) }, waiting }
 }
 
 /** Extends this worker's leases on the runs it still holds (`running`); which it holds, and which were asked to stop. */

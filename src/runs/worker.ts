@@ -8,7 +8,8 @@ import type { EngineRegistry } from './engines/registry.js'
 import { EngineError, RunSuspended, type ChatMessage, type Engine, type EngineContext, type EngineResult, type RunTools, type ToolDefinition } from './engines/types.js'
 import { outputViolation } from './agent-options.js'
 import { prepareAttachments } from './attachments.js'
-import { appendEvent, type EventBatcher } from './events.js'
+import { insertEvents, type EventBatcher } from './events.js'
+import { RunEventWriter } from './event-writer.js'
 import { extractionMessages, parseExtraction } from './extraction.js'
 import type { RunArtifacts } from './artifact-port.js'
 import type { RunKnowledge } from './knowledge-port.js'
@@ -135,6 +136,8 @@ export class RunWorker {
   private killed = false
   private claiming: Promise<void> | null = null
   private wakeAgain = false
+  /** the last look found runs waiting that it did not take (or could not look): a freed slot looks again */
+  private lookAgain = true
   private timers: NodeJS.Timeout[] = []
   private unsubscribe: Array<() => void> = []
 
@@ -189,21 +192,26 @@ export class RunWorker {
 
   private async claimLoop(): Promise<void> {
     while (!this.stopping && this.active.size < this.o.concurrency) {
-      let claimed: ClaimedRun | null
+      let next: { claimed: ClaimedRun | null; waiting: boolean }
       const sentAt = Date.now()
       try {
-        claimed = await this.claim()
+        next = await this.claim()
       } catch (err) {
+        this.lookAgain = true
         if (!this.stopping) this.o.log.error({ err }, 'run worker: claim failed')
         return
       }
-      if (!claimed) return
-      this.execute(claimed, sentAt + this.o.leaseMs)
+      this.lookAgain = next.waiting
+      if (next.claimed) this.execute(next.claimed, sentAt + this.o.leaseMs)
+      // nothing else queued: the next run's NOTIFY (or the poll) wakes this worker
+      if (!next.claimed || !next.waiting) return
     }
+    // every slot taken: what waits is looked for when one frees
+    if (!this.stopping) this.lookAgain = true
   }
 
-  /** Takes the next run this worker may execute (runs-repo.ts claimNext), or null. */
-  private claim(): Promise<ClaimedRun | null> {
+  /** Takes the next run this worker may execute (runs-repo.ts claimNext), and whether others wait. */
+  private claim(): Promise<{ claimed: ClaimedRun | null; waiting: boolean }> {
     return claimNext(this.o.db, { instanceId: this.instanceId, leaseMs: this.o.leaseMs, budgetBytes: (this.o.contextTokens ?? 64_000) * BYTES_PER_TOKEN })
   }
 
@@ -222,7 +230,8 @@ export class RunWorker {
       .then(() => this.settleWorkspace(run).then(() => {}))
       .finally(() => {
         this.active.delete(run.id)
-        this.wake()
+        // a run that waited for this slot, or for this run's end (its thread's next turn)
+        if (this.lookAgain) this.wake()
       })
   }
 
@@ -271,10 +280,14 @@ export class RunWorker {
     const { run } = entry
     const { signal } = entry.controller
     const ref: RunRef = { id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) }
+    // the run's events, in order, several to a statement when they come faster than the database answers
+    const writer = new RunEventWriter(async (events) => {
+      await this.whileLeased(entry, () => o.events.appendAll(events), signal)
+    })
     const store = async (type: string, data: Record<string, unknown>) => {
       this.guard()
       if (signal.aborted) throw signal.reason
-      await this.whileLeased(entry, () => o.events.append({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type, data }), signal)
+      await writer.emit({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type, data })
     }
     // contract 10: the run's secret values never leave it; deltas are redacted as a stream
     let redact = NO_SECRETS
@@ -304,6 +317,8 @@ export class RunWorker {
       execute: async (call) => {
         this.guard()
         await flushDeltas()
+        // the gateway stores the call's events itself: what the run said before comes first
+        await writer.flush()
         if (allowed && !allowed.has(call.name)) return { content: `error: the tool ${JSON.stringify(call.name)} is not available to this run` }
         // contract 13.4: a call that needs a person's decision does not hold this worker
         const result = await gateway.execute({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, ...call, env, redact })
@@ -320,6 +335,13 @@ export class RunWorker {
     const reportUsage = (u: Usage) => {
       reported = { promptTokens: (reported?.promptTokens ?? 0) + u.promptTokens, completionTokens: (reported?.completionTokens ?? 0) + u.completionTokens }
     }
+    // the org's memory switches, read once for the run (its recall and its extraction)
+    let memoryRead: Promise<{ enabled: boolean; extract: boolean }> | null = null
+    const memorySettings = () => (memoryRead ??= this.whileLeased(entry, () => o.memory.settingsFor(run.orgId), signal)
+      .catch((err: unknown) => {
+        memoryRead = null
+        throw err
+      }))
     let outcome: RunOutcome
     let engineUsage: Usage | undefined
     try {
@@ -331,7 +353,7 @@ export class RunWorker {
       const engine = await o.engines.forRun(run)
       if (!engine) throw new EngineError(`engine ${run.engine} is not available on this instance`)
       const job = await this.jobOf(run)
-      if (tools && (!allowed || [...allowed].some((name) => name.startsWith('mcp__')))) offered = await gateway!.definitionsFor(run.orgId)
+      if (tools && engine.callsTools !== false && (!allowed || [...allowed].some((name) => name.startsWith('mcp__')))) offered = await gateway!.definitionsFor(run.orgId)
       const gatewayFiles = gateway
       // a run going on after it waited has its attachments in its workspace already
       const attachments = run.attachments.length === 0 || run.suspended ? null : await prepareAttachments(o.artifacts, run,
@@ -369,18 +391,22 @@ export class RunWorker {
         },
         recall: async (raw) => {
           this.guard()
-          const recalled = await this.whileLeased(entry, () => o.memory.recall(ref, redact.text(raw), { kind: 'prompt' }), signal)
+          const { enabled } = await memorySettings()
+          const recalled = await this.whileLeased(entry, () => o.memory.recall(ref, redact.text(raw), { kind: 'prompt', enabled }), signal)
           await emit('memory.recalled', { query: recalled.query, itemIds: recalled.items.map((i) => i.id), count: recalled.items.length })
           return recalled.items
         }
       }
       const result = job ? await job.run(ctx, engine) : await engine.run(ctx)
       await flushDeltas()
+      await writer.settled()
       engineUsage = result.usage
       const output = redact.text(result.text)
       const invalid = outputViolation(run.settings, output)
       outcome = invalid === null ? { status: 'succeeded', facts: result.facts.map((f) => redact.text(f)), output } : { status: 'failed', error: invalid }
-      if (outcome.status === 'succeeded' && !job && (await this.whileLeased(entry, () => o.memory.extractFor(run.orgId), signal))) {
+      if (outcome.status === 'succeeded' && !job && (await memorySettings()).extract) {
+        // the answer is shown before the extraction's model call, not after it
+        await writer.flush()
         outcome.facts.push(...await this.extractFacts(engine, run, output, { signal, emit, reportUsage, redact }))
       }
     } catch (err) {
@@ -388,6 +414,7 @@ export class RunWorker {
       const reason = signal.aborted ? signal.reason : err
       if (reason instanceof RunSuspended) {
         await flushDeltas()
+        await writer.flush()
         await this.suspend(entry, reason.state, reported)
         return
       }
@@ -396,6 +423,8 @@ export class RunWorker {
         // not the engine's fault: the instance is stopping, or the database went away under
         // something the run read or wrote; another worker (or this one) runs it again
         if (!(reason instanceof ShutdownRelease)) o.log.warn({ err: reason, runId: run.id }, 'run worker: the database went away under the run; handing it back')
+        // what the run said before it stopped is kept when the database lets us
+        else await writer.flush().catch(() => {})
         await this.release(entry)
         return
       } else if (err instanceof EngineError) outcome = { status: 'failed', error: redact.text(err.message) }
@@ -405,16 +434,17 @@ export class RunWorker {
       }
     }
     if (this.killed) return
-    await this.finish(entry, ref, outcome, reported ?? engineUsage ?? null)
+    await this.finish(entry, ref, outcome, reported ?? engineUsage ?? null, writer)
   }
 
   /**
    * The run's end, in one transaction retried like the events (a failed try rolled back
    * whole; a try that did commit, its answer lost, makes the next one find the run
-   * finished): its status and event, its facts to capture, and what follows it (playbook
-   * steps, tasks), announced once committed.
+   * finished): its status and event (with the events still waiting to be written, in one
+   * statement), its facts to capture, and what follows it (playbook steps, tasks),
+   * announced once committed.
    */
-  private async finish(entry: Active, ref: RunRef, outcome: RunOutcome, usage: Usage | null): Promise<void> {
+  private async finish(entry: Active, ref: RunRef, outcome: RunOutcome, usage: Usage | null, writer: RunEventWriter): Promise<void> {
     const { o } = this
     const { run } = entry
     // saved before the run's end is stored: the thread's next run, on any instance, sees these files
@@ -422,13 +452,14 @@ export class RunWorker {
     if (unsaved !== null && outcome.status === 'succeeded') outcome = { status: 'failed', error: unsaved }
     // a cancelled or failed run leaves no call waiting for a person
     if (outcome.status !== 'succeeded') await this.dropToolCalls(run.orgId, run.id)
+    const waiting = await writer.take()
     const next = await this.lastWrite(entry, () => o.db.transaction(async (tx) => {
       // the lease was lost meanwhile (a sweeper failed it): the sweeper's answer stands
       const finished = await markFinished(tx, run.id, this.instanceId, outcome, usage)
       if (!finished) return []
       const data: Record<string, unknown> = outcome.status === 'failed' ? { error: outcome.error }
         : outcome.status === 'succeeded' ? { usage } : {}
-      await appendEvent(tx, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: `run.${outcome.status}`, data })
+      await insertEvents(tx, [...waiting, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: `run.${outcome.status}`, data }])
       // contract 13.5: what the model remembered is kept whatever the end; the engine's and the extraction's facts on success
       const facts = [...finished.remembered, ...(outcome.status === 'succeeded' ? outcome.facts : [])]
       if (facts.length > 0) await o.memory.enqueueCapture(tx, ref, facts)

@@ -64,7 +64,7 @@ t.test('fair claiming: the next run taken is that of the org with the fewest run
   const flood: string[] = []
   for (let i = 0; i < 40; i++) flood.push(await start(a.cookie, `flood ${i}`))
   const late = await start(b.cookie, 'one run, after the flood')
-  const claim = async () => (await claimNext(app.db, { instanceId: 'test-worker', leaseMs: 60_000, budgetBytes: 100_000 }))?.run.id
+  const claim = async () => (await claimNext(app.db, { instanceId: 'test-worker', leaseMs: 60_000, budgetBytes: 100_000 })).claimed?.run.id
 
   t.equal(await claim(), flood[0], 'with nothing running anywhere, the oldest run goes first')
   t.equal(await claim(), late, 'then the org with nothing running, ahead of 39 older runs of the busy org')
@@ -72,4 +72,16 @@ t.test('fair claiming: the next run taken is that of the org with the fewest run
   t.equal(await claim(), flood[2], 'the only org with queued runs: first in, first out')
   const [row] = await app.db.select({ status: runs.status }).from(runs).where(eq(runs.id, late))
   t.equal(row!.status, 'running')
+
+  // a claim says whether other runs wait, so a worker knows when looking again can find one
+  const next = () => claimNext(app.db, { instanceId: 'test-worker', leaseMs: 60_000, budgetBytes: 100_000 })
+  for (let i = 3; i < 39; i++) t.equal((await next()).waiting, true, 'more of the flood waits')
+  const last = await next()
+  t.same([last.claimed?.run.id, last.waiting], [flood[39], false], 'the last queued run: nothing else waits')
+  t.same(await next(), { claimed: null, waiting: false }, 'an empty queue')
+  const turn = await start(b.cookie, 'a thread whose next turn must wait')
+  const follow = (await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: b.cookie }, payload: { prompt: 'second turn', engine: 'echo', rootRunId: turn } })).json().run.id as string
+  t.equal((await next()).claimed?.run.id, turn)
+  t.same(await next(), { claimed: null, waiting: true }, 'the second turn waits for the first to end: nothing to take, but a run waits')
+  t.ok(follow)
 })

@@ -26,7 +26,7 @@ t.test('create, read, list and finish a run with the echo engine', async (t) => 
   const captured: Array<{ runId: string; facts: Array<string | CapturedFact> }> = []
   const memory: RunMemory = {
     enabled: async () => true,
-    extractFor: async () => false,
+    settingsFor: async () => ({ enabled: true, extract: false }),
     async recall(run, query) {
       recalled.push(query)
       return { items: [{ id: 'm1', content: 'x', sourceScope: 'org', score: 1 }, { id: 'm2', content: 'y', sourceScope: 'org', score: 0.5 }], query: `searched: ${query}` }

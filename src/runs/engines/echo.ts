@@ -59,6 +59,7 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
   return {
     id: 'echo',
     name: 'Echo (offline, for development and tests)',
+    callsTools: false,
     async ready() {
       return true
     },

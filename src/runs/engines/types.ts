@@ -109,6 +109,8 @@ export interface ChatStream {
 export interface Engine {
   readonly id: string
   readonly name: string
+  /** false for an engine that never calls tools (echo): nothing is listed for its runs */
+  readonly callsTools?: boolean
   /** configured and reachable right now (may be cached) */
   ready(): Promise<boolean>
   models(): Promise<ModelInfo[]>

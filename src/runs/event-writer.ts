@@ -1,0 +1,88 @@
+import type { NewEvent } from './events.js'
+
+/** Events that wait for the run's next write instead of costing one of their own. */
+const DEFERRED = new Set(['message.completed'])
+/** Past this many events waiting, an emitter waits for them to be stored (a bound, not a batch size). */
+const MAX_WAITING = 256
+
+/**
+ * The events of one running run, on their way to the database. A run's events are stored in
+ * the order they were emitted, at most one write of them in flight; what is emitted
+ * meanwhile goes together as the next write (one statement, EventBatcher.appendAll). Token
+ * deltas do not wait for their write (the next event that is not a delta does, so the
+ * engine never gets ahead of an error); every other event waits until it is stored, except
+ * `message.completed`, which waits for the run's next write: most often the one that ends
+ * the run, in the same transaction (`take`). So an echo run's answer and its end are one
+ * statement, and a model streaming faster than the database answers costs one statement per
+ * round trip, not per token.
+ */
+export class RunEventWriter {
+  private waiting: NewEvent[] = []
+  private inFlight: Promise<void> | null = null
+  /** a write failed: every later wait throws it (the run ends as that failure says) */
+  private failure: { error: unknown } | null = null
+  private readonly write: (events: NewEvent[]) => Promise<void>
+
+  /** `write` stores events in one go (retried as the run's other writes are) or throws. */
+  constructor(write: (events: NewEvent[]) => Promise<void>) {
+    this.write = write
+  }
+
+  /** Queues the event; resolves once it is stored, or at once for a delta or a deferred event. */
+  async emit(event: NewEvent): Promise<void> {
+    this.check()
+    this.waiting.push(event)
+    if (DEFERRED.has(event.type)) return
+    this.kick()
+    if (event.type !== 'message.delta' || this.waiting.length > MAX_WAITING) await this.flush()
+  }
+
+  /** Until every event emitted so far is stored (the deferred ones too). */
+  async flush(): Promise<void> {
+    for (;;) {
+      this.check()
+      if (this.inFlight) await this.inFlight
+      else if (this.waiting.length > 0) this.kick()
+      else return
+    }
+  }
+
+  /** Until no write is in flight; throws what a write failed with. What waits stays waiting. */
+  async settled(): Promise<void> {
+    while (this.inFlight) await this.inFlight
+    this.check()
+  }
+
+  /**
+   * For the write that ends the run: waits for the write in flight, then hands over what is
+   * still waiting, to be stored in the run's last transaction, leaving nothing here. After
+   * a failed write, nothing: what followed it would leave a gap in the run's stream.
+   */
+  async take(): Promise<NewEvent[]> {
+    while (this.inFlight) await this.inFlight
+    const rest = this.failure ? [] : this.waiting
+    this.waiting = []
+    return rest
+  }
+
+  private check(): void {
+    if (this.failure) throw this.failure.error
+  }
+
+  private kick(): void {
+    if (this.inFlight || this.failure || this.waiting.length === 0) return
+    const batch = this.waiting
+    this.waiting = []
+    this.inFlight = this.write(batch).then(
+      () => {
+        this.inFlight = null
+        // what came meanwhile goes next, unless it is only deferred events
+        if (this.waiting.some((e) => !DEFERRED.has(e.type))) this.kick()
+      },
+      (error: unknown) => {
+        this.inFlight = null
+        this.failure = { error }
+      }
+    )
+  }
+}
