@@ -155,7 +155,7 @@ export async function credentials(url: string): Promise<{ cookie: string; author
   })
   if (signUp.status !== 201) throw new Error(`sign-up: ${signUp.status} ${await signUp.text()}`)
   const cookie = signUp.headers.getSetCookie()[0]!.split(';')[0]!
-  const org = await fetch(`${url}/api/auth/organizations`, { method: 'POST', headers: { ...json, cookie }, body: JSON.stringify({ name: 'Bench org' }) })
+  const org = await fetch(`${url}/api/auth/organizations`, { method: 'POST', headers: { ...json, cookie }, body: JSON.stringify({ name: `Bench org ${randomBytes(3).toString('hex')}` }) })
   if (org.status !== 201) throw new Error(`create org: ${org.status}`)
   const key = await fetch(`${url}/api/keys`, { method: 'POST', headers: { ...json, cookie }, body: JSON.stringify({ name: 'bench' }) })
   if (key.status !== 201) throw new Error(`mint key: ${key.status}`)

@@ -3,6 +3,7 @@
 import { benchApprovals } from './approvals.js'
 import { benchArtifacts } from './artifacts.js'
 import { benchAutomations } from './automations.js'
+import { benchCompletion } from './completion.js'
 import { benchFoundation } from './foundation.js'
 import { benchHistory } from './history.js'
 import { benchHub } from './hub.js'
@@ -25,6 +26,7 @@ const benches: Record<string, () => Promise<string>> = {
   identity: benchIdentity,
   runs: benchRuns,
   'run-cost': benchRunCost,
+  completion: benchCompletion,
   'model-bound': benchModelBound,
   approvals: benchApprovals,
   history: benchHistory,

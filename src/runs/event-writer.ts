@@ -42,7 +42,7 @@ export class RunEventWriter {
     for (;;) {
       this.check()
       if (this.inFlight) await this.inFlight
-      else if (this.waiting.length > 0) this.kick()
+      else if (this.waiting.length > 0) this.kick(true)
       else return
     }
   }
@@ -69,15 +69,18 @@ export class RunEventWriter {
     if (this.failure) throw this.failure.error
   }
 
-  private kick(): void {
-    if (this.inFlight || this.failure || this.waiting.length === 0) return
-    const batch = this.waiting
-    this.waiting = []
+  /** Starts writing what waits: everything, or (`all` false) up to the last event that is not deferred. */
+  private kick(all = false): void {
+    if (this.inFlight || this.failure) return
+    const upTo = all ? this.waiting.length : this.waiting.findLastIndex((e) => !DEFERRED.has(e.type)) + 1
+    if (upTo === 0) return
+    const batch = this.waiting.slice(0, upTo)
+    this.waiting = this.waiting.slice(upTo)
     this.inFlight = this.write(batch).then(
       () => {
         this.inFlight = null
-        // what came meanwhile goes next, unless it is only deferred events
-        if (this.waiting.some((e) => !DEFERRED.has(e.type))) this.kick()
+        // what came meanwhile goes next; deferred events at its end keep waiting
+        this.kick()
       },
       (error: unknown) => {
         this.inFlight = null
