@@ -1,5 +1,5 @@
 import { useState } from 'preact/hooks'
-import { api, query, CAPTURE_STATES, type Capture } from '../api.js'
+import { api, query, CAPTURE_STATES, type Capture, type CaptureList } from '../api.js'
 import { navigate } from '../router.js'
 import { Empty, ErrorBox, Loading, NewestOlder, RunLink, Time, useAction, useLoad } from '../ui.js'
 
@@ -67,7 +67,7 @@ export function CapturesView({ params }: { params: URLSearchParams }) {
   const [message, setMessage] = useState('')
   const apiState = filter === 'orphan' ? 'delivering' : filter
   const [state, reload] = useLoad(`captures ${filter} ${cursor ?? ''}`, () =>
-    api<{ captures: Capture[]; nextCursor: string | null }>('GET', `/memory/captures${query({ state: apiState, cursor, limit: 50 })}`))
+    api<CaptureList>('GET', `/memory/captures${query({ state: apiState, cursor, limit: 50 })}`))
   const shown = state.status === 'ok' ? state.data.captures.filter((c) => filter !== 'orphan' || c.orphan) : []
   const anyOrphan = shown.some((c) => c.orphan)
   return (

@@ -1,5 +1,5 @@
 import { useEffect, useState } from 'preact/hooks'
-import { api, ApiError, query, type Approval, type ModelEntry, type Run, type ThreadSummary } from '../api.js'
+import { api, ApiError, query, type Approvals, type Models, type Run, type RunReply, type ThreadList, type ThreadWithRuns } from '../api.js'
 import { navigate } from '../router.js'
 import { Empty, ErrorBox, Link, Loading, Time, useAction, useLoad } from '../ui.js'
 import { useRunStream, type ToolCallView } from './run.js'
@@ -10,12 +10,12 @@ const LIVE = new Set<Run['status']>(['queued', 'running', 'requires_action'])
 function MessageBox({ rootRunId, sent }: { rootRunId: string | null; sent: (run: Run) => void }) {
   const [prompt, setPrompt] = useState('')
   const [model, setModel] = useState('')
-  const [models] = useLoad('models', () => api<{ items: ModelEntry[] }>('GET', '/models'))
+  const [models] = useLoad('models', () => api<Models>('GET', '/models'))
   const send = useAction(async () => {
     const body: Record<string, unknown> = { prompt: prompt.trim() }
     if (rootRunId) body.rootRunId = rootRunId
     if (model) body.model = model
-    const { run } = await api<{ run: Run }>('POST', '/runs', body)
+    const { run } = await api<RunReply>('POST', '/runs', body)
     setPrompt('')
     sent(run)
   })
@@ -39,7 +39,7 @@ function MessageBox({ rootRunId, sent }: { rootRunId: string | null; sent: (run:
 /** The org's conversations, newest first, and a box to start one. */
 export function ThreadsView({ params }: { params: URLSearchParams }) {
   const cursor = params.get('cursor') ?? undefined
-  const [state, reload] = useLoad(`threads ${cursor ?? ''}`, () => api<{ items: ThreadSummary[]; nextCursor: string | null }>('GET', `/threads${query({ limit: 50, cursor })}`))
+  const [state, reload] = useLoad(`threads ${cursor ?? ''}`, () => api<ThreadList>('GET', `/threads${query({ limit: 50, cursor })}`))
   return (
     <section aria-labelledby="threads-title">
       <h1 id="threads-title">Conversations</h1>
@@ -79,7 +79,7 @@ function ToolCalls({ calls }: { calls: ToolCallView[] }) {
 
 /** The pending calls of a run waiting for people: each with its tool and arguments, approve or deny. */
 function PendingApprovals({ runId, version }: { runId: string; version: number }) {
-  const [state, reload] = useLoad(`approvals ${runId} ${version}`, () => api<{ items: Approval[] }>('GET', `/runs/${encodeURIComponent(runId)}/approvals`))
+  const [state, reload] = useLoad(`approvals ${runId} ${version}`, () => api<Approvals>('GET', `/runs/${encodeURIComponent(runId)}/approvals`))
   const decide = useAction(async (approvalId: string, decision: 'approve' | 'deny') => {
     await api('POST', `/runs/${encodeURIComponent(runId)}/approvals/${encodeURIComponent(approvalId)}`, { decision })
     reload()
@@ -145,7 +145,7 @@ function FinishedRun({ run }: { run: Run }) {
 /** One conversation: each run's prompt and answer, the live one streamed, and the box for the next message. */
 export function ThreadView({ id }: { id: string }) {
   const [version, setVersion] = useState(0)
-  const [state, reload] = useLoad(`thread ${id} ${version}`, () => api<{ thread: ThreadSummary; runs: Run[] }>('GET', `/threads/${encodeURIComponent(id)}`))
+  const [state, reload] = useLoad(`thread ${id} ${version}`, () => api<ThreadWithRuns>('GET', `/threads/${encodeURIComponent(id)}`))
   const again = () => setVersion((v) => v + 1)
   return (
     <section aria-labelledby="thread-title">
