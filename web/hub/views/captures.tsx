@@ -62,7 +62,9 @@ function CaptureRow({ capture, onDone }: { capture: Capture; onDone: (message: s
 
 /** The capture outbox: each run's facts on their way into the pool, and the ones that need a person. */
 export function CapturesView({ params }: { params: URLSearchParams }) {
-  const filter = params.get('state') ?? ''
+  // an address typed by hand may name no filter: all, rather than a request the server refuses
+  const asked = params.get('state') ?? ''
+  const filter = FILTERS.some((f) => f.value === asked) ? asked : ''
   const [cursor, setCursor] = useState<string | undefined>(undefined)
   const [message, setMessage] = useState('')
   const apiState = filter === 'orphan' ? 'delivering' : filter
