@@ -1,4 +1,4 @@
-import { useEffect, useState } from 'preact/hooks'
+import { useEffect, useRef, useState } from 'preact/hooks'
 import { api, ApiError, query, type Approvals, type Models, type Run, type RunReply, type ThreadList, type ThreadWithRuns } from '../api.js'
 import { navigate } from '../router.js'
 import { Empty, ErrorBox, Link, Loading, Time, useAction, useLoad } from '../ui.js'
@@ -9,6 +9,7 @@ const LIVE = new Set<Run['status']>(['queued', 'running', 'requires_action'])
 /** The message box: a new conversation, or the next message of one (a follow-up run in the thread). */
 function MessageBox({ rootRunId, sent }: { rootRunId: string | null; sent: (run: Run) => void }) {
   const [prompt, setPrompt] = useState('')
+  const box = useRef<HTMLTextAreaElement>(null)
   const [model, setModel] = useState('')
   const [models] = useLoad('models', () => api<Models>('GET', '/models'))
   const send = useAction(async () => {
@@ -18,13 +19,15 @@ function MessageBox({ rootRunId, sent }: { rootRunId: string | null; sent: (run:
     const { run } = await api<RunReply>('POST', '/runs', body)
     setPrompt('')
     sent(run)
+    // the next message of the conversation can be typed at once (a new one goes to its page)
+    if (rootRunId) box.current?.focus()
   })
   const list = models.status === 'ok' ? models.data.items : []
   return (
     <form class="card stack message-box" onSubmit={(e) => { e.preventDefault(); if (prompt.trim() !== '') send.run() }} aria-labelledby="message-title">
       <h2 id="message-title">{rootRunId ? 'Your message' : 'Start a conversation'}</h2>
       <label for="message">Message</label>
-      <textarea id="message" rows={3} maxLength={100_000} required value={prompt} onInput={(e) => setPrompt((e.target as HTMLTextAreaElement).value)} />
+      <textarea id="message" ref={box} rows={3} maxLength={100_000} required value={prompt} onInput={(e) => setPrompt((e.target as HTMLTextAreaElement).value)} />
       <label for="model">Model</label>
       <select id="model" value={model} onChange={(e) => setModel((e.target as HTMLSelectElement).value)}>
         <option value="">The organization's default{list.find((m) => m.default) ? ` (${list.find((m) => m.default)!.id})` : ''}</option>
@@ -145,7 +148,8 @@ function FinishedRun({ run }: { run: Run }) {
 /** One conversation: each run's prompt and answer, the live one streamed, and the box for the next message. */
 export function ThreadView({ id }: { id: string }) {
   const [version, setVersion] = useState(0)
-  const [state, reload] = useLoad(`thread ${id} ${version}`, () => api<ThreadWithRuns>('GET', `/threads/${encodeURIComponent(id)}`))
+  // the same conversation read again (a turn sent or ended) stays on screen meanwhile; another one does not
+  const [state, reload] = useLoad(`thread ${id} ${version}`, () => api<ThreadWithRuns>('GET', `/threads/${encodeURIComponent(id)}`), { keep: version > 0 })
   const again = () => setVersion((v) => v + 1)
   return (
     <section aria-labelledby="thread-title">
