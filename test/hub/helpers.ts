@@ -113,11 +113,11 @@ export async function screenshot(page: Page, name: string): Promise<string> {
   return path
 }
 
-/** Presses Tab until `selector`'s element has the focus (at most `max` times); keyboard only. */
-export async function tabTo(page: Page, selector: string, max = 40): Promise<void> {
+/** Presses Tab (Shift+Tab with `back`) until `selector`'s element has the focus (at most `max` times); keyboard only. */
+export async function tabTo(page: Page, selector: string, max = 40, { back = false } = {}): Promise<void> {
   const target = page.locator(selector).first()
   for (let i = 0; i < max; i++) {
-    await page.keyboard.press('Tab')
+    await page.keyboard.press(back ? 'Shift+Tab' : 'Tab')
     if (await target.evaluate((el) => el === document.activeElement).catch(() => false)) return
   }
   throw new Error(`Tab never reached ${selector}`)
