@@ -3,6 +3,7 @@
 import { benchApprovals } from './approvals.js'
 import { benchArtifacts } from './artifacts.js'
 import { benchAutomations } from './automations.js'
+import { benchConsole } from './console.js'
 import { benchFoundation } from './foundation.js'
 import { benchHistory } from './history.js'
 import { benchHub } from './hub.js'
@@ -36,6 +37,7 @@ const benches: Record<string, () => Promise<string>> = {
   usage: benchUsage,
   slack: benchSlack,
   hub: benchHub,
+  console: benchConsole,
   workspaces: benchWorkspaces,
   mcp: benchMcp
 }

@@ -1,7 +1,7 @@
 // Shared pieces: links that stay in the page, the loading, empty and error states, and
 // actions that send one write however often they are clicked.
 import type { ComponentChildren } from 'preact'
-import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
+import { useCallback, useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks'
 import { ApiError } from './api.js'
 import { BASE, navigate } from './router.js'
 
@@ -69,7 +69,9 @@ export function useLoad<T>(key: string, fn: () => Promise<T>, { keep = false } =
   const [tick, setTick] = useState(0)
   const fnRef = useRef(fn)
   fnRef.current = fn
-  useEffect(() => {
+  // a layout effect runs as soon as the view is in the document, not after the next paint:
+  // the request starts a frame sooner (on a thread page the identity and the thread each wait for one)
+  useLayoutEffect(() => {
     let live = true
     setState((prev) => (keep && prev.status === 'ok' ? prev : { status: 'loading' }))
     fnRef.current().then(
