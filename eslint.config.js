@@ -33,6 +33,13 @@ export default tseslint.config(
   {
     // the Memory Hub console runs in the browser (its own tsconfig has the DOM types)
     files: ['web/**/*.{ts,tsx}'],
-    languageOptions: { globals: globals.browser }
+    languageOptions: { globals: globals.browser },
+    rules: {
+      // its wire types are the server's schemas, for their types only: a value import
+      // would bundle TypeBox (and whatever the schema file imports) into the page
+      '@typescript-eslint/no-restricted-imports': ['error', {
+        patterns: [{ group: ['**/schemas/*', 'typebox', 'typebox/*'], allowTypeImports: true, message: 'the console imports schemas and TypeBox with `import type` only' }]
+      }]
+    }
   }
 )

@@ -4,6 +4,7 @@ import { benchApprovals } from './approvals.js'
 import { benchArtifacts } from './artifacts.js'
 import { benchAutomations } from './automations.js'
 import { benchCompletion } from './completion.js'
+import { benchConsole } from './console.js'
 import { benchFoundation } from './foundation.js'
 import { benchHistory } from './history.js'
 import { benchHub } from './hub.js'
@@ -40,6 +41,7 @@ const benches: Record<string, () => Promise<string>> = {
   usage: benchUsage,
   slack: benchSlack,
   hub: benchHub,
+  console: benchConsole,
   workspaces: benchWorkspaces,
   mcp: benchMcp
 }

@@ -1,6 +1,6 @@
 import { Type } from 'typebox'
 import { PASSWORD_MAX, PASSWORD_MIN } from '../src/auth/passwords.js'
-import { Id, IsoDate, named, StrictObject } from './common.js'
+import { Id, IsoDate, LiteralUnion, named, Nullable, StrictObject } from './common.js'
 
 export const RoleSchema = named('Role', Type.Union([Type.Literal('owner'), Type.Literal('admin'), Type.Literal('member')]))
 const Email = Type.String({ format: 'email', minLength: 3, maxLength: 254, description: 'compared case-insensitively' })
@@ -21,11 +21,23 @@ export const Member = named('Member', Type.Object({
 export const SignUpBody = named('SignUpRequest', StrictObject({ email: Email, password: Password, name: Name }))
 export const SignInBody = named('SignInRequest', StrictObject({ email: Email, password: Password }))
 export const UserReply = named('UserReply', Type.Object({ user: User }))
+const SessionTimes = Type.Object({ expiresAt: IsoDate, activeOrganizationId: Type.Union([Type.String(), Type.Null()]) })
 export const SessionReply = named('SessionReply', Type.Object({
   user: User,
-  session: Type.Object({ expiresAt: IsoDate, activeOrganizationId: Type.Union([Type.String(), Type.Null()]) }),
+  session: SessionTimes,
   organizations: Type.Array(OrganizationSummary)
 }))
+
+/** Who the browser acts as: a signed-in person, the dev org of this machine, or nobody. */
+export const CALLER_KINDS = ['user', 'dev', 'anonymous'] as const
+export const WhoAmIReply = named('WhoAmI', Type.Object({
+  kind: LiteralUnion(CALLER_KINDS, {
+    description: 'user: a live session (then user, session and organizations are those of GET /api/auth/session); dev: no session cookie and this caller acts in the dev org (ALLOW_DEV_ORG, loopback); anonymous: neither (a dead session cookie is cleared and is anonymous, never the dev org)'
+  }),
+  user: Nullable(User),
+  session: Nullable(SessionTimes),
+  organizations: Type.Array(OrganizationSummary)
+}, { description: 'who this browser acts as: 200 with or without a session, unlike GET /api/auth/session (a bearer header is refused, as there)' }))
 
 export const CreateOrganizationBody = named('CreateOrganizationRequest', StrictObject({ name: Name, slug: Type.Optional(Slug) }))
 export const OrganizationReply = named('OrganizationReply', Type.Object({ organization: Organization }))

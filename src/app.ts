@@ -329,6 +329,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
     await scope.register(idempotencyPlugin)
     await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG })
     await scope.register(auth, {
+      allowDevOrg: config.ALLOW_DEV_ORG,
       rateLimit: {
         perIp: config.AUTH_RATE_LIMIT_PER_IP,
         perAccount: config.AUTH_RATE_LIMIT_PER_ACCOUNT,

@@ -5,19 +5,22 @@ import { RateLimiterDrizzle, RateLimiterRes } from 'rate-limiter-flexible'
 import { invalidCredentials, noOrganization, notFound, organizationAdminRequired, rateLimited, unauthorized } from '../../plugins/errors.js'
 import {
   ActiveOrganizationBody, ActiveOrganizationReply, AddMemberBody, ChangeRoleBody, CreateOrganizationBody, MemberParams,
-  MemberReply, OrganizationReply, OrganizationsReply, OrgParams, SessionReply, SignInBody, SignUpBody, UserReply
+  MemberReply, OrganizationReply, OrganizationsReply, OrgParams, SessionReply, SignInBody, SignUpBody, UserReply, WhoAmIReply
 } from '../../schemas/auth.js'
 import { errorResponses } from '../../schemas/common.js'
 import { toWire } from '../db/wire.js'
 import keys from './keys.js'
 import { addMember, changeRole, createOrganization, listMemberships, removeMember, roleIn, slugify } from './organizations.js'
 import { hashPassword, primeDummyHash, verifyAgainstDummy, verifyPassword } from './passwords.js'
+import { devOrgFor } from './principal.js'
 import { createSession, deleteSession, setActiveOrg } from './sessions.js'
 import { authRateLimits, type Role } from './tables.js'
 import { hashSecret } from './tokens.js'
 import { createUser, findCredentials, findUser, normalizeEmail } from './users.js'
 
 export interface AuthOptions {
+  /** ALLOW_DEV_ORG: GET /auth/whoami says whether this caller acts in the dev org */
+  allowDevOrg: boolean
   rateLimit: { perIp: number; perAccount: number; windowMs: number }
 }
 
@@ -83,6 +86,13 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     }
     if (session.extended) sessionCookie.set(reply, token, session.expiresAt)
     return session
+  }
+
+  /** What GET /auth/session answers for a live session; null when its user is gone. */
+  async function sessionAnswer(session: { userId: string; orgId: string | null; expiresAt: Date }) {
+    const [user, organizations] = await Promise.all([findUser(db, session.userId), listMemberships(db, session.userId)])
+    if (!user) return null
+    return { user: toWire(user), session: { expiresAt: session.expiresAt.toISOString(), activeOrganizationId: session.orgId }, organizations }
   }
 
   /** Starts a fresh session (a new token every time) and ends the one the browser held, if any. */
@@ -165,10 +175,38 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     config: { scope: 'public' },
     schema: { operationId: 'getSession', tags, summary: 'The signed-in user, the session and their organizations', response: { 200: SessionReply, ...errorResponses() } }
   }, async (request, reply) => {
-    const session = await requireSession(request, reply)
-    const [user, organizations] = await Promise.all([findUser(db, session.userId), listMemberships(db, session.userId)])
-    if (!user) throw unauthorized()
-    return { user: toWire(user), session: { expiresAt: session.expiresAt.toISOString(), activeOrganizationId: session.orgId }, organizations }
+    const found = await sessionAnswer(await requireSession(request, reply))
+    if (!found) throw unauthorized()
+    return found
+  })
+
+  // The console's first question. GET /auth/session answers 401 without a session, which a
+  // browser reports as an error on every page the dev org (or a signed-out person) opens;
+  // this one answers 200 for each kind of caller, so "nobody signed in" is no failure.
+  app.get('/auth/whoami', {
+    config: { scope: 'public' },
+    schema: {
+      operationId: 'whoAmI',
+      tags, summary: 'Who this browser acts as: a signed-in person (as GET /auth/session), the dev org, or nobody; 200 in each case',
+      response: { 200: WhoAmIReply, ...errorResponses() }
+    }
+  }, async (request, reply) => {
+    // a key has no session, and is refused here as on the other session routes
+    if (request.headers.authorization !== undefined) throw unauthorized()
+    const nobody = { user: null, session: null, organizations: [] }
+    const token = sessionCookie.read(request)
+    if (token !== undefined) {
+      const session = await identity.session(token)
+      const found = session ? await sessionAnswer(session) : null
+      if (found) {
+        if (session!.extended) sessionCookie.set(reply, token, session!.expiresAt)
+        return { kind: 'user' as const, ...found }
+      }
+      // a dead cookie is a signed-out browser: cleared, and never the dev org (contract 2.2)
+      sessionCookie.clear(reply)
+      return { kind: 'anonymous' as const, ...nobody }
+    }
+    return { kind: devOrgFor(request, opts.allowDevOrg) ? 'dev' as const : 'anonymous' as const, ...nobody }
   })
 
   app.post('/auth/organizations', {

@@ -63,6 +63,8 @@ export async function launchBrowser(t: Teardown): Promise<Browser> {
 export interface PageProblems {
   violations: () => Promise<string[]>
   errors: string[]
+  /** every console error, a failed request's included ("Failed to load resource: … 401"), and every /api answer of 400 or more */
+  everyError: string[]
 }
 
 /**
@@ -78,15 +80,25 @@ export async function openPage(browser: Browser, opts: { width?: number; height?
     document.addEventListener('securitypolicyviolation', (e) => seen.push(`${e.violatedDirective} ${e.blockedURI}`))
   })
   const errors: string[] = []
+  const everyError: string[] = []
   page.on('console', (message: ConsoleMessage) => {
+    if (message.type() !== 'error') return
+    everyError.push(message.text())
     // a failed API call (a 404 the test asked for) is logged by Chromium as a resource error; that is the page working
-    if (message.type() === 'error' && !/Failed to load resource/.test(message.text())) errors.push(message.text())
+    if (!/Failed to load resource/.test(message.text())) errors.push(message.text())
   })
-  page.on('pageerror', (err) => errors.push(`uncaught: ${err.message}`))
+  page.on('pageerror', (err) => {
+    errors.push(`uncaught: ${err.message}`)
+    everyError.push(`uncaught: ${err.message}`)
+  })
+  page.on('response', (response) => {
+    if (response.status() >= 400 && new URL(response.url()).pathname.startsWith('/api/')) everyError.push(`${response.status()} ${response.request().method()} ${new URL(response.url()).pathname}`)
+  })
   return {
     page,
     problems: {
       errors,
+      everyError,
       violations: () => page.evaluate(() => window.__cspViolations ?? [])
     },
     close: () => context.close()
@@ -101,11 +113,11 @@ export async function screenshot(page: Page, name: string): Promise<string> {
   return path
 }
 
-/** Presses Tab until `selector`'s element has the focus (at most `max` times); keyboard only. */
-export async function tabTo(page: Page, selector: string, max = 40): Promise<void> {
+/** Presses Tab (Shift+Tab with `back`) until `selector`'s element has the focus (at most `max` times); keyboard only. */
+export async function tabTo(page: Page, selector: string, max = 40, { back = false } = {}): Promise<void> {
   const target = page.locator(selector).first()
   for (let i = 0; i < max; i++) {
-    await page.keyboard.press('Tab')
+    await page.keyboard.press(back ? 'Shift+Tab' : 'Tab')
     if (await target.evaluate((el) => el === document.activeElement).catch(() => false)) return
   }
   throw new Error(`Tab never reached ${selector}`)

@@ -65,7 +65,7 @@ export const TENANT_FIXTURES: TenantFixture[] = [
       'PATCH /api/auth/organizations/:orgId/members/:userId',
       'DELETE /api/auth/organizations/:orgId/members/:userId'
     ],
-    lists: ['GET /api/auth/organizations', 'GET /api/auth/session'],
+    lists: ['GET /api/auth/organizations', 'GET /api/auth/session', 'GET /api/auth/whoami'],
     async seed(_app, owner) {
       return { orgId: owner.org.id, userId: owner.user.id }
     },

@@ -1,5 +1,14 @@
 // The console's one way to the server: the public API, same origin, the session cookie,
 // and this page's release in `x-service-client-release` on every request.
+import type { Static } from 'typebox'
+import type { OrganizationSummary, SessionReply, User as UserSchema, WhoAmIReply } from '../../schemas/auth.js'
+import type {
+  AddItemResponse, BrowseItem, BrowseResponse, Capture as CaptureSchema, CapturesResponse, HistoryResponse, Recall, RecallsResponse,
+  SearchItem as SearchItemSchema, SearchResponse, Settings
+} from '../../schemas/memory.js'
+import type { ModelEntry as ModelEntrySchema, ModelList } from '../../schemas/providers.js'
+import type { Run as RunSchema, RunEnvelope, Thread as ThreadSchema, ThreadDetail, ThreadPage } from '../../schemas/runs.js'
+import type { Approval as ApprovalSchema, ApprovalPage } from '../../schemas/runtime.js'
 
 /** The release of the server that served this page (plugins/hub.ts writes it in). */
 const release = document.querySelector<HTMLMetaElement>('meta[name="cairn-release"]')?.content ?? ''
@@ -60,80 +69,39 @@ export const query = (params: Record<string, string | number | undefined | null>
   return text === '' ? '' : `?${text}`
 }
 
+// The wire types are the server's own TypeBox schemas (schemas/), imported for their types
+// only: `import type` is erased by the build, so no TypeBox code reaches the bundle.
 export type Scope = 'org' | 'personal'
 
-export interface User { id: string; email: string; name: string }
-export interface OrgSummary { id: string; name: string; slug: string; role: 'owner' | 'admin' | 'member' }
-export interface SessionInfo { user: User; session: { expiresAt: string; activeOrganizationId: string | null }; organizations: OrgSummary[] }
-export interface ClientConfig { release: string; allowDevOrg?: boolean }
+export type User = Static<typeof UserSchema>
+export type OrgSummary = Static<typeof OrganizationSummary>
+export type SessionInfo = Static<typeof SessionReply>
+/** GET /api/auth/whoami: who this browser acts as, 200 with or without a session. */
+export type WhoAmI = Static<typeof WhoAmIReply>
 
-export interface MemoryItem {
-  id: string
-  content: string
-  background: boolean
-  sourceScope: Scope
-  sourceRunId: string | null
-  createdAt: string
-  updatedAt: string
-}
-export interface BrowseResult {
-  enabled: boolean
-  scope: Scope
-  authed: boolean
-  total: number
-  failedClosed?: true
-  items: MemoryItem[]
-  nextCursor: string | null
-}
-export interface SearchItem {
-  id: string
-  content: string
-  sourceScope: Scope
-  score: number
-  citation: { kind: 'memory'; id: string; runId: string | null; rootRunId: string | null; createdAt: string }
-}
-export interface SearchResult { enabled: boolean; scope: Scope; authed: boolean; truncated: boolean; latencyMs: number; failedClosed?: true; items: SearchItem[] }
-export interface HistoryEntry { content: string; changedBy: string; changedAt: string; kind: 'created' | 'updated' | 'deleted' }
+export type MemoryItem = Static<typeof BrowseItem>
+export type BrowseResult = Static<typeof BrowseResponse>
+export type SearchItem = Static<typeof SearchItemSchema>
+export type SearchResult = Static<typeof SearchResponse>
+export type MemoryHistory = Static<typeof HistoryResponse>
+export type HistoryEntry = MemoryHistory['history'][number]
+export type MemorySettings = Static<typeof Settings>
+export type AddedItem = Static<typeof AddItemResponse>
 
+/** The capture states the outbox filters by (the server's list, schemas/memory.ts). */
 export const CAPTURE_STATES = ['pending', 'delivering', 'delivered', 'dead', 'discarded'] as const
 export type CaptureState = (typeof CAPTURE_STATES)[number]
-export interface Capture {
-  runId: string
-  rootRunId: string
-  state: CaptureState
-  attempts: number
-  maxAttempts: number
-  lastError: string | null
-  itemCount: number
-  createdAt: string
-  updatedAt: string
-  nextAttemptAt: string | null
-  deliveredAt: string | null
-  orphan?: true
-}
-export interface RecallFrame {
-  id: string
-  runId: string
-  rootRunId: string
-  scope: Scope
-  query: string
-  itemIds: string[]
-  latencyMs: number
-  createdAt: string
-}
-export interface Run {
-  id: string
-  rootRunId: string
-  engine: string
-  model: string | null
-  prompt: string
-  status: 'queued' | 'running' | 'requires_action' | 'succeeded' | 'failed' | 'cancelled'
-  error: string | null
-  output?: string | null
-  createdAt: string
-  finishedAt: string | null
-}
-export interface ThreadSummary { rootRunId: string; title: string; runCount: number; latestRunId: string; latestStatus: Run['status']; createdAt: string; updatedAt: string }
-export interface ModelEntry { id: string; engine: string; providerId: string | null; default: boolean }
-export interface Approval { id: string; runId: string; callId: string; tool: string; arguments: Record<string, unknown>; status: string; expiresAt: string }
-export interface MemorySettings { enabled: boolean; extract: boolean; orgEnabled: boolean; backend: string }
+export type Capture = Static<typeof CaptureSchema>
+export type CaptureList = Static<typeof CapturesResponse>
+export type RecallFrame = Static<typeof Recall>
+export type Recalls = Static<typeof RecallsResponse>
+
+export type Run = Static<typeof RunSchema>
+export type RunReply = Static<typeof RunEnvelope>
+export type ThreadSummary = Static<typeof ThreadSchema>
+export type ThreadList = Static<typeof ThreadPage>
+export type ThreadWithRuns = Static<typeof ThreadDetail>
+export type ModelEntry = Static<typeof ModelEntrySchema>
+export type Models = Static<typeof ModelList>
+export type Approval = Static<typeof ApprovalSchema>
+export type Approvals = Static<typeof ApprovalPage>

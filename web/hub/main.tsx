@@ -69,17 +69,19 @@ function Who({ who, onChanged }: { who: Identity; onChanged: () => void }) {
 }
 
 /**
- * The view of the address. `who` is null while the session is being read: the views that
- * only read the org's memory start at once (the server knows who is calling), and the
- * ones that depend on who it is wait.
+ * The view of the address. `who` is null while the page asks who it acts as (one request,
+ * answered without the database for the dev org): every view but sign-in and sign-up waits
+ * for it, so a signed-out person or one without an organization is never sent a request
+ * the server must refuse (a 401 or 403 the browser would report as an error).
  */
 function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void }) {
   const { path, params } = useLocation()
   if (path === '/sign-in') return <SignInView onSignedIn={() => { reloadWho(); navigate('/') }} />
   if (path === '/sign-up') return <SignUpView onSignedUp={() => { reloadWho(); navigate('/') }} />
+  if (who === null) return <Loading what="your session" />
   // a person without an organization is led to create one (every other view needs one)
-  if (who?.kind === 'user' && who.org === null) return <NoOrgView created={reloadWho} />
-  if (who?.kind === 'anonymous') {
+  if (who.kind === 'user' && who.org === null) return <NoOrgView created={reloadWho} />
+  if (who.kind === 'anonymous') {
     return (
       <section aria-labelledby="need-sign-in">
         <h1 id="need-sign-in">Sign in to use the Memory Hub</h1>
@@ -90,14 +92,14 @@ function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void 
   let m: Record<string, string> | null
   if (path === '/') return <BrowseView params={params} />
   if (path === '/search') return <SearchView params={params} />
-  if ((m = match('/items/:id', path))) return who ? <ItemView who={who} id={m.id!} params={params} /> : <Loading what="your session" />
+  if ((m = match('/items/:id', path))) return <ItemView who={who} id={m.id!} params={params} />
   if (path === '/captures') return <CapturesView params={params} />
   if (path === '/recalls') return <RecallsView params={params} />
   if ((m = match('/runs/:id', path))) return <RunView id={m.id!} />
   if (path === '/threads') return <ThreadsView params={params} />
-  if ((m = match('/threads/:id', path))) return <ThreadView id={m.id!} />
-  if (path === '/settings') return who ? <SettingsView who={who} /> : <Loading what="your session" />
-  if (path === '/organization') return who ? <OrganizationView who={who} changed={reloadWho} /> : <Loading what="your session" />
+  if ((m = match('/threads/:id', path))) return <ThreadView key={m.id} id={m.id!} />
+  if (path === '/settings') return <SettingsView who={who} />
+  if (path === '/organization') return <OrganizationView who={who} changed={reloadWho} />
   return (
     <section aria-labelledby="not-found">
       <h1 id="not-found">No such page</h1>

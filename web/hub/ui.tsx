@@ -1,7 +1,7 @@
 // Shared pieces: links that stay in the page, the loading, empty and error states, and
 // actions that send one write however often they are clicked.
 import type { ComponentChildren } from 'preact'
-import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
+import { useCallback, useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks'
 import { ApiError } from './api.js'
 import { BASE, navigate } from './router.js'
 
@@ -59,15 +59,21 @@ export function ErrorBox({ error, retry }: { error: unknown; retry?: () => void 
 
 export type Loaded<T> = { status: 'loading' } | { status: 'ok'; data: T } | { status: 'error'; error: unknown }
 
-/** Loads `fn()` whenever `key` changes; a stale answer (an older key) is dropped. */
-export function useLoad<T>(key: string, fn: () => Promise<T>): [Loaded<T>, () => void] {
+/**
+ * Loads `fn()` whenever `key` changes; a stale answer (an older key) is dropped. With `keep`,
+ * what was loaded stays on screen while the next answer is awaited (a conversation growing by
+ * a turn keeps its place and the keyboard focus, instead of flashing "Loading…").
+ */
+export function useLoad<T>(key: string, fn: () => Promise<T>, { keep = false } = {}): [Loaded<T>, () => void] {
   const [state, setState] = useState<Loaded<T>>({ status: 'loading' })
   const [tick, setTick] = useState(0)
   const fnRef = useRef(fn)
   fnRef.current = fn
-  useEffect(() => {
+  // a layout effect runs as soon as the view is in the document, not after the next paint:
+  // the request starts a frame sooner (on a thread page the identity and the thread each wait for one)
+  useLayoutEffect(() => {
     let live = true
-    setState({ status: 'loading' })
+    setState((prev) => (keep && prev.status === 'ok' ? prev : { status: 'loading' }))
     fnRef.current().then(
       (data) => { if (live) setState({ status: 'ok', data }) },
       (error: unknown) => { if (live) setState({ status: 'error', error }) }

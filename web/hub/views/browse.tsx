@@ -1,5 +1,5 @@
 import { useState } from 'preact/hooks'
-import { api, ApiError, query, type BrowseResult, type Scope } from '../api.js'
+import { api, ApiError, query, type AddedItem, type BrowseResult, type Scope } from '../api.js'
 import { navigate } from '../router.js'
 import { Empty, ErrorBox, Link, Loading, MemoryOff, PersonalUnavailable, RunLink, ScopePicker, Time, useAction, useLoad } from '../ui.js'
 
@@ -69,7 +69,7 @@ export function BrowseView({ params }: { params: URLSearchParams }) {
 function AddFact({ scope, done, added }: { scope: Scope; done: string | null; added: (text: string) => void }) {
   const [content, setContent] = useState('')
   const add = useAction(async (text: string) => {
-    await api<{ item: unknown }>('POST', '/memory/items', { scope, content: text })
+    await api<AddedItem>('POST', '/memory/items', { scope, content: text })
     setContent('')
     added(text)
   })

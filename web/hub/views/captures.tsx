@@ -1,5 +1,5 @@
 import { useState } from 'preact/hooks'
-import { api, query, CAPTURE_STATES, type Capture } from '../api.js'
+import { api, query, CAPTURE_STATES, type Capture, type CaptureList } from '../api.js'
 import { navigate } from '../router.js'
 import { Empty, ErrorBox, Loading, NewestOlder, RunLink, Time, useAction, useLoad } from '../ui.js'
 
@@ -62,12 +62,14 @@ function CaptureRow({ capture, onDone }: { capture: Capture; onDone: (message: s
 
 /** The capture outbox: each run's facts on their way into the pool, and the ones that need a person. */
 export function CapturesView({ params }: { params: URLSearchParams }) {
-  const filter = params.get('state') ?? ''
+  // an address typed by hand may name no filter: all, rather than a request the server refuses
+  const asked = params.get('state') ?? ''
+  const filter = FILTERS.some((f) => f.value === asked) ? asked : ''
   const [cursor, setCursor] = useState<string | undefined>(undefined)
   const [message, setMessage] = useState('')
   const apiState = filter === 'orphan' ? 'delivering' : filter
   const [state, reload] = useLoad(`captures ${filter} ${cursor ?? ''}`, () =>
-    api<{ captures: Capture[]; nextCursor: string | null }>('GET', `/memory/captures${query({ state: apiState, cursor, limit: 50 })}`))
+    api<CaptureList>('GET', `/memory/captures${query({ state: apiState, cursor, limit: 50 })}`))
   const shown = state.status === 'ok' ? state.data.captures.filter((c) => filter !== 'orphan' || c.orphan) : []
   const anyOrphan = shown.some((c) => c.orphan)
   return (

@@ -1,5 +1,5 @@
 import { useEffect, useRef, useState } from 'preact/hooks'
-import { api, ApiError, query, type HistoryEntry } from '../api.js'
+import { api, ApiError, query, type HistoryEntry, type MemoryHistory } from '../api.js'
 import type { Identity } from '../identity.js'
 import { navigate } from '../router.js'
 import { ErrorBox, Link, Loading, PersonalUnavailable, RunLink, Time, useAction, useLoad } from '../ui.js'
@@ -21,7 +21,7 @@ export function ItemView({ who, id, params }: { who: Identity; id: string; param
   // personal scope without a person: nothing to read, and no write is ever sent
   const noPerson = scope === 'personal' && who.kind !== 'user'
   const [state, reload] = useLoad(`item ${id} ${scope}`, async () =>
-    noPerson ? null : (await api<{ history: HistoryEntry[] }>('GET', `/memory/item/${encodeURIComponent(id)}/history${scopeQuery}`)).history)
+    noPerson ? null : (await api<MemoryHistory>('GET', `/memory/item/${encodeURIComponent(id)}/history${scopeQuery}`)).history)
   const [draft, setDraft] = useState<string | null>(null)
   const [saved, setSaved] = useState(false)
   const [confirming, setConfirming] = useState(false)

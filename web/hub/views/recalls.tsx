@@ -1,5 +1,5 @@
 import { useState } from 'preact/hooks'
-import { api, query, type RecallFrame } from '../api.js'
+import { api, query, type RecallFrame, type Recalls } from '../api.js'
 import { Empty, ErrorBox, Loading, NewestOlder, RunLink, Time, useLoad } from '../ui.js'
 
 export function RecallList({ frames }: { frames: RecallFrame[] }) {
@@ -22,7 +22,7 @@ export function RecallsView({ params }: { params: URLSearchParams }) {
   const runId = params.get('runId') ?? undefined
   const [cursor, setCursor] = useState<string | undefined>(undefined)
   const [state, reload] = useLoad(`recalls ${runId ?? ''} ${cursor ?? ''}`, () =>
-    api<{ recalls: RecallFrame[]; nextCursor: string | null }>('GET', `/memory/recalls${query({ runId, cursor, limit: 50 })}`))
+    api<Recalls>('GET', `/memory/recalls${query({ runId, cursor, limit: 50 })}`))
   return (
     <section aria-labelledby="recalls-title">
       <h1 id="recalls-title">Recall ledger</h1>

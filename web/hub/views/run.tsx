@@ -1,5 +1,5 @@
 import { useEffect, useState } from 'preact/hooks'
-import { api, query, type RecallFrame, type Run } from '../api.js'
+import { api, query, type Recalls, type Run, type RunReply } from '../api.js'
 import { Empty, ErrorBox, Link, Loading, Time, useLoad } from '../ui.js'
 import { RecallList } from './recalls.js'
 
@@ -80,8 +80,8 @@ const STREAM_LABEL: Record<Stream, string> = {
 }
 
 export function RunView({ id }: { id: string }) {
-  const [run, reload] = useLoad(`run ${id}`, async () => (await api<{ run: Run }>('GET', `/runs/${encodeURIComponent(id)}`)).run)
-  const [recalls] = useLoad(`run recalls ${id}`, () => api<{ recalls: RecallFrame[] }>('GET', `/memory/recalls${query({ runId: id, limit: 50 })}`))
+  const [run, reload] = useLoad(`run ${id}`, async () => (await api<RunReply>('GET', `/runs/${encodeURIComponent(id)}`)).run)
+  const [recalls] = useLoad(`run recalls ${id}`, () => api<Recalls>('GET', `/memory/recalls${query({ runId: id, limit: 50 })}`))
   const live = useRunStream(id)
   const status = live.status ?? (run.status === 'ok' ? run.data.status : null)
   return (

@@ -1,5 +1,5 @@
-import { useEffect, useState } from 'preact/hooks'
-import { api, ApiError, query, type Approval, type ModelEntry, type Run, type ThreadSummary } from '../api.js'
+import { useEffect, useRef, useState } from 'preact/hooks'
+import { api, ApiError, query, type Approvals, type Models, type Run, type RunReply, type ThreadList, type ThreadWithRuns } from '../api.js'
 import { navigate } from '../router.js'
 import { Empty, ErrorBox, Link, Loading, Time, useAction, useLoad } from '../ui.js'
 import { useRunStream, type ToolCallView } from './run.js'
@@ -9,22 +9,25 @@ const LIVE = new Set<Run['status']>(['queued', 'running', 'requires_action'])
 /** The message box: a new conversation, or the next message of one (a follow-up run in the thread). */
 function MessageBox({ rootRunId, sent }: { rootRunId: string | null; sent: (run: Run) => void }) {
   const [prompt, setPrompt] = useState('')
+  const box = useRef<HTMLTextAreaElement>(null)
   const [model, setModel] = useState('')
-  const [models] = useLoad('models', () => api<{ items: ModelEntry[] }>('GET', '/models'))
+  const [models] = useLoad('models', () => api<Models>('GET', '/models'))
   const send = useAction(async () => {
     const body: Record<string, unknown> = { prompt: prompt.trim() }
     if (rootRunId) body.rootRunId = rootRunId
     if (model) body.model = model
-    const { run } = await api<{ run: Run }>('POST', '/runs', body)
+    const { run } = await api<RunReply>('POST', '/runs', body)
     setPrompt('')
     sent(run)
+    // the next message of the conversation can be typed at once (a new one goes to its page)
+    if (rootRunId) box.current?.focus()
   })
   const list = models.status === 'ok' ? models.data.items : []
   return (
     <form class="card stack message-box" onSubmit={(e) => { e.preventDefault(); if (prompt.trim() !== '') send.run() }} aria-labelledby="message-title">
       <h2 id="message-title">{rootRunId ? 'Your message' : 'Start a conversation'}</h2>
       <label for="message">Message</label>
-      <textarea id="message" rows={3} maxLength={100_000} required value={prompt} onInput={(e) => setPrompt((e.target as HTMLTextAreaElement).value)} />
+      <textarea id="message" ref={box} rows={3} maxLength={100_000} required value={prompt} onInput={(e) => setPrompt((e.target as HTMLTextAreaElement).value)} />
       <label for="model">Model</label>
       <select id="model" value={model} onChange={(e) => setModel((e.target as HTMLSelectElement).value)}>
         <option value="">The organization's default{list.find((m) => m.default) ? ` (${list.find((m) => m.default)!.id})` : ''}</option>
@@ -39,7 +42,7 @@ function MessageBox({ rootRunId, sent }: { rootRunId: string | null; sent: (run:
 /** The org's conversations, newest first, and a box to start one. */
 export function ThreadsView({ params }: { params: URLSearchParams }) {
   const cursor = params.get('cursor') ?? undefined
-  const [state, reload] = useLoad(`threads ${cursor ?? ''}`, () => api<{ items: ThreadSummary[]; nextCursor: string | null }>('GET', `/threads${query({ limit: 50, cursor })}`))
+  const [state, reload] = useLoad(`threads ${cursor ?? ''}`, () => api<ThreadList>('GET', `/threads${query({ limit: 50, cursor })}`))
   return (
     <section aria-labelledby="threads-title">
       <h1 id="threads-title">Conversations</h1>
@@ -79,7 +82,7 @@ function ToolCalls({ calls }: { calls: ToolCallView[] }) {
 
 /** The pending calls of a run waiting for people: each with its tool and arguments, approve or deny. */
 function PendingApprovals({ runId, version }: { runId: string; version: number }) {
-  const [state, reload] = useLoad(`approvals ${runId} ${version}`, () => api<{ items: Approval[] }>('GET', `/runs/${encodeURIComponent(runId)}/approvals`))
+  const [state, reload] = useLoad(`approvals ${runId} ${version}`, () => api<Approvals>('GET', `/runs/${encodeURIComponent(runId)}/approvals`))
   const decide = useAction(async (approvalId: string, decision: 'approve' | 'deny') => {
     await api('POST', `/runs/${encodeURIComponent(runId)}/approvals/${encodeURIComponent(approvalId)}`, { decision })
     reload()
@@ -145,7 +148,8 @@ function FinishedRun({ run }: { run: Run }) {
 /** One conversation: each run's prompt and answer, the live one streamed, and the box for the next message. */
 export function ThreadView({ id }: { id: string }) {
   const [version, setVersion] = useState(0)
-  const [state, reload] = useLoad(`thread ${id} ${version}`, () => api<{ thread: ThreadSummary; runs: Run[] }>('GET', `/threads/${encodeURIComponent(id)}`))
+  // the same conversation read again (a turn sent or ended) stays on screen meanwhile; another one does not
+  const [state, reload] = useLoad(`thread ${id} ${version}`, () => api<ThreadWithRuns>('GET', `/threads/${encodeURIComponent(id)}`), { keep: version > 0 })
   const again = () => setVersion((v) => v + 1)
   return (
     <section aria-labelledby="thread-title">
