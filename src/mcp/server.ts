@@ -3,6 +3,7 @@
 // caller, through the same services as the matching HTTP route.
 import type { EventEmitter } from 'node:events'
 import { Server } from '@modelcontextprotocol/sdk/server/index.js'
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv'
 import {
   CallToolRequestSchema, ErrorCode, ListResourcesRequestSchema, ListResourceTemplatesRequestSchema, ListToolsRequestSchema, McpError,
   ReadResourceRequestSchema, type CallToolResult
@@ -24,6 +25,12 @@ import { TERMINAL_STATUSES } from '../runs/tables.js'
 import { dispatchSkillRun } from '../skills/run-skill.js'
 
 export const SERVER_INFO = { name: 'cairn', version: '1.0.0' }
+/**
+ * The SDK's JSON Schema validator (for elicitation answers, which this server never asks
+ * for), made once per process: by default every Server builds its own Ajv instance and
+ * compiles the meta-schemas, which was most of the cost of a request's fresh server.
+ */
+const VALIDATOR = new AjvJsonSchemaValidator()
 const RESOURCE_PREFIX = 'cairn://knowledge/'
 const RESOURCE_PAGE = 100
 
@@ -139,6 +146,7 @@ export function buildMcpServer(caller: McpCaller): Server {
   const { app, principal } = caller
   const { orgId } = principal
   const server = new Server(SERVER_INFO, {
+    jsonSchemaValidator: VALIDATOR,
     capabilities: { tools: {}, resources: {} },
     instructions: 'Cairn: the team\'s memory, knowledge base and agent runs. Search memory and knowledge, read knowledge records as resources, list threads, and start runs or skills.'
   })
