@@ -70,6 +70,18 @@ t.test('the document names its resources, streams events as text/event-stream an
     const content = paths[path]![method]!.responses!['200']!.content!
     t.same(Object.keys(content), ['text/event-stream'], `${path} answers text/event-stream`)
   }
+  // a generator reads a response's schema only: there, the payload of one frame, by name
+  const streamed = (path: string, method: 'get' | 'post') => (paths[path]![method]!.responses!['200']!.content!['text/event-stream'] as { schema: unknown }).schema
+  t.same(streamed('/api/runs/{id}/events', 'get'), { $ref: '#/components/schemas/RunStreamEvent' })
+  t.same(streamed('/api/runs/{rootRunId}/thread-events', 'get'), { $ref: '#/components/schemas/RunEvent' })
+  t.same(streamed('/api/runs/changes', 'get'), { $ref: '#/components/schemas/RunChange' })
+  t.same(streamed('/api/chat', 'post'), { $ref: '#/components/schemas/ChatStreamEvent' })
+  t.same(schemas.RunStreamEvent, {
+    anyOf: [{ $ref: '#/components/schemas/RunEvent' }, { $ref: '#/components/schemas/RunStreamEnd' }],
+    description: (schemas.RunStreamEvent as { description: string }).description
+  })
+  const upload = schemas.UploadRequest as { properties: { file: unknown } }
+  t.match(upload.properties.file, { type: 'string', format: 'binary', contentMediaType: 'application/octet-stream' }, 'an upload\'s file is binary')
   const createRun = paths['/api/runs']!.post!.responses!
   t.ok(createRun['201']!.headers?.['Idempotent-Replayed'], 'Idempotent-Replayed on a created run')
   t.ok(createRun['409']!.headers?.['Retry-After'], 'Retry-After on 409 idempotency_key_in_use')

@@ -8,7 +8,7 @@ import { parseLastEventId, sseFrame } from '../../plugins/sse.js'
 import { errorResponses, IdempotencyKeyHeader } from '../../schemas/common.js'
 import {
   ChatBody, ChatStream, CreateRunBody, GetRunQuery, ListRunsQuery, ListThreadsQuery, RootRunIdParams, RunEnvelope, RunIdParams,
-  RunChangeStream, RunEventStream, RunPage, SseHeaders, ThreadDetail, ThreadPage
+  RunChangeStream, RunEventStream, RunPage, SseHeaders, ThreadDetail, ThreadEventStream, ThreadPage
 } from '../../schemas/runs.js'
 import { EngineError } from './engines/types.js'
 import { lastEventOf, TERMINAL_EVENTS } from './events.js'
@@ -196,7 +196,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'SSE: every event of every run of one thread, in order (history first, then live)',
       params: RootRunIdParams,
       headers: SseHeaders,
-      response: { 200: RunEventStream, ...errorResponses(404) }
+      response: { 200: ThreadEventStream, ...errorResponses(404) }
     }
   }, async (request, reply) => {
     const { orgId } = principalOf(request)
