@@ -80,6 +80,11 @@ t.test('the document names its resources, streams events as text/event-stream an
     anyOf: [{ $ref: '#/components/schemas/RunEvent' }, { $ref: '#/components/schemas/RunStreamEnd' }],
     description: (schemas.RunStreamEvent as { description: string }).description
   })
+  // the Memory Hub's sentence errors are said to be sentences where they are answered
+  const memoryDelete = paths['/api/memory/item/{id}']!.delete!.responses! as Record<string, { description?: string }>
+  t.match(memoryDelete['404']!.description, /`not found in this pool`/)
+  t.match(memoryDelete['403']!.description, /`sign-in required`.*`memory disabled`/)
+  t.match((paths['/api/memory/captures/{runId}/retry']!.post!.responses! as Record<string, { description?: string }>)['404']!.description, /`no dead capture for this run in your org`/)
   const upload = schemas.UploadRequest as { properties: { file: unknown } }
   t.match(upload.properties.file, { type: 'string', format: 'binary', contentMediaType: 'application/octet-stream' }, 'an upload\'s file is binary')
   const createRun = paths['/api/runs']!.post!.responses!

@@ -3,7 +3,7 @@ import { memoryDisabled, noDeadCapture, noOrphanCapture, notInPool, signInRequir
 import { principalOf, realUserId, type Principal } from '../auth/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
-  AddItemBody, AddItemResponse, BrowseQuery, BrowseResponse, CapturesQuery, CapturesResponse, DeleteResponse, HistoryResponse, ItemParams, Ok, PatchBody,
+  AddItemBody, AddItemResponse, BrowseQuery, BrowseResponse, CapturesQuery, CapturesResponse, DeleteResponse, HistoryResponse, ItemParams, MemoryRefusals, Ok, PatchBody,
   RecallsQuery, RecallsResponse, ResolveBody, RunParams, ScopeQuery, SearchQuery, SearchResponse, Settings, SettingsBody
 } from '../../schemas/memory.js'
 import type { PoolRef } from './backend.js'
@@ -90,7 +90,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       tags: ['memory'],
       summary: 'Add a fact by hand (the pool is made on this first write)',
       body: AddItemBody,
-      response: { 201: AddItemResponse, ...errorResponses(409, 413, 415, 502) }
+      response: { 201: AddItemResponse, ...errorResponses(409, 413, 415, 502), ...MemoryRefusals.add }
     }
   }, async (request, reply) => {
     const principal = principalOf(request)
@@ -111,7 +111,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       params: ItemParams,
       querystring: ScopeQuery,
       body: PatchBody,
-      response: { 200: Ok, ...errorResponses(404, 413, 415, 502) }
+      response: { 200: Ok, ...errorResponses(404, 413, 415, 502), ...MemoryRefusals.update }
     }
   }, async (request) => {
     const principal = principalOf(request)
@@ -136,7 +136,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       summary: 'Delete a stored fact',
       params: ItemParams,
       querystring: ScopeQuery,
-      response: { 200: DeleteResponse, ...errorResponses(404, 502) }
+      response: { 200: DeleteResponse, ...errorResponses(404, 502), ...MemoryRefusals.remove }
     }
   }, async (request) => {
     const principal = principalOf(request)
@@ -153,7 +153,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       summary: 'Every change to a stored fact, oldest first, with who made it',
       params: ItemParams,
       querystring: ScopeQuery,
-      response: { 200: HistoryResponse, ...errorResponses(404) }
+      response: { 200: HistoryResponse, ...errorResponses(404), ...MemoryRefusals.history }
     }
   }, async (request) => {
     const principal = principalOf(request)
@@ -187,7 +187,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       summary: 'Re-enqueue a dead capture with a fresh attempt budget',
       params: RunParams,
       querystring: ScopeQuery,
-      response: { 200: Ok, ...errorResponses(404) }
+      response: { 200: Ok, ...errorResponses(404), ...MemoryRefusals.retry }
     }
   }, async (request) => {
     const principal = principalOf(request)
@@ -206,7 +206,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       params: RunParams,
       querystring: ScopeQuery,
       body: ResolveBody,
-      response: { 200: Ok, ...errorResponses(404, 413, 415) }
+      response: { 200: Ok, ...errorResponses(404, 413, 415), ...MemoryRefusals.resolve }
     }
   }, async (request) => {
     const principal = principalOf(request)
