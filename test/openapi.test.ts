@@ -34,6 +34,8 @@ t.test('GET /openapi.json is a valid OpenAPI 3.1 document listing every route', 
     t.notOk(operationIds.has(operation.operationId!), `${name}: operationId ${operation.operationId} is unique`)
     operationIds.add(operation.operationId!)
     t.equal(operation.tags?.length, 1, `${name} has one tag`)
+    t.match(operation.description, /^[A-Z`].{20,}\.$/, `${name} has a description, a sentence`)
+    t.not(operation.description, operation.summary, `${name}: its description says more than its summary`)
     const isPublic = route.config.scope === 'public'
     t.equal(operation.security !== undefined && operation.security.length === 0, isPublic, `${name}: security [] exactly when public`)
     if (operation.requestBody) t.ok(operation.responses?.['413'] && operation.responses['415'], `${name} documents 413 and 415`)
@@ -42,6 +44,8 @@ t.test('GET /openapi.json is a valid OpenAPI 3.1 document listing every route', 
 
 interface Operation {
   operationId?: string
+  summary?: string
+  description?: string
   tags?: string[]
   security?: unknown[]
   requestBody?: unknown

@@ -112,6 +112,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     onRequest: limitByIp,
     schema: {
       operationId: 'signUp',
+      description: 'Creates a user with the email, password and name given and answers with a session cookie; the new user belongs to no organization until they create one or are added.',
       tags, summary: 'Create an account and sign in (no organization yet)',
       body: SignUpBody, response: { 201: UserReply, ...errorResponses(429) }
     }
@@ -128,6 +129,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     onRequest: limitByIp,
     schema: {
       operationId: 'signIn',
+      description: 'Checks an email and password and, when they match, starts a new session and sets its cookie; a wrong email and a wrong password get the same 401.',
       tags, summary: 'Sign in with email and password (always a new session)',
       body: SignInBody, response: { 200: UserReply, ...errorResponses(429) }
     }
@@ -148,7 +150,13 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
 
   app.post('/auth/sign-out', {
     config: { scope: 'public' },
-    schema: { operationId: 'signOut', tags, summary: 'End the session: the cookie is cleared and dead at once', response: { 204: { type: 'null' }, ...errorResponses() } }
+    schema: {
+      operationId: 'signOut',
+      tags,
+      summary: 'End the session: the cookie is cleared and dead at once',
+      description: 'Deletes the caller\'s session in the database and clears its cookie, so the cookie stops working on every instance at once.',
+      response: { 204: { type: 'null' }, ...errorResponses() }
+    }
   }, async (request, reply) => {
     const token = sessionCookie.read(request)
     if (token !== undefined) {
@@ -163,7 +171,13 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
 
   app.get('/auth/session', {
     config: { scope: 'public' },
-    schema: { operationId: 'getSession', tags, summary: 'The signed-in user, the session and their organizations', response: { 200: SessionReply, ...errorResponses() } }
+    schema: {
+      operationId: 'getSession',
+      tags,
+      summary: 'The signed-in user, the session and their organizations',
+      description: 'Returns the user behind the session cookie, the session itself and the organizations the user belongs to with their roles.',
+      response: { 200: SessionReply, ...errorResponses() }
+    }
   }, async (request, reply) => {
     const session = await requireSession(request, reply)
     const [user, organizations] = await Promise.all([findUser(db, session.userId), listMemberships(db, session.userId)])
@@ -175,6 +189,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     config: { scope: 'public' },
     schema: {
       operationId: 'createOrganization',
+      description: 'Creates an organization named as given, makes the caller its owner and switches the session to it.',
       tags, summary: 'Create an organization: the caller becomes owner and it becomes the active org',
       body: CreateOrganizationBody, response: { 201: OrganizationReply, ...errorResponses() }
     }
@@ -188,7 +203,13 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
 
   app.get('/auth/organizations', {
     config: { scope: 'public' },
-    schema: { operationId: 'listOrganizations', tags, summary: "The caller's organizations and roles", response: { 200: OrganizationsReply, ...errorResponses() } }
+    schema: {
+      operationId: 'listOrganizations',
+      tags,
+      summary: "The caller's organizations and roles",
+      description: 'Lists every organization the signed-in user belongs to, with the user\'s role in each.',
+      response: { 200: OrganizationsReply, ...errorResponses() }
+    }
   }, async (request, reply) => {
     const session = await requireSession(request, reply)
     return { organizations: await listMemberships(db, session.userId) }
@@ -198,6 +219,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     config: { scope: 'public' },
     schema: {
       operationId: 'setActiveOrganization',
+      description: 'Makes another of the user\'s organizations the one the session acts in; later requests are scoped to it.',
       tags, summary: 'Switch the session to another of your organizations',
       body: ActiveOrganizationBody, response: { 200: ActiveOrganizationReply, ...errorResponses() }
     }
@@ -214,6 +236,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     config: { scope: 'public' },
     schema: {
       operationId: 'addMember',
+      description: 'Adds an existing user, found by email, to the organization with the role given; only owners and admins may.',
       tags, summary: 'Add an existing user to the organization (owner or admin)',
       params: OrgParams, body: AddMemberBody, response: { 201: MemberReply, ...errorResponses(404) }
     }
@@ -229,6 +252,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     config: { scope: 'public' },
     schema: {
       operationId: 'changeMemberRole',
+      description: 'Sets a member\'s role; refused when it would leave the organization without an owner.',
       tags, summary: "Change a member's role (owner or admin; the last owner stays)",
       params: MemberParams, body: ChangeRoleBody, response: { 200: MemberReply, ...errorResponses(404) }
     }
@@ -244,6 +268,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     config: { scope: 'public' },
     schema: {
       operationId: 'removeMember',
+      description: 'Takes a user out of the organization; refused when it would remove the last owner, and the user\'s sessions lose access on their next request.',
       tags, summary: 'Remove a member (owner or admin; the last owner stays); effective on the next request',
       params: MemberParams, response: { 204: { type: 'null' }, ...errorResponses(404) }
     }
