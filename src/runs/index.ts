@@ -17,9 +17,12 @@ import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from '
 import { chatCompletions, TERMINAL_STATUSES } from './tables.js'
 
 /**
- * Contract 13.1: the run once it has ended (or waits for people's decisions), or as it is
- * when `ms` have passed (or the client went away). Its terminal event wakes the wait on whichever instance ran it (the event bus
- * carries it), and the row is read again every 2 s in case a notification was missed.
+ * The wait of `GET /api/runs/:id?wait=` and of the MCP tools' `waitSeconds`: the run once
+ * it has ended or waits for people's decisions, or as it is when `ms` have passed or the
+ * client went away. Its terminal or `run.requires_action` event wakes the wait whichever
+ * instance ran it (the event bus carries events between instances, and a resync after a
+ * lost connection wakes it too); the row is read again at least every 2 s in case a
+ * notification was missed.
  */
 export async function waitForEnd(app: FastifyInstance, orgId: string, runId: string, ms: number, response: { once(event: 'close', listener: () => void): unknown; off(event: 'close', listener: () => void): unknown }): Promise<RunRow | null> {
   let wake: () => void = () => {}
