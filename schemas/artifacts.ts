@@ -113,5 +113,5 @@ export const DiffResponse = {
 }
 /** `POST /api/uploads`: one multipart field `file` (documented; the body is read as a stream). */
 export const UploadRequestBody = named('UploadRequest', Type.Object({
-  file: Type.String({ format: 'binary', description: 'the file; its part Content-Type is the declared type' })
+  file: Type.String({ format: 'binary', contentMediaType: 'application/octet-stream', description: 'the file; its part Content-Type is the declared type' })
 }))

@@ -120,7 +120,7 @@ export const ApproveDraftBody = named('ApproveKnowledgeDraftRequest', StrictObje
 }))
 /** `POST /api/knowledge/documents`: one multipart field `file` (documented; the body is read as a stream). */
 export const DocumentUploadBody = named('KnowledgeDocumentUploadRequest', Type.Object({
-  file: Type.String({ format: 'binary', description: 'a PDF, DOCX, HTML, Markdown or plain-text file' })
+  file: Type.String({ format: 'binary', contentMediaType: 'application/octet-stream', description: 'a PDF, DOCX, HTML, Markdown or plain-text file' })
 }))
 
 export { IdParams }

@@ -43,10 +43,10 @@ export const McpMessage = named('McpMessage', Type.Unknown({
   description: 'a JSON-RPC 2.0 message of the Model Context Protocol (or a batch of them); a malformed one is answered with a JSON-RPC error'
 }))
 export const McpAnswer = {
-  description: 'a JSON-RPC answer, as JSON or as an SSE stream (the MCP Streamable HTTP transport)',
+  description: 'a JSON-RPC answer, as JSON or as an SSE stream (the MCP Streamable HTTP transport) whose every `event: message` frame carries one McpMessage as its `data:`',
   content: {
-    'application/json': { schema: Type.Unknown() },
-    'text/event-stream': { schema: Type.String() }
+    'application/json': { schema: McpMessage },
+    'text/event-stream': { schema: McpMessage, 'x-sse-events': { message: { $ref: '#/components/schemas/McpMessage' } } }
   }
 }
 export const McpHeaders = Type.Object({

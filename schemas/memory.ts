@@ -153,3 +153,41 @@ export const AddItemBody = named('MemoryAddRequest', StrictObject({
   content: Type.String({ minLength: 1, maxLength: 4000, pattern: '\\S', description: 'the fact' })
 }))
 export const AddItemResponse = named('MemoryAddResult', Type.Object({ item: BrowseItem }))
+
+/**
+ * The Memory Hub's own refusals. Their `error` is the exact sentence the spec gives
+ * (`not found in this pool`, `sign-in required`, ...; `delete failed` in the style of its
+ * `update failed`), not a snake_case identifier like the other routes' errors: clients
+ * written against the spec match on those sentences, so the document says so.
+ */
+const SENTENCES = {
+  signIn: '`sign-in required` (personal scope without a signed-in user: the dev org or an API key)',
+  disabled: '`memory disabled` (memory is off for the organization, or no memory backend is configured)',
+  notInPool: '`not found in this pool` (no item with this id in the chosen pool)',
+  updateFailed: '`update failed` (the memory backend did not accept the change)',
+  deleteFailed: '`delete failed` (the memory backend did not accept the delete; worded like `update failed`)',
+  noDead: '`no dead capture for this run in your org`',
+  noOrphan: '`no delivering orphan for this run in your org`'
+} as const
+
+function sentenceError(status: number, sentences: ReadonlyArray<keyof typeof SENTENCES>, others: string) {
+  const listed = sentences.map((s) => SENTENCES[s]).join(', or ')
+  return {
+    [status]: Type.Ref('ErrorBody', {
+      description: `\`error\` is a sentence, not an identifier, exactly as the HTTP API spec words it (clients match on it): ${listed}; ${others}`
+    })
+  }
+}
+
+const OTHER_403 = 'otherwise the identifiers every route can answer (`no_organization`, `user_required`, ...)'
+const OTHER_404 = 'otherwise `not_found`'
+
+/** The sentence refusals of each memory route, to spread over `errorResponses(...)`. */
+export const MemoryRefusals = {
+  add: sentenceError(403, ['signIn', 'disabled'], OTHER_403),
+  update: { ...sentenceError(403, ['signIn', 'disabled'], OTHER_403), ...sentenceError(404, ['notInPool'], OTHER_404), ...sentenceError(502, ['updateFailed'], 'or `upstream_failed` when the backend cannot be reached') },
+  remove: { ...sentenceError(403, ['signIn', 'disabled'], OTHER_403), ...sentenceError(404, ['notInPool'], OTHER_404), ...sentenceError(502, ['deleteFailed'], 'or `upstream_failed` when the backend cannot be reached') },
+  history: { ...sentenceError(403, ['signIn'], OTHER_403), ...sentenceError(404, ['notInPool'], OTHER_404) },
+  retry: sentenceError(404, ['noDead'], OTHER_404),
+  resolve: sentenceError(404, ['noOrphan'], OTHER_404)
+}

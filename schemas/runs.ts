@@ -127,40 +127,73 @@ export const RunEvent = named('RunEvent', Type.Object({
   id: Type.Integer({ description: 'per-org increasing event id; send it back as Last-Event-ID to resume' }),
   runId: Type.String(),
   rootRunId: Type.String(),
-  type: Type.String({ description: 'run.queued, run.started, message.delta, ..., run.succeeded, run.failed, run.cancelled' }),
+  type: Type.String({
+    description: 'the frame\'s `event:` name: run.queued, run.started, message.delta, message.completed, tool.call, tool.result, ' +
+      'memory.recalled, memory.captured, artifact.created, run.requires_action, run.succeeded, run.failed, run.cancelled, and others; ' +
+      'a client skips the types it does not know'
+  }),
   createdAt: IsoDate,
   data: Type.Record(Type.String(), Type.Unknown())
 }))
+/** The payload of `event: end`, the last frame of a run's event stream. */
+export const RunStreamEnd = named('RunStreamEnd', Type.Object({
+  runId: Type.String(),
+  status: Type.Union([Type.Literal('succeeded'), Type.Literal('failed'), Type.Literal('cancelled')], { description: 'how the run ended' })
+}, { description: 'the payload of `event: end`, sent after the run\'s terminal event; the server then closes the stream' }))
 /** The payload of `event: change` on the org change stream: identifiers only. */
 export const RunChange = named('RunChange', Type.Object({ kind: Type.Literal('run'), id: Type.String(), rootRunId: Type.String() }))
-export const ChatToken = named('ChatToken', Type.Object({ text: Type.String() }))
+export const ChatToken = named('ChatToken', Type.Object({ text: Type.String() }, { description: 'the payload of `event: token`: the next piece of the answer' }))
 export const ChatDone = named('ChatDone', Type.Object({
   model: Type.Union([Type.String(), Type.Null()]),
   usage: Type.Object({ promptTokens: Type.Integer(), completionTokens: Type.Integer() })
+}, { description: 'the payload of `event: done`, the last frame of a chat that succeeded' }))
+
+/**
+ * The frames' payloads, one named type per stream: what each `data:` line decodes to.
+ * Client generators read a response's `schema` and nothing else, so that is where the
+ * payload goes (the stream's body is frames of these, not one JSON value); `x-sse-events`
+ * says which `event:` name carries which payload, for tools that read it.
+ */
+export const RunStreamEvent = named('RunStreamEvent', Type.Union([RunEvent, RunStreamEnd], {
+  description: 'a frame of a run\'s event stream: a RunEvent (`event:` is its `type`), or the RunStreamEnd of `event: end`'
+}))
+export const ChatStreamEvent = named('ChatStreamEvent', Type.Union([ChatToken, ChatDone, Type.Ref('ErrorBody')], {
+  description: 'a frame of a chat: a ChatToken (`event: token`), then a ChatDone (`event: done`) or an ErrorBody (`event: error`)'
 }))
 
 /**
- * A `text/event-stream` answer, for the OpenAPI document: a string of frames (`id:`,
- * `event:`, `data:` with one JSON payload per frame), whose payload schemas are named in
- * `contentSchema` so clients can decode each `data:` line.
+ * A `text/event-stream` answer, for the OpenAPI document: frames of `id:`, `event:` and
+ * `data:` (one JSON payload per frame); `schema` is the payload of one frame.
  */
-function eventStream(description: string, ...payloads: TSchema[]) {
+function eventStream(description: string, payload: TSchema, events: Record<string, string>) {
+  const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` })
   return {
     description,
     content: {
       'text/event-stream': {
-        schema: Type.String({ description, contentMediaType: 'text/event-stream', contentSchema: payloads.length === 1 ? payloads[0]! : Type.Union(payloads) })
+        schema: payload,
+        'x-sse-events': Object.fromEntries(Object.entries(events).map(([event, name]) => [event, ref(name)]))
       }
     }
   }
 }
 
 export const RunEventStream = eventStream(
-  'frames `id:` (event id), `event:` (its type), `data:` (a RunEvent); `event: end` after the terminal event; heartbeat comments',
-  RunEvent
+  'an event stream: frames `id:` (event id), `event:` (its type) and `data:` (a RunEvent, as JSON); `event: end` (a RunStreamEnd) after the terminal event; heartbeat comments',
+  RunStreamEvent,
+  { '*': 'RunEvent', end: 'RunStreamEnd' }
 )
-export const RunChangeStream = eventStream('frames `id:`, `event: change`, `data:` (a RunChange); heartbeat comments', RunChange)
-export const ChatStream = eventStream('frames `event: token` (`data:` a ChatToken), then `event: done` (a ChatDone) or `event: error` (an ErrorBody)', ChatToken, ChatDone, Type.Ref('ErrorBody'))
+export const ThreadEventStream = eventStream(
+  'an event stream: frames `id:` (event id), `event:` (its type) and `data:` (a RunEvent, as JSON); it has no end; heartbeat comments',
+  RunEvent,
+  { '*': 'RunEvent' }
+)
+export const RunChangeStream = eventStream('an event stream: frames `id:`, `event: change` and `data:` (a RunChange, as JSON); heartbeat comments', RunChange, { change: 'RunChange' })
+export const ChatStream = eventStream(
+  'an event stream: frames `event: token` (`data:` a ChatToken), then `event: done` (a ChatDone) or `event: error` (an ErrorBody)',
+  ChatStreamEvent,
+  { token: 'ChatToken', done: 'ChatDone', error: 'ErrorBody' }
+)
 
 export const ChatMessage = named('ChatMessage', StrictObject({
   role: Type.Union([Type.Literal('system'), Type.Literal('user'), Type.Literal('assistant')]),

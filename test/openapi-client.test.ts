@@ -1,11 +1,12 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { createConfig, lintFromString } from '@redocly/openapi-core'
+import { pathToFileURL } from 'node:url'
+import { lintFromString, loadConfig } from '@redocly/openapi-core'
 import createClient from 'openapi-fetch'
 import openapiTS, { astToString } from 'openapi-typescript'
 import t from 'tap'
 import ts from 'typescript'
-import { buildTestApp } from './helper.js'
+import { buildTestApp, type Teardown } from './helper.js'
 
 /**
  * Contract 1.5 as a client developer meets it: the document passes Redocly's recommended
@@ -16,15 +17,16 @@ import { buildTestApp } from './helper.js'
 t.test("Redocly's recommended rules find no error and no warning", async (t) => {
   const app = await buildTestApp(t)
   const source = (await app.inject({ method: 'GET', url: '/openapi.json', headers: { host: 'cairn.internal:3000' } })).body
-  const config = await createConfig({ extends: ['recommended'] })
-  const problems = await lintFromString({ source, absoluteRef: '/openapi.json', config })
-  // Contract 8 fixes both `GET /api/knowledge/:id/history` and `GET /api/knowledge/documents/:id`:
-  // a URL like /api/knowledge/documents/history fits both templates (the router picks the
-  // static segment). The one warning the contract's own paths make is expected, and only it.
-  const inherent = (p: (typeof problems)[number]) => p.ruleId === 'no-ambiguous-paths' &&
-    p.message.includes('`/api/knowledge/{id}/history` and `/api/knowledge/documents/{id}`')
-  t.equal(problems.filter(inherent).length, 1)
-  t.same(problems.filter((p) => !inherent(p)).map((p) => `${p.severity} ${p.ruleId}: ${p.message} at ${p.location[0]?.pointer ?? ''}`), [])
+  // the repository's configuration, as `npx @redocly/cli lint openapi.json` at its root reads it
+  const config = await loadConfig({ configPath: resolve('redocly.yaml') })
+  const problems = await lintFromString({ source, absoluteRef: resolve('openapi.json'), config })
+  t.same(problems.filter((p) => !p.ignored).map((p) => `${p.severity} ${p.ruleId}: ${p.message} at ${p.location[0]?.pointer ?? ''}`), [])
+  // The one problem the ignore file (.redocly.lint-ignore.yaml) records, and only it: the
+  // required paths GET /api/knowledge/{id}/history and GET /api/knowledge/documents/{id}
+  // both fit /api/knowledge/documents/history (the router picks the static segment).
+  t.same(problems.filter((p) => p.ignored).map((p) => `${p.ruleId}: ${p.message}`), [
+    'no-ambiguous-paths: Paths should resolve unambiguously. Found two ambiguous paths: `/api/knowledge/{id}/history` and `/api/knowledge/documents/{id}`.'
+  ])
 })
 
 /** A consumer of the generated types: it compiles only if the document names what clients use. */
@@ -59,26 +61,90 @@ export async function use(): Promise<void> {
   const organization: Schemas['Organization'] | undefined = org.data?.organization
   const thread = await client.GET('/api/threads/{rootRunId}', { params: { path: { rootRunId: 'r' } } })
   const detail: Schemas['Thread'] | undefined = thread.data?.thread
-  const events = await client.GET('/api/runs/{id}/events', { params: { path: { id: 'r' } }, parseAs: 'stream' })
-  const body: ReadableStream | null | undefined = events.data
-  const payload: Schemas['RunEvent'] | null = null
-  void [run, status, error, items, item, capture, frame, key, user, organization, detail, body, payload]
+  // an upload's file is a Blob (format: binary), sent as multipart
+  const upload = await client.POST('/api/uploads', {
+    body: { file: new Blob(['hello'], { type: 'text/plain' }) },
+    bodySerializer: (body) => {
+      const form = new FormData()
+      form.append('file', body.file, 'hello.txt')
+      return form
+    }
+  })
+  const uploaded: Schemas['Upload'] | undefined = upload.data?.upload
+  void [run, status, error, items, item, capture, frame, key, user, organization, detail, uploaded]
+}
+
+/** The payload of one frame of each stream, as the generated types name it. */
+type Payload<P extends keyof paths, M extends 'get' | 'post'> = paths[P][M] extends { responses: { 200: { content: { 'text/event-stream': infer T } } } } ? T : never
+export type RunStreamPayload = Payload<'/api/runs/{id}/events', 'get'>
+export type ThreadStreamPayload = Payload<'/api/runs/{rootRunId}/thread-events', 'get'>
+export type ChangePayload = Payload<'/api/runs/changes', 'get'>
+export type ChatPayload = Payload<'/api/chat', 'post'>
+const runPayload: RunStreamPayload extends Schemas['RunEvent'] | Schemas['RunStreamEnd'] ? true : false = true
+const threadPayload: ThreadStreamPayload extends Schemas['RunEvent'] ? true : false = true
+const changePayload: ChangePayload extends Schemas['RunChange'] ? true : false = true
+const chatPayload: ChatPayload extends Schemas['ChatToken'] | Schemas['ChatDone'] | Schemas['ErrorBody'] ? true : false = true
+void [runPayload, threadPayload, changePayload, chatPayload]
+
+/** Starts a run and follows its events to the end, typed by the generated client alone. */
+export async function followRun(baseUrl: string, authorization: string, prompt: string): Promise<{ run: Schemas['Run']; events: Schemas['RunEvent'][]; end: Schemas['RunStreamEnd'] | null }> {
+  const api = createClient<paths>({ baseUrl, headers: { authorization } })
+  const created = await api.POST('/api/runs', { params: { header: { 'idempotency-key': 'follow-' + prompt.length } }, body: { prompt } })
+  if (!created.data) throw new Error('no run: ' + JSON.stringify(created.error))
+  const run = created.data.run
+  const stream = await api.GET('/api/runs/{id}/events', { params: { path: { id: run.id } }, parseAs: 'stream' })
+  if (!stream.data) throw new Error('no stream: ' + stream.response.status)
+  const events: Schemas['RunEvent'][] = []
+  let end: Schemas['RunStreamEnd'] | null = null
+  const reader = stream.data.pipeThrough(new TextDecoderStream()).getReader()
+  let buffer = ''
+  while (end === null) {
+    const { value, done } = await reader.read()
+    if (done) break
+    buffer += value
+    let cut: number
+    while ((cut = buffer.indexOf('\\n\\n')) >= 0) {
+      const block = buffer.slice(0, cut)
+      buffer = buffer.slice(cut + 2)
+      const data = /^data: (.*)$/m.exec(block)?.[1]
+      if (data === undefined) continue
+      const payload = JSON.parse(data) as RunStreamPayload
+      // a RunEvent has a type (its frame's event name); the end frame's payload has a status
+      if ('type' in payload) events.push(payload)
+      else end = payload
+    }
+  }
+  await reader.cancel()
+  return { run, events, end }
 }
 `
 
-t.test('openapi-typescript generates types that a typed consumer compiles against', async (t) => {
-  const app = await buildTestApp(t)
-  const document = (await app.inject({ method: 'GET', url: '/openapi.json' })).json()
-  const types = astToString(await openapiTS(document))
-  // inside node_modules/.cache so the consumer resolves openapi-fetch like project code does
+/** openapi-typescript's types for the served document, with binary strings as Blob (its documented option). */
+async function generatedTypes(document: Parameters<typeof openapiTS>[0]): Promise<string> {
+  return astToString(await openapiTS(document, {
+    transform: (schema) => (schema.format === 'binary' ? ts.factory.createTypeReferenceNode('Blob') : undefined)
+  }))
+}
+
+/** Writes the generated types and the consumer where the consumer resolves openapi-fetch like project code does. */
+function writeClient(t: Teardown, types: string): string {
   const dir = mkdtempSync(join(resolve('node_modules'), '.cache-openapi-client-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   writeFileSync(join(dir, 'api.ts'), types)
   writeFileSync(join(dir, 'consumer.ts'), CONSUMER)
+  return dir
+}
+
+t.test('openapi-typescript generates types that a typed consumer compiles against', async (t) => {
+  const app = await buildTestApp(t)
+  const document = (await app.inject({ method: 'GET', url: '/openapi.json' })).json()
+  const types = await generatedTypes(document)
+  const dir = writeClient(t, types)
   const program = ts.createProgram([join(dir, 'consumer.ts')], {
     strict: true,
     noEmit: true,
     target: ts.ScriptTarget.ES2022,
+    lib: ['lib.es2022.d.ts', 'lib.dom.d.ts', 'lib.dom.iterable.d.ts', 'lib.dom.asynciterable.d.ts'],
     module: ts.ModuleKind.NodeNext,
     moduleResolution: ts.ModuleResolutionKind.NodeNext,
     skipLibCheck: true,
@@ -86,9 +152,12 @@ t.test('openapi-typescript generates types that a typed consumer compiles agains
   })
   const diagnostics = ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'))
   t.same(diagnostics, [], 'the generated client compiles')
-  for (const name of ['Run', 'Thread', 'RunEvent', 'MemoryItem', 'Capture', 'RecallFrame', 'User', 'Organization', 'ApiKey', 'ErrorBody']) {
+  for (const name of ['Run', 'Thread', 'RunEvent', 'RunStreamEnd', 'MemoryItem', 'Capture', 'RecallFrame', 'User', 'Organization', 'ApiKey', 'ErrorBody']) {
     t.match(types, new RegExp(`\\b${name}: \\{`), `${name} is a named type`)
   }
+  t.match(types, /RunStreamEvent: components\["schemas"\]\["RunEvent"\] \| components\["schemas"\]\["RunStreamEnd"\];/, 'a run stream\'s frames are typed')
+  t.match(types, /ChatStreamEvent: components\["schemas"\]\["ChatToken"\] \| components\["schemas"\]\["ChatDone"\] \| components\["schemas"\]\["ErrorBody"\];/, 'a chat\'s frames are typed')
+  t.match(types, /UploadRequest: \{[^}]*file: Blob;/, 'an upload\'s file is a Blob')
 })
 
 /** Reads an event stream until `event: end`, returning the frames' event names and data. */
@@ -170,6 +239,21 @@ t.test('openapi-fetch round-trips real answers: sign-up, org, key, run, its even
   const first = frames[0]!.data as { id: number; runId: string; type: string }
   t.equal(first.runId, run.id)
   t.equal(first.type, 'run.queued')
+
+  // the typed consumer, compiled as it was type-checked above, follows a run of its own
+  const document = (await app.inject({ method: 'GET', url: '/openapi.json' })).json()
+  const dir = writeClient(t, await generatedTypes(document))
+  const compiled = ts.transpileModule(CONSUMER, { compilerOptions: { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext } }).outputText
+  writeFileSync(join(dir, 'consumer.mjs'), compiled)
+  const consumer = await import(pathToFileURL(join(dir, 'consumer.mjs')).href) as {
+    followRun(baseUrl: string, authorization: string, prompt: string): Promise<{ run: { id: string }; events: Array<{ runId: string; type: string }>; end: { runId: string; status: string } | null }>
+  }
+  const followed = await consumer.followRun(`http://127.0.0.1:${address.port}`, authorization, 'Followed by the generated client.')
+  const followedTypes = followed.events.map((e) => e.type)
+  t.equal(followedTypes[0], 'run.queued', 'the typed follower reads RunEvents')
+  t.ok(followedTypes.includes('run.succeeded'), `the followed run succeeded: ${followedTypes.join(', ')}`)
+  t.ok(followed.events.every((e) => e.runId === followed.run.id), 'every RunEvent is of the followed run')
+  t.same(followed.end, { runId: followed.run.id, status: 'succeeded' }, 'the end frame is a RunStreamEnd')
 
   const searched = await anyClient.GET('/api/memory/search', { params: { query: { q: 'client' } }, headers: { authorization } })
   t.equal(searched.response.status, 200)

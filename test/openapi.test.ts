@@ -34,6 +34,8 @@ t.test('GET /openapi.json is a valid OpenAPI 3.1 document listing every route', 
     t.notOk(operationIds.has(operation.operationId!), `${name}: operationId ${operation.operationId} is unique`)
     operationIds.add(operation.operationId!)
     t.equal(operation.tags?.length, 1, `${name} has one tag`)
+    t.match(operation.description, /^[A-Z`].{20,}\.$/, `${name} has a description, a sentence`)
+    t.not(operation.description, operation.summary, `${name}: its description says more than its summary`)
     const isPublic = route.config.scope === 'public'
     t.equal(operation.security !== undefined && operation.security.length === 0, isPublic, `${name}: security [] exactly when public`)
     if (operation.requestBody) t.ok(operation.responses?.['413'] && operation.responses['415'], `${name} documents 413 and 415`)
@@ -42,6 +44,8 @@ t.test('GET /openapi.json is a valid OpenAPI 3.1 document listing every route', 
 
 interface Operation {
   operationId?: string
+  summary?: string
+  description?: string
   tags?: string[]
   security?: unknown[]
   requestBody?: unknown
@@ -70,6 +74,23 @@ t.test('the document names its resources, streams events as text/event-stream an
     const content = paths[path]![method]!.responses!['200']!.content!
     t.same(Object.keys(content), ['text/event-stream'], `${path} answers text/event-stream`)
   }
+  // a generator reads a response's schema only: there, the payload of one frame, by name
+  const streamed = (path: string, method: 'get' | 'post') => (paths[path]![method]!.responses!['200']!.content!['text/event-stream'] as { schema: unknown }).schema
+  t.same(streamed('/api/runs/{id}/events', 'get'), { $ref: '#/components/schemas/RunStreamEvent' })
+  t.same(streamed('/api/runs/{rootRunId}/thread-events', 'get'), { $ref: '#/components/schemas/RunEvent' })
+  t.same(streamed('/api/runs/changes', 'get'), { $ref: '#/components/schemas/RunChange' })
+  t.same(streamed('/api/chat', 'post'), { $ref: '#/components/schemas/ChatStreamEvent' })
+  t.same(schemas.RunStreamEvent, {
+    anyOf: [{ $ref: '#/components/schemas/RunEvent' }, { $ref: '#/components/schemas/RunStreamEnd' }],
+    description: (schemas.RunStreamEvent as { description: string }).description
+  })
+  // the Memory Hub's sentence errors are said to be sentences where they are answered
+  const memoryDelete = paths['/api/memory/item/{id}']!.delete!.responses! as Record<string, { description?: string }>
+  t.match(memoryDelete['404']!.description, /`not found in this pool`/)
+  t.match(memoryDelete['403']!.description, /`sign-in required`.*`memory disabled`/)
+  t.match((paths['/api/memory/captures/{runId}/retry']!.post!.responses! as Record<string, { description?: string }>)['404']!.description, /`no dead capture for this run in your org`/)
+  const upload = schemas.UploadRequest as { properties: { file: unknown } }
+  t.match(upload.properties.file, { type: 'string', format: 'binary', contentMediaType: 'application/octet-stream' }, 'an upload\'s file is binary')
   const createRun = paths['/api/runs']!.post!.responses!
   t.ok(createRun['201']!.headers?.['Idempotent-Replayed'], 'Idempotent-Replayed on a created run')
   t.ok(createRun['409']!.headers?.['Retry-After'], 'Retry-After on 409 idempotency_key_in_use')

@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs'
+import { dirname } from 'node:path'
 import t from 'tap'
 import { keyDeniedOnPurpose, keyMayReach } from '../src/auth/key-allowlist.js'
 import { routeScopes, SCOPES } from '../src/auth/principal.js'
@@ -17,7 +19,7 @@ function isSpecPublic(method: string, url: string): boolean {
   return url.startsWith('/api/auth/')
 }
 
-/** Routes outside /api: the API description and the Memory Hub console (static pages that call the API). */
+/** Routes outside /api: the root (a redirect to the console), the API description and the Memory Hub console (static pages that call the API). */
 const OUTSIDE_API = [/^\/$/, /^\/openapi\.json$/, /^\/docs(\/.*)?$/, /^\/hub(\/.*)?$/]
 
 const fakeId = '0190b8f0-0000-7000-8000-000000000000'
@@ -118,3 +120,43 @@ t.test('the allowlist matches registered patterns, not raw URLs', async (t) => {
   t.ok(keyDeniedOnPurpose('PATCH', '/api/anything/:id'), 'every write but dispatch is denied wholesale')
   t.notOk(keyDeniedOnPurpose('GET', '/api/something-new'), 'a new read must be classified on purpose')
 })
+
+/** CONTRIBUTING.md's route index: each row's URL prefixes and the folder that serves them. */
+function routeIndex(): Array<{ prefix: string; folder: string }> {
+  const text = readFileSync('CONTRIBUTING.md', 'utf8')
+  const section = /^## Route index\n([\s\S]*?)(?=^## )/m.exec(text)?.[1] ?? ''
+  const rows: Array<{ prefix: string; folder: string }> = []
+  for (const line of section.split('\n')) {
+    const cells = /^\| (.+?) \| `([^`]+)`/.exec(line)
+    if (!cells) continue
+    for (const [, prefix] of cells[1]!.matchAll(/`([^`]+)`/g)) rows.push({ prefix: prefix!, folder: cells[2]! })
+  }
+  return rows
+}
+
+/** Whether a route's URL starts with the prefix, segment by segment; a parameter matches a parameter of any name. */
+function fits(prefix: string, url: string): boolean {
+  const want = prefix.split('/')
+  const have = url.split('/')
+  return want.length <= have.length && want.every((segment, i) => segment === have[i] || (segment.startsWith(':') && have[i]!.startsWith(':')))
+}
+
+t.test('CONTRIBUTING.md\'s route index names the folder that serves every route', async (t) => {
+  const index = routeIndex()
+  t.ok(index.length > 10, 'the index is read')
+  const app = await buildTestApp(t)
+  const used = new Set<string>()
+  for (const route of app.routeTable) {
+    const name = `${route.method} ${route.url}`
+    const row = index.filter((r) => fits(r.prefix, route.url)).sort((a, b) => b.prefix.split('/').length - a.prefix.split('/').length)[0]
+    if (!row) {
+      t.fail(`${name}: no row of the route index covers it`)
+      continue
+    }
+    used.add(row.prefix)
+    // a library's own routes (the /docs pages) have no project file to compare
+    if (route.source !== undefined) t.equal(`${dirname(route.source)}/`, row.folder, `${name} is served from ${route.source}; the index says ${row.prefix} → ${row.folder}`)
+  }
+  t.same(index.filter((r) => !used.has(r.prefix)).map((r) => r.prefix), [], 'every prefix of the index serves a route')
+})
+

@@ -119,6 +119,10 @@ export class FsBlobStore implements BlobStore {
   private readonly tmp: string
 
   constructor(root: string) {
+    // a URL (DATA_DIR=memory://, a database URL) is no directory: joined as a path it would
+    // make a folder named `memory:` in the working directory; filesDir() gives such a
+    // DATA_DIR a temporary directory instead
+    if (/^[a-z][a-z0-9+.-]*:\/\//i.test(root)) throw new Error(`the blob store needs a directory, not a URL: ${root.split('//')[0]}//…`)
     this.root = root
     this.tmp = join(root, '.tmp')
   }

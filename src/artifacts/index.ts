@@ -75,6 +75,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
         operationId: 'createUpload',
         tags: ['artifacts'],
         summary: 'Upload a file (multipart, one field `file`); its type is sniffed from the bytes',
+        description: 'Stores one file sent as multipart, sniffs its real type from its bytes, and returns the upload that runs and artifacts can then use by id.',
         response: { 201: UploadEnvelope, ...errorResponses(413, 415, 507) }
       }
     }, async (request, reply) => {
@@ -96,6 +97,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listUploads',
       tags: ['artifacts'],
       summary: 'Uploads of the org, newest first',
+      description: 'Pages through the organization\'s uploads, newest first.',
       querystring: ListUploadsQuery,
       response: { 200: UploadPage, ...errorResponses() }
     }
@@ -110,6 +112,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getUpload',
       tags: ['artifacts'],
       summary: 'One upload',
+      description: 'Returns one upload\'s name, type, size and dates.',
       params: IdParams,
       response: { 200: UploadEnvelope, ...errorResponses(404) }
     }
@@ -124,6 +127,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getUploadContent',
       tags: ['artifacts'],
       summary: 'The uploaded bytes (ETag, Range, If-None-Match as for artifact content)',
+      description: 'Sends the bytes of an upload with their stored type, answering conditional and range requests.',
       params: IdParams,
       headers: ContentHeaders,
       response: { 200: ContentResponse('the bytes'), 206: ContentResponse('the requested range'), 304: { type: 'null', description: 'not modified' }, ...errorResponses(404, 416) }
@@ -143,6 +147,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'deleteUpload',
       tags: ['artifacts'],
       summary: 'Delete an upload (its bytes go once nothing else uses them)',
+      description: 'Deletes an upload record; its stored bytes are removed once nothing else uses them.',
       params: IdParams,
       response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
     }
@@ -158,6 +163,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'createArtifact',
       tags: ['artifacts'],
       summary: 'Make an artifact from text or from an upload (version 1, source `api`)',
+      description: 'Creates an artifact from text in the body or from an earlier upload; its first version is recorded with source `api`.',
       body: CreateArtifactBody,
       response: { 201: ArtifactEnvelope, ...errorResponses(404, 409, 413, 415, 507) }
     }
@@ -201,6 +207,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listArtifacts',
       tags: ['artifacts'],
       summary: 'Artifacts of the org, newest first; filter by run or thread',
+      description: 'Pages through the organization\'s artifacts, newest first, optionally only those made by one run or in one thread.',
       querystring: ListArtifactsQuery,
       response: { 200: ArtifactPage, ...errorResponses() }
     }
@@ -216,6 +223,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getArtifact',
       tags: ['artifacts'],
       summary: 'One artifact (its current version)',
+      description: 'Returns one artifact and the metadata of its current version.',
       params: IdParams,
       response: { 200: ArtifactEnvelope, ...errorResponses(404) }
     }
@@ -228,6 +236,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'deleteArtifact',
       tags: ['artifacts'],
       summary: 'Delete an artifact with every version and proposal',
+      description: 'Deletes an artifact together with all its versions and proposals.',
       params: IdParams,
       response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
     }
@@ -241,6 +250,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getArtifactContent',
       tags: ['artifacts'],
       summary: 'The current version\'s bytes: ETag "v<version>", If-None-Match → 304, one Range → 206, If-Range',
+      description: 'Sends the current version\'s bytes, with an ETag that names the version, honouring If-None-Match, Range and If-Range.',
       params: IdParams,
       headers: ContentHeaders,
       response: { 200: ContentResponse('the bytes'), 206: ContentResponse('the requested range'), 304: { type: 'null', description: 'not modified' }, ...errorResponses(404, 416) }
@@ -265,6 +275,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
         operationId: 'putArtifactContent',
         tags: ['artifacts'],
         summary: 'Replace the content (a new version, source `edit`); If-Match with the current ETag is required',
+        description: 'Stores the body as the artifact\'s next version when If-Match names the current one, so two editors cannot overwrite each other.',
         params: IdParams,
         headers: IfMatchHeaders,
         response: { 200: ArtifactEnvelope, ...errorResponses(404, 412, 413, 428, 507) }
@@ -297,6 +308,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listArtifactVersions',
       tags: ['artifacts'],
       summary: 'Every version, newest first',
+      description: 'Pages through an artifact\'s versions, newest first, each with its size, checksum, content type and source.',
       params: IdParams,
       querystring: ListVersionsQuery,
       response: { 200: VersionPage, ...errorResponses(404) }
@@ -313,6 +325,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getArtifactVersionContent',
       tags: ['artifacts'],
       summary: 'The bytes of one version (ETag "v<version>", Range as for the current content)',
+      description: 'Sends the bytes of one past or current version of an artifact, with the same caching and range rules as the current content.',
       params: VersionParams,
       headers: ContentHeaders,
       response: { 200: ContentResponse('the bytes'), 206: ContentResponse('the requested range'), 304: { type: 'null', description: 'not modified' }, ...errorResponses(404, 416) }
@@ -334,6 +347,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'createArtifactProposal',
       tags: ['artifacts'],
       summary: 'Suggest a new version (text) against a base version',
+      description: 'Records a suggested new text for an artifact against the version it was written from, to be accepted or rejected later.',
       params: IdParams,
       body: CreateProposalBody,
       response: { 201: ProposalEnvelope, ...errorResponses(404, 413, 507) }
@@ -357,6 +371,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listArtifactProposals',
       tags: ['artifacts'],
       summary: 'Proposals of an artifact, newest first; filter by state',
+      description: 'Pages through an artifact\'s proposals, newest first, optionally only those in one state.',
       params: IdParams,
       querystring: ListProposalsQuery,
       response: { 200: ProposalPage, ...errorResponses(404) }
@@ -374,6 +389,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getArtifactProposalDiff',
       tags: ['artifacts'],
       summary: 'A unified diff of the proposal against its base version (text/plain)',
+      description: 'Returns a unified diff between the proposal\'s text and the version it was based on, as plain text.',
       params: ProposalParams,
       response: { 200: DiffResponse, ...errorResponses(404) }
     }
@@ -397,6 +413,9 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
         summary: decision === 'accept'
           ? 'Accept: a new version (source `proposal`); 409 when the artifact moved past the base or the proposal is not open'
           : 'Reject an open proposal',
+        description: decision === 'accept'
+          ? 'Turns an open proposal into the artifact\'s next version, provided the artifact has not moved past the proposal\'s base.'
+          : 'Closes an open proposal without changing the artifact.',
         params: ProposalParams,
         response: { 200: decision === 'accept' ? AcceptedProposal : ProposalEnvelope, ...errorResponses(404) }
       }

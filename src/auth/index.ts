@@ -122,6 +122,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     onRequest: limitByIp,
     schema: {
       operationId: 'signUp',
+      description: 'Creates a user with the email, password and name given and answers with a session cookie; the new user belongs to no organization until they create one or are added.',
       tags, summary: 'Create an account and sign in (no organization yet)',
       body: SignUpBody, response: { 201: UserReply, ...errorResponses(429) }
     }
@@ -138,6 +139,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     onRequest: limitByIp,
     schema: {
       operationId: 'signIn',
+      description: 'Checks an email and password and, when they match, starts a new session and sets its cookie; a wrong email and a wrong password get the same 401.',
       tags, summary: 'Sign in with email and password (always a new session)',
       body: SignInBody, response: { 200: UserReply, ...errorResponses(429) }
     }
@@ -158,7 +160,13 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
 
   app.post('/auth/sign-out', {
     config: { scope: 'public' },
-    schema: { operationId: 'signOut', tags, summary: 'End the session: the cookie is cleared and dead at once', response: { 204: { type: 'null' }, ...errorResponses() } }
+    schema: {
+      operationId: 'signOut',
+      tags,
+      summary: 'End the session: the cookie is cleared and dead at once',
+      description: 'Deletes the caller\'s session in the database and clears its cookie, so the cookie stops working on every instance at once.',
+      response: { 204: { type: 'null' }, ...errorResponses() }
+    }
   }, async (request, reply) => {
     const token = sessionCookie.read(request)
     if (token !== undefined) {
@@ -173,7 +181,13 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
 
   app.get('/auth/session', {
     config: { scope: 'public' },
-    schema: { operationId: 'getSession', tags, summary: 'The signed-in user, the session and their organizations', response: { 200: SessionReply, ...errorResponses() } }
+    schema: {
+      operationId: 'getSession',
+      tags,
+      summary: 'The signed-in user, the session and their organizations',
+      description: 'Returns the user behind the session cookie, the session itself and the organizations the user belongs to with their roles.',
+      response: { 200: SessionReply, ...errorResponses() }
+    }
   }, async (request, reply) => {
     const found = await sessionAnswer(await requireSession(request, reply))
     if (!found) throw unauthorized()
@@ -213,6 +227,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     config: { scope: 'public' },
     schema: {
       operationId: 'createOrganization',
+      description: 'Creates an organization named as given, makes the caller its owner and switches the session to it.',
       tags, summary: 'Create an organization: the caller becomes owner and it becomes the active org',
       body: CreateOrganizationBody, response: { 201: OrganizationReply, ...errorResponses() }
     }
@@ -226,7 +241,13 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
 
   app.get('/auth/organizations', {
     config: { scope: 'public' },
-    schema: { operationId: 'listOrganizations', tags, summary: "The caller's organizations and roles", response: { 200: OrganizationsReply, ...errorResponses() } }
+    schema: {
+      operationId: 'listOrganizations',
+      tags,
+      summary: "The caller's organizations and roles",
+      description: 'Lists every organization the signed-in user belongs to, with the user\'s role in each.',
+      response: { 200: OrganizationsReply, ...errorResponses() }
+    }
   }, async (request, reply) => {
     const session = await requireSession(request, reply)
     return { organizations: await listMemberships(db, session.userId) }
@@ -236,6 +257,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     config: { scope: 'public' },
     schema: {
       operationId: 'setActiveOrganization',
+      description: 'Makes another of the user\'s organizations the one the session acts in; later requests are scoped to it.',
       tags, summary: 'Switch the session to another of your organizations',
       body: ActiveOrganizationBody, response: { 200: ActiveOrganizationReply, ...errorResponses() }
     }
@@ -252,6 +274,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     config: { scope: 'public' },
     schema: {
       operationId: 'addMember',
+      description: 'Adds an existing user, found by email, to the organization with the role given; only owners and admins may.',
       tags, summary: 'Add an existing user to the organization (owner or admin)',
       params: OrgParams, body: AddMemberBody, response: { 201: MemberReply, ...errorResponses(404) }
     }
@@ -267,6 +290,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     config: { scope: 'public' },
     schema: {
       operationId: 'changeMemberRole',
+      description: 'Sets a member\'s role; refused when it would leave the organization without an owner.',
       tags, summary: "Change a member's role (owner or admin; the last owner stays)",
       params: MemberParams, body: ChangeRoleBody, response: { 200: MemberReply, ...errorResponses(404) }
     }
@@ -282,6 +306,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     config: { scope: 'public' },
     schema: {
       operationId: 'removeMember',
+      description: 'Takes a user out of the organization; refused when it would remove the last owner, and the user\'s sessions lose access on their next request.',
       tags, summary: 'Remove a member (owner or admin; the last owner stays); effective on the next request',
       params: MemberParams, response: { 204: { type: 'null' }, ...errorResponses(404) }
     }

@@ -16,6 +16,7 @@ const keys: FastifyPluginAsyncTypebox = async (app) => {
     config: { scope: ['admin', 'session', 'user'] },
     schema: {
       operationId: 'mintApiKey',
+      description: 'Creates an API key for the active organization and returns the key itself in this answer only; the service keeps just its hash and last four characters.',
       tags, summary: 'Mint an API key for the organization; the key is shown in this answer only',
       body: MintKeyBody, response: { 201: MintedKey, ...errorResponses() }
     }
@@ -27,13 +28,20 @@ const keys: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get('', {
     config: { scope: 'admin' },
-    schema: { operationId: 'listApiKeys', tags, summary: "The organization's API keys (never the keys themselves)", response: { 200: ApiKeyList, ...errorResponses() } }
+    schema: {
+      operationId: 'listApiKeys',
+      tags,
+      summary: "The organization's API keys (never the keys themselves)",
+      description: 'Lists the organization\'s API keys with their names, last four characters, creation, last use and revocation, never the keys themselves.',
+      response: { 200: ApiKeyList, ...errorResponses() }
+    }
   }, async (request) => ({ items: (await listKeys(app.db, principalOf(request).orgId)).map(toWire) }))
 
   app.delete('/:id', {
     config: { scope: ['admin', 'session'] },
     schema: {
       operationId: 'revokeApiKey',
+      description: 'Marks an API key revoked so every later request that presents it is refused; the key\'s record stays for the audit trail.',
       tags, summary: 'Revoke an API key (kept, marked revoked); effective on the next request',
       params: KeyParams, response: { 204: { type: 'null' }, ...errorResponses(404) }
     }

@@ -58,6 +58,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'createAutomation',
       tags: AUTOMATIONS,
       summary: 'Create an automation: a cron in a time zone that starts a run of a prompt, a skill or a playbook',
+      description: 'Creates an automation that starts a run of a prompt, a skill or a playbook on a cron schedule in a time zone.',
       body: CreateAutomationBody,
       response: { 201: AutomationEnvelope, ...errorResponses(404) }
     }
@@ -79,6 +80,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listAutomations',
       tags: AUTOMATIONS,
       summary: 'Automations of the org, newest first',
+      description: 'Pages through the organization\'s automations, newest first.',
       querystring: ListAutomationsQuery,
       response: { 200: AutomationPage, ...errorResponses() }
     }
@@ -94,6 +96,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getAutomation',
       tags: AUTOMATIONS,
       summary: 'One automation, with its next five fire times',
+      description: 'Returns one automation with its next five fire times.',
       params: IdParams,
       response: { 200: AutomationEnvelope, ...errorResponses(404) }
     }
@@ -109,6 +112,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'updateAutomation',
       tags: AUTOMATIONS,
       summary: 'Change an automation; disabling it stops it on every instance at once',
+      description: 'Changes an automation\'s schedule, target or state; disabling it stops it on every instance at once.',
       params: IdParams,
       body: UpdateAutomationBody,
       response: { 200: AutomationEnvelope, ...errorResponses(404) }
@@ -131,6 +135,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'deleteAutomation',
       tags: AUTOMATIONS,
       summary: 'Delete an automation and its fire history; its runs stay',
+      description: 'Deletes an automation and its fire history, leaving the runs it started.',
       params: IdParams,
       response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
     }
@@ -146,6 +151,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'triggerAutomation',
       tags: AUTOMATIONS,
       summary: 'Start the automation\'s run now (metadata.scheduledFor null); not a fire. Honours Idempotency-Key',
+      description: 'Starts the automation\'s run right away, outside its schedule, and answers with the run.',
       headers: IdempotencyKeyHeader,
       params: IdParams,
       body: Type.Union([StrictObject({}), Type.Null()]),
@@ -174,6 +180,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listAutomationFires',
       tags: AUTOMATIONS,
       summary: 'The ticks an automation fired, latest first, each with its run',
+      description: 'Pages through the times an automation fired, latest first, each with the run it started.',
       params: IdParams,
       querystring: StrictObject({ ...PageQuery }),
       response: { 200: AutomationFirePage, ...errorResponses(404) }

@@ -52,6 +52,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'connectGitHub',
       tags: INTEGRATIONS,
       summary: 'Connect GitHub with a token (admin): checked against GitHub (GET /user) before it is kept, sealed, never returned; 400 when GitHub refuses it',
+      description: 'Checks a GitHub token against GitHub and, when GitHub accepts it, seals it as the organization\'s GitHub connection.',
       body: ConnectGitHubBody,
       response: { 200: IntegrationEnvelope, ...errorResponses(502) }
     }
@@ -67,6 +68,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'disconnectGitHub',
       tags: INTEGRATIONS,
       summary: 'Disconnect GitHub (admin): the token is deleted, cached lists are forgotten; wiki pages and imported skills stay',
+      description: 'Deletes the organization\'s GitHub token and cached lists; wiki pages and imported skills stay.',
       response: { 204: NO_CONTENT, ...errorResponses(404) }
     }
   }, async (request, reply) => {
@@ -80,6 +82,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listGitHubRepos',
       tags: GITHUB,
       summary: 'Repositories the connected token can read, by name. A page holds at most 100 (GitHub\'s largest page); a repeated page is a conditional request (304 from GitHub: no rate limit used)',
+      description: 'Lists the repositories the connected token can read, one GitHub page at a time, through a cache that makes repeated pages conditional requests.',
       querystring: ListGitHubReposQuery,
       response: { 200: GitHubRepoPage, ...errorResponses(502) }
     }
@@ -93,6 +96,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listGitHubPulls',
       tags: GITHUB,
       summary: 'Pull requests of a repository (`state`: open by default, closed or all), newest first as GitHub lists them; conditional requests as for repositories',
+      description: 'Lists a repository\'s pull requests by state, newest first, through the same conditional-request cache.',
       params: PullsParams,
       querystring: ListPullsQuery,
       response: { 200: GitHubPullPage, ...errorResponses(404, 502) }
@@ -109,6 +113,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'importSkill',
       tags: GITHUB,
       summary: 'Import the SKILL.md of a repository folder (or the file `path` names) at `ref` (default: the default branch), resolved to a commit kept in `source`: 201 with a new skill or its next version, 200 when that commit was imported already',
+      description: 'Reads a SKILL.md from a GitHub repository at a commit and stores it as a new skill or the next version of the skill it came from.',
       body: ImportSkillBody,
       response: { 200: SkillEnvelope, 201: SkillEnvelope, ...errorResponses(404, 502) }
     }
@@ -134,6 +139,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'buildRepoWiki',
       tags: GITHUB,
       summary: 'Build a repository\'s wiki as a run: one knowledge record per page (README and top-level files, each document under docs/, each top-level source folder), tagged `wiki:<owner>/<repo>`; pages whose cited files did not change keep their version',
+      description: 'Starts a run that writes a repository\'s wiki into knowledge records, one per page, rewriting only pages whose cited files changed.',
       body: BuildWikiBody,
       response: { 202: RunEnvelope, ...errorResponses(404, 429, 502) }
     }

@@ -16,6 +16,7 @@ const integrationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listIntegrations',
       tags: INTEGRATIONS,
       summary: 'Every integration kind and whether the org has connected it',
+      description: 'Lists every kind of integration (GitHub, Slack) and whether the organization has connected it.',
       response: { 200: IntegrationList, ...errorResponses() }
     }
   }, async (request) => ({ items: await listIntegrations(app.db, principalOf(request).orgId) }))

@@ -34,6 +34,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'createKnowledgeRecord',
       tags: TAGS,
       summary: 'Create a record (version 1)',
+      description: 'Stores a knowledge record (title, body and optional tags) as version 1 and makes it searchable.',
       body: CreateRecordBody,
       response: { 201: RecordEnvelope, ...errorResponses() }
     }
@@ -54,6 +55,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listKnowledgeRecords',
       tags: TAGS,
       summary: 'Records of the org, newest first; `tag` keeps those carrying it',
+      description: 'Pages through the organization\'s knowledge records, newest first, optionally only those with one tag.',
       querystring: ListRecordsQuery,
       response: { 200: RecordPage, ...errorResponses() }
     }
@@ -68,6 +70,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'searchKnowledge',
       tags: TAGS,
       summary: 'Records and document chunks in one ranked list (web search syntax: "phrase", or, -word)',
+      description: 'Runs a full-text query over records and extracted document chunks and returns one ranked list of hits, each with a snippet whose matches are marked.',
       querystring: SearchQuery,
       response: { 200: SearchResult, ...errorResponses() }
     }
@@ -83,6 +86,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getKnowledgeRecord',
       tags: TAGS,
       summary: 'One record, at its current version',
+      description: 'Returns one knowledge record at its current version.',
       params: IdParams,
       response: { 200: RecordEnvelope, ...errorResponses(404) }
     }
@@ -98,6 +102,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'updateKnowledgeRecord',
       tags: TAGS,
       summary: 'A new version of a record; `version` must be the current one (409 otherwise)',
+      description: 'Writes a record\'s next version when the version sent is the current one, so concurrent edits are refused with 409 instead of lost.',
       params: IdParams,
       body: UpdateRecordBody,
       response: { 200: RecordEnvelope, ...errorResponses(404) }
@@ -116,6 +121,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'deleteKnowledgeRecord',
       tags: TAGS,
       summary: 'Delete a record (its history stays, ending with `deleted`)',
+      description: 'Deletes a knowledge record; its history keeps every version and ends with the deletion.',
       params: IdParams,
       response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
     }
@@ -132,6 +138,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getKnowledgeRecordHistory',
       tags: TAGS,
       summary: 'Every version of a record, oldest first (also after it was deleted)',
+      description: 'Lists every version of a knowledge record, oldest first, including after the record was deleted.',
       params: IdParams,
       response: { 200: RecordHistory, ...errorResponses(404) }
     }
@@ -153,6 +160,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
         operationId: 'createKnowledgeDocument',
         tags: TAGS,
         summary: 'Upload a document (multipart field `file`: PDF, DOCX, HTML, Markdown or text); its text is extracted into chunks',
+        description: 'Stores an uploaded document and queues it for extraction: its text is pulled out and split into searchable chunks by a background worker.',
         response: { 202: DocumentEnvelope, ...errorResponses(413, 415, 507) }
       }
     }, async (request, reply) => {
@@ -175,6 +183,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listKnowledgeDocuments',
       tags: TAGS,
       summary: 'Documents of the org, newest first',
+      description: 'Pages through the organization\'s documents, newest first, with where each extraction stands.',
       querystring: ListDocumentsQuery,
       response: { 200: DocumentPage, ...errorResponses() }
     }
@@ -189,6 +198,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getKnowledgeDocument',
       tags: TAGS,
       summary: 'One document and where its extraction stands',
+      description: 'Returns one document with its extraction state, attempts and last error.',
       params: IdParams,
       response: { 200: DocumentEnvelope, ...errorResponses(404) }
     }
@@ -204,6 +214,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listKnowledgeDocumentChunks',
       tags: TAGS,
       summary: 'The chunks of a document, in order',
+      description: 'Pages through the text chunks extracted from a document, in document order.',
       params: IdParams,
       response: { 200: ChunkList, ...errorResponses(404) }
     }
@@ -219,6 +230,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'retryKnowledgeDocument',
       tags: TAGS,
       summary: 'Queue a failed document again, with a fresh budget of attempts (409 unless failed)',
+      description: 'Queues a document whose extraction failed again with a fresh budget of attempts.',
       params: IdParams,
       response: { 202: DocumentEnvelope, ...errorResponses(404) }
     }
@@ -236,6 +248,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'deleteKnowledgeDocument',
       tags: TAGS,
       summary: 'Delete a document and its chunks',
+      description: 'Deletes a document together with its chunks, so it no longer appears in search.',
       params: IdParams,
       response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
     }
@@ -252,6 +265,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'createKnowledgeDraft',
       tags: TAGS,
       summary: 'Propose knowledge: an open draft (a new record, or a new version of `targetRecordId`, once approved)',
+      description: 'Records proposed knowledge as an open draft that a person approves or rejects: a new record, or a new version of the target record.',
       body: CreateDraftBody,
       response: { 201: DraftEnvelope, ...errorResponses(404) }
     }
@@ -277,6 +291,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listKnowledgeDrafts',
       tags: TAGS,
       summary: 'Drafts of the org, newest first; `state` keeps one state',
+      description: 'Pages through the organization\'s knowledge drafts, newest first, optionally only those in one state.',
       querystring: ListDraftsQuery,
       response: { 200: DraftPage, ...errorResponses() }
     }
@@ -291,6 +306,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'approveKnowledgeDraft',
       tags: TAGS,
       summary: 'Approve an open draft (with optional edits): a new record, or a new version of its target',
+      description: 'Approves an open draft, optionally edited, creating the record or the target record\'s next version.',
       params: IdParams,
       // the edits are optional, and so is the body itself
       body: Type.Union([ApproveDraftBody, Type.Null()]),
@@ -311,6 +327,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'rejectKnowledgeDraft',
       tags: TAGS,
       summary: 'Reject an open draft',
+      description: 'Closes an open draft without touching any record.',
       params: IdParams,
       response: { 200: DraftEnvelope, ...errorResponses(404) }
     }

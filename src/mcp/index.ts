@@ -141,6 +141,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         operationId: 'mcpMessage',
         tags: TAGS,
         summary: 'MCP Streamable HTTP: send a JSON-RPC message (initialize first; its answer\'s Mcp-Session-Id goes with every later request)',
+        description: 'Takes one JSON-RPC message of the Model Context Protocol (initialize, tools/list, tools/call, ...) and answers it as JSON or as an event stream.',
         ...common,
         body: McpMessage,
         response: answers
@@ -154,6 +155,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         operationId: 'mcpStream',
         tags: TAGS,
         summary: 'MCP Streamable HTTP: the server\'s stream of a session (SSE)',
+        description: 'Opens the event stream on which the MCP server sends a session\'s messages that are not answers to a request.',
         ...common,
         response: answers
       }
@@ -163,6 +165,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         operationId: 'mcpEndSession',
         tags: TAGS,
         summary: 'MCP Streamable HTTP: end a session',
+        description: 'Ends the MCP session named by Mcp-Session-Id.',
         ...common,
         response: answers
       }
@@ -177,6 +180,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
       operationId: 'createMcpServer',
       tags: TAGS,
       summary: 'Connect an MCP server (admin): header values are sealed as secrets; the server is checked once at once',
+      description: 'Registers an external MCP server by URL, seals its headers as secrets, and connects once to list its tools.',
       body: CreateMcpServerBody,
       response: { 201: McpServerEnvelope, ...errorResponses(409, 413, 503) }
     }
@@ -191,6 +195,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
       operationId: 'listMcpServers',
       tags: TAGS,
       summary: 'The org\'s MCP servers, oldest first, with the tools each listed at its last check',
+      description: 'Lists the organization\'s MCP servers, oldest first, with the tools each offered when last checked.',
       querystring: ListMcpServersQuery,
       response: { 200: McpServerPage, ...errorResponses() }
     }
@@ -206,6 +211,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
       operationId: 'checkMcpServer',
       tags: TAGS,
       summary: 'Connect to the server and list its tools now (admin): ready, or lastError saying why not',
+      description: 'Connects to the MCP server now, lists its tools and records whether it is ready or why not.',
       params: IdParams,
       response: { 200: McpServerEnvelope, ...errorResponses(404) }
     }
@@ -222,6 +228,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
       operationId: 'deleteMcpServer',
       tags: TAGS,
       summary: 'Remove an MCP server and its sealed headers (admin); its tools are no longer offered',
+      description: 'Removes an MCP server and its sealed headers, so runs no longer get its tools.',
       params: IdParams,
       response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
     }

@@ -3,7 +3,7 @@ import { memoryDisabled, noDeadCapture, noOrphanCapture, notInPool, signInRequir
 import { principalOf, realUserId, type Principal } from '../auth/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
-  AddItemBody, AddItemResponse, BrowseQuery, BrowseResponse, CapturesQuery, CapturesResponse, DeleteResponse, HistoryResponse, ItemParams, Ok, PatchBody,
+  AddItemBody, AddItemResponse, BrowseQuery, BrowseResponse, CapturesQuery, CapturesResponse, DeleteResponse, HistoryResponse, ItemParams, MemoryRefusals, Ok, PatchBody,
   RecallsQuery, RecallsResponse, ResolveBody, RunParams, ScopeQuery, SearchQuery, SearchResponse, Settings, SettingsBody
 } from '../../schemas/memory.js'
 import type { PoolRef } from './backend.js'
@@ -48,6 +48,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       operationId: 'searchMemory',
       tags: ['memory'],
       summary: 'Search a pool (org by default, or your personal pool)',
+      description: 'Searches the organization\'s memory pool, or the caller\'s personal pool, for facts matching the query, ranked, and reports how long it took.',
       querystring: SearchQuery,
       response: { 200: SearchResponse, ...errorResponses(502) }
     }
@@ -60,6 +61,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       operationId: 'browseMemory',
       tags: ['memory'],
       summary: 'Stored facts of a pool, newest first',
+      description: 'Pages through the facts stored in a memory pool, newest first, with the pool\'s total.',
       querystring: BrowseQuery,
       response: { 200: BrowseResponse, ...errorResponses(502) }
     }
@@ -89,8 +91,9 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       operationId: 'addMemoryItem',
       tags: ['memory'],
       summary: 'Add a fact by hand (the pool is made on this first write)',
+      description: 'Stores a fact typed by a person in the org or personal pool, creating the pool on its first write; an identical fact already there is a 409.',
       body: AddItemBody,
-      response: { 201: AddItemResponse, ...errorResponses(409, 413, 415, 502) }
+      response: { 201: AddItemResponse, ...errorResponses(409, 413, 415, 502), ...MemoryRefusals.add }
     }
   }, async (request, reply) => {
     const principal = principalOf(request)
@@ -108,10 +111,11 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       operationId: 'updateMemoryItem',
       tags: ['memory'],
       summary: 'Correct a stored fact',
+      description: 'Replaces the text of a stored fact and records the change in its history; with `background` the change is applied after the answer.',
       params: ItemParams,
       querystring: ScopeQuery,
       body: PatchBody,
-      response: { 200: Ok, ...errorResponses(404, 413, 415, 502) }
+      response: { 200: Ok, ...errorResponses(404, 413, 415, 502), ...MemoryRefusals.update }
     }
   }, async (request) => {
     const principal = principalOf(request)
@@ -134,9 +138,10 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       operationId: 'deleteMemoryItem',
       tags: ['memory'],
       summary: 'Delete a stored fact',
+      description: 'Deletes a stored fact from the chosen pool and records who deleted it.',
       params: ItemParams,
       querystring: ScopeQuery,
-      response: { 200: DeleteResponse, ...errorResponses(404, 502) }
+      response: { 200: DeleteResponse, ...errorResponses(404, 502), ...MemoryRefusals.remove }
     }
   }, async (request) => {
     const principal = principalOf(request)
@@ -151,9 +156,10 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       operationId: 'getMemoryItemHistory',
       tags: ['memory'],
       summary: 'Every change to a stored fact, oldest first, with who made it',
+      description: 'Lists every change made to a stored fact (added, updated, deleted), oldest first, each with who made it and when.',
       params: ItemParams,
       querystring: ScopeQuery,
-      response: { 200: HistoryResponse, ...errorResponses(404) }
+      response: { 200: HistoryResponse, ...errorResponses(404), ...MemoryRefusals.history }
     }
   }, async (request) => {
     const principal = principalOf(request)
@@ -172,6 +178,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       operationId: 'listCaptures',
       tags: ['memory'],
       summary: 'The capture outbox of your org, newest first; orphans are marked',
+      description: 'Pages through the capture outbox: the facts runs handed to memory and where each delivery stands, with crash-orphaned deliveries marked.',
       querystring: CapturesQuery,
       response: { 200: CapturesResponse, ...errorResponses() }
     }
@@ -185,9 +192,10 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       operationId: 'retryCapture',
       tags: ['memory'],
       summary: 'Re-enqueue a dead capture with a fresh attempt budget',
+      description: 'Puts a run\'s dead capture back in the queue with a fresh budget of attempts and wakes the capture worker.',
       params: RunParams,
       querystring: ScopeQuery,
-      response: { 200: Ok, ...errorResponses(404) }
+      response: { 200: Ok, ...errorResponses(404), ...MemoryRefusals.retry }
     }
   }, async (request) => {
     const principal = principalOf(request)
@@ -203,10 +211,11 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       operationId: 'resolveCapture',
       tags: ['memory'],
       summary: 'Settle a crash-orphaned delivery by hand: delivered or discard (at most once)',
+      description: 'Settles a delivery whose worker died mid-write: `delivered` records that it reached the pool, `discard` drops it; each orphan can be settled once.',
       params: RunParams,
       querystring: ScopeQuery,
       body: ResolveBody,
-      response: { 200: Ok, ...errorResponses(404, 413, 415) }
+      response: { 200: Ok, ...errorResponses(404, 413, 415), ...MemoryRefusals.resolve }
     }
   }, async (request) => {
     const principal = principalOf(request)
@@ -228,6 +237,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       operationId: 'listRecalls',
       tags: ['memory'],
       summary: 'The recall ledger: every retrieval made for a run, newest first',
+      description: 'Pages through the recall ledger: each memory retrieval made for a run, with its pool scope, query, the ids of the facts found and its latency.',
       querystring: RecallsQuery,
       response: { 200: RecallsResponse, ...errorResponses() }
     }
@@ -247,6 +257,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       operationId: 'getMemorySettings',
       tags: ['memory'],
       summary: 'Whether memory is on for your org, and whether facts are extracted from its runs',
+      description: 'Reports whether memory is on for the organization, whether facts are extracted from its runs, and which memory backend serves it.',
       querystring: ScopeQuery,
       response: { 200: Settings, ...errorResponses() }
     }
@@ -258,6 +269,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       operationId: 'updateMemorySettings',
       tags: ['memory'],
       summary: 'Turn memory, and extraction from runs, off or on for your org (org admins)',
+      description: 'Switches memory, and the extraction of facts from runs, on or off for the whole organization; only admins may.',
       body: SettingsBody,
       response: { 200: Settings, ...errorResponses(413, 415) }
     }

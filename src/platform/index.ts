@@ -14,6 +14,7 @@ const platformRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getDashboard',
       tags: PLATFORM,
       summary: 'The org at a glance: runs, memory, knowledge, automations and the newest changes',
+      description: 'Gathers the organization\'s figures in one answer: runs by status and in the last day, active runs, memory, knowledge, automations and the latest changes.',
       response: { 200: Dashboard, ...errorResponses() }
     }
   }, async (request) => dashboard(app.db, principalOf(request).orgId, new Date()))
@@ -24,6 +25,7 @@ const platformRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getUsage',
       tags: PLATFORM,
       summary: 'Fleet usage per local day of `tz` (admin): runs, outcomes, tokens and time, zero-filled, optionally grouped',
+      description: 'Reports runs, outcomes, tokens and run time per local day of a time zone, zero-filled, optionally grouped; only admins may.',
       querystring: UsageQuery,
       response: { 200: UsageReport, ...errorResponses() }
     }

@@ -21,6 +21,7 @@ const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'createProvider',
       tags: PROVIDERS,
       summary: 'Connect an OpenAI-compatible provider (admin): the key is sealed as a secret, the provider is checked once at once',
+      description: 'Connects a model provider with its base URL and key, seals the key as a secret and checks the provider once.',
       body: CreateProviderBody,
       response: { 201: ProviderEnvelope, ...errorResponses(503) }
     }
@@ -37,6 +38,7 @@ const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listProviders',
       tags: PROVIDERS,
       summary: 'The org\'s providers, oldest first (the order in which they offer a model id two of them share)',
+      description: 'Lists the organization\'s model providers, oldest first, with their models, readiness and the last check\'s error; keys are never returned.',
       querystring: ListProvidersQuery,
       response: { 200: ProviderPage, ...errorResponses() }
     }
@@ -52,6 +54,7 @@ const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'deleteProvider',
       tags: PROVIDERS,
       summary: 'Remove a provider and its key (admin); runs naming its models afterwards are refused, queued ones fail',
+      description: 'Removes a provider and its sealed key; runs that name its models are refused from then on and queued ones fail.',
       params: IdParams,
       response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
     }
@@ -68,6 +71,7 @@ const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'checkProvider',
       tags: PROVIDERS,
       summary: 'Probe the provider\'s /models with its key (admin): ready, or lastError saying whether the key or the URL is wrong',
+      description: 'Asks the provider for its models with its key and records whether it is ready or why not.',
       params: IdParams,
       response: { 200: ProviderEnvelope, ...errorResponses(404) }
     }
@@ -84,6 +88,7 @@ const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listModels',
       tags: PROVIDERS,
       summary: 'The models a run of this org may name: the deployment\'s (providerId null), then its ready providers\' (an id already listed is not repeated)',
+      description: 'Lists the model ids a run of this organization may name: the deployment\'s, then those of the organization\'s ready providers.',
       response: { 200: ModelList, ...errorResponses() }
     }
   }, async (request) => {
@@ -116,6 +121,7 @@ const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getDefaultModel',
       tags: PROVIDERS,
       summary: 'The org\'s default model and where it comes from: an admin\'s choice, else the deployment\'s first ready model, else the org providers\', else echo',
+      description: 'Returns the model runs use when they name none, and whether an admin chose it or it was picked by the fallback order.',
       response: { 200: DefaultModel, ...errorResponses() }
     }
   }, async (request) => {
@@ -129,6 +135,7 @@ const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'setDefaultModel',
       tags: PROVIDERS,
       summary: 'Choose the org\'s default model (admin): one GET /api/models lists; null forgets the choice',
+      description: 'Sets the model runs use when they name none, or clears the choice with null; only admins may.',
       body: SetDefaultModelBody,
       response: { 200: SetDefaultModelReply, ...errorResponses() }
     }

@@ -8,7 +8,7 @@ import { parseLastEventId, sseFrame } from '../../plugins/sse.js'
 import { errorResponses, IdempotencyKeyHeader } from '../../schemas/common.js'
 import {
   ChatBody, ChatStream, CreateRunBody, GetRunQuery, ListRunsQuery, ListThreadsQuery, RootRunIdParams, RunEnvelope, RunIdParams,
-  RunChangeStream, RunEventStream, RunPage, SseHeaders, ThreadDetail, ThreadPage
+  RunChangeStream, RunEventStream, RunPage, SseHeaders, ThreadDetail, ThreadEventStream, ThreadPage
 } from '../../schemas/runs.js'
 import { EngineError } from './engines/types.js'
 import { lastEventOf, TERMINAL_EVENTS } from './events.js'
@@ -17,9 +17,12 @@ import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from '
 import { chatCompletions, TERMINAL_STATUSES } from './tables.js'
 
 /**
- * Contract 13.1: the run once it has ended (or waits for people's decisions), or as it is
- * when `ms` have passed (or the client went away). Its terminal event wakes the wait on whichever instance ran it (the event bus
- * carries it), and the row is read again every 2 s in case a notification was missed.
+ * The wait of `GET /api/runs/:id?wait=` and of the MCP tools' `waitSeconds`: the run once
+ * it has ended or waits for people's decisions, or as it is when `ms` have passed or the
+ * client went away. Its terminal or `run.requires_action` event wakes the wait whichever
+ * instance ran it (the event bus carries events between instances, and a resync after a
+ * lost connection wakes it too); the row is read again at least every 2 s in case a
+ * notification was missed.
  */
 export async function waitForEnd(app: FastifyInstance, orgId: string, runId: string, ms: number, response: { once(event: 'close', listener: () => void): unknown; off(event: 'close', listener: () => void): unknown }): Promise<RunRow | null> {
   let wake: () => void = () => {}
@@ -61,6 +64,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'createRun',
       tags: ['runs'],
       summary: 'Start a run (optionally in an existing thread); honours Idempotency-Key',
+      description: 'Queues a run of the prompt for the organization\'s engines, in a new thread or after the runs of an existing one, and answers with the queued run; a repeated Idempotency-Key replays the first answer.',
       headers: IdempotencyKeyHeader,
       body: CreateRunBody,
       response: { 201: RunEnvelope, ...errorResponses(404, 413, 429) }
@@ -75,6 +79,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listRuns',
       tags: ['runs'],
       summary: 'Runs of the org, newest first',
+      description: 'Pages through the organization\'s runs, newest first, optionally only those of one status or one thread.',
       querystring: ListRunsQuery,
       response: { 200: RunPage, ...errorResponses() }
     }
@@ -92,6 +97,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'streamRunChanges',
       tags: ['runs'],
       summary: 'SSE: `event: change` with `{kind, id, rootRunId}` for every run change in the org; starts live',
+      description: 'Opens an event stream that announces, with identifiers only, every run of the organization that changes from now on, on whichever instance it changed.',
       headers: SseHeaders,
       response: { 200: RunChangeStream, ...errorResponses() }
     }
@@ -113,6 +119,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getRun',
       tags: ['runs'],
       summary: 'One run; with `wait=N`, answers when the run has ended or after N seconds, whichever comes first',
+      description: 'Returns one run of the organization; with `wait` it holds the request until the run ends, needs an approval, or the seconds pass.',
       params: RunIdParams,
       querystring: GetRunQuery,
       response: { 200: RunEnvelope, ...errorResponses(404) }
@@ -130,6 +137,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'cancelRun',
       tags: ['runs'],
       summary: 'Cancel a run (idempotent): queued runs stop at once, running ones within a second',
+      description: 'Asks a run to stop: a queued run is cancelled at once, a running one within a second, and a run that already ended is returned as it is.',
       params: RunIdParams,
       response: { 200: RunEnvelope, ...errorResponses(404) }
     }
@@ -146,6 +154,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'streamRunEvents',
       tags: ['runs'],
       summary: 'SSE: the run\'s events (history first, then live), ending with `event: end`; 204 when a finished run is resumed after its last event',
+      description: 'Streams a run\'s stored events from the start (or after Last-Event-ID) and then live ones, ending with `event: end` after the terminal event.',
       params: RunIdParams,
       headers: SseHeaders,
       response: { 200: RunEventStream, 204: { type: 'null', description: 'the run finished and Last-Event-ID is its last event: nothing more will come' }, ...errorResponses(404) }
@@ -194,9 +203,10 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'streamThreadEvents',
       tags: ['runs'],
       summary: 'SSE: every event of every run of one thread, in order (history first, then live)',
+      description: 'Streams the events of every run in a thread in the order they were stored, history first, then live; the stream has no end since a thread can get more runs.',
       params: RootRunIdParams,
       headers: SseHeaders,
-      response: { 200: RunEventStream, ...errorResponses(404) }
+      response: { 200: ThreadEventStream, ...errorResponses(404) }
     }
   }, async (request, reply) => {
     const { orgId } = principalOf(request)
@@ -219,6 +229,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listThreads',
       tags: ['runs'],
       summary: 'Threads of the org, newest first',
+      description: 'Pages through the organization\'s threads (a root run and the runs that continue it), newest first.',
       querystring: ListThreadsQuery,
       response: { 200: ThreadPage, ...errorResponses() }
     }
@@ -232,6 +243,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getThread',
       tags: ['runs'],
       summary: 'One thread and its runs, oldest first',
+      description: 'Returns one thread with all of its runs, oldest first.',
       params: RootRunIdParams,
       response: { 200: ThreadDetail, ...errorResponses(404) }
     }
@@ -247,6 +259,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'chat',
       tags: ['runs'],
       summary: 'SSE: chat completion tokens (`event: token` `{text}`, then `event: done` with usage)',
+      description: 'Sends the messages to the organization\'s default model (or the one named) and streams the answer back token by token, without starting a run; its usage is counted like a run\'s.',
       body: ChatBody,
       response: { 200: ChatStream, ...errorResponses(413) }
     }

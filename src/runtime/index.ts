@@ -142,6 +142,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
       operationId: 'listApprovals',
       tags: ['runtime'],
       summary: 'Tool calls of a run that needed approval, oldest first',
+      description: 'Lists the tool calls of a run that waited for a person\'s decision, pending and decided, oldest first.',
       params: RunParams,
       querystring: ApprovalListQuery,
       response: { 200: ApprovalPage, ...errorResponses(404) }
@@ -159,6 +160,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
       operationId: 'decideApproval',
       tags: ['runtime'],
       summary: 'Approve or deny a waiting tool call (once)',
+      description: 'Approves or denies a tool call that waits for a decision; the run resumes on any instance once its last pending call is decided.',
       params: ApprovalParams,
       body: DecideBody,
       response: { 200: DecideResponse, ...errorResponses(404, 413, 415) }

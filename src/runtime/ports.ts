@@ -1,11 +1,13 @@
 /**
- * The seams between the agent runtime and the runs group. The runtime never reads the
- * runs tables itself: it asks these ports, which the runs group provides at wiring time
- * (src/app.ts; tests replace them through `buildApp({ ports: { runtime } })`).
+ * What the agent runtime (sandboxes, the tool gateway, thread workspaces) needs of other
+ * groups, as interfaces it owns: the runs group's RunDirectory and RunEventWriter, the tools
+ * runs get from memory, knowledge, skills and artifacts (adapted for the runtime in
+ * src/runs/runtime-ports.ts), the artifacts group's WorkspaceArchives and the mcp group's
+ * McpToolSource. The runtime reads no other group's tables; src/app.ts wires these, and
+ * tests replace any of them through `buildTestApp(t, { runtime })`.
  */
 import type { Readable } from 'node:stream'
 import type { Tx } from '../db/client.js'
-
 
 /** Which thread a run belongs to, always inside one org. */
 export interface RunDirectory {

@@ -16,6 +16,7 @@ const secretsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listSecrets',
       tags: SECRETS,
       summary: 'The org\'s secrets by name: names and dates, never values (admin)',
+      description: 'Lists the organization\'s secrets by name with their dates; values are never returned; only admins may.',
       querystring: ListSecretsQuery,
       response: { 200: SecretPage, ...errorResponses(503) }
     }
@@ -31,6 +32,7 @@ const secretsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'putSecret',
       tags: SECRETS,
       summary: 'Set a secret: 201 when the name is new, 200 when its value is replaced (admin); the value is sealed and never returned',
+      description: 'Seals the value under the name given, creating the secret or replacing its value; runs receive it as an environment variable.',
       params: SecretParams,
       body: PutSecretBody,
       response: { 200: SecretEnvelope, 201: SecretEnvelope, ...errorResponses(503) }
@@ -51,6 +53,7 @@ const secretsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'deleteSecret',
       tags: SECRETS,
       summary: 'Delete a secret (admin); runs that name it afterwards fail',
+      description: 'Deletes a secret; runs that ask for it afterwards fail instead of starting without it.',
       params: SecretParams,
       response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404, 503) }
     }

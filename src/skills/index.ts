@@ -92,6 +92,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'createSkill',
       tags: SKILLS,
       summary: 'Create a skill from a SKILL.md (`skillMd`) or from its fields (version 1)',
+      description: 'Creates a skill, either parsed from a SKILL.md or from its separate fields, as version 1.',
       body: CreateSkillBody,
       response: { 201: SkillEnvelope, ...errorResponses() }
     }
@@ -108,6 +109,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listSkills',
       tags: SKILLS,
       summary: 'Skills of the org, newest first',
+      description: 'Pages through the organization\'s skills, newest first.',
       querystring: ListSkillsQuery,
       response: { 200: SkillPage, ...errorResponses() }
     }
@@ -124,6 +126,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'createSkillProposal',
       tags: SKILLS,
       summary: 'Propose a SKILL.md: a new skill, or a change of `skillId` (or of the skill with its name) against `baseVersion`',
+      description: 'Records a proposed SKILL.md as an open proposal: a new skill, or a change to an existing skill against the version it was written from.',
       body: CreateProposalBody,
       response: { 201: ProposalEnvelope, ...errorResponses(404) }
     }
@@ -144,6 +147,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listSkillProposals',
       tags: SKILLS,
       summary: 'Proposals, newest first; `state` and `skillId` filter',
+      description: 'Pages through skill proposals, newest first, optionally by state or skill.',
       querystring: ListProposalsQuery,
       response: { 200: ProposalPage, ...errorResponses() }
     }
@@ -159,6 +163,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'acceptSkillProposal',
       tags: SKILLS,
       summary: 'Accept an open proposal: the skill\'s next version (409 when it moved past `baseVersion`) or a new skill',
+      description: 'Applies an open proposal: the skill\'s next version, or a new skill, refused with 409 when the skill moved past the proposal\'s base version.',
       params: IdParams,
       response: { 200: AcceptedProposal, ...errorResponses(404) }
     }
@@ -174,6 +179,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'rejectSkillProposal',
       tags: SKILLS,
       summary: 'Reject an open proposal; a run does not propose the same content again',
+      description: 'Closes an open proposal without changing the skill, and remembers its content so runs do not propose it again.',
       params: IdParams,
       response: { 200: ProposalEnvelope, ...errorResponses(404) }
     }
@@ -191,6 +197,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getSkill',
       tags: SKILLS,
       summary: 'One skill',
+      description: 'Returns one skill at its current version.',
       params: IdParams,
       response: { 200: SkillEnvelope, ...errorResponses(404) }
     }
@@ -206,6 +213,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getSkillFile',
       tags: SKILLS,
       summary: 'The skill as a SKILL.md (front matter and instructions); parsing it gives the same skill',
+      description: 'Renders the skill as a SKILL.md file (YAML front matter and instructions) that parses back to the same skill.',
       params: IdParams,
       response: { 200: SkillMdResponse, ...errorResponses(404) }
     }
@@ -223,6 +231,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'updateSkill',
       tags: SKILLS,
       summary: 'The next version: a whole `skillMd`, or the fields sent; `version` must be the current one (409 otherwise)',
+      description: 'Writes a skill\'s next version from a whole SKILL.md or from the fields sent, when the version sent is the current one.',
       params: IdParams,
       body: UpdateSkillBody,
       response: { 200: SkillEnvelope, ...errorResponses(404) }
@@ -245,6 +254,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'deleteSkill',
       tags: SKILLS,
       summary: 'Delete a skill (409 while a playbook has it as a step)',
+      description: 'Deletes a skill, unless a playbook still uses it as a step.',
       params: IdParams,
       response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
     }
@@ -262,6 +272,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'runSkill',
       tags: SKILLS,
       summary: 'Run a skill: its instructions are the system message, `input` the prompt, `allowed-tools` the tools it may use; honours Idempotency-Key',
+      description: 'Starts a run with the skill\'s instructions as its system message, the input as its prompt and only the tools the skill allows.',
       headers: IdempotencyKeyHeader,
       params: IdParams,
       // every field is optional, and so is the body itself
@@ -280,6 +291,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'createPlaybook',
       tags: PLAYBOOKS,
       summary: 'Create a playbook: skill steps run one after the other in one thread',
+      description: 'Creates a playbook: an ordered list of skills that run one after another in one thread, each step seeing the previous one\'s output.',
       body: CreatePlaybookBody,
       response: { 201: PlaybookEnvelope, ...errorResponses(404) }
     }
@@ -298,6 +310,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listPlaybooks',
       tags: PLAYBOOKS,
       summary: 'Playbooks of the org, newest first',
+      description: 'Pages through the organization\'s playbooks, newest first.',
       querystring: ListSkillsQuery,
       response: { 200: PlaybookPage, ...errorResponses() }
     }
@@ -312,6 +325,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getPlaybook',
       tags: PLAYBOOKS,
       summary: 'One playbook',
+      description: 'Returns one playbook with its steps.',
       params: IdParams,
       response: { 200: PlaybookEnvelope, ...errorResponses(404) }
     }
@@ -327,6 +341,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'updatePlaybook',
       tags: PLAYBOOKS,
       summary: 'Change a playbook; `steps` replaces them all (runs under way keep the steps they started with)',
+      description: 'Renames or re-describes a playbook or replaces its steps; runs already under way keep the steps they started with.',
       params: IdParams,
       body: UpdatePlaybookBody,
       response: { 200: PlaybookEnvelope, ...errorResponses(404) }
@@ -347,6 +362,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'deletePlaybook',
       tags: PLAYBOOKS,
       summary: 'Delete a playbook (runs under way finish their steps); 409 while an automation runs it',
+      description: 'Deletes a playbook, unless an automation runs it; runs under way finish their steps.',
       params: IdParams,
       response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
     }
@@ -364,6 +380,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'runPlaybook',
       tags: PLAYBOOKS,
       summary: 'Run a playbook: answers the first step\'s run, the root of a thread in which each next step starts when the previous one succeeded',
+      description: 'Starts the playbook\'s first step as a run and answers with it; each later step starts in the same thread when the previous one succeeds.',
       headers: IdempotencyKeyHeader,
       params: IdParams,
       body: Type.Union([RunPlaybookBody, Type.Null()]),

@@ -31,6 +31,7 @@ const slackRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'connectSlack',
       tags: ['integrations'],
       summary: 'Connect the org to a Slack workspace (admin): the bot token is checked with auth.test, then it and the signing secret are sealed',
+      description: 'Checks a Slack bot token with Slack and seals it with the signing secret as the organization\'s Slack connection.',
       body: ConnectSlackBody,
       response: { 200: IntegrationEnvelope, ...errorResponses(502, 503) }
     }
@@ -46,6 +47,7 @@ const slackRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'disconnectSlack',
       tags: ['integrations'],
       summary: 'Disconnect Slack (admin): its credentials are deleted and its events refused; disconnecting twice is 204',
+      description: 'Deletes the organization\'s Slack credentials, after which its Slack events are refused.',
       response: { 204: { type: 'null', description: 'disconnected' }, ...errorResponses() }
     }
   }, async (request, reply) => {
@@ -105,6 +107,7 @@ const chatPlatformRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'receiveSlackEvent',
       tags: ['chatplatform'],
       summary: 'Slack\'s Events API (public; verified by Slack\'s v0 signature): answers url_verification, acknowledges events at once and starts a run for a mention',
+      description: 'Receives Slack\'s Events API calls, checks their signature, answers URL verification, and starts a run when the bot is mentioned.',
       headers: SlackSignatureHeaders,
       body: SlackEventEnvelope,
       response: { 200: SlackEventAck, ...errorResponses() }
@@ -131,6 +134,7 @@ const chatPlatformRoutes: FastifyPluginAsyncTypebox = async (app) => {
         operationId: 'receiveSlackInteraction',
         tags: ['chatplatform'],
         summary: 'Slack\'s interactivity (public; verified by Slack\'s v0 signature): a click on an approval request\'s Approve or Deny button decides that tool call as the Slack user',
+        description: 'Receives Slack button clicks, checks their signature, and decides the approval request behind the Approve or Deny button.',
         consumes: ['application/x-www-form-urlencoded'],
         headers: SlackSignedHeaders,
         body: SlackInteractionForm,

@@ -20,6 +20,7 @@ const system: FastifyPluginAsyncTypebox<SystemOptions> = async (app, opts) => {
       operationId: 'getHealth',
       tags: ['system'],
       summary: 'Liveness; with ?ready=1 also readiness (the database answers, the disk has room)',
+      description: 'Answers 200 while the process runs; with `ready=1` it also checks that the database answers and the disk has room, and answers 503 `not_ready` when either fails, so a load balancer can take the instance out.',
       querystring: HealthQuery,
       response: { 200: Health, ...errorResponses(503) }
     }
@@ -44,6 +45,7 @@ const system: FastifyPluginAsyncTypebox<SystemOptions> = async (app, opts) => {
       operationId: 'getConfig',
       tags: ['system'],
       summary: 'What this deployment offers the client',
+      description: 'Tells a client, without authentication, which release it talks to, how people sign in, which engines and models are ready, whether a sandbox can run tools, and which integrations this deployment offers.',
       response: { 200: ClientConfig, ...errorResponses() }
     }
   }, async (request) => {

@@ -47,6 +47,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'createProject',
       tags: PROJECTS,
       summary: 'Create a project',
+      description: 'Creates a project, which holds a task board.',
       body: CreateProjectBody,
       response: { 201: ProjectEnvelope, ...errorResponses() }
     }
@@ -63,6 +64,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listProjects',
       tags: PROJECTS,
       summary: 'Projects of the org, newest first; `archived` filters',
+      description: 'Pages through the organization\'s projects, newest first, with or without archived ones.',
       querystring: ListProjectsQuery,
       response: { 200: ProjectPage, ...errorResponses() }
     }
@@ -78,6 +80,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getProject',
       tags: PROJECTS,
       summary: 'One project',
+      description: 'Returns one project with its name, description and, when archived, the time it was archived.',
       params: IdParams,
       response: { 200: ProjectEnvelope, ...errorResponses(404) }
     }
@@ -93,6 +96,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'updateProject',
       tags: PROJECTS,
       summary: 'Rename, describe, archive (`archived: true`) or restore (`archived: false`) a project',
+      description: 'Changes a project\'s name or description, or archives or restores it.',
       params: IdParams,
       body: UpdateProjectBody,
       response: { 200: ProjectEnvelope, ...errorResponses(404) }
@@ -109,6 +113,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'deleteProject',
       tags: PROJECTS,
       summary: 'Delete a project and its tasks (archive it to keep them)',
+      description: 'Deletes a project together with all of its tasks.',
       params: IdParams,
       response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
     }
@@ -125,6 +130,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'createTask',
       tags: TASKS,
       summary: 'Create a task, last in its column',
+      description: 'Creates a task in a project, placed last in the column of its status.',
       body: CreateTaskBody,
       response: { 201: TaskEnvelope, ...errorResponses(404) }
     }
@@ -143,6 +149,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listTasks',
       tags: TASKS,
       summary: 'Tasks by status (todo, doing, done), then position; `projectId` and `status` filter',
+      description: 'Lists tasks column by column (todo, doing, done) in board order, optionally for one project or one status.',
       querystring: ListTasksQuery,
       response: { 200: TaskPage, ...errorResponses() }
     }
@@ -158,6 +165,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getTask',
       tags: TASKS,
       summary: 'One task',
+      description: 'Returns one task with its status, board position, project, latest run and revision.',
       params: IdParams,
       response: { 200: TaskEnvelope, ...errorResponses(404) }
     }
@@ -173,6 +181,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'updateTask',
       tags: TASKS,
       summary: 'Edit a task at `revision` (409 when stale); a new status or project puts it last in its new column',
+      description: 'Edits a task when the revision sent is its current one; a new status or project moves it to the end of its new column.',
       params: IdParams,
       body: UpdateTaskBody,
       response: { 200: TaskEnvelope, ...errorResponses(404) }
@@ -188,6 +197,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'deleteTask',
       tags: TASKS,
       summary: 'Delete a task',
+      description: 'Deletes a task from its board; the runs started from it stay.',
       params: IdParams,
       response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
     }
@@ -202,6 +212,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'moveTask',
       tags: TASKS,
       summary: 'Move a task: directly above `before`, directly below `after`, or last; only the task is written',
+      description: 'Moves a task to a new place on the board, above or below another task or to the end of a column, writing only that task.',
       params: IdParams,
       body: MoveTaskBody,
       response: { 200: TaskEnvelope, ...errorResponses(404) }
@@ -218,6 +229,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'runTask',
       tags: TASKS,
       summary: 'Start a run on the task\'s title and description: the task goes to doing, and to done when the run succeeds',
+      description: 'Starts a run whose prompt is the task\'s title and description, moves the task to doing, and to done when the run succeeds.',
       headers: IdempotencyKeyHeader,
       params: IdParams,
       // every field is optional, and so is the body itself

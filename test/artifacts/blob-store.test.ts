@@ -98,3 +98,18 @@ t.test('s3: the routes on an S3 store (upload, content with a range, delete and 
   t.same(await s3.keys(), [], 'the bucket is empty')
   t.equal(await count(app, 'blobs'), 0)
 })
+
+t.test('the file store refuses a URL for its directory, so no folder is named after one', async (t) => {
+  for (const root of ['memory://', 'memory://cairn/blobs', 'postgres://postgres@127.0.0.1:5432/postgres']) {
+    t.throws(() => new FsBlobStore(root), /needs a directory, not a URL/, root)
+  }
+  t.doesNotThrow(() => new FsBlobStore(join(tmpdir(), 'cairn-blobs-never-written')), 'a path is a directory')
+  // the service's own: DATA_DIR=memory:// keeps its blobs in a temporary directory
+  const app = await buildTestApp(t, { env: { DATA_DIR: 'memory://', ARTIFACT_STORE: 'fs' } })
+  const res = await upload(app, { filename: 'note.txt', type: 'text/plain', bytes: 'kept in a temporary directory' })
+  t.equal(res.statusCode, 201)
+  const content = await app.inject({ method: 'GET', url: `/api/uploads/${res.json().upload.id as string}/content` })
+  t.equal(content.body, 'kept in a temporary directory', 'and read back')
+  t.notOk(readdirSync('.').some((name) => name.startsWith('memory:')), 'no memory: folder in the working directory')
+})
+

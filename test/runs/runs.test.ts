@@ -70,9 +70,15 @@ t.test('a run is claimed only once its run.queued is stored; the sweeper announc
   const app = await buildTestApp(t, { env: fast })
   // what an instance that died right after committing the run leaves: a run, no run.queued
   const run = (await app.db.transaction((tx) => createRun(tx, { kind: 'dev', orgId: DEV_ORG.id, userId: null, role: 'owner' }, { prompt: 'late', engine: 'echo', model: 'echo', origin: 'api' })))!
-  await new Promise((resolve) => setTimeout(resolve, 500))
-  const [waiting] = await app.db.select().from(runs).where(eq(runs.id, run.id))
-  t.equal(waiting!.status, 'queued', 'not claimed without its run.queued')
+  // a later run, dispatched as usual: the worker claims it, passing the unannounced one over
+  // (the oldest runnable run of an org is the one a claim takes)
+  const later = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'later' } })).json().run
+  const ended = await app.inject({ method: 'GET', url: `/api/runs/${later.id as string}?wait=60` })
+  t.equal(ended.json().run.status, 'succeeded', 'the later run ran')
+  const typesOf = async (runId: string) => (await app.db.select().from(runEvents).where(eq(runEvents.runId, runId)).orderBy(runEvents.id))
+  const laterStarted = (await typesOf(later.id)).find((e) => e.type === 'run.started')!
+  const announced = (await typesOf(run.id)).find((e) => e.type === 'run.queued')
+  t.ok(announced === undefined || announced.id > laterStarted.id, 'not claimed without its run.queued: the later run was claimed while this one had none')
   const done = await eventually(async () => {
     const [row] = await app.db.select().from(runs).where(eq(runs.id, run.id))
     return row!.status === 'succeeded' ? row : null

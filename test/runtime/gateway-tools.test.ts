@@ -1,4 +1,7 @@
-import { existsSync } from 'node:fs'
+import { execFileSync } from 'node:child_process'
+import { once } from 'node:events'
+import { constants, mkdirSync, openSync } from 'node:fs'
+import { Socket } from 'node:net'
 import { join } from 'node:path'
 import { eq } from 'drizzle-orm'
 import t from 'tap'
@@ -6,7 +9,7 @@ import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { newId } from '../../src/db/ids.js'
 import type { MemoryTools } from '../../src/runtime/ports.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
-import { buildTestApp, waitFor, type EnvOverrides } from '../helper.js'
+import { buildTestApp, type EnvOverrides } from '../helper.js'
 import { fakeRuns, gatewaySetup } from './fakes.js'
 
 const ORG = DEV_ORG.id
@@ -29,9 +32,16 @@ const setup = gatewaySetup(t, SHARED_ENV, SHARED_MEMORY)
 t.test('cancelling the run stops a running command', async (t) => {
   const { app, runId, workspace } = await setup()
   await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', payload: { mode: 'auto' } })
-  const call = app.runtime.gateway.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'echo started > started.txt; sleep 60' } })
-  // the command has started once its file is there (no event says so)
-  await waitFor('the command to start', async () => existsSync(join(workspace, 'started.txt')) || undefined, 30_000)
+  // the command's first write is the event that it started: it writes into a named pipe the
+  // test reads (opened read-write, so the test never reads an end of it before that write)
+  mkdirSync(workspace, { recursive: true })
+  const fifo = join(workspace, 'started.fifo')
+  execFileSync('mkfifo', [fifo])
+  const pipe = new Socket({ fd: openSync(fifo, constants.O_RDWR | constants.O_NONBLOCK), readable: true, writable: false })
+  t.teardown(() => pipe.destroy())
+  const started = once(pipe, 'data')
+  const call = app.runtime.gateway.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'echo started > started.fifo; sleep 60' } })
+  t.equal(String((await started)[0]).trim(), 'started', 'the command is running')
   await app.runtime.gateway.cancelRun(ORG, runId)
   const result = await call
   t.equal(result.status, 'cancelled')
