@@ -81,7 +81,9 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
       } catch {
         parsed = undefined
       }
-      const initializing = request.method === 'POST' && (isInitializeRequest(parsed) || (Array.isArray(parsed) && parsed.some((m) => isInitializeRequest(m))))
+      // (the schema check only for what names the method: it costs more than the rest of a call)
+      const initialize = (m: unknown) => (m as { method?: unknown } | null)?.method === 'initialize' && isInitializeRequest(m)
+      const initializing = request.method === 'POST' && (initialize(parsed) || (Array.isArray(parsed) && parsed.some(initialize)))
       const header = request.headers['mcp-session-id']
       const sessionId = typeof header === 'string' ? header : undefined
       // a message that is not JSON is the transport's to refuse (a JSON-RPC parse error)
@@ -125,12 +127,19 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         const value = request.headers[name]
         if (typeof value === 'string') headers.set(name, value)
       }
+      // a parsed message goes to the transport as such; only what is not JSON goes as text (its parse error is the SDK's)
       const answer = await transport.handleRequest(new Request(`http://cairn.invalid${request.url}`, {
         method: request.method,
         headers,
-        ...(raw !== undefined ? { body: raw } : {})
+        ...(raw !== undefined && parsed === undefined ? { body: raw } : {})
       }), parsed === undefined ? {} : { parsedBody: parsed })
       if (!initializing && sessionId !== undefined) reply.header('mcp-session-id', sessionId)
+      // a JSON answer is a few hundred bytes: sent as text, not piped from its Web stream
+      if (answer.headers.get('content-type')?.startsWith('application/json')) {
+        reply.code(answer.status)
+        answer.headers.forEach((value, name) => void reply.header(name, value))
+        return reply.send(await answer.text())
+      }
       return reply.send(answer)
     }
 
