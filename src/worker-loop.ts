@@ -278,7 +278,9 @@ export function createWorkerLoop<T>(o: WorkerLoopOptions<T>): WorkerLoop<T> {
         await Promise.race([drained, new Promise<void>((resolve) => (timer = timers.setTimeout(resolve, deadlineMs)))])
         timers.clearTimeout(timer)
       }
-      return { items, left: [...running].map((e) => e.item) }
+      const left = [...running].map((e) => e.item)
+      if (left.length > 0) o.log.warn({ left: left.length }, `${o.name}: the drain did not finish before its deadline; what is in flight is left to its lease`)
+      return { items, left }
     },
     kill() {
       killed = true

@@ -537,8 +537,8 @@ export class RunWorker {
     if (this.killed) return
     this.stopping = true
     const { items, left } = await this.loop?.stop(deadlineMs) ?? { items: [], left: [] }
-    if (left.length > 0) this.o.log.warn({ runs: left.map((r) => r.claimed.run.id) }, 'run worker: runs not handed back before the shutdown deadline; their leases will expire')
-    else if (items.length > 0) this.o.log.info({ runs: items.map((r) => r.claimed.run.id) }, `run worker: ${items.length} running runs handed back to the queue`)
+    // runs not handed back by the deadline: the loop says so; their leases will expire
+    if (left.length === 0 && items.length > 0) this.o.log.info({ runs: items.map((r) => r.claimed.run.id) }, `run worker: ${items.length} running runs handed back to the queue`)
     this.stopTimers()
   }
 
