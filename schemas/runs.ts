@@ -138,6 +138,8 @@ export const ChatDone = named('ChatDone', Type.Object({
   model: Type.Union([Type.String(), Type.Null()]),
   usage: Type.Object({ promptTokens: Type.Integer(), completionTokens: Type.Integer() })
 }))
+/** A chat cut short by the server's shutdown: nothing more comes; the request can be sent again (to any instance). */
+export const ChatEnd = named('ChatEnd', Type.Object({ reason: Type.Literal('shutting_down'), message: Type.String() }))
 
 /**
  * A `text/event-stream` answer, for the OpenAPI document: a string of frames (`id:`,
@@ -160,7 +162,7 @@ export const RunEventStream = eventStream(
   RunEvent
 )
 export const RunChangeStream = eventStream('frames `id:`, `event: change`, `data:` (a RunChange); heartbeat comments', RunChange)
-export const ChatStream = eventStream('frames `event: token` (`data:` a ChatToken), then `event: done` (a ChatDone) or `event: error` (an ErrorBody)', ChatToken, ChatDone, Type.Ref('ErrorBody'))
+export const ChatStream = eventStream('frames `event: token` (`data:` a ChatToken), then `event: done` (a ChatDone) or `event: error` (an ErrorBody); when the server shuts down mid-answer, `event: end` (a ChatEnd) with `retry:`: send the request again', ChatToken, ChatDone, ChatEnd, Type.Ref('ErrorBody'))
 
 export const ChatMessage = named('ChatMessage', StrictObject({
   role: Type.Union([Type.Literal('system'), Type.Literal('user'), Type.Literal('assistant')]),
