@@ -131,7 +131,6 @@ export class RunWorker {
   private readonly o: RunWorkerOptions
   private readonly active = new Map<string, Active>()
   private readonly recentlyCancelled = new Map<string, number>()
-  private stopping = false
   private killed = false
   private loop: WorkerLoop<{ claimed: ClaimedRun; leaseUntil: number }> | null = null
   private unsubscribe: Array<() => void> = []
@@ -535,7 +534,6 @@ export class RunWorker {
    */
   async close(deadlineMs: number): Promise<void> {
     if (this.killed) return
-    this.stopping = true
     const { items, left } = await this.loop?.stop(deadlineMs) ?? { items: [], left: [] }
     // runs not handed back by the deadline: the loop says so; their leases will expire
     if (left.length === 0 && items.length > 0) this.o.log.info({ runs: items.map((r) => r.claimed.run.id) }, `run worker: ${items.length} running runs handed back to the queue`)
@@ -545,7 +543,6 @@ export class RunWorker {
   /** Simulates a crash: everything stops at once, nothing more is written; leases expire. */
   kill(): void {
     this.killed = true
-    this.stopping = true
     this.loop?.kill()
     this.stopTimers()
     for (const a of this.active.values()) a.controller.abort(new WorkerGone('killed'))
