@@ -125,12 +125,14 @@ export default fp(async function eventBusPlugin(app: FastifyInstance) {
   app.addHook('onClose', async () => {
     if (closed) return
     closed = true
-    for (const stop of stops) {
-      try {
-        await stop()
-      } catch {
-        // the database may already be gone
+    await app.shutdown.close('the event bus\'s listeners', async () => {
+      for (const stop of stops) {
+        try {
+          await stop()
+        } catch {
+          // the database may already be gone
+        }
       }
-    }
+    })
   })
-}, { name: 'event-bus', fastify: '5.x', dependencies: ['db'] })
+}, { name: 'event-bus', fastify: '5.x', dependencies: ['db', 'shutdown-refusals'] })

@@ -23,8 +23,13 @@ export interface SseStream {
   onClose(fn: () => void): void
 }
 
+export interface SseOpenOptions {
+  /** what the stream gets before it closes at shutdown, instead of SHUTDOWN_FRAME (a stream that cannot be resumed says it ended) */
+  shutdownFrame?: string
+}
+
 export interface SseHelper {
-  open(request: FastifyRequest, reply: FastifyReply): SseStream
+  open(request: FastifyRequest, reply: FastifyReply, options?: SseOpenOptions): SseStream
   /** open streams on this instance */
   readonly count: number
 }
@@ -37,6 +42,12 @@ declare module 'fastify' {
 
 /** What a stream gets before it closes at shutdown: a comment, and when to reconnect (ms). */
 export const SHUTDOWN_FRAME = ': shutting down; reconnect with Last-Event-ID\nretry: 1000\n\n'
+
+/**
+ * What a stream that cannot be resumed (a chat's tokens are not stored) gets at shutdown:
+ * `event: end` saying why, and when to send the request again (ms), to any instance.
+ */
+export const SHUTDOWN_END_FRAME = `event: end\ndata: ${JSON.stringify({ reason: 'shutting_down', message: 'the server is shutting down; send the request again' })}\nretry: 1000\n\n`
 
 /** `id:`/`event:`/`data:` frame; data is one line of JSON. */
 export function sseFrame(event: string, data: string, id?: number | string): string {
@@ -83,6 +94,8 @@ class Stream implements SseStream {
   private readonly chunked: boolean
   private readonly max: number
   private readonly owner: Set<Stream>
+  /** written at shutdown before the close */
+  readonly shutdownFrame: string
   private listeners: Array<() => void> | null = null
   /** bytes given to the socket by write(); minus what it still holds, the bytes the kernel took */
   private given = 0
@@ -90,8 +103,9 @@ class Stream implements SseStream {
   /** the last stall check that found the socket empty or taking bytes */
   private fineAt: number
 
-  constructor(raw: ServerResponse, socket: Socket, lastEventId: number | null, max: number, owner: Set<Stream>, now: number) {
+  constructor(raw: ServerResponse, socket: Socket, lastEventId: number | null, max: number, owner: Set<Stream>, now: number, shutdownFrame: string) {
     this.fineAt = now
+    this.shutdownFrame = shutdownFrame
     this.raw = raw
     this.socket = socket
     this.chunked = (raw as ServerResponse & { chunkedEncoding: boolean }).chunkedEncoding
@@ -191,7 +205,7 @@ export default fp(async function ssePlugin(app: FastifyInstance, opts: SseOption
     get count() {
       return streams.size
     },
-    open(request, reply) {
+    open(request, reply, options) {
       const lastEventId = parseLastEventId(request)
       reply.hijack()
       const raw = reply.raw
@@ -208,7 +222,7 @@ export default fp(async function ssePlugin(app: FastifyInstance, opts: SseOption
       raw.write(':ok\n\n')
       const socket = request.raw.socket
       socket.setNoDelay(true)
-      const stream = new Stream(raw, socket, lastEventId, opts.maxBufferBytes, streams, Date.now())
+      const stream = new Stream(raw, socket, lastEventId, opts.maxBufferBytes, streams, Date.now(), options?.shutdownFrame ?? SHUTDOWN_FRAME)
       streams.add(stream)
       raw.on('close', () => stream.finish())
       raw.on('error', () => stream.finish())
@@ -220,12 +234,13 @@ export default fp(async function ssePlugin(app: FastifyInstance, opts: SseOption
   // open streams would keep server.close() waiting forever. Each ends cleanly with a
   // reconnectable close: `retry:` tells an EventSource when to come back, and it resumes
   // with Last-Event-ID (on another instance, or this one restarted). Not `event: end`,
-  // which says that a run is over and nothing more will come.
+  // which says that a run is over and nothing more will come; a stream that cannot be
+  // resumed (a chat) gets its own frame instead, `event: end` with why.
   app.addHook('preClose', async () => {
     clearInterval(heartbeat)
     clearInterval(stallCheck)
     for (const stream of [...streams]) {
-      stream.write(SHUTDOWN_FRAME)
+      stream.write(stream.shutdownFrame)
       stream.close()
     }
   })

@@ -157,8 +157,12 @@ export const ChatDone = named('ChatDone', Type.Object({
 export const RunStreamEvent = named('RunStreamEvent', Type.Union([RunEvent, RunStreamEnd], {
   description: 'a frame of a run\'s event stream: a RunEvent (`event:` is its `type`), or the RunStreamEnd of `event: end`'
 }))
-export const ChatStreamEvent = named('ChatStreamEvent', Type.Union([ChatToken, ChatDone, Type.Ref('ErrorBody')], {
-  description: 'a frame of a chat: a ChatToken (`event: token`), then a ChatDone (`event: done`) or an ErrorBody (`event: error`)'
+/** A chat cut short by the server's shutdown: nothing more comes; the request can be sent again (to any instance). */
+export const ChatEnd = named('ChatEnd', Type.Object({ reason: Type.Literal('shutting_down'), message: Type.String() }, {
+  description: 'the payload of `event: end`: the server shut down before the answer ended; send the request again'
+}))
+export const ChatStreamEvent = named('ChatStreamEvent', Type.Union([ChatToken, ChatDone, ChatEnd, Type.Ref('ErrorBody')], {
+  description: 'a frame of a chat: a ChatToken (`event: token`), then a ChatDone (`event: done`), an ErrorBody (`event: error`) or, when the server shuts down first, a ChatEnd (`event: end`, with `retry:`)'
 }))
 
 /**
@@ -190,9 +194,9 @@ export const ThreadEventStream = eventStream(
 )
 export const RunChangeStream = eventStream('an event stream: frames `id:`, `event: change` and `data:` (a RunChange, as JSON); heartbeat comments', RunChange, { change: 'RunChange' })
 export const ChatStream = eventStream(
-  'an event stream: frames `event: token` (`data:` a ChatToken), then `event: done` (a ChatDone) or `event: error` (an ErrorBody)',
+  'an event stream: frames `event: token` (`data:` a ChatToken), then `event: done` (a ChatDone) or `event: error` (an ErrorBody); when the server shuts down mid-answer, `event: end` (a ChatEnd) with `retry:`: send the request again',
   ChatStreamEvent,
-  { token: 'ChatToken', done: 'ChatDone', error: 'ErrorBody' }
+  { token: 'ChatToken', done: 'ChatDone', error: 'ErrorBody', end: 'ChatEnd' }
 )
 
 export const ChatMessage = named('ChatMessage', StrictObject({

@@ -42,7 +42,7 @@ import type { RunEventSink, RunMemory } from './runs/memory-port.js'
 import { runArtifactWriter, runDirectory, runEventWriter, runKnowledgeTools, runMemoryTools, runSkillTools } from './runs/runtime-ports.js'
 import runsService from './runs/service.js'
 import automations from './automations/index.js'
-import { systemClock, type Clock } from './automations/scheduler.js'
+import { systemClock, type Clock } from './worker-loop.js'
 import automationsService from './automations/service.js'
 import { automationRuns } from './runs/automation-runs.js'
 import secrets from './secrets/index.js'
@@ -249,7 +249,7 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
   await app.register(errorsPlugin)
   // first, so every answer carries them, refusals by the hooks after it included
   await app.register(securityHeaders, { apiHeaders: releaseHeaders(config.release) })
-  await app.register(shutdownRefusals)
+  await app.register(shutdownRefusals, { graceMs: config.SHUTDOWN_GRACE_MS })
   await app.register(releasePlugin, { release: config.release, isDevBuild: config.isDevBuild })
   await app.register(dbPlugin, { database: db, closeOnShutdown: owned, maintenanceEveryMs: config.EMBEDDED_MAINTENANCE_SECONDS * 1000 })
   await app.register(featuresPlugin)

@@ -1,8 +1,7 @@
-import closeWithGrace from 'close-with-grace'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from './app.js'
 import { ConfigError, loadConfig, type Config } from './config.js'
-import { describeListening, startFailure } from './startup.js'
+import { closeOnSignals, describeListening, startFailure } from './startup.js'
 import { isDatabaseUnavailable } from './db/faults.js'
 
 /** Stops a start that cannot go on: one sentence on stderr, exit 1. */
@@ -36,25 +35,8 @@ process.on('unhandledRejection', (reason) => {
   app.log.error({ err: reason }, 'unawaited database failure (the database is unavailable; not fatal)')
 })
 
-// SIGTERM/SIGINT: refuse new requests (503), hand running runs back to the queue, end
-// event streams and WebSockets with a reconnectable close, let in-flight requests finish,
-// close the database, exit 0, all within SHUTDOWN_GRACE_MS. Connections still busy at
-// four fifths of it are cut, so that the close ends in time rather than by the timer of
-// close-with-grace (which exits 1). An uncaught exception does the same, then exits 1.
-closeWithGrace({ delay: config.SHUTDOWN_GRACE_MS, logger: app.log, skip: ['unhandledRejection'] }, async ({ signal, err }) => {
-  if (err) app.log.error({ err }, 'shutting down after an error')
-  else app.log.info({ signal }, 'shutting down')
-  const cut = setTimeout(() => {
-    app.log.warn('shutting down: cutting the connections still busy')
-    app.server.closeAllConnections()
-  }, Math.floor(config.SHUTDOWN_GRACE_MS * 0.8))
-  try {
-    await app.close()
-  } finally {
-    clearTimeout(cut)
-  }
-  app.log.info('shut down')
-})
+// SIGTERM/SIGINT: a graceful close within SHUTDOWN_GRACE_MS, exiting 0 (src/startup.ts)
+closeOnSignals(app, config.SHUTDOWN_GRACE_MS)
 
 try {
   await app.listen({ port: config.PORT, host: config.HOST })

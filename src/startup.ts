@@ -1,4 +1,6 @@
 import { resolve } from 'node:path'
+import closeWithGrace from 'close-with-grace'
+import type { FastifyInstance } from 'fastify'
 import type { Config } from './config.js'
 import { DataDirLockedError } from './db/data-dir-lock.js'
 import { SecretsKeyMismatch } from './secrets/service.js'
@@ -65,4 +67,33 @@ export function startFailure(err: unknown, config: Pick<Config, 'DATABASE_URL' |
     default:
       return null
   }
+}
+
+// SIGTERM/SIGINT: refuse new requests (503), hand running runs back to the queue, end
+// event streams and WebSockets with a reconnectable close, let in-flight requests finish,
+// close the database, exit 0, all within SHUTDOWN_GRACE_MS. Connections still busy at
+// four fifths of it are cut, so that the close ends in time rather than by the timer of
+// close-with-grace (which exits 1). Every hook that waits is bounded by the grace
+// (plugins/shutdown.ts: workers drain within half of it, anything else a worker left is
+// its lease's); should a close still hang, the process exits 0 at nineteen twentieths of
+// the grace with what was not closed left as it is. An uncaught exception does the same,
+// then exits 1.
+export function closeOnSignals(app: FastifyInstance, graceMs: number): void {
+  closeWithGrace({ delay: graceMs, logger: app.log, skip: ['unhandledRejection'] }, async ({ signal, err }) => {
+    if (err) app.log.error({ err }, 'shutting down after an error')
+    else app.log.info({ signal }, 'shutting down')
+    const cut = setTimeout(() => {
+      app.log.warn('shutting down: cutting the connections still busy')
+      app.server.closeAllConnections()
+    }, Math.floor(graceMs * 0.8))
+    let last: NodeJS.Timeout | undefined
+    const closed = await Promise.race([
+      app.close().then(() => true),
+      new Promise<false>((resolve) => (last = setTimeout(() => resolve(false), Math.floor(graceMs * 0.95))))
+    ]).finally(() => {
+      clearTimeout(cut)
+      clearTimeout(last)
+    })
+    app.log[closed ? 'info' : 'warn'](closed ? 'shut down' : 'shut down: the close did not finish within the grace; exiting with it unfinished')
+  })
 }

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import type { Clock } from '../src/automations/scheduler.js'
+import type { Clock } from '../src/worker-loop.js'
 import { appendFileSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'

@@ -3,6 +3,7 @@ import { sql } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import type { BlobStore, StagedBlob } from './blob-store.js'
+import { createWorkerLoop, type WorkerLoop } from '../worker-loop.js'
 
 /**
  * How long a writer's pin keeps a blob from the sweeper: from before its bytes are under
@@ -62,26 +63,27 @@ export interface BlobSweeperOptions {
  */
 export class BlobSweeper {
   private readonly o: BlobSweeperOptions
-  private timer: NodeJS.Timeout | null = null
-  private running: Promise<unknown> = Promise.resolve()
+  private readonly loop: WorkerLoop<never>
 
   constructor(options: BlobSweeperOptions) {
     this.o = options
+    this.loop = createWorkerLoop<never>({
+      name: 'blob sweeper',
+      log: options.log,
+      pollMs: options.everyMs,
+      every: [{ everyMs: options.everyMs, job: () => this.sweep().catch((err: unknown) => this.o.log.warn({ err }, 'blob sweep failed')) }]
+    })
   }
 
   start(): void {
-    this.timer = setInterval(() => {
-      this.running = this.sweep().catch((err: unknown) => this.o.log.warn({ err }, 'blob sweep failed'))
-    }, this.o.everyMs)
-    this.timer.unref()
-    this.running = this.o.store.cleanTemporaries(TEMPORARY_MAX_AGE_MS)
-      .catch((err: unknown) => this.o.log.warn({ err }, 'removing leftover blob temporaries failed'))
+    this.loop.start()
+    this.loop.track(this.o.store.cleanTemporaries(TEMPORARY_MAX_AGE_MS)
+      .catch((err: unknown) => this.o.log.warn({ err }, 'removing leftover blob temporaries failed')))
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer)
-    this.timer = null
-    await this.running
+  /** Nothing new starts; waits for the round in flight, at most `deadlineMs` (a round cut short is finished by the next). */
+  async stop(deadlineMs?: number): Promise<void> {
+    await this.loop.stop(deadlineMs)
   }
 
   /** One round (up to 100 blobs); returns how many were removed. */

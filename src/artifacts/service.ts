@@ -104,7 +104,7 @@ export default fp(async function artifactsService(app: FastifyInstance, opts: Ar
     sweeper.start()
   })
   app.addHook('preClose', async () => {
-    await sweeper.stop()
+    await app.shutdown.drain('the blob sweeper', (ms) => sweeper.stop(ms))
   })
   app.addHook('onClose', async () => {
     ;(store as { close?: () => void }).close?.()

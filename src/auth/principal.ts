@@ -253,7 +253,7 @@ async function listenForInvalidations(app: FastifyInstance, identity: IdentityRe
     await app.db.execute(sql`select pg_notify(${INVALIDATION_CHANNEL}, ${payloadOf(change)})`)
   }
   app.addHook('preClose', async () => {
-    await unlisten().catch(() => {})
+    await app.shutdown.close('the identity listener', () => unlisten().catch(() => {}))
   })
 }
 

@@ -6,12 +6,7 @@ import { planFire } from './cron.js'
 import type { AutomationTargets, PreparedRun } from './targets-port.js'
 import type { RunSettings } from '../runs/tables.js'
 import { agentOptionsOf } from '../runs/agent-options.js'
-
-/** Where the scheduler reads the time: the system clock, or a test's. */
-export interface Clock {
-  now(): Date
-}
-export const systemClock: Clock = { now: () => new Date() }
+import { createWorkerLoop, type Clock, type WorkerLoop } from '../worker-loop.js'
 
 /** What automations need of the runs group: the engine a prompt names, queued runs stored in a transaction, announced after it. */
 export interface AutomationRuns {
@@ -95,68 +90,49 @@ export interface SchedulerOptions {
  */
 export class AutomationScheduler {
   private readonly o: SchedulerOptions
-  private stopped = true
   private killed = false
-  private timer: NodeJS.Timeout | null = null
-  private wakeUp: (() => void) | null = null
-  private loopDone: Promise<void> = Promise.resolve()
+  private readonly loop: WorkerLoop<never>
   /** test seam: runs inside each fire transaction just before it commits */
   beforeCommit: ((tx: Tx) => Promise<void>) | null = null
 
   constructor(options: SchedulerOptions) {
     this.o = options
+    this.loop = createWorkerLoop<never>({
+      name: 'scheduler',
+      log: options.log,
+      // each batch is claimed and fired in one transaction: nothing is left to work on after
+      claim: async () => {
+        await this.fireDue()
+        return null
+      },
+      pollMs: options.pollMs,
+      idleMs: async () => {
+        const tick = await earliestTick(this.o.db)
+        // at least a few milliseconds: a due row another instance holds must not make this one spin
+        return tick ? Math.max(5, Math.min(this.o.pollMs, tick.getTime() - this.o.clock.now().getTime())) : this.o.pollMs
+      },
+      drain: 'finish'
+    })
   }
 
   start(): void {
-    if (!this.stopped || this.killed) return
-    this.stopped = false
-    this.loopDone = this.loop()
+    if (!this.killed) this.loop.start()
   }
 
   /** Looks again now (an automation changed on this instance). */
   wake(): void {
-    this.wakeUp?.()
+    this.loop.wake()
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true
-    this.wake()
-    await this.loopDone
+  /** Stops firing; waits for the pass in flight, at most `deadlineMs`. */
+  async stop(deadlineMs?: number): Promise<void> {
+    await this.loop.stop(deadlineMs)
   }
 
   /** Simulates a crash: nothing more is written or announced. */
   kill(): void {
     this.killed = true
-    this.stopped = true
-    this.wake()
-  }
-
-  private async loop(): Promise<void> {
-    while (!this.stopped) {
-      try {
-        await this.fireDue()
-      } catch (err) {
-        if (!this.killed) this.o.log.error({ err }, 'scheduler: firing due automations failed')
-      }
-      let wait = this.o.pollMs
-      try {
-        const tick = await earliestTick(this.o.db)
-        // at least a few milliseconds: a due row another instance holds must not make this one spin
-        if (tick) wait = Math.max(5, Math.min(this.o.pollMs, tick.getTime() - this.o.clock.now().getTime()))
-      } catch (err) {
-        if (!this.killed && !this.stopped) this.o.log.warn({ err }, 'scheduler: reading the next tick failed')
-      }
-      if (this.stopped) return
-      await new Promise<void>((resolve) => {
-        this.wakeUp = () => {
-          if (this.timer) clearTimeout(this.timer)
-          this.timer = null
-          this.wakeUp = null
-          resolve()
-        }
-        this.timer = setTimeout(() => this.wakeUp?.(), wait)
-      })
-    }
+    this.loop.kill()
   }
 
   /** Fires every tick due at `now` (the clock's by default); answers how many runs it started. */

@@ -1,7 +1,8 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.js'
-import { AutomationScheduler, type AutomationRuns, type Clock } from './scheduler.js'
+import { AutomationScheduler, type AutomationRuns } from './scheduler.js'
+import type { Clock } from '../worker-loop.js'
 import type { AutomationTargets } from './targets-port.js'
 
 /** The automations group's instance-wide side, as `app.automations`. */
@@ -38,6 +39,6 @@ export default fp(async function automationsService(app: FastifyInstance, opts: 
     if (config.SCHEDULER) scheduler.start()
   })
   app.addHook('preClose', async () => {
-    await scheduler.stop()
+    await app.shutdown.drain('the scheduler', (ms) => scheduler.stop(ms))
   })
 }, { name: 'automations', fastify: '5.x', dependencies: ['db', 'runs'] })

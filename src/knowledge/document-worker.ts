@@ -3,11 +3,11 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { sql, type SQL } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import type { BlobStore } from '../artifacts/blob-store.js'
-import type { Clock } from '../automations/scheduler.js'
 import { rowsOf, withinTime, type Db } from '../db/client.js'
 import { failureSentence, isDatabaseUnavailable } from '../db/faults.js'
 import { newId } from '../db/ids.js'
-import { backoffDelay, SETTLE_TIMEOUT_MS } from '../memory/capture-worker.js'
+import { SETTLE_TIMEOUT_MS } from '../memory/capture-worker.js'
+import { backoffDelay, createWorkerLoop, type Clock } from '../worker-loop.js'
 import { chunkMarkdown, type Chunk } from './chunk.js'
 import { ExtractionFailed, type DocumentKind } from './extract.js'
 import { bumpGeneration } from './generation.js'
@@ -41,8 +41,8 @@ export interface DocumentWorkerOptions {
 
 export interface DocumentWorker {
   start(): void
-  /** stops claiming, abandons extractions in flight (their leases run out) and waits */
-  stop(): Promise<void>
+  /** stops claiming, hands the extractions in flight back and waits for that, at most `deadlineMs` (the rest is left to its lease) */
+  stop(deadlineMs?: number): Promise<void>
   /** looks for work now instead of at the next poll */
   wake(): void
   /** claims and processes at most one document; false when there was none */
@@ -76,15 +76,8 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
   const owner = randomUUID()
   /** cut short the waits between tries of a move while the database is away (stop) */
   const pause = new AbortController()
-  let running = false
-  const loops = new Set<Promise<void>>()
-  const wakers = new Set<() => void>()
+  /** aborts what runOnce() does when the worker stops (the loop aborts its own work) */
   const abort = new AbortController()
-  /** rejects when the worker stops: what is in flight is handed back, not waited for */
-  const stopped = new Promise<never>((_, reject) => {
-    abort.signal.addEventListener('abort', () => reject(abort.signal.reason), { once: true })
-  })
-  stopped.catch(() => {})
 
   /** Documents whose lease passed with no attempts left: failed, with why. */
   async function failExhausted(): Promise<void> {
@@ -160,25 +153,31 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
     })
   }
 
-  async function process(doc: Claimed): Promise<void> {
-    // keep the lease while extracting; a renewal that finds the claim gone stops caring
-    const renew = setInterval(() => {
-      db.execute(sql`
-        update knowledge_documents set lease_expires_at = now() + make_interval(secs => ${opts.leaseMs / 1000})
-        where id = ${doc.id} and state = 'processing' and lease_owner = ${owner} and attempts = ${doc.attempts}`)
-        .catch((err: unknown) => log.warn({ err, documentId: doc.id }, 'document lease renewal failed'))
-    }, Math.max(50, Math.floor(opts.leaseMs / 3)))
-    renew.unref()
+  /** Keeps the leases of the documents in flight; a renewal that finds the claim gone stops caring. */
+  async function renewLeases(docs: Claimed[]): Promise<void> {
+    await Promise.all(docs.map((doc) => db.execute(sql`
+      update knowledge_documents set lease_expires_at = now() + make_interval(secs => ${opts.leaseMs / 1000})
+      where id = ${doc.id} and state = 'processing' and lease_owner = ${owner} and attempts = ${doc.attempts}`)
+      .catch((err: unknown) => log.warn({ err, documentId: doc.id }, 'document lease renewal failed'))))
+  }
+
+  async function process(doc: Claimed, signal: AbortSignal): Promise<void> {
+    /** rejects when the worker stops: what is in flight is handed back, not waited for */
+    const stopped = new Promise<never>((_, reject) => {
+      if (signal.aborted) reject(signal.reason)
+      signal.addEventListener('abort', () => reject(signal.reason), { once: true })
+    })
+    stopped.catch(() => {})
     /** set while the chunks are written: a connection failure then is the database's */
     let storing = false
     try {
       const bytes = await Promise.race([opts.store.readBytes(doc.org_id, doc.sha256), stopped])
-      const markdown = await Promise.race([opts.extract(bytes, doc.kind, abort.signal), stopped])
+      const markdown = await Promise.race([opts.extract(bytes, doc.kind, signal), stopped])
       const chunks = chunkMarkdown(markdown, opts.maxChunkChars)
       storing = true
       await storeChunks(doc, chunks)
     } catch (err: unknown) {
-      if (abort.signal.aborted) {
+      if (signal.aborted) {
         // a clean stop hands the document back without spending an attempt
         await settle(doc, sql`state = 'queued', attempts = attempts - 1`).catch(() => {})
         return
@@ -204,63 +203,35 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
         ? sql`state = 'failed', last_error = ${message}`
         : sql`state = 'queued', last_error = ${message}, next_attempt_at = ${dueAfter(doc.attempts)}::timestamptz`)
         .catch((e: unknown) => log.warn({ err: e, documentId: doc.id }, 'document left to its lease'))
-    } finally {
-      clearInterval(renew)
     }
   }
 
   async function runOnce(): Promise<boolean> {
     const doc = await claim()
     if (!doc) return false
-    await process(doc)
+    await process(doc, abort.signal)
     return true
   }
 
-  const idle = () => new Promise<void>((resolve) => {
-    const waker = () => {
-      clearTimeout(timer)
-      wakers.delete(waker)
-      resolve()
-    }
-    const timer = setTimeout(waker, opts.pollMs)
-    timer.unref()
-    wakers.add(waker)
+  const loop = createWorkerLoop<Claimed>({
+    name: 'document worker',
+    log,
+    claim,
+    work: process,
+    concurrency: Math.max(1, opts.concurrency),
+    pollMs: opts.pollMs,
+    lease: { everyMs: Math.max(50, Math.floor(opts.leaseMs / 3)), renew: renewLeases },
+    drain: 'hand-back'
   })
 
-  async function loop(): Promise<void> {
-    while (running) {
-      let found = false
-      try {
-        found = await runOnce()
-      } catch (err) {
-        if (!running) return
-        log.warn({ err }, 'claiming a document failed')
-      }
-      if (!found && running) await idle()
-    }
-  }
-
   return {
-    start() {
-      if (running) return
-      running = true
-      for (let i = 0; i < Math.max(1, opts.concurrency); i++) {
-        const l = loop()
-        loops.add(l)
-        void l.finally(() => loops.delete(l))
-      }
-    },
-    async stop() {
-      running = false
+    start: () => loop.start(),
+    async stop(deadlineMs) {
       pause.abort()
       abort.abort(new Error('the document worker stopped'))
-      for (const waker of [...wakers]) waker()
-      await Promise.all([...loops])
+      await loop.stop(deadlineMs)
     },
-    wake() {
-      const [waker] = wakers
-      waker?.()
-    },
+    wake: () => loop.wake(),
     runOnce
   }
 }

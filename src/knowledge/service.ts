@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { BlobStore } from '../artifacts/blob-store.js'
-import type { Clock } from '../automations/scheduler.js'
+import type { Clock } from '../worker-loop.js'
 import type { Config } from '../config.js'
 import type { RunKnowledge } from '../runs/knowledge-port.js'
 import { createDocumentWorker, type DocumentWorker, type Extractor } from './document-worker.js'
@@ -112,6 +112,6 @@ export default fp(async function knowledgeService(app: FastifyInstance, opts: Kn
     if (config.KNOWLEDGE_WORKER) worker.start()
   })
   app.addHook('preClose', async () => {
-    await worker.stop()
+    await app.shutdown.drain('the document worker', (ms) => worker.stop(ms))
   })
 }, { name: 'knowledge', fastify: '5.x', dependencies: ['db'] })

@@ -218,6 +218,6 @@ export default fp(async function mcpService(app: FastifyInstance, opts: McpServi
   }
   app.decorate('mcp', service)
   app.addHook('onClose', async () => {
-    await fetcher.close()
+    await app.shutdown.close('the MCP servers\' connections', () => fetcher.close())
   })
 }, { name: 'mcp', fastify: '5.x', dependencies: ['db', 'secrets'] })

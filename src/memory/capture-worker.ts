@@ -7,6 +7,7 @@ import { jsonOf } from '../db/rows.js'
 import type { RunEventSink } from '../runs/memory-port.js'
 import { PoolWriteError, type MemoryBackend, type PoolRef } from './backend.js'
 import { factContent } from './captures-repo.js'
+import { backoffDelay, createWorkerLoop } from '../worker-loop.js'
 import type { CaptureFact } from './tables.js'
 
 /**
@@ -82,20 +83,14 @@ async function partsOf(row: Claimed, poolFor: PoolFor): Promise<PoolPart[] | nul
 
 export interface CaptureWorker {
   start(): void
-  /** stops claiming and waits for the deliveries in flight */
-  stop(): Promise<void>
+  /** stops claiming and waits for the deliveries in flight, at most `deadlineMs` (the rest is left to its lease) */
+  stop(deadlineMs?: number): Promise<void>
   /** a crash: stops at once, abandons deliveries in flight without recording anything */
   kill(): void
   /** looks for work now instead of at the next poll */
   wake(): void
   /** one claim-and-deliver round (tests and benchmarks drive it by hand); how many were claimed */
   runOnce(): Promise<number>
-}
-
-/** Exponential backoff with equal jitter: attempt n waits between d/2 and d, d = base·2^(n−1). */
-export function backoffDelay(attempt: number, baseMs: number, maxMs: number, random = Math.random): number {
-  const d = Math.min(maxMs, baseMs * 2 ** Math.max(0, attempt - 1))
-  return Math.round(d / 2 + random() * (d / 2))
 }
 
 /** The longest wait for one try of a move while the database may be away. */
@@ -121,12 +116,8 @@ const STOPPED_MIDWAY = 'the delivery stopped before it finished (its worker stop
  */
 export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
   const { db, log } = opts
-  let running = false
   let killed = false
   let stopping = false
-  let timer: NodeJS.Timeout | null = null
-  let loop: Promise<void> | null = null
-  let failedRounds = 0
   const abort = new AbortController()
   /** cut short the waits between tries of a move while the database is away (stop, kill) */
   const pause = new AbortController()
@@ -301,8 +292,8 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
     return rest
   }
 
-  async function runOnce(): Promise<number> {
-    const claimed = await claim()
+  /** Delivers one round's claimed captures: in one batch where the pool can, else `concurrency` at a time. */
+  async function deliverRound(claimed: Claimed[]): Promise<void> {
     // one pool lookup per org per round, not per capture
     const pools = new Map<string, Promise<PoolRef | null>>()
     const poolFor: PoolFor = (orgId, owner) => {
@@ -320,58 +311,43 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
       }
     })
     await Promise.all(lanes)
+  }
+
+  async function runOnce(): Promise<number> {
+    const claimed = await claim()
+    await deliverRound(claimed)
     return claimed.length
   }
 
-  function schedule(ms: number) {
-    if (!running || killed) return
-    if (timer) clearTimeout(timer)
-    timer = setTimeout(() => {
-      timer = null
-      if (loop || !running) return
-      loop = runOnce()
-        .then((n) => {
-          failedRounds = 0
-          return n >= opts.batch ? 0 : opts.pollMs
-        }, (err: unknown) => {
-          // the database away: look again with backoff, not every poll
-          failedRounds++
-          if (running) log.error({ err }, `memory capture worker round failed: ${failureSentence(err)}`)
-          return Math.max(opts.pollMs, backoffDelay(failedRounds, opts.backoffMs, opts.backoffMaxMs))
-        })
-        .then((next) => {
-          loop = null
-          schedule(next)
-        })
-    }, ms)
-    timer.unref()
-  }
+  // a round is a batch: a full one suggests more is due at once, else the poll; the database away backs off
+  const loop = createWorkerLoop<Claimed[]>({
+    name: 'memory capture worker',
+    log,
+    claim: async () => {
+      const rows = await claim()
+      return rows.length > 0 ? rows : null
+    },
+    work: deliverRound,
+    claimAgain: (rows) => rows.length >= opts.batch,
+    pollMs: opts.pollMs,
+    backoff: { baseMs: opts.backoffMs, maxMs: opts.backoffMaxMs },
+    drain: 'finish'
+  })
 
   return {
-    start() {
-      if (running || killed) return
-      running = true
-      schedule(0)
-    },
-    async stop() {
-      running = false
+    start: () => loop.start(),
+    async stop(deadlineMs) {
       stopping = true
       pause.abort()
-      if (timer) clearTimeout(timer)
-      timer = null
-      if (loop) await loop
+      await loop.stop(deadlineMs)
     },
     kill() {
       killed = true
-      running = false
-      if (timer) clearTimeout(timer)
-      timer = null
       abort.abort()
       pause.abort()
+      loop.kill()
     },
-    wake() {
-      if (running && !loop) schedule(0)
-    },
+    wake: () => loop.wake(),
     runOnce
   }
 }

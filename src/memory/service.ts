@@ -150,7 +150,9 @@ export default fp(async function memoryService(app: FastifyInstance, opts: Memor
   })
   // preClose runs before any onClose hook, so deliveries in flight finish while the database is still open
   app.addHook('preClose', async () => {
-    await hub.worker?.stop()
-    await hub.drain()
+    await app.shutdown.drain('the memory capture worker', async (ms) => {
+      await hub.worker?.stop(ms)
+      await hub.drain()
+    })
   })
 }, { name: 'memory', fastify: '5.x', dependencies: ['db', 'features'] })

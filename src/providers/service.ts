@@ -128,6 +128,6 @@ export default fp(async function providersService(app: FastifyInstance, opts: Pr
   app.decorate('providers', service)
   // after the runs worker drained (its preClose), no provider request is left to finish
   app.addHook('onClose', async () => {
-    await fetcher.close()
+    await app.shutdown.close('the model providers\' connections', () => fetcher.close())
   })
 }, { name: 'providers', fastify: '5.x', dependencies: ['db', 'secrets'] })

@@ -4,7 +4,7 @@ import { notFound } from '../../plugins/errors.js'
 import { sendStored } from '../../plugins/idempotency/index.js'
 import { principalOf, realUserId } from '../auth/principal.js'
 import { newId } from '../db/ids.js'
-import { parseLastEventId, sseFrame } from '../../plugins/sse.js'
+import { parseLastEventId, SHUTDOWN_END_FRAME, sseFrame } from '../../plugins/sse.js'
 import { errorResponses, IdempotencyKeyHeader } from '../../schemas/common.js'
 import {
   ChatBody, ChatStream, CreateRunBody, GetRunQuery, ListRunsQuery, ListThreadsQuery, RootRunIdParams, RunEnvelope, RunIdParams,
@@ -258,7 +258,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       operationId: 'chat',
       tags: ['runs'],
-      summary: 'SSE: chat completion tokens (`event: token` `{text}`, then `event: done` with usage)',
+      summary: 'SSE: chat completion tokens (`event: token` `{text}`, then `event: done` with usage; `event: end` if the server shuts down first)',
       description: 'Sends the messages to the organization\'s default model (or the one named) and streams the answer back token by token, without starting a run; its usage is counted like a run\'s.',
       body: ChatBody,
       response: { 200: ChatStream, ...errorResponses(413) }
@@ -268,7 +268,8 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const { orgId } = principal
     const { messages } = request.body
     const { engine, model: chosenModel } = await app.runs.chatEngine(orgId, request.body.model)
-    const stream = app.sse.open(request, reply)
+    // its tokens are not stored, so it cannot resume: at shutdown it ends, saying so (the client sends it again)
+    const stream = app.sse.open(request, reply, { shutdownFrame: SHUTDOWN_END_FRAME })
     const controller = new AbortController()
     // a client that goes away aborts the upstream request
     stream.onClose(() => controller.abort())

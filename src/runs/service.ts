@@ -151,7 +151,7 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
     chatEngine: (orgId, model) => chatEngine(engines, orgId, model),
     kill() {
       worker.kill()
-      sweeper.stop()
+      sweeper.kill()
     }
   } satisfies RunsService)
   app.addHook('onReady', async () => {
@@ -161,7 +161,6 @@ export default fp(async function runsService(app: FastifyInstance, opts: RunsSer
   // running runs are handed back at once, not waited for: a deploy must not fail them, and
   // the process must be gone within SHUTDOWN_GRACE_MS (half of it for the hand-backs)
   app.addHook('preClose', async () => {
-    sweeper.stop()
-    await worker.close(Math.floor(config.SHUTDOWN_GRACE_MS / 2))
+    await app.shutdown.drain('the run worker', (ms) => Promise.all([sweeper.stop(ms), worker.close(ms)]))
   })
 }, { name: 'runs', fastify: '5.x', dependencies: ['db', 'event-bus', 'features'] })

@@ -4,6 +4,7 @@ import { rowsOf, type Db } from '../db/client.js'
 import { appendEvent, pruneEvents, type EventBatcher } from './events.js'
 import { announceQueued, ENDED_COLUMNS, endedOf, type OnRunsEnded } from './runs-repo.js'
 import { dropToolCalls, type ToolGatewayPort } from './worker.js'
+import { createWorkerLoop, type WorkerLoop } from '../worker-loop.js'
 
 /** A queued run still without its run.queued this long after it was created is announced by the sweeper. */
 export const UNANNOUNCED_AFTER_MS = 5000
@@ -31,24 +32,33 @@ export interface RunSweeperOptions {
  */
 export class RunSweeper {
   private readonly o: RunSweeperOptions
-  private timers: NodeJS.Timeout[] = []
+  private readonly loop: WorkerLoop<never>
   private stopped = false
 
   constructor(options: RunSweeperOptions) {
     this.o = options
+    this.loop = createWorkerLoop<never>({
+      name: 'run sweeper',
+      log: options.log,
+      pollMs: options.sweepMs,
+      every: [{ everyMs: options.sweepMs, job: () => this.sweep() }, { everyMs: PRUNE_EVERY_MS, job: () => this.prune() }]
+    })
   }
 
   start(): void {
-    this.timers.push(setInterval(() => void this.sweep(), this.o.sweepMs))
-    this.timers.push(setInterval(() => void this.prune(), PRUNE_EVERY_MS))
-    for (const t of this.timers) t.unref()
+    this.loop.start()
   }
 
-  /** Stops the timers; a sweep in flight finishes, and nothing new starts. */
-  stop(): void {
+  /** Nothing new starts; waits for a sweep in flight, at most `deadlineMs`. */
+  async stop(deadlineMs?: number): Promise<void> {
     this.stopped = true
-    for (const t of this.timers) clearInterval(t)
-    this.timers = []
+    await this.loop.stop(deadlineMs)
+  }
+
+  /** A crash: nothing more starts, nothing is awaited. */
+  kill(): void {
+    this.stopped = true
+    this.loop.kill()
   }
 
   /** One sweep now; returns how many lost runs it failed. */

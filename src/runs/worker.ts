@@ -21,7 +21,7 @@ import type { RunSecrets } from './secrets-port.js'
 import type { RunJob, RunJobs } from './job-port.js'
 import { NO_SECRETS, Redactor } from '../secrets/redact.js'
 import { isDatabaseUnavailable } from '../db/faults.js'
-import { backoffDelay } from '../memory/capture-worker.js'
+import { backoffDelay, createWorkerLoop, LoopStopped, type WorkerLoop } from '../worker-loop.js'
 
 /** The agent runtime's tool gateway as the worker needs it (src/runtime/gateway.ts). */
 export interface ToolGatewayPort {
@@ -132,13 +132,10 @@ export class RunWorker {
   private readonly o: RunWorkerOptions
   private readonly active = new Map<string, Active>()
   private readonly recentlyCancelled = new Map<string, number>()
-  private stopping = false
   private killed = false
-  private claiming: Promise<void> | null = null
-  private wakeAgain = false
-  /** the last look found runs waiting that it did not take (or could not look): a freed slot looks again */
+  private loop: WorkerLoop<{ claimed: ClaimedRun; leaseUntil: number; waiting: boolean }> | null = null
+  /** the last claim saw runs waiting that it did not take (a thread's next turn, a full worker): a freed slot looks again */
   private lookAgain = true
-  private timers: NodeJS.Timeout[] = []
   private unsubscribe: Array<() => void> = []
 
   constructor(options: RunWorkerOptions) {
@@ -156,58 +153,45 @@ export class RunWorker {
 
   start(): void {
     const { o } = this
-    if (o.concurrency > 0) {
-      this.unsubscribe.push(o.bus.subscribeAll((event) => {
+    // src/worker-loop.ts: claims up to the concurrency, renews the leases, hands runs back at a drain
+    this.loop = createWorkerLoop({
+      name: 'run worker',
+      log: o.log,
+      concurrency: o.concurrency,
+      pollMs: o.pollMs,
+      listen: (wake) => [o.bus.subscribeAll((event) => {
         // a person's decision (on any instance) may let a waiting run go on
-        if (event.type === 'run.queued' || event.type === 'approval.resolved') this.wake()
-      }))
-      this.timers.push(setInterval(() => this.wake(), o.pollMs))
-      this.timers.push(setInterval(() => void this.renewLeases(), Math.max(50, Math.floor(o.leaseMs / 3))))
-    }
+        if (event.type === 'run.queued' || event.type === 'approval.resolved') wake()
+      })],
+      claim: async () => {
+        const sentAt = Date.now()
+        const { claimed, waiting } = await this.claim().catch((err: unknown) => {
+          this.lookAgain = true
+          throw err
+        })
+        this.lookAgain = waiting
+        return claimed && { claimed, leaseUntil: sentAt + o.leaseMs, waiting }
+      },
+      // a claim says whether other runs wait: with none, the pass ends (a run's NOTIFY or the poll starts the next)
+      claimMore: (item) => item.waiting,
+      // a finished run frees a slot: worth a look when runs waited (for a slot, or for this run's end in its thread)
+      claimAgain: () => this.lookAgain || this.active.size + 1 >= o.concurrency,
+      work: ({ claimed, leaseUntil }, signal) => this.execute(claimed, leaseUntil, signal),
+      lease: { everyMs: Math.max(50, Math.floor(o.leaseMs / 3)), renew: () => this.renewLeases() },
+      drain: 'hand-back'
+    })
     this.unsubscribe.push(o.bus.onControl((message) => {
       if (message.kind !== 'cancel') return
       const active = this.active.get(message.runId)
       if (active) active.controller.abort(new CancelRequested())
       else this.recentlyCancelled.set(message.runId, Date.now())
     }))
-    for (const t of this.timers) t.unref()
-    this.wake()
+    this.loop.start()
   }
 
-  /** Looks for queued runs now (NOTIFY of a new run, the poll timer, a finished run). */
+  /** Looks for queued runs now (NOTIFY of a new run, the poll, a finished run). */
   wake(): void {
-    if (this.stopping || this.o.concurrency === 0) return
-    if (this.claiming) {
-      this.wakeAgain = true
-      return
-    }
-    this.claiming = this.claimLoop().finally(() => {
-      this.claiming = null
-      if (this.wakeAgain) {
-        this.wakeAgain = false
-        this.wake()
-      }
-    })
-  }
-
-  private async claimLoop(): Promise<void> {
-    while (!this.stopping && this.active.size < this.o.concurrency) {
-      let next: { claimed: ClaimedRun | null; waiting: boolean }
-      const sentAt = Date.now()
-      try {
-        next = await this.claim()
-      } catch (err) {
-        this.lookAgain = true
-        if (!this.stopping) this.o.log.error({ err }, 'run worker: claim failed')
-        return
-      }
-      this.lookAgain = next.waiting
-      if (next.claimed) this.execute(next.claimed, sentAt + this.o.leaseMs)
-      // nothing else queued: the next run's NOTIFY (or the poll) wakes this worker
-      if (!next.claimed || !next.waiting) return
-    }
-    // every slot taken: what waits is looked for when one frees
-    if (!this.stopping) this.lookAgain = true
+    this.loop?.wake()
   }
 
   /** Takes the next run this worker may execute (runs-repo.ts claimNext), and whether others wait. */
@@ -215,13 +199,16 @@ export class RunWorker {
     return claimNext(this.o.db, { instanceId: this.instanceId, leaseMs: this.o.leaseMs, budgetBytes: (this.o.contextTokens ?? 64_000) * BYTES_PER_TOKEN })
   }
 
-  private execute({ run, history }: ClaimedRun, leaseUntil: number): void {
+  private execute({ run, history }: ClaimedRun, leaseUntil: number, stopped: AbortSignal): Promise<void> {
     const controller = new AbortController()
     const entry: Active = { run, controller, done: Promise.resolve(), leaseUntil }
     this.active.set(run.id, entry)
+    // the loop drains (the run is handed back) or was killed (nothing more is written)
+    const stop = () => controller.abort(stopped.reason instanceof LoopStopped && stopped.reason.killed ? new WorkerGone('killed') : new ShutdownRelease())
     if (run.cancelRequested || this.recentlyCancelled.delete(run.id)) controller.abort(new CancelRequested())
     // claimed as the instance began to stop: handed back at once
-    else if (this.stopping) controller.abort(new ShutdownRelease())
+    else if (stopped.aborted) stop()
+    stopped.addEventListener('abort', stop, { once: true })
     entry.done = this.runOne(entry, history)
       .catch((err) => {
         if (!this.killed) this.o.log.error({ err, runId: run.id }, 'run worker: finishing a run failed')
@@ -230,9 +217,8 @@ export class RunWorker {
       .then(() => this.settleWorkspace(run).then(() => {}))
       .finally(() => {
         this.active.delete(run.id)
-        // a run that waited for this slot, or for this run's end (its thread's next turn)
-        if (this.lookAgain) this.wake()
       })
+    return entry.done
   }
 
   private guard(): void {
@@ -569,8 +555,6 @@ export class RunWorker {
   }
 
   private stopTimers(): void {
-    for (const t of this.timers) clearInterval(t)
-    this.timers = []
     for (const fn of this.unsubscribe) fn()
     this.unsubscribe = []
   }
@@ -583,28 +567,16 @@ export class RunWorker {
    */
   async close(deadlineMs: number): Promise<void> {
     if (this.killed) return
-    this.stopping = true
-    let timer: NodeJS.Timeout | undefined
-    const deadline = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), deadlineMs)))
-    const handedBack = async () => {
-      // a claim in flight adds its run, which execute() hands back at once
-      await this.claiming
-      const running = [...this.active.values()]
-      for (const a of running) a.controller.abort(new ShutdownRelease())
-      await Promise.all(running.map((a) => a.done))
-      if (running.length > 0) this.o.log.info({ runs: running.map((a) => a.run.id) }, `run worker: ${running.length} running runs handed back to the queue`)
-      return false
-    }
-    const timedOut = await Promise.race([handedBack(), deadline])
-    clearTimeout(timer)
-    if (timedOut) this.o.log.warn({ runs: [...this.active.keys()] }, 'run worker: runs not handed back before the shutdown deadline; their leases will expire')
+    const { items, left } = await this.loop?.stop(deadlineMs) ?? { items: [], left: [] }
+    // runs not handed back by the deadline: the loop says so; their leases will expire
+    if (left.length === 0 && items.length > 0) this.o.log.info({ runs: items.map((r) => r.claimed.run.id) }, `run worker: ${items.length} running runs handed back to the queue`)
     this.stopTimers()
   }
 
   /** Simulates a crash: everything stops at once, nothing more is written; leases expire. */
   kill(): void {
     this.killed = true
-    this.stopping = true
+    this.loop?.kill()
     this.stopTimers()
     for (const a of this.active.values()) a.controller.abort(new WorkerGone('killed'))
   }

@@ -203,7 +203,9 @@ export default fp(async function runtimeService(app: FastifyInstance, opts: Runt
   // after the run worker handed its runs back (preClose), before the database closes:
   // what changed is saved and the leases freed, so another instance need not wait for them
   app.addHook('onClose', async () => {
-    await workspaces?.close()
-    await sandboxes?.close()
+    await app.shutdown.close('saving and freeing thread workspaces', async () => {
+      await workspaces?.close()
+      await sandboxes?.close()
+    })
   })
 }, { name: 'runtime', fastify: '5.x', dependencies: ['db', 'features'] })

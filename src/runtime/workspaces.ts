@@ -8,6 +8,7 @@ import * as tar from 'tar'
 import { rowsOf, type Db } from '../db/client.js'
 import type { WorkspaceArchives, RunDirectory } from './ports.js'
 import type { SandboxKey, SandboxManager } from './sandbox.js'
+import { createWorkerLoop, type WorkerLoop } from '../worker-loop.js'
 
 /** Another instance holds the thread's workspace (a run or a terminal there). */
 export class WorkspaceBusy extends Error {
@@ -88,7 +89,7 @@ export class ThreadWorkspaces {
   private readonly held = new Map<string, Held>()
   /** one take, save or release of a thread at a time on this instance */
   private readonly locks = new Map<string, Promise<unknown>>()
-  private readonly timers: NodeJS.Timeout[] = []
+  private loop: WorkerLoop<never> | null = null
   private closed = false
 
   constructor(options: ThreadWorkspacesOptions) {
@@ -97,9 +98,16 @@ export class ThreadWorkspaces {
   }
 
   start(sweepMs: number): void {
-    this.timers.push(setInterval(() => void this.renew(), Math.max(50, Math.floor(this.o.leaseMs / 3))))
-    this.timers.push(setInterval(() => void this.sweep().catch((err: unknown) => this.o.log.warn({ err }, 'workspace sweep failed')), sweepMs))
-    for (const t of this.timers) t.unref()
+    this.loop = createWorkerLoop<never>({
+      name: 'thread workspaces',
+      log: this.o.log,
+      pollMs: sweepMs,
+      every: [
+        { everyMs: Math.max(50, Math.floor(this.o.leaseMs / 3)), job: () => this.renew() },
+        { everyMs: sweepMs, job: () => this.sweep().catch((err: unknown) => this.o.log.warn({ err }, 'workspace sweep failed')) }
+      ]
+    })
+    this.loop.start()
   }
 
   /** How many threads this instance holds now. */
@@ -395,7 +403,8 @@ export class ThreadWorkspaces {
   async close(): Promise<void> {
     if (this.closed) return
     this.closed = true
-    for (const t of this.timers) clearInterval(t)
+    // a sweep or renewal in flight is not waited for: the frees below end what it could touch
+    this.loop?.kill()
     for (const held of [...this.held.values()]) {
       await this.locked(held.key, async () => {
         held.sessions = 1
@@ -407,7 +416,7 @@ export class ThreadWorkspaces {
   /** Simulates a crash (tests): nothing more is renewed, saved or freed; the leases expire. */
   kill(): void {
     this.closed = true
-    for (const t of this.timers) clearInterval(t)
+    this.loop?.kill()
     this.held.clear()
   }
 }

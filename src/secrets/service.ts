@@ -196,7 +196,8 @@ export default fp(async function secretsService(app: FastifyInstance, opts: { co
       })
       .catch((err: unknown) => log.warn({ err }, 're-sealing secrets under the current key stopped; it resumes at the next start'))
   })
+  // a re-sealing cut short resumes at the next start
   app.addHook('preClose', async () => {
-    await resealing
+    await app.shutdown.drain('re-sealing secrets', () => resealing)
   })
 }, { name: 'secrets', fastify: '5.x', dependencies: ['db'] })

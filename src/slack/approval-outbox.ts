@@ -90,7 +90,7 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
         this.wakeSoon()
       }),
       this.o.bus.onResync(() => void this.sweep())
-    ], [[SWEEP_EVERY_MS, () => void this.sweep()]])
+    ], [[SWEEP_EVERY_MS, () => this.sweep()]])
     // runs that stopped while no outbox ran
     void this.sweep().then(() => this.wake())
   }

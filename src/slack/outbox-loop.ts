@@ -2,7 +2,7 @@ import { and, eq, sql } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Db } from '../db/client.js'
 import { integrations } from '../integrations/tables.js'
-import { backoffDelay } from '../memory/capture-worker.js'
+import { backoffDelay, createWorkerLoop, type WorkerLoop } from '../worker-loop.js'
 import type { SlackCallError, SlackFailure } from './web-api.js'
 
 /** Slack refusals that another attempt would meet again: the row is given up at once. */
@@ -46,84 +46,66 @@ export async function planAfterFailure(db: Db, orgId: string, err: SlackCallErro
 }
 
 /**
- * The loop an outbox of Slack posts runs in each instance: a poll timer, wake-ups from the
- * event bus (a little delayed, so that events close together share one claim), one round at
- * a time (a wake-up during a round runs another after it), and a stop that waits for the
- * round in flight, or a kill that abandons it (a crash, in tests). Subclasses claim and post.
+ * The loop an outbox of Slack posts runs in each instance (src/worker-loop.ts): a poll,
+ * wake-ups from the event bus (a little delayed, so that events close together share one
+ * claim), one round at a time (a wake-up during a round runs another after it), and a stop
+ * that waits for the round in flight within its deadline, or a kill that abandons it (a
+ * crash, in tests). Subclasses claim and post.
  */
 export abstract class OutboxLoop<Row extends { runId: string } = { runId: string }> {
   /** until start(): an outbox this instance does not run (SLACK_OUTBOX=false) claims nothing */
   protected stopped = true
   protected killed = false
-  private timers: NodeJS.Timeout[] = []
-  private unsubscribers: Array<() => void> = []
-  private looping: Promise<void> | null = null
-  private again = false
-  private soon: NodeJS.Timeout | null = null
+  private worker: WorkerLoop<Row[]> | null = null
   private readonly loop: { log: FastifyBaseLogger; pollMs: number; what: string }
 
   protected constructor(loop: { log: FastifyBaseLogger; pollMs: number; what: string }) {
     this.loop = loop
   }
 
-  /** Starts the poll timer, with the bus listeners and the periodic jobs of the outbox. */
-  protected begin(unsubscribers: Array<() => void>, every: Array<[ms: number, job: () => void]>): void {
+  /** Starts the poll, with the bus listeners and the periodic jobs of the outbox. */
+  protected begin(unsubscribers: Array<() => void>, every: Array<[ms: number, job: () => Promise<unknown>]>): void {
     this.stopped = false
-    this.unsubscribers = unsubscribers
-    this.timers.push(setInterval(() => this.wake(), this.loop.pollMs))
-    for (const [ms, job] of every) this.timers.push(setInterval(job, ms))
-    for (const t of this.timers) t.unref()
+    this.worker = createWorkerLoop<Row[]>({
+      name: this.loop.what,
+      log: this.loop.log,
+      // a round: what the bus announced becomes due, then the due rows are claimed until none is left
+      claim: async () => {
+        await this.beforeRound()
+        const rows = await this.claim()
+        return rows.length > 0 ? rows : null
+      },
+      work: (rows) => this.post(rows),
+      pollMs: this.loop.pollMs,
+      wakeDelayMs: WAKE_DELAY_MS,
+      listen: () => unsubscribers,
+      every: every.map(([everyMs, job]) => ({ everyMs, job })),
+      drain: 'finish'
+    })
+    this.worker.start()
   }
 
   /** Something became due on some instance: look a moment later. */
   protected wakeSoon(): void {
-    if (this.soon || this.stopped) return
-    this.soon = setTimeout(() => {
-      this.soon = null
-      this.wake()
-    }, WAKE_DELAY_MS)
-    this.soon.unref()
+    this.worker?.wakeSoon()
   }
 
   /** Looks for due rows now. */
   wake(): void {
-    if (this.stopped) return
-    if (this.looping) {
-      this.again = true
-      return
-    }
-    this.looping = (async () => {
-      do {
-        this.again = false
-        try {
-          await this.beforeRound()
-          while (!this.stopped && (await this.runOnce()) > 0) { /* until nothing is due */ }
-        } catch (err) {
-          if (!this.stopped) this.loop.log.warn({ err }, `${this.loop.what}: claiming failed`)
-        }
-      } while (this.again && !this.stopped)
-    })().finally(() => {
-      this.looping = null
-    })
+    this.worker?.wake()
   }
 
-  /** Stops claiming and waits for the round in flight. */
-  async stop(): Promise<void> {
+  /** Stops claiming and waits for the round in flight, at most `deadlineMs`. */
+  async stop(deadlineMs?: number): Promise<void> {
     this.stopped = true
-    for (const t of this.timers) clearInterval(t)
-    this.timers = []
-    if (this.soon) clearTimeout(this.soon)
-    this.soon = null
-    for (const unsubscribe of this.unsubscribers) unsubscribe()
-    this.unsubscribers = []
-    // a killed outbox abandons what it was doing (a post in flight records nothing)
-    if (!this.killed) await this.looping
+    await this.worker?.stop(deadlineMs)
   }
 
   /** A crash: nothing more is recorded; claimed rows wait for their lease to expire. */
   kill(): void {
     this.killed = true
-    void this.stop()
+    this.stopped = true
+    this.worker?.kill()
   }
 
   /** What the bus announced since the last round becomes due (one statement); never throws. */
@@ -132,10 +114,14 @@ export abstract class OutboxLoop<Row extends { runId: string } = { runId: string
   /** One claim-and-post round: each claimed row posted at once; how many rows it claimed. */
   async runOnce(): Promise<number> {
     const claimed = await this.claim()
+    await this.post(claimed)
+    return claimed.length
+  }
+
+  private async post(claimed: Row[]): Promise<void> {
     await Promise.all(claimed.map((row) => this.deliver(row).catch((err: unknown) => {
       if (!this.killed) this.loop.log.error({ err, runId: row.runId }, `${this.loop.what}: a post failed unexpectedly`)
     })))
-    return claimed.length
   }
 
   /** Claims the due rows under a lease (one statement). */

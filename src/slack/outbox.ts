@@ -83,7 +83,7 @@ export class SlackOutbox extends OutboxLoop<Claimed> {
       }),
       // notifications were lost while the bus reconnected: look at every waiting reply
       this.o.bus.onResync(() => void this.sweep())
-    ], [[SWEEP_EVERY_MS, () => void this.sweep()], [PRUNE_EVERY_MS, () => void this.prune()]])
+    ], [[SWEEP_EVERY_MS, () => this.sweep()], [PRUNE_EVERY_MS, () => this.prune()]])
     // runs that ended while no outbox ran
     void this.sweep().then(() => this.wake())
   }

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { conflict, integrationFailed, secretsUnavailable, unauthorized, upstreamRateLimited, validationFailed } from '../../plugins/errors.js'
-import type { Clock } from '../automations/scheduler.js'
+import type { Clock } from '../worker-loop.js'
 import type { Config } from '../config.js'
 import { upsertIntegration, type IntegrationRow } from '../integrations/integrations-repo.js'
 import type { SecretsService } from '../secrets/service.js'
@@ -219,6 +219,6 @@ export default fp(async function slackService(app: FastifyInstance, opts: SlackS
     }
   })
   app.addHook('preClose', async () => {
-    await Promise.all([outbox.stop(), approvalRequests.stop(), ...updates])
+    await app.shutdown.drain('the Slack outboxes', (ms) => Promise.all([outbox.stop(ms), approvalRequests.stop(ms), ...updates]))
   })
 }, { name: 'slack', fastify: '5.x', dependencies: ['db', 'event-bus', 'secrets'] })

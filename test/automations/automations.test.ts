@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
-import type { Clock } from '../../src/automations/scheduler.js'
+import type { Clock } from '../../src/worker-loop.js'
 import { buildTestApp, createTestDatabase, mintKey, secondHandle, signUpWithOrg, waitFor, type Teardown } from '../helper.js'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>

@@ -141,3 +141,24 @@ t.test('at shutdown a WebSocket closes with 1012 (service restart), which a clie
   t.equal(code, 1012)
   t.equal(reason.toString(), 'the server is restarting; reconnect')
 })
+
+t.test('at shutdown a chat stream ends with `event: end` saying why, and when to send it again', async (t) => {
+  // 100 words 10 s apart: the answer is in flight when the server stops
+  const app = await buildTestApp(t, { env: { ECHO_WORD_DELAY_MS: '10000' } })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}/api/chat`
+  const chat = await SseClient.open(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: Array.from({ length: 100 }, (_, i) => `w${i}`).join(' ') }] })
+  })
+  t.teardown(() => chat.close())
+  await chat.until((c) => c.events('token').length === 1)
+  await app.close()
+  await chat.until((c) => c.ended)
+  const frames = chat.events().map((f) => f.event)
+  t.equal(frames.at(-1), 'end', 'the last frame is end')
+  t.ok(frames.slice(0, -1).every((e) => e === 'token'), 'tokens before it, and no done: the answer was cut short')
+  t.same(chat.json(chat.events('end')[0]!), { reason: 'shutting_down', message: 'the server is shutting down; send the request again' })
+  t.equal(chat.retry, 1000, 'told when to send it again')
+})

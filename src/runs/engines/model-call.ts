@@ -2,7 +2,7 @@
 // retries before the first token (contract 13.3) and the run's tool loop. The protocols
 // themselves (openai.ts, anthropic.ts) only turn a call into their SDK's request and back.
 import type { RunSettings, SuspendedRun } from '../tables.js'
-import { backoffDelay } from '../../memory/capture-worker.js'
+import { backoffDelay } from '../../worker-loop.js'
 import { abortable, EngineError, RunSuspended, type ChatMessage, type Engine, type EngineContext, type ToolCall, type ToolDefinition, type WireMessage } from './types.js'
 
 /** Answers a model call is retried after, before its first token. */
