@@ -202,6 +202,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     schema: {
       operationId: 'whoAmI',
       tags, summary: 'Who this browser acts as: a signed-in person (as GET /auth/session), the dev org, or nobody; 200 in each case',
+      description: 'Tells a browser page whom its requests act for without an error when nobody is signed in: the signed-in person with their session and organizations, the dev org for a loopback caller without a session, or nobody.',
       response: { 200: WhoAmIReply, ...errorResponses() }
     }
   }, async (request, reply) => {
