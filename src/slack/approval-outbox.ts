@@ -96,15 +96,16 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
   }
 
   /** The stops the bus announced become rows: one statement for all of them (most are not Slack runs', and match nothing). */
-  protected async beforeRound(): Promise<void> {
-    if (this.requested.size === 0) return
+  protected async beforeRound(): Promise<number | null> {
+    if (this.requested.size === 0) return null
     const ids = [...this.requested]
     this.requested.clear()
     try {
-      await this.o.db.execute(recordRequests(sql`e.id in (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})`))
+      return rowsOf(await this.o.db.execute(recordRequests(sql`e.id in (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})`))).length
     } catch (err) {
       // the sweep finds them
       if (!this.stopped) this.o.log.warn({ err }, 'slack approval requests: recording requests failed')
+      return null
     }
   }
 

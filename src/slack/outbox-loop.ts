@@ -57,6 +57,8 @@ export abstract class OutboxLoop<Row extends { runId: string } = { runId: string
   protected stopped = true
   protected killed = false
   private worker: WorkerLoop<Row[]> | null = null
+  /** when this outbox last claimed (its clock) */
+  private claimedAt = 0
   private readonly loop: { log: FastifyBaseLogger; pollMs: number; what: string }
 
   protected constructor(loop: { log: FastifyBaseLogger; pollMs: number; what: string }) {
@@ -71,7 +73,11 @@ export abstract class OutboxLoop<Row extends { runId: string } = { runId: string
       log: this.loop.log,
       // a round: what the bus announced becomes due, then the due rows are claimed until none is left
       claim: async () => {
-        await this.beforeRound()
+        // announcements that made nothing due (most runs are not Slack's) need no claim: rows
+        // due later (retries) are the poll's, which claims at its own pace
+        const due = await this.beforeRound()
+        if (due === 0 && Date.now() - this.claimedAt < this.loop.pollMs) return null
+        this.claimedAt = Date.now()
         const rows = await this.claim()
         return rows.length > 0 ? rows : null
       },
@@ -108,8 +114,12 @@ export abstract class OutboxLoop<Row extends { runId: string } = { runId: string
     this.worker?.kill()
   }
 
-  /** What the bus announced since the last round becomes due (one statement); never throws. */
-  protected abstract beforeRound(): Promise<void>
+  /**
+   * What the bus announced since the last round becomes due (one statement); never throws.
+   * How many rows became due, 0 when the announcements matched none, null when there were
+   * none (or the statement failed: the claim looks anyway).
+   */
+  protected abstract beforeRound(): Promise<number | null>
 
   /** One claim-and-post round: each claimed row posted at once; how many rows it claimed. */
   async runOnce(): Promise<number> {

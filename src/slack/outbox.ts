@@ -92,17 +92,19 @@ export class SlackOutbox extends OutboxLoop<Claimed> {
    * The replies of runs whose end the bus announced become due: one statement for all the
    * runs that ended since the last look (most of them are not Slack's, and match nothing).
    */
-  protected async beforeRound(): Promise<void> {
-    if (this.ended.size === 0) return
+  protected async beforeRound(): Promise<number | null> {
+    if (this.ended.size === 0) return null
     const ids = [...this.ended]
     this.ended.clear()
     try {
-      await this.o.db.execute(sql`
+      return rowsOf(await this.o.db.execute(sql`
         update slack_replies set state = 'pending', next_attempt_at = now()
-        where state = 'waiting' and run_id in (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})`)
+        where state = 'waiting' and run_id in (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})
+        returning run_id`)).length
     } catch (err) {
       // the sweep finds them
       if (!this.stopped) this.o.log.warn({ err }, 'slack outbox: marking replies due failed')
+      return null
     }
   }
 
