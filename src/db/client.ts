@@ -75,7 +75,10 @@ function openPostgres(url: string, max: number): Database {
     // a restarted database would sit unused that long. Capped, the pool and LISTEN are
     // back within a second of the server.
     backoff: (attempt: number) => Math.min(0.05 * 2 ** attempt, RECONNECT_MAX_S) * (0.5 + Math.random() / 2),
-    connection: { application_name: 'cairn' }
+    // JIT compilation pays off for long analytical queries, never for ours: the run claim's
+    // estimate (a lateral probe per org with queued runs) passes jit_above_cost once a queue
+    // holds thousands of runs, and each claim then spent 80 ms compiling (bench completion)
+    connection: { application_name: 'cairn', jit: 'off' }
   })
   const db = drizzlePostgres({ client: preparedStatements(pg), schema }) as unknown as Db
   return {
