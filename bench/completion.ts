@@ -102,12 +102,12 @@ export async function benchCompletion(): Promise<string> {
   const rows: string[] = []
   const fair: string[] = []
   // the default queue limit, and none (every request accepted: how far completion falls behind)
-  const limits = [String(QUEUE_DEFAULT), '0']
+  const limits = (process.env.BENCH_QUEUE_LIMITS ?? `${QUEUE_DEFAULT},0`).split(',')
   for (const limit of limits) rows.push(await completion('PGlite', limit, {}))
-  fair.push(await fairness('PGlite', {}))
+  if (process.env.BENCH_FAIRNESS !== '0') fair.push(await fairness('PGlite', {}))
   if (benchPostgres) {
     for (const limit of limits) rows.push(await withDatabase(benchPostgres, (url) => completion('Postgres 15', limit, { DATABASE_URL: url, DATABASE_POOL_MAX: '40' })))
-    fair.push(await withDatabase(benchPostgres, (url) => fairness('Postgres 15', { DATABASE_URL: url, DATABASE_POOL_MAX: '40' })))
+    if (process.env.BENCH_FAIRNESS !== '0') fair.push(await withDatabase(benchPostgres, (url) => fairness('Postgres 15', { DATABASE_URL: url, DATABASE_POOL_MAX: '40' })))
   }
   return [
     'Echo runs started by 20 clients for 10 s (key + Idempotency-Key) and executed by the same instance (default RUN_WORKER_CONCURRENCY), with the default queue limit and with none (0):',

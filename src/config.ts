@@ -56,7 +56,7 @@ export const EnvSchema = Type.Object({
   SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, maximum: 600_000, default: 10_000, description: 'time allowed for in-flight work at shutdown' }),
   RUN_WORKER_CONCURRENCY: Type.Integer({ minimum: 0, maximum: 256, default: 100, description: 'runs one instance executes at once (0: this instance runs none); a run waiting on a model or a person costs no CPU, so size it for the runs in flight, not for the cores' }),
   RUN_QUEUE_MAX_PER_ORG: Type.Integer({
-    minimum: 0, maximum: 10_000_000, default: 1000,
+    minimum: 0, maximum: 10_000_000, default: 500,
     description: 'an org with this many runs queued (not yet started) gets 429 rate_limited with Retry-After for the next one it starts through the API (0: no limit)'
   }),
   RUN_POLL_MS: Type.Integer({ minimum: 10, maximum: 600_000, default: 1000, description: 'how often idle workers look for queued runs (NOTIFY wakes them sooner)' }),
