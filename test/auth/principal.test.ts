@@ -1,6 +1,7 @@
 import cookie from '@fastify/cookie'
 import Fastify from 'fastify'
 import t from 'tap'
+import type { ShutdownBudget } from '../../plugins/shutdown.js'
 import dbPlugin from '../../plugins/db.js'
 import errorsPlugin from '../../plugins/errors.js'
 import principalPlugin, { isLoopback, realUserId, type Scope } from '../../src/auth/principal.js'
@@ -12,6 +13,9 @@ async function scopedApp(t: Teardown, allowDevOrg: boolean) {
   const { database } = await createTestDatabase(t)
   const app = Fastify()
   await app.register(errorsPlugin)
+  // the shutdown's budget (plugins/shutdown.ts), which the principal plugin's close hook goes through
+  const budget: ShutdownBudget = { drain: async (_what, stop) => void (await stop(10_000)), close: async (_what, close) => void (await close()) }
+  app.decorate('shutdown', budget)
   await app.register(dbPlugin, { database, closeOnShutdown: false })
   await app.register(cookie)
   await app.register(async (api) => {
