@@ -83,7 +83,7 @@ export type ChatPayload = Payload<'/api/chat', 'post'>
 const runPayload: RunStreamPayload extends Schemas['RunEvent'] | Schemas['RunStreamEnd'] ? true : false = true
 const threadPayload: ThreadStreamPayload extends Schemas['RunEvent'] ? true : false = true
 const changePayload: ChangePayload extends Schemas['RunChange'] ? true : false = true
-const chatPayload: ChatPayload extends Schemas['ChatToken'] | Schemas['ChatDone'] | Schemas['ErrorBody'] ? true : false = true
+const chatPayload: ChatPayload extends Schemas['ChatToken'] | Schemas['ChatDone'] | Schemas['ChatEnd'] | Schemas['ErrorBody'] ? true : false = true
 void [runPayload, threadPayload, changePayload, chatPayload]
 
 /** Starts a run and follows its events to the end, typed by the generated client alone. */
@@ -156,7 +156,7 @@ t.test('openapi-typescript generates types that a typed consumer compiles agains
     t.match(types, new RegExp(`\\b${name}: \\{`), `${name} is a named type`)
   }
   t.match(types, /RunStreamEvent: components\["schemas"\]\["RunEvent"\] \| components\["schemas"\]\["RunStreamEnd"\];/, 'a run stream\'s frames are typed')
-  t.match(types, /ChatStreamEvent: components\["schemas"\]\["ChatToken"\] \| components\["schemas"\]\["ChatDone"\] \| components\["schemas"\]\["ErrorBody"\];/, 'a chat\'s frames are typed')
+  t.match(types, /ChatStreamEvent: components\["schemas"\]\["ChatToken"\] \| components\["schemas"\]\["ChatDone"\] \| components\["schemas"\]\["ChatEnd"\] \| components\["schemas"\]\["ErrorBody"\];/, 'a chat\'s frames are typed')
   t.match(types, /UploadRequest: \{[^}]*file: Blob;/, 'an upload\'s file is a Blob')
 })
 
