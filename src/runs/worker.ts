@@ -133,7 +133,7 @@ export class RunWorker {
   private readonly active = new Map<string, Active>()
   private readonly recentlyCancelled = new Map<string, number>()
   private killed = false
-  private loop: WorkerLoop<{ claimed: ClaimedRun; leaseUntil: number; waiting: boolean }> | null = null
+  private loop: WorkerLoop<{ claimed: ClaimedRun; leaseUntil: number }> | null = null
   /** the last claim saw runs waiting that it did not take (a thread's next turn, a full worker): a freed slot looks again */
   private lookAgain = true
   private unsubscribe: Array<() => void> = []
@@ -170,10 +170,10 @@ export class RunWorker {
           throw err
         })
         this.lookAgain = waiting
-        return claimed && { claimed, leaseUntil: sentAt + o.leaseMs, waiting }
+        return claimed && { claimed, leaseUntil: sentAt + o.leaseMs }
       },
       // a claim says whether other runs wait: with none, the pass ends (a run's NOTIFY or the poll starts the next)
-      claimMore: (item) => item.waiting,
+      claimMore: () => this.lookAgain,
       // a finished run frees a slot: worth a look when runs waited (for a slot, or for this run's end in its thread)
       claimAgain: () => this.lookAgain || this.active.size + 1 >= o.concurrency,
       work: ({ claimed, leaseUntil }, signal) => this.execute(claimed, leaseUntil, signal),
