@@ -75,6 +75,6 @@ t.test('README quick start and CI agree with package.json', async (t) => {
   t.match(readme, /npm ci && npm test/)
   const pkg = JSON.parse(readFileSync('package.json', 'utf8'))
   t.equal(pkg.scripts.start, 'node scripts/start.mjs', 'npm start builds only when the sources changed, then serves')
-  t.equal(pkg.scripts.prepare, 'node scripts/build.mjs', 'npm ci builds')
+  t.equal(pkg.scripts.prepare, 'node scripts/build.mjs && tap build', 'npm ci builds the service and tap with the plugins .taprc names')
   t.notOk(pkg.scripts.prestart, 'no rebuild on every start')
 })
