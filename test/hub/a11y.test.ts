@@ -4,8 +4,7 @@
 import { createRequire } from 'node:module'
 import { readFileSync } from 'node:fs'
 import t, { type Test } from 'tap'
-import { waitFor } from '../helper.js'
-import { hubServer, launchBrowser, noBrowser, openPage } from './helpers.js'
+import { consoleViews, hubServer, launchBrowser, noBrowser, openPage } from './helpers.js'
 
 declare const axe: { run(context: unknown, options: unknown): Promise<{ violations: Array<{ id: string; impact: string | null; help: string; nodes: Array<{ target: unknown[] }> }> }> }
 declare const document: unknown
@@ -23,25 +22,7 @@ t.test('/ leads to the console', async (t) => {
 })
 
 test('no serious or critical axe-core violation on any view', async (t) => {
-  // something on every view: a run that captured a fact (browse, search, the fact, the run, the ledger, the outbox)
-  const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'Remember that the standup is at nine.', engine: 'echo' } })
-  const runId = res.json().run.id as string
-  const item = await waitFor('the captured fact', async () => (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json().items[0] as { id: string } | undefined)
-  const views: Array<[string, string]> = [
-    ['/hub/', 'ul.cards li.card'],
-    ['/hub/search?q=standup', 'ol.cards li'],
-    [`/hub/items/${item.id}`, 'ol.history'],
-    ['/hub/captures', 'ul.cards li'],
-    ['/hub/recalls', 'ul.cards li'],
-    [`/hub/runs/${runId}`, '.badge'],
-    ['/hub/settings', '#memory-switch'],
-    ['/hub/?scope=personal', 'main h1'],
-    ['/hub/organization', 'main h1'],
-    ['/hub/threads', 'ul.cards li'],
-    [`/hub/threads/${runId}`, '.turn .badge'],
-    ['/hub/sign-in', 'form'],
-    ['/hub/sign-up', 'form']
-  ]
+  const views = await consoleViews(app)
   const { page, problems, close } = await openPage(browser)
   t.teardown(close)
   for (const [path, ready] of views) {

@@ -2,35 +2,14 @@
 // real Chromium: no view logs a console error of any kind, a failed request included (the
 // page once asked GET /api/auth/session, whose 401 without a session the browser reports).
 import t, { type Test } from 'tap'
-import { waitFor } from '../helper.js'
-import { hubServer, launchBrowser, noBrowser, openPage } from './helpers.js'
+import { consoleViews, hubServer, launchBrowser, noBrowser, openPage } from './helpers.js'
 
 const { app, base } = await hubServer(t, { ALLOW_DEV_ORG: 'true', ECHO_WORD_DELAY_MS: '0' })
 const test = (name: string, fn: (t: Test) => Promise<void>) => t.test(name, { skip: noBrowser }, fn)
 const browser = noBrowser ? (null as never) : await launchBrowser(t)
 
 test('as the dev org, every view loads without a console error or a refused request', async (t) => {
-  const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'Remember that the standup is at nine.', engine: 'echo' } })
-  const runId = res.json().run.id as string
-  const item = await waitFor('the captured fact', async () => (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json().items[0] as { id: string } | undefined)
-  const views: Array<[string, string]> = [
-    ['/hub/', 'ul.cards li.card'],
-    ['/hub/search?q=standup', 'ol.cards li'],
-    [`/hub/items/${item.id}`, 'ol.history'],
-    ['/hub/captures', 'ul.cards li'],
-    ['/hub/captures?state=orphan', 'main h1'],
-    ['/hub/captures?state=nonsense', 'ul.cards li'],
-    ['/hub/recalls', 'ul.cards li'],
-    [`/hub/runs/${runId}`, '.badge'],
-    ['/hub/settings', '#memory-switch'],
-    ['/hub/?scope=personal', 'main h1'],
-    ['/hub/organization', 'main h1'],
-    ['/hub/threads', 'ul.cards li'],
-    [`/hub/threads/${runId}`, '.turn .badge'],
-    ['/hub/sign-in', 'form'],
-    ['/hub/sign-up', 'form'],
-    ['/hub/no-such-page', 'main h1']
-  ]
+  const views = await consoleViews(app)
   const { page, problems, close } = await openPage(browser)
   t.teardown(close)
   for (const [path, ready] of views) {

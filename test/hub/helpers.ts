@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { chromium, type Browser, type ConsoleMessage, type Page } from 'playwright-core'
 import { ensureHubBuild } from '../../scripts/build-hub.mjs'
-import { buildTestApp, type EnvOverrides, type Teardown, type TestDatabase } from '../helper.js'
+import { buildTestApp, waitFor, type EnvOverrides, type Teardown, type TestDatabase } from '../helper.js'
 import { embeddedPassOnly } from '../passes.js'
 import type { FastifyInstance } from 'fastify'
 
@@ -131,4 +131,35 @@ export function recordWrites(page: Page): string[] {
     if (url.pathname.startsWith('/api/') && request.method() !== 'GET') writes.push(`${request.method()} ${url.pathname}`)
   })
   return writes
+}
+
+/**
+ * Every view of the console with a selector that shows it has loaded, after making something for
+ * each to show: an echo run that captured a fact (browse, search, the fact, the run, the ledger,
+ * the outbox, the thread). The views a walk of the whole console visits: the accessibility pass
+ * and the console-error walk share this list, so a new view joins both.
+ */
+export async function consoleViews(app: FastifyInstance): Promise<Array<[path: string, ready: string]>> {
+  const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'Remember that the standup is at nine.', engine: 'echo' } })
+  const runId = res.json().run.id as string
+  const item = await waitFor('the captured fact', async () => (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json().items[0] as { id: string } | undefined)
+  return [
+    ['/hub/', 'ul.cards li.card'],
+    ['/hub/search?q=standup', 'ol.cards li'],
+    [`/hub/items/${item.id}`, 'ol.history'],
+    ['/hub/captures', 'ul.cards li'],
+    ['/hub/captures?state=orphan', 'main h1'],
+    // an unknown filter in the address shows all rather than asking the server for it
+    ['/hub/captures?state=nonsense', 'ul.cards li'],
+    ['/hub/recalls', 'ul.cards li'],
+    [`/hub/runs/${runId}`, '.badge'],
+    ['/hub/settings', '#memory-switch'],
+    ['/hub/?scope=personal', 'main h1'],
+    ['/hub/organization', 'main h1'],
+    ['/hub/threads', 'ul.cards li'],
+    [`/hub/threads/${runId}`, '.turn .badge'],
+    ['/hub/sign-in', 'form'],
+    ['/hub/sign-up', 'form'],
+    ['/hub/no-such-page', 'main h1']
+  ]
 }
