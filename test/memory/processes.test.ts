@@ -6,34 +6,38 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { createTestDatabase, waitFor } from '../helper.js'
 import { messages, startServer, type Started } from '../server-process.js'
 
 interface Capture { runId: string; state: string; attempts: number; lastError: string | null }
 
-t.test('a worker killed (SIGKILL) holding a capture: after the lease it is pending again and another instance delivers it exactly once', async (t) => {
+/**
+ * A real server on a database of its own whose capture delivery never finishes
+ * (hold-capture-server.ts), with a run that remembers `prompt`: answers once it holds the capture.
+ */
+async function holdingACapture(t: Test, prompt: string, extraEnv: Record<string, string>) {
   const { url } = await createTestDatabase(t)
-  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-capture-kill-'))
+  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-capture-'))
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
   const env = {
     DATA_DIR: dataDir, ...(url ? { DATABASE_URL: url } : {}), SANDBOX_PROVIDER: 'none', MEMORY_BACKEND: 'postgres',
-    MEMORY_CAPTURE_LEASE_MS: '1000', MEMORY_CAPTURE_POLL_MS: '50', RUN_POLL_MS: '50'
+    MEMORY_CAPTURE_POLL_MS: '50', RUN_POLL_MS: '50', ...extraEnv
   }
-  const children: Array<{ kill: (signal: NodeJS.Signals) => boolean }> = []
-  t.teardown(() => {
-    for (const c of children) c.kill('SIGKILL')
-  })
-
-  // A: claims the capture and holds it (its delivery never finishes) until it is killed
   const held = await startServer(env, ['--import', 'tsx', 'test/memory/hold-capture-server.ts'])
-  children.push(held)
-  const apiA = held.url
-  const facts = ['Remember the kill test fact one.', 'Remember the kill test fact two.']
-  const res = await fetch(`${apiA}/api/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: facts.join(' ') }) })
+  t.teardown(() => held.kill('SIGKILL'))
+  const res = await fetch(`${held.url}/api/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt }) })
   t.equal(res.status, 201)
   const runId = ((await res.json()) as { run: { id: string } }).run.id
-  await waitFor('A holds the capture', async () => held.output().includes('holding capture '), 60_000)
+  await waitFor('a delivery in flight that never ends', async () => held.output().includes('holding capture '), 60_000)
+  return { env, held, runId }
+}
+
+t.test('a worker killed (SIGKILL) holding a capture: after the lease it is pending again and another instance delivers it exactly once', async (t) => {
+  // A: claims the capture and holds it (its delivery never finishes) until it is killed
+  const facts = ['Remember the kill test fact one.', 'Remember the kill test fact two.']
+  const { env, held, runId } = await holdingACapture(t, facts.join(' '), { MEMORY_CAPTURE_LEASE_MS: '1000' })
+  const apiA = held.url
   const captures = async (base: string) => ((await (await fetch(`${base}/api/memory/captures`)).json()) as { captures: Capture[] }).captures
   t.match((await captures(apiA)).find((c) => c.runId === runId), { state: 'delivering', attempts: 1 }, 'claimed under a lease')
 
@@ -42,7 +46,7 @@ t.test('a worker killed (SIGKILL) holding a capture: after the lease it is pendi
 
   // B: another instance on the same database (the next start, on the embedded one)
   const b: Started = await startServer(env)
-  children.push(b)
+  t.teardown(() => b.kill('SIGKILL'))
   const delivered = await waitFor('B delivers the capture', async () => {
     const capture = (await captures(b.url)).find((c) => c.runId === runId)
     return capture?.state === 'delivered' ? capture : undefined
@@ -56,18 +60,7 @@ t.test('a worker killed (SIGKILL) holding a capture: after the lease it is pendi
 })
 
 t.test('SIGTERM while a delivery hangs: the drain is cut at its deadline and the process exits 0 within the grace', async (t) => {
-  const { url } = await createTestDatabase(t)
-  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-capture-drain-'))
-  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
-  const env = {
-    DATA_DIR: dataDir, ...(url ? { DATABASE_URL: url } : {}), SANDBOX_PROVIDER: 'none', MEMORY_BACKEND: 'postgres',
-    MEMORY_CAPTURE_POLL_MS: '50', RUN_POLL_MS: '50', SHUTDOWN_GRACE_MS: '3000'
-  }
-  const a = await startServer(env, ['--import', 'tsx', 'test/memory/hold-capture-server.ts'])
-  t.teardown(() => a.kill('SIGKILL'))
-  const res = await fetch(`${a.url}/api/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: 'Remember the drain fact.' }) })
-  t.equal(res.status, 201)
-  await waitFor('a delivery in flight that never ends', async () => a.output().includes('holding capture '), 60_000)
+  const { held: a } = await holdingACapture(t, 'Remember the drain fact.', { SHUTDOWN_GRACE_MS: '3000' })
   t.ok(a.kill('SIGTERM'))
   // close-with-grace exits 1 ("killed by timeout") when the close outlives SHUTDOWN_GRACE_MS
   t.equal(await a.exit, 0, 'exits 0')
