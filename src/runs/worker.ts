@@ -41,8 +41,8 @@ export interface ToolGatewayPort {
   }): Promise<{ content: string; status: string; approvalId: string | null }>
   /** drops the run's waiting approvals (every instance sees it) and stops its running calls here */
   cancelRun(orgId: string, runId: string): Promise<number>
-  /** writes files into the thread's workspace inside its confinement; false without a sandbox */
-  putFiles(ref: { orgId: string; runId: string; rootRunId: string }, files: Array<{ path: string; data: Buffer }>): Promise<boolean>
+  /** writes files into the thread's workspace inside its confinement; false without a sandbox; `signal` stops a wait for the workspace */
+  putFiles(ref: { orgId: string; runId: string; rootRunId: string }, files: Array<{ path: string; data: Buffer }>, signal?: AbortSignal): Promise<boolean>
   /**
    * Ends the run's hold on its thread's workspace, saving what it changed so the thread's
    * next run or terminal finds it on any instance; the error the run ends with when that
@@ -343,7 +343,7 @@ export class RunWorker {
       const gatewayFiles = gateway
       // a run going on after it waited has its attachments in its workspace already
       const attachments = run.attachments.length === 0 || run.suspended ? null : await prepareAttachments(o.artifacts, run,
-        gatewayFiles ? (files) => gatewayFiles.putFiles({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, files) : null)
+        gatewayFiles ? (files) => gatewayFiles.putFiles({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, files, signal) : null)
       this.guard()
       const ctx: EngineContext = {
         runId: run.id,

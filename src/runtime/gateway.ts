@@ -114,11 +114,12 @@ export class ToolGateway {
 
   /**
    * Writes files into a thread's workspace inside its confinement, like `write_file` (a
-   * run's attachments, before it starts); false when this server has no sandbox.
+   * run's attachments, before it starts); false when this server has no sandbox. `signal`
+   * (the run's cancel) also stops a wait for the workspace held on another instance.
    */
-  async putFiles(ref: { orgId: string; runId: string; rootRunId: string }, files: Array<{ path: string; data: Buffer }>): Promise<boolean> {
+  async putFiles(ref: { orgId: string; runId: string; rootRunId: string }, files: Array<{ path: string; data: Buffer }>, signal?: AbortSignal): Promise<boolean> {
     if (!this.opts.sandboxes) return false
-    await this.holdWorkspace({ orgId: ref.orgId, runId: ref.runId, rootRunId: ref.rootRunId })
+    await this.holdWorkspace({ orgId: ref.orgId, runId: ref.runId, rootRunId: ref.rootRunId }, signal)
     const { sandbox, release } = await this.opts.sandboxes.acquire({ orgId: ref.orgId, threadId: ref.rootRunId })
     try {
       for (const file of files) await sandbox.writeFile(file.path, file.data, Number.MAX_SAFE_INTEGER)

@@ -173,6 +173,7 @@ export default fp(async function runtimeService(app: FastifyInstance, opts: Runt
     leaseMs: config.SANDBOX_WORKSPACE_LEASE_MS,
     maxBytes: config.SANDBOX_WORKSPACE_MAX_BYTES,
     runs,
+    listen: (channel, fn, onListen) => app.database.listen(channel, fn, onListen),
     log: app.log.child({ component: 'workspaces' })
   }) : null
   const gateway = new ToolGateway({

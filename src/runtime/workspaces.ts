@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path'
 import { Readable } from 'node:stream'
 import { sql } from 'drizzle-orm'
 import * as tar from 'tar'
-import { rowsOf, type Db } from '../db/client.js'
+import { rowsOf, type Database, type Db } from '../db/client.js'
 import type { WorkspaceArchives, RunDirectory } from './ports.js'
 import type { SandboxKey, SandboxManager } from './sandbox.js'
 import { createWorkerLoop, type WorkerLoop } from '../worker-loop.js'
@@ -42,6 +42,8 @@ export interface ThreadWorkspacesOptions {
   maxBytes: number
   /** which threads still exist (the sweeper drops the others) */
   runs: Pick<RunDirectory, 'existingThreads'>
+  /** hears the frees of every instance (the database's LISTEN), so a waiting run goes on at once */
+  listen?: Database['listen'] | undefined
   log: { warn(obj: object, msg: string): void; info(obj: object, msg: string): void }
 }
 
@@ -69,8 +71,12 @@ const KEPT_TYPES = new Set(['File', 'OldFile', 'ContiguousFile', 'Directory', 'S
  * the archive does not hold).
  */
 const NO_HARD_LINKS = { get: () => undefined, set() { return this }, has: () => false } as unknown as Map<`${number}:${number}`, string>
-/** A waiting run asks again this often: a lease is freed by a statement no other instance hears. */
-const WAIT_POLL_MS = 250
+/**
+ * A waiting run asks again when the holder frees the workspace (every free is announced on
+ * this channel), and at the latest this often: a killed holder's lease just expires, unannounced.
+ */
+const FREED_CHANNEL = 'cairn_workspace_freed'
+const WAIT_RECHECK_MS = 1000
 /** Room for tar headers and compression overhead over the files' own bytes. */
 const ARCHIVE_SLACK_BYTES = 1024 * 1024
 
@@ -91,6 +97,9 @@ export class ThreadWorkspaces {
   private readonly locks = new Map<string, Promise<unknown>>()
   private loop: WorkerLoop<never> | null = null
   private closed = false
+  /** runs of this instance waiting for a workspace another instance holds, by thread */
+  private readonly waiting = new Map<string, Set<() => void>>()
+  private unlisten: (() => Promise<void>) | null = null
 
   constructor(options: ThreadWorkspacesOptions) {
     this.o = options
@@ -108,6 +117,12 @@ export class ThreadWorkspaces {
       ]
     })
     this.loop.start()
+    this.o.listen?.(FREED_CHANNEL, (id) => {
+      for (const wake of this.waiting.get(id) ?? []) wake()
+    }).then((unlisten) => {
+      if (this.closed) void unlisten().catch(() => {})
+      else this.unlisten = unlisten
+    }).catch((err: unknown) => this.o.log.warn({ err }, 'listening for freed workspaces failed; waiting runs ask again every second'))
   }
 
   /** How many threads this instance holds now. */
@@ -133,7 +148,7 @@ export class ThreadWorkspaces {
           waited = true
           options.onWait?.()
         }
-        await sleep(WAIT_POLL_MS, options.signal)
+        await this.untilFreed(key, options.signal)
       }
     }
     let closing: Promise<SaveOutcome> | null = null
@@ -141,6 +156,36 @@ export class ThreadWorkspaces {
       key,
       close: () => (closing ??= this.locked(key, () => this.leave(key)))
     }
+  }
+
+  /** Until the thread's workspace is announced free, WAIT_RECHECK_MS at most; rejects when `signal` aborts. */
+  private untilFreed(key: SandboxKey, signal: AbortSignal | undefined): Promise<void> {
+    const id = this.id(key)
+    return new Promise((resolve, reject) => {
+      if (signal?.aborted) {
+        reject(signal.reason)
+        return
+      }
+      const waiters = this.waiting.get(id) ?? new Set()
+      this.waiting.set(id, waiters)
+      const done = () => {
+        clearTimeout(timer)
+        signal?.removeEventListener('abort', onAbort)
+        waiters.delete(wake)
+        if (waiters.size === 0 && this.waiting.get(id) === waiters) this.waiting.delete(id)
+      }
+      const wake = () => {
+        done()
+        resolve()
+      }
+      const onAbort = () => {
+        done()
+        reject(signal!.reason)
+      }
+      const timer = setTimeout(wake, WAIT_RECHECK_MS)
+      waiters.add(wake)
+      signal?.addEventListener('abort', onAbort, { once: true })
+    })
   }
 
   private pathOf(key: SandboxKey): string {
@@ -278,8 +323,11 @@ export class ThreadWorkspaces {
 
   private async release(key: SandboxKey): Promise<void> {
     await this.o.db.execute(sql`
-      update thread_workspaces set holder = null, lease_expires_at = null
-      where org_id = ${key.orgId} and thread_id = ${key.threadId} and holder = ${this.instanceId}`)
+      with freed as (
+        update thread_workspaces set holder = null, lease_expires_at = null
+        where org_id = ${key.orgId} and thread_id = ${key.threadId} and holder = ${this.instanceId}
+        returning 1)
+      select pg_notify(${FREED_CHANNEL}, ${this.id(key)}) from freed`)
   }
 
   /** Keeps this instance's leases; a lease that could not be kept (taken after it expired) is marked lost. */
@@ -403,6 +451,7 @@ export class ThreadWorkspaces {
   async close(): Promise<void> {
     if (this.closed) return
     this.closed = true
+    await this.unlisten?.().catch(() => {})
     // a sweep or renewal in flight is not waited for: the frees below end what it could touch
     this.loop?.kill()
     for (const held of [...this.held.values()]) {
@@ -417,24 +466,7 @@ export class ThreadWorkspaces {
   kill(): void {
     this.closed = true
     this.loop?.kill()
+    void this.unlisten?.().catch(() => {})
     this.held.clear()
   }
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) {
-      reject(signal.reason)
-      return
-    }
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort)
-      resolve()
-    }, ms)
-    const onAbort = () => {
-      clearTimeout(timer)
-      reject(signal!.reason)
-    }
-    signal?.addEventListener('abort', onAbort, { once: true })
-  })
 }

@@ -9,6 +9,7 @@ import { FsBlobStore, type BlobStore } from '../../src/artifacts/blob-store.js'
 import { rowsOf } from '../../src/db/client.js'
 import { threadWorkspaces } from '../../src/runtime/tables.js'
 import { buildTestApp, createTestDatabase, secondHandle, signUpWithOrg, type Teardown, type TestDatabase } from '../helper.js'
+import { upload } from '../artifacts/helpers.js'
 import { storedEventsOf } from '../runs/run-helpers.js'
 import { eventually } from '../runs/sse-client.js'
 import { shellCall, startToolModel, type ToolModel } from '../runs/tool-model.js'
@@ -234,6 +235,34 @@ t.test('a terminal on another instance is refused with 409 while one holds the w
   await onB.until(/typed-on-A/)
   onB.ws.close()
   await onB.closed
+})
+
+t.test('a run waiting for the workspace to copy its attachments in is cancelled at once, and the terminal holding it is untouched', async (t) => {
+  const p = await pair(t)
+  const a = await p.instance({ RUN_WORKER_CONCURRENCY: '0' })
+  const { cookie, orgId } = await owner(a)
+  const b = await p.instance()
+  p.model.script.push({ text: 'a thread' })
+  const root = await startRun(b, cookie, { prompt: 'start' })
+  await finishedRun(b, cookie, root)
+  const term = terminal(`${await listen(a)}/api/runs/${root}/terminal`, cookie)
+  await term.opened
+
+  const notes = (await upload(b, { filename: 'notes.md', type: 'text/markdown', bytes: '# Notes\n' }, { cookie })).json().upload
+  const run = await startRun(b, cookie, { prompt: 'read the notes', rootRunId: root, attachments: [notes.id] })
+  await eventually(async () => (await storedEventsOf(b, orgId, run)).some((e) => e.type === 'workspace.waiting'), 60_000)
+  const cancel = await b.inject({ method: 'POST', url: `/api/runs/${run}/cancel`, headers: { cookie } })
+  t.equal(cancel.statusCode, 200)
+  t.match(await finishedRun(b, cookie, run), { status: 'cancelled' }, 'ended while A still holds the workspace')
+  t.match(await workspaceRow(a, orgId, root), { holder: a.runtime.workspaces!.instanceId }, 'A still holds it')
+  t.equal(b.runtime.workspaces!.size, 0, 'B took nothing')
+  const types = (await storedEventsOf(b, orgId, run)).map((e) => e.type)
+  t.notOk(types.includes('tool.started') || types.includes('message.completed'), 'the model was never asked')
+
+  term.type('echo still-here\r')
+  await term.until(/still-here/)
+  term.ws.close()
+  await term.closed
 })
 
 t.test('a killed holder\'s lease expires; the next holder gets what was last saved, not what the dead one had unsaved', async (t) => {
