@@ -93,6 +93,7 @@ const checks: Record<string, Check[]> = {
   'knowledge.md': [
     check(/"body":"Run `make ship`\.",[^\n]*"version":2/, 'the record\'s second version'),
     check(/"snippet":"Run `<mark>make<\/mark> <mark>ship<\/mark>`\."/, 'found by its phrase'),
+    check(/"latencyMs":[\d.]+\}\{"items":\[\{"kind":"record"[^}]*"title":"Deploys"/, 'and despite a typo'),
     check(/"name":"handbook\.md"[^\n]*"state":"ready","chunkCount":1/, 'the document extracted'),
     check(/"heading":"Handbook > On-call"/, 'its chunk'),
     check(/"title":"On-call escalation"/, 'the draft approved as a record')
