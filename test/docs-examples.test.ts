@@ -208,6 +208,7 @@ t.test('every shell example of the guides runs as written against a fresh server
   const server = await startServer({
     DATA_DIR: dataDir,
     SANDBOX_UNCONFINED: 'true',
+    // the deployment's model (engine "openai"): one that calls `shell`, for the examples that need a model calling tools
     OPENAI_BASE_URL: toolModel,
     OPENAI_API_KEY: 'sk-deployment-test',
     PROVIDER_ALLOW_PRIVATE: 'true',
@@ -227,6 +228,7 @@ t.test('every shell example of the guides runs as written against a fresh server
   }
   await defaultModel('echo')
 
+  // in name order, on one server: a guide leaves nothing a later one trips on (runtime.md puts `shell` back to approve)
   const guides = readdirSync('docs').filter((name) => name.endsWith('.md')).sort()
   for (const guide of guides) {
     if (notRun[guide]) {
@@ -250,7 +252,10 @@ t.test('every shell example of the guides runs as written against a fresh server
       for (const [from, to] of substitutions[guide] ?? []) script = script.replaceAll(from, to)
       const started = Date.now()
       try {
-        const out = await run('bash', ['-euo', 'pipefail', '-c', script], { cwd, timeout: 60_000, env: { PATH: process.env.PATH!, HOME: cwd, LANG: 'C.UTF-8', SHLVL: '1' } })
+        // a bare environment, so a block cannot lean on a variable it does not set (SHLVL: bash
+        // started on a socket without it reads the system's bashrc, as under rshd)
+        const env = { PATH: process.env.PATH!, HOME: cwd, LANG: 'C.UTF-8', SHLVL: '1' }
+        const out = await run('bash', ['-euo', 'pipefail', '-c', script], { cwd, timeout: 60_000, env })
         stdout += `${out.stdout}\n`
         ran++
         t.pass(`${guide} block ${i + 1} exits 0 (${Date.now() - started} ms)`)
