@@ -18,6 +18,7 @@ import { benchRunCost } from './run-cost.js'
 import { benchRuns } from './runs.js'
 import { benchRuntime } from './runtime.js'
 import { benchSkills } from './skills.js'
+import { benchTopology } from './topology.js'
 import { benchUsage } from './usage.js'
 import { benchSlack } from './slack.js'
 import { benchWorkspaces } from './workspaces.js'
@@ -27,6 +28,7 @@ const benches: Record<string, () => Promise<string>> = {
   identity: benchIdentity,
   runs: benchRuns,
   'run-cost': benchRunCost,
+  topology: benchTopology,
   completion: benchCompletion,
   'model-bound': benchModelBound,
   approvals: benchApprovals,
