@@ -81,6 +81,9 @@ frontend api
 backend cairn
   balance roundrobin
   option httpchk GET /api/health?ready=1
+  # a killed instance refuses the check at once; a busy one may answer it late (the check's
+  # timeout is otherwise inter's 200 ms, and a loaded machine then takes every instance out)
+  timeout check 5s
   http-response set-header x-served-by %s
 ${instances.map((i) => `  server ${i.name} 127.0.0.1:${i.port} check inter 200 fall 1 rise 1`).join('\n')}
 `)
