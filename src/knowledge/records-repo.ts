@@ -1,7 +1,7 @@
-import { and, arrayContains, desc, eq, lt, sql } from 'drizzle-orm'
+import { and, arrayContains, eq, sql } from 'drizzle-orm'
 import type { Db, Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
 import { bumpGeneration } from './generation.js'
 import { knowledgeRecordHistory, knowledgeRecords, knowledgeWords, type HistoryKind, type RecordSource } from './tables.js'
@@ -86,13 +86,13 @@ export async function getRecord(db: Db | Tx, orgId: string, id: string): Promise
 }
 
 export async function listRecords(db: Db, orgId: string, q: { tag?: string | undefined; limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(knowledgeRecords.id, 'desc', q)
   const rows = await db.select(recordColumns).from(knowledgeRecords).where(and(
     eq(knowledgeRecords.orgId, orgId),
     q.tag !== undefined ? arrayContains(knowledgeRecords.tags, [q.tag]) : undefined,
-    cursor ? lt(knowledgeRecords.id, cursor) : undefined
-  )).orderBy(desc(knowledgeRecords.id)).limit(q.limit + 1)
-  return pageOf(rows, q.limit, (r) => r.id)
+    list.after
+  )).orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows)
 }
 
 export interface RecordChange {

@@ -1,4 +1,4 @@
-import { and, desc, eq, lt, sql } from 'drizzle-orm'
+import { and, eq, sql } from 'drizzle-orm'
 import { LRUCache } from 'lru-cache'
 import { conflict } from '../../plugins/errors.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
@@ -7,7 +7,7 @@ import { contentHash, type BatchEntry, type BrowseItem, type CaptureDelivery, ty
 import { isUniqueViolation } from '../db/faults.js'
 import { readHistory, recordChanges } from './history.js'
 import { memoryItems, memoryPools, memoryWords } from './tables.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
 
 /** Thrown inside a delivery transaction to roll it back when the capture row moved on. */
@@ -180,7 +180,7 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
     },
 
     async browse(pool, limit, rawCursor) {
-      const cursor = decodeCursor(rawCursor)
+      const list = keyset(memoryItems.id, 'desc', { limit, cursor: rawCursor })
       const inPool = and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id))
       const [rows, totals] = await Promise.all([
         db.select({
@@ -191,12 +191,12 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
           createdAt: memoryItems.createdAt,
           updatedAt: memoryItems.updatedAt
         }).from(memoryItems)
-          .where(cursor ? and(inPool, lt(memoryItems.id, cursor)) : inPool)
-          .orderBy(desc(memoryItems.id))
-          .limit(limit + 1),
+          .where(and(inPool, list.after))
+          .orderBy(list.orderBy)
+          .limit(list.limit),
         db.select({ n: memoryPools.itemCount }).from(memoryPools).where(and(eq(memoryPools.orgId, pool.orgId), eq(memoryPools.id, pool.id)))
       ])
-      const page = pageOf(rows, limit, (r) => r.id)
+      const page = list.page(rows)
       const items: BrowseItem[] = page.items.map((r) => ({ ...r, createdAt: isoOf(r.createdAt), updatedAt: isoOf(r.updatedAt) }))
       return { items, total: Number(totals[0]?.n ?? 0), nextCursor: page.nextCursor }
     },

@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, sql } from 'drizzle-orm'
+import { and, eq, gt, sql } from 'drizzle-orm'
 import { Value } from 'typebox/value'
 import { conflict, notFound } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
@@ -9,7 +9,7 @@ import type { ThreadWorkspaces, WorkspaceSession } from './workspaces.js'
 import { NO_SECRETS, type Redactor } from '../secrets/redact.js'
 import { toolApprovals, toolPolicies, type ApprovalStatus, type ToolMode } from './tables.js'
 import { isToolName, TOOL_NAMES, TOOLS, toolDefinitions, type ToolArgs, type ToolName } from './tools.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 
 export interface ToolCallInput {
   orgId: string
@@ -310,12 +310,12 @@ export class ToolGateway {
   // ---- approvals ------------------------------------------------------------------
 
   async listApprovals(orgId: string, runId: string, page: { limit: number; cursor?: string | undefined }): Promise<{ items: ApprovalRow[]; nextCursor: string | null }> {
-    const cursor = decodeCursor(page.cursor)
+    const list = keyset(toolApprovals.id, 'asc', page)
     const rows = await this.opts.db.select().from(toolApprovals)
-      .where(and(eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId), cursor ? gt(toolApprovals.id, cursor) : undefined))
-      .orderBy(asc(toolApprovals.id))
-      .limit(page.limit + 1)
-    return pageOf(rows, page.limit, (row) => row.id)
+      .where(and(eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId), list.after))
+      .orderBy(list.orderBy)
+      .limit(list.limit)
+    return list.page(rows)
   }
 
   /**
