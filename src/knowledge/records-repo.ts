@@ -3,6 +3,7 @@ import type { Db, Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
+import { vocabulary } from '../db/words.js'
 import { bumpGeneration } from './generation.js'
 import { knowledgeRecordHistory, knowledgeRecords, knowledgeWords, type HistoryKind, type RecordSource } from './tables.js'
 
@@ -27,13 +28,6 @@ const recordColumns = {
 }
 /** A record as it is read (without its search vector). */
 export type RecordRow = Omit<typeof knowledgeRecords.$inferSelect, 'searchVector'>
-
-const wordsOf = (text: string) => text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []
-
-/** The words of a text that go into the org's vocabulary (sorted: concurrent writers lock in one order). */
-export function vocabulary(...texts: string[]): string[] {
-  return [...new Set(texts.flatMap(wordsOf).filter((w) => w.length >= 3 && w.length <= 32 && /\p{L}/u.test(w)))].sort()
-}
 
 const WORDS_PER_STATEMENT = 5000
 
