@@ -1,7 +1,7 @@
-import { and, desc, eq, inArray, lt, sql } from 'drizzle-orm'
+import { and, eq, inArray, sql } from 'drizzle-orm'
 import type { Db, Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, invalidCursor, pageOf } from '../db/paging.js'
+import { decodeCursor, invalidCursor, keyset, type PageInput } from '../db/paging.js'
 import { isoOf, isoOrNull } from '../db/rows.js'
 import { referenceBlob, type StoredBlob } from './blobs.js'
 import {
@@ -36,13 +36,6 @@ export function proposalToWire(p: ProposalRow) {
   }
 }
 
-const page = <T extends { id: string }>(rows: T[], limit: number) => pageOf(rows, limit, (row) => row.id)
-
-export interface PageInput {
-  limit: number
-  cursor: string | undefined
-}
-
 // ---------------------------------------------------------------------------------
 // Uploads
 
@@ -68,11 +61,11 @@ export async function getUpload(db: Db | Tx, orgId: string, id: string): Promise
 }
 
 export async function listUploads(db: Db, orgId: string, q: PageInput) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(uploads.id, 'desc', q)
   const rows = await db.select().from(uploads)
-    .where(and(eq(uploads.orgId, orgId), cursor ? lt(uploads.id, cursor) : undefined))
-    .orderBy(desc(uploads.id)).limit(q.limit + 1)
-  return page(rows, q.limit)
+    .where(and(eq(uploads.orgId, orgId), list.after))
+    .orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows)
 }
 
 export async function deleteUpload(db: Db, orgId: string, id: string): Promise<boolean> {
@@ -158,14 +151,14 @@ export async function getArtifact(db: Db | Tx, orgId: string, id: string): Promi
 }
 
 export async function listArtifacts(db: Db, orgId: string, q: PageInput & { runId?: string | undefined; rootRunId?: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(artifacts.id, 'desc', q)
   const rows = await db.select().from(artifacts).where(and(
     eq(artifacts.orgId, orgId),
     q.runId ? eq(artifacts.runId, q.runId) : undefined,
     q.rootRunId ? eq(artifacts.rootRunId, q.rootRunId) : undefined,
-    cursor ? lt(artifacts.id, cursor) : undefined
-  )).orderBy(desc(artifacts.id)).limit(q.limit + 1)
-  return page(rows, q.limit)
+    list.after
+  )).orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows)
 }
 
 /** Deletes an artifact with every version and proposal; their blobs go with the next sweep. */
@@ -185,14 +178,19 @@ const MAX_VERSION = 2_147_483_647
 
 /** Versions newest first; the cursor is the last version seen. */
 export async function listVersions(db: Db, orgId: string, id: string, q: PageInput) {
-  const key = decodeCursor(q.cursor, /^[1-9][0-9]{0,9}$/)
-  const before = key === null ? null : Number(key)
-  if (before !== null && before > MAX_VERSION) throw invalidCursor()
+  const list = keyset(artifactVersions.version, 'desc', q, versionOfCursor)
   const rows = await db.select().from(artifactVersions).where(and(
     eq(artifactVersions.orgId, orgId), eq(artifactVersions.artifactId, id),
-    before !== null ? lt(artifactVersions.version, before) : undefined
-  )).orderBy(desc(artifactVersions.version)).limit(q.limit + 1)
-  return pageOf(rows, q.limit, (v) => String(v.version))
+    list.after
+  )).orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows, (v) => String(v.version))
+}
+
+function versionOfCursor(cursor: string | undefined): number | null {
+  const key = decodeCursor(cursor, /^[1-9][0-9]{0,9}$/)
+  const version = key === null ? null : Number(key)
+  if (version !== null && version > MAX_VERSION) throw invalidCursor()
+  return version
 }
 
 // ---------------------------------------------------------------------------------
@@ -219,13 +217,13 @@ export async function getProposal(db: Db | Tx, orgId: string, artifactId: string
 }
 
 export async function listProposals(db: Db, orgId: string, artifactId: string, q: PageInput & { state?: ProposalState | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(artifactProposals.id, 'desc', q)
   const rows = await db.select().from(artifactProposals).where(and(
     eq(artifactProposals.orgId, orgId), eq(artifactProposals.artifactId, artifactId),
     q.state ? eq(artifactProposals.state, q.state) : undefined,
-    cursor ? lt(artifactProposals.id, cursor) : undefined
-  )).orderBy(desc(artifactProposals.id)).limit(q.limit + 1)
-  return page(rows, q.limit)
+    list.after
+  )).orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows)
 }
 
 export type Decision = { artifact: ArtifactRow | null; proposal: ProposalRow } | 'not_open' | 'stale' | null

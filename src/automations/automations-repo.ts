@@ -1,7 +1,7 @@
-import { and, asc, desc, eq, isNotNull, lt, sql } from 'drizzle-orm'
+import { and, asc, eq, isNotNull, sql } from 'drizzle-orm'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, invalidCursor, pageOf } from '../db/paging.js'
+import { decodeCursor, invalidCursor, keyset } from '../db/paging.js'
 import { dateOrNull, isoOf, isoOrNull } from '../db/rows.js'
 import { describeCron, nextRun, nextRuns } from './cron.js'
 import { automationFires, automations, type AutomationTarget, type CatchUp } from './tables.js'
@@ -49,11 +49,11 @@ export async function getAutomation(db: Db | Tx, orgId: string, id: string): Pro
 
 /** Automations newest first. */
 export async function listAutomations(db: Db, orgId: string, q: { limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(automations.id, 'desc', q)
   const rows = await db.select().from(automations)
-    .where(and(eq(automations.orgId, orgId), cursor ? lt(automations.id, cursor) : undefined))
-    .orderBy(desc(automations.id)).limit(q.limit + 1)
-  return pageOf(rows, q.limit, (a) => a.id)
+    .where(and(eq(automations.orgId, orgId), list.after))
+    .orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows)
 }
 
 /**
@@ -83,13 +83,18 @@ export const fireToWire = (f: FireRow) => ({ scheduledFor: isoOf(f.scheduledFor)
 
 /** An automation's fires, latest tick first; the cursor is the tick's epoch milliseconds. */
 export async function listFires(db: Db, orgId: string, automationId: string, q: { limit: number; cursor: string | undefined }) {
-  const key = decodeCursor(q.cursor, /^[0-9]{1,16}$/)
-  const before = key === null ? null : new Date(Number(key))
-  if (before !== null && Number.isNaN(before.getTime())) throw invalidCursor()
+  const list = keyset(automationFires.scheduledFor, 'desc', q, tickOfCursor)
   const rows = await db.select().from(automationFires)
-    .where(and(eq(automationFires.orgId, orgId), eq(automationFires.automationId, automationId), before ? lt(automationFires.scheduledFor, before) : undefined))
-    .orderBy(desc(automationFires.scheduledFor)).limit(q.limit + 1)
-  return pageOf(rows, q.limit, (f) => String(f.scheduledFor.getTime()))
+    .where(and(eq(automationFires.orgId, orgId), eq(automationFires.automationId, automationId), list.after))
+    .orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows, (f) => String(f.scheduledFor.getTime()))
+}
+
+function tickOfCursor(cursor: string | undefined): Date | null {
+  const key = decodeCursor(cursor, /^[0-9]{1,16}$/)
+  const tick = key === null ? null : new Date(Number(key))
+  if (tick !== null && Number.isNaN(tick.getTime())) throw invalidCursor()
+  return tick
 }
 
 /** Enabled automations whose tick has come, locked for this transaction; rows another instance holds are skipped. */

@@ -1,3 +1,4 @@
+import { asc, desc, gt, lt, SQL, type AnyColumn } from 'drizzle-orm'
 import { validationFailed, type ApiError } from '../../plugins/errors.js'
 
 /**
@@ -27,9 +28,51 @@ export function decodeCursor(cursor: string | undefined, key: RegExp = KEY): str
 }
 
 /** Cuts rows fetched with `limit + 1` into a page: the next cursor exists when a row was left over. */
-export function pageOf<T>(rows: T[], limit: number, keyOf: (row: T) => string): { items: T[]; nextCursor: string | null } {
+export function pageOf<T>(rows: T[], limit: number, keyOf: (row: T) => string): Page<T> {
   const items = rows.slice(0, limit)
   return { items, nextCursor: rows.length > limit ? encodeCursor(keyOf(items[items.length - 1]!)) : null }
+}
+
+/** What a list is asked for: how many, and after which cursor. */
+export interface PageInput {
+  limit: number
+  cursor?: string | undefined
+}
+
+export interface Page<T> {
+  items: T[]
+  nextCursor: string | null
+}
+
+/** A list sorted by one unique key: the pieces its query needs, and the cut of its rows into a page. */
+export interface Keyset {
+  /** The condition for the rows after the cursor, undefined on the first page (drizzle's `and` skips it). */
+  after: SQL | undefined
+  orderBy: SQL
+  /** One row more than the page, to learn whether another page follows. */
+  limit: number
+  page<T extends { id: string }>(rows: T[]): Page<T>
+  page<T>(rows: T[], keyOf: (row: T) => string): Page<T>
+}
+
+/**
+ * The paged list of a repository: `keyset(table.id, 'desc', q)` gives the query its
+ * `after`, `orderBy` and `limit`, and `page(rows)` the answer. `readCursor` turns the
+ * cursor into the key's value when the key is not an id or a name (a version, a time).
+ */
+export function keyset<V = string>(
+  key: AnyColumn | SQL, order: 'asc' | 'desc', q: PageInput,
+  readCursor: (cursor: string | undefined) => V | null = decodeCursor as (cursor: string | undefined) => V | null
+): Keyset {
+  const cursor = readCursor(q.cursor)
+  const beyond = order === 'asc' ? gt : lt
+  return {
+    // two calls, not one: drizzle types a column's comparison apart from an expression's
+    after: cursor === null ? undefined : key instanceof SQL ? beyond(key, cursor) : beyond(key, cursor),
+    orderBy: order === 'asc' ? asc(key) : desc(key),
+    limit: q.limit + 1,
+    page: <T>(rows: T[], keyOf: (row: T) => string = (row) => (row as { id: string }).id) => pageOf(rows, q.limit, keyOf)
+  }
 }
 
 /**

@@ -1,9 +1,9 @@
-import { and, asc, desc, eq, lt, sql } from 'drizzle-orm'
+import { and, asc, eq, sql } from 'drizzle-orm'
 import type { StoredBlob } from '../artifacts/blobs.js'
 import { referenceBlob } from '../artifacts/blobs.js'
 import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
 import { bumpGeneration } from './generation.js'
 import { knowledgeChunks, knowledgeDocuments, type DocumentState } from './tables.js'
@@ -36,13 +36,13 @@ export async function getDocument(db: Db, orgId: string, id: string): Promise<Do
 }
 
 export async function listDocuments(db: Db, orgId: string, q: { state?: DocumentState | undefined; limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(knowledgeDocuments.id, 'desc', q)
   const rows = await db.select().from(knowledgeDocuments).where(and(
     eq(knowledgeDocuments.orgId, orgId),
     q.state !== undefined ? eq(knowledgeDocuments.state, q.state) : undefined,
-    cursor ? lt(knowledgeDocuments.id, cursor) : undefined
-  )).orderBy(desc(knowledgeDocuments.id)).limit(q.limit + 1)
-  return pageOf(rows, q.limit, (d) => d.id)
+    list.after
+  )).orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows)
 }
 
 /** The chunks of a document in order; the caller has checked the document is the org's. */

@@ -1,7 +1,7 @@
-import { and, desc, eq, lt, sql } from 'drizzle-orm'
+import { and, eq, sql } from 'drizzle-orm'
 import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { isoOf, isoOrNull } from '../db/rows.js'
 import { insertRecord, reviseRecord, type RecordChange } from './records-repo.js'
 import { knowledgeDrafts, type DraftState } from './tables.js'
@@ -35,13 +35,13 @@ export async function getDraft(db: Db, orgId: string, id: string): Promise<Draft
 }
 
 export async function listDrafts(db: Db, orgId: string, q: { state?: DraftState | undefined; limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(knowledgeDrafts.id, 'desc', q)
   const rows = await db.select().from(knowledgeDrafts).where(and(
     eq(knowledgeDrafts.orgId, orgId),
     q.state !== undefined ? eq(knowledgeDrafts.state, q.state) : undefined,
-    cursor ? lt(knowledgeDrafts.id, cursor) : undefined
-  )).orderBy(desc(knowledgeDrafts.id)).limit(q.limit + 1)
-  return pageOf(rows, q.limit, (d) => d.id)
+    list.after
+  )).orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows)
 }
 
 /**

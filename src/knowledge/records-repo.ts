@@ -1,8 +1,9 @@
-import { and, arrayContains, desc, eq, lt, sql } from 'drizzle-orm'
+import { and, arrayContains, eq, sql } from 'drizzle-orm'
 import type { Db, Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
+import { vocabulary } from '../db/words.js'
 import { bumpGeneration } from './generation.js'
 import { knowledgeRecordHistory, knowledgeRecords, knowledgeWords, type HistoryKind, type RecordSource } from './tables.js'
 
@@ -27,13 +28,6 @@ const recordColumns = {
 }
 /** A record as it is read (without its search vector). */
 export type RecordRow = Omit<typeof knowledgeRecords.$inferSelect, 'searchVector'>
-
-const wordsOf = (text: string) => text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []
-
-/** The words of a text that go into the org's vocabulary (sorted: concurrent writers lock in one order). */
-export function vocabulary(...texts: string[]): string[] {
-  return [...new Set(texts.flatMap(wordsOf).filter((w) => w.length >= 3 && w.length <= 32 && /\p{L}/u.test(w)))].sort()
-}
 
 const WORDS_PER_STATEMENT = 5000
 
@@ -86,13 +80,13 @@ export async function getRecord(db: Db | Tx, orgId: string, id: string): Promise
 }
 
 export async function listRecords(db: Db, orgId: string, q: { tag?: string | undefined; limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(knowledgeRecords.id, 'desc', q)
   const rows = await db.select(recordColumns).from(knowledgeRecords).where(and(
     eq(knowledgeRecords.orgId, orgId),
     q.tag !== undefined ? arrayContains(knowledgeRecords.tags, [q.tag]) : undefined,
-    cursor ? lt(knowledgeRecords.id, cursor) : undefined
-  )).orderBy(desc(knowledgeRecords.id)).limit(q.limit + 1)
-  return pageOf(rows, q.limit, (r) => r.id)
+    list.after
+  )).orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows)
 }
 
 export interface RecordChange {

@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm'
 import { LRUCache } from 'lru-cache'
 import { rowsOf, type Db } from '../db/client.js'
+import { isVocabularyWord, wordsOf } from '../db/words.js'
 import type { KnowledgeFinding } from '../runs/knowledge-port.js'
 import { currentGeneration } from './generation.js'
 
@@ -67,9 +68,7 @@ export function plainWords(q: string): string[] {
   for (const m of q.matchAll(/"[^"]*"?|\S+/g)) {
     const token = m[0]
     if (token.startsWith('"') || token.startsWith('-') || token.toLowerCase() === 'or') continue
-    for (const w of token.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []) {
-      if (w.length >= 3 && w.length <= 32 && /\p{L}/u.test(w)) out.push(w)
-    }
+    out.push(...wordsOf(token).filter(isVocabularyWord))
   }
   return [...new Set(out)].slice(0, 16)
 }

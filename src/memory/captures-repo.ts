@@ -1,7 +1,7 @@
-import { and, desc, eq, lt, sql, type SQL } from 'drizzle-orm'
+import { and, eq, sql, type SQL } from 'drizzle-orm'
 import type { Db, Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { boolOf, isoOf, isoOrNull } from '../db/rows.js'
 import type { RunRef } from '../runs/memory-port.js'
 import { contentHash } from './backend.js'
@@ -69,9 +69,9 @@ export interface CaptureView {
 
 /** The org's capture rows, newest first; orphans (delivering, lease expired) are marked. */
 export async function listCaptures(db: Db, orgId: string, opts: { limit: number; cursor?: string | undefined; state?: string | undefined }) {
+  const list = keyset(memoryCaptures.id, 'desc', opts)
   const where: SQL[] = [eq(memoryCaptures.orgId, orgId)]
-  const cursor = decodeCursor(opts.cursor)
-  if (cursor) where.push(lt(memoryCaptures.id, cursor))
+  if (list.after) where.push(list.after)
   if (opts.state) where.push(eq(memoryCaptures.state, opts.state as 'pending'))
   const rows = await db.select({
     id: memoryCaptures.id,
@@ -89,8 +89,8 @@ export async function listCaptures(db: Db, orgId: string, opts: { limit: number;
     nextAttemptAt: memoryCaptures.nextAttemptAt,
     deliveredAt: memoryCaptures.deliveredAt,
     orphan: sql<boolean>`(${memoryCaptures.state} = 'delivering' and ${memoryCaptures.leaseExpiresAt} < now())`
-  }).from(memoryCaptures).where(and(...where)).orderBy(desc(memoryCaptures.id)).limit(opts.limit + 1)
-  const page = pageOf(rows, opts.limit, (r) => r.id)
+  }).from(memoryCaptures).where(and(...where)).orderBy(list.orderBy).limit(list.limit)
+  const page = list.page(rows)
   const captures: CaptureView[] = page.items.map((r) => ({
     runId: r.runId,
     rootRunId: r.rootRunId,

@@ -1,4 +1,4 @@
-import { and, desc, eq, lt, sql } from 'drizzle-orm'
+import { and, eq, sql } from 'drizzle-orm'
 import { LRUCache } from 'lru-cache'
 import { conflict } from '../../plugins/errors.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
@@ -7,8 +7,9 @@ import { contentHash, type BatchEntry, type BrowseItem, type CaptureDelivery, ty
 import { isUniqueViolation } from '../db/faults.js'
 import { readHistory, recordChanges } from './history.js'
 import { memoryItems, memoryPools, memoryWords } from './tables.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
+import { vocabulary, wordsOf } from '../db/words.js'
 
 /** Thrown inside a delivery transaction to roll it back when the capture row moved on. */
 class StaleDelivery extends Error {}
@@ -49,20 +50,13 @@ const WALK_LIMIT = 25_000
  */
 const INDEX_ROW_COST = 3
 
-const wordsOf = (text: string) => text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []
-
 /** `kube deploy` → `kube:* & deploy:*`: only letters and digits reach to_tsquery. */
 export function prefixQuery(q: string): string {
   return [...new Set(wordsOf(q))].slice(0, 16).map((w) => `${w}:*`).join(' & ')
 }
 
-/** The words of a fact that go into its pool's vocabulary (sorted: concurrent writers lock in one order). */
-export function vocabulary(content: string): string[] {
-  return [...new Set(wordsOf(content).filter((w) => w.length >= 3 && w.length <= 32 && /\p{L}/u.test(w)))].sort()
-}
-
 async function addVocabulary(exec: Db | Tx, pool: PoolRef, contents: string[]): Promise<void> {
-  const words = [...new Set(contents.flatMap(vocabulary))].sort()
+  const words = vocabulary(...contents)
   if (words.length === 0) return
   await exec.insert(memoryWords).values(words.map((word) => ({ poolId: pool.id, word }))).onConflictDoNothing()
 }
@@ -180,7 +174,7 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
     },
 
     async browse(pool, limit, rawCursor) {
-      const cursor = decodeCursor(rawCursor)
+      const list = keyset(memoryItems.id, 'desc', { limit, cursor: rawCursor })
       const inPool = and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id))
       const [rows, totals] = await Promise.all([
         db.select({
@@ -191,12 +185,12 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
           createdAt: memoryItems.createdAt,
           updatedAt: memoryItems.updatedAt
         }).from(memoryItems)
-          .where(cursor ? and(inPool, lt(memoryItems.id, cursor)) : inPool)
-          .orderBy(desc(memoryItems.id))
-          .limit(limit + 1),
+          .where(and(inPool, list.after))
+          .orderBy(list.orderBy)
+          .limit(list.limit),
         db.select({ n: memoryPools.itemCount }).from(memoryPools).where(and(eq(memoryPools.orgId, pool.orgId), eq(memoryPools.id, pool.id)))
       ])
-      const page = pageOf(rows, limit, (r) => r.id)
+      const page = list.page(rows)
       const items: BrowseItem[] = page.items.map((r) => ({ ...r, createdAt: isoOf(r.createdAt), updatedAt: isoOf(r.updatedAt) }))
       return { items, total: Number(totals[0]?.n ?? 0), nextCursor: page.nextCursor }
     },
@@ -336,7 +330,7 @@ async function writeFacts(tx: Tx, entries: BatchEntry[]): Promise<void> {
   for (const row of kept) byPool.set(row.pool_id, [...(byPool.get(row.pool_id) ?? []), row.content])
   const poolIds = [...byPool.keys()].sort()
   for (const poolId of poolIds) {
-    const words = [...new Set(byPool.get(poolId)!.flatMap(vocabulary))].sort()
+    const words = vocabulary(...byPool.get(poolId)!)
     for (let i = 0; i < words.length; i += INSERT_CHUNK) {
       await tx.execute(sql`
         insert into memory_words (pool_id, word)

@@ -1,9 +1,9 @@
-import { and, desc, eq, lt, type SQL } from 'drizzle-orm'
+import { and, eq, type SQL } from 'drizzle-orm'
 import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import type { RunRef } from '../runs/memory-port.js'
 import { memoryRecalls } from './tables.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
 
 export async function recordRecall(db: Db, run: RunRef, frame: { scope: 'org' | 'personal'; query: string; itemIds: string[]; latencyMs: number }): Promise<void> {
@@ -28,13 +28,13 @@ export interface RecallFilter {
 
 /** The org's frames, newest first; the cursor is the last frame id seen. */
 export async function listRecalls(db: Db, orgId: string, filter: RecallFilter) {
+  const list = keyset(memoryRecalls.id, 'desc', filter)
   const where: SQL[] = [eq(memoryRecalls.orgId, orgId)]
-  const cursor = decodeCursor(filter.cursor)
-  if (cursor) where.push(lt(memoryRecalls.id, cursor))
+  if (list.after) where.push(list.after)
   if (filter.runId) where.push(eq(memoryRecalls.runId, filter.runId))
   if (filter.rootRunId) where.push(eq(memoryRecalls.rootRunId, filter.rootRunId))
-  const rows = await db.select().from(memoryRecalls).where(and(...where)).orderBy(desc(memoryRecalls.id)).limit(filter.limit + 1)
-  const page = pageOf(rows, filter.limit, (r) => r.id)
+  const rows = await db.select().from(memoryRecalls).where(and(...where)).orderBy(list.orderBy).limit(list.limit)
+  const page = list.page(rows)
   const recalls = page.items.map((r) => ({
     id: r.id,
     runId: r.runId,

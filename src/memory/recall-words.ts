@@ -1,4 +1,5 @@
 import stopword from 'stopword'
+import { wordsOf } from '../db/words.js'
 
 // What a run's recall searches for: the prompt's significant words, not its first few.
 
@@ -23,7 +24,7 @@ export const RECALL_WORDS = 16
 export function significantWords(text: string, max = RECALL_WORDS): string[] {
   const seen = new Map<string, { count: number; first: number }>()
   let position = 0
-  for (const word of text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []) {
+  for (const word of wordsOf(text)) {
     position++
     if (word.length > 32 || STOP_WORDS.has(word)) continue
     if (word.length < 3 && !/\p{N}/u.test(word)) continue

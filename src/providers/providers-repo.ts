@@ -1,6 +1,6 @@
-import { and, asc, eq, gt, sql } from 'drizzle-orm'
+import { and, asc, eq, sql } from 'drizzle-orm'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { isoOf, isoOrNull } from '../db/rows.js'
 import { modelDefaults, providers } from './tables.js'
 
@@ -44,11 +44,11 @@ export async function providerNamed(db: Db, orgId: string, name: string): Promis
 
 /** Providers oldest first: the order in which they offer a model id two of them share. */
 export async function listProviders(db: Db, orgId: string, q: { limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(providers.id, 'asc', q)
   const rows = await db.select().from(providers)
-    .where(and(eq(providers.orgId, orgId), cursor ? gt(providers.id, cursor) : undefined))
-    .orderBy(asc(providers.id)).limit(q.limit + 1)
-  return pageOf(rows, q.limit, (p) => p.id)
+    .where(and(eq(providers.orgId, orgId), list.after))
+    .orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows)
 }
 
 /** The org's ready providers, oldest first (GET /api/models). */

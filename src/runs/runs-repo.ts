@@ -1,10 +1,10 @@
-import { and, asc, desc, eq, lt, sql, type SQL } from 'drizzle-orm'
+import { and, asc, desc, eq, sql, type SQL } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import { CONTROL_CHANNEL } from '../../plugins/event-bus.js'
 import { threadBusy } from '../../plugins/errors.js'
 import type { Principal } from '../auth/principal.js'
 import { PLAN_EACH_TIME, rowsOf, type Db, type Tx } from '../db/client.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { boolOf, dateOf, dateOrNull, isoOf, isoOrNull, jsonOf } from '../db/rows.js'
 import type { Static } from 'typebox'
 import type { Run } from '../../schemas/runs.js'
@@ -273,14 +273,14 @@ export async function rememberFact(db: Db, orgId: string, id: string, fact: Reme
 }
 
 export async function listRuns(db: Db, orgId: string, q: { status?: RunStatus | undefined; rootRunId?: string | undefined; limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(runs.id, 'desc', q)
   const rows = await db.select().from(runs).where(and(
     eq(runs.orgId, orgId),
     q.status ? eq(runs.status, q.status) : undefined,
     q.rootRunId ? eq(runs.rootRunId, q.rootRunId) : undefined,
-    cursor ? lt(runs.id, cursor) : undefined
-  )).orderBy(desc(runs.id)).limit(q.limit + 1)
-  return pageOf(rows, q.limit, (run) => run.id)
+    list.after
+  )).orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows)
 }
 
 export interface ThreadWire {
@@ -324,12 +324,12 @@ const threadSelect = (orgId: string) => sql`
 
 /** Threads newest first (by their root run's id). */
 export async function listThreads(db: Db, orgId: string, q: { limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(sql`t.root_run_id`, 'desc', q)
   const rows = rowsOf<ThreadRow>(await db.execute(sql`
     ${threadSelect(orgId)}
-    ${cursor ? sql`where t.root_run_id < ${cursor}` : sql``}
-    order by t.root_run_id desc limit ${q.limit + 1}`))
-  const page = pageOf(rows, q.limit, (row) => row.root_run_id)
+    ${list.after ? sql`where ${list.after}` : sql``}
+    order by ${list.orderBy} limit ${list.limit}`))
+  const page = list.page(rows, (row) => row.root_run_id)
   return { items: page.items.map(threadToWire), nextCursor: page.nextCursor }
 }
 

@@ -1,15 +1,16 @@
-import { and, asc, eq, gt, sql } from 'drizzle-orm'
 import { Value } from 'typebox/value'
 import { conflict, notFound } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
+import { cancelPendingApprovals, decidePending, expireApproval, getApproval, insertApproval, listApprovals, settledStatus, type ApprovalRow } from './approvals-repo.js'
+import { policyMode, policyRows, setPolicyMode } from './policies-repo.js'
 import type { ArtifactWriter, KnowledgeTools, McpToolSource, MemoryTools, RunDirectory, RunEventWriter, SkillTools } from './ports.js'
 import { SandboxError, type SandboxManager } from './sandbox.js'
 import type { ThreadWorkspaces, WorkspaceSession } from './workspaces.js'
 import { NO_SECRETS, type Redactor } from '../secrets/redact.js'
-import { toolApprovals, toolPolicies, type ApprovalStatus, type ToolMode } from './tables.js'
+import type { ApprovalStatus, ToolMode } from './tables.js'
 import { isToolName, TOOL_NAMES, TOOLS, toolDefinitions, type ToolArgs, type ToolName } from './tools.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import type { PageInput } from '../db/paging.js'
 
 export interface ToolCallInput {
   orgId: string
@@ -76,7 +77,7 @@ export interface GatewayOptions {
   log: { error(obj: object, msg: string): void }
 }
 
-export type ApprovalRow = typeof toolApprovals.$inferSelect
+export type { ApprovalRow }
 
 interface InFlight {
   controller: AbortController
@@ -200,11 +201,7 @@ export class ToolGateway {
     const { orgId, runId } = input
     const approvalId = input.approvalId!
     const finish = (result: ToolResult) => this.finish(orgId, runId, redact.deep(result))
-    await this.opts.db.update(toolApprovals).set({ status: 'expired', decidedAt: new Date() })
-      .where(and(eq(toolApprovals.id, approvalId), eq(toolApprovals.status, 'pending'), sql`${toolApprovals.expiresAt} <= now()`))
-    const [row] = await this.opts.db.select({ status: toolApprovals.status }).from(toolApprovals)
-      .where(and(eq(toolApprovals.id, approvalId), eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId)))
-    const status = row?.status ?? 'cancelled'
+    const status = (await settledStatus(this.opts.db, orgId, runId, approvalId)) ?? 'cancelled'
     if (status === 'pending') return { callId, tool: input.name, status: 'pending', content: '', truncated: false, approvalId }
     if (status !== 'approved' || !this.known(input.name) || parsed === null) {
       return finish({ callId, tool: input.name, status: status === 'approved' ? 'error' : status as ToolStatus, content: status === 'approved' ? 'error: the arguments are not a JSON object' : deniedContent(status), truncated: false, approvalId })
@@ -214,12 +211,9 @@ export class ToolGateway {
 
   /** Drops a run's waiting calls (on every instance, through the rows) and stops its running ones here. */
   async cancelRun(orgId: string, runId: string): Promise<number> {
-    const cancelled = await this.opts.db.update(toolApprovals)
-      .set({ status: 'cancelled', decidedAt: new Date() })
-      .where(and(eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId), eq(toolApprovals.status, 'pending')))
-      .returning({ id: toolApprovals.id })
+    const cancelled = await cancelPendingApprovals(this.opts.db, orgId, runId)
     for (const flight of this.inFlight.get(`${orgId}/${runId}`) ?? []) flight.controller.abort()
-    return cancelled.length
+    return cancelled
   }
 
   // ---- workspaces -----------------------------------------------------------------
@@ -277,7 +271,7 @@ export class ToolGateway {
    */
   async policies(orgId: string): Promise<Array<{ tool: string; mode: ToolMode; isDefault: boolean; description: string }>> {
     const [rows, mcpTools] = await Promise.all([
-      this.opts.db.select().from(toolPolicies).where(eq(toolPolicies.orgId, orgId)),
+      policyRows(this.opts.db, orgId),
       this.opts.mcp ? this.opts.mcp.known(orgId) : []
     ])
     const set = new Map(rows.map((r) => [r.tool, r.mode]))
@@ -296,27 +290,18 @@ export class ToolGateway {
     if (!isToolName(tool) && !(this.opts.mcp?.isMcpTool(tool) && (await this.opts.mcp.known(orgId)).some((t) => t.name === tool))) {
       throw notFound(`no tool named ${tool}: MCP tools are named mcp__<server>__<tool> after one of the organization's servers listed them`)
     }
-    await this.opts.db.insert(toolPolicies)
-      .values({ orgId, tool, mode, updatedBy: userId })
-      .onConflictDoUpdate({ target: [toolPolicies.orgId, toolPolicies.tool], set: { mode, updatedBy: userId, updatedAt: new Date() } })
+    await setPolicyMode(this.opts.db, orgId, tool, mode, userId)
   }
 
   private async modeFor(orgId: string, tool: string): Promise<ToolMode> {
-    const [row] = await this.opts.db.select({ mode: toolPolicies.mode }).from(toolPolicies)
-      .where(and(eq(toolPolicies.orgId, orgId), eq(toolPolicies.tool, tool)))
     // an MCP server's tool needs a person's approval unless the org said otherwise
-    return row?.mode ?? (isToolName(tool) ? TOOLS[tool].defaultMode : 'approve')
+    return (await policyMode(this.opts.db, orgId, tool)) ?? (isToolName(tool) ? TOOLS[tool].defaultMode : 'approve')
   }
 
   // ---- approvals ------------------------------------------------------------------
 
-  async listApprovals(orgId: string, runId: string, page: { limit: number; cursor?: string | undefined }): Promise<{ items: ApprovalRow[]; nextCursor: string | null }> {
-    const cursor = decodeCursor(page.cursor)
-    const rows = await this.opts.db.select().from(toolApprovals)
-      .where(and(eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId), cursor ? gt(toolApprovals.id, cursor) : undefined))
-      .orderBy(asc(toolApprovals.id))
-      .limit(page.limit + 1)
-    return pageOf(rows, page.limit, (row) => row.id)
+  async listApprovals(orgId: string, runId: string, page: PageInput): Promise<{ items: ApprovalRow[]; nextCursor: string | null }> {
+    return listApprovals(this.opts.db, orgId, runId, page)
   }
 
   /**
@@ -327,24 +312,16 @@ export class ToolGateway {
     const status: ApprovalStatus = decision === 'approve' ? 'approved' : 'denied'
     const row = await this.opts.db.transaction(async (tx) => {
       await this.opts.runs.hold(tx, orgId, runId)
-      const [decided] = await tx.update(toolApprovals)
-        .set({ status, decidedBy: userId, decidedAt: new Date() })
-        .where(and(
-          eq(toolApprovals.id, approvalId), eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId),
-          eq(toolApprovals.status, 'pending'), gt(toolApprovals.expiresAt, sql`now()`)
-        ))
-        .returning()
+      const decided = await decidePending(tx, orgId, runId, approvalId, status, userId)
       if (decided) {
         await this.opts.runs.decided(tx, orgId, runId)
         return decided
       }
-      const [existing] = await tx.select().from(toolApprovals)
-        .where(and(eq(toolApprovals.id, approvalId), eq(toolApprovals.orgId, orgId), eq(toolApprovals.runId, runId)))
+      const existing = await getApproval(tx, orgId, runId, approvalId)
       if (!existing) throw notFound('no such approval for this run')
       if (existing.status !== 'pending') throw conflict(`the approval is already ${existing.status}`)
       // past its time: expired now, which lets its run go on (answered as denied)
-      await tx.update(toolApprovals).set({ status: 'expired', decidedAt: new Date() })
-        .where(and(eq(toolApprovals.id, existing.id), eq(toolApprovals.status, 'pending')))
+      await expireApproval(tx, orgId, existing.id)
       await this.opts.runs.decided(tx, orgId, runId)
       return null
     })
@@ -354,20 +331,13 @@ export class ToolGateway {
   }
 
   private async requestApproval(orgId: string, runId: string, rootRunId: string, callId: string, tool: string, args: Record<string, unknown>): Promise<ApprovalRow> {
-    const [row] = await this.opts.db.insert(toolApprovals).values({
-      id: newId(),
-      orgId,
-      runId,
-      rootRunId,
-      callId,
-      tool,
-      arguments: args,
-      expiresAt: new Date(Date.now() + this.opts.approvalTimeoutMs)
-    }).returning()
-    await this.opts.events.emit(orgId, runId, 'approval.requested', {
-      approvalId: row!.id, callId, tool, arguments: args, expiresAt: row!.expiresAt.toISOString()
+    const row = await insertApproval(this.opts.db, orgId, {
+      runId, rootRunId, callId, tool, arguments: args, expiresAt: new Date(Date.now() + this.opts.approvalTimeoutMs)
     })
-    return row!
+    await this.opts.events.emit(orgId, runId, 'approval.requested', {
+      approvalId: row.id, callId, tool, arguments: args, expiresAt: row.expiresAt.toISOString()
+    })
+    return row
   }
 
   // ---- execution ------------------------------------------------------------------

@@ -1,6 +1,6 @@
-import { and, asc, eq, getTableColumns, gt, inArray, notLike, sql } from 'drizzle-orm'
+import { and, asc, eq, getTableColumns, inArray, notLike, sql } from 'drizzle-orm'
 import type { Db } from '../db/client.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { boolOf, isoOf, isoOrNull } from '../db/rows.js'
 import { secrets } from './tables.js'
 
@@ -25,12 +25,12 @@ export async function putSecret(db: Db, orgId: string, s: { name: string; keyId:
 
 /** Secrets by name (the order names sort in, byte order). */
 export async function listSecrets(db: Db, orgId: string, q: { limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(secrets.name, 'asc', q)
   const rows = await db.select().from(secrets)
     // internal names (`cairn:…`, the platform's credentials) are not the org's to list
-    .where(and(eq(secrets.orgId, orgId), notLike(secrets.name, 'cairn:%'), cursor ? gt(secrets.name, cursor) : undefined))
-    .orderBy(asc(secrets.name)).limit(q.limit + 1)
-  return pageOf(rows, q.limit, (s) => s.name)
+    .where(and(eq(secrets.orgId, orgId), notLike(secrets.name, 'cairn:%'), list.after))
+    .orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows, (s) => s.name)
 }
 
 export async function deleteSecret(db: Db, orgId: string, name: string): Promise<boolean> {

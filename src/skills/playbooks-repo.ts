@@ -1,8 +1,8 @@
-import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm'
+import { and, asc, eq, inArray, sql } from 'drizzle-orm'
 import type { Db, Tx } from '../db/client.js'
 import { inUseWhenReferenced, isForeignKeyViolation } from '../db/faults.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
 import type { FinishedRun, FollowUpRun } from '../runs/skills-port.js'
 import { skillRun } from './skills-repo.js'
@@ -83,11 +83,11 @@ export async function getPlaybook(db: Db | Tx, orgId: string, id: string): Promi
 }
 
 export async function listPlaybooks(db: Db, orgId: string, q: { limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(playbooks.id, 'desc', q)
   const rows = await db.select().from(playbooks)
-    .where(and(eq(playbooks.orgId, orgId), cursor ? lt(playbooks.id, cursor) : undefined))
-    .orderBy(desc(playbooks.id)).limit(q.limit + 1)
-  const page = pageOf(rows, q.limit, (p) => p.id)
+    .where(and(eq(playbooks.orgId, orgId), list.after))
+    .orderBy(list.orderBy).limit(list.limit)
+  const page = list.page(rows)
   const steps = await stepsOf(db, page.items.map((p) => p.id))
   return { items: page.items.map((p) => ({ ...p, steps: steps.get(p.id)! })), nextCursor: page.nextCursor }
 }

@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto'
-import { and, desc, eq, lt, sql } from 'drizzle-orm'
+import { and, desc, eq, sql } from 'drizzle-orm'
 import type { Db } from '../db/client.js'
 import { isUniqueViolation } from '../db/faults.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { isoOf, isoOrNull } from '../db/rows.js'
 import { parseSkillMd } from './skill-md.js'
 import type { SkillRow } from './skills-repo.js'
@@ -52,14 +52,14 @@ export async function sameContent(db: Db, orgId: string, skillMd: string): Promi
 
 /** Proposals newest first, optionally in one state or for one skill. */
 export async function listProposals(db: Db, orgId: string, q: { state?: SkillProposalState | undefined; skillId?: string | undefined; limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(skillProposals.id, 'desc', q)
   const rows = await db.select().from(skillProposals).where(and(
     eq(skillProposals.orgId, orgId),
     q.state ? eq(skillProposals.state, q.state) : undefined,
     q.skillId ? eq(skillProposals.skillId, q.skillId) : undefined,
-    cursor ? lt(skillProposals.id, cursor) : undefined
-  )).orderBy(desc(skillProposals.id)).limit(q.limit + 1)
-  return pageOf(rows, q.limit, (p) => p.id)
+    list.after
+  )).orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows)
 }
 
 export type DecisionRefusal =

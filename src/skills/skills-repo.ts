@@ -1,8 +1,8 @@
-import { and, desc, eq, lt, sql } from 'drizzle-orm'
+import { and, eq, sql } from 'drizzle-orm'
 import type { Db, Tx } from '../db/client.js'
 import { inUseWhenReferenced, isUniqueViolation } from '../db/faults.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
 import type { SkillFields } from './skill-md.js'
 import { skills, type SkillSource } from './tables.js'
@@ -48,11 +48,11 @@ export async function getSkill(db: Db | Tx, orgId: string, id: string): Promise<
 
 /** Skills of the org, newest first. */
 export async function listSkills(db: Db, orgId: string, q: { limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(skills.id, 'desc', q)
   const rows = await db.select().from(skills)
-    .where(and(eq(skills.orgId, orgId), cursor ? lt(skills.id, cursor) : undefined))
-    .orderBy(desc(skills.id)).limit(q.limit + 1)
-  return pageOf(rows, q.limit, (s) => s.id)
+    .where(and(eq(skills.orgId, orgId), list.after))
+    .orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows)
 }
 
 /**

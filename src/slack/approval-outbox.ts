@@ -3,6 +3,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { EventBus } from '../../plugins/event-bus.js'
 import { rowsOf, type Db } from '../db/client.js'
 import { boolOf, dateOf, jsonOf } from '../db/rows.js'
+import type { Clock } from '../worker-loop.js'
 import { approvalMessage, isWaiting, type ShownApproval } from './approval-message.js'
 import { maybeDone, OutboxLoop, planAfterFailure, SWEEP_EVERY_MS } from './outbox-loop.js'
 import { SlackCallError, type SlackApi } from './web-api.js'
@@ -17,8 +18,8 @@ export interface ApprovalOutboxOptions {
   log: FastifyBaseLogger
   /** the org's bot token, or null when it has none (disconnected) */
   botToken(orgId: string): Promise<string | null>
-  /** the time approvals are shown against (expired or still waiting) */
-  now(): Date
+  /** the time approvals are shown against (expired or still waiting), and of its claims */
+  clock: Clock
   pollMs: number
   leaseMs: number
   retryBaseMs: number
@@ -78,7 +79,7 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
   private readonly requested = new Set<number>()
 
   constructor(options: ApprovalOutboxOptions) {
-    super({ log: options.log, pollMs: options.pollMs, what: 'slack approval requests' })
+    super({ log: options.log, clock: options.clock, pollMs: options.pollMs, what: 'slack approval requests' })
     this.o = options
   }
 
@@ -203,7 +204,7 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
       return
     }
     const approvals = await this.approvalsOf(row)
-    const now = o.now()
+    const now = o.clock.now()
     const waiting = new Set(approvals.filter((a) => isWaiting(a, now)).map((a) => a.id))
     if (waiting.size === 0) {
       // decided, expired or cancelled before its turn: nothing to ask
@@ -237,7 +238,7 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
     if (!(await this.sent(row, ts))) return
     // a decision made while it was being posted (a click before its ts was recorded, or in
     // Cairn): the message is brought up to date
-    const later = o.now()
+    const later = o.clock.now()
     if ((await this.approvalsOf(row)).some((a) => waiting.has(a.id) && !isWaiting(a, later))) await this.refreshQuietly(row.orgId, row.eventId)
   }
 
@@ -279,7 +280,7 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
     const runId = row.run_id as string
     const approvalIds = jsonOf<unknown[]>(row.approval_ids).filter((id): id is string => typeof id === 'string')
     const approvals = await this.approvalsOf({ orgId, runId, approvalIds })
-    await this.o.api.updateMessage(token, { channel: row.channel as string, ts: row.message_ts as string, ...approvalMessage(runId, approvals, this.o.now()) })
+    await this.o.api.updateMessage(token, { channel: row.channel as string, ts: row.message_ts as string, ...approvalMessage(runId, approvals, this.o.clock.now()) })
     return true
   }
 

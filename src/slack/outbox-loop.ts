@@ -2,7 +2,7 @@ import { and, eq, sql } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Db } from '../db/client.js'
 import { integrations } from '../integrations/tables.js'
-import { backoffDelay, createWorkerLoop, type WorkerLoop } from '../worker-loop.js'
+import { backoffDelay, createWorkerLoop, type Clock, type WorkerLoop } from '../worker-loop.js'
 import type { SlackCallError, SlackFailure } from './web-api.js'
 
 /** Slack refusals that another attempt would meet again: the row is given up at once. */
@@ -57,11 +57,11 @@ export abstract class OutboxLoop<Row extends { runId: string } = { runId: string
   protected stopped = true
   protected killed = false
   private worker: WorkerLoop<Row[]> | null = null
-  /** when this outbox last claimed (its clock) */
+  /** when this outbox last claimed, in its clock's milliseconds */
   private claimedAt = 0
-  private readonly loop: { log: FastifyBaseLogger; pollMs: number; what: string }
+  private readonly loop: { log: FastifyBaseLogger; clock: Clock; pollMs: number; what: string }
 
-  protected constructor(loop: { log: FastifyBaseLogger; pollMs: number; what: string }) {
+  protected constructor(loop: { log: FastifyBaseLogger; clock: Clock; pollMs: number; what: string }) {
     this.loop = loop
   }
 
@@ -76,8 +76,9 @@ export abstract class OutboxLoop<Row extends { runId: string } = { runId: string
         // announcements that made nothing due (most runs are not Slack's) need no claim: rows
         // due later (retries) are the poll's, which claims at its own pace
         const due = await this.beforeRound()
-        if (due === 0 && Date.now() - this.claimedAt < this.loop.pollMs) return null
-        this.claimedAt = Date.now()
+        const now = this.loop.clock.now().getTime()
+        if (due === 0 && now - this.claimedAt < this.loop.pollMs) return null
+        this.claimedAt = now
         const rows = await this.claim()
         return rows.length > 0 ? rows : null
       },

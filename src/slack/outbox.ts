@@ -3,6 +3,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { EventBus } from '../../plugins/event-bus.js'
 import { rowsOf, type Db } from '../db/client.js'
 import { boolOf } from '../db/rows.js'
+import type { Clock } from '../worker-loop.js'
 import { maybeDone, OutboxLoop, planAfterFailure, SWEEP_EVERY_MS } from './outbox-loop.js'
 import { pruneDedupe } from './slack-repo.js'
 import { SlackCallError, type SlackApi } from './web-api.js'
@@ -26,6 +27,8 @@ export interface SlackOutboxOptions {
   api: SlackApi
   bus: EventBus
   log: FastifyBaseLogger
+  /** the time of its claims (the app's, which tests move) */
+  clock: Clock
   /** the org's bot token, or null when it has none (disconnected) */
   botToken(orgId: string): Promise<string | null>
   pollMs: number
@@ -70,7 +73,7 @@ export class SlackOutbox extends OutboxLoop<Claimed> {
   private readonly ended = new Set<string>()
 
   constructor(options: SlackOutboxOptions) {
-    super({ log: options.log, pollMs: options.pollMs, what: 'slack outbox' })
+    super({ log: options.log, clock: options.clock, pollMs: options.pollMs, what: 'slack outbox' })
     this.o = options
   }
 

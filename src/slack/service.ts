@@ -85,6 +85,7 @@ export default fp(async function slackService(app: FastifyInstance, opts: SlackS
     api,
     bus: app.eventBus,
     log,
+    clock,
     botToken: (orgId: string) => secrets.internal.open(orgId, BOT_TOKEN),
     pollMs: config.SLACK_OUTBOX_POLL_MS,
     leaseMs: config.SLACK_OUTBOX_LEASE_MS,
@@ -93,7 +94,7 @@ export default fp(async function slackService(app: FastifyInstance, opts: SlackS
     batch: 16
   }
   const outbox = new SlackOutbox(posting)
-  const approvalRequests = new ApprovalOutbox({ ...posting, now: () => clock.now() })
+  const approvalRequests = new ApprovalOutbox(posting)
   /** message updates after decisions, running after their requests were answered */
   const updates = new Set<Promise<void>>()
   function updateLater(orgId: string, eventIds: number[]): void {

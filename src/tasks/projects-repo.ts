@@ -1,7 +1,7 @@
-import { and, desc, eq, isNotNull, isNull, lt, sql } from 'drizzle-orm'
+import { and, eq, isNotNull, isNull, sql } from 'drizzle-orm'
 import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { decodeCursor, pageOf } from '../db/paging.js'
+import { keyset } from '../db/paging.js'
 import { isoOf, isoOrNull } from '../db/rows.js'
 import { projects } from './tables.js'
 
@@ -26,13 +26,13 @@ export async function getProject(db: Db, orgId: string, id: string): Promise<Pro
 
 /** Projects newest first; `archived` keeps only archived (true) or only active (false) ones. */
 export async function listProjects(db: Db, orgId: string, q: { archived?: boolean | undefined; limit: number; cursor: string | undefined }) {
-  const cursor = decodeCursor(q.cursor)
+  const list = keyset(projects.id, 'desc', q)
   const rows = await db.select().from(projects).where(and(
     eq(projects.orgId, orgId),
     q.archived === undefined ? undefined : q.archived ? isNotNull(projects.archivedAt) : isNull(projects.archivedAt),
-    cursor ? lt(projects.id, cursor) : undefined
-  )).orderBy(desc(projects.id)).limit(q.limit + 1)
-  return pageOf(rows, q.limit, (p) => p.id)
+    list.after
+  )).orderBy(list.orderBy).limit(list.limit)
+  return list.page(rows)
 }
 
 /** `archived: true` sets `archivedAt` (kept if already set), `false` clears it. */
