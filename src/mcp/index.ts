@@ -19,6 +19,8 @@ const TAGS = ['mcp']
 const ADMIN = { scope: 'admin' } as const
 /** the headers of a request the MCP transport reads; the rest (cookies, keys) stay here */
 const FORWARDED = ['accept', 'content-type', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id'] as const
+/** what a request that needs no session waits for */
+const LIVE = Promise.resolve(true)
 /** a session's last use is written at most this often */
 const TOUCH_EVERY_S = 300
 
@@ -87,9 +89,16 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
       const header = request.headers['mcp-session-id']
       const sessionId = typeof header === 'string' ? header : undefined
       // a message that is not JSON is the transport's to refuse (a JSON-RPC parse error)
+      let live = LIVE
       if (!initializing && parsed !== undefined || request.method !== 'POST') {
         if (sessionId === undefined) return rpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required')
-        if (!(await sessionLive(principal, sessionId))) return rpcError(reply, 404, -32001, 'Session not found')
+        live = sessionLive(principal, sessionId)
+        // (awaited below in every case; this only keeps a failed lookup from going unhandled meanwhile)
+        live.catch(() => {})
+        // a POST's messages are handled while the session is looked up: its answer waits for
+        // the lookup and is dropped for a 404 when the session is gone, and a tool that changes
+        // anything waits for it first; a stream or an ending waits for it here
+        if (request.method !== 'POST' && !(await live)) return rpcError(reply, 404, -32001, 'Session not found')
       }
       if (request.method === 'DELETE' && sessionId !== undefined) {
         await scope.db.delete(mcpSessions).where(sql`${mcpSessions.id} = ${sessionId} and ${mcpSessions.orgId} = ${principal.orgId}`)
@@ -111,6 +120,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         principal,
         log: request.log,
         connection: request.raw,
+        sessionLive: () => live,
         async idempotent(route, key, body, work) {
           if (key === undefined) return work(null)
           return idempotentWork(scope.db, { orgId: principal.orgId, route, key, principal, body }, work)
@@ -122,10 +132,10 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         void server.close().catch(() => {})
       })
       await server.connect(transport)
-      const headers = new Headers()
+      const headers: Record<string, string> = {}
       for (const name of FORWARDED) {
         const value = request.headers[name]
-        if (typeof value === 'string') headers.set(name, value)
+        if (typeof value === 'string') headers[name] = value
       }
       // a parsed message goes to the transport as such; only what is not JSON goes as text (its parse error is the SDK's)
       const answer = await transport.handleRequest(new Request(`http://cairn.invalid${request.url}`, {
@@ -133,6 +143,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         headers,
         ...(raw !== undefined && parsed === undefined ? { body: raw } : {})
       }), parsed === undefined ? {} : { parsedBody: parsed })
+      if (!(await live)) return rpcError(reply, 404, -32001, 'Session not found')
       if (!initializing && sessionId !== undefined) reply.header('mcp-session-id', sessionId)
       // a JSON answer is a few hundred bytes: sent as text, not piped from its Web stream
       if (answer.headers.get('content-type')?.startsWith('application/json')) {

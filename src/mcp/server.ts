@@ -10,7 +10,7 @@ import {
 } from '@modelcontextprotocol/sdk/types.js'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import { Type, type Static, type TSchema } from 'typebox'
-import { Value } from 'typebox/value'
+import { Compile, type Validator } from 'typebox/compile'
 import { ApiError } from '../../plugins/errors.js'
 import { findHostileInput } from '../../plugins/hostile-input.js'
 import type { IdempotencyLock, StoredAnswer } from '../../plugins/idempotency/index.js'
@@ -88,6 +88,9 @@ const TOOLS = {
 type ToolName = keyof typeof TOOLS
 type Args<N extends ToolName> = Static<(typeof TOOLS)[N]['schema']>
 
+/** Each tool's argument check, compiled once per process (the interpreted check cost as much as the search's SQL). */
+const CHECKS = Object.fromEntries((Object.keys(TOOLS) as ToolName[]).map((name) => [name, Compile(TOOLS[name].schema)])) as Record<ToolName, Validator>
+
 /** The tools as tools/list answers them: plain JSON Schema, no TypeBox symbols. */
 const TOOL_LIST = (Object.keys(TOOLS) as ToolName[]).map((name) => ({
   name,
@@ -102,6 +105,12 @@ export interface McpCaller {
   log: FastifyBaseLogger
   /** closes when the HTTP request goes away (a wait for a run's end stops then) */
   connection: EventEmitter
+  /**
+   * Whether the request's session is live: looked up while the message is handled, so a
+   * tool that only reads does not wait for it (its answer is dropped for a 404 when the
+   * session is gone); a tool that starts or changes anything waits for it first.
+   */
+  sessionLive(): Promise<boolean>
   /**
    * Runs a dispatch under an idempotency key of the caller's (contract 3, as `POST /api/runs`
    * does with the header): the first answer is stored, a repeat gets it back.
@@ -120,12 +129,15 @@ const json = (value: unknown): CallToolResult => ({ content: [{ type: 'text', te
 const failure = (error: string, message: string, extra: Record<string, unknown> = {}): CallToolResult =>
   ({ isError: true, content: [{ type: 'text', text: JSON.stringify({ error, message, ...extra }) }] })
 
+/** (never seen by the client: the request is answered 404 when its session is gone) */
+const sessionGone = () => failure('session_not_found', 'the session ended')
+
 /** The first problem of a tool's arguments, in the words of the HTTP routes' 400. */
-function argumentProblem(schema: TSchema, args: unknown): string | null {
+function argumentProblem(check: Validator, args: unknown): string | null {
   const hostile = findHostileInput(args)
   if (hostile) return `${hostile.instancePath || '/'} ${hostile.message}`
-  if (Value.Check(schema, args)) return null
-  const [first] = Value.Errors(schema, args)
+  if (check.Check(args)) return null
+  const [first] = check.Errors(args)
   return first ? `${first.instancePath || '/'} ${first.message}` : 'invalid arguments'
 }
 
@@ -181,12 +193,14 @@ export function buildMcpServer(caller: McpCaller): Server {
       return json({ run: runToWire(run) })
     },
     async start_run(args) {
+      if (!(await caller.sessionLive())) return sessionGone()
       const body = { prompt: args.prompt, ...(args.rootRunId ? { rootRunId: args.rootRunId } : {}), ...(args.model ? { model: args.model } : {}) }
       const answer = await caller.idempotent('mcp start_run', args.idempotencyKey, body, (idempotency) =>
         app.runs.dispatch({ principal, body, idempotency, log: caller.log, origin: 'mcp' }))
       return startedRun(answer, args.waitSeconds)
     },
     async run_skill(args) {
+      if (!(await caller.sessionLive())) return sessionGone()
       const body = args.input === undefined ? null : { input: args.input }
       const answer = await caller.idempotent(`mcp run_skill ${args.skillId}`, args.idempotencyKey, body, (idempotency) =>
         dispatchSkillRun(app, { principal, skillId: args.skillId, body, idempotency, log: caller.log }))
@@ -201,7 +215,7 @@ export function buildMcpServer(caller: McpCaller): Server {
     if (!Object.hasOwn(TOOLS, name)) throw new McpError(ErrorCode.InvalidParams, `unknown tool ${JSON.stringify(name.slice(0, 100))}; the tools are ${Object.keys(TOOLS).join(', ')}`)
     const tool = name as ToolName
     const args = request.params.arguments ?? {}
-    const problem = argumentProblem(TOOLS[tool].schema, args)
+    const problem = argumentProblem(CHECKS[tool], args)
     if (problem !== null) return failure('validation_failed', `invalid arguments: ${problem}`)
     try {
       return await (handlers[tool] as (args: unknown) => Promise<CallToolResult>)(args)
