@@ -19,8 +19,6 @@ const TAGS = ['mcp']
 const ADMIN = { scope: 'admin' } as const
 /** the headers of a request the MCP transport reads; the rest (cookies, keys) stay here */
 const FORWARDED = ['accept', 'content-type', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id'] as const
-/** what a request that needs no session waits for */
-const LIVE = Promise.resolve(true)
 /** a session's last use is written at most this often */
 const TOUCH_EVERY_S = 300
 
@@ -89,16 +87,9 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
       const header = request.headers['mcp-session-id']
       const sessionId = typeof header === 'string' ? header : undefined
       // a message that is not JSON is the transport's to refuse (a JSON-RPC parse error)
-      let live = LIVE
       if (!initializing && parsed !== undefined || request.method !== 'POST') {
         if (sessionId === undefined) return rpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required')
-        live = sessionLive(principal, sessionId)
-        // (awaited below in every case; this only keeps a failed lookup from going unhandled meanwhile)
-        live.catch(() => {})
-        // a POST's messages are handled while the session is looked up: its answer waits for
-        // the lookup and is dropped for a 404 when the session is gone, and a tool that changes
-        // anything waits for it first; a stream or an ending waits for it here
-        if (request.method !== 'POST' && !(await live)) return rpcError(reply, 404, -32001, 'Session not found')
+        if (!(await sessionLive(principal, sessionId))) return rpcError(reply, 404, -32001, 'Session not found')
       }
       if (request.method === 'DELETE' && sessionId !== undefined) {
         await scope.db.delete(mcpSessions).where(sql`${mcpSessions.id} = ${sessionId} and ${mcpSessions.orgId} = ${principal.orgId}`)
@@ -120,7 +111,6 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         principal,
         log: request.log,
         connection: request.raw,
-        sessionLive: () => live,
         async idempotent(route, key, body, work) {
           if (key === undefined) return work(null)
           return idempotentWork(scope.db, { orgId: principal.orgId, route, key, principal, body }, work)
@@ -143,7 +133,6 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         headers,
         ...(raw !== undefined && parsed === undefined ? { body: raw } : {})
       }), parsed === undefined ? {} : { parsedBody: parsed })
-      if (!(await live)) return rpcError(reply, 404, -32001, 'Session not found')
       if (!initializing && sessionId !== undefined) reply.header('mcp-session-id', sessionId)
       // a JSON answer is a few hundred bytes: sent as text, not piped from its Web stream
       if (answer.headers.get('content-type')?.startsWith('application/json')) {

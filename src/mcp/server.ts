@@ -106,12 +106,6 @@ export interface McpCaller {
   /** closes when the HTTP request goes away (a wait for a run's end stops then) */
   connection: EventEmitter
   /**
-   * Whether the request's session is live: looked up while the message is handled, so a
-   * tool that only reads does not wait for it (its answer is dropped for a 404 when the
-   * session is gone); a tool that starts or changes anything waits for it first.
-   */
-  sessionLive(): Promise<boolean>
-  /**
    * Runs a dispatch under an idempotency key of the caller's (contract 3, as `POST /api/runs`
    * does with the header): the first answer is stored, a repeat gets it back.
    */
@@ -128,9 +122,6 @@ export function plainSnippet(html: string): string {
 const json = (value: unknown): CallToolResult => ({ content: [{ type: 'text', text: JSON.stringify(value) }] })
 const failure = (error: string, message: string, extra: Record<string, unknown> = {}): CallToolResult =>
   ({ isError: true, content: [{ type: 'text', text: JSON.stringify({ error, message, ...extra }) }] })
-
-/** (never seen by the client: the request is answered 404 when its session is gone) */
-const sessionGone = () => failure('session_not_found', 'the session ended')
 
 /** The first problem of a tool's arguments, in the words of the HTTP routes' 400. */
 function argumentProblem(check: Validator, args: unknown): string | null {
@@ -193,14 +184,12 @@ export function buildMcpServer(caller: McpCaller): Server {
       return json({ run: runToWire(run) })
     },
     async start_run(args) {
-      if (!(await caller.sessionLive())) return sessionGone()
       const body = { prompt: args.prompt, ...(args.rootRunId ? { rootRunId: args.rootRunId } : {}), ...(args.model ? { model: args.model } : {}) }
       const answer = await caller.idempotent('mcp start_run', args.idempotencyKey, body, (idempotency) =>
         app.runs.dispatch({ principal, body, idempotency, log: caller.log, origin: 'mcp' }))
       return startedRun(answer, args.waitSeconds)
     },
     async run_skill(args) {
-      if (!(await caller.sessionLive())) return sessionGone()
       const body = args.input === undefined ? null : { input: args.input }
       const answer = await caller.idempotent(`mcp run_skill ${args.skillId}`, args.idempotencyKey, body, (idempotency) =>
         dispatchSkillRun(app, { principal, skillId: args.skillId, body, idempotency, log: caller.log }))
