@@ -11,6 +11,8 @@ import postgres from 'postgres'
 export interface Result {
   name: string
   rps: number
+  /** from every response's time, as p95 */
+  p50: number
   p99: number
   p90: number
   /** from every response's time (autocannon's own percentiles skip p95) */
@@ -63,6 +65,7 @@ export async function load(opts: LoadOptions): Promise<Result> {
     rps: Math.round(result.requests.average),
     p99: result.latency.p99,
     p90: result.latency.p90,
+    p50: percentile(times, 0.5),
     p95: percentile(times, 0.95),
     p975: result.latency.p97_5,
     non2xx: result.non2xx,

@@ -122,10 +122,10 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         void server.close().catch(() => {})
       })
       await server.connect(transport)
-      const headers = new Headers()
+      const headers: Record<string, string> = {}
       for (const name of FORWARDED) {
         const value = request.headers[name]
-        if (typeof value === 'string') headers.set(name, value)
+        if (typeof value === 'string') headers[name] = value
       }
       // a parsed message goes to the transport as such; only what is not JSON goes as text (its parse error is the SDK's)
       const answer = await transport.handleRequest(new Request(`http://cairn.invalid${request.url}`, {

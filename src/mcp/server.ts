@@ -10,7 +10,7 @@ import {
 } from '@modelcontextprotocol/sdk/types.js'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import { Type, type Static, type TSchema } from 'typebox'
-import { Value } from 'typebox/value'
+import { Compile, type Validator } from 'typebox/compile'
 import { ApiError } from '../../plugins/errors.js'
 import { findHostileInput } from '../../plugins/hostile-input.js'
 import type { IdempotencyLock, StoredAnswer } from '../../plugins/idempotency/index.js'
@@ -88,6 +88,9 @@ const TOOLS = {
 type ToolName = keyof typeof TOOLS
 type Args<N extends ToolName> = Static<(typeof TOOLS)[N]['schema']>
 
+/** Each tool's argument check, compiled once per process (the interpreted check cost as much as the search's SQL). */
+const CHECKS = Object.fromEntries((Object.keys(TOOLS) as ToolName[]).map((name) => [name, Compile(TOOLS[name].schema)])) as Record<ToolName, Validator>
+
 /** The tools as tools/list answers them: plain JSON Schema, no TypeBox symbols. */
 const TOOL_LIST = (Object.keys(TOOLS) as ToolName[]).map((name) => ({
   name,
@@ -121,11 +124,11 @@ const failure = (error: string, message: string, extra: Record<string, unknown> 
   ({ isError: true, content: [{ type: 'text', text: JSON.stringify({ error, message, ...extra }) }] })
 
 /** The first problem of a tool's arguments, in the words of the HTTP routes' 400. */
-function argumentProblem(schema: TSchema, args: unknown): string | null {
+function argumentProblem(check: Validator, args: unknown): string | null {
   const hostile = findHostileInput(args)
   if (hostile) return `${hostile.instancePath || '/'} ${hostile.message}`
-  if (Value.Check(schema, args)) return null
-  const [first] = Value.Errors(schema, args)
+  if (check.Check(args)) return null
+  const [first] = check.Errors(args)
   return first ? `${first.instancePath || '/'} ${first.message}` : 'invalid arguments'
 }
 
@@ -201,7 +204,7 @@ export function buildMcpServer(caller: McpCaller): Server {
     if (!Object.hasOwn(TOOLS, name)) throw new McpError(ErrorCode.InvalidParams, `unknown tool ${JSON.stringify(name.slice(0, 100))}; the tools are ${Object.keys(TOOLS).join(', ')}`)
     const tool = name as ToolName
     const args = request.params.arguments ?? {}
-    const problem = argumentProblem(TOOLS[tool].schema, args)
+    const problem = argumentProblem(CHECKS[tool], args)
     if (problem !== null) return failure('validation_failed', `invalid arguments: ${problem}`)
     try {
       return await (handlers[tool] as (args: unknown) => Promise<CallToolResult>)(args)

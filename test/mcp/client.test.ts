@@ -147,3 +147,39 @@ t.test('an unreachable server offers no tools and never fails a run start', asyn
   const checked = await app.inject({ method: 'POST', url: `/api/mcp-servers/${server.id}/check`, headers })
   t.match(checked.json().server, { ready: false, lastError: /./ })
 })
+
+t.test('a run cancelled while an MCP tool runs ends cancelled at once: the call is cut, its late answer is never recorded, no worker slot stays held', async (t) => {
+  const { app, upstream, owner, headers } = await setup(t)
+  const mcp = await startLocalMcp(t)
+  t.equal((await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'local', url: mcp.url } })).statusCode, 201)
+  t.equal((await app.inject({ method: 'PUT', url: '/api/tools/policies/mcp__local__slow', headers, payload: { mode: 'auto' } })).statusCode, 200)
+  upstream.script.push({ calls: [{ id: 'call_s', name: 'mcp__local__slow', arguments: '{}' }] }, { text: 'should never be asked' })
+
+  const run = (await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt: 'be slow', engine: 'openai' } })).json().run
+  t.ok(await eventually(async () => mcp.slow.includes('started')), 'the MCP server is running the tool')
+  t.equal(app.runs.worker.activeCount, 1)
+  const started = Date.now()
+  const cancel = await app.inject({ method: 'POST', url: `/api/runs/${run.id}/cancel`, headers })
+  t.equal(cancel.statusCode, 200, cancel.body)
+  const done = await finishedRun(app, owner.cookie, run.id)
+  t.equal(done.status, 'cancelled', 'cancelled, while the tool has not answered')
+  // (the tool answers only when released, below: any bound shows it did not wait for that)
+  t.ok(Date.now() - started < 15_000, `promptly (${Date.now() - started} ms), not when the tool ends`)
+  t.ok(await eventually(async () => mcp.slow.at(-1) === 'aborted'), 'the MCP server saw its request cut')
+  t.ok(await eventually(async () => app.runs.worker.activeCount === 0), 'no worker slot is held')
+
+  const events = await storedEventsOf(app, owner.org.id, run.id)
+  t.match(events.find((e) => e.type === 'tool.call')?.data, { callId: 'call_s', tool: 'mcp__local__slow' })
+  const results = events.filter((e) => e.type === 'tool.result').map((e) => e.data)
+  t.match(results, [{ callId: 'call_s', tool: 'mcp__local__slow', status: 'cancelled', content: 'the run was cancelled' }], 'the call is recorded cancelled, not answered')
+  t.equal(results.length, 1)
+  t.equal(events.at(-1)!.type, 'run.cancelled', 'the run\'s last event is its cancellation')
+  t.equal(upstream.requests.length, 1, 'the model is not asked again')
+
+  // the tool would have answered now: nothing more is written
+  mcp.release()
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  t.same(mcp.slow, ['started', 'aborted'])
+  t.equal((await storedEventsOf(app, owner.org.id, run.id)).length, events.length, 'no event after the cancellation')
+  t.equal(upstream.requests.length, 1)
+})

@@ -8,15 +8,21 @@ export interface LocalMcp {
   url: string
   /** every call of `record`: its arguments and the headers it came with */
   calls: Array<{ args: Record<string, unknown>; headers: Record<string, string | string[] | undefined> }>
+  /**
+   * What became of each call of `slow`, in order: `started`, then `aborted` (its request
+   * was cut or cancelled before it answered) or `answered`
+   */
+  slow: string[]
   close(): Promise<void>
 }
 
 /**
  * A local MCP server built with the SDK (stateless Streamable HTTP): `record` (answers what
- * it was given, and records it), `fail` (answers an error), `slow` (answers once `release` is called).
+ * it was given, and records it), `fail` (answers an error), `slow` (answers once `release` is called, unless its request is aborted first).
  */
 export async function startLocalMcp(t: Teardown): Promise<LocalMcp & { release(): void }> {
   const calls: LocalMcp['calls'] = []
+  const slow: string[] = []
   let release: () => void = () => {}
   const released = new Promise<void>((resolve) => (release = resolve))
   const http = createServer(async (req, res) => {
@@ -28,13 +34,17 @@ export async function startLocalMcp(t: Teardown): Promise<LocalMcp & { release()
         { name: 'slow', description: 'answers late', inputSchema: { type: 'object', properties: {} } }
       ]
     }))
-    server.setRequestHandler(CallToolRequestSchema, async (request) => {
+    server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
       if (request.params.name === 'record') {
         calls.push({ args: request.params.arguments ?? {}, headers: req.headers })
         return { content: [{ type: 'text', text: `recorded: ${String(request.params.arguments?.note)}` }] }
       }
       if (request.params.name === 'slow') {
-        await released
+        slow.push('started')
+        // the SDK aborts a handler when its request's connection closes or the client cancels it
+        const aborted = new Promise<void>((resolve) => extra.signal.addEventListener('abort', () => resolve(), { once: true }))
+        await Promise.race([released, aborted])
+        slow.push(extra.signal.aborted ? 'aborted' : 'answered')
         return { content: [{ type: 'text', text: 'slow done' }] }
       }
       return { isError: true, content: [{ type: 'text', text: 'the ticket system is down' }] }
@@ -50,5 +60,5 @@ export async function startLocalMcp(t: Teardown): Promise<LocalMcp & { release()
     http.close(() => resolve())
   })
   t.teardown(close)
-  return { url: `http://127.0.0.1:${(http.address() as { port: number }).port}/mcp`, calls, close, release: () => release() }
+  return { url: `http://127.0.0.1:${(http.address() as { port: number }).port}/mcp`, calls, slow, close, release: () => release() }
 }

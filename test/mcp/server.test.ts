@@ -185,8 +185,30 @@ t.test('sessions are rows: a session opened on one instance is served by another
   t.equal(unauthenticated.status, 401)
   t.equal(((await unauthenticated.json()) as any).error, 'unauthorized')
 
-  // ended on B, refused on A
+  // ended on B, refused on A: a call that would start a run starts none
   await onB.transport.terminateSession()
   const ended = await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, listMessage)
   t.equal(ended.status, 404)
+  const startMessage = JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/call', params: { name: 'start_run', arguments: { prompt: 'after the end' } } })
+  const refused = await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, startMessage)
+  t.equal(refused.status, 404)
+  t.same(await refused.json(), { jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' }, id: null })
+  t.same(await a.db.select().from(runs).where(eq(runs.orgId, owner.org.id)), [], 'no run was started')
+})
+
+t.test('concurrent calls of two organizations each see only their own memory', async (t) => {
+  const { app, base, owner, key } = await setup(t)
+  const other = await signUpWithOrg(app)
+  const otherKey = await mintKey(app, other.cookie)
+  await addFacts(app.db, owner.org.id, 'org', '', ['Ours: the deploy runbook lives in the wiki'])
+  await addFacts(app.db, other.org.id, 'org', '', ['Theirs: the deploy runbook lives in a drawer'])
+  const ours = await mcpClient(t, base, { authorization: key.authorization })
+  const theirs = await mcpClient(t, base, { authorization: otherKey.authorization })
+  const calls = Array.from({ length: 24 }, (_, i) => i % 2 === 0
+    ? call(ours.client, 'memory_search', { query: 'deploy runbook' }).then((answer) => ['ours', answer] as const)
+    : call(theirs.client, 'memory_search', { query: 'deploy runbook' }).then((answer) => ['theirs', answer] as const))
+  for (const [whose, answer] of await Promise.all(calls)) {
+    t.equal(answer.isError, false)
+    t.same(answer.body.items.map((item: any) => item.content), [whose === 'ours' ? 'Ours: the deploy runbook lives in the wiki' : 'Theirs: the deploy runbook lives in a drawer'], whose)
+  }
 })
