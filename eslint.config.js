@@ -15,7 +15,16 @@ export default tseslint.config(
       // built, and the compiler keeps every other access honest
       '@typescript-eslint/no-non-null-assertion': 'off',
       // `{ secret: _secret, ...rest }` drops a field on purpose
-      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', ignoreRestSiblings: true }]
+      '@typescript-eslint/no-unused-vars': [
+        'error',
+        { argsIgnorePattern: '^_', varsIgnorePattern: '^_', ignoreRestSiblings: true }
+      ],
+      // Prettier formats the code at 120 columns but wraps neither comments nor strings:
+      // comments are held to the same width here; strings, templates (SQL) and URLs may pass it
+      'max-len': [
+        'error',
+        { code: 120, ignoreStrings: true, ignoreTemplateLiterals: true, ignoreRegExpLiterals: true, ignoreUrls: true }
+      ]
     }
   },
   {
@@ -37,9 +46,18 @@ export default tseslint.config(
     rules: {
       // its wire types are the server's schemas, for their types only: a value import
       // would bundle TypeBox (and whatever the schema file imports) into the page
-      '@typescript-eslint/no-restricted-imports': ['error', {
-        patterns: [{ group: ['**/schemas/*', 'typebox', 'typebox/*'], allowTypeImports: true, message: 'the console imports schemas and TypeBox with `import type` only' }]
-      }]
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['**/schemas/*', 'typebox', 'typebox/*'],
+              allowTypeImports: true,
+              message: 'the console imports schemas and TypeBox with `import type` only'
+            }
+          ]
+        }
+      ]
     }
   }
 )
