@@ -6,12 +6,31 @@ import { randomUUID } from 'node:crypto'
 import { now, pct, startBenchModel } from './model.js'
 import { benchPostgres, credentials, load, startServer, table, withDatabase, type Result, type Server } from './lib.js'
 
-/** The model: a write_file call for a fresh prompt, a text answer once it has the call's result; when each resumed request arrived, by prompt. */
+/**
+ * The model: a write_file call for a fresh prompt, a text answer once it has the call's result; when each resumed
+ * request arrived, by prompt.
+ */
 async function startModel(): Promise<{ url: string; resumedAt: Map<string, number>; close(): Promise<void> }> {
   const resumedAt = new Map<string, number>()
   const model = await startBenchModel(({ messages }, arrived) => {
     if (messages.at(-1)?.role !== 'tool') {
-      return [{ delta: { role: 'assistant', content: null, tool_calls: [{ index: 0, id: 'w1', type: 'function', function: { name: 'write_file', arguments: '{"path":"note.txt","content":"hi"}' } }] }, finish: 'tool_calls' }]
+      return [
+        {
+          delta: {
+            role: 'assistant',
+            content: null,
+            tool_calls: [
+              {
+                index: 0,
+                id: 'w1',
+                type: 'function',
+                function: { name: 'write_file', arguments: '{"path":"note.txt","content":"hi"}' }
+              }
+            ]
+          },
+          finish: 'tool_calls'
+        }
+      ]
     }
     resumedAt.set(messages.find((m) => m.role === 'user')?.content ?? '', arrived)
     return [{ delta: { role: 'assistant', content: 'written' }, finish: 'stop' }]
@@ -53,12 +72,23 @@ async function dispatchBeside(label: string, waiting: number, env: Record<string
   }
 }
 
-/** Decision (POST on `decider`) → the model receives the resumed request, for `n` runs started on `starter`, one at a time. */
-async function decisionLatency(starter: Server, decider: Server, model: { resumedAt: Map<string, number> }, n: number): Promise<number[]> {
+/**
+ * Decision (POST on `decider`) → the model receives the resumed request, for `n` runs started on `starter`, one at a
+ * time.
+ */
+async function decisionLatency(
+  starter: Server,
+  decider: Server,
+  model: { resumedAt: Map<string, number> },
+  n: number
+): Promise<number[]> {
   const latencies: number[] = []
   for (let i = 0; i < n; i++) {
     const prompt = `approve ${i} ${randomUUID()}`
-    const { run } = await json(`${starter.url}/api/runs`, { method: 'POST', body: JSON.stringify({ prompt, engine: 'openai' }) })
+    const { run } = await json(`${starter.url}/api/runs`, {
+      method: 'POST',
+      body: JSON.stringify({ prompt, engine: 'openai' })
+    })
     let approvalId: string | undefined
     while (!approvalId) {
       const { items } = await json(`${starter.url}/api/runs/${run.id}/approvals`)
@@ -72,7 +102,10 @@ async function decisionLatency(starter: Server, decider: Server, model: { resume
       await new Promise((r) => setTimeout(r, 2))
     }
     const sent = now()
-    await json(`${decider.url}/api/runs/${run.id}/approvals/${approvalId}`, { method: 'POST', body: JSON.stringify({ decision: 'approve' }) })
+    await json(`${decider.url}/api/runs/${run.id}/approvals/${approvalId}`, {
+      method: 'POST',
+      body: JSON.stringify({ decision: 'approve' })
+    })
     const deadline = Date.now() + 10_000
     while (!model.resumedAt.has(prompt) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 1))
     const at = model.resumedAt.get(prompt)
@@ -109,8 +142,16 @@ export async function benchApprovals(): Promise<string> {
   const out: string[] = []
   const rows: Result[] = [await dispatchBeside('PGlite', 0, {}), await dispatchBeside('PGlite', 1000, {})]
   if (benchPostgres) {
-    rows.push(await withDatabase(benchPostgres, (url) => dispatchBeside('Postgres', 0, { DATABASE_URL: url, DATABASE_POOL_MAX: '40' })))
-    rows.push(await withDatabase(benchPostgres, (url) => dispatchBeside('Postgres', 1000, { DATABASE_URL: url, DATABASE_POOL_MAX: '40' })))
+    rows.push(
+      await withDatabase(benchPostgres, (url) =>
+        dispatchBeside('Postgres', 0, { DATABASE_URL: url, DATABASE_POOL_MAX: '40' })
+      )
+    )
+    rows.push(
+      await withDatabase(benchPostgres, (url) =>
+        dispatchBeside('Postgres', 1000, { DATABASE_URL: url, DATABASE_POOL_MAX: '40' })
+      )
+    )
   }
   out.push('### Dispatch beside runs waiting for approval\n', table(rows, rows[0]!))
   if (benchPostgres) {

@@ -18,31 +18,46 @@ async function uploadFile(url: string, name: string, bytes: Buffer): Promise<str
 }
 
 async function artifactOf(url: string, body: Record<string, unknown>): Promise<string> {
-  const res = await fetch(`${url}/api/artifacts`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  const res = await fetch(`${url}/api/artifacts`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body)
+  })
   if (res.status !== 201) throw new Error(`artifact: ${res.status} ${await res.text()}`)
   return ((await res.json()) as { artifact: { id: string } }).artifact.id
 }
 
 /** The resident set of a process, from /proc (Linux), in bytes. */
 function rssOf(pid: number): number {
-  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith('VmRSS:'))
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('VmRSS:'))
   return Number(/(\d+)/.exec(line ?? '')?.[1] ?? 0) * 1024
 }
 
 /** Streams a `size`-byte multipart upload in 1 MB chunks; resolves with the status once answered. */
 function streamUpload(url: string, size: number): Promise<number> {
   const boundary = 'benchboundary'
-  const head = Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`)
+  const head = Buffer.from(
+    `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`
+  )
   const tail = Buffer.from(`\r\n--${boundary}--\r\n`)
   const chunk = randomBytes(MB)
   return new Promise((resolve, reject) => {
-    const req = request(`${url}/api/uploads`, {
-      method: 'POST',
-      headers: { 'content-type': `multipart/form-data; boundary=${boundary}`, 'content-length': String(head.length + size + tail.length) }
-    }, (res) => {
-      res.resume()
-      res.on('end', () => resolve(res.statusCode ?? 0))
-    })
+    const req = request(
+      `${url}/api/uploads`,
+      {
+        method: 'POST',
+        headers: {
+          'content-type': `multipart/form-data; boundary=${boundary}`,
+          'content-length': String(head.length + size + tail.length)
+        }
+      },
+      (res) => {
+        res.resume()
+        res.on('end', () => resolve(res.statusCode ?? 0))
+      }
+    )
     req.on('error', reject)
     req.write(head)
     let sent = 0
@@ -62,10 +77,16 @@ export async function benchArtifacts(): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), 'cairn-bench-static-'))
   const big = randomBytes(10 * MB)
   writeFileSync(join(dir, 'big.bin'), big)
-  const cairn = await startServer('bench/cairn-server.ts', { UPLOAD_MAX_BYTES: String(300 * MB), REQUEST_TIMEOUT_MS: '600000' })
+  const cairn = await startServer('bench/cairn-server.ts', {
+    UPLOAD_MAX_BYTES: String(300 * MB),
+    REQUEST_TIMEOUT_MS: '600000'
+  })
   const fastifyStatic = await startServer('bench/static-server.ts', { STATIC_ROOT: dir })
   try {
-    const bigId = await artifactOf(cairn.url, { name: 'big.bin', uploadId: await uploadFile(cairn.url, 'big.bin', big) })
+    const bigId = await artifactOf(cairn.url, {
+      name: 'big.bin',
+      uploadId: await uploadFile(cairn.url, 'big.bin', big)
+    })
     const smallId = await artifactOf(cairn.url, { name: 'small.txt', content: 'x'.repeat(4096) })
     const connections = Number(process.env.BENCH_CONNECTIONS_LARGE ?? 10)
     const large = await interleaved([
@@ -78,19 +99,21 @@ export async function benchArtifacts(): Promise<string> {
     ])
     const throughput = (r: { rps: number }) => `${((r.rps * 10 * MB) / MB).toFixed(0)} MB/s`
     // the same 4 KB case on real Postgres (BENCH_DATABASE_URL or DATABASE_URL), when there is one
-    const onPostgres = benchPostgres ? await withDatabase(benchPostgres, async (databaseUrl) => {
-      const pg = await startServer('bench/cairn-server.ts', { DATABASE_URL: databaseUrl })
-      try {
-        const id = await artifactOf(pg.url, { name: 'small.txt', content: 'x'.repeat(4096) })
-        const rows = await interleaved([
-          { name: 'GET /api/health (baseline), Postgres', url: `${pg.url}/api/health` },
-          { name: 'GET /api/artifacts/:id/content, 4 KB, Postgres', url: `${pg.url}/api/artifacts/${id}/content` }
-        ])
-        return ['', table(rows, rows[0]!)].join('\n')
-      } finally {
-        await pg.stop()
-      }
-    }) : ''
+    const onPostgres = benchPostgres
+      ? await withDatabase(benchPostgres, async (databaseUrl) => {
+          const pg = await startServer('bench/cairn-server.ts', { DATABASE_URL: databaseUrl })
+          try {
+            const id = await artifactOf(pg.url, { name: 'small.txt', content: 'x'.repeat(4096) })
+            const rows = await interleaved([
+              { name: 'GET /api/health (baseline), Postgres', url: `${pg.url}/api/health` },
+              { name: 'GET /api/artifacts/:id/content, 4 KB, Postgres', url: `${pg.url}/api/artifacts/${id}/content` }
+            ])
+            return ['', table(rows, rows[0]!)].join('\n')
+          } finally {
+            await pg.stop()
+          }
+        })
+      : ''
 
     // 200 MB upload: time and the server's peak resident set above its idle size
     const pid = cairn.process.pid!
@@ -104,10 +127,19 @@ export async function benchArtifacts(): Promise<string> {
     clearInterval(sampler)
     peak = Math.max(peak, rssOf(pid))
     return [
-      '### Serving 10 MB (10 connections)', '', table(large, large[0]!), '',
-      `Throughput: @fastify/static ${throughput(large[0]!)}, Cairn ${throughput(large[1]!)}.`, '',
-      '### Serving 4 KB (PGlite, then Postgres when given)', '', table(small, small[0]!), onPostgres, '',
-      '### Uploading 200 MB (multipart, streamed)', '',
+      '### Serving 10 MB (10 connections)',
+      '',
+      table(large, large[0]!),
+      '',
+      `Throughput: @fastify/static ${throughput(large[0]!)}, Cairn ${throughput(large[1]!)}.`,
+      '',
+      '### Serving 4 KB (PGlite, then Postgres when given)',
+      '',
+      table(small, small[0]!),
+      onPostgres,
+      '',
+      '### Uploading 200 MB (multipart, streamed)',
+      '',
       `status ${status}; ${seconds.toFixed(2)} s (${(200 / seconds).toFixed(0)} MB/s); server RSS ${(before / MB).toFixed(0)} MB idle, peak ${(peak / MB).toFixed(0)} MB: growth ${((peak - before) / MB).toFixed(1)} MB`
     ].join('\n')
   } finally {

@@ -5,7 +5,8 @@ import { newId } from '../src/db/ids.js'
 import { benchPostgres, credentials, load, startServer, withDatabase } from './lib.js'
 
 const json = { 'content-type': 'application/json' }
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!
+const percentile = (sorted: number[], p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!
 
 async function dueTogether(databaseUrl: string, workers: string): Promise<string> {
   const count = Number(process.env.BENCH_AUTOMATIONS ?? 5000)
@@ -15,9 +16,14 @@ async function dueTogether(databaseUrl: string, workers: string): Promise<string
   const sql = postgres(databaseUrl, { max: 2, onnotice: () => {} })
   try {
     const { cookie } = await credentials(a.url)
-    const first = await fetch(`${a.url}/api/automations`, { method: 'POST', headers: { ...json, cookie }, body: JSON.stringify({ name: 'probe', cron: '0 0 1 1 *', target: { prompt: 'x' } }) })
+    const first = await fetch(`${a.url}/api/automations`, {
+      method: 'POST',
+      headers: { ...json, cookie },
+      body: JSON.stringify({ name: 'probe', cron: '0 0 1 1 *', target: { prompt: 'x' } })
+    })
     const probe = ((await first.json()) as { automation: { id: string } }).automation
-    const orgId = (await sql<Array<{ org_id: string }>>`select org_id from automations where id = ${probe.id}`)[0]!.org_id
+    const orgId = (await sql<Array<{ org_id: string }>>`select org_id from automations where id = ${probe.id}`)[0]!
+      .org_id
     // the next minute at least 8 s away: both instances are idle when it comes
     const tick = new Date(Math.ceil((Date.now() + 8000) / 60_000) * 60_000)
     const ids: string[] = []
@@ -25,7 +31,15 @@ async function dueTogether(databaseUrl: string, workers: string): Promise<string
       const rows = Array.from({ length: Math.min(1000, count - i) }, (_, j) => {
         const id = newId()
         ids.push(id)
-        return { id, org_id: orgId, name: `bench ${i + j}`, cron: '* * * * *', timezone: 'UTC', target: sql.json({ prompt: `automation ${i + j}` }), next_fire_at: tick }
+        return {
+          id,
+          org_id: orgId,
+          name: `bench ${i + j}`,
+          cron: '* * * * *',
+          timezone: 'UTC',
+          target: sql.json({ prompt: `automation ${i + j}` }),
+          next_fire_at: tick
+        }
       })
       await sql`insert into automations ${sql(rows)}`
     }
@@ -35,19 +49,32 @@ async function dueTogether(databaseUrl: string, workers: string): Promise<string
     let fired = 0
     let allVisibleAt = Number.NaN
     while (Date.now() < deadline) {
-      fired = Number((await sql<Array<{ n: string }>>`select count(*) as n from automation_fires where scheduled_for = ${tick}`)[0]!.n)
+      fired = Number(
+        (await sql<Array<{ n: string }>>`select count(*) as n from automation_fires where scheduled_for = ${tick}`)[0]!
+          .n
+      )
       if (fired >= count) {
         allVisibleAt = Date.now() - tick.getTime()
         break
       }
       await new Promise((r) => setTimeout(r, 25))
     }
-    const late = (await sql<Array<{ ms: number }>>`
-      select extract(epoch from (fired_at - scheduled_for)) * 1000 as ms from automation_fires where scheduled_for = ${tick} order by 1`).map((r) => Number(r.ms))
-    const runs = Number((await sql<Array<{ n: string }>>`
-      select count(*) as n from runs where origin = 'automation' and metadata->>'scheduledFor' = ${tick.toISOString()}`)[0]!.n)
-    const distinct = Number((await sql<Array<{ n: string }>>`
-      select count(distinct metadata->>'automationId') as n from runs where origin = 'automation' and metadata->>'scheduledFor' = ${tick.toISOString()}`)[0]!.n)
+    const late = (
+      await sql<Array<{ ms: number }>>`
+      select extract(epoch from (fired_at - scheduled_for)) * 1000 as ms from automation_fires where scheduled_for = ${tick} order by 1`
+    ).map((r) => Number(r.ms))
+    const runs = Number(
+      (
+        await sql<Array<{ n: string }>>`
+      select count(*) as n from runs where origin = 'automation' and metadata->>'scheduledFor' = ${tick.toISOString()}`
+      )[0]!.n
+    )
+    const distinct = Number(
+      (
+        await sql<Array<{ n: string }>>`
+      select count(distinct metadata->>'automationId') as n from runs where origin = 'automation' and metadata->>'scheduledFor' = ${tick.toISOString()}`
+      )[0]!.n
+    )
     const health = await load({ url: `${a.url}/api/health`, name: 'GET /api/health', connections: 10 })
     return [
       `### ${count.toLocaleString('en')} automations due at ${tick.toISOString()}, two instances, Postgres, RUN_WORKER_CONCURRENCY=${workers}`,
@@ -58,7 +85,9 @@ async function dueTogether(databaseUrl: string, workers: string): Promise<string
       '',
       `Lateness is \`firedAt - scheduledFor\`, \`firedAt\` being the scheduler's time when it wrote the fire's batch (500 per transaction). An observer polling every 25 ms saw all ${count.toLocaleString('en')} fires committed ${allVisibleAt} ms after the tick.`,
       `Same run, after the fire: GET /api/health ${health.rps} req/s, p99 ${health.p99} ms.`,
-      late.length === count && runs === count && distinct === count ? 'Every automation fired exactly once.' : '**Not every automation fired exactly once.**'
+      late.length === count && runs === count && distinct === count
+        ? 'Every automation fired exactly once.'
+        : '**Not every automation fired exactly once.**'
     ].join('\n')
   } finally {
     await sql.end()
@@ -69,6 +98,7 @@ async function dueTogether(databaseUrl: string, workers: string): Promise<string
 export async function benchAutomations(): Promise<string> {
   if (!benchPostgres) return 'The automations bench needs Postgres: set BENCH_DATABASE_URL or DATABASE_URL.'
   const parts: string[] = []
-  for (const workers of (process.env.BENCH_WORKERS ?? '0,4').split(',')) parts.push(await withDatabase(benchPostgres, (url) => dueTogether(url, workers)))
+  for (const workers of (process.env.BENCH_WORKERS ?? '0,4').split(','))
+    parts.push(await withDatabase(benchPostgres, (url) => dueTogether(url, workers)))
   return parts.join('\n\n')
 }

@@ -14,7 +14,14 @@ import { EnvSchema } from '../src/config.js'
 const QUEUE_DEFAULT = (EnvSchema.properties.RUN_QUEUE_MAX_PER_ORG as unknown as { default: number }).default
 
 type Server = Awaited<ReturnType<typeof startRunsServer>>
-interface Counts { total: number; finished: number; queued: number; running: number; wait_p50: number; wait_p99: number }
+interface Counts {
+  total: number
+  finished: number
+  queued: number
+  running: number
+  wait_p50: number
+  wait_p99: number
+}
 
 async function counts(server: Server): Promise<Counts> {
   server.child.kill('SIGHUP')
@@ -25,21 +32,27 @@ async function counts(server: Server): Promise<Counts> {
   }
 }
 
-const flood = (url: string, authorization: string, opts: { seconds?: number; amount?: number }) => new Promise<autocannon.Result>((resolve, reject) => {
-  autocannon({
-    url: `${url}/api/runs`,
-    method: 'POST',
-    connections: 20,
-    ...(opts.amount ? { amount: opts.amount } : { duration: opts.seconds ?? 10 }),
-    requests: [{
-      setupRequest: ((req: Record<string, unknown>) => ({
-        ...req,
-        headers: { 'content-type': 'application/json', authorization, 'idempotency-key': randomUUID() },
-        body: JSON.stringify({ prompt: 'bench run' })
-      })) as never
-    }]
-  }, (err, result) => (err ? reject(err) : resolve(result)))
-})
+const flood = (url: string, authorization: string, opts: { seconds?: number; amount?: number }) =>
+  new Promise<autocannon.Result>((resolve, reject) => {
+    autocannon(
+      {
+        url: `${url}/api/runs`,
+        method: 'POST',
+        connections: 20,
+        ...(opts.amount ? { amount: opts.amount } : { duration: opts.seconds ?? 10 }),
+        requests: [
+          {
+            setupRequest: ((req: Record<string, unknown>) => ({
+              ...req,
+              headers: { 'content-type': 'application/json', authorization, 'idempotency-key': randomUUID() },
+              body: JSON.stringify({ prompt: 'bench run' })
+            })) as never
+          }
+        ]
+      },
+      (err, result) => (err ? reject(err) : resolve(result))
+    )
+  })
 
 async function drained(server: Server): Promise<Counts> {
   for (;;) {
@@ -63,7 +76,8 @@ async function completion(database: string, limit: string, env: Record<string, s
     const accepted = atEnd.total / (loadMs / 1000)
     const finished = atEnd.finished / (loadMs / 1000)
     const refused = result.statusCodeStats?.['429']?.count ?? 0
-    if (result.errors > 0 || result.non2xx !== refused) throw new Error(`${result.non2xx} non-2xx (${refused} 429), ${result.errors} errors`)
+    if (result.errors > 0 || result.non2xx !== refused)
+      throw new Error(`${result.non2xx} non-2xx (${refused} 429), ${result.errors} errors`)
     return `| ${database} | ${limit} | ${atEnd.total} | ${refused} | ${accepted.toFixed(0)} | ${finished.toFixed(0)} | ${(finished / accepted).toFixed(2)} | ${drainS.toFixed(1)} | ${end.wait_p50.toFixed(0)} | ${end.wait_p99.toFixed(0)} |`
   } finally {
     await server.stop()
@@ -81,11 +95,17 @@ async function fairness(database: string, env: Record<string, string>): Promise<
     for (let i = 0; i < 5; i++) {
       queuedA = Math.min(queuedA, (await counts(server)).queued)
       const res = await fetch(`${server.url}/api/runs`, {
-        method: 'POST', headers: { 'content-type': 'application/json', authorization: b.authorization }, body: JSON.stringify({ prompt: `org B ${i}` })
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: b.authorization },
+        body: JSON.stringify({ prompt: `org B ${i}` })
       })
       const id = ((await res.json()) as { run: { id: string } }).run.id
       for (;;) {
-        const run = ((await (await fetch(`${server.url}/api/runs/${id}?wait=30`, { headers: { authorization: b.authorization } })).json()) as { run: { status: string; createdAt: string; startedAt: string | null } }).run
+        const run = (
+          (await (
+            await fetch(`${server.url}/api/runs/${id}?wait=30`, { headers: { authorization: b.authorization } })
+          ).json()) as { run: { status: string; createdAt: string; startedAt: string | null } }
+        ).run
         if (run.startedAt) {
           waits.push(Date.parse(run.startedAt) - Date.parse(run.createdAt))
           break
@@ -106,8 +126,18 @@ export async function benchCompletion(): Promise<string> {
   for (const limit of limits) rows.push(await completion('PGlite', limit, {}))
   if (process.env.BENCH_FAIRNESS !== '0') fair.push(await fairness('PGlite', {}))
   if (benchPostgres) {
-    for (const limit of limits) rows.push(await withDatabase(benchPostgres, (url) => completion('Postgres 15', limit, { DATABASE_URL: url, DATABASE_POOL_MAX: '40' })))
-    if (process.env.BENCH_FAIRNESS !== '0') fair.push(await withDatabase(benchPostgres, (url) => fairness('Postgres 15', { DATABASE_URL: url, DATABASE_POOL_MAX: '40' })))
+    for (const limit of limits)
+      rows.push(
+        await withDatabase(benchPostgres, (url) =>
+          completion('Postgres 15', limit, { DATABASE_URL: url, DATABASE_POOL_MAX: '40' })
+        )
+      )
+    if (process.env.BENCH_FAIRNESS !== '0')
+      fair.push(
+        await withDatabase(benchPostgres, (url) =>
+          fairness('Postgres 15', { DATABASE_URL: url, DATABASE_POOL_MAX: '40' })
+        )
+      )
   }
   return [
     'Echo runs started by 20 clients for 10 s (key + Idempotency-Key) and executed by the same instance (default RUN_WORKER_CONCURRENCY), with the default queue limit and with none (0):',
@@ -116,7 +146,7 @@ export async function benchCompletion(): Promise<string> {
     '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...rows,
     '',
-    'Another org\'s run while org A has 10,000 runs queued (five runs of org B, one after another):',
+    "Another org's run while org A has 10,000 runs queued (five runs of org B, one after another):",
     '',
     '| database | org A runs queued (least seen) | org B start wait p50 ms | max ms |',
     '| --- | ---: | ---: | ---: |',

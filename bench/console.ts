@@ -10,7 +10,10 @@ import { ensureHubBuild } from '../scripts/build-hub.mjs'
 import { benchPostgres, startServer, withDatabase } from './lib.js'
 
 // page-side callbacks run in the browser; this program has Node's types, not the DOM's
-declare const performance: { now(): number; getEntriesByType(type: 'resource'): Array<{ name: string; responseEnd: number; startTime: number }> }
+declare const performance: {
+  now(): number
+  getEntriesByType(type: 'resource'): Array<{ name: string; responseEnd: number; startTime: number }>
+}
 declare const window: { __lastTurn?: number }
 declare const document: { querySelector(selector: string): unknown }
 declare class MutationObserver {
@@ -39,23 +42,38 @@ const SENTENCES = [
   'Which of the open incidents touch the payments gateway, and are any of them waiting on another team?'
 ]
 
-/** A thread of `turns` runs made through the API, each awaited before the next (its outputs are the echo of its prompt). */
+/**
+ * A thread of `turns` runs made through the API, each awaited before the next (its outputs are the echo of its prompt).
+ */
 async function seedThread(url: string, turns: number): Promise<string> {
   const json = { 'content-type': 'application/json' }
   let rootRunId: string | undefined
   for (let i = 0; i < turns; i++) {
     const prompt = `Turn ${i + 1}. ${SENTENCES[i % SENTENCES.length]} ${SENTENCES[(i * 3 + 1) % SENTENCES.length]}`
-    const res = await fetch(`${url}/api/runs`, { method: 'POST', headers: json, body: JSON.stringify({ prompt, engine: 'echo', ...(rootRunId ? { rootRunId } : {}) }) })
+    const res = await fetch(`${url}/api/runs`, {
+      method: 'POST',
+      headers: json,
+      body: JSON.stringify({ prompt, engine: 'echo', ...(rootRunId ? { rootRunId } : {}) })
+    })
     if (res.status !== 201) throw new Error(`POST /api/runs: ${res.status} ${await res.text()}`)
-    const { run } = await res.json() as { run: { id: string; rootRunId: string } }
+    const { run } = (await res.json()) as { run: { id: string; rootRunId: string } }
     rootRunId = run.rootRunId
-    const done = await (await fetch(`${url}/api/runs/${run.id}?wait=30`)).json() as { run: { status: string; output: string | null } }
+    const done = (await (await fetch(`${url}/api/runs/${run.id}?wait=30`)).json()) as {
+      run: { status: string; output: string | null }
+    }
     if (done.run.status !== 'succeeded' || !done.run.output) throw new Error(`turn ${i + 1} ended ${done.run.status}`)
   }
   return rootRunId!
 }
 
-interface Sample { lastTurn: number; threadAnswered: number; scriptBytes: number; scriptGzip: number; scripts: number; apiCalls: number }
+interface Sample {
+  lastTurn: number
+  threadAnswered: number
+  scriptBytes: number
+  scriptGzip: number
+  scripts: number
+  apiCalls: number
+}
 
 /**
  * One cold load of /hub/threads/:id in a fresh context: ms from the navigation's start
@@ -81,7 +99,12 @@ async function coldLoad(browser: Browser, url: string, rootRunId: string): Promi
     let apiCalls = 0
     page.on('response', (response) => {
       const type = response.request().resourceType()
-      if (type === 'script') bodies.push(response.body().then((b) => { scripts.push(b) }))
+      if (type === 'script')
+        bodies.push(
+          response.body().then((b) => {
+            scripts.push(b)
+          })
+        )
       if (new URL(response.url()).pathname.startsWith('/api/')) apiCalls++
     })
     await page.goto(`${url}/hub/threads/${rootRunId}`)
@@ -98,18 +121,38 @@ async function coldLoad(browser: Browser, url: string, rootRunId: string): Promi
     await Promise.all(bodies)
     if (process.env.BENCH_TRACE) process.stderr.write(`${Math.round(at.lastTurn)}: ${at.parts.join(', ')}\n`)
     const all = Buffer.concat(scripts)
-    return { lastTurn: at.lastTurn, threadAnswered: at.thread, scriptBytes: all.length, scriptGzip: gzipSync(all).length, scripts: scripts.length, apiCalls }
+    return {
+      lastTurn: at.lastTurn,
+      threadAnswered: at.thread,
+      scriptBytes: all.length,
+      scriptGzip: gzipSync(all).length,
+      scripts: scripts.length,
+      apiCalls
+    }
   } finally {
     await context.close()
   }
 }
 
 async function measure(label: string, env: Record<string, string>): Promise<{ row: string; js: Sample }> {
-  const server = await startServer('bench/cairn-server.ts', { ECHO_WORD_DELAY_MS: '0', RUN_POLL_MS: '50', MEMORY_CAPTURE_WORKER: 'false', ...env })
+  const server = await startServer('bench/cairn-server.ts', {
+    ECHO_WORD_DELAY_MS: '0',
+    RUN_POLL_MS: '50',
+    MEMORY_CAPTURE_WORKER: 'false',
+    ...env
+  })
   const browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync'
+    ]
   })
   try {
     const seeded = Date.now()
@@ -131,15 +174,20 @@ async function measure(label: string, env: Record<string, string>): Promise<{ ro
 export async function benchConsole(): Promise<string> {
   ensureHubBuild({ log: () => {} })
   const results = [await measure('PGlite', {})]
-  if (benchPostgres) results.push(await withDatabase(benchPostgres, (url) => measure('Postgres', { DATABASE_URL: url })))
+  if (benchPostgres)
+    results.push(await withDatabase(benchPostgres, (url) => measure('Postgres', { DATABASE_URL: url })))
   const js = results[0]!.js
   return [
-    `### The thread page over ${TURNS} turns, cold (${SAMPLES} loads each, a fresh browser context each: ms from navigation start to the last turn rendered)`, '',
+    `### The thread page over ${TURNS} turns, cold (${SAMPLES} loads each, a fresh browser context each: ms from navigation start to the last turn rendered)`,
+    '',
     '| database | median | p95 | worst | thread answered (median) | API requests |',
     '| --- | ---: | ---: | ---: | ---: | ---: |',
-    ...results.map((r) => r.row), '',
-    '### The JavaScript the page loads', '',
-    '| scripts | KB | KB gzipped |', '| ---: | ---: | ---: |',
+    ...results.map((r) => r.row),
+    '',
+    '### The JavaScript the page loads',
+    '',
+    '| scripts | KB | KB gzipped |',
+    '| ---: | ---: | ---: |',
     `| ${js.scripts} | ${kb(js.scriptBytes)} | ${kb(js.scriptGzip)} |`
   ].join('\n')
 }

@@ -24,7 +24,10 @@ async function measure(postgresUrl: string | null): Promise<string> {
     for (const [database, env] of services) {
       const cairn = await startServer('bench/cairn-server.ts', env)
       servers.push(cairn)
-      cases.push({ url: `${cairn.url}/api/health`, name: `GET /api/health (${database})` }, { url: `${cairn.url}/api/config`, name: `GET /api/config (${database})` })
+      cases.push(
+        { url: `${cairn.url}/api/health`, name: `GET /api/health (${database})` },
+        { url: `${cairn.url}/api/config`, name: `GET /api/config (${database})` }
+      )
     }
     const rows = await interleaved(cases)
     const out = table(rows, rows[0]!)

@@ -8,7 +8,9 @@ import { pct, startBenchModel } from './model.js'
 const TURNS = Number(process.env.BENCH_HISTORY_TURNS ?? 200)
 const PROBES = Number(process.env.BENCH_HISTORY_PROBES ?? 100)
 
-/** A local OpenAI-compatible model: notes when each request began to arrive, by its last message, and answers at once. */
+/**
+ * A local OpenAI-compatible model: notes when each request began to arrive, by its last message, and answers at once.
+ */
 async function startModel(): Promise<{ url: string; arrivals: Map<string, number>; close(): Promise<void> }> {
   const arrivals = new Map<string, number>()
   const model = await startBenchModel(({ messages }, arrived) => {
@@ -20,15 +22,23 @@ async function startModel(): Promise<{ url: string; arrivals: Map<string, number
 
 async function measure(label: string, env: Record<string, string>): Promise<string[]> {
   const model = await startModel()
-  const server = await startServer('bench/cairn-server.ts', { ...env, OPENAI_BASE_URL: model.url, MODELS: 'bench-model' })
+  const server = await startServer('bench/cairn-server.ts', {
+    ...env,
+    OPENAI_BASE_URL: model.url,
+    MODELS: 'bench-model'
+  })
   try {
     const { authorization } = await credentials(server.url)
     const headers = { authorization, 'content-type': 'application/json' }
     const run = async (prompt: string, rootRunId?: string) => {
-      const created = await fetch(`${server.url}/api/runs`, { method: 'POST', headers, body: JSON.stringify({ prompt, ...(rootRunId ? { rootRunId } : {}) }) })
-      const { run } = await created.json() as { run: { id: string } }
+      const created = await fetch(`${server.url}/api/runs`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ prompt, ...(rootRunId ? { rootRunId } : {}) })
+      })
+      const { run } = (await created.json()) as { run: { id: string } }
       const ended = await fetch(`${server.url}/api/runs/${run.id}?wait=60`, { headers })
-      return (await ended.json() as { run: { id: string; status: string; startedAt: string } }).run
+      return ((await ended.json()) as { run: { id: string; status: string; startedAt: string } }).run
     }
     const delay = (prompt: string, startedAt: string) => model.arrivals.get(prompt)! - Date.parse(startedAt)
     // the thread: TURNS succeeded runs of about 500 bytes each (prompt and answer)
@@ -45,7 +55,7 @@ async function measure(label: string, env: Record<string, string>): Promise<stri
     }
     const row = (name: string, values: number[], base: number[]) =>
       `| ${label} | ${name} | ${pct(values, 50).toFixed(1)} | ${pct(values, 99).toFixed(1)} | ${(pct(values, 99) / pct(base, 99)).toFixed(2)} |`
-    return [row('a thread\'s first run (baseline)', fresh, fresh), row(`a run after ${TURNS}+ turns`, long, fresh)]
+    return [row("a thread's first run (baseline)", fresh, fresh), row(`a run after ${TURNS}+ turns`, long, fresh)]
   } finally {
     await server.stop()
     await model.close()
@@ -53,8 +63,12 @@ async function measure(label: string, env: Record<string, string>): Promise<stri
 }
 
 export async function benchHistory(): Promise<string> {
-  const rows = ['| database | case | claim → first byte at the model, p50 ms | p99 ms | p99 ratio to baseline |', '| --- | --- | ---: | ---: | ---: |']
+  const rows = [
+    '| database | case | claim → first byte at the model, p50 ms | p99 ms | p99 ratio to baseline |',
+    '| --- | --- | ---: | ---: | ---: |'
+  ]
   rows.push(...(await measure('PGlite', {})))
-  if (benchPostgres) rows.push(...(await withDatabase(benchPostgres, (url) => measure('Postgres', { DATABASE_URL: url }))))
+  if (benchPostgres)
+    rows.push(...(await withDatabase(benchPostgres, (url) => measure('Postgres', { DATABASE_URL: url }))))
   return rows.join('\n')
 }

@@ -11,7 +11,10 @@ import { ensureHubBuild } from '../scripts/build-hub.mjs'
 import { benchPostgres, startServer, withDatabase } from './lib.js'
 
 // page-side callbacks run in the browser; this program has Node's types, not the DOM's
-declare const performance: { now(): number; getEntriesByType(type: 'resource'): Array<{ name: string; responseEnd: number }> }
+declare const performance: {
+  now(): number
+  getEntriesByType(type: 'resource'): Array<{ name: string; responseEnd: number }>
+}
 declare const window: { __firstPage?: number }
 declare const document: { querySelector(selector: string): unknown }
 declare class MutationObserver {
@@ -36,7 +39,11 @@ const ms = (x: number) => `${Math.round(x)}`
  * the stylesheet, the session and browse calls, and rendering). A fresh context has an empty
  * cache (cold); reloading the same context uses the cached, immutable assets (warm).
  */
-async function firstPage(browser: Browser, url: string, rounds: number): Promise<{ cold: number[]; warm: number[]; api: number[]; script: number[]; browseEnd: number[] }> {
+async function firstPage(
+  browser: Browser,
+  url: string,
+  rounds: number
+): Promise<{ cold: number[]; warm: number[]; api: number[]; script: number[]; browseEnd: number[] }> {
   const cold: number[] = []
   const warm: number[] = []
   const api: number[] = []
@@ -76,7 +83,8 @@ async function firstPage(browser: Browser, url: string, rounds: number): Promise
       }
       api.push((await (await browse).json()).latencyMs)
       const summary = await page.locator('.summary').textContent()
-      if (!summary?.includes(FACTS.toLocaleString('en-US'))) throw new Error(`the page does not show ${FACTS} facts: ${summary}`)
+      if (!summary?.includes(FACTS.toLocaleString('en-US')))
+        throw new Error(`the page does not show ${FACTS} facts: ${summary}`)
     }
     await context.close()
   }
@@ -84,11 +92,23 @@ async function firstPage(browser: Browser, url: string, rounds: number): Promise
 }
 
 async function measure(label: string, env: Record<string, string>): Promise<string> {
-  const server = await startServer('bench/memory-server.ts', { BENCH_FACTS: String(FACTS), MEMORY_CAPTURE_WORKER: 'false', ...env })
+  const server = await startServer('bench/memory-server.ts', {
+    BENCH_FACTS: String(FACTS),
+    MEMORY_CAPTURE_WORKER: 'false',
+    ...env
+  })
   const browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync'
+    ]
   })
   try {
     await firstPage(browser, server.url, 1) // warm-up: the server's first queries, Chromium's first page
@@ -110,12 +130,16 @@ export async function benchHub(): Promise<string> {
   const rows = [await measure('PGlite', {})]
   if (benchPostgres) rows.push(await withDatabase(benchPostgres, (url) => measure('Postgres', { DATABASE_URL: url })))
   return [
-    `### Time to the first browse page, ${FACTS.toLocaleString('en-US')} facts in the pool (${RUNS} loads each, ms from navigation start)`, '',
+    `### Time to the first browse page, ${FACTS.toLocaleString('en-US')} facts in the pool (${RUNS} loads each, ms from navigation start)`,
+    '',
     '| database | cold median | cold worst | warm median | warm worst | cold: script loaded (median) | cold: browse answered (median) | browse API latencyMs (median) |',
     '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
-    ...rows, '',
-    '### What the page loads', '',
-    '| file | KB | KB gzipped |', '| --- | ---: | ---: |',
+    ...rows,
+    '',
+    '### What the page loads',
+    '',
+    '| file | KB | KB gzipped |',
+    '| --- | ---: | ---: |',
     ...sizes
   ].join('\n')
 }

@@ -6,9 +6,11 @@ import { loadConfig } from '../src/config.js'
 const page = { items: [], nextCursor: null }
 const app = await buildApp({
   config: loadConfig(),
-  apiPlugins: [async (api) => {
-    api.get('/projects', async () => page)
-  }]
+  apiPlugins: [
+    async (api) => {
+      api.get('/projects', async () => page)
+    }
+  ]
 })
 const address = await app.listen({ port: Number(process.env.PORT ?? 0), host: '127.0.0.1' })
 process.stdout.write(`listening on ${address}\n`)

@@ -15,10 +15,20 @@ async function lanes(env: Record<string, string>, label: string, full: boolean):
       { url: '/api/projects', headers: { cookie }, name: `GET /api/projects, session cookie${label}` },
       { url: '/api/projects', headers: { authorization }, name: `GET /api/projects, API key${label}` }
     ]
-    const rows = await interleaved(cases.map((c) => ({ url: `${server.url}${c.url}`, headers: c.headers, name: c.name })))
+    const rows = await interleaved(
+      cases.map((c) => ({ url: `${server.url}${c.url}`, headers: c.headers, name: c.name }))
+    )
     if (full) {
-      rows.push(await load({ url: `${server.url}/api/auth/session`, headers: { cookie }, name: 'GET /api/auth/session (user + orgs from the db)' }))
-      rows.push(await load({ url: `${server.url}/api/keys`, headers: { cookie }, name: 'GET /api/keys (list from the db)' }))
+      rows.push(
+        await load({
+          url: `${server.url}/api/auth/session`,
+          headers: { cookie },
+          name: 'GET /api/auth/session (user + orgs from the db)'
+        })
+      )
+      rows.push(
+        await load({ url: `${server.url}/api/keys`, headers: { cookie }, name: 'GET /api/keys (list from the db)' })
+      )
     }
     return rows
   } finally {

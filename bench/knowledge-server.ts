@@ -7,19 +7,150 @@ import { DEV_ORG } from '../src/auth/dev-org.js'
 import { loadConfig } from '../src/config.js'
 import { maintainEmbedded } from '../src/db/maintenance.js'
 
-const WORDS = ['deploy', 'kubernetes', 'invoice', 'customer', 'release', 'database', 'backup', 'vault', 'credentials', 'staging',
-  'payments', 'latency', 'incident', 'oncall', 'runbook', 'terraform', 'migration', 'frontend', 'webhook', 'billing',
-  'rotation', 'cluster', 'monitoring', 'alerting', 'dashboard', 'pipeline', 'artifact', 'registry', 'firewall', 'gateway',
-  'timeout', 'retry', 'queue', 'worker', 'scheduler', 'cache', 'redis', 'postgres', 'index', 'search',
-  'marketing', 'contract', 'vendor', 'budget', 'quarter', 'roadmap', 'design', 'review', 'meeting', 'standup',
-  'laptop', 'office', 'coffee', 'parking', 'holiday', 'travel', 'expense', 'hiring', 'interview', 'onboarding',
-  'password', 'session', 'token', 'certificate', 'domain', 'email', 'calendar', 'support', 'ticket', 'escalation',
-  'compliance', 'audit', 'privacy', 'encryption', 'policy', 'training', 'license', 'renewal', 'refund', 'quota',
-  'mobile', 'android', 'iphone', 'browser', 'chrome', 'safari', 'layout', 'accessibility', 'translation', 'locale',
-  'analytics', 'report', 'export', 'import', 'schema', 'tenant', 'region', 'failover', 'sandbox', 'webhooks']
-const SYLLABLES = ['ka', 'lo', 'mi', 'ne', 'po', 'ru', 'sa', 'ti', 'vo', 'ze', 'bri', 'cal', 'dor', 'fen', 'gil', 'har',
-  'jun', 'kel', 'lum', 'mor', 'nax', 'orb', 'pel', 'quin', 'ras', 'sol', 'tor', 'ulm', 'ven', 'wex', 'yar', 'zon',
-  'ber', 'cin', 'dax', 'eph', 'fro', 'gan', 'hux', 'ith']
+const WORDS = [
+  'deploy',
+  'kubernetes',
+  'invoice',
+  'customer',
+  'release',
+  'database',
+  'backup',
+  'vault',
+  'credentials',
+  'staging',
+  'payments',
+  'latency',
+  'incident',
+  'oncall',
+  'runbook',
+  'terraform',
+  'migration',
+  'frontend',
+  'webhook',
+  'billing',
+  'rotation',
+  'cluster',
+  'monitoring',
+  'alerting',
+  'dashboard',
+  'pipeline',
+  'artifact',
+  'registry',
+  'firewall',
+  'gateway',
+  'timeout',
+  'retry',
+  'queue',
+  'worker',
+  'scheduler',
+  'cache',
+  'redis',
+  'postgres',
+  'index',
+  'search',
+  'marketing',
+  'contract',
+  'vendor',
+  'budget',
+  'quarter',
+  'roadmap',
+  'design',
+  'review',
+  'meeting',
+  'standup',
+  'laptop',
+  'office',
+  'coffee',
+  'parking',
+  'holiday',
+  'travel',
+  'expense',
+  'hiring',
+  'interview',
+  'onboarding',
+  'password',
+  'session',
+  'token',
+  'certificate',
+  'domain',
+  'email',
+  'calendar',
+  'support',
+  'ticket',
+  'escalation',
+  'compliance',
+  'audit',
+  'privacy',
+  'encryption',
+  'policy',
+  'training',
+  'license',
+  'renewal',
+  'refund',
+  'quota',
+  'mobile',
+  'android',
+  'iphone',
+  'browser',
+  'chrome',
+  'safari',
+  'layout',
+  'accessibility',
+  'translation',
+  'locale',
+  'analytics',
+  'report',
+  'export',
+  'import',
+  'schema',
+  'tenant',
+  'region',
+  'failover',
+  'sandbox',
+  'webhooks'
+]
+const SYLLABLES = [
+  'ka',
+  'lo',
+  'mi',
+  'ne',
+  'po',
+  'ru',
+  'sa',
+  'ti',
+  'vo',
+  'ze',
+  'bri',
+  'cal',
+  'dor',
+  'fen',
+  'gil',
+  'har',
+  'jun',
+  'kel',
+  'lum',
+  'mor',
+  'nax',
+  'orb',
+  'pel',
+  'quin',
+  'ras',
+  'sol',
+  'tor',
+  'ulm',
+  'ven',
+  'wex',
+  'yar',
+  'zon',
+  'ber',
+  'cin',
+  'dax',
+  'eph',
+  'fro',
+  'gan',
+  'hux',
+  'ith'
+]
 
 const app = await buildApp({ config: loadConfig() })
 const chunks = Number(process.env.BENCH_CHUNKS ?? 100_000)
@@ -28,9 +159,13 @@ const started = Date.now()
 const words = sql.raw(`array[${WORDS.map((w) => `'${w}'`).join(',')}]`)
 const syllables = sql.raw(`array[${SYLLABLES.map((w) => `'${w}'`).join(',')}]`)
 // a sentence: two common words (each about 2% of sentences) and a rarer made-up one (0.06%)
-const sentence = (g: string, k: number) => sql.raw(`'The ' || w[1 + (${g} * ${7 + k}) % 100] || ' of the ' || w[1 + (${g} * ${13 + k}) % 97] ||
+const sentence = (g: string, k: number) =>
+  sql.raw(`'The ' || w[1 + (${g} * ${7 + k}) % 100] || ' of the ' || w[1 + (${g} * ${13 + k}) % 97] ||
   ' team depends on ' || s[1 + (${g} * ${31 + k}) % 37] || s[1 + (${g} * ${17 + k}) % 40] || ' during the ' || w[1 + (${g} * ${5 + k}) % 99] || ' review. '`)
-const body = sql.join([0, 1, 2, 3, 4, 5, 6, 7].map((k) => sentence('g', k)), sql.raw(' || '))
+const body = sql.join(
+  [0, 1, 2, 3, 4, 5, 6, 7].map((k) => sentence('g', k)),
+  sql.raw(' || ')
+)
 await app.db.execute(sql`
   insert into knowledge_documents (id, org_id, name, kind, content_type, size, sha256, state, chunk_count, attempts, max_attempts)
   select 'doc-' || d, ${DEV_ORG.id}, 'handbook-' || d || '.md', 'markdown', 'text/markdown', 60000, md5(d::text) || md5(d::text), 'ready', 100, 1, 3
@@ -55,7 +190,9 @@ await app.db.execute(sql`
 // the steady state autovacuum keeps on a real server (statistics and a current visibility
 // map), and on the embedded database the service's own pass (src/db/maintenance.ts)
 if (app.database.kind === 'pglite') await maintainEmbedded(app.db)
-else for (const table of ['knowledge_chunks', 'knowledge_records', 'knowledge_words', 'knowledge_documents']) await app.db.execute(sql.raw(`vacuum analyze ${table}`))
+else
+  for (const table of ['knowledge_chunks', 'knowledge_records', 'knowledge_words', 'knowledge_documents'])
+    await app.db.execute(sql.raw(`vacuum analyze ${table}`))
 process.stderr.write(`seeded ${chunks} chunks and ${records} records in ${Date.now() - started} ms\n`)
 const address = await app.listen({ port: Number(process.env.PORT ?? 0), host: '127.0.0.1' })
 process.stdout.write(`listening on ${address}\n`)

@@ -43,19 +43,23 @@ function percentile(times: number[], share: number): number {
 
 /** Runs autocannon against a listening server: requests/s and tail latency in ms. */
 export async function load(opts: LoadOptions): Promise<Result> {
-  const run = (duration: number, times?: number[]) => new Promise<autocannon.Result>((resolve, reject) => {
-    const instance = autocannon({
-      url: opts.url,
-      method: opts.method ?? 'GET',
-      headers: opts.headers,
-      body: opts.body,
-      connections: opts.connections ?? Number(process.env.BENCH_CONNECTIONS ?? 50),
-      pipelining: Number(process.env.BENCH_PIPELINING ?? 1),
-      duration,
-      requests: opts.setupRequest ? [{ setupRequest: opts.setupRequest as never }] : undefined
-    }, (err, result) => err ? reject(err) : resolve(result))
-    if (times) instance.on('response', (_client, _status, _bytes, ms) => times.push(ms))
-  })
+  const run = (duration: number, times?: number[]) =>
+    new Promise<autocannon.Result>((resolve, reject) => {
+      const instance = autocannon(
+        {
+          url: opts.url,
+          method: opts.method ?? 'GET',
+          headers: opts.headers,
+          body: opts.body,
+          connections: opts.connections ?? Number(process.env.BENCH_CONNECTIONS ?? 50),
+          pipelining: Number(process.env.BENCH_PIPELINING ?? 1),
+          duration,
+          requests: opts.setupRequest ? [{ setupRequest: opts.setupRequest as never }] : undefined
+        },
+        (err, result) => (err ? reject(err) : resolve(result))
+      )
+      if (times) instance.on('response', (_client, _status, _bytes, ms) => times.push(ms))
+    })
   // a short unmeasured run first, so every case is measured warm (JIT, pools, caches)
   await run(Number(process.env.BENCH_WARMUP_SECONDS ?? 2))
   const times: number[] = []
@@ -79,7 +83,10 @@ export async function load(opts: LoadOptions): Promise<Result> {
  * cases alternating, a slow patch hits every case alike, and the best round of each is
  * the one least disturbed. BENCH_ROUNDS rounds share BENCH_SECONDS per case.
  */
-export async function interleaved(cases: LoadOptions[], rounds = Number(process.env.BENCH_ROUNDS ?? 3)): Promise<Result[]> {
+export async function interleaved(
+  cases: LoadOptions[],
+  rounds = Number(process.env.BENCH_ROUNDS ?? 3)
+): Promise<Result[]> {
   const seconds = Math.max(1, Number(process.env.BENCH_SECONDS ?? 8) / rounds)
   const best = new Map<string, Result>()
   for (let round = 0; round < rounds; round++) {
@@ -108,11 +115,23 @@ export function benchEnv(dataDir: string, env: Record<string, string>): Record<s
   const { DATABASE_URL: _inherited, ...inherited } = process.env
   // dispatch benchmarks queue far more runs than an org may by default: no queue limit
   // unless a benchmark sets one (the figures measure the service, not the refusal)
-  return { ...inherited, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'warn', RUN_QUEUE_MAX_PER_ORG: '0', ...env }
+  return {
+    ...inherited,
+    DATA_DIR: dataDir,
+    PORT: '0',
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'warn',
+    RUN_QUEUE_MAX_PER_ORG: '0',
+    ...env
+  }
 }
 
 /** Starts a server script (TypeScript, through tsx) as its own process, so load and service do not share a loop. */
-export async function startServer(script: string, env: Record<string, string> = {}, readyTimeoutMs = 60_000): Promise<Server> {
+export async function startServer(
+  script: string,
+  env: Record<string, string> = {},
+  readyTimeoutMs = 60_000
+): Promise<Server> {
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-bench-'))
   const child = spawn(process.execPath, ['--import', 'tsx', script], {
     env: benchEnv(dataDir, env),
@@ -142,7 +161,10 @@ export async function startServer(script: string, env: Record<string, string> = 
 }
 
 export function table(rows: Result[], baseline: Result): string {
-  const out = ['| case | requests/s | p99 ms | ratio to baseline | non-2xx | errors |', '| --- | ---: | ---: | ---: | ---: | ---: |']
+  const out = [
+    '| case | requests/s | p99 ms | ratio to baseline | non-2xx | errors |',
+    '| --- | ---: | ---: | ---: | ---: | ---: |'
+  ]
   for (const r of rows) {
     out.push(`| ${r.name} | ${r.rps} | ${r.p99} | ${(r.rps / baseline.rps).toFixed(2)} | ${r.non2xx} | ${r.errors} |`)
   }
@@ -153,16 +175,25 @@ export function table(rows: Result[], baseline: Result): string {
 export async function credentials(url: string): Promise<{ cookie: string; authorization: string }> {
   const json = { 'content-type': 'application/json' }
   const signUp = await fetch(`${url}/api/auth/sign-up`, {
-    method: 'POST', headers: json,
+    method: 'POST',
+    headers: json,
     body: JSON.stringify({ email: `bench-${Date.now()}@example.test`, password: 'benchmark password', name: 'Bench' })
   })
   if (signUp.status !== 201) throw new Error(`sign-up: ${signUp.status} ${await signUp.text()}`)
   const cookie = signUp.headers.getSetCookie()[0]!.split(';')[0]!
-  const org = await fetch(`${url}/api/auth/organizations`, { method: 'POST', headers: { ...json, cookie }, body: JSON.stringify({ name: `Bench org ${randomBytes(3).toString('hex')}` }) })
+  const org = await fetch(`${url}/api/auth/organizations`, {
+    method: 'POST',
+    headers: { ...json, cookie },
+    body: JSON.stringify({ name: `Bench org ${randomBytes(3).toString('hex')}` })
+  })
   if (org.status !== 201) throw new Error(`create org: ${org.status}`)
-  const key = await fetch(`${url}/api/keys`, { method: 'POST', headers: { ...json, cookie }, body: JSON.stringify({ name: 'bench' }) })
+  const key = await fetch(`${url}/api/keys`, {
+    method: 'POST',
+    headers: { ...json, cookie },
+    body: JSON.stringify({ name: 'bench' })
+  })
   if (key.status !== 201) throw new Error(`mint key: ${key.status}`)
-  return { cookie, authorization: `Bearer ${(await key.json() as { key: string }).key}` }
+  return { cookie, authorization: `Bearer ${((await key.json()) as { key: string }).key}` }
 }
 
 /** The Postgres server the benchmarks may use: BENCH_DATABASE_URL, else DATABASE_URL. */

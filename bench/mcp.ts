@@ -7,33 +7,68 @@ const FACTS = Number(process.env.BENCH_FACTS ?? 10_000)
 const QUERY = 'kubernetes deploy'
 
 export async function benchMcp(): Promise<string> {
-  const server = await startServer('bench/memory-server.ts', { BENCH_FACTS: String(FACTS), MEMORY_CAPTURE_WORKER: 'false' })
+  const server = await startServer('bench/memory-server.ts', {
+    BENCH_FACTS: String(FACTS),
+    MEMORY_CAPTURE_WORKER: 'false'
+  })
   const connections = Number(process.env.BENCH_CONNECTIONS ?? 4)
   try {
     const base = server.url
-    const mcpHeaders = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25' }
+    const mcpHeaders = {
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      'mcp-protocol-version': '2025-11-25'
+    }
     const init = await fetch(`${base}/api/mcp`, {
-      method: 'POST', headers: mcpHeaders,
-      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'bench', version: '1' } } })
+      method: 'POST',
+      headers: mcpHeaders,
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'bench', version: '1' } }
+      })
     })
     const session = init.headers.get('mcp-session-id')
     if (init.status !== 200 || !session) throw new Error(`initialize: ${init.status} ${await init.text()}`)
     const headers = { ...mcpHeaders, 'mcp-session-id': session }
-    const call = JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'memory_search', arguments: { query: QUERY } } })
+    const call = JSON.stringify({
+      jsonrpc: '2.0',
+      id: 2,
+      method: 'tools/call',
+      params: { name: 'memory_search', arguments: { query: QUERY } }
+    })
     const check = await fetch(`${base}/api/mcp`, { method: 'POST', headers, body: call })
-    const answer = await check.json() as { result?: { isError?: boolean; content: Array<{ text: string }> } }
+    const answer = (await check.json()) as { result?: { isError?: boolean; content: Array<{ text: string }> } }
     if (!answer.result || answer.result.isError) throw new Error(`tools/call: ${JSON.stringify(answer)}`)
     const results: Result[] = await interleaved([
-      { url: `${base}/api/memory/search?q=${encodeURIComponent(QUERY)}`, name: 'GET /api/memory/search (baseline)', connections },
-      { url: `${base}/api/mcp`, name: 'POST /api/mcp tools/call memory_search', method: 'POST', headers, body: call, connections }
+      {
+        url: `${base}/api/memory/search?q=${encodeURIComponent(QUERY)}`,
+        name: 'GET /api/memory/search (baseline)',
+        connections
+      },
+      {
+        url: `${base}/api/mcp`,
+        name: 'POST /api/mcp tools/call memory_search',
+        method: 'POST',
+        headers,
+        body: call,
+        connections
+      }
     ])
     const [route, mcp] = results as [Result, Result]
     const out = [
-      `### MCP memory_search vs the route: ${FACTS.toLocaleString('en')} facts, ${connections} connections (PGlite)`, '',
-      '| case | requests/s | p50 ms | p90 ms | p95 ms | p99 ms | non-2xx | errors |', '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'
+      `### MCP memory_search vs the route: ${FACTS.toLocaleString('en')} facts, ${connections} connections (PGlite)`,
+      '',
+      '| case | requests/s | p50 ms | p90 ms | p95 ms | p99 ms | non-2xx | errors |',
+      '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'
     ]
-    for (const r of results) out.push(`| ${r.name} | ${r.rps} | ${r.p50} | ${r.p90} | ${r.p95} | ${r.p99} | ${r.non2xx} | ${r.errors} |`)
-    out.push('', `latency ratio MCP / route: p50 ${(mcp.p50 / route.p50).toFixed(2)}, p95 ${(mcp.p95 / route.p95).toFixed(2)} (target at most 1.5); throughput ratio route / MCP: ${(route.rps / mcp.rps).toFixed(2)}`)
+    for (const r of results)
+      out.push(`| ${r.name} | ${r.rps} | ${r.p50} | ${r.p90} | ${r.p95} | ${r.p99} | ${r.non2xx} | ${r.errors} |`)
+    out.push(
+      '',
+      `latency ratio MCP / route: p50 ${(mcp.p50 / route.p50).toFixed(2)}, p95 ${(mcp.p95 / route.p95).toFixed(2)} (target at most 1.5); throughput ratio route / MCP: ${(route.rps / mcp.rps).toFixed(2)}`
+    )
     return out.join('\n')
   } finally {
     await server.stop()

@@ -14,8 +14,16 @@ const FACTS = Number(process.env.BENCH_FACTS ?? 100_000)
 const PG = benchPostgres ?? 'postgres://postgres@127.0.0.1:5432/postgres'
 
 function rows(title: string, results: Result[], baseline: Result): string {
-  const out = [`### ${title}`, '', '| case | requests/s | p90 ms | p95 ms | p97.5 ms | p99 ms | ratio to health | non-2xx | errors |', '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |']
-  for (const r of results) out.push(`| ${r.name} | ${r.rps} | ${r.p90} | ${r.p95} | ${r.p975} | ${r.p99} | ${(r.rps / baseline.rps).toFixed(2)} | ${r.non2xx} | ${r.errors} |`)
+  const out = [
+    `### ${title}`,
+    '',
+    '| case | requests/s | p90 ms | p95 ms | p97.5 ms | p99 ms | ratio to health | non-2xx | errors |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'
+  ]
+  for (const r of results)
+    out.push(
+      `| ${r.name} | ${r.rps} | ${r.p90} | ${r.p95} | ${r.p975} | ${r.p99} | ${(r.rps / baseline.rps).toFixed(2)} | ${r.non2xx} | ${r.errors} |`
+    )
   return out.join('\n')
 }
 
@@ -36,7 +44,11 @@ async function dropDatabase(name: string) {
 }
 
 async function searchBench(label: string, env: Record<string, string>): Promise<string> {
-  const server = await startServer('bench/memory-server.ts', { BENCH_FACTS: String(FACTS), MEMORY_CAPTURE_WORKER: 'false', ...env })
+  const server = await startServer('bench/memory-server.ts', {
+    BENCH_FACTS: String(FACTS),
+    MEMORY_CAPTURE_WORKER: 'false',
+    ...env
+  })
   const connections = Number(process.env.BENCH_CONNECTIONS ?? 4)
   try {
     const base = server.url
@@ -50,12 +62,24 @@ async function searchBench(label: string, env: Record<string, string>): Promise<
       ['search a short prefix', 'terraf'],
       ['search a ticket number', 'ticket 48213']
     ] as const) {
-      results.push(await load({ url: `${base}/api/memory/search?q=${encodeURIComponent(q)}`, name: `${name} (\`${q}\`)`, connections }))
+      results.push(
+        await load({
+          url: `${base}/api/memory/search?q=${encodeURIComponent(q)}`,
+          name: `${name} (\`${q}\`)`,
+          connections
+        })
+      )
     }
     results.push(await load({ url: `${base}/api/memory/browse`, name: 'browse first page (50)', connections }))
     // the page after fact 50,000 (memory-server's ids are '0190' and 12 hex digits)
     const deep = encodeCursor(`0190${(50_000).toString(16).padStart(12, '0')}`)
-    results.push(await load({ url: `${base}/api/memory/browse?limit=50&cursor=${deep}`, name: 'browse deep page (cursor)', connections }))
+    results.push(
+      await load({
+        url: `${base}/api/memory/browse?limit=50&cursor=${deep}`,
+        name: 'browse deep page (cursor)',
+        connections
+      })
+    )
     return rows(`${label}: ${FACTS.toLocaleString('en')} facts, ${connections} connections`, results, results[0]!)
   } finally {
     await server.stop()
@@ -70,7 +94,12 @@ async function captureBench(): Promise<string> {
   try {
     await migrateDatabase(database, url)
     const app = await buildApp({
-      config: testConfig({ DATABASE_URL: url, MEMORY_CAPTURE_WORKER: 'false', MEMORY_CAPTURE_BATCH: '500', MEMORY_CAPTURE_CONCURRENCY: '16' }),
+      config: testConfig({
+        DATABASE_URL: url,
+        MEMORY_CAPTURE_WORKER: 'false',
+        MEMORY_CAPTURE_BATCH: '500',
+        MEMORY_CAPTURE_CONCURRENCY: '16'
+      }),
       database
     })
     await app.ready()
@@ -87,7 +116,9 @@ async function captureBench(): Promise<string> {
       claimed += n
     }
     const seconds = (performance.now() - started) / 1000
-    const delivered = await app.db.execute(sql`select count(*)::int as n from memory_captures where state = 'delivered'`)
+    const delivered = await app.db.execute(
+      sql`select count(*)::int as n from memory_captures where state = 'delivered'`
+    )
     const items = await app.db.execute(sql`select count(*)::int as n from memory_items`)
     await app.close()
     const d = (delivered as unknown as Array<{ n: number }>)[0]!.n
@@ -107,7 +138,13 @@ async function captureBench(): Promise<string> {
 
 export async function benchMemory(): Promise<string> {
   const parts: string[] = []
-  const only = process.env.BENCH_MEMORY_PARTS?.split(',') ?? ['postgres', 'postgres-uncached', 'pglite', 'pglite-uncached', 'capture']
+  const only = process.env.BENCH_MEMORY_PARTS?.split(',') ?? [
+    'postgres',
+    'postgres-uncached',
+    'pglite',
+    'pglite-uncached',
+    'capture'
+  ]
   // the same queries again and again: with the cache (the default) every search after the
   // first is a hit, so each database is measured without it too, the cost of a new query
   const uncached = { MEMORY_SEARCH_CACHE: '0' }
@@ -124,8 +161,10 @@ export async function benchMemory(): Promise<string> {
       await dropDatabase(name)
     }
   }
-  if (only.includes('pglite')) parts.push(await searchBench('PGlite (embedded), search cache on (every search a hit)', {}))
-  if (only.includes('pglite-uncached')) parts.push(await searchBench('PGlite (embedded), search cache off (MEMORY_SEARCH_CACHE=0)', uncached))
+  if (only.includes('pglite'))
+    parts.push(await searchBench('PGlite (embedded), search cache on (every search a hit)', {}))
+  if (only.includes('pglite-uncached'))
+    parts.push(await searchBench('PGlite (embedded), search cache off (MEMORY_SEARCH_CACHE=0)', uncached))
   if (only.includes('capture')) parts.push(await captureBench())
   return parts.join('\n\n')
 }

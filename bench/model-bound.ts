@@ -8,21 +8,36 @@ import { startRunsServer } from './runs.js'
 
 const WAIT_MS = 2000
 
-interface Row { database: string; concurrency: number; runs: number; inFlight: number; seconds: number; lagP99: string; lagMax: string }
+interface Row {
+  database: string
+  concurrency: number
+  runs: number
+  inFlight: number
+  seconds: number
+  lagP99: string
+  lagMax: string
+}
 
 async function ended(url: string, id: string): Promise<string> {
   for (;;) {
-    const run = (await (await fetch(`${url}/api/runs/${id}?wait=60`)).json() as { run: { status: string } }).run
+    const run = ((await (await fetch(`${url}/api/runs/${id}?wait=60`)).json()) as { run: { status: string } }).run
     if (['succeeded', 'failed', 'cancelled'].includes(run.status)) return run.status
   }
 }
 
 async function one(database: string, databaseUrl: string | undefined, concurrency: number, runs: number): Promise<Row> {
   const inFlight = { now: 0, max: 0 }
-  const model = await startBenchModel(() => [{ delta: { content: 'done' }, finish: 'stop' }], { delayMs: WAIT_MS, inFlight })
+  const model = await startBenchModel(() => [{ delta: { content: 'done' }, finish: 'stop' }], {
+    delayMs: WAIT_MS,
+    inFlight
+  })
   const server = await startRunsServer({
-    OPENAI_BASE_URL: model.url, MODELS: 'bench-model', RUN_WORKER_CONCURRENCY: String(concurrency), RUN_POLL_MS: '100',
-    BENCH_LAG: '1', ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {})
+    OPENAI_BASE_URL: model.url,
+    MODELS: 'bench-model',
+    RUN_WORKER_CONCURRENCY: String(concurrency),
+    RUN_POLL_MS: '100',
+    BENCH_LAG: '1',
+    ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {})
   })
   const lag = async () => {
     server.child.kill('SIGUSR2')
@@ -38,14 +53,17 @@ async function one(database: string, databaseUrl: string | undefined, concurrenc
     await new Promise((resolve) => setTimeout(resolve, 1000))
     await lag()
     const started = now()
-    const ids = await Promise.all(Array.from({ length: runs }, async (_, i) => {
-      const res = await fetch(`${server.url}/api/runs`, {
-        method: 'POST', headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ prompt: `model-bound run ${i}`, engine: 'openai', model: 'bench-model' })
+    const ids = await Promise.all(
+      Array.from({ length: runs }, async (_, i) => {
+        const res = await fetch(`${server.url}/api/runs`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ prompt: `model-bound run ${i}`, engine: 'openai', model: 'bench-model' })
+        })
+        if (res.status !== 201) throw new Error(`POST /api/runs: ${res.status} ${await res.text()}`)
+        return ((await res.json()) as { run: { id: string } }).run.id
       })
-      if (res.status !== 201) throw new Error(`POST /api/runs: ${res.status} ${await res.text()}`)
-      return ((await res.json()) as { run: { id: string } }).run.id
-    }))
+    )
     const statuses = await Promise.all(ids.map((id) => ended(server.url, id)))
     const failed = statuses.filter((s) => s !== 'succeeded').length
     if (failed > 0) throw new Error(`${failed} of ${runs} runs did not succeed`)
@@ -60,16 +78,23 @@ async function one(database: string, databaseUrl: string | undefined, concurrenc
 
 export async function benchModelBound(): Promise<string> {
   const rows: Row[] = []
-  const cases: Array<[number, number]> = [[4, 24], [128, 200]]
+  const cases: Array<[number, number]> = [
+    [4, 24],
+    [128, 200]
+  ]
   for (const [concurrency, runs] of cases) rows.push(await one('PGlite (embedded)', undefined, concurrency, runs))
   if (benchPostgres) {
-    for (const [concurrency, runs] of cases) rows.push(await withDatabase(benchPostgres, (url) => one('PostgreSQL', url, concurrency, runs)))
+    for (const [concurrency, runs] of cases)
+      rows.push(await withDatabase(benchPostgres, (url) => one('PostgreSQL', url, concurrency, runs)))
   }
   return [
     `Each run waits ${WAIT_MS / 1000} s on the model before its answer starts; all runs are posted at once.`,
     '',
     '| database | RUN_WORKER_CONCURRENCY | runs | most model calls in flight | seconds, first POST to last end | runs/s | event loop delay p99 ms | max ms |',
     '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
-    ...rows.map((r) => `| ${r.database} | ${r.concurrency} | ${r.runs} | ${r.inFlight} | ${r.seconds.toFixed(1)} | ${(r.runs / r.seconds).toFixed(1)} | ${r.lagP99} | ${r.lagMax} |`)
+    ...rows.map(
+      (r) =>
+        `| ${r.database} | ${r.concurrency} | ${r.runs} | ${r.inFlight} | ${r.seconds.toFixed(1)} | ${(r.runs / r.seconds).toFixed(1)} | ${r.lagP99} | ${r.lagMax} |`
+    )
   ].join('\n')
 }

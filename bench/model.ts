@@ -39,14 +39,21 @@ export async function startBenchModel(
       if (gauge) gauge.now--
     }
     if (req.method === 'GET') {
-      res.writeHead(200, { 'content-type': 'application/json' })
-        .end(JSON.stringify({ object: 'list', data: [{ id: 'bench-model', object: 'model', created: 0, owned_by: 'bench' }] }))
+      res.writeHead(200, { 'content-type': 'application/json' }).end(
+        JSON.stringify({
+          object: 'list',
+          data: [{ id: 'bench-model', object: 'model', created: 0, owned_by: 'bench' }]
+        })
+      )
       return
     }
     const chunk = (fields: Record<string, unknown>) =>
-      res.write(`data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 0, model: 'bench-model', ...fields })}\n\n`)
+      res.write(
+        `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 0, model: 'bench-model', ...fields })}\n\n`
+      )
     res.writeHead(200, { 'content-type': 'text/event-stream' })
-    for (const { delta, finish } of answer(JSON.parse(raw) as BenchModelRequest, arrived)) chunk({ choices: [{ index: 0, delta, finish_reason: finish ?? null }] })
+    for (const { delta, finish } of answer(JSON.parse(raw) as BenchModelRequest, arrived))
+      chunk({ choices: [{ index: 0, delta, finish_reason: finish ?? null }] })
     chunk({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 } })
     res.end('data: [DONE]\n\n')
   })

@@ -11,14 +11,36 @@ const FACTS = Number(process.env.BENCH_FACTS ?? 100_000)
 const PROMPTS = Number(process.env.BENCH_PROMPTS ?? 200)
 
 // the seeded facts' words (memory-server.ts): common ones, and the two-syllable rare ones
-const TOPICS = ['deploy', 'kubernetes', 'invoice', 'customer', 'release', 'database', 'backup', 'staging', 'payments', 'latency',
-  'incident', 'runbook', 'terraform', 'migration', 'webhook', 'billing', 'rotation', 'cluster', 'monitoring', 'pipeline']
+const TOPICS = [
+  'deploy',
+  'kubernetes',
+  'invoice',
+  'customer',
+  'release',
+  'database',
+  'backup',
+  'staging',
+  'payments',
+  'latency',
+  'incident',
+  'runbook',
+  'terraform',
+  'migration',
+  'webhook',
+  'billing',
+  'rotation',
+  'cluster',
+  'monitoring',
+  'pipeline'
+]
 const SYLLABLES = ['ka', 'lo', 'mi', 'ne', 'po', 'ru', 'sa', 'ti', 'vo', 'ze', 'bri', 'cal', 'dor', 'fen', 'gil', 'har']
 // what a person writes around the subject
-const FILLER = ('hello there I hope you are doing well today and I wanted to ask you something about what we discussed ' +
+const FILLER = (
+  'hello there I hope you are doing well today and I wanted to ask you something about what we discussed ' +
   'before because I am not sure whether it still applies to the team so could you please have a look and tell me what ' +
   'you think it would be really helpful if you could also explain why since I need to write this down for the others ' +
-  'who were not in the meeting last week and they will probably ask me the same question again soon anyway thanks a lot').split(' ')
+  'who were not in the meeting last week and they will probably ask me the same question again soon anyway thanks a lot'
+).split(' ')
 
 /** A 200-word prompt: filler, with a few topic words and a rare word, the subject late. */
 function prompt(i: number): string {
@@ -38,16 +60,28 @@ async function json(url: string, init?: RequestInit): Promise<any> {
 }
 
 async function measure(label: string, env: Record<string, string>): Promise<string> {
-  const server = await startServer('bench/memory-server.ts', {
-    BENCH_FACTS: String(FACTS), MEMORY_CAPTURE_WORKER: 'false', MEMORY_SEARCH_CACHE: '0', ECHO_WORD_DELAY_MS: '0', ...env
-  }, 600_000)
+  const server = await startServer(
+    'bench/memory-server.ts',
+    {
+      BENCH_FACTS: String(FACTS),
+      MEMORY_CAPTURE_WORKER: 'false',
+      MEMORY_SEARCH_CACHE: '0',
+      ECHO_WORD_DELAY_MS: '0',
+      ...env
+    },
+    600_000
+  )
   try {
     const base = server.url
     const eight: number[] = []
     const found = { eight: 0, whole: 0 }
     for (let i = 0; i < PROMPTS; i++) {
       const p = prompt(i)
-      const { run } = await json(`${base}/api/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: p, engine: 'echo' }) })
+      const { run } = await json(`${base}/api/runs`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt: p, engine: 'echo' })
+      })
       await json(`${base}/api/runs/${run.id}?wait=30`)
       const search = await json(`${base}/api/memory/search?limit=20&q=${encodeURIComponent(p)}`)
       eight.push(search.latencyMs)
@@ -56,7 +90,9 @@ async function measure(label: string, env: Record<string, string>): Promise<stri
     const whole: number[] = []
     let cursor: string | null = null
     do {
-      const page: { recalls: Array<{ latencyMs: number; itemIds: string[] }>; nextCursor: string | null } = await json(`${base}/api/memory/recalls?limit=200${cursor ? `&cursor=${cursor}` : ''}`)
+      const page: { recalls: Array<{ latencyMs: number; itemIds: string[] }>; nextCursor: string | null } = await json(
+        `${base}/api/memory/recalls?limit=200${cursor ? `&cursor=${cursor}` : ''}`
+      )
       for (const frame of page.recalls) {
         whole.push(frame.latencyMs)
         if (frame.itemIds.length > 0) found.whole++

@@ -15,8 +15,18 @@ const SEQUENTIAL = Number(process.env.BENCH_RUN_COST_RUNS ?? 100)
 const BURST = Number(process.env.BENCH_RUN_COST_BURST ?? 1000)
 const IDLE_MS = 5000
 
-interface Totals { statements: number; commits: number; inserted: number; updated: number; deleted: number; wal: number }
-interface StatementRow { query: string; calls: number }
+interface Totals {
+  statements: number
+  commits: number
+  inserted: number
+  updated: number
+  deleted: number
+  wal: number
+}
+interface StatementRow {
+  query: string
+  calls: number
+}
 
 async function post(url: string): Promise<string> {
   const res = await fetch(`${url}/api/runs`, {
@@ -30,7 +40,7 @@ async function post(url: string): Promise<string> {
 
 async function ended(url: string, id: string): Promise<void> {
   for (;;) {
-    const run = (await (await fetch(`${url}/api/runs/${id}?wait=30`)).json() as { run: { status: string } }).run
+    const run = ((await (await fetch(`${url}/api/runs/${id}?wait=30`)).json()) as { run: { status: string } }).run
     if (run.status === 'succeeded') return
     if (['failed', 'cancelled'].includes(run.status)) throw new Error(`run ${id} ${run.status}`)
   }
@@ -41,7 +51,9 @@ export async function benchRunCost(): Promise<string> {
   const teardowns: Array<() => unknown> = []
   try {
     const cluster = await startCluster({ teardown: (fn) => void teardowns.unshift(fn) }, [
-      'shared_preload_libraries=pg_stat_statements', 'pg_stat_statements.track=top', 'pg_stat_statements.track_utility=on',
+      'shared_preload_libraries=pg_stat_statements',
+      'pg_stat_statements.track=top',
+      'pg_stat_statements.track_utility=on',
       'pg_stat_statements.max=10000'
     ])
     const admin = postgres(cluster.url, { max: 1, onnotice: () => {} })
@@ -51,8 +63,13 @@ export async function benchRunCost(): Promise<string> {
     const dbUrl = cluster.url.replace(/\/postgres$/, '/cost')
     // the instance's pollers and sweepers slowed down, so what is counted is the runs' own (NOTIFY wakes the workers)
     const quiet = {
-      RUN_POLL_MS: '600000', RUN_SWEEP_MS: '600000', MEMORY_CAPTURE_POLL_MS: '60000', BLOB_SWEEP_MS: '600000',
-      KNOWLEDGE_POLL_MS: '600000', SCHEDULER_POLL_MS: '60000', SLACK_OUTBOX_POLL_MS: '600000'
+      RUN_POLL_MS: '600000',
+      RUN_SWEEP_MS: '600000',
+      MEMORY_CAPTURE_POLL_MS: '60000',
+      BLOB_SWEEP_MS: '600000',
+      KNOWLEDGE_POLL_MS: '600000',
+      SCHEDULER_POLL_MS: '60000',
+      SLACK_OUTBOX_POLL_MS: '600000'
     }
     const server = await startRunsServer({ DATABASE_URL: dbUrl, LOG_LEVEL: 'warn', ...quiet })
     teardowns.unshift(() => server.stop())
@@ -60,11 +77,20 @@ export async function benchRunCost(): Promise<string> {
     const totals = async (): Promise<Totals> => {
       const [s] = await admin`select coalesce(sum(calls), 0)::bigint as n from pg_stat_statements
         where dbid = (select oid from pg_database where datname = 'cost')`
-      const [d] = await admin`select xact_commit, tup_inserted, tup_updated, tup_deleted, pg_current_wal_lsn() - '0/0'::pg_lsn as wal
+      const [d] =
+        await admin`select xact_commit, tup_inserted, tup_updated, tup_deleted, pg_current_wal_lsn() - '0/0'::pg_lsn as wal
         from pg_stat_database where datname = 'cost'`
-      return { statements: Number(s!.n), commits: Number(d!.xact_commit), inserted: Number(d!.tup_inserted), updated: Number(d!.tup_updated), deleted: Number(d!.tup_deleted), wal: Number(d!.wal) }
+      return {
+        statements: Number(s!.n),
+        commits: Number(d!.xact_commit),
+        inserted: Number(d!.tup_inserted),
+        updated: Number(d!.tup_updated),
+        deleted: Number(d!.tup_deleted),
+        wal: Number(d!.wal)
+      }
     }
-    const statements = async (): Promise<StatementRow[]> => (await admin`
+    const statements = async (): Promise<StatementRow[]> =>
+      (await admin`
       select regexp_replace(query, '\\s+', ' ', 'g') as query, calls::int as calls from pg_stat_statements
       where dbid = (select oid from pg_database where datname = 'cost') order by calls desc`) as unknown as StatementRow[]
     const reset = async () => {
@@ -103,12 +129,14 @@ export async function benchRunCost(): Promise<string> {
     const burst = await measure('a burst from 20 clients, executed meanwhile', BURST, async () => {
       const ids: string[] = []
       let next = 0
-      await Promise.all(Array.from({ length: 20 }, async () => {
-        while (next < BURST) {
-          next++
-          ids.push(await post(server.url))
-        }
-      }))
+      await Promise.all(
+        Array.from({ length: 20 }, async () => {
+          while (next < BURST) {
+            next++
+            ids.push(await post(server.url))
+          }
+        })
+      )
       for (const id of ids) await ended(server.url, id)
     })
     const lines = [
@@ -123,7 +151,9 @@ export async function benchRunCost(): Promise<string> {
       '',
       '| calls per run | statement |',
       '| ---: | --- |',
-      ...one.top.filter((s) => s.calls / SEQUENTIAL >= 0.2).map((s) => `| ${(s.calls / SEQUENTIAL).toFixed(2)} | \`${s.query.slice(0, 200).replace(/\|/g, '\\|')}\` |`)
+      ...one.top
+        .filter((s) => s.calls / SEQUENTIAL >= 0.2)
+        .map((s) => `| ${(s.calls / SEQUENTIAL).toFixed(2)} | \`${s.query.slice(0, 200).replace(/\|/g, '\\|')}\` |`)
     ]
     return lines.join('\n')
   } finally {

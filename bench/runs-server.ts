@@ -40,17 +40,21 @@ process.on('SIGUSR2', () => {
 // SIGHUP: the runs as the database has them (for acceptance next to completion): how many,
 // how many finished, queued and running, and the queue wait of those started (p50, p99 ms)
 process.on('SIGHUP', () => {
-  void app.db.execute(sql`
+  void app.db
+    .execute(
+      sql`
     select count(*)::int as total,
            count(*) filter (where status in ('succeeded', 'failed', 'cancelled'))::int as finished,
            count(*) filter (where status = 'queued')::int as queued,
            count(*) filter (where status = 'running')::int as running,
            coalesce(percentile_cont(0.5) within group (order by extract(epoch from started_at - created_at) * 1000), 0)::float8 as wait_p50,
            coalesce(percentile_cont(0.99) within group (order by extract(epoch from started_at - created_at) * 1000), 0)::float8 as wait_p99
-    from runs`).then((result) => {
-    const rows = (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows) as unknown[]
-    process.stdout.write(`runs ${JSON.stringify(rows[0])}\n`)
-  })
+    from runs`
+    )
+    .then((result) => {
+      const rows = (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows) as unknown[]
+      process.stdout.write(`runs ${JSON.stringify(rows[0])}\n`)
+    })
 })
 process.on('SIGTERM', () => {
   void app.close().then(() => process.exit(0))

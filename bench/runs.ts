@@ -60,23 +60,25 @@ function post(url: string, body: unknown): Promise<{ status: number; body: strin
   })
 }
 
-
 async function dispatch(label: string, env: Record<string, string>, withHealth = true): Promise<Result[]> {
   const server = await startRunsServer(env)
-  const workers = env.RUN_WORKER_CONCURRENCY === '0' ? 'no workers: dispatch only' : 'echo runs executing in the same process'
+  const workers =
+    env.RUN_WORKER_CONCURRENCY === '0' ? 'no workers: dispatch only' : 'echo runs executing in the same process'
   try {
     const { authorization } = await credentials(server.url)
     const rows = withHealth ? [await load({ url: `${server.url}/api/health`, name: `GET /api/health (${label})` })] : []
-    rows.push(await load({
-      url: `${server.url}/api/runs`,
-      name: `POST /api/runs, bearer key + Idempotency-Key (${label}, ${workers})`,
-      method: 'POST',
-      setupRequest: (req) => ({
-        ...req,
-        headers: { 'content-type': 'application/json', authorization, 'idempotency-key': randomUUID() },
-        body: JSON.stringify({ prompt: 'bench run' })
+    rows.push(
+      await load({
+        url: `${server.url}/api/runs`,
+        name: `POST /api/runs, bearer key + Idempotency-Key (${label}, ${workers})`,
+        method: 'POST',
+        setupRequest: (req) => ({
+          ...req,
+          headers: { 'content-type': 'application/json', authorization, 'idempotency-key': randomUUID() },
+          body: JSON.stringify({ prompt: 'bench run' })
+        })
       })
-    }))
+    )
     return rows
   } finally {
     await server.stop()
@@ -101,7 +103,9 @@ async function fanout(clients: number, env: Record<string, string>): Promise<str
     const perProc = Math.ceil(clients / 2)
     const done = new Map<string, number[]>()
     for (let i = 0; i < 2; i++) {
-      const child = fork('bench/sse-clients.ts', [`${server.url}/api/runs/changes`, String(perProc)], { execArgv: ['--import', 'tsx'] })
+      const child = fork('bench/sse-clients.ts', [`${server.url}/api/runs/changes`, String(perProc)], {
+        execArgv: ['--import', 'tsx']
+      })
       procs.push(child)
       child.on('message', (m: { id?: string; doneAt?: number }) => {
         if (m.id) (done.get(m.id) ?? done.set(m.id, []).get(m.id)!).push(m.doneAt!)
@@ -115,7 +119,8 @@ async function fanout(clients: number, env: Record<string, string>): Promise<str
       const res = await post(`${server.url}/api/runs`, { prompt: `fan-out ${i}` })
       const id = JSON.parse(res.body).run.id as string
       const deadline = Date.now() + 10_000
-      while ((done.get(id)?.length ?? 0) < procs.length && Date.now() < deadline) await new Promise((r) => setTimeout(r, 2))
+      while ((done.get(id)?.length ?? 0) < procs.length && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 2))
       const times = done.get(id) ?? []
       if (times.length === procs.length) latencies.push(Math.max(...times) - t0)
       await new Promise((r) => setTimeout(r, 100))
@@ -141,29 +146,34 @@ async function crossInstance(dbUrl: string): Promise<string> {
     const latencies: number[] = []
     const got = new Map<string, number>()
     await new Promise<void>((resolve, reject) => {
-      const req = request(`${b.url}/api/runs/${root}/thread-events`, { headers: { accept: 'text/event-stream' } }, (res) => {
-        res.setEncoding('utf8')
-        let buffer = ''
-        res.on('data', (chunk: string) => {
-          const at = now()
-          buffer += chunk
-          let cut: number
-          while ((cut = buffer.indexOf('\n\n')) >= 0) {
-            const block = buffer.slice(0, cut)
-            buffer = buffer.slice(cut + 2)
-            const line = block.split('\n').find((l) => l.startsWith('data: '))
-            if (!line) continue
-            const event = JSON.parse(line.slice(6)) as { runId: string; createdAt: string }
-            got.set(event.runId, at - Date.parse(event.createdAt))
-          }
-        })
-        resolve()
-      })
+      const req = request(
+        `${b.url}/api/runs/${root}/thread-events`,
+        { headers: { accept: 'text/event-stream' } },
+        (res) => {
+          res.setEncoding('utf8')
+          let buffer = ''
+          res.on('data', (chunk: string) => {
+            const at = now()
+            buffer += chunk
+            let cut: number
+            while ((cut = buffer.indexOf('\n\n')) >= 0) {
+              const block = buffer.slice(0, cut)
+              buffer = buffer.slice(cut + 2)
+              const line = block.split('\n').find((l) => l.startsWith('data: '))
+              if (!line) continue
+              const event = JSON.parse(line.slice(6)) as { runId: string; createdAt: string }
+              got.set(event.runId, at - Date.parse(event.createdAt))
+            }
+          })
+          resolve()
+        }
+      )
       req.on('error', reject)
       req.end()
     })
     for (let i = 0; i < 200; i++) {
-      const id = JSON.parse((await post(`${a.url}/api/runs`, { prompt: `x${i}`, rootRunId: root })).body).run.id as string
+      const id = JSON.parse((await post(`${a.url}/api/runs`, { prompt: `x${i}`, rootRunId: root })).body).run
+        .id as string
       const deadline = Date.now() + 5000
       while (!got.has(id) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 1))
       const latency = got.get(id)
@@ -192,14 +202,22 @@ export async function benchRuns(): Promise<string> {
     const rows: Result[] = await dispatch('PGlite', {})
     rows.push(...(await dispatch('PGlite', { RUN_WORKER_CONCURRENCY: '0' }, false)))
     if (pgUrl) {
-      rows.push(...(await withDatabase(pgUrl, (url) => dispatch('Postgres', { DATABASE_URL: url, DATABASE_POOL_MAX: '40' }))))
-      rows.push(...(await withDatabase(pgUrl, (url) => dispatch('Postgres', { DATABASE_URL: url, DATABASE_POOL_MAX: '40', RUN_WORKER_CONCURRENCY: '0' }, false))))
+      rows.push(
+        ...(await withDatabase(pgUrl, (url) => dispatch('Postgres', { DATABASE_URL: url, DATABASE_POOL_MAX: '40' })))
+      )
+      rows.push(
+        ...(await withDatabase(pgUrl, (url) =>
+          dispatch('Postgres', { DATABASE_URL: url, DATABASE_POOL_MAX: '40', RUN_WORKER_CONCURRENCY: '0' }, false)
+        ))
+      )
     }
     out.push('### Dispatch\n', table(rows, rows[0]!))
   }
   if (parts.has('fanout')) {
     out.push(`\n### Fan-out: ${clients} SSE clients on /api/runs/changes (run creation → last client)\n`)
-    out.push(pgUrl ? await withDatabase(pgUrl, (url) => fanout(clients, { DATABASE_URL: url })) : await fanout(clients, {}))
+    out.push(
+      pgUrl ? await withDatabase(pgUrl, (url) => fanout(clients, { DATABASE_URL: url })) : await fanout(clients, {})
+    )
   }
   if (parts.has('cross')) {
     if (pgUrl) {

@@ -41,10 +41,20 @@ async function sandboxExec(): Promise<string> {
   const n = Number(process.env.BENCH_EXECS ?? 200)
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-bench-sandbox-'))
   const log = { warn() {}, info() {} }
-  const options = { dataDir, network: false, execTimeoutMs: 10_000, outputMaxBytes: 65_536, fileMaxBytes: 1_048_576, log }
+  const options = {
+    dataDir,
+    network: false,
+    execTimeoutMs: 10_000,
+    outputMaxBytes: 65_536,
+    fileMaxBytes: 1_048_576,
+    log
+  }
   try {
     const rows: Array<[string, number]> = []
-    rows.push(['spawn /bin/true (baseline)', await timeMany(n, () => new Promise((resolve) => spawn('/bin/true').once('close', resolve)))])
+    rows.push([
+      'spawn /bin/true (baseline)',
+      await timeMany(n, () => new Promise((resolve) => spawn('/bin/true').once('close', resolve)))
+    ])
     const files: Array<[string, number, number]> = []
     const both = async (mode: string, sandbox: Sandbox) => {
       const shell = await timeMany(n, () => sandbox.exec('true'))
@@ -58,16 +68,27 @@ async function sandboxExec(): Promise<string> {
         files.push([`${tool}, ${mode}`, await timeMany(n, call), shell])
       }
     }
-    await both('plain process', await new LocalSandboxProvider({ ...options, confinement: 'none', unconfined: true }).create({ orgId: 'bench', threadId: 'plain' }))
+    await both(
+      'plain process',
+      await new LocalSandboxProvider({ ...options, confinement: 'none', unconfined: true }).create({
+        orgId: 'bench',
+        threadId: 'plain'
+      })
+    )
     if (probeBubblewrap().ok) {
       const boxed = new LocalSandboxProvider({ ...options, confinement: 'bwrap', unconfined: false })
       await both('bubblewrap', await boxed.create({ orgId: 'bench', threadId: 'bwrap' }))
     }
     const base = rows[0]![1]
-    return ['| case | ms per command | ratio to baseline |', '| --- | ---: | ---: |',
+    return [
+      '| case | ms per command | ratio to baseline |',
+      '| --- | ---: | ---: |',
       ...rows.map(([name, ms]) => `| ${name} | ${ms.toFixed(2)} | ${(ms / base).toFixed(2)} |`),
-      '', '| file tool | ms per call | ratio to a shell call (`true`) in the same sandbox |', '| --- | ---: | ---: |',
-      ...files.map(([name, ms, shell]) => `| ${name} | ${ms.toFixed(2)} | ${(ms / shell).toFixed(2)} |`)].join('\n')
+      '',
+      '| file tool | ms per call | ratio to a shell call (`true`) in the same sandbox |',
+      '| --- | ---: | ---: |',
+      ...files.map(([name, ms, shell]) => `| ${name} | ${ms.toFixed(2)} | ${(ms / shell).toFixed(2)} |`)
+    ].join('\n')
   } finally {
     rmSync(dataDir, { recursive: true, force: true })
   }

@@ -15,14 +15,33 @@ async function dispatchCases(label: string, env: Record<string, string>): Promis
   try {
     const { cookie, authorization } = await credentials(server.url)
     const created = await fetch(`${server.url}/api/skills`, {
-      method: 'POST', headers: { ...json, cookie },
-      body: JSON.stringify({ name: 'bench-skill', description: 'A benchmark skill', instructions: 'Summarize the input in one sentence.' })
+      method: 'POST',
+      headers: { ...json, cookie },
+      body: JSON.stringify({
+        name: 'bench-skill',
+        description: 'A benchmark skill',
+        instructions: 'Summarize the input in one sentence.'
+      })
     })
     const skillId = ((await created.json()) as { skill: { id: string } }).skill.id
-    const keyed = (body: string) => (req: Record<string, unknown>) => ({ ...req, headers: { ...json, authorization, 'idempotency-key': randomUUID() }, body })
+    const keyed = (body: string) => (req: Record<string, unknown>) => ({
+      ...req,
+      headers: { ...json, authorization, 'idempotency-key': randomUUID() },
+      body
+    })
     const results = await interleaved([
-      { name: `POST /api/runs (baseline, ${label})`, url: `${server.url}/api/runs`, method: 'POST', setupRequest: keyed(JSON.stringify({ prompt: 'Summarize the input in one sentence.\n\nbench input' })) },
-      { name: `POST /api/skills/:id/run (${label})`, url: `${server.url}/api/skills/${skillId}/run`, method: 'POST', setupRequest: keyed(JSON.stringify({ input: 'bench input' })) }
+      {
+        name: `POST /api/runs (baseline, ${label})`,
+        url: `${server.url}/api/runs`,
+        method: 'POST',
+        setupRequest: keyed(JSON.stringify({ prompt: 'Summarize the input in one sentence.\n\nbench input' }))
+      },
+      {
+        name: `POST /api/skills/:id/run (${label})`,
+        url: `${server.url}/api/skills/${skillId}/run`,
+        method: 'POST',
+        setupRequest: keyed(JSON.stringify({ input: 'bench input' }))
+      }
     ])
     return table(results, results[0]!)
   } finally {
@@ -30,7 +49,12 @@ async function dispatchCases(label: string, env: Record<string, string>): Promis
   }
 }
 
-function post(url: string, headers: Record<string, string>, body: string, agent: Agent): Promise<{ status: number; text: string }> {
+function post(
+  url: string,
+  headers: Record<string, string>,
+  body: string,
+  agent: Agent
+): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
     const req = request(url, { method: 'POST', headers, agent }, (res) => {
       let text = ''
@@ -43,7 +67,8 @@ function post(url: string, headers: Record<string, string>, body: string, agent:
   })
 }
 
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!
+const percentile = (sorted: number[], p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!
 
 /**
  * Moves in one column of 10,000 tasks: `clients` concurrent movers, each owning its own
@@ -60,22 +85,54 @@ async function moveCase(databaseUrl: string): Promise<string> {
   const agent = new Agent({ keepAlive: true, maxSockets: clients })
   try {
     const { cookie } = await credentials(server.url)
-    const project = ((await (await fetch(`${server.url}/api/projects`, { method: 'POST', headers: { ...json, cookie }, body: JSON.stringify({ name: 'bench board' }) })).json()) as { project: { id: string } }).project
-    const first = ((await (await fetch(`${server.url}/api/tasks`, { method: 'POST', headers: { ...json, cookie }, body: JSON.stringify({ title: 'task 0', projectId: project.id }) })).json()) as { task: { id: string; position: string } }).task
+    const project = (
+      (await (
+        await fetch(`${server.url}/api/projects`, {
+          method: 'POST',
+          headers: { ...json, cookie },
+          body: JSON.stringify({ name: 'bench board' })
+        })
+      ).json()) as { project: { id: string } }
+    ).project
+    const first = (
+      (await (
+        await fetch(`${server.url}/api/tasks`, {
+          method: 'POST',
+          headers: { ...json, cookie },
+          body: JSON.stringify({ title: 'task 0', projectId: project.id })
+        })
+      ).json()) as { task: { id: string; position: string } }
+    ).task
     const orgId = (await sql<Array<{ org_id: string }>>`select org_id from tasks where id = ${first.id}`)[0]!.org_id
     const keys = generateNKeysBetween(first.position, null, tasks - 1)
     const ids = [first.id]
     for (let i = 0; i < keys.length; i += 1000) {
-      const rows = keys.slice(i, i + 1000).map((position, j) => ({ id: newId(), org_id: orgId, project_id: project.id, title: `task ${i + j + 1}`, status: 'todo', position }))
+      const rows = keys.slice(i, i + 1000).map((position, j) => ({
+        id: newId(),
+        org_id: orgId,
+        project_id: project.id,
+        title: `task ${i + j + 1}`,
+        status: 'todo',
+        position
+      }))
       ids.push(...rows.map((r) => r.id))
       await sql`insert into tasks ${sql(rows)}`
     }
     await sql`analyze tasks`
     const revision = new Map(ids.map((id) => [id, 1]))
     const move = async (id: string, anchor: string, how: number) => {
-      const body = { status: 'todo', revision: revision.get(id), ...(how === 0 ? { before: anchor } : how === 1 ? { after: anchor } : {}) }
+      const body = {
+        status: 'todo',
+        revision: revision.get(id),
+        ...(how === 0 ? { before: anchor } : how === 1 ? { after: anchor } : {})
+      }
       const started = performance.now()
-      const { status, text } = await post(`${server.url}/api/tasks/${id}/move`, { ...json, cookie }, JSON.stringify(body), agent)
+      const { status, text } = await post(
+        `${server.url}/api/tasks/${id}/move`,
+        { ...json, cookie },
+        JSON.stringify(body),
+        agent
+      )
       const ms = performance.now() - started
       if (status !== 200) throw new Error(`move: ${status} ${text}`)
       revision.set(id, (JSON.parse(text) as { task: { revision: number } }).task.revision)
@@ -84,15 +141,17 @@ async function moveCase(databaseUrl: string): Promise<string> {
     const run = async (forMs: number, active: number) => {
       const latencies: number[] = []
       const until = performance.now() + forMs
-      await Promise.all(Array.from({ length: active }, async (_, c) => {
-        // mover c owns the tasks whose index is c modulo clients; anchors are any other task
-        while (performance.now() < until) {
-          const id = ids[c + clients * Math.floor(Math.random() * Math.floor(ids.length / clients))]!
-          let anchor = ids[Math.floor(Math.random() * ids.length)]!
-          if (anchor === id) anchor = ids[(ids.indexOf(id) + 1) % ids.length]!
-          latencies.push(await move(id, anchor, Math.floor(Math.random() * 3)))
-        }
-      }))
+      await Promise.all(
+        Array.from({ length: active }, async (_, c) => {
+          // mover c owns the tasks whose index is c modulo clients; anchors are any other task
+          while (performance.now() < until) {
+            const id = ids[c + clients * Math.floor(Math.random() * Math.floor(ids.length / clients))]!
+            let anchor = ids[Math.floor(Math.random() * ids.length)]!
+            if (anchor === id) anchor = ids[(ids.indexOf(id) + 1) % ids.length]!
+            latencies.push(await move(id, anchor, Math.floor(Math.random() * 3)))
+          }
+        })
+      )
       return latencies.sort((a, b) => a - b)
     }
     await run(2000, clients)
@@ -101,10 +160,13 @@ async function moveCase(databaseUrl: string): Promise<string> {
     for (const active of movers) {
       const latencies = await run(seconds * 1000, active)
       moves += latencies.length
-      rowsOut.push(`| POST /api/tasks/:id/move, ${active} concurrent mover${active === 1 ? '' : 's'} | ${Math.round(latencies.length / seconds)} | ${percentile(latencies, 50).toFixed(1)} | ${percentile(latencies, 95).toFixed(1)} | ${percentile(latencies, 99).toFixed(1)} | ${latencies.at(-1)!.toFixed(1)} |`)
+      rowsOut.push(
+        `| POST /api/tasks/:id/move, ${active} concurrent mover${active === 1 ? '' : 's'} | ${Math.round(latencies.length / seconds)} | ${percentile(latencies, 50).toFixed(1)} | ${percentile(latencies, 95).toFixed(1)} | ${percentile(latencies, 99).toFixed(1)} | ${latencies.at(-1)!.toFixed(1)} |`
+      )
     }
     const health = await load({ url: `${server.url}/api/health`, name: 'GET /api/health', connections: clients })
-    const longest = (await sql<Array<{ longest: number }>>`select max(length(position))::int as longest from tasks`)[0]!.longest
+    const longest = (await sql<Array<{ longest: number }>>`select max(length(position))::int as longest from tasks`)[0]!
+      .longest
     return [
       `### Moving a task in a column of ${tasks.toLocaleString('en')} tasks (Postgres)`,
       '',
@@ -132,4 +194,3 @@ export async function benchSkills(): Promise<string> {
   }
   return parts.join('\n\n')
 }
-

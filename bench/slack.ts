@@ -17,14 +17,20 @@ const BOT_USER = 'UBENCHBOT'
 async function fakeSlack(token: string) {
   let posts = 0
   const server = createServer(async (req, res) => {
-    for await (const _chunk of req) { /* drain */ }
+    for await (const _chunk of req) {
+      /* drain */
+    }
     const method = (req.url ?? '').replace(/^\/api\//, '')
     res.writeHead(200, { 'content-type': 'application/json' })
-    if (req.headers.authorization !== `Bearer ${token}`) return res.end(JSON.stringify({ ok: false, error: 'invalid_auth' }))
-    if (method === 'auth.test') return res.end(JSON.stringify({ ok: true, team_id: TEAM, team: 'bench', user_id: BOT_USER, bot_id: 'BBENCH' }))
+    if (req.headers.authorization !== `Bearer ${token}`)
+      return res.end(JSON.stringify({ ok: false, error: 'invalid_auth' }))
+    if (method === 'auth.test')
+      return res.end(JSON.stringify({ ok: true, team_id: TEAM, team: 'bench', user_id: BOT_USER, bot_id: 'BBENCH' }))
     if (method === 'chat.postMessage') {
       posts++
-      return res.end(JSON.stringify({ ok: true, ts: `${Math.floor(Date.now() / 1000)}.${String(posts).padStart(6, '0')}` }))
+      return res.end(
+        JSON.stringify({ ok: true, ts: `${Math.floor(Date.now() / 1000)}.${String(posts).padStart(6, '0')}` })
+      )
     }
     res.end(JSON.stringify({ ok: true, messages: [] }))
   })
@@ -55,26 +61,48 @@ async function ingress(label: string, env: Record<string, string>): Promise<stri
     })
     if (connect.status !== 200) throw new Error(`connect: ${connect.status} ${await connect.text()}`)
     let n = 0
-    const run = (seconds: number) => autocannon({
-      url: `${server.url}/api/chatplatform/slack/events`,
-      method: 'POST',
-      connections: 20,
-      overallRate: RATE,
-      duration: seconds,
-      requests: [{
-        setupRequest: (req: Record<string, unknown>) => {
-          n++
-          const ts = `${Math.floor(Date.now() / 1000)}.${String(n).padStart(6, '0')}`
-          const body = JSON.stringify({
-            type: 'event_callback', team_id: TEAM, api_app_id: 'ABENCH', event_id: `EvBench${process.pid}x${n}`, event_time: Math.floor(Date.now() / 1000),
-            event: { type: 'app_mention', user: 'UHUMAN', text: `<@${BOT_USER}> benchmark question ${n}`, ts, channel: 'CBENCH', event_ts: ts }
-          })
-          const timestamp = String(Math.floor(Date.now() / 1000))
-          const signature = `v0=${createHmac('sha256', signingSecret).update(`v0:${timestamp}:${body}`).digest('hex')}`
-          return { ...req, body, headers: { 'content-type': 'application/json', 'x-slack-request-timestamp': timestamp, 'x-slack-signature': signature } }
-        }
-      }]
-    } as never) as unknown as Promise<autocannon.Result>
+    const run = (seconds: number) =>
+      autocannon({
+        url: `${server.url}/api/chatplatform/slack/events`,
+        method: 'POST',
+        connections: 20,
+        overallRate: RATE,
+        duration: seconds,
+        requests: [
+          {
+            setupRequest: (req: Record<string, unknown>) => {
+              n++
+              const ts = `${Math.floor(Date.now() / 1000)}.${String(n).padStart(6, '0')}`
+              const body = JSON.stringify({
+                type: 'event_callback',
+                team_id: TEAM,
+                api_app_id: 'ABENCH',
+                event_id: `EvBench${process.pid}x${n}`,
+                event_time: Math.floor(Date.now() / 1000),
+                event: {
+                  type: 'app_mention',
+                  user: 'UHUMAN',
+                  text: `<@${BOT_USER}> benchmark question ${n}`,
+                  ts,
+                  channel: 'CBENCH',
+                  event_ts: ts
+                }
+              })
+              const timestamp = String(Math.floor(Date.now() / 1000))
+              const signature = `v0=${createHmac('sha256', signingSecret).update(`v0:${timestamp}:${body}`).digest('hex')}`
+              return {
+                ...req,
+                body,
+                headers: {
+                  'content-type': 'application/json',
+                  'x-slack-request-timestamp': timestamp,
+                  'x-slack-signature': signature
+                }
+              }
+            }
+          }
+        ]
+      } as never) as unknown as Promise<autocannon.Result>
     await run(Number(process.env.BENCH_WARMUP_SECONDS ?? 2))
     const postsBefore = slack.posts()
     const seconds = Number(process.env.BENCH_SECONDS ?? 8)
@@ -82,7 +110,8 @@ async function ingress(label: string, env: Record<string, string>): Promise<stri
     const sent = result.requests.total
     // the replies of the measured events, given a few seconds to drain
     const deadline = Date.now() + 20_000
-    while (slack.posts() - postsBefore < result['2xx'] && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200))
+    while (slack.posts() - postsBefore < result['2xx'] && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 200))
     return `| ${label} | ${RATE} | ${Math.round(result.requests.average)} | ${result.latency.p50} | ${result.latency.p99} | ${result.latency.max} | ${sent} | ${result.non2xx} | ${result.errors + result.timeouts} | ${slack.posts() - postsBefore} |`
   } finally {
     await server.stop()
@@ -94,7 +123,10 @@ export async function benchSlack(): Promise<string> {
   const rows = [
     await ingress('PGlite (embedded)', {}),
     // the ingress alone: nothing else in the process shares PGlite's one connection
-    await ingress('PGlite, ingress only (no run workers, no outbox)', { RUN_WORKER_CONCURRENCY: '0', SLACK_OUTBOX: 'false' })
+    await ingress('PGlite, ingress only (no run workers, no outbox)', {
+      RUN_WORKER_CONCURRENCY: '0',
+      SLACK_OUTBOX: 'false'
+    })
   ]
   if (benchPostgres) rows.push(await withDatabase(benchPostgres, (url) => ingress('Postgres', { DATABASE_URL: url })))
   return [
@@ -105,6 +137,6 @@ export async function benchSlack(): Promise<string> {
     ...rows,
     '',
     'Latency is autocannon\'s, corrected for coordinated omission at the fixed rate. Goal: p99 under 100 ms. "Replies posted" counts',
-    'the measured events\' replies that reached the local Slack server within 20 s of the end (the echo runs queue behind the load).'
+    "the measured events' replies that reached the local Slack server within 20 s of the end (the echo runs queue behind the load)."
   ].join('\n')
 }

@@ -11,15 +11,23 @@ import { buildApp } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
 import type { SseStream } from '../plugins/sse.js'
 
-const config = loadConfig({ ...process.env, LOG_LEVEL: 'silent', DATABASE_URL: '', DATA_DIR: 'memory://', RUN_WORKER_CONCURRENCY: '0' })
+const config = loadConfig({
+  ...process.env,
+  LOG_LEVEL: 'silent',
+  DATABASE_URL: '',
+  DATA_DIR: 'memory://',
+  RUN_WORKER_CONCURRENCY: '0'
+})
 let opened: { stream: SseStream; socket: Socket } | null = null
 const app = await buildApp({
   config,
-  apiPlugins: [async (scope) => {
-    scope.get('/bench/sse', { config: { scope: 'public' } }, async (request, reply) => {
-      opened = { stream: scope.sse.open(request, reply), socket: request.raw.socket }
-    })
-  }]
+  apiPlugins: [
+    async (scope) => {
+      scope.get('/bench/sse', { config: { scope: 'public' } }, async (request, reply) => {
+        opened = { stream: scope.sse.open(request, reply), socket: request.raw.socket }
+      })
+    }
+  ]
 })
 await app.listen({ port: 0, host: '127.0.0.1' })
 const port = (app.server.address() as { port: number }).port
@@ -43,7 +51,11 @@ const timer = setInterval(() => {
 await new Promise<void>((resolve) => stream.onClose(resolve))
 clearInterval(timer)
 const now = performance.now()
-process.stdout.write(`kernel took ${(kernelBytes / 1024 / 1024).toFixed(1)} MB before Node held a byte (${((queuedAt! - stoppedAt) / 1000).toFixed(1)} s at 160 KB/s, then 16 KB/s)\n`)
-process.stdout.write(`dropped ${((now - stoppedAt) / 1000).toFixed(1)} s after the client stopped reading, ${((now - queuedAt!) / 1000).toFixed(1)} s after Node began holding bytes; ${(socket.writableLength / 1024).toFixed(0)} KB were waiting in Node\n`)
+process.stdout.write(
+  `kernel took ${(kernelBytes / 1024 / 1024).toFixed(1)} MB before Node held a byte (${((queuedAt! - stoppedAt) / 1000).toFixed(1)} s at 160 KB/s, then 16 KB/s)\n`
+)
+process.stdout.write(
+  `dropped ${((now - stoppedAt) / 1000).toFixed(1)} s after the client stopped reading, ${((now - queuedAt!) / 1000).toFixed(1)} s after Node began holding bytes; ${(socket.writableLength / 1024).toFixed(0)} KB were waiting in Node\n`
+)
 client.destroy()
 await app.close()

@@ -21,20 +21,31 @@ async function freePort(): Promise<number> {
   return port
 }
 
-const OLD_START = 'npx tsc -p tsconfig.build.json --outDir .build/bench-rebuild && node .build/bench-rebuild/src/server.js'
+const OLD_START =
+  'npx tsc -p tsconfig.build.json --outDir .build/bench-rebuild && node .build/bench-rebuild/src/server.js'
 
 async function timeStart(dataDir: string, command: string[]): Promise<number> {
   const port = await freePort()
   const started = performance.now()
   const child = spawn(command[0]!, command.slice(1), {
-    env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), HOST: '127.0.0.1', DATABASE_URL: '', LOG_LEVEL: 'warn' },
+    env: {
+      ...process.env,
+      DATA_DIR: dataDir,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      DATABASE_URL: '',
+      LOG_LEVEL: 'warn'
+    },
     stdio: ['ignore', 'ignore', 'ignore'],
     detached: true
   })
   try {
     for (;;) {
       if (child.exitCode !== null) throw new Error(`${command.join(' ')} exited with ${child.exitCode}`)
-      const ok = await fetch(`http://127.0.0.1:${port}/api/health`).then((r) => r.status === 200, () => false)
+      const ok = await fetch(`http://127.0.0.1:${port}/api/health`).then(
+        (r) => r.status === 200,
+        () => false
+      )
       if (ok) return (performance.now() - started) / 1000
       if (performance.now() - started > 600_000) throw new Error('no answer within 600 s')
       await new Promise((resolve) => setTimeout(resolve, 50))
@@ -62,7 +73,15 @@ for (let i = 0; i < rounds; i++) {
     rmSync(oldDir, { recursive: true, force: true })
     rmSync('.build/bench-rebuild', { recursive: true, force: true })
   }
-  process.stdout.write(`round ${i + 1}: ${Object.entries(results).map(([k, v]) => `${k} ${v.at(-1)!.toFixed(1)} s`).join(', ')}\n`)
+  process.stdout.write(
+    `round ${i + 1}: ${Object.entries(results)
+      .map(([k, v]) => `${k} ${v.at(-1)!.toFixed(1)} s`)
+      .join(', ')}\n`
+  )
 }
 const median = (v: number[]) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)]!
-process.stdout.write(`median: ${Object.entries(results).map(([k, v]) => `${k} ${median(v).toFixed(1)} s`).join(', ')}\n`)
+process.stdout.write(
+  `median: ${Object.entries(results)
+    .map(([k, v]) => `${k} ${median(v).toFixed(1)} s`)
+    .join(', ')}\n`
+)

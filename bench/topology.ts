@@ -46,7 +46,10 @@ async function freePort(): Promise<number> {
 function cpu(pid: number): [number, number] {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ').map(Number)
+    const f = stat
+      .slice(stat.lastIndexOf(')') + 2)
+      .split(' ')
+      .map(Number)
     // after the name: state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14)
     const own = (f[11]! + f[12]!) / TICK
     return [own, own + (f[13]! + f[14]!) / TICK]
@@ -71,10 +74,15 @@ function postgresCpu(postmaster: number): number {
   return total
 }
 
-async function startProxy(dir: string, ports: number[]): Promise<{ url: string; child: ChildProcess; stop(): Promise<void> }> {
+async function startProxy(
+  dir: string,
+  ports: number[]
+): Promise<{ url: string; child: ChildProcess; stop(): Promise<void> }> {
   const port = await freePort()
   const config = join(dir, 'haproxy.cfg')
-  writeFileSync(config, `
+  writeFileSync(
+    config,
+    `
 global
   maxconn 4000
 defaults
@@ -93,7 +101,8 @@ backend cairn
   balance roundrobin
   option httpchk GET /api/health?ready=1
 ${ports.map((p, i) => `  server cairn-${i + 1} 127.0.0.1:${p} check inter 1s fall 2 rise 2`).join('\n')}
-`)
+`
+  )
   const child = spawn(HAPROXY, ['-f', config, '-db'], { stdio: ['ignore', 'ignore', 'inherit'] })
   const url = `http://127.0.0.1:${port}`
   const deadline = Date.now() + 30_000
@@ -125,7 +134,10 @@ async function deploy(count: number, env: Record<string, string>): Promise<Deplo
   try {
     // one after another: each runs the migrations check against the same database
     for (let i = 0; i < count; i++) instances.push(await startRunsServer({ DATABASE_POOL_MAX: POOL, ...env }))
-    const proxy = await startProxy(dir, instances.map((s) => Number(new URL(s.url).port)))
+    const proxy = await startProxy(
+      dir,
+      instances.map((s) => Number(new URL(s.url).port))
+    )
     return {
       url: proxy.url,
       instances,
@@ -143,21 +155,27 @@ async function deploy(count: number, env: Record<string, string>): Promise<Deplo
   }
 }
 
-const flood = (url: string, authorization: string, seconds: number) => new Promise<autocannon.Result>((resolve, reject) => {
-  autocannon({
-    url: `${url}/api/runs`,
-    method: 'POST',
-    connections: 20,
-    duration: seconds,
-    requests: [{
-      setupRequest: ((req: Record<string, unknown>) => ({
-        ...req,
-        headers: { 'content-type': 'application/json', authorization, 'idempotency-key': randomUUID() },
-        body: JSON.stringify({ prompt: 'bench run' })
-      })) as never
-    }]
-  }, (err, result) => (err ? reject(err) : resolve(result)))
-})
+const flood = (url: string, authorization: string, seconds: number) =>
+  new Promise<autocannon.Result>((resolve, reject) => {
+    autocannon(
+      {
+        url: `${url}/api/runs`,
+        method: 'POST',
+        connections: 20,
+        duration: seconds,
+        requests: [
+          {
+            setupRequest: ((req: Record<string, unknown>) => ({
+              ...req,
+              headers: { 'content-type': 'application/json', authorization, 'idempotency-key': randomUUID() },
+              body: JSON.stringify({ prompt: 'bench run' })
+            })) as never
+          }
+        ]
+      },
+      (err, result) => (err ? reject(err) : resolve(result))
+    )
+  })
 
 export async function benchTopology(): Promise<string> {
   if (clusterSkip) return `skipped: ${clusterSkip}`
@@ -167,7 +185,9 @@ export async function benchTopology(): Promise<string> {
     const cluster = await startCluster({ teardown: (fn) => void teardowns.unshift(fn) }, ['max_connections=200'])
     const admin = postgres(cluster.url, { max: 1, onnotice: () => {} })
     teardowns.unshift(() => admin.end())
-    const [{ setting: dataDir }] = await admin<[{ setting: string }]>`select setting from pg_settings where name = 'data_directory'`
+    const [{ setting: dataDir }] = await admin<
+      [{ setting: string }]
+    >`select setting from pg_settings where name = 'data_directory'`
     const postmaster = Number(readFileSync(join(dataDir, 'postmaster.pid'), 'utf8').split('\n')[0])
     let n = 0
     const database = async () => {
@@ -213,15 +233,24 @@ export async function benchTopology(): Promise<string> {
           const sql = postgres(db.url, { max: 1, onnotice: () => {} })
           try {
             const runs = async () => {
-              const [row] = await sql<[{ total: number; finished: number; open: number }]>`select count(*)::int as total,
+              const [row] = await sql<
+                [{ total: number; finished: number; open: number }]
+              >`select count(*)::int as total,
                 count(*) filter (where status in ('succeeded', 'failed', 'cancelled'))::int as finished,
                 count(*) filter (where status in ('queued', 'running'))::int as open from runs`
               return row
             }
             const stats = async () => {
-              const [row] = await admin`select xact_commit, tup_inserted, tup_updated, tup_deleted, pg_current_wal_lsn() - '0/0'::pg_lsn as wal
+              const [row] =
+                await admin`select xact_commit, tup_inserted, tup_updated, tup_deleted, pg_current_wal_lsn() - '0/0'::pg_lsn as wal
                 from pg_stat_database where datname = ${db.name}`
-              return { commits: Number(row!.xact_commit), inserted: Number(row!.tup_inserted), updated: Number(row!.tup_updated), deleted: Number(row!.tup_deleted), wal: Number(row!.wal) }
+              return {
+                commits: Number(row!.xact_commit),
+                inserted: Number(row!.tup_inserted),
+                updated: Number(row!.tup_updated),
+                deleted: Number(row!.tup_deleted),
+                wal: Number(row!.wal)
+              }
             }
             const before = await stats()
             const cpuBefore = {
@@ -235,7 +264,8 @@ export async function benchTopology(): Promise<string> {
             const result = await flood(d.url, authorization, SECONDS)
             const loadMs = now() - started
             const atEnd = (await runs())!
-            if (result.errors > 0 || result.non2xx > 0) throw new Error(`runs: ${result.non2xx} non-2xx, ${result.errors} errors`)
+            if (result.errors > 0 || result.non2xx > 0)
+              throw new Error(`runs: ${result.non2xx} non-2xx, ${result.errors} errors`)
             let end = atEnd
             while (end.open > 0) {
               await new Promise((resolve) => setTimeout(resolve, 250))
@@ -253,12 +283,19 @@ export async function benchTopology(): Promise<string> {
             await new Promise((resolve) => setTimeout(resolve, 1200))
             const after = await stats()
             const per = (v: number) => (v / end.total).toFixed(1)
-            runRows.push(`| ${count} | ${atEnd.total} | ${(atEnd.total / (loadMs / 1000)).toFixed(0)} | ${(atEnd.finished / (loadMs / 1000)).toFixed(0)} | ${((allMs - loadMs) / 1000).toFixed(1)} | ${(end.finished / (allMs / 1000)).toFixed(0)} | ${load0.toFixed(1)} |`)
-            costRows.push(`| ${count} | ${end.total} | ${per(after.commits - before.commits)} | ${per(after.inserted - before.inserted)} | ${per(after.updated - before.updated)} | ${per(after.deleted - before.deleted)} | ${((after.wal - before.wal) / end.total / 1024).toFixed(1)} |`)
+            runRows.push(
+              `| ${count} | ${atEnd.total} | ${(atEnd.total / (loadMs / 1000)).toFixed(0)} | ${(atEnd.finished / (loadMs / 1000)).toFixed(0)} | ${((allMs - loadMs) / 1000).toFixed(1)} | ${(end.finished / (allMs / 1000)).toFixed(0)} | ${load0.toFixed(1)} |`
+            )
+            costRows.push(
+              `| ${count} | ${end.total} | ${per(after.commits - before.commits)} | ${per(after.inserted - before.inserted)} | ${per(after.updated - before.updated)} | ${per(after.deleted - before.deleted)} | ${((after.wal - before.wal) / end.total / 1024).toFixed(1)} |`
+            )
             const s = allMs / 1000
             const total = cpuUsed.instances + cpuUsed.postgres + cpuUsed.haproxy + cpuUsed.load
-            const share = (v: number) => `${v.toFixed(1)} s (${(v / s).toFixed(2)} cores, ${((v / total) * 100).toFixed(0)} %)`
-            cpuRows.push(`| ${count} | ${s.toFixed(1)} | ${share(cpuUsed.instances)} | ${share(cpuUsed.postgres)} | ${share(cpuUsed.haproxy)} | ${share(cpuUsed.load)} | ${(cpuUsed.postgres * 1000 / end.total).toFixed(2)} ms | ${(cpuUsed.instances * 1000 / end.total).toFixed(2)} ms |`)
+            const share = (v: number) =>
+              `${v.toFixed(1)} s (${(v / s).toFixed(2)} cores, ${((v / total) * 100).toFixed(0)} %)`
+            cpuRows.push(
+              `| ${count} | ${s.toFixed(1)} | ${share(cpuUsed.instances)} | ${share(cpuUsed.postgres)} | ${share(cpuUsed.haproxy)} | ${share(cpuUsed.load)} | ${((cpuUsed.postgres * 1000) / end.total).toFixed(2)} ms | ${((cpuUsed.instances * 1000) / end.total).toFixed(2)} ms |`
+            )
           } finally {
             await sql.end()
           }
@@ -282,7 +319,7 @@ export async function benchTopology(): Promise<string> {
       '| ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
       ...runRows,
       '',
-      'What Postgres saw per run in that case (pg_stat_database of the case\'s database; WAL of the whole cluster, nothing else writes to it):',
+      "What Postgres saw per run in that case (pg_stat_database of the case's database; WAL of the whole cluster, nothing else writes to it):",
       '',
       '| instances | runs | commits | rows inserted | rows updated | rows deleted | WAL KiB |',
       '| ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
@@ -290,7 +327,7 @@ export async function benchTopology(): Promise<string> {
       '',
       'CPU used from the start of the load to the drained queue (seconds; cores = seconds / wall time; share of what the four used):',
       '',
-      '| instances | wall s | instances | Postgres | HAProxy | load generator | Postgres CPU per run | instances\' CPU per run |',
+      "| instances | wall s | instances | Postgres | HAProxy | load generator | Postgres CPU per run | instances' CPU per run |",
       '| ---: | ---: | --- | --- | --- | --- | ---: | ---: |',
       ...cpuRows
     ].join('\n')

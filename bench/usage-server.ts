@@ -32,7 +32,8 @@ for (let from = 1; from <= total; from += CHUNK) {
 // a year of runs finishing a few a minute leaves the rollup at about its live size (each
 // row is updated for an hour at most, then autovacuum reclaims what it left); a million
 // upserts in one minute leave it 30 times larger until VACUUM FULL
-for (const table of ['usage_hours', 'usage_hour_groups', 'usage_slot_groups']) await app.db.execute(sql.raw(`vacuum full analyze ${table}`))
+for (const table of ['usage_hours', 'usage_hour_groups', 'usage_slot_groups'])
+  await app.db.execute(sql.raw(`vacuum full analyze ${table}`))
 process.stderr.write(`seeded ${total} finished runs in ${Date.now() - started} ms\n`)
 const address = await app.listen({ port: Number(process.env.PORT ?? 0), host: '127.0.0.1' })
 process.stdout.write(`listening on ${address}\n`)

@@ -29,7 +29,14 @@ const ms = (n: number) => `${n.toFixed(1)} ms`
 
 async function sessions(databaseUrl: string | undefined): Promise<string> {
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-bench-ws-'))
-  const app = await buildApp({ config: testConfig({ DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true', RUN_WORKER_CONCURRENCY: '0', ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}) }) })
+  const app = await buildApp({
+    config: testConfig({
+      DATA_DIR: dataDir,
+      SANDBOX_UNCONFINED: 'true',
+      RUN_WORKER_CONCURRENCY: '0',
+      ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {})
+    })
+  })
   await app.ready()
   try {
     const workspaces = app.runtime.workspaces!
@@ -58,7 +65,11 @@ async function sessions(databaseUrl: string | undefined): Promise<string> {
       await rm(join(dataDir, 'sandbox-state', key.orgId, `${key.threadId}.json`), { force: true })
     }
     const rows: string[] = []
-    for (const [name, before] of [['unchanged', nothing], ['changed (saved)', change], ['restored first', elsewhere]] as const) {
+    for (const [name, before] of [
+      ['unchanged', nothing],
+      ['changed (saved)', change],
+      ['restored first', elsewhere]
+    ] as const) {
       const took = await time(before)
       rows.push(`| ${name} | ${ms(pct(took, 50))} | ${ms(pct(took, 90))} | ${ms(pct(took, 99))} |`)
     }
@@ -84,27 +95,53 @@ async function perRun(serverUrl: string): Promise<string> {
   url.pathname = `/${name}`
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-bench-runs-'))
   try {
-    const app = await buildApp({ config: testConfig({ DATA_DIR: dataDir, DATABASE_URL: url.toString(), SANDBOX_UNCONFINED: 'true', ALLOW_DEV_ORG: 'true', RUN_POLL_MS: '50' }) })
+    const app = await buildApp({
+      config: testConfig({
+        DATA_DIR: dataDir,
+        DATABASE_URL: url.toString(),
+        SANDBOX_UNCONFINED: 'true',
+        ALLOW_DEV_ORG: 'true',
+        RUN_POLL_MS: '50'
+      })
+    })
     await app.ready()
-    const stats = async () => (await admin.unsafe(`select xact_commit + xact_rollback as xacts, tup_inserted, tup_updated, tup_deleted, pg_current_wal_lsn() as lsn
-      from pg_stat_database where datname = '${name}'`))[0] as unknown as { xacts: string; tup_inserted: string; tup_updated: string; tup_deleted: string; lsn: string }
+    const stats = async () =>
+      (
+        await admin.unsafe(`select xact_commit + xact_rollback as xacts, tup_inserted, tup_updated, tup_deleted, pg_current_wal_lsn() as lsn
+      from pg_stat_database where datname = '${name}'`)
+      )[0] as unknown as { xacts: string; tup_inserted: string; tup_updated: string; tup_deleted: string; lsn: string }
     // one warm-up run, then the measured ones
     const warm = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'warm up' } })
     await app.inject({ url: `/api/runs/${warm.json().run.id}?wait=30` })
     await app.close()
     const before = await stats()
-    const again = await buildApp({ config: testConfig({ DATA_DIR: dataDir, DATABASE_URL: url.toString(), SANDBOX_UNCONFINED: 'true', ALLOW_DEV_ORG: 'true', RUN_POLL_MS: '50' }) })
+    const again = await buildApp({
+      config: testConfig({
+        DATA_DIR: dataDir,
+        DATABASE_URL: url.toString(),
+        SANDBOX_UNCONFINED: 'true',
+        ALLOW_DEV_ORG: 'true',
+        RUN_POLL_MS: '50'
+      })
+    })
     await again.ready()
     const started = performance.now()
     const ids: string[] = []
-    for (let i = 0; i < runs; i++) ids.push((await again.inject({ method: 'POST', url: '/api/runs', payload: { prompt: `run ${i} says a few words` } })).json().run.id)
+    for (let i = 0; i < runs; i++)
+      ids.push(
+        (
+          await again.inject({ method: 'POST', url: '/api/runs', payload: { prompt: `run ${i} says a few words` } })
+        ).json().run.id
+      )
     for (const id of ids) await again.inject({ url: `/api/runs/${id}?wait=60` })
     const seconds = (performance.now() - started) / 1000
     // backends report their counters when they end
     await again.close()
     await new Promise((resolve) => setTimeout(resolve, 1500))
     const after = await stats()
-    const [{ bytes }] = await admin.unsafe(`select pg_wal_lsn_diff('${after.lsn}', '${before.lsn}') as bytes`) as unknown as [{ bytes: string }]
+    const [{ bytes }] = (await admin.unsafe(
+      `select pg_wal_lsn_diff('${after.lsn}', '${before.lsn}') as bytes`
+    )) as unknown as [{ bytes: string }]
     const per = (a: string, b: string) => ((Number(a) - Number(b)) / runs).toFixed(1)
     return [
       `Echo runs on one instance (4 workers), Postgres, ${runs} runs: ${(runs / seconds).toFixed(0)} runs/s accepted and finished.`,

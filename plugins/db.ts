@@ -20,15 +20,19 @@ export interface DbPluginOptions {
   maintenanceEveryMs?: number
 }
 
-export default fp(async function dbPlugin(app: FastifyInstance, opts: DbPluginOptions) {
-  app.decorate('database', opts.database)
-  app.decorate('db', opts.database.db)
-  // a real server runs autovacuum; PGlite has no background processes (src/db/maintenance.ts)
-  const maintenance = opts.database.kind === 'pglite' && (opts.maintenanceEveryMs ?? 0) > 0
-    ? startMaintenance(opts.database.db, opts.maintenanceEveryMs!, app.log)
-    : null
-  app.addHook('onClose', async () => {
-    await maintenance?.stop()
-    if (opts.closeOnShutdown) await opts.database.close()
-  })
-}, { name: 'db', fastify: '5.x' })
+export default fp(
+  async function dbPlugin(app: FastifyInstance, opts: DbPluginOptions) {
+    app.decorate('database', opts.database)
+    app.decorate('db', opts.database.db)
+    // a real server runs autovacuum; PGlite has no background processes (src/db/maintenance.ts)
+    const maintenance =
+      opts.database.kind === 'pglite' && (opts.maintenanceEveryMs ?? 0) > 0
+        ? startMaintenance(opts.database.db, opts.maintenanceEveryMs!, app.log)
+        : null
+    app.addHook('onClose', async () => {
+      await maintenance?.stop()
+      if (opts.closeOnShutdown) await opts.database.close()
+    })
+  },
+  { name: 'db', fastify: '5.x' }
+)

@@ -46,93 +46,96 @@ declare module 'fastify' {
  * pooled database connection. Every event (local ones included) arrives through NOTIFY,
  * so all instances see the same commit order.
  */
-export default fp(async function eventBusPlugin(app: FastifyInstance) {
-  const byOrg = new Map<string, Set<EventListener>>()
-  const all = new Set<EventListener>()
-  const control = new Set<(m: ControlMessage) => void>()
-  const resync = new Set<() => void>()
-  let closed = false
+export default fp(
+  async function eventBusPlugin(app: FastifyInstance) {
+    const byOrg = new Map<string, Set<EventListener>>()
+    const all = new Set<EventListener>()
+    const control = new Set<(m: ControlMessage) => void>()
+    const resync = new Set<() => void>()
+    let closed = false
 
-  function dispatchEvent(payload: string) {
-    let event: BusEvent
-    try {
-      event = JSON.parse(payload) as BusEvent
-      event.id = Number(event.id)
-    } catch (err) {
-      app.log.warn({ err }, 'event bus: unreadable notification')
-      return
-    }
-    for (const listener of all) safeCall(listener, event)
-    const listeners = byOrg.get(event.orgId)
-    if (listeners) for (const listener of listeners) safeCall(listener, event)
-  }
-  function safeCall(listener: EventListener, event: BusEvent) {
-    try {
-      listener(event)
-    } catch (err) {
-      app.log.error({ err }, 'event bus: listener failed')
-    }
-  }
-  function dispatchControl(payload: string) {
-    let message: ControlMessage
-    try {
-      message = JSON.parse(payload) as ControlMessage
-    } catch {
-      return
-    }
-    for (const listener of control) listener(message)
-  }
-
-  const stops: Array<() => Promise<void>> = []
-  const { database } = app
-  let listens = 0
-  const ready = (async () => {
-    const onListen = () => {
-      // after a reconnect (postgres.js LISTENs again), whatever was sent meanwhile is lost
-      if (++listens > 2) for (const fn of resync) fn()
-    }
-    stops.push(await database.listen(EVENTS_CHANNEL, dispatchEvent, onListen))
-    stops.push(await database.listen(CONTROL_CHANNEL, dispatchControl, onListen))
-  })()
-  await ready
-
-  const bus: EventBus = {
-    ready,
-    subscribe(orgId, listener) {
-      let set = byOrg.get(orgId)
-      if (!set) byOrg.set(orgId, (set = new Set()))
-      set.add(listener)
-      return () => {
-        set.delete(listener)
-        if (set.size === 0 && byOrg.get(orgId) === set) byOrg.delete(orgId)
+    function dispatchEvent(payload: string) {
+      let event: BusEvent
+      try {
+        event = JSON.parse(payload) as BusEvent
+        event.id = Number(event.id)
+      } catch (err) {
+        app.log.warn({ err }, 'event bus: unreadable notification')
+        return
       }
-    },
-    subscribeAll(listener) {
-      all.add(listener)
-      return () => all.delete(listener)
-    },
-    onControl(listener) {
-      control.add(listener)
-      return () => control.delete(listener)
-    },
-    onResync(listener) {
-      resync.add(listener)
-      return () => resync.delete(listener)
+      for (const listener of all) safeCall(listener, event)
+      const listeners = byOrg.get(event.orgId)
+      if (listeners) for (const listener of listeners) safeCall(listener, event)
     }
-  }
-  app.decorate('eventBus', bus)
+    function safeCall(listener: EventListener, event: BusEvent) {
+      try {
+        listener(event)
+      } catch (err) {
+        app.log.error({ err }, 'event bus: listener failed')
+      }
+    }
+    function dispatchControl(payload: string) {
+      let message: ControlMessage
+      try {
+        message = JSON.parse(payload) as ControlMessage
+      } catch {
+        return
+      }
+      for (const listener of control) listener(message)
+    }
 
-  app.addHook('onClose', async () => {
-    if (closed) return
-    closed = true
-    await app.shutdown.close('the event bus\'s listeners', async () => {
-      for (const stop of stops) {
-        try {
-          await stop()
-        } catch {
-          // the database may already be gone
+    const stops: Array<() => Promise<void>> = []
+    const { database } = app
+    let listens = 0
+    const ready = (async () => {
+      const onListen = () => {
+        // after a reconnect (postgres.js LISTENs again), whatever was sent meanwhile is lost
+        if (++listens > 2) for (const fn of resync) fn()
+      }
+      stops.push(await database.listen(EVENTS_CHANNEL, dispatchEvent, onListen))
+      stops.push(await database.listen(CONTROL_CHANNEL, dispatchControl, onListen))
+    })()
+    await ready
+
+    const bus: EventBus = {
+      ready,
+      subscribe(orgId, listener) {
+        let set = byOrg.get(orgId)
+        if (!set) byOrg.set(orgId, (set = new Set()))
+        set.add(listener)
+        return () => {
+          set.delete(listener)
+          if (set.size === 0 && byOrg.get(orgId) === set) byOrg.delete(orgId)
         }
+      },
+      subscribeAll(listener) {
+        all.add(listener)
+        return () => all.delete(listener)
+      },
+      onControl(listener) {
+        control.add(listener)
+        return () => control.delete(listener)
+      },
+      onResync(listener) {
+        resync.add(listener)
+        return () => resync.delete(listener)
       }
+    }
+    app.decorate('eventBus', bus)
+
+    app.addHook('onClose', async () => {
+      if (closed) return
+      closed = true
+      await app.shutdown.close("the event bus's listeners", async () => {
+        for (const stop of stops) {
+          try {
+            await stop()
+          } catch {
+            // the database may already be gone
+          }
+        }
+      })
     })
-  })
-}, { name: 'event-bus', fastify: '5.x', dependencies: ['db', 'shutdown-refusals'] })
+  },
+  { name: 'event-bus', fastify: '5.x', dependencies: ['db', 'shutdown-refusals'] }
+)

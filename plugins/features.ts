@@ -32,13 +32,16 @@ declare module 'fastify' {
   }
 }
 
-export default fp(async function featuresPlugin(app: FastifyInstance) {
-  const features: Features = {
-    auth: { google: false, emailPassword: false },
-    sandbox: { provider: 'none', available: false, confinement: null, reason: 'no sandbox provider is configured' },
-    capabilities: { github: false, slack: false, memory: false, toolGateway: false },
-    artifactsFidelity: 'preview',
-    catalogs: []
-  }
-  app.decorate('features', features)
-}, { name: 'features', fastify: '5.x' })
+export default fp(
+  async function featuresPlugin(app: FastifyInstance) {
+    const features: Features = {
+      auth: { google: false, emailPassword: false },
+      sandbox: { provider: 'none', available: false, confinement: null, reason: 'no sandbox provider is configured' },
+      capabilities: { github: false, slack: false, memory: false, toolGateway: false },
+      artifactsFidelity: 'preview',
+      catalogs: []
+    }
+    app.decorate('features', features)
+  },
+  { name: 'features', fastify: '5.x' }
+)

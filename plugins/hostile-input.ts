@@ -57,7 +57,10 @@ function walk(value: unknown, depth: number): Found | null {
   // parsed JSON and query objects: own enumerable properties only (query objects have no prototype)
   for (const key in value) {
     const keyMessage = refusedString(key)
-    const found = keyMessage === null ? walk((value as Record<string, unknown>)[key], depth + 1) : { segments: [], message: `property name ${keyMessage}` }
+    const found =
+      keyMessage === null
+        ? walk((value as Record<string, unknown>)[key], depth + 1)
+        : { segments: [], message: `property name ${keyMessage}` }
     if (found) {
       found.segments.unshift(key)
       return found
@@ -66,7 +69,9 @@ function walk(value: unknown, depth: number): Found | null {
   return null
 }
 
-/** A JSON pointer segment (RFC 6901), with the refused characters written as escapes so no NUL reaches a body or a log. */
+/**
+ * A JSON pointer segment (RFC 6901), with the refused characters written as escapes so no NUL reaches a body or a log.
+ */
 function pointerSegment(segment: string): string {
   return segment
     .replace(/~/g, '~0')

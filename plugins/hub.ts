@@ -48,7 +48,8 @@ const ASSET_NAME = /^[\w-]+\.(js|css|map)$/
 
 export const defaultHubDir = () => join(projectRoot(), '.build', 'hub')
 
-const escapeAttribute = (value: string) => value.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
+const escapeAttribute = (value: string) =>
+  value.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
 
 /**
  * Contract 12: the Memory Hub console at /hub/, a single-page app over the public API.
@@ -57,43 +58,59 @@ const escapeAttribute = (value: string) => value.replace(/&/g, '&amp;').replace(
  * this server. Assets have content-hashed names: cached for a year. Kept out of the
  * OpenAPI document (it is no API operation).
  */
-export default fp(async function hubPlugin(app: FastifyInstance, opts: HubOptions) {
-  const dir = opts.dir ?? defaultHubDir()
-  const release = escapeAttribute(opts.release)
+export default fp(
+  async function hubPlugin(app: FastifyInstance, opts: HubOptions) {
+    const dir = opts.dir ?? defaultHubDir()
+    const release = escapeAttribute(opts.release)
 
-  const page = async (reply: FastifyReply) => {
-    let html: string
-    try {
-      html = await readFile(join(dir, 'index.html'), 'utf8')
-    } catch {
-      return reply.code(503).type('text/plain; charset=utf-8').header('cache-control', 'no-store')
-        .send('The Memory Hub console is not built: run `npm run build` (npm ci and npm start build it).\n')
+    const page = async (reply: FastifyReply) => {
+      let html: string
+      try {
+        html = await readFile(join(dir, 'index.html'), 'utf8')
+      } catch {
+        return reply
+          .code(503)
+          .type('text/plain; charset=utf-8')
+          .header('cache-control', 'no-store')
+          .send('The Memory Hub console is not built: run `npm run build` (npm ci and npm start build it).\n')
+      }
+      return reply
+        .header('content-security-policy', HUB_CSP)
+        .header('cache-control', 'no-cache')
+        .type('text/html; charset=utf-8')
+        .send(html.replace('%CAIRN_RELEASE%', release))
     }
-    return reply
-      .header('content-security-policy', HUB_CSP)
-      .header('cache-control', 'no-cache')
-      .type('text/html; charset=utf-8')
-      .send(html.replace('%CAIRN_RELEASE%', release))
-  }
 
-  // the files under assets/ are sent from disk (ranges, ETags, HEAD) through the link,
-  // resolved at each request; a name that is not there is a plain 404, never the page
-  const assets = join(dir, 'assets')
-  // in a scope of its own, so reply.sendFile is no decorator of the whole app
-  await app.register(async function hubAssets(scope) {
-    await scope.register(fastifyStatic, { root: assets, serve: false, decorateReply: true, index: false })
-    scope.get<{ Params: { file: string } }>('/hub/assets/:file', { schema: { hide: true } }, async (request, reply) => {
-      const { file } = request.params
-      const found = ASSET_NAME.test(file) && (await stat(join(assets, file)).then((s) => s.isFile(), () => false))
-      if (!found) return reply.code(404).type('text/plain; charset=utf-8').send('Not found\n')
-      return reply.header('cache-control', 'public, max-age=31536000, immutable').sendFile(file, assets, { cacheControl: false })
+    // the files under assets/ are sent from disk (ranges, ETags, HEAD) through the link,
+    // resolved at each request; a name that is not there is a plain 404, never the page
+    const assets = join(dir, 'assets')
+    // in a scope of its own, so reply.sendFile is no decorator of the whole app
+    await app.register(async function hubAssets(scope) {
+      await scope.register(fastifyStatic, { root: assets, serve: false, decorateReply: true, index: false })
+      scope.get<{ Params: { file: string } }>(
+        '/hub/assets/:file',
+        { schema: { hide: true } },
+        async (request, reply) => {
+          const { file } = request.params
+          const found =
+            ASSET_NAME.test(file) &&
+            (await stat(join(assets, file)).then(
+              (s) => s.isFile(),
+              () => false
+            ))
+          if (!found) return reply.code(404).type('text/plain; charset=utf-8').send('Not found\n')
+          return reply
+            .header('cache-control', 'public, max-age=31536000, immutable')
+            .sendFile(file, assets, { cacheControl: false })
+        }
+      )
     })
-  })
-  // the root says where to go: the console (whose footer points at the API reference)
-  app.get('/', { schema: { hide: true } }, async (_request, reply) => reply.redirect('/hub/', 302))
-  app.get('/hub', { schema: { hide: true } }, async (_request, reply) => reply.redirect('/hub/', 301))
-  app.get('/hub/', { schema: { hide: true } }, async (_request, reply) => page(reply))
-  // client-side routes (/hub/search, /hub/items/:id, …) load the same page
-  app.get('/hub/*', { schema: { hide: true } }, async (_request, reply) => page(reply))
-}, { name: 'hub', fastify: '5.x' })
-
+    // the root says where to go: the console (whose footer points at the API reference)
+    app.get('/', { schema: { hide: true } }, async (_request, reply) => reply.redirect('/hub/', 302))
+    app.get('/hub', { schema: { hide: true } }, async (_request, reply) => reply.redirect('/hub/', 301))
+    app.get('/hub/', { schema: { hide: true } }, async (_request, reply) => page(reply))
+    // client-side routes (/hub/search, /hub/items/:id, …) load the same page
+    app.get('/hub/*', { schema: { hide: true } }, async (_request, reply) => page(reply))
+  },
+  { name: 'hub', fastify: '5.x' }
+)

@@ -16,7 +16,11 @@ const TAGS = [
   { name: 'keys', description: 'API keys of an organization' },
   { name: 'runs', description: 'Runs, threads, their event streams and chat' },
   { name: 'memory', description: 'The Memory Hub: search, browse, correct; the capture outbox and the recall ledger' },
-  { name: 'runtime', description: 'Tool policies and approvals (the terminal and desktop WebSockets are described in the agent runtime guide)' },
+  {
+    name: 'runtime',
+    description:
+      'Tool policies and approvals (the terminal and desktop WebSockets are described in the agent runtime guide)'
+  },
   { name: 'artifacts', description: 'Uploads, artifacts made by runs and people, their versions and proposals' },
   { name: 'knowledge', description: 'Records with versions, ranked search, documents made searchable, and drafts' },
   { name: 'skills', description: 'Skills (SKILL.md), their versions and proposed changes, and skill runs' },
@@ -27,10 +31,20 @@ const TAGS = [
   { name: 'automations', description: 'Cron schedules that start runs, their fires and triggers' },
   { name: 'integrations', description: 'Connected services (GitHub, Slack) of an organization' },
   { name: 'platform', description: 'The dashboard and fleet usage' },
-  { name: 'providers', description: 'Model providers of an organization (OpenAI-compatible, Anthropic) and the models runs may name' },
+  {
+    name: 'providers',
+    description: 'Model providers of an organization (OpenAI-compatible, Anthropic) and the models runs may name'
+  },
   { name: 'github', description: 'GitHub: repositories, pull requests, skill import and the repository wiki' },
-  { name: 'mcp', description: 'The Model Context Protocol: Cairn as an MCP server (/api/mcp) and the organization\'s MCP servers whose tools runs call' },
-  { name: 'chatplatform', description: 'Chat platforms calling in (Slack events and button clicks), authenticated by their signature' }
+  {
+    name: 'mcp',
+    description:
+      "The Model Context Protocol: Cairn as an MCP server (/api/mcp) and the organization's MCP servers whose tools runs call"
+  },
+  {
+    name: 'chatplatform',
+    description: 'Chat platforms calling in (Slack events and button clicks), authenticated by their signature'
+  }
 ]
 
 /**
@@ -41,10 +55,17 @@ const SHARED_REFUSALS: Record<string, { name: string; description: string; retry
   408: { name: 'RequestTimeout', description: 'the request was not received in time (`request_timeout`)' },
   414: { name: 'UriTooLong', description: 'the path or a parameter is too long (`uri_too_long`)' },
   431: { name: 'HeadersTooLarge', description: 'the request headers are too large (`headers_too_large`)' },
-  503: { name: 'ServiceUnavailable', description: 'the database (or another dependency) is unavailable; retry after `Retry-After` seconds', retryAfter: true }
+  503: {
+    name: 'ServiceUnavailable',
+    description: 'the database (or another dependency) is unavailable; retry after `Retry-After` seconds',
+    retryAfter: true
+  }
 }
 
-const RETRY_AFTER = { description: 'seconds to wait before retrying', schema: { type: 'integer', minimum: 0, description: 'seconds to wait before retrying' } }
+const RETRY_AFTER = {
+  description: 'seconds to wait before retrying',
+  schema: { type: 'integer', minimum: 0, description: 'seconds to wait before retrying' }
+}
 
 type Json = Record<string, unknown>
 
@@ -73,7 +94,14 @@ const errorRef = () => ({ $ref: 'ErrorBody' })
  * routes, 413 and 415 wherever a body is read, `Idempotent-Replayed` on the answers of
  * idempotent routes (and `Retry-After` on their 409 in flight), `Retry-After` on 429.
  */
-function documented(schema: RouteSchema, config: { scope?: Parameters<typeof routeScopes>[0]; idempotent?: boolean; streamedBody?: { mediaType: string; schema: unknown } }): RouteSchema {
+function documented(
+  schema: RouteSchema,
+  config: {
+    scope?: Parameters<typeof routeScopes>[0]
+    idempotent?: boolean
+    streamedBody?: { mediaType: string; schema: unknown }
+  }
+): RouteSchema {
   const out: RouteSchema = { ...schema }
   if (config.streamedBody) {
     out.body = config.streamedBody.schema
@@ -125,7 +153,8 @@ function hoistNamedSchemas(document: Json): void {
     if (typeof name !== 'string' || inParameter) return out
     const text = JSON.stringify(out)
     const earlier = seen.get(name)
-    if (earlier !== undefined && earlier !== text) throw new Error(`two different schemas are named ${name}:\n${earlier}\n${text}`)
+    if (earlier !== undefined && earlier !== text)
+      throw new Error(`two different schemas are named ${name}:\n${earlier}\n${text}`)
     seen.set(name, text)
     schemas[name] = out
     return { $ref: `#/components/schemas/${name}` }
@@ -172,7 +201,9 @@ function describeJsonFormFields(document: Json): void {
   }
   for (const item of Object.values(document.paths as Record<string, Record<string, Json>>)) {
     for (const operation of Object.values(item)) {
-      const content = ((operation.requestBody as Json | undefined)?.content as Record<string, Json> | undefined)?.['application/x-www-form-urlencoded']
+      const content = ((operation.requestBody as Json | undefined)?.content as Record<string, Json> | undefined)?.[
+        'application/x-www-form-urlencoded'
+      ]
       const properties = (resolve(content?.schema as Json | undefined)?.properties ?? {}) as Record<string, Json>
       const encoding: Json = {}
       for (const [name, property] of Object.entries(properties)) {
@@ -191,59 +222,66 @@ function describeJsonFormFields(document: Json): void {
  * components, an operationId and a tag on every operation, `security: []` on public
  * routes, event streams as `text/event-stream`.
  */
-export default fp(async function openapiPlugin(app: FastifyInstance, opts: OpenApiOptions) {
-  await app.register(swagger, {
-    openapi: {
-      openapi: '3.1.0',
-      info: {
-        title: 'Cairn API',
-        version: opts.release,
-        description: 'Multi-tenant agent platform: runs, threads, chat, memory and more. Errors are `{error, message}` JSON.',
-        license: { name: 'Proprietary', identifier: 'LicenseRef-Cairn-Proprietary' },
-        contact: { name: 'The operators of this Cairn deployment' }
+export default fp(
+  async function openapiPlugin(app: FastifyInstance, opts: OpenApiOptions) {
+    await app.register(swagger, {
+      openapi: {
+        openapi: '3.1.0',
+        info: {
+          title: 'Cairn API',
+          version: opts.release,
+          description:
+            'Multi-tenant agent platform: runs, threads, chat, memory and more. Errors are `{error, message}` JSON.',
+          license: { name: 'Proprietary', identifier: 'LicenseRef-Cairn-Proprietary' },
+          contact: { name: 'The operators of this Cairn deployment' }
+        },
+        tags: TAGS,
+        components: {
+          securitySchemes: {
+            session: { type: 'apiKey', in: 'cookie', name: 'cairn_session' },
+            apiKey: { type: 'http', scheme: 'bearer', description: 'cairn_… API key' }
+          }
+        },
+        security: [{ session: [] }, { apiKey: [] }]
       },
-      tags: TAGS,
-      components: {
-        securitySchemes: {
-          session: { type: 'apiKey', in: 'cookie', name: 'cairn_session' },
-          apiKey: { type: 'http', scheme: 'bearer', description: 'cairn_… API key' }
-        }
+      refResolver: {
+        buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`)
       },
-      security: [{ session: [] }, { apiKey: [] }]
-    },
-    refResolver: {
-      buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`)
-    },
-    transform: ({ schema, url, route }) => {
-      // an upgrade is no HTTP operation a generated client could call
-      if ((route as { websocket?: boolean }).websocket) return { schema: { ...schema, hide: true }, url }
-      return { schema: documented(schema as RouteSchema, route.config ?? {}) as typeof schema, url }
-    },
-    transformObject: (generated) => {
-      const document = structuredClone('openapiObject' in generated ? generated.openapiObject : generated.swaggerObject) as Json
-      hoistNamedSchemas(document)
-      addSharedRefusals(document)
-      describeJsonFormFields(document)
-      return document as Partial<OpenAPIV3_2.Document>
-    }
-  })
-  await app.register(async function docsPage(docs) {
-    // the reference's page and assets are 2.4 MB of JavaScript and CSS: compressed for the
-    // browsers that ask (brotli or gzip), here only, never on the API's answers or streams
-    await docs.register(compress, { global: true, threshold: 1024 })
-    // /docs gets its own policy (same-origin scripts and styles), replacing the API's deny-all
-    // one; no upgrade-insecure-requests, so the page also works over plain http in development
-    await docs.register(swaggerUi, {
-      routePrefix: '/docs',
-      uiConfig: { deepLinking: true },
-      staticCSP: "default-src 'self'; base-uri 'self'; font-src 'self' data:; frame-ancestors 'self'; img-src 'self' data:; " +
-        "object-src 'none'; script-src 'self'; script-src-attr 'none'; style-src 'self' 'unsafe-inline'"
+      transform: ({ schema, url, route }) => {
+        // an upgrade is no HTTP operation a generated client could call
+        if ((route as { websocket?: boolean }).websocket) return { schema: { ...schema, hide: true }, url }
+        return { schema: documented(schema as RouteSchema, route.config ?? {}) as typeof schema, url }
+      },
+      transformObject: (generated) => {
+        const document = structuredClone(
+          'openapiObject' in generated ? generated.openapiObject : generated.swaggerObject
+        ) as Json
+        hoistNamedSchemas(document)
+        addSharedRefusals(document)
+        describeJsonFormFields(document)
+        return document as Partial<OpenAPIV3_2.Document>
+      }
     })
-  })
-  // the server is the one that answered, as an absolute URL: a relative "/" made some
-  // generators call `//api/…`
-  app.get('/openapi.json', { schema: { hide: true } }, async (request) => {
-    const origin = `${request.protocol}://${request.host}`
-    return { ...app.swagger(), servers: [{ url: origin, description: 'the server this document was read from' }] }
-  })
-}, { name: 'openapi', fastify: '5.x' })
+    await app.register(async function docsPage(docs) {
+      // the reference's page and assets are 2.4 MB of JavaScript and CSS: compressed for the
+      // browsers that ask (brotli or gzip), here only, never on the API's answers or streams
+      await docs.register(compress, { global: true, threshold: 1024 })
+      // /docs gets its own policy (same-origin scripts and styles), replacing the API's deny-all
+      // one; no upgrade-insecure-requests, so the page also works over plain http in development
+      await docs.register(swaggerUi, {
+        routePrefix: '/docs',
+        uiConfig: { deepLinking: true },
+        staticCSP:
+          "default-src 'self'; base-uri 'self'; font-src 'self' data:; frame-ancestors 'self'; img-src 'self' data:; " +
+          "object-src 'none'; script-src 'self'; script-src-attr 'none'; style-src 'self' 'unsafe-inline'"
+      })
+    })
+    // the server is the one that answered, as an absolute URL: a relative "/" made some
+    // generators call `//api/…`
+    app.get('/openapi.json', { schema: { hide: true } }, async (request) => {
+      const origin = `${request.protocol}://${request.host}`
+      return { ...app.swagger(), servers: [{ url: origin, description: 'the server this document was read from' }] }
+    })
+  },
+  { name: 'openapi', fastify: '5.x' }
+)

@@ -25,15 +25,18 @@ export function releaseHeaders(release: string): Record<string, string> {
  * client release is refused before any other work. A dev build accepts every client, so it
  * has no gate at all.
  */
-export default fp(async function releasePlugin(app: FastifyInstance, opts: ReleaseOptions) {
-  const { release, isDevBuild } = opts
-  if (isDevBuild) return
-  // a callback hook, not an async one: it runs on every request, and a promise per hook
-  // per request is measurable on the cheapest routes (bench/foundation.ts)
-  app.addHook('onRequest', function releaseGate(request, _reply, done) {
-    if (!MUTATING.has(request.method) || !isApiPath(request.url)) return done()
-    const client = request.headers['x-service-client-release']
-    if (client === undefined || client === release) return done()
-    done(frontendReleaseMismatch(String(client), release))
-  })
-}, { name: 'release', fastify: '5.x', dependencies: ['errors'] })
+export default fp(
+  async function releasePlugin(app: FastifyInstance, opts: ReleaseOptions) {
+    const { release, isDevBuild } = opts
+    if (isDevBuild) return
+    // a callback hook, not an async one: it runs on every request, and a promise per hook
+    // per request is measurable on the cheapest routes (bench/foundation.ts)
+    app.addHook('onRequest', function releaseGate(request, _reply, done) {
+      if (!MUTATING.has(request.method) || !isApiPath(request.url)) return done()
+      const client = request.headers['x-service-client-release']
+      if (client === undefined || client === release) return done()
+      done(frontendReleaseMismatch(String(client), release))
+    })
+  },
+  { name: 'release', fastify: '5.x', dependencies: ['errors'] }
+)

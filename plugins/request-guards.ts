@@ -52,43 +52,50 @@ function hasBody(request: FastifyRequest): boolean {
  *    before any of it is read. It runs after authentication, as the other refusals of a
  *    body do.
  */
-export default fp(async function requestGuards(app: FastifyInstance, opts: RequestGuardOptions) {
-  const trusted = new Set(opts.trustedOrigins)
+export default fp(
+  async function requestGuards(app: FastifyInstance, opts: RequestGuardOptions) {
+    const trusted = new Set(opts.trustedOrigins)
 
-  // callback hooks: they run on every /api request and almost always pass
-  app.addHook('onRequest', function originCheck(request, _reply, done) {
-    if (!MUTATING.has(request.method) || request.headers.authorization !== undefined) return done()
-    const origin = request.headers.origin
-    if (origin === undefined) {
-      done(request.headers['sec-fetch-site'] === 'cross-site' ? forbiddenOrigin('a cross-site request may not change anything here') : undefined)
-      return
-    }
-    if (trusted.has(origin) || origin === ownOrigin(request)) return done()
-    done(forbiddenOrigin(`origin ${JSON.stringify(origin.slice(0, 200))} may not change anything here`))
-  })
-
-  app.addHook('preParsing', function contentEncoding(request, _reply, payload, done) {
-    const encoding = request.headers['content-encoding']
-    if (encoding === undefined || isIdentity(encoding) || !hasBody(request)) return done(null, payload)
-    done(unsupportedContentEncoding(encoding))
-  })
-
-  function serverOwnedFields(request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) {
-    const body = request.body
-    if (body === null || typeof body !== 'object' || Array.isArray(body) || Buffer.isBuffer(body)) return done()
-    for (const field of SERVER_OWNED_FIELDS) {
-      if (Object.hasOwn(body, field)) {
-        return done(serverOwnedField(field))
+    // callback hooks: they run on every /api request and almost always pass
+    app.addHook('onRequest', function originCheck(request, _reply, done) {
+      if (!MUTATING.has(request.method) || request.headers.authorization !== undefined) return done()
+      const origin = request.headers.origin
+      if (origin === undefined) {
+        done(
+          request.headers['sec-fetch-site'] === 'cross-site'
+            ? forbiddenOrigin('a cross-site request may not change anything here')
+            : undefined
+        )
+        return
       }
+      if (trusted.has(origin) || origin === ownOrigin(request)) return done()
+      done(forbiddenOrigin(`origin ${JSON.stringify(origin.slice(0, 200))} may not change anything here`))
+    })
+
+    app.addHook('preParsing', function contentEncoding(request, _reply, payload, done) {
+      const encoding = request.headers['content-encoding']
+      if (encoding === undefined || isIdentity(encoding) || !hasBody(request)) return done(null, payload)
+      done(unsupportedContentEncoding(encoding))
+    })
+
+    function serverOwnedFields(request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) {
+      const body = request.body
+      if (body === null || typeof body !== 'object' || Array.isArray(body) || Buffer.isBuffer(body)) return done()
+      for (const field of SERVER_OWNED_FIELDS) {
+        if (Object.hasOwn(body, field)) {
+          return done(serverOwnedField(field))
+        }
+      }
+      done()
     }
-    done()
-  }
-  // Only routes that take a body carry the check (Fastify parses none for GET and HEAD), so
-  // reads pay nothing for it. It goes first among the route's own preValidation hooks; the
-  // scope has none.
-  app.addHook('onRoute', (route) => {
-    const methods = Array.isArray(route.method) ? route.method : [route.method]
-    if (methods.every((m) => m === 'GET' || m === 'HEAD')) return
-    route.preValidation = [serverOwnedFields, ...asList(route.preValidation)]
-  })
-}, { name: 'request-guards', fastify: '5.x', dependencies: ['errors'] })
+    // Only routes that take a body carry the check (Fastify parses none for GET and HEAD), so
+    // reads pay nothing for it. It goes first among the route's own preValidation hooks; the
+    // scope has none.
+    app.addHook('onRoute', (route) => {
+      const methods = Array.isArray(route.method) ? route.method : [route.method]
+      if (methods.every((m) => m === 'GET' || m === 'HEAD')) return
+      route.preValidation = [serverOwnedFields, ...asList(route.preValidation)]
+    })
+  },
+  { name: 'request-guards', fastify: '5.x', dependencies: ['errors'] }
+)

@@ -27,7 +27,9 @@ export const MAX_PATH_LENGTH = 2048
 // visible ASCII, as an id a proxy or client would send for tracing; anything else is replaced
 const REQUEST_ID = /^[\x21-\x7e]{1,128}$/
 
-/** Fastify's genReqId: the client's `x-request-id` when it is at most 128 visible ASCII characters, else a fresh one. */
+/**
+ * Fastify's genReqId: the client's `x-request-id` when it is at most 128 visible ASCII characters, else a fresh one.
+ */
 export function requestIdOf(req: IncomingMessage): string {
   const sent = req.headers['x-request-id']
   return typeof sent === 'string' && REQUEST_ID.test(sent) ? sent : randomUUID()
@@ -40,9 +42,10 @@ export function requestIdOf(req: IncomingMessage): string {
  */
 export function frameworkErrors(headersFor: HeadersFor) {
   return function onFrameworkError(error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
-    const [status, body] = error.code === 'FST_ERR_MAX_PARAM_LENGTH'
-      ? [414, { error: 'uri_too_long', message: `a path segment is longer than ${MAX_PARAM_LENGTH} characters` }]
-      : [400, { error: 'bad_request', message: 'the URL is not valid (bad percent-encoding or UTF-8)' }]
+    const [status, body] =
+      error.code === 'FST_ERR_MAX_PARAM_LENGTH'
+        ? [414, { error: 'uri_too_long', message: `a path segment is longer than ${MAX_PARAM_LENGTH} characters` }]
+        : [400, { error: 'bad_request', message: 'the URL is not valid (bad percent-encoding or UTF-8)' }]
     request.log.info({ err: { code: error.code }, status }, 'request rejected')
     return reply
       .headers(headersFor(request.url, request.protocol === 'https'))
@@ -58,7 +61,12 @@ interface ConnectionError extends Error {
   rawPacket?: unknown
 }
 
-const REASONS: Record<number, string> = { 400: 'Bad Request', 408: 'Request Timeout', 414: 'URI Too Long', 431: 'Request Header Fields Too Large' }
+const REASONS: Record<number, string> = {
+  400: 'Bad Request',
+  408: 'Request Timeout',
+  414: 'URI Too Long',
+  431: 'Request Header Fields Too Large'
+}
 
 /**
  * Node counts the request line toward its header limit (16 KB): when the packet that
@@ -108,7 +116,9 @@ export function clientErrorHandler(headersFor: HeadersFor) {
         'content-length': Buffer.byteLength(body),
         connection: 'close'
       }
-      const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('')
+      const head = Object.entries(headers)
+        .map(([name, value]) => `${name}: ${value}\r\n`)
+        .join('')
       socket.write(`HTTP/1.1 ${status} ${REASONS[status]}\r\n${head}\r\n${body}`)
     }
     socket.destroy(err)

@@ -34,10 +34,18 @@ export function helmetHeaders(options: HelmetOptions): Record<string, string> {
 
 const HSTS = 'strict-transport-security'
 
-/** What everything outside /api carries (/docs is an HTML page): helmet's full set, with the same deny-all CSP that /docs replaces with its own. */
-const PAGE_HEADERS: Readonly<Record<string, string>> = Object.freeze(helmetHeaders({
-  contentSecurityPolicy: { useDefaults: false, directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"], baseUri: ["'none'"] } }
-}))
+/**
+ * What everything outside /api carries (/docs is an HTML page): helmet's full set, with the same deny-all CSP that
+ * /docs replaces with its own.
+ */
+const PAGE_HEADERS: Readonly<Record<string, string>> = Object.freeze(
+  helmetHeaders({
+    contentSecurityPolicy: {
+      useDefaults: false,
+      directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"], baseUri: ["'none'"] }
+    }
+  })
+)
 
 /**
  * What an /api answer carries: the set OWASP's REST Security Cheat Sheet names for API
@@ -82,23 +90,28 @@ export interface SecurityHeadersOptions {
  * too. Strict-Transport-Security goes only over https: TLS to this process, or to a proxy
  * that says so in X-Forwarded-Proto when TRUST_PROXY trusts it.
  */
-export default fp(async function securityHeaders(app: FastifyInstance, opts: SecurityHeadersOptions) {
-  const headersFor = fixedHeaders(opts.apiHeaders)
-  // a callback hook, not an async one: it runs on every request, and a promise per hook
-  // per request is measurable on the cheapest routes (bench/foundation.ts)
-  app.addHook('onRequest', function setResponseHeaders(request, reply, done) {
-    reply.headers(headersFor(request.url, request.protocol === 'https'))
-    reply.header('x-request-id', request.id)
-    done()
-  })
-}, { name: 'security-headers', fastify: '5.x' })
+export default fp(
+  async function securityHeaders(app: FastifyInstance, opts: SecurityHeadersOptions) {
+    const headersFor = fixedHeaders(opts.apiHeaders)
+    // a callback hook, not an async one: it runs on every request, and a promise per hook
+    // per request is measurable on the cheapest routes (bench/foundation.ts)
+    app.addHook('onRequest', function setResponseHeaders(request, reply, done) {
+      reply.headers(headersFor(request.url, request.protocol === 'https'))
+      reply.header('x-request-id', request.id)
+      done()
+    })
+  },
+  { name: 'security-headers', fastify: '5.x' }
+)
 
 /**
  * The fixed headers of an answer to `url`, as the hook sets them; also for the answers
  * written where no hook runs (plugins/router-refusals.ts).
  */
-export function fixedHeaders(apiHeaders: Readonly<Record<string, string>> = {}): (url: string, secure: boolean) => Readonly<Record<string, string>> {
+export function fixedHeaders(
+  apiHeaders: Readonly<Record<string, string>> = {}
+): (url: string, secure: boolean) => Readonly<Record<string, string>> {
   const api = Object.freeze({ ...API_HEADERS, ...apiHeaders })
   const apiPlain = withoutHsts(api)
-  return (url, secure) => (isApiPath(url) ? (secure ? api : apiPlain) : (secure ? PAGE_HEADERS : PAGE_PLAIN))
+  return (url, secure) => (isApiPath(url) ? (secure ? api : apiPlain) : secure ? PAGE_HEADERS : PAGE_PLAIN)
 }

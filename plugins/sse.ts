@@ -24,7 +24,10 @@ export interface SseStream {
 }
 
 export interface SseOpenOptions {
-  /** what the stream gets before it closes at shutdown, instead of SHUTDOWN_FRAME (a stream that cannot be resumed says it ended) */
+  /**
+   * what the stream gets before it closes at shutdown, instead of SHUTDOWN_FRAME (a stream that cannot be resumed says
+   * it ended)
+   */
   shutdownFrame?: string
 }
 
@@ -103,7 +106,15 @@ class Stream implements SseStream {
   /** the last stall check that found the socket empty or taking bytes */
   private fineAt: number
 
-  constructor(raw: ServerResponse, socket: Socket, lastEventId: number | null, max: number, owner: Set<Stream>, now: number, shutdownFrame: string) {
+  constructor(
+    raw: ServerResponse,
+    socket: Socket,
+    lastEventId: number | null,
+    max: number,
+    owner: Set<Stream>,
+    now: number,
+    shutdownFrame: string
+  ) {
     this.fineAt = now
     this.shutdownFrame = shutdownFrame
     this.raw = raw
@@ -185,63 +196,75 @@ class Stream implements SseStream {
  * The one way to answer with server-sent events: headers, heartbeats (one timer for all
  * streams), backpressure, Last-Event-ID parsing, cleanup on close and at shutdown.
  */
-export default fp(async function ssePlugin(app: FastifyInstance, opts: SseOptions) {
-  const streams = new Set<Stream>()
-  const heartbeat = setInterval(() => {
-    for (const stream of streams) stream.write(':hb\n\n')
-  }, opts.heartbeatMs)
-  heartbeat.unref()
-  // checked ten times per limit; a stall is at most one check old when first seen, so a
-  // stream is dropped after between 0.8 and 1.0 times the limit without a byte taken
-  const every = Math.max(5, Math.floor(opts.stallMs / 10))
-  const limit = opts.stallMs - every
-  const stallCheck = setInterval(() => {
-    const at = Date.now()
-    for (const stream of streams) stream.checkStall(at, limit)
-  }, every)
-  stallCheck.unref()
+export default fp(
+  async function ssePlugin(app: FastifyInstance, opts: SseOptions) {
+    const streams = new Set<Stream>()
+    const heartbeat = setInterval(() => {
+      for (const stream of streams) stream.write(':hb\n\n')
+    }, opts.heartbeatMs)
+    heartbeat.unref()
+    // checked ten times per limit; a stall is at most one check old when first seen, so a
+    // stream is dropped after between 0.8 and 1.0 times the limit without a byte taken
+    const every = Math.max(5, Math.floor(opts.stallMs / 10))
+    const limit = opts.stallMs - every
+    const stallCheck = setInterval(() => {
+      const at = Date.now()
+      for (const stream of streams) stream.checkStall(at, limit)
+    }, every)
+    stallCheck.unref()
 
-  const helper: SseHelper = {
-    get count() {
-      return streams.size
-    },
-    open(request, reply, options) {
-      const lastEventId = parseLastEventId(request)
-      reply.hijack()
-      const raw = reply.raw
-      const headers: Record<string, string | number | string[]> = {}
-      for (const [name, value] of Object.entries(reply.getHeaders())) if (value !== undefined) headers[name] = value as string
-      raw.writeHead(200, {
-        ...headers,
-        'content-type': 'text/event-stream; charset=utf-8',
-        'cache-control': 'no-cache',
-        'x-accel-buffering': 'no',
-        connection: 'keep-alive'
-      })
-      // the first comment flushes the headers so clients see the stream open at once
-      raw.write(':ok\n\n')
-      const socket = request.raw.socket
-      socket.setNoDelay(true)
-      const stream = new Stream(raw, socket, lastEventId, opts.maxBufferBytes, streams, Date.now(), options?.shutdownFrame ?? SHUTDOWN_FRAME)
-      streams.add(stream)
-      raw.on('close', () => stream.finish())
-      raw.on('error', () => stream.finish())
-      return stream
+    const helper: SseHelper = {
+      get count() {
+        return streams.size
+      },
+      open(request, reply, options) {
+        const lastEventId = parseLastEventId(request)
+        reply.hijack()
+        const raw = reply.raw
+        const headers: Record<string, string | number | string[]> = {}
+        for (const [name, value] of Object.entries(reply.getHeaders()))
+          if (value !== undefined) headers[name] = value as string
+        raw.writeHead(200, {
+          ...headers,
+          'content-type': 'text/event-stream; charset=utf-8',
+          'cache-control': 'no-cache',
+          'x-accel-buffering': 'no',
+          connection: 'keep-alive'
+        })
+        // the first comment flushes the headers so clients see the stream open at once
+        raw.write(':ok\n\n')
+        const socket = request.raw.socket
+        socket.setNoDelay(true)
+        const stream = new Stream(
+          raw,
+          socket,
+          lastEventId,
+          opts.maxBufferBytes,
+          streams,
+          Date.now(),
+          options?.shutdownFrame ?? SHUTDOWN_FRAME
+        )
+        streams.add(stream)
+        raw.on('close', () => stream.finish())
+        raw.on('error', () => stream.finish())
+        return stream
+      }
     }
-  }
-  app.decorate('sse', helper)
+    app.decorate('sse', helper)
 
-  // open streams would keep server.close() waiting forever. Each ends cleanly with a
-  // reconnectable close: `retry:` tells an EventSource when to come back, and it resumes
-  // with Last-Event-ID (on another instance, or this one restarted). Not `event: end`,
-  // which says that a run is over and nothing more will come; a stream that cannot be
-  // resumed (a chat) gets its own frame instead, `event: end` with why.
-  app.addHook('preClose', async () => {
-    clearInterval(heartbeat)
-    clearInterval(stallCheck)
-    for (const stream of [...streams]) {
-      stream.write(stream.shutdownFrame)
-      stream.close()
-    }
-  })
-}, { name: 'sse', fastify: '5.x', dependencies: ['errors'] })
+    // open streams would keep server.close() waiting forever. Each ends cleanly with a
+    // reconnectable close: `retry:` tells an EventSource when to come back, and it resumes
+    // with Last-Event-ID (on another instance, or this one restarted). Not `event: end`,
+    // which says that a run is over and nothing more will come; a stream that cannot be
+    // resumed (a chat) gets its own frame instead, `event: end` with why.
+    app.addHook('preClose', async () => {
+      clearInterval(heartbeat)
+      clearInterval(stallCheck)
+      for (const stream of [...streams]) {
+        stream.write(stream.shutdownFrame)
+        stream.close()
+      }
+    })
+  },
+  { name: 'sse', fastify: '5.x', dependencies: ['errors'] }
+)

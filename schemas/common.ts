@@ -18,19 +18,34 @@ export function StrictObject<T extends TProperties>(properties: T, options: Reco
   return Type.Object(properties, { additionalProperties: false, ...options })
 }
 
-/** A union of string literals from one `as const` list: the list stays the one source (tables build their CHECK from it). */
-export function LiteralUnion<const T extends readonly string[]>(values: T, options: Record<string, unknown> = {}): TUnion<{ -readonly [K in keyof T]: TLiteral<T[K]> }> {
-  return Type.Union(values.map((value) => Type.Literal(value)), options) as never
+/**
+ * A union of string literals from one `as const` list: the list stays the one source (tables build their CHECK from
+ * it).
+ */
+export function LiteralUnion<const T extends readonly string[]>(
+  values: T,
+  options: Record<string, unknown> = {}
+): TUnion<{ -readonly [K in keyof T]: TLiteral<T[K]> }> {
+  return Type.Union(
+    values.map((value) => Type.Literal(value)),
+    options
+  ) as never
 }
 
 /** A value or null. */
-export const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()])
+export const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) =>
+  Type.Union([schema, Type.Null()])
 
 /** Contract 6's `createdBy`: who made an object. */
-export const CreatedBy = Nullable(Type.String({ description: 'the user who made it; null for an API key, the dev org or a run' }))
+export const CreatedBy = Nullable(
+  Type.String({ description: 'the user who made it; null for an API key, the dev org or a run' })
+)
 
 /** The `Idempotency-Key` request header of the routes contract 3 makes idempotent. */
-export const IdempotencyKeyHeader = { type: 'object', properties: { 'idempotency-key': { type: 'string', description: '1 to 255 characters' } } } as const
+export const IdempotencyKeyHeader = {
+  type: 'object',
+  properties: { 'idempotency-key': { type: 'string', description: '1 to 255 characters' } }
+} as const
 
 export const Id = Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$', description: 'opaque id' })
 export const IsoDate = Type.String({ format: 'date-time', description: 'ISO-8601 UTC timestamp' })
@@ -38,17 +53,26 @@ export const IsoDate = Type.String({ format: 'date-time', description: 'ISO-8601
 export const IdParams = StrictObject({ id: Id })
 
 /** The contract's error body (1.2). */
-export const ErrorBody = Type.Object({
-  error: Type.String({ description: 'stable identifier' }),
-  message: Type.String({ description: 'human sentence' }),
-  release: Type.Optional(Type.String()),
-  details: Type.Optional(Type.Array(Type.Object({
-    path: Type.String(),
-    message: Type.String(),
-    line: Type.Optional(Type.Integer({ minimum: 1, description: 'in a file sent as text (a SKILL.md): the 1-based line' })),
-    column: Type.Optional(Type.Integer({ minimum: 1, description: 'and the 1-based column' }))
-  })))
-}, { $id: 'ErrorBody', description: 'an error' })
+export const ErrorBody = Type.Object(
+  {
+    error: Type.String({ description: 'stable identifier' }),
+    message: Type.String({ description: 'human sentence' }),
+    release: Type.Optional(Type.String()),
+    details: Type.Optional(
+      Type.Array(
+        Type.Object({
+          path: Type.String(),
+          message: Type.String(),
+          line: Type.Optional(
+            Type.Integer({ minimum: 1, description: 'in a file sent as text (a SKILL.md): the 1-based line' })
+          ),
+          column: Type.Optional(Type.Integer({ minimum: 1, description: 'and the 1-based column' }))
+        })
+      )
+    )
+  },
+  { $id: 'ErrorBody', description: 'an error' }
+)
 
 /** Error responses every /api route can produce before its handler runs. */
 export function errorResponses(...statuses: number[]): Record<number, TSchema> {
@@ -58,7 +82,12 @@ export function errorResponses(...statuses: number[]): Record<number, TSchema> {
 }
 
 /** A list's cursor: its last page's `nextCursor`, as it came (anything else is 400 validation_failed). */
-export const Cursor = Type.String({ minLength: 1, maxLength: 512, pattern: '^[A-Za-z0-9_-]+$', description: 'the previous page\'s nextCursor, as it came; leave it out for the first page' })
+export const Cursor = Type.String({
+  minLength: 1,
+  maxLength: 512,
+  pattern: '^[A-Za-z0-9_-]+$',
+  description: "the previous page's nextCursor, as it came; leave it out for the first page"
+})
 
 export const PageQuery = {
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),

@@ -4,7 +4,18 @@
 // it runs only when the sources changed: `npm ci` (prepare) and `npm start` call it through
 // scripts/build.mjs; the browser tests call it before they start a server.
 import { createHash, randomBytes } from 'node:crypto'
-import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync
+} from 'node:fs'
 import { createRequire } from 'node:module'
 import { basename, dirname, join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -85,7 +96,9 @@ export function ensureHubBuild({ log = (line) => process.stderr.write(`${line}\n
     hash = hubSourceHash(require)
   } catch (err) {
     if (existsSync(HUB_LINK)) return HUB_LINK
-    const error = new Error(`the Memory Hub console cannot be built (${err.code === 'MODULE_NOT_FOUND' ? 'esbuild or preact is not installed: run `npm ci`' : err.message})`)
+    const error = new Error(
+      `the Memory Hub console cannot be built (${err.code === 'MODULE_NOT_FOUND' ? 'esbuild or preact is not installed: run `npm ci`' : err.message})`
+    )
     error.code = 'CAIRN_HUB_UNBUILDABLE'
     throw error
   }
@@ -114,7 +127,8 @@ export function ensureHubBuild({ log = (line) => process.stderr.write(`${line}\n
     const outputs = Object.keys(result.metafile.outputs).map((path) => basename(path))
     const js = outputs.find((file) => file.endsWith('.js'))
     const css = outputs.find((file) => file.endsWith('.css'))
-    if (!js || !css) throw new Error(`the Memory Hub build made ${outputs.join(', ')}, not one script and one stylesheet`)
+    if (!js || !css)
+      throw new Error(`the Memory Hub build made ${outputs.join(', ')}, not one script and one stylesheet`)
     writeFileSync(join(temp, 'index.html'), indexHtml(js, css))
     try {
       renameSync(temp, out)
@@ -126,7 +140,8 @@ export function ensureHubBuild({ log = (line) => process.stderr.write(`${line}\n
     log(`cairn: built the Memory Hub console into .build/${name} in ${((Date.now() - started) / 1000).toFixed(1)} s`)
     // older console builds; a running server reads its files through the link, so it serves this one
     for (const entry of readdirSync(BUILDS)) {
-      if (/^hub-[0-9a-f]{16}$/.test(entry) && entry !== name) rmSync(join(BUILDS, entry), { recursive: true, force: true })
+      if (/^hub-[0-9a-f]{16}$/.test(entry) && entry !== name)
+        rmSync(join(BUILDS, entry), { recursive: true, force: true })
     }
   }
   linkHub(name)

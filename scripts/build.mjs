@@ -6,8 +6,19 @@
 import { spawnSync } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
 import {
-  closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync,
-  symlinkSync, writeFileSync, writeSync
+  closeSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+  writeSync
 } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join, relative } from 'node:path'
@@ -25,7 +36,9 @@ export function sourceHash() {
   const files = [
     ...SOURCE_DIRS.flatMap((dir) => filesUnder(join(root, dir))),
     ...CONFIG_FILES.map((name) => join(root, name))
-  ].map((path) => relative(root, path)).sort()
+  ]
+    .map((path) => relative(root, path))
+    .sort()
   for (const file of files) {
     hash.update(`${file}\0`)
     hash.update(readFileSync(join(root, file)))
@@ -118,7 +131,9 @@ export function ensureBuild({ log = (line) => process.stderr.write(`${line}\n`) 
   if (!existsSync(out)) {
     const tsc = tscPath()
     if (tsc === null) {
-      const error = new Error('the sources changed since the last build and TypeScript is not installed: run `npm ci` (it installs TypeScript and builds)')
+      const error = new Error(
+        'the sources changed since the last build and TypeScript is not installed: run `npm ci` (it installs TypeScript and builds)'
+      )
       error.code = 'CAIRN_NO_TYPESCRIPT'
       throw error
     }
@@ -130,7 +145,10 @@ export function ensureBuild({ log = (line) => process.stderr.write(`${line}\n`) 
         const temp = join(BUILDS, `tmp-${process.pid}-${randomBytes(4).toString('hex')}`)
         log(`cairn: building the TypeScript sources into .build/${hash} (only when they change)…`)
         const started = Date.now()
-        const result = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', temp], { cwd: root, stdio: 'inherit' })
+        const result = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', temp], {
+          cwd: root,
+          stdio: 'inherit'
+        })
         if (result.status !== 0) {
           rmSync(temp, { recursive: true, force: true })
           const error = new Error(`the TypeScript build failed (tsc exited with ${result.status ?? result.signal})`)
@@ -159,7 +177,9 @@ export async function ensurePgliteTemplate({ log = (line) => process.stderr.writ
   const require = createRequire(join(root, 'package.json'))
   let version
   try {
-    version = JSON.parse(readFileSync(join(dirname(require.resolve('@electric-sql/pglite')), '..', 'package.json'), 'utf8')).version
+    version = JSON.parse(
+      readFileSync(join(dirname(require.resolve('@electric-sql/pglite')), '..', 'package.json'), 'utf8')
+    ).version
   } catch {
     return null
   }
@@ -174,7 +194,9 @@ export async function ensurePgliteTemplate({ log = (line) => process.stderr.writ
   const temp = join(BUILDS, `tmp-${process.pid}-${randomBytes(4).toString('hex')}.tar`)
   writeFileSync(temp, tar)
   renameSync(temp, file)
-  log(`cairn: made the embedded database template .build/pglite-${version}.tar in ${((Date.now() - started) / 1000).toFixed(1)} s`)
+  log(
+    `cairn: made the embedded database template .build/pglite-${version}.tar in ${((Date.now() - started) / 1000).toFixed(1)} s`
+  )
   return file
 }
 

@@ -7,7 +7,13 @@ import websocket from '@fastify/websocket'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Ajv from 'ajv'
 import addFormats from 'ajv-formats'
-import Fastify, { LogController, type FastifyContextConfig, type FastifyInstance, type FastifyPluginAsync, type FastifySchemaCompiler } from 'fastify'
+import Fastify, {
+  LogController,
+  type FastifyContextConfig,
+  type FastifyInstance,
+  type FastifyPluginAsync,
+  type FastifySchemaCompiler
+} from 'fastify'
 import dbPlugin from '../plugins/db.js'
 import shutdownRefusals from '../plugins/shutdown.js'
 import eventBusPlugin from '../plugins/event-bus.js'
@@ -39,7 +45,14 @@ import knowledgeService from './knowledge/service.js'
 import runs from './runs/index.js'
 import { createRunEventSink } from './runs/events.js'
 import type { RunEventSink, RunMemory } from './runs/memory-port.js'
-import { runArtifactWriter, runDirectory, runEventWriter, runKnowledgeTools, runMemoryTools, runSkillTools } from './runs/runtime-ports.js'
+import {
+  runArtifactWriter,
+  runDirectory,
+  runEventWriter,
+  runKnowledgeTools,
+  runMemoryTools,
+  runSkillTools
+} from './runs/runtime-ports.js'
 import runsService from './runs/service.js'
 import automations from './automations/index.js'
 import { systemClock, type Clock } from './worker-loop.js'
@@ -140,7 +153,13 @@ export interface Ports {
  */
 function validatorFactory(externalSchemas: Record<string, unknown>): FastifySchemaCompiler<object> {
   const make = (coerceTypes: boolean | 'array') => {
-    const ajv = new Ajv.default({ coerceTypes, useDefaults: true, removeAdditional: false, allErrors: false, strict: false })
+    const ajv = new Ajv.default({
+      coerceTypes,
+      useDefaults: true,
+      removeAdditional: false,
+      allErrors: false,
+      strict: false
+    })
     addFormats.default(ajv)
     for (const schema of Object.values(externalSchemas)) ajv.addSchema(schema as object)
     return ajv
@@ -155,14 +174,25 @@ function validatorFactory(externalSchemas: Record<string, unknown>): FastifySche
 }
 
 /** pino-pretty, one line per fact: time, level, message, then the fields on the same line */
-const PRETTY = { target: 'pino-pretty', options: { singleLine: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' } }
+const PRETTY = {
+  target: 'pino-pretty',
+  options: { singleLine: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' }
+}
 
 function prettyLogs(config: Config): boolean {
   if (config.LOG_FORMAT !== 'auto') return config.LOG_FORMAT === 'pretty'
   return config.NODE_ENV !== 'production' && process.stdout.isTTY === true
 }
 
-export async function buildApp({ config, database, apiPlugins = [], ports = {}, extraKeyRoutes = [], clock = systemClock, logStream }: BuildOptions): Promise<FastifyInstance> {
+export async function buildApp({
+  config,
+  database,
+  apiPlugins = [],
+  ports = {},
+  extraKeyRoutes = [],
+  clock = systemClock,
+  logStream
+}: BuildOptions): Promise<FastifyInstance> {
   const fixedHeadersFor = fixedHeaders(releaseHeaders(config.release))
   const app = Fastify({
     logger: {
@@ -201,14 +231,18 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
   }).withTypeProvider<TypeBoxTypeProvider>()
 
   const owned = database === undefined
-  const db = database ?? (await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolMax: config.DATABASE_POOL_MAX }))
+  const db =
+    database ??
+    (await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolMax: config.DATABASE_POOL_MAX }))
   try {
     if (owned) {
       const migrations = await migrateDatabase(db, config.DATABASE_URL)
       app.log.info(`database: ${describeDatabase(config)}`)
-      app.log.info(migrations.applied > 0
-        ? `migrations: ${migrations.applied} applied, the schema is up to date (${migrations.total} in all)`
-        : `migrations: the schema is up to date (${migrations.total} in all, none to apply)`)
+      app.log.info(
+        migrations.applied > 0
+          ? `migrations: ${migrations.applied} applied, the schema is up to date (${migrations.total} in all)`
+          : `migrations: the schema is up to date (${migrations.total} in all, none to apply)`
+      )
     }
     if (config.ALLOW_DEV_ORG) await seedDevOrg(db.db)
   } catch (err) {
@@ -243,7 +277,10 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
   if (['info', 'debug', 'trace'].includes(config.LOG_LEVEL)) {
     // one line per request, once answered: what was asked, how it ended, how long it took
     app.addHook('onResponse', async (request, reply) => {
-      request.log.info({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
+      request.log.info(
+        { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) },
+        'request'
+      )
     })
   }
   await app.register(errorsPlugin)
@@ -251,10 +288,18 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
   await app.register(securityHeaders, { apiHeaders: releaseHeaders(config.release) })
   await app.register(shutdownRefusals, { graceMs: config.SHUTDOWN_GRACE_MS })
   await app.register(releasePlugin, { release: config.release, isDevBuild: config.isDevBuild })
-  await app.register(dbPlugin, { database: db, closeOnShutdown: owned, maintenanceEveryMs: config.EMBEDDED_MAINTENANCE_SECONDS * 1000 })
+  await app.register(dbPlugin, {
+    database: db,
+    closeOnShutdown: owned,
+    maintenanceEveryMs: config.EMBEDDED_MAINTENANCE_SECONDS * 1000
+  })
   await app.register(featuresPlugin)
   await app.register(eventBusPlugin)
-  await app.register(ssePlugin, { heartbeatMs: config.SSE_HEARTBEAT_MS, maxBufferBytes: config.SSE_MAX_BUFFER_BYTES, stallMs: config.SSE_STALL_MS })
+  await app.register(ssePlugin, {
+    heartbeatMs: config.SSE_HEARTBEAT_MS,
+    maxBufferBytes: config.SSE_MAX_BUFFER_BYTES,
+    stallMs: config.SSE_STALL_MS
+  })
   // cookies are parsed only where they are read (the session lane of src/auth/principal.ts),
   // not by a hook on every request
   await app.register(cookie, { hook: false })
@@ -356,41 +401,44 @@ export async function buildApp({ config, database, apiPlugins = [], ports = {}, 
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
   // they declare otherwise, because the principal hook sits here.
-  await app.register(async function api(scope) {
-    await scope.register(requestGuards, { trustedOrigins: config.CORS_ORIGINS })
-    await scope.register(principalPlugin, {
-      allowDevOrg: config.ALLOW_DEV_ORG,
-      secureCookie: config.COOKIE_SECURE,
-      cacheTtlMs: config.IDENTITY_CACHE_MS,
-      extraKeyRoutes
-    })
-    await scope.register(idempotencyPlugin)
-    await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG })
-    await scope.register(auth, {
-      allowDevOrg: config.ALLOW_DEV_ORG,
-      rateLimit: {
-        perIp: config.AUTH_RATE_LIMIT_PER_IP,
-        perAccount: config.AUTH_RATE_LIMIT_PER_ACCOUNT,
-        windowMs: config.AUTH_RATE_LIMIT_WINDOW_MS
-      }
-    })
-    await scope.register(runs)
-    await scope.register(memory, { backendName: config.MEMORY_BACKEND })
-    await scope.register(runtimeRoutes, { corsOrigins: config.CORS_ORIGINS })
-    await scope.register(artifacts)
-    await scope.register(knowledge)
-    await scope.register(skills)
-    await scope.register(tasks)
-    await scope.register(secrets)
-    await scope.register(automations)
-    await scope.register(integrations)
-    await scope.register(platform)
-    await scope.register(providers)
-    await scope.register(github)
-    await scope.register(slack)
-    await scope.register(mcpRoutes, { sessionIdleHours: config.MCP_SESSION_IDLE_HOURS })
-    for (const plugin of apiPlugins) await scope.register(plugin)
-  }, { prefix: '/api' })
+  await app.register(
+    async function api(scope) {
+      await scope.register(requestGuards, { trustedOrigins: config.CORS_ORIGINS })
+      await scope.register(principalPlugin, {
+        allowDevOrg: config.ALLOW_DEV_ORG,
+        secureCookie: config.COOKIE_SECURE,
+        cacheTtlMs: config.IDENTITY_CACHE_MS,
+        extraKeyRoutes
+      })
+      await scope.register(idempotencyPlugin)
+      await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG })
+      await scope.register(auth, {
+        allowDevOrg: config.ALLOW_DEV_ORG,
+        rateLimit: {
+          perIp: config.AUTH_RATE_LIMIT_PER_IP,
+          perAccount: config.AUTH_RATE_LIMIT_PER_ACCOUNT,
+          windowMs: config.AUTH_RATE_LIMIT_WINDOW_MS
+        }
+      })
+      await scope.register(runs)
+      await scope.register(memory, { backendName: config.MEMORY_BACKEND })
+      await scope.register(runtimeRoutes, { corsOrigins: config.CORS_ORIGINS })
+      await scope.register(artifacts)
+      await scope.register(knowledge)
+      await scope.register(skills)
+      await scope.register(tasks)
+      await scope.register(secrets)
+      await scope.register(automations)
+      await scope.register(integrations)
+      await scope.register(platform)
+      await scope.register(providers)
+      await scope.register(github)
+      await scope.register(slack)
+      await scope.register(mcpRoutes, { sessionIdleHours: config.MCP_SESSION_IDLE_HOURS })
+      for (const plugin of apiPlugins) await scope.register(plugin)
+    },
+    { prefix: '/api' }
+  )
 
   return app as unknown as FastifyInstance
 }

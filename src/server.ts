@@ -47,7 +47,9 @@ try {
   if (code === 'EADDRNOTAVAIL') fail(`cannot listen on ${config.HOST}: no such address on this machine (set HOST)`)
   throw err
 }
-app.log.info(config.ALLOW_DEV_ORG
-  ? 'dev org: on, for callers on this machine (loopback) only; requests without credentials act in the dev org (ALLOW_DEV_ORG=false turns it off)'
-  : 'dev org: off; every request needs a session or an API key')
+app.log.info(
+  config.ALLOW_DEV_ORG
+    ? 'dev org: on, for callers on this machine (loopback) only; requests without credentials act in the dev org (ALLOW_DEV_ORG=false turns it off)'
+    : 'dev org: off; every request needs a session or an API key'
+)
 app.log.info(describeListening(config.HOST, (app.server.address() as { port: number }).port))

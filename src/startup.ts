@@ -62,7 +62,8 @@ export function startFailure(err: unknown, config: Pick<Config, 'DATABASE_URL' |
     case 'EPERM':
     case 'EROFS':
     case 'ENOSPC':
-      if (!config.DATABASE_URL) return `cannot use the data directory ${resolve(config.DATA_DIR)}: ${code} on ${e.path ?? 'a file in it'}`
+      if (!config.DATABASE_URL)
+        return `cannot use the data directory ${resolve(config.DATA_DIR)}: ${code} on ${e.path ?? 'a file in it'}`
       return null
     default:
       return null
@@ -82,10 +83,13 @@ export function closeOnSignals(app: FastifyInstance, graceMs: number): void {
   closeWithGrace({ delay: graceMs, logger: app.log, skip: ['unhandledRejection'] }, async ({ signal, err }) => {
     if (err) app.log.error({ err }, 'shutting down after an error')
     else app.log.info({ signal }, 'shutting down')
-    const cut = setTimeout(() => {
-      app.log.warn('shutting down: cutting the connections still busy')
-      app.server.closeAllConnections()
-    }, Math.floor(graceMs * 0.8))
+    const cut = setTimeout(
+      () => {
+        app.log.warn('shutting down: cutting the connections still busy')
+        app.server.closeAllConnections()
+      },
+      Math.floor(graceMs * 0.8)
+    )
     let last: NodeJS.Timeout | undefined
     const closed = await Promise.race([
       app.close().then(() => true),
@@ -94,6 +98,8 @@ export function closeOnSignals(app: FastifyInstance, graceMs: number): void {
       clearTimeout(cut)
       clearTimeout(last)
     })
-    app.log[closed ? 'info' : 'warn'](closed ? 'shut down' : 'shut down: the close did not finish within the grace; exiting with it unfinished')
+    app.log[closed ? 'info' : 'warn'](
+      closed ? 'shut down' : 'shut down: the close did not finish within the grace; exiting with it unfinished'
+    )
   })
 }

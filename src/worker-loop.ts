@@ -63,7 +63,10 @@ export interface WorkerLoopOptions<T> {
   backoff?: { baseMs: number; maxMs: number }
   /** whether finished work suggests more is due at once (a full batch); else the loop waits for the poll */
   claimAgain?(item: T): boolean
-  /** whether a pass goes on claiming after this claim (it said others are due); else it ends and the loop waits for the poll or a wake */
+  /**
+   * whether a pass goes on claiming after this claim (it said others are due); else it ends and the loop waits for the
+   * poll or a wake
+   */
   claimMore?(item: T): boolean
   /** a wakeSoon() waits this long, so that notifications close together share one claim */
   wakeDelayMs?: number
@@ -282,7 +285,11 @@ export function createWorkerLoop<T>(o: WorkerLoopOptions<T>): WorkerLoop<T> {
         timers.clearTimeout(timer)
       }
       const left = [...running].map((e) => e.item)
-      if (left.length > 0) o.log.warn({ left: left.length }, `${o.name}: the drain did not finish before its deadline; what is in flight is left to its lease`)
+      if (left.length > 0)
+        o.log.warn(
+          { left: left.length },
+          `${o.name}: the drain did not finish before its deadline; what is in flight is left to its lease`
+        )
       return { items, left }
     },
     kill() {

@@ -69,12 +69,15 @@ t.test('a bad value is refused with the variable named', async (t) => {
   t.ok(new ConfigError('x') instanceof Error)
 })
 
-t.test('an in-memory database keeps its files in a temporary directory of its own, never in a folder named memory:', async (t) => {
-  const dir = filesDir(loadConfig({ DATA_DIR: 'memory://' }))
-  t.equal(filesDir(loadConfig({ DATA_DIR: 'memory://' })), dir, 'the same directory for the life of the process')
-  t.ok(isAbsolute(dir) && dir.startsWith(tmpdir()), dir)
-  t.ok(existsSync(dir))
-  t.notOk(dir.includes('memory:'))
-  t.equal(filesDir(loadConfig({ DATA_DIR: './data' })), './data', 'a real DATA_DIR is used as it is')
-  t.notOk(existsSync('memory:'), 'nothing was made in the working directory')
-})
+t.test(
+  'an in-memory database keeps its files in a temporary directory of its own, never in a folder named memory:',
+  async (t) => {
+    const dir = filesDir(loadConfig({ DATA_DIR: 'memory://' }))
+    t.equal(filesDir(loadConfig({ DATA_DIR: 'memory://' })), dir, 'the same directory for the life of the process')
+    t.ok(isAbsolute(dir) && dir.startsWith(tmpdir()), dir)
+    t.ok(existsSync(dir))
+    t.notOk(dir.includes('memory:'))
+    t.equal(filesDir(loadConfig({ DATA_DIR: './data' })), './data', 'a real DATA_DIR is used as it is')
+    t.notOk(existsSync('memory:'), 'nothing was made in the working directory')
+  }
+)

@@ -13,7 +13,15 @@ import { addFacts } from './memory/helpers.js'
 import { fixtureGitHub } from './github/fake-github.js'
 import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from './helper.js'
 import { startFakeSlack } from './slack/fake-slack.js'
-import { blockActions, connectSlack, EVENTS_URL, installApp, INTERACTIONS_URL, signedFormHeaders, signedHeaders } from './slack/helpers.js'
+import {
+  blockActions,
+  connectSlack,
+  EVENTS_URL,
+  installApp,
+  INTERACTIONS_URL,
+  signedFormHeaders,
+  signedHeaders
+} from './slack/helpers.js'
 
 /**
  * Issue 11, item 6: every operation of the OpenAPI document, every parameter and body
@@ -77,10 +85,12 @@ interface Operation {
 const deepToken = (depth: number): string => `@@deep${depth}@@`
 /** A number JSON.stringify cannot write (1e400 is read as Infinity), written as it is in the JSON text. */
 const rawNumber = (text: string): string => `@@number${text}@@`
-const nested = (depth: number): string => `${'{"a":['.repeat(depth >> 1)}${depth % 2 === 1 ? '{}' : '1'}${']}'.repeat(depth >> 1)}`
-const expandDeep = (text: string): string => text
-  .replace(/"?@@deep(\d+)@@"?/g, (_m, depth: string) => nested(Number(depth)))
-  .replace(/"?@@number([-+.eE0-9]+)@@"?/g, (_m, number: string) => number)
+const nested = (depth: number): string =>
+  `${'{"a":['.repeat(depth >> 1)}${depth % 2 === 1 ? '{}' : '1'}${']}'.repeat(depth >> 1)}`
+const expandDeep = (text: string): string =>
+  text
+    .replace(/"?@@deep(\d+)@@"?/g, (_m, depth: string) => nested(Number(depth)))
+    .replace(/"?@@number([-+.eE0-9]+)@@"?/g, (_m, number: string) => number)
 const MEGABYTE = 'x'.repeat(1 << 20)
 // just under the body limit with a little JSON around it, so the string reaches the schemas and the handlers
 const ALMOST_MEGABYTE = 'y'.repeat((1 << 20) - 4096)
@@ -88,20 +98,61 @@ const ALMOST_MEGABYTE = 'y'.repeat((1 << 20) - 4096)
 /** The kinds of hostile value every field and parameter gets at least once. */
 const HOSTILE: Record<string, fc.Arbitrary<Json>> = {
   nul: fc.string({ maxLength: 6 }).map((s) => `${s}\u0000${s}`),
-  loneSurrogate: fc.tuple(fc.string({ maxLength: 4 }), fc.integer({ min: 0xd800, max: 0xdfff })).map(([s, c]) => `${s}${String.fromCharCode(c)}${s}`),
+  loneSurrogate: fc
+    .tuple(fc.string({ maxLength: 4 }), fc.integer({ min: 0xd800, max: 0xdfff }))
+    .map(([s, c]) => `${s}${String.fromCharCode(c)}${s}`),
   deep: fc.oneof(fc.integer({ min: 65, max: 200 }), fc.integer({ min: 4000, max: 20_000 })).map(deepToken),
-  wrongType: fc.oneof(fc.boolean(), fc.constant(null), fc.array(fc.integer(), { maxLength: 3 }), fc.dictionary(fc.string({ maxLength: 5 }), fc.integer(), { maxKeys: 3 }), fc.integer(), fc.double({ noNaN: true, noDefaultInfinity: true })),
-  hugeNumber: fc.constantFrom<Json>(1e308, -1e308, 2 ** 53 + 2, 1e21, 2 ** 31, 2 ** 63, 1.2345678901234568e29, rawNumber('1e400'), rawNumber('-1e400'), rawNumber('9007199254740993')),
+  wrongType: fc.oneof(
+    fc.boolean(),
+    fc.constant(null),
+    fc.array(fc.integer(), { maxLength: 3 }),
+    fc.dictionary(fc.string({ maxLength: 5 }), fc.integer(), { maxKeys: 3 }),
+    fc.integer(),
+    fc.double({ noNaN: true, noDefaultInfinity: true })
+  ),
+  hugeNumber: fc.constantFrom<Json>(
+    1e308,
+    -1e308,
+    2 ** 53 + 2,
+    1e21,
+    2 ** 31,
+    2 ** 63,
+    1.2345678901234568e29,
+    rawNumber('1e400'),
+    rawNumber('-1e400'),
+    rawNumber('9007199254740993')
+  ),
   negative: fc.oneof(fc.integer({ min: -(2 ** 40), max: -1 }), fc.constantFrom(-1, -0.5, -1e308)),
   empty: fc.constantFrom<Json>('', [], {}),
   megabyte: fc.constantFrom(MEGABYTE, ALMOST_MEGABYTE),
   unicode: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 24 }),
-  proto: fc.constantFrom<Json>('__proto__', 'constructor', JSON.parse('{"__proto__":{"admin":true}}'), JSON.parse('{"constructor":{"prototype":{"admin":true}}}')),
-  injection: fc.constantFrom("' OR 1=1 --", '../../../etc/passwd', '%00', '\\u0000', '${jndi:ldap://x}', '<script>', 'null', 'NaN', '-0', '1e309', '0x10', ' ')
+  proto: fc.constantFrom<Json>(
+    '__proto__',
+    'constructor',
+    JSON.parse('{"__proto__":{"admin":true}}'),
+    JSON.parse('{"constructor":{"prototype":{"admin":true}}}')
+  ),
+  injection: fc.constantFrom(
+    "' OR 1=1 --",
+    '../../../etc/passwd',
+    '%00',
+    '\\u0000',
+    '${jndi:ldap://x}',
+    '<script>',
+    'null',
+    'NaN',
+    '-0',
+    '1e309',
+    '0x10',
+    ' '
+  )
 }
 const hostileAny = fc.oneof(...Object.values(HOSTILE))
 
-const resolve = (doc: { components?: { schemas?: Record<string, Schema> } }, schema: Schema | undefined): Schema | undefined => {
+const resolve = (
+  doc: { components?: { schemas?: Record<string, Schema> } },
+  schema: Schema | undefined
+): Schema | undefined => {
   if (schema?.$ref === undefined) return schema
   return resolve(doc, doc.components?.schemas?.[schema.$ref.split('/').pop()!])
 }
@@ -111,7 +162,19 @@ const resolve = (doc: { components?: { schemas?: Record<string, Schema> } }, sch
  * its parameters, principal and checks run before any upgrade, and that is where hostile
  * input lands; the frames after an upgrade are not HTTP input.
  */
-function operationsOf(doc: { paths: Record<string, Record<string, { parameters?: Parameter[]; requestBody?: { content?: Record<string, { schema?: Schema }> }; responses?: Record<string, { content?: Record<string, unknown> }> }>> }): Operation[] {
+function operationsOf(doc: {
+  paths: Record<
+    string,
+    Record<
+      string,
+      {
+        parameters?: Parameter[]
+        requestBody?: { content?: Record<string, { schema?: Schema }> }
+        responses?: Record<string, { content?: Record<string, unknown> }>
+      }
+    >
+  >
+}): Operation[] {
   const out: Operation[] = []
   for (const [path, methods] of Object.entries(doc.paths)) {
     for (const [method, op] of Object.entries(methods)) {
@@ -123,7 +186,8 @@ function operationsOf(doc: { paths: Record<string, Record<string, { parameters?:
         params,
         body: resolve(doc as never, op.requestBody?.content?.['application/json']?.schema),
         bodyTypes: Object.keys(op.requestBody?.content ?? {}),
-        sse: params.some((p) => p.in === 'header' && p.name.toLowerCase() === 'last-event-id') ||
+        sse:
+          params.some((p) => p.in === 'header' && p.name.toLowerCase() === 'last-event-id') ||
           Object.values(responses).some((r) => r.content !== undefined && 'text/event-stream' in r.content)
       })
     }
@@ -138,7 +202,8 @@ function validValue(doc: object, raw: Schema | undefined, name: string, ids: Rec
   if (schema.const !== undefined) return schema.const
   if (schema.enum !== undefined) return schema.enum[0]!
   const options = schema.anyOf ?? schema.oneOf
-  if (options) return validValue(doc, options.find((o) => resolve(doc as never, o)?.type !== 'null') ?? options[0], name, ids)
+  if (options)
+    return validValue(doc, options.find((o) => resolve(doc as never, o)?.type !== 'null') ?? options[0], name, ids)
   if (schema.allOf) return validValue(doc, schema.allOf[0], name, ids)
   const type = Array.isArray(schema.type) ? schema.type.find((x) => x !== 'null') : schema.type
   switch (type) {
@@ -174,7 +239,8 @@ function bodySlots(doc: object, schema: Schema | undefined, path: string[] = [],
   const resolved = resolve(doc as never, schema)
   const out: string[][] = [path]
   if (resolved === undefined || depth > 3) return out
-  for (const [key, property] of Object.entries(resolved.properties ?? {})) out.push(...bodySlots(doc, property, [...path, key], depth + 1))
+  for (const [key, property] of Object.entries(resolved.properties ?? {}))
+    out.push(...bodySlots(doc, property, [...path, key], depth + 1))
   if (resolved.items) out.push(...bodySlots(doc, resolved.items, [...path, '0'], depth + 1))
   // a field the schema does not name, and a prototype key
   if (resolved.type === 'object' || resolved.properties) out.push([...path, 'unexpectedField'], [...path, '__proto__'])
@@ -200,12 +266,17 @@ function setAt(root: Json, path: string[], value: Json): Json {
 /** A value as text for a URL or header: strings as they are, the rest as JSON. */
 const asText = (value: Json): string => expandDeep(typeof value === 'string' ? value : JSON.stringify(value))
 
-/** Percent-encodes like encodeURIComponent, but writes a lone surrogate as its (invalid) 3-byte UTF-8 form instead of throwing. */
+/**
+ * Percent-encodes like encodeURIComponent, but writes a lone surrogate as its (invalid) 3-byte UTF-8 form instead of
+ * throwing.
+ */
 function encodeLoosely(value: string): string {
   return value.replace(/[\ud800-\udbff][\udc00-\udfff]|[\s\S]/g, (c) => {
     const code = c.charCodeAt(0)
     if (c.length === 1 && code >= 0xd800 && code <= 0xdfff) {
-      return [0xe0 | (code >> 12), 0x80 | ((code >> 6) & 0x3f), 0x80 | (code & 0x3f)].map((b) => `%${b.toString(16).toUpperCase()}`).join('')
+      return [0xe0 | (code >> 12), 0x80 | ((code >> 6) & 0x3f), 0x80 | (code & 0x3f)]
+        .map((b) => `%${b.toString(16).toUpperCase()}`)
+        .join('')
     }
     return encodeURIComponent(c)
   })
@@ -246,40 +317,126 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   const spareKey = await mintKey(app, owner.cookie, 'fuzz target')
   const member = await signUp(app)
   await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
-  const ownerRun = (await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: owner.cookie }, payload: { prompt: 'remember: the fuzz run' } })).json().run
+  const ownerRun = (
+    await app.inject({
+      method: 'POST',
+      url: '/api/runs',
+      headers: { cookie: owner.cookie },
+      payload: { prompt: 'remember: the fuzz run' }
+    })
+  ).json().run
   const devRun = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'a dev run' } })).json().run
   await addFacts(app.db, owner.org.id, 'org', '', ['an owner fact'])
   await addFacts(app.db, DEV_ORG.id, 'org', '', ['a dev fact'])
-  const items = async (headers: Record<string, string>) => ((await app.inject({ method: 'GET', url: '/api/memory/browse', headers })).json().items as Array<{ id: string }>).map((i) => i.id)
+  const items = async (headers: Record<string, string>) =>
+    (
+      (await app.inject({ method: 'GET', url: '/api/memory/browse', headers })).json().items as Array<{ id: string }>
+    ).map((i) => i.id)
   const memoryIds = [...(await items({ cookie: owner.cookie })), ...(await items({}))]
   // knowledge: a record and a draft in each org, so PATCH, approve and history reach their handlers
   const knowledgeIds: string[] = []
   for (const headers of [{ cookie: owner.cookie }, {}]) {
-    knowledgeIds.push((await app.inject({ method: 'POST', url: '/api/knowledge', headers, payload: { title: 'fuzz record', body: 'a body' } })).json().record.id)
-    knowledgeIds.push((await app.inject({ method: 'POST', url: '/api/knowledge/drafts', headers, payload: { title: 'fuzz draft', body: 'a body' } })).json().draft.id)
+    knowledgeIds.push(
+      (
+        await app.inject({
+          method: 'POST',
+          url: '/api/knowledge',
+          headers,
+          payload: { title: 'fuzz record', body: 'a body' }
+        })
+      ).json().record.id
+    )
+    knowledgeIds.push(
+      (
+        await app.inject({
+          method: 'POST',
+          url: '/api/knowledge/drafts',
+          headers,
+          payload: { title: 'fuzz draft', body: 'a body' }
+        })
+      ).json().draft.id
+    )
   }
   // skills, a proposal, a playbook, a project and a task in each org
   const skillIds: string[] = []
   for (const headers of [{ cookie: owner.cookie }, {}]) {
-    const skillId = (await app.inject({ method: 'POST', url: '/api/skills', headers, payload: { name: 'fuzz-skill', description: 'fuzz', instructions: 'Do.' } })).json().skill.id
+    const skillId = (
+      await app.inject({
+        method: 'POST',
+        url: '/api/skills',
+        headers,
+        payload: { name: 'fuzz-skill', description: 'fuzz', instructions: 'Do.' }
+      })
+    ).json().skill.id
     skillIds.push(skillId)
-    skillIds.push((await app.inject({ method: 'POST', url: '/api/skills/proposals', headers, payload: { skillMd: '---\nname: fuzz-proposal\ndescription: fuzz\n---\nDo.' } })).json().proposal.id)
-    skillIds.push((await app.inject({ method: 'POST', url: '/api/playbooks', headers, payload: { name: 'fuzz', steps: [{ skillId }] } })).json().playbook.id)
-    skillIds.push((await app.inject({ method: 'POST', url: '/api/projects', headers, payload: { name: 'fuzz' } })).json().project.id)
-    skillIds.push((await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title: 'fuzz' } })).json().task.id)
-    skillIds.push((await app.inject({ method: 'POST', url: '/api/automations', headers, payload: { name: 'fuzz', cron: '0 3 * * *', target: { skillId } } })).json().automation.id)
+    skillIds.push(
+      (
+        await app.inject({
+          method: 'POST',
+          url: '/api/skills/proposals',
+          headers,
+          payload: { skillMd: '---\nname: fuzz-proposal\ndescription: fuzz\n---\nDo.' }
+        })
+      ).json().proposal.id
+    )
+    skillIds.push(
+      (
+        await app.inject({
+          method: 'POST',
+          url: '/api/playbooks',
+          headers,
+          payload: { name: 'fuzz', steps: [{ skillId }] }
+        })
+      ).json().playbook.id
+    )
+    skillIds.push(
+      (await app.inject({ method: 'POST', url: '/api/projects', headers, payload: { name: 'fuzz' } })).json().project.id
+    )
+    skillIds.push(
+      (await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title: 'fuzz' } })).json().task.id
+    )
+    skillIds.push(
+      (
+        await app.inject({
+          method: 'POST',
+          url: '/api/automations',
+          headers,
+          payload: { name: 'fuzz', cron: '0 3 * * *', target: { skillId } }
+        })
+      ).json().automation.id
+    )
     await app.inject({ method: 'PUT', url: '/api/secrets/FUZZ_TOKEN', headers, payload: { value: 'fuzz value' } })
     // an artifact with two versions and a proposal, so its versions and proposals reach their handlers
-    const artifact = (await app.inject({ method: 'POST', url: '/api/artifacts', headers, payload: { name: 'fuzz.md', content: 'one' } })).json().artifact
-    await app.inject({ method: 'PUT', url: `/api/artifacts/${artifact.id}/content`, headers: { ...headers, 'content-type': 'text/plain', 'if-match': '"v1"' }, payload: 'two' })
-    await app.inject({ method: 'POST', url: `/api/artifacts/${artifact.id}/proposals`, headers, payload: { content: 'three', baseVersion: 2 } })
+    const artifact = (
+      await app.inject({ method: 'POST', url: '/api/artifacts', headers, payload: { name: 'fuzz.md', content: 'one' } })
+    ).json().artifact
+    await app.inject({
+      method: 'PUT',
+      url: `/api/artifacts/${artifact.id}/content`,
+      headers: { ...headers, 'content-type': 'text/plain', 'if-match': '"v1"' },
+      payload: 'two'
+    })
+    await app.inject({
+      method: 'POST',
+      url: `/api/artifacts/${artifact.id}/proposals`,
+      headers,
+      payload: { content: 'three', baseVersion: 2 }
+    })
     skillIds.push(artifact.id)
   }
   // a provider in each org, so check and delete reach their handlers (stored directly: this
   // app refuses private addresses, and its check then refuses to connect, which is the point)
   for (const orgId of [owner.org.id, DEV_ORG.id]) {
     const id = newId()
-    await app.db.insert(providers).values({ id, orgId, name: 'fuzz', baseUrl: 'http://127.0.0.1:9/v1', models: ['fuzz-model'], modelsGiven: true, ready: true })
+    await app.db.insert(providers).values({
+      id,
+      orgId,
+      name: 'fuzz',
+      baseUrl: 'http://127.0.0.1:9/v1',
+      models: ['fuzz-model'],
+      modelsGiven: true,
+      ready: true
+    })
     await app.secrets.internal.put(orgId, `provider:${id}:api_key`, 'fuzz provider key')
     skillIds.push(id)
   }
@@ -288,21 +445,34 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   const github = await fixtureGitHub()
   const ownerAccount = github.addAccount('fuzz-owner')
   const devAccount = github.addAccount('fuzz-dev')
-  const fuzzRepo = github.addRepo('fuzz-owner', 'fuzz-repo', { files: { 'README.md': '# fuzz\n', 'f/SKILL.md': '---\nname: fuzz-import\ndescription: fuzz\n---\nDo.\n' } })
+  const fuzzRepo = github.addRepo('fuzz-owner', 'fuzz-repo', {
+    files: { 'README.md': '# fuzz\n', 'f/SKILL.md': '---\nname: fuzz-import\ndescription: fuzz\n---\nDo.\n' }
+  })
   fuzzRepo.collaborators.add('fuzz-dev')
   github.addPull(fuzzRepo, { title: 'fuzz pull' })
   // GitHub leaves out what is null now and then
   github.addPull(fuzzRepo, { title: 'fuzz pull, sparse', omit: ['closed_at', 'merged_at', 'draft', 'user'] })
   const connectGitHub = async () => {
-    for (const [headers, token] of [[{ cookie: owner.cookie }, ownerAccount.token], [{}, devAccount.token]] as const) {
+    for (const [headers, token] of [
+      [{ cookie: owner.cookie }, ownerAccount.token],
+      [{}, devAccount.token]
+    ] as const) {
       const res = await app.inject({ method: 'PUT', url: '/api/integrations/github', headers, payload: { token } })
       if (res.statusCode !== 200) throw new Error(`github fixture: ${res.statusCode} ${res.body}`)
     }
   }
   await connectGitHub()
   // an artifact saved for a run under a name (the name is the run's now)
-  const runArtifact = await app.inject({ method: 'POST', url: '/api/artifacts', headers: { cookie: owner.cookie }, payload: { name: 'fuzz-run.md', content: 'run', runId: ownerRun.id } })
-  t.ok(ownerRun?.id && devRun?.id && memoryIds.length >= 2 && skillIds.every(Boolean) && runArtifact.statusCode === 201, 'fixtures exist')
+  const runArtifact = await app.inject({
+    method: 'POST',
+    url: '/api/artifacts',
+    headers: { cookie: owner.cookie },
+    payload: { name: 'fuzz-run.md', content: 'run', runId: ownerRun.id }
+  })
+  t.ok(
+    ownerRun?.id && devRun?.id && memoryIds.length >= 2 && skillIds.every(Boolean) && runArtifact.statusCode === 201,
+    'fixtures exist'
+  )
   const runIds = [ownerRun.id as string, devRun.id as string]
   // by parameter name; anything else gets every id (the principal's own user and key are left out, so they survive)
   const ids: Record<string, string[]> = {
@@ -341,7 +511,8 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
       if (value === undefined) continue
       if (param.in === 'path') path = path.replace(`{${param.name}}`, encodeLoosely(asText(value)))
       else if (param.in === 'query') {
-        for (const v of Array.isArray(value) ? value : [value]) query.push(`${encodeURIComponent(param.name)}=${encodeLoosely(asText(v))}`)
+        for (const v of Array.isArray(value) ? value : [value])
+          query.push(`${encodeURIComponent(param.name)}=${encodeLoosely(asText(v))}`)
       } else if (param.in === 'header') {
         const text = asText(value)
         // a header can carry only visible Latin-1; clients cannot send anything else
@@ -349,7 +520,8 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
       }
     }
     path = path.replace(/\{[^}]+\}/g, 'missing')
-    if (input.principal === 'session') headers.cookie = `cairn_session=${(await createSession(app.db, owner.user.id, owner.org.id)).token}`
+    if (input.principal === 'session')
+      headers.cookie = `cairn_session=${(await createSession(app.db, owner.user.id, owner.org.id)).token}`
     if (input.principal === 'key') headers.authorization = key.authorization
     let body: string | undefined
     if (input.body !== undefined && op.method !== 'GET' && op.method !== 'HEAD') {
@@ -384,10 +556,12 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     const values = [...input.values].filter(([, v]) => v !== undefined).map(([p, v]) => `${p.in}:${p.name}=${shown(v)}`)
     return `${op.method} ${op.path} as ${input.principal} ${values.join(' ')} body=${shown(input.body)}`
   }
-  // the one 5xx that is not a fault: a feature this deployment has switched off (the fuzz
-  // app runs without a sandbox provider), answered as the contract says
-  // (and GitHub, after the fuzz itself called DELETE /api/integrations/github: it is reconnected before each GitHub operation)
-  const switchedOff = (res: Sent) => res.status === 503 && /^\{"error":"(sandbox_unavailable|desktop_unavailable|integration_not_connected)"/.test(res.body)
+  // the one 5xx that is not a fault: a feature this deployment has switched off (the fuzz app runs without a sandbox
+  // provider), answered as the contract says (and GitHub, after the fuzz itself called DELETE /api/integrations/github:
+  // it is reconnected before each GitHub operation)
+  const switchedOff = (res: Sent) =>
+    res.status === 503 &&
+    /^\{"error":"(sandbox_unavailable|desktop_unavailable|integration_not_connected)"/.test(res.body)
   let featureOff = 0
   const check = (op: Operation, input: Input, res: Sent) => {
     if (switchedOff(res)) {
@@ -407,7 +581,8 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
    * Last-Event-ID that is not an event id, and a list cursor that is not base64url.
    */
   const mustRefuse = (slot: Slot, kind: string, value: Json): boolean => {
-    if (slot.kind === 'body' || slot.param.in === 'path') return kind === 'nul' || kind === 'loneSurrogate' || kind === 'deep'
+    if (slot.kind === 'body' || slot.param.in === 'path')
+      return kind === 'nul' || kind === 'loneSurrogate' || kind === 'deep'
     // a list's cursor is base64url (or a number) as the list gave it out; nothing else is read as a page
     if (slot.param.in === 'query' && slot.param.name === 'cursor') {
       // an array is sent as that many cursors: none, one, or several (never one cursor)
@@ -435,20 +610,32 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     const out: string[] = []
     // not base64url; three NUL bytes; 'not an id'; a real id with padding; four dotted parts;
     // each is a cursor of none of the lists (ids, names, numbers, dotted board and GitHub pages)
-    const foreign = ['!!!', '', 'AAAA', 'bm90IGFuIGlk', `${Buffer.from(runIds[0]!).toString('base64url')}=`, 'Zm9vLmJhci5iYXouYmF0']
+    const foreign = [
+      '!!!',
+      '',
+      'AAAA',
+      'bm90IGFuIGlk',
+      `${Buffer.from(runIds[0]!).toString('base64url')}=`,
+      'Zm9vLmJhci5iYXouYmF0'
+    ]
     // path values by name; GitHub's pull requests take the repository's own name here
-    const candidates = (name: string) => name === 'repo' ? ['fuzz-repo'] : ids[name] ?? everyId
+    const candidates = (name: string) => (name === 'repo' ? ['fuzz-repo'] : (ids[name] ?? everyId))
     const cookie = `cairn_session=${(await createSession(app.db, owner.user.id, owner.org.id)).token}`
-    const lists = operations.filter((op) => op.method === 'GET' && op.params.some((p) => p.in === 'query' && p.name === 'cursor'))
+    const lists = operations.filter(
+      (op) => op.method === 'GET' && op.params.some((p) => p.in === 'query' && p.name === 'cursor')
+    )
     t.ok(lists.length >= 20, `${lists.length} lists take a cursor`)
     for (const op of lists) {
       if (op.path.startsWith('/api/github/')) await connectGitHub()
       const pathParams = op.params.filter((p) => p.in === 'path')
       let combos: string[][] = [[]]
-      for (const param of pathParams) combos = combos.flatMap((combo) => candidates(param.name).map((value) => [...combo, value]))
+      for (const param of pathParams)
+        combos = combos.flatMap((combo) => candidates(param.name).map((value) => [...combo, value]))
       const urlOf = (combo: string[], query: string) => {
         let path = op.path
-        pathParams.forEach((param, i) => { path = path.replace(`{${param.name}}`, encodeURIComponent(combo[i]!)) })
+        pathParams.forEach((param, i) => {
+          path = path.replace(`{${param.name}}`, encodeURIComponent(combo[i]!))
+        })
         return `${base}${path}?${query}`
       }
       const get = async (url: string) => {
@@ -476,7 +663,11 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
         } catch {
           paths = res.body.slice(0, 100)
         }
-        if (res.status !== 400 || !res.body.startsWith('{"error":"validation_failed"') || JSON.stringify(paths) !== '["/querystring/cursor"]') {
+        if (
+          res.status !== 400 ||
+          !res.body.startsWith('{"error":"validation_failed"') ||
+          JSON.stringify(paths) !== '["/querystring/cursor"]'
+        ) {
           out.push(`${op.path} cursor=${JSON.stringify(cursor)}: ${res.status} ${res.body.slice(0, 200)}`)
         }
       }
@@ -485,7 +676,8 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
       const next = (JSON.parse(first.body) as { nextCursor?: string | null }).nextCursor
       if (typeof next === 'string') {
         const second = await get(urlOf(reached, `limit=1&cursor=${encodeURIComponent(next)}`))
-        if (second.status !== 200) out.push(`${op.path}: its own nextCursor answered ${second.status} ${second.body.slice(0, 200)}`)
+        if (second.status !== 200)
+          out.push(`${op.path}: its own nextCursor answered ${second.status} ${second.body.slice(0, 200)}`)
       }
     }
     return out
@@ -493,13 +685,37 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
 
   /** Rows a request could write and no worker writes meanwhile: a refused one leaves them as they were. */
   const REQUEST_TABLES = [
-    'users', 'organizations', 'members', 'api_keys', 'idempotency_keys', 'integrations', 'providers', 'secrets', 'uploads', 'blobs', 'artifacts',
-    'artifact_versions', 'artifact_proposals', 'knowledge_records', 'knowledge_documents', 'knowledge_drafts', 'skills', 'skill_proposals',
-    'playbooks', 'playbook_steps', 'projects', 'tasks', 'automations', 'tool_policies'
+    'users',
+    'organizations',
+    'members',
+    'api_keys',
+    'idempotency_keys',
+    'integrations',
+    'providers',
+    'secrets',
+    'uploads',
+    'blobs',
+    'artifacts',
+    'artifact_versions',
+    'artifact_proposals',
+    'knowledge_records',
+    'knowledge_documents',
+    'knowledge_drafts',
+    'skills',
+    'skill_proposals',
+    'playbooks',
+    'playbook_steps',
+    'projects',
+    'tasks',
+    'automations',
+    'tool_policies'
   ]
   const rowCounts = async () => {
     const counts: Record<string, number> = {}
-    for (const table of REQUEST_TABLES) counts[table] = rowsOf<{ n: number }>(await app.db.execute(sql.raw(`select count(*)::int as n from ${table}`)))[0]!.n
+    for (const table of REQUEST_TABLES)
+      counts[table] = rowsOf<{ n: number }>(
+        await app.db.execute(sql.raw(`select count(*)::int as n from ${table}`))
+      )[0]!.n
     return counts
   }
   const pointer = (path: string[]) => path.map((p) => p.replace(/~/g, '~0').replace(/\//g, '~1')).join('/')
@@ -509,10 +725,11 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     for (const key of path) at = resolve(doc as never, /^\d+$/.test(key) ? at?.items : at?.properties?.[key])
     return at
   }
-  const isInteger = (schema: Schema | undefined) => [schema, ...(schema?.anyOf ?? [])].some((s) => {
-    const type = resolve(doc as never, s)?.type
-    return type === 'integer' || (Array.isArray(type) && type.includes('integer'))
-  })
+  const isInteger = (schema: Schema | undefined) =>
+    [schema, ...(schema?.anyOf ?? [])].some((s) => {
+      const type = resolve(doc as never, s)?.type
+      return type === 'integer' || (Array.isArray(type) && type.includes('integer'))
+    })
 
   /**
    * The path values that reach an operation's handler: the first whose GET (of the
@@ -522,12 +739,20 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   async function reachingPath(op: Operation, cookie: string): Promise<string> {
     const pathParams = op.params.filter((p) => p.in === 'path')
     if (pathParams.length === 0) return op.path
-    const fill = (path: string, combo: string[]) => pathParams.reduce((at, param, i) => at.replace(`{${param.name}}`, encodeURIComponent(combo[i]!)), path)
+    const fill = (path: string, combo: string[]) =>
+      pathParams.reduce((at, param, i) => at.replace(`{${param.name}}`, encodeURIComponent(combo[i]!)), path)
     let combos: string[][] = [[]]
-    for (const param of pathParams) combos = combos.flatMap((combo) => (param.name === 'repo' ? ['fuzz-repo'] : ids[param.name] ?? everyId).map((value) => [...combo, value]))
+    for (const param of pathParams)
+      combos = combos.flatMap((combo) =>
+        (param.name === 'repo' ? ['fuzz-repo'] : (ids[param.name] ?? everyId)).map((value) => [...combo, value])
+      )
     let probe: string | undefined
     // (every parent with the parameters still has a `{`, so this ends)
-    for (let path = op.path; pathParams.every((p) => path.includes(`{${p.name}}`)); path = path.slice(0, path.lastIndexOf('/'))) {
+    for (
+      let path = op.path;
+      pathParams.every((p) => path.includes(`{${p.name}}`));
+      path = path.slice(0, path.lastIndexOf('/'))
+    ) {
       if (operations.some((o) => o.method === 'GET' && o.path === path && !o.sse)) {
         probe = path
         break
@@ -536,7 +761,10 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     if (probe !== undefined) {
       for (const combo of combos) {
         requests++
-        const res = await fetch(`${base}${fill(probe, combo)}`, { headers: { cookie }, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) })
+        const res = await fetch(`${base}${fill(probe, combo)}`, {
+          headers: { cookie },
+          signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS)
+        })
         await res.body?.cancel()
         if (res.status === 200) return fill(op.path, combo)
       }
@@ -556,7 +784,12 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     const cookie = `cairn_session=${(await createSession(app.db, owner.user.id, owner.org.id)).token}`
     const sendRaw = async (method: string, url: string, headers: Record<string, string>, body?: Buffer | string) => {
       requests++
-      const res = await fetch(url, { method, headers: { cookie, ...headers }, ...(body !== undefined ? { body } : {}), signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) })
+      const res = await fetch(url, {
+        method,
+        headers: { cookie, ...headers },
+        ...(body !== undefined ? { body } : {}),
+        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS)
+      })
       return { status: res.status, body: await res.text(), headers: res.headers }
     }
     const errorOf = (body: string) => {
@@ -573,11 +806,26 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     // a content coding, on every operation that takes a body
     for (const op of writes) {
       const type = op.bodyTypes.includes('application/json') ? 'application/json' : op.bodyTypes[0]!
-      const plain = type === 'multipart/form-data'
-        ? multipart({ filename: 'fuzz.txt', type: 'text/plain', bytes: 'fuzz' })
-        : { payload: Buffer.from(type === 'application/json' ? expandDeep(JSON.stringify(validValue(doc, op.body, '', ids))) : 'fuzz'), headers: { 'content-type': type } }
-      const res = await sendRaw(op.method, `${base}${await reachingPath(op, cookie)}`, { ...plain.headers, 'content-encoding': 'gzip' }, gzipSync(plain.payload))
-      if (res.status !== 415 || errorOf(res.body).error !== 'unsupported_media_type' || res.headers.get('accept-encoding') !== 'identity') {
+      const plain =
+        type === 'multipart/form-data'
+          ? multipart({ filename: 'fuzz.txt', type: 'text/plain', bytes: 'fuzz' })
+          : {
+              payload: Buffer.from(
+                type === 'application/json' ? expandDeep(JSON.stringify(validValue(doc, op.body, '', ids))) : 'fuzz'
+              ),
+              headers: { 'content-type': type }
+            }
+      const res = await sendRaw(
+        op.method,
+        `${base}${await reachingPath(op, cookie)}`,
+        { ...plain.headers, 'content-encoding': 'gzip' },
+        gzipSync(plain.payload)
+      )
+      if (
+        res.status !== 415 ||
+        errorOf(res.body).error !== 'unsupported_media_type' ||
+        res.headers.get('accept-encoding') !== 'identity'
+      ) {
         out.push(`gzip ${op.method} ${op.path}: ${res.status} ${res.body.slice(0, 200)}`)
       }
     }
@@ -586,13 +834,21 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     for (const op of writes.filter((o) => o.bodyTypes.includes('multipart/form-data'))) {
       const whole = multipart({ filename: 'fuzz.md', type: 'text/markdown', bytes: '# fuzz\n'.repeat(50) })
       for (const cut of [100, 4]) {
-        const res = await sendRaw(op.method, `${base}${await reachingPath(op, cookie)}`, whole.headers, whole.payload.subarray(0, whole.payload.length - cut))
-        if (res.status !== 400 || errorOf(res.body).error !== 'bad_request') out.push(`multipart cut ${cut} short ${op.method} ${op.path}: ${res.status} ${res.body.slice(0, 200)}`)
+        const res = await sendRaw(
+          op.method,
+          `${base}${await reachingPath(op, cookie)}`,
+          whole.headers,
+          whole.payload.subarray(0, whole.payload.length - cut)
+        )
+        if (res.status !== 400 || errorOf(res.body).error !== 'bad_request')
+          out.push(`multipart cut ${cut} short ${op.method} ${op.path}: ${res.status} ${res.body.slice(0, 200)}`)
       }
     }
 
     const after = await rowCounts()
-    const changed = REQUEST_TABLES.filter((table) => before[table] !== after[table]).map((table) => `${table}: ${before[table]} -> ${after[table]}`)
+    const changed = REQUEST_TABLES.filter((table) => before[table] !== after[table]).map(
+      (table) => `${table}: ${before[table]} -> ${after[table]}`
+    )
     if (changed.length > 0) out.push(`refused bodies changed rows: ${changed.join(', ')}`)
 
     // integers past 32 bits (and 1e400, read as Infinity) in every integer field of a JSON body
@@ -604,13 +860,18 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
       integerFields += slots.length
       const url = `${base}${await reachingPath(op, cookie)}`
       for (const path of slots) {
-        const bounded = [schemaAt(op.body, path), ...(schemaAt(op.body, path)?.anyOf ?? [])].some((s) => (resolve(doc as never, s)?.maximum ?? Infinity) <= 2_147_483_647)
+        const bounded = [schemaAt(op.body, path), ...(schemaAt(op.body, path)?.anyOf ?? [])].some(
+          (s) => (resolve(doc as never, s)?.maximum ?? Infinity) <= 2_147_483_647
+        )
         for (const value of ['2147483648', '9007199254740993', '1e400']) {
           const body = expandDeep(JSON.stringify(setAt(validValue(doc, op.body, '', ids), path, rawNumber(value))))
           const res = await sendRaw(op.method, url, { 'content-type': 'application/json' }, body)
           const where = `${op.method} ${op.path} /body/${pointer(path)}=${value}`
           if (res.status >= 500) out.push(`${where}: ${res.status} ${res.body.slice(0, 200)}`)
-          else if (bounded && (res.status !== 400 || !errorOf(res.body).details?.some((d) => d.path === `/body/${pointer(path)}`))) {
+          else if (
+            bounded &&
+            (res.status !== 400 || !errorOf(res.body).details?.some((d) => d.path === `/body/${pointer(path)}`))
+          ) {
             out.push(`${where}: ${res.status}, not a 400 naming the field: ${res.body.slice(0, 200)}`)
           }
         }
@@ -618,16 +879,29 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     }
     // a name the run's artifact already has
     const artifactsBefore = (await rowCounts()).artifacts
-    const again = await sendRaw('POST', `${base}/api/artifacts`, { 'content-type': 'application/json' }, JSON.stringify({ name: 'fuzz-run.md', content: 'again', runId: ownerRun.id }))
-    if (again.status !== 409 || errorOf(again.body).error !== 'conflict') out.push(`the same artifact name for a run: ${again.status} ${again.body.slice(0, 200)}`)
+    const again = await sendRaw(
+      'POST',
+      `${base}/api/artifacts`,
+      { 'content-type': 'application/json' },
+      JSON.stringify({ name: 'fuzz-run.md', content: 'again', runId: ownerRun.id })
+    )
+    if (again.status !== 409 || errorOf(again.body).error !== 'conflict')
+      out.push(`the same artifact name for a run: ${again.status} ${again.body.slice(0, 200)}`)
     if ((await rowCounts()).artifacts !== artifactsBefore) out.push('the refused artifact name added a row')
 
     // GitHub's sparse pull request
     const pulls = await sendRaw('GET', `${base}/api/github/repos/fuzz-owner/fuzz-repo/pulls?state=all`, {})
-    const sparse = (errorOf(pulls.body) as { items?: Array<{ title: string; closedAt?: unknown; mergedAt?: unknown; merged?: unknown }> }).items?.find((p) => p.title === 'fuzz pull, sparse')
-    if (pulls.status !== 200 || sparse?.closedAt !== null || sparse.mergedAt !== null || sparse.merged !== false) out.push(`a pull request without closed_at: ${pulls.status} ${pulls.body.slice(0, 200)}`)
+    const sparse = (
+      errorOf(pulls.body) as {
+        items?: Array<{ title: string; closedAt?: unknown; mergedAt?: unknown; merged?: unknown }>
+      }
+    ).items?.find((p) => p.title === 'fuzz pull, sparse')
+    if (pulls.status !== 200 || sparse?.closedAt !== null || sparse.mergedAt !== null || sparse.merged !== false)
+      out.push(`a pull request without closed_at: ${pulls.status} ${pulls.body.slice(0, 200)}`)
     const multiparts = writes.filter((o) => o.bodyTypes.includes('multipart/form-data')).length
-    t.comment(`findings: a content coding on ${writes.length} operations, multipart cut short on ${multiparts}, ${integerFields} integer fields past 32 bits`)
+    t.comment(
+      `findings: a content coding on ${writes.length} operations, multipart cut short on ${multiparts}, ${integerFields} integer fields past 32 bits`
+    )
     return out
   }
 
@@ -635,7 +909,11 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   // it did not give out is 400 validation_failed naming /querystring/cursor (never read as
   // the first page), and one it gave out is taken
   t.same(await checkCursors(), [], 'every list refuses a cursor it did not give out')
-  t.same(await checkFindings(), [], 'what the fuzzer found is refused as a 4xx everywhere it applies, and changes nothing')
+  t.same(
+    await checkFindings(),
+    [],
+    'what the fuzzer found is refused as a 4xx everywhere it applies, and changes nothing'
+  )
 
   let seed = SEED
   const spent: Array<[string, number]> = []
@@ -643,7 +921,10 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     const opStarted = Date.now()
     if (/^\/api\/(github\/|skills\/import|knowledge\/wiki)/.test(op.path)) await connectGitHub()
     // 1. every slot gets every kind of hostile value, as each principal in turn
-    const slots: Slot[] = [...op.params.map((param): Slot => ({ kind: 'param', param })), ...(op.body ? bodySlots(doc, op.body).map((path): Slot => ({ kind: 'body', path })) : [])]
+    const slots: Slot[] = [
+      ...op.params.map((param): Slot => ({ kind: 'param', param })),
+      ...(op.body ? bodySlots(doc, op.body).map((path): Slot => ({ kind: 'body', path })) : [])
+    ]
     let turn = 0
     for (const slot of slots) {
       for (const [kind, arbitrary] of Object.entries(HOSTILE)) {
@@ -665,15 +946,22 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     }
 
     // 2. random mixes of real ids, valid values and hostile ones in every slot at once
-    const paramArb = (param: Parameter): fc.Arbitrary<Json | undefined> => param.in === 'path'
-      ? fc.oneof(fc.constantFrom(...(ids[param.name] ?? everyId)), hostileAny, fc.string())
-      : fc.oneof(fc.constant(undefined), fc.constant(validValue(doc, param.schema, param.name, ids)), hostileAny)
+    const paramArb = (param: Parameter): fc.Arbitrary<Json | undefined> =>
+      param.in === 'path'
+        ? fc.oneof(fc.constantFrom(...(ids[param.name] ?? everyId)), hostileAny, fc.string())
+        : fc.oneof(fc.constant(undefined), fc.constant(validValue(doc, param.schema, param.name, ids)), hostileAny)
     const inputArb = fc.record({
       principal: fc.constantFrom(...principals),
       params: fc.tuple(...op.params.map(paramArb)),
       body: op.body
         ? fc.oneof(
-            fc.constant(validValue(doc, op.body, '', ids)).chain((valid) => fc.tuple(fc.constantFrom(...bodySlots(doc, op.body)), hostileAny).map(([path, value]) => setAt(valid, path, value))),
+            fc
+              .constant(validValue(doc, op.body, '', ids))
+              .chain((valid) =>
+                fc
+                  .tuple(fc.constantFrom(...bodySlots(doc, op.body)), hostileAny)
+                  .map(([path, value]) => setAt(valid, path, value))
+              ),
             hostileAny
           )
         : fc.constant(undefined)
@@ -698,8 +986,16 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   const health = await app.inject({ method: 'GET', url: '/api/health' })
   t.equal(health.statusCode, 200, 'the service still answers')
   t.same(failures, [], `no 5xx: ${failures.length} found`)
-  t.comment(`fuzz: ${operations.length} operations, ${requests} requests, ${failures.length} 5xx, ${featureOff} 503 sandbox_unavailable, ${noAnswer} closed without an answer, ${((Date.now() - started) / 1000).toFixed(1)} s, seed ${SEED}, database ${app.testDb.url ? 'postgres' : 'pglite'}`)
-  t.comment(`slowest: ${spent.sort((a, b) => b[1] - a[1]).slice(0, 5).map(([name, ms]) => `${name} ${(ms / 1000).toFixed(1)} s`).join(', ')}`)
+  t.comment(
+    `fuzz: ${operations.length} operations, ${requests} requests, ${failures.length} 5xx, ${featureOff} 503 sandbox_unavailable, ${noAnswer} closed without an answer, ${((Date.now() - started) / 1000).toFixed(1)} s, seed ${SEED}, database ${app.testDb.url ? 'postgres' : 'pglite'}`
+  )
+  t.comment(
+    `slowest: ${spent
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 5)
+      .map(([name, ms]) => `${name} ${(ms / 1000).toFixed(1)} s`)
+      .join(', ')}`
+  )
 })
 
 /**
@@ -711,7 +1007,9 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
  */
 t.test('the Slack ingress and interactions: signed bodies with hostile values never reach a 5xx', async (t) => {
   const fake = await startFakeSlack(t)
-  const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url, SECRETS_KEY: newKeyText(), RUN_WORKER_CONCURRENCY: '0', SLACK_OUTBOX: 'false' } })
+  const app = await buildTestApp(t, {
+    env: { SLACK_API_URL: fake.url, SECRETS_KEY: newKeyText(), RUN_WORKER_CONCURRENCY: '0', SLACK_OUTBOX: 'false' }
+  })
   const owner = await signUpWithOrg(app)
   const slack = installApp(fake)
   t.equal((await connectSlack(app, owner.cookie, slack)).statusCode, 200)
@@ -719,8 +1017,16 @@ t.test('the Slack ingress and interactions: signed bodies with hostile values ne
   const envelope = resolve(doc, { $ref: '#/components/schemas/SlackEventEnvelope' })
   t.ok(envelope?.properties?.event, 'the envelope is documented')
   const valid: Json = {
-    type: 'event_callback', team_id: slack.teamId, event_id: 'EvFuzz',
-    event: { type: 'app_mention', user: 'UFUZZ', text: `<@${slack.botUserId}> fuzz`, ts: '1700000000.000001', channel: 'CFUZZ' }
+    type: 'event_callback',
+    team_id: slack.teamId,
+    event_id: 'EvFuzz',
+    event: {
+      type: 'app_mention',
+      user: 'UFUZZ',
+      text: `<@${slack.botUserId}> fuzz`,
+      ts: '1700000000.000001',
+      channel: 'CFUZZ'
+    }
   }
   let seed = SEED
   let requests = 0
@@ -729,11 +1035,19 @@ t.test('the Slack ingress and interactions: signed bodies with hostile values ne
     for (const [kind, arbitrary] of Object.entries(HOSTILE)) {
       const [value] = fc.sample(arbitrary, { seed: seed++, numRuns: 1 }) as [Json]
       const body = expandDeep(JSON.stringify(setAt(valid, path, value)))
-      const res = await app.inject({ method: 'POST', url: EVENTS_URL, headers: signedHeaders(slack.signingSecret, body), payload: body })
+      const res = await app.inject({
+        method: 'POST',
+        url: EVENTS_URL,
+        headers: signedHeaders(slack.signingSecret, body),
+        payload: body
+      })
       requests++
       const where = `/${path.join('/')} = ${kind}`
       if (res.statusCode >= 500) failures.push(`${res.statusCode} ${where} -> ${res.body.slice(0, 200)}`)
-      else if ((kind === 'nul' || kind === 'loneSurrogate' || kind === 'deep') && (res.statusCode < 400 || res.statusCode >= 500)) {
+      else if (
+        (kind === 'nul' || kind === 'loneSurrogate' || kind === 'deep') &&
+        (res.statusCode < 400 || res.statusCode >= 500)
+      ) {
         failures.push(`${res.statusCode}, not a 4xx: ${where} -> ${res.body.slice(0, 200)}`)
       }
     }
@@ -743,17 +1057,28 @@ t.test('the Slack ingress and interactions: signed bodies with hostile values ne
   t.ok(interaction?.properties?.payload, 'the interaction form is documented')
   const click: Json = { payload: blockActions(slack, { actionId: 'cairn_approve', value: newId() }) as unknown as Json }
   const interactionPaths = bodySlots(doc, interaction).filter((path) => path[0] === 'payload' && path.length > 1)
-  t.ok(interactionPaths.some((path) => path.join('/') === 'payload/actions/0/value'), 'down to the approval id')
+  t.ok(
+    interactionPaths.some((path) => path.join('/') === 'payload/actions/0/value'),
+    'down to the approval id'
+  )
   for (const path of interactionPaths) {
     for (const [kind, arbitrary] of Object.entries(HOSTILE)) {
       const [value] = fc.sample(arbitrary, { seed: seed++, numRuns: 1 }) as [Json]
       const payload = (setAt(click, path, value) as { payload: Json }).payload
       const body = `payload=${encodeURIComponent(expandDeep(JSON.stringify(payload)))}`
-      const res = await app.inject({ method: 'POST', url: INTERACTIONS_URL, headers: signedFormHeaders(slack.signingSecret, body), payload: body })
+      const res = await app.inject({
+        method: 'POST',
+        url: INTERACTIONS_URL,
+        headers: signedFormHeaders(slack.signingSecret, body),
+        payload: body
+      })
       requests++
       const where = `interaction /${path.join('/')} = ${kind}`
       if (res.statusCode >= 500) failures.push(`${res.statusCode} ${where} -> ${res.body.slice(0, 200)}`)
-      else if ((kind === 'nul' || kind === 'loneSurrogate' || kind === 'deep') && (res.statusCode < 400 || res.statusCode >= 500)) {
+      else if (
+        (kind === 'nul' || kind === 'loneSurrogate' || kind === 'deep') &&
+        (res.statusCode < 400 || res.statusCode >= 500)
+      ) {
         failures.push(`${res.statusCode}, not a 4xx: ${where} -> ${res.body.slice(0, 200)}`)
       }
     }

@@ -97,14 +97,19 @@ const reuse = process.env.TEST_FRESH_DATABASES !== '1'
 async function releaseTestDatabase(db: TestDatabase): Promise<void> {
   let timer: NodeJS.Timeout | undefined
   try {
-    const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('the database did not answer')), 10_000)))
-    await Promise.race([late, db.database.db.transaction(async (tx) => {
-      // a lock another connection still holds (a killed child's) is a reason to give up, not to wait
-      await tx.execute(sql`set local lock_timeout = '2s'`)
-      const [tables] = rowsOf<{ list: string }>(await tx.execute(TABLES))
-      if (!reuse || tables?.list !== schemaTables) throw new Error('not to be reused')
-      await tx.execute(sql.raw(`truncate ${schemaTables} restart identity cascade`))
-    })])
+    const late = new Promise<never>(
+      (_, reject) => (timer = setTimeout(() => reject(new Error('the database did not answer')), 10_000))
+    )
+    await Promise.race([
+      late,
+      db.database.db.transaction(async (tx) => {
+        // a lock another connection still holds (a killed child's) is a reason to give up, not to wait
+        await tx.execute(sql`set local lock_timeout = '2s'`)
+        const [tables] = rowsOf<{ list: string }>(await tx.execute(TABLES))
+        if (!reuse || tables?.list !== schemaTables) throw new Error('not to be reused')
+        await tx.execute(sql.raw(`truncate ${schemaTables} restart identity cascade`))
+      })
+    ])
     idleDatabases.push(db)
   } catch {
     const close = closers.get(db)
@@ -153,7 +158,10 @@ export interface TestAppOptions {
 }
 
 /** The real app over a real database, closed at teardown. */
-export async function buildTestApp(t: Teardown, options: TestAppOptions = {}): Promise<FastifyInstance & { testDb: TestDatabase }> {
+export async function buildTestApp(
+  t: Teardown,
+  options: TestAppOptions = {}
+): Promise<FastifyInstance & { testDb: TestDatabase }> {
   const db = options.db ?? (await createTestDatabase(t))
   // every app gets its own files (blobs, sandboxes) unless the test names a DATA_DIR
   let dataDir = options.env?.DATA_DIR
@@ -162,14 +170,21 @@ export async function buildTestApp(t: Teardown, options: TestAppOptions = {}): P
     t.teardown(() => rmSync(own, { recursive: true, force: true }))
     dataDir = own
   }
-  const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...(options.logs ? { LOG_LEVEL: 'info' } : {}), ...options.env, DATA_DIR: dataDir })
+  const config = testConfig({
+    ...(db.url ? { DATABASE_URL: db.url } : {}),
+    ...(options.logs ? { LOG_LEVEL: 'info' } : {}),
+    ...options.env,
+    DATA_DIR: dataDir
+  })
   const app = await buildApp({
     config,
     database: db.database,
     ...(options.apiPlugins ? { apiPlugins: options.apiPlugins } : {}),
     ...(options.extraKeyRoutes ? { extraKeyRoutes: options.extraKeyRoutes } : {}),
     ...(options.clock ? { clock: options.clock } : {}),
-    ...(options.logs ? { logStream: { write: (line: string) => void options.logs!.push(JSON.parse(line) as Record<string, unknown>) } } : {}),
+    ...(options.logs
+      ? { logStream: { write: (line: string) => void options.logs!.push(JSON.parse(line) as Record<string, unknown>) } }
+      : {}),
     ports: {
       ...(options.runMemory ? { runMemory: options.runMemory } : {}),
       ...(options.runEvents ? { runEvents: options.runEvents } : {}),
@@ -211,17 +226,27 @@ export function uniqueEmail(prefix = 'user'): string {
 }
 
 /** The session cookie a response set, as a `cookie` header value (throws when none was set). */
-export function sessionCookieOf(res: { cookies: Array<{ name: string; value: string }> }): { cookie: string; token: string } {
+export function sessionCookieOf(res: { cookies: Array<{ name: string; value: string }> }): {
+  cookie: string
+  token: string
+} {
   const set = res.cookies.find((c) => c.name === 'cairn_session' || c.name === '__Host-cairn_session')
   if (!set || set.value === '') throw new Error('no session cookie was set')
   return { cookie: `${set.name}=${set.value}`, token: set.value }
 }
 
 /** Signs up a new user (POST /api/auth/sign-up) and returns its session cookie. The user has no org yet. */
-export async function signUp(app: FastifyInstance, opts: { email?: string; password?: string; name?: string } = {}): Promise<SignedIn> {
+export async function signUp(
+  app: FastifyInstance,
+  opts: { email?: string; password?: string; name?: string } = {}
+): Promise<SignedIn> {
   const email = opts.email ?? uniqueEmail()
   const password = opts.password ?? 'correct horse battery staple'
-  const res = await app.inject({ method: 'POST', url: '/api/auth/sign-up', payload: { email, password, name: opts.name ?? 'Test User' } })
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/auth/sign-up',
+    payload: { email, password, name: opts.name ?? 'Test User' }
+  })
   if (res.statusCode !== 201) throw new Error(`sign-up failed: ${res.statusCode} ${res.body}`)
   return { ...sessionCookieOf(res), user: res.json().user, password }
 }
@@ -240,28 +265,56 @@ export interface TestOrg {
 }
 
 /** Creates an org as the cookie's user (who becomes owner; the org becomes the session's active org). */
-export async function createOrg(app: FastifyInstance, cookie: string, name = `Org ${randomBytes(3).toString('hex')}`, slug?: string): Promise<TestOrg> {
-  const res = await app.inject({ method: 'POST', url: '/api/auth/organizations', headers: { cookie }, payload: { name, ...(slug ? { slug } : {}) } })
+export async function createOrg(
+  app: FastifyInstance,
+  cookie: string,
+  name = `Org ${randomBytes(3).toString('hex')}`,
+  slug?: string
+): Promise<TestOrg> {
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/auth/organizations',
+    headers: { cookie },
+    payload: { name, ...(slug ? { slug } : {}) }
+  })
   if (res.statusCode !== 201) throw new Error(`create org failed: ${res.statusCode} ${res.body}`)
   return res.json().organization
 }
 
 /** A signed-up user who owns a fresh org that is their active org. */
-export async function signUpWithOrg(app: FastifyInstance, opts: { email?: string; name?: string; org?: string } = {}): Promise<SignedIn & { org: TestOrg }> {
+export async function signUpWithOrg(
+  app: FastifyInstance,
+  opts: { email?: string; name?: string; org?: string } = {}
+): Promise<SignedIn & { org: TestOrg }> {
   const user = await signUp(app, opts)
   const org = await createOrg(app, user.cookie, opts.org)
   return { ...user, org }
 }
 
 /** Adds an existing user to an org as the cookie's user (owner or admin there). */
-export async function addMember(app: FastifyInstance, cookie: string, orgId: string, email: string, role: 'owner' | 'admin' | 'member') {
-  const res = await app.inject({ method: 'POST', url: `/api/auth/organizations/${orgId}/members`, headers: { cookie }, payload: { email, role } })
+export async function addMember(
+  app: FastifyInstance,
+  cookie: string,
+  orgId: string,
+  email: string,
+  role: 'owner' | 'admin' | 'member'
+) {
+  const res = await app.inject({
+    method: 'POST',
+    url: `/api/auth/organizations/${orgId}/members`,
+    headers: { cookie },
+    payload: { email, role }
+  })
   if (res.statusCode !== 201) throw new Error(`add member failed: ${res.statusCode} ${res.body}`)
   return res.json().member
 }
 
 /** Mints an API key in the cookie's active org; `authorization` is a ready header value. */
-export async function mintKey(app: FastifyInstance, cookie: string, name = 'test key'): Promise<{ id: string; key: string; authorization: string }> {
+export async function mintKey(
+  app: FastifyInstance,
+  cookie: string,
+  name = 'test key'
+): Promise<{ id: string; key: string; authorization: string }> {
   const res = await app.inject({ method: 'POST', url: '/api/keys', headers: { cookie }, payload: { name } })
   if (res.statusCode !== 201) throw new Error(`mint key failed: ${res.statusCode} ${res.body}`)
   const { id, key } = res.json()
@@ -269,7 +322,11 @@ export async function mintKey(app: FastifyInstance, cookie: string, name = 'test
 }
 
 /** Polls `check` until it returns something truthy (for state with no event to await), or fails after `timeoutMs`. */
-export async function waitFor<T>(what: string, check: () => Promise<T | undefined | null | false>, timeoutMs = 15_000): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  check: () => Promise<T | undefined | null | false>,
+  timeoutMs = 15_000
+): Promise<T> {
   const until = Date.now() + timeoutMs
   for (;;) {
     const value = await check()

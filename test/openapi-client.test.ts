@@ -16,17 +16,26 @@ import { buildTestApp, type Teardown } from './helper.js'
 
 t.test("Redocly's recommended rules find no error and no warning", async (t) => {
   const app = await buildTestApp(t)
-  const source = (await app.inject({ method: 'GET', url: '/openapi.json', headers: { host: 'cairn.internal:3000' } })).body
+  const source = (await app.inject({ method: 'GET', url: '/openapi.json', headers: { host: 'cairn.internal:3000' } }))
+    .body
   // the repository's configuration, as `npx @redocly/cli lint openapi.json` at its root reads it
   const config = await loadConfig({ configPath: resolve('redocly.yaml') })
   const problems = await lintFromString({ source, absoluteRef: resolve('openapi.json'), config })
-  t.same(problems.filter((p) => !p.ignored).map((p) => `${p.severity} ${p.ruleId}: ${p.message} at ${p.location[0]?.pointer ?? ''}`), [])
+  t.same(
+    problems
+      .filter((p) => !p.ignored)
+      .map((p) => `${p.severity} ${p.ruleId}: ${p.message} at ${p.location[0]?.pointer ?? ''}`),
+    []
+  )
   // The one problem the ignore file (.redocly.lint-ignore.yaml) records, and only it: the
   // required paths GET /api/knowledge/{id}/history and GET /api/knowledge/documents/{id}
   // both fit /api/knowledge/documents/history (the router picks the static segment).
-  t.same(problems.filter((p) => p.ignored).map((p) => `${p.ruleId}: ${p.message}`), [
-    'no-ambiguous-paths: Paths should resolve unambiguously. Found two ambiguous paths: `/api/knowledge/{id}/history` and `/api/knowledge/documents/{id}`.'
-  ])
+  t.same(
+    problems.filter((p) => p.ignored).map((p) => `${p.ruleId}: ${p.message}`),
+    [
+      'no-ambiguous-paths: Paths should resolve unambiguously. Found two ambiguous paths: `/api/knowledge/{id}/history` and `/api/knowledge/documents/{id}`.'
+    ]
+  )
 })
 
 /** A consumer of the generated types: it compiles only if the document names what clients use. */
@@ -121,9 +130,11 @@ export async function followRun(baseUrl: string, authorization: string, prompt: 
 
 /** openapi-typescript's types for the served document, with binary strings as Blob (its documented option). */
 async function generatedTypes(document: Parameters<typeof openapiTS>[0]): Promise<string> {
-  return astToString(await openapiTS(document, {
-    transform: (schema) => (schema.format === 'binary' ? ts.factory.createTypeReferenceNode('Blob') : undefined)
-  }))
+  return astToString(
+    await openapiTS(document, {
+      transform: (schema) => (schema.format === 'binary' ? ts.factory.createTypeReferenceNode('Blob') : undefined)
+    })
+  )
 }
 
 /** Writes the generated types and the consumer where the consumer resolves openapi-fetch like project code does. */
@@ -152,12 +163,32 @@ t.test('openapi-typescript generates types that a typed consumer compiles agains
   })
   const diagnostics = ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'))
   t.same(diagnostics, [], 'the generated client compiles')
-  for (const name of ['Run', 'Thread', 'RunEvent', 'RunStreamEnd', 'MemoryItem', 'Capture', 'RecallFrame', 'User', 'Organization', 'ApiKey', 'ErrorBody']) {
+  for (const name of [
+    'Run',
+    'Thread',
+    'RunEvent',
+    'RunStreamEnd',
+    'MemoryItem',
+    'Capture',
+    'RecallFrame',
+    'User',
+    'Organization',
+    'ApiKey',
+    'ErrorBody'
+  ]) {
     t.match(types, new RegExp(`\\b${name}: \\{`), `${name} is a named type`)
   }
-  t.match(types, /RunStreamEvent: components\["schemas"\]\["RunEvent"\] \| components\["schemas"\]\["RunStreamEnd"\];/, 'a run stream\'s frames are typed')
-  t.match(types, /ChatStreamEvent: components\["schemas"\]\["ChatToken"\] \| components\["schemas"\]\["ChatDone"\] \| components\["schemas"\]\["ChatEnd"\] \| components\["schemas"\]\["ErrorBody"\];/, 'a chat\'s frames are typed')
-  t.match(types, /UploadRequest: \{[^}]*file: Blob;/, 'an upload\'s file is a Blob')
+  t.match(
+    types,
+    /RunStreamEvent: components\["schemas"\]\["RunEvent"\] \| components\["schemas"\]\["RunStreamEnd"\];/,
+    "a run stream's frames are typed"
+  )
+  t.match(
+    types,
+    /ChatStreamEvent: components\["schemas"\]\["ChatToken"\] \| components\["schemas"\]\["ChatDone"\] \| components\["schemas"\]\["ChatEnd"\] \| components\["schemas"\]\["ErrorBody"\];/,
+    "a chat's frames are typed"
+  )
+  t.match(types, /UploadRequest: \{[^}]*file: Blob;/, "an upload's file is a Blob")
 })
 
 /** Reads an event stream until `event: end`, returning the frames' event names and data. */
@@ -192,13 +223,17 @@ t.test('openapi-fetch round-trips real answers: sign-up, org, key, run, its even
   const address = app.server.address()
   if (address === null || typeof address === 'string') throw new Error('no port')
   // the document is the one served; the client is untyped here (the typed check is above)
-  const client = createClient<Record<string, never>>({ baseUrl: `http://127.0.0.1:${address.port}` }) as unknown as ReturnType<typeof createClient>
+  const client = createClient<Record<string, never>>({
+    baseUrl: `http://127.0.0.1:${address.port}`
+  }) as unknown as ReturnType<typeof createClient>
   const anyClient = client as unknown as {
     POST: (path: string, init: Record<string, unknown>) => Promise<{ data?: any; error?: any; response: Response }>
     GET: (path: string, init: Record<string, unknown>) => Promise<{ data?: any; error?: any; response: Response }>
   }
 
-  const signUp = await anyClient.POST('/api/auth/sign-up', { body: { email: 'client@example.test', password: 'a long password', name: 'Client' } })
+  const signUp = await anyClient.POST('/api/auth/sign-up', {
+    body: { email: 'client@example.test', password: 'a long password', name: 'Client' }
+  })
   t.equal(signUp.response.status, 201)
   t.equal(signUp.data.user.email, 'client@example.test')
   const cookie = (signUp.response.headers.get('set-cookie') ?? '').split(';')[0]!
@@ -228,7 +263,11 @@ t.test('openapi-fetch round-trips real answers: sign-up, org, key, run, its even
   t.equal(replay.response.headers.get('idempotent-replayed'), 'true')
   t.equal(replay.data.run.id, run.id)
 
-  const events = await anyClient.GET('/api/runs/{id}/events', { params: { path: { id: run.id } }, parseAs: 'stream', headers: { authorization } })
+  const events = await anyClient.GET('/api/runs/{id}/events', {
+    params: { path: { id: run.id } },
+    parseAs: 'stream',
+    headers: { authorization }
+  })
   t.equal(events.response.status, 200)
   t.match(events.response.headers.get('content-type'), /^text\/event-stream/)
   const frames = await readFrames(events.data as ReadableStream<Uint8Array>)
@@ -243,24 +282,47 @@ t.test('openapi-fetch round-trips real answers: sign-up, org, key, run, its even
   // the typed consumer, compiled as it was type-checked above, follows a run of its own
   const document = (await app.inject({ method: 'GET', url: '/openapi.json' })).json()
   const dir = writeClient(t, await generatedTypes(document))
-  const compiled = ts.transpileModule(CONSUMER, { compilerOptions: { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext } }).outputText
+  const compiled = ts.transpileModule(CONSUMER, {
+    compilerOptions: { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext }
+  }).outputText
   writeFileSync(join(dir, 'consumer.mjs'), compiled)
-  const consumer = await import(pathToFileURL(join(dir, 'consumer.mjs')).href) as {
-    followRun(baseUrl: string, authorization: string, prompt: string): Promise<{ run: { id: string }; events: Array<{ runId: string; type: string }>; end: { runId: string; status: string } | null }>
+  const consumer = (await import(pathToFileURL(join(dir, 'consumer.mjs')).href)) as {
+    followRun(
+      baseUrl: string,
+      authorization: string,
+      prompt: string
+    ): Promise<{
+      run: { id: string }
+      events: Array<{ runId: string; type: string }>
+      end: { runId: string; status: string } | null
+    }>
   }
-  const followed = await consumer.followRun(`http://127.0.0.1:${address.port}`, authorization, 'Followed by the generated client.')
+  const followed = await consumer.followRun(
+    `http://127.0.0.1:${address.port}`,
+    authorization,
+    'Followed by the generated client.'
+  )
   const followedTypes = followed.events.map((e) => e.type)
   t.equal(followedTypes[0], 'run.queued', 'the typed follower reads RunEvents')
   t.ok(followedTypes.includes('run.succeeded'), `the followed run succeeded: ${followedTypes.join(', ')}`)
-  t.ok(followed.events.every((e) => e.runId === followed.run.id), 'every RunEvent is of the followed run')
+  t.ok(
+    followed.events.every((e) => e.runId === followed.run.id),
+    'every RunEvent is of the followed run'
+  )
   t.same(followed.end, { runId: followed.run.id, status: 'succeeded' }, 'the end frame is a RunStreamEnd')
 
-  const searched = await anyClient.GET('/api/memory/search', { params: { query: { q: 'client' } }, headers: { authorization } })
+  const searched = await anyClient.GET('/api/memory/search', {
+    params: { query: { q: 'client' } },
+    headers: { authorization }
+  })
   t.equal(searched.response.status, 200)
   t.equal(searched.data.enabled, true)
   t.ok(Array.isArray(searched.data.items))
 
-  const missing = await anyClient.GET('/api/runs/{id}', { params: { path: { id: 'no-such-run' } }, headers: { authorization } })
+  const missing = await anyClient.GET('/api/runs/{id}', {
+    params: { path: { id: 'no-such-run' } },
+    headers: { authorization }
+  })
   t.equal(missing.response.status, 404)
   t.equal(missing.error.error, 'not_found')
 })

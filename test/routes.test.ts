@@ -19,7 +19,10 @@ function isSpecPublic(method: string, url: string): boolean {
   return url.startsWith('/api/auth/')
 }
 
-/** Routes outside /api: the root (a redirect to the console), the API description and the Memory Hub console (static pages that call the API). */
+/**
+ * Routes outside /api: the root (a redirect to the console), the API description and the Memory Hub console (static
+ * pages that call the API).
+ */
 const OUTSIDE_API = [/^\/$/, /^\/openapi\.json$/, /^\/docs(\/.*)?$/, /^\/hub(\/.*)?$/]
 
 const fakeId = '0190b8f0-0000-7000-8000-000000000000'
@@ -31,28 +34,44 @@ t.test('every route is classified, and only the spec public list is public', asy
   for (const route of app.routeTable) {
     const name = `${route.method} ${route.url}`
     if (!route.url.startsWith('/api')) {
-      t.ok(OUTSIDE_API.some((re) => re.test(route.url)), `${name} is an allowed non-/api route`)
+      t.ok(
+        OUTSIDE_API.some((re) => re.test(route.url)),
+        `${name} is an allowed non-/api route`
+      )
       continue
     }
     const scopes = routeScopes(route.config.scope)
-    t.ok(scopes.length > 0 && scopes.every((s) => (SCOPES as readonly string[]).includes(s)), `${name} has known scopes`)
-    if (scopes.includes('public')) t.ok(isSpecPublic(route.method, route.url), `${name} is public and on the spec's public list`)
+    t.ok(
+      scopes.length > 0 && scopes.every((s) => (SCOPES as readonly string[]).includes(s)),
+      `${name} has known scopes`
+    )
+    if (scopes.includes('public'))
+      t.ok(isSpecPublic(route.method, route.url), `${name} is public and on the spec's public list`)
   }
   for (const entry of CHAT_PLATFORM_ROUTES) {
     const [method, url] = entry.split(' ')
     const route = app.routeTable.find((r) => r.method === method && r.url === url)
-    t.ok(route && routeScopes(route.config.scope).includes('public'), `${entry} exists and is public (it authenticates itself by signature)`)
+    t.ok(
+      route && routeScopes(route.config.scope).includes('public'),
+      `${entry} exists and is public (it authenticates itself by signature)`
+    )
   }
 })
 
-t.test('every non-public route is on the API-key allowlist or deliberately denied (src/auth/key-allowlist.ts)', async (t) => {
-  const app = await buildTestApp(t)
-  for (const route of app.routeTable) {
-    if (!route.url.startsWith('/api') || routeScopes(route.config.scope).includes('public')) continue
-    const name = `${route.method} ${route.url}`
-    t.ok(keyMayReach(route.method, route.url) || keyDeniedOnPurpose(route.method, route.url), `${name} is classified for API keys`)
+t.test(
+  'every non-public route is on the API-key allowlist or deliberately denied (src/auth/key-allowlist.ts)',
+  async (t) => {
+    const app = await buildTestApp(t)
+    for (const route of app.routeTable) {
+      if (!route.url.startsWith('/api') || routeScopes(route.config.scope).includes('public')) continue
+      const name = `${route.method} ${route.url}`
+      t.ok(
+        keyMayReach(route.method, route.url) || keyDeniedOnPurpose(route.method, route.url),
+        `${name} is classified for API keys`
+      )
+    }
   }
-})
+)
 
 t.test('with dev-org access off, an anonymous caller gets 401 on every non-public route', async (t) => {
   const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'false' } })
@@ -99,7 +118,11 @@ t.test('an API key on every route answers as the allowlist says', async (t) => {
 })
 
 /** One request: its status and, unless it is an event stream (then dropped), its error identifier. */
-async function callOnce(url: string, method: string, headers: Record<string, string>): Promise<{ statusCode: number; error: string | undefined }> {
+async function callOnce(
+  url: string,
+  method: string,
+  headers: Record<string, string>
+): Promise<{ statusCode: number; error: string | undefined }> {
   const abort = new AbortController()
   const res = await fetch(url, { method, headers, signal: abort.signal })
   if (res.headers.get('content-type')?.startsWith('text/event-stream')) {
@@ -138,25 +161,38 @@ function routeIndex(): Array<{ prefix: string; folder: string }> {
 function fits(prefix: string, url: string): boolean {
   const want = prefix.split('/')
   const have = url.split('/')
-  return want.length <= have.length && want.every((segment, i) => segment === have[i] || (segment.startsWith(':') && have[i]!.startsWith(':')))
+  return (
+    want.length <= have.length &&
+    want.every((segment, i) => segment === have[i] || (segment.startsWith(':') && have[i]!.startsWith(':')))
+  )
 }
 
-t.test('CONTRIBUTING.md\'s route index names the folder that serves every route', async (t) => {
+t.test("CONTRIBUTING.md's route index names the folder that serves every route", async (t) => {
   const index = routeIndex()
   t.ok(index.length > 10, 'the index is read')
   const app = await buildTestApp(t)
   const used = new Set<string>()
   for (const route of app.routeTable) {
     const name = `${route.method} ${route.url}`
-    const row = index.filter((r) => fits(r.prefix, route.url)).sort((a, b) => b.prefix.split('/').length - a.prefix.split('/').length)[0]
+    const row = index
+      .filter((r) => fits(r.prefix, route.url))
+      .sort((a, b) => b.prefix.split('/').length - a.prefix.split('/').length)[0]
     if (!row) {
       t.fail(`${name}: no row of the route index covers it`)
       continue
     }
     used.add(row.prefix)
     // a library's own routes (the /docs pages) have no project file to compare
-    if (route.source !== undefined) t.equal(`${dirname(route.source)}/`, row.folder, `${name} is served from ${route.source}; the index says ${row.prefix} → ${row.folder}`)
+    if (route.source !== undefined)
+      t.equal(
+        `${dirname(route.source)}/`,
+        row.folder,
+        `${name} is served from ${route.source}; the index says ${row.prefix} → ${row.folder}`
+      )
   }
-  t.same(index.filter((r) => !used.has(r.prefix)).map((r) => r.prefix), [], 'every prefix of the index serves a route')
+  t.same(
+    index.filter((r) => !used.has(r.prefix)).map((r) => r.prefix),
+    [],
+    'every prefix of the index serves a route'
+  )
 })
-

@@ -17,8 +17,13 @@ export function spawnServer(env: Record<string, string>, args = ['--import', 'ts
   })
   let output = ''
   let stderr = ''
-  child.stdout.on('data', (chunk) => { output += chunk })
-  child.stderr.on('data', (chunk) => { output += chunk; stderr += chunk })
+  child.stdout.on('data', (chunk) => {
+    output += chunk
+  })
+  child.stderr.on('data', (chunk) => {
+    output += chunk
+    stderr += chunk
+  })
   const exit = once(child, 'exit').then(([code]) => code as number | null)
   return { child, exit, output: () => output, stderr: () => stderr }
 }
@@ -43,4 +48,8 @@ export async function startServer(env: Record<string, string>, args?: string[]):
 }
 
 /** The `msg` of every JSON log line. */
-export const messages = (output: string) => output.split('\n').filter((line) => line.startsWith('{')).map((line) => JSON.parse(line).msg as string)
+export const messages = (output: string) =>
+  output
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line).msg as string)

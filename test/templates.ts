@@ -4,7 +4,16 @@
 // needs a template for this checkout's migrations makes it (on PGlite two may race: each
 // writes its own file and renames it into place; on Postgres an advisory lock lets one).
 import { createHash } from 'node:crypto'
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync
+} from 'node:fs'
 import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
@@ -25,8 +34,10 @@ function schemaHash(): string {
   if (hashOnce) return hashOnce
   const hash = createHash('sha256')
   const folder = migrationsFolder()
-  const files = (dir: string): string[] => readdirSync(dir, { withFileTypes: true })
-    .flatMap((e) => (e.isDirectory() ? files(join(dir, e.name)) : [join(dir, e.name)]))
+  const files = (dir: string): string[] =>
+    readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+      e.isDirectory() ? files(join(dir, e.name)) : [join(dir, e.name)]
+    )
   for (const file of files(folder).sort()) hash.update(file.slice(folder.length)).update(readFileSync(file))
   const pglite = createRequire(join(root, 'package.json')).resolve('@electric-sql/pglite')
   hash.update(readFileSync(join(dirname(pglite), '..', 'package.json')))

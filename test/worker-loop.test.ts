@@ -1,6 +1,12 @@
 import { once } from 'node:events'
 import t from 'tap'
-import { backoffDelay, createWorkerLoop, LoopStopped, type LoopTimers, type WorkerLoopOptions } from '../src/worker-loop.js'
+import {
+  backoffDelay,
+  createWorkerLoop,
+  LoopStopped,
+  type LoopTimers,
+  type WorkerLoopOptions
+} from '../src/worker-loop.js'
 
 /** Timers a test moves by hand: nothing waits for real time. */
 class ManualTimers implements LoopTimers {
@@ -61,7 +67,12 @@ class Calls<A, R> {
 
 const silent = { warn() {}, error() {} }
 
-function loopOf(over: Partial<WorkerLoopOptions<string>> & { claims: Calls<void, string | null>; works?: Calls<{ item: string; signal: AbortSignal }, void> }) {
+function loopOf(
+  over: Partial<WorkerLoopOptions<string>> & {
+    claims: Calls<void, string | null>
+    works?: Calls<{ item: string; signal: AbortSignal }, void>
+  }
+) {
   const timers = new ManualTimers()
   const { claims, works, ...rest } = over
   const loop = createWorkerLoop<string>({
@@ -77,10 +88,22 @@ function loopOf(over: Partial<WorkerLoopOptions<string>> & { claims: Calls<void,
 }
 
 t.test('backoffDelay: equal jitter, doubling per attempt, capped', async (t) => {
-  t.equal(backoffDelay(1, 100, 10_000, () => 0), 50)
-  t.equal(backoffDelay(1, 100, 10_000, () => 1), 100)
-  t.equal(backoffDelay(4, 100, 10_000, () => 1), 800)
-  t.equal(backoffDelay(30, 100, 10_000, () => 1), 10_000)
+  t.equal(
+    backoffDelay(1, 100, 10_000, () => 0),
+    50
+  )
+  t.equal(
+    backoffDelay(1, 100, 10_000, () => 1),
+    100
+  )
+  t.equal(
+    backoffDelay(4, 100, 10_000, () => 1),
+    800
+  )
+  t.equal(
+    backoffDelay(30, 100, 10_000, () => 1),
+    10_000
+  )
 })
 
 t.test('claims up to the concurrency, one pass at a time; finished work frees a slot and claims again', async (t) => {
@@ -152,7 +175,11 @@ t.test('renews the leases of the work in flight', async (t) => {
   const claims = new Calls<void, string | null>()
   const works = new Calls<{ item: string; signal: AbortSignal }, void>()
   const renewed: string[][] = []
-  const { loop, timers } = loopOf({ claims, works, lease: { everyMs: 300, renew: async (items) => void renewed.push(items) } })
+  const { loop, timers } = loopOf({
+    claims,
+    works,
+    lease: { everyMs: 300, renew: async (items) => void renewed.push(items) }
+  })
   loop.start()
   ;(await claims.next()).answer.resolve('a')
   const work = await works.next()
@@ -163,25 +190,28 @@ t.test('renews the leases of the work in flight', async (t) => {
   await loop.stop()
 })
 
-t.test('a drain hands the work back (its signal aborts) and waits for it; a claim in flight is handed back too', async (t) => {
-  const claims = new Calls<void, string | null>()
-  const works = new Calls<{ item: string; signal: AbortSignal }, void>()
-  const { loop } = loopOf({ claims, works, concurrency: 2, drain: 'hand-back' })
-  loop.start()
-  ;(await claims.next()).answer.resolve('a')
-  const a = await works.next()
-  const late = await claims.next()
-  const stopped = loop.stop(60_000)
-  late.answer.resolve('b')
-  const b = await works.next()
-  t.ok(b.arg.signal.aborted, 'claimed as the drain began: handed back at once')
-  if (!a.arg.signal.aborted) await once(a.arg.signal, 'abort')
-  t.ok(a.arg.signal.reason instanceof LoopStopped && !a.arg.signal.reason.killed, 'a drain, not a kill')
-  a.answer.resolve()
-  b.answer.resolve()
-  t.same(await stopped, { items: ['a', 'b'], left: [] })
-  t.equal(claims.count, 2, 'nothing claimed after the drain began')
-})
+t.test(
+  'a drain hands the work back (its signal aborts) and waits for it; a claim in flight is handed back too',
+  async (t) => {
+    const claims = new Calls<void, string | null>()
+    const works = new Calls<{ item: string; signal: AbortSignal }, void>()
+    const { loop } = loopOf({ claims, works, concurrency: 2, drain: 'hand-back' })
+    loop.start()
+    ;(await claims.next()).answer.resolve('a')
+    const a = await works.next()
+    const late = await claims.next()
+    const stopped = loop.stop(60_000)
+    late.answer.resolve('b')
+    const b = await works.next()
+    t.ok(b.arg.signal.aborted, 'claimed as the drain began: handed back at once')
+    if (!a.arg.signal.aborted) await once(a.arg.signal, 'abort')
+    t.ok(a.arg.signal.reason instanceof LoopStopped && !a.arg.signal.reason.killed, 'a drain, not a kill')
+    a.answer.resolve()
+    b.answer.resolve()
+    t.same(await stopped, { items: ['a', 'b'], left: [] })
+    t.equal(claims.count, 2, 'nothing claimed after the drain began')
+  }
+)
 
 t.test('a drain that hangs ends at its deadline, the work left to its lease', async (t) => {
   const claims = new Calls<void, string | null>()

@@ -70,7 +70,9 @@ export function canonicalJson(value: unknown): string {
 /** Contract 3: SHA-256 of the route, the principal and the canonical JSON body. */
 export function fingerprintOf(route: string, principal: Principal, body: unknown): string {
   const who = `${principal.kind}:${principal.orgId}:${principal.userId ?? ''}:${principal.keyId ?? ''}`
-  return createHash('sha256').update(`${route}\n${who}\n${canonicalJson(body)}`).digest('hex')
+  return createHash('sha256')
+    .update(`${route}\n${who}\n${canonicalJson(body)}`)
+    .digest('hex')
 }
 
 /**
@@ -155,16 +157,21 @@ function lockOf(key: string, state: KeyState): IdempotencyLock {
 
 /** The key's row while it is live (kept, and not an expired lock), else undefined. */
 async function liveRow(db: Db, state: KeyState): Promise<KeyRow | undefined> {
-  const row = rowsOf<KeyRow>(await db.execute(sql`
+  const row = rowsOf<KeyRow>(
+    await db.execute(sql`
     select fingerprint, state, response_status, response_body,
            (expires_at < now() or (state = 'in_flight' and locked_until < now())) as free
     from idempotency_keys
-    where org_id = ${state.orgId} and route = ${state.route} and key = ${state.key}`))[0]
+    where org_id = ${state.orgId} and route = ${state.route} and key = ${state.key}`)
+  )[0]
   return row && !row.free ? row : undefined
 }
 
 /** What a request with this key gets when `row` holds it (or held it and went away). */
-function answerFrom(row: KeyRow | undefined, state: KeyState): StoredAnswer & { replayed: boolean; headers?: Record<string, string> | undefined } {
+function answerFrom(
+  row: KeyRow | undefined,
+  state: KeyState
+): StoredAnswer & { replayed: boolean; headers?: Record<string, string> | undefined } {
   let refusal: ApiError
   if (row && row.fingerprint !== state.fingerprint) {
     refusal = idempotencyKeyReused()
@@ -177,8 +184,6 @@ function answerFrom(row: KeyRow | undefined, state: KeyState): StoredAnswer & { 
   const { status, body, headers } = describeError(refusal)
   return { status, payload: JSON.stringify(body), replayed: false, headers }
 }
-
-
 
 /**
  * Contract 3 as one plugin. A route opts in with `config: { idempotent: true }`.
@@ -200,76 +205,88 @@ function answerFrom(row: KeyRow | undefined, state: KeyState): StoredAnswer & { 
  * `in_flight` (from an instance of an earlier release, which locked the key first) are
  * honoured as in flight until their lock expires.
  */
-export default fp(async function idempotencyPlugin(app: FastifyInstance, opts: IdempotencyOptions) {
-  app.decorateRequest('idempotency', null)
-  // the plugin keeps its table: every instance deletes expired keys now and then (idempotent)
-  const pruner = setInterval(() => {
-    pruneIdempotencyKeys(app.db).catch((err: unknown) => app.log.warn({ err }, 'idempotency: pruning expired keys failed'))
-  }, opts.pruneEveryMs ?? PRUNE_EVERY_MS)
-  pruner.unref()
-  app.addHook('onClose', async () => clearInterval(pruner))
+export default fp(
+  async function idempotencyPlugin(app: FastifyInstance, opts: IdempotencyOptions) {
+    app.decorateRequest('idempotency', null)
+    // the plugin keeps its table: every instance deletes expired keys now and then (idempotent)
+    const pruner = setInterval(() => {
+      pruneIdempotencyKeys(app.db).catch((err: unknown) =>
+        app.log.warn({ err }, 'idempotency: pruning expired keys failed')
+      )
+    }, opts.pruneEveryMs ?? PRUNE_EVERY_MS)
+    pruner.unref()
+    app.addHook('onClose', async () => clearInterval(pruner))
 
-  // A preHandler (after validation and auth, so those failures use nothing up) with no
-  // database work: the key is checked when the handler writes it.
-  function idempotencyGate(request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) {
-    const header = request.headers['idempotency-key']
-    if (header === undefined) return done()
-    const key = Array.isArray(header) ? header.join(',') : header
-    if (key.trim() === '' || key.length > MAX_KEY_LENGTH) {
-      return done(invalidIdempotencyKey(MAX_KEY_LENGTH))
-    }
-    const principal = principalOf(request)
-    const route = `${request.method} ${request.url.split('?')[0]}`
-    const state: KeyState = { orgId: principal.orgId, route, key, fingerprint: fingerprintOf(route, principal, request.body ?? null), stored: false, taken: false }
-    keyStates.set(request, state)
-    request.idempotency = lockOf(key, state)
-    done()
-  }
-
-  // Every answer the handler did not store with its work ends here: a 4xx is stored (so a
-  // retry gets it again) unless the key turns out to be held; a held key (or a 5xx while
-  // it is) is answered from the stored row, as a retry would be. A 429 (a full run queue)
-  // is a rate limit, as in contract 3: never stored, it uses nothing up.
-  async function idempotencyRecord(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
-    const state = keyStates.get(request)
-    if (!state || state.stored) return payload
-    state.stored = true
-    const status = reply.statusCode
-    const passing = status >= 500 || status === 429
-    let row: KeyRow | undefined
-    try {
-      if (!state.taken && !passing && status >= 400 && status < 500 && typeof payload === 'string') {
-        if (rowsOf(await app.db.execute(storeAnswer(state, status, payload))).length === 1) return payload
+    // A preHandler (after validation and auth, so those failures use nothing up) with no
+    // database work: the key is checked when the handler writes it.
+    function idempotencyGate(request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) {
+      const header = request.headers['idempotency-key']
+      if (header === undefined) return done()
+      const key = Array.isArray(header) ? header.join(',') : header
+      if (key.trim() === '' || key.length > MAX_KEY_LENGTH) {
+        return done(invalidIdempotencyKey(MAX_KEY_LENGTH))
       }
-      row = await liveRow(app.db, state)
-    } catch (err) {
-      // the database went away (contract 1.3): the answer stays unstored, and a retry with
-      // the key does the work again or gets the stored answer. The handler's own refusal
-      // (or 5xx) stands; a held key cannot be answered from its row, so 503
-      if (!isDatabaseUnavailable(err)) throw err
-      if (passing || (status >= 400 && !state.taken)) return payload
-      const { status: unavailable, body, headers } = describeError(err as Error)
-      reply.code(unavailable).type('application/json; charset=utf-8')
-      if (headers) reply.headers(headers)
-      return JSON.stringify(body)
+      const principal = principalOf(request)
+      const route = `${request.method} ${request.url.split('?')[0]}`
+      const state: KeyState = {
+        orgId: principal.orgId,
+        route,
+        key,
+        fingerprint: fingerprintOf(route, principal, request.body ?? null),
+        stored: false,
+        taken: false
+      }
+      keyStates.set(request, state)
+      request.idempotency = lockOf(key, state)
+      done()
     }
-    if (!state.taken && passing && !row) return payload
-    const answer = answerFrom(row, state)
-    reply.code(answer.status).type('application/json; charset=utf-8')
-    if (answer.replayed) reply.header('idempotent-replayed', 'true')
-    if (answer.headers) reply.headers(answer.headers)
-    return answer.payload
-  }
 
-  // Only the routes that opt in carry these hooks, so every other route pays nothing for
-  // contract 3. Route-level hooks run after the scope's, so the gate still comes after
-  // authentication and validation.
-  app.addHook('onRoute', (route) => {
-    if (!route.config?.idempotent) return
-    route.preHandler = [...asList(route.preHandler), idempotencyGate]
-    route.onSend = [...asList(route.onSend), idempotencyRecord as never]
-  })
-}, { name: 'idempotency', fastify: '5.x', dependencies: ['db', 'errors', 'principal'] })
+    // Every answer the handler did not store with its work ends here: a 4xx is stored (so a
+    // retry gets it again) unless the key turns out to be held; a held key (or a 5xx while
+    // it is) is answered from the stored row, as a retry would be. A 429 (a full run queue)
+    // is a rate limit, as in contract 3: never stored, it uses nothing up.
+    async function idempotencyRecord(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
+      const state = keyStates.get(request)
+      if (!state || state.stored) return payload
+      state.stored = true
+      const status = reply.statusCode
+      const passing = status >= 500 || status === 429
+      let row: KeyRow | undefined
+      try {
+        if (!state.taken && !passing && status >= 400 && status < 500 && typeof payload === 'string') {
+          if (rowsOf(await app.db.execute(storeAnswer(state, status, payload))).length === 1) return payload
+        }
+        row = await liveRow(app.db, state)
+      } catch (err) {
+        // the database went away (contract 1.3): the answer stays unstored, and a retry with
+        // the key does the work again or gets the stored answer. The handler's own refusal
+        // (or 5xx) stands; a held key cannot be answered from its row, so 503
+        if (!isDatabaseUnavailable(err)) throw err
+        if (passing || (status >= 400 && !state.taken)) return payload
+        const { status: unavailable, body, headers } = describeError(err as Error)
+        reply.code(unavailable).type('application/json; charset=utf-8')
+        if (headers) reply.headers(headers)
+        return JSON.stringify(body)
+      }
+      if (!state.taken && passing && !row) return payload
+      const answer = answerFrom(row, state)
+      reply.code(answer.status).type('application/json; charset=utf-8')
+      if (answer.replayed) reply.header('idempotent-replayed', 'true')
+      if (answer.headers) reply.headers(answer.headers)
+      return answer.payload
+    }
+
+    // Only the routes that opt in carry these hooks, so every other route pays nothing for
+    // contract 3. Route-level hooks run after the scope's, so the gate still comes after
+    // authentication and validation.
+    app.addHook('onRoute', (route) => {
+      if (!route.config?.idempotent) return
+      route.preHandler = [...asList(route.preHandler), idempotencyGate]
+      route.onSend = [...asList(route.onSend), idempotencyRecord as never]
+    })
+  },
+  { name: 'idempotency', fastify: '5.x', dependencies: ['db', 'errors', 'principal'] }
+)
 
 /** Deletes keys past their retention; returns how many went. */
 export async function pruneIdempotencyKeys(db: Db): Promise<number> {
@@ -292,14 +309,22 @@ export async function idempotentWork(
   work: (lock: IdempotencyLock) => Promise<StoredAnswer>
 ): Promise<StoredAnswer & { replayed: boolean }> {
   const state: KeyState = {
-    orgId: input.orgId, route: input.route, key: input.key, fingerprint: fingerprintOf(input.route, input.principal, input.body ?? null), stored: false, taken: false
+    orgId: input.orgId,
+    route: input.route,
+    key: input.key,
+    fingerprint: fingerprintOf(input.route, input.principal, input.body ?? null),
+    stored: false,
+    taken: false
   }
   const lock = lockOf(input.key, state)
   try {
     return { ...(await work(lock)), replayed: false }
   } catch (err) {
     // as on send: a 4xx is the answer to keep, except a rate limit (429), which uses nothing up
-    const refusal = err instanceof ApiError && err.statusCode >= 400 && err.statusCode < 500 && err.statusCode !== 429 && !state.taken ? describeError(err) : null
+    const refusal =
+      err instanceof ApiError && err.statusCode >= 400 && err.statusCode < 500 && err.statusCode !== 429 && !state.taken
+        ? describeError(err)
+        : null
     if (refusal) {
       const payload = JSON.stringify(refusal.body)
       if (rowsOf(await db.execute(storeAnswer(state, refusal.status, payload))).length === 1) throw err

@@ -122,7 +122,8 @@ export class FsBlobStore implements BlobStore {
     // a URL (DATA_DIR=memory://, a database URL) is no directory: joined as a path it would
     // make a folder named `memory:` in the working directory; filesDir() gives such a
     // DATA_DIR a temporary directory instead
-    if (/^[a-z][a-z0-9+.-]*:\/\//i.test(root)) throw new Error(`the blob store needs a directory, not a URL: ${root.split('//')[0]}//…`)
+    if (/^[a-z][a-z0-9+.-]*:\/\//i.test(root))
+      throw new Error(`the blob store needs a directory, not a URL: ${root.split('//')[0]}//…`)
     this.root = root
     this.tmp = join(root, '.tmp')
   }
@@ -160,7 +161,8 @@ export class FsBlobStore implements BlobStore {
     try {
       return await open(join(this.root, blobKey(orgId, sha256)), 'r')
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new BlobMissing(`blob ${sha256} of org ${orgId} is missing`)
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+        throw new BlobMissing(`blob ${sha256} of org ${orgId} is missing`)
       throw err
     }
   }

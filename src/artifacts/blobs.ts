@@ -21,7 +21,13 @@ export type StoredBlob = Omit<StagedBlob, 'token'>
  * address, so the sweeper leaves them alone until the caller's row references them
  * (`referenceBlob` in that row's transaction).
  */
-export async function putBlob(db: Db, store: BlobStore, orgId: string, body: Readable, maxBytes: number): Promise<StoredBlob> {
+export async function putBlob(
+  db: Db,
+  store: BlobStore,
+  orgId: string,
+  body: Readable,
+  maxBytes: number
+): Promise<StoredBlob> {
   const staged = await store.stage(body, maxBytes)
   try {
     await db.execute(sql`
@@ -42,7 +48,9 @@ export async function putBlob(db: Db, store: BlobStore, orgId: string, body: Rea
  * write that outlived its pin; never in practice).
  */
 export async function referenceBlob(tx: Tx, orgId: string, sha256: string): Promise<void> {
-  const rows = rowsOf(await tx.execute(sql`select 1 from blobs where org_id = ${orgId} and sha256 = ${sha256} for share`))
+  const rows = rowsOf(
+    await tx.execute(sql`select 1 from blobs where org_id = ${orgId} and sha256 = ${sha256} for share`)
+  )
   if (rows.length === 0) throw new Error(`blob ${sha256} was swept before it was referenced`)
 }
 
@@ -71,17 +79,28 @@ export class BlobSweeper {
       name: 'blob sweeper',
       log: options.log,
       pollMs: options.everyMs,
-      every: [{ everyMs: options.everyMs, job: () => this.sweep().catch((err: unknown) => this.o.log.warn({ err }, 'blob sweep failed')) }]
+      every: [
+        {
+          everyMs: options.everyMs,
+          job: () => this.sweep().catch((err: unknown) => this.o.log.warn({ err }, 'blob sweep failed'))
+        }
+      ]
     })
   }
 
   start(): void {
     this.loop.start()
-    this.loop.track(this.o.store.cleanTemporaries(TEMPORARY_MAX_AGE_MS)
-      .catch((err: unknown) => this.o.log.warn({ err }, 'removing leftover blob temporaries failed')))
+    this.loop.track(
+      this.o.store
+        .cleanTemporaries(TEMPORARY_MAX_AGE_MS)
+        .catch((err: unknown) => this.o.log.warn({ err }, 'removing leftover blob temporaries failed'))
+    )
   }
 
-  /** Nothing new starts; waits for the round in flight, at most `deadlineMs` (a round cut short is finished by the next). */
+  /**
+   * Nothing new starts; waits for the round in flight, at most `deadlineMs` (a round cut short is finished by the
+   * next).
+   */
   async stop(deadlineMs?: number): Promise<void> {
     await this.loop.stop(deadlineMs)
   }
@@ -90,7 +109,8 @@ export class BlobSweeper {
   async sweep(): Promise<number> {
     const { db, store } = this.o
     return db.transaction(async (tx) => {
-      const gone = rowsOf<{ org_id: string; sha256: string }>(await tx.execute(sql`
+      const gone = rowsOf<{ org_id: string; sha256: string }>(
+        await tx.execute(sql`
         select org_id, sha256 from blobs b
         where pinned_until < now()
           and not exists (select 1 from uploads u where u.org_id = b.org_id and u.sha256 = b.sha256)
@@ -99,7 +119,8 @@ export class BlobSweeper {
           and not exists (select 1 from knowledge_documents k where k.org_id = b.org_id and k.sha256 = b.sha256)
           and not exists (select 1 from thread_workspaces w where w.org_id = b.org_id and w.sha256 = b.sha256)
         order by pinned_until limit 100
-        for update skip locked`))
+        for update skip locked`)
+      )
       for (const blob of gone) {
         await store.remove(blob.org_id, blob.sha256)
         await tx.execute(sql`delete from blobs where org_id = ${blob.org_id} and sha256 = ${blob.sha256}`)

@@ -9,7 +9,15 @@ import { mediaTypeOf } from './sniff.js'
 const SMALL_CONTENT = 64 * 1024
 
 /** Types a browser may show in place (contract 7); everything else is a download. */
-const INLINE_TYPES = new Set(['text/plain', 'application/json', 'application/pdf', 'image/png', 'image/jpeg', 'image/gif', 'image/webp'])
+const INLINE_TYPES = new Set([
+  'text/plain',
+  'application/json',
+  'application/pdf',
+  'image/png',
+  'image/jpeg',
+  'image/gif',
+  'image/webp'
+])
 
 export interface Servable {
   orgId: string
@@ -26,7 +34,10 @@ export interface Servable {
 export function etagListMatches(header: string, etag: string, weak: boolean): boolean {
   if (header.trim() === '*') return true
   const bare = (tag: string) => (weak ? tag.replace(/^W\//, '') : tag)
-  return header.split(',').map((t) => bare(t.trim())).some((t) => t === etag)
+  return header
+    .split(',')
+    .map((t) => bare(t.trim()))
+    .some((t) => t === etag)
 }
 
 const headerText = (value: string | string[] | undefined) => (Array.isArray(value) ? value.join(', ') : value)
@@ -45,7 +56,12 @@ export function dispositionFor(name: string, contentType: string): string {
  * stale `If-Range` → 200 whole; `nosniff`, `CSP: sandbox`, and a Content-Disposition that
  * never lets a browser render HTML or SVG in place.
  */
-export async function sendContent(store: BlobStore, request: FastifyRequest, reply: FastifyReply, item: Servable): Promise<FastifyReply> {
+export async function sendContent(
+  store: BlobStore,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  item: Servable
+): Promise<FastifyReply> {
   reply.header('etag', item.etag)
   reply.header('last-modified', item.lastModified.toUTCString())
   // cached copies are revalidated with the ETag every time; private: tenant data stays out of shared caches
@@ -65,14 +81,21 @@ export async function sendContent(store: BlobStore, request: FastifyRequest, rep
     const parsed = rangeParser(item.size, header, { combine: true })
     if (parsed === -1) throw rangeNotSatisfiable(item.size)
     // malformed (-2), not bytes, or several ranges: the whole content
-    if (parsed !== -2 && parsed.type === 'bytes' && parsed.length === 1) range = { start: parsed[0]!.start, end: parsed[0]!.end }
+    if (parsed !== -2 && parsed.type === 'bytes' && parsed.length === 1)
+      range = { start: parsed[0]!.start, end: parsed[0]!.end }
   }
   const length = range ? range.end - range.start + 1 : item.size
   // small contents are read whole: one read costs less than a stream's machinery
-  const body = length <= SMALL_CONTENT ? await store.readBytes(item.orgId, item.sha256, range) : await store.read(item.orgId, item.sha256, range)
+  const body =
+    length <= SMALL_CONTENT
+      ? await store.readBytes(item.orgId, item.sha256, range)
+      : await store.read(item.orgId, item.sha256, range)
   reply.type(item.contentType)
   if (range) {
-    reply.code(206).header('content-range', `bytes ${range.start}-${range.end}/${item.size}`).header('content-length', range.end - range.start + 1)
+    reply
+      .code(206)
+      .header('content-range', `bytes ${range.start}-${range.end}/${item.size}`)
+      .header('content-length', range.end - range.start + 1)
   } else {
     reply.header('content-length', item.size)
   }

@@ -20,7 +20,11 @@ const CUT_SHORT = /unexpected end of multipart data/i
 export const oneFileLimits = (maxBytes: number) => ({
   // busboy stops one byte past the limit, so an over-limit file always reaches the meter
   // as too large (never silently cut to the limit)
-  fileSize: maxBytes + 1, files: 1, fields: 0, parts: 1, headerPairs: 100
+  fileSize: maxBytes + 1,
+  files: 1,
+  fields: 0,
+  parts: 1,
+  headerPairs: 100
 })
 
 export interface BlobTarget {
@@ -30,7 +34,12 @@ export interface BlobTarget {
 }
 
 /** A 413 before reading the body when its declared length is already over the limit. */
-export function refuseLargeLength(request: FastifyRequest, reply: FastifyReply, maxBytes: number, allowance: number): void {
+export function refuseLargeLength(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  maxBytes: number,
+  allowance: number
+): void {
   const length = Number(request.headers['content-length'])
   if (Number.isFinite(length) && length > maxBytes + allowance) {
     reply.header('connection', 'close')
@@ -39,7 +48,12 @@ export function refuseLargeLength(request: FastifyRequest, reply: FastifyReply, 
 }
 
 /** Streams a body into the org's blobs; the contract's 413 when it is over the limit, with nothing kept. */
-export async function storeBody(target: BlobTarget, reply: FastifyReply, orgId: string, body: Readable): Promise<StoredBlob> {
+export async function storeBody(
+  target: BlobTarget,
+  reply: FastifyReply,
+  orgId: string,
+  body: Readable
+): Promise<StoredBlob> {
   try {
     return await putBlob(target.db, target.store, orgId, body, target.maxBytes)
   } catch (err) {
@@ -57,7 +71,12 @@ export async function storeBody(target: BlobTarget, reply: FastifyReply, orgId: 
  * address, its file name and its declared type. 415 for a body that is not multipart,
  * 400 for a malformed one or a missing file, 413 over the limit.
  */
-export async function receiveFile(target: BlobTarget, request: FastifyRequest, reply: FastifyReply, orgId: string): Promise<{ blob: StoredBlob; filename: string; mimetype: string }> {
+export async function receiveFile(
+  target: BlobTarget,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  orgId: string
+): Promise<{ blob: StoredBlob; filename: string; mimetype: string }> {
   if (!request.isMultipart()) throw unsupportedMediaType('send the file as multipart/form-data in the field `file`')
   refuseLargeLength(request, reply, target.maxBytes, MULTIPART_OVERHEAD)
   let part

@@ -3,7 +3,14 @@ import { PassThrough, type Readable } from 'node:stream'
 import { buffer } from 'node:stream/consumers'
 import { pipeline } from 'node:stream/promises'
 import {
-  CopyObjectCommand, DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, NoSuchKey, NotFound, S3Client
+  CopyObjectCommand,
+  DeleteObjectCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  ListObjectsV2Command,
+  NoSuchKey,
+  NotFound,
+  S3Client
 } from '@aws-sdk/client-s3'
 import { Upload } from '@aws-sdk/lib-storage'
 import { BlobMissing, blobKey, Meter, type BlobStore, type ByteRange, type StagedBlob } from './blob-store.js'
@@ -21,7 +28,8 @@ const TMP_PREFIX = '.tmp/'
 /** Multipart part size: a body is sent in parts of this many bytes, so memory stays bounded. */
 const PART_SIZE = 8 * 1024 * 1024
 
-const isMissing = (err: unknown) => err instanceof NoSuchKey || err instanceof NotFound || (err as { name?: string }).name === 'NotFound'
+const isMissing = (err: unknown) =>
+  err instanceof NoSuchKey || err instanceof NotFound || (err as { name?: string }).name === 'NotFound'
 
 /**
  * Blobs in an S3-compatible bucket under `<org>/<sha[0:2]>/<sha>`. A body streams to a
@@ -71,16 +79,21 @@ export class S3BlobStore implements BlobStore {
 
   async commit(orgId: string, staged: StagedBlob): Promise<void> {
     const key = blobKey(orgId, staged.sha256)
-    const there = await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: key })).then(() => true, (err: unknown) => {
-      if (isMissing(err)) return false
-      throw err
-    })
+    const there = await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: key })).then(
+      () => true,
+      (err: unknown) => {
+        if (isMissing(err)) return false
+        throw err
+      }
+    )
     if (!there) {
-      await this.client.send(new CopyObjectCommand({
-        Bucket: this.bucket,
-        Key: key,
-        CopySource: `${this.bucket}/${(TMP_PREFIX + staged.token).split('/').map(encodeURIComponent).join('/')}`
-      }))
+      await this.client.send(
+        new CopyObjectCommand({
+          Bucket: this.bucket,
+          Key: key,
+          CopySource: `${this.bucket}/${(TMP_PREFIX + staged.token).split('/').map(encodeURIComponent).join('/')}`
+        })
+      )
     }
     await this.deleteKey(TMP_PREFIX + staged.token)
   }
@@ -91,11 +104,13 @@ export class S3BlobStore implements BlobStore {
 
   async read(orgId: string, sha256: string, range?: ByteRange): Promise<Readable> {
     try {
-      const answer = await this.client.send(new GetObjectCommand({
-        Bucket: this.bucket,
-        Key: blobKey(orgId, sha256),
-        ...(range ? { Range: `bytes=${range.start}-${range.end}` } : {})
-      }))
+      const answer = await this.client.send(
+        new GetObjectCommand({
+          Bucket: this.bucket,
+          Key: blobKey(orgId, sha256),
+          ...(range ? { Range: `bytes=${range.start}-${range.end}` } : {})
+        })
+      )
       return answer.Body as Readable
     } catch (err) {
       if (isMissing(err)) throw new BlobMissing(`blob ${sha256} of org ${orgId} is missing`)
@@ -116,7 +131,9 @@ export class S3BlobStore implements BlobStore {
     let removed = 0
     let token: string | undefined
     do {
-      const page = await this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: TMP_PREFIX, ContinuationToken: token }))
+      const page = await this.client.send(
+        new ListObjectsV2Command({ Bucket: this.bucket, Prefix: TMP_PREFIX, ContinuationToken: token })
+      )
       for (const object of page.Contents ?? []) {
         if (object.Key && object.LastModified && object.LastModified.getTime() < cutoff) {
           await this.deleteKey(object.Key)

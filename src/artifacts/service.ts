@@ -50,7 +50,9 @@ export async function createBlobStore(config: Config): Promise<BlobStore> {
   })
 }
 
-/** A name a run gave (a prompt line, a tool argument) made safe to store: no control characters, at most 255 characters. */
+/**
+ * A name a run gave (a prompt line, a tool argument) made safe to store: no control characters, at most 255 characters.
+ */
 export function cleanName(name: string): string {
   // eslint-disable-next-line no-control-regex
   const clean = name.replace(/[\u0000-\u001f\u007f]+/g, ' ').trim()
@@ -61,52 +63,75 @@ export function cleanName(name: string): string {
  * The artifacts service: the blob store, its sweeper (started with the app, stopped
  * before the database closes) and the port runs save through.
  */
-export default fp(async function artifactsService(app: FastifyInstance, opts: ArtifactsServiceOptions) {
-  const { config } = opts
-  const store = new WatchedBlobStore(opts.store ?? (await createBlobStore(config)))
-  const sweeper = new BlobSweeper({ db: app.db, store, log: app.log.child({ component: 'blob-sweeper' }), everyMs: config.BLOB_SWEEP_MS })
-  const forRuns: RunArtifacts = {
-    async save(run, file) {
-      const blob = await putBlob(app.db, store, run.orgId, Readable.from([Buffer.from(file.content, 'utf8')]), config.UPLOAD_MAX_BYTES)
-      const artifact = await saveRunArtifact(app.db, run, cleanName(file.name), { blob, contentType: file.contentType })
-      return { artifactId: artifact.id, name: artifact.name, version: artifact.version }
-    },
-    async uploadsOf(orgId, ids) {
-      const rows = new Map((await uploadsAmong(app.db, orgId, ids)).map((u) => [u.id, u]))
-      return ids.flatMap((id) => {
-        const u = rows.get(id)
-        return u ? [{ id: u.id, name: u.name, contentType: u.contentType, size: Number(u.size) }] : []
-      })
-    },
-    async readUpload(orgId, id) {
-      const upload = await getUpload(app.db, orgId, id)
-      if (!upload) return null
-      try {
-        return await store.readBytes(orgId, upload.sha256)
-      } catch (err) {
-        if (err instanceof BlobMissing) return null
-        throw err
+export default fp(
+  async function artifactsService(app: FastifyInstance, opts: ArtifactsServiceOptions) {
+    const { config } = opts
+    const store = new WatchedBlobStore(opts.store ?? (await createBlobStore(config)))
+    const sweeper = new BlobSweeper({
+      db: app.db,
+      store,
+      log: app.log.child({ component: 'blob-sweeper' }),
+      everyMs: config.BLOB_SWEEP_MS
+    })
+    const forRuns: RunArtifacts = {
+      async save(run, file) {
+        const blob = await putBlob(
+          app.db,
+          store,
+          run.orgId,
+          Readable.from([Buffer.from(file.content, 'utf8')]),
+          config.UPLOAD_MAX_BYTES
+        )
+        const artifact = await saveRunArtifact(app.db, run, cleanName(file.name), {
+          blob,
+          contentType: file.contentType
+        })
+        return { artifactId: artifact.id, name: artifact.name, version: artifact.version }
+      },
+      async uploadsOf(orgId, ids) {
+        const rows = new Map((await uploadsAmong(app.db, orgId, ids)).map((u) => [u.id, u]))
+        return ids.flatMap((id) => {
+          const u = rows.get(id)
+          return u ? [{ id: u.id, name: u.name, contentType: u.contentType, size: Number(u.size) }] : []
+        })
+      },
+      async readUpload(orgId, id) {
+        const upload = await getUpload(app.db, orgId, id)
+        if (!upload) return null
+        try {
+          return await store.readBytes(orgId, upload.sha256)
+        } catch (err) {
+          if (err instanceof BlobMissing) return null
+          throw err
+        }
       }
     }
-  }
-  const forWorkspaces: WorkspaceArchives = {
-    async put(orgId, body, maxBytes) {
-      const blob = await putBlob(app.db, store, orgId, body, maxBytes)
-      return { sha256: blob.sha256, size: blob.size }
-    },
-    reference: referenceBlob,
-    read: (orgId, sha256) => store.read(orgId, sha256)
-  }
-  app.decorate('artifacts', { store, sweeper, maxBytes: config.UPLOAD_MAX_BYTES, forRuns, forWorkspaces } satisfies ArtifactsService)
-  // every version is kept byte for byte
-  app.features.artifactsFidelity = 'full'
-  app.addHook('onReady', async () => {
-    sweeper.start()
-  })
-  app.addHook('preClose', async () => {
-    await app.shutdown.drain('the blob sweeper', (ms) => sweeper.stop(ms))
-  })
-  app.addHook('onClose', async () => {
-    ;(store as { close?: () => void }).close?.()
-  })
-}, { name: 'artifacts', fastify: '5.x', dependencies: ['db', 'features'] })
+    const forWorkspaces: WorkspaceArchives = {
+      async put(orgId, body, maxBytes) {
+        const blob = await putBlob(app.db, store, orgId, body, maxBytes)
+        return { sha256: blob.sha256, size: blob.size }
+      },
+      reference: referenceBlob,
+      read: (orgId, sha256) => store.read(orgId, sha256)
+    }
+    app.decorate('artifacts', {
+      store,
+      sweeper,
+      maxBytes: config.UPLOAD_MAX_BYTES,
+      forRuns,
+      forWorkspaces
+    } satisfies ArtifactsService)
+    // every version is kept byte for byte
+    app.features.artifactsFidelity = 'full'
+    app.addHook('onReady', async () => {
+      sweeper.start()
+    })
+    app.addHook('preClose', async () => {
+      await app.shutdown.drain('the blob sweeper', (ms) => sweeper.stop(ms))
+    })
+    app.addHook('onClose', async () => {
+      ;(store as { close?: () => void }).close?.()
+    })
+  },
+  { name: 'artifacts', fastify: '5.x', dependencies: ['db', 'features'] }
+)

@@ -1,8 +1,17 @@
 import { fileTypeFromBuffer } from 'file-type'
 
 const TEXT_TYPES = new Set([
-  'application/json', 'application/xml', 'application/javascript', 'application/ecmascript', 'application/x-ndjson',
-  'application/yaml', 'application/x-yaml', 'application/toml', 'application/sql', 'application/csv', 'application/x-sh'
+  'application/json',
+  'application/xml',
+  'application/javascript',
+  'application/ecmascript',
+  'application/x-ndjson',
+  'application/yaml',
+  'application/x-yaml',
+  'application/toml',
+  'application/sql',
+  'application/csv',
+  'application/x-sh'
 ])
 
 /** The media type of a declared Content-Type, lower case, without parameters; null when it is not one. */

@@ -20,13 +20,16 @@ export class WatchedBlobStore implements BlobStore {
   }
 
   private watch<T>(work: Promise<T>): Promise<T> {
-    return work.then((value) => {
-      this.fullSince = null
-      return value
-    }, (err: unknown) => {
-      if (isDiskFull(err)) this.fullSince ??= new Date()
-      throw err
-    })
+    return work.then(
+      (value) => {
+        this.fullSince = null
+        return value
+      },
+      (err: unknown) => {
+        if (isDiskFull(err)) this.fullSince ??= new Date()
+        throw err
+      }
+    )
   }
 
   /** True when there is room again (or never was a problem); a write is tried only while the disk was full. */

@@ -21,22 +21,31 @@ export async function mintKey(db: Db, orgId: string, createdBy: string | null, n
 }
 
 export async function listKeys(db: Db, orgId: string) {
-  return db.select({
-    id: apiKeys.id,
-    name: apiKeys.name,
-    last4: apiKeys.last4,
-    createdAt: apiKeys.createdAt,
-    lastUsedAt: apiKeys.lastUsedAt,
-    revokedAt: apiKeys.revokedAt,
-    createdBy: apiKeys.createdBy
-  }).from(apiKeys).where(eq(apiKeys.orgId, orgId)).orderBy(desc(apiKeys.createdAt), desc(apiKeys.id))
+  return db
+    .select({
+      id: apiKeys.id,
+      name: apiKeys.name,
+      last4: apiKeys.last4,
+      createdAt: apiKeys.createdAt,
+      lastUsedAt: apiKeys.lastUsedAt,
+      revokedAt: apiKeys.revokedAt,
+      createdBy: apiKeys.createdBy
+    })
+    .from(apiKeys)
+    .where(eq(apiKeys.orgId, orgId))
+    .orderBy(desc(apiKeys.createdAt), desc(apiKeys.id))
 }
 
 /** Revokes (never deletes) a key of the org; false when the org has no such key. Revoking twice is fine. */
 export async function revokeKey(db: Db, orgId: string, id: string): Promise<boolean> {
-  const found = await db.select({ id: apiKeys.id }).from(apiKeys).where(and(eq(apiKeys.orgId, orgId), eq(apiKeys.id, id)))
+  const found = await db
+    .select({ id: apiKeys.id })
+    .from(apiKeys)
+    .where(and(eq(apiKeys.orgId, orgId), eq(apiKeys.id, id)))
   if (found.length === 0) return false
-  await db.update(apiKeys).set({ revokedAt: sql`now()` })
+  await db
+    .update(apiKeys)
+    .set({ revokedAt: sql`now()` })
     .where(and(eq(apiKeys.orgId, orgId), eq(apiKeys.id, id), isNull(apiKeys.revokedAt)))
   return true
 }
@@ -50,8 +59,10 @@ export interface KeyRecord {
 
 /** The live (unrevoked) key with this hash. */
 export async function findLiveKey(db: Db, keyHash: string): Promise<KeyRecord | null> {
-  const rows = await db.select({ id: apiKeys.id, orgId: apiKeys.orgId, keyHash: apiKeys.keyHash, lastUsedAt: apiKeys.lastUsedAt })
-    .from(apiKeys).where(and(eq(apiKeys.keyHash, keyHash), isNull(apiKeys.revokedAt)))
+  const rows = await db
+    .select({ id: apiKeys.id, orgId: apiKeys.orgId, keyHash: apiKeys.keyHash, lastUsedAt: apiKeys.lastUsedAt })
+    .from(apiKeys)
+    .where(and(eq(apiKeys.keyHash, keyHash), isNull(apiKeys.revokedAt)))
   return rows[0] ?? null
 }
 
@@ -59,8 +70,10 @@ export const LAST_USED_GRANULARITY_MS = 60_000
 
 /** Records use, at most once a minute per key, whichever instance served it. */
 export async function touchKey(db: Db, id: string): Promise<void> {
-  await db.update(apiKeys).set({ lastUsedAt: sql`now()` }).where(and(
-    eq(apiKeys.id, id),
-    or(isNull(apiKeys.lastUsedAt), lt(apiKeys.lastUsedAt, sql`now() - interval '1 minute'`))
-  ))
+  await db
+    .update(apiKeys)
+    .set({ lastUsedAt: sql`now()` })
+    .where(
+      and(eq(apiKeys.id, id), or(isNull(apiKeys.lastUsedAt), lt(apiKeys.lastUsedAt, sql`now() - interval '1 minute'`)))
+    )
 }

@@ -26,8 +26,7 @@ const MAX_ENTRIES = 10_000
  * the identity NOTIFY, so it holds ids only.
  */
 export type IdentityChange =
-  | { kind: 'session-ended'; sessionId: string }
-  | { kind: 'membership-removed'; orgId: string; userId: string }
+  { kind: 'session-ended'; sessionId: string } | { kind: 'membership-removed'; orgId: string; userId: string }
 
 export type IdentityChangeListener = (change: IdentityChange) => void
 

@@ -109,7 +109,8 @@ export const KEY_DENYLIST: readonly string[] = [
   'GET /api/secrets',
   // integrations (contract 11): reading them is an org route, not marked key
   'GET /api/integrations',
-  // provider connections: org configuration, not a read path an integration needs (contract 11 marks only GET /api/models key)
+  // provider connections: org configuration, not a read path an integration needs (contract 11 marks only GET
+  // /api/models key)
   'GET /api/providers',
   // the dashboard and fleet usage are for people (contract 11 marks neither key)
   'GET /api/dashboard',
@@ -124,10 +125,12 @@ export function normalizeRoute(method: string, url: string): string {
   return `${m} ${url.replace(/:[A-Za-z0-9_]+(\([^)]*\))?/g, ':')}`
 }
 
-const allowed = new Set(KEY_ALLOWLIST.map((entry) => {
-  const [method, url] = entry.split(' ') as [string, string]
-  return normalizeRoute(method, url)
-}))
+const allowed = new Set(
+  KEY_ALLOWLIST.map((entry) => {
+    const [method, url] = entry.split(' ') as [string, string]
+    return normalizeRoute(method, url)
+  })
+)
 
 interface DenyRule {
   method: string
@@ -159,6 +162,9 @@ export function keyMayReach(method: string, routeUrl: string): boolean {
 /** Is this route on the deny list on purpose? (For the route walk; the lane itself denies anything not allowed.) */
 export function keyDeniedOnPurpose(method: string, routeUrl: string): boolean {
   const [m, url] = normalizeRoute(method, routeUrl).split(' ') as [string, string]
-  return denied.some((rule) => (rule.method === '*' || rule.method === m) &&
-    (rule.exact !== null ? rule.exact === url : url.startsWith(rule.prefix!)))
+  return denied.some(
+    (rule) =>
+      (rule.method === '*' || rule.method === m) &&
+      (rule.exact !== null ? rule.exact === url : url.startsWith(rule.prefix!))
+  )
 }

@@ -7,20 +7,32 @@ import { members, organizations, sessions, users, type Role } from './tables.js'
 
 /** A URL-safe slug from a display name: `Acme Rockets, Inc.` → `acme-rockets-inc`. */
 export function slugify(name: string): string {
-  const slug = name.normalize('NFKD').replace(/[\u0300-\u036f]/g, '').toLowerCase()
-    .replace(/[^a-z0-9]+/g, '-').replace(/^-+/, '').slice(0, 48).replace(/-+$/, '')
+  const slug = name
+    .normalize('NFKD')
+    .replace(/[\u0300-\u036f]/g, '')
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-+/, '')
+    .slice(0, 48)
+    .replace(/-+$/, '')
   return slug || 'org'
 }
 
 /** The user's organizations with their role, oldest membership first (the fallback order). */
 export async function listMemberships(db: Db, userId: string) {
-  return db.select({ id: organizations.id, name: organizations.name, slug: organizations.slug, role: members.role })
-    .from(members).innerJoin(organizations, eq(organizations.id, members.orgId))
-    .where(eq(members.userId, userId)).orderBy(asc(members.createdAt), asc(members.orgId))
+  return db
+    .select({ id: organizations.id, name: organizations.name, slug: organizations.slug, role: members.role })
+    .from(members)
+    .innerJoin(organizations, eq(organizations.id, members.orgId))
+    .where(eq(members.userId, userId))
+    .orderBy(asc(members.createdAt), asc(members.orgId))
 }
 
 export async function roleIn(db: Db, orgId: string, userId: string): Promise<Role | null> {
-  const rows = await db.select({ role: members.role }).from(members).where(and(eq(members.orgId, orgId), eq(members.userId, userId)))
+  const rows = await db
+    .select({ role: members.role })
+    .from(members)
+    .where(and(eq(members.orgId, orgId), eq(members.userId, userId)))
   return rows[0]?.role ?? null
 }
 
@@ -53,7 +65,10 @@ const memberColumns = {
 }
 
 async function memberOf(db: Db, orgId: string, userId: string) {
-  const rows = await db.select(memberColumns).from(members).innerJoin(users, eq(users.id, members.userId))
+  const rows = await db
+    .select(memberColumns)
+    .from(members)
+    .innerJoin(users, eq(users.id, members.userId))
     .where(and(eq(members.orgId, orgId), eq(members.userId, userId)))
   return rows[0] ?? null
 }
@@ -70,7 +85,10 @@ function requireOwnerFor(actorRole: Role, touchesOwner: boolean): void {
 
 export async function addMember(db: Db, orgId: string, actorRole: Role, email: string, role: Role) {
   requireOwnerFor(actorRole, role === 'owner')
-  const [user] = await db.select({ id: users.id, passwordHash: users.passwordHash }).from(users).where(eq(users.email, email.toLowerCase()))
+  const [user] = await db
+    .select({ id: users.id, passwordHash: users.passwordHash })
+    .from(users)
+    .where(eq(users.email, email.toLowerCase()))
   if (!user || user.passwordHash === null) throw notFound('no user with that email')
   try {
     await db.insert(members).values({ orgId, userId: user.id, role })
@@ -86,7 +104,11 @@ export async function addMember(db: Db, orgId: string, actorRole: Role, email: s
  * owners cannot both pass the last-owner check.
  */
 async function lockedMembers(tx: Parameters<Parameters<Db['transaction']>[0]>[0], orgId: string) {
-  return tx.select({ userId: members.userId, role: members.role }).from(members).where(eq(members.orgId, orgId)).for('update')
+  return tx
+    .select({ userId: members.userId, role: members.role })
+    .from(members)
+    .where(eq(members.orgId, orgId))
+    .for('update')
 }
 
 export async function changeRole(db: Db, orgId: string, actorRole: Role, userId: string, role: Role) {
@@ -97,7 +119,10 @@ export async function changeRole(db: Db, orgId: string, actorRole: Role, userId:
     requireOwnerFor(actorRole, target.role === 'owner' || role === 'owner')
     const owners = rows.filter((r) => r.role === 'owner').length
     if (target.role === 'owner' && role !== 'owner' && owners <= 1) throw conflict('the last owner cannot be demoted')
-    await tx.update(members).set({ role }).where(and(eq(members.orgId, orgId), eq(members.userId, userId)))
+    await tx
+      .update(members)
+      .set({ role })
+      .where(and(eq(members.orgId, orgId), eq(members.userId, userId)))
   })
   return (await memberOf(db, orgId, userId))!
 }
@@ -112,7 +137,9 @@ export async function removeMember(db: Db, orgId: string, actorRole: Role, userI
     if (target.role === 'owner' && owners <= 1) throw conflict('the last owner cannot be removed')
     await tx.delete(members).where(and(eq(members.orgId, orgId), eq(members.userId, userId)))
     // a session whose active org this was falls back to the user's first membership
-    await tx.update(sessions).set({ activeOrgId: null }).where(and(eq(sessions.userId, userId), eq(sessions.activeOrgId, orgId)))
+    await tx
+      .update(sessions)
+      .set({ activeOrgId: null })
+      .where(and(eq(sessions.userId, userId), eq(sessions.activeOrgId, orgId)))
   })
 }
-

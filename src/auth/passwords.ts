@@ -5,7 +5,12 @@ import { hash, verify, type Options } from '@node-rs/argon2'
  * const enum Algorithm.Argon2id, spelled as its value because isolated modules cannot
  * read ambient const enums.
  */
-const ARGON2ID: Options = { algorithm: 2 as NonNullable<Options['algorithm']>, memoryCost: 19456, timeCost: 2, parallelism: 1 }
+const ARGON2ID: Options = {
+  algorithm: 2 as NonNullable<Options['algorithm']>,
+  memoryCost: 19456,
+  timeCost: 2,
+  parallelism: 1
+}
 
 export const PASSWORD_MIN = 8
 export const PASSWORD_MAX = 256
@@ -24,7 +29,10 @@ export async function verifyPassword(stored: string, password: string): Promise<
 
 let dummy: Promise<string> | null = null
 
-/** Computes the dummy hash ahead of time, so even the first unknown-email sign-in costs one verification, not a hash and a verification. */
+/**
+ * Computes the dummy hash ahead of time, so even the first unknown-email sign-in costs one verification, not a hash and
+ * a verification.
+ */
 export function primeDummyHash(): void {
   dummy ??= hashPassword('cairn-dummy-password-for-timing')
 }

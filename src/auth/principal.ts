@@ -8,7 +8,13 @@ import { DEV_ORG, DEV_USER } from './dev-org.js'
 import { IdentityResolver, type IdentityChange } from './identity.js'
 import { newId } from '../db/ids.js'
 import type { Role } from './tables.js'
-import { noOrganization, organizationAdminRequired, sessionRequired, unauthorized, userRequired } from '../../plugins/errors.js'
+import {
+  noOrganization,
+  organizationAdminRequired,
+  sessionRequired,
+  unauthorized,
+  userRequired
+} from '../../plugins/errors.js'
 import { keyMayReach, normalizeRoute } from './key-allowlist.js'
 
 /**
@@ -38,7 +44,6 @@ declare module 'fastify' {
     principal: Principal | null
   }
 }
-
 
 /** The user id to act for when an operation needs a real, signed-in person (personal pools). */
 export function realUserId(principal: Principal | null): string | null {
@@ -124,101 +129,112 @@ export function bearerToken(header: string): string | null {
   return match ? match[1]! : null
 }
 
-
 /**
  * Resolves the principal and enforces the route's declared scope. Registered inside the
  * /api scope, so every /api route is protected unless it says `scope: 'public'`.
  * Lanes, in order (contract 2.2): bearer key (never falls back), session cookie, dev org,
  * else 401. A key is then held to the allowlist (src/auth/key-allowlist.ts).
  */
-export default fp(async function principalPlugin(app: FastifyInstance, opts: PrincipalOptions) {
-  const devPrincipal: Principal = Object.freeze({ kind: 'dev', orgId: DEV_ORG.id, userId: DEV_USER.id, role: 'owner' })
-  app.decorateRequest('principal', null)
+export default fp(
+  async function principalPlugin(app: FastifyInstance, opts: PrincipalOptions) {
+    const devPrincipal: Principal = Object.freeze({
+      kind: 'dev',
+      orgId: DEV_ORG.id,
+      userId: DEV_USER.id,
+      role: 'owner'
+    })
+    app.decorateRequest('principal', null)
 
-  const identity = new IdentityResolver(app.db, opts.cacheTtlMs)
-  app.decorate('identity', identity)
-  await listenForInvalidations(app, identity)
+    const identity = new IdentityResolver(app.db, opts.cacheTtlMs)
+    app.decorate('identity', identity)
+    await listenForInvalidations(app, identity)
 
-  const cookieName = opts.secureCookie ? '__Host-cairn_session' : 'cairn_session'
-  const cookieOptions = { httpOnly: true, sameSite: 'lax', path: '/', secure: opts.secureCookie } as const
-  const sessionCookie: SessionCookie = {
-    name: cookieName,
-    read(request) {
-      const header = request.headers.cookie
-      return header === undefined ? undefined : app.parseCookie(header)[cookieName]
-    },
-    set: (reply, token, expiresAt) => void reply.setCookie(cookieName, token, { ...cookieOptions, expires: expiresAt }),
-    clear: (reply) => void reply.clearCookie(cookieName, cookieOptions)
-  }
-  app.decorate('sessionCookie', sessionCookie)
-
-  const extraKeyRoutes = new Set((opts.extraKeyRoutes ?? []).map((entry) => {
-    const [method, url] = entry.split(' ') as [string, string]
-    return normalizeRoute(method, url)
-  }))
-
-  async function resolve(request: FastifyRequest, reply: FastifyReply): Promise<Principal> {
-    const authorization = request.headers.authorization
-    if (authorization !== undefined) {
-      const token = bearerToken(authorization)
-      const key = token === null ? null : await identity.key(token)
-      if (!key) throw unauthorized()
-      // a key the dev org minted (before the dev principal lost that right) is dev-org
-      // access: it works only where the dev fallback would
-      if (key.orgId === DEV_ORG.id && !devOrgFor(request, opts.allowDevOrg)) throw unauthorized()
-      return { kind: 'key', orgId: key.orgId, userId: null, role: 'member', keyId: key.id }
+    const cookieName = opts.secureCookie ? '__Host-cairn_session' : 'cairn_session'
+    const cookieOptions = { httpOnly: true, sameSite: 'lax', path: '/', secure: opts.secureCookie } as const
+    const sessionCookie: SessionCookie = {
+      name: cookieName,
+      read(request) {
+        const header = request.headers.cookie
+        return header === undefined ? undefined : app.parseCookie(header)[cookieName]
+      },
+      set: (reply, token, expiresAt) =>
+        void reply.setCookie(cookieName, token, { ...cookieOptions, expires: expiresAt }),
+      clear: (reply) => void reply.clearCookie(cookieName, cookieOptions)
     }
-    const token = sessionCookie.read(request)
-    if (token !== undefined) {
-      const session = await identity.session(token)
-      if (!session) {
-        // a dead cookie is a signed-out browser, not an anonymous one: it never falls
-        // through to the dev org, and it is cleared so the browser stops sending it
-        sessionCookie.clear(reply)
-        throw unauthorized()
+    app.decorate('sessionCookie', sessionCookie)
+
+    const extraKeyRoutes = new Set(
+      (opts.extraKeyRoutes ?? []).map((entry) => {
+        const [method, url] = entry.split(' ') as [string, string]
+        return normalizeRoute(method, url)
+      })
+    )
+
+    async function resolve(request: FastifyRequest, reply: FastifyReply): Promise<Principal> {
+      const authorization = request.headers.authorization
+      if (authorization !== undefined) {
+        const token = bearerToken(authorization)
+        const key = token === null ? null : await identity.key(token)
+        if (!key) throw unauthorized()
+        // a key the dev org minted (before the dev principal lost that right) is dev-org
+        // access: it works only where the dev fallback would
+        if (key.orgId === DEV_ORG.id && !devOrgFor(request, opts.allowDevOrg)) throw unauthorized()
+        return { kind: 'key', orgId: key.orgId, userId: null, role: 'member', keyId: key.id }
       }
-      if (session.extended) sessionCookie.set(reply, token, session.expiresAt)
-      if (session.orgId === null || session.role === null) throw noOrganization()
-      return { kind: 'user', orgId: session.orgId, userId: session.userId, role: session.role, sessionId: session.id }
+      const token = sessionCookie.read(request)
+      if (token !== undefined) {
+        const session = await identity.session(token)
+        if (!session) {
+          // a dead cookie is a signed-out browser, not an anonymous one: it never falls
+          // through to the dev org, and it is cleared so the browser stops sending it
+          sessionCookie.clear(reply)
+          throw unauthorized()
+        }
+        if (session.extended) sessionCookie.set(reply, token, session.expiresAt)
+        if (session.orgId === null || session.role === null) throw noOrganization()
+        return { kind: 'user', orgId: session.orgId, userId: session.userId, role: session.role, sessionId: session.id }
+      }
+      if (devOrgFor(request, opts.allowDevOrg)) return devPrincipal
+      throw unauthorized()
     }
-    if (devOrgFor(request, opts.allowDevOrg)) return devPrincipal
-    throw unauthorized()
-  }
 
-  function admit(request: FastifyRequest, scopes: readonly Scope[], principal: Principal): void {
-    request.principal = principal
-    if (principal.kind === 'key') {
-      if (scopes.includes('session')) throw sessionRequired()
-      const url = request.routeOptions.url ?? ''
-      if (!keyMayReach(request.method, url) && !extraKeyRoutes.has(normalizeRoute(request.method, url))) {
-        throw unauthorized('API keys may not call this route')
+    function admit(request: FastifyRequest, scopes: readonly Scope[], principal: Principal): void {
+      request.principal = principal
+      if (principal.kind === 'key') {
+        if (scopes.includes('session')) throw sessionRequired()
+        const url = request.routeOptions.url ?? ''
+        if (!keyMayReach(request.method, url) && !extraKeyRoutes.has(normalizeRoute(request.method, url))) {
+          throw unauthorized('API keys may not call this route')
+        }
       }
+      for (const scope of scopes) enforce(scope, principal)
     }
-    for (const scope of scopes) enforce(scope, principal)
-  }
 
-  // A callback hook, so public routes (health, config) pass without a promise
-  app.addHook('onRequest', function scopeGuard(request, reply, done) {
-    const scopes = routeScopes(request.routeOptions.config.scope)
-    if (scopes.includes('public')) return done()
-    resolve(request, reply).then((principal) => {
-      try {
-        admit(request, scopes, principal)
-      } catch (err) {
-        return done(err as Error)
-      }
-      done()
-    }, done)
-  })
-}, { name: 'principal', fastify: '5.x', dependencies: ['errors', 'db', '@fastify/cookie'] })
-
+    // A callback hook, so public routes (health, config) pass without a promise
+    app.addHook('onRequest', function scopeGuard(request, reply, done) {
+      const scopes = routeScopes(request.routeOptions.config.scope)
+      if (scopes.includes('public')) return done()
+      resolve(request, reply).then((principal) => {
+        try {
+          admit(request, scopes, principal)
+        } catch (err) {
+          return done(err as Error)
+        }
+        done()
+      }, done)
+    })
+  },
+  { name: 'principal', fastify: '5.x', dependencies: ['errors', 'db', '@fastify/cookie'] }
+)
 
 const IdentityNotice = Type.Object({
   from: Type.String(),
-  change: Type.Optional(Type.Union([
-    Type.Object({ kind: Type.Literal('session-ended'), sessionId: Type.String() }),
-    Type.Object({ kind: Type.Literal('membership-removed'), orgId: Type.String(), userId: Type.String() })
-  ]))
+  change: Type.Optional(
+    Type.Union([
+      Type.Object({ kind: Type.Literal('session-ended'), sessionId: Type.String() }),
+      Type.Object({ kind: Type.Literal('membership-removed'), orgId: Type.String(), userId: Type.String() })
+    ])
+  )
 })
 
 /**

@@ -58,7 +58,8 @@ interface SessionRow {
  * broken on the org id.
  */
 export async function findSession(db: Db, id: string): Promise<SessionRecord | null> {
-  const rows = rowsOf<SessionRow>(await db.execute(sql`
+  const rows = rowsOf<SessionRow>(
+    await db.execute(sql`
     select s.id, s.user_id, s.expires_at, m.org_id, m.role
     from sessions s
     left join lateral (
@@ -67,7 +68,8 @@ export async function findSession(db: Db, id: string): Promise<SessionRecord | n
       order by (org_id = s.active_org_id) is true desc, created_at, org_id
       limit 1
     ) m on true
-    where s.id = ${id}`))
+    where s.id = ${id}`)
+  )
   const row = rows[0]
   if (!row) return null
   return { id: row.id, userId: row.user_id, expiresAt: dateOf(row.expires_at), orgId: row.org_id, role: row.role }

@@ -1,7 +1,12 @@
 import { randomFillSync } from 'node:crypto'
 import { sha256 } from '@oslojs/crypto/sha2'
 import { constantTimeEqual } from '@oslojs/crypto/subtle'
-import { decodeHex, encodeBase32LowerCaseNoPadding, encodeBase64urlNoPadding, encodeHexLowerCase } from '@oslojs/encoding'
+import {
+  decodeHex,
+  encodeBase32LowerCaseNoPadding,
+  encodeBase64urlNoPadding,
+  encodeHexLowerCase
+} from '@oslojs/encoding'
 
 /** API keys: a fixed literal prefix and 32 random bytes (256 bits) in base64url. */
 export const API_KEY_PREFIX = 'cairn_'

@@ -13,7 +13,10 @@ const publicColumns = { id: users.id, email: users.email, name: users.name, crea
 
 export async function createUser(db: Db, email: string, name: string, passwordHash: string) {
   try {
-    const [user] = await db.insert(users).values({ id: newId(), email: normalizeEmail(email), name, passwordHash }).returning(publicColumns)
+    const [user] = await db
+      .insert(users)
+      .values({ id: newId(), email: normalizeEmail(email), name, passwordHash })
+      .returning(publicColumns)
     return user!
   } catch (err) {
     if (isUniqueViolation(err)) throw conflict('an account with that email exists')
@@ -23,7 +26,10 @@ export async function createUser(db: Db, email: string, name: string, passwordHa
 
 /** The user and hash for sign-in; null for unknown emails and for the password-less dev user. */
 export async function findCredentials(db: Db, email: string) {
-  const [row] = await db.select({ ...publicColumns, passwordHash: users.passwordHash }).from(users).where(eq(users.email, normalizeEmail(email)))
+  const [row] = await db
+    .select({ ...publicColumns, passwordHash: users.passwordHash })
+    .from(users)
+    .where(eq(users.email, normalizeEmail(email)))
   if (!row || row.passwordHash === null) return null
   return row
 }

@@ -49,7 +49,11 @@ export function cronOf(s: Schedule): Cron {
 
 /** Why a schedule cannot be kept (bad syntax, unknown zone, never fires), or null. Answers at once. */
 export function scheduleProblem(s: Schedule, now: Date): ScheduleProblem | null {
-  if (!isTimeZone(s.timezone)) return { path: '/body/timezone', message: `${JSON.stringify(s.timezone)} is not an IANA time zone (like Europe/Berlin or UTC)` }
+  if (!isTimeZone(s.timezone))
+    return {
+      path: '/body/timezone',
+      message: `${JSON.stringify(s.timezone)} is not an IANA time zone (like Europe/Berlin or UTC)`
+    }
   let cron: Cron
   try {
     cron = build(s)
@@ -57,7 +61,8 @@ export function scheduleProblem(s: Schedule, now: Date): ScheduleProblem | null 
     return { path: '/body/cron', message: cronMessage(err) }
   }
   // croner's search is bounded, so `0 0 30 2 *` answers null at once instead of looping
-  if (cron.nextRun(now) === null) return { path: '/body/cron', message: 'this expression never fires (a date that does not exist?)' }
+  if (cron.nextRun(now) === null)
+    return { path: '/body/cron', message: 'this expression never fires (a date that does not exist?)' }
   return null
 }
 
@@ -96,7 +101,12 @@ export function describeCron(cron: string): string {
  * (a latest tick still within the grace counts as on time). Returns the tick to fire,
  * if any, and the next tick after `now`.
  */
-export function planFire(s: Schedule & { catchUp: 'skip' | 'latest' }, due: Date, now: Date, graceMs: number): { fire: Date | null; next: Date | null } {
+export function planFire(
+  s: Schedule & { catchUp: 'skip' | 'latest' },
+  due: Date,
+  now: Date,
+  graceMs: number
+): { fire: Date | null; next: Date | null } {
   const afterDue = nextRun(s, due)
   // the common case, one croner step: the due tick is the latest, and the one after it the next
   const onlyDue = afterDue === null || afterDue > now

@@ -8,10 +8,18 @@ import type { RunSettings } from '../runs/tables.js'
 import { agentOptionsOf } from '../runs/agent-options.js'
 import { createWorkerLoop, type Clock, type WorkerLoop } from '../worker-loop.js'
 
-/** What automations need of the runs group: the engine a prompt names, queued runs stored in a transaction, announced after it. */
+/**
+ * What automations need of the runs group: the engine a prompt names, queued runs stored in a transaction, announced
+ * after it.
+ */
 export interface AutomationRuns {
   /** the engine and model a run of this request gets (an unknown one is kept: the worker fails the run, saying why) */
-  engineFor(tx: Tx, orgId: string, engine: string | undefined, model: string | undefined): Promise<{ engine: string; model: string | null }>
+  engineFor(
+    tx: Tx,
+    orgId: string,
+    engine: string | undefined,
+    model: string | undefined
+  ): Promise<{ engine: string; model: string | null }>
   insert(tx: Tx, rows: QueuedRun[]): Promise<QueuedRun[]>
   /** never throws: a run.queued not stored now is left to the runs sweeper */
   announce(runs: QueuedRun[]): Promise<void>
@@ -42,7 +50,12 @@ export interface RunPlan {
  * The run an automation starts (a fire, with its tick, or a trigger, with `scheduledFor:
  * null`), read in the transaction that stores it; null when its skill or playbook is gone.
  */
-export async function planRun(tx: Tx, deps: { runs: Pick<AutomationRuns, 'engineFor'>; targets: AutomationTargets }, a: AutomationRow, scheduledFor: Date | null): Promise<RunPlan | null> {
+export async function planRun(
+  tx: Tx,
+  deps: { runs: Pick<AutomationRuns, 'engineFor'>; targets: AutomationTargets },
+  a: AutomationRow,
+  scheduledFor: Date | null
+): Promise<RunPlan | null> {
   const target = a.target
   let prepared: PreparedRun | null
   let chosen: { engine: string; model: string | null }
@@ -51,18 +64,28 @@ export async function planRun(tx: Tx, deps: { runs: Pick<AutomationRuns, 'engine
     prepared = { prompt: target.prompt, metadata: {}, ...agentOptionsOf(target) }
     chosen = await deps.runs.engineFor(tx, a.orgId, target.engine, target.model)
   } else {
-    prepared = 'skillId' in target
-      ? await deps.targets.skill(tx, a.orgId, target.skillId, target.input)
-      : await deps.targets.playbook(tx, a.orgId, target.playbookId, target.input)
+    prepared =
+      'skillId' in target
+        ? await deps.targets.skill(tx, a.orgId, target.skillId, target.input)
+        : await deps.targets.playbook(tx, a.orgId, target.playbookId, target.input)
     chosen = await deps.runs.engineFor(tx, a.orgId, undefined, undefined)
   }
   if (!prepared) return null
   const id = newId()
   return {
     row: {
-      id, orgId: a.orgId, rootRunId: id, engine: chosen.engine, model: chosen.model, prompt: prepared.prompt, origin: 'automation',
-      instructions: prepared.instructions ?? null, settings: prepared.settings ?? {}, attachments: prepared.attachments ?? [],
-      metadata: { ...prepared.metadata, automationId: a.id, scheduledFor: scheduledFor?.toISOString() ?? null }, userId: a.createdBy
+      id,
+      orgId: a.orgId,
+      rootRunId: id,
+      engine: chosen.engine,
+      model: chosen.model,
+      prompt: prepared.prompt,
+      origin: 'automation',
+      instructions: prepared.instructions ?? null,
+      settings: prepared.settings ?? {},
+      attachments: prepared.attachments ?? [],
+      metadata: { ...prepared.metadata, automationId: a.id, scheduledFor: scheduledFor?.toISOString() ?? null },
+      userId: a.createdBy
     },
     ...(prepared.started ? { started: prepared.started } : {})
   }
@@ -109,7 +132,9 @@ export class AutomationScheduler {
       idleMs: async () => {
         const tick = await earliestTick(this.o.db)
         // at least a few milliseconds: a due row another instance holds must not make this one spin
-        return tick ? Math.max(5, Math.min(this.o.pollMs, tick.getTime() - this.o.clock.now().getTime())) : this.o.pollMs
+        return tick
+          ? Math.max(5, Math.min(this.o.pollMs, tick.getTime() - this.o.clock.now().getTime()))
+          : this.o.pollMs
       },
       drain: 'finish'
     })
@@ -168,9 +193,21 @@ export class AutomationScheduler {
         }
         // the batch's own time: later batches of one pass are later
         const firedAt = this.o.clock.now()
-        const won = await insertFires(tx, plans.map((p) => ({ automationId: p.automationId, scheduledFor: p.tick, orgId: p.row.orgId, firedAt, runId: p.row.id })))
+        const won = await insertFires(
+          tx,
+          plans.map((p) => ({
+            automationId: p.automationId,
+            scheduledFor: p.tick,
+            orgId: p.row.orgId,
+            firedAt,
+            runId: p.row.id
+          }))
+        )
         const winners = plans.filter((p) => won.has(p.automationId))
-        const runs = await this.o.runs.insert(tx, winners.map((p) => p.row))
+        const runs = await this.o.runs.insert(
+          tx,
+          winners.map((p) => p.row)
+        )
         for (const p of winners) {
           await p.started?.(tx, p.row)
           moves.set(p.automationId, { ...moves.get(p.automationId)!, firedAt, runId: p.row.id })

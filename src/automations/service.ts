@@ -28,17 +28,26 @@ export interface AutomationsServiceOptions {
 }
 
 /** Contract 10's scheduler, in every instance unless SCHEDULER=false. */
-export default fp(async function automationsService(app: FastifyInstance, opts: AutomationsServiceOptions) {
-  const { config, clock, runs, targets } = opts
-  const scheduler = new AutomationScheduler({
-    db: app.db, clock, runs, targets, log: app.log.child({ component: 'scheduler' }),
-    pollMs: config.SCHEDULER_POLL_MS, graceMs: config.SCHEDULER_GRACE_MS, batch: 500
-  })
-  app.decorate('automations', { scheduler, clock, runs, targets } satisfies AutomationsService)
-  app.addHook('onReady', async () => {
-    if (config.SCHEDULER) scheduler.start()
-  })
-  app.addHook('preClose', async () => {
-    await app.shutdown.drain('the scheduler', (ms) => scheduler.stop(ms))
-  })
-}, { name: 'automations', fastify: '5.x', dependencies: ['db', 'runs'] })
+export default fp(
+  async function automationsService(app: FastifyInstance, opts: AutomationsServiceOptions) {
+    const { config, clock, runs, targets } = opts
+    const scheduler = new AutomationScheduler({
+      db: app.db,
+      clock,
+      runs,
+      targets,
+      log: app.log.child({ component: 'scheduler' }),
+      pollMs: config.SCHEDULER_POLL_MS,
+      graceMs: config.SCHEDULER_GRACE_MS,
+      batch: 500
+    })
+    app.decorate('automations', { scheduler, clock, runs, targets } satisfies AutomationsService)
+    app.addHook('onReady', async () => {
+      if (config.SCHEDULER) scheduler.start()
+    })
+    app.addHook('preClose', async () => {
+      await app.shutdown.drain('the scheduler', (ms) => scheduler.stop(ms))
+    })
+  },
+  { name: 'automations', fastify: '5.x', dependencies: ['db', 'runs'] }
+)

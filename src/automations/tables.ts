@@ -10,7 +10,9 @@ import { playbooks, skills } from '../skills/tables.js'
 
 export type CatchUp = (typeof CATCH_UPS)[number]
 
-/** A run target: a prompt (with the run's agent options, contract 13.3), a skill run or a playbook run (contract 10). */
+/**
+ * A run target: a prompt (with the run's agent options, contract 13.3), a skill run or a playbook run (contract 10).
+ */
 export type AutomationTarget =
   | ({ prompt: string; engine?: string | undefined; model?: string | undefined } & Static<typeof PromptTargetSchema>)
   | { skillId: string; input?: string | undefined }
@@ -22,38 +24,52 @@ export type AutomationTarget =
  * repeat the target's id so a skill or playbook an automation runs cannot be deleted
  * (NO ACTION, checked at the end of the statement, so deleting the org still cascades).
  */
-export const automations = pgTable('automations', {
-  id: text('id').primaryKey(),
-  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
-  name: text('name').notNull(),
-  cron: text('cron').notNull(),
-  timezone: text('timezone').notNull(),
-  target: jsonb('target').$type<AutomationTarget>().notNull(),
-  skillId: text('skill_id').references(() => skills.id, { onDelete: 'no action' }),
-  playbookId: text('playbook_id').references(() => playbooks.id, { onDelete: 'no action' }),
-  enabled: boolean('enabled').notNull().default(true),
-  catchUp: text('catch_up').$type<CatchUp>().notNull().default('latest'),
-  nextFireAt: ts('next_fire_at'),
-  lastFiredAt: ts('last_fired_at'),
-  lastRunId: text('last_run_id'),
-  createdAt: ts('created_at').notNull().defaultNow(),
-  updatedAt: ts('updated_at').notNull().defaultNow(),
-  createdBy: text('created_by')
-}, (t) => [
-  index('automations_org_idx').on(t.orgId, t.id),
-  // the scheduler's one query: enabled rows by tick
-  index('automations_due_idx').on(t.nextFireAt).where(sql`enabled and next_fire_at is not null`),
-  check('automations_catch_up_check', sql`${t.catchUp} in (${sqlList(CATCH_UPS)})`)
-])
+export const automations = pgTable(
+  'automations',
+  {
+    id: text('id').primaryKey(),
+    orgId: text('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    name: text('name').notNull(),
+    cron: text('cron').notNull(),
+    timezone: text('timezone').notNull(),
+    target: jsonb('target').$type<AutomationTarget>().notNull(),
+    skillId: text('skill_id').references(() => skills.id, { onDelete: 'no action' }),
+    playbookId: text('playbook_id').references(() => playbooks.id, { onDelete: 'no action' }),
+    enabled: boolean('enabled').notNull().default(true),
+    catchUp: text('catch_up').$type<CatchUp>().notNull().default('latest'),
+    nextFireAt: ts('next_fire_at'),
+    lastFiredAt: ts('last_fired_at'),
+    lastRunId: text('last_run_id'),
+    createdAt: ts('created_at').notNull().defaultNow(),
+    updatedAt: ts('updated_at').notNull().defaultNow(),
+    createdBy: text('created_by')
+  },
+  (t) => [
+    index('automations_org_idx').on(t.orgId, t.id),
+    // the scheduler's one query: enabled rows by tick
+    index('automations_due_idx')
+      .on(t.nextFireAt)
+      .where(sql`enabled and next_fire_at is not null`),
+    check('automations_catch_up_check', sql`${t.catchUp} in (${sqlList(CATCH_UPS)})`)
+  ]
+)
 
 /**
  * One row per fired tick, written in the transaction that inserts its run: the primary
  * key makes a tick fire once across every instance and crash.
  */
-export const automationFires = pgTable('automation_fires', {
-  automationId: text('automation_id').notNull().references(() => automations.id, { onDelete: 'cascade' }),
-  scheduledFor: ts('scheduled_for').notNull(),
-  orgId: text('org_id').notNull(),
-  firedAt: ts('fired_at').notNull().defaultNow(),
-  runId: text('run_id').notNull()
-}, (t) => [primaryKey({ columns: [t.automationId, t.scheduledFor] })])
+export const automationFires = pgTable(
+  'automation_fires',
+  {
+    automationId: text('automation_id')
+      .notNull()
+      .references(() => automations.id, { onDelete: 'cascade' }),
+    scheduledFor: ts('scheduled_for').notNull(),
+    orgId: text('org_id').notNull(),
+    firedAt: ts('fired_at').notNull().defaultNow(),
+    runId: text('run_id').notNull()
+  },
+  (t) => [primaryKey({ columns: [t.automationId, t.scheduledFor] })]
+)

@@ -53,7 +53,10 @@ const PING_TIMEOUT_MS = 800
 export async function withinTime<T>(work: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(Object.assign(new Error('the database did not answer in time'), { code: 'CONNECT_TIMEOUT' })), ms)
+    timer = setTimeout(
+      () => reject(Object.assign(new Error('the database did not answer in time'), { code: 'CONNECT_TIMEOUT' })),
+      ms
+    )
   })
   // the abandoned query still settles later; nobody waits for it
   work.catch(() => {})
@@ -126,8 +129,13 @@ function preparedStatements<T extends Sql>(client: T): T {
       }
       if (property === 'begin' || property === 'savepoint') {
         const open = Reflect.get(target, property, receiver) as (...args: unknown[]) => unknown
-        return (...args: unknown[]) => open.apply(target, args.map((arg) =>
-          typeof arg === 'function' ? (inner: Sql) => (arg as (c: Sql) => unknown)(preparedStatements(inner)) : arg))
+        return (...args: unknown[]) =>
+          open.apply(
+            target,
+            args.map((arg) =>
+              typeof arg === 'function' ? (inner: Sql) => (arg as (c: Sql) => unknown)(preparedStatements(inner)) : arg
+            )
+          )
       }
       return Reflect.get(target, property, receiver)
     }

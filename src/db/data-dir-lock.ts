@@ -18,8 +18,10 @@ export class DataDirLockedError extends Error {
   override name = 'DataDirLockedError'
   readonly holderPid: number
   constructor(dir: string, holderPid: number) {
-    super(`data directory ${dir} is in use by another Cairn process (pid ${holderPid}); ` +
-      'stop it first, or give this one its own DATA_DIR (or DATABASE_URL)')
+    super(
+      `data directory ${dir} is in use by another Cairn process (pid ${holderPid}); ` +
+        'stop it first, or give this one its own DATA_DIR (or DATABASE_URL)'
+    )
     this.holderPid = holderPid
   }
 }

@@ -12,11 +12,24 @@ import { DrizzleQueryError } from 'drizzle-orm/errors'
 export const DATABASE_RETRY_AFTER_S = 2
 
 const CONNECTION_CODES = new Set([
-  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
   // postgres.js
-  'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT'
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'CONNECT_TIMEOUT'
 ])
-/** SQLSTATEs of a server going away or not accepting yet (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now, 53300 too_many_connections) */
+/**
+ * SQLSTATEs of a server going away or not accepting yet (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03
+ * cannot_connect_now, 53300 too_many_connections)
+ */
 const UNAVAILABLE_STATES = new Set(['57P01', '57P02', '57P03', '53300'])
 
 /** The error itself, or the driver error a wrapper (DrizzleQueryError, …) keeps as `cause`. */
@@ -40,21 +53,39 @@ export function isDatabaseUnavailable(err: unknown): boolean {
 
 /** Fields of driver errors that quote SQL, parameters or stored values, or name a server (host, port). */
 const SECRET_FIELDS = new Set([
-  'query', 'params', 'parameters', 'args', 'types', 'detail', 'where', 'internal_query', 'internal_position', 'cause',
-  'address', 'port', 'host', 'hostname'
+  'query',
+  'params',
+  'parameters',
+  'args',
+  'types',
+  'detail',
+  'where',
+  'internal_query',
+  'internal_position',
+  'cause',
+  'address',
+  'port',
+  'host',
+  'hostname'
 ])
 
-/** `host:port`, `[v6]:port` and `a.b.c.d` as error messages of sockets write them (postgres.js: "write CONNECTION_CLOSED 10.0.0.5:5432"). */
+/**
+ * `host:port`, `[v6]:port` and `a.b.c.d` as error messages of sockets write them (postgres.js: "write CONNECTION_CLOSED
+ * 10.0.0.5:5432").
+ */
 const SERVER_ADDRESS = /(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][\w.-]*):\d{1,5}\b|\b\d{1,3}(\.\d{1,3}){3}\b/g
 
-/** A message without the server names and ports it quotes (the error's own `address`, `hostname`, and any host:port). */
+/**
+ * A message without the server names and ports it quotes (the error's own `address`, `hostname`, and any host:port).
+ */
 function withoutServers(message: string, e: Record<string, unknown>): string {
   let out = message.replace(SERVER_ADDRESS, '(server)')
   for (const key of ['hostname', 'host', 'address']) {
     const value = e[key]
     if (typeof value === 'string' && value.length > 1) out = out.split(value).join('(server)')
   }
-  if (typeof e.port === 'number' || typeof e.port === 'string') out = out.split(`(server):${String(e.port)}`).join('(server)')
+  if (typeof e.port === 'number' || typeof e.port === 'string')
+    out = out.split(`(server):${String(e.port)}`).join('(server)')
   return out
 }
 
@@ -70,12 +101,19 @@ export function isDiskFull(err: unknown): boolean {
 /** postgres.js's own codes for a connection it lost or could not make */
 const DRIVER_CODES = new Set(['CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT'])
 
-/** Whether the failure came from the database driver (a failed query, a lost connection), not from a socket of something else. */
+/**
+ * Whether the failure came from the database driver (a failed query, a lost connection), not from a socket of something
+ * else.
+ */
 function fromDatabase(err: unknown): boolean {
   for (const e of causes(err)) {
     if (e instanceof DrizzleQueryError) return true
     const code = e.code
-    if (typeof code === 'string' && (DRIVER_CODES.has(code) || UNAVAILABLE_STATES.has(code) || /^08[0-9A-Z]{3}$/.test(code))) return true
+    if (
+      typeof code === 'string' &&
+      (DRIVER_CODES.has(code) || UNAVAILABLE_STATES.has(code) || /^08[0-9A-Z]{3}$/.test(code))
+    )
+      return true
   }
   return false
 }
@@ -96,7 +134,8 @@ export function failureSentence(err: unknown): string {
   if (!(err instanceof Error)) return 'an unexpected error'
   const e = err as Error & Record<string, unknown>
   // a failed system call (fs, net) quotes its path or address: its code says enough
-  if (typeof e.code === 'string' && typeof e.syscall === 'string') return `a system call failed (${e.syscall} ${e.code})`
+  if (typeof e.code === 'string' && typeof e.syscall === 'string')
+    return `a system call failed (${e.syscall} ${e.code})`
   return withoutServers(err.message, e).slice(0, 500) || 'an unexpected error'
 }
 
@@ -123,7 +162,10 @@ export function serializeError(err: unknown, depth = 0): unknown {
   return out
 }
 
-/** The stack's frames under the safe message (the original first line repeats the message: SQL, values, servers and all). */
+/**
+ * The stack's frames under the safe message (the original first line repeats the message: SQL, values, servers and
+ * all).
+ */
 function withoutMessage(stack: unknown, type: string, message: string): string | undefined {
   if (typeof stack !== 'string') return undefined
   const at = stack.indexOf('\n    at ')
@@ -132,7 +174,11 @@ function withoutMessage(stack: unknown, type: string, message: string): string |
 
 /** The Postgres error code of a failure, whether drizzle wrapped the driver's error or not. */
 export function sqlStateOf(err: unknown): string | undefined {
-  for (let e = err as { code?: unknown; cause?: unknown } | undefined, i = 0; e && i < 5; e = e.cause as typeof e, i++) {
+  for (
+    let e = err as { code?: unknown; cause?: unknown } | undefined, i = 0;
+    e && i < 5;
+    e = e.cause as typeof e, i++
+  ) {
     if (typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code)) return e.code
   }
   return undefined
@@ -141,7 +187,10 @@ export function sqlStateOf(err: unknown): string | undefined {
 /** A unique violation (23505): a name or key that is taken. */
 export const isUniqueViolation = (err: unknown): boolean => sqlStateOf(err) === '23505'
 
-/** A foreign key violation: a row still referred to (23503, or 23001 under ON DELETE RESTRICT), or a reference to nothing. */
+/**
+ * A foreign key violation: a row still referred to (23503, or 23001 under ON DELETE RESTRICT), or a reference to
+ * nothing.
+ */
 export const isForeignKeyViolation = (err: unknown): boolean => ['23503', '23001'].includes(sqlStateOf(err) ?? '')
 
 /** A delete a foreign key refuses (a row still refers to it) answers `in_use` instead of throwing. */

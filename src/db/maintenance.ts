@@ -25,7 +25,8 @@ export interface MaintenanceStep {
 async function due(db: Db): Promise<MaintenanceStep[]> {
   // the counters reach the views when the session next reports them: make it the next statement
   await db.execute(sql`select pg_stat_force_next_flush()`)
-  const rows = rowsOf<{ name: string; vacuum: boolean; analyze: boolean }>(await db.execute(sql`
+  const rows = rowsOf<{ name: string; vacuum: boolean; analyze: boolean }>(
+    await db.execute(sql`
     with settings as (
       select current_setting('autovacuum_vacuum_threshold')::float8 as vt,
              current_setting('autovacuum_vacuum_scale_factor')::float8 as vs,
@@ -43,9 +44,14 @@ async function due(db: Db): Promise<MaintenanceStep[]> {
            t.n_dead_tup > vt + vs * t.n or (it >= 0 and t.n_ins_since_vacuum > it + "is" * t.n) as vacuum,
            t.never or t.n_mod_since_analyze > at + "as" * t.n as analyze
     from tables t, settings
-    order by t.name`))
+    order by t.name`)
+  )
   return rows
-    .map((r) => ({ table: r.name, vacuum: r.vacuum === true || String(r.vacuum) === 't', analyze: r.analyze === true || String(r.analyze) === 't' }))
+    .map((r) => ({
+      table: r.name,
+      vacuum: r.vacuum === true || String(r.vacuum) === 't',
+      analyze: r.analyze === true || String(r.analyze) === 't'
+    }))
     .filter((s) => s.vacuum || s.analyze)
 }
 
@@ -66,14 +72,19 @@ export interface MaintenanceLoop {
 }
 
 /** A pass every `everyMs` (the timer does not keep the process alive; passes never overlap). */
-export function startMaintenance(db: Db, everyMs: number, log: { debug(o: object, m: string): void; warn(o: object, m: string): void }): MaintenanceLoop {
+export function startMaintenance(
+  db: Db,
+  everyMs: number,
+  log: { debug(o: object, m: string): void; warn(o: object, m: string): void }
+): MaintenanceLoop {
   let running: Promise<void> | null = null
   const timer = setInterval(() => {
     if (running) return
     const started = performance.now()
     running = maintainEmbedded(db)
       .then((steps) => {
-        if (steps.length > 0) log.debug({ steps, ms: Math.round(performance.now() - started) }, 'embedded database: vacuumed and analyzed')
+        if (steps.length > 0)
+          log.debug({ steps, ms: Math.round(performance.now() - started) }, 'embedded database: vacuumed and analyzed')
       })
       .catch((err: unknown) => log.warn({ err }, 'embedded database: maintenance failed'))
       .finally(() => {

@@ -37,10 +37,13 @@ const HAS_TABLE = sql`select to_regclass('drizzle.__drizzle_migrations') is not 
  */
 export async function migrateDatabase(database: Database, url?: string): Promise<MigrationReport> {
   const folder = migrationsFolder()
-  const total = (JSON.parse(readFileSync(join(folder, 'meta', '_journal.json'), 'utf8')) as { entries: unknown[] }).entries.length
+  const total = (JSON.parse(readFileSync(join(folder, 'meta', '_journal.json'), 'utf8')) as { entries: unknown[] })
+    .entries.length
   const apply = async (db: PostgresJsDatabase) => {
-    const count = async () => ((await db.execute<{ present: boolean }>(HAS_TABLE))[0]?.present
-      ? (await db.execute<{ n: number }>(APPLIED))[0]!.n : 0)
+    const count = async () =>
+      (await db.execute<{ present: boolean }>(HAS_TABLE))[0]?.present
+        ? (await db.execute<{ n: number }>(APPLIED))[0]!.n
+        : 0
     const before = await count()
     await migratePostgres(db, { migrationsFolder: folder })
     return { applied: (await count()) - before, total }

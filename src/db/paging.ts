@@ -17,7 +17,12 @@ export const encodeCursor = (key: string): string => Buffer.from(key).toString('
 
 /** A cursor no list handed out. */
 export const invalidCursor = (): ApiError =>
-  validationFailed([{ path: '/querystring/cursor', message: 'is not a cursor of this list; send nextCursor as it came, or no cursor for the first page' }])
+  validationFailed([
+    {
+      path: '/querystring/cursor',
+      message: 'is not a cursor of this list; send nextCursor as it came, or no cursor for the first page'
+    }
+  ])
 
 /** The key in a cursor, or null for none; one that is not `key`'s, or not as encodeCursor writes it, is refused. */
 export function decodeCursor(cursor: string | undefined, key: RegExp = KEY): string | null {
@@ -61,7 +66,9 @@ export interface Keyset {
  * cursor into the key's value when the key is not an id or a name (a version, a time).
  */
 export function keyset<V = string>(
-  key: AnyColumn | SQL, order: 'asc' | 'desc', q: PageInput,
+  key: AnyColumn | SQL,
+  order: 'asc' | 'desc',
+  q: PageInput,
   readCursor: (cursor: string | undefined) => V | null = decodeCursor as (cursor: string | undefined) => V | null
 ): Keyset {
   const cursor = readCursor(q.cursor)
@@ -71,7 +78,8 @@ export function keyset<V = string>(
     after: cursor === null ? undefined : key instanceof SQL ? beyond(key, cursor) : beyond(key, cursor),
     orderBy: order === 'asc' ? asc(key) : desc(key),
     limit: q.limit + 1,
-    page: <T>(rows: T[], keyOf: (row: T) => string = (row) => (row as { id: string }).id) => pageOf(rows, q.limit, keyOf)
+    page: <T>(rows: T[], keyOf: (row: T) => string = (row) => (row as { id: string }).id) =>
+      pageOf(rows, q.limit, keyOf)
   }
 }
 
@@ -84,6 +92,11 @@ export function decodeCursorParts(cursor: string | undefined, patterns: readonly
   if (cursor.length > 1024) throw invalidCursor()
   const decoded = Buffer.from(cursor, 'base64url').toString()
   const parts = decoded.split('.')
-  if (parts.length !== patterns.length || !parts.every((p, i) => patterns[i]!.test(p)) || encodeCursor(decoded) !== cursor) throw invalidCursor()
+  if (
+    parts.length !== patterns.length ||
+    !parts.every((p, i) => patterns[i]!.test(p)) ||
+    encodeCursor(decoded) !== cursor
+  )
+    throw invalidCursor()
   return parts
 }

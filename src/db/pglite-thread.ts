@@ -55,11 +55,15 @@ export class PgliteThread {
   socket(): ThreadSocket {
     // refused as a server that is gone refuses: each query postgres.js still holds fails
     // in turn (a thrown error would fail one and leave the rest waiting forever)
-    if (this.failure || this.closed) return ThreadSocket.refused(this.failure ?? new Error('the embedded database is closed'))
+    if (this.failure || this.closed)
+      return ThreadSocket.refused(this.failure ?? new Error('the embedded database is closed'))
     this.current?.gone(null)
-    const socket = new ThreadSocket((message) => this.send(message), () => {
-      if (this.current === socket) this.current = null
-    })
+    const socket = new ThreadSocket(
+      (message) => this.send(message),
+      () => {
+        if (this.current === socket) this.current = null
+      }
+    )
     this.current = socket
     this.send({ type: 'connect' })
     return socket
@@ -171,7 +175,10 @@ export class ThreadSocket extends EventEmitter {
 
   /** A connection that fails at once, the way a refused TCP connection does. */
   static refused(err: Error): ThreadSocket {
-    const socket = new ThreadSocket(() => {}, () => {})
+    const socket = new ThreadSocket(
+      () => {},
+      () => {}
+    )
     socket.readyState = 'closed'
     // after postgres.js has attached its listeners (it does once the factory returns)
     setImmediate(() => {

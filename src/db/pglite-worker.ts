@@ -25,10 +25,7 @@ export interface PgliteWorkerData {
 
 /** The service thread → this thread. */
 export type ToWorker =
-  | { type: 'connect' }
-  | { type: 'data'; bytes: Uint8Array }
-  | { type: 'disconnect' }
-  | { type: 'close' }
+  { type: 'connect' } | { type: 'data'; bytes: Uint8Array } | { type: 'disconnect' } | { type: 'close' }
 
 /** This thread → the service thread. */
 export type FromWorker =
@@ -51,7 +48,10 @@ let lite: PGlite
 try {
   const { location, template: dump } = workerData as PgliteWorkerData
   const template = dump ? new Blob([readFileSync(dump)]) : pgliteTemplate(location)
-  lite = await PGlite.create(location, { extensions: { pg_trgm: unpackedBundle(pg_trgm) }, ...(template ? { loadDataDir: template } : {}) })
+  lite = await PGlite.create(location, {
+    extensions: { pg_trgm: unpackedBundle(pg_trgm) },
+    ...(template ? { loadDataDir: template } : {})
+  })
 } catch (err) {
   post({ type: 'failed', message: err instanceof Error ? err.message : String(err) })
   process.exit(1)
@@ -152,7 +152,12 @@ async function execute(bytes: Uint8Array): Promise<Uint8Array> {
   const chunks: Uint8Array[] = []
   let size = 0
   // each chunk is a view of PGlite's memory, valid during the call only
-  await lite.execProtocolRawStream(bytes, { onRawData: (chunk) => { chunks.push(chunk.slice()); size += chunk.length } })
+  await lite.execProtocolRawStream(bytes, {
+    onRawData: (chunk) => {
+      chunks.push(chunk.slice())
+      size += chunk.length
+    }
+  })
   if (chunks.length === 1) return chunks[0]!
   const answer = new Uint8Array(size)
   let at = 0
@@ -180,7 +185,11 @@ function notify(answer: Uint8Array): void {
       const start = at + 9
       const split = view.indexOf(0, start)
       const stop = view.indexOf(0, split + 1)
-      post({ type: 'notification', channel: view.toString('utf8', start, split), payload: view.toString('utf8', split + 1, stop) })
+      post({
+        type: 'notification',
+        channel: view.toString('utf8', start, split),
+        payload: view.toString('utf8', split + 1, stop)
+      })
     }
     at += 1 + length
   }

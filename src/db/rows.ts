@@ -8,11 +8,13 @@ export const jsonOf = <T>(value: unknown): T => (typeof value === 'string' ? JSO
 
 export const dateOf = (value: unknown): Date => (value instanceof Date ? value : new Date(value as string))
 
-export const dateOrNull = (value: unknown): Date | null => (value === null || value === undefined ? null : dateOf(value))
+export const dateOrNull = (value: unknown): Date | null =>
+  value === null || value === undefined ? null : dateOf(value)
 
 export const boolOf = (value: unknown): boolean => value === true || value === 't'
 
 /** An ISO-8601 UTC timestamp from a Date or a driver's timestamp text. */
 export const isoOf = (value: Date | string): string => dateOf(value).toISOString()
 
-export const isoOrNull = (value: Date | string | null | undefined): string | null => (value === null || value === undefined ? null : isoOf(value))
+export const isoOrNull = (value: Date | string | null | undefined): string | null =>
+  value === null || value === undefined ? null : isoOf(value)

@@ -77,7 +77,12 @@ export function rateLimitWait(err: unknown, now = Date.now()): number | null {
 /** GitHub's own sentence for an error (its `message`), cut short; never the token. */
 function upstreamMessage(err: RequestError): string {
   const data = err.response?.data as { message?: unknown } | string | undefined
-  const text = typeof data === 'object' && data !== null && typeof data.message === 'string' ? data.message : typeof data === 'string' ? data : ''
+  const text =
+    typeof data === 'object' && data !== null && typeof data.message === 'string'
+      ? data.message
+      : typeof data === 'string'
+        ? data
+        : ''
   const clean = text.replace(/\s+/g, ' ').trim()
   return clean.length > 200 ? `${clean.slice(0, 200)}…` : clean
 }
@@ -88,7 +93,12 @@ function upstreamMessage(err: RequestError): string {
  * unknown ref) is 404 not_found with `missing`; anything else is 502 upstream_failed. A 401
  * is the caller's to handle first (the token may be revoked).
  */
-export function githubError(err: unknown, what: string, missing: string, notThere: readonly number[] = [404]): ApiError {
+export function githubError(
+  err: unknown,
+  what: string,
+  missing: string,
+  notThere: readonly number[] = [404]
+): ApiError {
   const wait = rateLimitWait(err)
   if (wait !== null) return upstreamRateLimited('GitHub', wait)
   const status = statusOf(err)
@@ -102,4 +112,5 @@ export function githubError(err: unknown, what: string, missing: string, notTher
 export const isNotModified = (err: unknown): boolean => err instanceof RequestError && err.status === 304
 
 /** Whether GitHub's Link header names a next page. */
-export const hasNextPage = (link: string | undefined): boolean => link !== undefined && /<[^>]*>;\s*rel="next"/.test(link)
+export const hasNextPage = (link: string | undefined): boolean =>
+  link !== undefined && /<[^>]*>;\s*rel="next"/.test(link)

@@ -13,8 +13,10 @@ export interface SessionDeps {
   client: GitHubClientOptions
 }
 
-export const REVOKED_TOKEN = 'GitHub refused the stored token (401 Bad credentials): it was revoked or has expired. An admin reconnects GitHub with PUT /api/integrations/github and a new token'
-const UNREADABLE_TOKEN = 'the stored GitHub token cannot be opened with this server\'s SECRETS_KEY. An admin reconnects GitHub with PUT /api/integrations/github'
+export const REVOKED_TOKEN =
+  'GitHub refused the stored token (401 Bad credentials): it was revoked or has expired. An admin reconnects GitHub with PUT /api/integrations/github and a new token'
+const UNREADABLE_TOKEN =
+  "the stored GitHub token cannot be opened with this server's SECRETS_KEY. An admin reconnects GitHub with PUT /api/integrations/github"
 
 /**
  * One org's use of GitHub: its connection and token, and `call`, which turns every GitHub
@@ -41,7 +43,12 @@ export class GitHubSession {
    * Runs one GitHub request. `what` names it in messages ("the repository acme/tools");
    * `missing` is the 404's sentence; `notThere` lists the statuses that mean "not there".
    */
-  async call<T>(what: string, missing: string, request: (api: GitHubApi) => Promise<T>, notThere: readonly number[] = [404]): Promise<T> {
+  async call<T>(
+    what: string,
+    missing: string,
+    request: (api: GitHubApi) => Promise<T>,
+    notThere: readonly number[] = [404]
+  ): Promise<T> {
     for (let attempt = 0; ; attempt++) {
       try {
         const out = await request(this.api)

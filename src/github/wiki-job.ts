@@ -3,11 +3,29 @@ import type { Db } from '../db/client.js'
 import { EngineError, type Engine, type EngineContext, type EngineResult } from '../runs/engines/types.js'
 import type { JobRunRef, RunJobs } from '../runs/job-port.js'
 import type { GitHubApi } from './client.js'
-import { deleteWikiPage, getWikiPage, getWikiRun, listWikiPages, lockWiki, putWikiPage, type WikiRunRow } from './github-repo.js'
+import {
+  deleteWikiPage,
+  getWikiPage,
+  getWikiRun,
+  listWikiPages,
+  lockWiki,
+  putWikiPage,
+  type WikiRunRow
+} from './github-repo.js'
 import type { WikiPageText, WikiRecords } from './ports.js'
 import type { GitHubSession } from './session.js'
 import {
-  citedOf, MAX_FILE_BYTES, outlinePage, pagePrompt, planPages, sameCited, sourcesFooter, WIKI_SYSTEM_PROMPT, type FileText, type PagePlan, type TreeFile
+  citedOf,
+  MAX_FILE_BYTES,
+  outlinePage,
+  pagePrompt,
+  planPages,
+  sameCited,
+  sourcesFooter,
+  WIKI_SYSTEM_PROMPT,
+  type FileText,
+  type PagePlan,
+  type TreeFile
 } from './wiki.js'
 
 export interface WikiJobDeps {
@@ -58,16 +76,22 @@ async function upstream<T>(work: () => Promise<T>): Promise<T> {
  * build cut short (a rate limit, a cancel) keeps what it wrote, and the next build does
  * only the rest.
  */
-async function buildWiki(deps: WikiJobDeps, run: JobRunRef, job: WikiRunRow, ctx: EngineContext, engine: Engine): Promise<EngineResult> {
+async function buildWiki(
+  deps: WikiJobDeps,
+  run: JobRunRef,
+  job: WikiRunRow,
+  ctx: EngineContext,
+  engine: Engine
+): Promise<EngineResult> {
   const { db, records } = deps
   const [owner, repo] = job.repo.split('/') as [string, string]
   const short = job.commit.slice(0, 12)
   const session = await upstream(() => deps.session(run.orgId, ctx.signal))
-  const tree = await upstream(() => session.call(
-    `the tree of ${job.repo} at ${short}`,
-    `GitHub has no commit ${short} in ${job.repo}`,
-    (api) => api.rest.git.getTree({ owner, repo, tree_sha: job.commit, recursive: '1' })
-  ))
+  const tree = await upstream(() =>
+    session.call(`the tree of ${job.repo} at ${short}`, `GitHub has no commit ${short} in ${job.repo}`, (api) =>
+      api.rest.git.getTree({ owner, repo, tree_sha: job.commit, recursive: '1' })
+    )
+  )
   const files: TreeFile[] = tree.data.tree
     .filter((e) => e.type === 'blob' && typeof e.path === 'string' && typeof e.sha === 'string')
     .map((e) => ({ path: e.path!, sha: e.sha!, size: e.size ?? 0 }))
@@ -94,14 +118,24 @@ async function buildWiki(deps: WikiJobDeps, run: JobRunRef, job: WikiRunRow, ctx
       title: page.title,
       body,
       tags: [wikiTag(job.repo)],
-      source: { kind: 'wiki', repo: job.repo, commit: job.commit, path: page.path, citedFiles: page.files.map((f) => f.path) }
+      source: {
+        kind: 'wiki',
+        repo: job.repo,
+        commit: job.commit,
+        path: page.path,
+        citedFiles: page.files.map((f) => f.path)
+      }
     }
     const outcome = await db.transaction(async (tx): Promise<PageOutcome> => {
       await lockWiki(tx, run.orgId, job.repo)
       // another build may have written it meanwhile
       const current = await getWikiPage(tx, run.orgId, job.repo, page.path)
-      if (current && sameCited(current.cited, cited) && (await records.exists(tx, run.orgId, current.recordId))) return 'unchanged'
-      let recordId = current && (await records.revise(tx, run.orgId, current.recordId, text, run.realUserId)) ? current.recordId : null
+      if (current && sameCited(current.cited, cited) && (await records.exists(tx, run.orgId, current.recordId)))
+        return 'unchanged'
+      let recordId =
+        current && (await records.revise(tx, run.orgId, current.recordId, text, run.realUserId))
+          ? current.recordId
+          : null
       const outcome = recordId ? 'updated' : 'created'
       recordId ??= await records.create(tx, run.orgId, text, run.realUserId)
       await putWikiPage(tx, { orgId: run.orgId, repo: job.repo, path: page.path, recordId, commit: job.commit, cited })
@@ -137,18 +171,34 @@ async function buildWiki(deps: WikiJobDeps, run: JobRunRef, job: WikiRunRow, ctx
 }
 
 /** The page's text: the `echo` engine's deterministic outline, or what the run's model writes from the files. */
-async function writePage(engine: Engine, model: string | null, signal: AbortSignal, job: WikiRunRow, page: PagePlan, texts: FileText[], usage: { promptTokens: number; completionTokens: number }): Promise<string> {
+async function writePage(
+  engine: Engine,
+  model: string | null,
+  signal: AbortSignal,
+  job: WikiRunRow,
+  page: PagePlan,
+  texts: FileText[],
+  usage: { promptTokens: number; completionTokens: number }
+): Promise<string> {
   if (engine.id === 'echo') return outlinePage(job.repo, job.commit, page, texts)
   const chunks: string[] = []
   const used = await engine.chat(
-    [{ role: 'system', content: WIKI_SYSTEM_PROMPT }, { role: 'user', content: pagePrompt(job.repo, job.commit, page, texts) }],
-    model, signal, { onToken: (t) => chunks.push(t) }
+    [
+      { role: 'system', content: WIKI_SYSTEM_PROMPT },
+      { role: 'user', content: pagePrompt(job.repo, job.commit, page, texts) }
+    ],
+    model,
+    signal,
+    { onToken: (t) => chunks.push(t) }
   )
   usage.promptTokens += used.promptTokens
   usage.completionTokens += used.completionTokens
   const written = chunks.join('').trim()
   // a model that answers nothing leaves the outline, never an empty page
-  return (written === '' ? outlinePage(job.repo, job.commit, page, texts).trimEnd() : written) + sourcesFooter(job.repo, job.commit, page)
+  return (
+    (written === '' ? outlinePage(job.repo, job.commit, page, texts).trimEnd() : written) +
+    sourcesFooter(job.repo, job.commit, page)
+  )
 }
 
 /** The cited files' text at the commit (contents API), a few at a time; large or binary files are not read. */
@@ -158,7 +208,10 @@ async function readFiles(session: GitHubSession, job: WikiRunRow, files: TreeFil
   const worker = async () => {
     while (next < files.length) {
       const i = next++
-      out[i] = { file: files[i]!, text: files[i]!.size > MAX_FILE_BYTES ? null : await readFile(session, job, files[i]!.path) }
+      out[i] = {
+        file: files[i]!,
+        text: files[i]!.size > MAX_FILE_BYTES ? null : await readFile(session, job, files[i]!.path)
+      }
     }
   }
   await Promise.all(Array.from({ length: Math.min(READ_CONCURRENCY, files.length) }, worker))

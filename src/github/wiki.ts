@@ -28,16 +28,81 @@ export const MAX_FILE_BYTES = 200_000
 
 const DOC_EXTENSIONS = new Set(['md', 'markdown', 'mdx', 'rst', 'txt', 'adoc'])
 const SOURCE_EXTENSIONS = new Set([
-  'ts', 'tsx', 'mts', 'cts', 'js', 'jsx', 'mjs', 'cjs', 'py', 'go', 'rs', 'java', 'kt', 'kts', 'rb', 'php', 'c', 'h', 'cc', 'cpp', 'hpp',
-  'cs', 'swift', 'scala', 'sh', 'bash', 'sql', 'ex', 'exs', 'erl', 'hs', 'ml', 'clj', 'lua', 'r', 'jl', 'dart', 'vue', 'svelte', 'zig', 'nim'
+  'ts',
+  'tsx',
+  'mts',
+  'cts',
+  'js',
+  'jsx',
+  'mjs',
+  'cjs',
+  'py',
+  'go',
+  'rs',
+  'java',
+  'kt',
+  'kts',
+  'rb',
+  'php',
+  'c',
+  'h',
+  'cc',
+  'cpp',
+  'hpp',
+  'cs',
+  'swift',
+  'scala',
+  'sh',
+  'bash',
+  'sql',
+  'ex',
+  'exs',
+  'erl',
+  'hs',
+  'ml',
+  'clj',
+  'lua',
+  'r',
+  'jl',
+  'dart',
+  'vue',
+  'svelte',
+  'zig',
+  'nim'
 ])
 /** Top-level files that describe a project, whatever their extension. */
 const MANIFESTS = new Set([
-  'package.json', 'go.mod', 'cargo.toml', 'pyproject.toml', 'setup.py', 'setup.cfg', 'requirements.txt', 'gemfile', 'pom.xml', 'build.gradle',
-  'build.gradle.kts', 'composer.json', 'makefile', 'dockerfile', 'cmakelists.txt', 'deno.json', 'mix.exs'
+  'package.json',
+  'go.mod',
+  'cargo.toml',
+  'pyproject.toml',
+  'setup.py',
+  'setup.cfg',
+  'requirements.txt',
+  'gemfile',
+  'pom.xml',
+  'build.gradle',
+  'build.gradle.kts',
+  'composer.json',
+  'makefile',
+  'dockerfile',
+  'cmakelists.txt',
+  'deno.json',
+  'mix.exs'
 ])
 /** Top-level folders that hold no sources worth a page. */
-const SKIPPED_FOLDERS = new Set(['node_modules', 'vendor', 'dist', 'build', 'out', 'target', 'coverage', 'third_party', 'docs', 'doc'])
+const SKIPPED_FOLDERS = new Set([
+  'node_modules',
+  'vendor',
+  'dist',
+  'build',
+  'out',
+  'target',
+  'coverage',
+  'third_party',
+  'docs',
+  'doc'
+])
 
 const extensionOf = (path: string) => {
   const name = path.slice(path.lastIndexOf('/') + 1)
@@ -58,12 +123,18 @@ export function planPages(repo: string, tree: TreeFile[]): PagePlan[] {
   const top = files.filter((f) => !f.path.includes('/'))
   const pages: PagePlan[] = []
 
-  const readme = top.filter((f) => isReadme(f.path)).sort((a, b) => Number(extensionOf(b.path) === 'md') - Number(extensionOf(a.path) === 'md') || byPath(a, b))[0]
-  const rootFiles = top.filter((f) => f !== readme && (isSource(f.path) || MANIFESTS.has(f.path.toLowerCase()))).slice(0, MAX_FILES_PER_PAGE - 1)
+  const readme = top
+    .filter((f) => isReadme(f.path))
+    .sort((a, b) => Number(extensionOf(b.path) === 'md') - Number(extensionOf(a.path) === 'md') || byPath(a, b))[0]
+  const rootFiles = top
+    .filter((f) => f !== readme && (isSource(f.path) || MANIFESTS.has(f.path.toLowerCase())))
+    .slice(0, MAX_FILES_PER_PAGE - 1)
   const overview = [...(readme ? [readme] : []), ...rootFiles]
   if (overview.length > 0) pages.push({ path: readme?.path ?? '/', title: `${repo}: overview`, files: overview })
 
-  const docs = files.filter((f) => /^docs?\//i.test(f.path) && DOC_EXTENSIONS.has(extensionOf(f.path))).slice(0, MAX_DOC_PAGES)
+  const docs = files
+    .filter((f) => /^docs?\//i.test(f.path) && DOC_EXTENSIONS.has(extensionOf(f.path)))
+    .slice(0, MAX_DOC_PAGES)
   for (const doc of docs) pages.push({ path: doc.path, title: `${repo}: ${doc.path}`, files: [doc] })
 
   const folders = new Map<string, TreeFile[]>()
@@ -81,7 +152,8 @@ export function planPages(repo: string, tree: TreeFile[]): PagePlan[] {
 }
 
 /** The cited files as `path -> blob SHA`: what decides whether a page is rewritten. */
-export const citedOf = (page: PagePlan): Record<string, string> => Object.fromEntries(page.files.map((f) => [f.path, f.sha]))
+export const citedOf = (page: PagePlan): Record<string, string> =>
+  Object.fromEntries(page.files.map((f) => [f.path, f.sha]))
 
 export function sameCited(a: Record<string, string>, b: Record<string, string>): boolean {
   const keys = Object.keys(a)
@@ -116,17 +188,24 @@ function markdownOutline(text: string): string[] {
 }
 
 /** Lines of code that declare something at the top level (functions, classes, types, exports). */
-const DECLARATION = /^(export\s|pub(\([^)]*\))?\s|public\s|def\s|async\s+def\s|class\s|func\s|fn\s|function\s|async\s+function\s|interface\s|type\s|struct\s|enum\s|trait\s|impl[\s<]|module\s|package\s|const\s+[A-Za-z_$][\w$]*\s*=|abstract\s|final\s|object\s|data\s+class\s)/
+const DECLARATION =
+  /^(export\s|pub(\([^)]*\))?\s|public\s|def\s|async\s+def\s|class\s|func\s|fn\s|function\s|async\s+function\s|interface\s|type\s|struct\s|enum\s|trait\s|impl[\s<]|module\s|package\s|const\s+[A-Za-z_$][\w$]*\s*=|abstract\s|final\s|object\s|data\s+class\s)/
 
 function codeOutline(text: string): string[] {
-  return text.split(/\r?\n/).filter((line) => DECLARATION.test(line)).map((line) => cut(line.trimEnd().replace(/\s*\{\s*$/, ''))).slice(0, 40)
+  return text
+    .split(/\r?\n/)
+    .filter((line) => DECLARATION.test(line))
+    .map((line) => cut(line.trimEnd().replace(/\s*\{\s*$/, '')))
+    .slice(0, 40)
 }
 
 function jsonOutline(text: string): string[] {
   try {
     const value = JSON.parse(text) as unknown
     if (value === null || typeof value !== 'object' || Array.isArray(value)) return []
-    return Object.keys(value).slice(0, 40).map((key) => `- \`${key.replace(/`/g, '\'')}\``)
+    return Object.keys(value)
+      .slice(0, 40)
+      .map((key) => `- \`${key.replace(/`/g, "'")}\``)
   } catch {
     return []
   }
@@ -142,7 +221,12 @@ export function outlineFile({ file, text }: FileText): string {
   if (DOC_EXTENSIONS.has(ext)) {
     const headings = ext === 'md' || ext === 'markdown' || ext === 'mdx' ? markdownOutline(text) : []
     if (headings.length > 0) return `${head}\n\n${size} Sections:\n\n${headings.join('\n')}`
-    const opening = text.split(/\r?\n/).map((l) => l.trim()).filter(Boolean).slice(0, 3).map((l) => `> ${cut(l)}`)
+    const opening = text
+      .split(/\r?\n/)
+      .map((l) => l.trim())
+      .filter(Boolean)
+      .slice(0, 3)
+      .map((l) => `> ${cut(l)}`)
     return opening.length > 0 ? `${head}\n\n${size} It opens:\n\n${opening.join('\n')}` : `${head}\n\n${size}`
   }
   if (ext === 'json') {
@@ -158,11 +242,13 @@ export function outlineFile({ file, text }: FileText): string {
 
 /** The offline page (the `echo` engine's): a deterministic outline of the files it cites. */
 export function outlinePage(repo: string, commit: string, page: PagePlan, texts: FileText[]): string {
-  return [
-    `# ${page.title}`,
-    `An outline of ${texts.length === 1 ? 'one file' : `${texts.length} files`} of \`${repo}\` at commit \`${commit.slice(0, 12)}\`.`,
-    ...texts.map(outlineFile)
-  ].join('\n\n') + '\n'
+  return (
+    [
+      `# ${page.title}`,
+      `An outline of ${texts.length === 1 ? 'one file' : `${texts.length} files`} of \`${repo}\` at commit \`${commit.slice(0, 12)}\`.`,
+      ...texts.map(outlineFile)
+    ].join('\n\n') + '\n'
+  )
 }
 
 /** The footer of a page a model wrote: the files it was given. */

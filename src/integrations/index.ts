@@ -11,15 +11,19 @@ const INTEGRATIONS = ['integrations']
  * disconnecting (each kind's own plugin) are admin routes.
  */
 const integrationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
-  app.get('/integrations', {
-    schema: {
-      operationId: 'listIntegrations',
-      tags: INTEGRATIONS,
-      summary: 'Every integration kind and whether the org has connected it',
-      description: 'Lists every kind of integration (GitHub, Slack) and whether the organization has connected it.',
-      response: { 200: IntegrationList, ...errorResponses() }
-    }
-  }, async (request) => ({ items: await listIntegrations(app.db, principalOf(request).orgId) }))
+  app.get(
+    '/integrations',
+    {
+      schema: {
+        operationId: 'listIntegrations',
+        tags: INTEGRATIONS,
+        summary: 'Every integration kind and whether the org has connected it',
+        description: 'Lists every kind of integration (GitHub, Slack) and whether the organization has connected it.',
+        response: { 200: IntegrationList, ...errorResponses() }
+      }
+    },
+    async (request) => ({ items: await listIntegrations(app.db, principalOf(request).orgId) })
+  )
 }
 
 export default integrationsRoutes

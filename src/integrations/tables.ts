@@ -12,13 +12,19 @@ export type IntegrationKind = (typeof INTEGRATION_KINDS)[number]
  * sealed like the org's own. `settings` holds what a kind needs besides them (Slack's
  * team id, the GitHub login's id); `account` is what GET /api/integrations shows.
  */
-export const integrations = pgTable('integrations', {
-  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
-  kind: text('kind').$type<IntegrationKind>().notNull(),
-  account: text('account').notNull(),
-  settings: jsonb('settings').$type<Record<string, unknown>>().notNull().default({}),
-  connectedAt: ts('connected_at').notNull().defaultNow(),
-  connectedBy: text('connected_by'),
-  updatedAt: ts('updated_at').notNull().defaultNow(),
-  lastError: text('last_error')
-}, (t) => [primaryKey({ columns: [t.orgId, t.kind] })])
+export const integrations = pgTable(
+  'integrations',
+  {
+    orgId: text('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    kind: text('kind').$type<IntegrationKind>().notNull(),
+    account: text('account').notNull(),
+    settings: jsonb('settings').$type<Record<string, unknown>>().notNull().default({}),
+    connectedAt: ts('connected_at').notNull().defaultNow(),
+    connectedBy: text('connected_by'),
+    updatedAt: ts('updated_at').notNull().defaultNow(),
+    lastError: text('last_error')
+  },
+  (t) => [primaryKey({ columns: [t.orgId, t.kind] })]
+)

@@ -27,7 +27,8 @@ function sections(markdown: string): Array<{ heading: string; lines: string[] }>
   for (const line of markdown.replace(/\r\n?/g, '\n').split('\n')) {
     const opener = FENCE.exec(line)
     if (fence !== null) {
-      if (opener && opener[1]![0] === fence[0] && opener[1]!.length >= fence.length && line.trim() === opener[1]) fence = null
+      if (opener && opener[1]![0] === fence[0] && opener[1]!.length >= fence.length && line.trim() === opener[1])
+        fence = null
       out[out.length - 1]!.lines.push(line)
       continue
     }
@@ -70,7 +71,12 @@ function blocks(lines: string[]): Block[] {
       continue
     }
     // a table: a row, then its separator row, then rows while lines carry a pipe
-    if (line.includes('|') && i + 1 < lines.length && TABLE_SEPARATOR.test(lines[i + 1]!) && lines[i + 1]!.includes('-')) {
+    if (
+      line.includes('|') &&
+      i + 1 < lines.length &&
+      TABLE_SEPARATOR.test(lines[i + 1]!) &&
+      lines[i + 1]!.includes('-')
+    ) {
       flush()
       const head = [line.trim(), lines[i + 1]!.trim()]
       const rows: string[] = []

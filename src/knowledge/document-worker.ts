@@ -41,7 +41,10 @@ export interface DocumentWorkerOptions {
 
 export interface DocumentWorker {
   start(): void
-  /** stops claiming, hands the extractions in flight back and waits for that, at most `deadlineMs` (the rest is left to its lease) */
+  /**
+   * stops claiming, hands the extractions in flight back and waits for that, at most `deadlineMs` (the rest is left to
+   * its lease)
+   */
   stop(deadlineMs?: number): Promise<void>
   /** looks for work now instead of at the next poll */
   wake(): void
@@ -90,7 +93,8 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
 
   async function claim(): Promise<Claimed | null> {
     await failExhausted()
-    const rows = rowsOf<Claimed>(await db.execute(sql`
+    const rows = rowsOf<Claimed>(
+      await db.execute(sql`
       update knowledge_documents d
       set state = 'processing', attempts = d.attempts + 1, lease_owner = ${owner}, updated_at = now(),
           lease_expires_at = now() + make_interval(secs => ${opts.leaseMs / 1000})
@@ -101,7 +105,8 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
         order by created_at, id
         limit 1
         for update skip locked)
-      returning d.id, d.org_id, d.kind, d.sha256, d.attempts, d.max_attempts`))
+      returning d.id, d.org_id, d.kind, d.sha256, d.attempts, d.max_attempts`)
+    )
     return rows[0] ?? null
   }
 
@@ -113,37 +118,52 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
   async function settle(doc: Claimed, set: SQL): Promise<boolean> {
     for (let attempt = 1; ; attempt++) {
       try {
-        const result = await withinTime(db.execute(sql`
+        const result = await withinTime(
+          db.execute(sql`
           update knowledge_documents set ${set}, lease_owner = null, lease_expires_at = null, updated_at = now()
           where id = ${doc.id} and state = 'processing' and lease_owner = ${owner} and attempts = ${doc.attempts}
-          returning id`), SETTLE_TIMEOUT_MS)
+          returning id`),
+          SETTLE_TIMEOUT_MS
+        )
         return rowsOf(result).length === 1
       } catch (err) {
         if (!isDatabaseUnavailable(err) || pause.signal.aborted) throw err
-        await sleep(backoffDelay(attempt, opts.backoffMs, opts.backoffMaxMs), undefined, { signal: pause.signal, ref: false }).catch(() => {})
+        await sleep(backoffDelay(attempt, opts.backoffMs, opts.backoffMaxMs), undefined, {
+          signal: pause.signal,
+          ref: false
+        }).catch(() => {})
       }
     }
   }
 
   /** The due time of the next attempt after `attempt` failed. */
-  const dueAfter = (attempt: number) => new Date(clock.now().getTime() + backoffDelay(attempt, opts.backoffMs, opts.backoffMaxMs, random)).toISOString()
+  const dueAfter = (attempt: number) =>
+    new Date(clock.now().getTime() + backoffDelay(attempt, opts.backoffMs, opts.backoffMaxMs, random)).toISOString()
 
   async function storeChunks(doc: Claimed, chunks: Chunk[]): Promise<boolean> {
     return db.transaction(async (tx) => {
-      const mine = rowsOf(await tx.execute(sql`
+      const mine = rowsOf(
+        await tx.execute(sql`
         select id from knowledge_documents
         where id = ${doc.id} and state = 'processing' and lease_owner = ${owner} and attempts = ${doc.attempts}
-        for update`))
+        for update`)
+      )
       if (mine.length === 0) return false
       await tx.execute(sql`delete from knowledge_chunks where document_id = ${doc.id}`)
       for (let i = 0; i < chunks.length; i += CHUNKS_PER_STATEMENT) {
-        const rows = chunks.slice(i, i + CHUNKS_PER_STATEMENT).map((c, j) => ({ id: newId(), idx: i + j, heading: c.heading, text: c.text }))
+        const rows = chunks
+          .slice(i, i + CHUNKS_PER_STATEMENT)
+          .map((c, j) => ({ id: newId(), idx: i + j, heading: c.heading, text: c.text }))
         await tx.execute(sql`
           insert into knowledge_chunks (id, org_id, document_id, idx, heading, text)
           select r.id, ${doc.org_id}, ${doc.id}, r.idx, r.heading, r.text
           from jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) as r(id text, idx int, heading text, text text)`)
       }
-      await addWords(tx, doc.org_id, chunks.flatMap((c) => [c.heading, c.text]))
+      await addWords(
+        tx,
+        doc.org_id,
+        chunks.flatMap((c) => [c.heading, c.text])
+      )
       await bumpGeneration(tx, doc.org_id)
       await tx.execute(sql`
         update knowledge_documents
@@ -155,10 +175,17 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
 
   /** Keeps the leases of the documents in flight; a renewal that finds the claim gone stops caring. */
   async function renewLeases(docs: Claimed[]): Promise<void> {
-    await Promise.all(docs.map((doc) => db.execute(sql`
+    await Promise.all(
+      docs.map((doc) =>
+        db
+          .execute(
+            sql`
       update knowledge_documents set lease_expires_at = now() + make_interval(secs => ${opts.leaseMs / 1000})
-      where id = ${doc.id} and state = 'processing' and lease_owner = ${owner} and attempts = ${doc.attempts}`)
-      .catch((err: unknown) => log.warn({ err, documentId: doc.id }, 'document lease renewal failed'))))
+      where id = ${doc.id} and state = 'processing' and lease_owner = ${owner} and attempts = ${doc.attempts}`
+          )
+          .catch((err: unknown) => log.warn({ err, documentId: doc.id }, 'document lease renewal failed'))
+      )
+    )
   }
 
   async function process(doc: Claimed, signal: AbortSignal): Promise<void> {
@@ -195,14 +222,18 @@ export function createDocumentWorker(opts: DocumentWorkerOptions): DocumentWorke
       log.warn({ err, documentId: doc.id, attempt: doc.attempts }, `document processing failed: ${reason}`)
       if (lostDatabase) {
         // the database went away: nothing was kept (the chunks commit with the ready state); the attempt is not spent
-        await settle(doc, sql`state = 'queued', attempts = attempts - 1, last_error = ${message}, next_attempt_at = ${dueAfter(doc.attempts)}::timestamptz`)
-          .catch((e: unknown) => log.warn({ err: e, documentId: doc.id }, 'document left to its lease'))
+        await settle(
+          doc,
+          sql`state = 'queued', attempts = attempts - 1, last_error = ${message}, next_attempt_at = ${dueAfter(doc.attempts)}::timestamptz`
+        ).catch((e: unknown) => log.warn({ err: e, documentId: doc.id }, 'document left to its lease'))
         return
       }
-      await settle(doc, doc.attempts >= doc.max_attempts
-        ? sql`state = 'failed', last_error = ${message}`
-        : sql`state = 'queued', last_error = ${message}, next_attempt_at = ${dueAfter(doc.attempts)}::timestamptz`)
-        .catch((e: unknown) => log.warn({ err: e, documentId: doc.id }, 'document left to its lease'))
+      await settle(
+        doc,
+        doc.attempts >= doc.max_attempts
+          ? sql`state = 'failed', last_error = ${message}`
+          : sql`state = 'queued', last_error = ${message}, next_attempt_at = ${dueAfter(doc.attempts)}::timestamptz`
+      ).catch((e: unknown) => log.warn({ err: e, documentId: doc.id }, 'document left to its lease'))
     }
   }
 

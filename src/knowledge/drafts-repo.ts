@@ -10,8 +10,17 @@ export type DraftRow = typeof knowledgeDrafts.$inferSelect
 
 export function draftToWire(d: DraftRow) {
   return {
-    id: d.id, title: d.title, body: d.body, tags: d.tags, targetRecordId: d.targetRecordId, state: d.state, runId: d.runId,
-    createdAt: isoOf(d.createdAt), createdBy: d.createdBy, decidedAt: isoOrNull(d.decidedAt), decidedBy: d.decidedBy
+    id: d.id,
+    title: d.title,
+    body: d.body,
+    tags: d.tags,
+    targetRecordId: d.targetRecordId,
+    state: d.state,
+    runId: d.runId,
+    createdAt: isoOf(d.createdAt),
+    createdBy: d.createdBy,
+    decidedAt: isoOrNull(d.decidedAt),
+    decidedBy: d.decidedBy
   }
 }
 
@@ -25,22 +34,39 @@ export interface NewDraft {
 }
 
 export async function createDraft(db: Db, orgId: string, input: NewDraft): Promise<DraftRow> {
-  const [draft] = await db.insert(knowledgeDrafts).values({ id: newId(), orgId, ...input }).returning()
+  const [draft] = await db
+    .insert(knowledgeDrafts)
+    .values({ id: newId(), orgId, ...input })
+    .returning()
   return draft!
 }
 
 export async function getDraft(db: Db, orgId: string, id: string): Promise<DraftRow | null> {
-  const [row] = await db.select().from(knowledgeDrafts).where(and(eq(knowledgeDrafts.orgId, orgId), eq(knowledgeDrafts.id, id)))
+  const [row] = await db
+    .select()
+    .from(knowledgeDrafts)
+    .where(and(eq(knowledgeDrafts.orgId, orgId), eq(knowledgeDrafts.id, id)))
   return row ?? null
 }
 
-export async function listDrafts(db: Db, orgId: string, q: { state?: DraftState | undefined; limit: number; cursor: string | undefined }) {
+export async function listDrafts(
+  db: Db,
+  orgId: string,
+  q: { state?: DraftState | undefined; limit: number; cursor: string | undefined }
+) {
   const list = keyset(knowledgeDrafts.id, 'desc', q)
-  const rows = await db.select().from(knowledgeDrafts).where(and(
-    eq(knowledgeDrafts.orgId, orgId),
-    q.state !== undefined ? eq(knowledgeDrafts.state, q.state) : undefined,
-    list.after
-  )).orderBy(list.orderBy).limit(list.limit)
+  const rows = await db
+    .select()
+    .from(knowledgeDrafts)
+    .where(
+      and(
+        eq(knowledgeDrafts.orgId, orgId),
+        q.state !== undefined ? eq(knowledgeDrafts.state, q.state) : undefined,
+        list.after
+      )
+    )
+    .orderBy(list.orderBy)
+    .limit(list.limit)
   return list.page(rows)
 }
 
@@ -51,27 +77,45 @@ export async function listDrafts(db: Db, orgId: string, q: { state?: DraftState 
  */
 export async function approveDraft(db: Db, orgId: string, id: string, change: RecordChange, decidedBy: string | null) {
   return db.transaction(async (tx) => {
-    const [draft] = await tx.select().from(knowledgeDrafts)
-      .where(and(eq(knowledgeDrafts.orgId, orgId), eq(knowledgeDrafts.id, id))).for('update')
+    const [draft] = await tx
+      .select()
+      .from(knowledgeDrafts)
+      .where(and(eq(knowledgeDrafts.orgId, orgId), eq(knowledgeDrafts.id, id)))
+      .for('update')
     if (!draft) return 'missing' as const
     if (draft.state !== 'open') return 'not-open' as const
     const title = change.title ?? draft.title
     const body = change.body ?? draft.body
     const tags = change.tags ?? draft.tags
-    const record = draft.targetRecordId === null
-      ? await insertRecord(tx, orgId, { title, body, tags, source: { kind: 'draft', draftId: draft.id, runId: draft.runId }, createdBy: decidedBy })
-      : await reviseRecord(tx, orgId, draft.targetRecordId, { title, body, tags }, null, decidedBy)
+    const record =
+      draft.targetRecordId === null
+        ? await insertRecord(tx, orgId, {
+            title,
+            body,
+            tags,
+            source: { kind: 'draft', draftId: draft.id, runId: draft.runId },
+            createdBy: decidedBy
+          })
+        : await reviseRecord(tx, orgId, draft.targetRecordId, { title, body, tags }, null, decidedBy)
     // nothing was written yet: the draft stays open
     if (record === 'missing' || record === 'stale') return 'target-gone' as const
-    const [decided] = await tx.update(knowledgeDrafts)
+    const [decided] = await tx
+      .update(knowledgeDrafts)
       .set({ state: 'approved', decidedAt: sql`now()`, decidedBy })
-      .where(eq(knowledgeDrafts.id, id)).returning()
+      .where(eq(knowledgeDrafts.id, id))
+      .returning()
     return { draft: decided!, record }
   })
 }
 
-export async function rejectDraft(db: Db, orgId: string, id: string, decidedBy: string | null): Promise<DraftRow | 'missing' | 'not-open'> {
-  const [row] = await db.update(knowledgeDrafts)
+export async function rejectDraft(
+  db: Db,
+  orgId: string,
+  id: string,
+  decidedBy: string | null
+): Promise<DraftRow | 'missing' | 'not-open'> {
+  const [row] = await db
+    .update(knowledgeDrafts)
     .set({ state: 'rejected', decidedAt: sql`now()`, decidedBy })
     .where(and(eq(knowledgeDrafts.orgId, orgId), eq(knowledgeDrafts.id, id), eq(knowledgeDrafts.state, 'open')))
     .returning()

@@ -26,10 +26,15 @@ function toMarkdown(html: string): string {
  * (simple, well-formed HTML) get their first row as the header, as a reader sees it.
  */
 function firstRowsAsHeaders(html: string): string {
-  return html.replace(/<table>([\s\S]*?)<\/table>/g, (table: string, inner: string) => inner.includes('<th')
-    ? table
-    : `<table>${inner.replace(/<tr>([\s\S]*?)<\/tr>/, (_row: string, cells: string) =>
-      `<tr>${cells.replace(/<td(\s[^>]*)?>/g, '<th$1>').replace(/<\/td>/g, '</th>')}</tr>`)}</table>`)
+  return html.replace(/<table>([\s\S]*?)<\/table>/g, (table: string, inner: string) =>
+    inner.includes('<th')
+      ? table
+      : `<table>${inner.replace(
+          /<tr>([\s\S]*?)<\/tr>/,
+          (_row: string, cells: string) =>
+            `<tr>${cells.replace(/<td(\s[^>]*)?>/g, '<th$1>').replace(/<\/td>/g, '</th>')}</tr>`
+        )}</table>`
+  )
 }
 
 function checkZipSize(bytes: Uint8Array): void {
@@ -45,7 +50,8 @@ function checkZipSize(bytes: Uint8Array): void {
   } catch (err) {
     throw new Refused(`the DOCX is damaged: ${(err as Error).message}`)
   }
-  if (expanded > MAX_DOCX_EXPANDED_BYTES) throw new Refused(`the DOCX expands to more than ${MAX_DOCX_EXPANDED_BYTES / 1024 / 1024} MB`)
+  if (expanded > MAX_DOCX_EXPANDED_BYTES)
+    throw new Refused(`the DOCX expands to more than ${MAX_DOCX_EXPANDED_BYTES / 1024 / 1024} MB`)
 }
 
 async function pdfText(bytes: Uint8Array): Promise<string> {
@@ -54,11 +60,15 @@ async function pdfText(bytes: Uint8Array): Promise<string> {
     const info = await parser.getInfo().catch((err: unknown) => {
       throw new Refused(`the PDF is damaged: ${(err as Error).message}`)
     })
-    if (info.total > MAX_PDF_PAGES) throw new Refused(`the PDF has ${info.total} pages; at most ${MAX_PDF_PAGES} are read`)
+    if (info.total > MAX_PDF_PAGES)
+      throw new Refused(`the PDF has ${info.total} pages; at most ${MAX_PDF_PAGES} are read`)
     const result = await parser.getText({ pageJoiner: '' }).catch((err: unknown) => {
       throw new Refused(`the PDF is damaged: ${(err as Error).message}`)
     })
-    return result.pages.map((p) => p.text.trim()).filter((t) => t !== '').join('\n\n')
+    return result.pages
+      .map((p) => p.text.trim())
+      .filter((t) => t !== '')
+      .join('\n\n')
   } finally {
     await parser.destroy().catch(() => {})
   }
@@ -88,13 +98,18 @@ const answer = (reply: WorkerReply) => process.send!(reply, () => process.exit(0
 // the parent kills this process past its deadline; if the parent dies first, so does this
 process.on('disconnect', () => process.exit(1))
 process.once('message', (request: WorkerRequest) => {
-  extract({ ...request, bytes: new Uint8Array(request.bytes) }).then((markdown) => {
-    const text = markdown.replace(/\r\n?/g, '\n').trim()
-    answer(text.length > request.maxOutputChars
-      ? { ok: false, message: `the document has more than ${request.maxOutputChars} characters of text` }
-      : { ok: true, markdown: text })
-  }, (err: unknown) => {
-    const message = err instanceof Refused ? err.message : `the document cannot be read: ${(err as Error).message}`
-    answer({ ok: false, message: message.slice(0, 500) })
-  })
+  extract({ ...request, bytes: new Uint8Array(request.bytes) }).then(
+    (markdown) => {
+      const text = markdown.replace(/\r\n?/g, '\n').trim()
+      answer(
+        text.length > request.maxOutputChars
+          ? { ok: false, message: `the document has more than ${request.maxOutputChars} characters of text` }
+          : { ok: true, markdown: text }
+      )
+    },
+    (err: unknown) => {
+      const message = err instanceof Refused ? err.message : `the document cannot be read: ${(err as Error).message}`
+      answer({ ok: false, message: message.slice(0, 500) })
+    }
+  )
 })

@@ -42,7 +42,15 @@ export interface ExtractLimits {
 export const DEFAULT_EXTRACT_LIMITS: ExtractLimits = { timeoutMs: 60_000, maxMemoryMb: 512, maxOutputChars: 5_000_000 }
 
 const BY_EXTENSION: Record<string, DocumentKind> = {
-  pdf: 'pdf', docx: 'docx', html: 'html', htm: 'html', xhtml: 'html', md: 'markdown', markdown: 'markdown', txt: 'text', text: 'text'
+  pdf: 'pdf',
+  docx: 'docx',
+  html: 'html',
+  htm: 'html',
+  xhtml: 'html',
+  md: 'markdown',
+  markdown: 'markdown',
+  txt: 'text',
+  text: 'text'
 }
 const BY_TYPE: Record<string, DocumentKind> = {
   'application/pdf': 'pdf',
@@ -71,7 +79,11 @@ const isUtf8Text = (bytes: Uint8Array) => {
  * refused, a zip is a DOCX only when it says so. Bytes without a signature must be UTF-8
  * text, and then the declared type or the extension says which text.
  */
-export async function documentKind(name: string, declaredType: string | undefined, head: Uint8Array): Promise<DocumentKind | null> {
+export async function documentKind(
+  name: string,
+  declaredType: string | undefined,
+  head: Uint8Array
+): Promise<DocumentKind | null> {
   const extension = /\.([A-Za-z0-9]+)$/.exec(name)?.[1]?.toLowerCase() ?? ''
   const declared = (declaredType ?? '').split(';')[0]!.trim().toLowerCase()
   const sniffed = await fileTypeFromBuffer(head).catch(() => undefined)
@@ -106,7 +118,10 @@ export type WorkerReply = { ok: true; markdown: string } | { ok: false; message:
  */
 function startChild(maxMemoryMb: number): ChildProcess {
   const heap = `--max-old-space-size=${maxMemoryMb}`
-  const options = { serialization: 'advanced' as const, stdio: ['ignore', 'ignore', 'pipe', 'ipc'] as ('ignore' | 'pipe' | 'ipc')[] }
+  const options = {
+    serialization: 'advanced' as const,
+    stdio: ['ignore', 'ignore', 'pipe', 'ipc'] as ('ignore' | 'pipe' | 'ipc')[]
+  }
   const compiled = new URL('./extract-worker.js', import.meta.url)
   if (existsSync(fileURLToPath(compiled))) return fork(fileURLToPath(compiled), [], { ...options, execArgv: [heap] })
   const source = fileURLToPath(new URL('./extract-worker.ts', import.meta.url))
@@ -115,13 +130,22 @@ function startChild(maxMemoryMb: number): ChildProcess {
 
 /** Text files need no parser: decoded here, with the same output bound. */
 function decodeText(bytes: Uint8Array, maxOutputChars: number): string {
-  const text = Buffer.from(bytes).toString('utf8').replace(/^\uFEFF/, '').replace(/\r\n?/g, '\n')
-  if (text.length > maxOutputChars) throw new ExtractionFailed(`the document has more than ${maxOutputChars} characters of text`)
+  const text = Buffer.from(bytes)
+    .toString('utf8')
+    .replace(/^\uFEFF/, '')
+    .replace(/\r\n?/g, '\n')
+  if (text.length > maxOutputChars)
+    throw new ExtractionFailed(`the document has more than ${maxOutputChars} characters of text`)
   return text
 }
 
 /** The document's text as Markdown: headings as `#` lines, tables as pipe tables. Rejects with ExtractionFailed. */
-export async function extractMarkdown(bytes: Uint8Array, kind: DocumentKind, limits: ExtractLimits = DEFAULT_EXTRACT_LIMITS, signal?: AbortSignal): Promise<string> {
+export async function extractMarkdown(
+  bytes: Uint8Array,
+  kind: DocumentKind,
+  limits: ExtractLimits = DEFAULT_EXTRACT_LIMITS,
+  signal?: AbortSignal
+): Promise<string> {
   if (kind === 'text' || kind === 'markdown') return decodeText(bytes, limits.maxOutputChars)
   const child = startChild(limits.maxMemoryMb)
   // parsers may print warnings; only the heap-limit abort is read from them
@@ -137,17 +161,37 @@ export async function extractMarkdown(bytes: Uint8Array, kind: DocumentKind, lim
         signal?.removeEventListener('abort', onAbort)
         fn()
       }
-      const timer = setTimeout(() => settle(() => reject(new ExtractionFailed(`extracting the text took longer than ${Math.round(limits.timeoutMs / 1000)} s`))), limits.timeoutMs)
+      const timer = setTimeout(
+        () =>
+          settle(() =>
+            reject(
+              new ExtractionFailed(`extracting the text took longer than ${Math.round(limits.timeoutMs / 1000)} s`)
+            )
+          ),
+        limits.timeoutMs
+      )
       // a stopping service does not wait for a parse: the process is killed below
       const onAbort = () => settle(() => reject(signal!.reason))
       if (signal?.aborted) return onAbort()
       signal?.addEventListener('abort', onAbort, { once: true })
-      child.once('message', (reply: WorkerReply) => settle(() => (reply.ok ? resolve(reply.markdown) : reject(new ExtractionFailed(reply.message)))))
-      child.once('error', (err: Error) => settle(() => reject(new ExtractionFailed(`the extraction could not run: ${err.message}`))))
+      child.once('message', (reply: WorkerReply) =>
+        settle(() => (reply.ok ? resolve(reply.markdown) : reject(new ExtractionFailed(reply.message))))
+      )
+      child.once('error', (err: Error) =>
+        settle(() => reject(new ExtractionFailed(`the extraction could not run: ${err.message}`)))
+      )
       // 'close', not 'exit': it comes after the IPC channel has delivered every message
-      child.once('close', (code, sig) => settle(() => reject(new ExtractionFailed(/heap limit|out of memory/i.test(stderr)
-        ? `extracting the text needs more than ${limits.maxMemoryMb} MB`
-        : `the extraction stopped (${sig ?? `exit code ${code}`})`))))
+      child.once('close', (code, sig) =>
+        settle(() =>
+          reject(
+            new ExtractionFailed(
+              /heap limit|out of memory/i.test(stderr)
+                ? `extracting the text needs more than ${limits.maxMemoryMb} MB`
+                : `the extraction stopped (${sig ?? `exit code ${code}`})`
+            )
+          )
+        )
+      )
       child.send({ bytes, kind, maxOutputChars: limits.maxOutputChars } satisfies WorkerRequest)
     })
   } finally {

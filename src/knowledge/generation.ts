@@ -14,6 +14,9 @@ export async function bumpGeneration(tx: Db | Tx, orgId: string): Promise<void> 
 }
 
 export async function currentGeneration(db: Db, orgId: string): Promise<number> {
-  const [row] = await db.select({ generation: knowledgeGenerations.generation }).from(knowledgeGenerations).where(eq(knowledgeGenerations.orgId, orgId))
+  const [row] = await db
+    .select({ generation: knowledgeGenerations.generation })
+    .from(knowledgeGenerations)
+    .where(eq(knowledgeGenerations.orgId, orgId))
   return row?.generation ?? 0
 }

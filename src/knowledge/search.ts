@@ -48,7 +48,10 @@ const HEADLINE_SOURCE_CHARS = 20_000
 const escapedForHeadline = (text: SQL) => sql`replace(replace(replace(replace(replace(
   translate(left(${text}, ${HEADLINE_SOURCE_CHARS}), ${OPEN + CLOSE}, '  '), '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')`
 
-/** A headline of escaped text made HTML: the markers become <mark>, and a stray angle bracket (never expected) is escaped. */
+/**
+ * A headline of escaped text made HTML: the markers become <mark>, and a stray angle bracket (never expected) is
+ * escaped.
+ */
 export function snippetHtml(headline: string): string {
   return headline
     .replace(/[<>]/g, (c) => (c === '<' ? '&lt;' : '&gt;'))
@@ -94,9 +97,10 @@ interface HitRow {
 async function ranked(db: Db, orgId: string, q: string, tag: string | undefined, limit: number): Promise<HitRow[]> {
   const tagged = tag !== undefined ? sql`and r.tags @> array[${tag}]::text[]` : sql``
   // documents have no tags: a tag narrows the search to records
-  const chunks = tag !== undefined
-    ? sql``
-    : sql`union all (
+  const chunks =
+    tag !== undefined
+      ? sql``
+      : sql`union all (
         select 'chunk' as kind, c.id, ts_rank_cd(c.search_vector, q.query) as score
         from knowledge_chunks c, q
         where c.org_id = ${orgId} and c.search_vector @@ q.query
@@ -137,18 +141,24 @@ async function ranked(db: Db, orgId: string, q: string, tag: string | undefined,
 async function corrections(db: Db, orgId: string, q: string): Promise<Map<string, string>> {
   const words = plainWords(q)
   if (words.length === 0) return new Map()
-  const rows = rowsOf<{ token: string; fix: string | null }>(await db.execute(sql`
+  const rows = rowsOf<{ token: string; fix: string | null }>(
+    await db.execute(sql`
     select t.token, (
       select w.word from knowledge_words w
       where w.org_id = ${orgId} and w.word % t.token
       order by similarity(w.word, t.token) desc, w.word
       limit 1) as fix
     from jsonb_array_elements_text(${JSON.stringify(words)}::jsonb) as t(token)
-    where not exists (select 1 from knowledge_words k where k.org_id = ${orgId} and k.word = t.token)`))
+    where not exists (select 1 from knowledge_words k where k.org_id = ${orgId} and k.word = t.token)`)
+  )
   return new Map(rows.filter((r) => r.fix !== null).map((r) => [r.token, r.fix!]))
 }
 
-export async function searchKnowledge(db: Db, orgId: string, input: { q: string; tag?: string | undefined; limit: number }): Promise<SearchOutcome> {
+export async function searchKnowledge(
+  db: Db,
+  orgId: string,
+  input: { q: string; tag?: string | undefined; limit: number }
+): Promise<SearchOutcome> {
   let rows = await ranked(db, orgId, input.q, input.tag, input.limit)
   if (rows.length === 0) {
     const fixes = await corrections(db, orgId, input.q)
@@ -166,7 +176,10 @@ export async function searchKnowledge(db: Db, orgId: string, input: { q: string;
   return { items, truncated: rows.length > input.limit }
 }
 
-export type Search = (orgId: string, input: { q: string; tag?: string | undefined; limit: number }) => Promise<SearchOutcome>
+export type Search = (
+  orgId: string,
+  input: { q: string; tag?: string | undefined; limit: number }
+) => Promise<SearchOutcome>
 
 /**
  * Search with a cache of recent results per instance (`entries` of them; 0: none), keyed

@@ -52,66 +52,75 @@ export interface KnowledgeServiceOptions {
  * The knowledge service: the document extraction worker (started with the app, stopped
  * before the database closes) and the port runs propose and search through.
  */
-export default fp(async function knowledgeService(app: FastifyInstance, opts: KnowledgeServiceOptions) {
-  const { config, store } = opts
-  const limits = {
-    timeoutMs: config.KNOWLEDGE_EXTRACT_TIMEOUT_MS,
-    maxMemoryMb: config.KNOWLEDGE_EXTRACT_MEMORY_MB,
-    // a chunk of text per 2,000 characters: 5 million characters are 2,500 chunks
-    maxOutputChars: 5_000_000
-  }
-  const worker = createDocumentWorker({
-    db: app.db,
-    store,
-    log: app.log.child({ component: 'knowledge-worker' }),
-    extract: opts.extract ?? ((bytes, kind, signal) => extractMarkdown(bytes, kind, limits, signal)),
-    leaseMs: config.KNOWLEDGE_LEASE_MS,
-    pollMs: config.KNOWLEDGE_POLL_MS,
-    concurrency: config.KNOWLEDGE_CONCURRENCY,
-    maxChunkChars: MAX_CHUNK_CHARS,
-    backoffMs: config.KNOWLEDGE_BACKOFF_MS,
-    backoffMaxMs: config.KNOWLEDGE_BACKOFF_MAX_MS,
-    clock: opts.clock
-  })
-  const search = cachedSearch(app.db, config.KNOWLEDGE_SEARCH_CACHE)
-  const forRuns: RunKnowledge = {
-    async propose(run, draft) {
-      const row = await createDraft(app.db, run.orgId, {
-        title: draft.title,
-        body: draft.body,
-        tags: [...new Set(draft.tags ?? [])],
-        targetRecordId: draft.targetRecordId ?? null,
-        runId: run.runId,
-        createdBy: null
-      })
-      return { draftId: row.id, title: row.title }
-    },
-    async search(run, query, limit) {
-      const { items } = await search(run.orgId, { q: query, limit })
-      // a model reads plain text, not the console's HTML
-      return items.map((hit) => ({ ...hit, snippet: snippetText(hit.snippet) }))
+export default fp(
+  async function knowledgeService(app: FastifyInstance, opts: KnowledgeServiceOptions) {
+    const { config, store } = opts
+    const limits = {
+      timeoutMs: config.KNOWLEDGE_EXTRACT_TIMEOUT_MS,
+      maxMemoryMb: config.KNOWLEDGE_EXTRACT_MEMORY_MB,
+      // a chunk of text per 2,000 characters: 5 million characters are 2,500 chunks
+      maxOutputChars: 5_000_000
     }
-  }
-  const forWiki: WikiRecords = {
-    async create(tx, orgId, page, createdBy) {
-      return (await insertRecord(tx, orgId, { ...page, createdBy })).id
-    },
-    async revise(tx, orgId, recordId, page, changedBy) {
-      const revised = await reviseRecord(tx, orgId, recordId, page, null, changedBy)
-      return typeof revised !== 'string'
-    },
-    remove: removeRecord,
-    async exists(db, orgId, recordId) {
-      return (await getRecord(db, orgId, recordId)) !== null
+    const worker = createDocumentWorker({
+      db: app.db,
+      store,
+      log: app.log.child({ component: 'knowledge-worker' }),
+      extract: opts.extract ?? ((bytes, kind, signal) => extractMarkdown(bytes, kind, limits, signal)),
+      leaseMs: config.KNOWLEDGE_LEASE_MS,
+      pollMs: config.KNOWLEDGE_POLL_MS,
+      concurrency: config.KNOWLEDGE_CONCURRENCY,
+      maxChunkChars: MAX_CHUNK_CHARS,
+      backoffMs: config.KNOWLEDGE_BACKOFF_MS,
+      backoffMaxMs: config.KNOWLEDGE_BACKOFF_MAX_MS,
+      clock: opts.clock
+    })
+    const search = cachedSearch(app.db, config.KNOWLEDGE_SEARCH_CACHE)
+    const forRuns: RunKnowledge = {
+      async propose(run, draft) {
+        const row = await createDraft(app.db, run.orgId, {
+          title: draft.title,
+          body: draft.body,
+          tags: [...new Set(draft.tags ?? [])],
+          targetRecordId: draft.targetRecordId ?? null,
+          runId: run.runId,
+          createdBy: null
+        })
+        return { draftId: row.id, title: row.title }
+      },
+      async search(run, query, limit) {
+        const { items } = await search(run.orgId, { q: query, limit })
+        // a model reads plain text, not the console's HTML
+        return items.map((hit) => ({ ...hit, snippet: snippetText(hit.snippet) }))
+      }
     }
-  }
-  app.decorate('knowledge', {
-    worker, store, maxBytes: config.UPLOAD_MAX_BYTES, maxAttempts: config.KNOWLEDGE_MAX_ATTEMPTS, search, forRuns, forWiki
-  } satisfies KnowledgeService)
-  app.addHook('onReady', async () => {
-    if (config.KNOWLEDGE_WORKER) worker.start()
-  })
-  app.addHook('preClose', async () => {
-    await app.shutdown.drain('the document worker', (ms) => worker.stop(ms))
-  })
-}, { name: 'knowledge', fastify: '5.x', dependencies: ['db'] })
+    const forWiki: WikiRecords = {
+      async create(tx, orgId, page, createdBy) {
+        return (await insertRecord(tx, orgId, { ...page, createdBy })).id
+      },
+      async revise(tx, orgId, recordId, page, changedBy) {
+        const revised = await reviseRecord(tx, orgId, recordId, page, null, changedBy)
+        return typeof revised !== 'string'
+      },
+      remove: removeRecord,
+      async exists(db, orgId, recordId) {
+        return (await getRecord(db, orgId, recordId)) !== null
+      }
+    }
+    app.decorate('knowledge', {
+      worker,
+      store,
+      maxBytes: config.UPLOAD_MAX_BYTES,
+      maxAttempts: config.KNOWLEDGE_MAX_ATTEMPTS,
+      search,
+      forRuns,
+      forWiki
+    } satisfies KnowledgeService)
+    app.addHook('onReady', async () => {
+      if (config.KNOWLEDGE_WORKER) worker.start()
+    })
+    app.addHook('preClose', async () => {
+      await app.shutdown.drain('the document worker', (ms) => worker.stop(ms))
+    })
+  },
+  { name: 'knowledge', fastify: '5.x', dependencies: ['db'] }
+)

@@ -20,17 +20,29 @@ export function connectionError(err: unknown): string {
   const e = err as Error
   let cause: unknown = e?.cause
   while (cause instanceof Error && cause.cause instanceof Error) cause = cause.cause
-  const text = cause instanceof Error && cause.message !== '' ? `${e.message}: ${cause.message}` : String(e?.message ?? err)
+  const text =
+    cause instanceof Error && cause.message !== '' ? `${e.message}: ${cause.message}` : String(e?.message ?? err)
   return text.replace(/\s+/g, ' ').slice(0, 300)
 }
 
 /** Connects, does `work`, and ends the session (best effort) whatever happened. */
-async function withClient<T>(fetch: ProviderFetch, target: McpTarget, signal: AbortSignal, timeoutMs: number, work: (client: Client) => Promise<T>): Promise<T> {
+async function withClient<T>(
+  fetch: ProviderFetch,
+  target: McpTarget,
+  signal: AbortSignal,
+  timeoutMs: number,
+  work: (client: Client) => Promise<T>
+): Promise<T> {
   const transport = new StreamableHTTPClientTransport(new URL(target.url), {
     fetch: fetch as never,
     requestInit: { headers: target.headers },
     // one request at a time: no reconnecting streams to leave behind
-    reconnectionOptions: { maxRetries: 0, initialReconnectionDelay: 1000, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1 }
+    reconnectionOptions: {
+      maxRetries: 0,
+      initialReconnectionDelay: 1000,
+      maxReconnectionDelay: 1000,
+      reconnectionDelayGrowFactor: 1
+    }
   })
   const client = new Client(CLIENT_INFO)
   try {
@@ -49,9 +61,16 @@ export async function listTools(fetch: ProviderFetch, target: McpTarget, timeout
     const tools: ListedTool[] = []
     let cursor: string | undefined
     for (let page = 0; page < 20; page++) {
-      const listed = await client.listTools(cursor === undefined ? undefined : { cursor }, { signal, timeout: timeoutMs })
+      const listed = await client.listTools(cursor === undefined ? undefined : { cursor }, {
+        signal,
+        timeout: timeoutMs
+      })
       for (const tool of listed.tools) {
-        tools.push({ name: tool.name, description: tool.description ?? null, inputSchema: JSON.parse(JSON.stringify(tool.inputSchema)) as Record<string, unknown> })
+        tools.push({
+          name: tool.name,
+          description: tool.description ?? null,
+          inputSchema: JSON.parse(JSON.stringify(tool.inputSchema)) as Record<string, unknown>
+        })
       }
       cursor = listed.nextCursor
       if (!cursor) break
@@ -61,11 +80,21 @@ export async function listTools(fetch: ProviderFetch, target: McpTarget, timeout
 }
 
 /** Calls one tool: its content as text, and whether the server said it failed. */
-export async function callTool(fetch: ProviderFetch, target: McpTarget, name: string, args: Record<string, unknown>, signal: AbortSignal, timeoutMs: number): Promise<{ ok: boolean; content: string }> {
+export async function callTool(
+  fetch: ProviderFetch,
+  target: McpTarget,
+  name: string,
+  args: Record<string, unknown>,
+  signal: AbortSignal,
+  timeoutMs: number
+): Promise<{ ok: boolean; content: string }> {
   const combined = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)])
   return withClient(fetch, target, combined, timeoutMs, async (client) => {
     const result = await client.callTool({ name, arguments: args }, undefined, { signal: combined, timeout: timeoutMs })
-    return { ok: result.isError !== true, content: contentText(result as { content?: unknown; structuredContent?: unknown }) }
+    return {
+      ok: result.isError !== true,
+      content: contentText(result as { content?: unknown; structuredContent?: unknown })
+    }
   })
 }
 
@@ -74,7 +103,8 @@ function contentText(result: { content?: unknown; structuredContent?: unknown })
   const parts = Array.isArray(result.content) ? (result.content as Array<Record<string, unknown>>) : []
   const texts = parts.map((part) => {
     if (part.type === 'text' && typeof part.text === 'string') return part.text
-    if (part.type === 'resource' && part.resource && typeof (part.resource as { text?: unknown }).text === 'string') return (part.resource as { text: string }).text
+    if (part.type === 'resource' && part.resource && typeof (part.resource as { text?: unknown }).text === 'string')
+      return (part.resource as { text: string }).text
     if (part.type === 'resource_link') return `[resource ${String(part.uri)}]`
     return `[${String(part.type)}${typeof part.mimeType === 'string' ? ` ${part.mimeType}` : ''}]`
   })

@@ -6,7 +6,15 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { notFound } from '../../plugins/errors.js'
 import { idempotentWork } from '../../plugins/idempotency/index.js'
 import { errorResponses, IdParams } from '../../schemas/common.js'
-import { CreateMcpServerBody, ListMcpServersQuery, McpAnswer, McpHeaders, McpMessage, McpServerEnvelope, McpServerPage } from '../../schemas/mcp.js'
+import {
+  CreateMcpServerBody,
+  ListMcpServersQuery,
+  McpAnswer,
+  McpHeaders,
+  McpMessage,
+  McpServerEnvelope,
+  McpServerPage
+} from '../../schemas/mcp.js'
 import { principalOf, realUserId, type Principal } from '../auth/principal.js'
 import { rowsOf } from '../db/client.js'
 import { boolOf } from '../db/rows.js'
@@ -27,7 +35,10 @@ const holderOf = (p: Principal) => `${p.kind}:${p.kind === 'key' ? (p.keyId ?? '
 
 /** A JSON-RPC error answered before the transport (an unknown session, a missing one). */
 function rpcError(reply: FastifyReply, status: number, code: number, message: string) {
-  return reply.code(status).type('application/json').send(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }))
+  return reply
+    .code(status)
+    .type('application/json')
+    .send(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }))
 }
 
 /**
@@ -54,10 +65,12 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
     /** The live session of this id for this caller, its last use written now and then; false when there is none. */
     async function sessionLive(principal: Principal, id: string): Promise<boolean> {
       if (id.length > 128) return false
-      const rows = rowsOf<{ stale: unknown }>(await scope.db.execute(sql`
+      const rows = rowsOf<{ stale: unknown }>(
+        await scope.db.execute(sql`
         select (last_used_at < now() - make_interval(secs => ${TOUCH_EVERY_S})) as stale from mcp_sessions
         where id = ${id} and org_id = ${principal.orgId} and principal = ${holderOf(principal)}
-          and last_used_at > now() - make_interval(secs => ${idleSeconds})`))
+          and last_used_at > now() - make_interval(secs => ${idleSeconds})`)
+      )
       if (rows.length === 0) return false
       if (boolOf(rows[0]!.stale)) {
         await scope.db.execute(sql`update mcp_sessions set last_used_at = now() where id = ${id}`)
@@ -82,30 +95,41 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         parsed = undefined
       }
       // (the schema check only for what names the method: it costs more than the rest of a call)
-      const initialize = (m: unknown) => (m as { method?: unknown } | null)?.method === 'initialize' && isInitializeRequest(m)
-      const initializing = request.method === 'POST' && (initialize(parsed) || (Array.isArray(parsed) && parsed.some(initialize)))
+      const initialize = (m: unknown) =>
+        (m as { method?: unknown } | null)?.method === 'initialize' && isInitializeRequest(m)
+      const initializing =
+        request.method === 'POST' && (initialize(parsed) || (Array.isArray(parsed) && parsed.some(initialize)))
       const header = request.headers['mcp-session-id']
       const sessionId = typeof header === 'string' ? header : undefined
       // a message that is not JSON is the transport's to refuse (a JSON-RPC parse error)
-      if (!initializing && parsed !== undefined || request.method !== 'POST') {
-        if (sessionId === undefined) return rpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required')
+      if ((!initializing && parsed !== undefined) || request.method !== 'POST') {
+        if (sessionId === undefined)
+          return rpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required')
         if (!(await sessionLive(principal, sessionId))) return rpcError(reply, 404, -32001, 'Session not found')
       }
       if (request.method === 'DELETE' && sessionId !== undefined) {
-        await scope.db.delete(mcpSessions).where(sql`${mcpSessions.id} = ${sessionId} and ${mcpSessions.orgId} = ${principal.orgId}`)
+        await scope.db
+          .delete(mcpSessions)
+          .where(sql`${mcpSessions.id} = ${sessionId} and ${mcpSessions.orgId} = ${principal.orgId}`)
       }
-      const transport = new WebStandardStreamableHTTPServerTransport(initializing
-        ? {
-          sessionIdGenerator: () => newId(),
-          enableJsonResponse: true,
-          onsessioninitialized: async (id) => {
-            await scope.db.insert(mcpSessions).values({ id, orgId: principal.orgId, principal: holderOf(principal) })
-            // ended sessions are deleted by whoever opens a new one
-            await scope.db.execute(sql`delete from mcp_sessions where last_used_at < now() - make_interval(secs => ${idleSeconds})`)
-          }
-        }
-        // stateless per request: the session was checked above, against its row
-        : { sessionIdGenerator: undefined, enableJsonResponse: true })
+      const transport = new WebStandardStreamableHTTPServerTransport(
+        initializing
+          ? {
+              sessionIdGenerator: () => newId(),
+              enableJsonResponse: true,
+              onsessioninitialized: async (id) => {
+                await scope.db
+                  .insert(mcpSessions)
+                  .values({ id, orgId: principal.orgId, principal: holderOf(principal) })
+                // ended sessions are deleted by whoever opens a new one
+                await scope.db.execute(
+                  sql`delete from mcp_sessions where last_used_at < now() - make_interval(secs => ${idleSeconds})`
+                )
+              }
+            }
+          : // stateless per request: the session was checked above, against its row
+            { sessionIdGenerator: undefined, enableJsonResponse: true }
+      )
       const server = buildMcpServer({
         app,
         principal,
@@ -127,12 +151,16 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         const value = request.headers[name]
         if (typeof value === 'string') headers[name] = value
       }
-      // a parsed message goes to the transport as such; only what is not JSON goes as text (its parse error is the SDK's)
-      const answer = await transport.handleRequest(new Request(`http://cairn.invalid${request.url}`, {
-        method: request.method,
-        headers,
-        ...(raw !== undefined && parsed === undefined ? { body: raw } : {})
-      }), parsed === undefined ? {} : { parsedBody: parsed })
+      // a parsed message goes to the transport as such; only what is not JSON goes as text (its parse error is the
+      // SDK's)
+      const answer = await transport.handleRequest(
+        new Request(`http://cairn.invalid${request.url}`, {
+          method: request.method,
+          headers,
+          ...(raw !== undefined && parsed === undefined ? { body: raw } : {})
+        }),
+        parsed === undefined ? {} : { parsedBody: parsed }
+      )
       if (!initializing && sessionId !== undefined) reply.header('mcp-session-id', sessionId)
       // a JSON answer is a few hundred bytes: sent as text, not piped from its Web stream
       if (answer.headers.get('content-type')?.startsWith('application/json')) {
@@ -144,108 +172,149 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
     }
 
     const common = { headers: McpHeaders }
-    const answers = { 200: McpAnswer, 202: { type: 'null', description: 'a notification or response was accepted' }, ...errorResponses(404, 406, 409, 413, 415) }
-    scope.post('/mcp', {
-      schema: {
-        operationId: 'mcpMessage',
-        tags: TAGS,
-        summary: 'MCP Streamable HTTP: send a JSON-RPC message (initialize first; its answer\'s Mcp-Session-Id goes with every later request)',
-        description: 'Takes one JSON-RPC message of the Model Context Protocol (initialize, tools/list, tools/call, ...) and answers it as JSON or as an event stream.',
-        ...common,
-        body: McpMessage,
-        response: answers
+    const answers = {
+      200: McpAnswer,
+      202: { type: 'null', description: 'a notification or response was accepted' },
+      ...errorResponses(404, 406, 409, 413, 415)
+    }
+    scope.post(
+      '/mcp',
+      {
+        schema: {
+          operationId: 'mcpMessage',
+          tags: TAGS,
+          summary:
+            "MCP Streamable HTTP: send a JSON-RPC message (initialize first; its answer's Mcp-Session-Id goes with every later request)",
+          description:
+            'Takes one JSON-RPC message of the Model Context Protocol (initialize, tools/list, tools/call, ...) and answers it as JSON or as an event stream.',
+          ...common,
+          body: McpMessage,
+          response: answers
+        },
+        // the SDK checks the message; the schema is only the document's
+        validatorCompiler: () => () => true
       },
-      // the SDK checks the message; the schema is only the document's
-      validatorCompiler: () => () => true
-    }, serve)
-    scope.get('/mcp', {
-      exposeHeadRoute: false,
-      schema: {
-        operationId: 'mcpStream',
-        tags: TAGS,
-        summary: 'MCP Streamable HTTP: the server\'s stream of a session (SSE)',
-        description: 'Opens the event stream on which the MCP server sends a session\'s messages that are not answers to a request.',
-        ...common,
-        response: answers
-      }
-    }, serve)
-    scope.delete('/mcp', {
-      schema: {
-        operationId: 'mcpEndSession',
-        tags: TAGS,
-        summary: 'MCP Streamable HTTP: end a session',
-        description: 'Ends the MCP session named by Mcp-Session-Id.',
-        ...common,
-        response: answers
-      }
-    }, serve)
+      serve
+    )
+    scope.get(
+      '/mcp',
+      {
+        exposeHeadRoute: false,
+        schema: {
+          operationId: 'mcpStream',
+          tags: TAGS,
+          summary: "MCP Streamable HTTP: the server's stream of a session (SSE)",
+          description:
+            "Opens the event stream on which the MCP server sends a session's messages that are not answers to a request.",
+          ...common,
+          response: answers
+        }
+      },
+      serve
+    )
+    scope.delete(
+      '/mcp',
+      {
+        schema: {
+          operationId: 'mcpEndSession',
+          tags: TAGS,
+          summary: 'MCP Streamable HTTP: end a session',
+          description: 'Ends the MCP session named by Mcp-Session-Id.',
+          ...common,
+          response: answers
+        }
+      },
+      serve
+    )
   })
 
   // ---- /api/mcp-servers ---------------------------------------------------------
 
-  app.post('/mcp-servers', {
-    config: ADMIN,
-    schema: {
-      operationId: 'createMcpServer',
-      tags: TAGS,
-      summary: 'Connect an MCP server (admin): header values are sealed as secrets; the server is checked once at once',
-      description: 'Registers an external MCP server by URL, seals its headers as secrets, and connects once to list its tools.',
-      body: CreateMcpServerBody,
-      response: { 201: McpServerEnvelope, ...errorResponses(409, 413, 503) }
+  app.post(
+    '/mcp-servers',
+    {
+      config: ADMIN,
+      schema: {
+        operationId: 'createMcpServer',
+        tags: TAGS,
+        summary:
+          'Connect an MCP server (admin): header values are sealed as secrets; the server is checked once at once',
+        description:
+          'Registers an external MCP server by URL, seals its headers as secrets, and connects once to list its tools.',
+        body: CreateMcpServerBody,
+        response: { 201: McpServerEnvelope, ...errorResponses(409, 413, 503) }
+      }
+    },
+    async (request, reply) => {
+      const principal = principalOf(request)
+      const row = await app.mcp.create(principal.orgId, request.body, realUserId(principal))
+      return reply.code(201).send({ server: mcpServerToWire(row) })
     }
-  }, async (request, reply) => {
-    const principal = principalOf(request)
-    const row = await app.mcp.create(principal.orgId, request.body, realUserId(principal))
-    return reply.code(201).send({ server: mcpServerToWire(row) })
-  })
+  )
 
-  app.get('/mcp-servers', {
-    schema: {
-      operationId: 'listMcpServers',
-      tags: TAGS,
-      summary: 'The org\'s MCP servers, oldest first, with the tools each listed at its last check',
-      description: 'Lists the organization\'s MCP servers, oldest first, with the tools each offered when last checked.',
-      querystring: ListMcpServersQuery,
-      response: { 200: McpServerPage, ...errorResponses() }
+  app.get(
+    '/mcp-servers',
+    {
+      schema: {
+        operationId: 'listMcpServers',
+        tags: TAGS,
+        summary: "The org's MCP servers, oldest first, with the tools each listed at its last check",
+        description:
+          "Lists the organization's MCP servers, oldest first, with the tools each offered when last checked.",
+        querystring: ListMcpServersQuery,
+        response: { 200: McpServerPage, ...errorResponses() }
+      }
+    },
+    async (request) => {
+      const { orgId } = principalOf(request)
+      const page = await listMcpServers(app.db, orgId, {
+        limit: request.query.limit ?? 50,
+        cursor: request.query.cursor
+      })
+      return { items: page.items.map(mcpServerToWire), nextCursor: page.nextCursor }
     }
-  }, async (request) => {
-    const { orgId } = principalOf(request)
-    const page = await listMcpServers(app.db, orgId, { limit: request.query.limit ?? 50, cursor: request.query.cursor })
-    return { items: page.items.map(mcpServerToWire), nextCursor: page.nextCursor }
-  })
+  )
 
-  app.post('/mcp-servers/:id/check', {
-    config: ADMIN,
-    schema: {
-      operationId: 'checkMcpServer',
-      tags: TAGS,
-      summary: 'Connect to the server and list its tools now (admin): ready, or lastError saying why not',
-      description: 'Connects to the MCP server now, lists its tools and records whether it is ready or why not.',
-      params: IdParams,
-      response: { 200: McpServerEnvelope, ...errorResponses(404) }
+  app.post(
+    '/mcp-servers/:id/check',
+    {
+      config: ADMIN,
+      schema: {
+        operationId: 'checkMcpServer',
+        tags: TAGS,
+        summary: 'Connect to the server and list its tools now (admin): ready, or lastError saying why not',
+        description: 'Connects to the MCP server now, lists its tools and records whether it is ready or why not.',
+        params: IdParams,
+        response: { 200: McpServerEnvelope, ...errorResponses(404) }
+      }
+    },
+    async (request) => {
+      const { orgId } = principalOf(request)
+      const row = await app.mcp.check(orgId, request.params.id)
+      if (!row) throw notFound('no such MCP server in this organization')
+      return { server: mcpServerToWire(row) }
     }
-  }, async (request) => {
-    const { orgId } = principalOf(request)
-    const row = await app.mcp.check(orgId, request.params.id)
-    if (!row) throw notFound('no such MCP server in this organization')
-    return { server: mcpServerToWire(row) }
-  })
+  )
 
-  app.delete('/mcp-servers/:id', {
-    config: ADMIN,
-    schema: {
-      operationId: 'deleteMcpServer',
-      tags: TAGS,
-      summary: 'Remove an MCP server and its sealed headers (admin); its tools are no longer offered',
-      description: 'Removes an MCP server and its sealed headers, so runs no longer get its tools.',
-      params: IdParams,
-      response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
+  app.delete(
+    '/mcp-servers/:id',
+    {
+      config: ADMIN,
+      schema: {
+        operationId: 'deleteMcpServer',
+        tags: TAGS,
+        summary: 'Remove an MCP server and its sealed headers (admin); its tools are no longer offered',
+        description: 'Removes an MCP server and its sealed headers, so runs no longer get its tools.',
+        params: IdParams,
+        response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
+      }
+    },
+    async (request, reply) => {
+      const { orgId } = principalOf(request)
+      if (!(await app.mcp.remove(orgId, request.params.id))) throw notFound('no such MCP server in this organization')
+      return reply.code(204).send(null)
     }
-  }, async (request, reply) => {
-    const { orgId } = principalOf(request)
-    if (!(await app.mcp.remove(orgId, request.params.id))) throw notFound('no such MCP server in this organization')
-    return reply.code(204).send(null)
-  })
+  )
 }
 
 export default mcpRoutes

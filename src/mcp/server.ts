@@ -5,8 +5,14 @@ import type { EventEmitter } from 'node:events'
 import { Server } from '@modelcontextprotocol/sdk/server/index.js'
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv'
 import {
-  CallToolRequestSchema, ErrorCode, ListResourcesRequestSchema, ListResourceTemplatesRequestSchema, ListToolsRequestSchema, McpError,
-  ReadResourceRequestSchema, type CallToolResult
+  CallToolRequestSchema,
+  ErrorCode,
+  ListResourcesRequestSchema,
+  ListResourceTemplatesRequestSchema,
+  ListToolsRequestSchema,
+  McpError,
+  ReadResourceRequestSchema,
+  type CallToolResult
 } from '@modelcontextprotocol/sdk/types.js'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import { Type, type Static, type TSchema } from 'typebox'
@@ -35,27 +41,46 @@ const RESOURCE_PREFIX = 'cairn://knowledge/'
 const RESOURCE_PAGE = 100
 
 const Id = Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' })
-const WaitSeconds = Type.Integer({ minimum: 0, maximum: 60, description: 'wait up to this many seconds for the run to end; it answers with the run\'s output if it ends in time, else with its id and status (default 0: answer at once)' })
-const IdempotencyKey = Type.String({ minLength: 1, maxLength: 255, description: 'a key of your choice: the same call again with the same key starts nothing new and answers the first run (kept 24 hours)' })
+const WaitSeconds = Type.Integer({
+  minimum: 0,
+  maximum: 60,
+  description:
+    "wait up to this many seconds for the run to end; it answers with the run's output if it ends in time, else with its id and status (default 0: answer at once)"
+})
+const IdempotencyKey = Type.String({
+  minLength: 1,
+  maxLength: 255,
+  description:
+    'a key of your choice: the same call again with the same key starts nothing new and answers the first run (kept 24 hours)'
+})
 
 const TOOLS = {
   memory_search: {
-    description: 'Search the organization\'s memory (facts Cairn remembered from earlier runs and that people added), or your personal memory with scope "personal" (signed-in people only).',
+    description:
+      'Search the organization\'s memory (facts Cairn remembered from earlier runs and that people added), or your personal memory with scope "personal" (signed-in people only).',
     schema: StrictObject({
       query: Type.String({ minLength: 1, maxLength: 2000, description: 'what to look for' }),
-      scope: Type.Optional(Type.Union([Type.Literal('org'), Type.Literal('personal')], { description: 'org (default) or personal' })),
-      limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, description: 'at most this many facts (default 20)' }))
+      scope: Type.Optional(
+        Type.Union([Type.Literal('org'), Type.Literal('personal')], { description: 'org (default) or personal' })
+      ),
+      limit: Type.Optional(
+        Type.Integer({ minimum: 1, maximum: 100, description: 'at most this many facts (default 20)' })
+      )
     })
   },
   knowledge_search: {
-    description: 'Search the organization\'s knowledge base (records and uploaded documents), best first. Web search syntax: words, "quoted phrases", or, -excluded. Records can be read whole as resources cairn://knowledge/<id>.',
+    description:
+      'Search the organization\'s knowledge base (records and uploaded documents), best first. Web search syntax: words, "quoted phrases", or, -excluded. Records can be read whole as resources cairn://knowledge/<id>.',
     schema: StrictObject({
       query: Type.String({ minLength: 1, maxLength: 500, description: 'a web search query' }),
-      limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, description: 'at most this many hits (default 10)' }))
+      limit: Type.Optional(
+        Type.Integer({ minimum: 1, maximum: 50, description: 'at most this many hits (default 10)' })
+      )
     })
   },
   list_threads: {
-    description: 'The organization\'s conversation threads, newest first: each with its first prompt, run count and latest status.',
+    description:
+      "The organization's conversation threads, newest first: each with its first prompt, run count and latest status.",
     schema: StrictObject({
       limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, description: 'at most this many (default 50)' }))
     })
@@ -65,17 +90,25 @@ const TOOLS = {
     schema: StrictObject({ id: Id })
   },
   start_run: {
-    description: 'Start a Cairn agent run with a prompt (in an existing thread with rootRunId). With waitSeconds, answers with the run\'s output if it ends in time; otherwise with its id and status (then use get_run).',
+    description:
+      "Start a Cairn agent run with a prompt (in an existing thread with rootRunId). With waitSeconds, answers with the run's output if it ends in time; otherwise with its id and status (then use get_run).",
     schema: StrictObject({
       prompt: Type.String({ minLength: 1, maxLength: 100_000, description: 'what the agent is asked' }),
       rootRunId: Type.Optional(Id),
-      model: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'a model id the organization offers (default: the organization\'s default model)' })),
+      model: Type.Optional(
+        Type.String({
+          minLength: 1,
+          maxLength: 200,
+          description: "a model id the organization offers (default: the organization's default model)"
+        })
+      ),
       waitSeconds: Type.Optional(WaitSeconds),
       idempotencyKey: Type.Optional(IdempotencyKey)
     })
   },
   run_skill: {
-    description: 'Run one of the organization\'s skills on an input (its instructions guide the agent). With waitSeconds, answers with the output if the run ends in time; otherwise with its id and status.',
+    description:
+      "Run one of the organization's skills on an input (its instructions guide the agent). With waitSeconds, answers with the output if the run ends in time; otherwise with its id and status.",
     schema: StrictObject({
       skillId: Id,
       input: Type.Optional(Type.String({ maxLength: 100_000, description: 'what the skill works on' })),
@@ -89,7 +122,9 @@ type ToolName = keyof typeof TOOLS
 type Args<N extends ToolName> = Static<(typeof TOOLS)[N]['schema']>
 
 /** Each tool's argument check, compiled once per process (the interpreted check cost as much as the search's SQL). */
-const CHECKS = Object.fromEntries((Object.keys(TOOLS) as ToolName[]).map((name) => [name, Compile(TOOLS[name].schema)])) as Record<ToolName, Validator>
+const CHECKS = Object.fromEntries(
+  (Object.keys(TOOLS) as ToolName[]).map((name) => [name, Compile(TOOLS[name].schema)])
+) as Record<ToolName, Validator>
 
 /** The tools as tools/list answers them: plain JSON Schema, no TypeBox symbols. */
 const TOOL_LIST = (Object.keys(TOOLS) as ToolName[]).map((name) => ({
@@ -109,19 +144,29 @@ export interface McpCaller {
    * Runs a dispatch under an idempotency key of the caller's (contract 3, as `POST /api/runs`
    * does with the header): the first answer is stored, a repeat gets it back.
    */
-  idempotent(route: string, key: string | undefined, body: unknown, work: (lock: IdempotencyLock | null) => Promise<StoredAnswer>): Promise<StoredAnswer>
+  idempotent(
+    route: string,
+    key: string | undefined,
+    body: unknown,
+    work: (lock: IdempotencyLock | null) => Promise<StoredAnswer>
+  ): Promise<StoredAnswer>
 }
 
 /** A knowledge snippet as plain text: the search's <mark> tags and HTML escapes undone. */
 export function plainSnippet(html: string): string {
   return html
     .replace(/<\/?mark>/g, '')
-    .replace(/&(lt|gt|quot|#39|amp);/g, (_, entity: string) => ({ lt: '<', gt: '>', quot: '"', '#39': '\'', amp: '&' })[entity] ?? '')
+    .replace(
+      /&(lt|gt|quot|#39|amp);/g,
+      (_, entity: string) => ({ lt: '<', gt: '>', quot: '"', '#39': "'", amp: '&' })[entity] ?? ''
+    )
 }
 
 const json = (value: unknown): CallToolResult => ({ content: [{ type: 'text', text: JSON.stringify(value) }] })
-const failure = (error: string, message: string, extra: Record<string, unknown> = {}): CallToolResult =>
-  ({ isError: true, content: [{ type: 'text', text: JSON.stringify({ error, message, ...extra }) }] })
+const failure = (error: string, message: string, extra: Record<string, unknown> = {}): CallToolResult => ({
+  isError: true,
+  content: [{ type: 'text', text: JSON.stringify({ error, message, ...extra }) }]
+})
 
 /** The first problem of a tool's arguments, in the words of the HTTP routes' 400. */
 function argumentProblem(check: Validator, args: unknown): string | null {
@@ -151,13 +196,15 @@ export function buildMcpServer(caller: McpCaller): Server {
   const server = new Server(SERVER_INFO, {
     jsonSchemaValidator: VALIDATOR,
     capabilities: { tools: {}, resources: {} },
-    instructions: 'Cairn: the team\'s memory, knowledge base and agent runs. Search memory and knowledge, read knowledge records as resources, list threads, and start runs or skills.'
+    instructions:
+      "Cairn: the team's memory, knowledge base and agent runs. Search memory and knowledge, read knowledge records as resources, list threads, and start runs or skills."
   })
 
   /** A run started through a dispatch, waited for when asked. */
   async function startedRun(answer: StoredAnswer, waitSeconds: number | undefined): Promise<CallToolResult> {
     const body = JSON.parse(answer.payload) as { run?: { id: string }; error?: string; message?: string }
-    if (answer.status >= 400 || !body.run) return failure(body.error ?? 'failed', body.message ?? 'the run was not started')
+    if (answer.status >= 400 || !body.run)
+      return failure(body.error ?? 'failed', body.message ?? 'the run was not started')
     const run = waitSeconds
       ? await waitForEnd(app, orgId, body.run.id, waitSeconds * 1000, caller.connection)
       : await getRun(app.db, orgId, body.run.id)
@@ -167,13 +214,20 @@ export function buildMcpServer(caller: McpCaller): Server {
 
   const handlers: { [N in ToolName]: (args: Args<N>) => Promise<CallToolResult> } = {
     async memory_search(args) {
-      const found = await searchMemoryAs(app, principal, { scope: args.scope ?? 'org', q: args.query, limit: args.limit })
+      const found = await searchMemoryAs(app, principal, {
+        scope: args.scope ?? 'org',
+        q: args.query,
+        limit: args.limit
+      })
       if ('failedClosed' in found) return failure('sign-in required', 'personal memory needs a signed-in user')
       return json({ enabled: found.enabled, scope: found.scope, truncated: found.truncated, items: found.items })
     },
     async knowledge_search(args) {
       const outcome = await app.knowledge.search(orgId, { q: args.query, limit: args.limit ?? 10 })
-      return json({ truncated: outcome.truncated, items: outcome.items.map((hit) => ({ ...hit, snippet: plainSnippet(hit.snippet) })) })
+      return json({
+        truncated: outcome.truncated,
+        items: outcome.items.map((hit) => ({ ...hit, snippet: plainSnippet(hit.snippet) }))
+      })
     },
     async list_threads(args) {
       return json(await listThreads(app.db, orgId, { limit: args.limit ?? 50, cursor: undefined }))
@@ -184,15 +238,24 @@ export function buildMcpServer(caller: McpCaller): Server {
       return json({ run: runToWire(run) })
     },
     async start_run(args) {
-      const body = { prompt: args.prompt, ...(args.rootRunId ? { rootRunId: args.rootRunId } : {}), ...(args.model ? { model: args.model } : {}) }
+      const body = {
+        prompt: args.prompt,
+        ...(args.rootRunId ? { rootRunId: args.rootRunId } : {}),
+        ...(args.model ? { model: args.model } : {})
+      }
       const answer = await caller.idempotent('mcp start_run', args.idempotencyKey, body, (idempotency) =>
-        app.runs.dispatch({ principal, body, idempotency, log: caller.log, origin: 'mcp' }))
+        app.runs.dispatch({ principal, body, idempotency, log: caller.log, origin: 'mcp' })
+      )
       return startedRun(answer, args.waitSeconds)
     },
     async run_skill(args) {
       const body = args.input === undefined ? null : { input: args.input }
-      const answer = await caller.idempotent(`mcp run_skill ${args.skillId}`, args.idempotencyKey, body, (idempotency) =>
-        dispatchSkillRun(app, { principal, skillId: args.skillId, body, idempotency, log: caller.log }))
+      const answer = await caller.idempotent(
+        `mcp run_skill ${args.skillId}`,
+        args.idempotencyKey,
+        body,
+        (idempotency) => dispatchSkillRun(app, { principal, skillId: args.skillId, body, idempotency, log: caller.log })
+      )
       return startedRun(answer, args.waitSeconds)
     }
   }
@@ -201,7 +264,11 @@ export function buildMcpServer(caller: McpCaller): Server {
 
   server.setRequestHandler(CallToolRequestSchema, async (request) => {
     const name = request.params.name
-    if (!Object.hasOwn(TOOLS, name)) throw new McpError(ErrorCode.InvalidParams, `unknown tool ${JSON.stringify(name.slice(0, 100))}; the tools are ${Object.keys(TOOLS).join(', ')}`)
+    if (!Object.hasOwn(TOOLS, name))
+      throw new McpError(
+        ErrorCode.InvalidParams,
+        `unknown tool ${JSON.stringify(name.slice(0, 100))}; the tools are ${Object.keys(TOOLS).join(', ')}`
+      )
     const tool = name as ToolName
     const args = request.params.arguments ?? {}
     const problem = argumentProblem(CHECKS[tool], args)
@@ -217,7 +284,14 @@ export function buildMcpServer(caller: McpCaller): Server {
   })
 
   server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({
-    resourceTemplates: [{ uriTemplate: `${RESOURCE_PREFIX}{id}`, name: 'knowledge record', description: 'A record of the organization\'s knowledge base, as Markdown', mimeType: 'text/markdown' }]
+    resourceTemplates: [
+      {
+        uriTemplate: `${RESOURCE_PREFIX}{id}`,
+        name: 'knowledge record',
+        description: "A record of the organization's knowledge base, as Markdown",
+        mimeType: 'text/markdown'
+      }
+    ]
   }))
 
   server.setRequestHandler(ListResourcesRequestSchema, async (request) => {
@@ -246,7 +320,15 @@ export function buildMcpServer(caller: McpCaller): Server {
     const record = /^[A-Za-z0-9_-]{1,64}$/.test(id) ? await getRecord(app.db, orgId, id) : null
     // another org's record is as unknown as one that never was
     if (!record) throw new McpError(-32002, `Resource not found: ${uri.slice(0, 200)}`)
-    return { contents: [{ uri: `${RESOURCE_PREFIX}${record.id}`, mimeType: 'text/markdown', text: `# ${record.title}\n\n${record.body}` }] }
+    return {
+      contents: [
+        {
+          uri: `${RESOURCE_PREFIX}${record.id}`,
+          mimeType: 'text/markdown',
+          text: `# ${record.title}\n\n${record.body}`
+        }
+      ]
+    }
   })
 
   return server

@@ -15,37 +15,47 @@ export interface ListedTool {
  * values are not here: each is an internal secret (`mcp:<id>:header:<name>`); only their
  * names are. `tools` is what the last successful connection listed.
  */
-export const mcpServers = pgTable('mcp_servers', {
-  id: text('id').primaryKey(),
-  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
-  name: text('name').notNull(),
-  url: text('url').notNull(),
-  headerNames: jsonb('header_names').$type<string[]>().notNull().default([]),
-  ready: boolean('ready').notNull().default(false),
-  lastError: text('last_error'),
-  tools: jsonb('tools').$type<ListedTool[]>().notNull().default([]),
-  lastCheckedAt: ts('last_checked_at'),
-  createdAt: ts('created_at').notNull().defaultNow(),
-  updatedAt: ts('updated_at').notNull().defaultNow(),
-  createdBy: text('created_by')
-}, (t) => [
-  uniqueIndex('mcp_servers_org_name_idx').on(t.orgId, t.name),
-  index('mcp_servers_org_idx').on(t.orgId, t.id),
-  check('mcp_servers_name_check', sql`${t.name} ~ '^[a-z0-9_-]{1,32}$'`)
-])
+export const mcpServers = pgTable(
+  'mcp_servers',
+  {
+    id: text('id').primaryKey(),
+    orgId: text('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    name: text('name').notNull(),
+    url: text('url').notNull(),
+    headerNames: jsonb('header_names').$type<string[]>().notNull().default([]),
+    ready: boolean('ready').notNull().default(false),
+    lastError: text('last_error'),
+    tools: jsonb('tools').$type<ListedTool[]>().notNull().default([]),
+    lastCheckedAt: ts('last_checked_at'),
+    createdAt: ts('created_at').notNull().defaultNow(),
+    updatedAt: ts('updated_at').notNull().defaultNow(),
+    createdBy: text('created_by')
+  },
+  (t) => [
+    uniqueIndex('mcp_servers_org_name_idx').on(t.orgId, t.name),
+    index('mcp_servers_org_idx').on(t.orgId, t.id),
+    check('mcp_servers_name_check', sql`${t.name} ~ '^[a-z0-9_-]{1,32}$'`)
+  ]
+)
 
 /**
  * A session of Cairn's own MCP endpoint (`Mcp-Session-Id`), kept in the database so that
  * any instance serves its next request: each request builds its MCP server afresh and only
  * checks here that the session is live and belongs to the same caller.
  */
-export const mcpSessions = pgTable('mcp_sessions', {
-  id: text('id').primaryKey(),
-  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
-  /** who opened it: `user:<id>`, `key:<id>` or `dev:<id>`; another caller's request is refused */
-  principal: text('principal').notNull(),
-  createdAt: ts('created_at').notNull().defaultNow(),
-  lastUsedAt: ts('last_used_at').notNull().defaultNow()
-}, (t) => [
-  index('mcp_sessions_used_idx').on(t.lastUsedAt)
-])
+export const mcpSessions = pgTable(
+  'mcp_sessions',
+  {
+    id: text('id').primaryKey(),
+    orgId: text('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    /** who opened it: `user:<id>`, `key:<id>` or `dev:<id>`; another caller's request is refused */
+    principal: text('principal').notNull(),
+    createdAt: ts('created_at').notNull().defaultNow(),
+    lastUsedAt: ts('last_used_at').notNull().defaultNow()
+  },
+  (t) => [index('mcp_sessions_used_idx').on(t.lastUsedAt)]
+)

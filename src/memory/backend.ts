@@ -78,8 +78,17 @@ export interface MemoryBackend {
    * `anyWord`: the query is a recall's significant words (recall.ts), most significant
    * first; a fact matching any of them counts, ranked by how many it matches and how well.
    */
-  search(pool: PoolRef, query: string, limit: number, options?: { anyWord?: boolean }): Promise<{ items: SearchHit[]; truncated: boolean }>
-  browse(pool: PoolRef, limit: number, cursor: string | undefined): Promise<{ items: BrowseItem[]; total: number; nextCursor: string | null }>
+  search(
+    pool: PoolRef,
+    query: string,
+    limit: number,
+    options?: { anyWord?: boolean }
+  ): Promise<{ items: SearchHit[]; truncated: boolean }>
+  browse(
+    pool: PoolRef,
+    limit: number,
+    cursor: string | undefined
+  ): Promise<{ items: BrowseItem[]; total: number; nextCursor: string | null }>
   /** whether the id is an item of this pool */
   exists(pool: PoolRef, id: string): Promise<boolean>
   /** a fact added by a person; a conflict (409) when the pool already holds it */

@@ -22,7 +22,8 @@ export async function announceCaptured(
   extra: Record<string, unknown> = {}
 ): Promise<void> {
   const { orgId, runId, rootRunId, itemCount } = capture
-  await events.emit({ orgId, runId, type: 'memory.captured', data: { runId, rootRunId, itemCount, ...extra } })
+  await events
+    .emit({ orgId, runId, type: 'memory.captured', data: { runId, rootRunId, itemCount, ...extra } })
     .catch((err: unknown) => log.warn({ err, runId }, 'memory.captured event not stored'))
 }
 
@@ -30,7 +31,10 @@ export interface CaptureWorkerOptions {
   db: Db
   backend: MemoryBackend
   log: FastifyBaseLogger
-  /** a pool of the org for a capture (the org pool, or a person's: `owner`), created on first write; null when memory is off for the org */
+  /**
+   * a pool of the org for a capture (the org pool, or a person's: `owner`), created on first write; null when memory is
+   * off for the org
+   */
   poolFor: (orgId: string, owner: string | null) => Promise<PoolRef | null>
   /** where `memory.captured` goes (the runs group's event sink) */
   events: RunEventSink
@@ -164,14 +168,20 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
       if (killed) return false
       try {
         // bounded: a statement sent as the connection died can wait forever (the move is idempotent)
-        const result = await withinTime(db.execute(sql`
+        const result = await withinTime(
+          db.execute(sql`
           update memory_captures set ${set}, updated_at = now()
           where id = ${row.id} and state = 'delivering' and attempts = ${row.attempts}
-          returning id`), SETTLE_TIMEOUT_MS)
+          returning id`),
+          SETTLE_TIMEOUT_MS
+        )
         return rowsOf(result).length === 1
       } catch (err) {
         if (!isDatabaseUnavailable(err) || stopping || killed) throw err
-        await sleep(backoffDelay(attempt, opts.backoffMs, opts.backoffMaxMs), undefined, { signal: pause.signal, ref: false }).catch(() => {})
+        await sleep(backoffDelay(attempt, opts.backoffMs, opts.backoffMaxMs), undefined, {
+          signal: pause.signal,
+          ref: false
+        }).catch(() => {})
       }
     }
   }
@@ -195,17 +205,30 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
         delivered = rowsOf(result).length === 1
         return delivered
       }
-      const delivery = (part: PoolPart) => ({ captureId: row.id, runId: row.run_id, rootRunId: row.root_run_id, facts: part.facts, indexes: part.indexes })
+      const delivery = (part: PoolPart) => ({
+        captureId: row.id,
+        runId: row.run_id,
+        rootRunId: row.root_run_id,
+        facts: part.facts,
+        indexes: part.indexes
+      })
       sent = true
       if (parts.length > 1 && opts.backend.deliverBatch) {
         // facts for several pools (the org's and a person's): one transaction where the pool can
-        await opts.backend.deliverBatch(parts.map((part) => ({ pool: part.pool, capture: delivery(part) })),
-          async (tx) => new Set((await markDelivered(tx)) ? [row.id] : []))
+        await opts.backend.deliverBatch(
+          parts.map((part) => ({ pool: part.pool, capture: delivery(part) })),
+          async (tx) => new Set((await markDelivered(tx)) ? [row.id] : [])
+        )
       } else {
         // elsewhere pool by pool, the capture marked delivered with the last
         for (const [i, part] of parts.entries()) {
           const last = i === parts.length - 1
-          await opts.backend.deliver(part.pool, delivery(part), last ? markDelivered : async () => !killed, abort.signal)
+          await opts.backend.deliver(
+            part.pool,
+            delivery(part),
+            last ? markDelivered : async () => !killed,
+            abort.signal
+          )
         }
       }
     } catch (err) {
@@ -214,17 +237,26 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
       // (errors other than PoolWriteError come from this database: the pool lookup, the postgres pool, recording)
       const lostDatabase = !(err instanceof PoolWriteError) && isDatabaseUnavailable(err)
       const reason = lostDatabase ? 'the database was unavailable' : failureSentence(err)
-      log.warn({ captureId: row.id, runId: row.run_id, attempt: row.attempts, err }, `memory capture delivery failed: ${reason}`)
+      log.warn(
+        { captureId: row.id, runId: row.run_id, attempt: row.attempts, err },
+        `memory capture delivery failed: ${reason}`
+      )
       if (lostDatabase && sent && !outcomeKnown) {
         // the memory service took the capture, then the database went away: the write happened
         // but is not recorded here, so a person resolves it (never sent twice by itself)
-        await settle(row, sql`last_error = ${`${reason} after the memory service took the capture; resolve it as delivered`}`)
+        await settle(
+          row,
+          sql`last_error = ${`${reason} after the memory service took the capture; resolve it as delivered`}`
+        )
       } else if (lostDatabase) {
         // nothing was kept (postgres: the facts roll back with the delivered mark): deliver again,
         // without spending the attempt
         const delay = backoffDelay(row.attempts, opts.backoffMs, opts.backoffMaxMs)
-        await settle(row, sql`state = 'pending', attempts = attempts - 1, last_error = ${reason}, lease_expires_at = null,
-          next_attempt_at = now() + make_interval(secs => ${delay / 1000})`)
+        await settle(
+          row,
+          sql`state = 'pending', attempts = attempts - 1, last_error = ${reason}, lease_expires_at = null,
+          next_attempt_at = now() + make_interval(secs => ${delay / 1000})`
+        )
       } else if (err instanceof PoolWriteError && err.unknownOutcome) {
         // The write may have happened: leave the row delivering so it becomes an orphan.
         await settle(row, sql`last_error = ${reason}`)
@@ -232,8 +264,11 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
         await settle(row, sql`state = 'dead', last_error = ${reason}, lease_expires_at = null`)
       } else {
         const delay = backoffDelay(row.attempts, opts.backoffMs, opts.backoffMaxMs)
-        await settle(row, sql`state = 'pending', last_error = ${reason}, lease_expires_at = null,
-          next_attempt_at = now() + make_interval(secs => ${delay / 1000})`)
+        await settle(
+          row,
+          sql`state = 'pending', last_error = ${reason}, lease_expires_at = null,
+          next_attempt_at = now() + make_interval(secs => ${delay / 1000})`
+        )
       }
       return
     }
@@ -241,7 +276,12 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
   }
 
   async function emitDelivered(row: Claimed, itemCount: number) {
-    await announceCaptured(opts.events, log, { orgId: row.org_id, runId: row.run_id, rootRunId: row.root_run_id, itemCount })
+    await announceCaptured(opts.events, log, {
+      orgId: row.org_id,
+      runId: row.run_id,
+      rootRunId: row.root_run_id,
+      itemCount
+    })
   }
 
   /**
@@ -261,16 +301,31 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
     if (entries.length === 0) return rows
     let owned: Set<string>
     try {
-      const batch = entries.flatMap((e) => e.parts.map((part) => ({
-        pool: part.pool, capture: { captureId: e.row.id, runId: e.row.run_id, rootRunId: e.row.root_run_id, facts: part.facts, indexes: part.indexes }
-      })))
+      const batch = entries.flatMap((e) =>
+        e.parts.map((part) => ({
+          pool: part.pool,
+          capture: {
+            captureId: e.row.id,
+            runId: e.row.run_id,
+            rootRunId: e.row.root_run_id,
+            facts: part.facts,
+            indexes: part.indexes
+          }
+        }))
+      )
       owned = await batchable(batch, async (tx) => {
         if (killed) return new Set()
         const result = await tx.execute(sql`
           update memory_captures c
           set state = 'delivered', delivered_at = now(), updated_at = now(), lease_expires_at = null, last_error = null
-          from unnest(array[${sql.join(entries.map((e) => sql`${e.row.id}`), sql`, `)}]::text[],
-                      array[${sql.join(entries.map((e) => sql`${e.row.attempts}`), sql`, `)}]::int[]) as b(id, attempts)
+          from unnest(array[${sql.join(
+            entries.map((e) => sql`${e.row.id}`),
+            sql`, `
+          )}]::text[],
+                      array[${sql.join(
+                        entries.map((e) => sql`${e.row.attempts}`),
+                        sql`, `
+                      )}]::int[]) as b(id, attempts)
           where c.id = b.id and c.state = 'delivering' and c.attempts = b.attempts
           returning c.id`)
         return new Set(rowsOf<{ id: string }>(result).map((r) => r.id))
@@ -283,12 +338,14 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
     // one event per delivered run, `concurrency` at a time: one by one they cost more than the batch
     const delivered = entries.filter((e) => owned.has(e.row.id))
     let next = 0
-    await Promise.all(Array.from({ length: Math.min(Math.max(1, opts.concurrency), delivered.length) }, async () => {
-      while (next < delivered.length) {
-        const e = delivered[next++]!
-        await emitDelivered(e.row, e.itemCount)
-      }
-    }))
+    await Promise.all(
+      Array.from({ length: Math.min(Math.max(1, opts.concurrency), delivered.length) }, async () => {
+        while (next < delivered.length) {
+          const e = delivered[next++]!
+          await emitDelivered(e.row, e.itemCount)
+        }
+      })
+    )
     return rest
   }
 
@@ -307,7 +364,9 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
     const lanes = Array.from({ length: Math.min(opts.concurrency, rows.length) }, async () => {
       while (next < rows.length && !killed) {
         const row = rows[next++]!
-        await deliverOne(row, poolFor).catch((err: unknown) => log.error({ err, captureId: row.id }, 'memory capture delivery crashed'))
+        await deliverOne(row, poolFor).catch((err: unknown) =>
+          log.error({ err, captureId: row.id }, 'memory capture delivery crashed')
+        )
       }
     })
     await Promise.all(lanes)

@@ -38,16 +38,19 @@ export function cleanFacts(facts: readonly CaptureFact[]): CaptureFact[] {
 
 /** Writes the run's capture row (pending) with the caller's transaction; one row per run. */
 export async function enqueueCaptureRow(tx: Tx, run: RunRef, facts: CaptureFact[], maxAttempts: number): Promise<void> {
-  await tx.insert(memoryCaptures).values({
-    id: newId(),
-    orgId: run.orgId,
-    runId: run.id,
-    rootRunId: run.rootRunId,
-    state: 'pending',
-    maxAttempts,
-    itemCount: facts.length,
-    facts
-  }).onConflictDoNothing()
+  await tx
+    .insert(memoryCaptures)
+    .values({
+      id: newId(),
+      orgId: run.orgId,
+      runId: run.id,
+      rootRunId: run.rootRunId,
+      state: 'pending',
+      maxAttempts,
+      itemCount: facts.length,
+      facts
+    })
+    .onConflictDoNothing()
 }
 
 export interface CaptureView {
@@ -68,28 +71,37 @@ export interface CaptureView {
 }
 
 /** The org's capture rows, newest first; orphans (delivering, lease expired) are marked. */
-export async function listCaptures(db: Db, orgId: string, opts: { limit: number; cursor?: string | undefined; state?: string | undefined }) {
+export async function listCaptures(
+  db: Db,
+  orgId: string,
+  opts: { limit: number; cursor?: string | undefined; state?: string | undefined }
+) {
   const list = keyset(memoryCaptures.id, 'desc', opts)
   const where: SQL[] = [eq(memoryCaptures.orgId, orgId)]
   if (list.after) where.push(list.after)
   if (opts.state) where.push(eq(memoryCaptures.state, opts.state as 'pending'))
-  const rows = await db.select({
-    id: memoryCaptures.id,
-    runId: memoryCaptures.runId,
-    rootRunId: memoryCaptures.rootRunId,
-    state: memoryCaptures.state,
-    attempts: memoryCaptures.attempts,
-    maxAttempts: memoryCaptures.maxAttempts,
-    lastError: memoryCaptures.lastError,
-    itemCount: memoryCaptures.itemCount,
-    addedCount: memoryCaptures.addedCount,
-    mergedCount: memoryCaptures.mergedCount,
-    createdAt: memoryCaptures.createdAt,
-    updatedAt: memoryCaptures.updatedAt,
-    nextAttemptAt: memoryCaptures.nextAttemptAt,
-    deliveredAt: memoryCaptures.deliveredAt,
-    orphan: sql<boolean>`(${memoryCaptures.state} = 'delivering' and ${memoryCaptures.leaseExpiresAt} < now())`
-  }).from(memoryCaptures).where(and(...where)).orderBy(list.orderBy).limit(list.limit)
+  const rows = await db
+    .select({
+      id: memoryCaptures.id,
+      runId: memoryCaptures.runId,
+      rootRunId: memoryCaptures.rootRunId,
+      state: memoryCaptures.state,
+      attempts: memoryCaptures.attempts,
+      maxAttempts: memoryCaptures.maxAttempts,
+      lastError: memoryCaptures.lastError,
+      itemCount: memoryCaptures.itemCount,
+      addedCount: memoryCaptures.addedCount,
+      mergedCount: memoryCaptures.mergedCount,
+      createdAt: memoryCaptures.createdAt,
+      updatedAt: memoryCaptures.updatedAt,
+      nextAttemptAt: memoryCaptures.nextAttemptAt,
+      deliveredAt: memoryCaptures.deliveredAt,
+      orphan: sql<boolean>`(${memoryCaptures.state} = 'delivering' and ${memoryCaptures.leaseExpiresAt} < now())`
+    })
+    .from(memoryCaptures)
+    .where(and(...where))
+    .orderBy(list.orderBy)
+    .limit(list.limit)
   const page = list.page(rows)
   const captures: CaptureView[] = page.items.map((r) => ({
     runId: r.runId,
@@ -112,8 +124,16 @@ export async function listCaptures(db: Db, orgId: string, opts: { limit: number;
 
 /** dead → pending with a fresh budget. False when the org has no dead capture for the run. */
 export async function retryDeadCapture(db: Db, orgId: string, runId: string, maxAttempts: number): Promise<boolean> {
-  const rows = await db.update(memoryCaptures)
-    .set({ state: 'pending', attempts: 0, maxAttempts, nextAttemptAt: sql`now()`, updatedAt: sql`now()`, leaseExpiresAt: null })
+  const rows = await db
+    .update(memoryCaptures)
+    .set({
+      state: 'pending',
+      attempts: 0,
+      maxAttempts,
+      nextAttemptAt: sql`now()`,
+      updatedAt: sql`now()`,
+      leaseExpiresAt: null
+    })
     .where(and(eq(memoryCaptures.orgId, orgId), eq(memoryCaptures.runId, runId), eq(memoryCaptures.state, 'dead')))
     .returning({ id: memoryCaptures.id })
   return rows.length === 1
@@ -124,16 +144,21 @@ export async function retryDeadCapture(db: Db, orgId: string, runId: string, max
  * being a delivering orphan (lease expired), so a second resolve or a live delivery is refused.
  */
 export async function resolveOrphan(db: Db, orgId: string, runId: string, resolution: 'delivered' | 'discard') {
-  const rows = await db.update(memoryCaptures)
-    .set(resolution === 'delivered'
-      ? { state: 'delivered', deliveredAt: sql`now()`, updatedAt: sql`now()`, leaseExpiresAt: null }
-      : { state: 'discarded', updatedAt: sql`now()`, leaseExpiresAt: null })
-    .where(and(
-      eq(memoryCaptures.orgId, orgId),
-      eq(memoryCaptures.runId, runId),
-      eq(memoryCaptures.state, 'delivering'),
-      sql`${memoryCaptures.leaseExpiresAt} < now()`
-    ))
+  const rows = await db
+    .update(memoryCaptures)
+    .set(
+      resolution === 'delivered'
+        ? { state: 'delivered', deliveredAt: sql`now()`, updatedAt: sql`now()`, leaseExpiresAt: null }
+        : { state: 'discarded', updatedAt: sql`now()`, leaseExpiresAt: null }
+    )
+    .where(
+      and(
+        eq(memoryCaptures.orgId, orgId),
+        eq(memoryCaptures.runId, runId),
+        eq(memoryCaptures.state, 'delivering'),
+        sql`${memoryCaptures.leaseExpiresAt} < now()`
+      )
+    )
     .returning({ id: memoryCaptures.id, itemCount: memoryCaptures.itemCount, rootRunId: memoryCaptures.rootRunId })
   return rows[0] ?? null
 }

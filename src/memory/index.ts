@@ -3,8 +3,27 @@ import { memoryDisabled, noDeadCapture, noOrphanCapture, notInPool, signInRequir
 import { principalOf, realUserId, type Principal } from '../auth/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
-  AddItemBody, AddItemResponse, BrowseQuery, BrowseResponse, CapturesQuery, CapturesResponse, DeleteResponse, HistoryResponse, ItemParams, MemoryRefusals, Ok, PatchBody,
-  RecallsQuery, RecallsResponse, ResolveBody, RunParams, ScopeQuery, SearchQuery, SearchResponse, Settings, SettingsBody
+  AddItemBody,
+  AddItemResponse,
+  BrowseQuery,
+  BrowseResponse,
+  CapturesQuery,
+  CapturesResponse,
+  DeleteResponse,
+  HistoryResponse,
+  ItemParams,
+  MemoryRefusals,
+  Ok,
+  PatchBody,
+  RecallsQuery,
+  RecallsResponse,
+  ResolveBody,
+  RunParams,
+  ScopeQuery,
+  SearchQuery,
+  SearchResponse,
+  Settings,
+  SettingsBody
 } from '../../schemas/memory.js'
 import type { PoolRef } from './backend.js'
 import { changedByOf } from './service.js'
@@ -15,7 +34,6 @@ import { listRecalls } from './recall-ledger.js'
 import { searchMemoryAs } from './search-as.js'
 
 const BROWSE_LIMIT = { default: 50, max: 200 }
-
 
 const elapsed = (started: number) => Math.round((performance.now() - started) * 100) / 100
 
@@ -43,241 +61,316 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
     return a.pool
   }
 
-  app.get('/memory/search', {
-    schema: {
-      operationId: 'searchMemory',
-      tags: ['memory'],
-      summary: 'Search a pool (org by default, or your personal pool)',
-      description: 'Searches the organization\'s memory pool, or the caller\'s personal pool, for facts matching the query, ranked, and reports how long it took.',
-      querystring: SearchQuery,
-      response: { 200: SearchResponse, ...errorResponses(502) }
+  app.get(
+    '/memory/search',
+    {
+      schema: {
+        operationId: 'searchMemory',
+        tags: ['memory'],
+        summary: 'Search a pool (org by default, or your personal pool)',
+        description:
+          "Searches the organization's memory pool, or the caller's personal pool, for facts matching the query, ranked, and reports how long it took.",
+        querystring: SearchQuery,
+        response: { 200: SearchResponse, ...errorResponses(502) }
+      }
+    },
+    async (request) => {
+      return searchMemoryAs(app, principalOf(request), {
+        scope: parseScope(request.query.scope),
+        q: request.query.q,
+        limit: request.query.limit
+      })
     }
-  }, async (request) => {
-    return searchMemoryAs(app, principalOf(request), { scope: parseScope(request.query.scope), q: request.query.q, limit: request.query.limit })
-  })
+  )
 
-  app.get('/memory/browse', {
-    schema: {
-      operationId: 'browseMemory',
-      tags: ['memory'],
-      summary: 'Stored facts of a pool, newest first',
-      description: 'Pages through the facts stored in a memory pool, newest first, with the pool\'s total.',
-      querystring: BrowseQuery,
-      response: { 200: BrowseResponse, ...errorResponses(502) }
+  app.get(
+    '/memory/browse',
+    {
+      schema: {
+        operationId: 'browseMemory',
+        tags: ['memory'],
+        summary: 'Stored facts of a pool, newest first',
+        description: "Pages through the facts stored in a memory pool, newest first, with the pool's total.",
+        querystring: BrowseQuery,
+        response: { 200: BrowseResponse, ...errorResponses(502) }
+      }
+    },
+    async (request) => {
+      const started = performance.now()
+      const principal = principalOf(request)
+      const scope = parseScope(request.query.scope)
+      const a = await access(principal, scope)
+      const empty = { enabled: a.enabled, scope, authed: a.authed, total: 0, items: [], nextCursor: null }
+      if (a.failedClosed) return { ...empty, latencyMs: elapsed(started), failedClosed: true as const }
+      if (!a.enabled || !hub.backend) return { ...empty, latencyMs: elapsed(started) }
+      const pool = a.pool
+      if (!pool) return { ...empty, latencyMs: elapsed(started) }
+      const limit = Math.min(request.query.limit ?? BROWSE_LIMIT.default, BROWSE_LIMIT.max)
+      const page = await hub.backend.browse(pool, limit, request.query.cursor)
+      return {
+        ...empty,
+        total: page.total,
+        latencyMs: elapsed(started),
+        items: page.items.map((i) => ({ ...i, sourceScope: scope })),
+        nextCursor: page.nextCursor
+      }
     }
-  }, async (request) => {
-    const started = performance.now()
-    const principal = principalOf(request)
-    const scope = parseScope(request.query.scope)
-    const a = await access(principal, scope)
-    const empty = { enabled: a.enabled, scope, authed: a.authed, total: 0, items: [], nextCursor: null }
-    if (a.failedClosed) return { ...empty, latencyMs: elapsed(started), failedClosed: true as const }
-    if (!a.enabled || !hub.backend) return { ...empty, latencyMs: elapsed(started) }
-    const pool = a.pool
-    if (!pool) return { ...empty, latencyMs: elapsed(started) }
-    const limit = Math.min(request.query.limit ?? BROWSE_LIMIT.default, BROWSE_LIMIT.max)
-    const page = await hub.backend.browse(pool, limit, request.query.cursor)
-    return {
-      ...empty,
-      total: page.total,
-      latencyMs: elapsed(started),
-      items: page.items.map((i) => ({ ...i, sourceScope: scope })),
-      nextCursor: page.nextCursor
-    }
-  })
+  )
 
-  app.post('/memory/items', {
-    schema: {
-      operationId: 'addMemoryItem',
-      tags: ['memory'],
-      summary: 'Add a fact by hand (the pool is made on this first write)',
-      description: 'Stores a fact typed by a person in the org or personal pool, creating the pool on its first write; an identical fact already there is a 409.',
-      body: AddItemBody,
-      response: { 201: AddItemResponse, ...errorResponses(409, 413, 415, 502), ...MemoryRefusals.add }
+  app.post(
+    '/memory/items',
+    {
+      schema: {
+        operationId: 'addMemoryItem',
+        tags: ['memory'],
+        summary: 'Add a fact by hand (the pool is made on this first write)',
+        description:
+          'Stores a fact typed by a person in the org or personal pool, creating the pool on its first write; an identical fact already there is a 409.',
+        body: AddItemBody,
+        response: { 201: AddItemResponse, ...errorResponses(409, 413, 415, 502), ...MemoryRefusals.add }
+      }
+    },
+    async (request, reply) => {
+      const principal = principalOf(request)
+      const scope = parseScope(request.body.scope)
+      const a = await access(principal, scope)
+      if (a.failedClosed) throw signInRequired()
+      if (!a.enabled || !hub.backend) throw memoryDisabled()
+      const pool =
+        a.pool ?? (await ensurePool(app.db, principal.orgId, scope, scope === 'personal' ? realUserId(principal)! : ''))
+      const item = await hub.backend.add(pool, request.body.content.trim(), changedByOf(principal))
+      return reply.code(201).send({ item: { ...item, sourceScope: scope } })
     }
-  }, async (request, reply) => {
-    const principal = principalOf(request)
-    const scope = parseScope(request.body.scope)
-    const a = await access(principal, scope)
-    if (a.failedClosed) throw signInRequired()
-    if (!a.enabled || !hub.backend) throw memoryDisabled()
-    const pool = a.pool ?? await ensurePool(app.db, principal.orgId, scope, scope === 'personal' ? realUserId(principal)! : '')
-    const item = await hub.backend.add(pool, request.body.content.trim(), changedByOf(principal))
-    return reply.code(201).send({ item: { ...item, sourceScope: scope } })
-  })
+  )
 
-  app.patch('/memory/item/:id', {
-    schema: {
-      operationId: 'updateMemoryItem',
-      tags: ['memory'],
-      summary: 'Correct a stored fact',
-      description: 'Replaces the text of a stored fact and records the change in its history; with `background` the change is applied after the answer.',
-      params: ItemParams,
-      querystring: ScopeQuery,
-      body: PatchBody,
-      response: { 200: Ok, ...errorResponses(404, 413, 415, 502), ...MemoryRefusals.update }
-    }
-  }, async (request) => {
-    const principal = principalOf(request)
-    const scope = parseScope(request.body.scope ?? request.query.scope)
-    const pool = await writablePool(principal, scope)
-    const backend = hub.backend!
-    const content = request.body.content.trim()
-    const by = changedByOf(principal)
-    if (request.body.background) {
-      if (!(await backend.exists(pool, request.params.id))) throw notInPool()
-      hub.track(backend.update(pool, request.params.id, content, by))
+  app.patch(
+    '/memory/item/:id',
+    {
+      schema: {
+        operationId: 'updateMemoryItem',
+        tags: ['memory'],
+        summary: 'Correct a stored fact',
+        description:
+          'Replaces the text of a stored fact and records the change in its history; with `background` the change is applied after the answer.',
+        params: ItemParams,
+        querystring: ScopeQuery,
+        body: PatchBody,
+        response: { 200: Ok, ...errorResponses(404, 413, 415, 502), ...MemoryRefusals.update }
+      }
+    },
+    async (request) => {
+      const principal = principalOf(request)
+      const scope = parseScope(request.body.scope ?? request.query.scope)
+      const pool = await writablePool(principal, scope)
+      const backend = hub.backend!
+      const content = request.body.content.trim()
+      const by = changedByOf(principal)
+      if (request.body.background) {
+        if (!(await backend.exists(pool, request.params.id))) throw notInPool()
+        hub.track(backend.update(pool, request.params.id, content, by))
+        return { ok: true as const }
+      }
+      if (!(await backend.update(pool, request.params.id, content, by))) throw notInPool()
       return { ok: true as const }
     }
-    if (!(await backend.update(pool, request.params.id, content, by))) throw notInPool()
-    return { ok: true as const }
-  })
+  )
 
-  app.delete('/memory/item/:id', {
-    schema: {
-      operationId: 'deleteMemoryItem',
-      tags: ['memory'],
-      summary: 'Delete a stored fact',
-      description: 'Deletes a stored fact from the chosen pool and records who deleted it.',
-      params: ItemParams,
-      querystring: ScopeQuery,
-      response: { 200: DeleteResponse, ...errorResponses(404, 502), ...MemoryRefusals.remove }
+  app.delete(
+    '/memory/item/:id',
+    {
+      schema: {
+        operationId: 'deleteMemoryItem',
+        tags: ['memory'],
+        summary: 'Delete a stored fact',
+        description: 'Deletes a stored fact from the chosen pool and records who deleted it.',
+        params: ItemParams,
+        querystring: ScopeQuery,
+        response: { 200: DeleteResponse, ...errorResponses(404, 502), ...MemoryRefusals.remove }
+      }
+    },
+    async (request) => {
+      const principal = principalOf(request)
+      const pool = await writablePool(principal, parseScope(request.query.scope))
+      const deletedCount = await hub.backend!.remove(pool, request.params.id, changedByOf(principal))
+      if (deletedCount === 0) throw notInPool()
+      return { ok: true as const, deletedCount }
     }
-  }, async (request) => {
-    const principal = principalOf(request)
-    const pool = await writablePool(principal, parseScope(request.query.scope))
-    const deletedCount = await hub.backend!.remove(pool, request.params.id, changedByOf(principal))
-    if (deletedCount === 0) throw notInPool()
-    return { ok: true as const, deletedCount }
-  })
+  )
 
-  app.get('/memory/item/:id/history', {
-    schema: {
-      operationId: 'getMemoryItemHistory',
-      tags: ['memory'],
-      summary: 'Every change to a stored fact, oldest first, with who made it',
-      description: 'Lists every change made to a stored fact (added, updated, deleted), oldest first, each with who made it and when.',
-      params: ItemParams,
-      querystring: ScopeQuery,
-      response: { 200: HistoryResponse, ...errorResponses(404), ...MemoryRefusals.history }
+  app.get(
+    '/memory/item/:id/history',
+    {
+      schema: {
+        operationId: 'getMemoryItemHistory',
+        tags: ['memory'],
+        summary: 'Every change to a stored fact, oldest first, with who made it',
+        description:
+          'Lists every change made to a stored fact (added, updated, deleted), oldest first, each with who made it and when.',
+        params: ItemParams,
+        querystring: ScopeQuery,
+        response: { 200: HistoryResponse, ...errorResponses(404), ...MemoryRefusals.history }
+      }
+    },
+    async (request) => {
+      const principal = principalOf(request)
+      const scope = parseScope(request.query.scope)
+      const a = await access(principal, scope)
+      if (a.failedClosed) throw signInRequired()
+      if (!a.enabled || !hub.backend) return { history: [] }
+      const pool = a.pool
+      const history = pool ? await hub.backend.history(pool, request.params.id) : null
+      if (!history) throw notInPool()
+      return { history }
     }
-  }, async (request) => {
-    const principal = principalOf(request)
-    const scope = parseScope(request.query.scope)
-    const a = await access(principal, scope)
-    if (a.failedClosed) throw signInRequired()
-    if (!a.enabled || !hub.backend) return { history: [] }
-    const pool = a.pool
-    const history = pool ? await hub.backend.history(pool, request.params.id) : null
-    if (!history) throw notInPool()
-    return { history }
-  })
+  )
 
-  app.get('/memory/captures', {
-    schema: {
-      operationId: 'listCaptures',
-      tags: ['memory'],
-      summary: 'The capture outbox of your org, newest first; orphans are marked',
-      description: 'Pages through the capture outbox: the facts runs handed to memory and where each delivery stands, with crash-orphaned deliveries marked.',
-      querystring: CapturesQuery,
-      response: { 200: CapturesResponse, ...errorResponses() }
+  app.get(
+    '/memory/captures',
+    {
+      schema: {
+        operationId: 'listCaptures',
+        tags: ['memory'],
+        summary: 'The capture outbox of your org, newest first; orphans are marked',
+        description:
+          'Pages through the capture outbox: the facts runs handed to memory and where each delivery stands, with crash-orphaned deliveries marked.',
+        querystring: CapturesQuery,
+        response: { 200: CapturesResponse, ...errorResponses() }
+      }
+    },
+    async (request) => {
+      const principal = principalOf(request)
+      return listCaptures(app.db, principal.orgId, {
+        limit: request.query.limit ?? 50,
+        cursor: request.query.cursor,
+        state: request.query.state
+      })
     }
-  }, async (request) => {
-    const principal = principalOf(request)
-    return listCaptures(app.db, principal.orgId, { limit: request.query.limit ?? 50, cursor: request.query.cursor, state: request.query.state })
-  })
+  )
 
-  app.post('/memory/captures/:runId/retry', {
-    schema: {
-      operationId: 'retryCapture',
-      tags: ['memory'],
-      summary: 'Re-enqueue a dead capture with a fresh attempt budget',
-      description: 'Puts a run\'s dead capture back in the queue with a fresh budget of attempts and wakes the capture worker.',
-      params: RunParams,
-      querystring: ScopeQuery,
-      response: { 200: Ok, ...errorResponses(404), ...MemoryRefusals.retry }
+  app.post(
+    '/memory/captures/:runId/retry',
+    {
+      schema: {
+        operationId: 'retryCapture',
+        tags: ['memory'],
+        summary: 'Re-enqueue a dead capture with a fresh attempt budget',
+        description:
+          "Puts a run's dead capture back in the queue with a fresh budget of attempts and wakes the capture worker.",
+        params: RunParams,
+        querystring: ScopeQuery,
+        response: { 200: Ok, ...errorResponses(404), ...MemoryRefusals.retry }
+      }
+    },
+    async (request) => {
+      const principal = principalOf(request)
+      if (!(await retryDeadCapture(app.db, principal.orgId, request.params.runId, hub.maxAttempts))) {
+        throw noDeadCapture()
+      }
+      hub.worker?.wake()
+      return { ok: true as const }
     }
-  }, async (request) => {
-    const principal = principalOf(request)
-    if (!(await retryDeadCapture(app.db, principal.orgId, request.params.runId, hub.maxAttempts))) {
-      throw noDeadCapture()
-    }
-    hub.worker?.wake()
-    return { ok: true as const }
-  })
+  )
 
-  app.post('/memory/captures/:runId/resolve', {
-    schema: {
-      operationId: 'resolveCapture',
-      tags: ['memory'],
-      summary: 'Settle a crash-orphaned delivery by hand: delivered or discard (at most once)',
-      description: 'Settles a delivery whose worker died mid-write: `delivered` records that it reached the pool, `discard` drops it; each orphan can be settled once.',
-      params: RunParams,
-      querystring: ScopeQuery,
-      body: ResolveBody,
-      response: { 200: Ok, ...errorResponses(404, 413, 415), ...MemoryRefusals.resolve }
+  app.post(
+    '/memory/captures/:runId/resolve',
+    {
+      schema: {
+        operationId: 'resolveCapture',
+        tags: ['memory'],
+        summary: 'Settle a crash-orphaned delivery by hand: delivered or discard (at most once)',
+        description:
+          'Settles a delivery whose worker died mid-write: `delivered` records that it reached the pool, `discard` drops it; each orphan can be settled once.',
+        params: RunParams,
+        querystring: ScopeQuery,
+        body: ResolveBody,
+        response: { 200: Ok, ...errorResponses(404, 413, 415), ...MemoryRefusals.resolve }
+      }
+    },
+    async (request) => {
+      const principal = principalOf(request)
+      const resolved = await resolveOrphan(app.db, principal.orgId, request.params.runId, request.body.resolution)
+      if (!resolved) {
+        throw noOrphanCapture()
+      }
+      // a person confirmed the write happened: the run's stream hears it as a delivery would
+      if (request.body.resolution === 'delivered') {
+        await announceCaptured(
+          app.memory.events,
+          request.log,
+          {
+            orgId: principal.orgId,
+            runId: request.params.runId,
+            rootRunId: resolved.rootRunId,
+            itemCount: resolved.itemCount
+          },
+          { resolved: true }
+        )
+      }
+      return { ok: true as const }
     }
-  }, async (request) => {
-    const principal = principalOf(request)
-    const resolved = await resolveOrphan(app.db, principal.orgId, request.params.runId, request.body.resolution)
-    if (!resolved) {
-      throw noOrphanCapture()
-    }
-    // a person confirmed the write happened: the run's stream hears it as a delivery would
-    if (request.body.resolution === 'delivered') {
-      await announceCaptured(app.memory.events, request.log, {
-        orgId: principal.orgId, runId: request.params.runId, rootRunId: resolved.rootRunId, itemCount: resolved.itemCount
-      }, { resolved: true })
-    }
-    return { ok: true as const }
-  })
+  )
 
-  app.get('/memory/recalls', {
-    schema: {
-      operationId: 'listRecalls',
-      tags: ['memory'],
-      summary: 'The recall ledger: every retrieval made for a run, newest first',
-      description: 'Pages through the recall ledger: each memory retrieval made for a run, with its pool scope, query, the ids of the facts found and its latency.',
-      querystring: RecallsQuery,
-      response: { 200: RecallsResponse, ...errorResponses() }
+  app.get(
+    '/memory/recalls',
+    {
+      schema: {
+        operationId: 'listRecalls',
+        tags: ['memory'],
+        summary: 'The recall ledger: every retrieval made for a run, newest first',
+        description:
+          'Pages through the recall ledger: each memory retrieval made for a run, with its pool scope, query, the ids of the facts found and its latency.',
+        querystring: RecallsQuery,
+        response: { 200: RecallsResponse, ...errorResponses() }
+      }
+    },
+    async (request) => {
+      const principal = principalOf(request)
+      const { limit, cursor, runId, rootRunId } = request.query
+      return listRecalls(app.db, principal.orgId, { limit: limit ?? 50, cursor, runId, rootRunId })
     }
-  }, async (request) => {
-    const principal = principalOf(request)
-    const { limit, cursor, runId, rootRunId } = request.query
-    return listRecalls(app.db, principal.orgId, { limit: limit ?? 50, cursor, runId, rootRunId })
-  })
+  )
 
   async function settingsOf(orgId: string) {
     const { enabled: orgEnabled, extract } = await orgMemorySettings(app.db, orgId)
     return { enabled: orgEnabled && hub.backend !== null, extract, orgEnabled, backend: opts.backendName }
   }
 
-  app.get('/memory/settings', {
-    schema: {
-      operationId: 'getMemorySettings',
-      tags: ['memory'],
-      summary: 'Whether memory is on for your org, and whether facts are extracted from its runs',
-      description: 'Reports whether memory is on for the organization, whether facts are extracted from its runs, and which memory backend serves it.',
-      querystring: ScopeQuery,
-      response: { 200: Settings, ...errorResponses() }
-    }
-  }, async (request) => settingsOf(principalOf(request).orgId))
+  app.get(
+    '/memory/settings',
+    {
+      schema: {
+        operationId: 'getMemorySettings',
+        tags: ['memory'],
+        summary: 'Whether memory is on for your org, and whether facts are extracted from its runs',
+        description:
+          'Reports whether memory is on for the organization, whether facts are extracted from its runs, and which memory backend serves it.',
+        querystring: ScopeQuery,
+        response: { 200: Settings, ...errorResponses() }
+      }
+    },
+    async (request) => settingsOf(principalOf(request).orgId)
+  )
 
-  app.put('/memory/settings', {
-    config: { scope: 'admin' },
-    schema: {
-      operationId: 'updateMemorySettings',
-      tags: ['memory'],
-      summary: 'Turn memory, and extraction from runs, off or on for your org (org admins)',
-      description: 'Switches memory, and the extraction of facts from runs, on or off for the whole organization; only admins may.',
-      body: SettingsBody,
-      response: { 200: Settings, ...errorResponses(413, 415) }
+  app.put(
+    '/memory/settings',
+    {
+      config: { scope: 'admin' },
+      schema: {
+        operationId: 'updateMemorySettings',
+        tags: ['memory'],
+        summary: 'Turn memory, and extraction from runs, off or on for your org (org admins)',
+        description:
+          'Switches memory, and the extraction of facts from runs, on or off for the whole organization; only admins may.',
+        body: SettingsBody,
+        response: { 200: Settings, ...errorResponses(413, 415) }
+      }
+    },
+    async (request) => {
+      const principal = principalOf(request)
+      await setOrgMemory(app.db, principal.orgId, request.body, changedByOf(principal))
+      return settingsOf(principal.orgId)
     }
-  }, async (request) => {
-    const principal = principalOf(request)
-    await setOrgMemory(app.db, principal.orgId, request.body, changedByOf(principal))
-    return settingsOf(principal.orgId)
-  })
+  )
 }
 
 export default memory

@@ -29,7 +29,9 @@ export function mem0UserId(pool: PoolRef): string {
 function listOf(body: unknown): Mem0Item[] | null {
   const list = Array.isArray(body) ? body : (body as { results?: unknown } | null)?.results
   if (!Array.isArray(list)) return null
-  return list.filter((x): x is Mem0Item => typeof x === 'object' && x !== null && typeof (x as Mem0Item).id === 'string')
+  return list.filter(
+    (x): x is Mem0Item => typeof x === 'object' && x !== null && typeof (x as Mem0Item).id === 'string'
+  )
 }
 
 const text = (item: Mem0Item) => item.memory ?? item.text ?? ''
@@ -56,7 +58,10 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
     // as a flaky "hanging pool" test). A controller kept alive by its own pending timer
     // cannot be collected; the timer also covers reading the body after this returns.
     const timeout = new AbortController()
-    setTimeout(() => timeout.abort(new DOMException('the memory service did not answer in time', 'TimeoutError')), opts.timeoutMs).unref()
+    setTimeout(
+      () => timeout.abort(new DOMException('the memory service did not answer in time', 'TimeoutError')),
+      opts.timeoutMs
+    ).unref()
     return fetch(`${base}${path}`, {
       method,
       headers: {
@@ -76,7 +81,6 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
       return undefined
     }
   }
-
 
   /** The item, only if it belongs to this pool (another pool's id is "not found"). */
   async function ownItem(pool: PoolRef, id: string, failure: ApiError): Promise<Mem0Item | null> {
@@ -151,7 +155,12 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
       const failed = upstreamFailed('write')
       let res: Response
       try {
-        res = await call('POST', '/memories', { messages: [{ role: 'user', content }], user_id: mem0UserId(pool), infer: false, metadata: { source: 'cairn', added_by: changedBy } })
+        res = await call('POST', '/memories', {
+          messages: [{ role: 'user', content }],
+          user_id: mem0UserId(pool),
+          infer: false,
+          metadata: { source: 'cairn', added_by: changedBy }
+        })
       } catch {
         throw failed
       }
@@ -162,7 +171,14 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
       if (!created) throw failed
       await recordChanges(db, pool, changedBy, [{ itemId: created.id, content, kind: 'created' }])
       const at = iso(created.created_at ?? new Date().toISOString())
-      return { id: created.id, content: text(created) || content, background: false, sourceRunId: null, createdAt: at, updatedAt: at }
+      return {
+        id: created.id,
+        content: text(created) || content,
+        background: false,
+        sourceRunId: null,
+        createdAt: at,
+        updatedAt: at
+      }
     },
 
     async update(pool, id, content, changedBy) {
@@ -202,22 +218,35 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
     async deliver(pool, capture, markDelivered, signal) {
       let res: Response
       try {
-        res = await call('POST', '/memories', {
-          messages: capture.facts.map((content) => ({ role: 'user', content })),
-          user_id: mem0UserId(pool),
-          infer: false,
-          // lets the pool drop a redelivery of the same capture
-          metadata: { capture_id: capture.captureId, run_id: capture.runId, root_run_id: capture.rootRunId, source: 'cairn' }
-        }, signal)
+        res = await call(
+          'POST',
+          '/memories',
+          {
+            messages: capture.facts.map((content) => ({ role: 'user', content })),
+            user_id: mem0UserId(pool),
+            infer: false,
+            // lets the pool drop a redelivery of the same capture
+            metadata: {
+              capture_id: capture.captureId,
+              run_id: capture.runId,
+              root_run_id: capture.rootRunId,
+              source: 'cairn'
+            }
+          },
+          signal
+        )
       } catch (err) {
         const name = (err as Error).name
         if (name === 'TimeoutError' || name === 'AbortError') {
-          throw new PoolWriteError('the memory service did not answer in time; the write may have happened', { unknownOutcome: true })
+          throw new PoolWriteError('the memory service did not answer in time; the write may have happened', {
+            unknownOutcome: true
+          })
         }
         throw new PoolWriteError(`the memory service is unreachable: ${(err as Error).message}`)
       }
       if (res.status >= 500) throw new PoolWriteError(`the memory service answered ${res.status}`)
-      if (!res.ok) throw new PoolWriteError(`the memory service refused the capture (${res.status})`, { permanent: true })
+      if (!res.ok)
+        throw new PoolWriteError(`the memory service refused the capture (${res.status})`, { permanent: true })
       const body = await readJson(res)
       const list = listOf(body)
       if (body === undefined || (list === null && (typeof body !== 'object' || body === null))) {

@@ -14,21 +14,37 @@ export function parseScope(value: unknown): PoolScope {
 
 /** Whether the org has memory on (no settings row: on). The global backend switch is checked by the caller. */
 export async function orgMemoryOn(exec: Db | Tx, orgId: string): Promise<boolean> {
-  const rows = await exec.select({ enabled: memorySettings.enabled }).from(memorySettings).where(eq(memorySettings.orgId, orgId))
+  const rows = await exec
+    .select({ enabled: memorySettings.enabled })
+    .from(memorySettings)
+    .where(eq(memorySettings.orgId, orgId))
   return rows[0]?.enabled ?? true
 }
 
 /** The org's memory settings (no row: on, no extraction). */
 export async function orgMemorySettings(exec: Db | Tx, orgId: string): Promise<{ enabled: boolean; extract: boolean }> {
-  const rows = await exec.select({ enabled: memorySettings.enabled, extract: memorySettings.extract }).from(memorySettings).where(eq(memorySettings.orgId, orgId))
+  const rows = await exec
+    .select({ enabled: memorySettings.enabled, extract: memorySettings.extract })
+    .from(memorySettings)
+    .where(eq(memorySettings.orgId, orgId))
   return { enabled: rows[0]?.enabled ?? true, extract: rows[0]?.extract ?? false }
 }
 
 /** Sets the org switch and, when given, extraction (absent: kept as it is). */
-export async function setOrgMemory(db: Db, orgId: string, settings: { enabled: boolean; extract?: boolean | undefined }, updatedBy: string): Promise<void> {
+export async function setOrgMemory(
+  db: Db,
+  orgId: string,
+  settings: { enabled: boolean; extract?: boolean | undefined },
+  updatedBy: string
+): Promise<void> {
   const extract = settings.extract === undefined ? {} : { extract: settings.extract }
-  await db.insert(memorySettings).values({ orgId, enabled: settings.enabled, ...extract, updatedBy })
-    .onConflictDoUpdate({ target: memorySettings.orgId, set: { enabled: settings.enabled, ...extract, updatedBy, updatedAt: new Date() } })
+  await db
+    .insert(memorySettings)
+    .values({ orgId, enabled: settings.enabled, ...extract, updatedBy })
+    .onConflictDoUpdate({
+      target: memorySettings.orgId,
+      set: { enabled: settings.enabled, ...extract, updatedBy, updatedAt: new Date() }
+    })
 }
 
 function toRef(row: typeof memoryPools.$inferSelect): PoolRef {
@@ -36,8 +52,16 @@ function toRef(row: typeof memoryPools.$inferSelect): PoolRef {
 }
 
 /** The existing pool, or null: reads never create one. `ownerKey` is '' for the org pool. */
-export async function findPool(exec: Db | Tx, orgId: string, scope: PoolScope, ownerKey: string): Promise<PoolRef | null> {
-  const rows = await exec.select().from(memoryPools).where(and(eq(memoryPools.orgId, orgId), eq(memoryPools.ownerKey, ownerKey)))
+export async function findPool(
+  exec: Db | Tx,
+  orgId: string,
+  scope: PoolScope,
+  ownerKey: string
+): Promise<PoolRef | null> {
+  const rows = await exec
+    .select()
+    .from(memoryPools)
+    .where(and(eq(memoryPools.orgId, orgId), eq(memoryPools.ownerKey, ownerKey)))
   const row = rows[0]
   return row && row.scope === scope ? toRef(row) : null
 }
@@ -55,13 +79,23 @@ export async function ensurePool(exec: Db | Tx, orgId: string, scope: PoolScope,
 }
 
 /** The org switch and the pool, in one round trip (every Memory Hub request starts here). */
-export async function lookupPool(db: Db, orgId: string, scope: PoolScope, ownerKey: string): Promise<{ orgOn: boolean; pool: PoolRef | null }> {
+export async function lookupPool(
+  db: Db,
+  orgId: string,
+  scope: PoolScope,
+  ownerKey: string
+): Promise<{ orgOn: boolean; pool: PoolRef | null }> {
   const result = await db.execute(sql`
     select coalesce((select enabled from memory_settings where org_id = ${orgId}), true) as org_on,
            p.id, p.scope, p.owner_key
     from (select 1) as one
     left join memory_pools p on p.org_id = ${orgId} and p.owner_key = ${ownerKey}`)
-  const row = rowsOf<{ org_on: boolean | string; id: string | null; scope: PoolScope | null; owner_key: string | null }>(result)[0]
+  const row = rowsOf<{
+    org_on: boolean | string
+    id: string | null
+    scope: PoolScope | null
+    owner_key: string | null
+  }>(result)[0]
   const orgOn = boolOf(row?.org_on)
   const pool = row?.id && row.scope === scope ? { id: row.id, orgId, scope, ownerKey: row.owner_key ?? '' } : null
   return { orgOn, pool }

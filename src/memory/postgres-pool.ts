@@ -3,7 +3,17 @@ import { LRUCache } from 'lru-cache'
 import { conflict } from '../../plugins/errors.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { contentHash, type BatchEntry, type BrowseItem, type CaptureDelivery, type MarkBatchDelivered, type MarkDelivered, type MemoryBackend, type PoolRef, type SearchHit } from './backend.js'
+import {
+  contentHash,
+  type BatchEntry,
+  type BrowseItem,
+  type CaptureDelivery,
+  type MarkBatchDelivered,
+  type MarkDelivered,
+  type MemoryBackend,
+  type PoolRef,
+  type SearchHit
+} from './backend.js'
 import { isUniqueViolation } from '../db/faults.js'
 import { readHistory, recordChanges } from './history.js'
 import { memoryItems, memoryPools, memoryWords } from './tables.js'
@@ -52,13 +62,19 @@ const INDEX_ROW_COST = 3
 
 /** `kube deploy` → `kube:* & deploy:*`: only letters and digits reach to_tsquery. */
 export function prefixQuery(q: string): string {
-  return [...new Set(wordsOf(q))].slice(0, 16).map((w) => `${w}:*`).join(' & ')
+  return [...new Set(wordsOf(q))]
+    .slice(0, 16)
+    .map((w) => `${w}:*`)
+    .join(' & ')
 }
 
 async function addVocabulary(exec: Db | Tx, pool: PoolRef, contents: string[]): Promise<void> {
   const words = vocabulary(...contents)
   if (words.length === 0) return
-  await exec.insert(memoryWords).values(words.map((word) => ({ poolId: pool.id, word }))).onConflictDoNothing()
+  await exec
+    .insert(memoryWords)
+    .values(words.map((word) => ({ poolId: pool.id, word })))
+    .onConflictDoNothing()
 }
 
 /**
@@ -83,9 +99,13 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
    * query, costly enough (about 20 µs a fact in WebAssembly) to be kept to the page.
    */
   async function ranked(pool: PoolRef, q: string, tokens: string[], joiner: '&' | '|', limit: number, correct = true) {
-    const words = sql.join(tokens.map((w) => sql`${w}`), sql`, `)
+    const words = sql.join(
+      tokens.map((w) => sql`${w}`),
+      sql`, `
+    )
     const matches = Math.max(RANKED_MATCHES, limit) + 1
-    const corrections = correct ? sql`coalesce((
+    const corrections = correct
+      ? sql`coalesce((
           select string_agg(' | ' || w.word, '' order by w.word)
           from (select word from memory_words
                 where pool_id = ${pool.id} and length(t.token) >= 3 and t.token ~ '[[:alpha:]]'
@@ -93,7 +113,8 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
                   and not exists (select 1 from memory_words known where known.pool_id = ${pool.id} and known.word = t.token)
                   and word % t.token and word <> t.token
                 order by similarity(word, t.token) desc, word
-                limit 3) as w), '')` : sql`''`
+                limit 3) as w), '')`
+      : sql`''`
     const result = await db.execute(sql`
       with tokens as (
         select token, ord from unnest(array[${words}]::text[]) with ordinality as t(token, ord)),
@@ -136,10 +157,23 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
       from candidates
       order by score desc, id desc
       limit ${limit + 1}`)
-    return rowsOf<{ id: string; content: string; source_run_id: string | null; root_run_id: string | null; created_at: string | Date; score: number }>(result)
+    return rowsOf<{
+      id: string
+      content: string
+      source_run_id: string | null
+      root_run_id: string | null
+      created_at: string | Date
+      score: number
+    }>(result)
   }
 
-  async function searchPool(pool: PoolRef, q: string, tokens: string[], limit: number, anyWord: boolean): Promise<SearchOutcome> {
+  async function searchPool(
+    pool: PoolRef,
+    q: string,
+    tokens: string[],
+    limit: number,
+    anyWord: boolean
+  ): Promise<SearchOutcome> {
     // a recall's words (a prompt's significant ones) match any of them, as spelled
     let rows = anyWord ? await ranked(pool, q, tokens, '|', limit, false) : await ranked(pool, q, tokens, '&', limit)
     // nothing has every word (a long, chatty query): any word will do
@@ -164,7 +198,10 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
       const tokens = [...new Set(wordsOf(q))].slice(0, anyWord ? MAX_RECALL_WORDS : MAX_WORDS)
       if (tokens.length === 0) return { items: [], truncated: false }
       if (!cache) return searchPool(pool, q, tokens, limit, anyWord)
-      const [row] = await db.select({ generation: memoryPools.generation }).from(memoryPools).where(eq(memoryPools.id, pool.id))
+      const [row] = await db
+        .select({ generation: memoryPools.generation })
+        .from(memoryPools)
+        .where(eq(memoryPools.id, pool.id))
       const key = JSON.stringify([pool.id, row?.generation ?? 0, q, limit, anyWord])
       const hit = cache.get(key)
       if (hit) return hit
@@ -177,26 +214,37 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
       const list = keyset(memoryItems.id, 'desc', { limit, cursor: rawCursor })
       const inPool = and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id))
       const [rows, totals] = await Promise.all([
-        db.select({
-          id: memoryItems.id,
-          content: memoryItems.content,
-          background: memoryItems.background,
-          sourceRunId: memoryItems.sourceRunId,
-          createdAt: memoryItems.createdAt,
-          updatedAt: memoryItems.updatedAt
-        }).from(memoryItems)
+        db
+          .select({
+            id: memoryItems.id,
+            content: memoryItems.content,
+            background: memoryItems.background,
+            sourceRunId: memoryItems.sourceRunId,
+            createdAt: memoryItems.createdAt,
+            updatedAt: memoryItems.updatedAt
+          })
+          .from(memoryItems)
           .where(and(inPool, list.after))
           .orderBy(list.orderBy)
           .limit(list.limit),
-        db.select({ n: memoryPools.itemCount }).from(memoryPools).where(and(eq(memoryPools.orgId, pool.orgId), eq(memoryPools.id, pool.id)))
+        db
+          .select({ n: memoryPools.itemCount })
+          .from(memoryPools)
+          .where(and(eq(memoryPools.orgId, pool.orgId), eq(memoryPools.id, pool.id)))
       ])
       const page = list.page(rows)
-      const items: BrowseItem[] = page.items.map((r) => ({ ...r, createdAt: isoOf(r.createdAt), updatedAt: isoOf(r.updatedAt) }))
+      const items: BrowseItem[] = page.items.map((r) => ({
+        ...r,
+        createdAt: isoOf(r.createdAt),
+        updatedAt: isoOf(r.updatedAt)
+      }))
       return { items, total: Number(totals[0]?.n ?? 0), nextCursor: page.nextCursor }
     },
 
     async exists(pool, id) {
-      const rows = await db.select({ id: memoryItems.id }).from(memoryItems)
+      const rows = await db
+        .select({ id: memoryItems.id })
+        .from(memoryItems)
         .where(and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id), eq(memoryItems.id, id)))
       return rows.length === 1
     },
@@ -204,9 +252,21 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
     async add(pool, content, changedBy) {
       try {
         return await db.transaction(async (tx) => {
-          const [row] = await tx.insert(memoryItems).values({ id: newId(), orgId: pool.orgId, poolId: pool.id, content, contentHash: contentHash(content) })
-            .returning({ id: memoryItems.id, content: memoryItems.content, background: memoryItems.background, sourceRunId: memoryItems.sourceRunId, createdAt: memoryItems.createdAt, updatedAt: memoryItems.updatedAt })
-          await tx.update(memoryPools).set({ itemCount: sql`${memoryPools.itemCount} + 1`, generation: sql`${memoryPools.generation} + 1` }).where(eq(memoryPools.id, pool.id))
+          const [row] = await tx
+            .insert(memoryItems)
+            .values({ id: newId(), orgId: pool.orgId, poolId: pool.id, content, contentHash: contentHash(content) })
+            .returning({
+              id: memoryItems.id,
+              content: memoryItems.content,
+              background: memoryItems.background,
+              sourceRunId: memoryItems.sourceRunId,
+              createdAt: memoryItems.createdAt,
+              updatedAt: memoryItems.updatedAt
+            })
+          await tx
+            .update(memoryPools)
+            .set({ itemCount: sql`${memoryPools.itemCount} + 1`, generation: sql`${memoryPools.generation} + 1` })
+            .where(eq(memoryPools.id, pool.id))
           await addVocabulary(tx, pool, [content])
           await recordChanges(tx, pool, changedBy, [{ itemId: row!.id, content, kind: 'created' }])
           return { ...row!, createdAt: isoOf(row!.createdAt), updatedAt: isoOf(row!.updatedAt) }
@@ -220,12 +280,16 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
     async update(pool, id, content, changedBy) {
       try {
         return await db.transaction(async (tx) => {
-          const rows = await tx.update(memoryItems)
+          const rows = await tx
+            .update(memoryItems)
             .set({ content, contentHash: contentHash(content), updatedAt: new Date() })
             .where(and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id), eq(memoryItems.id, id)))
             .returning({ id: memoryItems.id })
           if (rows.length === 0) return false
-          await tx.update(memoryPools).set({ generation: sql`${memoryPools.generation} + 1` }).where(eq(memoryPools.id, pool.id))
+          await tx
+            .update(memoryPools)
+            .set({ generation: sql`${memoryPools.generation} + 1` })
+            .where(eq(memoryPools.id, pool.id))
           await addVocabulary(tx, pool, [content])
           await recordChanges(tx, pool, changedBy, [{ itemId: id, content, kind: 'updated' }])
           return true
@@ -238,12 +302,24 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
 
     async remove(pool, id, changedBy) {
       return db.transaction(async (tx) => {
-        const rows = await tx.delete(memoryItems)
+        const rows = await tx
+          .delete(memoryItems)
           .where(and(eq(memoryItems.orgId, pool.orgId), eq(memoryItems.poolId, pool.id), eq(memoryItems.id, id)))
           .returning({ id: memoryItems.id, content: memoryItems.content })
-        await recordChanges(tx, pool, changedBy, rows.map((r) => ({ itemId: r.id, content: r.content, kind: 'deleted' as const })))
+        await recordChanges(
+          tx,
+          pool,
+          changedBy,
+          rows.map((r) => ({ itemId: r.id, content: r.content, kind: 'deleted' as const }))
+        )
         if (rows.length > 0) {
-          await tx.update(memoryPools).set({ itemCount: sql`greatest(0, ${memoryPools.itemCount} - ${rows.length})`, generation: sql`${memoryPools.generation} + 1` }).where(eq(memoryPools.id, pool.id))
+          await tx
+            .update(memoryPools)
+            .set({
+              itemCount: sql`greatest(0, ${memoryPools.itemCount} - ${rows.length})`,
+              generation: sql`${memoryPools.generation} + 1`
+            })
+            .where(eq(memoryPools.id, pool.id))
         }
         return rows.length
       })
@@ -269,7 +345,10 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
     async deliverBatch(entries: BatchEntry[], markDelivered: MarkBatchDelivered) {
       return db.transaction(async (tx) => {
         const owned = await markDelivered(tx)
-        await writeFacts(tx, entries.filter((e) => owned.has(e.capture.captureId)))
+        await writeFacts(
+          tx,
+          entries.filter((e) => owned.has(e.capture.captureId))
+        )
         return owned
       })
     }
@@ -279,7 +358,14 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
 /** rows per insert statement; each statement carries its rows as one JSON parameter */
 const INSERT_CHUNK = 5000
 
-type KeptFact = { id: string; content: string; pool_id: string; org_id: string; source_run_id: string | null; capture_id: string }
+type KeptFact = {
+  id: string
+  content: string
+  pool_id: string
+  org_id: string
+  source_run_id: string | null
+  capture_id: string
+}
 
 /**
  * Each delivered capture says how many of its facts were new to their pool and how many the
@@ -303,26 +389,32 @@ async function countAdded(tx: Tx, entries: BatchEntry[], kept: KeptFact[]): Prom
  * parameter per column costs far more to build and to parse than the insert itself.
  */
 async function writeFacts(tx: Tx, entries: BatchEntry[]): Promise<void> {
-  const values = entries.flatMap(({ pool, capture }) => capture.facts.map((content, i) => ({
-    id: newId(),
-    org_id: pool.orgId,
-    pool_id: pool.id,
-    content,
-    content_hash: contentHash(content),
-    source_run_id: capture.runId,
-    root_run_id: capture.rootRunId,
-    capture_id: capture.captureId,
-    fact_index: capture.indexes?.[i] ?? i
-  })))
+  const values = entries.flatMap(({ pool, capture }) =>
+    capture.facts.map((content, i) => ({
+      id: newId(),
+      org_id: pool.orgId,
+      pool_id: pool.id,
+      content,
+      content_hash: contentHash(content),
+      source_run_id: capture.runId,
+      root_run_id: capture.rootRunId,
+      capture_id: capture.captureId,
+      fact_index: capture.indexes?.[i] ?? i
+    }))
+  )
   const kept: KeptFact[] = []
   for (let i = 0; i < values.length; i += INSERT_CHUNK) {
-    kept.push(...rowsOf<KeptFact>(await tx.execute(sql`
+    kept.push(
+      ...rowsOf<KeptFact>(
+        await tx.execute(sql`
       insert into memory_items (id, org_id, pool_id, content, content_hash, source_run_id, root_run_id, capture_id, fact_index)
       select id, org_id, pool_id, content, content_hash, source_run_id, root_run_id, capture_id, fact_index
       from jsonb_to_recordset(${JSON.stringify(values.slice(i, i + INSERT_CHUNK))}::jsonb)
         as r(id text, org_id text, pool_id text, content text, content_hash text, source_run_id text, root_run_id text, capture_id text, fact_index int)
       on conflict do nothing
-      returning id, content, pool_id, org_id, source_run_id, capture_id`)))
+      returning id, content, pool_id, org_id, source_run_id, capture_id`)
+      )
+    )
   }
   await countAdded(tx, entries, kept)
   if (kept.length === 0) return
@@ -341,7 +433,12 @@ async function writeFacts(tx: Tx, entries: BatchEntry[]): Promise<void> {
   }
   for (let i = 0; i < kept.length; i += INSERT_CHUNK) {
     const history = kept.slice(i, i + INSERT_CHUNK).map((r) => ({
-      id: newId(), org_id: r.org_id, pool_id: r.pool_id, item_id: r.id, content: r.content, changed_by: `run:${r.source_run_id}`
+      id: newId(),
+      org_id: r.org_id,
+      pool_id: r.pool_id,
+      item_id: r.id,
+      content: r.content,
+      changed_by: `run:${r.source_run_id}`
     }))
     await tx.execute(sql`
       insert into memory_item_history (id, org_id, pool_id, item_id, content, kind, changed_by)
@@ -351,6 +448,12 @@ async function writeFacts(tx: Tx, entries: BatchEntry[]): Promise<void> {
   }
   // counts last, in pool order: the row locks are held briefly and always taken in one order
   for (const poolId of poolIds) {
-    await tx.update(memoryPools).set({ itemCount: sql`${memoryPools.itemCount} + ${byPool.get(poolId)!.length}`, generation: sql`${memoryPools.generation} + 1` }).where(eq(memoryPools.id, poolId))
+    await tx
+      .update(memoryPools)
+      .set({
+        itemCount: sql`${memoryPools.itemCount} + ${byPool.get(poolId)!.length}`,
+        generation: sql`${memoryPools.generation} + 1`
+      })
+      .where(eq(memoryPools.id, poolId))
   }
 }

@@ -6,7 +6,11 @@ import { memoryRecalls } from './tables.js'
 import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
 
-export async function recordRecall(db: Db, run: RunRef, frame: { scope: 'org' | 'personal'; query: string; itemIds: string[]; latencyMs: number }): Promise<void> {
+export async function recordRecall(
+  db: Db,
+  run: RunRef,
+  frame: { scope: 'org' | 'personal'; query: string; itemIds: string[]; latencyMs: number }
+): Promise<void> {
   await db.insert(memoryRecalls).values({
     id: newId(),
     orgId: run.orgId,
@@ -33,7 +37,12 @@ export async function listRecalls(db: Db, orgId: string, filter: RecallFilter) {
   if (list.after) where.push(list.after)
   if (filter.runId) where.push(eq(memoryRecalls.runId, filter.runId))
   if (filter.rootRunId) where.push(eq(memoryRecalls.rootRunId, filter.rootRunId))
-  const rows = await db.select().from(memoryRecalls).where(and(...where)).orderBy(list.orderBy).limit(list.limit)
+  const rows = await db
+    .select()
+    .from(memoryRecalls)
+    .where(and(...where))
+    .orderBy(list.orderBy)
+    .limit(list.limit)
   const page = list.page(rows)
   const recalls = page.items.map((r) => ({
     id: r.id,

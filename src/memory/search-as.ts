@@ -20,7 +20,11 @@ export async function poolAccess(app: FastifyInstance, principal: Principal, sco
 }
 
 /** `GET /api/memory/search` as the caller: the route and the MCP tool `memory_search` both answer this. */
-export async function searchMemoryAs(app: FastifyInstance, principal: Principal, query: { scope: PoolScope; q: string | undefined; limit: number | undefined }) {
+export async function searchMemoryAs(
+  app: FastifyInstance,
+  principal: Principal,
+  query: { scope: PoolScope; q: string | undefined; limit: number | undefined }
+) {
   const started = performance.now()
   const { scope } = query
   const a = await poolAccess(app, principal, scope)

@@ -50,30 +50,42 @@ export interface MemoryServiceOptions {
   events: RunEventSink
 }
 
-export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions, log: FastifyInstance['log']): MemoryHub {
+export function createMemoryHub(
+  db: Db,
+  { config, events }: MemoryServiceOptions,
+  log: FastifyInstance['log']
+): MemoryHub {
   let backend: MemoryBackend | null = null
-  if (config.MEMORY_BACKEND === 'postgres') backend = createPostgresPool(db, { searchCache: config.MEMORY_SEARCH_CACHE })
+  if (config.MEMORY_BACKEND === 'postgres')
+    backend = createPostgresPool(db, { searchCache: config.MEMORY_SEARCH_CACHE })
   if (config.MEMORY_BACKEND === 'http') {
     if (!config.MEMORY_URL) throw new Error('MEMORY_BACKEND=http needs MEMORY_URL')
-    backend = createMem0Pool(db, { url: config.MEMORY_URL, apiKey: config.MEMORY_API_KEY, timeoutMs: config.MEMORY_HTTP_TIMEOUT_MS })
+    backend = createMem0Pool(db, {
+      url: config.MEMORY_URL,
+      apiKey: config.MEMORY_API_KEY,
+      timeoutMs: config.MEMORY_HTTP_TIMEOUT_MS
+    })
   }
   const pending = new Set<Promise<unknown>>()
 
   const enabledFor = async (orgId: string) => backend !== null && (await orgMemoryOn(db, orgId))
 
-  const worker = backend && createCaptureWorker({
-    db,
-    backend,
-    log,
-    poolFor: async (orgId, owner) => ((await enabledFor(orgId)) ? ensurePool(db, orgId, owner === null ? 'org' : 'personal', owner ?? '') : null),
-    events,
-    leaseMs: config.MEMORY_CAPTURE_LEASE_MS,
-    backoffMs: config.MEMORY_CAPTURE_BACKOFF_MS,
-    backoffMaxMs: config.MEMORY_CAPTURE_BACKOFF_MAX_MS,
-    pollMs: config.MEMORY_CAPTURE_POLL_MS,
-    batch: config.MEMORY_CAPTURE_BATCH,
-    concurrency: config.MEMORY_CAPTURE_CONCURRENCY
-  })
+  const worker =
+    backend &&
+    createCaptureWorker({
+      db,
+      backend,
+      log,
+      poolFor: async (orgId, owner) =>
+        (await enabledFor(orgId)) ? ensurePool(db, orgId, owner === null ? 'org' : 'personal', owner ?? '') : null,
+      events,
+      leaseMs: config.MEMORY_CAPTURE_LEASE_MS,
+      backoffMs: config.MEMORY_CAPTURE_BACKOFF_MS,
+      backoffMaxMs: config.MEMORY_CAPTURE_BACKOFF_MAX_MS,
+      pollMs: config.MEMORY_CAPTURE_POLL_MS,
+      batch: config.MEMORY_CAPTURE_BATCH,
+      concurrency: config.MEMORY_CAPTURE_CONCURRENCY
+    })
 
   const runMemory: RunMemory = {
     enabled: enabledFor,
@@ -96,13 +108,19 @@ export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions
         let hits: RecalledItem[] = []
         if (pool && query !== '') {
           try {
-            hits = (await backend.search(pool, query, limit, { anyWord: options.kind === 'prompt' })).items
-              .map((h) => ({ id: h.id, content: h.content, sourceScope: scope, score: h.score }))
+            hits = (await backend.search(pool, query, limit, { anyWord: options.kind === 'prompt' })).items.map(
+              (h) => ({ id: h.id, content: h.content, sourceScope: scope, score: h.score })
+            )
           } catch (err) {
             log.warn({ err, runId: run.id }, 'memory recall failed')
           }
         }
-        await recordRecall(db, run, { scope, query, itemIds: hits.map((h) => h.id), latencyMs: performance.now() - started })
+        await recordRecall(db, run, {
+          scope,
+          query,
+          itemIds: hits.map((h) => h.id),
+          latencyMs: performance.now() - started
+        })
         items.push(...hits)
       }
       items.sort((a, b) => b.score - a.score)
@@ -111,8 +129,17 @@ export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions
 
     async enqueueCapture(tx, run, facts) {
       // a personal fact needs the run's real user (the remember tool refuses it otherwise)
-      const kept = cleanFacts(facts.flatMap((f): CaptureFact[] => typeof f === 'string' ? [f] : f.scope === 'org' ? [f.content]
-        : run.realUserId ? [{ content: f.content, scope: 'personal', owner: run.realUserId }] : []))
+      const kept = cleanFacts(
+        facts.flatMap((f): CaptureFact[] =>
+          typeof f === 'string'
+            ? [f]
+            : f.scope === 'org'
+              ? [f.content]
+              : run.realUserId
+                ? [{ content: f.content, scope: 'personal', owner: run.realUserId }]
+                : []
+        )
+      )
       if (!backend || kept.length === 0) return
       if (!(await orgMemoryOn(tx, run.orgId))) return
       await enqueueCaptureRow(tx, run, kept, config.MEMORY_CAPTURE_ATTEMPTS)
@@ -127,7 +154,9 @@ export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions
     worker,
     events,
     track(work) {
-      const tracked = work.catch((err: unknown) => log.error({ err }, 'background memory update failed')).finally(() => pending.delete(tracked))
+      const tracked = work
+        .catch((err: unknown) => log.error({ err }, 'background memory update failed'))
+        .finally(() => pending.delete(tracked))
       pending.add(tracked)
     },
     async drain() {
@@ -141,18 +170,21 @@ export function createMemoryHub(db: Db, { config, events }: MemoryServiceOptions
  * reaches `app.memory.runMemory`. The delivery worker starts with the app and stops, after
  * its deliveries in flight, when the app closes.
  */
-export default fp(async function memoryService(app: FastifyInstance, opts: MemoryServiceOptions) {
-  const hub = createMemoryHub(app.db, opts, app.log)
-  app.decorate('memory', hub)
-  app.features.capabilities.memory = hub.backend !== null
-  app.addHook('onReady', async () => {
-    if (opts.config.MEMORY_CAPTURE_WORKER) hub.worker?.start()
-  })
-  // preClose runs before any onClose hook, so deliveries in flight finish while the database is still open
-  app.addHook('preClose', async () => {
-    await app.shutdown.drain('the memory capture worker', async (ms) => {
-      await hub.worker?.stop(ms)
-      await hub.drain()
+export default fp(
+  async function memoryService(app: FastifyInstance, opts: MemoryServiceOptions) {
+    const hub = createMemoryHub(app.db, opts, app.log)
+    app.decorate('memory', hub)
+    app.features.capabilities.memory = hub.backend !== null
+    app.addHook('onReady', async () => {
+      if (opts.config.MEMORY_CAPTURE_WORKER) hub.worker?.start()
     })
-  })
-}, { name: 'memory', fastify: '5.x', dependencies: ['db', 'features'] })
+    // preClose runs before any onClose hook, so deliveries in flight finish while the database is still open
+    app.addHook('preClose', async () => {
+      await app.shutdown.drain('the memory capture worker', async (ms) => {
+        await hub.worker?.stop(ms)
+        await hub.drain()
+      })
+    })
+  },
+  { name: 'memory', fastify: '5.x', dependencies: ['db', 'features'] }
+)

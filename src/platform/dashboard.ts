@@ -22,7 +22,8 @@ const clip = (text: string) => {
  * counts of the org's rows; `recent` is the newest 10 changes across six kinds.
  */
 export async function dashboard(db: Db, orgId: string, now: Date) {
-  const [row] = rowsOf<Record<string, unknown>>(await db.execute(sql`
+  const [row] = rowsOf<Record<string, unknown>>(
+    await db.execute(sql`
     select
       f.finished, f.succeeded, f.failed,
       (select count(*) from runs where org_id = ${orgId} and status = 'queued') as queued,
@@ -52,17 +53,42 @@ export async function dashboard(db: Db, orgId: string, now: Date) {
           (select 'task', id, title, updated_at from tasks where org_id = ${orgId} order by updated_at desc limit ${RECENT})
         ) everything order by at desc, id desc limit ${RECENT}) r) as recent
     from (select coalesce(sum(runs), 0) as finished, coalesce(sum(succeeded), 0) as succeeded, coalesce(sum(failed), 0) as failed
-          from usage_hours where org_id = ${orgId}) f`))
+          from usage_hours where org_id = ${orgId}) f`)
+  )
   const n = (key: string) => Number(row![key])
   const finished = n('finished')
-  const byStatus = { queued: n('queued'), running: n('running'), requires_action: n('requires_action'), succeeded: n('succeeded'), failed: n('failed'), cancelled: finished - n('succeeded') - n('failed') }
-  const recent = (typeof row!.recent === 'string' ? JSON.parse(row!.recent) : row!.recent) as Array<{ kind: string; id: string; title: string; at: string }>
+  const byStatus = {
+    queued: n('queued'),
+    running: n('running'),
+    requires_action: n('requires_action'),
+    succeeded: n('succeeded'),
+    failed: n('failed'),
+    cancelled: finished - n('succeeded') - n('failed')
+  }
+  const recent = (typeof row!.recent === 'string' ? JSON.parse(row!.recent) : row!.recent) as Array<{
+    kind: string
+    id: string
+    title: string
+    at: string
+  }>
   return {
-    runs: { total: finished + byStatus.queued + byStatus.running + byStatus.requires_action, byStatus, last24h: n('last24h') },
+    runs: {
+      total: finished + byStatus.queued + byStatus.running + byStatus.requires_action,
+      byStatus,
+      last24h: n('last24h')
+    },
     activeRuns: byStatus.queued + byStatus.running + byStatus.requires_action,
-    memory: { items: n('memory_items'), pendingCaptures: n('pending_captures'), deadCaptures: n('dead_captures'), orphans: n('orphans') },
+    memory: {
+      items: n('memory_items'),
+      pendingCaptures: n('pending_captures'),
+      deadCaptures: n('dead_captures'),
+      orphans: n('orphans')
+    },
     knowledge: { records: n('records'), documents: n('documents') },
-    automations: { enabled: n('automations_enabled'), nextFireAt: isoOrNull(row!.next_fire_at as string | Date | null) },
+    automations: {
+      enabled: n('automations_enabled'),
+      nextFireAt: isoOrNull(row!.next_fire_at as string | Date | null)
+    },
     recent: recent.map((r) => ({ kind: r.kind as 'run', id: r.id, title: clip(r.title), at: isoOf(r.at) }))
   }
 }

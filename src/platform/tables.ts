@@ -25,28 +25,46 @@ const counts = {
  * Together they add up to exact local days of any `tz`, 23- and 25-hour days included.
  * `model` and `user_id` are '' for none.
  */
-export const usageHours = pgTable('usage_hours', {
-  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
-  hour: ts('hour').notNull(),
-  ...counts
-}, (t) => [primaryKey({ columns: [t.orgId, t.hour] })])
+export const usageHours = pgTable(
+  'usage_hours',
+  {
+    orgId: text('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    hour: ts('hour').notNull(),
+    ...counts
+  },
+  (t) => [primaryKey({ columns: [t.orgId, t.hour] })]
+)
 
 /** `usage_hours` by engine, model and user: one row per org, hour and combination that ran in it. */
-export const usageHourGroups = pgTable('usage_hour_groups', {
-  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
-  hour: ts('hour').notNull(),
-  engine: text('engine').notNull(),
-  model: text('model').notNull(),
-  userId: text('user_id').notNull(),
-  ...counts
-}, (t) => [primaryKey({ columns: [t.orgId, t.hour, t.engine, t.model, t.userId] })])
+export const usageHourGroups = pgTable(
+  'usage_hour_groups',
+  {
+    orgId: text('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    hour: ts('hour').notNull(),
+    engine: text('engine').notNull(),
+    model: text('model').notNull(),
+    userId: text('user_id').notNull(),
+    ...counts
+  },
+  (t) => [primaryKey({ columns: [t.orgId, t.hour, t.engine, t.model, t.userId] })]
+)
 
 /** The quarter hours, by engine, model and user: read only for the hours a midnight splits. */
-export const usageSlotGroups = pgTable('usage_slot_groups', {
-  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
-  slot: ts('slot').notNull(),
-  engine: text('engine').notNull(),
-  model: text('model').notNull(),
-  userId: text('user_id').notNull(),
-  ...counts
-}, (t) => [primaryKey({ columns: [t.orgId, t.slot, t.engine, t.model, t.userId] })])
+export const usageSlotGroups = pgTable(
+  'usage_slot_groups',
+  {
+    orgId: text('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    slot: ts('slot').notNull(),
+    engine: text('engine').notNull(),
+    model: text('model').notNull(),
+    userId: text('user_id').notNull(),
+    ...counts
+  },
+  (t) => [primaryKey({ columns: [t.orgId, t.slot, t.engine, t.model, t.userId] })]
+)

@@ -30,7 +30,8 @@ function dayNumber(date: string): number | null {
 const dateOfDay = (day: number) => new Date(day * DAY_MS).toISOString().slice(0, 10)
 
 /** Today's date in `tz` (en-CA formats as YYYY-MM-DD). */
-const todayIn = (tz: string, now: Date) => new Intl.DateTimeFormat('en-CA', { timeZone: tz, year: 'numeric', month: '2-digit', day: '2-digit' }).format(now)
+const todayIn = (tz: string, now: Date) =>
+  new Intl.DateTimeFormat('en-CA', { timeZone: tz, year: 'numeric', month: '2-digit', day: '2-digit' }).format(now)
 
 export interface UsageQuery {
   from?: string | undefined
@@ -40,9 +41,15 @@ export interface UsageQuery {
 }
 
 /** The query's days and groups, or 400 validation_failed naming what is wrong. */
-export function parseUsageQuery(q: UsageQuery, now: Date): { first: number; last: number; tz: string; groups: Group[] } {
+export function parseUsageQuery(
+  q: UsageQuery,
+  now: Date
+): { first: number; last: number; tz: string; groups: Group[] } {
   const tz = q.tz ?? 'UTC'
-  if (!isTimeZone(tz)) throw validationFailed([{ path: '/querystring/tz', message: `${JSON.stringify(tz)} is not an IANA time zone (like Europe/Berlin or UTC)` }])
+  if (!isTimeZone(tz))
+    throw validationFailed([
+      { path: '/querystring/tz', message: `${JSON.stringify(tz)} is not an IANA time zone (like Europe/Berlin or UTC)` }
+    ])
   const to = q.to ?? todayIn(tz, now)
   const last = dayNumber(to)
   if (last === null) throw validationFailed([{ path: '/querystring/to', message: `${to} is not a date` }])
@@ -50,7 +57,9 @@ export function parseUsageQuery(q: UsageQuery, now: Date): { first: number; last
   if (first === null) throw validationFailed([{ path: '/querystring/from', message: `${q.from} is not a date` }])
   if (first > last) throw validationFailed([{ path: '/querystring/from', message: 'must not be after `to`' }])
   if (last - first + 1 > USAGE_MAX_DAYS) {
-    throw validationFailed([{ path: '/querystring/to', message: `the range is ${last - first + 1} days; at most ${USAGE_MAX_DAYS}` }])
+    throw validationFailed([
+      { path: '/querystring/to', message: `the range is ${last - first + 1} days; at most ${USAGE_MAX_DAYS}` }
+    ])
   }
   const groups = [...new Set((q.groupBy ?? '').split(',').filter((g) => g !== ''))] as Group[]
   return { first, last, tz, groups: USAGE_GROUPS.filter((g) => groups.includes(g)) }
@@ -69,11 +78,18 @@ const ORIGIN = '2000-01-01T00:00:00Z'
  * every group seen is there, zero-filled, in date then group order, and the totals are the
  * buckets' sums.
  */
-export async function usageReport(db: Db, orgId: string, { first, last, tz, groups }: ReturnType<typeof parseUsageQuery>): Promise<{ buckets: UsageBucket[]; totals: Counts }> {
+export async function usageReport(
+  db: Db,
+  orgId: string,
+  { first, last, tz, groups }: ReturnType<typeof parseUsageQuery>
+): Promise<{ buckets: UsageBucket[]; totals: Counts }> {
   const keys = groups.map((g) => sql.raw(COLUMN[g]))
   const columns = keys.length > 0 ? sql`, ${sql.join(keys, sql`, `)}` : sql``
   const hours = sql.raw(keys.length > 0 ? 'usage_hour_groups' : 'usage_hours')
-  const rows = rowsOf<Record<string, unknown>>(await db.execute(sql`
+  const rows = rowsOf<Record<string, unknown>>(
+    await db
+      .execute(
+        sql`
     with midnights as materialized (
       select i, m, date_bin('1 hour', m, ${ORIGIN}::timestamptz) as h
       from (select i, ((${dateOfDay(first)}::date + i)::timestamp at time zone ${tz}) as m
@@ -102,11 +118,17 @@ export async function usageReport(db: Db, orgId: string, { first, last, tz, grou
           and q.slot >= greatest(h, (select b[1] from bounds))
           and q.slot < least(h + interval '1 hour', (select b[array_length(b, 1)] from bounds))) q
     ) r
-    group by 1${columns}`).catch((err: unknown) => {
-    // a zone ICU knows and this database's time zone data does not
-    if (sqlStateOf(err) === '22023') throw validationFailed([{ path: '/querystring/tz', message: `${JSON.stringify(tz)} is not a time zone this database knows` }])
-    throw err
-  }))
+    group by 1${columns}`
+      )
+      .catch((err: unknown) => {
+        // a zone ICU knows and this database's time zone data does not
+        if (sqlStateOf(err) === '22023')
+          throw validationFailed([
+            { path: '/querystring/tz', message: `${JSON.stringify(tz)} is not a time zone this database knows` }
+          ])
+        throw err
+      })
+  )
   const label = (r: Record<string, unknown>) => ({
     engine: groups.includes('engine') ? String(r.engine) : null,
     model: groups.includes('model') && r.model !== '' ? String(r.model) : null,
@@ -120,11 +142,16 @@ export async function usageReport(db: Db, orgId: string, { first, last, tz, grou
     const k = keyOf(l)
     seen.set(k, l)
     byKey.set(`${dateOfDay(first + Number(r.day))}|${k}`, {
-      runs: Number(r.runs), succeeded: Number(r.succeeded), failed: Number(r.failed),
-      inputTokens: Number(r.input_tokens), outputTokens: Number(r.output_tokens), durationMs: Number(r.duration_ms)
+      runs: Number(r.runs),
+      succeeded: Number(r.succeeded),
+      failed: Number(r.failed),
+      inputTokens: Number(r.input_tokens),
+      outputTokens: Number(r.output_tokens),
+      durationMs: Number(r.duration_ms)
     })
   }
-  if (seen.size === 0) seen.set(keyOf({ engine: null, model: null, userId: null }), { engine: null, model: null, userId: null })
+  if (seen.size === 0)
+    seen.set(keyOf({ engine: null, model: null, userId: null }), { engine: null, model: null, userId: null })
   const order = [...seen.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
   const buckets: UsageBucket[] = []
   const totals = zero()

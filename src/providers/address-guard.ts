@@ -29,7 +29,14 @@ const METADATA_ADDRESSES = new Set([
   'fd00:ec2::254', // AWS IMDS over IPv6
   'fd20:ce::254' // GCP metadata over IPv6
 ])
-const METADATA_NAMES = new Set(['metadata', 'metadata.google.internal', 'metadata.goog', 'instance-data', 'instance-data.ec2.internal', 'metadata.azure.internal'])
+const METADATA_NAMES = new Set([
+  'metadata',
+  'metadata.google.internal',
+  'metadata.goog',
+  'instance-data',
+  'instance-data.ec2.internal',
+  'metadata.azure.internal'
+])
 
 /** A v4 address's range name for people. */
 const RANGE_WORDS: Record<string, string> = {
@@ -78,7 +85,9 @@ export function classifyAddress(text: string, allowPrivate: boolean): AddressVer
     const v4 = embeddedV4(addr as ipaddr.IPv6)
     if (v4) {
       const inner = classifyAddress(v4.toString(), allowPrivate)
-      return inner.ok ? inner : { ...inner, reason: `${shown} carries the IPv4 address ${v4.toString()}: ${inner.reason}` }
+      return inner.ok
+        ? inner
+        : { ...inner, reason: `${shown} carries the IPv4 address ${v4.toString()}: ${inner.reason}` }
     }
   }
   const range = addr.range()
@@ -86,11 +95,19 @@ export function classifyAddress(text: string, allowPrivate: boolean): AddressVer
   const words = RANGE_WORDS[range] ?? `a special-purpose address (${range})`
   if (ALWAYS_REFUSED.has(range)) return { ok: false, reason: `${shown} is ${words}`, always: true }
   if (allowPrivate) return { ok: true }
-  return { ok: false, reason: `${shown} is ${words} (PROVIDER_ALLOW_PRIVATE=true allows loopback and private addresses)`, always: false }
+  return {
+    ok: false,
+    reason: `${shown} is ${words} (PROVIDER_ALLOW_PRIVATE=true allows loopback and private addresses)`,
+    always: false
+  }
 }
 
 /** A URL hostname without brackets and trailing dot, lower case. */
-const bareHost = (hostname: string) => hostname.replace(/^\[|\]$/g, '').replace(/\.$/, '').toLowerCase()
+const bareHost = (hostname: string) =>
+  hostname
+    .replace(/^\[|\]$/g, '')
+    .replace(/\.$/, '')
+    .toLowerCase()
 
 /** Refused before any lookup: a metadata name. */
 function refusedName(host: string): string | null {
@@ -143,17 +160,22 @@ export function guardedLookup(allowPrivate: boolean): LookupFunction {
     const host = bareHost(hostname)
     const named = refusedName(host)
     if (named) return void callback(new AddressRefused(named), '', 0)
-    dnsLookup(hostname, { family: options.family ?? 0, hints: options.hints ?? 0, all: true, verbatim: true }, (err, addresses) => {
-      if (err) return void callback(err, '', 0)
-      for (const { address } of addresses) {
-        const verdict = classifyAddress(address, allowPrivate)
-        if (!verdict.ok) return void callback(new AddressRefused(`${host} resolves to ${verdict.reason}`), '', 0)
+    dnsLookup(
+      hostname,
+      { family: options.family ?? 0, hints: options.hints ?? 0, all: true, verbatim: true },
+      (err, addresses) => {
+        if (err) return void callback(err, '', 0)
+        for (const { address } of addresses) {
+          const verdict = classifyAddress(address, allowPrivate)
+          if (!verdict.ok) return void callback(new AddressRefused(`${host} resolves to ${verdict.reason}`), '', 0)
+        }
+        if (options.all) return void (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, addresses)
+        const first = addresses[0]
+        if (!first)
+          return void callback(Object.assign(new Error(`${host} does not resolve`), { code: 'ENOTFOUND' }), '', 0)
+        callback(null, first.address, first.family)
       }
-      if (options.all) return void (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, addresses)
-      const first = addresses[0]
-      if (!first) return void callback(Object.assign(new Error(`${host} does not resolve`), { code: 'ENOTFOUND' }), '', 0)
-      callback(null, first.address, first.family)
-    })
+    )
   }
 }
 
@@ -173,7 +195,11 @@ export function providerFetcher(allowPrivate: boolean): { fetch: ProviderFetch; 
         const verdict = classifyAddress(host, allowPrivate)
         if (!verdict.ok) throw new TypeError('fetch failed', { cause: new AddressRefused(verdict.reason) })
       }
-      const res = await undiciFetch(url, { ...(init as Record<string, unknown>), dispatcher: agent, redirect: 'error' } as Parameters<typeof undiciFetch>[1])
+      const res = await undiciFetch(url, {
+        ...(init as Record<string, unknown>),
+        dispatcher: agent,
+        redirect: 'error'
+      } as Parameters<typeof undiciFetch>[1])
       return res as unknown as Response
     },
     close: () => agent.destroy()

@@ -2,7 +2,14 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { notFound, validationFailed } from '../../plugins/errors.js'
 import { errorResponses, IdParams } from '../../schemas/common.js'
 import {
-  CreateProviderBody, DefaultModel, ListProvidersQuery, ModelList, ProviderEnvelope, ProviderPage, SetDefaultModelBody, SetDefaultModelReply
+  CreateProviderBody,
+  DefaultModel,
+  ListProvidersQuery,
+  ModelList,
+  ProviderEnvelope,
+  ProviderPage,
+  SetDefaultModelBody,
+  SetDefaultModelReply
 } from '../../schemas/providers.js'
 import { principalOf, realUserId } from '../auth/principal.js'
 import { listProviders, providerToWire, setModelDefault } from './providers-repo.js'
@@ -15,141 +22,184 @@ const ADMIN = { scope: 'admin' } as const
  * `GET /api/models`, the models ready for the org (an API key may read it).
  */
 const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
-  app.post('/providers', {
-    config: ADMIN,
-    schema: {
-      operationId: 'createProvider',
-      tags: PROVIDERS,
-      summary: 'Connect an OpenAI-compatible provider (admin): the key is sealed as a secret, the provider is checked once at once',
-      description: 'Connects a model provider with its base URL and key, seals the key as a secret and checks the provider once.',
-      body: CreateProviderBody,
-      response: { 201: ProviderEnvelope, ...errorResponses(503) }
-    }
-  }, async (request, reply) => {
-    const principal = principalOf(request)
-    const row = await app.providers.create(principal.orgId, request.body, realUserId(principal))
-    // the org's default model may now be this provider's (other instances: within 2 s)
-    app.runs.engines.forgetDefaults(principal.orgId)
-    return reply.code(201).send({ provider: providerToWire(row) })
-  })
-
-  app.get('/providers', {
-    schema: {
-      operationId: 'listProviders',
-      tags: PROVIDERS,
-      summary: 'The org\'s providers, oldest first (the order in which they offer a model id two of them share)',
-      description: 'Lists the organization\'s model providers, oldest first, with their models, readiness and the last check\'s error; keys are never returned.',
-      querystring: ListProvidersQuery,
-      response: { 200: ProviderPage, ...errorResponses() }
-    }
-  }, async (request) => {
-    const { orgId } = principalOf(request)
-    const page = await listProviders(app.db, orgId, { limit: request.query.limit ?? 50, cursor: request.query.cursor })
-    return { items: page.items.map(providerToWire), nextCursor: page.nextCursor }
-  })
-
-  app.delete('/providers/:id', {
-    config: ADMIN,
-    schema: {
-      operationId: 'deleteProvider',
-      tags: PROVIDERS,
-      summary: 'Remove a provider and its key (admin); runs naming its models afterwards are refused, queued ones fail',
-      description: 'Removes a provider and its sealed key; runs that name its models are refused from then on and queued ones fail.',
-      params: IdParams,
-      response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
-    }
-  }, async (request, reply) => {
-    const { orgId } = principalOf(request)
-    if (!(await app.providers.remove(orgId, request.params.id))) throw notFound('no such provider in this organization')
-    app.runs.engines.forgetDefaults(orgId)
-    return reply.code(204).send(null)
-  })
-
-  app.post('/providers/:id/check', {
-    config: ADMIN,
-    schema: {
-      operationId: 'checkProvider',
-      tags: PROVIDERS,
-      summary: 'Probe the provider\'s /models with its key (admin): ready, or lastError saying whether the key or the URL is wrong',
-      description: 'Asks the provider for its models with its key and records whether it is ready or why not.',
-      params: IdParams,
-      response: { 200: ProviderEnvelope, ...errorResponses(404) }
-    }
-  }, async (request) => {
-    const { orgId } = principalOf(request)
-    const row = await app.providers.check(orgId, request.params.id)
-    app.runs.engines.forgetDefaults(orgId)
-    if (!row) throw notFound('no such provider in this organization')
-    return { provider: providerToWire(row) }
-  })
-
-  app.get('/models', {
-    schema: {
-      operationId: 'listModels',
-      tags: PROVIDERS,
-      summary: 'The models a run of this org may name: the deployment\'s (providerId null), then its ready providers\' (an id already listed is not repeated)',
-      description: 'Lists the model ids a run of this organization may name: the deployment\'s, then those of the organization\'s ready providers.',
-      response: { 200: ModelList, ...errorResponses() }
-    }
-  }, async (request) => {
-    const { orgId } = principalOf(request)
-    const [catalogs, ready, fallback] = await Promise.all([
-      Promise.all(app.features.catalogs.map((catalog) => catalog())),
-      app.providers.ready(orgId),
-      app.runs.engines.defaultModel(orgId)
-    ])
-    const items: Array<{ id: string; engine: string; providerId: string | null; default: boolean }> = []
-    const seen = new Set<string>()
-    for (const model of catalogs.flatMap((c) => c.models)) {
-      if (seen.has(model.id)) continue
-      seen.add(model.id)
-      items.push({ id: model.id, engine: model.engine, providerId: null, default: model.id === fallback.model })
-    }
-    // the same precedence a run's model resolves by (src/runs/engines/registry.ts)
-    for (const provider of ready) {
-      for (const id of provider.models) {
-        if (seen.has(id)) continue
-        seen.add(id)
-        items.push({ id, engine: provider.kind, providerId: provider.id, default: id === fallback.model })
+  app.post(
+    '/providers',
+    {
+      config: ADMIN,
+      schema: {
+        operationId: 'createProvider',
+        tags: PROVIDERS,
+        summary:
+          'Connect an OpenAI-compatible provider (admin): the key is sealed as a secret, the provider is checked once at once',
+        description:
+          'Connects a model provider with its base URL and key, seals the key as a secret and checks the provider once.',
+        body: CreateProviderBody,
+        response: { 201: ProviderEnvelope, ...errorResponses(503) }
       }
+    },
+    async (request, reply) => {
+      const principal = principalOf(request)
+      const row = await app.providers.create(principal.orgId, request.body, realUserId(principal))
+      // the org's default model may now be this provider's (other instances: within 2 s)
+      app.runs.engines.forgetDefaults(principal.orgId)
+      return reply.code(201).send({ provider: providerToWire(row) })
     }
-    return { items }
-  })
+  )
 
-  app.get('/models/default', {
-    schema: {
-      operationId: 'getDefaultModel',
-      tags: PROVIDERS,
-      summary: 'The org\'s default model and where it comes from: an admin\'s choice, else the deployment\'s first ready model, else the org providers\', else echo',
-      description: 'Returns the model runs use when they name none, and whether an admin chose it or it was picked by the fallback order.',
-      response: { 200: DefaultModel, ...errorResponses() }
+  app.get(
+    '/providers',
+    {
+      schema: {
+        operationId: 'listProviders',
+        tags: PROVIDERS,
+        summary: "The org's providers, oldest first (the order in which they offer a model id two of them share)",
+        description:
+          "Lists the organization's model providers, oldest first, with their models, readiness and the last check's error; keys are never returned.",
+        querystring: ListProvidersQuery,
+        response: { 200: ProviderPage, ...errorResponses() }
+      }
+    },
+    async (request) => {
+      const { orgId } = principalOf(request)
+      const page = await listProviders(app.db, orgId, {
+        limit: request.query.limit ?? 50,
+        cursor: request.query.cursor
+      })
+      return { items: page.items.map(providerToWire), nextCursor: page.nextCursor }
     }
-  }, async (request) => {
-    const { model, source } = await app.runs.engines.defaultModel(principalOf(request).orgId)
-    return { model: model ?? 'echo', source }
-  })
+  )
 
-  app.put('/models/default', {
-    config: ADMIN,
-    schema: {
-      operationId: 'setDefaultModel',
-      tags: PROVIDERS,
-      summary: 'Choose the org\'s default model (admin): one GET /api/models lists; null forgets the choice',
-      description: 'Sets the model runs use when they name none, or clears the choice with null; only admins may.',
-      body: SetDefaultModelBody,
-      response: { 200: SetDefaultModelReply, ...errorResponses() }
+  app.delete(
+    '/providers/:id',
+    {
+      config: ADMIN,
+      schema: {
+        operationId: 'deleteProvider',
+        tags: PROVIDERS,
+        summary:
+          'Remove a provider and its key (admin); runs naming its models afterwards are refused, queued ones fail',
+        description:
+          'Removes a provider and its sealed key; runs that name its models are refused from then on and queued ones fail.',
+        params: IdParams,
+        response: { 204: { type: 'null', description: 'deleted' }, ...errorResponses(404) }
+      }
+    },
+    async (request, reply) => {
+      const { orgId } = principalOf(request)
+      if (!(await app.providers.remove(orgId, request.params.id)))
+        throw notFound('no such provider in this organization')
+      app.runs.engines.forgetDefaults(orgId)
+      return reply.code(204).send(null)
     }
-  }, async (request) => {
-    const principal = principalOf(request)
-    const { model } = request.body
-    if (model !== null) {
-      const offered = await app.runs.engines.resolve(undefined, model, principal.orgId)
-      if ('error' in offered) throw validationFailed([{ path: '/body/model', message: `${offered.error}: choose one of GET /api/models` }])
+  )
+
+  app.post(
+    '/providers/:id/check',
+    {
+      config: ADMIN,
+      schema: {
+        operationId: 'checkProvider',
+        tags: PROVIDERS,
+        summary:
+          "Probe the provider's /models with its key (admin): ready, or lastError saying whether the key or the URL is wrong",
+        description: 'Asks the provider for its models with its key and records whether it is ready or why not.',
+        params: IdParams,
+        response: { 200: ProviderEnvelope, ...errorResponses(404) }
+      }
+    },
+    async (request) => {
+      const { orgId } = principalOf(request)
+      const row = await app.providers.check(orgId, request.params.id)
+      app.runs.engines.forgetDefaults(orgId)
+      if (!row) throw notFound('no such provider in this organization')
+      return { provider: providerToWire(row) }
     }
-    await setModelDefault(app.db, principal.orgId, model, realUserId(principal))
-    app.runs.engines.forgetDefaults(principal.orgId)
-    return { model }
-  })
+  )
+
+  app.get(
+    '/models',
+    {
+      schema: {
+        operationId: 'listModels',
+        tags: PROVIDERS,
+        summary:
+          "The models a run of this org may name: the deployment's (providerId null), then its ready providers' (an id already listed is not repeated)",
+        description:
+          "Lists the model ids a run of this organization may name: the deployment's, then those of the organization's ready providers.",
+        response: { 200: ModelList, ...errorResponses() }
+      }
+    },
+    async (request) => {
+      const { orgId } = principalOf(request)
+      const [catalogs, ready, fallback] = await Promise.all([
+        Promise.all(app.features.catalogs.map((catalog) => catalog())),
+        app.providers.ready(orgId),
+        app.runs.engines.defaultModel(orgId)
+      ])
+      const items: Array<{ id: string; engine: string; providerId: string | null; default: boolean }> = []
+      const seen = new Set<string>()
+      for (const model of catalogs.flatMap((c) => c.models)) {
+        if (seen.has(model.id)) continue
+        seen.add(model.id)
+        items.push({ id: model.id, engine: model.engine, providerId: null, default: model.id === fallback.model })
+      }
+      // the same precedence a run's model resolves by (src/runs/engines/registry.ts)
+      for (const provider of ready) {
+        for (const id of provider.models) {
+          if (seen.has(id)) continue
+          seen.add(id)
+          items.push({ id, engine: provider.kind, providerId: provider.id, default: id === fallback.model })
+        }
+      }
+      return { items }
+    }
+  )
+
+  app.get(
+    '/models/default',
+    {
+      schema: {
+        operationId: 'getDefaultModel',
+        tags: PROVIDERS,
+        summary:
+          "The org's default model and where it comes from: an admin's choice, else the deployment's first ready model, else the org providers', else echo",
+        description:
+          'Returns the model runs use when they name none, and whether an admin chose it or it was picked by the fallback order.',
+        response: { 200: DefaultModel, ...errorResponses() }
+      }
+    },
+    async (request) => {
+      const { model, source } = await app.runs.engines.defaultModel(principalOf(request).orgId)
+      return { model: model ?? 'echo', source }
+    }
+  )
+
+  app.put(
+    '/models/default',
+    {
+      config: ADMIN,
+      schema: {
+        operationId: 'setDefaultModel',
+        tags: PROVIDERS,
+        summary: "Choose the org's default model (admin): one GET /api/models lists; null forgets the choice",
+        description: 'Sets the model runs use when they name none, or clears the choice with null; only admins may.',
+        body: SetDefaultModelBody,
+        response: { 200: SetDefaultModelReply, ...errorResponses() }
+      }
+    },
+    async (request) => {
+      const principal = principalOf(request)
+      const { model } = request.body
+      if (model !== null) {
+        const offered = await app.runs.engines.resolve(undefined, model, principal.orgId)
+        if ('error' in offered)
+          throw validationFailed([{ path: '/body/model', message: `${offered.error}: choose one of GET /api/models` }])
+      }
+      await setModelDefault(app.db, principal.orgId, model, realUserId(principal))
+      app.runs.engines.forgetDefaults(principal.orgId)
+      return { model }
+    }
+  )
 }
 
 export default providersRoutes

@@ -27,54 +27,111 @@ export function providerToWire(p: ProviderRow) {
 export const apiKeySecretName = (providerId: string) => `provider:${providerId}:api_key`
 
 /** Inserts a provider; null when the org already has one of that name. */
-export async function insertProvider(db: Db, orgId: string, p: { id: string; name: string; kind: ProviderRow['kind']; baseUrl: string; models: string[]; modelsGiven: boolean; createdBy: string | null }): Promise<ProviderRow | null> {
-  const [row] = await db.insert(providers).values({ ...p, orgId }).onConflictDoNothing({ target: [providers.orgId, providers.name] }).returning()
+export async function insertProvider(
+  db: Db,
+  orgId: string,
+  p: {
+    id: string
+    name: string
+    kind: ProviderRow['kind']
+    baseUrl: string
+    models: string[]
+    modelsGiven: boolean
+    createdBy: string | null
+  }
+): Promise<ProviderRow | null> {
+  const [row] = await db
+    .insert(providers)
+    .values({ ...p, orgId })
+    .onConflictDoNothing({ target: [providers.orgId, providers.name] })
+    .returning()
   return row ?? null
 }
 
 export async function getProvider(db: Db, orgId: string, id: string): Promise<ProviderRow | null> {
-  const [row] = await db.select().from(providers).where(and(eq(providers.orgId, orgId), eq(providers.id, id)))
+  const [row] = await db
+    .select()
+    .from(providers)
+    .where(and(eq(providers.orgId, orgId), eq(providers.id, id)))
   return row ?? null
 }
 
 export async function providerNamed(db: Db, orgId: string, name: string): Promise<ProviderRow | null> {
-  const [row] = await db.select().from(providers).where(and(eq(providers.orgId, orgId), eq(providers.name, name)))
+  const [row] = await db
+    .select()
+    .from(providers)
+    .where(and(eq(providers.orgId, orgId), eq(providers.name, name)))
   return row ?? null
 }
 
 /** Providers oldest first: the order in which they offer a model id two of them share. */
 export async function listProviders(db: Db, orgId: string, q: { limit: number; cursor: string | undefined }) {
   const list = keyset(providers.id, 'asc', q)
-  const rows = await db.select().from(providers)
+  const rows = await db
+    .select()
+    .from(providers)
     .where(and(eq(providers.orgId, orgId), list.after))
-    .orderBy(list.orderBy).limit(list.limit)
+    .orderBy(list.orderBy)
+    .limit(list.limit)
   return list.page(rows)
 }
 
 /** The org's ready providers, oldest first (GET /api/models). */
 export async function readyProviders(db: Db, orgId: string): Promise<ProviderRow[]> {
-  return db.select().from(providers).where(and(eq(providers.orgId, orgId), eq(providers.ready, true))).orderBy(asc(providers.id))
+  return db
+    .select()
+    .from(providers)
+    .where(and(eq(providers.orgId, orgId), eq(providers.ready, true)))
+    .orderBy(asc(providers.id))
 }
 
 /** The oldest ready provider of the org that offers this model (a run naming it). */
 export async function providerOffering(db: Db | Tx, orgId: string, model: string): Promise<ProviderRow | null> {
-  const [row] = await db.select().from(providers)
-    .where(and(eq(providers.orgId, orgId), eq(providers.ready, true), sql`${providers.models} @> ${JSON.stringify([model])}::jsonb`))
-    .orderBy(asc(providers.id)).limit(1)
+  const [row] = await db
+    .select()
+    .from(providers)
+    .where(
+      and(
+        eq(providers.orgId, orgId),
+        eq(providers.ready, true),
+        sql`${providers.models} @> ${JSON.stringify([model])}::jsonb`
+      )
+    )
+    .orderBy(asc(providers.id))
+    .limit(1)
   return row ?? null
 }
 
 /** Records a check's outcome: ready with (when it lists them) the models, or not ready and why. */
-export async function recordCheck(db: Db, orgId: string, id: string, outcome: { ok: true; models: string[] | null } | { ok: false; error: string }): Promise<ProviderRow | null> {
-  const [row] = await db.update(providers).set(outcome.ok
-    ? { ready: true, lastError: null, lastCheckedAt: sql`now()`, updatedAt: sql`now()`, ...(outcome.models ? { models: outcome.models } : {}) }
-    : { ready: false, lastError: outcome.error, lastCheckedAt: sql`now()`, updatedAt: sql`now()` })
-    .where(and(eq(providers.orgId, orgId), eq(providers.id, id))).returning()
+export async function recordCheck(
+  db: Db,
+  orgId: string,
+  id: string,
+  outcome: { ok: true; models: string[] | null } | { ok: false; error: string }
+): Promise<ProviderRow | null> {
+  const [row] = await db
+    .update(providers)
+    .set(
+      outcome.ok
+        ? {
+            ready: true,
+            lastError: null,
+            lastCheckedAt: sql`now()`,
+            updatedAt: sql`now()`,
+            ...(outcome.models ? { models: outcome.models } : {})
+          }
+        : { ready: false, lastError: outcome.error, lastCheckedAt: sql`now()`, updatedAt: sql`now()` }
+    )
+    .where(and(eq(providers.orgId, orgId), eq(providers.id, id)))
+    .returning()
   return row ?? null
 }
 
 export async function deleteProvider(db: Db, orgId: string, id: string): Promise<boolean> {
-  const rows = await db.delete(providers).where(and(eq(providers.orgId, orgId), eq(providers.id, id))).returning({ id: providers.id })
+  const rows = await db
+    .delete(providers)
+    .where(and(eq(providers.orgId, orgId), eq(providers.id, id)))
+    .returning({ id: providers.id })
   return rows.length === 1
 }
 
@@ -82,19 +139,31 @@ export async function deleteProvider(db: Db, orgId: string, id: string): Promise
  * What the org's default model is made of, in one query: the model its admin chose (null:
  * none) and the first model of its oldest ready provider (null: none).
  */
-export async function modelDefaultsOf(db: Db | Tx, orgId: string): Promise<{ chosen: string | null; firstProviderModel: string | null }> {
-  const rows = rowsOf<{ chosen: string | null; first: string | null }>(await db.execute(sql`
+export async function modelDefaultsOf(
+  db: Db | Tx,
+  orgId: string
+): Promise<{ chosen: string | null; firstProviderModel: string | null }> {
+  const rows = rowsOf<{ chosen: string | null; first: string | null }>(
+    await db.execute(sql`
     select (select model from model_defaults where org_id = ${orgId}) as chosen,
-           (select models->>0 from providers where org_id = ${orgId} and ready and jsonb_array_length(models) > 0 order by id limit 1) as first`))
+           (select models->>0 from providers where org_id = ${orgId} and ready and jsonb_array_length(models) > 0 order by id limit 1) as first`)
+  )
   return { chosen: rows[0]?.chosen ?? null, firstProviderModel: rows[0]?.first ?? null }
 }
 
 /** Chooses (or, with null, forgets) the org's default model. */
-export async function setModelDefault(db: Db, orgId: string, model: string | null, userId: string | null): Promise<void> {
+export async function setModelDefault(
+  db: Db,
+  orgId: string,
+  model: string | null,
+  userId: string | null
+): Promise<void> {
   if (model === null) {
     await db.delete(modelDefaults).where(eq(modelDefaults.orgId, orgId))
     return
   }
-  await db.insert(modelDefaults).values({ orgId, model, updatedBy: userId })
+  await db
+    .insert(modelDefaults)
+    .values({ orgId, model, updatedBy: userId })
     .onConflictDoUpdate({ target: modelDefaults.orgId, set: { model, updatedBy: userId, updatedAt: sql`now()` } })
 }

@@ -22,7 +22,10 @@ const SCHEMA_MAX_BYTES = 64 * 1024
  * (`safe-regex2`: it is run over the model's output) is a `400 validation_failed` naming
  * the field. `at` is the body path of the options (`/body` for a run).
  */
-export function agentOptionsOf(body: AgentOptionsBody, at = '/body'): { instructions: string | null; settings: RunSettings; attachments: string[] } {
+export function agentOptionsOf(
+  body: AgentOptionsBody,
+  at = '/body'
+): { instructions: string | null; settings: RunSettings; attachments: string[] } {
   const settings: RunSettings = {}
   if (body.temperature !== undefined) settings.temperature = body.temperature
   if (body.maxOutputTokens !== undefined) settings.maxOutputTokens = body.maxOutputTokens
@@ -30,24 +33,39 @@ export function agentOptionsOf(body: AgentOptionsBody, at = '/body'): { instruct
     const known = new Set<string>(TOOL_NAMES)
     // an MCP server's tool: whether the org has it is checked where the run is dispatched
     const unknown = body.tools.findIndex((name) => !known.has(name) && !MCP_TOOL_NAME.test(name))
-    if (unknown >= 0) throw validationFailed([{ path: `${at}/tools/${unknown}`, message: `no tool named ${JSON.stringify(body.tools[unknown])}; known: ${TOOL_NAMES.join(', ')} and mcp__<server>__<tool> for the tools of the organization's MCP servers` }])
+    if (unknown >= 0)
+      throw validationFailed([
+        {
+          path: `${at}/tools/${unknown}`,
+          message: `no tool named ${JSON.stringify(body.tools[unknown])}; known: ${TOOL_NAMES.join(', ')} and mcp__<server>__<tool> for the tools of the organization's MCP servers`
+        }
+      ])
     settings.tools = [...body.tools]
   }
   const format = body.responseFormat
   if (format !== undefined) {
     if (format.type === 'json_schema') {
       const path = `${at}/responseFormat/schema`
-      if (Buffer.byteLength(JSON.stringify(format.schema)) > SCHEMA_MAX_BYTES) throw validationFailed([{ path, message: 'the schema is larger than 64 KB' }])
+      if (Buffer.byteLength(JSON.stringify(format.schema)) > SCHEMA_MAX_BYTES)
+        throw validationFailed([{ path, message: 'the schema is larger than 64 KB' }])
       const unsafe = unsafePattern(format.schema)
-      if (unsafe !== null) throw validationFailed([{ path, message: `the pattern ${JSON.stringify(unsafe)} can take exponential time; simplify it` }])
+      if (unsafe !== null)
+        throw validationFailed([
+          { path, message: `the pattern ${JSON.stringify(unsafe)} can take exponential time; simplify it` }
+        ])
       const compiled = compileSchema(format.schema)
-      if (typeof compiled === 'string') throw validationFailed([{ path, message: `not a usable JSON Schema: ${compiled}` }])
+      if (typeof compiled === 'string')
+        throw validationFailed([{ path, message: `not a usable JSON Schema: ${compiled}` }])
       settings.responseFormat = { type: 'json_schema', name: format.name, schema: format.schema }
     } else {
       settings.responseFormat = { type: format.type }
     }
   }
-  return { instructions: body.instructions ?? null, settings, attachments: body.attachments ? [...body.attachments] : [] }
+  return {
+    instructions: body.instructions ?? null,
+    settings,
+    attachments: body.attachments ? [...body.attachments] : []
+  }
 }
 
 /** The first `pattern` or `patternProperties` key of a schema that safe-regex2 finds unsafe, or null. */
@@ -113,7 +131,9 @@ export function outputViolation(settings: RunSettings, output: string): string |
     return 'output_invalid: the output is not JSON'
   }
   if (format.type === 'json_object') {
-    return value !== null && typeof value === 'object' && !Array.isArray(value) ? null : 'output_invalid: the output is not a JSON object'
+    return value !== null && typeof value === 'object' && !Array.isArray(value)
+      ? null
+      : 'output_invalid: the output is not a JSON object'
   }
   const validate = compileSchema(format.schema)
   if (typeof validate === 'string') return `output_invalid: the schema no longer compiles: ${validate}`

@@ -17,7 +17,9 @@ export function attachmentName(name: string): string {
 
 const isText = (contentType: string): boolean => {
   const type = contentType.split(';')[0]!.trim().toLowerCase()
-  return type.startsWith('text/') || type === 'application/json' || type.endsWith('+json') || type === 'application/x-ndjson'
+  return (
+    type.startsWith('text/') || type === 'application/json' || type.endsWith('+json') || type === 'application/x-ndjson'
+  )
 }
 
 /** The file as UTF-8 text, or null when it is not valid UTF-8. */
@@ -30,7 +32,8 @@ function utf8(data: Buffer): string | null {
 }
 
 /** A Markdown fence longer than any run of backticks in the text. */
-const fenceFor = (text: string): string => '`'.repeat(Math.max(3, ...[...text.matchAll(/`+/g)].map((m) => m[0].length + 1)))
+const fenceFor = (text: string): string =>
+  '`'.repeat(Math.max(3, ...[...text.matchAll(/`+/g)].map((m) => m[0].length + 1)))
 
 export interface PreparedAttachments {
   paths: string[]
@@ -60,9 +63,11 @@ export async function prepareAttachments(
     files.push({ path: `attachments/${name}`, data, contentType: upload.contentType })
   }
   const copied = put ? await put(files.map(({ path, data }) => ({ path, data }))) : false
-  const lines = [copied
-    ? 'Attached files (in your workspace):'
-    : 'Attached files (this server has no sandbox, so they are not in a workspace):']
+  const lines = [
+    copied
+      ? 'Attached files (in your workspace):'
+      : 'Attached files (this server has no sandbox, so they are not in a workspace):'
+  ]
   for (const f of files) lines.push(`- ${f.path} (${f.contentType}, ${f.data.length} bytes)`)
   for (const f of files) {
     if (!isText(f.contentType) || f.data.length > INLINE_MAX_BYTES) continue

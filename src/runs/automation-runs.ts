@@ -4,8 +4,13 @@ import type { EngineRegistry } from './engines/registry.js'
 import type { EventBatcher } from './events.js'
 import { announceCommitted, insertThreadRoots } from './runs-repo.js'
 
-/** The runs group's side of the automations port: engines, queued runs in the caller's transaction, their announcement. */
-export function automationRuns(runs: { engines: EngineRegistry; events: EventBatcher }, log: FastifyBaseLogger): AutomationRuns {
+/**
+ * The runs group's side of the automations port: engines, queued runs in the caller's transaction, their announcement.
+ */
+export function automationRuns(
+  runs: { engines: EngineRegistry; events: EventBatcher },
+  log: FastifyBaseLogger
+): AutomationRuns {
   return {
     async engineFor(tx, orgId, engine, model) {
       // the org's providers' models too (contract 11), like POST /api/runs, read in the caller's transaction

@@ -12,21 +12,29 @@ import { announceCommitted, createRun } from './runs-repo.js'
  * `chatplatform` in the caller's transaction (a new thread, or the next run of one), and
  * their announcement after it commits.
  */
-export function chatPlatformRuns(runs: { engines: EngineRegistry; events: EventBatcher }, log: FastifyBaseLogger): ChatPlatformRuns {
+export function chatPlatformRuns(
+  runs: { engines: EngineRegistry; events: EventBatcher },
+  log: FastifyBaseLogger
+): ChatPlatformRuns {
   return {
     async engine(orgId) {
       const chosen = await chatEngine(runs.engines, orgId, undefined)
       return { engine: chosen.engine.id, model: chosen.model }
     },
-    insert: (tx, run) => createRun(tx, { orgId: run.orgId, userId: null }, {
-      id: run.id,
-      prompt: run.prompt,
-      engine: run.engine,
-      model: run.model,
-      rootRunId: run.rootRunId ?? undefined,
-      metadata: run.metadata,
-      origin: 'chatplatform'
-    }),
+    insert: (tx, run) =>
+      createRun(
+        tx,
+        { orgId: run.orgId, userId: null },
+        {
+          id: run.id,
+          prompt: run.prompt,
+          engine: run.engine,
+          model: run.model,
+          rootRunId: run.rootRunId ?? undefined,
+          metadata: run.metadata,
+          origin: 'chatplatform'
+        }
+      ),
     rootInsert(run, gate) {
       return sql`insert into runs (id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, secret_names, user_id)
         select ${run.id}, ${run.orgId}, ${run.id}, null, ${run.engine}, ${run.model}, ${run.prompt}, 'queued', 'chatplatform',

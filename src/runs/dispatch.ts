@@ -13,7 +13,15 @@ import { newId } from '../db/ids.js'
 import type { Engine } from './engines/types.js'
 import type { EngineRegistry } from './engines/registry.js'
 import type { EventBatcher } from './events.js'
-import { announceCommitted, createRun, insertThreadRoot, originOf, runToWire, type OnRunsEnded, type RunRow } from './runs-repo.js'
+import {
+  announceCommitted,
+  createRun,
+  insertThreadRoot,
+  originOf,
+  runToWire,
+  type OnRunsEnded,
+  type RunRow
+} from './runs-repo.js'
 import type { RunOrigin } from './tables.js'
 import { agentOptionsOf } from './agent-options.js'
 import type { RunArtifacts } from './artifact-port.js'
@@ -64,8 +72,10 @@ const QUEUE_RETRY_AFTER_S = 2
 
 /** Whether the org has at least `limit` runs queued: counts no further than the limit, on a partial index. */
 export async function queuedAtLeast(db: Db, orgId: string, limit: number): Promise<boolean> {
-  const [row] = rowsOf<{ n: unknown }>(await db.execute(sql`
-    select count(*)::int as n from (select 1 from runs where org_id = ${orgId} and status = 'queued' limit ${limit}) q`))
+  const [row] = rowsOf<{ n: unknown }>(
+    await db.execute(sql`
+    select count(*)::int as n from (select 1 from runs where org_id = ${orgId} and status = 'queued' limit ${limit}) q`)
+  )
   return Number(row?.n ?? 0) >= limit
 }
 
@@ -77,8 +87,11 @@ async function holds(db: Db | Tx, condition: SQL): Promise<boolean> {
  * `POST /api/runs`: stores the run (and its idempotent answer, in the same commit), then
  * announces it. Returns the answer to send, which a retry with the same key replays.
  */
-export async function dispatchRun({ db, engines, events, secrets, artifacts, onEnded, mcpTools, queueMax }: DispatchDeps, { principal, idempotency, log, attach, precondition, ...input }: DispatchInput): Promise<StoredAnswer> {
-  if (queueMax > 0 && await queuedAtLeast(db, principal.orgId, queueMax)) {
+export async function dispatchRun(
+  { db, engines, events, secrets, artifacts, onEnded, mcpTools, queueMax }: DispatchDeps,
+  { principal, idempotency, log, attach, precondition, ...input }: DispatchInput
+): Promise<StoredAnswer> {
+  if (queueMax > 0 && (await queuedAtLeast(db, principal.orgId, queueMax))) {
     throw rateLimited(QUEUE_RETRY_AFTER_S, `queued runs in this organization (${queueMax} are waiting to start)`)
   }
   const chosen = await engines.resolve(input.body.engine, input.body.model, principal.orgId)
@@ -87,8 +100,16 @@ export async function dispatchRun({ db, engines, events, secrets, artifacts, onE
   const named = settings.tools ?? []
   if (named.some((name) => name.startsWith('mcp__'))) {
     // contract 13.3: the org's catalogue, its MCP servers' tools included
-    const unknown = mcpTools ? await mcpTools(principal.orgId, named) : named.findIndex((name) => name.startsWith('mcp__'))
-    if (unknown >= 0) throw validationFailed([{ path: `/body/tools/${unknown}`, message: `no MCP server of this organization offers ${JSON.stringify(named[unknown])}` }])
+    const unknown = mcpTools
+      ? await mcpTools(principal.orgId, named)
+      : named.findIndex((name) => name.startsWith('mcp__'))
+    if (unknown >= 0)
+      throw validationFailed([
+        {
+          path: `/body/tools/${unknown}`,
+          message: `no MCP server of this organization offers ${JSON.stringify(named[unknown])}`
+        }
+      ])
   }
   if (attachments.length > 0) {
     // contract 13.3: another org's upload is as unknown as one that never was
@@ -104,10 +125,34 @@ export async function dispatchRun({ db, engines, events, secrets, artifacts, onE
     // the common case, a new thread: the run and its stored answer in one statement
     const id = newId()
     run = {
-      id, orgId: principal.orgId, rootRunId: id, parentRunId: null, engine: chosen.engine.id, model: chosen.model,
-      prompt: body.prompt, status: 'queued', origin, error: null, metadata: body.metadata ?? {}, secretNames: body.secrets ?? [], userId: principal.userId,
-      createdAt: new Date(), startedAt: null, finishedAt: null, inputTokens: null, outputTokens: null, leaseOwner: null, leaseExpiresAt: null, cancelRequested: false,
-      output: null, instructions, settings, attachments, suspended: null, resumeAt: null, remembered: null
+      id,
+      orgId: principal.orgId,
+      rootRunId: id,
+      parentRunId: null,
+      engine: chosen.engine.id,
+      model: chosen.model,
+      prompt: body.prompt,
+      status: 'queued',
+      origin,
+      error: null,
+      metadata: body.metadata ?? {},
+      secretNames: body.secrets ?? [],
+      userId: principal.userId,
+      createdAt: new Date(),
+      startedAt: null,
+      finishedAt: null,
+      inputTokens: null,
+      outputTokens: null,
+      leaseOwner: null,
+      leaseExpiresAt: null,
+      cancelRequested: false,
+      output: null,
+      instructions,
+      settings,
+      attachments,
+      suspended: null,
+      resumeAt: null,
+      remembered: null
     }
     const wire = { run: runToWire(run) }
     const completion = idempotency?.completion(201, wire, precondition) ?? null
@@ -123,12 +168,24 @@ export async function dispatchRun({ db, engines, events, secrets, artifacts, onE
     ;({ run, answer } = await db.transaction(async (tx) => {
       if (precondition && !(await holds(tx, precondition))) throw new RunPreconditionFailed()
       const created = await createRun(tx, principal, {
-        prompt: body.prompt, engine: chosen.engine.id, model: chosen.model, rootRunId, metadata: body.metadata, secretNames: body.secrets, origin,
-        instructions, settings, attachments, multitask: body.multitask, onEnded
+        prompt: body.prompt,
+        engine: chosen.engine.id,
+        model: chosen.model,
+        rootRunId,
+        metadata: body.metadata,
+        secretNames: body.secrets,
+        origin,
+        instructions,
+        settings,
+        attachments,
+        multitask: body.multitask,
+        onEnded
       })
       if (!created) throw notFound('no such thread in this organization')
       const wire = { run: runToWire(created), ...(attach ? await attach(tx, created) : {}) }
-      const stored = idempotency ? await idempotency.complete(tx, 201, wire) : { status: 201, payload: JSON.stringify(wire) }
+      const stored = idempotency
+        ? await idempotency.complete(tx, 201, wire)
+        : { status: 201, payload: JSON.stringify(wire) }
       return { run: created, answer: stored }
     }))
   }
@@ -141,21 +198,38 @@ export async function dispatchRun({ db, engines, events, secrets, artifacts, onE
  * Contract 10: the secrets a run names must exist in the org (else 400), and their values
  * are replaced by `[secret:NAME]` in what is stored of the run (prompt, metadata).
  */
-async function withSecretsRedacted(secrets: RunSecrets, orgId: string, body: Static<typeof CreateRunBody>): Promise<Static<typeof CreateRunBody>> {
+async function withSecretsRedacted(
+  secrets: RunSecrets,
+  orgId: string,
+  body: Static<typeof CreateRunBody>
+): Promise<Static<typeof CreateRunBody>> {
   if (!body.secrets || body.secrets.length === 0) return body
   const { values, missing } = await secrets.open(orgId, body.secrets)
   if (missing.length > 0) {
-    throw validationFailed(missing.map((name) => ({ path: `/body/secrets/${body.secrets!.indexOf(name)}`, message: `no secret named ${name} in this organization` })))
+    throw validationFailed(
+      missing.map((name) => ({
+        path: `/body/secrets/${body.secrets!.indexOf(name)}`,
+        message: `no secret named ${name} in this organization`
+      }))
+    )
   }
   const redactor = new Redactor(values)
-  return { ...body, prompt: redactor.text(body.prompt), ...(body.metadata ? { metadata: redactor.deep(body.metadata) } : {}) }
+  return {
+    ...body,
+    prompt: redactor.text(body.prompt),
+    ...(body.metadata ? { metadata: redactor.deep(body.metadata) } : {})
+  }
 }
 
 /**
  * The engine and model `POST /api/chat` uses: the one the model names (an org provider's
  * included), else the org's default model.
  */
-export async function chatEngine(engines: EngineRegistry, orgId: string, model: string | undefined): Promise<{ engine: Engine; model: string | null }> {
+export async function chatEngine(
+  engines: EngineRegistry,
+  orgId: string,
+  model: string | undefined
+): Promise<{ engine: Engine; model: string | null }> {
   const chosen = await engines.resolve(undefined, model, orgId)
   if ('error' in chosen) throw engineUnavailable(chosen.error)
   return chosen

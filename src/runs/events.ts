@@ -7,8 +7,19 @@ import { isDatabaseUnavailable } from '../db/faults.js'
 
 /** Contract 5: the event types a run can produce. */
 export const EVENT_TYPES = [
-  'run.queued', 'run.started', 'message.delta', 'message.completed', 'tool.call', 'tool.result',
-  'memory.recalled', 'memory.captured', 'artifact.created', 'run.requires_action', 'run.succeeded', 'run.failed', 'run.cancelled'
+  'run.queued',
+  'run.started',
+  'message.delta',
+  'message.completed',
+  'tool.call',
+  'tool.result',
+  'memory.recalled',
+  'memory.captured',
+  'artifact.created',
+  'run.requires_action',
+  'run.succeeded',
+  'run.failed',
+  'run.cancelled'
 ] as const
 export const TERMINAL_EVENTS = new Set(['run.succeeded', 'run.failed', 'run.cancelled'])
 /** token deltas are not "changes" of a run; the change stream skips them */
@@ -116,7 +127,9 @@ export class EventBatcher {
 
   /** Several events of one writer, in one batch (so in one statement, when they fit), in order. */
   appendAll(events: NewEvent[]): Promise<BusEvent[]> {
-    const stored = events.map((event) => new Promise<BusEvent>((resolve, reject) => this.queue.push({ event, resolve, reject })))
+    const stored = events.map(
+      (event) => new Promise<BusEvent>((resolve, reject) => this.queue.push({ event, resolve, reject }))
+    )
     if (!this.flushing) void this.flush()
     return Promise.all(stored)
   }
@@ -142,7 +155,10 @@ export class EventBatcher {
   }
 
   private write(batch: Pending[]): Promise<BusEvent[]> {
-    return insertEvents(this.db, batch.map((p) => p.event))
+    return insertEvents(
+      this.db,
+      batch.map((p) => p.event)
+    )
   }
 }
 
@@ -155,7 +171,9 @@ export class EventBatcher {
  */
 export async function insertEvents(tx: Tx | Db, events: NewEvent[]): Promise<BusEvent[]> {
   if (events.length === 0) return []
-  const input = JSON.stringify(events.map((e) => ({ o: e.orgId, r: e.runId, t: e.rootRunId, y: e.type, d: JSON.stringify(e.data ?? {}) })))
+  const input = JSON.stringify(
+    events.map((e) => ({ o: e.orgId, r: e.runId, t: e.rootRunId, y: e.type, d: JSON.stringify(e.data ?? {}) }))
+  )
   const result = await tx.execute(sql`
     with input as (
       select e.value->>'o' as org_id, e.value->>'r' as run_id, e.value->>'t' as root_run_id, e.value->>'y' as type,
@@ -253,12 +271,18 @@ export function createRunEventSink(db: Db): RunEventSink {
   return {
     async emit(event) {
       await db.transaction(async (tx) => {
-        const rows = rowsOf<{ root_run_id: string }>(await tx.execute(
-          sql`select root_run_id from runs where org_id = ${event.orgId} and id = ${event.runId}`
-        ))
+        const rows = rowsOf<{ root_run_id: string }>(
+          await tx.execute(sql`select root_run_id from runs where org_id = ${event.orgId} and id = ${event.runId}`)
+        )
         const run = rows[0]
         if (!run) throw new Error(`run ${event.runId} not found in org ${event.orgId}`)
-        await appendEvent(tx, { orgId: event.orgId, runId: event.runId, rootRunId: run.root_run_id, type: event.type, data: event.data })
+        await appendEvent(tx, {
+          orgId: event.orgId,
+          runId: event.runId,
+          rootRunId: run.root_run_id,
+          type: event.type,
+          data: event.data
+        })
       })
     }
   }

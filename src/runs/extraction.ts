@@ -30,7 +30,8 @@ export function parseExtraction(text: string): { facts: string[] } | { error: st
   const facts = (value as { facts?: unknown } | null)?.facts
   if (!Array.isArray(facts)) return { error: 'the model\'s answer has no "facts" list' }
   return {
-    facts: facts.filter((f): f is string => typeof f === 'string')
+    facts: facts
+      .filter((f): f is string => typeof f === 'string')
       .map((f) => f.trim())
       .filter((f) => f !== '' && f.length <= MAX_EXTRACTED_CHARS)
       .slice(0, MAX_EXTRACTED)

@@ -29,7 +29,10 @@ export interface KnowledgeFinding {
 
 export interface RunKnowledge {
   /** An open draft in the learning lane, made by the run. */
-  propose(run: KnowledgeRunRef, draft: { title: string; body: string; tags?: string[] | undefined; targetRecordId?: string | undefined }): Promise<ProposedDraft>
+  propose(
+    run: KnowledgeRunRef,
+    draft: { title: string; body: string; tags?: string[] | undefined; targetRecordId?: string | undefined }
+  ): Promise<ProposedDraft>
   /** The org's knowledge search (records and document chunks). */
   search(run: KnowledgeRunRef, query: string, limit: number): Promise<KnowledgeFinding[]>
 }

@@ -43,10 +43,14 @@ export interface RunMemory {
    * query as the Hub's search does, for at most `limit`. `query` in the answer is what
    * was searched.
    */
-  recall(run: RunRef, text: string, options: ({ kind: 'prompt' } | { kind: 'query'; limit: number }) & {
-    /** memory on or off as the caller already read it (settingsFor); read here when absent */
-    enabled?: boolean | undefined
-  }): Promise<{ items: RecalledItem[]; query: string }>
+  recall(
+    run: RunRef,
+    text: string,
+    options: ({ kind: 'prompt' } | { kind: 'query'; limit: number }) & {
+      /** memory on or off as the caller already read it (settingsFor); read here when absent */
+      enabled?: boolean | undefined
+    }
+  ): Promise<{ items: RecalledItem[]; query: string }>
   /**
    * Called inside the transaction that ends the run: writes the run's capture outbox row
    * (state `pending`) when there are facts to keep (a string is an org fact). It commits or

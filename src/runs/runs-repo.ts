@@ -11,7 +11,14 @@ import type { Run } from '../../schemas/runs.js'
 import { newId } from '../db/ids.js'
 import { appendEvent, notifyStored, type EventBatcher } from './events.js'
 import type { FollowUpRun } from './skills-port.js'
-import { runs, type RememberedFact, type RunOrigin, type RunSettings, type RunStatus, type SuspendedRun } from './tables.js'
+import {
+  runs,
+  type RememberedFact,
+  type RunOrigin,
+  type RunSettings,
+  type RunStatus,
+  type SuspendedRun
+} from './tables.js'
 
 export type RunRow = typeof runs.$inferSelect
 
@@ -35,7 +42,10 @@ export function runToWire(run: RunRow): RunWire {
     userId: run.userId,
     metadata: run.metadata,
     output: run.output,
-    usage: run.inputTokens === null && run.outputTokens === null ? null : { inputTokens: run.inputTokens ?? 0, outputTokens: run.outputTokens ?? 0 },
+    usage:
+      run.inputTokens === null && run.outputTokens === null
+        ? null
+        : { inputTokens: run.inputTokens ?? 0, outputTokens: run.outputTokens ?? 0 },
     instructions: run.instructions,
     settings: settingsToWire(run.settings),
     attachments: run.attachments
@@ -98,8 +108,12 @@ export type OnRunsEnded = (tx: Tx, ended: EndedRun[]) => Promise<void>
 export const ENDED_COLUMNS = sql`id, org_id, root_run_id, origin, user_id, remembered`
 export function endedOf(r: Record<string, unknown>): EndedRun {
   return {
-    id: r.id as string, orgId: r.org_id as string, rootRunId: r.root_run_id as string, origin: r.origin as RunOrigin,
-    userId: (r.user_id as string | null) ?? null, remembered: jsonOf<RememberedFact[] | null>(r.remembered) ?? null
+    id: r.id as string,
+    orgId: r.org_id as string,
+    rootRunId: r.root_run_id as string,
+    origin: r.origin as RunOrigin,
+    userId: (r.user_id as string | null) ?? null,
+    remembered: jsonOf<RememberedFact[] | null>(r.remembered) ?? null
   }
 }
 
@@ -116,40 +130,52 @@ export async function createRun(tx: Tx, principal: RunOwner, input: CreateRunInp
   let rootRunId = id
   let parentRunId: string | null = null
   if (input.rootRunId !== undefined) {
-    const [anchor] = await tx.select({ rootRunId: runs.rootRunId }).from(runs)
+    const [anchor] = await tx
+      .select({ rootRunId: runs.rootRunId })
+      .from(runs)
       .where(and(eq(runs.orgId, principal.orgId), eq(runs.id, input.rootRunId)))
     if (!anchor) return null
     rootRunId = anchor.rootRunId
     // one dispatch into a thread at a time: the busy check and the parent are then exact
     await tx.execute(sql`select 1 from runs where org_id = ${principal.orgId} and id = ${rootRunId} for update`)
     if (input.multitask === 'reject') {
-      const busy = rowsOf(await tx.execute(sql`select 1 from runs where org_id = ${principal.orgId} and root_run_id = ${rootRunId} and status in ${LIVE} limit 1`))
+      const busy = rowsOf(
+        await tx.execute(
+          sql`select 1 from runs where org_id = ${principal.orgId} and root_run_id = ${rootRunId} and status in ${LIVE} limit 1`
+        )
+      )
       if (busy.length > 0) throw threadBusy()
     } else if (input.multitask === 'interrupt') {
       await interruptThread(tx, principal.orgId, rootRunId, input.onEnded)
     }
-    const [latest] = await tx.select({ id: runs.id }).from(runs)
+    const [latest] = await tx
+      .select({ id: runs.id })
+      .from(runs)
       .where(and(eq(runs.orgId, principal.orgId), eq(runs.rootRunId, rootRunId)))
-      .orderBy(desc(runs.id)).limit(1)
+      .orderBy(desc(runs.id))
+      .limit(1)
     parentRunId = latest?.id ?? rootRunId
   }
-  const [run] = await tx.insert(runs).values({
-    id,
-    orgId: principal.orgId,
-    rootRunId,
-    parentRunId,
-    engine: input.engine,
-    model: input.model,
-    prompt: input.prompt,
-    status: 'queued',
-    origin: input.origin,
-    metadata: input.metadata ?? {},
-    secretNames: input.secretNames ?? [],
-    userId: principal.userId,
-    instructions: input.instructions ?? null,
-    settings: input.settings ?? {},
-    attachments: input.attachments ?? []
-  }).returning()
+  const [run] = await tx
+    .insert(runs)
+    .values({
+      id,
+      orgId: principal.orgId,
+      rootRunId,
+      parentRunId,
+      engine: input.engine,
+      model: input.model,
+      prompt: input.prompt,
+      status: 'queued',
+      origin: input.origin,
+      metadata: input.metadata ?? {},
+      secretNames: input.secretNames ?? [],
+      userId: principal.userId,
+      instructions: input.instructions ?? null,
+      settings: input.settings ?? {},
+      attachments: input.attachments ?? []
+    })
+    .returning()
   return run!
 }
 
@@ -158,21 +184,33 @@ export async function createRun(tx: Tx, principal: RunOwner, input: CreateRunInp
  * calls a waiting one asked people about are dropped with it), its running
  * ones flagged (their worker, on whichever instance, is told), all with `error: "interrupted"`.
  */
-async function interruptThread(tx: Tx, orgId: string, rootRunId: string, onEnded: OnRunsEnded | undefined): Promise<void> {
-  const queued = rowsOf<Record<string, unknown>>(await tx.execute(sql`
+async function interruptThread(
+  tx: Tx,
+  orgId: string,
+  rootRunId: string,
+  onEnded: OnRunsEnded | undefined
+): Promise<void> {
+  const queued = rowsOf<Record<string, unknown>>(
+    await tx.execute(sql`
     update runs set status = 'cancelled', finished_at = now(), error = 'interrupted', suspended = null, resume_at = null
-    where org_id = ${orgId} and root_run_id = ${rootRunId} and status in ('queued', 'requires_action') returning ${ENDED_COLUMNS}`)).map(endedOf)
+    where org_id = ${orgId} and root_run_id = ${rootRunId} and status in ('queued', 'requires_action') returning ${ENDED_COLUMNS}`)
+  ).map(endedOf)
   if (queued.length > 0) await onEnded?.(tx, queued)
   for (const { id } of queued) {
     await appendEvent(tx, { orgId, runId: id, rootRunId, type: 'run.cancelled', data: { reason: 'interrupted' } })
   }
   if (queued.length > 0) {
     await tx.execute(sql`update tool_approvals set status = 'cancelled', decided_at = now()
-      where org_id = ${orgId} and run_id in (${sql.join(queued.map((r) => sql`${r.id}`), sql`, `)}) and status = 'pending'`)
+      where org_id = ${orgId} and run_id in (${sql.join(
+        queued.map((r) => sql`${r.id}`),
+        sql`, `
+      )}) and status = 'pending'`)
   }
-  const running = rowsOf<{ id: string }>(await tx.execute(sql`
+  const running = rowsOf<{ id: string }>(
+    await tx.execute(sql`
     update runs set cancel_requested = true, error = 'interrupted'
-    where org_id = ${orgId} and root_run_id = ${rootRunId} and status = 'running' returning id`))
+    where org_id = ${orgId} and root_run_id = ${rootRunId} and status = 'running' returning id`)
+  )
   for (const { id } of running) {
     await tx.execute(sql`select pg_notify(${CONTROL_CHANNEL}, ${JSON.stringify({ kind: 'cancel', runId: id })})`)
   }
@@ -200,10 +238,21 @@ export interface NewThreadRun {
  */
 export async function insertThreadRoots<T extends NewThreadRun>(tx: Tx, rows: T[]): Promise<T[]> {
   if (rows.length === 0) return []
-  const batch = JSON.stringify(rows.map((r) => ({
-    id: r.id, org_id: r.orgId, engine: r.engine, model: r.model, prompt: r.prompt, origin: r.origin, metadata: r.metadata, user_id: r.userId,
-    instructions: r.instructions ?? null, settings: r.settings ?? {}, attachments: r.attachments ?? []
-  })))
+  const batch = JSON.stringify(
+    rows.map((r) => ({
+      id: r.id,
+      org_id: r.orgId,
+      engine: r.engine,
+      model: r.model,
+      prompt: r.prompt,
+      origin: r.origin,
+      metadata: r.metadata,
+      user_id: r.userId,
+      instructions: r.instructions ?? null,
+      settings: r.settings ?? {},
+      attachments: r.attachments ?? []
+    }))
+  )
   await tx.execute(sql`
     insert into runs (id, org_id, root_run_id, engine, model, prompt, status, origin, metadata, user_id, instructions, settings, attachments)
     select id, org_id, id, engine, model, prompt, 'queued', origin, metadata, user_id, instructions, settings, attachments
@@ -214,7 +263,10 @@ export async function insertThreadRoots<T extends NewThreadRun>(tx: Tx, rows: T[
 
 /** A run another finished run starts (a playbook's next step): inserted in the finishing transaction. */
 export async function insertFollowUp(tx: Tx, run: FollowUpRun): Promise<RunRow> {
-  const [row] = await tx.insert(runs).values({ ...run, status: 'queued' }).returning()
+  const [row] = await tx
+    .insert(runs)
+    .values({ ...run, status: 'queued' })
+    .returning()
   return row!
 }
 
@@ -224,14 +276,23 @@ export async function insertFollowUp(tx: Tx, run: FollowUpRun): Promise<RunRow> 
  * inserted only if the guard yields a row, so the run and its stored answer commit together.
  * Returns null when the guard yielded nothing (the idempotency lock was lost).
  */
-export async function insertThreadRoot(db: Db, row: typeof runs.$inferInsert & { id: string; createdAt: Date }, guard: SQL | null, when?: SQL): Promise<boolean> {
+export async function insertThreadRoot(
+  db: Db,
+  row: typeof runs.$inferInsert & { id: string; createdAt: Date },
+  guard: SQL | null,
+  when?: SQL
+): Promise<boolean> {
   const values = sql`${row.id}, ${row.orgId}, ${row.id}, null, ${row.engine}, ${row.model ?? null}, ${row.prompt}, 'queued',
     ${row.origin}, ${JSON.stringify(row.metadata ?? {})}::jsonb, ${JSON.stringify(row.secretNames ?? [])}::jsonb, ${row.userId ?? null}, ${row.createdAt.toISOString()}::timestamptz,
     ${row.instructions ?? null}, ${JSON.stringify(row.settings ?? {})}::jsonb, ${JSON.stringify(row.attachments ?? [])}::jsonb`
   const cols = sql`(id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, secret_names, user_id, created_at, instructions, settings, attachments)`
   const result = guard
     ? await db.execute(sql`with guard as (${guard}) insert into runs ${cols} select ${values} from guard returning id`)
-    : await db.execute(when ? sql`insert into runs ${cols} select ${values} where ${when} returning id` : sql`insert into runs ${cols} values (${values}) returning id`)
+    : await db.execute(
+        when
+          ? sql`insert into runs ${cols} select ${values} where ${when} returning id`
+          : sql`insert into runs ${cols} values (${values}) returning id`
+      )
   return rowsOf(result).length === 1
 }
 
@@ -240,19 +301,39 @@ export async function insertThreadRoot(db: Db, row: typeof runs.$inferInsert & {
  * database went away after the commit) is logged and left to the sweeper, which looks for
  * exactly that: this never throws, since the runs exist whatever happens here.
  */
-export async function announceCommitted(events: EventBatcher, runs: Array<Pick<RunRow, 'id' | 'orgId' | 'rootRunId' | 'engine' | 'model'>>, log: FastifyBaseLogger): Promise<void> {
-  await Promise.all(runs.map((run) => announceQueued(events, run).catch((err: unknown) => {
-    log.warn({ err, runId: run.id }, 'run.queued not stored after the run committed; the sweeper will announce it')
-  })))
+export async function announceCommitted(
+  events: EventBatcher,
+  runs: Array<Pick<RunRow, 'id' | 'orgId' | 'rootRunId' | 'engine' | 'model'>>,
+  log: FastifyBaseLogger
+): Promise<void> {
+  await Promise.all(
+    runs.map((run) =>
+      announceQueued(events, run).catch((err: unknown) => {
+        log.warn({ err, runId: run.id }, 'run.queued not stored after the run committed; the sweeper will announce it')
+      })
+    )
+  )
 }
 
 /** The `run.queued` event, written after the run's own (durable) transaction committed. */
-export async function announceQueued(events: EventBatcher, run: Pick<RunRow, 'id' | 'orgId' | 'rootRunId' | 'engine' | 'model'>): Promise<void> {
-  await events.append({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: 'run.queued', data: { engine: run.engine, model: run.model } })
+export async function announceQueued(
+  events: EventBatcher,
+  run: Pick<RunRow, 'id' | 'orgId' | 'rootRunId' | 'engine' | 'model'>
+): Promise<void> {
+  await events.append({
+    orgId: run.orgId,
+    runId: run.id,
+    rootRunId: run.rootRunId,
+    type: 'run.queued',
+    data: { engine: run.engine, model: run.model }
+  })
 }
 
 export async function getRun(db: Db | Tx, orgId: string, id: string): Promise<RunRow | null> {
-  const [run] = await db.select().from(runs).where(and(eq(runs.orgId, orgId), eq(runs.id, id)))
+  const [run] = await db
+    .select()
+    .from(runs)
+    .where(and(eq(runs.orgId, orgId), eq(runs.id, id)))
   return run ?? null
 }
 
@@ -264,22 +345,35 @@ export const MAX_REMEMBERED = 100
  * how many it keeps now, or null when it is full or not running.
  */
 export async function rememberFact(db: Db, orgId: string, id: string, fact: RememberedFact): Promise<number | null> {
-  const rows = rowsOf<{ n: number }>(await db.execute(sql`
+  const rows = rowsOf<{ n: number }>(
+    await db.execute(sql`
     update runs set remembered = coalesce(remembered, '[]'::jsonb) || jsonb_build_array(jsonb_build_object('content', ${fact.content}::text, 'scope', ${fact.scope}::text))
     where org_id = ${orgId} and id = ${id} and status = 'running'
       and jsonb_array_length(coalesce(remembered, '[]'::jsonb)) < ${MAX_REMEMBERED}
-    returning jsonb_array_length(remembered) as n`))
+    returning jsonb_array_length(remembered) as n`)
+  )
   return rows[0] ? Number(rows[0].n) : null
 }
 
-export async function listRuns(db: Db, orgId: string, q: { status?: RunStatus | undefined; rootRunId?: string | undefined; limit: number; cursor: string | undefined }) {
+export async function listRuns(
+  db: Db,
+  orgId: string,
+  q: { status?: RunStatus | undefined; rootRunId?: string | undefined; limit: number; cursor: string | undefined }
+) {
   const list = keyset(runs.id, 'desc', q)
-  const rows = await db.select().from(runs).where(and(
-    eq(runs.orgId, orgId),
-    q.status ? eq(runs.status, q.status) : undefined,
-    q.rootRunId ? eq(runs.rootRunId, q.rootRunId) : undefined,
-    list.after
-  )).orderBy(list.orderBy).limit(list.limit)
+  const rows = await db
+    .select()
+    .from(runs)
+    .where(
+      and(
+        eq(runs.orgId, orgId),
+        q.status ? eq(runs.status, q.status) : undefined,
+        q.rootRunId ? eq(runs.rootRunId, q.rootRunId) : undefined,
+        list.after
+      )
+    )
+    .orderBy(list.orderBy)
+    .limit(list.limit)
   return list.page(rows)
 }
 
@@ -325,10 +419,12 @@ const threadSelect = (orgId: string) => sql`
 /** Threads newest first (by their root run's id). */
 export async function listThreads(db: Db, orgId: string, q: { limit: number; cursor: string | undefined }) {
   const list = keyset(sql`t.root_run_id`, 'desc', q)
-  const rows = rowsOf<ThreadRow>(await db.execute(sql`
+  const rows = rowsOf<ThreadRow>(
+    await db.execute(sql`
     ${threadSelect(orgId)}
     ${list.after ? sql`where ${list.after}` : sql``}
-    order by ${list.orderBy} limit ${list.limit}`))
+    order by ${list.orderBy} limit ${list.limit}`)
+  )
   const page = list.page(rows, (row) => row.root_run_id)
   return { items: page.items.map(threadToWire), nextCursor: page.nextCursor }
 }
@@ -336,8 +432,11 @@ export async function listThreads(db: Db, orgId: string, q: { limit: number; cur
 export async function getThread(db: Db, orgId: string, rootRunId: string) {
   const rows = rowsOf<ThreadRow>(await db.execute(sql`${threadSelect(orgId)} where t.root_run_id = ${rootRunId}`))
   if (!rows[0]) return null
-  const members = await db.select().from(runs)
-    .where(and(eq(runs.orgId, orgId), eq(runs.rootRunId, rootRunId))).orderBy(asc(runs.id))
+  const members = await db
+    .select()
+    .from(runs)
+    .where(and(eq(runs.orgId, orgId), eq(runs.rootRunId, rootRunId)))
+    .orderBy(asc(runs.id))
   return { thread: threadToWire(rows[0]), runs: members }
 }
 
@@ -348,11 +447,18 @@ export async function getThread(db: Db, orgId: string, rootRunId: string) {
  */
 export async function cancelRun(db: Db, orgId: string, id: string, onEnded?: OnRunsEnded): Promise<RunRow | null> {
   return db.transaction(async (tx) => {
-    const [run] = await tx.select().from(runs).where(and(eq(runs.orgId, orgId), eq(runs.id, id))).for('update')
+    const [run] = await tx
+      .select()
+      .from(runs)
+      .where(and(eq(runs.orgId, orgId), eq(runs.id, id)))
+      .for('update')
     if (!run) return null
     if (run.status === 'queued' || run.status === 'requires_action') {
-      const [done] = await tx.update(runs).set({ status: 'cancelled', finishedAt: sql`now()`, error: null, suspended: null, resumeAt: null })
-        .where(eq(runs.id, id)).returning()
+      const [done] = await tx
+        .update(runs)
+        .set({ status: 'cancelled', finishedAt: sql`now()`, error: null, suspended: null, resumeAt: null })
+        .where(eq(runs.id, id))
+        .returning()
       const reason = run.status === 'queued' ? 'cancelled before start' : 'cancelled while waiting for approval'
       await appendEvent(tx, { orgId, runId: id, rootRunId: run.rootRunId, type: 'run.cancelled', data: { reason } })
       await onEnded?.(tx, [done!])
@@ -390,7 +496,10 @@ export interface ClaimedRun {
  * perhaps: a thread's next run waits for its turn), so the worker knows when looking again
  * can find something.
  */
-export async function claimNext(db: Db, o: { instanceId: string; leaseMs: number; budgetBytes: number }): Promise<{ claimed: ClaimedRun | null; waiting: boolean }> {
+export async function claimNext(
+  db: Db,
+  o: { instanceId: string; leaseMs: number; budgetBytes: number }
+): Promise<{ claimed: ClaimedRun | null; waiting: boolean }> {
   const result = await db.execute(sql`${sql.raw(PLAN_EACH_TIME)}
     with recursive queued_orgs(org_id) as (
       (select org_id from runs where status = 'queued' order by org_id limit 1)
@@ -453,15 +562,36 @@ export async function claimNext(db: Db, o: { instanceId: string; leaseMs: number
   const waiting = boolOf(row.more_waiting)
   if (row.id === null || row.id === undefined) return { claimed: null, waiting }
   const turns = jsonOf<Array<{ prompt: string; output: string }> | null>(row.context_turns) ?? []
-  return { claimed: { run: runFromRow(row), history: turns.flatMap((t) => [{ role: 'user' as const, content: t.prompt }, { role: 'assistant' as const, content: t.output }]) }, waiting }
+  return {
+    claimed: {
+      run: runFromRow(row),
+      history: turns.flatMap((t) => [
+        { role: 'user' as const, content: t.prompt },
+        { role: 'assistant' as const, content: t.output }
+      ])
+    },
+    waiting
+  }
 }
 
-/** Extends this worker's leases on the runs it still holds (`running`); which it holds, and which were asked to stop. */
-export async function renewLeases(db: Db, instanceId: string, leaseMs: number, ids: string[]): Promise<Array<{ id: string; cancel_requested: boolean }>> {
-  return rowsOf<{ id: string; cancel_requested: boolean }>(await db.execute(sql`
+/**
+ * Extends this worker's leases on the runs it still holds (`running`); which it holds, and which were asked to stop.
+ */
+export async function renewLeases(
+  db: Db,
+  instanceId: string,
+  leaseMs: number,
+  ids: string[]
+): Promise<Array<{ id: string; cancel_requested: boolean }>> {
+  return rowsOf<{ id: string; cancel_requested: boolean }>(
+    await db.execute(sql`
     update runs set lease_expires_at = now() + make_interval(secs => ${leaseMs / 1000})
-    where lease_owner = ${instanceId} and status = 'running' and id in (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})
-    returning id, cancel_requested`))
+    where lease_owner = ${instanceId} and status = 'running' and id in (${sql.join(
+      ids.map((id) => sql`${id}`),
+      sql`, `
+    )})
+    returning id, cancel_requested`)
+  )
 }
 
 /**
@@ -473,10 +603,22 @@ export async function renewLeases(db: Db, instanceId: string, leaseMs: number, i
  * is locked first, so a decision committed just before is seen here, and one just after
  * sees the run waiting. Nothing happens when the lease was lost.
  */
-export async function suspendRun(db: Db, run: RunRow, instanceId: string, state: SuspendedRun, spent: { promptTokens: number; completionTokens: number } | null): Promise<void> {
-  const approvalIds = state.calls.flatMap((c) => (c.approvalId !== undefined && c.content === undefined ? [c.approvalId] : []))
+export async function suspendRun(
+  db: Db,
+  run: RunRow,
+  instanceId: string,
+  state: SuspendedRun,
+  spent: { promptTokens: number; completionTokens: number } | null
+): Promise<void> {
+  const approvalIds = state.calls.flatMap((c) =>
+    c.approvalId !== undefined && c.content === undefined ? [c.approvalId] : []
+  )
   await db.transaction(async (tx) => {
-    const held = rowsOf(await tx.execute(sql`select 1 from runs where id = ${run.id} and status = 'running' and lease_owner = ${instanceId} for update`))
+    const held = rowsOf(
+      await tx.execute(
+        sql`select 1 from runs where id = ${run.id} and status = 'running' and lease_owner = ${instanceId} for update`
+      )
+    )
     if (held.length === 0) return
     await tx.execute(sql`
       update runs set status = 'requires_action', suspended = ${JSON.stringify(state)}::jsonb, lease_owner = null, lease_expires_at = null,
@@ -484,7 +626,13 @@ export async function suspendRun(db: Db, run: RunRow, instanceId: string, state:
         resume_at = coalesce((select min(a.expires_at) from tool_approvals a
                               where a.org_id = ${run.orgId} and a.run_id = ${run.id} and a.status = 'pending'), now())
       where id = ${run.id}`)
-    await appendEvent(tx, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: 'run.requires_action', data: { approvalIds } })
+    await appendEvent(tx, {
+      orgId: run.orgId,
+      runId: run.id,
+      rootRunId: run.rootRunId,
+      type: 'run.requires_action',
+      data: { approvalIds }
+    })
   })
 }
 
@@ -494,18 +642,46 @@ export async function suspendRun(db: Db, run: RunRow, instanceId: string, state:
  * following the run that its text starts over. With a checkpoint (or the state it waited
  * in, kept) it goes on from there without executing a tool call again.
  */
-export async function releaseRun(db: Db, run: RunRow, instanceId: string, checkpoint: { state: string; usage: { promptTokens: number; completionTokens: number } | null } | undefined): Promise<void> {
+export async function releaseRun(
+  db: Db,
+  run: RunRow,
+  instanceId: string,
+  checkpoint: { state: string; usage: { promptTokens: number; completionTokens: number } | null } | undefined
+): Promise<void> {
   await db.transaction(async (tx) => {
-    const [released] = await tx.update(runs).set({
-      status: 'queued', startedAt: null, leaseOwner: null, leaseExpiresAt: null,
-      ...(checkpoint ? { suspended: sql`${checkpoint.state}::jsonb`, inputTokens: checkpoint.usage?.promptTokens ?? null, outputTokens: checkpoint.usage?.completionTokens ?? null } : {})
-    }).where(and(eq(runs.id, run.id), eq(runs.status, 'running'), eq(runs.leaseOwner, instanceId))).returning({ id: runs.id })
-    if (released) await appendEvent(tx, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: 'run.queued', data: { engine: run.engine, model: run.model, requeued: true } })
+    const [released] = await tx
+      .update(runs)
+      .set({
+        status: 'queued',
+        startedAt: null,
+        leaseOwner: null,
+        leaseExpiresAt: null,
+        ...(checkpoint
+          ? {
+              suspended: sql`${checkpoint.state}::jsonb`,
+              inputTokens: checkpoint.usage?.promptTokens ?? null,
+              outputTokens: checkpoint.usage?.completionTokens ?? null
+            }
+          : {})
+      })
+      .where(and(eq(runs.id, run.id), eq(runs.status, 'running'), eq(runs.leaseOwner, instanceId)))
+      .returning({ id: runs.id })
+    if (released)
+      await appendEvent(tx, {
+        orgId: run.orgId,
+        runId: run.id,
+        rootRunId: run.rootRunId,
+        type: 'run.queued',
+        data: { engine: run.engine, model: run.model, requeued: true }
+      })
   })
 }
 
 /** How a run ended, as the worker stores it. */
-export type RunOutcome = { status: 'succeeded'; facts: string[]; output: string } | { status: 'failed'; error: string } | { status: 'cancelled' }
+export type RunOutcome =
+  | { status: 'succeeded'; facts: string[]; output: string }
+  | { status: 'failed'; error: string }
+  | { status: 'cancelled' }
 
 /**
  * Stores a held run's end (in the caller's finishing transaction): its status, output or
@@ -513,17 +689,27 @@ export type RunOutcome = { status: 'succeeded'; facts: string[]; output: string 
  * the end (fleet usage sums them: usage_hours), its lease and waiting state cleared. False
  * when this worker no longer holds it.
  */
-export async function markFinished(tx: Tx, runId: string, instanceId: string, outcome: RunOutcome, usage: { promptTokens: number; completionTokens: number } | null): Promise<{ remembered: RememberedFact[] } | null> {
-  const [finished] = await tx.update(runs).set({
-    status: outcome.status,
-    error: outcome.status === 'failed' ? outcome.error : outcome.status === 'cancelled' ? sql`${runs.error}` : null,
-    output: outcome.status === 'succeeded' ? outcome.output : null,
-    finishedAt: sql`now()`,
-    ...(usage ? { inputTokens: usage.promptTokens, outputTokens: usage.completionTokens } : {}),
-    suspended: null,
-    leaseOwner: null,
-    leaseExpiresAt: null
-  }).where(and(eq(runs.id, runId), eq(runs.status, 'running'), eq(runs.leaseOwner, instanceId))).returning({ remembered: runs.remembered })
+export async function markFinished(
+  tx: Tx,
+  runId: string,
+  instanceId: string,
+  outcome: RunOutcome,
+  usage: { promptTokens: number; completionTokens: number } | null
+): Promise<{ remembered: RememberedFact[] } | null> {
+  const [finished] = await tx
+    .update(runs)
+    .set({
+      status: outcome.status,
+      error: outcome.status === 'failed' ? outcome.error : outcome.status === 'cancelled' ? sql`${runs.error}` : null,
+      output: outcome.status === 'succeeded' ? outcome.output : null,
+      finishedAt: sql`now()`,
+      ...(usage ? { inputTokens: usage.promptTokens, outputTokens: usage.completionTokens } : {}),
+      suspended: null,
+      leaseOwner: null,
+      leaseExpiresAt: null
+    })
+    .where(and(eq(runs.id, runId), eq(runs.status, 'running'), eq(runs.leaseOwner, instanceId)))
+    .returning({ remembered: runs.remembered })
   return finished ? { remembered: jsonOf<RememberedFact[] | null>(finished.remembered) ?? [] } : null
 }
 

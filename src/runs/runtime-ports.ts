@@ -1,6 +1,13 @@
 import { and, eq, sql } from 'drizzle-orm'
 import { rowsOf, type Db } from '../db/client.js'
-import type { ArtifactWriter, KnowledgeTools, MemoryTools, RunDirectory, RunEventWriter, SkillTools } from '../runtime/ports.js'
+import type {
+  ArtifactWriter,
+  KnowledgeTools,
+  MemoryTools,
+  RunDirectory,
+  RunEventWriter,
+  SkillTools
+} from '../runtime/ports.js'
 import type { RunKnowledge } from './knowledge-port.js'
 import type { RunArtifacts } from './artifact-port.js'
 import type { RunEventSink, RunMemory } from './memory-port.js'
@@ -21,16 +28,26 @@ export function runDirectory(db: Db): RunDirectory {
       return run ? { rootRunId: run.rootRunId } : null
     },
     async threadExists(orgId, rootRunId) {
-      const rows = await db.select({ id: runs.id }).from(runs).where(and(eq(runs.orgId, orgId), eq(runs.rootRunId, rootRunId))).limit(1)
+      const rows = await db
+        .select({ id: runs.id })
+        .from(runs)
+        .where(and(eq(runs.orgId, orgId), eq(runs.rootRunId, rootRunId)))
+        .limit(1)
       return rows.length > 0
     },
     async existingThreads(keys) {
       if (keys.length === 0) return new Set<string>()
-      const list = (values: string[]) => sql`array[${sql.join(values.map((v) => sql`${v}`), sql`, `)}]::text[]`
-      const rows = rowsOf<{ org_id: string; root_run_id: string }>(await db.execute(sql`
+      const list = (values: string[]) =>
+        sql`array[${sql.join(
+          values.map((v) => sql`${v}`),
+          sql`, `
+        )}]::text[]`
+      const rows = rowsOf<{ org_id: string; root_run_id: string }>(
+        await db.execute(sql`
         select distinct r.org_id, r.root_run_id from runs r
         join unnest(${list(keys.map((k) => k.orgId))}, ${list(keys.map((k) => k.threadId))}) as k(org_id, thread_id)
-          on r.org_id = k.org_id and r.root_run_id = k.thread_id`))
+          on r.org_id = k.org_id and r.root_run_id = k.thread_id`)
+      )
       return new Set(rows.map((r) => `${r.org_id}/${r.root_run_id}`))
     },
     async hold(tx, orgId, runId) {
@@ -71,18 +88,27 @@ export function runMemoryTools(db: Db, memory: RunMemory): MemoryTools {
     async search(ref, query, limit) {
       const run = await getRun(db, ref.orgId, ref.runId)
       if (!run) return []
-      const { items } = await memory.recall({ id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) }, query, { kind: 'query', limit })
+      const { items } = await memory.recall(
+        { id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) },
+        query,
+        { kind: 'query', limit }
+      )
       return items.map(({ id, content, score }) => ({ id, content, score }))
     },
     async remember(ref, fact) {
       const run = await getRun(db, ref.orgId, ref.runId)
       if (!run) return { refused: 'the run does not exist' }
       if (fact.scope === 'personal' && realUserIdOfRun(run) === null) {
-        return { refused: 'sign-in required: a personal fact needs a run started by a signed-in person; nothing was kept' }
+        return {
+          refused: 'sign-in required: a personal fact needs a run started by a signed-in person; nothing was kept'
+        }
       }
-      if (!(await memory.enabled(ref.orgId))) return { refused: 'memory is off for this organization; nothing was kept' }
+      if (!(await memory.enabled(ref.orgId)))
+        return { refused: 'memory is off for this organization; nothing was kept' }
       const kept = await rememberFact(db, ref.orgId, ref.runId, fact)
-      return kept === null ? { refused: `a run keeps at most ${MAX_REMEMBERED} facts; nothing more was kept` } : { kept }
+      return kept === null
+        ? { refused: `a run keeps at most ${MAX_REMEMBERED} facts; nothing more was kept` }
+        : { kept }
     }
   }
 }

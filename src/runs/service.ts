@@ -74,26 +74,43 @@ export interface RunsServiceOptions {
 
 export function createEngines(config: Config, providers?: OrgProviders): EngineRegistry {
   const common = {
-    timeoutMs: config.OPENAI_TIMEOUT_MS, maxToolRounds: config.OPENAI_MAX_TOOL_ROUNDS, retries: config.MODEL_RETRIES, retryBaseMs: config.MODEL_RETRY_BASE_MS
+    timeoutMs: config.OPENAI_TIMEOUT_MS,
+    maxToolRounds: config.OPENAI_MAX_TOOL_ROUNDS,
+    retries: config.MODEL_RETRIES,
+    retryBaseMs: config.MODEL_RETRY_BASE_MS
   }
   const orgEngine = providers
     ? async (orgId: string, model: string, db?: Db | Tx) => {
-      const connection = await providers.offering(orgId, model, db)
-      return connection ? providerEngine(connection, common) : null
-    }
+        const connection = await providers.offering(orgId, model, db)
+        return connection ? providerEngine(connection, common) : null
+      }
     : null
-  const list = (value: string) => value.split(',').map((m) => m.trim()).filter(Boolean)
-  return new EngineRegistry([
-    echoEngine({ wordDelayMs: config.ECHO_WORD_DELAY_MS }),
-    openAiEngine({ ...common, baseUrl: config.OPENAI_BASE_URL, apiKey: config.OPENAI_API_KEY, models: list(config.MODELS), probeTtlMs: config.OPENAI_PROBE_TTL_MS }),
-    anthropicEngine({
-      ...common,
-      baseUrl: config.ANTHROPIC_BASE_URL ?? (config.ANTHROPIC_API_KEY ? 'https://api.anthropic.com' : undefined),
-      apiKey: config.ANTHROPIC_API_KEY,
-      models: list(config.ANTHROPIC_MODELS),
-      probeTtlMs: config.OPENAI_PROBE_TTL_MS
-    })
-  ], orgEngine, providers ? (orgId, db) => providers.defaults(orgId, db) : null)
+  const list = (value: string) =>
+    value
+      .split(',')
+      .map((m) => m.trim())
+      .filter(Boolean)
+  return new EngineRegistry(
+    [
+      echoEngine({ wordDelayMs: config.ECHO_WORD_DELAY_MS }),
+      openAiEngine({
+        ...common,
+        baseUrl: config.OPENAI_BASE_URL,
+        apiKey: config.OPENAI_API_KEY,
+        models: list(config.MODELS),
+        probeTtlMs: config.OPENAI_PROBE_TTL_MS
+      }),
+      anthropicEngine({
+        ...common,
+        baseUrl: config.ANTHROPIC_BASE_URL ?? (config.ANTHROPIC_API_KEY ? 'https://api.anthropic.com' : undefined),
+        apiKey: config.ANTHROPIC_API_KEY,
+        models: list(config.ANTHROPIC_MODELS),
+        probeTtlMs: config.OPENAI_PROBE_TTL_MS
+      })
+    ],
+    orgEngine,
+    providers ? (orgId, db) => providers.defaults(orgId, db) : null
+  )
 }
 
 /**
@@ -101,66 +118,94 @@ export function createEngines(config: Config, providers?: OrgProviders): EngineR
  * starts with the app and hands its runs back on close, and the sweeper. Everything it uses arrives as
  * options or from the infrastructure plugins (db, event bus, features).
  */
-export default fp(async function runsService(app: FastifyInstance, opts: RunsServiceOptions) {
-  const { config, memory, tools, artifacts, knowledge, skills, followUps, secrets, providers, jobs } = opts
-  const log = app.log.child({ component: 'runs' })
-  const engines = createEngines(config, providers)
-  app.features.catalogs.push(() => engines.catalog())
-  const events = new EventBatcher(app.db)
-  const worker = new RunWorker({
-    db: app.db,
-    events,
-    bus: app.eventBus,
-    engines,
-    memory,
-    tools,
-    artifacts,
-    knowledge,
-    skills,
-    followUps,
-    secrets,
-    jobs,
-    log,
-    concurrency: config.RUN_WORKER_CONCURRENCY,
-    pollMs: config.RUN_POLL_MS,
-    leaseMs: config.RUN_LEASE_MS,
-    contextTokens: config.MODEL_CONTEXT_TOKENS
-  })
-  // contract 13.5: the facts a run remembered are captured however it ends, here when outside its worker
-  const onEnded: OnRunsEnded = async (tx, ended) => {
-    for (const run of ended) {
-      if (run.remembered && run.remembered.length > 0) {
-        await memory.enqueueCapture(tx, { id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) }, run.remembered)
+export default fp(
+  async function runsService(app: FastifyInstance, opts: RunsServiceOptions) {
+    const { config, memory, tools, artifacts, knowledge, skills, followUps, secrets, providers, jobs } = opts
+    const log = app.log.child({ component: 'runs' })
+    const engines = createEngines(config, providers)
+    app.features.catalogs.push(() => engines.catalog())
+    const events = new EventBatcher(app.db)
+    const worker = new RunWorker({
+      db: app.db,
+      events,
+      bus: app.eventBus,
+      engines,
+      memory,
+      tools,
+      artifacts,
+      knowledge,
+      skills,
+      followUps,
+      secrets,
+      jobs,
+      log,
+      concurrency: config.RUN_WORKER_CONCURRENCY,
+      pollMs: config.RUN_POLL_MS,
+      leaseMs: config.RUN_LEASE_MS,
+      contextTokens: config.MODEL_CONTEXT_TOKENS
+    })
+    // contract 13.5: the facts a run remembered are captured however it ends, here when outside its worker
+    const onEnded: OnRunsEnded = async (tx, ended) => {
+      for (const run of ended) {
+        if (run.remembered && run.remembered.length > 0) {
+          await memory.enqueueCapture(
+            tx,
+            { id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) },
+            run.remembered
+          )
+        }
       }
     }
-  }
-  const sweeper = new RunSweeper({ db: app.db, events, tools, log, sweepMs: config.RUN_SWEEP_MS, retentionDays: config.RUN_EVENTS_RETENTION_DAYS, onEnded })
-  app.decorate('runs', {
-    engines,
-    worker,
-    sweeper,
-    events,
-    dispatch: (input) => dispatchRun({ db: app.db, engines, events, secrets, artifacts, onEnded, mcpTools: opts.mcpTools, queueMax: config.RUN_QUEUE_MAX_PER_ORG }, input),
-    async cancel(orgId, runId) {
-      const run = await cancelRun(app.db, orgId, runId, onEnded)
-      // calls waiting for a person are dropped now, wherever the run runs: its worker stops
-      // promptly; a run that waited for them is cancelled already
-      if (run?.status === 'running' || run?.status === 'cancelled') await dropToolCalls(tools, log, orgId, run.id)
-      return run
-    },
-    chatEngine: (orgId, model) => chatEngine(engines, orgId, model),
-    kill() {
-      worker.kill()
-      sweeper.kill()
-    }
-  } satisfies RunsService)
-  app.addHook('onReady', async () => {
-    worker.start()
-    sweeper.start()
-  })
-  // running runs are handed back at once, not waited for: a deploy must not fail them, and
-  // the process must be gone within SHUTDOWN_GRACE_MS (half of it for the hand-backs)
-  app.addHook('preClose', async () => {
-    await app.shutdown.drain('the run worker', (ms) => Promise.all([sweeper.stop(ms), worker.close(ms)]))
-  })
-}, { name: 'runs', fastify: '5.x', dependencies: ['db', 'event-bus', 'features'] })
+    const sweeper = new RunSweeper({
+      db: app.db,
+      events,
+      tools,
+      log,
+      sweepMs: config.RUN_SWEEP_MS,
+      retentionDays: config.RUN_EVENTS_RETENTION_DAYS,
+      onEnded
+    })
+    app.decorate('runs', {
+      engines,
+      worker,
+      sweeper,
+      events,
+      dispatch: (input) =>
+        dispatchRun(
+          {
+            db: app.db,
+            engines,
+            events,
+            secrets,
+            artifacts,
+            onEnded,
+            mcpTools: opts.mcpTools,
+            queueMax: config.RUN_QUEUE_MAX_PER_ORG
+          },
+          input
+        ),
+      async cancel(orgId, runId) {
+        const run = await cancelRun(app.db, orgId, runId, onEnded)
+        // calls waiting for a person are dropped now, wherever the run runs: its worker stops
+        // promptly; a run that waited for them is cancelled already
+        if (run?.status === 'running' || run?.status === 'cancelled') await dropToolCalls(tools, log, orgId, run.id)
+        return run
+      },
+      chatEngine: (orgId, model) => chatEngine(engines, orgId, model),
+      kill() {
+        worker.kill()
+        sweeper.kill()
+      }
+    } satisfies RunsService)
+    app.addHook('onReady', async () => {
+      worker.start()
+      sweeper.start()
+    })
+    // running runs are handed back at once, not waited for: a deploy must not fail them, and
+    // the process must be gone within SHUTDOWN_GRACE_MS (half of it for the hand-backs)
+    app.addHook('preClose', async () => {
+      await app.shutdown.drain('the run worker', (ms) => Promise.all([sweeper.stop(ms), worker.close(ms)]))
+    })
+  },
+  { name: 'runs', fastify: '5.x', dependencies: ['db', 'event-bus', 'features'] }
+)

@@ -9,14 +9,27 @@ type Framed = BusEvent & { eventFrame?: string; changeFrame?: string }
 
 /** `event: <type>` with the stored event; built once per event and shared by every stream. */
 export function eventFrame(event: Framed): string {
-  return (event.eventFrame ??= sseFrame(event.type, JSON.stringify({
-    id: event.id, runId: event.runId, rootRunId: event.rootRunId, type: event.type, createdAt: event.createdAt, data: event.data ?? {}
-  }), event.id))
+  return (event.eventFrame ??= sseFrame(
+    event.type,
+    JSON.stringify({
+      id: event.id,
+      runId: event.runId,
+      rootRunId: event.rootRunId,
+      type: event.type,
+      createdAt: event.createdAt,
+      data: event.data ?? {}
+    }),
+    event.id
+  ))
 }
 
 /** `event: change` with identifiers only (the org change stream). */
 export function changeFrame(event: Framed): string {
-  return (event.changeFrame ??= sseFrame('change', JSON.stringify({ kind: 'run', id: event.runId, rootRunId: event.rootRunId }), event.id))
+  return (event.changeFrame ??= sseFrame(
+    'change',
+    JSON.stringify({ kind: 'run', id: event.runId, rootRunId: event.rootRunId }),
+    event.id
+  ))
 }
 
 export interface PipeOptions {
@@ -76,13 +89,21 @@ export async function pipeEvents(app: FastifyInstance, o: PipeOptions): Promise<
       return
     }
     busy++
-    chain = chain.then(() => write(event)).catch(() => stream.close()).finally(() => busy--)
+    chain = chain
+      .then(() => write(event))
+      .catch(() => stream.close())
+      .finally(() => busy--)
   }
 
   const catchUp = async () => {
     if (lastSent >= 0) {
       for (;;) {
-        const batch = await listEventsAfter(app.db, { orgId: o.orgId, afterId: lastSent, limit: HISTORY_BATCH, ...o.history })
+        const batch = await listEventsAfter(app.db, {
+          orgId: o.orgId,
+          afterId: lastSent,
+          limit: HISTORY_BATCH,
+          ...o.history
+        })
         for (const event of batch) await write(event)
         if (batch.length < HISTORY_BATCH || ended || stream.closed) break
       }
@@ -99,7 +120,10 @@ export async function pipeEvents(app: FastifyInstance, o: PipeOptions): Promise<
     if (held || stream.closed) return
     held = []
     busy++
-    chain = chain.then(catchUp).catch(() => stream.close()).finally(() => busy--)
+    chain = chain
+      .then(catchUp)
+      .catch(() => stream.close())
+      .finally(() => busy--)
   })
   stream.onClose(() => {
     unsubscribe()

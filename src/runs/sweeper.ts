@@ -41,7 +41,10 @@ export class RunSweeper {
       name: 'run sweeper',
       log: options.log,
       pollMs: options.sweepMs,
-      every: [{ everyMs: options.sweepMs, job: () => this.sweep() }, { everyMs: PRUNE_EVERY_MS, job: () => this.prune() }]
+      every: [
+        { everyMs: options.sweepMs, job: () => this.sweep() },
+        { everyMs: PRUNE_EVERY_MS, job: () => this.prune() }
+      ]
     })
   }
 
@@ -69,24 +72,42 @@ export class RunSweeper {
     try {
       // a run whose instance died between committing it and storing its run.queued would
       // never be claimed: announce it here once it is clearly not coming
-      const silent = rowsOf<{ id: string; org_id: string; root_run_id: string; engine: string; model: string | null }>(await db.execute(sql`
+      const silent = rowsOf<{ id: string; org_id: string; root_run_id: string; engine: string; model: string | null }>(
+        await db.execute(sql`
         select id, org_id, root_run_id, engine, model from runs r
         where status = 'queued' and created_at < now() - make_interval(secs => ${UNANNOUNCED_AFTER_MS / 1000})
           and not exists (select 1 from run_events e where e.run_id = r.id and e.type = 'run.queued')
-        limit 100`))
+        limit 100`)
+      )
       for (const run of silent) {
-        await announceQueued(this.o.events, { id: run.id, orgId: run.org_id, rootRunId: run.root_run_id, engine: run.engine, model: run.model })
+        await announceQueued(this.o.events, {
+          id: run.id,
+          orgId: run.org_id,
+          rootRunId: run.root_run_id,
+          engine: run.engine,
+          model: run.model
+        })
       }
-      const expired = rowsOf<{ id: string }>(await db.execute(sql`
-        select id from runs where status = 'running' and lease_expires_at < now() order by lease_expires_at limit 100`))
+      const expired = rowsOf<{ id: string }>(
+        await db.execute(sql`
+        select id from runs where status = 'running' and lease_expires_at < now() order by lease_expires_at limit 100`)
+      )
       for (const { id } of expired) {
         const orgId = await db.transaction(async (tx) => {
-          const [run] = rowsOf<Record<string, unknown>>(await tx.execute(sql`
+          const [run] = rowsOf<Record<string, unknown>>(
+            await tx.execute(sql`
             update runs set status = 'failed', error = 'worker_lost', finished_at = now(), lease_owner = null, lease_expires_at = null
             where id = ${id} and status = 'running' and lease_expires_at < now()
-            returning ${ENDED_COLUMNS}`)).map(endedOf)
+            returning ${ENDED_COLUMNS}`)
+          ).map(endedOf)
           if (!run) return null
-          await appendEvent(tx, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: 'run.failed', data: { error: 'worker_lost' } })
+          await appendEvent(tx, {
+            orgId: run.orgId,
+            runId: run.id,
+            rootRunId: run.rootRunId,
+            type: 'run.failed',
+            data: { error: 'worker_lost' }
+          })
           await this.o.onEnded?.(tx, [run])
           return run.orgId
         })

@@ -5,7 +5,16 @@ import type { EventBus } from '../../plugins/event-bus.js'
 import type { Db } from '../db/client.js'
 import { realUserIdOfRun } from './run-ref.js'
 import type { EngineRegistry } from './engines/registry.js'
-import { EngineError, RunSuspended, type ChatMessage, type Engine, type EngineContext, type EngineResult, type RunTools, type ToolDefinition } from './engines/types.js'
+import {
+  EngineError,
+  RunSuspended,
+  type ChatMessage,
+  type Engine,
+  type EngineContext,
+  type EngineResult,
+  type RunTools,
+  type ToolDefinition
+} from './engines/types.js'
 import { outputViolation } from './agent-options.js'
 import { prepareAttachments } from './attachments.js'
 import { insertEvents, type EventBatcher } from './events.js'
@@ -15,7 +24,18 @@ import type { RunArtifacts } from './artifact-port.js'
 import type { RunKnowledge } from './knowledge-port.js'
 import type { RunMemory, RunRef } from './memory-port.js'
 import type { SuspendedRun } from './tables.js'
-import { announceCommitted, claimNext, insertFollowUp, markFinished, releaseRun, renewLeases, suspendRun, type ClaimedRun, type RunOutcome, type RunRow } from './runs-repo.js'
+import {
+  announceCommitted,
+  claimNext,
+  insertFollowUp,
+  markFinished,
+  releaseRun,
+  renewLeases,
+  suspendRun,
+  type ClaimedRun,
+  type RunOutcome,
+  type RunRow
+} from './runs-repo.js'
 import type { FinishedRun, RunFollowUps, RunSkills } from './skills-port.js'
 import type { RunSecrets } from './secrets-port.js'
 import type { RunJob, RunJobs } from './job-port.js'
@@ -29,7 +49,13 @@ export interface ToolGatewayPort {
   /** the built-in tools and the org's MCP servers' tools that answer now */
   definitionsFor(orgId: string): Promise<ToolDefinition[]>
   execute(input: {
-    orgId: string; runId: string; rootRunId: string; callId: string; name: string; arguments: string; signal: AbortSignal
+    orgId: string
+    runId: string
+    rootRunId: string
+    callId: string
+    name: string
+    arguments: string
+    signal: AbortSignal
     /** the run's secrets, as the environment of its sandbox commands */
     env?: Record<string, string> | undefined
     /** what the gateway stores, streams and answers goes through it (the run's secret values redacted) */
@@ -41,8 +67,15 @@ export interface ToolGatewayPort {
   }): Promise<{ content: string; status: string; approvalId: string | null }>
   /** drops the run's waiting approvals (every instance sees it) and stops its running calls here */
   cancelRun(orgId: string, runId: string): Promise<number>
-  /** writes files into the thread's workspace inside its confinement; false without a sandbox; `signal` stops a wait for the workspace */
-  putFiles(ref: { orgId: string; runId: string; rootRunId: string }, files: Array<{ path: string; data: Buffer }>, signal?: AbortSignal): Promise<boolean>
+  /**
+   * writes files into the thread's workspace inside its confinement; false without a sandbox; `signal` stops a wait for
+   * the workspace
+   */
+  putFiles(
+    ref: { orgId: string; runId: string; rootRunId: string },
+    files: Array<{ path: string; data: Buffer }>,
+    signal?: AbortSignal
+  ): Promise<boolean>
   /**
    * Ends the run's hold on its thread's workspace, saving what it changed so the thread's
    * next run or terminal finds it on any instance; the error the run ends with when that
@@ -52,7 +85,12 @@ export interface ToolGatewayPort {
 }
 
 /** Drops a run's waiting tool calls, if runs have tools; never throws (the run ends either way). */
-export async function dropToolCalls(tools: ToolGatewayPort | null, log: FastifyBaseLogger, orgId: string, runId: string): Promise<void> {
+export async function dropToolCalls(
+  tools: ToolGatewayPort | null,
+  log: FastifyBaseLogger,
+  orgId: string,
+  runId: string
+): Promise<void> {
   if (!tools) return
   try {
     await tools.cancelRun(orgId, runId)
@@ -118,7 +156,10 @@ interface Active {
   done: Promise<void>
   /** until when (this process's clock) the lease surely holds: the last claim or renewal sent, plus RUN_LEASE_MS */
   leaseUntil: number
-  /** where the run could go on from if handed back (the engine's last checkpoint, as stored JSON, and the tokens spent to get there) */
+  /**
+   * where the run could go on from if handed back (the engine's last checkpoint, as stored JSON, and the tokens spent
+   * to get there)
+   */
   checkpoint?: { state: string; usage: Usage | null } | undefined
 }
 
@@ -134,7 +175,10 @@ export class RunWorker {
   private readonly recentlyCancelled = new Map<string, number>()
   private killed = false
   private loop: WorkerLoop<{ claimed: ClaimedRun; leaseUntil: number }> | null = null
-  /** the last claim saw runs waiting that it did not take (a thread's next turn, a full worker): a freed slot looks again */
+  /**
+   * the last claim saw runs waiting that it did not take (a thread's next turn, a full worker): a freed slot looks
+   * again
+   */
   private lookAgain = true
   private unsubscribe: Array<() => void> = []
 
@@ -159,10 +203,12 @@ export class RunWorker {
       log: o.log,
       concurrency: o.concurrency,
       pollMs: o.pollMs,
-      listen: (wake) => [o.bus.subscribeAll((event) => {
-        // a person's decision (on any instance) may let a waiting run go on
-        if (event.type === 'run.queued' || event.type === 'approval.resolved') wake()
-      })],
+      listen: (wake) => [
+        o.bus.subscribeAll((event) => {
+          // a person's decision (on any instance) may let a waiting run go on
+          if (event.type === 'run.queued' || event.type === 'approval.resolved') wake()
+        })
+      ],
       claim: async () => {
         const sentAt = Date.now()
         const { claimed, waiting } = await this.claim().catch((err: unknown) => {
@@ -180,12 +226,14 @@ export class RunWorker {
       lease: { everyMs: Math.max(50, Math.floor(o.leaseMs / 3)), renew: () => this.renewLeases() },
       drain: 'hand-back'
     })
-    this.unsubscribe.push(o.bus.onControl((message) => {
-      if (message.kind !== 'cancel') return
-      const active = this.active.get(message.runId)
-      if (active) active.controller.abort(new CancelRequested())
-      else this.recentlyCancelled.set(message.runId, Date.now())
-    }))
+    this.unsubscribe.push(
+      o.bus.onControl((message) => {
+        if (message.kind !== 'cancel') return
+        const active = this.active.get(message.runId)
+        if (active) active.controller.abort(new CancelRequested())
+        else this.recentlyCancelled.set(message.runId, Date.now())
+      })
+    )
     this.loop.start()
   }
 
@@ -196,7 +244,11 @@ export class RunWorker {
 
   /** Takes the next run this worker may execute (runs-repo.ts claimNext), and whether others wait. */
   private claim(): Promise<{ claimed: ClaimedRun | null; waiting: boolean }> {
-    return claimNext(this.o.db, { instanceId: this.instanceId, leaseMs: this.o.leaseMs, budgetBytes: (this.o.contextTokens ?? 64_000) * BYTES_PER_TOKEN })
+    return claimNext(this.o.db, {
+      instanceId: this.instanceId,
+      leaseMs: this.o.leaseMs,
+      budgetBytes: (this.o.contextTokens ?? 64_000) * BYTES_PER_TOKEN
+    })
   }
 
   private execute({ run, history }: ClaimedRun, leaseUntil: number, stopped: AbortSignal): Promise<void> {
@@ -204,7 +256,12 @@ export class RunWorker {
     const entry: Active = { run, controller, done: Promise.resolve(), leaseUntil }
     this.active.set(run.id, entry)
     // the loop drains (the run is handed back) or was killed (nothing more is written)
-    const stop = () => controller.abort(stopped.reason instanceof LoopStopped && stopped.reason.killed ? new WorkerGone('killed') : new ShutdownRelease())
+    const stop = () =>
+      controller.abort(
+        stopped.reason instanceof LoopStopped && stopped.reason.killed
+          ? new WorkerGone('killed')
+          : new ShutdownRelease()
+      )
     if (run.cancelRequested || this.recentlyCancelled.delete(run.id)) controller.abort(new CancelRequested())
     // claimed as the instance began to stop: handed back at once
     else if (stopped.aborted) stop()
@@ -238,8 +295,10 @@ export class RunWorker {
       } catch (err) {
         if (!isDatabaseUnavailable(err) || this.killed) throw err
         const wait = backoffDelay(attempt, WRITE_RETRY_BASE_MS, WRITE_RETRY_MAX_MS)
-        if (Date.now() + wait >= entry.leaseUntil) throw new LeaseLost(`the database stayed away past the lease of run ${entry.run.id}`, { cause: err })
-        if (attempt === 1) this.o.log.warn({ err, runId: entry.run.id }, 'run worker: the database is away; retrying the run\'s write')
+        if (Date.now() + wait >= entry.leaseUntil)
+          throw new LeaseLost(`the database stayed away past the lease of run ${entry.run.id}`, { cause: err })
+        if (attempt === 1)
+          this.o.log.warn({ err, runId: entry.run.id }, "run worker: the database is away; retrying the run's write")
         await sleep(wait, undefined, signal ? { signal } : undefined).catch(() => {})
         this.guard()
         if (signal?.aborted) throw signal.reason
@@ -298,33 +357,49 @@ export class RunWorker {
     const allowed = run.settings.tools ? new Set(run.settings.tools) : null
     // the org's MCP tools are listed when the run starts (or goes on), unless it may use none of them
     let offered: ToolDefinition[] | null = null
-    const tools: RunTools | undefined = gateway && allowed?.size !== 0 ? {
-      definitions: () => (offered ?? gateway.definitions()).filter((d) => !allowed || allowed.has(d.function.name)),
-      execute: async (call) => {
-        this.guard()
-        await flushDeltas()
-        // the gateway stores the call's events itself: what the run said before comes first
-        await writer.flush()
-        if (allowed && !allowed.has(call.name)) return { content: `error: the tool ${JSON.stringify(call.name)} is not available to this run` }
-        // contract 13.4: a call that needs a person's decision does not hold this worker
-        const result = await gateway.execute({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, ...call, env, redact })
-        if (result.status === 'pending') return { pending: result.approvalId! }
-        if (result.status === 'deferred') return { deferred: true as const }
-        return { content: result.content }
-      }
-    } : undefined
+    const tools: RunTools | undefined =
+      gateway && allowed?.size !== 0
+        ? {
+            definitions: () =>
+              (offered ?? gateway.definitions()).filter((d) => !allowed || allowed.has(d.function.name)),
+            execute: async (call) => {
+              this.guard()
+              await flushDeltas()
+              // the gateway stores the call's events itself: what the run said before comes first
+              await writer.flush()
+              if (allowed && !allowed.has(call.name))
+                return { content: `error: the tool ${JSON.stringify(call.name)} is not available to this run` }
+              // contract 13.4: a call that needs a person's decision does not hold this worker
+              const result = await gateway.execute({
+                orgId: run.orgId,
+                runId: run.id,
+                rootRunId: run.rootRunId,
+                ...call,
+                env,
+                redact
+              })
+              if (result.status === 'pending') return { pending: result.approvalId! }
+              if (result.status === 'deferred') return { deferred: true as const }
+              return { content: result.content }
+            }
+          }
+        : undefined
     // every model call's tokens, whatever the run's end (contract 13.3, metering)
     // a run going on after it waited counts the tokens it spent before
-    let reported: Usage | null = run.suspended && (run.inputTokens !== null || run.outputTokens !== null)
-      ? { promptTokens: run.inputTokens ?? 0, completionTokens: run.outputTokens ?? 0 }
-      : null
+    let reported: Usage | null =
+      run.suspended && (run.inputTokens !== null || run.outputTokens !== null)
+        ? { promptTokens: run.inputTokens ?? 0, completionTokens: run.outputTokens ?? 0 }
+        : null
     const reportUsage = (u: Usage) => {
-      reported = { promptTokens: (reported?.promptTokens ?? 0) + u.promptTokens, completionTokens: (reported?.completionTokens ?? 0) + u.completionTokens }
+      reported = {
+        promptTokens: (reported?.promptTokens ?? 0) + u.promptTokens,
+        completionTokens: (reported?.completionTokens ?? 0) + u.completionTokens
+      }
     }
     // the org's memory switches, read once for the run (its recall and its extraction)
     let memoryRead: Promise<{ enabled: boolean; extract: boolean }> | null = null
-    const memorySettings = () => (memoryRead ??= this.whileLeased(entry, () => o.memory.settingsFor(run.orgId), signal)
-      .catch((err: unknown) => {
+    const memorySettings = () =>
+      (memoryRead ??= this.whileLeased(entry, () => o.memory.settingsFor(run.orgId), signal).catch((err: unknown) => {
         memoryRead = null
         throw err
       }))
@@ -339,11 +414,21 @@ export class RunWorker {
       const engine = await o.engines.forRun(run)
       if (!engine) throw new EngineError(`engine ${run.engine} is not available on this instance`)
       const job = await this.jobOf(run)
-      if (tools && engine.callsTools !== false && (!allowed || [...allowed].some((name) => name.startsWith('mcp__')))) offered = await gateway!.definitionsFor(run.orgId)
+      if (tools && engine.callsTools !== false && (!allowed || [...allowed].some((name) => name.startsWith('mcp__'))))
+        offered = await gateway!.definitionsFor(run.orgId)
       const gatewayFiles = gateway
       // a run going on after it waited has its attachments in its workspace already
-      const attachments = run.attachments.length === 0 || run.suspended ? null : await prepareAttachments(o.artifacts, run,
-        gatewayFiles ? (files) => gatewayFiles.putFiles({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, files, signal) : null)
+      const attachments =
+        run.attachments.length === 0 || run.suspended
+          ? null
+          : await prepareAttachments(
+              o.artifacts,
+              run,
+              gatewayFiles
+                ? (files) =>
+                    gatewayFiles.putFiles({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, files, signal)
+                : null
+            )
       this.guard()
       const ctx: EngineContext = {
         runId: run.id,
@@ -363,7 +448,10 @@ export class RunWorker {
         tools,
         saveArtifact: async (name, content, contentType) => {
           this.guard()
-          const saved = await o.artifacts.save({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, { name: redact.text(name), content: redact.text(content), contentType })
+          const saved = await o.artifacts.save(
+            { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId },
+            { name: redact.text(name), content: redact.text(content), contentType }
+          )
           await emit('artifact.created', { ...saved })
           return saved
         },
@@ -378,8 +466,16 @@ export class RunWorker {
         recall: async (raw) => {
           this.guard()
           const { enabled } = await memorySettings()
-          const recalled = await this.whileLeased(entry, () => o.memory.recall(ref, redact.text(raw), { kind: 'prompt', enabled }), signal)
-          await emit('memory.recalled', { query: recalled.query, itemIds: recalled.items.map((i) => i.id), count: recalled.items.length })
+          const recalled = await this.whileLeased(
+            entry,
+            () => o.memory.recall(ref, redact.text(raw), { kind: 'prompt', enabled }),
+            signal
+          )
+          await emit('memory.recalled', {
+            query: recalled.query,
+            itemIds: recalled.items.map((i) => i.id),
+            count: recalled.items.length
+          })
           return recalled.items
         }
       }
@@ -389,11 +485,14 @@ export class RunWorker {
       engineUsage = result.usage
       const output = redact.text(result.text)
       const invalid = outputViolation(run.settings, output)
-      outcome = invalid === null ? { status: 'succeeded', facts: result.facts.map((f) => redact.text(f)), output } : { status: 'failed', error: invalid }
+      outcome =
+        invalid === null
+          ? { status: 'succeeded', facts: result.facts.map((f) => redact.text(f)), output }
+          : { status: 'failed', error: invalid }
       if (outcome.status === 'succeeded' && !job && (await memorySettings()).extract) {
         // the answer is shown before the extraction's model call, not after it
         await writer.flush()
-        outcome.facts.push(...await this.extractFacts(engine, run, output, { signal, emit, reportUsage, redact }))
+        outcome.facts.push(...(await this.extractFacts(engine, run, output, { signal, emit, reportUsage, redact })))
       }
     } catch (err) {
       if (this.killed || err instanceof WorkerGone || err instanceof LeaseLost) return
@@ -408,7 +507,11 @@ export class RunWorker {
       else if (reason instanceof ShutdownRelease || isDatabaseUnavailable(reason)) {
         // not the engine's fault: the instance is stopping, or the database went away under
         // something the run read or wrote; another worker (or this one) runs it again
-        if (!(reason instanceof ShutdownRelease)) o.log.warn({ err: reason, runId: run.id }, 'run worker: the database went away under the run; handing it back')
+        if (!(reason instanceof ShutdownRelease))
+          o.log.warn(
+            { err: reason, runId: run.id },
+            'run worker: the database went away under the run; handing it back'
+          )
         // what the run said before it stopped is kept when the database lets us
         else await writer.flush().catch(() => {})
         await this.release(entry)
@@ -430,7 +533,13 @@ export class RunWorker {
    * statement), its facts to capture, and what follows it (playbook steps, tasks),
    * announced once committed.
    */
-  private async finish(entry: Active, ref: RunRef, outcome: RunOutcome, usage: Usage | null, writer: RunEventWriter): Promise<void> {
+  private async finish(
+    entry: Active,
+    ref: RunRef,
+    outcome: RunOutcome,
+    usage: Usage | null,
+    writer: RunEventWriter
+  ): Promise<void> {
     const { o } = this
     const { run } = entry
     // saved before the run's end is stored: the thread's next run, on any instance, sees these files
@@ -439,23 +548,40 @@ export class RunWorker {
     // a cancelled or failed run leaves no call waiting for a person
     if (outcome.status !== 'succeeded') await this.dropToolCalls(run.orgId, run.id)
     const waiting = await writer.take()
-    const next = await this.lastWrite(entry, () => o.db.transaction(async (tx) => {
-      // the lease was lost meanwhile (a sweeper failed it): the sweeper's answer stands
-      const finished = await markFinished(tx, run.id, this.instanceId, outcome, usage)
-      if (!finished) return []
-      const data: Record<string, unknown> = outcome.status === 'failed' ? { error: outcome.error }
-        : outcome.status === 'succeeded' ? { usage } : {}
-      await insertEvents(tx, [...waiting, { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: `run.${outcome.status}`, data }])
-      // contract 13.5: what the model remembered is kept whatever the end; the engine's and the extraction's facts on success
-      const facts = [...finished.remembered, ...(outcome.status === 'succeeded' ? outcome.facts : [])]
-      if (facts.length > 0) await o.memory.enqueueCapture(tx, ref, facts)
-      const ended: FinishedRun = { id: run.id, orgId: run.orgId, rootRunId: run.rootRunId, userId: run.userId, status: outcome.status, metadata: run.metadata }
-      const started: RunRow[] = []
-      for (const followUps of o.followUps) {
-        for (const followUp of await followUps.afterFinish(tx, ended)) started.push(await insertFollowUp(tx, followUp))
-      }
-      return started
-    }), [])
+    const next = await this.lastWrite(
+      entry,
+      () =>
+        o.db.transaction(async (tx) => {
+          // the lease was lost meanwhile (a sweeper failed it): the sweeper's answer stands
+          const finished = await markFinished(tx, run.id, this.instanceId, outcome, usage)
+          if (!finished) return []
+          const data: Record<string, unknown> =
+            outcome.status === 'failed' ? { error: outcome.error } : outcome.status === 'succeeded' ? { usage } : {}
+          await insertEvents(tx, [
+            ...waiting,
+            { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: `run.${outcome.status}`, data }
+          ])
+          // contract 13.5: what the model remembered is kept whatever the end; the engine's and the extraction's facts
+          // on success
+          const facts = [...finished.remembered, ...(outcome.status === 'succeeded' ? outcome.facts : [])]
+          if (facts.length > 0) await o.memory.enqueueCapture(tx, ref, facts)
+          const ended: FinishedRun = {
+            id: run.id,
+            orgId: run.orgId,
+            rootRunId: run.rootRunId,
+            userId: run.userId,
+            status: outcome.status,
+            metadata: run.metadata
+          }
+          const started: RunRow[] = []
+          for (const followUps of o.followUps) {
+            for (const followUp of await followUps.afterFinish(tx, ended))
+              started.push(await insertFollowUp(tx, followUp))
+          }
+          return started
+        }),
+      []
+    )
     // committed: a run.queued a killed instance cannot store is stored by the sweeper
     if (this.killed) return
     await announceCommitted(o.events, next, o.log)
@@ -466,16 +592,33 @@ export class RunWorker {
    * failure (the call, or an answer that is not `{"facts": [...]}`) is a
    * `memory.extract_failed` event and never fails the run; a cancel still cancels it.
    */
-  private async extractFacts(engine: Engine, run: RunRow, output: string, ctx: { signal: AbortSignal; emit: EngineContext['emit']; reportUsage: EngineContext['reportUsage']; redact: Redactor }): Promise<string[]> {
+  private async extractFacts(
+    engine: Engine,
+    run: RunRow,
+    output: string,
+    ctx: {
+      signal: AbortSignal
+      emit: EngineContext['emit']
+      reportUsage: EngineContext['reportUsage']
+      redact: Redactor
+    }
+  ): Promise<string[]> {
     let answer: string
     try {
-      const done = await engine.complete(extractionMessages(run.prompt, output), run.model, { responseFormat: { type: 'json_object' } }, ctx.signal)
+      const done = await engine.complete(
+        extractionMessages(run.prompt, output),
+        run.model,
+        { responseFormat: { type: 'json_object' } },
+        ctx.signal
+      )
       ctx.reportUsage(done.usage)
       answer = done.text
     } catch (err) {
       if (ctx.signal.aborted) throw ctx.signal.reason
       if (err instanceof WorkerGone || err instanceof LeaseLost) throw err
-      await ctx.emit('memory.extract_failed', { error: ctx.redact.text(err instanceof EngineError ? err.message : 'the extraction call failed') })
+      await ctx.emit('memory.extract_failed', {
+        error: ctx.redact.text(err instanceof EngineError ? err.message : 'the extraction call failed')
+      })
       return []
     }
     const parsed = parseExtraction(answer)
@@ -498,7 +641,12 @@ export class RunWorker {
   private async jobOf(run: RunRow): Promise<RunJob | null> {
     for (const jobs of this.o.jobs ?? []) {
       const job = await jobs.jobOf({
-        id: run.id, orgId: run.orgId, rootRunId: run.rootRunId, realUserId: realUserIdOfRun(run), model: run.model, metadata: run.metadata
+        id: run.id,
+        orgId: run.orgId,
+        rootRunId: run.rootRunId,
+        realUserId: realUserIdOfRun(run),
+        model: run.model,
+        metadata: run.metadata
       })
       if (job) return job
     }
@@ -514,13 +662,18 @@ export class RunWorker {
     try {
       opened = await this.o.secrets.open(run.orgId, run.secretNames)
     } catch (err) {
-      throw new EngineError(err instanceof Error && 'statusCode' in err ? err.message : 'the run\'s secrets could not be read')
+      throw new EngineError(
+        err instanceof Error && 'statusCode' in err ? err.message : "the run's secrets could not be read"
+      )
     }
-    if (opened.missing.length > 0) throw new EngineError(`the run names secrets this organization no longer has: ${opened.missing.join(', ')}`)
+    if (opened.missing.length > 0)
+      throw new EngineError(`the run names secrets this organization no longer has: ${opened.missing.join(', ')}`)
     return { redact: new Redactor(opened.values), env: Object.fromEntries(opened.values.map((s) => [s.name, s.value])) }
   }
 
-  /** Ends the run's hold on its workspace (none when killed: a crash saves nothing); the error it ends with, or null. */
+  /**
+   * Ends the run's hold on its workspace (none when killed: a crash saves nothing); the error it ends with, or null.
+   */
   private async settleWorkspace(run: RunRow): Promise<string | null> {
     if (this.killed || !this.o.tools) return null
     return this.o.tools.settleWorkspace(run.orgId, run.id)
@@ -567,9 +720,13 @@ export class RunWorker {
    */
   async close(deadlineMs: number): Promise<void> {
     if (this.killed) return
-    const { items, left } = await this.loop?.stop(deadlineMs) ?? { items: [], left: [] }
+    const { items, left } = (await this.loop?.stop(deadlineMs)) ?? { items: [], left: [] }
     // runs not handed back by the deadline: the loop says so; their leases will expire
-    if (left.length === 0 && items.length > 0) this.o.log.info({ runs: items.map((r) => r.claimed.run.id) }, `run worker: ${items.length} running runs handed back to the queue`)
+    if (left.length === 0 && items.length > 0)
+      this.o.log.info(
+        { runs: items.map((r) => r.claimed.run.id) },
+        `run worker: ${items.length} running runs handed back to the queue`
+      )
     this.stopTimers()
   }
 
@@ -591,5 +748,9 @@ class ShutdownRelease extends Error {
 /** An error fit for the log: its message and stack with the run's secret values redacted. */
 function redactedError(redact: Redactor, err: unknown): { type: string; message: string; stack?: string | undefined } {
   const e = err instanceof Error ? err : new Error(String(err))
-  return { type: e.name, message: redact.text(e.message), stack: e.stack === undefined ? undefined : redact.text(e.stack) }
+  return {
+    type: e.name,
+    message: redact.text(e.message),
+    stack: e.stack === undefined ? undefined : redact.text(e.stack)
+  }
 }

@@ -43,18 +43,28 @@ export interface BubblewrapProbe {
  * What the probe runs inside the sandbox: the user it must not be, and the GNU tools the
  * file tools use (they run inside the confinement: see ./file-ops.ts).
  */
-const PROBE_SCRIPT = 'realpath -m / >/dev/null && find / -maxdepth 0 -printf "" && sort -z </dev/null && head -z -n 1 </dev/null && dd if=/dev/null iflag=nofollow,count_bytes count=1 status=none && [ "$(id -u)" = "$1" ]'
+const PROBE_SCRIPT =
+  'realpath -m / >/dev/null && find / -maxdepth 0 -printf "" && sort -z </dev/null && head -z -n 1 </dev/null && dd if=/dev/null iflag=nofollow,count_bytes count=1 status=none && [ "$(id -u)" = "$1" ]'
 
 /**
  * Whether bubblewrap can build a sandbox here: it needs unprivileged user namespaces
  * (or root, and then `setpriv` to drop to `user`), which many container runtimes forbid.
  * Checked once at boot.
  */
-export function probeBubblewrap(user: SandboxUser | null = sandboxUserFor({ uid: 65534, gid: 65534 })): BubblewrapProbe {
+export function probeBubblewrap(
+  user: SandboxUser | null = sandboxUserFor({ uid: 65534, gid: 65534 })
+): BubblewrapProbe {
   const bwrap = findExecutable('bwrap')
   if (!bwrap) return { ok: false, installed: false, reason: 'bwrap is not installed' }
   const uid = user ? user.uid : (process.geteuid?.() ?? 0)
-  const args = bwrapArgs({ argv: ['/bin/sh', '-c', PROBE_SCRIPT, 'probe', String(uid)], workspace: null, network: false, newSession: true, display: null, user })
+  const args = bwrapArgs({
+    argv: ['/bin/sh', '-c', PROBE_SCRIPT, 'probe', String(uid)],
+    workspace: null,
+    network: false,
+    newSession: true,
+    display: null,
+    user
+  })
   const probe = spawnSync(bwrap, args, { timeout: 5000, encoding: 'utf8', env: { PATH: SANDBOX_PATH }, cwd: '/' })
   if (probe.status === 0) return { ok: true, installed: true, reason: 'bubblewrap works' }
   const why = (probe.stderr || probe.error?.message || `exit ${probe.status}`).trim()
@@ -101,12 +111,30 @@ export function bwrapArgs(o: {
   user: SandboxUser | null
 }): string[] {
   const args = o.user
-    ? ['--unshare-ipc', '--unshare-pid', '--unshare-uts', '--unshare-cgroup-try', ...(o.network ? [] : ['--unshare-net'])]
+    ? [
+        '--unshare-ipc',
+        '--unshare-pid',
+        '--unshare-uts',
+        '--unshare-cgroup-try',
+        ...(o.network ? [] : ['--unshare-net'])
+      ]
     : ['--unshare-all', ...(o.network ? ['--share-net'] : [])]
   args.push('--die-with-parent')
   // a new session stops TIOCSTI from typing into the caller's terminal; a PTY is the sandbox's own
   if (o.newSession) args.push('--new-session')
-  args.push(...systemBinds(), '--proc', '/proc', '--dev', '/dev', '--perms', '1777', '--tmpfs', '/tmp', '--hostname', 'sandbox')
+  args.push(
+    ...systemBinds(),
+    '--proc',
+    '/proc',
+    '--dev',
+    '/dev',
+    '--perms',
+    '1777',
+    '--tmpfs',
+    '/tmp',
+    '--hostname',
+    'sandbox'
+  )
   if (o.display !== null) {
     const socket = `/tmp/.X11-unix/X${o.display}`
     // the folder readable by the sandbox's user (bwrap would make it 0700, root's)
@@ -114,10 +142,27 @@ export function bwrapArgs(o: {
   }
   if (o.workspace !== null) args.push('--bind', o.workspace, BOX_HOME, '--chdir', BOX_HOME)
   if (!o.user) return [...args, '--', ...o.argv]
-  args.push('--cap-drop', 'ALL', '--cap-add', 'CAP_SETUID', '--cap-add', 'CAP_SETGID', '--cap-add', 'CAP_SETPCAP', '--cap-add', 'CAP_DAC_READ_SEARCH')
+  args.push(
+    '--cap-drop',
+    'ALL',
+    '--cap-add',
+    'CAP_SETUID',
+    '--cap-add',
+    'CAP_SETGID',
+    '--cap-add',
+    'CAP_SETPCAP',
+    '--cap-add',
+    'CAP_DAC_READ_SEARCH'
+  )
   const drop = [
-    'setpriv', `--reuid=${o.user.uid}`, `--regid=${o.user.gid}`, '--clear-groups',
-    '--inh-caps=-all', '--bounding-set=-all', '--no-new-privs', '--'
+    'setpriv',
+    `--reuid=${o.user.uid}`,
+    `--regid=${o.user.gid}`,
+    '--clear-groups',
+    '--inh-caps=-all',
+    '--bounding-set=-all',
+    '--no-new-privs',
+    '--'
   ]
   return [...args, '--', ...drop, ...o.argv]
 }

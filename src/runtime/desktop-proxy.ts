@@ -8,9 +8,18 @@ import { bridgeSocket } from './socket-bridge.js'
  * websockify: binary WebSocket frames to and from the sandbox's VNC server (raw TCP),
  * so noVNC connects unchanged. The target comes only from the sandbox provider.
  */
-export function bridgeDesktop(socket: WebSocket, sandboxes: SandboxManager, key: SandboxKey, log: FastifyBaseLogger): Promise<void> {
+export function bridgeDesktop(
+  socket: WebSocket,
+  sandboxes: SandboxManager,
+  key: SandboxKey,
+  log: FastifyBaseLogger
+): Promise<void> {
   return bridgeSocket({
-    socket, sandboxes, key, log, what: 'desktop',
+    socket,
+    sandboxes,
+    key,
+    log,
+    what: 'desktop',
     async start(sandbox, send) {
       let endpoint
       try {

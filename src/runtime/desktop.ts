@@ -59,11 +59,15 @@ export async function startDesktop(): Promise<DesktopProcesses> {
   // never with it as HOME (x11vnc reads $HOME/.x11vncrc, whose options run commands)
   const cwd = '/'
   const env = { PATH: SANDBOX_PATH, HOME: '/nonexistent' }
-  const xvfb = spawn('Xvfb', ['-displayfd', '3', '-screen', '0', '1280x800x24', '-nolisten', 'tcp', '-nolisten', 'local'], {
-    cwd,
-    env,
-    stdio: ['ignore', 'ignore', 'ignore', 'pipe']
-  })
+  const xvfb = spawn(
+    'Xvfb',
+    ['-displayfd', '3', '-screen', '0', '1280x800x24', '-nolisten', 'tcp', '-nolisten', 'local'],
+    {
+      cwd,
+      env,
+      stdio: ['ignore', 'ignore', 'ignore', 'pipe']
+    }
+  )
   const display = await new Promise<number>((resolveDisplay, reject) => {
     let text = ''
     const timer = setTimeout(() => reject(new SandboxError('unavailable', 'Xvfb did not start in time')), 15_000)
@@ -88,11 +92,27 @@ export async function startDesktop(): Promise<DesktopProcesses> {
     throw err
   })
   const port = await freePort()
-  const vnc = spawn('x11vnc', ['-display', `:${display}`, '-rfbport', String(port), '-norc', '-localhost', '-no6', '-nopw', '-forever', '-shared', '-quiet'], {
-    cwd,
-    env,
-    stdio: ['ignore', 'ignore', 'ignore']
-  })
+  const vnc = spawn(
+    'x11vnc',
+    [
+      '-display',
+      `:${display}`,
+      '-rfbport',
+      String(port),
+      '-norc',
+      '-localhost',
+      '-no6',
+      '-nopw',
+      '-forever',
+      '-shared',
+      '-quiet'
+    ],
+    {
+      cwd,
+      env,
+      stdio: ['ignore', 'ignore', 'ignore']
+    }
+  )
   let exited: string | null = null
   vnc.once('exit', (code) => {
     exited = `x11vnc exited (${code})`

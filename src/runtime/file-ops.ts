@@ -75,19 +75,42 @@ purge)
 esac
 `
 
-const CODES = { 65: 'not_found', 66: 'not_a_file', 67: 'invalid_path', 68: 'not_a_directory', 69: 'not_found', 70: 'io_error' } as const
+const CODES = {
+  65: 'not_found',
+  66: 'not_a_file',
+  67: 'invalid_path',
+  68: 'not_a_directory',
+  69: 'not_found',
+  70: 'io_error'
+} as const
 
 /** The SandboxError a file operation's exit code stands for; null for success. */
-export function fileOpError(op: 'read' | 'list' | 'write', path: string, result: { exitCode: number | null; timedOut: boolean; stderr: string }): SandboxError | null {
+export function fileOpError(
+  op: 'read' | 'list' | 'write',
+  path: string,
+  result: { exitCode: number | null; timedOut: boolean; stderr: string }
+): SandboxError | null {
   if (result.exitCode === 0 && !result.timedOut) return null
   const shown = path === '' ? 'the workspace' : path
   switch (result.exitCode) {
-    case 65: return new SandboxError(CODES[65], `${shown} does not exist`)
-    case 66: return new SandboxError(CODES[66], op === 'write' ? `${shown} exists and is not a regular file` : `${shown} is not a file`)
-    case 67: return new SandboxError(CODES[67], 'the path leaves the workspace')
-    case 68: return new SandboxError(CODES[68], op === 'write' ? `a folder on the way to ${shown} is not a directory` : `${shown} is not a directory`)
-    case 69: return new SandboxError(CODES[69], 'the link points nowhere')
-    case 70: return new SandboxError(CODES[70], `could not write ${shown}: ${lastLine(result.stderr)}`)
+    case 65:
+      return new SandboxError(CODES[65], `${shown} does not exist`)
+    case 66:
+      return new SandboxError(
+        CODES[66],
+        op === 'write' ? `${shown} exists and is not a regular file` : `${shown} is not a file`
+      )
+    case 67:
+      return new SandboxError(CODES[67], 'the path leaves the workspace')
+    case 68:
+      return new SandboxError(
+        CODES[68],
+        op === 'write' ? `a folder on the way to ${shown} is not a directory` : `${shown} is not a directory`
+      )
+    case 69:
+      return new SandboxError(CODES[69], 'the link points nowhere')
+    case 70:
+      return new SandboxError(CODES[70], `could not write ${shown}: ${lastLine(result.stderr)}`)
   }
   if (result.timedOut) return new SandboxError('io_error', `${op} of ${shown} took too long (a FIFO or a busy file?)`)
   return new SandboxError('io_error', `could not ${op} ${shown}${result.stderr ? `: ${lastLine(result.stderr)}` : ''}`)

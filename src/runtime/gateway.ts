@@ -2,9 +2,26 @@ import { Value } from 'typebox/value'
 import { conflict, notFound } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import { cancelPendingApprovals, decidePending, expireApproval, getApproval, insertApproval, listApprovals, settledStatus, type ApprovalRow } from './approvals-repo.js'
+import {
+  cancelPendingApprovals,
+  decidePending,
+  expireApproval,
+  getApproval,
+  insertApproval,
+  listApprovals,
+  settledStatus,
+  type ApprovalRow
+} from './approvals-repo.js'
 import { policyMode, policyRows, setPolicyMode } from './policies-repo.js'
-import type { ArtifactWriter, KnowledgeTools, McpToolSource, MemoryTools, RunDirectory, RunEventWriter, SkillTools } from './ports.js'
+import type {
+  ArtifactWriter,
+  KnowledgeTools,
+  McpToolSource,
+  MemoryTools,
+  RunDirectory,
+  RunEventWriter,
+  SkillTools
+} from './ports.js'
 import { SandboxError, type SandboxManager } from './sandbox.js'
 import type { ThreadWorkspaces, WorkspaceSession } from './workspaces.js'
 import { NO_SECRETS, type Redactor } from '../secrets/redact.js'
@@ -118,7 +135,11 @@ export class ToolGateway {
    * run's attachments, before it starts); false when this server has no sandbox. `signal`
    * (the run's cancel) also stops a wait for the workspace held on another instance.
    */
-  async putFiles(ref: { orgId: string; runId: string; rootRunId: string }, files: Array<{ path: string; data: Buffer }>, signal?: AbortSignal): Promise<boolean> {
+  async putFiles(
+    ref: { orgId: string; runId: string; rootRunId: string },
+    files: Array<{ path: string; data: Buffer }>,
+    signal?: AbortSignal
+  ): Promise<boolean> {
     if (!this.opts.sandboxes) return false
     await this.holdWorkspace({ orgId: ref.orgId, runId: ref.runId, rootRunId: ref.rootRunId }, signal)
     const { sandbox, release } = await this.opts.sandboxes.acquire({ orgId: ref.orgId, threadId: ref.rootRunId })
@@ -135,21 +156,45 @@ export class ToolGateway {
     const redact = input.redact ?? NO_SECRETS
     const callId = input.callId ?? newId()
     const rootRunId = input.rootRunId ?? (await this.opts.runs.threadOfRun(orgId, runId))?.rootRunId
-    if (!rootRunId) return { callId, tool: input.name, status: 'error', content: 'error: the run does not exist', truncated: false, approvalId: null }
+    if (!rootRunId)
+      return {
+        callId,
+        tool: input.name,
+        status: 'error',
+        content: 'error: the run does not exist',
+        truncated: false,
+        approvalId: null
+      }
 
     const parsed = parseArguments(input.arguments)
     if (input.approvalId !== undefined) return this.resume(input, rootRunId, callId, parsed, redact)
     const mode = this.known(input.name) && parsed !== null ? await this.modeFor(orgId, input.name) : null
-    if (input.defer && mode !== 'approve') return { callId, tool: input.name, status: 'deferred', content: '', truncated: false, approvalId: null }
-    await this.opts.events.emit(orgId, runId, 'tool.call', redact.deep({ callId, tool: input.name, arguments: parsed ?? input.arguments }))
+    if (input.defer && mode !== 'approve')
+      return { callId, tool: input.name, status: 'deferred', content: '', truncated: false, approvalId: null }
+    await this.opts.events.emit(
+      orgId,
+      runId,
+      'tool.call',
+      redact.deep({ callId, tool: input.name, arguments: parsed ?? input.arguments })
+    )
     const finish = (result: ToolResult) => this.finish(orgId, runId, redact.deep(result))
     const invalid = !this.known(input.name)
       ? `unknown tool ${JSON.stringify(input.name)}`
       : parsed === null
         ? 'the arguments are not a JSON object'
-        // an MCP tool's arguments are checked by its server, against the schema it listed
-        : isToolName(input.name) ? firstError(input.name, parsed) : null
-    if (invalid !== null) return finish({ callId, tool: input.name, status: 'error', content: `error: ${invalid}`, truncated: false, approvalId: null })
+        : // an MCP tool's arguments are checked by its server, against the schema it listed
+          isToolName(input.name)
+          ? firstError(input.name, parsed)
+          : null
+    if (invalid !== null)
+      return finish({
+        callId,
+        tool: input.name,
+        status: 'error',
+        content: `error: ${invalid}`,
+        truncated: false,
+        approvalId: null
+      })
     const tool = input.name
     const args = parsed as Record<string, unknown>
 
@@ -164,7 +209,15 @@ export class ToolGateway {
    * Runs a call in the thread's sandbox (cancelRun stops it here), bounds its output and
    * records its `tool.result`.
    */
-  private async runAndFinish(input: ToolCallInput, rootRunId: string, callId: string, tool: string, args: Record<string, unknown>, approvalId: string | null, redact: Redactor): Promise<ToolResult> {
+  private async runAndFinish(
+    input: ToolCallInput,
+    rootRunId: string,
+    callId: string,
+    tool: string,
+    args: Record<string, unknown>,
+    approvalId: string | null,
+    redact: Redactor
+  ): Promise<ToolResult> {
     const { orgId, runId } = input
     const finish = (result: ToolResult) => this.finish(orgId, runId, redact.deep(result))
     const flight: InFlight = { controller: new AbortController() }
@@ -177,14 +230,36 @@ export class ToolGateway {
     set.add(flight)
     try {
       if (flight.controller.signal.aborted) {
-        return await finish({ callId, tool, status: 'cancelled', content: 'the run was cancelled', truncated: false, approvalId })
+        return await finish({
+          callId,
+          tool,
+          status: 'cancelled',
+          content: 'the run was cancelled',
+          truncated: false,
+          approvalId
+        })
       }
       // a fact is stored as the model wrote it, but never with a secret's value
-      const outcome = await this.run(orgId, runId, rootRunId, tool, tool === 'remember' ? redact.deep(args) : args, flight.controller.signal, input.env)
+      const outcome = await this.run(
+        orgId,
+        runId,
+        rootRunId,
+        tool,
+        tool === 'remember' ? redact.deep(args) : args,
+        flight.controller.signal,
+        input.env
+      )
       // redacted before it is cut, so a value is never left half-shown at the end
       const bounded = bound(redact.text(outcome.content), this.opts.outputMaxBytes)
       const status: ToolStatus = flight.controller.signal.aborted ? 'cancelled' : outcome.ok ? 'ok' : 'error'
-      return await finish({ callId, tool, status, content: bounded.text, truncated: bounded.truncated || outcome.truncated, approvalId })
+      return await finish({
+        callId,
+        tool,
+        status,
+        content: bounded.text,
+        truncated: bounded.truncated || outcome.truncated,
+        approvalId
+      })
     } finally {
       input.signal?.removeEventListener('abort', onAbort)
       set.delete(flight)
@@ -197,14 +272,28 @@ export class ToolGateway {
    * denied, expired (an undecided approval past its time expires now) or cancelled, the
    * model is told so. Its `tool.call` was recorded when it was asked.
    */
-  private async resume(input: ToolCallInput, rootRunId: string, callId: string, parsed: Record<string, unknown> | null, redact: Redactor): Promise<ToolResult> {
+  private async resume(
+    input: ToolCallInput,
+    rootRunId: string,
+    callId: string,
+    parsed: Record<string, unknown> | null,
+    redact: Redactor
+  ): Promise<ToolResult> {
     const { orgId, runId } = input
     const approvalId = input.approvalId!
     const finish = (result: ToolResult) => this.finish(orgId, runId, redact.deep(result))
     const status = (await settledStatus(this.opts.db, orgId, runId, approvalId)) ?? 'cancelled'
-    if (status === 'pending') return { callId, tool: input.name, status: 'pending', content: '', truncated: false, approvalId }
+    if (status === 'pending')
+      return { callId, tool: input.name, status: 'pending', content: '', truncated: false, approvalId }
     if (status !== 'approved' || !this.known(input.name) || parsed === null) {
-      return finish({ callId, tool: input.name, status: status === 'approved' ? 'error' : status as ToolStatus, content: status === 'approved' ? 'error: the arguments are not a JSON object' : deniedContent(status), truncated: false, approvalId })
+      return finish({
+        callId,
+        tool: input.name,
+        status: status === 'approved' ? 'error' : (status as ToolStatus),
+        content: status === 'approved' ? 'error: the arguments are not a JSON object' : deniedContent(status),
+        truncated: false,
+        approvalId
+      })
     }
     return this.runAndFinish(input, rootRunId, callId, input.name, parsed, approvalId, redact)
   }
@@ -223,17 +312,28 @@ export class ToolGateway {
    * waits while another instance holds the workspace (a terminal there, or a run's end
    * being saved), saying so once with `workspace.waiting`.
    */
-  private async holdWorkspace(ref: { orgId: string; runId: string; rootRunId: string }, signal?: AbortSignal): Promise<void> {
+  private async holdWorkspace(
+    ref: { orgId: string; runId: string; rootRunId: string },
+    signal?: AbortSignal
+  ): Promise<void> {
     const workspaces = this.opts.workspaces
     if (!workspaces) return
     const runKey = `${ref.orgId}/${ref.runId}`
     let session = this.workspaceSessions.get(runKey)
     if (!session) {
-      session = workspaces.open({ orgId: ref.orgId, threadId: ref.rootRunId }, {
-        wait: true,
-        signal,
-        onWait: () => void this.opts.events.emit(ref.orgId, ref.runId, 'workspace.waiting', { reason: 'the thread\'s workspace is in use on another instance' }).catch(() => {})
-      })
+      session = workspaces.open(
+        { orgId: ref.orgId, threadId: ref.rootRunId },
+        {
+          wait: true,
+          signal,
+          onWait: () =>
+            void this.opts.events
+              .emit(ref.orgId, ref.runId, 'workspace.waiting', {
+                reason: "the thread's workspace is in use on another instance"
+              })
+              .catch(() => {})
+        }
+      )
       this.workspaceSessions.set(runKey, session)
       const opened = session
       opened.catch(() => {
@@ -258,8 +358,8 @@ export class ToolGateway {
     try {
       return (await opened.close()).error
     } catch (err) {
-      this.opts.log.error({ err, runId }, 'ending a run\'s workspace session failed')
-      return 'workspace_not_saved: the thread\'s workspace could not be saved'
+      this.opts.log.error({ err, runId }, "ending a run's workspace session failed")
+      return "workspace_not_saved: the thread's workspace could not be saved"
     }
   }
 
@@ -269,17 +369,28 @@ export class ToolGateway {
    * The built-in tools' policies, then those of the tools the org's MCP servers listed when
    * last reached (default `approve`).
    */
-  async policies(orgId: string): Promise<Array<{ tool: string; mode: ToolMode; isDefault: boolean; description: string }>> {
+  async policies(
+    orgId: string
+  ): Promise<Array<{ tool: string; mode: ToolMode; isDefault: boolean; description: string }>> {
     const [rows, mcpTools] = await Promise.all([
       policyRows(this.opts.db, orgId),
       this.opts.mcp ? this.opts.mcp.known(orgId) : []
     ])
     const set = new Map(rows.map((r) => [r.tool, r.mode]))
     const tools = [
-      ...TOOL_NAMES.map((tool) => ({ tool, defaultMode: TOOLS[tool].defaultMode, description: TOOLS[tool].description })),
+      ...TOOL_NAMES.map((tool) => ({
+        tool,
+        defaultMode: TOOLS[tool].defaultMode,
+        description: TOOLS[tool].description
+      })),
       ...mcpTools.map((t) => ({ tool: t.name, defaultMode: 'approve' as const, description: t.description }))
     ]
-    return tools.map(({ tool, defaultMode, description }) => ({ tool, mode: set.get(tool) ?? defaultMode, isDefault: !set.has(tool), description }))
+    return tools.map(({ tool, defaultMode, description }) => ({
+      tool,
+      mode: set.get(tool) ?? defaultMode,
+      isDefault: !set.has(tool),
+      description
+    }))
   }
 
   /**
@@ -287,8 +398,13 @@ export class ToolGateway {
    * reached (any other name is not found).
    */
   async setPolicy(orgId: string, tool: string, mode: ToolMode, userId: string | null): Promise<void> {
-    if (!isToolName(tool) && !(this.opts.mcp?.isMcpTool(tool) && (await this.opts.mcp.known(orgId)).some((t) => t.name === tool))) {
-      throw notFound(`no tool named ${tool}: MCP tools are named mcp__<server>__<tool> after one of the organization's servers listed them`)
+    if (
+      !isToolName(tool) &&
+      !(this.opts.mcp?.isMcpTool(tool) && (await this.opts.mcp.known(orgId)).some((t) => t.name === tool))
+    ) {
+      throw notFound(
+        `no tool named ${tool}: MCP tools are named mcp__<server>__<tool> after one of the organization's servers listed them`
+      )
     }
     await setPolicyMode(this.opts.db, orgId, tool, mode, userId)
   }
@@ -300,7 +416,11 @@ export class ToolGateway {
 
   // ---- approvals ------------------------------------------------------------------
 
-  async listApprovals(orgId: string, runId: string, page: PageInput): Promise<{ items: ApprovalRow[]; nextCursor: string | null }> {
+  async listApprovals(
+    orgId: string,
+    runId: string,
+    page: PageInput
+  ): Promise<{ items: ApprovalRow[]; nextCursor: string | null }> {
     return listApprovals(this.opts.db, orgId, runId, page)
   }
 
@@ -308,7 +428,13 @@ export class ToolGateway {
    * A person's decision. Only a pending, unexpired approval of this run in this org can
    * be decided, once: deciding again is a conflict, another org's id is not found.
    */
-  async decide(orgId: string, runId: string, approvalId: string, decision: 'approve' | 'deny', userId: string | null): Promise<ApprovalRow> {
+  async decide(
+    orgId: string,
+    runId: string,
+    approvalId: string,
+    decision: 'approve' | 'deny',
+    userId: string | null
+  ): Promise<ApprovalRow> {
     const status: ApprovalStatus = decision === 'approve' ? 'approved' : 'denied'
     const row = await this.opts.db.transaction(async (tx) => {
       await this.opts.runs.hold(tx, orgId, runId)
@@ -326,23 +452,53 @@ export class ToolGateway {
       return null
     })
     if (!row) throw conflict('the approval has expired')
-    await this.opts.events.emit(orgId, runId, 'approval.resolved', { approvalId: row.id, callId: row.callId, tool: row.tool, status, decidedBy: userId })
+    await this.opts.events.emit(orgId, runId, 'approval.resolved', {
+      approvalId: row.id,
+      callId: row.callId,
+      tool: row.tool,
+      status,
+      decidedBy: userId
+    })
     return row
   }
 
-  private async requestApproval(orgId: string, runId: string, rootRunId: string, callId: string, tool: string, args: Record<string, unknown>): Promise<ApprovalRow> {
+  private async requestApproval(
+    orgId: string,
+    runId: string,
+    rootRunId: string,
+    callId: string,
+    tool: string,
+    args: Record<string, unknown>
+  ): Promise<ApprovalRow> {
     const row = await insertApproval(this.opts.db, orgId, {
-      runId, rootRunId, callId, tool, arguments: args, expiresAt: new Date(Date.now() + this.opts.approvalTimeoutMs)
+      runId,
+      rootRunId,
+      callId,
+      tool,
+      arguments: args,
+      expiresAt: new Date(Date.now() + this.opts.approvalTimeoutMs)
     })
     await this.opts.events.emit(orgId, runId, 'approval.requested', {
-      approvalId: row.id, callId, tool, arguments: args, expiresAt: row.expiresAt.toISOString()
+      approvalId: row.id,
+      callId,
+      tool,
+      arguments: args,
+      expiresAt: row.expiresAt.toISOString()
     })
     return row
   }
 
   // ---- execution ------------------------------------------------------------------
 
-  private async run(orgId: string, runId: string, rootRunId: string, tool: string, rawArgs: Record<string, unknown>, signal: AbortSignal, env: Record<string, string> | undefined): Promise<{ ok: boolean; content: string; truncated: boolean }> {
+  private async run(
+    orgId: string,
+    runId: string,
+    rootRunId: string,
+    tool: string,
+    rawArgs: Record<string, unknown>,
+    signal: AbortSignal,
+    env: Record<string, string> | undefined
+  ): Promise<{ ok: boolean; content: string; truncated: boolean }> {
     try {
       if (!isToolName(tool)) {
         // known() let it through: an MCP server's tool, answered by its server
@@ -356,13 +512,23 @@ export class ToolGateway {
       }
       if (tool === 'remember') {
         const args = rawArgs as ToolArgs['remember']
-        const kept = await this.opts.memory.remember({ orgId, runId, rootRunId }, { content: args.content.trim(), scope: args.scope ?? 'org' })
+        const kept = await this.opts.memory.remember(
+          { orgId, runId, rootRunId },
+          { content: args.content.trim(), scope: args.scope ?? 'org' }
+        )
         if ('refused' in kept) return { ok: false, content: `error: ${kept.refused}`, truncated: false }
-        return { ok: true, content: JSON.stringify({ remembered: true, scope: args.scope ?? 'org', keptThisRun: kept.kept }), truncated: false }
+        return {
+          ok: true,
+          content: JSON.stringify({ remembered: true, scope: args.scope ?? 'org', keptThisRun: kept.kept }),
+          truncated: false
+        }
       }
       if (tool === 'write_artifact') {
         const args = rawArgs as ToolArgs['write_artifact']
-        const saved = await this.opts.artifacts.write({ orgId, runId, rootRunId }, { name: args.name, content: args.content, contentType: args.contentType ?? 'text/markdown' })
+        const saved = await this.opts.artifacts.write(
+          { orgId, runId, rootRunId },
+          { name: args.name, content: args.content, contentType: args.contentType ?? 'text/markdown' }
+        )
         return { ok: true, content: JSON.stringify(saved), truncated: false }
       }
       if (tool === 'knowledge_search') {
@@ -380,7 +546,12 @@ export class ToolGateway {
         const proposed = await this.opts.skills.propose({ orgId, runId, rootRunId }, args)
         return { ok: !('refused' in proposed), content: JSON.stringify(proposed), truncated: false }
       }
-      if (!this.opts.sandboxes) return { ok: false, content: `error: sandbox_unavailable: ${this.opts.sandboxUnavailable ?? 'no sandbox provider is configured'}`, truncated: false }
+      if (!this.opts.sandboxes)
+        return {
+          ok: false,
+          content: `error: sandbox_unavailable: ${this.opts.sandboxUnavailable ?? 'no sandbox provider is configured'}`,
+          truncated: false
+        }
       await this.holdWorkspace({ orgId, runId, rootRunId }, signal)
       const { sandbox, release } = await this.opts.sandboxes.acquire({ orgId, threadId: rootRunId })
       try {
@@ -388,8 +559,17 @@ export class ToolGateway {
           case 'shell': {
             const args = rawArgs as ToolArgs['shell']
             const timeoutMs = Math.min(this.opts.execTimeoutMs, (args.timeoutSeconds ?? Infinity) * 1000)
-            const r = await sandbox.exec(args.command, { timeoutMs, maxOutputBytes: this.opts.outputMaxBytes, signal, env })
-            const head = r.timedOut ? `timed out after ${timeoutMs} ms` : r.signal ? `killed by ${r.signal}` : `exit code ${r.exitCode}`
+            const r = await sandbox.exec(args.command, {
+              timeoutMs,
+              maxOutputBytes: this.opts.outputMaxBytes,
+              signal,
+              env
+            })
+            const head = r.timedOut
+              ? `timed out after ${timeoutMs} ms`
+              : r.signal
+                ? `killed by ${r.signal}`
+                : `exit code ${r.exitCode}`
             const content = `${head}\n${r.stdout}${r.stderr ? `${r.stdout.endsWith('\n') || r.stdout === '' ? '' : '\n'}[stderr]\n${r.stderr}` : ''}`
             return { ok: r.exitCode === 0, content, truncated: r.truncated }
           }
@@ -434,7 +614,9 @@ function parseArguments(raw: string | Record<string, unknown>): Record<string, u
       return null
     }
   }
-  return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : null
+  return value !== null && typeof value === 'object' && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : null
 }
 
 function firstError(tool: ToolName, args: Record<string, unknown>): string | null {

@@ -105,132 +105,178 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
     return thread.rootRunId
   }
 
-  app.get('/tools/policies', {
-    schema: {
-      operationId: 'listToolPolicies',
-      tags: ['runtime'],
-      summary: 'The org\'s tool policies (auto or approve), defaults included',
-      description: 'The built-in tools, then the tools the organization\'s MCP servers listed when last reached (mcp__<server>__<tool>, default approve).',
-      response: { 200: ToolPolicyList, ...errorResponses() }
+  app.get(
+    '/tools/policies',
+    {
+      schema: {
+        operationId: 'listToolPolicies',
+        tags: ['runtime'],
+        summary: "The org's tool policies (auto or approve), defaults included",
+        description:
+          "The built-in tools, then the tools the organization's MCP servers listed when last reached (mcp__<server>__<tool>, default approve).",
+        response: { 200: ToolPolicyList, ...errorResponses() }
+      }
+    },
+    async (request) => {
+      return { items: await gateway.policies(principalOf(request).orgId) }
     }
-  }, async (request) => {
-    return { items: await gateway.policies(principalOf(request).orgId) }
-  })
+  )
 
-  app.put('/tools/policies/:tool', {
-    config: { scope: ['admin', 'session'] },
-    schema: {
-      operationId: 'setToolPolicy',
-      tags: ['runtime'],
-      summary: 'Set whether a tool runs at once or waits for approval',
-      description: 'A built-in tool, or an MCP server\'s tool as runs see it (mcp__<server>__<tool>, listed by its server when last reached; 404 otherwise).',
-      params: ToolPolicyParams,
-      body: SetToolPolicyBody,
-      response: { 200: ToolPolicy, ...errorResponses(404, 413, 415) }
+  app.put(
+    '/tools/policies/:tool',
+    {
+      config: { scope: ['admin', 'session'] },
+      schema: {
+        operationId: 'setToolPolicy',
+        tags: ['runtime'],
+        summary: 'Set whether a tool runs at once or waits for approval',
+        description:
+          "A built-in tool, or an MCP server's tool as runs see it (mcp__<server>__<tool>, listed by its server when last reached; 404 otherwise).",
+        params: ToolPolicyParams,
+        body: SetToolPolicyBody,
+        response: { 200: ToolPolicy, ...errorResponses(404, 413, 415) }
+      }
+    },
+    async (request) => {
+      const principal = principalOf(request)
+      const tool = request.params.tool
+      await gateway.setPolicy(principal.orgId, tool, request.body.mode, principal.userId)
+      const policy = (await gateway.policies(principal.orgId)).find((p) => p.tool === tool)!
+      return policy
     }
-  }, async (request) => {
-    const principal = principalOf(request)
-    const tool = request.params.tool
-    await gateway.setPolicy(principal.orgId, tool, request.body.mode, principal.userId)
-    const policy = (await gateway.policies(principal.orgId)).find((p) => p.tool === tool)!
-    return policy
-  })
+  )
 
-  app.get('/runs/:id/approvals', {
-    config: { scope: 'session' },
-    schema: {
-      operationId: 'listApprovals',
-      tags: ['runtime'],
-      summary: 'Tool calls of a run that needed approval, oldest first',
-      description: 'Lists the tool calls of a run that waited for a person\'s decision, pending and decided, oldest first.',
-      params: RunParams,
-      querystring: ApprovalListQuery,
-      response: { 200: ApprovalPage, ...errorResponses(404) }
+  app.get(
+    '/runs/:id/approvals',
+    {
+      config: { scope: 'session' },
+      schema: {
+        operationId: 'listApprovals',
+        tags: ['runtime'],
+        summary: 'Tool calls of a run that needed approval, oldest first',
+        description:
+          "Lists the tool calls of a run that waited for a person's decision, pending and decided, oldest first.",
+        params: RunParams,
+        querystring: ApprovalListQuery,
+        response: { 200: ApprovalPage, ...errorResponses(404) }
+      }
+    },
+    async (request) => {
+      const { orgId } = principalOf(request)
+      await threadOfRun(orgId, request.params.id)
+      const page = await gateway.listApprovals(orgId, request.params.id, {
+        limit: request.query.limit ?? 50,
+        cursor: request.query.cursor
+      })
+      return { items: page.items.map(approvalView), nextCursor: page.nextCursor }
     }
-  }, async (request) => {
-    const { orgId } = principalOf(request)
-    await threadOfRun(orgId, request.params.id)
-    const page = await gateway.listApprovals(orgId, request.params.id, { limit: request.query.limit ?? 50, cursor: request.query.cursor })
-    return { items: page.items.map(approvalView), nextCursor: page.nextCursor }
-  })
+  )
 
-  app.post('/runs/:id/approvals/:approvalId', {
-    config: { scope: 'session' },
-    schema: {
-      operationId: 'decideApproval',
-      tags: ['runtime'],
-      summary: 'Approve or deny a waiting tool call (once)',
-      description: 'Approves or denies a tool call that waits for a decision; the run resumes on any instance once its last pending call is decided.',
-      params: ApprovalParams,
-      body: DecideBody,
-      response: { 200: DecideResponse, ...errorResponses(404, 413, 415) }
+  app.post(
+    '/runs/:id/approvals/:approvalId',
+    {
+      config: { scope: 'session' },
+      schema: {
+        operationId: 'decideApproval',
+        tags: ['runtime'],
+        summary: 'Approve or deny a waiting tool call (once)',
+        description:
+          'Approves or denies a tool call that waits for a decision; the run resumes on any instance once its last pending call is decided.',
+        params: ApprovalParams,
+        body: DecideBody,
+        response: { 200: DecideResponse, ...errorResponses(404, 413, 415) }
+      }
+    },
+    async (request) => {
+      const principal = principalOf(request)
+      await threadOfRun(principal.orgId, request.params.id)
+      const row = await gateway.decide(
+        principal.orgId,
+        request.params.id,
+        request.params.approvalId,
+        request.body.decision,
+        principal.userId
+      )
+      return { approval: approvalView(row) }
     }
-  }, async (request) => {
-    const principal = principalOf(request)
-    await threadOfRun(principal.orgId, request.params.id)
-    const row = await gateway.decide(principal.orgId, request.params.id, request.params.approvalId, request.body.decision, principal.userId)
-    return { approval: approvalView(row) }
-  })
+  )
 
   // WebSockets: every check (principal, Origin, org, availability) runs before the upgrade,
   // so a refused handshake is a plain HTTP error answer, never a 101.
-  app.get('/runs/:id/terminal', {
-    websocket: true,
-    config: { scope: 'session' },
-    schema: {
-      operationId: 'openTerminal',
-      tags: ['runtime'],
-      summary: 'WebSocket: a terminal (PTY) in the run\'s thread sandbox; binary frames are terminal bytes, text frames JSON {type:"resize",cols,rows}',
-      params: RunParams,
-      response: { 101: SwitchingProtocols, ...errorResponses(404, 409, 503) }
-    },
-    preHandler: async (request) => {
-      assertSameOrigin(request, opts.corsOrigins)
-      const { id } = request.params as { id: string }
-      const orgId = principalOf(request).orgId
-      const thread = await threadOfRun(orgId, id)
-      if (!sandboxes) throw sandboxUnavailable(app.runtime.sandboxStatus)
-      await admitSession(request, { orgId, threadId: thread })
-      admitted.set(request, thread)
-    }
-  }, (socket, request) => {
-    const threadId = admitted.get(request)!
-    const principal = principalOf(request)
-    const session = claimSession(request)
-    sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
-    return bridgeTerminal(socket, sandboxes!, { orgId: principalOf(request).orgId, threadId }, request.log, session)
-  })
-
-  app.get('/desktop-proxy/:threadId/websockify', {
-    websocket: true,
-    config: { scope: 'session' },
-    schema: {
-      operationId: 'openDesktop',
-      tags: ['runtime'],
-      summary: 'WebSocket (subprotocol binary): websockify bridge to the thread sandbox\'s VNC server, for noVNC',
-      params: ThreadParams,
-      response: { 101: SwitchingProtocols, ...errorResponses(404, 409, 503) }
-    },
-    preHandler: async (request) => {
-      assertSameOrigin(request, opts.corsOrigins)
-      const { threadId } = request.params as { threadId: string }
-      if (!(await runs.threadExists(principalOf(request).orgId, threadId))) throw notFound('no such thread in this organization')
-      if (!sandboxes) throw sandboxUnavailable(app.runtime.sandboxStatus)
-      if (!sandboxes.provider.desktopAvailable) {
-        throw desktopUnavailable()
+  app.get(
+    '/runs/:id/terminal',
+    {
+      websocket: true,
+      config: { scope: 'session' },
+      schema: {
+        operationId: 'openTerminal',
+        tags: ['runtime'],
+        summary:
+          'WebSocket: a terminal (PTY) in the run\'s thread sandbox; binary frames are terminal bytes, text frames JSON {type:"resize",cols,rows}',
+        params: RunParams,
+        response: { 101: SwitchingProtocols, ...errorResponses(404, 409, 503) }
+      },
+      preHandler: async (request) => {
+        assertSameOrigin(request, opts.corsOrigins)
+        const { id } = request.params as { id: string }
+        const orgId = principalOf(request).orgId
+        const thread = await threadOfRun(orgId, id)
+        if (!sandboxes) throw sandboxUnavailable(app.runtime.sandboxStatus)
+        await admitSession(request, { orgId, threadId: thread })
+        admitted.set(request, thread)
       }
-      await admitSession(request, { orgId: principalOf(request).orgId, threadId })
-      admitted.set(request, threadId)
+    },
+    (socket, request) => {
+      const threadId = admitted.get(request)!
+      const principal = principalOf(request)
+      const session = claimSession(request)
+      sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
+      return bridgeTerminal(socket, sandboxes!, { orgId: principalOf(request).orgId, threadId }, request.log, session)
     }
-  }, (socket, request) => {
-    const threadId = admitted.get(request)!
-    const principal = principalOf(request)
-    const session = claimSession(request)
-    // the desktop's programs run until the workspace is saved (its last session's end stops them)
-    if (session) socket.once('close', () => void session.close().catch((err: unknown) => request.log.warn({ err }, 'desktop: ending the workspace session failed')))
-    sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
-    return bridgeDesktop(socket, sandboxes!, { orgId: principalOf(request).orgId, threadId }, request.log)
-  })
+  )
+
+  app.get(
+    '/desktop-proxy/:threadId/websockify',
+    {
+      websocket: true,
+      config: { scope: 'session' },
+      schema: {
+        operationId: 'openDesktop',
+        tags: ['runtime'],
+        summary: "WebSocket (subprotocol binary): websockify bridge to the thread sandbox's VNC server, for noVNC",
+        params: ThreadParams,
+        response: { 101: SwitchingProtocols, ...errorResponses(404, 409, 503) }
+      },
+      preHandler: async (request) => {
+        assertSameOrigin(request, opts.corsOrigins)
+        const { threadId } = request.params as { threadId: string }
+        if (!(await runs.threadExists(principalOf(request).orgId, threadId)))
+          throw notFound('no such thread in this organization')
+        if (!sandboxes) throw sandboxUnavailable(app.runtime.sandboxStatus)
+        if (!sandboxes.provider.desktopAvailable) {
+          throw desktopUnavailable()
+        }
+        await admitSession(request, { orgId: principalOf(request).orgId, threadId })
+        admitted.set(request, threadId)
+      }
+    },
+    (socket, request) => {
+      const threadId = admitted.get(request)!
+      const principal = principalOf(request)
+      const session = claimSession(request)
+      // the desktop's programs run until the workspace is saved (its last session's end stops them)
+      if (session)
+        socket.once(
+          'close',
+          () =>
+            void session
+              .close()
+              .catch((err: unknown) => request.log.warn({ err }, 'desktop: ending the workspace session failed'))
+        )
+      sockets.add(socket, { orgId: principal.orgId, userId: principal.userId, sessionId: principal.sessionId })
+      return bridgeDesktop(socket, sandboxes!, { orgId: principalOf(request).orgId, threadId }, request.log)
+    }
+  )
 }
 
 export default runtimeRoutes

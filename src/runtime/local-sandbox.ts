@@ -4,7 +4,16 @@ import { chown, lstat, mkdir, readdir, realpath, rm } from 'node:fs/promises'
 import { isAbsolute, join, resolve } from 'node:path'
 import type { Readable } from 'node:stream'
 import * as pty from 'node-pty'
-import { BOX_HOME, bwrapArgs, findExecutable, probeBubblewrap, SANDBOX_PATH, sandboxUserFor, type BubblewrapProbe, type SandboxUser } from './bubblewrap.js'
+import {
+  BOX_HOME,
+  bwrapArgs,
+  findExecutable,
+  probeBubblewrap,
+  SANDBOX_PATH,
+  sandboxUserFor,
+  type BubblewrapProbe,
+  type SandboxUser
+} from './bubblewrap.js'
 import { startDesktop, stopAll, type DesktopProcesses } from './desktop.js'
 import { FILE_OPS_SCRIPT, fileOpError } from './file-ops.js'
 import {
@@ -82,9 +91,15 @@ export class LocalSandboxProvider implements SandboxProvider {
     const user = sandboxUserFor(options.user ?? { uid: 65534, gid: 65534 })
     this.user = null
     if (options.confinement === 'none') {
-      if (!options.unconfined) throw new SandboxUnavailableError('SANDBOX_CONFINEMENT=none runs commands outside bubblewrap; it needs SANDBOX_UNCONFINED=true')
+      if (!options.unconfined)
+        throw new SandboxUnavailableError(
+          'SANDBOX_CONFINEMENT=none runs commands outside bubblewrap; it needs SANDBOX_UNCONFINED=true'
+        )
       this.confinement = 'none'
-      options.log.warn({}, 'SANDBOX_CONFINEMENT=none: sandbox commands run as plain processes with the service user\'s rights')
+      options.log.warn(
+        {},
+        "SANDBOX_CONFINEMENT=none: sandbox commands run as plain processes with the service user's rights"
+      )
     } else {
       const probe = (options.probe ?? probeBubblewrap)(user)
       if (probe.ok) {
@@ -94,14 +109,20 @@ export class LocalSandboxProvider implements SandboxProvider {
         throw new Error(`SANDBOX_CONFINEMENT=bwrap but ${probe.reason}`)
       } else if (options.unconfined) {
         this.confinement = 'none'
-        options.log.warn({ reason: probe.reason },
-          'SANDBOX WARNING: bubblewrap is unavailable and SANDBOX_UNCONFINED=true; sandbox commands run as PLAIN processes with the service user\'s rights')
+        options.log.warn(
+          { reason: probe.reason },
+          "SANDBOX WARNING: bubblewrap is unavailable and SANDBOX_UNCONFINED=true; sandbox commands run as PLAIN processes with the service user's rights"
+        )
       } else {
-        options.log.warn({ reason: probe.reason },
-          'no sandbox: bubblewrap is unavailable, so tools, terminals and desktops answer 503 sandbox_unavailable (install bubblewrap and allow user namespaces, or set SANDBOX_UNCONFINED=true to run commands unconfined)')
-        throw new SandboxUnavailableError(probe.installed
-          ? 'sandbox commands run only inside bubblewrap, and bubblewrap cannot create a sandbox on this server (it needs user namespaces); the operator may set SANDBOX_UNCONFINED=true to run them unconfined'
-          : 'sandbox commands run only inside bubblewrap, and bubblewrap (bwrap) is not installed on this server; the operator may set SANDBOX_UNCONFINED=true to run them unconfined')
+        options.log.warn(
+          { reason: probe.reason },
+          'no sandbox: bubblewrap is unavailable, so tools, terminals and desktops answer 503 sandbox_unavailable (install bubblewrap and allow user namespaces, or set SANDBOX_UNCONFINED=true to run commands unconfined)'
+        )
+        throw new SandboxUnavailableError(
+          probe.installed
+            ? 'sandbox commands run only inside bubblewrap, and bubblewrap cannot create a sandbox on this server (it needs user namespaces); the operator may set SANDBOX_UNCONFINED=true to run them unconfined'
+            : 'sandbox commands run only inside bubblewrap, and bubblewrap (bwrap) is not installed on this server; the operator may set SANDBOX_UNCONFINED=true to run them unconfined'
+        )
       }
     }
     this.desktopAvailable = findExecutable('Xvfb') !== null && findExecutable('x11vnc') !== null
@@ -130,8 +151,12 @@ export class LocalSandboxProvider implements SandboxProvider {
       await chown(workspace, user.uid, user.gid)
       return
     }
-    const done = spawnSync('chown', ['-R', '-h', '--', `${user.uid}:${user.gid}`, workspace], { env: { PATH: SANDBOX_PATH }, encoding: 'utf8' })
-    if (done.status !== 0) this.options.log.warn({ status: done.status }, 'could not hand an existing workspace over to the sandbox user')
+    const done = spawnSync('chown', ['-R', '-h', '--', `${user.uid}:${user.gid}`, workspace], {
+      env: { PATH: SANDBOX_PATH },
+      encoding: 'utf8'
+    })
+    if (done.status !== 0)
+      this.options.log.warn({ status: done.status }, 'could not hand an existing workspace over to the sandbox user')
   }
 }
 
@@ -171,7 +196,14 @@ class LocalSandbox implements Sandbox {
   /** The command line that runs `argv` confined (bubblewrap) or as is. */
   private command(argv: string[], newSession: boolean, infoFd?: number): { file: string; args: string[]; cwd: string } {
     if (this.provider.confinement !== 'bwrap') return { file: argv[0]!, args: argv.slice(1), cwd: this.workspace }
-    const args = bwrapArgs({ argv, workspace: this.workspace, network: this.opts.network, newSession, display: this.display, user: this.provider.user })
+    const args = bwrapArgs({
+      argv,
+      workspace: this.workspace,
+      network: this.opts.network,
+      newSession,
+      display: this.display,
+      user: this.provider.user
+    })
     // the host working directory is never the workspace: bubblewrap enters it in the sandbox's view
     return { file: 'bwrap', args: infoFd === undefined ? args : ['--info-fd', String(infoFd), ...args], cwd: '/' }
   }
@@ -187,19 +219,41 @@ class LocalSandbox implements Sandbox {
   }
 
   /** Runs `argv` confined, in its own process group (a timeout or abort kills the whole tree). */
-  private run(argv: string[], o: { timeoutMs: number; maxBytes: number; signal?: AbortSignal | undefined; env?: Record<string, string> | undefined; stdin?: Buffer }): Promise<RawResult> {
+  private run(
+    argv: string[],
+    o: {
+      timeoutMs: number
+      maxBytes: number
+      signal?: AbortSignal | undefined
+      env?: Record<string, string> | undefined
+      stdin?: Buffer
+    }
+  ): Promise<RawResult> {
     const { file, args, cwd } = this.command(argv, true, INFO_FD)
     const confined = file === 'bwrap'
     const started = Date.now()
     // aborted before it started: nothing runs. (Killed in bubblewrap's first moments, a
     // command could outlive it: its child may not yet have asked to die with its parent.)
     if (o.signal?.aborted) {
-      return Promise.resolve({ exitCode: null, signal: 'SIGKILL', stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), timedOut: false, truncated: false, durationMs: 0 })
+      return Promise.resolve({
+        exitCode: null,
+        signal: 'SIGKILL',
+        stdout: Buffer.alloc(0),
+        stderr: Buffer.alloc(0),
+        timedOut: false,
+        truncated: false,
+        durationMs: 0
+      })
     }
     return new Promise((resolvePromise, reject) => {
       let child: ChildProcess
       try {
-        child = spawn(file, args, { cwd, env: this.env({}, o.env), detached: true, stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', ...(confined ? ['pipe' as const] : [])] })
+        child = spawn(file, args, {
+          cwd,
+          env: this.env({}, o.env),
+          detached: true,
+          stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', ...(confined ? ['pipe' as const] : [])]
+        })
       } catch (err) {
         reject(err)
         return
@@ -311,7 +365,13 @@ class LocalSandbox implements Sandbox {
    * that every path is resolved in the sandbox's view (see ./file-ops.ts). The path is
    * checked by `segments()` first, for clear errors; the script never sees `..`.
    */
-  private async fileOp(op: 'read' | 'list' | 'write', path: string, limit: number, maxBytes: number, stdin?: Buffer): Promise<Buffer> {
+  private async fileOp(
+    op: 'read' | 'list' | 'write',
+    path: string,
+    limit: number,
+    maxBytes: number,
+    stdin?: Buffer
+  ): Promise<Buffer> {
     this.alive()
     const parts = segments(path)
     if (parts.length === 0 && op !== 'list') throw new SandboxError('invalid_path', 'a file path is required')
@@ -322,22 +382,40 @@ class LocalSandbox implements Sandbox {
       maxBytes,
       ...(stdin ? { stdin } : {})
     })
-    const err = fileOpError(op, parts.join('/'), { exitCode: r.exitCode, timedOut: r.timedOut, stderr: r.stderr.toString('utf8') })
+    const err = fileOpError(op, parts.join('/'), {
+      exitCode: r.exitCode,
+      timedOut: r.timedOut,
+      stderr: r.stderr.toString('utf8')
+    })
     if (err) throw err
     return r.stdout
   }
 
-  async readFile(path: string, maxBytes = this.opts.fileMaxBytes): Promise<{ content: string; size: number; truncated: boolean }> {
+  async readFile(
+    path: string,
+    maxBytes = this.opts.fileMaxBytes
+  ): Promise<{ content: string; size: number; truncated: boolean }> {
     const out = await this.fileOp('read', path, maxBytes, maxBytes + 32)
     const newline = out.indexOf(0x0a)
     const size = Number(out.subarray(0, newline).toString('latin1'))
     if (newline < 0 || !Number.isSafeInteger(size)) throw new SandboxError('io_error', `could not read ${path}`)
-    return { content: out.subarray(newline + 1, newline + 1 + maxBytes).toString('utf8'), size, truncated: size > maxBytes }
+    return {
+      content: out.subarray(newline + 1, newline + 1 + maxBytes).toString('utf8'),
+      size,
+      truncated: size > maxBytes
+    }
   }
 
-  async writeFile(path: string, content: string | Uint8Array, maxBytes = this.opts.fileMaxBytes): Promise<{ bytes: number }> {
+  async writeFile(
+    path: string,
+    content: string | Uint8Array,
+    maxBytes = this.opts.fileMaxBytes
+  ): Promise<{ bytes: number }> {
     this.alive()
-    const data = typeof content === 'string' ? Buffer.from(content, 'utf8') : Buffer.from(content.buffer, content.byteOffset, content.byteLength)
+    const data =
+      typeof content === 'string'
+        ? Buffer.from(content, 'utf8')
+        : Buffer.from(content.buffer, content.byteOffset, content.byteLength)
     if (data.length > maxBytes) throw new SandboxError('too_large', `content is over ${maxBytes} bytes`)
     await this.fileOp('write', path, 0, 64 * 1024, data)
     return { bytes: data.length }
@@ -374,24 +452,29 @@ class LocalSandbox implements Sandbox {
   desktop(): Promise<DesktopEndpoint> {
     this.alive()
     if (!this.provider.desktopAvailable) {
-      return Promise.reject(new SandboxError('unavailable', 'the desktop needs Xvfb and x11vnc, which are not installed'))
+      return Promise.reject(
+        new SandboxError('unavailable', 'the desktop needs Xvfb and x11vnc, which are not installed')
+      )
     }
     if (!this.desktopStart) {
       this.desktopStart = startDesktop()
-      this.desktopStart.then((d) => {
-        this.display = d.display
-        if (this.destroyed) stopAll(d.processes)
-        for (const p of d.processes) {
-          p.once('exit', () => {
-            // a crashed display is started again on the next request
-            stopAll(d.processes)
-            if (this.display === d.display) this.display = null
-            this.desktopStart = null
-          })
+      this.desktopStart.then(
+        (d) => {
+          this.display = d.display
+          if (this.destroyed) stopAll(d.processes)
+          for (const p of d.processes) {
+            p.once('exit', () => {
+              // a crashed display is started again on the next request
+              stopAll(d.processes)
+              if (this.display === d.display) this.display = null
+              this.desktopStart = null
+            })
+          }
+        },
+        () => {
+          this.desktopStart = null
         }
-      }, () => {
-        this.desktopStart = null
-      })
+      )
     }
     return this.desktopStart.then((d) => d.endpoint)
   }
@@ -414,14 +497,21 @@ class LocalSandbox implements Sandbox {
       for (const term of this.terminals) term.kill('SIGKILL')
       const desktop = this.desktopStart
       this.desktopStart = null
-      if (desktop) await desktop.then((d) => stopAll(d.processes), () => {})
+      if (desktop)
+        await desktop.then(
+          (d) => stopAll(d.processes),
+          () => {}
+        )
       for (const listener of this.listeners) listener()
       this.listeners.clear()
     }
     if (options.purge) {
       // emptied inside the confinement, so no link planted in it can lead the walk out
       const root = this.provider.confinement === 'bwrap' ? BOX_HOME : this.workspace
-      await this.run(['/bin/sh', '-c', FILE_OPS_SCRIPT, 'cairn-files', root, 'purge', '.', '0'], { timeoutMs: this.opts.execTimeoutMs, maxBytes: 4096 })
+      await this.run(['/bin/sh', '-c', FILE_OPS_SCRIPT, 'cairn-files', root, 'purge', '.', '0'], {
+        timeoutMs: this.opts.execTimeoutMs,
+        maxBytes: 4096
+      })
       await rm(this.workspace, { recursive: true, force: true })
     }
   }
@@ -429,7 +519,8 @@ class LocalSandbox implements Sandbox {
 
 /** Splits a workspace-relative path; absolute paths, `..`, NUL and `~` are refused. */
 export function segments(path: string): string[] {
-  if (typeof path !== 'string' || path.length > 4096 || path.includes('\0')) throw new SandboxError('invalid_path', 'invalid path')
+  if (typeof path !== 'string' || path.length > 4096 || path.includes('\0'))
+    throw new SandboxError('invalid_path', 'invalid path')
   if (isAbsolute(path) || path.startsWith('~') || /^[A-Za-z]:/.test(path) || path.startsWith('\\')) {
     throw new SandboxError('invalid_path', 'paths are relative to the workspace')
   }

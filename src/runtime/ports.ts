@@ -52,23 +52,42 @@ export interface MemoryHit {
  */
 export interface MemoryTools {
   search(run: ToolRunRef, query: string, limit: number): Promise<MemoryHit[]>
-  remember(run: ToolRunRef, fact: { content: string; scope: 'org' | 'personal' }): Promise<{ kept: number } | { refused: string }>
+  remember(
+    run: ToolRunRef,
+    fact: { content: string; scope: 'org' | 'personal' }
+  ): Promise<{ kept: number } | { refused: string }>
 }
 
 /** What the `knowledge_search` and `propose_knowledge` tools call (the knowledge group, through the runs group). */
 export interface KnowledgeTools {
-  search(run: ToolRunRef, query: string, limit: number): Promise<Array<{ kind: string; id: string; title: string; snippet: string; score: number }>>
-  propose(run: ToolRunRef, draft: { title: string; body: string; tags?: string[] | undefined; targetRecordId?: string | undefined }): Promise<{ draftId: string; title: string }>
+  search(
+    run: ToolRunRef,
+    query: string,
+    limit: number
+  ): Promise<Array<{ kind: string; id: string; title: string; snippet: string; score: number }>>
+  propose(
+    run: ToolRunRef,
+    draft: { title: string; body: string; tags?: string[] | undefined; targetRecordId?: string | undefined }
+  ): Promise<{ draftId: string; title: string }>
 }
 
 /** What the `propose_skill` tool calls (the skills group, through the runs group). */
 export interface SkillTools {
-  propose(run: ToolRunRef, proposal: { skillMd: string; skillId?: string | undefined }): Promise<{ proposalId: string; state: 'open' } | { refused: string }>
+  propose(
+    run: ToolRunRef,
+    proposal: { skillMd: string; skillId?: string | undefined }
+  ): Promise<{ proposalId: string; state: 'open' } | { refused: string }>
 }
 
-/** What the `write_artifact` tool calls (the runs group wires it to the artifacts group and announces `artifact.created`). */
+/**
+ * What the `write_artifact` tool calls (the runs group wires it to the artifacts group and announces
+ * `artifact.created`).
+ */
 export interface ArtifactWriter {
-  write(run: ToolRunRef, file: { name: string; content: string; contentType: string }): Promise<{ artifactId: string; name: string; version: number }>
+  write(
+    run: ToolRunRef,
+    file: { name: string; content: string; contentType: string }
+  ): Promise<{ artifactId: string; name: string; version: number }>
 }
 
 /**
@@ -89,8 +108,17 @@ export interface WorkspaceArchives {
  */
 export interface McpToolSource {
   isMcpTool(name: string): boolean
-  definitions(orgId: string): Promise<Array<{ type: 'function'; function: { name: string; description: string; parameters: Record<string, unknown> } }>>
-  call(orgId: string, name: string, args: Record<string, unknown>, signal: AbortSignal): Promise<{ ok: boolean; content: string }>
+  definitions(
+    orgId: string
+  ): Promise<
+    Array<{ type: 'function'; function: { name: string; description: string; parameters: Record<string, unknown> } }>
+  >
+  call(
+    orgId: string,
+    name: string,
+    args: Record<string, unknown>,
+    signal: AbortSignal
+  ): Promise<{ ok: boolean; content: string }>
   /** the tools the org's servers listed when last reached (stored; no connection is made) */
   known(orgId: string): Promise<Array<{ name: string; description: string }>>
 }

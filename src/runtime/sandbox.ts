@@ -55,7 +55,15 @@ export interface DesktopEndpoint {
 
 /** A sandbox error the client may see (bad path, missing file, no desktop ...). */
 export class SandboxError extends Error {
-  readonly code: 'invalid_path' | 'not_found' | 'too_large' | 'not_a_file' | 'not_a_directory' | 'unavailable' | 'destroyed' | 'io_error'
+  readonly code:
+    | 'invalid_path'
+    | 'not_found'
+    | 'too_large'
+    | 'not_a_file'
+    | 'not_a_directory'
+    | 'unavailable'
+    | 'destroyed'
+    | 'io_error'
   constructor(code: SandboxError['code'], message: string) {
     super(message)
     this.name = 'SandboxError'
@@ -67,7 +75,10 @@ export interface Sandbox {
   readonly key: SandboxKey
   exec(command: string, options?: ExecOptions): Promise<ExecResult>
   readFile(path: string, maxBytes?: number): Promise<{ content: string; size: number; truncated: boolean }>
-  /** writes a file (folders made as needed) inside the confinement; over `maxBytes` (the sandbox's file limit by default) is `too_large` */
+  /**
+   * writes a file (folders made as needed) inside the confinement; over `maxBytes` (the sandbox's file limit by
+   * default) is `too_large`
+   */
   writeFile(path: string, content: string | Uint8Array, maxBytes?: number): Promise<{ bytes: number }>
   listFiles(path: string): Promise<FileEntry[]>
   /** an interactive shell on a pseudo-terminal, confined like `exec` */
@@ -130,13 +141,16 @@ export class SandboxManager {
       const fresh: Entry = { sandbox: this.provider.create(key), lastUsed: Date.now(), leases: 0 }
       entry = fresh
       this.entries.set(id, fresh)
-      fresh.sandbox.then((sandbox) => {
-        sandbox.onDestroy(() => {
+      fresh.sandbox.then(
+        (sandbox) => {
+          sandbox.onDestroy(() => {
+            if (this.entries.get(id) === fresh) this.entries.delete(id)
+          })
+        },
+        () => {
           if (this.entries.get(id) === fresh) this.entries.delete(id)
-        })
-      }, () => {
-        if (this.entries.get(id) === fresh) this.entries.delete(id)
-      })
+        }
+      )
     }
     const current = entry
     current.leases++

@@ -9,7 +9,16 @@ import { ToolGateway } from './gateway.js'
 import { sandboxUnavailable as sandboxUnavailableError, type ApiError } from '../../plugins/errors.js'
 import type { BubblewrapProbe, SandboxUser } from './bubblewrap.js'
 import { LocalSandboxProvider, SandboxUnavailableError } from './local-sandbox.js'
-import type { ArtifactWriter, KnowledgeTools, McpToolSource, MemoryTools, RunDirectory, RunEventWriter, SkillTools, WorkspaceArchives } from './ports.js'
+import type {
+  ArtifactWriter,
+  KnowledgeTools,
+  McpToolSource,
+  MemoryTools,
+  RunDirectory,
+  RunEventWriter,
+  SkillTools,
+  WorkspaceArchives
+} from './ports.js'
 import { SandboxManager, type SandboxProvider } from './sandbox.js'
 import { ThreadWorkspaces } from './workspaces.js'
 
@@ -49,7 +58,10 @@ export interface Runtime {
   gateway: ToolGateway
   runs: RunDirectory
   sockets: OpenSockets
-  /** thread workspaces that follow their thread across instances; null without a sandbox (or with a provider that keeps its own) */
+  /**
+   * thread workspaces that follow their thread across instances; null without a sandbox (or with a provider that keeps
+   * its own)
+   */
   workspaces: ThreadWorkspaces | null
 }
 
@@ -75,7 +87,9 @@ export class OpenSockets {
   close(match: Partial<SocketOwner>, reason = 'access revoked'): number {
     let closed = 0
     for (const [socket, owner] of this.open) {
-      const hit = (Object.keys(match) as Array<keyof SocketOwner>).every((k) => match[k] === undefined || owner[k] === match[k])
+      const hit = (Object.keys(match) as Array<keyof SocketOwner>).every(
+        (k) => match[k] === undefined || owner[k] === match[k]
+      )
       if (!hit) continue
       socket.close(1008, reason)
       closed++
@@ -130,7 +144,11 @@ export function sandboxUnavailable(status: SandboxStatus): ApiError {
 
 const NO_PROVIDER = 'no sandbox provider is configured (SANDBOX_PROVIDER=none)'
 
-function providerFor(config: Config, app: FastifyInstance, wiring: RuntimeServiceOptions): { provider: SandboxProvider | null; reason: string | null } {
+function providerFor(
+  config: Config,
+  app: FastifyInstance,
+  wiring: RuntimeServiceOptions
+): { provider: SandboxProvider | null; reason: string | null } {
   if (wiring.sandboxProvider) return { provider: wiring.sandboxProvider, reason: null }
   if (config.SANDBOX_PROVIDER === 'none') return { provider: null, reason: NO_PROVIDER }
   try {
@@ -156,57 +174,67 @@ function providerFor(config: Config, app: FastifyInstance, wiring: RuntimeServic
 }
 
 /** Shared runtime services, decorated at the root so the runs group's engines can reach the gateway. */
-export default fp(async function runtimeService(app: FastifyInstance, opts: RuntimeServiceOptions) {
-  const { config, runs } = opts
-  const { provider, reason } = providerFor(config, app, opts)
-  const sandboxStatus: SandboxStatus = provider
-    ? { provider: provider.name, available: true, confinement: provider.confinement, reason: null }
-    : { provider: 'none', available: false, confinement: null, reason }
-  const sandboxes = provider ? new SandboxManager(provider, { idleMs: config.SANDBOX_IDLE_MS }) : null
-  const workspaces = sandboxes && provider?.workspaceRoot ? new ThreadWorkspaces({
-    db: app.db,
-    archives: opts.archives,
-    sandboxes,
-    root: provider.workspaceRoot,
-    stateDir: join(filesDir(config), 'sandbox-state'),
-    instanceId: instanceIdFor(config, app.database.kind),
-    leaseMs: config.SANDBOX_WORKSPACE_LEASE_MS,
-    maxBytes: config.SANDBOX_WORKSPACE_MAX_BYTES,
-    runs,
-    listen: (channel, fn, onListen) => app.database.listen(channel, fn, onListen),
-    log: app.log.child({ component: 'workspaces' })
-  }) : null
-  const gateway = new ToolGateway({
-    db: app.db,
-    sandboxes,
-    workspaces,
-    sandboxUnavailable: sandboxStatus.reason,
-    runs,
-    events: opts.events,
-    memory: opts.memory,
-    artifacts: opts.artifacts,
-    knowledge: opts.knowledge,
-    skills: opts.skills,
-    mcp: opts.mcp,
-    outputMaxBytes: config.TOOL_OUTPUT_MAX_BYTES,
-    execTimeoutMs: config.SANDBOX_EXEC_TIMEOUT_MS,
-    approvalTimeoutMs: config.TOOL_APPROVAL_TIMEOUT_MS,
-    log: app.log
-  })
-  app.decorate('runtime', { sandboxes, sandboxStatus, gateway, runs, sockets: new OpenSockets(), workspaces })
-  app.features.sandbox = sandboxStatus
-  // tools need somewhere to run
-  app.features.capabilities.toolGateway = sandboxes !== null
-  if (provider) app.log.info({ provider: provider.name, confinement: provider.confinement, desktop: provider.desktopAvailable }, 'sandbox provider ready')
-  app.addHook('onReady', async () => {
-    workspaces?.start(config.BLOB_SWEEP_MS)
-  })
-  // after the run worker handed its runs back (preClose), before the database closes:
-  // what changed is saved and the leases freed, so another instance need not wait for them
-  app.addHook('onClose', async () => {
-    await app.shutdown.close('saving and freeing thread workspaces', async () => {
-      await workspaces?.close()
-      await sandboxes?.close()
+export default fp(
+  async function runtimeService(app: FastifyInstance, opts: RuntimeServiceOptions) {
+    const { config, runs } = opts
+    const { provider, reason } = providerFor(config, app, opts)
+    const sandboxStatus: SandboxStatus = provider
+      ? { provider: provider.name, available: true, confinement: provider.confinement, reason: null }
+      : { provider: 'none', available: false, confinement: null, reason }
+    const sandboxes = provider ? new SandboxManager(provider, { idleMs: config.SANDBOX_IDLE_MS }) : null
+    const workspaces =
+      sandboxes && provider?.workspaceRoot
+        ? new ThreadWorkspaces({
+            db: app.db,
+            archives: opts.archives,
+            sandboxes,
+            root: provider.workspaceRoot,
+            stateDir: join(filesDir(config), 'sandbox-state'),
+            instanceId: instanceIdFor(config, app.database.kind),
+            leaseMs: config.SANDBOX_WORKSPACE_LEASE_MS,
+            maxBytes: config.SANDBOX_WORKSPACE_MAX_BYTES,
+            runs,
+            listen: (channel, fn, onListen) => app.database.listen(channel, fn, onListen),
+            log: app.log.child({ component: 'workspaces' })
+          })
+        : null
+    const gateway = new ToolGateway({
+      db: app.db,
+      sandboxes,
+      workspaces,
+      sandboxUnavailable: sandboxStatus.reason,
+      runs,
+      events: opts.events,
+      memory: opts.memory,
+      artifacts: opts.artifacts,
+      knowledge: opts.knowledge,
+      skills: opts.skills,
+      mcp: opts.mcp,
+      outputMaxBytes: config.TOOL_OUTPUT_MAX_BYTES,
+      execTimeoutMs: config.SANDBOX_EXEC_TIMEOUT_MS,
+      approvalTimeoutMs: config.TOOL_APPROVAL_TIMEOUT_MS,
+      log: app.log
     })
-  })
-}, { name: 'runtime', fastify: '5.x', dependencies: ['db', 'features'] })
+    app.decorate('runtime', { sandboxes, sandboxStatus, gateway, runs, sockets: new OpenSockets(), workspaces })
+    app.features.sandbox = sandboxStatus
+    // tools need somewhere to run
+    app.features.capabilities.toolGateway = sandboxes !== null
+    if (provider)
+      app.log.info(
+        { provider: provider.name, confinement: provider.confinement, desktop: provider.desktopAvailable },
+        'sandbox provider ready'
+      )
+    app.addHook('onReady', async () => {
+      workspaces?.start(config.BLOB_SWEEP_MS)
+    })
+    // after the run worker handed its runs back (preClose), before the database closes:
+    // what changed is saved and the leases freed, so another instance need not wait for them
+    app.addHook('onClose', async () => {
+      await app.shutdown.close('saving and freeing thread workspaces', async () => {
+        await workspaces?.close()
+        await sandboxes?.close()
+      })
+    })
+  },
+  { name: 'runtime', fastify: '5.x', dependencies: ['db', 'features'] }
+)

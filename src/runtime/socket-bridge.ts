@@ -97,7 +97,8 @@ export async function bridgeSocket(o: BridgeOptions): Promise<void> {
   const running = target
   const unsubscribe = sandbox.onDestroy(() => {
     if (running.closing?.()) return
-    if (socket.readyState === socket.OPEN || socket.readyState === socket.CONNECTING) socket.close(1001, 'sandbox stopped')
+    if (socket.readyState === socket.OPEN || socket.readyState === socket.CONNECTING)
+      socket.close(1001, 'sandbox stopped')
   })
   const finish = () => {
     unsubscribe()

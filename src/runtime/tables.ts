@@ -9,16 +9,22 @@ export type ToolMode = (typeof TOOL_MODES)[number]
 export type ApprovalStatus = (typeof APPROVAL_STATUSES)[number]
 
 /** An org's choice per tool; a tool without a row uses its built-in default. */
-export const toolPolicies = pgTable('tool_policies', {
-  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
-  tool: text('tool').notNull(),
-  mode: text('mode').$type<ToolMode>().notNull(),
-  updatedBy: text('updated_by'),
-  updatedAt: timestamp('updated_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow()
-}, (t) => [
-  primaryKey({ columns: [t.orgId, t.tool] }),
-  check('tool_policies_mode_check', sql`${t.mode} in (${sqlList(TOOL_MODES)})`)
-])
+export const toolPolicies = pgTable(
+  'tool_policies',
+  {
+    orgId: text('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    tool: text('tool').notNull(),
+    mode: text('mode').$type<ToolMode>().notNull(),
+    updatedBy: text('updated_by'),
+    updatedAt: timestamp('updated_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow()
+  },
+  (t) => [
+    primaryKey({ columns: [t.orgId, t.tool] }),
+    check('tool_policies_mode_check', sql`${t.mode} in (${sqlList(TOOL_MODES)})`)
+  ]
+)
 
 /**
  * A tool call waiting for a person. Its run waits without a worker (`requires_action`);
@@ -26,23 +32,29 @@ export const toolPolicies = pgTable('tool_policies', {
  * the decision from this row when the run asks again.
  * `run_id`/`root_run_id` reference the runs group's `runs` rows (no FK on this branch).
  */
-export const toolApprovals = pgTable('tool_approvals', {
-  id: text('id').primaryKey(),
-  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
-  runId: text('run_id').notNull(),
-  rootRunId: text('root_run_id').notNull(),
-  callId: text('call_id').notNull(),
-  tool: text('tool').notNull(),
-  arguments: jsonb('arguments').$type<Record<string, unknown>>().notNull(),
-  status: text('status').$type<ApprovalStatus>().notNull().default('pending'),
-  decidedBy: text('decided_by'),
-  decidedAt: timestamp('decided_at', { withTimezone: true, mode: 'date' }),
-  expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }).notNull(),
-  createdAt: timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow()
-}, (t) => [
-  index('tool_approvals_run_idx').on(t.orgId, t.runId, t.id),
-  check('tool_approvals_status_check', sql`${t.status} in (${sqlList(APPROVAL_STATUSES)})`)
-])
+export const toolApprovals = pgTable(
+  'tool_approvals',
+  {
+    id: text('id').primaryKey(),
+    orgId: text('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    runId: text('run_id').notNull(),
+    rootRunId: text('root_run_id').notNull(),
+    callId: text('call_id').notNull(),
+    tool: text('tool').notNull(),
+    arguments: jsonb('arguments').$type<Record<string, unknown>>().notNull(),
+    status: text('status').$type<ApprovalStatus>().notNull().default('pending'),
+    decidedBy: text('decided_by'),
+    decidedAt: timestamp('decided_at', { withTimezone: true, mode: 'date' }),
+    expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }).notNull(),
+    createdAt: timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow()
+  },
+  (t) => [
+    index('tool_approvals_run_idx').on(t.orgId, t.runId, t.id),
+    check('tool_approvals_status_check', sql`${t.status} in (${sqlList(APPROVAL_STATUSES)})`)
+  ]
+)
 
 /**
  * A thread's sandbox workspace as every instance sees it: who holds it now (an instance,
@@ -53,17 +65,23 @@ export const toolApprovals = pgTable('tool_approvals', {
  * `thread_id` is the runs group's root run id (no FK: the sweeper drops rows of threads
  * that no longer exist, and the blob sweeper then their archives).
  */
-export const threadWorkspaces = pgTable('thread_workspaces', {
-  orgId: text('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
-  threadId: text('thread_id').notNull(),
-  holder: text('holder'),
-  leaseExpiresAt: timestamp('lease_expires_at', { withTimezone: true, mode: 'date' }),
-  revision: integer('revision').notNull().default(0),
-  sha256: text('sha256'),
-  bytes: bigint('bytes', { mode: 'number' }),
-  savedAt: timestamp('saved_at', { withTimezone: true, mode: 'date' })
-}, (t) => [
-  primaryKey({ columns: [t.orgId, t.threadId] }),
-  index('thread_workspaces_holder_idx').on(t.holder),
-  index('thread_workspaces_blob_idx').on(t.orgId, t.sha256)
-])
+export const threadWorkspaces = pgTable(
+  'thread_workspaces',
+  {
+    orgId: text('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    threadId: text('thread_id').notNull(),
+    holder: text('holder'),
+    leaseExpiresAt: timestamp('lease_expires_at', { withTimezone: true, mode: 'date' }),
+    revision: integer('revision').notNull().default(0),
+    sha256: text('sha256'),
+    bytes: bigint('bytes', { mode: 'number' }),
+    savedAt: timestamp('saved_at', { withTimezone: true, mode: 'date' })
+  },
+  (t) => [
+    primaryKey({ columns: [t.orgId, t.threadId] }),
+    index('thread_workspaces_holder_idx').on(t.holder),
+    index('thread_workspaces_blob_idx').on(t.orgId, t.sha256)
+  ]
+)

@@ -14,19 +14,33 @@ const MAX_REASON = 123
  * terminal bytes both ways; text frames carry JSON control messages (`resize`). The PTY
  * ends with the socket, and the socket closes when the PTY exits or the sandbox goes.
  */
-export function bridgeTerminal(socket: WebSocket, sandboxes: SandboxManager, key: SandboxKey, log: FastifyBaseLogger, session: WorkspaceSession | null = null): Promise<void> {
+export function bridgeTerminal(
+  socket: WebSocket,
+  sandboxes: SandboxManager,
+  key: SandboxKey,
+  log: FastifyBaseLogger,
+  session: WorkspaceSession | null = null
+): Promise<void> {
   let exited: Promise<void> = Promise.resolve()
   // the session ends (its workspace saved) once the shell is gone, whoever ended it
   const endSession = async (): Promise<string | null> => {
     if (!session) return null
     await exited
     const outcome = await session.close()
-    if (outcome.error) log.warn({ threadId: key.threadId, error: outcome.error }, 'terminal: the workspace was not saved')
+    if (outcome.error)
+      log.warn({ threadId: key.threadId, error: outcome.error }, 'terminal: the workspace was not saved')
     return outcome.error
   }
-  socket.once('close', () => void endSession().catch((err: unknown) => log.warn({ err }, 'terminal: ending the workspace session failed')))
+  socket.once(
+    'close',
+    () => void endSession().catch((err: unknown) => log.warn({ err }, 'terminal: ending the workspace session failed'))
+  )
   return bridgeSocket({
-    socket, sandboxes, key, log, what: 'terminal',
+    socket,
+    sandboxes,
+    key,
+    log,
+    what: 'terminal',
     start(sandbox, send) {
       let term: ReturnType<typeof sandbox.spawnPty>
       try {
@@ -44,11 +58,21 @@ export function bridgeTerminal(socket: WebSocket, sandboxes: SandboxManager, key
         if (socket.readyState !== socket.OPEN) return
         closing = true
         // the shell ended here: the client hears whether its files were kept (4413 when they were not)
-        void endSession().then((error) => {
-          if (socket.readyState !== socket.OPEN) return
-          if (error === null) socket.close(1000, 'terminal exited')
-          else socket.close(4413, Buffer.from(error, 'utf8').subarray(0, MAX_REASON).toString('utf8').replace(/\uFFFD$/, ''))
-        }, () => socket.close(1000, 'terminal exited'))
+        void endSession().then(
+          (error) => {
+            if (socket.readyState !== socket.OPEN) return
+            if (error === null) socket.close(1000, 'terminal exited')
+            else
+              socket.close(
+                4413,
+                Buffer.from(error, 'utf8')
+                  .subarray(0, MAX_REASON)
+                  .toString('utf8')
+                  .replace(/\uFFFD$/, '')
+              )
+          },
+          () => socket.close(1000, 'terminal exited')
+        )
       })
       return {
         receive(data, isBinary) {

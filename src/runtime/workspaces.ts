@@ -15,7 +15,9 @@ export class WorkspaceBusy extends Error {
   override name = 'WorkspaceBusy'
 }
 
-/** What closing a session did with the workspace; `error` is a sentence for the run or terminal, null when all is kept. */
+/**
+ * What closing a session did with the workspace; `error` is a sentence for the run or terminal, null when all is kept.
+ */
 export interface SaveOutcome {
   saved: boolean
   /** `workspace_too_large: …` or `workspace_not_saved: …` */
@@ -36,7 +38,10 @@ export interface ThreadWorkspacesOptions {
   root: string
   /** where this instance keeps what it knows of its copies (beside the workspaces, never inside one) */
   stateDir: string
-  /** who holds leases: fixed for a data directory only one process may open (the embedded database), else one per process */
+  /**
+   * who holds leases: fixed for a data directory only one process may open (the embedded database), else one per
+   * process
+   */
   instanceId?: string | undefined
   leaseMs: number
   maxBytes: number
@@ -70,7 +75,13 @@ const KEPT_TYPES = new Set(['File', 'OldFile', 'ContiguousFile', 'Directory', 'S
  * every name is written as a file of its own (a restored link could otherwise name a path
  * the archive does not hold).
  */
-const NO_HARD_LINKS = { get: () => undefined, set() { return this }, has: () => false } as unknown as Map<`${number}:${number}`, string>
+const NO_HARD_LINKS = {
+  get: () => undefined,
+  set() {
+    return this
+  },
+  has: () => false
+} as unknown as Map<`${number}:${number}`, string>
 /**
  * A waiting run asks again when the holder frees the workspace (every free is announced on
  * this channel), and at the latest this often: a killed holder's lease just expires, unannounced.
@@ -113,16 +124,24 @@ export class ThreadWorkspaces {
       pollMs: sweepMs,
       every: [
         { everyMs: Math.max(50, Math.floor(this.o.leaseMs / 3)), job: () => this.renew() },
-        { everyMs: sweepMs, job: () => this.sweep().catch((err: unknown) => this.o.log.warn({ err }, 'workspace sweep failed')) }
+        {
+          everyMs: sweepMs,
+          job: () => this.sweep().catch((err: unknown) => this.o.log.warn({ err }, 'workspace sweep failed'))
+        }
       ]
     })
     this.loop.start()
-    this.o.listen?.(FREED_CHANNEL, (id) => {
-      for (const wake of this.waiting.get(id) ?? []) wake()
-    }).then((unlisten) => {
-      if (this.closed) void unlisten().catch(() => {})
-      else this.unlisten = unlisten
-    }).catch((err: unknown) => this.o.log.warn({ err }, 'listening for freed workspaces failed; waiting runs ask again every second'))
+    this.o
+      .listen?.(FREED_CHANNEL, (id) => {
+        for (const wake of this.waiting.get(id) ?? []) wake()
+      })
+      .then((unlisten) => {
+        if (this.closed) void unlisten().catch(() => {})
+        else this.unlisten = unlisten
+      })
+      .catch((err: unknown) =>
+        this.o.log.warn({ err }, 'listening for freed workspaces failed; waiting runs ask again every second')
+      )
   }
 
   /** How many threads this instance holds now. */
@@ -135,7 +154,10 @@ export class ThreadWorkspaces {
    * asks again until it is free (or `signal` aborts); otherwise throws WorkspaceBusy (a
    * terminal). `onWait` is called once when the session has to wait.
    */
-  async open(key: SandboxKey, options: { wait: boolean; signal?: AbortSignal | undefined; onWait?: (() => void) | undefined }): Promise<WorkspaceSession> {
+  async open(
+    key: SandboxKey,
+    options: { wait: boolean; signal?: AbortSignal | undefined; onWait?: (() => void) | undefined }
+  ): Promise<WorkspaceSession> {
     let waited = false
     for (;;) {
       if (this.closed) throw new WorkspaceBusy('the instance is stopping')
@@ -208,21 +230,26 @@ export class ThreadWorkspaces {
     return mine
   }
 
-  /** A session more here: the first takes the lease (and restores the workspace when this disk does not have its revision). */
+  /**
+   * A session more here: the first takes the lease (and restores the workspace when this disk does not have its
+   * revision).
+   */
   private async join(key: SandboxKey): Promise<void> {
     const current = this.held.get(this.id(key))
     if (current && !current.lost) {
       current.sessions++
       return
     }
-    const rows = rowsOf<{ revision: number; sha256: string | null }>(await this.o.db.execute(sql`
+    const rows = rowsOf<{ revision: number; sha256: string | null }>(
+      await this.o.db.execute(sql`
       insert into thread_workspaces (org_id, thread_id, holder, lease_expires_at)
       values (${key.orgId}, ${key.threadId}, ${this.instanceId}, now() + make_interval(secs => ${this.o.leaseMs / 1000}))
       on conflict (org_id, thread_id) do update set holder = excluded.holder, lease_expires_at = excluded.lease_expires_at
       where thread_workspaces.holder is null or thread_workspaces.holder = excluded.holder or thread_workspaces.lease_expires_at < now()
-      returning revision, sha256`))
+      returning revision, sha256`)
+    )
     const row = rows[0]
-    if (!row) throw new WorkspaceBusy('the thread\'s workspace is in use on another instance')
+    if (!row) throw new WorkspaceBusy("the thread's workspace is in use on another instance")
     const revision = Number(row.revision)
     // nothing of the thread runs here while this instance did not hold it; make sure
     await this.o.sandboxes.destroy(key)
@@ -286,7 +313,8 @@ export class ThreadWorkspaces {
 
   private async save(held: Held): Promise<SaveOutcome> {
     const { key } = held
-    if (held.lost) return { saved: false, error: 'workspace_not_saved: the thread\'s workspace was taken over by another instance' }
+    if (held.lost)
+      return { saved: false, error: "workspace_not_saved: the thread's workspace was taken over by another instance" }
     const dir = this.pathOf(key)
     let walked: { fingerprint: string; bytes: number }
     try {
@@ -298,26 +326,45 @@ export class ThreadWorkspaces {
           error: `workspace_too_large: the thread's workspace holds ${walked.bytes} bytes, over the limit of ${this.o.maxBytes} (SANDBOX_WORKSPACE_MAX_BYTES); its changes were not saved`
         }
       }
-      const pack = tar.c({ cwd: dir, gzip: true, portable: true, follow: false, linkCache: NO_HARD_LINKS, filter: (_path, stat) => { const s = stat as Stats; return s.isFile() || s.isDirectory() || s.isSymbolicLink() } }, ['.'])
-      const blob = await this.o.archives.put(key.orgId, Readable.from(pack as AsyncIterable<Buffer>), this.o.maxBytes + ARCHIVE_SLACK_BYTES)
+      const pack = tar.c(
+        {
+          cwd: dir,
+          gzip: true,
+          portable: true,
+          follow: false,
+          linkCache: NO_HARD_LINKS,
+          filter: (_path, stat) => {
+            const s = stat as Stats
+            return s.isFile() || s.isDirectory() || s.isSymbolicLink()
+          }
+        },
+        ['.']
+      )
+      const blob = await this.o.archives.put(
+        key.orgId,
+        Readable.from(pack as AsyncIterable<Buffer>),
+        this.o.maxBytes + ARCHIVE_SLACK_BYTES
+      )
       const revision = await this.o.db.transaction(async (tx) => {
         await this.o.archives.reference(tx, key.orgId, blob.sha256)
-        const rows = rowsOf<{ revision: number }>(await tx.execute(sql`
+        const rows = rowsOf<{ revision: number }>(
+          await tx.execute(sql`
           update thread_workspaces set revision = revision + 1, sha256 = ${blob.sha256}, bytes = ${blob.size}, saved_at = now()
           where org_id = ${key.orgId} and thread_id = ${key.threadId} and holder = ${this.instanceId}
-          returning revision`))
+          returning revision`)
+        )
         return rows[0] ? Number(rows[0].revision) : null
       })
       if (revision === null) {
         held.lost = true
-        return { saved: false, error: 'workspace_not_saved: the thread\'s workspace was taken over by another instance' }
+        return { saved: false, error: "workspace_not_saved: the thread's workspace was taken over by another instance" }
       }
       held.revision = revision
       held.fingerprint = walked.fingerprint
       return { saved: true, error: null }
     } catch (err) {
       this.o.log.warn({ err, orgId: key.orgId, threadId: key.threadId }, 'saving a thread workspace failed')
-      return { saved: false, error: 'workspace_not_saved: the thread\'s workspace could not be saved to the blob store' }
+      return { saved: false, error: "workspace_not_saved: the thread's workspace could not be saved to the blob store" }
     }
   }
 
@@ -334,15 +381,20 @@ export class ThreadWorkspaces {
   private async renew(): Promise<void> {
     if (this.held.size === 0 || this.closed) return
     try {
-      const rows = rowsOf<{ org_id: string; thread_id: string }>(await this.o.db.execute(sql`
+      const rows = rowsOf<{ org_id: string; thread_id: string }>(
+        await this.o.db.execute(sql`
         update thread_workspaces set lease_expires_at = now() + make_interval(secs => ${this.o.leaseMs / 1000})
         where holder = ${this.instanceId}
-        returning org_id, thread_id`))
+        returning org_id, thread_id`)
+      )
       const kept = new Set(rows.map((r) => `${r.org_id}/${r.thread_id}`))
       for (const [id, held] of this.held) {
         if (!kept.has(id) && !held.lost) {
           held.lost = true
-          this.o.log.warn({ orgId: held.key.orgId, threadId: held.key.threadId }, 'the lease of a thread workspace was lost; its changes here will not be saved')
+          this.o.log.warn(
+            { orgId: held.key.orgId, threadId: held.key.threadId },
+            'the lease of a thread workspace was lost; its changes here will not be saved'
+          )
         }
       }
     } catch (err) {
@@ -410,23 +462,29 @@ export class ThreadWorkspaces {
    * do this instance's copies and markers. Returns how many rows and copies went.
    */
   async sweep(): Promise<{ rows: number; copies: number }> {
-    const candidates = rowsOf<{ org_id: string; thread_id: string }>(await this.o.db.execute(sql`
+    const candidates = rowsOf<{ org_id: string; thread_id: string }>(
+      await this.o.db.execute(sql`
       select org_id, thread_id from thread_workspaces
       where holder is null or lease_expires_at < now()
-      order by saved_at nulls first limit 500`)).map((r) => ({ orgId: r.org_id, threadId: r.thread_id }))
+      order by saved_at nulls first limit 500`)
+    ).map((r) => ({ orgId: r.org_id, threadId: r.thread_id }))
     let rowsGone = 0
     const existing = await this.o.runs.existingThreads(candidates)
     for (const key of candidates) {
       if (existing.has(this.id(key))) continue
-      const deleted = rowsOf(await this.o.db.execute(sql`
+      const deleted = rowsOf(
+        await this.o.db.execute(sql`
         delete from thread_workspaces where org_id = ${key.orgId} and thread_id = ${key.threadId}
-          and (holder is null or lease_expires_at < now()) returning 1`))
+          and (holder is null or lease_expires_at < now()) returning 1`)
+      )
       rowsGone += deleted.length
     }
     let copies = 0
     const sandboxes = this.o.root
     for (const org of await readdir(sandboxes).catch(() => [] as string[])) {
-      const threads = (await readdir(join(sandboxes, org)).catch(() => [] as string[])).filter((name) => !name.startsWith('.'))
+      const threads = (await readdir(join(sandboxes, org)).catch(() => [] as string[])).filter(
+        (name) => !name.startsWith('.')
+      )
       const keys = threads.map((threadId) => ({ orgId: org, threadId }))
       const alive = await this.o.runs.existingThreads(keys)
       for (const key of keys) {

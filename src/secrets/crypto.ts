@@ -23,7 +23,9 @@ export class KeyRingError extends Error {
 /** A 32-byte key written in base64 (standard or URL alphabet); the message never repeats the value. */
 export function parseKey(text: string, what: string): SecretKey {
   const trimmed = text.trim()
-  const bytes = /^[A-Za-z0-9+/_-]+={0,2}$/.test(trimmed) ? Buffer.from(trimmed, trimmed.includes('-') || trimmed.includes('_') ? 'base64url' : 'base64') : Buffer.alloc(0)
+  const bytes = /^[A-Za-z0-9+/_-]+={0,2}$/.test(trimmed)
+    ? Buffer.from(trimmed, trimmed.includes('-') || trimmed.includes('_') ? 'base64url' : 'base64')
+    : Buffer.alloc(0)
   if (bytes.length !== 32) {
     throw new KeyRingError(`${what} must be 32 random bytes written in base64 (openssl rand -base64 32)`)
   }
@@ -32,7 +34,10 @@ export function parseKey(text: string, what: string): SecretKey {
 
 /** SECRETS_PREVIOUS_KEYS: comma-separated keys, each named by its place in the list when it is not one. */
 export function parsePreviousKeys(list: string | undefined): SecretKey[] {
-  return (list ?? '').split(',').map((s) => s.trim()).filter(Boolean)
+  return (list ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
     .map((text, i) => parseKey(text, `SECRETS_PREVIOUS_KEYS (key ${i + 1})`))
 }
 
@@ -63,7 +68,10 @@ export class KeyRing {
     return { keyId: this.current.id, sealed: Buffer.concat([nonce, body, cipher.getAuthTag()]) }
   }
 
-  /** The value, or null when no key of the ring opens it (unknown key, or any bit changed, or moved to another org or name). */
+  /**
+   * The value, or null when no key of the ring opens it (unknown key, or any bit changed, or moved to another org or
+   * name).
+   */
   open(orgId: string, name: string, keyId: string, sealed: Uint8Array): string | null {
     const key = this.byId.get(keyId)
     if (!key || sealed.length < NONCE_BYTES + TAG_BYTES) return null
@@ -72,7 +80,10 @@ export class KeyRing {
       const decipher = createDecipheriv('aes-256-gcm', key.bytes, bytes.subarray(0, NONCE_BYTES))
       decipher.setAAD(associatedData(orgId, name))
       decipher.setAuthTag(bytes.subarray(bytes.length - TAG_BYTES))
-      return Buffer.concat([decipher.update(bytes.subarray(NONCE_BYTES, bytes.length - TAG_BYTES)), decipher.final()]).toString('utf8')
+      return Buffer.concat([
+        decipher.update(bytes.subarray(NONCE_BYTES, bytes.length - TAG_BYTES)),
+        decipher.final()
+      ]).toString('utf8')
     } catch {
       return null
     }

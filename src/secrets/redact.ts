@@ -66,7 +66,11 @@ export class Redactor {
         while (i < all.length) {
           const rest = all.length - i
           // only the last (longest value - 1) characters can be the start of a value
-          if (rest < this.longest && this.secrets.some(({ value }) => value.length > rest && value.startsWith(all.slice(i)))) break
+          if (
+            rest < this.longest &&
+            this.secrets.some(({ value }) => value.length > rest && value.startsWith(all.slice(i)))
+          )
+            break
           const hit = this.secrets.find(({ value }) => all.startsWith(value, i))
           if (hit) {
             out += placeholder(hit.name)

@@ -6,14 +6,32 @@ import { secretsUnavailable } from '../../plugins/errors.js'
 import { filesDir, type Config } from '../config.js'
 import type { RunSecrets } from '../runs/secrets-port.js'
 import { KeyRing, newKeyText, parseKey, parsePreviousKeys, type SecretKey } from './crypto.js'
-import { deleteSecret, deleteSecrets, getSecret, keyCheckSample, listSecrets, putSecret, resealBatch, useSecrets, type SecretRow } from './secrets-repo.js'
+import {
+  deleteSecret,
+  deleteSecrets,
+  getSecret,
+  keyCheckSample,
+  listSecrets,
+  putSecret,
+  resealBatch,
+  useSecrets,
+  type SecretRow
+} from './secrets-repo.js'
 
 /** The secrets group's instance-wide side, as `app.secrets`. */
 export interface SecretsService {
   /** null when this server has no key (Postgres without SECRETS_KEY): the routes answer 503 */
   ring: KeyRing | null
-  put(orgId: string, name: string, value: string, updatedBy: string | null): Promise<{ row: SecretRow; created: boolean }>
-  list(orgId: string, page: { limit: number; cursor: string | undefined }): Promise<{ items: SecretRow[]; nextCursor: string | null }>
+  put(
+    orgId: string,
+    name: string,
+    value: string,
+    updatedBy: string | null
+  ): Promise<{ row: SecretRow; created: boolean }>
+  list(
+    orgId: string,
+    page: { limit: number; cursor: string | undefined }
+  ): Promise<{ items: SecretRow[]; nextCursor: string | null }>
   remove(orgId: string, name: string): Promise<boolean>
   /** the runs group's port */
   forRuns: RunSecrets
@@ -101,103 +119,120 @@ export async function checkKeyOpensStored(db: FastifyInstance['db'], ring: KeyRi
   const { rows, any } = await keyCheckSample(db, ids, KEY_CHECK_SAMPLE)
   if (!any) return
   if (rows.some((row) => ring.open(row.orgId, row.name, row.keyId, Buffer.from(row.sealed, 'base64')) !== null)) return
-  throw new SecretsKeyMismatch(rows.length === 0
-    ? `SECRETS_KEY (key id ${ring.current.id}) opens none of the org secrets stored in the database: they were sealed with another key. Set SECRETS_KEY to that key (or list it in SECRETS_PREVIOUS_KEYS to rotate)`
-    : `SECRETS_KEY (key id ${ring.current.id}) opens none of the org secrets sealed under its key id: they were altered, or the key is not the one that sealed them`)
+  throw new SecretsKeyMismatch(
+    rows.length === 0
+      ? `SECRETS_KEY (key id ${ring.current.id}) opens none of the org secrets stored in the database: they were sealed with another key. Set SECRETS_KEY to that key (or list it in SECRETS_PREVIOUS_KEYS to rotate)`
+      : `SECRETS_KEY (key id ${ring.current.id}) opens none of the org secrets sealed under its key id: they were altered, or the key is not the one that sealed them`
+  )
 }
 
 /** Contract 10's org secrets: sealing, the run port, and re-sealing after a key rotation. */
-export default fp(async function secretsService(app: FastifyInstance, opts: { config: Config }) {
-  const db = app.db
-  const log = app.log.child({ component: 'secrets' })
-  const ring = keyRingFor(opts.config, (message) => log.warn(message))
-  if (ring) {
-    try {
-      await checkKeyOpensStored(db, ring)
-    } catch (err) {
-      if (err instanceof SecretsKeyMismatch) log.error(`refusing to start: ${err.message}`)
-      throw err
+export default fp(
+  async function secretsService(app: FastifyInstance, opts: { config: Config }) {
+    const db = app.db
+    const log = app.log.child({ component: 'secrets' })
+    const ring = keyRingFor(opts.config, (message) => log.warn(message))
+    if (ring) {
+      try {
+        await checkKeyOpensStored(db, ring)
+      } catch (err) {
+        if (err instanceof SecretsKeyMismatch) log.error(`refusing to start: ${err.message}`)
+        throw err
+      }
     }
-  }
-  const usable = (): KeyRing => {
-    if (!ring) throw secretsUnavailable()
-    return ring
-  }
-  const open = (row: SecretRow) => usable().open(row.orgId, row.name, row.keyId, Buffer.from(row.sealed, 'base64'))
-
-  async function reseal(): Promise<{ moved: number; unopened: number }> {
-    if (!ring) return { moved: 0, unopened: 0 }
-    let moved = 0
-    let unopened = 0
-    for (;;) {
-      const batch = await resealBatch(db, ring.previousIds, RESEAL_BATCH, (row) => {
-        const value = open(row)
-        if (value === null) return null
-        const { keyId, sealed } = ring.seal(row.orgId, row.name, value)
-        return { keyId, sealed: sealed.toString('base64') }
-      })
-      moved += batch.moved
-      unopened += batch.unopened
-      if (batch.moved === 0) return { moved, unopened }
+    const usable = (): KeyRing => {
+      if (!ring) throw secretsUnavailable()
+      return ring
     }
-  }
+    const open = (row: SecretRow) => usable().open(row.orgId, row.name, row.keyId, Buffer.from(row.sealed, 'base64'))
 
-  app.decorate('secrets', {
-    ring,
-    async put(orgId, name, value, updatedBy) {
-      const { keyId, sealed } = usable().seal(orgId, name, value)
-      return putSecret(db, orgId, { name, keyId, sealed: sealed.toString('base64'), updatedBy })
-    },
-    list(orgId, page) {
-      usable()
-      return listSecrets(db, orgId, page)
-    },
-    remove(orgId, name) {
-      usable()
-      return deleteSecret(db, orgId, name)
-    },
-    forRuns: {
-      async open(orgId, names) {
-        usable()
-        const rows = await useSecrets(db, orgId, names)
-        const values = rows.flatMap((row) => {
+    async function reseal(): Promise<{ moved: number; unopened: number }> {
+      if (!ring) return { moved: 0, unopened: 0 }
+      let moved = 0
+      let unopened = 0
+      for (;;) {
+        const batch = await resealBatch(db, ring.previousIds, RESEAL_BATCH, (row) => {
           const value = open(row)
-          return value === null ? [] : [{ name: row.name, value }]
+          if (value === null) return null
+          const { keyId, sealed } = ring.seal(row.orgId, row.name, value)
+          return { keyId, sealed: sealed.toString('base64') }
         })
-        const found = new Set(values.map((v) => v.name))
-        return { values, missing: names.filter((n) => !found.has(n)) }
+        moved += batch.moved
+        unopened += batch.unopened
+        if (batch.moved === 0) return { moved, unopened }
       }
-    },
-    internal: {
-      async put(orgId, name, value) {
-        const full = INTERNAL_PREFIX + name
-        const { keyId, sealed } = usable().seal(orgId, full, value)
-        await putSecret(db, orgId, { name: full, keyId, sealed: sealed.toString('base64'), updatedBy: null })
-      },
-      async open(orgId, name) {
-        const row = await getSecret(db, orgId, INTERNAL_PREFIX + name)
-        return row ? open(row) : null
-      },
-      async remove(orgId, names) {
-        return (await deleteSecrets(db, orgId, names.map((n) => INTERNAL_PREFIX + n))) > 0
-      }
-    },
-    reseal
-  } satisfies SecretsService)
+    }
 
-  let resealing: Promise<unknown> = Promise.resolve()
-  app.addHook('onReady', async () => {
-    if (!ring || ring.previousIds.length === 0) return
-    // in the background: a start never waits for a rotation
-    resealing = reseal()
-      .then(({ moved, unopened }) => {
-        if (moved > 0) log.info({ moved }, 'secrets sealed again under the current key')
-        if (unopened > 0) log.warn({ unopened }, 'secrets under a previous key that it does not open (altered?) were left as they are')
-      })
-      .catch((err: unknown) => log.warn({ err }, 're-sealing secrets under the current key stopped; it resumes at the next start'))
-  })
-  // a re-sealing cut short resumes at the next start
-  app.addHook('preClose', async () => {
-    await app.shutdown.drain('re-sealing secrets', () => resealing)
-  })
-}, { name: 'secrets', fastify: '5.x', dependencies: ['db'] })
+    app.decorate('secrets', {
+      ring,
+      async put(orgId, name, value, updatedBy) {
+        const { keyId, sealed } = usable().seal(orgId, name, value)
+        return putSecret(db, orgId, { name, keyId, sealed: sealed.toString('base64'), updatedBy })
+      },
+      list(orgId, page) {
+        usable()
+        return listSecrets(db, orgId, page)
+      },
+      remove(orgId, name) {
+        usable()
+        return deleteSecret(db, orgId, name)
+      },
+      forRuns: {
+        async open(orgId, names) {
+          usable()
+          const rows = await useSecrets(db, orgId, names)
+          const values = rows.flatMap((row) => {
+            const value = open(row)
+            return value === null ? [] : [{ name: row.name, value }]
+          })
+          const found = new Set(values.map((v) => v.name))
+          return { values, missing: names.filter((n) => !found.has(n)) }
+        }
+      },
+      internal: {
+        async put(orgId, name, value) {
+          const full = INTERNAL_PREFIX + name
+          const { keyId, sealed } = usable().seal(orgId, full, value)
+          await putSecret(db, orgId, { name: full, keyId, sealed: sealed.toString('base64'), updatedBy: null })
+        },
+        async open(orgId, name) {
+          const row = await getSecret(db, orgId, INTERNAL_PREFIX + name)
+          return row ? open(row) : null
+        },
+        async remove(orgId, names) {
+          return (
+            (await deleteSecrets(
+              db,
+              orgId,
+              names.map((n) => INTERNAL_PREFIX + n)
+            )) > 0
+          )
+        }
+      },
+      reseal
+    } satisfies SecretsService)
+
+    let resealing: Promise<unknown> = Promise.resolve()
+    app.addHook('onReady', async () => {
+      if (!ring || ring.previousIds.length === 0) return
+      // in the background: a start never waits for a rotation
+      resealing = reseal()
+        .then(({ moved, unopened }) => {
+          if (moved > 0) log.info({ moved }, 'secrets sealed again under the current key')
+          if (unopened > 0)
+            log.warn(
+              { unopened },
+              'secrets under a previous key that it does not open (altered?) were left as they are'
+            )
+        })
+        .catch((err: unknown) =>
+          log.warn({ err }, 're-sealing secrets under the current key stopped; it resumes at the next start')
+        )
+    })
+    // a re-sealing cut short resumes at the next start
+    app.addHook('preClose', async () => {
+      await app.shutdown.drain('re-sealing secrets', () => resealing)
+    })
+  },
+  { name: 'secrets', fastify: '5.x', dependencies: ['db'] }
+)

@@ -14,13 +14,16 @@ import { joinedInstructions, narrowedTools, skillRun } from './skills-repo.js'
  * start a skill's run through this. The skill's instructions are the system message, the
  * input the prompt, its `allowed-tools` cut the caller's tools.
  */
-export async function dispatchSkillRun(app: FastifyInstance, input: {
-  principal: Principal
-  skillId: string
-  body: Static<typeof RunSkillBody> | null
-  idempotency: IdempotencyLock | null
-  log: FastifyBaseLogger
-}): Promise<StoredAnswer> {
+export async function dispatchSkillRun(
+  app: FastifyInstance,
+  input: {
+    principal: Principal
+    skillId: string
+    body: Static<typeof RunSkillBody> | null
+    idempotency: IdempotencyLock | null
+    log: FastifyBaseLogger
+  }
+): Promise<StoredAnswer> {
   const { principal } = input
   const { input: skillInput, rootRunId, engine, model, instructions, tools, ...settings } = input.body ?? {}
   // the caller's own tool names are checked before the skill's cut them
@@ -34,7 +37,12 @@ export async function dispatchSkillRun(app: FastifyInstance, input: {
       return await app.runs.dispatch({
         principal,
         body: {
-          prompt: run.prompt, engine, model, rootRunId, metadata: { skillId: skill.id, skillVersion: skill.version }, ...settings,
+          prompt: run.prompt,
+          engine,
+          model,
+          rootRunId,
+          metadata: { skillId: skill.id, skillVersion: skill.version },
+          ...settings,
           // the caller's instructions follow the skill's; its tools are cut to the skill's
           ...joinedInstructions(run.instructions, instructions),
           ...narrowedTools(run.tools, tools)

@@ -1,4 +1,15 @@
-import { Document, isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, Schema, visit, type YAMLError } from 'yaml'
+import {
+  Document,
+  isAlias,
+  isMap,
+  isScalar,
+  isSeq,
+  LineCounter,
+  parseDocument,
+  Schema,
+  visit,
+  type YAMLError
+} from 'yaml'
 
 /**
  * Agent Skills `SKILL.md` files: YAML front matter between `---` lines, then Markdown
@@ -48,7 +59,7 @@ function nameProblems(name: string): string[] {
   if (chars(name) > SKILL_NAME_MAX) out.push(`name has ${chars(name)} characters; at most ${SKILL_NAME_MAX}`)
   if (!/^[a-z0-9-]*$/.test(name)) out.push('name may contain only lowercase letters, digits and hyphens')
   if (name.startsWith('-') || name.endsWith('-')) out.push('name must not start or end with a hyphen')
-  if (name.includes('--')) out.push('name must not contain \'--\'')
+  if (name.includes('--')) out.push("name must not contain '--'")
   return out
 }
 
@@ -59,11 +70,17 @@ function descriptionProblems(description: string): string[] {
 }
 
 const compatibilityProblems = (c: string | null) =>
-  c !== null && chars(c) > SKILL_COMPATIBILITY_MAX ? [`compatibility has ${chars(c)} characters; at most ${SKILL_COMPATIBILITY_MAX}`] : []
+  c !== null && chars(c) > SKILL_COMPATIBILITY_MAX
+    ? [`compatibility has ${chars(c)} characters; at most ${SKILL_COMPATIBILITY_MAX}`]
+    : []
 
 // a file joins the tools with spaces, so a name with a space in it would come back as two
 const toolProblems = (tool: string) =>
-  tool === '' ? ['a tool name must not be empty'] : /\s/.test(tool) ? ['a tool name must not contain spaces: allowed-tools is space-separated'] : []
+  tool === ''
+    ? ['a tool name must not be empty']
+    : /\s/.test(tool)
+      ? ['a tool name must not contain spaces: allowed-tools is space-separated']
+      : []
 
 /** The same rules for fields sent directly (not in a file): paths `/name`, `/description`, ... */
 export function checkSkillFields(fields: SkillFields): SkillProblem[] {
@@ -71,27 +88,40 @@ export function checkSkillFields(fields: SkillFields): SkillProblem[] {
     ...nameProblems(fields.name).map((message) => ({ path: '/name', message })),
     ...descriptionProblems(fields.description).map((message) => ({ path: '/description', message })),
     ...compatibilityProblems(fields.compatibility).map((message) => ({ path: '/compatibility', message })),
-    ...fields.allowedTools.flatMap((tool, i) => toolProblems(tool).map((message) => ({ path: `/allowedTools/${i}`, message })))
+    ...fields.allowedTools.flatMap((tool, i) =>
+      toolProblems(tool).map((message) => ({ path: `/allowedTools/${i}`, message }))
+    )
   ]
   for (const [key, value] of Object.entries(fields.metadata)) {
     // the type says string, but these fields arrive from outside
-    if (typeof value !== 'string') problems.push({ path: `/metadata/${segment(key)}`, message: `metadata ${key} must be text` })
+    if (typeof value !== 'string')
+      problems.push({ path: `/metadata/${segment(key)}`, message: `metadata ${key} must be text` })
   }
   const texts: Array<[string, string | null]> = [
-    ['/name', fields.name], ['/description', fields.description], ['/instructions', fields.instructions],
-    ['/license', fields.license], ['/compatibility', fields.compatibility],
+    ['/name', fields.name],
+    ['/description', fields.description],
+    ['/instructions', fields.instructions],
+    ['/license', fields.license],
+    ['/compatibility', fields.compatibility],
     ...fields.allowedTools.map((tool, i): [string, string] => [`/allowedTools/${i}`, tool]),
     ...Object.entries(fields.metadata).map(([k, v]): [string, string] => [`/metadata/${segment(k)}`, `${k}${v}`])
   ]
-  for (const [path, text] of texts) if (typeof text === 'string' && text.includes('\u0000')) problems.push({ path, message: 'must not contain U+0000' })
+  for (const [path, text] of texts)
+    if (typeof text === 'string' && text.includes('\u0000')) problems.push({ path, message: 'must not contain U+0000' })
   return problems
 }
 
 /** Instructions as a file keeps them: LF line ends, no leading blank lines, no trailing blanks. */
 export const normalizeInstructions = (text: string): string =>
-  text.replace(/\r\n?/g, '\n').replace(/^(?:[ \t]*\n)+/, '').trimEnd()
+  text
+    .replace(/\r\n?/g, '\n')
+    .replace(/^(?:[ \t]*\n)+/, '')
+    .trimEnd()
 
-interface Place { line: number; column: number }
+interface Place {
+  line: number
+  column: number
+}
 
 const CLOSING = /^(?:---|\.\.\.)[ \t]*$/
 // gray-matter reads `---js` (and `--- coffee`) as code to run; here only YAML is front matter
@@ -99,7 +129,8 @@ const OPENING = /^---[ \t]*(?:([^\s-]\S*)[ \t]*)?$/
 
 function openingProblem(first: string): SkillProblem | null {
   const opening = OPENING.exec(first)
-  if (!opening) return { path: '/skillMd', message: 'a SKILL.md starts with \'---\' and YAML front matter', line: 1, column: 1 }
+  if (!opening)
+    return { path: '/skillMd', message: "a SKILL.md starts with '---' and YAML front matter", line: 1, column: 1 }
   const tag = opening[1]
   if (tag === undefined || /^ya?ml$/i.test(tag)) return null
   return {
@@ -117,7 +148,8 @@ const COLON_CODES = new Set(['BLOCK_AS_IMPLICIT_KEY', 'MULTILINE_IMPLICIT_KEY'])
 function yamlProblem(e: YAMLError): SkillProblem {
   // prettyErrors appends the position and a code frame; the position is in line and column
   const first = e.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '')
-  const hint = COLON_CODES.has(e.code) || /followed by map values/.test(first) ? ' (quote the value if it contains \': \')' : ''
+  const hint =
+    COLON_CODES.has(e.code) || /followed by map values/.test(first) ? " (quote the value if it contains ': ')" : ''
   const pos = e.linePos?.[0]
   return { path: '/skillMd', message: `${first}${hint}`, line: (pos?.line ?? 1) + 1, column: pos?.col ?? 1 }
 }
@@ -127,13 +159,14 @@ function placeOf(text: string, index: number): Place {
   return { line: before.length, column: before.at(-1)!.length + 1 }
 }
 
-const kind = (node: unknown) => isSeq(node) ? 'a list' : isMap(node) ? 'a mapping' : 'not text'
+const kind = (node: unknown) => (isSeq(node) ? 'a list' : isMap(node) ? 'a mapping' : 'not text')
 
 export function parseSkillMd(text: string): ParsedSkill {
   // line numbers stay those of the file as sent: a BOM is no line, and CRLF or CR is one line end
   const source = text.replace(/^\uFEFF/, '').replace(/\r\n?/g, '\n')
   const nul = source.indexOf('\u0000')
-  const nulProblem: SkillProblem[] = nul < 0 ? [] : [{ path: '/skillMd', message: 'a SKILL.md must not contain U+0000', ...placeOf(source, nul) }]
+  const nulProblem: SkillProblem[] =
+    nul < 0 ? [] : [{ path: '/skillMd', message: 'a SKILL.md must not contain U+0000', ...placeOf(source, nul) }]
   // in the order they appear in the file, as an editor would list them
   const fail = (problems: SkillProblem[]): ParsedSkill => ({
     ok: false,
@@ -144,25 +177,36 @@ export function parseSkillMd(text: string): ParsedSkill {
   const opening = openingProblem(lines[0]!)
   if (opening) return fail([opening])
   const closing = lines.findIndex((line, i) => i > 0 && CLOSING.test(line))
-  if (closing < 0) return fail([{ path: '/skillMd', message: 'the front matter is not closed by a \'---\' line', line: 1, column: 1 }])
+  if (closing < 0)
+    return fail([{ path: '/skillMd', message: "the front matter is not closed by a '---' line", line: 1, column: 1 }])
 
   const lineCounter = new LineCounter()
   // each front matter line ends in a line break, the last one too: a kept (`|+`) block scalar counts them
-  const yamlText = lines.slice(1, closing).map((line) => `${line}\n`).join('')
+  const yamlText = lines
+    .slice(1, closing)
+    .map((line) => `${line}\n`)
+    .join('')
   const doc = parseDocument(yamlText, { schema: 'failsafe', prettyErrors: true, uniqueKeys: true, lineCounter })
   const problems = [...doc.errors, ...doc.warnings].map(yamlProblem)
   // past a syntax error the tree is yaml's best guess: checking its fields would report ghosts
   if (doc.errors.length > 0) return fail(problems)
 
   const at = (node: unknown): Place => {
-    const offset = (isScalar(node) || isMap(node) || isSeq(node) || isAlias(node)) ? node.range?.[0] ?? 0 : 0
+    const offset = isScalar(node) || isMap(node) || isSeq(node) || isAlias(node) ? (node.range?.[0] ?? 0) : 0
     const pos = lineCounter.linePos(offset)
     return { line: pos.line + 1, column: pos.col }
   }
   const contents = doc.contents
   const empty = contents === null || (isScalar(contents) && contents.value === '')
   if (!empty && !isMap(contents)) {
-    return fail([...problems, { path: '/skillMd', message: 'the front matter must be a mapping of fields (name: …, description: …)', ...at(contents) }])
+    return fail([
+      ...problems,
+      {
+        path: '/skillMd',
+        message: 'the front matter must be a mapping of fields (name: …, description: …)',
+        ...at(contents)
+      }
+    ])
   }
   const mapStart = at(contents)
 
@@ -191,7 +235,11 @@ export function parseSkillMd(text: string): ParsedSkill {
     if (key === null) {
       problems.push({ path: '/skillMd', message: 'a field name must be plain text', ...at(pair.key) })
     } else if (!isField(key)) {
-      problems.push({ path: `/skillMd/${segment(key)}`, message: `unknown field '${key}' (allowed: ${FIELDS.join(', ')})`, ...at(pair.key) })
+      problems.push({
+        path: `/skillMd/${segment(key)}`,
+        message: `unknown field '${key}' (allowed: ${FIELDS.join(', ')})`,
+        ...at(pair.key)
+      })
     } else {
       byKey.set(key, pair)
     }
@@ -224,7 +272,8 @@ export function parseSkillMd(text: string): ParsedSkill {
   const description = required('description', descriptionProblems)
   const license = optional('license')
   const compatibility = optional('compatibility')
-  for (const message of compatibilityProblems(compatibility)) problems.push({ path: '/skillMd/compatibility', message, ...place('compatibility') })
+  for (const message of compatibilityProblems(compatibility))
+    problems.push({ path: '/skillMd/compatibility', message, ...place('compatibility') })
 
   const allowedTools: string[] = []
   const tools = deref(byKey.get('allowed-tools')?.value ?? null, '/skillMd/allowed-tools')
@@ -237,7 +286,11 @@ export function parseSkillMd(text: string): ParsedSkill {
       if (tool !== null) allowedTools.push(...words(tool))
     })
   } else if (tools !== null && tools !== undefined) {
-    problems.push({ path: '/skillMd/allowed-tools', message: 'allowed-tools must be a space-separated string of tool names (or a list), not a mapping', ...at(tools) })
+    problems.push({
+      path: '/skillMd/allowed-tools',
+      message: 'allowed-tools must be a space-separated string of tool names (or a list), not a mapping',
+      ...at(tools)
+    })
   }
 
   const metadata: Record<string, string> = {}
@@ -246,16 +299,22 @@ export function parseSkillMd(text: string): ParsedSkill {
     for (const pair of meta.items) {
       const keyNode = deref(pair.key, '/skillMd/metadata')
       if (!isScalar(keyNode)) {
-        if (keyNode !== undefined) problems.push({ path: '/skillMd/metadata', message: 'a metadata name must be text', ...at(pair.key) })
+        if (keyNode !== undefined)
+          problems.push({ path: '/skillMd/metadata', message: 'a metadata name must be text', ...at(pair.key) })
         continue
       }
       const key = String(keyNode.value)
       const value = textOf(pair.value, `/skillMd/metadata/${segment(key)}`, `metadata ${key}`)
       // defined, not assigned: a key named __proto__ is data here, not the object's prototype
-      if (value !== null) Object.defineProperty(metadata, key, { value, enumerable: true, writable: true, configurable: true })
+      if (value !== null)
+        Object.defineProperty(metadata, key, { value, enumerable: true, writable: true, configurable: true })
     }
   } else if (meta !== null && meta !== undefined && !blank(meta)) {
-    problems.push({ path: '/skillMd/metadata', message: `metadata must be a mapping of names to text, not ${isSeq(meta) ? 'a list' : 'text'}`, ...at(meta) })
+    problems.push({
+      path: '/skillMd/metadata',
+      message: `metadata must be a mapping of names to text, not ${isSeq(meta) ? 'a list' : 'text'}`,
+      ...at(meta)
+    })
   }
 
   if (problems.length > 0 || nulProblem.length > 0) return fail(problems)
@@ -265,8 +324,9 @@ export function parseSkillMd(text: string): ParsedSkill {
 
 // Strings that a YAML 1.2 core or a YAML 1.1 reader (PyYAML, many skill loaders) would take as a
 // number, a boolean, null, a date or a merge key: written quoted, so every reader sees the same text
-const TYPED = [...new Schema({ schema: 'core' }).tags, ...new Schema({ schema: 'yaml-1.1' }).tags]
-  .flatMap((tag) => tag.test ? [tag.test] : [])
+const TYPED = [...new Schema({ schema: 'core' }).tags, ...new Schema({ schema: 'yaml-1.1' }).tags].flatMap((tag) =>
+  tag.test ? [tag.test] : []
+)
 const readsAsTyped = (s: string) => TYPED.some((test) => test.test(s))
 
 /** The skill as a SKILL.md; parsing it gives the same fields back. */

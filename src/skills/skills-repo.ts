@@ -12,9 +12,19 @@ export type SkillRow = typeof skills.$inferSelect
 
 export function skillToWire(s: SkillRow) {
   return {
-    id: s.id, name: s.name, description: s.description, instructions: s.instructions, license: s.license,
-    compatibility: s.compatibility, allowedTools: s.allowedTools, metadata: s.metadata, version: s.version,
-    source: s.source, createdAt: isoOf(s.createdAt), updatedAt: isoOf(s.updatedAt), createdBy: s.createdBy,
+    id: s.id,
+    name: s.name,
+    description: s.description,
+    instructions: s.instructions,
+    license: s.license,
+    compatibility: s.compatibility,
+    allowedTools: s.allowedTools,
+    metadata: s.metadata,
+    version: s.version,
+    source: s.source,
+    createdAt: isoOf(s.createdAt),
+    updatedAt: isoOf(s.updatedAt),
+    createdBy: s.createdBy,
     warnings: skillTools(s.allowedTools).warnings
   }
 }
@@ -22,8 +32,13 @@ export function skillToWire(s: SkillRow) {
 /** The fields of a stored skill, as the SKILL.md parser and renderer see them. */
 export function fieldsOf(s: SkillRow): SkillFields {
   return {
-    name: s.name, description: s.description, instructions: s.instructions, license: s.license,
-    compatibility: s.compatibility, allowedTools: s.allowedTools, metadata: s.metadata
+    name: s.name,
+    description: s.description,
+    instructions: s.instructions,
+    license: s.license,
+    compatibility: s.compatibility,
+    allowedTools: s.allowedTools,
+    metadata: s.metadata
   }
 }
 
@@ -31,9 +46,18 @@ export function fieldsOf(s: SkillRow): SkillFields {
 export type SkillWriteRefusal = 'name_taken' | 'stale' | 'missing'
 
 /** Creates version 1; `name_taken` when another skill of the org has the name. */
-export async function insertSkill(db: Db | Tx, orgId: string, fields: SkillFields, source: SkillSource, createdBy: string | null): Promise<SkillRow | 'name_taken'> {
+export async function insertSkill(
+  db: Db | Tx,
+  orgId: string,
+  fields: SkillFields,
+  source: SkillSource,
+  createdBy: string | null
+): Promise<SkillRow | 'name_taken'> {
   try {
-    const [row] = await db.insert(skills).values({ id: newId(), orgId, ...fields, source, createdBy }).returning()
+    const [row] = await db
+      .insert(skills)
+      .values({ id: newId(), orgId, ...fields, source, createdBy })
+      .returning()
     return row!
   } catch (err) {
     if (isUniqueViolation(err)) return 'name_taken'
@@ -42,16 +66,22 @@ export async function insertSkill(db: Db | Tx, orgId: string, fields: SkillField
 }
 
 export async function getSkill(db: Db | Tx, orgId: string, id: string): Promise<SkillRow | null> {
-  const [row] = await db.select().from(skills).where(and(eq(skills.orgId, orgId), eq(skills.id, id)))
+  const [row] = await db
+    .select()
+    .from(skills)
+    .where(and(eq(skills.orgId, orgId), eq(skills.id, id)))
   return row ?? null
 }
 
 /** Skills of the org, newest first. */
 export async function listSkills(db: Db, orgId: string, q: { limit: number; cursor: string | undefined }) {
   const list = keyset(skills.id, 'desc', q)
-  const rows = await db.select().from(skills)
+  const rows = await db
+    .select()
+    .from(skills)
     .where(and(eq(skills.orgId, orgId), list.after))
-    .orderBy(list.orderBy).limit(list.limit)
+    .orderBy(list.orderBy)
+    .limit(list.limit)
   return list.page(rows)
 }
 
@@ -59,9 +89,17 @@ export async function listSkills(db: Db, orgId: string, q: { limit: number; curs
  * The next version, when `version` is the current one: one conditional UPDATE, so of two
  * writers with the same version exactly one wins.
  */
-export async function updateSkill(db: Db | Tx, orgId: string, id: string, fields: SkillFields, version: number, source?: SkillSource): Promise<SkillRow | SkillWriteRefusal> {
+export async function updateSkill(
+  db: Db | Tx,
+  orgId: string,
+  id: string,
+  fields: SkillFields,
+  version: number,
+  source?: SkillSource
+): Promise<SkillRow | SkillWriteRefusal> {
   try {
-    const [row] = await db.update(skills)
+    const [row] = await db
+      .update(skills)
       .set({ ...fields, ...(source ? { source } : {}), version: sql`${skills.version} + 1`, updatedAt: sql`now()` })
       .where(and(eq(skills.orgId, orgId), eq(skills.id, id), eq(skills.version, version)))
       .returning()
@@ -75,14 +113,27 @@ export async function updateSkill(db: Db | Tx, orgId: string, id: string, fields
 
 /** The skills of the org imported from a repository (contract 11), oldest first. */
 export async function skillsImportedFrom(db: Db | Tx, orgId: string, repo: string): Promise<SkillRow[]> {
-  return db.select().from(skills)
-    .where(and(eq(skills.orgId, orgId), sql`${skills.source}->>'kind' = 'github'`, sql`lower(${skills.source}->>'repo') = lower(${repo})`))
+  return db
+    .select()
+    .from(skills)
+    .where(
+      and(
+        eq(skills.orgId, orgId),
+        sql`${skills.source}->>'kind' = 'github'`,
+        sql`lower(${skills.source}->>'repo') = lower(${repo})`
+      )
+    )
     .orderBy(skills.id)
 }
 
 /** Deletes a skill; `in_use` when a playbook step still runs it. */
 export async function deleteSkill(db: Db, orgId: string, id: string): Promise<boolean | 'in_use'> {
-  const rows = await inUseWhenReferenced(db.delete(skills).where(and(eq(skills.orgId, orgId), eq(skills.id, id))).returning({ id: skills.id }))
+  const rows = await inUseWhenReferenced(
+    db
+      .delete(skills)
+      .where(and(eq(skills.orgId, orgId), eq(skills.id, id)))
+      .returning({ id: skills.id })
+  )
   return rows === 'in_use' ? rows : rows.length === 1
 }
 
@@ -91,13 +142,28 @@ export async function deleteSkill(db: Db, orgId: string, id: string): Promise<bo
  * the prompt (without one, a request to run the skill), and `allowed-tools` as the tools
  * it may use.
  */
-export function skillRun(skill: { name: string; instructions: string; allowedTools: string[] }, input: string | undefined): { prompt: string; instructions: string | null; tools: string[] | undefined } {
+export function skillRun(
+  skill: { name: string; instructions: string; allowedTools: string[] },
+  input: string | undefined
+): { prompt: string; instructions: string | null; tools: string[] | undefined } {
   const given = input?.trim() ? input : `Run the skill ${skill.name}.`
-  return { prompt: given, instructions: skill.instructions.trim() === '' ? null : skill.instructions, tools: skillTools(skill.allowedTools).tools }
+  return {
+    prompt: given,
+    instructions: skill.instructions.trim() === '' ? null : skill.instructions,
+    tools: skillTools(skill.allowedTools).tools
+  }
 }
 
 /** Agent Skills' common tool names (Claude Code's) and the Cairn tool each stands for. */
-const TOOL_ALIASES: Record<string, string> = { Bash: 'shell', Read: 'read_file', Write: 'write_file', Edit: 'write_file', MultiEdit: 'write_file', Glob: 'list_files', LS: 'list_files' }
+const TOOL_ALIASES: Record<string, string> = {
+  Bash: 'shell',
+  Read: 'read_file',
+  Write: 'write_file',
+  Edit: 'write_file',
+  MultiEdit: 'write_file',
+  Glob: 'list_files',
+  LS: 'list_files'
+}
 
 /**
  * What a skill's `allowed-tools` lets its runs use: Cairn's tool names and the common
@@ -115,18 +181,23 @@ export function skillTools(allowed: string[]): { tools: string[] | undefined; wa
     const base = name.replace(/\(.*\)$/, '')
     const tool = known.has(base) ? base : TOOL_ALIASES[base]
     if (!tool) {
-      warnings.push(`allowed-tools names ${JSON.stringify(name)}, which Cairn does not have: runs of this skill do not get it`)
+      warnings.push(
+        `allowed-tools names ${JSON.stringify(name)}, which Cairn does not have: runs of this skill do not get it`
+      )
       continue
     }
     tools.add(tool)
-    if (base !== name) warnings.push(`allowed-tools names ${JSON.stringify(name)}: runs get ${tool}, without its argument pattern`)
+    if (base !== name)
+      warnings.push(`allowed-tools names ${JSON.stringify(name)}: runs get ${tool}, without its argument pattern`)
   }
   return { tools: [...tools], warnings }
 }
 
 /** The skill's instructions, then the caller's after a blank line (contract 13.3), as a run body field. */
 export function joinedInstructions(skill: string | null, caller: string | undefined): { instructions?: string } {
-  const joined = [skill, caller].filter((part): part is string => typeof part === 'string' && part.trim() !== '').join('\n\n')
+  const joined = [skill, caller]
+    .filter((part): part is string => typeof part === 'string' && part.trim() !== '')
+    .join('\n\n')
   return joined === '' ? {} : { instructions: joined }
 }
 

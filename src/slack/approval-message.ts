@@ -75,11 +75,16 @@ function decider(decidedBy: string | null): string {
 export function outcomeText(a: ShownApproval, now: Date): string {
   const status = a.status === 'pending' && !isWaiting(a, now) ? 'expired' : a.status
   switch (status) {
-    case 'approved': return `:white_check_mark: Approved${decider(a.decidedBy)}`
-    case 'denied': return `:no_entry_sign: Denied${decider(a.decidedBy)}`
-    case 'expired': return ':hourglass: Expired: nobody decided in time (the call was denied)'
-    case 'cancelled': return ':heavy_multiplication_x: Cancelled with the run'
-    default: return escapeMrkdwn(status)
+    case 'approved':
+      return `:white_check_mark: Approved${decider(a.decidedBy)}`
+    case 'denied':
+      return `:no_entry_sign: Denied${decider(a.decidedBy)}`
+    case 'expired':
+      return ':hourglass: Expired: nobody decided in time (the call was denied)'
+    case 'cancelled':
+      return ':heavy_multiplication_x: Cancelled with the run'
+    default:
+      return escapeMrkdwn(status)
   }
 }
 
@@ -88,8 +93,20 @@ function buttons(a: ShownApproval): SlackBlock {
     type: 'actions',
     block_id: `cairn_approval_${a.id}`,
     elements: [
-      { type: 'button', action_id: APPROVE_ACTION, value: a.id, style: 'primary', text: { type: 'plain_text', text: 'Approve' } },
-      { type: 'button', action_id: DENY_ACTION, value: a.id, style: 'danger', text: { type: 'plain_text', text: 'Deny' } }
+      {
+        type: 'button',
+        action_id: APPROVE_ACTION,
+        value: a.id,
+        style: 'primary',
+        text: { type: 'plain_text', text: 'Approve' }
+      },
+      {
+        type: 'button',
+        action_id: DENY_ACTION,
+        value: a.id,
+        style: 'danger',
+        text: { type: 'plain_text', text: 'Deny' }
+      }
     ]
   }
 }
@@ -104,13 +121,19 @@ export function approvalMessage(runId: string, approvals: ShownApproval[], now: 
   const waiting = approvals.filter((a) => isWaiting(a, now))
   const shown = approvals.slice(0, MAX_SHOWN_APPROVALS)
   const names = [...new Set(approvals.map((a) => a.tool))].join(', ')
-  const header = waiting.length === 0
-    ? 'The agent asked to use these tools:'
-    : `:raised_hand: The agent wants to use ${waiting.length === 1 ? 'a tool' : `${waiting.length} tools`} and waits for your decision:`
+  const header =
+    waiting.length === 0
+      ? 'The agent asked to use these tools:'
+      : `:raised_hand: The agent wants to use ${waiting.length === 1 ? 'a tool' : `${waiting.length} tools`} and waits for your decision:`
   const blocks: SlackBlock[] = [{ type: 'section', text: { type: 'mrkdwn', text: header } }]
   for (const a of shown) {
-    blocks.push({ type: 'section', text: { type: 'mrkdwn', text: `*${escapeMrkdwn(cut(a.tool, 200))}*\n${argumentsBlock(a.arguments)}` } })
-    blocks.push(isWaiting(a, now) ? buttons(a) : { type: 'context', elements: [{ type: 'mrkdwn', text: outcomeText(a, now) }] })
+    blocks.push({
+      type: 'section',
+      text: { type: 'mrkdwn', text: `*${escapeMrkdwn(cut(a.tool, 200))}*\n${argumentsBlock(a.arguments)}` }
+    })
+    blocks.push(
+      isWaiting(a, now) ? buttons(a) : { type: 'context', elements: [{ type: 'mrkdwn', text: outcomeText(a, now) }] }
+    )
   }
   const hidden = approvals.length - shown.length
   const more = hidden > 0 ? `${hidden} more ${hidden === 1 ? 'call waits' : 'calls wait'}: decide them in Cairn. ` : ''

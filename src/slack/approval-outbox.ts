@@ -84,25 +84,40 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
   }
 
   start(): void {
-    this.begin([
-      this.o.bus.subscribeAll((event) => {
-        if (event.type !== REQUIRES_ACTION_EVENT) return
-        this.requested.add(event.id)
-        this.wakeSoon()
-      }),
-      this.o.bus.onResync(() => void this.sweep())
-    ], [[SWEEP_EVERY_MS, () => this.sweep()]])
+    this.begin(
+      [
+        this.o.bus.subscribeAll((event) => {
+          if (event.type !== REQUIRES_ACTION_EVENT) return
+          this.requested.add(event.id)
+          this.wakeSoon()
+        }),
+        this.o.bus.onResync(() => void this.sweep())
+      ],
+      [[SWEEP_EVERY_MS, () => this.sweep()]]
+    )
     // runs that stopped while no outbox ran
     void this.sweep().then(() => this.wake())
   }
 
-  /** The stops the bus announced become rows: one statement for all of them (most are not Slack runs', and match nothing). */
+  /**
+   * The stops the bus announced become rows: one statement for all of them (most are not Slack runs', and match
+   * nothing).
+   */
   protected async beforeRound(): Promise<number | null> {
     if (this.requested.size === 0) return null
     const ids = [...this.requested]
     this.requested.clear()
     try {
-      return rowsOf(await this.o.db.execute(recordRequests(sql`e.id in (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})`))).length
+      return rowsOf(
+        await this.o.db.execute(
+          recordRequests(
+            sql`e.id in (${sql.join(
+              ids.map((id) => sql`${id}`),
+              sql`, `
+            )})`
+          )
+        )
+      ).length
     } catch (err) {
       // the sweep finds them
       if (!this.stopped) this.o.log.warn({ err }, 'slack approval requests: recording requests failed')
@@ -116,11 +131,15 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
    */
   async sweep(): Promise<number> {
     try {
-      const rows = rowsOf(await this.o.db.execute(recordRequests(sql`e.id in (
+      const rows = rowsOf(
+        await this.o.db.execute(
+          recordRequests(sql`e.id in (
         select (select l.id from run_events l where l.run_id = r.id and l.type = ${REQUIRES_ACTION_EVENT} order by l.id desc limit 1)
         from runs r join slack_replies s on s.run_id = r.id
         where r.status = 'requires_action')
-        and not exists (select 1 from slack_approval_messages m where m.event_id = e.id)`)))
+        and not exists (select 1 from slack_approval_messages m where m.event_id = e.id)`)
+        )
+      )
       if (rows.length > 0) this.wake()
       return rows.length
     } catch (err) {
@@ -131,7 +150,8 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
 
   protected async claim(): Promise<Claimed[]> {
     const { o } = this
-    const rows = rowsOf<Record<string, unknown>>(await o.db.execute(sql`
+    const rows = rowsOf<Record<string, unknown>>(
+      await o.db.execute(sql`
       update slack_approval_messages o
       set state = 'posting', attempts = o.attempts + 1, uncertain = (o.uncertain or o.state = 'posting'),
           lease_expires_at = now() + make_interval(secs => ${o.leaseMs / 1000})
@@ -141,7 +161,8 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
         order by m.next_attempt_at
         limit ${o.batch}
         for update skip locked)
-      returning o.event_id, o.run_id, o.org_id, o.channel, o.thread_ts, o.after_ts, o.approval_ids, o.attempts, o.uncertain`))
+      returning o.event_id, o.run_id, o.org_id, o.channel, o.thread_ts, o.after_ts, o.approval_ids, o.attempts, o.uncertain`)
+    )
     return rows.map((r) => ({
       eventId: Number(r.event_id),
       runId: r.run_id as string,
@@ -158,10 +179,15 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
   /** The approvals a message lists, as they are now, oldest first. */
   private async approvalsOf(m: { orgId: string; runId: string; approvalIds: string[] }): Promise<ShownApproval[]> {
     if (m.approvalIds.length === 0) return []
-    const rows = rowsOf<Record<string, unknown>>(await this.o.db.execute(sql`
+    const rows = rowsOf<Record<string, unknown>>(
+      await this.o.db.execute(sql`
       select id, tool, arguments, status, decided_by, expires_at from tool_approvals
-      where org_id = ${m.orgId} and run_id = ${m.runId} and id in (${sql.join(m.approvalIds.map((id) => sql`${id}`), sql`, `)})
-      order by id`))
+      where org_id = ${m.orgId} and run_id = ${m.runId} and id in (${sql.join(
+        m.approvalIds.map((id) => sql`${id}`),
+        sql`, `
+      )})
+      order by id`)
+    )
     return rows.map((r) => ({
       id: r.id as string,
       tool: r.tool as string,
@@ -185,7 +211,8 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
   /** Records the message as sent with its ts, and clears a token failure the integration showed, in one statement. */
   private async sent(row: Claimed, ts: string): Promise<boolean> {
     if (this.killed) return false
-    const rows = rowsOf(await this.o.db.execute(sql`
+    const rows = rowsOf(
+      await this.o.db.execute(sql`
       with sent as (
         update slack_approval_messages set state = 'sent', message_ts = ${ts}, sent_at = now(), last_error = null, uncertain = false, lease_expires_at = null
         where event_id = ${row.eventId} and state = 'posting' and attempts = ${row.attempts}
@@ -193,7 +220,8 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
       cleared as (
         update integrations set last_error = null, updated_at = now()
         where org_id in (select org_id from sent) and kind = 'slack' and last_error is not null)
-      select 1 from sent`))
+      select 1 from sent`)
+    )
     return rows.length === 1
   }
 
@@ -226,7 +254,11 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
         if (found === null) uncertain = false
         if (this.killed) return
         ts = await o.api.postApprovalRequest(token, {
-          channel: row.channel, threadTs: row.threadTs, runId: row.runId, requestId: String(row.eventId), ...approvalMessage(row.runId, approvals, now)
+          channel: row.channel,
+          threadTs: row.threadTs,
+          runId: row.runId,
+          requestId: String(row.eventId),
+          ...approvalMessage(row.runId, approvals, now)
         })
       }
     } catch (err) {
@@ -239,15 +271,24 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
     // a decision made while it was being posted (a click before its ts was recorded, or in
     // Cairn): the message is brought up to date
     const later = o.clock.now()
-    if ((await this.approvalsOf(row)).some((a) => waiting.has(a.id) && !isWaiting(a, later))) await this.refreshQuietly(row.orgId, row.eventId)
+    if ((await this.approvalsOf(row)).some((a) => waiting.has(a.id) && !isWaiting(a, later)))
+      await this.refreshQuietly(row.orgId, row.eventId)
   }
 
   /** The ts of an earlier attempt's message in the thread; null: none; undefined: could not look (then it posts). */
   private async lookFor(token: string, row: Claimed): Promise<string | null | undefined> {
     try {
-      return await this.o.api.findApprovalRequest(token, { channel: row.channel, threadTs: row.threadTs, after: row.afterTs, requestId: String(row.eventId) })
+      return await this.o.api.findApprovalRequest(token, {
+        channel: row.channel,
+        threadTs: row.threadTs,
+        after: row.afterTs,
+        requestId: String(row.eventId)
+      })
     } catch (err) {
-      this.o.log.warn({ runId: row.runId, err: (err as Error).message }, 'slack approval requests: could not look for an earlier message (needs the history scopes); posting')
+      this.o.log.warn(
+        { runId: row.runId, err: (err as Error).message },
+        'slack approval requests: could not look for an earlier message (needs the history scopes); posting'
+      )
       return undefined
     }
   }
@@ -257,12 +298,21 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
     const { giveUp, delayMs } = await planAfterFailure(o.db, row.orgId, err, row.attempts, o)
     if (giveUp) {
       await this.settle(row, sql`state = 'failed', last_error = ${err.message}, uncertain = ${uncertain}`)
-      o.log.warn({ runId: row.runId, attempt: row.attempts, err: err.message }, 'slack approval requests: message given up')
+      o.log.warn(
+        { runId: row.runId, attempt: row.attempts, err: err.message },
+        'slack approval requests: message given up'
+      )
       return
     }
-    await this.settle(row, sql`state = 'pending', last_error = ${err.message}, uncertain = ${uncertain},
-      next_attempt_at = now() + make_interval(secs => ${delayMs / 1000})`)
-    o.log.info({ runId: row.runId, attempt: row.attempts, err: err.message, retryInMs: delayMs }, 'slack approval requests: message will be tried again')
+    await this.settle(
+      row,
+      sql`state = 'pending', last_error = ${err.message}, uncertain = ${uncertain},
+      next_attempt_at = now() + make_interval(secs => ${delayMs / 1000})`
+    )
+    o.log.info(
+      { runId: row.runId, attempt: row.attempts, err: err.message, retryInMs: delayMs },
+      'slack approval requests: message will be tried again'
+    )
   }
 
   /**
@@ -271,16 +321,22 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
    * connected). Throws what Slack answered (SlackCallError) or the database did.
    */
   async refresh(orgId: string, eventId: number): Promise<boolean> {
-    const [row] = rowsOf<Record<string, unknown>>(await this.o.db.execute(sql`
+    const [row] = rowsOf<Record<string, unknown>>(
+      await this.o.db.execute(sql`
       select run_id, channel, message_ts, approval_ids from slack_approval_messages
-      where event_id = ${eventId} and org_id = ${orgId} and state = 'sent' and message_ts is not null`))
+      where event_id = ${eventId} and org_id = ${orgId} and state = 'sent' and message_ts is not null`)
+    )
     if (!row) return false
     const token = await this.o.botToken(orgId)
     if (token === null) return false
     const runId = row.run_id as string
     const approvalIds = jsonOf<unknown[]>(row.approval_ids).filter((id): id is string => typeof id === 'string')
     const approvals = await this.approvalsOf({ orgId, runId, approvalIds })
-    await this.o.api.updateMessage(token, { channel: row.channel as string, ts: row.message_ts as string, ...approvalMessage(runId, approvals, this.o.clock.now()) })
+    await this.o.api.updateMessage(token, {
+      channel: row.channel as string,
+      ts: row.message_ts as string,
+      ...approvalMessage(runId, approvals, this.o.clock.now())
+    })
     return true
   }
 
@@ -289,7 +345,10 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
     try {
       await this.refresh(orgId, eventId)
     } catch (err) {
-      this.o.log.warn({ orgId, eventId, err: (err as Error).message }, 'slack approval requests: updating the message failed')
+      this.o.log.warn(
+        { orgId, eventId, err: (err as Error).message },
+        'slack approval requests: updating the message failed'
+      )
     }
   }
 }

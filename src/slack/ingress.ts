@@ -2,20 +2,52 @@ import { sql, type SQL } from 'drizzle-orm'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import type { RunRow } from '../runs/runs-repo.js'
-import { claimMessage, dropConnection, firstDelivery, restartThread, stillConnected, threadFor, type SlackTeamRow } from './slack-repo.js'
+import {
+  claimMessage,
+  dropConnection,
+  firstDelivery,
+  restartThread,
+  stillConnected,
+  threadFor,
+  type SlackTeamRow
+} from './slack-repo.js'
 import { slackReplies } from './tables.js'
 
 /** What the Slack ingress needs of the runs group (src/runs/chat-platform-runs.ts). */
 export interface ChatPlatformRuns {
   /** the engine and model a chat message's run gets */
   engine(orgId: string): Promise<{ engine: string; model: string | null }>
-  /** a queued run in the caller's transaction: a new thread (`rootRunId: null`), or the next run of one; null when that thread is not the org's */
-  insert(tx: Tx, run: { id: string; orgId: string; rootRunId: string | null; prompt: string; engine: string; model: string | null; metadata: Record<string, unknown> }): Promise<RunRow | null>
+  /**
+   * a queued run in the caller's transaction: a new thread (`rootRunId: null`), or the next run of one; null when that
+   * thread is not the org's
+   */
+  insert(
+    tx: Tx,
+    run: {
+      id: string
+      orgId: string
+      rootRunId: string | null
+      prompt: string
+      engine: string
+      model: string | null
+      metadata: Record<string, unknown>
+    }
+  ): Promise<RunRow | null>
   /**
    * The INSERT of a queued run that starts its own thread, for a WITH chain: one row per row
    * of `gate` (a CTE named by the caller), `returning id`
    */
-  rootInsert(run: { id: string; orgId: string; prompt: string; engine: string; model: string | null; metadata: Record<string, unknown> }, gate: SQL): SQL
+  rootInsert(
+    run: {
+      id: string
+      orgId: string
+      prompt: string
+      engine: string
+      model: string | null
+      metadata: Record<string, unknown>
+    },
+    gate: SQL
+  ): SQL
   /** the run.queued events after the commit; never throws */
   announce(runs: Array<Pick<RunRow, 'id' | 'orgId' | 'rootRunId' | 'engine' | 'model'>>): Promise<void>
 }
@@ -70,19 +102,33 @@ export function promptOf(text: string, botUserId: string | null): string {
 export function decide(team: Pick<SlackTeamRow, 'botUserId' | 'botId'>, event: SlackEvent | undefined): Decision {
   if (!event) return { kind: 'ignore', reason: 'no event' }
   if (event.type === 'app_uninstalled' || event.type === 'tokens_revoked') return { kind: 'disconnect' }
-  if (event.type !== 'app_mention' && event.type !== 'message') return { kind: 'ignore', reason: `event type ${event.type}` }
-  if (event.bot_id !== undefined || event.subtype === 'bot_message' || (team.botUserId !== null && event.user === team.botUserId)) {
+  if (event.type !== 'app_mention' && event.type !== 'message')
+    return { kind: 'ignore', reason: `event type ${event.type}` }
+  if (
+    event.bot_id !== undefined ||
+    event.subtype === 'bot_message' ||
+    (team.botUserId !== null && event.user === team.botUserId)
+  ) {
     return { kind: 'ignore', reason: 'a bot wrote it' }
   }
-  if (event.subtype !== undefined && !PERSON_SUBTYPES.has(event.subtype)) return { kind: 'ignore', reason: `message subtype ${event.subtype}` }
+  if (event.subtype !== undefined && !PERSON_SUBTYPES.has(event.subtype))
+    return { kind: 'ignore', reason: `message subtype ${event.subtype}` }
   const { channel, ts } = event
-  if (typeof channel !== 'string' || channel === '' || typeof ts !== 'string' || ts === '') return { kind: 'ignore', reason: 'no channel or ts' }
+  if (typeof channel !== 'string' || channel === '' || typeof ts !== 'string' || ts === '')
+    return { kind: 'ignore', reason: 'no channel or ts' }
   const text = event.text ?? ''
   if (event.type === 'message') {
     const mentioned = team.botUserId !== null && mentionOf(team.botUserId).test(text)
     if (!mentioned && event.channel_type !== 'im') return { kind: 'ignore', reason: 'not addressed to the bot' }
   }
-  return { kind: 'run', channel, ts, threadTs: event.thread_ts || ts, prompt: promptOf(text, team.botUserId), user: event.user ?? null }
+  return {
+    kind: 'run',
+    channel,
+    ts,
+    threadTs: event.thread_ts || ts,
+    prompt: promptOf(text, team.botUserId),
+    user: event.user ?? null
+  }
 }
 
 export type Received =
@@ -109,7 +155,11 @@ interface NewRun {
  * starts nothing; and nothing is stored for a team that is no longer connected. The run is
  * announced after the commit; nothing here waits for it to run.
  */
-export async function receiveEvent(deps: { db: Db; runs: ChatPlatformRuns }, team: SlackTeamRow, envelope: SlackEnvelope): Promise<Received> {
+export async function receiveEvent(
+  deps: { db: Db; runs: ChatPlatformRuns },
+  team: SlackTeamRow,
+  envelope: SlackEnvelope
+): Promise<Received> {
   const decision = decide(team, envelope.event)
   const eventId = envelope.event_id ?? null
   if (decision.kind === 'ignore') {
@@ -126,12 +176,26 @@ export async function receiveEvent(deps: { db: Db; runs: ChatPlatformRuns }, tea
   // outside any transaction: the choice may ask the model provider whether it is up
   const chosen = await deps.runs.engine(team.orgId)
   const run: NewRun = {
-    id: newId(), orgId: team.orgId, prompt: decision.prompt, engine: chosen.engine, model: chosen.model,
-    metadata: { slack: { teamId: team.teamId, channel: decision.channel, ts: decision.ts, threadTs: decision.threadTs, user: decision.user, eventId } }
+    id: newId(),
+    orgId: team.orgId,
+    prompt: decision.prompt,
+    engine: chosen.engine,
+    model: chosen.model,
+    metadata: {
+      slack: {
+        teamId: team.teamId,
+        channel: decision.channel,
+        ts: decision.ts,
+        threadTs: decision.threadTs,
+        user: decision.user,
+        eventId
+      }
+    }
   }
-  const rootRunId = decision.threadTs === decision.ts
-    ? await startThread(deps, team, decision, eventId, run)
-    : await continueThread(deps, team, decision, eventId, run)
+  const rootRunId =
+    decision.threadTs === decision.ts
+      ? await startThread(deps, team, decision, eventId, run)
+      : await continueThread(deps, team, decision, eventId, run)
   if (rootRunId === null) return { kind: 'duplicate' }
   await deps.runs.announce([{ id: run.id, orgId: run.orgId, rootRunId, engine: run.engine, model: run.model }])
   return { kind: 'started', runId: run.id, rootRunId }
@@ -143,12 +207,20 @@ export async function receiveEvent(deps: { db: Db; runs: ChatPlatformRuns }, tea
  * new), so it costs one round trip. The message's own ts keys the thread; the run is its root.
  * Returns the root run id, or null when a step found its row taken (a duplicate).
  */
-async function startThread(deps: { db: Db; runs: ChatPlatformRuns }, team: SlackTeamRow, d: RunDecision, eventId: string | null, run: NewRun): Promise<string | null> {
+async function startThread(
+  deps: { db: Db; runs: ChatPlatformRuns },
+  team: SlackTeamRow,
+  d: RunDecision,
+  eventId: string | null,
+  run: NewRun
+): Promise<string | null> {
   const { teamId, orgId } = team
-  const event = eventId === null
-    ? sql`ev as (select 1 from live)`
-    : sql`ev as (insert into slack_events (team_id, event_id, org_id) select ${teamId}, ${eventId}, ${orgId} from live on conflict do nothing returning 1)`
-  const rows = rowsOf<{ started: number }>(await deps.db.execute(sql`
+  const event =
+    eventId === null
+      ? sql`ev as (select 1 from live)`
+      : sql`ev as (insert into slack_events (team_id, event_id, org_id) select ${teamId}, ${eventId}, ${orgId} from live on conflict do nothing returning 1)`
+  const rows = rowsOf<{ started: number }>(
+    await deps.db.execute(sql`
     with live as (select 1 from slack_teams where team_id = ${teamId} and org_id = ${orgId}),
     ${event},
     msg as (
@@ -165,12 +237,19 @@ async function startThread(deps: { db: Db; runs: ChatPlatformRuns }, team: Slack
       insert into slack_replies (run_id, org_id, team_id, channel, thread_ts, message_ts)
       select ${run.id}, ${orgId}, ${teamId}, ${d.channel}, ${d.ts}, ${d.ts} from run
       returning 1)
-    select count(*)::int as started from reply`))
+    select count(*)::int as started from reply`)
+  )
   return Number(rows[0]?.started ?? 0) === 1 ? run.id : null
 }
 
 /** A mention inside a Slack thread: the next run of the Cairn thread it maps to (or a new one), in one transaction. */
-async function continueThread(deps: { db: Db; runs: ChatPlatformRuns }, team: SlackTeamRow, d: RunDecision, eventId: string | null, run: NewRun): Promise<string | null> {
+async function continueThread(
+  deps: { db: Db; runs: ChatPlatformRuns },
+  team: SlackTeamRow,
+  d: RunDecision,
+  eventId: string | null,
+  run: NewRun
+): Promise<string | null> {
   return deps.db.transaction(async (tx) => {
     if (!(await stillConnected(tx, team))) return null
     if (eventId !== null && !(await firstDelivery(tx, team.orgId, team.teamId, eventId))) return null
@@ -184,7 +263,14 @@ async function continueThread(deps: { db: Db; runs: ChatPlatformRuns }, team: Sl
       await restartThread(tx, thread)
       created = await deps.runs.insert(tx, { ...run, rootRunId: null })
     }
-    await tx.insert(slackReplies).values({ runId: run.id, orgId: team.orgId, teamId: team.teamId, channel: d.channel, threadTs: d.threadTs, messageTs: d.ts })
+    await tx.insert(slackReplies).values({
+      runId: run.id,
+      orgId: team.orgId,
+      teamId: team.teamId,
+      channel: d.channel,
+      threadTs: d.threadTs,
+      messageTs: d.ts
+    })
     return created?.rootRunId ?? null
   })
 }

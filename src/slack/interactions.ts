@@ -10,7 +10,13 @@ import type { SlackTeamRow } from './slack-repo.js'
  * goes on); a refusal (not found, already decided, expired) is thrown as a 404 or 409 ApiError.
  */
 export interface ApprovalDecisions {
-  decide(orgId: string, runId: string, approvalId: string, decision: 'approve' | 'deny', decidedBy: string | null): Promise<unknown>
+  decide(
+    orgId: string,
+    runId: string,
+    approvalId: string,
+    decision: 'approve' | 'deny',
+    decidedBy: string | null
+  ): Promise<unknown>
 }
 
 /** The fields of an interaction payload this service reads; Slack sends many more. */
@@ -46,14 +52,20 @@ export function interactionTeamId(payload: unknown): string | undefined {
  * The message a click came from, when it is ours: the approval belongs to the team's org
  * and is listed in an approval request posted for that team.
  */
-async function requestOf(db: Db, team: SlackTeamRow, approvalId: string): Promise<{ runId: string; eventId: number } | null> {
-  const [row] = rowsOf<{ run_id: string; event_id: string | number }>(await db.execute(sql`
+async function requestOf(
+  db: Db,
+  team: SlackTeamRow,
+  approvalId: string
+): Promise<{ runId: string; eventId: number } | null> {
+  const [row] = rowsOf<{ run_id: string; event_id: string | number }>(
+    await db.execute(sql`
     select a.run_id, m.event_id from tool_approvals a
     join slack_approval_messages m on m.run_id = a.run_id and m.org_id = a.org_id
     where a.id = ${approvalId} and a.org_id = ${team.orgId} and m.team_id = ${team.teamId}
       and m.approval_ids @> jsonb_build_array(a.id)
     order by m.event_id desc
-    limit 1`))
+    limit 1`)
+  )
   return row ? { runId: row.run_id, eventId: Number(row.event_id) } : null
 }
 
@@ -63,7 +75,11 @@ async function requestOf(db: Db, team: SlackTeamRow, approvalId: string): Promis
  * payload types, other actions, another org's approval, a click without a user) changes
  * nothing. Only the decision is made here: updating the message is the caller's, later.
  */
-export async function takeClicks(deps: { db: Db; decisions: ApprovalDecisions }, team: SlackTeamRow, payload: SlackInteraction): Promise<ClickOutcome[]> {
+export async function takeClicks(
+  deps: { db: Db; decisions: ApprovalDecisions },
+  team: SlackTeamRow,
+  payload: SlackInteraction
+): Promise<ClickOutcome[]> {
   if (payload.type !== 'block_actions') return []
   const user = payload.user?.id
   if (typeof user !== 'string' || !SLACK_USER.test(user)) return []

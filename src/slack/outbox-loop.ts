@@ -7,9 +7,26 @@ import type { SlackCallError, SlackFailure } from './web-api.js'
 
 /** Slack refusals that another attempt would meet again: the row is given up at once. */
 const PERMANENT = new Set([
-  'invalid_auth', 'not_authed', 'account_inactive', 'token_revoked', 'token_expired', 'no_permission', 'missing_scope',
-  'channel_not_found', 'not_in_channel', 'is_archived', 'msg_too_long', 'no_text', 'restricted_action', 'team_access_not_granted',
-  'ekm_access_denied', 'invalid_arguments', 'invalid_metadata_format', 'invalid_metadata_schema', 'invalid_blocks', 'invalid_blocks_format'
+  'invalid_auth',
+  'not_authed',
+  'account_inactive',
+  'token_revoked',
+  'token_expired',
+  'no_permission',
+  'missing_scope',
+  'channel_not_found',
+  'not_in_channel',
+  'is_archived',
+  'msg_too_long',
+  'no_text',
+  'restricted_action',
+  'team_access_not_granted',
+  'ekm_access_denied',
+  'invalid_arguments',
+  'invalid_metadata_format',
+  'invalid_metadata_schema',
+  'invalid_blocks',
+  'invalid_blocks_format'
 ])
 /** Refusals after which Slack says part of the call may have happened. */
 const MAYBE_DONE = new Set(['internal_error', 'fatal_error', 'request_timeout', 'service_unavailable'])
@@ -32,16 +49,25 @@ export function maybeDone(f: SlackFailure): boolean {
  * or the last attempt), else tried again after a backoff (a 429 waits its Retry-After). A
  * refused token is also shown as the integration's lastError.
  */
-export async function planAfterFailure(db: Db, orgId: string, err: SlackCallError, attempts: number, o: { maxAttempts: number; retryBaseMs: number }): Promise<{ giveUp: boolean; delayMs: number }> {
+export async function planAfterFailure(
+  db: Db,
+  orgId: string,
+  err: SlackCallError,
+  attempts: number,
+  o: { maxAttempts: number; retryBaseMs: number }
+): Promise<{ giveUp: boolean; delayMs: number }> {
   const f = err.failure
   if (f.kind === 'refused' && TOKEN_ERRORS.has(f.error)) {
-    await db.update(integrations).set({ lastError: `Slack refused the bot token (${f.error}); connect Slack again`, updatedAt: sql`now()` })
+    await db
+      .update(integrations)
+      .set({ lastError: `Slack refused the bot token (${f.error}); connect Slack again`, updatedAt: sql`now()` })
       .where(and(eq(integrations.orgId, orgId), eq(integrations.kind, 'slack')))
   }
   const permanent = f.kind === 'refused' && PERMANENT.has(f.error)
   return {
     giveUp: permanent || attempts >= o.maxAttempts,
-    delayMs: f.kind === 'rate_limited' ? f.retryAfterSeconds * 1000 : backoffDelay(attempts, o.retryBaseMs, MAX_BACKOFF_MS)
+    delayMs:
+      f.kind === 'rate_limited' ? f.retryAfterSeconds * 1000 : backoffDelay(attempts, o.retryBaseMs, MAX_BACKOFF_MS)
   }
 }
 
@@ -130,9 +156,14 @@ export abstract class OutboxLoop<Row extends { runId: string } = { runId: string
   }
 
   private async post(claimed: Row[]): Promise<void> {
-    await Promise.all(claimed.map((row) => this.deliver(row).catch((err: unknown) => {
-      if (!this.killed) this.loop.log.error({ err, runId: row.runId }, `${this.loop.what}: a post failed unexpectedly`)
-    })))
+    await Promise.all(
+      claimed.map((row) =>
+        this.deliver(row).catch((err: unknown) => {
+          if (!this.killed)
+            this.loop.log.error({ err, runId: row.runId }, `${this.loop.what}: a post failed unexpectedly`)
+        })
+      )
+    )
   }
 
   /** Claims the due rows under a lease (one statement). */

@@ -78,15 +78,21 @@ export class SlackOutbox extends OutboxLoop<Claimed> {
   }
 
   start(): void {
-    this.begin([
-      this.o.bus.subscribeAll((event) => {
-        if (!TERMINAL_EVENTS.has(event.type)) return
-        this.ended.add(event.runId)
-        this.wakeSoon()
-      }),
-      // notifications were lost while the bus reconnected: look at every waiting reply
-      this.o.bus.onResync(() => void this.sweep())
-    ], [[SWEEP_EVERY_MS, () => this.sweep()], [PRUNE_EVERY_MS, () => this.prune()]])
+    this.begin(
+      [
+        this.o.bus.subscribeAll((event) => {
+          if (!TERMINAL_EVENTS.has(event.type)) return
+          this.ended.add(event.runId)
+          this.wakeSoon()
+        }),
+        // notifications were lost while the bus reconnected: look at every waiting reply
+        this.o.bus.onResync(() => void this.sweep())
+      ],
+      [
+        [SWEEP_EVERY_MS, () => this.sweep()],
+        [PRUNE_EVERY_MS, () => this.prune()]
+      ]
+    )
     // runs that ended while no outbox ran
     void this.sweep().then(() => this.wake())
   }
@@ -100,10 +106,15 @@ export class SlackOutbox extends OutboxLoop<Claimed> {
     const ids = [...this.ended]
     this.ended.clear()
     try {
-      return rowsOf(await this.o.db.execute(sql`
+      return rowsOf(
+        await this.o.db.execute(sql`
         update slack_replies set state = 'pending', next_attempt_at = now()
-        where state = 'waiting' and run_id in (${sql.join(ids.map((id) => sql`${id}`), sql`, `)})
-        returning run_id`)).length
+        where state = 'waiting' and run_id in (${sql.join(
+          ids.map((id) => sql`${id}`),
+          sql`, `
+        )})
+        returning run_id`)
+      ).length
     } catch (err) {
       // the sweep finds them
       if (!this.stopped) this.o.log.warn({ err }, 'slack outbox: marking replies due failed')
@@ -117,11 +128,13 @@ export class SlackOutbox extends OutboxLoop<Claimed> {
    */
   async sweep(): Promise<number> {
     try {
-      const rows = rowsOf(await this.o.db.execute(sql`
+      const rows = rowsOf(
+        await this.o.db.execute(sql`
         update slack_replies s set state = 'pending', next_attempt_at = now()
         from runs r
         where s.state = 'waiting' and r.id = s.run_id and r.status in ('succeeded', 'failed', 'cancelled')
-        returning s.run_id`))
+        returning s.run_id`)
+      )
       if (rows.length > 0) this.wake()
       return rows.length
     } catch (err) {
@@ -136,7 +149,8 @@ export class SlackOutbox extends OutboxLoop<Claimed> {
    */
   protected async claim(): Promise<Claimed[]> {
     const { o } = this
-    const rows = rowsOf<Omit<Claimed, 'runId'> & { run_id: string }>(await o.db.execute(sql`
+    const rows = rowsOf<Omit<Claimed, 'runId'> & { run_id: string }>(
+      await o.db.execute(sql`
       with claimed as (
         update slack_replies o
         set state = 'posting', attempts = o.attempts + 1, uncertain = (o.uncertain or o.state = 'posting'),
@@ -150,8 +164,14 @@ export class SlackOutbox extends OutboxLoop<Claimed> {
         returning o.run_id, o.org_id, o.channel, o.thread_ts, o.message_ts, o.attempts, o.uncertain)
       select c.*, r.status, r.error,
         (select e.data->>'text' from run_events e where e.run_id = c.run_id and e.type = 'message.completed' order by e.id desc limit 1) as text
-      from claimed c join runs r on r.id = c.run_id`))
-    return rows.map(({ run_id: runId, ...r }) => ({ ...r, runId, attempts: Number(r.attempts), uncertain: boolOf(r.uncertain) }))
+      from claimed c join runs r on r.id = c.run_id`)
+    )
+    return rows.map(({ run_id: runId, ...r }) => ({
+      ...r,
+      runId,
+      attempts: Number(r.attempts),
+      uncertain: boolOf(r.uncertain)
+    }))
   }
 
   /** A conditional move of a claimed row: nothing when it moved on (another instance took it over). */
@@ -164,7 +184,10 @@ export class SlackOutbox extends OutboxLoop<Claimed> {
     return rowsOf(result).length === 1
   }
 
-  /** Records the reply as sent, and clears a token failure the integration showed (the token works again), in one statement. */
+  /**
+   * Records the reply as sent, and clears a token failure the integration showed (the token works again), in one
+   * statement.
+   */
   private async sent(row: Claimed, ts: string): Promise<void> {
     if (this.killed) return
     await this.o.db.execute(sql`
@@ -198,7 +221,12 @@ export class SlackOutbox extends OutboxLoop<Claimed> {
         }
       }
       if (this.killed) return
-      const ts = await o.api.postReply(token, { channel: row.channel, threadTs: row.thread_ts, text: replyText(row), runId: row.runId })
+      const ts = await o.api.postReply(token, {
+        channel: row.channel,
+        threadTs: row.thread_ts,
+        text: replyText(row),
+        runId: row.runId
+      })
       await this.sent(row, ts)
     } catch (err) {
       if (this.killed) return
@@ -210,9 +238,17 @@ export class SlackOutbox extends OutboxLoop<Claimed> {
   /** The ts of an earlier attempt's reply in the thread; null: none; undefined: could not look (then it posts). */
   private async lookFor(token: string, row: Claimed): Promise<string | null | undefined> {
     try {
-      return await this.o.api.findReply(token, { channel: row.channel, threadTs: row.thread_ts, after: row.message_ts, runId: row.runId })
+      return await this.o.api.findReply(token, {
+        channel: row.channel,
+        threadTs: row.thread_ts,
+        after: row.message_ts,
+        runId: row.runId
+      })
     } catch (err) {
-      this.o.log.warn({ runId: row.runId, err: (err as Error).message }, 'slack outbox: could not look for an earlier reply (needs the history scopes); posting')
+      this.o.log.warn(
+        { runId: row.runId, err: (err as Error).message },
+        'slack outbox: could not look for an earlier reply (needs the history scopes); posting'
+      )
       return undefined
     }
   }
@@ -225,9 +261,15 @@ export class SlackOutbox extends OutboxLoop<Claimed> {
       o.log.warn({ runId: row.runId, attempt: row.attempts, err: err.message }, 'slack outbox: reply given up')
       return
     }
-    await this.settle(row, sql`state = 'pending', last_error = ${err.message}, uncertain = ${uncertain},
-      next_attempt_at = now() + make_interval(secs => ${delay / 1000})`)
-    o.log.info({ runId: row.runId, attempt: row.attempts, err: err.message, retryInMs: delay }, 'slack outbox: reply will be tried again')
+    await this.settle(
+      row,
+      sql`state = 'pending', last_error = ${err.message}, uncertain = ${uncertain},
+      next_attempt_at = now() + make_interval(secs => ${delay / 1000})`
+    )
+    o.log.info(
+      { runId: row.runId, attempt: row.attempts, err: err.message, retryInMs: delay },
+      'slack outbox: reply will be tried again'
+    )
   }
 
   /** Deletes dedupe rows past Slack's retry window; never throws. */

@@ -24,14 +24,28 @@ export function freshTimestamp(timestamp: string, now: Date, windowSeconds = SIG
   return Math.abs(Math.floor(now.getTime() / 1000) - Number(timestamp)) <= windowSeconds
 }
 
-/** The signature header against the one the secret gives, in constant time (after a length check, which reveals nothing secret). */
-export function signatureMatches(signingSecret: string, timestamp: string, rawBody: Buffer | string, signature: string): boolean {
+/**
+ * The signature header against the one the secret gives, in constant time (after a length check, which reveals nothing
+ * secret).
+ */
+export function signatureMatches(
+  signingSecret: string,
+  timestamp: string,
+  rawBody: Buffer | string,
+  signature: string
+): boolean {
   const expected = Buffer.from(slackSignature(signingSecret, timestamp, rawBody), 'utf8')
   const given = Buffer.from(signature, 'utf8')
   return given.length === expected.length && timingSafeEqual(given, expected)
 }
 
 /** Both checks: a fresh timestamp and a matching signature. */
-export function verifySlackRequest(o: { signingSecret: string; timestamp: string; signature: string; rawBody: Buffer | string; now: Date }): boolean {
+export function verifySlackRequest(o: {
+  signingSecret: string
+  timestamp: string
+  signature: string
+  rawBody: Buffer | string
+  now: Date
+}): boolean {
   return freshTimestamp(o.timestamp, o.now) && signatureMatches(o.signingSecret, o.timestamp, o.rawBody, o.signature)
 }

@@ -36,9 +36,13 @@ export class SlackCallError extends Error {
   override name = 'SlackCallError'
   readonly failure: SlackFailure
   constructor(method: string, failure: SlackFailure) {
-    super(failure.kind === 'refused' ? `Slack refused ${method}: ${failure.error}`
-      : failure.kind === 'rate_limited' ? `Slack rate-limited ${method} (retry in ${failure.retryAfterSeconds} s)`
-        : `Slack did not answer ${method}: ${failure.message}`)
+    super(
+      failure.kind === 'refused'
+        ? `Slack refused ${method}: ${failure.error}`
+        : failure.kind === 'rate_limited'
+          ? `Slack rate-limited ${method} (retry in ${failure.retryAfterSeconds} s)`
+          : `Slack did not answer ${method}: ${failure.message}`
+    )
     this.failure = failure
   }
 }
@@ -52,11 +56,20 @@ export interface SlackApi {
    * conversations.replies: the ts of a reply to this run already in the thread (posted by an
    * attempt whose answer was lost), or null when there is none
    */
-  findReply(token: string, where: { channel: string; threadTs: string; after: string; runId: string }): Promise<string | null>
+  findReply(
+    token: string,
+    where: { channel: string; threadTs: string; after: string; runId: string }
+  ): Promise<string | null>
   /** chat.postMessage of an approval request in a thread, tagged with its run and request id; answers its ts */
-  postApprovalRequest(token: string, request: BlockMessage & { channel: string; threadTs: string; runId: string; requestId: string }): Promise<string>
+  postApprovalRequest(
+    token: string,
+    request: BlockMessage & { channel: string; threadTs: string; runId: string; requestId: string }
+  ): Promise<string>
   /** conversations.replies: the ts of that approval request already in the thread, or null */
-  findApprovalRequest(token: string, where: { channel: string; threadTs: string; after: string; requestId: string }): Promise<string | null>
+  findApprovalRequest(
+    token: string,
+    where: { channel: string; threadTs: string; after: string; requestId: string }
+  ): Promise<string | null>
   /** chat.update: the posted message's new text and blocks */
   updateMessage(token: string, message: BlockMessage & { channel: string; ts: string }): Promise<void>
 }
@@ -67,11 +80,26 @@ type Metadata = { event_type?: string; event_payload?: Record<string, unknown> }
 function quietLogger(debug: (message: string) => void): Logger {
   let level = LogLevel.WARN
   const at = (...msg: unknown[]) => debug(msg.map(String).join(' '))
-  return { debug: () => {}, info: () => {}, warn: at, error: at, setLevel: (l) => void (level = l), getLevel: () => level, setName: () => {} }
+  return {
+    debug: () => {},
+    info: () => {},
+    warn: at,
+    error: at,
+    setLevel: (l) => void (level = l),
+    getLevel: () => level,
+    setName: () => {}
+  }
 }
 
 function failureOf(err: unknown): SlackFailure {
-  const e = err as { code?: string; data?: { error?: string }; retryAfter?: number; statusCode?: number; original?: Error; message?: string }
+  const e = err as {
+    code?: string
+    data?: { error?: string }
+    retryAfter?: number
+    statusCode?: number
+    original?: Error
+    message?: string
+  }
   switch (e.code) {
     case ErrorCode.PlatformError:
       return { kind: 'refused', error: e.data?.error ?? 'unknown_error' }
@@ -80,7 +108,10 @@ function failureOf(err: unknown): SlackFailure {
     case ErrorCode.HTTPError:
       return { kind: 'unavailable', message: `HTTP ${e.statusCode ?? '?'}` }
     case ErrorCode.RequestError:
-      return { kind: 'unavailable', message: e.original?.name === 'TimeoutError' ? 'timed out' : (e.original?.message ?? 'request failed') }
+      return {
+        kind: 'unavailable',
+        message: e.original?.name === 'TimeoutError' ? 'timed out' : (e.original?.message ?? 'request failed')
+      }
     default:
       return { kind: 'unavailable', message: e.message ?? String(err) }
   }
@@ -94,15 +125,16 @@ function failureOf(err: unknown): SlackFailure {
 export function slackApi(o: { baseUrl: string; timeoutMs: number; debug: (message: string) => void }): SlackApi {
   const slackApiUrl = o.baseUrl.endsWith('/') ? o.baseUrl : `${o.baseUrl}/`
   const logger = quietLogger(o.debug)
-  const client = (token: string) => new WebClient(token, {
-    slackApiUrl,
-    timeout: o.timeoutMs,
-    retryConfig: { retries: 0 },
-    rejectRateLimitedCalls: true,
-    logger,
-    // absolute URLs in a method name never leave SLACK_API_URL
-    allowAbsoluteUrls: false
-  })
+  const client = (token: string) =>
+    new WebClient(token, {
+      slackApiUrl,
+      timeout: o.timeoutMs,
+      retryConfig: { retries: 0 },
+      rejectRateLimitedCalls: true,
+      logger,
+      // absolute URLs in a method name never leave SLACK_API_URL
+      allowAbsoluteUrls: false
+    })
   async function call<T>(method: string, fn: () => Promise<T>): Promise<T> {
     try {
       return await fn()
@@ -110,13 +142,27 @@ export function slackApi(o: { baseUrl: string; timeoutMs: number; debug: (messag
       throw new SlackCallError(method, failureOf(err))
     }
   }
-  /** Our message in a thread whose metadata matches: read after `after`, a page at a time, at most five pages; its ts or null. */
-  async function findTagged(token: string, w: { channel: string; threadTs: string; after: string }, matches: (meta: Metadata) => boolean): Promise<string | null> {
+  /**
+   * Our message in a thread whose metadata matches: read after `after`, a page at a time, at most five pages; its ts or
+   * null.
+   */
+  async function findTagged(
+    token: string,
+    w: { channel: string; threadTs: string; after: string },
+    matches: (meta: Metadata) => boolean
+  ): Promise<string | null> {
     let cursor: string | undefined
     for (let page = 0; page < 5; page++) {
-      const res = await call('conversations.replies', () => client(token).conversations.replies({
-        channel: w.channel, ts: w.threadTs, oldest: w.after, include_all_metadata: true, limit: 200, ...(cursor ? { cursor } : {})
-      }))
+      const res = await call('conversations.replies', () =>
+        client(token).conversations.replies({
+          channel: w.channel,
+          ts: w.threadTs,
+          oldest: w.after,
+          include_all_metadata: true,
+          limit: 200,
+          ...(cursor ? { cursor } : {})
+        })
+      )
       for (const m of res.messages ?? []) {
         if (typeof m.ts === 'string' && matches(m.metadata as Metadata)) return m.ts
       }
@@ -128,37 +174,49 @@ export function slackApi(o: { baseUrl: string; timeoutMs: number; debug: (messag
   return {
     async authTest(token) {
       const res = await call('auth.test', () => client(token).auth.test())
-      if (typeof res.team_id !== 'string' || res.team_id === '') throw new SlackCallError('auth.test', { kind: 'unavailable', message: 'no team_id in the answer' })
+      if (typeof res.team_id !== 'string' || res.team_id === '')
+        throw new SlackCallError('auth.test', { kind: 'unavailable', message: 'no team_id in the answer' })
       return { teamId: res.team_id, team: res.team ?? null, botUserId: res.user_id ?? null, botId: res.bot_id ?? null }
     },
     async postReply(token, r) {
-      const res = await call('chat.postMessage', () => client(token).chat.postMessage({
-        channel: r.channel,
-        thread_ts: r.threadTs,
-        text: r.text,
-        unfurl_links: false,
-        unfurl_media: false,
-        metadata: { event_type: REPLY_EVENT_TYPE, event_payload: { run_id: r.runId } }
-      }))
+      const res = await call('chat.postMessage', () =>
+        client(token).chat.postMessage({
+          channel: r.channel,
+          thread_ts: r.threadTs,
+          text: r.text,
+          unfurl_links: false,
+          unfurl_media: false,
+          metadata: { event_type: REPLY_EVENT_TYPE, event_payload: { run_id: r.runId } }
+        })
+      )
       return res.ts ?? ''
     },
-    findReply: (token, w) => findTagged(token, w, (meta) => meta?.event_type === REPLY_EVENT_TYPE && meta.event_payload?.run_id === w.runId),
+    findReply: (token, w) =>
+      findTagged(token, w, (meta) => meta?.event_type === REPLY_EVENT_TYPE && meta.event_payload?.run_id === w.runId),
     async postApprovalRequest(token, r) {
-      const res = await call('chat.postMessage', () => client(token).chat.postMessage({
-        channel: r.channel,
-        thread_ts: r.threadTs,
-        text: r.text,
-        blocks: r.blocks,
-        unfurl_links: false,
-        unfurl_media: false,
-        metadata: { event_type: APPROVAL_EVENT_TYPE, event_payload: { run_id: r.runId, request_id: r.requestId } }
-      }))
+      const res = await call('chat.postMessage', () =>
+        client(token).chat.postMessage({
+          channel: r.channel,
+          thread_ts: r.threadTs,
+          text: r.text,
+          blocks: r.blocks,
+          unfurl_links: false,
+          unfurl_media: false,
+          metadata: { event_type: APPROVAL_EVENT_TYPE, event_payload: { run_id: r.runId, request_id: r.requestId } }
+        })
+      )
       return res.ts ?? ''
     },
     findApprovalRequest: (token, w) =>
-      findTagged(token, w, (meta) => meta?.event_type === APPROVAL_EVENT_TYPE && meta.event_payload?.request_id === w.requestId),
+      findTagged(
+        token,
+        w,
+        (meta) => meta?.event_type === APPROVAL_EVENT_TYPE && meta.event_payload?.request_id === w.requestId
+      ),
     async updateMessage(token, m) {
-      await call('chat.update', () => client(token).chat.update({ channel: m.channel, ts: m.ts, text: m.text, blocks: m.blocks }))
+      await call('chat.update', () =>
+        client(token).chat.update({ channel: m.channel, ts: m.ts, text: m.text, blocks: m.blocks })
+      )
     }
   }
 }

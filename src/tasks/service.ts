@@ -16,6 +16,9 @@ declare module 'fastify' {
 }
 
 /** The tasks service: what the board does when a task's run finishes. */
-export default fp(async function tasksService(app: FastifyInstance) {
-  app.decorate('tasks', { followUps: { afterFinish: finishTaskRun } } satisfies TasksService)
-}, { name: 'tasks', fastify: '5.x', dependencies: ['db'] })
+export default fp(
+  async function tasksService(app: FastifyInstance) {
+    app.decorate('tasks', { followUps: { afterFinish: finishTaskRun } } satisfies TasksService)
+  },
+  { name: 'tasks', fastify: '5.x', dependencies: ['db'] }
+)

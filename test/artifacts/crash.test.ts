@@ -15,7 +15,8 @@ function blobFiles(dataDir: string): string[] {
   const out: string[] = []
   if (!existsSync(root)) return out
   for (const org of readdirSync(root).filter((n) => n !== '.tmp')) {
-    for (const prefix of readdirSync(join(root, org))) for (const name of readdirSync(join(root, org, prefix))) out.push(join(root, org, prefix, name))
+    for (const prefix of readdirSync(join(root, org)))
+      for (const name of readdirSync(join(root, org, prefix))) out.push(join(root, org, prefix, name))
   }
   return out
 }
@@ -44,23 +45,45 @@ t.test('killed mid-upload and mid-PUT: no row names a missing blob, no partial b
     form.append('file', new Blob([bytes], { type: 'application/octet-stream' }), `file-${i}.bin`)
     const res = await api('/uploads', { method: 'POST', body: form })
     t.equal(res.status, 201)
-    const { upload } = await res.json() as { upload: { id: string; sha256: string } }
+    const { upload } = (await res.json()) as { upload: { id: string; sha256: string } }
     t.equal(upload.sha256, sha256(bytes))
     acknowledged.push({ path: `/uploads/${upload.id}/content`, sha: upload.sha256 })
   }
-  const created = await api('/artifacts', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'doc.md', content: 'version one', contentType: 'text/markdown' }) })
-  const { artifact } = await created.json() as { artifact: { id: string } }
-  const edited = await api(`/artifacts/${artifact.id}/content`, { method: 'PUT', headers: { 'if-match': '"v1"', 'content-type': 'text/plain' }, body: 'version two' })
+  const created = await api('/artifacts', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ name: 'doc.md', content: 'version one', contentType: 'text/markdown' })
+  })
+  const { artifact } = (await created.json()) as { artifact: { id: string } }
+  const edited = await api(`/artifacts/${artifact.id}/content`, {
+    method: 'PUT',
+    headers: { 'if-match': '"v1"', 'content-type': 'text/plain' },
+    body: 'version two'
+  })
   t.equal(edited.status, 200)
   acknowledged.push({ path: `/artifacts/${artifact.id}/versions/1/content`, sha: sha256(Buffer.from('version one')) })
   acknowledged.push({ path: `/artifacts/${artifact.id}/versions/2/content`, sha: sha256(Buffer.from('version two')) })
 
   // in flight: an upload and a PUT whose bodies are half sent when the process dies
   const boundary = 'crashboundary'
-  const uploadHead = Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="half.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`)
-  const upload = hangingRequest(`${first.url}/api/uploads`, 'POST', { 'content-type': `multipart/form-data; boundary=${boundary}`, 'content-length': String(uploadHead.length + 8_000_000 + 50) },
-    Buffer.concat([uploadHead, randomBytes(3_000_000)]))
-  const put = hangingRequest(`${first.url}/api/artifacts/${artifact.id}/content`, 'PUT', { 'if-match': '"v2"', 'content-type': 'text/plain', 'content-length': '8000000' }, randomBytes(3_000_000))
+  const uploadHead = Buffer.from(
+    `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="half.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`
+  )
+  const upload = hangingRequest(
+    `${first.url}/api/uploads`,
+    'POST',
+    {
+      'content-type': `multipart/form-data; boundary=${boundary}`,
+      'content-length': String(uploadHead.length + 8_000_000 + 50)
+    },
+    Buffer.concat([uploadHead, randomBytes(3_000_000)])
+  )
+  const put = hangingRequest(
+    `${first.url}/api/artifacts/${artifact.id}/content`,
+    'PUT',
+    { 'if-match': '"v2"', 'content-type': 'text/plain', 'content-length': '8000000' },
+    randomBytes(3_000_000)
+  )
   await waitFor('both bodies streaming into temporaries', async () => {
     const tmp = join(dataDir, 'blobs', '.tmp')
     return existsSync(tmp) && readdirSync(tmp).length >= 2
@@ -70,7 +93,8 @@ t.test('killed mid-upload and mid-PUT: no row names a missing blob, no partial b
   upload.destroy()
   put.destroy()
 
-  for (const file of blobFiles(dataDir)) t.equal(sha256(readFileSync(file)), file.split('/').pop(), 'every blob under an address holds exactly its bytes')
+  for (const file of blobFiles(dataDir))
+    t.equal(sha256(readFileSync(file)), file.split('/').pop(), 'every blob under an address holds exactly its bytes')
 
   const second = await startServer(env)
   t.teardown(() => second.kill('SIGKILL'))
@@ -81,11 +105,16 @@ t.test('killed mid-upload and mid-PUT: no row names a missing blob, no partial b
     t.equal(sha256(Buffer.from(await res.arrayBuffer())), sha, `${path} is intact`)
   }
   const uploads = (await (await again('/uploads')).json()) as { items: Array<{ name: string }> }
-  t.same(uploads.items.map((u) => u.name).sort(), ['file-0.bin', 'file-1.bin', 'file-2.bin'], 'the cut upload left no row')
+  t.same(
+    uploads.items.map((u) => u.name).sort(),
+    ['file-0.bin', 'file-1.bin', 'file-2.bin'],
+    'the cut upload left no row'
+  )
   const current = (await (await again(`/artifacts/${artifact.id}`)).json()) as { artifact: { version: number } }
   t.equal(current.artifact.version, 2, 'the cut PUT made no version')
   // every row names bytes that are there: each upload and each version reads back whole
-  for (const u of (await (await again('/uploads')).json() as { items: Array<{ id: string; sha256: string }> }).items) {
+  for (const u of ((await (await again('/uploads')).json()) as { items: Array<{ id: string; sha256: string }> })
+    .items) {
     t.equal(sha256(Buffer.from(await (await again(`/uploads/${u.id}/content`)).arrayBuffer())), u.sha256)
   }
   second.kill('SIGTERM')

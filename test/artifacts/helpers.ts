@@ -8,23 +8,41 @@ import { rowsOf } from '../../src/db/client.js'
 export const sha256 = (bytes: Buffer | string) => createHash('sha256').update(bytes).digest('hex')
 
 /** A 1×1 PNG. */
-export const PNG = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==', 'base64')
+export const PNG = Buffer.from(
+  'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==',
+  'base64'
+)
 
 /** A multipart/form-data body with one file part (what a browser's FormData sends). */
 export function multipart(file: { field?: string; filename: string; type?: string; bytes: Buffer | string }) {
   const boundary = `----cairn${randomBytes(8).toString('hex')}`
-  const head = `--${boundary}\r\nContent-Disposition: form-data; name="${file.field ?? 'file'}"; filename="${file.filename}"\r\n` +
-    (file.type ? `Content-Type: ${file.type}\r\n` : '') + '\r\n'
+  const head =
+    `--${boundary}\r\nContent-Disposition: form-data; name="${file.field ?? 'file'}"; filename="${file.filename}"\r\n` +
+    (file.type ? `Content-Type: ${file.type}\r\n` : '') +
+    '\r\n'
   const payload = Buffer.concat([Buffer.from(head), Buffer.from(file.bytes), Buffer.from(`\r\n--${boundary}--\r\n`)])
   return { payload, headers: { 'content-type': `multipart/form-data; boundary=${boundary}` } }
 }
 
-export async function upload(app: FastifyInstance, file: Parameters<typeof multipart>[0], headers: Record<string, string> = {}) {
+export async function upload(
+  app: FastifyInstance,
+  file: Parameters<typeof multipart>[0],
+  headers: Record<string, string> = {}
+) {
   const body = multipart(file)
-  return app.inject({ method: 'POST', url: '/api/uploads', payload: body.payload, headers: { ...body.headers, ...headers } })
+  return app.inject({
+    method: 'POST',
+    url: '/api/uploads',
+    payload: body.payload,
+    headers: { ...body.headers, ...headers }
+  })
 }
 
-export async function createText(app: FastifyInstance, body: Record<string, unknown>, headers: Record<string, string> = {}) {
+export async function createText(
+  app: FastifyInstance,
+  body: Record<string, unknown>,
+  headers: Record<string, string> = {}
+) {
   return app.inject({ method: 'POST', url: '/api/artifacts', payload: body, headers })
 }
 

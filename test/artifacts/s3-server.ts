@@ -46,7 +46,9 @@ export async function startLocalS3(t: Teardown): Promise<LocalS3 | { skip: strin
     bucket,
     store,
     async keys(prefix) {
-      const listed = await client.send(new ListObjectsV2Command({ Bucket: bucket, ...(prefix ? { Prefix: prefix } : {}) }))
+      const listed = await client.send(
+        new ListObjectsV2Command({ Bucket: bucket, ...(prefix ? { Prefix: prefix } : {}) })
+      )
       return (listed.Contents ?? []).map((o) => o.Key!).sort()
     }
   }

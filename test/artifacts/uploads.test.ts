@@ -21,9 +21,18 @@ t.test('an upload is stored once, byte for byte, with its type sniffed from the 
   t.equal(res.statusCode, 201)
   const { upload: up } = res.json()
   t.same(Object.keys(up).sort(), ['contentType', 'createdAt', 'createdBy', 'id', 'name', 'sha256', 'size'])
-  t.match(up, { name: 'notes.md', size: 14, contentType: 'text/markdown', sha256: sha256('# Notes\nhello\n'), createdBy: null })
+  t.match(up, {
+    name: 'notes.md',
+    size: 14,
+    contentType: 'text/markdown',
+    sha256: sha256('# Notes\nhello\n'),
+    createdBy: null
+  })
   t.same(blobFiles(dataDir), [`${DEV_ORG.id}/${up.sha256}`], 'one blob file under its address')
-  t.equal(readFileSync(join(dataDir, 'blobs', DEV_ORG.id, up.sha256.slice(0, 2), up.sha256), 'utf8'), '# Notes\nhello\n')
+  t.equal(
+    readFileSync(join(dataDir, 'blobs', DEV_ORG.id, up.sha256.slice(0, 2), up.sha256), 'utf8'),
+    '# Notes\nhello\n'
+  )
   t.same(temporaries(dataDir), [], 'no temporary left')
 
   const content = await app.inject({ method: 'GET', url: `/api/uploads/${up.id}/content` })
@@ -35,31 +44,54 @@ t.test('an upload is stored once, byte for byte, with its type sniffed from the 
   t.equal(content.headers['content-disposition'], 'attachment; filename="notes.md"')
 
   // the same bytes again: a second upload, still one blob
-  const again = (await upload(app, { filename: 'copy.md', type: 'text/markdown', bytes: '# Notes\nhello\n' })).json().upload
+  const again = (await upload(app, { filename: 'copy.md', type: 'text/markdown', bytes: '# Notes\nhello\n' })).json()
+    .upload
   t.not(again.id, up.id)
   t.equal(await count(app, 'blobs'), 1)
   t.equal(await count(app, 'uploads'), 2)
 })
 
-t.test('sniffing: a known signature wins; text keeps a declared text type; anything else is octet-stream', async (t) => {
-  const { app } = await appWithDir(t)
-  const type = async (file: Parameters<typeof multipart>[0]) => (await upload(app, file)).json().upload.contentType
-  t.equal(await type({ filename: 'x.txt', type: 'text/plain', bytes: PNG }), 'image/png', 'PNG bytes declared as text are a PNG')
-  t.equal(await type({ filename: 'x.bin', type: 'application/octet-stream', bytes: PNG }), 'image/png')
-  t.equal(await type({ filename: 'page.html', type: 'text/html', bytes: '<html><body>hi</body></html>' }), 'text/html')
-  t.equal(await type({ filename: 'a.json', type: 'application/json', bytes: '{"a":1}' }), 'application/json')
-  t.equal(await type({ filename: 'a.txt', type: 'text/plain; charset=utf-8', bytes: 'plain' }), 'text/plain')
-  t.equal(await type({ filename: 'a.txt', type: 'text/plain', bytes: Buffer.from([1, 0, 2, 0]) }), 'application/octet-stream', 'NUL bytes are not text')
-  t.equal(await type({ filename: 'a.foo', type: 'application/x-foo', bytes: 'hello' }), 'application/octet-stream')
-  // a part without Content-Type is text/plain (RFC 7578 4.4)
-  t.equal(await type({ filename: 'a', bytes: 'hello' }), 'text/plain', 'no declared type')
-  t.equal(await type({ filename: 'b', bytes: Buffer.from([0, 1, 2]) }), 'application/octet-stream', 'no declared type, not text')
-})
+t.test(
+  'sniffing: a known signature wins; text keeps a declared text type; anything else is octet-stream',
+  async (t) => {
+    const { app } = await appWithDir(t)
+    const type = async (file: Parameters<typeof multipart>[0]) => (await upload(app, file)).json().upload.contentType
+    t.equal(
+      await type({ filename: 'x.txt', type: 'text/plain', bytes: PNG }),
+      'image/png',
+      'PNG bytes declared as text are a PNG'
+    )
+    t.equal(await type({ filename: 'x.bin', type: 'application/octet-stream', bytes: PNG }), 'image/png')
+    t.equal(
+      await type({ filename: 'page.html', type: 'text/html', bytes: '<html><body>hi</body></html>' }),
+      'text/html'
+    )
+    t.equal(await type({ filename: 'a.json', type: 'application/json', bytes: '{"a":1}' }), 'application/json')
+    t.equal(await type({ filename: 'a.txt', type: 'text/plain; charset=utf-8', bytes: 'plain' }), 'text/plain')
+    t.equal(
+      await type({ filename: 'a.txt', type: 'text/plain', bytes: Buffer.from([1, 0, 2, 0]) }),
+      'application/octet-stream',
+      'NUL bytes are not text'
+    )
+    t.equal(await type({ filename: 'a.foo', type: 'application/x-foo', bytes: 'hello' }), 'application/octet-stream')
+    // a part without Content-Type is text/plain (RFC 7578 4.4)
+    t.equal(await type({ filename: 'a', bytes: 'hello' }), 'text/plain', 'no declared type')
+    t.equal(
+      await type({ filename: 'b', bytes: Buffer.from([0, 1, 2]) }),
+      'application/octet-stream',
+      'no declared type, not text'
+    )
+  }
+)
 
 t.test('over UPLOAD_MAX_BYTES: 413 with no row, no blob and no temporary, every time', async (t) => {
   const { app, dataDir } = await appWithDir(t)
   for (let i = 0; i < 3; i++) {
-    const res = await upload(app, { filename: 'big.bin', type: 'application/octet-stream', bytes: Buffer.alloc(LIMIT + 1 + i * 5000, 7) })
+    const res = await upload(app, {
+      filename: 'big.bin',
+      type: 'application/octet-stream',
+      bytes: Buffer.alloc(LIMIT + 1 + i * 5000, 7)
+    })
     t.equal(res.statusCode, 413)
     t.equal(res.json().error, 'payload_too_large')
   }
@@ -79,7 +111,12 @@ t.test('refusals: not multipart 415, another field or no file 400; nothing store
   t.equal(json.json().error, 'unsupported_media_type')
   const field = await upload(app, { field: 'attachment', filename: 'a.txt', type: 'text/plain', bytes: 'x' })
   t.equal(field.statusCode, 400)
-  const empty = await app.inject({ method: 'POST', url: '/api/uploads', payload: '--b--\r\n', headers: { 'content-type': 'multipart/form-data; boundary=b' } })
+  const empty = await app.inject({
+    method: 'POST',
+    url: '/api/uploads',
+    payload: '--b--\r\n',
+    headers: { 'content-type': 'multipart/form-data; boundary=b' }
+  })
   t.equal(empty.statusCode, 400)
   t.equal(await count(app, 'uploads'), 0)
 })
@@ -90,7 +127,12 @@ t.test('a multipart body cut short is 400 bad_request, with no row, no blob and 
   const closing = body.payload.length - body.payload.lastIndexOf('\r\n--')
   // inside the file's bytes, inside the closing delimiter, and without its final `--`
   for (const cut of [120, closing - 3, 4]) {
-    const res = await app.inject({ method: 'POST', url: '/api/uploads', payload: body.payload.subarray(0, body.payload.length - cut), headers: body.headers })
+    const res = await app.inject({
+      method: 'POST',
+      url: '/api/uploads',
+      payload: body.payload.subarray(0, body.payload.length - cut),
+      headers: body.headers
+    })
     t.equal(res.statusCode, 400, `cut ${cut} bytes short`)
     t.same(Object.keys(res.json()).sort(), ['error', 'message'])
     t.equal(res.json().error, 'bad_request')
@@ -100,17 +142,29 @@ t.test('a multipart body cut short is 400 bad_request, with no row, no blob and 
   t.equal(await count(app, 'blobs'), 0)
   t.same(blobFiles(dataDir), [])
   t.same(temporaries(dataDir), [])
-  t.equal((await upload(app, { filename: 'notes.txt', type: 'text/plain', bytes: 'whole' })).statusCode, 201, 'a whole body is taken after them')
+  t.equal(
+    (await upload(app, { filename: 'notes.txt', type: 'text/plain', bytes: 'whole' })).statusCode,
+    201,
+    'a whole body is taken after them'
+  )
 })
 
 t.test('list, read, delete; the bytes go with the sweep once nothing names them', async (t) => {
   const { app, dataDir } = await appWithDir(t)
   const ids: string[] = []
-  for (let i = 0; i < 3; i++) ids.push((await upload(app, { filename: `f${i}.txt`, type: 'text/plain', bytes: `file ${i}` })).json().upload.id)
+  for (let i = 0; i < 3; i++)
+    ids.push((await upload(app, { filename: `f${i}.txt`, type: 'text/plain', bytes: `file ${i}` })).json().upload.id)
   const first = (await app.inject({ method: 'GET', url: '/api/uploads?limit=2' })).json()
-  t.same(first.items.map((u: { id: string }) => u.id), [ids[2], ids[1]], 'newest first')
+  t.same(
+    first.items.map((u: { id: string }) => u.id),
+    [ids[2], ids[1]],
+    'newest first'
+  )
   const second = (await app.inject({ method: 'GET', url: `/api/uploads?limit=2&cursor=${first.nextCursor}` })).json()
-  t.same(second.items.map((u: { id: string }) => u.id), [ids[0]])
+  t.same(
+    second.items.map((u: { id: string }) => u.id),
+    [ids[0]]
+  )
   t.equal(second.nextCursor, null)
   t.equal((await app.inject({ method: 'GET', url: `/api/uploads/${ids[0]}` })).json().upload.name, 'f0.txt')
 
@@ -119,10 +173,14 @@ t.test('list, read, delete; the bytes go with the sweep once nothing names them'
   t.equal((await app.inject({ method: 'DELETE', url: `/api/uploads/${ids[0]}` })).statusCode, 404)
   t.equal(await app.artifacts.sweeper.sweep(), 0, 'a pinned blob is left alone')
   await expirePins(app)
-  t.equal(await app.artifacts.sweeper.sweep(), 1, 'the deleted upload\'s blob goes')
+  t.equal(await app.artifacts.sweeper.sweep(), 1, "the deleted upload's blob goes")
   t.equal(blobFiles(dataDir).length, 2)
   t.equal(await count(app, 'blobs'), 2)
-  t.equal((await app.inject({ method: 'GET', url: `/api/uploads/${ids[1]}/content` })).body, 'file 1', 'the others stay readable')
+  t.equal(
+    (await app.inject({ method: 'GET', url: `/api/uploads/${ids[1]}/content` })).body,
+    'file 1',
+    'the others stay readable'
+  )
 })
 
 t.test('createdBy is the signed-in user; an API key cannot reach uploads', async (t) => {

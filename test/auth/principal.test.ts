@@ -14,23 +14,34 @@ async function scopedApp(t: Teardown, allowDevOrg: boolean) {
   const app = Fastify()
   await app.register(errorsPlugin)
   // the shutdown's budget (plugins/shutdown.ts), which the principal plugin's close hook goes through
-  const budget: ShutdownBudget = { drain: async (_what, stop) => void (await stop(10_000)), close: async (_what, close) => void (await close()) }
+  const budget: ShutdownBudget = {
+    drain: async (_what, stop) => void (await stop(10_000)),
+    close: async (_what, close) => void (await close())
+  }
   app.decorate('shutdown', budget)
   await app.register(dbPlugin, { database, closeOnShutdown: false })
   await app.register(cookie)
-  await app.register(async (api) => {
-    await api.register(principalPlugin, { allowDevOrg, secureCookie: false, cacheTtlMs: 0 })
-    const scopes: Array<[string, Scope | Scope[] | undefined]> = [
-      ['default', undefined], ['org', 'org'], ['public', 'public'], ['user', 'user'],
-      ['admin', 'admin'], ['session', 'session'], ['admin-session', ['admin', 'session']]
-    ]
-    for (const [name, scope] of scopes) {
-      api.get(`/${name}`, { config: scope === undefined ? {} : { scope } }, async (request) => ({
-        principal: request.principal,
-        realUser: realUserId(request.principal)
-      }))
-    }
-  }, { prefix: '/api' })
+  await app.register(
+    async (api) => {
+      await api.register(principalPlugin, { allowDevOrg, secureCookie: false, cacheTtlMs: 0 })
+      const scopes: Array<[string, Scope | Scope[] | undefined]> = [
+        ['default', undefined],
+        ['org', 'org'],
+        ['public', 'public'],
+        ['user', 'user'],
+        ['admin', 'admin'],
+        ['session', 'session'],
+        ['admin-session', ['admin', 'session']]
+      ]
+      for (const [name, scope] of scopes) {
+        api.get(`/${name}`, { config: scope === undefined ? {} : { scope } }, async (request) => ({
+          principal: request.principal,
+          realUser: realUserId(request.principal)
+        }))
+      }
+    },
+    { prefix: '/api' }
+  )
   t.teardown(() => app.close())
   return app
 }
@@ -72,8 +83,21 @@ t.test('an unknown bearer token never falls back to the dev org', async (t) => {
 })
 
 t.test('isLoopback: 127.0.0.0/8, ::1 and IPv4-mapped 127.x only', async (t) => {
-  for (const ip of ['127.0.0.1', '127.255.3.4', '::1', '0:0:0:0:0:0:0:1', '::ffff:127.0.0.1', '::ffff:7f00:1']) t.ok(isLoopback(ip), ip)
-  for (const ip of ['10.0.0.1', '192.0.2.2', '128.0.0.1', '::ffff:10.0.0.1', 'fe80::1', '::', '0.0.0.0', 'localhost', '', '127.0.0.1.nip.io']) t.notOk(isLoopback(ip), ip)
+  for (const ip of ['127.0.0.1', '127.255.3.4', '::1', '0:0:0:0:0:0:0:1', '::ffff:127.0.0.1', '::ffff:7f00:1'])
+    t.ok(isLoopback(ip), ip)
+  for (const ip of [
+    '10.0.0.1',
+    '192.0.2.2',
+    '128.0.0.1',
+    '::ffff:10.0.0.1',
+    'fe80::1',
+    '::',
+    '0.0.0.0',
+    'localhost',
+    '',
+    '127.0.0.1.nip.io'
+  ])
+    t.notOk(isLoopback(ip), ip)
 })
 
 t.test('dev-org access on: a caller from another address gets 401 as if it were off', async (t) => {
@@ -84,7 +108,11 @@ t.test('dev-org access on: a caller from another address gets 401 as if it were 
       t.equal(res.statusCode, 401, `${remoteAddress} ${name}`)
       t.same(res.json(), { error: 'unauthorized', message: 'sign in or send an API key' })
     }
-    t.equal((await app.inject({ method: 'GET', url: '/api/public', remoteAddress })).statusCode, 200, 'public routes still answer')
+    t.equal(
+      (await app.inject({ method: 'GET', url: '/api/public', remoteAddress })).statusCode,
+      200,
+      'public routes still answer'
+    )
   }
   for (const remoteAddress of ['127.0.0.1', '127.8.9.10', '::1', '::ffff:127.0.0.1']) {
     const res = await app.inject({ method: 'GET', url: '/api/default', remoteAddress })
@@ -119,7 +147,14 @@ t.test('dev-org access on: a loopback caller asking for a foreign host name (DNS
     const res = await app.inject({ method: 'GET', url: '/api/default', headers: { host } })
     t.equal(res.statusCode, 401, host)
   }
-  for (const host of ['localhost:3000', 'LOCALHOST', 'app.localhost:3000', '127.0.0.1:3000', '127.0.0.2', '[::1]:3000']) {
+  for (const host of [
+    'localhost:3000',
+    'LOCALHOST',
+    'app.localhost:3000',
+    '127.0.0.1:3000',
+    '127.0.0.2',
+    '[::1]:3000'
+  ]) {
     const res = await app.inject({ method: 'GET', url: '/api/default', headers: { host } })
     t.equal(res.statusCode, 200, host)
   }

@@ -8,7 +8,10 @@ import { realUserId } from '../../src/auth/principal.js'
  * (`PROBE_KEY_ROUTES`, given to the app as `extraKeyRoutes`): `withProbes` has both.
  */
 export const probeRoutes: FastifyPluginAsync = async (app) => {
-  const whoami = async (request: { principal: unknown }) => ({ principal: request.principal, realUser: realUserId(request.principal as never) })
+  const whoami = async (request: { principal: unknown }) => ({
+    principal: request.principal,
+    realUser: realUserId(request.principal as never)
+  })
   app.get('/probe/whoami', { config: { scope: 'org' } }, whoami)
   app.get('/probe/user', { config: { scope: 'user' } }, whoami)
   app.get('/probe/admin', { config: { scope: 'admin' } }, whoami)

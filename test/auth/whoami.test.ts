@@ -5,8 +5,16 @@ import { buildTestApp, signUp, signUpWithOrg } from '../helper.js'
 // (GET /api/auth/session keeps its 401 without a session).
 
 const REMOTE = '203.0.113.7'
-const whoami = (app: Awaited<ReturnType<typeof buildTestApp>>, opts: { cookie?: string; remoteAddress?: string; headers?: Record<string, string> } = {}) =>
-  app.inject({ method: 'GET', url: '/api/auth/whoami', remoteAddress: opts.remoteAddress, headers: { ...(opts.cookie ? { cookie: opts.cookie } : {}), ...opts.headers } })
+const whoami = (
+  app: Awaited<ReturnType<typeof buildTestApp>>,
+  opts: { cookie?: string; remoteAddress?: string; headers?: Record<string, string> } = {}
+) =>
+  app.inject({
+    method: 'GET',
+    url: '/api/auth/whoami',
+    remoteAddress: opts.remoteAddress,
+    headers: { ...(opts.cookie ? { cookie: opts.cookie } : {}), ...opts.headers }
+  })
 
 const nobody = { user: null, session: null, organizations: [] }
 
@@ -33,7 +41,9 @@ t.test('a live session: the same user, session and organizations as GET /api/aut
   const owner = await signUpWithOrg(app)
   const res = await whoami(app, { cookie: owner.cookie })
   t.equal(res.statusCode, 200)
-  const session = (await app.inject({ method: 'GET', url: '/api/auth/session', headers: { cookie: owner.cookie } })).json()
+  const session = (
+    await app.inject({ method: 'GET', url: '/api/auth/session', headers: { cookie: owner.cookie } })
+  ).json()
   t.same(res.json(), { kind: 'user', ...session })
   t.same(res.json().organizations, [{ id: owner.org.id, name: owner.org.name, slug: owner.org.slug, role: 'owner' }])
 
@@ -47,12 +57,19 @@ t.test('a live session: the same user, session and organizations as GET /api/aut
 t.test('a dead cookie is anonymous, never the dev org, and is cleared', async (t) => {
   const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true', IDENTITY_CACHE_MS: '0' } })
   const user = await signUp(app)
-  t.equal((await app.inject({ method: 'POST', url: '/api/auth/sign-out', headers: { cookie: user.cookie } })).statusCode, 204)
+  t.equal(
+    (await app.inject({ method: 'POST', url: '/api/auth/sign-out', headers: { cookie: user.cookie } })).statusCode,
+    204
+  )
   for (const cookie of [user.cookie, 'cairn_session=nonsense']) {
     const res = await whoami(app, { cookie })
     t.equal(res.statusCode, 200, cookie)
     t.same(res.json(), { kind: 'anonymous', ...nobody })
-    t.match(String(res.headers['set-cookie']), /^cairn_session=;.*(Max-Age=0|Expires=Thu, 01 Jan 1970)/, 'the cookie is cleared')
+    t.match(
+      String(res.headers['set-cookie']),
+      /^cairn_session=;.*(Max-Age=0|Expires=Thu, 01 Jan 1970)/,
+      'the cookie is cleared'
+    )
   }
 })
 

@@ -5,10 +5,35 @@ t.test('each kind of target comes back as it was sent (the response schema is a 
   const app = await buildTestApp(t, { env: { SCHEDULER: 'false', RUN_WORKER_CONCURRENCY: '0' } })
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
-  const skill = (await app.inject({ method: 'POST', url: '/api/skills', headers, payload: { name: 'one', description: 'One', instructions: 'Do one.' } })).json().skill
-  const playbook = (await app.inject({ method: 'POST', url: '/api/playbooks', headers, payload: { name: 'P', steps: [{ skillId: skill.id }] } })).json().playbook
-  for (const target of [{ prompt: 'hello', engine: 'echo', model: 'echo' }, { prompt: 'bare' }, { skillId: skill.id, input: 'x' }, { skillId: skill.id }, { playbookId: playbook.id, input: 'y' }]) {
-    const res = await app.inject({ method: 'POST', url: '/api/automations', headers, payload: { name: 'n', cron: '@daily', target } })
+  const skill = (
+    await app.inject({
+      method: 'POST',
+      url: '/api/skills',
+      headers,
+      payload: { name: 'one', description: 'One', instructions: 'Do one.' }
+    })
+  ).json().skill
+  const playbook = (
+    await app.inject({
+      method: 'POST',
+      url: '/api/playbooks',
+      headers,
+      payload: { name: 'P', steps: [{ skillId: skill.id }] }
+    })
+  ).json().playbook
+  for (const target of [
+    { prompt: 'hello', engine: 'echo', model: 'echo' },
+    { prompt: 'bare' },
+    { skillId: skill.id, input: 'x' },
+    { skillId: skill.id },
+    { playbookId: playbook.id, input: 'y' }
+  ]) {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/api/automations',
+      headers,
+      payload: { name: 'n', cron: '@daily', target }
+    })
     t.equal(res.statusCode, 201, res.body)
     t.same(res.json().automation.target, target)
     const read = await app.inject({ method: 'GET', url: `/api/automations/${res.json().automation.id}`, headers })

@@ -16,7 +16,8 @@ import type { Teardown } from '../helper.js'
 const run = promisify(execFile)
 const BIN = process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin'
 const missing = ['initdb', 'pg_ctl', 'postgres'].filter((bin) => !existsSync(join(BIN, bin)))
-export const clusterSkip: string | false = missing.length > 0 ? `Postgres server binaries not found in ${BIN} (${missing.join(', ')}); set PG_BIN` : false
+export const clusterSkip: string | false =
+  missing.length > 0 ? `Postgres server binaries not found in ${BIN} (${missing.join(', ')}); set PG_BIN` : false
 
 /** Runs a Postgres binary, as the `postgres` system user when we are root (initdb refuses root). */
 async function pgBin(bin: string, args: string[]): Promise<void> {
@@ -48,7 +49,10 @@ export async function startCluster(t: Teardown, settings: string[] = []): Promis
   const data = join(dir, 'data')
   const port = await freePort()
   await pgBin('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync', '-E', 'UTF8'])
-  const options = [`-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c max_connections=60`, ...settings.map((s) => `-c ${s}`)].join(' ')
+  const options = [
+    `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c max_connections=60`,
+    ...settings.map((s) => `-c ${s}`)
+  ].join(' ')
   const cluster: Cluster = {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
     start: () => pgBin('pg_ctl', ['-D', data, '-o', options, '-l', join(dir, 'log'), '-w', '-t', '30', 'start']),

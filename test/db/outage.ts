@@ -17,7 +17,8 @@ export function databaseOutage(t: Teardown, database: Database, url?: string) {
   const session = (database.db as unknown as { session: { client: postgres.Sql } }).session
   const client = session.client
   let down = false
-  const gone = () => Object.assign(new Error('write CONNECTION_CLOSED 127.0.0.1:5432 (test outage)'), { code: 'CONNECTION_CLOSED' })
+  const gone = () =>
+    Object.assign(new Error('write CONNECTION_CLOSED 127.0.0.1:5432 (test outage)'), { code: 'CONNECTION_CLOSED' })
   // a query as drizzle uses one: awaited, or asked for `.values()`
   const failing = () => ({
     then: (ok: (v: never) => unknown, ko: (e: unknown) => unknown) => Promise.reject(gone()).then(ok, ko),
@@ -63,11 +64,13 @@ export async function holdWrites(t: Teardown, direct: TestDatabase, table: strin
   const released = new Promise<void>((resolve) => (release = resolve))
   let held!: () => void
   const holding = new Promise<void>((resolve) => (held = resolve))
-  const done = sql.begin(async (tx) => {
-    await tx.unsafe(`lock table ${table} in share mode`)
-    held()
-    await released
-  }).catch(() => {})
+  const done = sql
+    .begin(async (tx) => {
+      await tx.unsafe(`lock table ${table} in share mode`)
+      held()
+      await released
+    })
+    .catch(() => {})
   await holding
   return {
     /** resolves once a statement of the service waits on the hold */

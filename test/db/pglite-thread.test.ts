@@ -9,7 +9,13 @@ t.test('the database thread serves answer after answer in a small heap', { skip:
   // 2,000 answers of about 100 KB: kept, their parsed rows alone would pass 200 MB
   const thread = await PgliteThread.start('memory://', { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 16 })
   // `socket` (as src/db/client.ts passes it) is a postgres.js option its types leave out
-  const pg = postgres({ max: 1, socket: () => thread.socket(), username: 'postgres', database: 'postgres', onnotice: () => {} } as postgres.Options<Record<string, never>>)
+  const pg = postgres({
+    max: 1,
+    socket: () => thread.socket(),
+    username: 'postgres',
+    database: 'postgres',
+    onnotice: () => {}
+  } as postgres.Options<Record<string, never>>)
   t.teardown(async () => {
     await pg.end({ timeout: 5 })
     await thread.close()

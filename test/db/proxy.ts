@@ -20,7 +20,10 @@ export async function proxiedDatabase(t: Teardown, direct: TestDatabase): Promis
   const sockets = new Set<Socket>()
   const server = createServer((client) => {
     const upstream = createConnection({ host: target.hostname, port: Number(target.port || 5432) })
-    for (const [a, b] of [[client, upstream], [upstream, client]] as const) {
+    for (const [a, b] of [
+      [client, upstream],
+      [upstream, client]
+    ] as const) {
       sockets.add(a)
       a.on('error', () => b.destroy())
       a.on('close', () => {

@@ -53,7 +53,10 @@ export interface Logged {
   token: string | null
 }
 
-type Limit = { kind: 'primary'; resetInSeconds: number } | { kind: 'secondary'; retryAfter?: number } | { kind: '429'; retryAfter: number }
+type Limit =
+  | { kind: 'primary'; resetInSeconds: number }
+  | { kind: 'secondary'; retryAfter?: number }
+  | { kind: '429'; retryAfter: number }
 
 interface OneShot {
   path: RegExp
@@ -115,7 +118,11 @@ export class FakeGitHub {
     this.accounts.delete(token)
   }
 
-  addRepo(owner: string, name: string, opts: { files?: Record<string, string>; private?: boolean; description?: string; defaultBranch?: string } = {}): FakeRepo {
+  addRepo(
+    owner: string,
+    name: string,
+    opts: { files?: Record<string, string>; private?: boolean; description?: string; defaultBranch?: string } = {}
+  ): FakeRepo {
     const repo: FakeRepo = {
       id: this.nextId++,
       owner,
@@ -141,7 +148,9 @@ export class FakeGitHub {
       if (content === null) files.delete(path)
       else files.set(path, content)
     }
-    const sha = createHash('sha1').update(`${repo.owner}/${repo.name}:${branch}:${this.nextId++}:${randomBytes(8).toString('hex')}`).digest('hex')
+    const sha = createHash('sha1')
+      .update(`${repo.owner}/${repo.name}:${branch}:${this.nextId++}:${randomBytes(8).toString('hex')}`)
+      .digest('hex')
     repo.commits.set(sha, files)
     repo.branches.set(branch, sha)
     return sha
@@ -149,14 +158,26 @@ export class FakeGitHub {
 
   addPull(repo: FakeRepo, pull: Partial<FakePull> & { title: string }): FakePull {
     const full: FakePull = {
-      number: repo.pulls.length + 1, state: 'open', merged: false, draft: false, author: repo.owner, head: `branch-${repo.pulls.length + 1}`, base: repo.defaultBranch, ...pull
+      number: repo.pulls.length + 1,
+      state: 'open',
+      merged: false,
+      draft: false,
+      author: repo.owner,
+      head: `branch-${repo.pulls.length + 1}`,
+      base: repo.defaultBranch,
+      ...pull
     }
     repo.pulls.push(full)
     return full
   }
 
   /** The next request whose path matches gets this answer instead (once). */
-  failNext(path: RegExp, status: number, body: unknown = { message: 'fake failure' }, headers: Record<string, string> = {}): void {
+  failNext(
+    path: RegExp,
+    status: number,
+    body: unknown = { message: 'fake failure' },
+    headers: Record<string, string> = {}
+  ): void {
     this.oneShots.push({ path, status, body, headers })
   }
 
@@ -217,14 +238,23 @@ export class FakeGitHub {
         next.searchParams.set('per_page', String(perPage))
         return `<${this.url}${next.pathname}${next.search}>`
       }
-      const links = [...(number < last ? [`${linkTo(number + 1)}; rel="next"`, `${linkTo(last)}; rel="last"`] : []), ...(number > 1 ? [`${linkTo(1)}; rel="first"`, `${linkTo(number - 1)}; rel="prev"`] : [])]
+      const links = [
+        ...(number < last ? [`${linkTo(number + 1)}; rel="next"`, `${linkTo(last)}; rel="last"`] : []),
+        ...(number > 1 ? [`${linkTo(1)}; rel="first"`, `${linkTo(number - 1)}; rel="prev"`] : [])
+      ]
       return listOrObject(slice, links.length > 0 ? { link: links.join(', ') } : {})
     }
 
-    const parts = url.pathname.split('/').filter(Boolean).map((p) => decodeURIComponent(p))
-    if (parts.length === 1 && parts[0] === 'user') return send(200, { login: account.login, id: account.id, type: 'User' })
+    const parts = url.pathname
+      .split('/')
+      .filter(Boolean)
+      .map((p) => decodeURIComponent(p))
+    if (parts.length === 1 && parts[0] === 'user')
+      return send(200, { login: account.login, id: account.id, type: 'User' })
     if (parts.length === 2 && parts[0] === 'user' && parts[1] === 'repos') {
-      const visible = [...this.repos.values()].filter((r) => this.canRead(account, r)).sort((a, b) => this.fullName(a).localeCompare(this.fullName(b)))
+      const visible = [...this.repos.values()]
+        .filter((r) => this.canRead(account, r))
+        .sort((a, b) => this.fullName(a).localeCompare(this.fullName(b)))
       return page(visible.map((r) => this.repoJson(r)))
     }
     if (parts[0] !== 'repos' || parts.length < 3) return send(404, { message: 'Not Found' })
@@ -240,7 +270,8 @@ export class FakeGitHub {
     if (rest[0] === 'commits' && rest.length >= 2) {
       const sha = this.resolveRef(repo, rest.slice(1).join('/'))
       if (!sha) return send(422, { message: `No commit found for SHA: ${rest.slice(1).join('/')}` })
-      if (String(req.headers.accept ?? '').includes('.sha')) return send(200, sha, { 'content-type': 'application/vnd.github.sha; charset=utf-8' })
+      if (String(req.headers.accept ?? '').includes('.sha'))
+        return send(200, sha, { 'content-type': 'application/vnd.github.sha; charset=utf-8' })
       return send(200, { sha, commit: { message: 'a commit' } })
     }
     if (rest[0] === 'git' && rest[1] === 'trees' && rest.length === 3) {
@@ -252,8 +283,19 @@ export class FakeGitHub {
         for (let i = 1; i < segments.length; i++) dirs.add(segments.slice(0, i).join('/'))
       }
       const tree = [
-        ...[...dirs].map((path) => ({ path, mode: '040000', type: 'tree', sha: createHash('sha1').update(`tree:${path}`).digest('hex') })),
-        ...[...files].map(([path, content]) => ({ path, mode: '100644', type: 'blob', sha: gitBlobSha(content), size: Buffer.byteLength(content) }))
+        ...[...dirs].map((path) => ({
+          path,
+          mode: '040000',
+          type: 'tree',
+          sha: createHash('sha1').update(`tree:${path}`).digest('hex')
+        })),
+        ...[...files].map(([path, content]) => ({
+          path,
+          mode: '100644',
+          type: 'blob',
+          sha: gitBlobSha(content),
+          size: Buffer.byteLength(content)
+        }))
       ].sort((a, b) => a.path.localeCompare(b.path))
       return send(200, { sha: rest[2], tree, truncated: false })
     }
@@ -266,12 +308,27 @@ export class FakeGitHub {
       const content = files.get(path)
       if (content !== undefined) {
         const base64 = Buffer.from(content, 'utf8').toString('base64').replace(/.{60}/g, '$&\n')
-        return send(200, { type: 'file', encoding: 'base64', size: Buffer.byteLength(content), name: path.split('/').pop(), path, content: base64, sha: gitBlobSha(content) })
+        return send(200, {
+          type: 'file',
+          encoding: 'base64',
+          size: Buffer.byteLength(content),
+          name: path.split('/').pop(),
+          path,
+          content: base64,
+          sha: gitBlobSha(content)
+        })
       }
       const inside = [...files.keys()].filter((p) => path === '' || p.startsWith(`${path}/`))
       if (inside.length === 0) return send(404, { message: 'Not Found' })
       const names = [...new Set(inside.map((p) => p.slice(path === '' ? 0 : path.length + 1).split('/')[0]!))]
-      return send(200, names.map((name) => ({ type: files.has(path === '' ? name : `${path}/${name}`) ? 'file' : 'dir', name, path: path === '' ? name : `${path}/${name}` })))
+      return send(
+        200,
+        names.map((name) => ({
+          type: files.has(path === '' ? name : `${path}/${name}`) ? 'file' : 'dir',
+          name,
+          path: path === '' ? name : `${path}/${name}`
+        }))
+      )
     }
     return send(404, { message: 'Not Found' })
   }
@@ -280,12 +337,21 @@ export class FakeGitHub {
     const limit = this.limit!
     if (limit.kind === 'primary') {
       const reset = Math.floor(Date.now() / 1000) + limit.resetInSeconds
-      return send(403, { message: 'API rate limit exceeded for user ID 1000.', documentation_url: 'https://docs.github.com/rest/overview/resources-in-the-rest-api#rate-limiting' },
-        { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': String(reset) })
+      return send(
+        403,
+        {
+          message: 'API rate limit exceeded for user ID 1000.',
+          documentation_url: 'https://docs.github.com/rest/overview/resources-in-the-rest-api#rate-limiting'
+        },
+        { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': String(reset) }
+      )
     }
     if (limit.kind === 'secondary') {
-      return send(403, { message: 'You have exceeded a secondary rate limit. Please wait a few minutes before you try again.' },
-        limit.retryAfter === undefined ? {} : { 'retry-after': String(limit.retryAfter) })
+      return send(
+        403,
+        { message: 'You have exceeded a secondary rate limit. Please wait a few minutes before you try again.' },
+        limit.retryAfter === undefined ? {} : { 'retry-after': String(limit.retryAfter) }
+      )
     }
     return send(429, { message: 'Too many requests' }, { 'retry-after': String(limit.retryAfter) })
   }
@@ -342,7 +408,9 @@ export class FakeGitHub {
       closed_at: p.state === 'closed' ? '2025-10-01T00:00:00Z' : null,
       merged_at: p.merged ? '2025-10-01T00:00:00Z' : null
     }
-    return Object.fromEntries(Object.entries(json).filter(([field]) => !(p.omit as string[] | undefined)?.includes(field)))
+    return Object.fromEntries(
+      Object.entries(json).filter(([field]) => !(p.omit as string[] | undefined)?.includes(field))
+    )
   }
 }
 

@@ -6,7 +6,14 @@ import { readFileSync } from 'node:fs'
 import t, { type Test } from 'tap'
 import { consoleViews, hubServer, launchBrowser, noBrowser, openPage } from './helpers.js'
 
-declare const axe: { run(context: unknown, options: unknown): Promise<{ violations: Array<{ id: string; impact: string | null; help: string; nodes: Array<{ target: unknown[] }> }> }> }
+declare const axe: {
+  run(
+    context: unknown,
+    options: unknown
+  ): Promise<{
+    violations: Array<{ id: string; impact: string | null; help: string; nodes: Array<{ target: unknown[] }> }>
+  }>
+}
 declare const document: unknown
 
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')
@@ -29,11 +36,22 @@ test('no serious or critical axe-core violation on any view', async (t) => {
     await page.goto(`${base}${path}`)
     await page.locator(ready).first().waitFor()
     await page.evaluate(AXE_SOURCE)
-    const { violations } = await page.evaluate(() => axe.run(document, { resultTypes: ['violations'], rules: { 'label-content-name-mismatch': { enabled: true } } }))
+    const { violations } = await page.evaluate(() =>
+      axe.run(document, { resultTypes: ['violations'], rules: { 'label-content-name-mismatch': { enabled: true } } })
+    )
     const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical')
-    t.same(bad.map((v) => `${v.id} (${v.impact}): ${v.help}; ${v.nodes.length} nodes, first ${JSON.stringify(v.nodes[0]?.target)}`), [], path)
+    t.same(
+      bad.map(
+        (v) => `${v.id} (${v.impact}): ${v.help}; ${v.nodes.length} nodes, first ${JSON.stringify(v.nodes[0]?.target)}`
+      ),
+      [],
+      path
+    )
     // the rule the outside review found (a link's name not containing its visible text) holds everywhere
-    t.notOk(violations.some((v) => v.id === 'label-content-name-mismatch'), `${path}: accessible names contain the visible text`)
+    t.notOk(
+      violations.some((v) => v.id === 'label-content-name-mismatch'),
+      `${path}: accessible names contain the visible text`
+    )
   }
   t.same(problems.errors, [])
 })

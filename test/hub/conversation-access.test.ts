@@ -19,19 +19,32 @@ const model = await startToolModel(t)
 const dataDir = await mkdtemp(join(tmpdir(), 'cairn-hub-access-'))
 t.teardown(() => rm(dataDir, { recursive: true, force: true }))
 const { app, base } = await hubServer(t, {
-  OPENAI_BASE_URL: model.url, MODELS: 'tool-model', ECHO_WORD_DELAY_MS: '5', DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true', RUN_POLL_MS: '50'
+  OPENAI_BASE_URL: model.url,
+  MODELS: 'tool-model',
+  ECHO_WORD_DELAY_MS: '5',
+  DATA_DIR: dataDir,
+  SANDBOX_UNCONFINED: 'true',
+  RUN_POLL_MS: '50'
 })
 const test = (name: string, fn: (t: Test) => Promise<void>) => t.test(name, { skip: noBrowser }, fn)
 const browser = noBrowser ? (null as never) : await launchBrowser(t)
 
 test('a whole conversation by keyboard alone: start it, read the answer, follow up, approve a call', async (t) => {
-  model.script.push({ text: 'Hello Priya.' }, shellCall('echo keyboard-approved', 'call_kb'), { text: 'The command said keyboard-approved.' })
+  model.script.push({ text: 'Hello Priya.' }, shellCall('echo keyboard-approved', 'call_kb'), {
+    text: 'The command said keyboard-approved.'
+  })
   const { page, problems, close } = await openPage(browser)
   t.teardown(close)
   // a click made with a pointer has a detail of 1 or more; one made by Enter on a control has 0
   await page.addInitScript(() => {
     window.__mouseClicks = 0
-    document.addEventListener('click', (e) => { if (e.detail > 0) window.__mouseClicks = (window.__mouseClicks ?? 0) + 1 }, true)
+    document.addEventListener(
+      'click',
+      (e) => {
+        if (e.detail > 0) window.__mouseClicks = (window.__mouseClicks ?? 0) + 1
+      },
+      true
+    )
   })
   await page.goto(`${base}/hub/`)
   await page.getByText('Dev organization (this machine)').waitFor()
@@ -42,7 +55,9 @@ test('a whole conversation by keyboard alone: start it, read the answer, follow 
   await tabTo(page, '#message')
   await page.keyboard.type('My name is Priya.')
   // the organization's default model is the deployment's: the tool model
-  await page.locator('#model option', { hasText: "The organization's default (tool-model)" }).waitFor({ state: 'attached' })
+  await page
+    .locator('#model option', { hasText: "The organization's default (tool-model)" })
+    .waitFor({ state: 'attached' })
   await tabTo(page, 'form.message-box button[type=submit]')
   await page.keyboard.press('Enter')
   await page.getByRole('heading', { name: 'My name is Priya.' }).waitFor()
@@ -60,7 +75,14 @@ test('a whole conversation by keyboard alone: start it, read the answer, follow 
   await waiting.waitFor()
   t.match(await waiting.textContent(), /shell[\s\S]*"command": "echo keyboard-approved"/)
   // the message box has the focus again after sending; the decision is above it
-  t.ok(await page.locator('#message').evaluate((el) => el === (globalThis as unknown as { document: { activeElement: unknown } }).document.activeElement), 'the focus is back in the message box')
+  t.ok(
+    await page
+      .locator('#message')
+      .evaluate(
+        (el) => el === (globalThis as unknown as { document: { activeElement: unknown } }).document.activeElement
+      ),
+    'the focus is back in the message box'
+  )
   await tabTo(page, 'button[aria-label="Approve shell"]', 40, { back: true })
   const decided = page.waitForResponse((r) => /\/approvals\/[^/]+$/.test(r.url()))
   await page.keyboard.press('Enter')
@@ -76,10 +98,21 @@ test('a whole conversation by keyboard alone: start it, read the answer, follow 
 
 test('the thread page at 360 px wide: no horizontal scroll, every control on screen and usable', async (t) => {
   const long = `https://example.test/${'very-long-path-segment-'.repeat(12)}end`
-  const first = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: `Read ${long} please`, engine: 'echo' } })).json().run
+  const first = (
+    await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: `Read ${long} please`, engine: 'echo' } })
+  ).json().run
   await app.inject({ method: 'GET', url: `/api/runs/${first.id}?wait=30` })
-  model.script.push(shellCall(`curl --silent --fail ${long} | tee ${'output-file-name-'.repeat(6)}.txt`, 'call_narrow'), { text: 'Fetched.' })
-  const second = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'Fetch it with curl', rootRunId: first.id, model: 'tool-model' } })).json().run
+  model.script.push(
+    shellCall(`curl --silent --fail ${long} | tee ${'output-file-name-'.repeat(6)}.txt`, 'call_narrow'),
+    { text: 'Fetched.' }
+  )
+  const second = (
+    await app.inject({
+      method: 'POST',
+      url: '/api/runs',
+      payload: { prompt: 'Fetch it with curl', rootRunId: first.id, model: 'tool-model' }
+    })
+  ).json().run
 
   const { page, problems, close } = await openPage(browser, { width: 360, height: 740 })
   t.teardown(close)
@@ -102,9 +135,16 @@ test('the thread page at 360 px wide: no horizontal scroll, every control on scr
   for (const [name, control] of controls) {
     await control.scrollIntoViewIfNeeded()
     const box = (await control.boundingBox())!
-    t.ok(box.x >= 0 && box.x + box.width <= 360, `${name} lies within the 360 px (x ${Math.round(box.x)}, width ${Math.round(box.width)})`)
+    t.ok(
+      box.x >= 0 && box.x + box.width <= 360,
+      `${name} lies within the 360 px (x ${Math.round(box.x)}, width ${Math.round(box.width)})`
+    )
     // a control, not an inline link of text, is a target of at least 24 px (WCAG 2.5.8)
-    if (!name.startsWith('the link')) t.ok(box.width >= 24 && box.height >= 24, `${name} is at least 24 px square (${Math.round(box.width)}×${Math.round(box.height)})`)
+    if (!name.startsWith('the link'))
+      t.ok(
+        box.width >= 24 && box.height >= 24,
+        `${name} is at least 24 px square (${Math.round(box.width)}×${Math.round(box.height)})`
+      )
   }
   await screenshot(page, 'thread-360')
   // usable there: decided with a tap on the narrow page

@@ -15,13 +15,17 @@ import type { FastifyInstance } from 'fastify'
 declare const window: { __cspViolations?: string[] }
 declare const document: {
   activeElement: unknown
-  addEventListener(type: 'securitypolicyviolation', listener: (e: { violatedDirective: string; blockedURI: string }) => void): void
+  addEventListener(
+    type: 'securitypolicyviolation',
+    listener: (e: { violatedDirective: string; blockedURI: string }) => void
+  ): void
 }
 
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 /** Why the browser tests skip, or false when they can run (they run on the embedded pass only:
  * the console's API is tested on both). */
-export const noBrowser: string | false = embeddedPassOnly ||
+export const noBrowser: string | false =
+  embeddedPassOnly ||
   (existsSync(CHROMIUM) ? false : `no Chromium at ${CHROMIUM} (apt-get install chromium, as .ci/run does)`)
 
 /** A release that is not a development build, so the server enforces x-service-client-release. */
@@ -53,7 +57,15 @@ export async function launchBrowser(t: Teardown): Promise<Browser> {
   const browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync'
+    ]
   })
   t.teardown(() => browser.close())
   return browser
@@ -63,7 +75,10 @@ export async function launchBrowser(t: Teardown): Promise<Browser> {
 export interface PageProblems {
   violations: () => Promise<string[]>
   errors: string[]
-  /** every console error, a failed request's included ("Failed to load resource: … 401"), and every /api answer of 400 or more */
+  /**
+   * every console error, a failed request's included ("Failed to load resource: … 401"), and every /api answer of 400
+   * or more
+   */
   everyError: string[]
 }
 
@@ -71,7 +86,10 @@ export interface PageProblems {
  * A fresh page (its own cookies) that records CSP violations (the `securitypolicyviolation`
  * event, listened for before any of the page's scripts run) and console errors.
  */
-export async function openPage(browser: Browser, opts: { width?: number; height?: number } = {}): Promise<{ page: Page; problems: PageProblems; close: () => Promise<void> }> {
+export async function openPage(
+  browser: Browser,
+  opts: { width?: number; height?: number } = {}
+): Promise<{ page: Page; problems: PageProblems; close: () => Promise<void> }> {
   const context = await browser.newContext({ viewport: { width: opts.width ?? 1100, height: opts.height ?? 800 } })
   const page = await context.newPage()
   await page.addInitScript(() => {
@@ -92,7 +110,8 @@ export async function openPage(browser: Browser, opts: { width?: number; height?
     everyError.push(`uncaught: ${err.message}`)
   })
   page.on('response', (response) => {
-    if (response.status() >= 400 && new URL(response.url()).pathname.startsWith('/api/')) everyError.push(`${response.status()} ${response.request().method()} ${new URL(response.url()).pathname}`)
+    if (response.status() >= 400 && new URL(response.url()).pathname.startsWith('/api/'))
+      everyError.push(`${response.status()} ${response.request().method()} ${new URL(response.url()).pathname}`)
   })
   return {
     page,
@@ -113,7 +132,9 @@ export async function screenshot(page: Page, name: string): Promise<string> {
   return path
 }
 
-/** Presses Tab (Shift+Tab with `back`) until `selector`'s element has the focus (at most `max` times); keyboard only. */
+/**
+ * Presses Tab (Shift+Tab with `back`) until `selector`'s element has the focus (at most `max` times); keyboard only.
+ */
 export async function tabTo(page: Page, selector: string, max = 40, { back = false } = {}): Promise<void> {
   const target = page.locator(selector).first()
   for (let i = 0; i < max; i++) {
@@ -128,7 +149,8 @@ export function recordWrites(page: Page): string[] {
   const writes: string[] = []
   page.on('request', (request) => {
     const url = new URL(request.url())
-    if (url.pathname.startsWith('/api/') && request.method() !== 'GET') writes.push(`${request.method()} ${url.pathname}`)
+    if (url.pathname.startsWith('/api/') && request.method() !== 'GET')
+      writes.push(`${request.method()} ${url.pathname}`)
   })
   return writes
 }
@@ -140,9 +162,17 @@ export function recordWrites(page: Page): string[] {
  * and the console-error walk share this list, so a new view joins both.
  */
 export async function consoleViews(app: FastifyInstance): Promise<Array<[path: string, ready: string]>> {
-  const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'Remember that the standup is at nine.', engine: 'echo' } })
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/runs',
+    payload: { prompt: 'Remember that the standup is at nine.', engine: 'echo' }
+  })
   const runId = res.json().run.id as string
-  const item = await waitFor('the captured fact', async () => (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json().items[0] as { id: string } | undefined)
+  const item = await waitFor(
+    'the captured fact',
+    async () =>
+      (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json().items[0] as { id: string } | undefined
+  )
   return [
     ['/hub/', 'ul.cards li.card'],
     ['/hub/search?q=standup', 'ol.cards li'],

@@ -4,7 +4,17 @@
 import t, { type Test } from 'tap'
 import { waitFor } from '../helper.js'
 import { HUB_CSP } from '../../plugins/hub.js'
-import { hubServer, launchBrowser, noBrowser, openPage, recordWrites, SCREENSHOTS, RELEASE, screenshot, tabTo } from './helpers.js'
+import {
+  hubServer,
+  launchBrowser,
+  noBrowser,
+  openPage,
+  recordWrites,
+  SCREENSHOTS,
+  RELEASE,
+  screenshot,
+  tabTo
+} from './helpers.js'
 
 // page-side callbacks run in the browser; this program has Node's types, not the DOM's
 declare const window: { __pwned?: number }
@@ -25,7 +35,9 @@ async function remember(prompt: string): Promise<{ runId: string; itemId: string
   const runId = res.json().run.id as string
   const item = await waitFor(`the fact of run ${runId}`, async () => {
     const browse = (await app.inject({ method: 'GET', url: '/api/memory/browse?limit=200' })).json()
-    return (browse.items as Array<{ id: string; content: string; sourceRunId: string }>).find((i) => i.sourceRunId === runId)
+    return (browse.items as Array<{ id: string; content: string; sourceRunId: string }>).find(
+      (i) => i.sourceRunId === runId
+    )
   })
   return { runId, itemId: item.id, content: item.content }
 }
@@ -51,9 +63,16 @@ t.test('the server side: /hub, its CSP, client routes, assets, and no OpenAPI en
   t.equal(asset.statusCode, 200)
   t.match(asset.headers['content-type'], /javascript/)
   t.match(asset.headers['cache-control'], /immutable/)
-  t.equal((await app.inject({ method: 'GET', url: '/hub/assets/nope.js' })).statusCode, 404, 'a missing asset is a 404, not the page')
+  t.equal(
+    (await app.inject({ method: 'GET', url: '/hub/assets/nope.js' })).statusCode,
+    404,
+    'a missing asset is a 404, not the page'
+  )
   const openapi = (await app.inject({ method: 'GET', url: '/openapi.json' })).json()
-  t.notOk(Object.keys(openapi.paths).some((p) => p.startsWith('/hub')), 'the console is not an API operation')
+  t.notOk(
+    Object.keys(openapi.paths).some((p) => p.startsWith('/hub')),
+    'the console is not an API operation'
+  )
 })
 
 test('remember → browse and search show the fact with its run link; the run page shows the text', async (t) => {
@@ -74,13 +93,20 @@ test('remember → browse and search show the fact with its run link; the run pa
   await page.getByRole('button', { name: 'Search', exact: true }).click()
   const hit = page.locator('ol.cards .card', { hasText: 'Remember the blue door is on Elm Street.' })
   await hit.waitFor()
-  t.equal(await hit.getByRole('link', { name: new RegExp(`run ${fact.runId}`) }).getAttribute('href'), `/hub/runs/${fact.runId}`)
+  t.equal(
+    await hit.getByRole('link', { name: new RegExp(`run ${fact.runId}`) }).getAttribute('href'),
+    `/hub/runs/${fact.runId}`
+  )
   t.equal(new URL(page.url()).search, '?q=blue+door', 'the query is in the address (shareable, back button)')
   await screenshot(page, 'search')
 
   await hit.getByRole('link', { name: new RegExp(`run ${fact.runId}`) }).click()
   await page.getByText('The run has finished; the stream ended.').waitFor()
-  t.equal(await page.locator('.output').textContent(), 'Remember the blue door is on Elm Street. The weather is fine.', 'the streamed text')
+  t.equal(
+    await page.locator('.output').textContent(),
+    'Remember the blue door is on Elm Street. The weather is fine.',
+    'the streamed text'
+  )
   await page.locator('.badge', { hasText: 'succeeded' }).waitFor()
   await page.locator('.events code', { hasText: 'memory.recalled' }).waitFor()
   await page.locator('.events code', { hasText: 'run.succeeded' }).waitFor()
@@ -113,7 +139,10 @@ test('edit → history shows created and updated (a double click saves once); de
   await page.getByRole('button', { name: 'Delete…' }).click()
   const dialog = page.getByRole('dialog', { name: 'Delete this fact?' })
   await dialog.waitFor()
-  t.ok(await dialog.getByRole('button', { name: 'Cancel' }).evaluate((el) => el === document.activeElement), 'Cancel has the focus: Enter does not delete')
+  t.ok(
+    await dialog.getByRole('button', { name: 'Cancel' }).evaluate((el) => el === document.activeElement),
+    'Cancel has the focus: Enter does not delete'
+  )
   await screenshot(page, 'delete-confirm')
   await dialog.getByRole('button', { name: 'Cancel' }).click()
   await dialog.waitFor({ state: 'hidden' })
@@ -127,10 +156,17 @@ test('edit → history shows created and updated (a double click saves once); de
   t.same(writes.slice(1), [`DELETE /api/memory/item/${fact.itemId}`], 'one delete')
 
   const browse = (await app.inject({ method: 'GET', url: '/api/memory/browse?limit=200' })).json()
-  t.notOk(browse.items.some((i: { id: string }) => i.id === fact.itemId), 'gone from browse')
+  t.notOk(
+    browse.items.some((i: { id: string }) => i.id === fact.itemId),
+    'gone from browse'
+  )
   const search = (await app.inject({ method: 'GET', url: '/api/memory/search?q=heron' })).json()
   t.same(search.items, [], 'gone from search')
-  t.equal((await app.inject({ method: 'DELETE', url: `/api/memory/item/${fact.itemId}` })).statusCode, 404, 'a second delete finds nothing')
+  t.equal(
+    (await app.inject({ method: 'DELETE', url: `/api/memory/item/${fact.itemId}` })).statusCode,
+    404,
+    'a second delete finds nothing'
+  )
   t.same(problems.errors, [])
 })
 
@@ -199,7 +235,9 @@ test('360 px wide: the browse view fits without sideways scrolling', async (t) =
   t.teardown(close)
   await page.goto(`${base}/hub/`)
   await page.locator('.card').first().waitFor()
-  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth)
+  const overflow = await page.evaluate(
+    () => document.documentElement.scrollWidth - document.documentElement.clientWidth
+  )
   t.equal(overflow, 0, 'no horizontal overflow')
   await screenshot(page, 'browse-360px')
 })

@@ -28,7 +28,9 @@ test('sign up, create an organization, add a member, switch, sign out and in', a
   t.equal(await page.getByRole('alert').count(), 0, 'no error shown')
   await screenshot(page, 'onboarding-no-org')
   await page.getByLabel('Organization name').fill('Platform team')
-  const created = page.waitForResponse((r) => r.url().endsWith('/api/auth/organizations') && r.request().method() === 'POST')
+  const created = page.waitForResponse(
+    (r) => r.url().endsWith('/api/auth/organizations') && r.request().method() === 'POST'
+  )
   await page.getByRole('button', { name: 'Create organization' }).click()
   t.equal((await created).status(), 201)
   await page.getByRole('heading', { name: 'Browse memory' }).waitFor()

@@ -19,12 +19,19 @@ if (!noBrowser) t.comment(`screenshots of each view: ${SCREENSHOTS}`)
 /** A capture row for a run of the dev org, as a finished run leaves it (state pending). */
 async function capture(facts: string[]): Promise<string> {
   const id = newId()
-  await app.db.transaction(async (tx) => app.memory.runMemory.enqueueCapture(tx, { id, rootRunId: id, orgId: DEV_ORG.id, realUserId: null }, facts))
+  await app.db.transaction(async (tx) =>
+    app.memory.runMemory.enqueueCapture(tx, { id, rootRunId: id, orgId: DEV_ORG.id, realUserId: null }, facts)
+  )
   return id
 }
 
 const stateOf = async (runId: string) => {
-  const list = (await app.inject({ method: 'GET', url: '/api/memory/captures?limit=200' })).json().captures as Array<{ runId: string; state: string; orphan?: true; attempts: number }>
+  const list = (await app.inject({ method: 'GET', url: '/api/memory/captures?limit=200' })).json().captures as Array<{
+    runId: string
+    state: string
+    orphan?: true
+    attempts: number
+  }>
   return list.find((c) => c.runId === runId)
 }
 
@@ -40,9 +47,13 @@ test('the empty outbox and ledger say so', async (t) => {
 
 test('dead capture → Retry → pending again; orphan → Discard, with the explanation', async (t) => {
   const dead = await capture(['Remember the dead letter'])
-  await app.db.execute(sql`update memory_captures set state = 'dead', attempts = max_attempts, last_error = 'the memory service answered 503' where run_id = ${dead}`)
+  await app.db.execute(
+    sql`update memory_captures set state = 'dead', attempts = max_attempts, last_error = 'the memory service answered 503' where run_id = ${dead}`
+  )
   const orphan = await capture(['Remember the orphan'])
-  await app.db.execute(sql`update memory_captures set state = 'delivering', attempts = 1, lease_expires_at = now() - interval '1 second' where run_id = ${orphan}`)
+  await app.db.execute(
+    sql`update memory_captures set state = 'delivering', attempts = 1, lease_expires_at = now() - interval '1 second' where run_id = ${orphan}`
+  )
   await capture(['Remember the pending one'])
 
   const { page, problems, close } = await openPage(browser)
@@ -52,7 +63,10 @@ test('dead capture → Retry → pending again; orphan → Discard, with the exp
   const deadRow = page.locator(`li[data-run="${dead}"]`)
   await deadRow.getByText('the memory service answered 503').waitFor()
   await page.getByRole('heading', { name: 'What is an orphan?' }).waitFor()
-  t.match(await page.locator('.explain').textContent(), /never retries an orphan by itself: the write may already have happened/)
+  t.match(
+    await page.locator('.explain').textContent(),
+    /never retries an orphan by itself: the write may already have happened/
+  )
   await screenshot(page, 'captures')
 
   const retried = page.waitForResponse((r) => r.url().endsWith(`/captures/${dead}/retry`))
@@ -69,7 +83,11 @@ test('dead capture → Retry → pending again; orphan → Discard, with the exp
   // the unfiltered list (which holds the orphan too) may still show, or the list may be
   // between the two, while the filtered one loads: wait until one row is left, then check it
   await page.waitForFunction("document.querySelectorAll('li.capture').length === 1")
-  t.same(await page.locator('li.capture').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-run'))), [orphan], 'the filter shows orphans only')
+  t.same(
+    await page.locator('li.capture').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-run'))),
+    [orphan],
+    'the filter shows orphans only'
+  )
   await screenshot(page, 'captures-orphans')
   const resolved = page.waitForResponse((r) => r.url().endsWith(`/captures/${orphan}/resolve`))
   await orphanRow.getByRole('button', { name: 'Discard' }).click()
@@ -77,7 +95,11 @@ test('dead capture → Retry → pending again; orphan → Discard, with the exp
   t.same(JSON.parse((await resolved).request().postData() ?? '{}'), { resolution: 'discard' })
   await page.getByText('No orphaned captures.').waitFor()
   t.match(await stateOf(orphan), { state: 'discarded' })
-  t.same(writes, [`POST /api/memory/captures/${dead}/retry`, `POST /api/memory/captures/${orphan}/resolve`], 'one write per action')
+  t.same(
+    writes,
+    [`POST /api/memory/captures/${dead}/retry`, `POST /api/memory/captures/${orphan}/resolve`],
+    'one write per action'
+  )
 
   await page.getByLabel('Show').selectOption('dead')
   await page.getByText('No dead captures.').waitFor()
@@ -86,7 +108,8 @@ test('dead capture → Retry → pending again; orphan → Discard, with the exp
 })
 
 test('the recall ledger links to the run, whose page follows its events as the text streams', async (t) => {
-  const prompt = 'alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec romeo sierra tango'
+  const prompt =
+    'alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec romeo sierra tango'
   // the page is loaded first, so that from the run's start to its live view is only client-side navigation
   const { page, problems, close } = await openPage(browser)
   t.teardown(close)
@@ -94,9 +117,14 @@ test('the recall ledger links to the run, whose page follows its events as the t
   await page.getByRole('switch', { name: 'Memory for this organization' }).waitFor()
   const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt, engine: 'echo' } })
   const runId = res.json().run.id as string
-  await waitFor('the recall frame', async () => (await app.inject({ method: 'GET', url: `/api/memory/recalls?runId=${runId}` })).json().recalls.length > 0)
+  await waitFor(
+    'the recall frame',
+    async () =>
+      (await app.inject({ method: 'GET', url: `/api/memory/recalls?runId=${runId}` })).json().recalls.length > 0
+  )
   // the frame's query: the prompt's significant words
-  const searched = (await app.inject({ method: 'GET', url: `/api/memory/recalls?runId=${runId}` })).json().recalls[0].query as string
+  const searched = (await app.inject({ method: 'GET', url: `/api/memory/recalls?runId=${runId}` })).json().recalls[0]
+    .query as string
   t.match(searched, /foxtrot/)
 
   await page.getByRole('link', { name: 'Recall ledger' }).click()
@@ -126,8 +154,12 @@ test('a release mismatch shows "a new version is available: reload" and changes 
   await page.getByRole('switch', { name: 'Memory for this organization' }).waitFor()
   t.equal(await page.locator('.banner').count(), 0, 'no banner while the page and the server agree')
   // this page now speaks for an older release than the server's
-  await page.route('**/api/**', (route) => route.continue({ headers: { ...route.request().headers(), 'x-service-client-release': 'run-events-v1:older' } }))
-  const refused = page.waitForResponse((r) => r.url().endsWith('/api/memory/settings') && r.request().method() === 'PUT')
+  await page.route('**/api/**', (route) =>
+    route.continue({ headers: { ...route.request().headers(), 'x-service-client-release': 'run-events-v1:older' } })
+  )
+  const refused = page.waitForResponse(
+    (r) => r.url().endsWith('/api/memory/settings') && r.request().method() === 'PUT'
+  )
   await page.getByRole('switch', { name: 'Memory for this organization' }).click()
   const answer = await refused
   t.equal(answer.status(), 409)
@@ -135,7 +167,11 @@ test('a release mismatch shows "a new version is available: reload" and changes 
   const banner = page.getByRole('alert').filter({ hasText: /a new version is available: reload/i })
   await banner.waitFor()
   await screenshot(page, 'release-mismatch')
-  t.match((await app.inject({ method: 'GET', url: '/api/memory/settings' })).json(), { orgEnabled: true }, 'the switch did not move')
+  t.match(
+    (await app.inject({ method: 'GET', url: '/api/memory/settings' })).json(),
+    { orgEnabled: true },
+    'the switch did not move'
+  )
   await page.unroute('**/api/**')
   await Promise.all([page.waitForEvent('load'), banner.getByRole('button', { name: 'reload' }).click()])
   await page.getByRole('switch', { name: 'Memory for this organization' }).waitFor()
@@ -162,7 +198,11 @@ test('personal scope without a person says why and sends no write; signed in, it
   // a real person: their personal pool holds one fact
   const person = await signUpWithOrg(app, { name: 'Ada Lovelace' })
   const pool = await ensurePool(app.db, person.org.id, 'personal', person.user.id)
-  await createPostgresPool(app.db).deliver(pool, { captureId: newId(), runId: newId(), rootRunId: newId(), facts: ['Ada prefers tea'] }, async () => true)
+  await createPostgresPool(app.db).deliver(
+    pool,
+    { captureId: newId(), runId: newId(), rootRunId: newId(), facts: ['Ada prefers tea'] },
+    async () => true
+  )
   await page.goto(`${base}/hub/sign-in`)
   await page.getByLabel('Email').fill(person.user.email)
   await page.getByLabel('Password').fill('wrong password!')
@@ -186,13 +226,22 @@ test('browse pages through the pool newest first, 50 at a time', async (t) => {
   const pool = await ensurePool(app.db, DEV_ORG.id, 'org', '')
   const facts = Array.from({ length: 55 }, (_, i) => `Paging fact number ${i + 1}`)
   // one delivery per fact, oldest first, so "newest first" has an order to show
-  for (const fact of facts) await createPostgresPool(app.db).deliver(pool, { captureId: newId(), runId: newId(), rootRunId: newId(), facts: [fact] }, async () => true)
+  for (const fact of facts)
+    await createPostgresPool(app.db).deliver(
+      pool,
+      { captureId: newId(), runId: newId(), rootRunId: newId(), facts: [fact] },
+      async () => true
+    )
   const total = (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json().total as number
   const { page, problems, close } = await openPage(browser)
   t.teardown(close)
   await page.goto(`${base}/hub/`)
   await page.getByText(`${total} facts in the organization pool, newest first. Showing 1–50.`).waitFor()
-  t.equal(await page.locator('ul.cards li.card .content').first().textContent(), 'Paging fact number 55', 'the newest first')
+  t.equal(
+    await page.locator('ul.cards li.card .content').first().textContent(),
+    'Paging fact number 55',
+    'the newest first'
+  )
   t.equal(await page.locator('ul.cards li.card').count(), 50)
   await page.getByRole('button', { name: 'Older →' }).click()
   await page.getByText(`Showing 51–${total}.`).waitFor()
@@ -246,7 +295,9 @@ test('a person adds a fact with the keyboard, and the admin turns on learning fr
   await page.keyboard.press('Enter')
   t.equal((await added).status(), 201)
   await page.getByRole('status').filter({ hasText: 'Added: The release train leaves every Tuesday at noon' }).waitFor()
-  await page.locator('ul.cards li.card .content', { hasText: 'The release train leaves every Tuesday at noon' }).waitFor()
+  await page
+    .locator('ul.cards li.card .content', { hasText: 'The release train leaves every Tuesday at noon' })
+    .waitFor()
   t.equal(await box.inputValue(), '', 'the box is emptied')
   await screenshot(page, 'browse-add-fact')
   // the same fact again: the pool holds it, nothing is added

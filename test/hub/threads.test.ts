@@ -13,7 +13,12 @@ const model = await startToolModel(t)
 const dataDir = await mkdtemp(join(tmpdir(), 'cairn-hub-threads-'))
 t.teardown(() => rm(dataDir, { recursive: true, force: true }))
 const { app, base } = await hubServer(t, {
-  OPENAI_BASE_URL: model.url, MODELS: 'tool-model', ECHO_WORD_DELAY_MS: '20', DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true', RUN_POLL_MS: '50'
+  OPENAI_BASE_URL: model.url,
+  MODELS: 'tool-model',
+  ECHO_WORD_DELAY_MS: '20',
+  DATA_DIR: dataDir,
+  SANDBOX_UNCONFINED: 'true',
+  RUN_POLL_MS: '50'
 })
 const test = (name: string, fn: (t: Test) => Promise<void>) => t.test(name, { skip: noBrowser }, fn)
 const browser = noBrowser ? (null as never) : await launchBrowser(t)
@@ -37,7 +42,11 @@ test('start a conversation, watch the answer, follow up in the same thread', asy
   await page.getByRole('button', { name: 'Send' }).click()
   const second = page.locator('.turn').nth(1)
   await second.locator('.badge', { hasText: 'succeeded' }).waitFor()
-  t.equal(await second.locator('.output').textContent(), 'history: 1 turns: My name is Priya.', 'the follow-up saw the earlier turn')
+  t.equal(
+    await second.locator('.output').textContent(),
+    'history: 1 turns: My name is Priya.',
+    'the follow-up saw the earlier turn'
+  )
   await screenshot(page, 'thread')
   const threads = (await app.inject({ method: 'GET', url: '/api/threads' })).json().items
   t.match(threads, [{ title: 'My name is Priya.', runCount: 2 }])
@@ -81,7 +90,11 @@ test('a tool call waits for a person: deny it, the model is told so and its answ
   await page.getByRole('button', { name: 'Send' }).click()
   const waiting = page.getByRole('region', { name: 'Tool calls waiting for your decision' })
   await waiting.waitFor()
-  t.match(await waiting.textContent(), /shell[\s\S]*"command": "rm -rf \.\/reports"/, 'the tool and its arguments are shown')
+  t.match(
+    await waiting.textContent(),
+    /shell[\s\S]*"command": "rm -rf \.\/reports"/,
+    'the tool and its arguments are shown'
+  )
   const decided = page.waitForResponse((r) => /\/approvals\/[^/]+$/.test(r.url()))
   await waiting.getByRole('button', { name: 'Deny shell' }).click()
   const decision = await decided
@@ -89,10 +102,18 @@ test('a tool call waits for a person: deny it, the model is told so and its answ
   t.equal((await decision.json()).approval.status, 'denied')
   const turn = page.locator('.turn').first()
   await turn.locator('.badge', { hasText: 'succeeded' }).waitFor()
-  t.equal(await turn.locator('.output').textContent(), 'Understood: I did not delete the reports.', 'the run went on and its answer is shown')
+  t.equal(
+    await turn.locator('.output').textContent(),
+    'Understood: I did not delete the reports.',
+    'the run went on and its answer is shown'
+  )
   t.equal(await waiting.count(), 0, 'nothing waits any more')
   const results = model.requests[asked + 1]!.body.messages.filter((m: { role: string }) => m.role === 'tool')
-  t.match(results, [{ tool_call_id: 'call_deny', content: 'the call was denied by a person' }], 'the model was told the call was denied')
+  t.match(
+    results,
+    [{ tool_call_id: 'call_deny', content: 'the call was denied by a person' }],
+    'the model was told the call was denied'
+  )
   t.equal(model.requests.length, asked + 2, 'one model round for the call, one after the decision')
   t.same(problems.errors, [])
 })

@@ -18,8 +18,13 @@ t.test('a worker killed mid-extraction: its document is claimed again after the 
   form.append('file', new Blob([markdownWithTable(50)], { type: 'text/markdown' }), 'inventory.md')
   const res = await fetch(`${first.url}/api/knowledge/documents`, { method: 'POST', body: form })
   t.equal(res.status, 202)
-  const { document } = await res.json() as { document: { id: string } }
-  const get = async (url: string) => (await (await fetch(`${url}/api/knowledge/documents/${document.id}`)).json() as { document: { state: string; attempts: number; chunkCount: number } }).document
+  const { document } = (await res.json()) as { document: { id: string } }
+  const get = async (url: string) =>
+    (
+      (await (await fetch(`${url}/api/knowledge/documents/${document.id}`)).json()) as {
+        document: { state: string; attempts: number; chunkCount: number }
+      }
+    ).document
   const claimed = await waitFor('the first process to claim it', async () => {
     const d = await get(first.url)
     return d.state === 'processing' ? d : null
@@ -31,13 +36,19 @@ t.test('a worker killed mid-extraction: its document is claimed again after the 
   // the next process on the same data finds it held by a dead worker, waits out the lease, takes it
   const second = await startServer(env)
   t.teardown(() => second.kill('SIGKILL'))
-  const ready = await waitFor('the document to be ready', async () => {
-    const d = await get(second.url)
-    return d.state === 'ready' ? d : null
-  }, 60_000)
+  const ready = await waitFor(
+    'the document to be ready',
+    async () => {
+      const d = await get(second.url)
+      return d.state === 'ready' ? d : null
+    },
+    60_000
+  )
   t.equal(ready.attempts, 2, 'the second claim is its second attempt')
   t.ok(ready.chunkCount > 1)
-  const hits = await (await fetch(`${second.url}/api/knowledge/search?q=host-042`)).json() as { items: Array<{ documentId: string }> }
+  const hits = (await (await fetch(`${second.url}/api/knowledge/search?q=host-042`)).json()) as {
+    items: Array<{ documentId: string }>
+  }
   t.equal(hits.items[0]?.documentId, document.id)
   second.kill('SIGTERM')
   await second.exit
@@ -51,17 +62,28 @@ t.test('a document whose every attempt dies is failed with why, never left proce
   t.teardown(() => first.kill('SIGKILL'))
   const form = new FormData()
   form.append('file', new Blob(['# one\n\nshot'], { type: 'text/markdown' }), 'once.md')
-  const { document } = await (await fetch(`${first.url}/api/knowledge/documents`, { method: 'POST', body: form })).json() as { document: { id: string } }
-  const stateOn = async (url: string) => ((await (await fetch(`${url}/api/knowledge/documents/${document.id}`)).json()) as { document: { state: string; lastError: string; attempts: number } }).document
+  const { document } = (await (
+    await fetch(`${first.url}/api/knowledge/documents`, { method: 'POST', body: form })
+  ).json()) as { document: { id: string } }
+  const stateOn = async (url: string) =>
+    (
+      (await (await fetch(`${url}/api/knowledge/documents/${document.id}`)).json()) as {
+        document: { state: string; lastError: string; attempts: number }
+      }
+    ).document
   await waitFor('the claim', async () => (await stateOn(first.url)).state === 'processing')
   first.kill('SIGKILL')
   await first.exit
   const second = await startServer(env)
   t.teardown(() => second.kill('SIGKILL'))
-  const failed = await waitFor('the document to fail', async () => {
-    const d = await stateOn(second.url)
-    return d.state === 'failed' ? d : null
-  }, 30_000)
+  const failed = await waitFor(
+    'the document to fail',
+    async () => {
+      const d = await stateOn(second.url)
+      return d.state === 'failed' ? d : null
+    },
+    30_000
+  )
   t.match(failed, { attempts: 1, lastError: /stopped before it finished/ })
   second.kill('SIGTERM')
   await second.exit

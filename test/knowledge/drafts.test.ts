@@ -6,29 +6,64 @@ import { buildTestApp, signUpWithOrg, waitFor } from '../helper.js'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
-const DRAFT_KEYS = ['body', 'createdAt', 'createdBy', 'decidedAt', 'decidedBy', 'id', 'runId', 'state', 'tags', 'targetRecordId', 'title']
+const DRAFT_KEYS = [
+  'body',
+  'createdAt',
+  'createdBy',
+  'decidedAt',
+  'decidedBy',
+  'id',
+  'runId',
+  'state',
+  'tags',
+  'targetRecordId',
+  'title'
+]
 
 const draft = (app: App, payload: Record<string, unknown>, headers: Record<string, string> = {}) =>
   app.inject({ method: 'POST', url: '/api/knowledge/drafts', payload, headers })
-const decide = (app: App, id: string, how: 'approve' | 'reject', headers: Record<string, string> = {}, payload?: Record<string, unknown>) =>
-  app.inject({ method: 'POST', url: `/api/knowledge/drafts/${id}/${how}`, headers, ...(payload ? { payload } : {}) })
+const decide = (
+  app: App,
+  id: string,
+  how: 'approve' | 'reject',
+  headers: Record<string, string> = {},
+  payload?: Record<string, unknown>
+) => app.inject({ method: 'POST', url: `/api/knowledge/drafts/${id}/${how}`, headers, ...(payload ? { payload } : {}) })
 
-t.test('drafts: approved into a new record, with the approver\'s edits', async (t) => {
+t.test("drafts: approved into a new record, with the approver's edits", async (t) => {
   const app = await buildTestApp(t)
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
-  const res = await draft(app, { title: 'On-call', body: 'Page the secondary after 10 minutes.', tags: ['ops'] }, headers)
+  const res = await draft(
+    app,
+    { title: 'On-call', body: 'Page the secondary after 10 minutes.', tags: ['ops'] },
+    headers
+  )
   t.equal(res.statusCode, 201)
   const d = res.json().draft
   t.same(Object.keys(d).sort(), DRAFT_KEYS)
-  t.match(d, { state: 'open', runId: null, targetRecordId: null, createdBy: owner.user.id, decidedAt: null, decidedBy: null, tags: ['ops'] })
+  t.match(d, {
+    state: 'open',
+    runId: null,
+    targetRecordId: null,
+    createdBy: owner.user.id,
+    decidedAt: null,
+    decidedBy: null,
+    tags: ['ops']
+  })
 
   const approved = await decide(app, d.id, 'approve', headers, { title: 'On-call escalation' })
   t.equal(approved.statusCode, 200)
   const { draft: decided, record } = approved.json()
   t.match(decided, { id: d.id, state: 'approved', decidedBy: owner.user.id })
   t.type(decided.decidedAt, 'string')
-  t.match(record, { title: 'On-call escalation', body: 'Page the secondary after 10 minutes.', tags: ['ops'], version: 1, source: { kind: 'draft', draftId: d.id, runId: null } })
+  t.match(record, {
+    title: 'On-call escalation',
+    body: 'Page the secondary after 10 minutes.',
+    tags: ['ops'],
+    version: 1,
+    source: { kind: 'draft', draftId: d.id, runId: null }
+  })
   t.equal((await app.inject({ method: 'GET', url: `/api/knowledge/${record.id}`, headers })).statusCode, 200)
 
   // decided once: both decisions now conflict and change nothing
@@ -41,13 +76,18 @@ t.test('drafts: approved into a new record, with the approver\'s edits', async (
 
 t.test('drafts: a draft that revises a record makes its next version; a deleted target is a 409', async (t) => {
   const app = await buildTestApp(t)
-  const { record } = (await app.inject({ method: 'POST', url: '/api/knowledge', payload: { title: 'VPN', body: 'Use the old client.' } })).json()
+  const { record } = (
+    await app.inject({ method: 'POST', url: '/api/knowledge', payload: { title: 'VPN', body: 'Use the old client.' } })
+  ).json()
   const d = (await draft(app, { title: 'VPN', body: 'Use the new client.', targetRecordId: record.id })).json().draft
   t.equal(d.targetRecordId, record.id)
   const approved = (await decide(app, d.id, 'approve')).json()
   t.match(approved.record, { id: record.id, version: 2, body: 'Use the new client.', source: { kind: 'manual' } })
   const history = (await app.inject({ method: 'GET', url: `/api/knowledge/${record.id}/history` })).json().history
-  t.same(history.map((h: { kind: string }) => h.kind), ['created', 'updated'])
+  t.same(
+    history.map((h: { kind: string }) => h.kind),
+    ['created', 'updated']
+  )
 
   const orphan = (await draft(app, { title: 'VPN', body: 'again', targetRecordId: record.id })).json().draft
   t.equal((await app.inject({ method: 'DELETE', url: `/api/knowledge/${record.id}` })).statusCode, 204)
@@ -68,9 +108,15 @@ t.test('drafts: list by state, newest first', async (t) => {
   for (let i = 0; i < 3; i++) ids.push((await draft(app, { title: `d${i}`, body: 'b' })).json().draft.id)
   await decide(app, ids[1]!, 'reject')
   const open = (await app.inject({ method: 'GET', url: '/api/knowledge/drafts?state=open' })).json()
-  t.same(open.items.map((d: { id: string }) => d.id), [ids[2], ids[0]])
+  t.same(
+    open.items.map((d: { id: string }) => d.id),
+    [ids[2], ids[0]]
+  )
   const rejected = (await app.inject({ method: 'GET', url: '/api/knowledge/drafts?state=rejected' })).json()
-  t.same(rejected.items.map((d: { id: string }) => d.id), [ids[1]])
+  t.same(
+    rejected.items.map((d: { id: string }) => d.id),
+    [ids[1]]
+  )
   t.equal((await app.inject({ method: 'GET', url: '/api/knowledge/drafts?state=maybe' })).statusCode, 400)
 })
 

@@ -31,20 +31,28 @@ export function corruptPdf(valid: Buffer): Buffer {
 export async function docx(): Promise<Buffer> {
   const cell = (text: string) => new TableCell({ children: [new Paragraph(text)] })
   const doc = new Document({
-    sections: [{
-      children: [
-        new Paragraph({ text: 'Runbook', heading: HeadingLevel.HEADING_1 }),
-        new Paragraph({ children: [new TextRun('Restart the queue with '), new TextRun({ text: 'systemctl restart queue', bold: true }), new TextRun('.')] }),
-        new Paragraph({ text: 'Contacts', heading: HeadingLevel.HEADING_2 }),
-        new Table({
-          rows: [
-            new TableRow({ children: [cell('Team'), cell('Pager')] }),
-            new TableRow({ children: [cell('Storage'), cell('5551')] }),
-            new TableRow({ children: [cell('Network'), cell('5552')] })
-          ]
-        })
-      ]
-    }]
+    sections: [
+      {
+        children: [
+          new Paragraph({ text: 'Runbook', heading: HeadingLevel.HEADING_1 }),
+          new Paragraph({
+            children: [
+              new TextRun('Restart the queue with '),
+              new TextRun({ text: 'systemctl restart queue', bold: true }),
+              new TextRun('.')
+            ]
+          }),
+          new Paragraph({ text: 'Contacts', heading: HeadingLevel.HEADING_2 }),
+          new Table({
+            rows: [
+              new TableRow({ children: [cell('Team'), cell('Pager')] }),
+              new TableRow({ children: [cell('Storage'), cell('5551')] }),
+              new TableRow({ children: [cell('Network'), cell('5552')] })
+            ]
+          })
+        ]
+      }
+    ]
   })
   return Buffer.from(await Packer.toBuffer(doc))
 }
@@ -64,8 +72,14 @@ export function zipBombDocx(expandedMb: number): Buffer {
     zip.add(file)
     file.push(strToU8(text), true)
   }
-  add('[Content_Types].xml', '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="xml" ContentType="application/xml"/><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>')
-  add('_rels/.rels', '<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>')
+  add(
+    '[Content_Types].xml',
+    '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="xml" ContentType="application/xml"/><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>'
+  )
+  add(
+    '_rels/.rels',
+    '<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>'
+  )
   const body = new ZipDeflate('word/document.xml', { level: 9 })
   zip.add(body)
   const mb = new Uint8Array(1024 * 1024).fill(0x20)
@@ -86,8 +100,20 @@ export const HTML_PAGE = `<!doctype html><html><head><title>Ignored title</title
 
 /** Markdown with a 200-row table under a heading path. */
 export function markdownWithTable(rows = 200): string {
-  const lines = ['# Inventory', '', 'Every server we run.', '', '## Servers', '', '| Host | Region | Role | Notes |', '| --- | --- | --- | --- |']
-  for (let i = 0; i < rows; i++) lines.push(`| host-${String(i).padStart(3, '0')} | eu-west-${i % 3} | ${i % 2 === 0 ? 'web' : 'worker'} | rack ${i} row ${i % 10} |`)
+  const lines = [
+    '# Inventory',
+    '',
+    'Every server we run.',
+    '',
+    '## Servers',
+    '',
+    '| Host | Region | Role | Notes |',
+    '| --- | --- | --- | --- |'
+  ]
+  for (let i = 0; i < rows; i++)
+    lines.push(
+      `| host-${String(i).padStart(3, '0')} | eu-west-${i % 3} | ${i % 2 === 0 ? 'web' : 'worker'} | rack ${i} row ${i % 10} |`
+    )
   lines.push('', '## Decommissioned', '', 'Nothing yet.')
   return lines.join('\n')
 }

@@ -17,11 +17,21 @@ t.test('records: create, read, update with version, history, delete', async (t) 
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
 
-  const res = await create(app, { title: 'Deploying', body: '# Deploy\n\nRun `make deploy`.', tags: ['ops', 'deploy', 'ops'] }, headers)
+  const res = await create(
+    app,
+    { title: 'Deploying', body: '# Deploy\n\nRun `make deploy`.', tags: ['ops', 'deploy', 'ops'] },
+    headers
+  )
   t.equal(res.statusCode, 201)
   const record = res.json().record
   t.same(Object.keys(record).sort(), RECORD_KEYS)
-  t.match(record, { title: 'Deploying', tags: ['ops', 'deploy'], source: { kind: 'manual' }, version: 1, createdBy: owner.user.id })
+  t.match(record, {
+    title: 'Deploying',
+    tags: ['ops', 'deploy'],
+    source: { kind: 'manual' },
+    version: 1,
+    createdBy: owner.user.id
+  })
   t.equal(record.createdAt, record.updatedAt)
 
   const read = await app.inject({ method: 'GET', url: `/api/knowledge/${record.id}`, headers })
@@ -36,7 +46,10 @@ t.test('records: create, read, update with version, history, delete', async (t) 
   const stale = await patch(app, record.id, { title: 'Lost update', version: 1 }, headers)
   t.equal(stale.statusCode, 409)
   t.equal(stale.json().error, 'conflict')
-  t.equal((await app.inject({ method: 'GET', url: `/api/knowledge/${record.id}`, headers })).json().record.title, 'Deploying')
+  t.equal(
+    (await app.inject({ method: 'GET', url: `/api/knowledge/${record.id}`, headers })).json().record.title,
+    'Deploying'
+  )
 
   const retagged = await patch(app, record.id, { tags: [], title: 'Shipping', version: 2 }, headers)
   t.match(retagged.json().record, { title: 'Shipping', tags: [], version: 3 })
@@ -44,7 +57,13 @@ t.test('records: create, read, update with version, history, delete', async (t) 
   const history = await app.inject({ method: 'GET', url: `/api/knowledge/${record.id}/history`, headers })
   t.equal(history.statusCode, 200)
   t.match(history.json().history, [
-    { version: 1, title: 'Deploying', body: '# Deploy\n\nRun `make deploy`.', kind: 'created', changedBy: owner.user.id },
+    {
+      version: 1,
+      title: 'Deploying',
+      body: '# Deploy\n\nRun `make deploy`.',
+      kind: 'created',
+      changedBy: owner.user.id
+    },
     { version: 2, title: 'Deploying', body: 'Run `make ship`.', kind: 'updated' },
     { version: 3, title: 'Shipping', kind: 'updated' }
   ])
@@ -57,7 +76,8 @@ t.test('records: create, read, update with version, history, delete', async (t) 
   t.equal((await app.inject({ method: 'DELETE', url: `/api/knowledge/${record.id}`, headers })).statusCode, 404)
   t.equal((await patch(app, record.id, { title: 'x', version: 3 }, headers)).statusCode, 404)
   // the history outlives the record and says it was deleted
-  const after = (await app.inject({ method: 'GET', url: `/api/knowledge/${record.id}/history`, headers })).json().history
+  const after = (await app.inject({ method: 'GET', url: `/api/knowledge/${record.id}/history`, headers })).json()
+    .history
   t.match(after[after.length - 1], { kind: 'deleted', version: 3, title: 'Shipping', changedBy: owner.user.id })
   t.equal((await app.inject({ method: 'GET', url: '/api/knowledge/nope/history', headers })).statusCode, 404)
 })
@@ -93,14 +113,29 @@ t.test('records: lists page newest first and filter on a tag; keys read but neve
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
   const ids: string[] = []
-  for (let i = 0; i < 5; i++) ids.push((await create(app, { title: `r${i}`, body: 'b', tags: i % 2 === 0 ? ['even'] : ['odd'] }, headers)).json().record.id)
+  for (let i = 0; i < 5; i++)
+    ids.push(
+      (await create(app, { title: `r${i}`, body: 'b', tags: i % 2 === 0 ? ['even'] : ['odd'] }, headers)).json().record
+        .id
+    )
   const first = (await app.inject({ method: 'GET', url: '/api/knowledge?limit=2', headers })).json()
-  t.same(first.items.map((r: { id: string }) => r.id), [ids[4], ids[3]])
+  t.same(
+    first.items.map((r: { id: string }) => r.id),
+    [ids[4], ids[3]]
+  )
   t.type(first.nextCursor, 'string')
-  const second = (await app.inject({ method: 'GET', url: `/api/knowledge?limit=2&cursor=${first.nextCursor}`, headers })).json()
-  t.same(second.items.map((r: { id: string }) => r.id), [ids[2], ids[1]])
+  const second = (
+    await app.inject({ method: 'GET', url: `/api/knowledge?limit=2&cursor=${first.nextCursor}`, headers })
+  ).json()
+  t.same(
+    second.items.map((r: { id: string }) => r.id),
+    [ids[2], ids[1]]
+  )
   const even = (await app.inject({ method: 'GET', url: '/api/knowledge?tag=even', headers })).json()
-  t.same(even.items.map((r: { title: string }) => r.title), ['r4', 'r2', 'r0'])
+  t.same(
+    even.items.map((r: { title: string }) => r.title),
+    ['r4', 'r2', 'r0']
+  )
   t.equal(even.nextCursor, null)
 
   const key = await mintKey(app, owner.cookie)
@@ -118,7 +153,9 @@ t.test('records: lists page newest first and filter on a tag; keys read but neve
 t.test('records: concurrent updates with one version: exactly one wins', async (t) => {
   const app = await buildTestApp(t)
   const { id } = (await create(app, { title: 'race', body: 'start' })).json().record
-  const results = await Promise.all(Array.from({ length: 8 }, (_, i) => patch(app, id, { body: `writer ${i}`, version: 1 })))
+  const results = await Promise.all(
+    Array.from({ length: 8 }, (_, i) => patch(app, id, { body: `writer ${i}`, version: 1 }))
+  )
   t.same(results.map((r) => r.statusCode).sort(), [200, 409, 409, 409, 409, 409, 409, 409])
   const history = (await app.inject({ method: 'GET', url: `/api/knowledge/${id}/history` })).json().history
   t.equal(history.length, 2)

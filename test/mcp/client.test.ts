@@ -14,114 +14,296 @@ async function setup(t: Teardown, env: Record<string, string> = {}) {
   const upstream = await startToolModel(t)
   const app = await buildTestApp(t, {
     env: {
-      OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', SANDBOX_UNCONFINED: 'true', PROVIDER_ALLOW_PRIVATE: 'true',
-      SECRETS_KEY: randomBytes(32).toString('base64'), MCP_TIMEOUT_MS: '3000', ...env
+      OPENAI_BASE_URL: upstream.url,
+      MODELS: 'tool-model',
+      RUN_POLL_MS: '50',
+      SANDBOX_UNCONFINED: 'true',
+      PROVIDER_ALLOW_PRIVATE: 'true',
+      SECRETS_KEY: randomBytes(32).toString('base64'),
+      MCP_TIMEOUT_MS: '3000',
+      ...env
     }
   })
   const owner = await signUpWithOrg(app)
   return { app, upstream, owner, headers: { cookie: owner.cookie } }
 }
 
-t.test('an admin connects a server (headers sealed, never returned); its tools reach runs through the gateway: approval, events, failure', async (t) => {
-  const { app, upstream, owner, headers } = await setup(t)
-  const mcp = await startLocalMcp(t)
+t.test(
+  'an admin connects a server (headers sealed, never returned); its tools reach runs through the gateway: approval, events, failure',
+  async (t) => {
+    const { app, upstream, owner, headers } = await setup(t)
+    const mcp = await startLocalMcp(t)
 
-  const created = await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'local', url: mcp.url, headers: { 'x-api-key': 'sekret-header-value' } } })
-  t.equal(created.statusCode, 201, created.body)
-  const server = created.json().server
-  t.match(server, { name: 'local', url: mcp.url, ready: true, lastError: null, headerNames: ['x-api-key'] })
-  t.same(server.tools.map((tool: any) => tool.name), ['record', 'fail', 'slow'])
-  t.notMatch(created.body, /sekret-header-value/)
-  const sealed = rowsOf<{ sealed: string }>(await app.db.execute(sql`select sealed from secrets where org_id = ${owner.org.id} and name = ${`cairn:mcp:${server.id}:header:x-api-key`}`))
-  t.equal(sealed.length, 1)
-  t.notMatch(sealed[0]!.sealed, /sekret/)
-  const listed = await app.inject({ method: 'GET', url: '/api/mcp-servers', headers })
-  t.equal(listed.statusCode, 200)
-  t.notMatch(listed.body, /sekret-header-value/)
-  t.same(listed.json().items.map((s: any) => s.id), [server.id])
+    const created = await app.inject({
+      method: 'POST',
+      url: '/api/mcp-servers',
+      headers,
+      payload: { name: 'local', url: mcp.url, headers: { 'x-api-key': 'sekret-header-value' } }
+    })
+    t.equal(created.statusCode, 201, created.body)
+    const server = created.json().server
+    t.match(server, { name: 'local', url: mcp.url, ready: true, lastError: null, headerNames: ['x-api-key'] })
+    t.same(
+      server.tools.map((tool: any) => tool.name),
+      ['record', 'fail', 'slow']
+    )
+    t.notMatch(created.body, /sekret-header-value/)
+    const sealed = rowsOf<{ sealed: string }>(
+      await app.db.execute(
+        sql`select sealed from secrets where org_id = ${owner.org.id} and name = ${`cairn:mcp:${server.id}:header:x-api-key`}`
+      )
+    )
+    t.equal(sealed.length, 1)
+    t.notMatch(sealed[0]!.sealed, /sekret/)
+    const listed = await app.inject({ method: 'GET', url: '/api/mcp-servers', headers })
+    t.equal(listed.statusCode, 200)
+    t.notMatch(listed.body, /sekret-header-value/)
+    t.same(
+      listed.json().items.map((s: any) => s.id),
+      [server.id]
+    )
 
-  // refusals: duplicate name, bad name, metadata address, a key, a member
-  t.equal((await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'local', url: mcp.url } })).statusCode, 409)
-  t.equal((await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'Bad Name', url: mcp.url } })).json().error, 'validation_failed')
-  const metadata = await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'meta', url: 'http://169.254.169.254/mcp' } })
-  t.equal(metadata.statusCode, 400)
-  t.match(metadata.json(), { error: 'validation_failed', details: [{ path: '/body/url' }] })
-  const key = await mintKey(app, owner.cookie)
-  t.equal((await app.inject({ method: 'GET', url: '/api/mcp-servers', headers: { authorization: key.authorization } })).statusCode, 401)
-  const member = await signUp(app)
-  await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
-  t.equal((await app.inject({ method: 'POST', url: '/api/mcp-servers', headers: { cookie: member.cookie }, payload: { name: 'mine', url: mcp.url } })).json().error, 'organization_admin_required')
+    // refusals: duplicate name, bad name, metadata address, a key, a member
+    t.equal(
+      (await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'local', url: mcp.url } }))
+        .statusCode,
+      409
+    )
+    t.equal(
+      (
+        await app.inject({
+          method: 'POST',
+          url: '/api/mcp-servers',
+          headers,
+          payload: { name: 'Bad Name', url: mcp.url }
+        })
+      ).json().error,
+      'validation_failed'
+    )
+    const metadata = await app.inject({
+      method: 'POST',
+      url: '/api/mcp-servers',
+      headers,
+      payload: { name: 'meta', url: 'http://169.254.169.254/mcp' }
+    })
+    t.equal(metadata.statusCode, 400)
+    t.match(metadata.json(), { error: 'validation_failed', details: [{ path: '/body/url' }] })
+    const key = await mintKey(app, owner.cookie)
+    t.equal(
+      (await app.inject({ method: 'GET', url: '/api/mcp-servers', headers: { authorization: key.authorization } }))
+        .statusCode,
+      401
+    )
+    const member = await signUp(app)
+    await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
+    t.equal(
+      (
+        await app.inject({
+          method: 'POST',
+          url: '/api/mcp-servers',
+          headers: { cookie: member.cookie },
+          payload: { name: 'mine', url: mcp.url }
+        })
+      ).json().error,
+      'organization_admin_required'
+    )
 
-  // `fail` runs without a person (the org's policy, set through the API); `record` needs one (the default)
-  const policies = (await app.inject({ method: 'GET', url: '/api/tools/policies', headers })).json().items
-  t.same(policies.filter((p: any) => p.tool.startsWith('mcp__')).map((p: any) => [p.tool, p.mode, p.isDefault]),
-    [['mcp__local__record', 'approve', true], ['mcp__local__fail', 'approve', true], ['mcp__local__slow', 'approve', true]], 'its tools are listed, approve by default')
-  const setAuto = await app.inject({ method: 'PUT', url: '/api/tools/policies/mcp__local__fail', headers, payload: { mode: 'auto' } })
-  t.equal(setAuto.statusCode, 200, setAuto.body)
-  t.match(setAuto.json(), { tool: 'mcp__local__fail', mode: 'auto', isDefault: false })
-  const [stored] = await app.db.select().from(toolPolicies).where(eq(toolPolicies.tool, 'mcp__local__fail'))
-  t.match(stored, { orgId: owner.org.id, mode: 'auto', updatedBy: owner.user.id })
-  const unlisted = await app.inject({ method: 'PUT', url: '/api/tools/policies/mcp__local__nothing', headers, payload: { mode: 'auto' } })
-  t.equal(unlisted.statusCode, 404, 'a tool its server did not list')
-  t.equal((await app.inject({ method: 'PUT', url: '/api/tools/policies/mcp__other__record', headers, payload: { mode: 'auto' } })).statusCode, 404, 'no such server')
-  t.match((await app.inject({ method: 'PUT', url: '/api/tools/policies/mcp__Bad%20Name__x', headers, payload: { mode: 'auto' } })).json(), { error: 'validation_failed' })
-  const stranger = await signUpWithOrg(app)
-  t.equal((await app.inject({ method: 'PUT', url: '/api/tools/policies/mcp__local__fail', headers: { cookie: stranger.cookie }, payload: { mode: 'auto' } })).statusCode, 404, 'another org\'s server is not found')
-  t.notOk((await app.inject({ method: 'GET', url: '/api/tools/policies', headers: { cookie: stranger.cookie } })).json().items.some((p: any) => p.tool.startsWith('mcp__')))
-  upstream.script.push(
-    { calls: [{ id: 'call_f', name: 'mcp__local__fail', arguments: '{}' }] },
-    { calls: [{ id: 'call_r', name: 'mcp__local__record', arguments: JSON.stringify({ note: 'hello mcp' }) }] },
-    { text: 'Recorded.' }
-  )
-  const run = (await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt: 'record it', engine: 'openai' } })).json().run
-  const requested = await eventually(async () => (await storedEventsOf(app, owner.org.id, run.id)).find((e) => e.type === 'approval.requested')?.data)
-  t.match(requested, { callId: 'call_r', tool: 'mcp__local__record', arguments: { note: 'hello mcp' } })
-  t.equal(mcp.calls.length, 0, 'nothing is called before a person decides')
-  // the approval is asked, then the run leaves its worker
-  const waiting = await eventually(async () => {
-    const now = (await app.inject({ method: 'GET', url: `/api/runs/${run.id}`, headers })).json().run
-    return now.status === 'requires_action' ? now : null
-  })
-  t.equal(waiting.status, 'requires_action')
-  const decided = await app.inject({ method: 'POST', url: `/api/runs/${run.id}/approvals/${requested.approvalId}`, headers, payload: { decision: 'approve' } })
-  t.equal(decided.statusCode, 200, decided.body)
-  const done = await finishedRun(app, owner.cookie, run.id)
-  t.equal(done.status, 'succeeded', done.error ?? '')
-  t.equal(done.output, 'Recorded.')
+    // `fail` runs without a person (the org's policy, set through the API); `record` needs one (the default)
+    const policies = (await app.inject({ method: 'GET', url: '/api/tools/policies', headers })).json().items
+    t.same(
+      policies.filter((p: any) => p.tool.startsWith('mcp__')).map((p: any) => [p.tool, p.mode, p.isDefault]),
+      [
+        ['mcp__local__record', 'approve', true],
+        ['mcp__local__fail', 'approve', true],
+        ['mcp__local__slow', 'approve', true]
+      ],
+      'its tools are listed, approve by default'
+    )
+    const setAuto = await app.inject({
+      method: 'PUT',
+      url: '/api/tools/policies/mcp__local__fail',
+      headers,
+      payload: { mode: 'auto' }
+    })
+    t.equal(setAuto.statusCode, 200, setAuto.body)
+    t.match(setAuto.json(), { tool: 'mcp__local__fail', mode: 'auto', isDefault: false })
+    const [stored] = await app.db.select().from(toolPolicies).where(eq(toolPolicies.tool, 'mcp__local__fail'))
+    t.match(stored, { orgId: owner.org.id, mode: 'auto', updatedBy: owner.user.id })
+    const unlisted = await app.inject({
+      method: 'PUT',
+      url: '/api/tools/policies/mcp__local__nothing',
+      headers,
+      payload: { mode: 'auto' }
+    })
+    t.equal(unlisted.statusCode, 404, 'a tool its server did not list')
+    t.equal(
+      (
+        await app.inject({
+          method: 'PUT',
+          url: '/api/tools/policies/mcp__other__record',
+          headers,
+          payload: { mode: 'auto' }
+        })
+      ).statusCode,
+      404,
+      'no such server'
+    )
+    t.match(
+      (
+        await app.inject({
+          method: 'PUT',
+          url: '/api/tools/policies/mcp__Bad%20Name__x',
+          headers,
+          payload: { mode: 'auto' }
+        })
+      ).json(),
+      { error: 'validation_failed' }
+    )
+    const stranger = await signUpWithOrg(app)
+    t.equal(
+      (
+        await app.inject({
+          method: 'PUT',
+          url: '/api/tools/policies/mcp__local__fail',
+          headers: { cookie: stranger.cookie },
+          payload: { mode: 'auto' }
+        })
+      ).statusCode,
+      404,
+      "another org's server is not found"
+    )
+    t.notOk(
+      (await app.inject({ method: 'GET', url: '/api/tools/policies', headers: { cookie: stranger.cookie } }))
+        .json()
+        .items.some((p: any) => p.tool.startsWith('mcp__'))
+    )
+    upstream.script.push(
+      { calls: [{ id: 'call_f', name: 'mcp__local__fail', arguments: '{}' }] },
+      { calls: [{ id: 'call_r', name: 'mcp__local__record', arguments: JSON.stringify({ note: 'hello mcp' }) }] },
+      { text: 'Recorded.' }
+    )
+    const run = (
+      await app.inject({
+        method: 'POST',
+        url: '/api/runs',
+        headers,
+        payload: { prompt: 'record it', engine: 'openai' }
+      })
+    ).json().run
+    const requested = await eventually(
+      async () => (await storedEventsOf(app, owner.org.id, run.id)).find((e) => e.type === 'approval.requested')?.data
+    )
+    t.match(requested, { callId: 'call_r', tool: 'mcp__local__record', arguments: { note: 'hello mcp' } })
+    t.equal(mcp.calls.length, 0, 'nothing is called before a person decides')
+    // the approval is asked, then the run leaves its worker
+    const waiting = await eventually(async () => {
+      const now = (await app.inject({ method: 'GET', url: `/api/runs/${run.id}`, headers })).json().run
+      return now.status === 'requires_action' ? now : null
+    })
+    t.equal(waiting.status, 'requires_action')
+    const decided = await app.inject({
+      method: 'POST',
+      url: `/api/runs/${run.id}/approvals/${requested.approvalId}`,
+      headers,
+      payload: { decision: 'approve' }
+    })
+    t.equal(decided.statusCode, 200, decided.body)
+    const done = await finishedRun(app, owner.cookie, run.id)
+    t.equal(done.status, 'succeeded', done.error ?? '')
+    t.equal(done.output, 'Recorded.')
 
-  t.same(mcp.calls.map((c) => c.args), [{ note: 'hello mcp' }])
-  t.equal(mcp.calls[0]!.headers['x-api-key'], 'sekret-header-value', 'the sealed header reaches the server')
-  const offered = upstream.requests[0]!.body.tools.map((d: any) => d.function)
-  t.match(offered.find((d: any) => d.name === 'mcp__local__record'), { description: 'records a note', parameters: { type: 'object', required: ['note'] } })
-  const events = await storedEventsOf(app, owner.org.id, run.id)
-  const results = events.filter((e) => e.type === 'tool.result').map((e) => e.data)
-  t.match(results, [
-    { callId: 'call_f', tool: 'mcp__local__fail', status: 'error', content: 'the ticket system is down' },
-    { callId: 'call_r', tool: 'mcp__local__record', status: 'ok', content: 'recorded: hello mcp', approvalId: requested.approvalId }
-  ])
-  t.ok(events.some((e) => e.type === 'tool.call' && e.data.tool === 'mcp__local__record'))
+    t.same(
+      mcp.calls.map((c) => c.args),
+      [{ note: 'hello mcp' }]
+    )
+    t.equal(mcp.calls[0]!.headers['x-api-key'], 'sekret-header-value', 'the sealed header reaches the server')
+    const offered = upstream.requests[0]!.body.tools.map((d: any) => d.function)
+    t.match(
+      offered.find((d: any) => d.name === 'mcp__local__record'),
+      { description: 'records a note', parameters: { type: 'object', required: ['note'] } }
+    )
+    const events = await storedEventsOf(app, owner.org.id, run.id)
+    const results = events.filter((e) => e.type === 'tool.result').map((e) => e.data)
+    t.match(results, [
+      { callId: 'call_f', tool: 'mcp__local__fail', status: 'error', content: 'the ticket system is down' },
+      {
+        callId: 'call_r',
+        tool: 'mcp__local__record',
+        status: 'ok',
+        content: 'recorded: hello mcp',
+        approvalId: requested.approvalId
+      }
+    ])
+    t.ok(events.some((e) => e.type === 'tool.call' && e.data.tool === 'mcp__local__record'))
 
-  t.equal((await app.inject({ method: 'DELETE', url: `/api/mcp-servers/${server.id}`, headers })).statusCode, 204)
-  t.same(rowsOf(await app.db.execute(sql`select 1 from secrets where org_id = ${owner.org.id} and name like 'cairn:mcp:%'`)), [], 'its sealed headers went with it')
-})
+    t.equal((await app.inject({ method: 'DELETE', url: `/api/mcp-servers/${server.id}`, headers })).statusCode, 204)
+    t.same(
+      rowsOf(
+        await app.db.execute(sql`select 1 from secrets where org_id = ${owner.org.id} and name like 'cairn:mcp:%'`)
+      ),
+      [],
+      'its sealed headers went with it'
+    )
+  }
+)
 
-t.test('output limits and secret redaction; a run\'s tools may name MCP tools; an unknown one is a 400', async (t) => {
+t.test("output limits and secret redaction; a run's tools may name MCP tools; an unknown one is a 400", async (t) => {
   const { app, upstream, owner, headers } = await setup(t, { TOOL_OUTPUT_MAX_BYTES: '256' })
   const mcp = await startLocalMcp(t)
-  t.equal((await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'local', url: mcp.url } })).statusCode, 201)
+  t.equal(
+    (await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'local', url: mcp.url } }))
+      .statusCode,
+    201
+  )
   await app.db.insert(toolPolicies).values({ orgId: owner.org.id, tool: 'mcp__local__record', mode: 'auto' })
-  t.equal((await app.inject({ method: 'PUT', url: '/api/secrets/TOKEN', headers, payload: { value: 'tok-very-secret' } })).statusCode < 300, true)
+  t.equal(
+    (await app.inject({ method: 'PUT', url: '/api/secrets/TOKEN', headers, payload: { value: 'tok-very-secret' } }))
+      .statusCode < 300,
+    true
+  )
 
-  t.match((await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt: 'x', engine: 'openai', tools: ['mcp__nosuch__record'] } })).json(), { error: 'validation_failed', details: [{ path: '/body/tools/0' }] })
-  t.match((await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt: 'x', engine: 'openai', tools: ['mcp__local__nosuch'] } })).json(), { error: 'validation_failed' })
+  t.match(
+    (
+      await app.inject({
+        method: 'POST',
+        url: '/api/runs',
+        headers,
+        payload: { prompt: 'x', engine: 'openai', tools: ['mcp__nosuch__record'] }
+      })
+    ).json(),
+    { error: 'validation_failed', details: [{ path: '/body/tools/0' }] }
+  )
+  t.match(
+    (
+      await app.inject({
+        method: 'POST',
+        url: '/api/runs',
+        headers,
+        payload: { prompt: 'x', engine: 'openai', tools: ['mcp__local__nosuch'] }
+      })
+    ).json(),
+    { error: 'validation_failed' }
+  )
 
   const note = `tok-very-secret ${'x'.repeat(600)}`
-  upstream.script.push({ calls: [{ id: 'call_1', name: 'mcp__local__record', arguments: JSON.stringify({ note }) }] }, { text: 'ok' })
-  const created = await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt: 'use TOKEN', engine: 'openai', secrets: ['TOKEN'], tools: ['mcp__local__record'] } })
+  upstream.script.push(
+    { calls: [{ id: 'call_1', name: 'mcp__local__record', arguments: JSON.stringify({ note }) }] },
+    { text: 'ok' }
+  )
+  const created = await app.inject({
+    method: 'POST',
+    url: '/api/runs',
+    headers,
+    payload: { prompt: 'use TOKEN', engine: 'openai', secrets: ['TOKEN'], tools: ['mcp__local__record'] }
+  })
   t.equal(created.statusCode, 201, created.body)
   const done = await finishedRun(app, owner.cookie, created.json().run.id)
   t.equal(done.status, 'succeeded', done.error ?? '')
-  t.same(upstream.requests[0]!.body.tools.map((d: any) => d.function.name), ['mcp__local__record'], 'only the tools the run names')
+  t.same(
+    upstream.requests[0]!.body.tools.map((d: any) => d.function.name),
+    ['mcp__local__record'],
+    'only the tools the run names'
+  )
   const result = (await storedEventsOf(app, owner.org.id, done.id)).find((e) => e.type === 'tool.result')!.data
   t.equal(result.truncated, true)
   t.ok(Buffer.byteLength(result.content) <= 256)
@@ -132,15 +314,22 @@ t.test('output limits and secret redaction; a run\'s tools may name MCP tools; a
 t.test('an unreachable server offers no tools and never fails a run start', async (t) => {
   const { app, upstream, owner, headers } = await setup(t)
   const mcp = await startLocalMcp(t)
-  const server = (await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'gone', url: mcp.url } })).json().server
+  const server = (
+    await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'gone', url: mcp.url } })
+  ).json().server
   t.equal(server.ready, true)
   await mcp.close()
   upstream.script.push({ text: 'no tools needed' })
-  const run = (await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt: 'hello', engine: 'openai' } })).json().run
+  const run = (
+    await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt: 'hello', engine: 'openai' } })
+  ).json().run
   const done = await finishedRun(app, owner.cookie, run.id)
   t.equal(done.status, 'succeeded', done.error ?? '')
   const names = upstream.requests[0]!.body.tools.map((d: any) => d.function.name)
-  t.notOk(names.some((n: string) => n.startsWith('mcp__')), 'its tools are not offered')
+  t.notOk(
+    names.some((n: string) => n.startsWith('mcp__')),
+    'its tools are not offered'
+  )
   const [row] = await app.db.select().from(mcpServers).where(eq(mcpServers.id, server.id))
   t.equal(row!.ready, false)
   t.ok(row!.lastError, 'why is recorded')
@@ -148,38 +337,64 @@ t.test('an unreachable server offers no tools and never fails a run start', asyn
   t.match(checked.json().server, { ready: false, lastError: /./ })
 })
 
-t.test('a run cancelled while an MCP tool runs ends cancelled at once: the call is cut, its late answer is never recorded, no worker slot stays held', async (t) => {
-  const { app, upstream, owner, headers } = await setup(t)
-  const mcp = await startLocalMcp(t)
-  t.equal((await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'local', url: mcp.url } })).statusCode, 201)
-  t.equal((await app.inject({ method: 'PUT', url: '/api/tools/policies/mcp__local__slow', headers, payload: { mode: 'auto' } })).statusCode, 200)
-  upstream.script.push({ calls: [{ id: 'call_s', name: 'mcp__local__slow', arguments: '{}' }] }, { text: 'should never be asked' })
+t.test(
+  'a run cancelled while an MCP tool runs ends cancelled at once: the call is cut, its late answer is never recorded, no worker slot stays held',
+  async (t) => {
+    const { app, upstream, owner, headers } = await setup(t)
+    const mcp = await startLocalMcp(t)
+    t.equal(
+      (await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'local', url: mcp.url } }))
+        .statusCode,
+      201
+    )
+    t.equal(
+      (
+        await app.inject({
+          method: 'PUT',
+          url: '/api/tools/policies/mcp__local__slow',
+          headers,
+          payload: { mode: 'auto' }
+        })
+      ).statusCode,
+      200
+    )
+    upstream.script.push(
+      { calls: [{ id: 'call_s', name: 'mcp__local__slow', arguments: '{}' }] },
+      { text: 'should never be asked' }
+    )
 
-  const run = (await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt: 'be slow', engine: 'openai' } })).json().run
-  t.ok(await eventually(async () => mcp.slow.includes('started')), 'the MCP server is running the tool')
-  t.equal(app.runs.worker.activeCount, 1)
-  const started = Date.now()
-  const cancel = await app.inject({ method: 'POST', url: `/api/runs/${run.id}/cancel`, headers })
-  t.equal(cancel.statusCode, 200, cancel.body)
-  const done = await finishedRun(app, owner.cookie, run.id)
-  t.equal(done.status, 'cancelled', 'cancelled, while the tool has not answered')
-  // (the tool answers only when released, below: any bound shows it did not wait for that)
-  t.ok(Date.now() - started < 15_000, `promptly (${Date.now() - started} ms), not when the tool ends`)
-  t.ok(await eventually(async () => mcp.slow.at(-1) === 'aborted'), 'the MCP server saw its request cut')
-  t.ok(await eventually(async () => app.runs.worker.activeCount === 0), 'no worker slot is held')
+    const run = (
+      await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt: 'be slow', engine: 'openai' } })
+    ).json().run
+    t.ok(await eventually(async () => mcp.slow.includes('started')), 'the MCP server is running the tool')
+    t.equal(app.runs.worker.activeCount, 1)
+    const started = Date.now()
+    const cancel = await app.inject({ method: 'POST', url: `/api/runs/${run.id}/cancel`, headers })
+    t.equal(cancel.statusCode, 200, cancel.body)
+    const done = await finishedRun(app, owner.cookie, run.id)
+    t.equal(done.status, 'cancelled', 'cancelled, while the tool has not answered')
+    // (the tool answers only when released, below: any bound shows it did not wait for that)
+    t.ok(Date.now() - started < 15_000, `promptly (${Date.now() - started} ms), not when the tool ends`)
+    t.ok(await eventually(async () => mcp.slow.at(-1) === 'aborted'), 'the MCP server saw its request cut')
+    t.ok(await eventually(async () => app.runs.worker.activeCount === 0), 'no worker slot is held')
 
-  const events = await storedEventsOf(app, owner.org.id, run.id)
-  t.match(events.find((e) => e.type === 'tool.call')?.data, { callId: 'call_s', tool: 'mcp__local__slow' })
-  const results = events.filter((e) => e.type === 'tool.result').map((e) => e.data)
-  t.match(results, [{ callId: 'call_s', tool: 'mcp__local__slow', status: 'cancelled', content: 'the run was cancelled' }], 'the call is recorded cancelled, not answered')
-  t.equal(results.length, 1)
-  t.equal(events.at(-1)!.type, 'run.cancelled', 'the run\'s last event is its cancellation')
-  t.equal(upstream.requests.length, 1, 'the model is not asked again')
+    const events = await storedEventsOf(app, owner.org.id, run.id)
+    t.match(events.find((e) => e.type === 'tool.call')?.data, { callId: 'call_s', tool: 'mcp__local__slow' })
+    const results = events.filter((e) => e.type === 'tool.result').map((e) => e.data)
+    t.match(
+      results,
+      [{ callId: 'call_s', tool: 'mcp__local__slow', status: 'cancelled', content: 'the run was cancelled' }],
+      'the call is recorded cancelled, not answered'
+    )
+    t.equal(results.length, 1)
+    t.equal(events.at(-1)!.type, 'run.cancelled', "the run's last event is its cancellation")
+    t.equal(upstream.requests.length, 1, 'the model is not asked again')
 
-  // the tool would have answered now: nothing more is written
-  mcp.release()
-  await new Promise((resolve) => setTimeout(resolve, 300))
-  t.same(mcp.slow, ['started', 'aborted'])
-  t.equal((await storedEventsOf(app, owner.org.id, run.id)).length, events.length, 'no event after the cancellation')
-  t.equal(upstream.requests.length, 1)
-})
+    // the tool would have answered now: nothing more is written
+    mcp.release()
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    t.same(mcp.slow, ['started', 'aborted'])
+    t.equal((await storedEventsOf(app, owner.org.id, run.id)).length, events.length, 'no event after the cancellation')
+    t.equal(upstream.requests.length, 1)
+  }
+)

@@ -17,8 +17,8 @@ export interface LocalMcp {
 }
 
 /**
- * A local MCP server built with the SDK (stateless Streamable HTTP): `record` (answers what
- * it was given, and records it), `fail` (answers an error), `slow` (answers once `release` is called, unless its request is aborted first).
+ * A local MCP server built with the SDK (stateless Streamable HTTP): `record` (answers what it was given, and records
+ * it), `fail` (answers an error), `slow` (answers once `release` is called, unless its request is aborted first).
  */
 export async function startLocalMcp(t: Teardown): Promise<LocalMcp & { release(): void }> {
   const calls: LocalMcp['calls'] = []
@@ -29,7 +29,11 @@ export async function startLocalMcp(t: Teardown): Promise<LocalMcp & { release()
     const server = new Server({ name: 'local', version: '1.0.0' }, { capabilities: { tools: {} } })
     server.setRequestHandler(ListToolsRequestSchema, async () => ({
       tools: [
-        { name: 'record', description: 'records a note', inputSchema: { type: 'object', properties: { note: { type: 'string' } }, required: ['note'] } },
+        {
+          name: 'record',
+          description: 'records a note',
+          inputSchema: { type: 'object', properties: { note: { type: 'string' } }, required: ['note'] }
+        },
         { name: 'fail', description: 'always fails', inputSchema: { type: 'object', properties: {} } },
         { name: 'slow', description: 'answers late', inputSchema: { type: 'object', properties: {} } }
       ]
@@ -42,7 +46,9 @@ export async function startLocalMcp(t: Teardown): Promise<LocalMcp & { release()
       if (request.params.name === 'slow') {
         slow.push('started')
         // the SDK aborts a handler when its request's connection closes or the client cancels it
-        const aborted = new Promise<void>((resolve) => extra.signal.addEventListener('abort', () => resolve(), { once: true }))
+        const aborted = new Promise<void>((resolve) =>
+          extra.signal.addEventListener('abort', () => resolve(), { once: true })
+        )
         await Promise.race([released, aborted])
         slow.push(extra.signal.aborted ? 'aborted' : 'answered')
         return { content: [{ type: 'text', text: 'slow done' }] }
@@ -55,10 +61,17 @@ export async function startLocalMcp(t: Teardown): Promise<LocalMcp & { release()
     await transport.handleRequest(req, res)
   })
   await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve))
-  const close = () => new Promise<void>((resolve) => {
-    http.closeAllConnections()
-    http.close(() => resolve())
-  })
+  const close = () =>
+    new Promise<void>((resolve) => {
+      http.closeAllConnections()
+      http.close(() => resolve())
+    })
   t.teardown(close)
-  return { url: `http://127.0.0.1:${(http.address() as { port: number }).port}/mcp`, calls, slow, close, release: () => release() }
+  return {
+    url: `http://127.0.0.1:${(http.address() as { port: number }).port}/mcp`,
+    calls,
+    slow,
+    close,
+    release: () => release()
+  }
 }

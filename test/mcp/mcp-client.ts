@@ -16,8 +16,13 @@ export async function mcpClient(t: Teardown, base: string, headers: Record<strin
   // instance closes it, and a connection opened for that would hold the server's close
   const agent = new Agent()
   t.teardown(() => agent.destroy())
-  const fetch = ((url: string | URL, init?: RequestInit) => undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as typeof globalThis.fetch
-  const transport = new StreamableHTTPClientTransport(new URL(`${base}/api/mcp`), { requestInit: { headers }, fetch, ...(sessionId ? { sessionId } : {}) })
+  const fetch = ((url: string | URL, init?: RequestInit) =>
+    undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as typeof globalThis.fetch
+  const transport = new StreamableHTTPClientTransport(new URL(`${base}/api/mcp`), {
+    requestInit: { headers },
+    fetch,
+    ...(sessionId ? { sessionId } : {})
+  })
   const client = new Client({ name: 'cairn-test', version: '1.0.0' })
   await client.connect(transport)
   t.teardown(() => client.close())
@@ -25,7 +30,11 @@ export async function mcpClient(t: Teardown, base: string, headers: Record<strin
 }
 
 /** A tool's answer: its JSON text parsed, and whether it is an error. */
-export async function call(client: Client, name: string, args: Record<string, unknown> = {}): Promise<{ isError: boolean; body: any }> {
+export async function call(
+  client: Client,
+  name: string,
+  args: Record<string, unknown> = {}
+): Promise<{ isError: boolean; body: any }> {
   const result = await client.callTool({ name, arguments: args })
   const content = result.content as Array<{ type: string; text: string }>
   return { isError: result.isError === true, body: JSON.parse(content[0]!.text) }

@@ -17,184 +17,305 @@ async function setup(t: import('tap').Test, env: Record<string, string> = {}) {
   return { app, base, owner, key }
 }
 
-t.test('the SDK client lists the tools and searches memory and knowledge as the caller, with the same answers as the HTTP routes', async (t) => {
-  const { app, base, owner, key } = await setup(t)
-  await addFacts(app.db, owner.org.id, 'org', '', FACTS)
-  const created = await app.inject({ method: 'POST', url: '/api/knowledge', headers: { cookie: owner.cookie }, payload: { title: 'Coffee <care>', body: 'Descale the coffee machine & rinse it: "monthly".' } })
-  t.equal(created.statusCode, 201, created.body)
-  const recordId = created.json().record.id as string
+t.test(
+  'the SDK client lists the tools and searches memory and knowledge as the caller, with the same answers as the HTTP routes',
+  async (t) => {
+    const { app, base, owner, key } = await setup(t)
+    await addFacts(app.db, owner.org.id, 'org', '', FACTS)
+    const created = await app.inject({
+      method: 'POST',
+      url: '/api/knowledge',
+      headers: { cookie: owner.cookie },
+      payload: { title: 'Coffee <care>', body: 'Descale the coffee machine & rinse it: "monthly".' }
+    })
+    t.equal(created.statusCode, 201, created.body)
+    const recordId = created.json().record.id as string
 
-  const { client, transport } = await mcpClient(t, base, { authorization: key.authorization })
-  t.ok(transport.sessionId, 'initialize answered a session id')
-  t.same(client.getServerVersion()?.name, 'cairn')
-  const tools = (await client.listTools()).tools
-  t.same(tools.map((tool) => tool.name), ['memory_search', 'knowledge_search', 'list_threads', 'get_run', 'start_run', 'run_skill'])
-  t.match(tools.find((tool) => tool.name === 'start_run')!.inputSchema, { type: 'object', required: ['prompt'], properties: { waitSeconds: { maximum: 60 } } })
+    const { client, transport } = await mcpClient(t, base, { authorization: key.authorization })
+    t.ok(transport.sessionId, 'initialize answered a session id')
+    t.same(client.getServerVersion()?.name, 'cairn')
+    const tools = (await client.listTools()).tools
+    t.same(
+      tools.map((tool) => tool.name),
+      ['memory_search', 'knowledge_search', 'list_threads', 'get_run', 'start_run', 'run_skill']
+    )
+    t.match(tools.find((tool) => tool.name === 'start_run')!.inputSchema, {
+      type: 'object',
+      required: ['prompt'],
+      properties: { waitSeconds: { maximum: 60 } }
+    })
 
-  const viaHttp = (await app.inject({ method: 'GET', url: '/api/memory/search?q=coffee', headers: { authorization: key.authorization } })).json()
-  const viaMcp = await call(client, 'memory_search', { query: 'coffee' })
-  t.equal(viaMcp.isError, false)
-  t.same(viaMcp.body.items.map((i: any) => i.content), [FACTS[0]])
-  t.same(viaMcp.body.items, viaHttp.items, 'the same items as GET /api/memory/search')
+    const viaHttp = (
+      await app.inject({
+        method: 'GET',
+        url: '/api/memory/search?q=coffee',
+        headers: { authorization: key.authorization }
+      })
+    ).json()
+    const viaMcp = await call(client, 'memory_search', { query: 'coffee' })
+    t.equal(viaMcp.isError, false)
+    t.same(
+      viaMcp.body.items.map((i: any) => i.content),
+      [FACTS[0]]
+    )
+    t.same(viaMcp.body.items, viaHttp.items, 'the same items as GET /api/memory/search')
 
-  // personal memory needs a signed-in person: a key fails closed, as over HTTP
-  const personal = await call(client, 'memory_search', { query: 'coffee', scope: 'personal' })
-  t.same(personal, { isError: true, body: { error: 'sign-in required', message: 'personal memory needs a signed-in user' } })
+    // personal memory needs a signed-in person: a key fails closed, as over HTTP
+    const personal = await call(client, 'memory_search', { query: 'coffee', scope: 'personal' })
+    t.same(personal, {
+      isError: true,
+      body: { error: 'sign-in required', message: 'personal memory needs a signed-in user' }
+    })
 
-  const knowledge = await call(client, 'knowledge_search', { query: 'coffee' })
-  t.equal(knowledge.isError, false)
-  t.equal(knowledge.body.items[0].id, recordId)
-  t.equal(knowledge.body.items[0].title, 'Coffee <care>')
-  t.notMatch(knowledge.body.items[0].snippet, /<mark>|&amp;|&quot;/, 'plain text, no HTML')
-  t.match(knowledge.body.items[0].snippet, 'Descale the coffee machine & rinse it: "monthly".')
+    const knowledge = await call(client, 'knowledge_search', { query: 'coffee' })
+    t.equal(knowledge.isError, false)
+    t.equal(knowledge.body.items[0].id, recordId)
+    t.equal(knowledge.body.items[0].title, 'Coffee <care>')
+    t.notMatch(knowledge.body.items[0].snippet, /<mark>|&amp;|&quot;/, 'plain text, no HTML')
+    t.match(knowledge.body.items[0].snippet, 'Descale the coffee machine & rinse it: "monthly".')
 
-  const resources = await client.listResources()
-  t.same(resources.resources.map((r) => r.uri), [`cairn://knowledge/${recordId}`])
-  const read = await client.readResource({ uri: `cairn://knowledge/${recordId}` })
-  t.same(read.contents, [{ uri: `cairn://knowledge/${recordId}`, mimeType: 'text/markdown', text: '# Coffee <care>\n\nDescale the coffee machine & rinse it: "monthly".' }])
+    const resources = await client.listResources()
+    t.same(
+      resources.resources.map((r) => r.uri),
+      [`cairn://knowledge/${recordId}`]
+    )
+    const read = await client.readResource({ uri: `cairn://knowledge/${recordId}` })
+    t.same(read.contents, [
+      {
+        uri: `cairn://knowledge/${recordId}`,
+        mimeType: 'text/markdown',
+        text: '# Coffee <care>\n\nDescale the coffee machine & rinse it: "monthly".'
+      }
+    ])
 
-  const bad = await call(client, 'memory_search', { query: '' })
-  t.equal(bad.isError, true)
-  t.equal(bad.body.error, 'validation_failed')
-  const nul = await call(client, 'knowledge_search', { query: 'a\u0000b' })
-  t.equal(nul.body.error, 'validation_failed', 'NUL in an argument is refused like in a query string')
-  await t.rejects(client.callTool({ name: 'shell', arguments: {} }), /unknown tool/)
+    const bad = await call(client, 'memory_search', { query: '' })
+    t.equal(bad.isError, true)
+    t.equal(bad.body.error, 'validation_failed')
+    const nul = await call(client, 'knowledge_search', { query: 'a\u0000b' })
+    t.equal(nul.body.error, 'validation_failed', 'NUL in an argument is refused like in a query string')
+    await t.rejects(client.callTool({ name: 'shell', arguments: {} }), /unknown tool/)
 
-  const sessionId = transport.sessionId!
-  const [row] = await app.db.select().from(mcpSessions).where(eq(mcpSessions.id, sessionId))
-  t.match(row, { orgId: owner.org.id, principal: `key:${key.id}` })
-  await transport.terminateSession()
-  t.same(await app.db.select().from(mcpSessions).where(eq(mcpSessions.id, sessionId)), [], 'DELETE ends the session')
-})
+    const sessionId = transport.sessionId!
+    const [row] = await app.db.select().from(mcpSessions).where(eq(mcpSessions.id, sessionId))
+    t.match(row, { orgId: owner.org.id, principal: `key:${key.id}` })
+    await transport.terminateSession()
+    t.same(await app.db.select().from(mcpSessions).where(eq(mcpSessions.id, sessionId)), [], 'DELETE ends the session')
+  }
+)
 
-t.test('another org is invisible: its records, runs and skills are not found; a session cookie and the dev org work too', async (t) => {
-  const { app, base, owner } = await setup(t)
-  const other = await signUpWithOrg(app)
-  const theirs = (await app.inject({ method: 'POST', url: '/api/knowledge', headers: { cookie: other.cookie }, payload: { title: 'Secret plan', body: 'Their coffee.' } })).json().record.id
-  const theirRun = (await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie: other.cookie }, payload: { prompt: 'theirs' } })).json().run.id
-  const theirSkill = (await app.inject({ method: 'POST', url: '/api/skills', headers: { cookie: other.cookie }, payload: { name: 'theirs', description: 'Theirs', instructions: 'Be theirs.' } })).json().skill.id
+t.test(
+  'another org is invisible: its records, runs and skills are not found; a session cookie and the dev org work too',
+  async (t) => {
+    const { app, base, owner } = await setup(t)
+    const other = await signUpWithOrg(app)
+    const theirs = (
+      await app.inject({
+        method: 'POST',
+        url: '/api/knowledge',
+        headers: { cookie: other.cookie },
+        payload: { title: 'Secret plan', body: 'Their coffee.' }
+      })
+    ).json().record.id
+    const theirRun = (
+      await app.inject({
+        method: 'POST',
+        url: '/api/runs',
+        headers: { cookie: other.cookie },
+        payload: { prompt: 'theirs' }
+      })
+    ).json().run.id
+    const theirSkill = (
+      await app.inject({
+        method: 'POST',
+        url: '/api/skills',
+        headers: { cookie: other.cookie },
+        payload: { name: 'theirs', description: 'Theirs', instructions: 'Be theirs.' }
+      })
+    ).json().skill.id
 
-  const { client } = await mcpClient(t, base, { cookie: owner.cookie })
-  t.same((await client.listResources()).resources, [])
-  await t.rejects(client.readResource({ uri: `cairn://knowledge/${theirs}` }), /Resource not found/)
-  t.same(await call(client, 'get_run', { id: theirRun }), { isError: true, body: { error: 'not_found', message: 'no such run in this organization' } })
-  t.same((await call(client, 'run_skill', { skillId: theirSkill })).body.error, 'not_found')
-  t.same((await call(client, 'knowledge_search', { query: 'coffee' })).body.items, [])
-  t.same((await call(client, 'list_threads')).body.items, [])
-  t.equal((await call(client, 'memory_search', { query: 'coffee', scope: 'personal' })).isError, false, 'a signed-in person may search personal memory')
+    const { client } = await mcpClient(t, base, { cookie: owner.cookie })
+    t.same((await client.listResources()).resources, [])
+    await t.rejects(client.readResource({ uri: `cairn://knowledge/${theirs}` }), /Resource not found/)
+    t.same(await call(client, 'get_run', { id: theirRun }), {
+      isError: true,
+      body: { error: 'not_found', message: 'no such run in this organization' }
+    })
+    t.same((await call(client, 'run_skill', { skillId: theirSkill })).body.error, 'not_found')
+    t.same((await call(client, 'knowledge_search', { query: 'coffee' })).body.items, [])
+    t.same((await call(client, 'list_threads')).body.items, [])
+    t.equal(
+      (await call(client, 'memory_search', { query: 'coffee', scope: 'personal' })).isError,
+      false,
+      'a signed-in person may search personal memory'
+    )
 
-  // no credentials from loopback: the dev org
-  const dev = await mcpClient(t, base)
-  const devRun = await call(dev.client, 'start_run', { prompt: 'dev hello', waitSeconds: 30 })
-  t.match(devRun.body, { status: 'succeeded', output: 'dev hello' })
-  const [row] = await app.db.select().from(runs).where(eq(runs.id, devRun.body.id))
-  t.equal(row!.orgId, DEV_ORG.id)
-})
+    // no credentials from loopback: the dev org
+    const dev = await mcpClient(t, base)
+    const devRun = await call(dev.client, 'start_run', { prompt: 'dev hello', waitSeconds: 30 })
+    t.match(devRun.body, { status: 'succeeded', output: 'dev hello' })
+    const [row] = await app.db.select().from(runs).where(eq(runs.id, devRun.body.id))
+    t.equal(row!.orgId, DEV_ORG.id)
+  }
+)
 
-t.test('start_run: a run with origin mcp, answered with its output when it ends in time, else its id and status; an idempotency key starts it once', async (t) => {
-  const { app, base, owner, key } = await setup(t)
-  const { client } = await mcpClient(t, base, { authorization: key.authorization })
+t.test(
+  'start_run: a run with origin mcp, answered with its output when it ends in time, else its id and status; an idempotency key starts it once',
+  async (t) => {
+    const { app, base, owner, key } = await setup(t)
+    const { client } = await mcpClient(t, base, { authorization: key.authorization })
 
-  const done = await call(client, 'start_run', { prompt: 'hello from mcp', waitSeconds: 30 })
-  t.equal(done.isError, false)
-  t.match(done.body, { status: 'succeeded', output: 'hello from mcp', error: null })
-  const [row] = await app.db.select().from(runs).where(eq(runs.id, done.body.id))
-  t.match(row, { origin: 'mcp', orgId: owner.org.id, userId: null, status: 'succeeded' })
+    const done = await call(client, 'start_run', { prompt: 'hello from mcp', waitSeconds: 30 })
+    t.equal(done.isError, false)
+    t.match(done.body, { status: 'succeeded', output: 'hello from mcp', error: null })
+    const [row] = await app.db.select().from(runs).where(eq(runs.id, done.body.id))
+    t.match(row, { origin: 'mcp', orgId: owner.org.id, userId: null, status: 'succeeded' })
 
-  const followUp = await call(client, 'start_run', { prompt: 'and again', rootRunId: done.body.id })
-  t.equal(followUp.body.rootRunId, done.body.id)
-  t.ok(['queued', 'running', 'succeeded'].includes(followUp.body.status))
-  t.notOk('output' in followUp.body && followUp.body.status !== 'succeeded', 'no output before it ended')
-  const fetched = await call(client, 'get_run', { id: followUp.body.id })
-  t.equal(fetched.body.run.origin, 'mcp')
-  t.equal(fetched.body.run.rootRunId, done.body.id)
+    const followUp = await call(client, 'start_run', { prompt: 'and again', rootRunId: done.body.id })
+    t.equal(followUp.body.rootRunId, done.body.id)
+    t.ok(['queued', 'running', 'succeeded'].includes(followUp.body.status))
+    t.notOk('output' in followUp.body && followUp.body.status !== 'succeeded', 'no output before it ended')
+    const fetched = await call(client, 'get_run', { id: followUp.body.id })
+    t.equal(fetched.body.run.origin, 'mcp')
+    t.equal(fetched.body.run.rootRunId, done.body.id)
 
-  const threads = await call(client, 'list_threads', { limit: 5 })
-  t.same(threads.body.items.map((th: any) => th.rootRunId), [done.body.id])
+    const threads = await call(client, 'list_threads', { limit: 5 })
+    t.same(
+      threads.body.items.map((th: any) => th.rootRunId),
+      [done.body.id]
+    )
 
-  const before = (await app.db.select().from(runs).where(eq(runs.orgId, owner.org.id))).length
-  const first = await call(client, 'start_run', { prompt: 'only once', idempotencyKey: 'k-1' })
-  const again = await call(client, 'start_run', { prompt: 'only once', idempotencyKey: 'k-1' })
-  t.equal(again.body.id, first.body.id, 'the same key answers the first run')
-  t.equal((await app.db.select().from(runs).where(eq(runs.orgId, owner.org.id))).length, before + 1)
-  const reused = await call(client, 'start_run', { prompt: 'something else', idempotencyKey: 'k-1' })
-  t.match(reused, { isError: true, body: { error: 'idempotency_key_reused' } })
+    const before = (await app.db.select().from(runs).where(eq(runs.orgId, owner.org.id))).length
+    const first = await call(client, 'start_run', { prompt: 'only once', idempotencyKey: 'k-1' })
+    const again = await call(client, 'start_run', { prompt: 'only once', idempotencyKey: 'k-1' })
+    t.equal(again.body.id, first.body.id, 'the same key answers the first run')
+    t.equal((await app.db.select().from(runs).where(eq(runs.orgId, owner.org.id))).length, before + 1)
+    const reused = await call(client, 'start_run', { prompt: 'something else', idempotencyKey: 'k-1' })
+    t.match(reused, { isError: true, body: { error: 'idempotency_key_reused' } })
 
-  t.match(await call(client, 'start_run', { prompt: 'x', model: 'no-such-model' }), { isError: true, body: { error: 'engine_unavailable' } })
-  t.match(await call(client, 'start_run', { prompt: 'x', rootRunId: 'nosuchthread' }), { isError: true, body: { error: 'not_found' } })
-})
+    t.match(await call(client, 'start_run', { prompt: 'x', model: 'no-such-model' }), {
+      isError: true,
+      body: { error: 'engine_unavailable' }
+    })
+    t.match(await call(client, 'start_run', { prompt: 'x', rootRunId: 'nosuchthread' }), {
+      isError: true,
+      body: { error: 'not_found' }
+    })
+  }
+)
 
 t.test('run_skill runs a skill of the org as POST /api/skills/:id/run does', async (t) => {
   const { app, base, owner, key } = await setup(t)
-  const skill = (await app.inject({ method: 'POST', url: '/api/skills', headers: { cookie: owner.cookie }, payload: { name: 'shout', description: 'Shout', instructions: 'Answer loudly.' } })).json().skill
+  const skill = (
+    await app.inject({
+      method: 'POST',
+      url: '/api/skills',
+      headers: { cookie: owner.cookie },
+      payload: { name: 'shout', description: 'Shout', instructions: 'Answer loudly.' }
+    })
+  ).json().skill
   const { client } = await mcpClient(t, base, { authorization: key.authorization })
   const ran = await call(client, 'run_skill', { skillId: skill.id, input: 'skill input here', waitSeconds: 30 })
   t.match(ran.body, { status: 'succeeded', output: 'skill input here' })
-  const [row] = await app.db.select().from(runs).where(and(eq(runs.id, ran.body.id), eq(runs.orgId, owner.org.id)))
+  const [row] = await app.db
+    .select()
+    .from(runs)
+    .where(and(eq(runs.id, ran.body.id), eq(runs.orgId, owner.org.id)))
   t.match(row, { origin: 'skill', instructions: 'Answer loudly.', metadata: { skillId: skill.id } })
 })
 
-t.test('sessions are rows: a session opened on one instance is served by another; another caller\'s or an ended session is 404; bad messages get JSON-RPC errors', async (t) => {
-  const shared = await createTestDatabase(t)
-  const second = await secondHandle(t, shared)
-  const a = await buildTestApp(t, { db: shared })
-  const b = await buildTestApp(t, { db: second, env: { RUN_WORKER_CONCURRENCY: '0' } })
-  const [baseA, baseB] = [await listening(a), await listening(b)]
-  const owner = await signUpWithOrg(a)
-  const key = await mintKey(a, owner.cookie)
-  const otherKey = await mintKey(a, owner.cookie, 'other key')
+t.test(
+  "sessions are rows: a session opened on one instance is served by another; another caller's or an ended session is 404; bad messages get JSON-RPC errors",
+  async (t) => {
+    const shared = await createTestDatabase(t)
+    const second = await secondHandle(t, shared)
+    const a = await buildTestApp(t, { db: shared })
+    const b = await buildTestApp(t, { db: second, env: { RUN_WORKER_CONCURRENCY: '0' } })
+    const [baseA, baseB] = [await listening(a), await listening(b)]
+    const owner = await signUpWithOrg(a)
+    const key = await mintKey(a, owner.cookie)
+    const otherKey = await mintKey(a, owner.cookie, 'other key')
 
-  const onA = await mcpClient(t, baseA, { authorization: key.authorization })
-  const sessionId = onA.transport.sessionId!
-  // the same session, continued on B: the SDK client does not initialize again
-  const onB = await mcpClient(t, baseB, { authorization: key.authorization }, sessionId)
-  t.equal(onB.transport.sessionId, sessionId)
-  t.equal((await onB.client.listTools()).tools.length, 6)
-  t.equal((await call(onB.client, 'list_threads')).isError, false)
+    const onA = await mcpClient(t, baseA, { authorization: key.authorization })
+    const sessionId = onA.transport.sessionId!
+    // the same session, continued on B: the SDK client does not initialize again
+    const onB = await mcpClient(t, baseB, { authorization: key.authorization }, sessionId)
+    t.equal(onB.transport.sessionId, sessionId)
+    t.equal((await onB.client.listTools()).tools.length, 6)
+    t.equal((await call(onB.client, 'list_threads')).isError, false)
 
-  const post = (base: string, headers: Record<string, string>, body: string) => fetch(`${base}/api/mcp`, {
-    method: 'POST', body, headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25', ...headers }
-  })
-  const listMessage = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
-  const ok = await post(baseB, { authorization: key.authorization, 'mcp-session-id': sessionId }, listMessage)
-  t.equal(ok.status, 200)
-  t.equal(ok.headers.get('mcp-session-id'), sessionId)
-  t.equal(ok.headers.get('x-service-api-compat'), 'run-events-v1', 'the release headers of every /api answer')
-  t.equal(((await ok.json()) as any).result.tools.length, 6)
+    const post = (base: string, headers: Record<string, string>, body: string) =>
+      fetch(`${base}/api/mcp`, {
+        method: 'POST',
+        body,
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          'mcp-protocol-version': '2025-11-25',
+          ...headers
+        }
+      })
+    const listMessage = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
+    const ok = await post(baseB, { authorization: key.authorization, 'mcp-session-id': sessionId }, listMessage)
+    t.equal(ok.status, 200)
+    t.equal(ok.headers.get('mcp-session-id'), sessionId)
+    t.equal(ok.headers.get('x-service-api-compat'), 'run-events-v1', 'the release headers of every /api answer')
+    t.equal(((await ok.json()) as any).result.tools.length, 6)
 
-  const stranger = await post(baseB, { authorization: otherKey.authorization, 'mcp-session-id': sessionId }, listMessage)
-  t.equal(stranger.status, 404, 'another key cannot use the session')
-  t.same(await stranger.json(), { jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' }, id: null })
-  const missing = await post(baseB, { authorization: key.authorization }, listMessage)
-  t.equal(missing.status, 400)
-  t.equal(((await missing.json()) as any).error.code, -32000)
+    const stranger = await post(
+      baseB,
+      { authorization: otherKey.authorization, 'mcp-session-id': sessionId },
+      listMessage
+    )
+    t.equal(stranger.status, 404, 'another key cannot use the session')
+    t.same(await stranger.json(), { jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' }, id: null })
+    const missing = await post(baseB, { authorization: key.authorization }, listMessage)
+    t.equal(missing.status, 400)
+    t.equal(((await missing.json()) as any).error.code, -32000)
 
-  const emptyBatch = await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, '[]')
-  t.ok(emptyBatch.status < 500, 'an empty batch is no request at all')
-  for (const [body, code] of [['{not json', -32700], ['{"hello":"world"}', -32700], ['"text"', -32700]] as const) {
-    const res = await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, body)
-    t.equal(res.status, 400, body)
-    const answer = (await res.json()) as any
-    t.equal(answer.jsonrpc, '2.0', body)
-    t.equal(answer.error.code, code, body)
+    const emptyBatch = await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, '[]')
+    t.ok(emptyBatch.status < 500, 'an empty batch is no request at all')
+    for (const [body, code] of [
+      ['{not json', -32700],
+      ['{"hello":"world"}', -32700],
+      ['"text"', -32700]
+    ] as const) {
+      const res = await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, body)
+      t.equal(res.status, 400, body)
+      const answer = (await res.json()) as any
+      t.equal(answer.jsonrpc, '2.0', body)
+      t.equal(answer.error.code, code, body)
+    }
+    const unknownMethod = await post(
+      baseA,
+      { authorization: key.authorization, 'mcp-session-id': sessionId },
+      JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'no/such' })
+    )
+    t.equal(unknownMethod.status, 200)
+    t.match(await unknownMethod.json(), { id: 7, error: { code: -32601 } })
+    const unauthenticated = await fetch(`${baseA}/api/mcp`, {
+      method: 'POST',
+      body: listMessage,
+      headers: { authorization: 'Bearer cairn_nope', 'content-type': 'application/json' }
+    })
+    t.equal(unauthenticated.status, 401)
+    t.equal(((await unauthenticated.json()) as any).error, 'unauthorized')
+
+    // ended on B, refused on A: a call that would start a run starts none
+    await onB.transport.terminateSession()
+    const ended = await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, listMessage)
+    t.equal(ended.status, 404)
+    const startMessage = JSON.stringify({
+      jsonrpc: '2.0',
+      id: 9,
+      method: 'tools/call',
+      params: { name: 'start_run', arguments: { prompt: 'after the end' } }
+    })
+    const refused = await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, startMessage)
+    t.equal(refused.status, 404)
+    t.same(await refused.json(), { jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' }, id: null })
+    t.same(await a.db.select().from(runs).where(eq(runs.orgId, owner.org.id)), [], 'no run was started')
   }
-  const unknownMethod = await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'no/such' }))
-  t.equal(unknownMethod.status, 200)
-  t.match(await unknownMethod.json(), { id: 7, error: { code: -32601 } })
-  const unauthenticated = await fetch(`${baseA}/api/mcp`, { method: 'POST', body: listMessage, headers: { authorization: 'Bearer cairn_nope', 'content-type': 'application/json' } })
-  t.equal(unauthenticated.status, 401)
-  t.equal(((await unauthenticated.json()) as any).error, 'unauthorized')
-
-  // ended on B, refused on A: a call that would start a run starts none
-  await onB.transport.terminateSession()
-  const ended = await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, listMessage)
-  t.equal(ended.status, 404)
-  const startMessage = JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/call', params: { name: 'start_run', arguments: { prompt: 'after the end' } } })
-  const refused = await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, startMessage)
-  t.equal(refused.status, 404)
-  t.same(await refused.json(), { jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' }, id: null })
-  t.same(await a.db.select().from(runs).where(eq(runs.orgId, owner.org.id)), [], 'no run was started')
-})
+)
 
 t.test('concurrent calls of two organizations each see only their own memory', async (t) => {
   const { app, base, owner, key } = await setup(t)
@@ -204,11 +325,19 @@ t.test('concurrent calls of two organizations each see only their own memory', a
   await addFacts(app.db, other.org.id, 'org', '', ['Theirs: the deploy runbook lives in a drawer'])
   const ours = await mcpClient(t, base, { authorization: key.authorization })
   const theirs = await mcpClient(t, base, { authorization: otherKey.authorization })
-  const calls = Array.from({ length: 24 }, (_, i) => i % 2 === 0
-    ? call(ours.client, 'memory_search', { query: 'deploy runbook' }).then((answer) => ['ours', answer] as const)
-    : call(theirs.client, 'memory_search', { query: 'deploy runbook' }).then((answer) => ['theirs', answer] as const))
+  const calls = Array.from({ length: 24 }, (_, i) =>
+    i % 2 === 0
+      ? call(ours.client, 'memory_search', { query: 'deploy runbook' }).then((answer) => ['ours', answer] as const)
+      : call(theirs.client, 'memory_search', { query: 'deploy runbook' }).then((answer) => ['theirs', answer] as const)
+  )
   for (const [whose, answer] of await Promise.all(calls)) {
     t.equal(answer.isError, false)
-    t.same(answer.body.items.map((item: any) => item.content), [whose === 'ours' ? 'Ours: the deploy runbook lives in the wiki' : 'Theirs: the deploy runbook lives in a drawer'], whose)
+    t.same(
+      answer.body.items.map((item: any) => item.content),
+      [
+        whose === 'ours' ? 'Ours: the deploy runbook lives in the wiki' : 'Theirs: the deploy runbook lives in a drawer'
+      ],
+      whose
+    )
   }
 })

@@ -9,7 +9,16 @@ import type { PoolRef } from '../../src/memory/backend.js'
 import { ensurePool } from '../../src/memory/pools.js'
 import { createPostgresPool } from '../../src/memory/postgres-pool.js'
 import type { RunRef } from '../../src/runs/memory-port.js'
-import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg, type EnvOverrides, type Teardown, type TestDatabase } from '../helper.js'
+import {
+  addMember,
+  buildTestApp,
+  mintKey,
+  signUp,
+  signUpWithOrg,
+  type EnvOverrides,
+  type Teardown,
+  type TestDatabase
+} from '../helper.js'
 
 export { waitFor } from '../helper.js'
 
@@ -41,7 +50,10 @@ export const devCaller: Caller = { orgId: DEV_ORG.id, userId: null, headers: {} 
 export type MemoryTestApp = FastifyInstance & { testDb: TestDatabase }
 
 /** The real app (principal, scopes, key allowlist) over a real database, with fast memory timings. */
-export async function memoryTestApp(t: Teardown, options: { env?: EnvOverrides; db?: TestDatabase } = {}): Promise<MemoryTestApp> {
+export async function memoryTestApp(
+  t: Teardown,
+  options: { env?: EnvOverrides; db?: TestDatabase } = {}
+): Promise<MemoryTestApp> {
   return buildTestApp(t, { env: { ...FAST, ...options.env }, ...(options.db ? { db: options.db } : {}) })
 }
 
@@ -66,7 +78,11 @@ export async function createOrg(app: FastifyInstance, slug: string): Promise<Tes
  * Another real user (signed up through the API) in an existing org: added by the org's
  * owner through the API, or, in the dev org, which has no owner who can sign in, by a row.
  */
-export async function addUser(app: FastifyInstance, orgId: string, role: 'owner' | 'admin' | 'member' = 'member'): Promise<Caller> {
+export async function addUser(
+  app: FastifyInstance,
+  orgId: string,
+  role: 'owner' | 'admin' | 'member' = 'member'
+): Promise<Caller> {
   const user = await signUp(app)
   const owner = owners.get(orgId)
   if (owner) await addMember(app, owner.headers.cookie!, orgId, user.user.email, role)
@@ -82,7 +98,14 @@ export async function keyCaller(app: FastifyInstance, org: TestOrg): Promise<Cal
 }
 
 /** Puts facts straight into a pool of the postgres backend (as a delivered capture would). */
-export async function addFacts(db: Db, orgId: string, scope: 'org' | 'personal', ownerKey: string, facts: string[], runId = newId()): Promise<PoolRef> {
+export async function addFacts(
+  db: Db,
+  orgId: string,
+  scope: 'org' | 'personal',
+  ownerKey: string,
+  facts: string[],
+  runId = newId()
+): Promise<PoolRef> {
   const pool = await ensurePool(db, orgId, scope, ownerKey)
   await createPostgresPool(db).deliver(pool, { captureId: newId(), runId, rootRunId: runId, facts }, async () => true)
   return pool
@@ -111,7 +134,14 @@ interface StoredMemory {
 export async function startMem0(t: Teardown) {
   const store = new Map<string, StoredMemory>()
   const deliveries = new Map<string, number>()
-  const state = { mode: 'ok' as Mem0Mode, updateMode: 'ok' as 'ok' | 'fail', posts: 0, lists: 0, delayMs: 0, searches: [] as string[] }
+  const state = {
+    mode: 'ok' as Mem0Mode,
+    updateMode: 'ok' as 'ok' | 'fail',
+    posts: 0,
+    lists: 0,
+    delayMs: 0,
+    searches: [] as string[]
+  }
   const hanging = new Set<ServerResponse>()
 
   const send = (res: ServerResponse, status: number, body: unknown) => {
@@ -146,7 +176,14 @@ export async function startMem0(t: Teardown) {
       deliveries.set(captureId, (deliveries.get(captureId) ?? 0) + 1)
       const results = (body.messages as Array<{ content: string }>).map((m) => {
         const now = new Date().toISOString()
-        const item: StoredMemory = { id: newId(), memory: m.content, user_id: body.user_id, metadata: body.metadata ?? {}, created_at: now, updated_at: now }
+        const item: StoredMemory = {
+          id: newId(),
+          memory: m.content,
+          user_id: body.user_id,
+          metadata: body.metadata ?? {},
+          created_at: now,
+          updated_at: now
+        }
         store.set(item.id, item)
         return { id: item.id, memory: item.memory, event: 'ADD' }
       })
@@ -154,7 +191,9 @@ export async function startMem0(t: Teardown) {
     }
     if (req.method === 'GET' && url.pathname === '/memories') {
       state.lists++
-      return send(res, 200, { results: [...store.values()].filter((m) => m.user_id === url.searchParams.get('user_id')) })
+      return send(res, 200, {
+        results: [...store.values()].filter((m) => m.user_id === url.searchParams.get('user_id'))
+      })
     }
     if (req.method === 'POST' && url.pathname === '/search') {
       state.searches.push(String(body.query))
@@ -201,4 +240,3 @@ export async function startMem0(t: Teardown) {
     }
   }
 }
-

@@ -15,7 +15,8 @@ const hold = (ids: string[]) => {
 }
 // the worker was handed this object: its deliveries now wait forever
 backend.deliver = async (_pool, capture) => hold([capture.captureId])
-if (backend.deliverBatch) backend.deliverBatch = async (batch) => hold([...new Set(batch.map((b) => b.capture.captureId))])
+if (backend.deliverBatch)
+  backend.deliverBatch = async (batch) => hold([...new Set(batch.map((b) => b.capture.captureId))])
 // SIGTERM closes it as the server does (src/server.ts)
 closeOnSignals(app, config.SHUTDOWN_GRACE_MS)
 await app.listen({ port: 0, host: '127.0.0.1' })

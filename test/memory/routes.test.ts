@@ -6,7 +6,14 @@ import { memoryItems } from '../../src/memory/tables.js'
 import { buildTestApp } from '../helper.js'
 import { addFacts, FAST } from './helpers.js'
 
-const FAILED_CLOSED = { enabled: true, scope: 'personal', authed: false, truncated: false, failedClosed: true, items: [] }
+const FAILED_CLOSED = {
+  enabled: true,
+  scope: 'personal',
+  authed: false,
+  truncated: false,
+  failedClosed: true,
+  items: []
+}
 
 t.test('memory off: reads answer enabled false, writes 403 memory disabled, capabilities.memory false', async (t) => {
   const app = await buildTestApp(t, { env: { MEMORY_BACKEND: 'off' } })
@@ -52,7 +59,9 @@ t.test('memory on: capabilities.memory true; the dev org never reaches a persona
   }
   const history = await app.inject({ method: 'GET', url: `/api/memory/item/${id}/history?scope=personal` })
   t.equal(history.statusCode, 403)
-  const pools = rowsOf<{ n: number }>(await app.db.execute(sql`select count(*)::int as n from memory_pools where scope = 'personal'`))
+  const pools = rowsOf<{ n: number }>(
+    await app.db.execute(sql`select count(*)::int as n from memory_pools where scope = 'personal'`)
+  )
   t.equal(pools[0]!.n, 0, 'no personal pool was created')
   const [item] = await app.db.select().from(memoryItems)
   t.equal(item!.content, 'The deploy key rotates every Monday', 'nothing was written')
@@ -61,9 +70,20 @@ t.test('memory on: capabilities.memory true; the dev org never reaches a persona
 t.test('search, browse, patch, delete and history in the org pool', async (t) => {
   const app = await buildTestApp(t, { env: FAST })
   const empty = await app.inject({ method: 'GET', url: '/api/memory/search?q=deploy' })
-  t.match(empty.json(), { enabled: true, scope: 'org', authed: false, truncated: false, items: [] }, 'no pool yet: no items')
+  t.match(
+    empty.json(),
+    { enabled: true, scope: 'org', authed: false, truncated: false, items: [] },
+    'no pool yet: no items'
+  )
   const runId = '0190b8f0-0000-7000-8000-00000000aaaa'
-  await addFacts(app.db, DEV_ORG.id, 'org', '', ['Staging deploys need a green build', 'The cafeteria closes at three'], runId)
+  await addFacts(
+    app.db,
+    DEV_ORG.id,
+    'org',
+    '',
+    ['Staging deploys need a green build', 'The cafeteria closes at three'],
+    runId
+  )
 
   const search = await app.inject({ method: 'GET', url: '/api/memory/search?q=deploys&scope=bogus' })
   t.equal(search.statusCode, 200)
@@ -71,33 +91,72 @@ t.test('search, browse, patch, delete and history in the org pool', async (t) =>
   t.equal(body.scope, 'org', 'an invalid scope falls back to org')
   t.equal(body.items.length, 1)
   const hit = body.items[0]
-  t.match(hit, { content: 'Staging deploys need a green build', sourceScope: 'org', citation: { kind: 'memory', id: hit.id, runId, rootRunId: runId } })
+  t.match(hit, {
+    content: 'Staging deploys need a green build',
+    sourceScope: 'org',
+    citation: { kind: 'memory', id: hit.id, runId, rootRunId: runId }
+  })
   t.type(hit.score, 'number')
   t.ok(Date.parse(hit.citation.createdAt))
   t.same((await app.inject({ method: 'GET', url: '/api/memory/search?q=' })).json().items, [], 'empty q: no items')
-  t.same((await app.inject({ method: 'GET', url: '/api/memory/search?q=%20%20' })).json().items, [], 'blank q: no items')
+  t.same(
+    (await app.inject({ method: 'GET', url: '/api/memory/search?q=%20%20' })).json().items,
+    [],
+    'blank q: no items'
+  )
 
   const browse = (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json()
   t.match(browse, { enabled: true, scope: 'org', authed: false, total: 2, nextCursor: null })
   t.equal(browse.items[0].content, 'The cafeteria closes at three', 'newest first')
-  t.same(Object.keys(browse.items[0]).sort(), ['background', 'content', 'createdAt', 'id', 'sourceRunId', 'sourceScope', 'updatedAt'])
+  t.same(Object.keys(browse.items[0]).sort(), [
+    'background',
+    'content',
+    'createdAt',
+    'id',
+    'sourceRunId',
+    'sourceScope',
+    'updatedAt'
+  ])
   t.match(browse.items[0], { background: false, sourceScope: 'org', sourceRunId: runId })
   const [cafeteria, staging] = browse.items
 
-  const patch = await app.inject({ method: 'PATCH', url: `/api/memory/item/${staging.id}`, payload: { content: 'Staging deploys need two approvals' } })
+  const patch = await app.inject({
+    method: 'PATCH',
+    url: `/api/memory/item/${staging.id}`,
+    payload: { content: 'Staging deploys need two approvals' }
+  })
   t.equal(patch.statusCode, 200)
   t.same(patch.json(), { ok: true })
-  t.equal((await app.inject({ method: 'GET', url: '/api/memory/search?q=approvals' })).json().items[0].content, 'Staging deploys need two approvals')
+  t.equal(
+    (await app.inject({ method: 'GET', url: '/api/memory/search?q=approvals' })).json().items[0].content,
+    'Staging deploys need two approvals'
+  )
 
-  const bg = await app.inject({ method: 'PATCH', url: `/api/memory/item/${cafeteria.id}`, payload: { content: 'The cafeteria closes at four', background: true } })
+  const bg = await app.inject({
+    method: 'PATCH',
+    url: `/api/memory/item/${cafeteria.id}`,
+    payload: { content: 'The cafeteria closes at four', background: true }
+  })
   t.same(bg.json(), { ok: true })
   await app.memory.drain()
-  t.equal((await app.inject({ method: 'GET', url: '/api/memory/search?q=cafeteria' })).json().items[0].content, 'The cafeteria closes at four', 'a background change is applied')
+  t.equal(
+    (await app.inject({ method: 'GET', url: '/api/memory/search?q=cafeteria' })).json().items[0].content,
+    'The cafeteria closes at four',
+    'a background change is applied'
+  )
 
-  const missing = await app.inject({ method: 'PATCH', url: '/api/memory/item/0190b8f0-0000-7000-8000-000000000000', payload: { content: 'x' } })
+  const missing = await app.inject({
+    method: 'PATCH',
+    url: '/api/memory/item/0190b8f0-0000-7000-8000-000000000000',
+    payload: { content: 'x' }
+  })
   t.equal(missing.statusCode, 404)
   t.same(missing.json(), { error: 'not found in this pool', message: 'no memory item with this id in this pool' })
-  const missingBg = await app.inject({ method: 'PATCH', url: '/api/memory/item/0190b8f0-0000-7000-8000-000000000000', payload: { content: 'x', background: true } })
+  const missingBg = await app.inject({
+    method: 'PATCH',
+    url: '/api/memory/item/0190b8f0-0000-7000-8000-000000000000',
+    payload: { content: 'x', background: true }
+  })
   t.equal(missingBg.statusCode, 404, 'a background change is validated first')
 
   const del = await app.inject({ method: 'DELETE', url: `/api/memory/item/${staging.id}` })
@@ -115,7 +174,10 @@ t.test('search, browse, patch, delete and history in the org pool', async (t) =>
     { content: 'Staging deploys need two approvals', changedBy: 'dev', kind: 'deleted' }
   ])
   t.equal(history.json().history.length, 3)
-  const noHistory = await app.inject({ method: 'GET', url: '/api/memory/item/0190b8f0-0000-7000-8000-000000000000/history' })
+  const noHistory = await app.inject({
+    method: 'GET',
+    url: '/api/memory/item/0190b8f0-0000-7000-8000-000000000000/history'
+  })
   t.equal(noHistory.statusCode, 404)
   t.equal(noHistory.json().error, 'not found in this pool')
 })
@@ -130,14 +192,17 @@ t.test('limits: search truncates, browse pages with a cursor, oversize limits ar
   const capped = (await app.inject({ method: 'GET', url: '/api/memory/search?q=widget&limit=1000' })).json()
   t.equal(capped.items.length, 100, 'at most 100')
   t.equal(capped.truncated, true)
-  const narrow = (await app.inject({ method: 'GET', url: '/api/memory/search?q=number%2042%20widget&limit=100' })).json()
+  const narrow = (
+    await app.inject({ method: 'GET', url: '/api/memory/search?q=number%2042%20widget&limit=100' })
+  ).json()
   t.equal(narrow.truncated, false, 'not truncated when everything fits')
 
   const seen = new Set<string>()
   let cursor: string | null = null
   let pages = 0
   do {
-    const res: { json(): { total: number; items: Array<{ id: string }>; nextCursor: string | null } } = await app.inject({ method: 'GET', url: `/api/memory/browse?limit=50${cursor ? `&cursor=${cursor}` : ''}` })
+    const res: { json(): { total: number; items: Array<{ id: string }>; nextCursor: string | null } } =
+      await app.inject({ method: 'GET', url: `/api/memory/browse?limit=50${cursor ? `&cursor=${cursor}` : ''}` })
     const page: { total: number; items: Array<{ id: string }>; nextCursor: string | null } = res.json()
     t.equal(page.total, 130)
     for (const item of page.items) seen.add(item.id)
@@ -153,19 +218,35 @@ t.test('settings: an admin turns memory off for the org, then on again', async (
   const app = await buildTestApp(t, { env: FAST })
   await addFacts(app.db, DEV_ORG.id, 'org', '', ['Lunch is at noon'])
   const id = (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json().items[0].id
-  t.same((await app.inject({ method: 'GET', url: '/api/memory/settings' })).json(), { enabled: true, extract: false, orgEnabled: true, backend: 'postgres' })
+  t.same((await app.inject({ method: 'GET', url: '/api/memory/settings' })).json(), {
+    enabled: true,
+    extract: false,
+    orgEnabled: true,
+    backend: 'postgres'
+  })
   const off = await app.inject({ method: 'PUT', url: '/api/memory/settings', payload: { enabled: false } })
   t.equal(off.statusCode, 200)
   t.same(off.json(), { enabled: false, extract: false, orgEnabled: false, backend: 'postgres' })
-  t.match((await app.inject({ method: 'GET', url: '/api/memory/search?q=lunch' })).json(), { enabled: false, items: [] })
-  t.match((await app.inject({ method: 'GET', url: '/api/memory/browse' })).json(), { enabled: false, total: 0, items: [] })
+  t.match((await app.inject({ method: 'GET', url: '/api/memory/search?q=lunch' })).json(), {
+    enabled: false,
+    items: []
+  })
+  t.match((await app.inject({ method: 'GET', url: '/api/memory/browse' })).json(), {
+    enabled: false,
+    total: 0,
+    items: []
+  })
   const patch = await app.inject({ method: 'PATCH', url: `/api/memory/item/${id}`, payload: { content: 'x' } })
   t.equal(patch.statusCode, 403)
   t.equal(patch.json().error, 'memory disabled')
   t.equal((await app.inject({ method: 'DELETE', url: `/api/memory/item/${id}` })).json().error, 'memory disabled')
   const on = await app.inject({ method: 'PUT', url: '/api/memory/settings', payload: { enabled: true } })
   t.same(on.json(), { enabled: true, extract: false, orgEnabled: true, backend: 'postgres' })
-  t.equal((await app.inject({ method: 'GET', url: '/api/memory/search?q=lunch' })).json().items.length, 1, 'the facts are still there')
+  t.equal(
+    (await app.inject({ method: 'GET', url: '/api/memory/search?q=lunch' })).json().items.length,
+    1,
+    'the facts are still there'
+  )
   const bad = await app.inject({ method: 'PUT', url: '/api/memory/settings', payload: { enabled: 'no' } })
   t.equal(bad.statusCode, 400)
 })
@@ -174,19 +255,96 @@ t.test('bad input is a clear 4xx, never a 5xx, and changes nothing', async (t) =
   const app = await buildTestApp(t, { env: FAST })
   await addFacts(app.db, DEV_ORG.id, 'org', '', ['Keep this fact'])
   const id = (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json().items[0].id
-  const cases: Array<{ method: 'PATCH' | 'DELETE' | 'GET' | 'POST' | 'PUT'; url: string; payload?: string | object; headers?: Record<string, string>; status: number; error: string }> = [
-    { method: 'PATCH', url: `/api/memory/item/${id}`, payload: '{"content":', headers: { 'content-type': 'application/json' }, status: 400, error: 'invalid_json' },
+  const cases: Array<{
+    method: 'PATCH' | 'DELETE' | 'GET' | 'POST' | 'PUT'
+    url: string
+    payload?: string | object
+    headers?: Record<string, string>
+    status: number
+    error: string
+  }> = [
+    {
+      method: 'PATCH',
+      url: `/api/memory/item/${id}`,
+      payload: '{"content":',
+      headers: { 'content-type': 'application/json' },
+      status: 400,
+      error: 'invalid_json'
+    },
     { method: 'PATCH', url: `/api/memory/item/${id}`, payload: {}, status: 400, error: 'validation_failed' },
-    { method: 'PATCH', url: `/api/memory/item/${id}`, payload: { content: '' }, status: 400, error: 'validation_failed' },
-    { method: 'PATCH', url: `/api/memory/item/${id}`, payload: { content: '   ' }, status: 400, error: 'validation_failed' },
-    { method: 'PATCH', url: `/api/memory/item/${id}`, payload: { content: 42 }, status: 400, error: 'validation_failed' },
-    { method: 'PATCH', url: `/api/memory/item/${id}`, payload: { content: 'x', background: 'yes' }, status: 400, error: 'validation_failed' },
-    { method: 'PATCH', url: `/api/memory/item/${id}`, payload: { content: 'x', orgId: 'other' }, status: 400, error: 'server_owned_field' },
-    { method: 'PATCH', url: `/api/memory/item/${id}`, payload: '{"content":"x","__proto__":{"a":1}}', headers: { 'content-type': 'application/json' }, status: 400, error: 'invalid_json' },
-    { method: 'PATCH', url: `/api/memory/item/${id}`, payload: { content: 'x'.repeat(5000) }, status: 400, error: 'validation_failed' },
-    { method: 'PATCH', url: `/api/memory/item/${id}`, payload: JSON.stringify({ content: 'x'.repeat(2_000_000) }), headers: { 'content-type': 'application/json' }, status: 413, error: 'payload_too_large' },
-    { method: 'PATCH', url: `/api/memory/item/${id}`, payload: '<content>x</content>', headers: { 'content-type': 'application/xml' }, status: 415, error: 'unsupported_media_type' },
-    { method: 'PATCH', url: '/api/memory/item/..%2F..%2Fetc', payload: { content: 'x' }, status: 400, error: 'validation_failed' },
+    {
+      method: 'PATCH',
+      url: `/api/memory/item/${id}`,
+      payload: { content: '' },
+      status: 400,
+      error: 'validation_failed'
+    },
+    {
+      method: 'PATCH',
+      url: `/api/memory/item/${id}`,
+      payload: { content: '   ' },
+      status: 400,
+      error: 'validation_failed'
+    },
+    {
+      method: 'PATCH',
+      url: `/api/memory/item/${id}`,
+      payload: { content: 42 },
+      status: 400,
+      error: 'validation_failed'
+    },
+    {
+      method: 'PATCH',
+      url: `/api/memory/item/${id}`,
+      payload: { content: 'x', background: 'yes' },
+      status: 400,
+      error: 'validation_failed'
+    },
+    {
+      method: 'PATCH',
+      url: `/api/memory/item/${id}`,
+      payload: { content: 'x', orgId: 'other' },
+      status: 400,
+      error: 'server_owned_field'
+    },
+    {
+      method: 'PATCH',
+      url: `/api/memory/item/${id}`,
+      payload: '{"content":"x","__proto__":{"a":1}}',
+      headers: { 'content-type': 'application/json' },
+      status: 400,
+      error: 'invalid_json'
+    },
+    {
+      method: 'PATCH',
+      url: `/api/memory/item/${id}`,
+      payload: { content: 'x'.repeat(5000) },
+      status: 400,
+      error: 'validation_failed'
+    },
+    {
+      method: 'PATCH',
+      url: `/api/memory/item/${id}`,
+      payload: JSON.stringify({ content: 'x'.repeat(2_000_000) }),
+      headers: { 'content-type': 'application/json' },
+      status: 413,
+      error: 'payload_too_large'
+    },
+    {
+      method: 'PATCH',
+      url: `/api/memory/item/${id}`,
+      payload: '<content>x</content>',
+      headers: { 'content-type': 'application/xml' },
+      status: 415,
+      error: 'unsupported_media_type'
+    },
+    {
+      method: 'PATCH',
+      url: '/api/memory/item/..%2F..%2Fetc',
+      payload: { content: 'x' },
+      status: 400,
+      error: 'validation_failed'
+    },
     { method: 'DELETE', url: `/api/memory/item/${'a'.repeat(100)}`, status: 400, error: 'validation_failed' },
     { method: 'DELETE', url: "/api/memory/item/1'%20or%201=1", status: 400, error: 'validation_failed' },
     { method: 'GET', url: '/api/memory/search?q=x&limit=abc', status: 400, error: 'validation_failed' },
@@ -194,24 +352,49 @@ t.test('bad input is a clear 4xx, never a 5xx, and changes nothing', async (t) =
     { method: 'GET', url: '/api/memory/search?q=x&other=1', status: 400, error: 'validation_failed' },
     { method: 'GET', url: `/api/memory/search?q=${'x'.repeat(3000)}`, status: 400, error: 'validation_failed' },
     { method: 'GET', url: '/api/memory/browse?limit=-1', status: 400, error: 'validation_failed' },
-    { method: 'POST', url: '/api/memory/captures/run-1/resolve', payload: { resolution: 'maybe' }, status: 400, error: 'validation_failed' },
+    {
+      method: 'POST',
+      url: '/api/memory/captures/run-1/resolve',
+      payload: { resolution: 'maybe' },
+      status: 400,
+      error: 'validation_failed'
+    },
     { method: 'POST', url: '/api/memory/captures/run-1/resolve', payload: {}, status: 400, error: 'validation_failed' },
-    { method: 'POST', url: '/api/memory/captures/run-1/resolve', payload: { resolution: 'discard', extra: 1 }, status: 400, error: 'validation_failed' },
+    {
+      method: 'POST',
+      url: '/api/memory/captures/run-1/resolve',
+      payload: { resolution: 'discard', extra: 1 },
+      status: 400,
+      error: 'validation_failed'
+    },
     { method: 'POST', url: '/api/memory/captures/%00/retry', status: 400, error: 'validation_failed' },
     { method: 'GET', url: '/api/memory/recalls?limit=500', status: 400, error: 'validation_failed' },
     { method: 'GET', url: '/api/memory/captures?state=weird', status: 400, error: 'validation_failed' },
-    { method: 'PUT', url: '/api/memory/settings', payload: { enabled: true, orgId: 'x' }, status: 400, error: 'server_owned_field' }
+    {
+      method: 'PUT',
+      url: '/api/memory/settings',
+      payload: { enabled: true, orgId: 'x' },
+      status: 400,
+      error: 'server_owned_field'
+    }
   ]
   for (const c of cases) {
     const res = await app.inject({ method: c.method, url: c.url, payload: c.payload as string, headers: c.headers })
-    t.equal(res.statusCode, c.status, `${c.method} ${c.url.slice(0, 80)} ${JSON.stringify(c.payload ?? '').slice(0, 60)}`)
+    t.equal(
+      res.statusCode,
+      c.status,
+      `${c.method} ${c.url.slice(0, 80)} ${JSON.stringify(c.payload ?? '').slice(0, 60)}`
+    )
     t.equal(res.json().error, c.error)
     t.type(res.json().message, 'string')
   }
   const items = await app.db.select().from(memoryItems)
   t.equal(items.length, 1)
   t.equal(items[0]!.content, 'Keep this fact', 'nothing changed')
-  const hostileQuery = await app.inject({ method: 'GET', url: `/api/memory/search?q=${encodeURIComponent("'); drop table memory_items; -- :* & | ! <-> \\")}` })
+  const hostileQuery = await app.inject({
+    method: 'GET',
+    url: `/api/memory/search?q=${encodeURIComponent("'); drop table memory_items; -- :* & | ! <-> \\")}`
+  })
   t.equal(hostileQuery.statusCode, 200, 'tsquery syntax in q is just text')
   t.equal((await app.db.select().from(memoryItems)).length, 1)
 })

@@ -7,7 +7,9 @@ import { buildTestApp } from '../helper.js'
 t.test('an echo run recalls, captures its "remember" sentences, and a later run recalls them', async (t) => {
   const app = await buildTestApp(t)
   const events = async (runId: string) =>
-    rowsOf<{ type: string; data: Record<string, unknown> }>(await app.db.execute(sql`select type, data from run_events where run_id = ${runId} order by id`))
+    rowsOf<{ type: string; data: Record<string, unknown> }>(
+      await app.db.execute(sql`select type, data from run_events where run_id = ${runId} order by id`)
+    )
   const waitFor = async (runId: string, type: string) => {
     for (let i = 0; i < 300; i++) {
       const found = (await events(runId)).find((e) => e.type === type)
@@ -17,7 +19,11 @@ t.test('an echo run recalls, captures its "remember" sentences, and a later run 
     throw new Error(`no ${type} for ${runId}`)
   }
 
-  const first = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'Please REMEMBER the blue door. Say hello. Also remember: tea at four.' } })
+  const first = await app.inject({
+    method: 'POST',
+    url: '/api/runs',
+    payload: { prompt: 'Please REMEMBER the blue door. Say hello. Also remember: tea at four.' }
+  })
   t.equal(first.statusCode, 201)
   const firstId = first.json().run.id as string
   const captured = await waitFor(firstId, 'memory.captured')
@@ -27,7 +33,10 @@ t.test('an echo run recalls, captures its "remember" sentences, and a later run 
   t.ok(types.indexOf('run.succeeded') < types.indexOf('memory.captured'), 'captured after the run finished')
 
   const browse = (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json()
-  t.same(browse.items.map((i: { content: string }) => i.content).sort(), ['Also remember: tea at four.', 'Please REMEMBER the blue door.'])
+  t.same(browse.items.map((i: { content: string }) => i.content).sort(), [
+    'Also remember: tea at four.',
+    'Please REMEMBER the blue door.'
+  ])
   t.ok(browse.items.every((i: { sourceRunId: string }) => i.sourceRunId === firstId))
 
   const captures = (await app.inject({ method: 'GET', url: '/api/memory/captures' })).json().captures
@@ -39,11 +48,21 @@ t.test('an echo run recalls, captures its "remember" sentences, and a later run 
   const doorId = browse.items.find((i: { content: string }) => i.content.includes('blue door')).id
   t.ok((recalled.data.itemIds as string[]).includes(doorId), 'the fact captured by the first run is recalled')
   await waitFor(secondId, 'run.succeeded')
-  t.equal((await events(secondId)).filter((e) => e.type === 'memory.captured').length, 0, 'nothing to remember, no capture')
+  t.equal(
+    (await events(secondId)).filter((e) => e.type === 'memory.captured').length,
+    0,
+    'nothing to remember, no capture'
+  )
 
   const recalls = (await app.inject({ method: 'GET', url: `/api/memory/recalls?runId=${secondId}` })).json().recalls
   t.ok(recalls.length >= 1)
-  t.match(recalls[0], { runId: secondId, rootRunId: secondId, scope: 'org', query: 'blue door', session: { runId: secondId, rootRunId: secondId } })
+  t.match(recalls[0], {
+    runId: secondId,
+    rootRunId: secondId,
+    scope: 'org',
+    query: 'blue door',
+    session: { runId: secondId, rootRunId: secondId }
+  })
   t.ok(recalls[0].itemIds.includes(doorId))
   t.equal((await app.inject({ method: 'GET', url: '/api/config' })).json().capabilities.memory, true)
 })

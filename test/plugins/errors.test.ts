@@ -4,7 +4,10 @@ import { ApiError } from '../../plugins/errors.js'
 import { StrictObject } from '../../schemas/common.js'
 import { buildTestApp, type Teardown } from '../helper.js'
 
-const Body = StrictObject({ name: Type.String({ minLength: 1, maxLength: 20 }), count: Type.Optional(Type.Integer({ minimum: 0 })) })
+const Body = StrictObject({
+  name: Type.String({ minLength: 1, maxLength: 20 }),
+  count: Type.Optional(Type.Integer({ minimum: 0 }))
+})
 
 async function appWithProbeRoutes(t: Teardown, env = {}) {
   const seen: unknown[] = []

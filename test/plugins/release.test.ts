@@ -42,11 +42,19 @@ t.test('the compatibility gate on a release build', async (t) => {
     t.match(res.json().message, /run-events-v1:old/)
     t.equal(res.headers['x-service-release-fingerprint'], 'run-events-v1:c0ffee')
   }
-  const matching = await app.inject({ method: 'POST', url: '/api/anything', headers: { 'x-service-client-release': 'run-events-v1:c0ffee' } })
+  const matching = await app.inject({
+    method: 'POST',
+    url: '/api/anything',
+    headers: { 'x-service-client-release': 'run-events-v1:c0ffee' }
+  })
   t.equal(matching.statusCode, 404, 'the same release passes the gate')
   const absent = await app.inject({ method: 'POST', url: '/api/anything' })
   t.equal(absent.statusCode, 404, 'no header passes the gate')
-  const read = await app.inject({ method: 'GET', url: '/api/health', headers: { 'x-service-client-release': 'run-events-v1:old' } })
+  const read = await app.inject({
+    method: 'GET',
+    url: '/api/health',
+    headers: { 'x-service-client-release': 'run-events-v1:old' }
+  })
   t.equal(read.statusCode, 200, 'GET is never gated')
   const empty = await app.inject({ method: 'POST', url: '/api/anything', headers: { 'x-service-client-release': '' } })
   t.equal(empty.statusCode, 409, 'an empty release is present and different')
@@ -55,7 +63,11 @@ t.test('the compatibility gate on a release build', async (t) => {
 t.test('a development build accepts every client release', async (t) => {
   for (const commit of [undefined, '2.0.0-dev']) {
     const app = await buildTestApp(t, { env: commit ? { SERVICE_COMMIT: commit } : {} })
-    const res = await app.inject({ method: 'POST', url: '/api/anything', headers: { 'x-service-client-release': 'run-events-v1:other' } })
+    const res = await app.inject({
+      method: 'POST',
+      url: '/api/anything',
+      headers: { 'x-service-client-release': 'run-events-v1:other' }
+    })
     t.equal(res.statusCode, 404, `release ${commit ?? 'dev'}`)
   }
 })

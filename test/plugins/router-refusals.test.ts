@@ -8,7 +8,10 @@ interface RawAnswer {
   body: string
 }
 
-/** Sends bytes as they are (no client-side URL or header checks) and reads the answer until the server closes or has sent it whole. */
+/**
+ * Sends bytes as they are (no client-side URL or header checks) and reads the answer until the server closes or has
+ * sent it whole.
+ */
 function raw(port: number, chunks: string[]): Promise<RawAnswer> {
   return new Promise((resolve, reject) => {
     const socket = connect(port, '127.0.0.1', () => {
@@ -53,7 +56,12 @@ async function listening(t: Teardown, env: Record<string, string> = {}) {
 // short request timeout for the 408 case, which none of the others comes near
 const { app, port } = await listening(t, { REQUEST_TIMEOUT_MS: '1000' })
 
-function refusal(t: Test, res: RawAnswer | { statusCode: number; headers: Record<string, unknown>; body: string }, status: number, error: string) {
+function refusal(
+  t: Test,
+  res: RawAnswer | { statusCode: number; headers: Record<string, unknown>; body: string },
+  status: number,
+  error: string
+) {
   const code = 'status' in res ? res.status : res.statusCode
   t.equal(code, status, `${status} ${error}`)
   t.same(Object.keys(JSON.parse(res.body)).sort(), ['error', 'message'], 'the error body')
@@ -79,7 +87,11 @@ t.test('an over-long URL: 414 uri_too_long, whether Node, the router or the 404 
   refusal(t, param, 414, 'uri_too_long')
   t.notOk(param.body.includes('aaaa'), 'the URL is not echoed')
   refusal(t, await app.inject({ method: 'GET', url: `/api/${'a/'.repeat(1100)}` }), 414, 'uri_too_long')
-  t.equal((await app.inject({ method: 'GET', url: `/api/runs/${'a'.repeat(1024)}` })).statusCode, 400, 'a parameter at the limit reaches its schema')
+  t.equal(
+    (await app.inject({ method: 'GET', url: `/api/runs/${'a'.repeat(1024)}` })).statusCode,
+    400,
+    'a parameter at the limit reaches its schema'
+  )
   // a secret's name one character past its maximum is the schema's to refuse, naming it
   const secret = await app.inject({ method: 'PUT', url: `/api/secrets/A${'B'.repeat(128)}`, payload: { value: 'x' } })
   t.equal(secret.statusCode, 400)
@@ -123,11 +135,16 @@ t.test('a body not finished within REQUEST_TIMEOUT_MS: 408 request_timeout, and 
 })
 
 t.test('x-request-id is echoed only when it is at most 128 visible ASCII characters', async (t) => {
-  const echo = async (id: string) => (await app.inject({ method: 'GET', url: '/api/health', headers: { 'x-request-id': id } })).headers['x-request-id']
+  const echo = async (id: string) =>
+    (await app.inject({ method: 'GET', url: '/api/health', headers: { 'x-request-id': id } })).headers['x-request-id']
   t.equal(await echo('a'.repeat(128)), 'a'.repeat(128))
   t.equal(await echo('trace-1/2:3'), 'trace-1/2:3')
   for (const bad of ['a'.repeat(129), 'a'.repeat(10_000), 'has space', 'caf\u00e9']) {
     const got = await echo(bad)
-    t.match(got, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/, `${bad.slice(0, 20)}… is replaced by a fresh id`)
+    t.match(
+      got,
+      /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/,
+      `${bad.slice(0, 20)}… is replaced by a fresh id`
+    )
   }
 })

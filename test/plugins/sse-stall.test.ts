@@ -15,11 +15,13 @@ t.test('a reader that stops reading is dropped after SSE_STALL_MS, one that read
   const app = await buildTestApp(t, {
     // the buffer limit far away: only the stall check can drop the stream
     env: { RUN_WORKER_CONCURRENCY: '0', SSE_MAX_BUFFER_BYTES: String(64 * 1024 * 1024), SSE_STALL_MS: '300' },
-    apiPlugins: [async (scope) => {
-      scope.get('/test/sse', { config: { scope: 'public' } }, async (request, reply) => {
-        opened.push({ stream: scope.sse.open(request, reply), socket: request.raw.socket })
-      })
-    }]
+    apiPlugins: [
+      async (scope) => {
+        scope.get('/test/sse', { config: { scope: 'public' } }, async (request, reply) => {
+          opened.push({ stream: scope.sse.open(request, reply), socket: request.raw.socket })
+        })
+      }
+    ]
   })
   const base = new URL(await listening(app))
   const stalled = connect(Number(base.port), base.hostname)
@@ -42,7 +44,7 @@ t.test('a reader that stops reading is dropped after SSE_STALL_MS, one that read
     accepted += frame.length
     if (accepted % (64 * frame.length) === 0) await new Promise((resolve) => setImmediate(resolve))
   }
-  t.ok(socket.writableLength > 0, 'the stalled reader\'s kernel buffers filled')
+  t.ok(socket.writableLength > 0, "the stalled reader's kernel buffers filled")
   t.comment(`the kernel held about ${(accepted / 1024 / 1024).toFixed(1)} MB for the stalled reader before Node had to`)
   const closed = new Promise<void>((resolve) => stream.onClose(resolve))
   // the heartbeats keep writing; the stall check, not the buffer limit, ends it

@@ -32,7 +32,10 @@ export interface FakeProvider {
  * missing key is a 401 with OpenAI's error body (which quotes the key it got, as OpenAI's
  * does, partly); any other path is a 404. It stops with the test.
  */
-export async function startFakeProvider(t: Teardown, options: { key?: string; models?: string[] } = {}): Promise<FakeProvider> {
+export async function startFakeProvider(
+  t: Teardown,
+  options: { key?: string; models?: string[] } = {}
+): Promise<FakeProvider> {
   const state: FakeProvider = {
     baseUrl: '',
     port: 0,
@@ -60,29 +63,56 @@ export async function startFakeProvider(t: Teardown, options: { key?: string; mo
     }
     const route = `${req.method} ${path}`
     if (route !== 'GET /v1/models' && route !== 'POST /v1/chat/completions') {
-      return json(404, { error: { message: `Unknown request URL: ${req.method} ${path}`, type: 'invalid_request_error', code: 'unknown_url' } })
+      return json(404, {
+        error: {
+          message: `Unknown request URL: ${req.method} ${path}`,
+          type: 'invalid_request_error',
+          code: 'unknown_url'
+        }
+      })
     }
     if (req.headers.authorization !== `Bearer ${state.key}`) {
       const got = (req.headers.authorization ?? '').replace(/^Bearer /, '')
-      return json(401, { error: { message: `Incorrect API key provided: ${got}.`, type: 'invalid_request_error', code: 'invalid_api_key' } })
+      return json(401, {
+        error: {
+          message: `Incorrect API key provided: ${got}.`,
+          type: 'invalid_request_error',
+          code: 'invalid_api_key'
+        }
+      })
     }
     if (route === 'GET /v1/models') {
       if (state.modelsMode === 'not-json') {
         res.writeHead(200, { 'content-type': 'text/html' })
         return res.end('<html><body>a web page, not an API</body></html>')
       }
-      return json(200, { object: 'list', data: state.models.map((id) => ({ id, object: 'model', created: 1700000000, owned_by: 'fake' })) })
+      return json(200, {
+        object: 'list',
+        data: state.models.map((id) => ({ id, object: 'model', created: 1700000000, owned_by: 'fake' }))
+      })
     }
     if (!state.models.includes(body?.model)) {
-      return json(404, { error: { message: `The model \`${String(body?.model)}\` does not exist`, type: 'invalid_request_error', code: 'model_not_found' } })
+      return json(404, {
+        error: {
+          message: `The model \`${String(body?.model)}\` does not exist`,
+          type: 'invalid_request_error',
+          code: 'model_not_found'
+        }
+      })
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
     const chunk = (value: unknown) => res.write(`data: ${JSON.stringify(value)}\n\n`)
     const base = { id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 1700000000, model: body.model }
     chunk({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] })
-    for (const piece of state.reply) chunk({ ...base, choices: [{ index: 0, delta: { content: piece }, finish_reason: null }] })
+    for (const piece of state.reply)
+      chunk({ ...base, choices: [{ index: 0, delta: { content: piece }, finish_reason: null }] })
     chunk({ ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] })
-    if (body.stream_options?.include_usage === true) chunk({ ...base, choices: [], usage: { ...state.usage, total_tokens: state.usage.prompt_tokens + state.usage.completion_tokens } })
+    if (body.stream_options?.include_usage === true)
+      chunk({
+        ...base,
+        choices: [],
+        usage: { ...state.usage, total_tokens: state.usage.prompt_tokens + state.usage.completion_tokens }
+      })
     res.end('data: [DONE]\n\n')
   })
   server.listen(0, '127.0.0.1')

@@ -19,8 +19,12 @@ async function setup(t: Teardown, env: Record<string, string> = {}) {
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const app = await buildTestApp(t, {
     env: {
-      OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dataDir,
-      SANDBOX_UNCONFINED: 'true', ...env
+      OPENAI_BASE_URL: upstream.url,
+      MODELS: 'tool-model',
+      RUN_POLL_MS: '50',
+      DATA_DIR: dataDir,
+      SANDBOX_UNCONFINED: 'true',
+      ...env
     }
   })
   const owner = await signUpWithOrg(app)
@@ -28,7 +32,12 @@ async function setup(t: Teardown, env: Record<string, string> = {}) {
 }
 
 async function startRun(app: App, cookie: string, prompt: string): Promise<string> {
-  const res = await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie }, payload: { prompt, engine: 'openai' } })
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/runs',
+    headers: { cookie },
+    payload: { prompt, engine: 'openai' }
+  })
   if (res.statusCode !== 201) throw new Error(`create run: ${res.statusCode} ${res.body}`)
   return res.json().run.id
 }
@@ -44,7 +53,8 @@ async function pendingApproval(app: App, cookie: string, orgId: string, runId: s
     const current = res.json().run
     return ['queued', 'running'].includes(current.status) ? null : current
   }, 90_000)
-  if (run.status !== 'requires_action') throw new Error(`run ${runId} is ${run.status}, not requires_action: ${run.error ?? ''}`)
+  if (run.status !== 'requires_action')
+    throw new Error(`run ${runId} is ${run.status}, not requires_action: ${run.error ?? ''}`)
   return eventually(async () => (await eventsOf(app, orgId, runId)).find((e) => e.type === 'approval.requested')?.data)
 }
 
@@ -61,29 +71,76 @@ t.test('an approved shell call runs in the sandbox and its output goes back to t
   t.match(listed.json().items, [{ id: requested.approvalId, status: 'pending', tool: 'shell', callId: 'call_1' }])
   t.equal(listed.json().items.length, 1)
 
-  const decided = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${requested.approvalId}`, headers: { cookie }, payload: { decision: 'approve' } })
+  const decided = await app.inject({
+    method: 'POST',
+    url: `/api/runs/${runId}/approvals/${requested.approvalId}`,
+    headers: { cookie },
+    payload: { decision: 'approve' }
+  })
   t.equal(decided.statusCode, 200, decided.body)
   const run = await finished(app, cookie, runId)
   t.equal(run.status, 'succeeded', run.error ?? '')
 
   const events = await eventsOf(app, orgId, runId)
   const types = events.map((e) => e.type)
-  for (const type of ['tool.call', 'approval.requested', 'approval.resolved', 'tool.result', 'message.completed', 'run.succeeded']) t.ok(types.includes(type), type)
+  for (const type of [
+    'tool.call',
+    'approval.requested',
+    'approval.resolved',
+    'tool.result',
+    'message.completed',
+    'run.succeeded'
+  ])
+    t.ok(types.includes(type), type)
   t.ok(types.indexOf('tool.call') < types.indexOf('tool.result'))
-  t.match(events.find((e) => e.type === 'tool.call')!.data, { callId: 'call_1', tool: 'shell', arguments: { command: 'echo hello-from-sandbox' } })
+  t.match(events.find((e) => e.type === 'tool.call')!.data, {
+    callId: 'call_1',
+    tool: 'shell',
+    arguments: { command: 'echo hello-from-sandbox' }
+  })
   const result = events.find((e) => e.type === 'tool.result')!.data
   t.match(result, { callId: 'call_1', status: 'ok', approvalId: requested.approvalId })
   t.match(result.content, /hello-from-sandbox/)
   t.match(events.find((e) => e.type === 'message.completed')!.data, { text: 'The sandbox said hello.' })
-  t.ok(events.some((e) => e.type === 'message.delta'), 'text is streamed as deltas')
+  t.ok(
+    events.some((e) => e.type === 'message.delta'),
+    'text is streamed as deltas'
+  )
 
   t.equal(upstream.requests.length, 2)
   const first = upstream.requests[0]!.body
-  t.same(first.tools.map((d: any) => d.function.name), ['shell', 'read_file', 'write_file', 'list_files', 'memory_search', 'write_artifact', 'knowledge_search', 'propose_knowledge', 'propose_skill', 'remember'])
+  t.same(
+    first.tools.map((d: any) => d.function.name),
+    [
+      'shell',
+      'read_file',
+      'write_file',
+      'list_files',
+      'memory_search',
+      'write_artifact',
+      'knowledge_search',
+      'propose_knowledge',
+      'propose_skill',
+      'remember'
+    ]
+  )
   const second = upstream.requests[1]!.body.messages
-  t.match(second.at(-2), { role: 'assistant', tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'shell', arguments: '{"command":"echo hello-from-sandbox"}' } }] })
+  t.match(second.at(-2), {
+    role: 'assistant',
+    tool_calls: [
+      {
+        id: 'call_1',
+        type: 'function',
+        function: { name: 'shell', arguments: '{"command":"echo hello-from-sandbox"}' }
+      }
+    ]
+  })
   t.match(second.at(-1), { role: 'tool', tool_call_id: 'call_1', content: /hello-from-sandbox/ })
-  t.same(events.find((e) => e.type === 'run.succeeded')!.data, { usage: { promptTokens: 10, completionTokens: 4 } }, 'usage of both model calls')
+  t.same(
+    events.find((e) => e.type === 'run.succeeded')!.data,
+    { usage: { promptTokens: 10, completionTokens: 4 } },
+    'usage of both model calls'
+  )
 })
 
 t.test('a denied call answers the model with the denial; the run completes', async (t) => {
@@ -91,7 +148,12 @@ t.test('a denied call answers the model with the denial; the run completes', asy
   upstream.script.push(shellCall('rm -rf /tmp/nothing'), { text: 'Understood, I will not.' })
   const runId = await startRun(app, cookie, 'clean up')
   const requested = await pendingApproval(app, cookie, orgId, runId)
-  const denied = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${requested.approvalId}`, headers: { cookie }, payload: { decision: 'deny' } })
+  const denied = await app.inject({
+    method: 'POST',
+    url: `/api/runs/${runId}/approvals/${requested.approvalId}`,
+    headers: { cookie },
+    payload: { decision: 'deny' }
+  })
   t.equal(denied.statusCode, 200, denied.body)
   const run = await finished(app, cookie, runId)
   t.equal(run.status, 'succeeded')
@@ -114,8 +176,16 @@ t.test('cancelling a run that waits for approval ends it cancelled and drops the
   const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, requested.approvalId))
   t.equal(row!.status, 'cancelled', 'the approval is no longer pending')
   const listed = (await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals`, headers: { cookie } })).json()
-  t.same(listed.items.map((a: { status: string }) => a.status), ['cancelled'])
-  const late = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${requested.approvalId}`, headers: { cookie }, payload: { decision: 'approve' } })
+  t.same(
+    listed.items.map((a: { status: string }) => a.status),
+    ['cancelled']
+  )
+  const late = await app.inject({
+    method: 'POST',
+    url: `/api/runs/${runId}/approvals/${requested.approvalId}`,
+    headers: { cookie },
+    payload: { decision: 'approve' }
+  })
   t.equal(late.statusCode, 409, 'a dropped approval cannot be decided')
   t.equal(upstream.requests.length, 1, 'the model was not asked again')
   const types = (await eventsOf(app, orgId, runId)).map((e) => e.type)
@@ -125,18 +195,37 @@ t.test('cancelling a run that waits for approval ends it cancelled and drops the
 
 t.test('policy auto runs the call without approval', async (t) => {
   const { app, upstream, cookie, orgId } = await setup(t)
-  const set = await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', headers: { cookie }, payload: { mode: 'auto' } })
+  const set = await app.inject({
+    method: 'PUT',
+    url: '/api/tools/policies/shell',
+    headers: { cookie },
+    payload: { mode: 'auto' }
+  })
   t.equal(set.statusCode, 200, set.body)
   upstream.script.push(
-    { calls: [{ id: 'a', name: 'shell', arguments: '{"command":"echo one"}' }, { id: 'b', name: 'list_files', arguments: '{}' }] },
+    {
+      calls: [
+        { id: 'a', name: 'shell', arguments: '{"command":"echo one"}' },
+        { id: 'b', name: 'list_files', arguments: '{}' }
+      ]
+    },
     { text: 'done' }
   )
   const runId = await startRun(app, cookie, 'run it')
   const run = await finished(app, cookie, runId)
   t.equal(run.status, 'succeeded', run.error ?? '')
   const events = await eventsOf(app, orgId, runId)
-  t.notOk(events.some((e) => e.type === 'approval.requested'), 'no approval was asked')
-  t.same(events.filter((e) => e.type === 'tool.result').map((e) => [e.data.callId, e.data.status]), [['a', 'ok'], ['b', 'ok']])
+  t.notOk(
+    events.some((e) => e.type === 'approval.requested'),
+    'no approval was asked'
+  )
+  t.same(
+    events.filter((e) => e.type === 'tool.result').map((e) => [e.data.callId, e.data.status]),
+    [
+      ['a', 'ok'],
+      ['b', 'ok']
+    ]
+  )
   const messages = upstream.requests[1]!.body.messages
   t.match(messages.slice(-3), [
     { role: 'assistant', tool_calls: [{ id: 'a' }, { id: 'b' }] },
@@ -171,7 +260,13 @@ t.test('a cancel on another instance drops the approval the run waits for there'
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const shared = await createTestDatabase(t)
   const second = await secondHandle(t, shared, 5)
-  const env = { OPENAI_BASE_URL: upstream.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true' }
+  const env = {
+    OPENAI_BASE_URL: upstream.url,
+    MODELS: 'tool-model',
+    RUN_POLL_MS: '50',
+    DATA_DIR: dataDir,
+    SANDBOX_UNCONFINED: 'true'
+  }
   const a = await buildTestApp(t, { db: shared, env })
   const b = await buildTestApp(t, { db: second, env: { ...env, RUN_WORKER_CONCURRENCY: '0' } })
   const { cookie, org } = await signUpWithOrg(b)
@@ -186,18 +281,34 @@ t.test('a cancel on another instance drops the approval the run waits for there'
   t.equal(upstream.requests.length, 1)
 })
 
-t.test('the worker_lost sweep drops the lost run\'s waiting approvals', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0', RUN_SWEEP_MS: '3600000', SANDBOX_UNCONFINED: 'true' } }) // this test sweeps itself
+t.test("the worker_lost sweep drops the lost run's waiting approvals", async (t) => {
+  const app = await buildTestApp(t, {
+    env: { RUN_WORKER_CONCURRENCY: '0', RUN_SWEEP_MS: '3600000', SANDBOX_UNCONFINED: 'true' }
+  }) // this test sweeps itself
   const { org } = await signUpWithOrg(app)
   const runId = newId()
   // a run whose (crashed) worker's lease expired while a call waited for a person
   await app.db.insert(runs).values({
-    id: runId, orgId: org.id, rootRunId: runId, engine: 'openai', prompt: 'x', status: 'running', origin: 'web',
-    startedAt: new Date(Date.now() - 60_000), leaseOwner: 'gone', leaseExpiresAt: new Date(Date.now() - 1000)
+    id: runId,
+    orgId: org.id,
+    rootRunId: runId,
+    engine: 'openai',
+    prompt: 'x',
+    status: 'running',
+    origin: 'web',
+    startedAt: new Date(Date.now() - 60_000),
+    leaseOwner: 'gone',
+    leaseExpiresAt: new Date(Date.now() - 1000)
   })
   const approvalId = newId()
   await app.db.insert(toolApprovals).values({
-    id: approvalId, orgId: org.id, runId, rootRunId: runId, callId: 'c1', tool: 'shell', arguments: { command: 'true' },
+    id: approvalId,
+    orgId: org.id,
+    runId,
+    rootRunId: runId,
+    callId: 'c1',
+    tool: 'shell',
+    arguments: { command: 'true' },
     expiresAt: new Date(Date.now() + 600_000)
   })
   t.equal(await app.runs.sweeper.sweep(), 1)
@@ -207,34 +318,59 @@ t.test('the worker_lost sweep drops the lost run\'s waiting approvals', async (t
   t.equal(row!.status, 'cancelled')
 })
 
-t.test('write_artifact saves the model\'s file as the run\'s artifact and streams artifact.created', async (t) => {
+t.test("write_artifact saves the model's file as the run's artifact and streams artifact.created", async (t) => {
   const { app, upstream, cookie, orgId } = await setup(t)
-  const write = (content: string, id: string): Answer => ({ calls: [{ id, name: 'write_artifact', arguments: JSON.stringify({ name: 'plan.md', content }) }] })
-  upstream.script.push(write('# Plan\n1. write\n', 'w1'), write('# Plan\n1. write\n2. revise\n', 'w2'), { text: 'Saved the plan.' })
+  const write = (content: string, id: string): Answer => ({
+    calls: [{ id, name: 'write_artifact', arguments: JSON.stringify({ name: 'plan.md', content }) }]
+  })
+  upstream.script.push(write('# Plan\n1. write\n', 'w1'), write('# Plan\n1. write\n2. revise\n', 'w2'), {
+    text: 'Saved the plan.'
+  })
   const runId = await startRun(app, cookie, 'write a plan')
   const run = await finished(app, cookie, runId)
   t.equal(run.status, 'succeeded', run.error ?? '')
-  const listed = (await app.inject({ method: 'GET', url: `/api/artifacts?runId=${runId}`, headers: { cookie } })).json().items
+  const listed = (await app.inject({ method: 'GET', url: `/api/artifacts?runId=${runId}`, headers: { cookie } })).json()
+    .items
   t.equal(listed.length, 1, 'the same name twice in a run is one artifact')
   t.match(listed[0], { name: 'plan.md', contentType: 'text/markdown', version: 2, runId })
-  const content = await app.inject({ method: 'GET', url: `/api/artifacts/${listed[0].id}/content`, headers: { cookie } })
+  const content = await app.inject({
+    method: 'GET',
+    url: `/api/artifacts/${listed[0].id}/content`,
+    headers: { cookie }
+  })
   t.equal(content.body, '# Plan\n1. write\n2. revise\n')
   const events = await eventsOf(app, orgId, runId)
-  t.same(events.filter((e) => e.type === 'artifact.created').map((e) => e.data), [
-    { artifactId: listed[0].id, name: 'plan.md', version: 1 },
-    { artifactId: listed[0].id, name: 'plan.md', version: 2 }
-  ])
+  t.same(
+    events.filter((e) => e.type === 'artifact.created').map((e) => e.data),
+    [
+      { artifactId: listed[0].id, name: 'plan.md', version: 1 },
+      { artifactId: listed[0].id, name: 'plan.md', version: 2 }
+    ]
+  )
   const result = events.find((e) => e.type === 'tool.result' && e.data.callId === 'w1')!.data
   t.match(result, { tool: 'write_artifact', status: 'ok' })
   t.same(JSON.parse(result.content), { artifactId: listed[0].id, name: 'plan.md', version: 1 })
 })
 
-t.test('knowledge_search finds the org\'s knowledge and propose_knowledge leaves a draft made by the run', async (t) => {
+t.test("knowledge_search finds the org's knowledge and propose_knowledge leaves a draft made by the run", async (t) => {
   const { app, upstream, cookie, orgId } = await setup(t)
-  await app.inject({ method: 'POST', url: '/api/knowledge', headers: { cookie }, payload: { title: 'Release train', body: 'Releases leave every Tuesday at noon.' } })
+  await app.inject({
+    method: 'POST',
+    url: '/api/knowledge',
+    headers: { cookie },
+    payload: { title: 'Release train', body: 'Releases leave every Tuesday at noon.' }
+  })
   upstream.script.push(
     { calls: [{ id: 'k1', name: 'knowledge_search', arguments: JSON.stringify({ query: 'when do releases leave' }) }] },
-    { calls: [{ id: 'k2', name: 'propose_knowledge', arguments: JSON.stringify({ title: 'Hotfixes', body: 'Hotfixes may leave any day.', tags: ['release'] }) }] },
+    {
+      calls: [
+        {
+          id: 'k2',
+          name: 'propose_knowledge',
+          arguments: JSON.stringify({ title: 'Hotfixes', body: 'Hotfixes may leave any day.', tags: ['release'] })
+        }
+      ]
+    },
     { text: 'Releases leave on Tuesdays; I proposed a note on hotfixes.' }
   )
   const runId = await startRun(app, cookie, 'when do releases leave?')
@@ -247,17 +383,32 @@ t.test('knowledge_search finds the org\'s knowledge and propose_knowledge leaves
   // the model reads plain text: no <mark> HTML (the console's search shows the marks)
   t.match(hits, [{ kind: 'record', title: 'Release train', snippet: 'Releases leave every Tuesday at noon.' }])
   t.notMatch(searched.content as string, /<\/?mark>|&lt;|&amp;/)
-  const proposed = JSON.parse(events.find((e) => e.type === 'tool.result' && e.data.callId === 'k2')!.data.content as string)
+  const proposed = JSON.parse(
+    events.find((e) => e.type === 'tool.result' && e.data.callId === 'k2')!.data.content as string
+  )
   const drafts = (await app.inject({ method: 'GET', url: '/api/knowledge/drafts', headers: { cookie } })).json().items
-  t.match(drafts, [{ id: proposed.draftId, title: 'Hotfixes', body: 'Hotfixes may leave any day.', tags: ['release'], runId, createdBy: null, state: 'open' }])
+  t.match(drafts, [
+    {
+      id: proposed.draftId,
+      title: 'Hotfixes',
+      body: 'Hotfixes may leave any day.',
+      tags: ['release'],
+      runId,
+      createdBy: null,
+      state: 'open'
+    }
+  ])
 })
 
 t.test('propose_skill leaves an open proposal made by the run, and says why when the file is invalid', async (t) => {
   const { app, upstream, cookie, orgId } = await setup(t)
-  const skillMd = '---\nname: incident-summary\ndescription: Summarize an incident for the status page\n---\n\nKeep it to three sentences.'
+  const skillMd =
+    '---\nname: incident-summary\ndescription: Summarize an incident for the status page\n---\n\nKeep it to three sentences.'
   upstream.script.push(
     { calls: [{ id: 's1', name: 'propose_skill', arguments: JSON.stringify({ skillMd }) }] },
-    { calls: [{ id: 's2', name: 'propose_skill', arguments: JSON.stringify({ skillMd: '---\nname: Bad Name\n---\n' }) }] },
+    {
+      calls: [{ id: 's2', name: 'propose_skill', arguments: JSON.stringify({ skillMd: '---\nname: Bad Name\n---\n' }) }]
+    },
     { text: 'I proposed a skill.' }
   )
   const runId = await startRun(app, cookie, 'learn how we write incident summaries')
@@ -267,7 +418,8 @@ t.test('propose_skill leaves an open proposal made by the run, and says why when
   const proposed = events.find((e) => e.type === 'tool.result' && e.data.callId === 's1')!.data
   t.match(proposed, { tool: 'propose_skill', status: 'ok' })
   const { proposalId } = JSON.parse(proposed.content as string)
-  const proposals = (await app.inject({ method: 'GET', url: '/api/skills/proposals', headers: { cookie } })).json().items
+  const proposals = (await app.inject({ method: 'GET', url: '/api/skills/proposals', headers: { cookie } })).json()
+    .items
   t.match(proposals, [{ id: proposalId, skillMd, runId, createdBy: null, state: 'open', skillId: null }])
   const refused = events.find((e) => e.type === 'tool.result' && e.data.callId === 's2')!.data
   t.match(JSON.parse(refused.content as string), { refused: /line 2.*lowercase letters/ })

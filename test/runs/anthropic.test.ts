@@ -19,54 +19,105 @@ const post = async (app: App, payload: Record<string, unknown>, headers: Record<
 const ended = async (app: App, id: string, headers: Record<string, string> = {}) =>
   (await app.inject({ method: 'GET', url: `/api/runs/${id}?wait=30`, headers })).json().run
 
-t.test('the deployment\'s Anthropic models: the thread, instructions and settings as the Messages API takes them', async (t) => {
-  const upstream = await startAnthropicUpstream(t)
-  const app = await buildTestApp(t, { env: { ANTHROPIC_BASE_URL: upstream.url, ANTHROPIC_API_KEY: upstream.key, ANTHROPIC_MODELS: 'claude-test-1' } })
-  const models = (await app.inject({ method: 'GET', url: '/api/models' })).json().items
-  t.same(models.find((m: any) => m.id === 'claude-test-1'), { id: 'claude-test-1', engine: 'anthropic', providerId: null, default: true }, 'the first ready model is the default')
+t.test(
+  "the deployment's Anthropic models: the thread, instructions and settings as the Messages API takes them",
+  async (t) => {
+    const upstream = await startAnthropicUpstream(t)
+    const app = await buildTestApp(t, {
+      env: { ANTHROPIC_BASE_URL: upstream.url, ANTHROPIC_API_KEY: upstream.key, ANTHROPIC_MODELS: 'claude-test-1' }
+    })
+    const models = (await app.inject({ method: 'GET', url: '/api/models' })).json().items
+    t.same(
+      models.find((m: any) => m.id === 'claude-test-1'),
+      { id: 'claude-test-1', engine: 'anthropic', providerId: null, default: true },
+      'the first ready model is the default'
+    )
 
-  upstream.script.push({ text: 'Noted.', usage: { input_tokens: 9, output_tokens: 2 } }, { text: 'Priya.' })
-  const first = await ended(app, (await post(app, { prompt: 'My name is Priya' })).json().run.id)
-  t.match(first, { status: 'succeeded', engine: 'anthropic', model: 'claude-test-1', output: 'Noted.', usage: { inputTokens: 9, outputTokens: 2 } }, 'a run naming no model uses it')
-  const second = await ended(app, (await post(app, {
-    prompt: 'What is my name?', rootRunId: first.id, instructions: 'Answer in one word.', temperature: 0.5, maxOutputTokens: 20
-  })).json().run.id)
-  t.equal(second.output, 'Priya.')
-  const sent = upstream.requests.filter((r) => r.path === '/v1/messages').at(-1)!
-  t.equal(sent.apiKey, upstream.key, 'x-api-key')
-  t.ok(sent.version, 'anthropic-version')
-  t.equal(sent.authorization, undefined, 'no bearer token')
-  t.equal(sent.body.stream, true)
-  t.equal(sent.body.system, 'Answer in one word.', 'instructions are the system prompt')
-  t.same(sent.body.messages, [
-    { role: 'user', content: 'My name is Priya' },
-    { role: 'assistant', content: 'Noted.' },
-    { role: 'user', content: 'What is my name?' }
-  ], 'the earlier turn of the thread, then the prompt')
-  t.equal(sent.body.max_tokens, 20)
-  t.equal(sent.body.temperature, 0.5)
-  const firstSent = upstream.requests.filter((r) => r.path === '/v1/messages')[0]!
-  t.equal(firstSent.body.max_tokens, 4096, 'the Messages API needs a limit: 4096 when the run sets none')
+    upstream.script.push({ text: 'Noted.', usage: { input_tokens: 9, output_tokens: 2 } }, { text: 'Priya.' })
+    const first = await ended(app, (await post(app, { prompt: 'My name is Priya' })).json().run.id)
+    t.match(
+      first,
+      {
+        status: 'succeeded',
+        engine: 'anthropic',
+        model: 'claude-test-1',
+        output: 'Noted.',
+        usage: { inputTokens: 9, outputTokens: 2 }
+      },
+      'a run naming no model uses it'
+    )
+    const second = await ended(
+      app,
+      (
+        await post(app, {
+          prompt: 'What is my name?',
+          rootRunId: first.id,
+          instructions: 'Answer in one word.',
+          temperature: 0.5,
+          maxOutputTokens: 20
+        })
+      ).json().run.id
+    )
+    t.equal(second.output, 'Priya.')
+    const sent = upstream.requests.filter((r) => r.path === '/v1/messages').at(-1)!
+    t.equal(sent.apiKey, upstream.key, 'x-api-key')
+    t.ok(sent.version, 'anthropic-version')
+    t.equal(sent.authorization, undefined, 'no bearer token')
+    t.equal(sent.body.stream, true)
+    t.equal(sent.body.system, 'Answer in one word.', 'instructions are the system prompt')
+    t.same(
+      sent.body.messages,
+      [
+        { role: 'user', content: 'My name is Priya' },
+        { role: 'assistant', content: 'Noted.' },
+        { role: 'user', content: 'What is my name?' }
+      ],
+      'the earlier turn of the thread, then the prompt'
+    )
+    t.equal(sent.body.max_tokens, 20)
+    t.equal(sent.body.temperature, 0.5)
+    const firstSent = upstream.requests.filter((r) => r.path === '/v1/messages')[0]!
+    t.equal(firstSent.body.max_tokens, 4096, 'the Messages API needs a limit: 4096 when the run sets none')
 
-  upstream.script.push({ text: '{"ok":true}' })
-  const schema = { type: 'object', required: ['ok'], properties: { ok: { type: 'boolean' } } }
-  const json = await ended(app, (await post(app, { prompt: 'json', responseFormat: { type: 'json_schema', name: 'ok', schema } })).json().run.id)
-  t.equal(json.status, 'succeeded')
-  t.same(upstream.requests.at(-1)!.body.output_config, { format: { type: 'json_schema', schema } }, 'structured output as output_config.format')
-  upstream.script.push({ text: 'not json' })
-  const invalid = await ended(app, (await post(app, { prompt: 'json', responseFormat: { type: 'json_schema', name: 'ok', schema } })).json().run.id)
-  t.match(invalid, { status: 'failed', error: /^output_invalid:/ })
-})
+    upstream.script.push({ text: '{"ok":true}' })
+    const schema = { type: 'object', required: ['ok'], properties: { ok: { type: 'boolean' } } }
+    const json = await ended(
+      app,
+      (await post(app, { prompt: 'json', responseFormat: { type: 'json_schema', name: 'ok', schema } })).json().run.id
+    )
+    t.equal(json.status, 'succeeded')
+    t.same(
+      upstream.requests.at(-1)!.body.output_config,
+      { format: { type: 'json_schema', schema } },
+      'structured output as output_config.format'
+    )
+    upstream.script.push({ text: 'not json' })
+    const invalid = await ended(
+      app,
+      (await post(app, { prompt: 'json', responseFormat: { type: 'json_schema', name: 'ok', schema } })).json().run.id
+    )
+    t.match(invalid, { status: 'failed', error: /^output_invalid:/ })
+  }
+)
 
 t.test('Anthropic tool use runs the same tools: tool_use blocks out, tool_result blocks back', async (t) => {
   const upstream = await startAnthropicUpstream(t)
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-anthropic-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const app = await buildTestApp(t, {
-    env: { ANTHROPIC_BASE_URL: upstream.url, ANTHROPIC_API_KEY: upstream.key, DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true', RUN_POLL_MS: '50' }
+    env: {
+      ANTHROPIC_BASE_URL: upstream.url,
+      ANTHROPIC_API_KEY: upstream.key,
+      DATA_DIR: dataDir,
+      SANDBOX_UNCONFINED: 'true',
+      RUN_POLL_MS: '50'
+    }
   })
   upstream.script.push(
-    { text: 'Saving.', toolUses: [{ id: 'toolu_1', name: 'write_artifact', input: { name: 'plan.md', content: '# Plan\n' } }] },
+    {
+      text: 'Saving.',
+      toolUses: [{ id: 'toolu_1', name: 'write_artifact', input: { name: 'plan.md', content: '# Plan\n' } }]
+    },
     { text: 'Saved the plan.' }
   )
   const run = await ended(app, (await post(app, { prompt: 'write a plan', model: 'claude-test-1' })).json().run.id)
@@ -74,11 +125,17 @@ t.test('Anthropic tool use runs the same tools: tool_use blocks out, tool_result
   t.same(run.usage, { inputTokens: 24, outputTokens: 8 }, 'both calls counted')
   const calls = upstream.requests.filter((r) => r.path === '/v1/messages')
   t.equal(calls.length, 2)
-  t.ok(calls[0]!.body.tools.some((tool: any) => tool.name === 'write_artifact' && tool.input_schema?.type === 'object'), 'tools as name, description, input_schema')
+  t.ok(
+    calls[0]!.body.tools.some((tool: any) => tool.name === 'write_artifact' && tool.input_schema?.type === 'object'),
+    'tools as name, description, input_schema'
+  )
   const [, assistant, results] = calls[1]!.body.messages
   t.same(assistant, {
     role: 'assistant',
-    content: [{ type: 'text', text: 'Saving.' }, { type: 'tool_use', id: 'toolu_1', name: 'write_artifact', input: { name: 'plan.md', content: '# Plan\n' } }]
+    content: [
+      { type: 'text', text: 'Saving.' },
+      { type: 'tool_use', id: 'toolu_1', name: 'write_artifact', input: { name: 'plan.md', content: '# Plan\n' } }
+    ]
   })
   t.equal(results.role, 'user')
   t.match(results.content, [{ type: 'tool_result', tool_use_id: 'toolu_1', content: /plan\.md/ }])
@@ -88,48 +145,104 @@ t.test('Anthropic tool use runs the same tools: tool_use blocks out, tool_result
   t.match(listed, [{ name: 'plan.md' }])
 })
 
-t.test('Anthropic faults: 429 with retry-after and 529-free 5xx are retried; 4xx is final and says what the API said', async (t) => {
-  const upstream = await startAnthropicUpstream(t)
-  const app = await buildTestApp(t, { env: { ANTHROPIC_BASE_URL: upstream.url, ANTHROPIC_API_KEY: upstream.key, MODEL_RETRY_BASE_MS: '10' } })
-  upstream.script.push(
-    { status: 429, headers: { 'retry-after': '0' }, body: { type: 'error', error: { type: 'rate_limit_error', message: 'slow down' } } },
-    { status: 503, body: { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } } },
-    { text: 'at last' }
-  )
-  const run = await ended(app, (await post(app, { prompt: 'try', model: 'claude-test-1' })).json().run.id)
-  t.match(run, { status: 'succeeded', output: 'at last' })
-  const retries = (await storedEventsOf(app, DEV_ORG.id, run.id)).filter((e) => e.type === 'model.retry').map((e) => e.data)
-  t.match(retries, [{ attempt: 1, status: 429, waitMs: 0 }, { attempt: 2, status: 503 }])
-  upstream.script.push({ status: 400, body: { type: 'error', error: { type: 'invalid_request_error', message: 'prompt is too long' } } })
-  const bad = await ended(app, (await post(app, { prompt: 'too long', model: 'claude-test-1' })).json().run.id)
-  t.match(bad, { status: 'failed', error: /^upstream_error: HTTP 400: .*prompt is too long/ })
-})
+t.test(
+  'Anthropic faults: 429 with retry-after and 529-free 5xx are retried; 4xx is final and says what the API said',
+  async (t) => {
+    const upstream = await startAnthropicUpstream(t)
+    const app = await buildTestApp(t, {
+      env: { ANTHROPIC_BASE_URL: upstream.url, ANTHROPIC_API_KEY: upstream.key, MODEL_RETRY_BASE_MS: '10' }
+    })
+    upstream.script.push(
+      {
+        status: 429,
+        headers: { 'retry-after': '0' },
+        body: { type: 'error', error: { type: 'rate_limit_error', message: 'slow down' } }
+      },
+      { status: 503, body: { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } } },
+      { text: 'at last' }
+    )
+    const run = await ended(app, (await post(app, { prompt: 'try', model: 'claude-test-1' })).json().run.id)
+    t.match(run, { status: 'succeeded', output: 'at last' })
+    const retries = (await storedEventsOf(app, DEV_ORG.id, run.id))
+      .filter((e) => e.type === 'model.retry')
+      .map((e) => e.data)
+    t.match(retries, [
+      { attempt: 1, status: 429, waitMs: 0 },
+      { attempt: 2, status: 503 }
+    ])
+    upstream.script.push({
+      status: 400,
+      body: { type: 'error', error: { type: 'invalid_request_error', message: 'prompt is too long' } }
+    })
+    const bad = await ended(app, (await post(app, { prompt: 'too long', model: 'claude-test-1' })).json().run.id)
+    t.match(bad, { status: 'failed', error: /^upstream_error: HTTP 400: .*prompt is too long/ })
+  }
+)
 
-t.test('an org provider of kind anthropic: checked at /v1/models with x-api-key, its models run on the anthropic engine with its key', async (t) => {
-  const upstream = await startAnthropicUpstream(t, { models: ['claude-org-1'] })
-  const app = await buildTestApp(t, { env: { PROVIDER_ALLOW_PRIVATE: 'true', SECRETS_KEY: newKeyText(), RUN_POLL_MS: '50' } })
-  const { cookie } = await signUpWithOrg(app)
-  const refused = await app.inject({ method: 'POST', url: '/api/providers', headers: { cookie }, payload: { name: 'A', kind: 'gemini', baseUrl: upstream.url, apiKey: 'k' } })
-  t.equal(refused.statusCode, 400)
-  t.equal(refused.json().error, 'validation_failed')
-  const wrongKey = await app.inject({ method: 'POST', url: '/api/providers', headers: { cookie }, payload: { name: 'Wrong', kind: 'anthropic', baseUrl: upstream.url, apiKey: 'sk-wrong' } })
-  t.match(wrongKey.json().provider, { kind: 'anthropic', ready: false, lastError: /refused the API key \(HTTP 401 from GET \/v1\/models\)/ })
-  const created = await app.inject({ method: 'POST', url: '/api/providers', headers: { cookie }, payload: { name: 'Claude', kind: 'anthropic', baseUrl: upstream.url, apiKey: upstream.key } })
-  t.equal(created.statusCode, 201, created.body)
-  const provider = created.json().provider
-  t.match(provider, { kind: 'anthropic', ready: true, models: ['claude-org-1'], lastError: null })
-  t.equal(upstream.requests.find((r) => r.path === '/v1/models' && r.apiKey === upstream.key)?.method, 'GET')
-  const listed = (await app.inject({ method: 'GET', url: '/api/models', headers: { cookie } })).json().items
-  t.match(listed.find((m: any) => m.id === 'claude-org-1'), { engine: 'anthropic', providerId: provider.id })
-  const openai = (await app.inject({ method: 'GET', url: '/api/providers', headers: { cookie } })).json().items.find((p: any) => p.name === 'Wrong')
-  t.equal(openai.kind, 'anthropic')
+t.test(
+  'an org provider of kind anthropic: checked at /v1/models with x-api-key, its models run on the anthropic engine with its key',
+  async (t) => {
+    const upstream = await startAnthropicUpstream(t, { models: ['claude-org-1'] })
+    const app = await buildTestApp(t, {
+      env: { PROVIDER_ALLOW_PRIVATE: 'true', SECRETS_KEY: newKeyText(), RUN_POLL_MS: '50' }
+    })
+    const { cookie } = await signUpWithOrg(app)
+    const refused = await app.inject({
+      method: 'POST',
+      url: '/api/providers',
+      headers: { cookie },
+      payload: { name: 'A', kind: 'gemini', baseUrl: upstream.url, apiKey: 'k' }
+    })
+    t.equal(refused.statusCode, 400)
+    t.equal(refused.json().error, 'validation_failed')
+    const wrongKey = await app.inject({
+      method: 'POST',
+      url: '/api/providers',
+      headers: { cookie },
+      payload: { name: 'Wrong', kind: 'anthropic', baseUrl: upstream.url, apiKey: 'sk-wrong' }
+    })
+    t.match(wrongKey.json().provider, {
+      kind: 'anthropic',
+      ready: false,
+      lastError: /refused the API key \(HTTP 401 from GET \/v1\/models\)/
+    })
+    const created = await app.inject({
+      method: 'POST',
+      url: '/api/providers',
+      headers: { cookie },
+      payload: { name: 'Claude', kind: 'anthropic', baseUrl: upstream.url, apiKey: upstream.key }
+    })
+    t.equal(created.statusCode, 201, created.body)
+    const provider = created.json().provider
+    t.match(provider, { kind: 'anthropic', ready: true, models: ['claude-org-1'], lastError: null })
+    t.equal(upstream.requests.find((r) => r.path === '/v1/models' && r.apiKey === upstream.key)?.method, 'GET')
+    const listed = (await app.inject({ method: 'GET', url: '/api/models', headers: { cookie } })).json().items
+    t.match(
+      listed.find((m: any) => m.id === 'claude-org-1'),
+      { engine: 'anthropic', providerId: provider.id }
+    )
+    const openai = (await app.inject({ method: 'GET', url: '/api/providers', headers: { cookie } }))
+      .json()
+      .items.find((p: any) => p.name === 'Wrong')
+    t.equal(openai.kind, 'anthropic')
 
-  upstream.script.push({ text: 'Hello from the org.' })
-  const run = await ended(app, (await post(app, { prompt: 'hi', model: 'claude-org-1' }, { cookie })).json().run.id, { cookie })
-  t.match(run, { status: 'succeeded', engine: 'anthropic', model: 'claude-org-1', output: 'Hello from the org.' }, run.error ?? '')
-  t.equal(upstream.requests.at(-1)!.apiKey, upstream.key, 'the provider\'s own key')
-  const named = await ended(app, (await post(app, { prompt: 'hi', engine: 'anthropic', model: 'claude-org-1' }, { cookie })).json().run.id, { cookie })
-  t.equal(named.status, 'succeeded', 'engine: anthropic names it too')
-  const mismatched = await post(app, { prompt: 'hi', engine: 'openai', model: 'claude-org-1' }, { cookie })
-  t.equal(mismatched.statusCode, 400, 'not through the other engine')
-})
+    upstream.script.push({ text: 'Hello from the org.' })
+    const run = await ended(app, (await post(app, { prompt: 'hi', model: 'claude-org-1' }, { cookie })).json().run.id, {
+      cookie
+    })
+    t.match(
+      run,
+      { status: 'succeeded', engine: 'anthropic', model: 'claude-org-1', output: 'Hello from the org.' },
+      run.error ?? ''
+    )
+    t.equal(upstream.requests.at(-1)!.apiKey, upstream.key, "the provider's own key")
+    const named = await ended(
+      app,
+      (await post(app, { prompt: 'hi', engine: 'anthropic', model: 'claude-org-1' }, { cookie })).json().run.id,
+      { cookie }
+    )
+    t.equal(named.status, 'succeeded', 'engine: anthropic names it too')
+    const mismatched = await post(app, { prompt: 'hi', engine: 'openai', model: 'claude-org-1' }, { cookie })
+    t.equal(mismatched.statusCode, 400, 'not through the other engine')
+  }
+)

@@ -29,7 +29,15 @@ async function dataDir(t: Teardown): Promise<string> {
 }
 
 function envFor(model: ToolModel, dir: string, more: Record<string, string> = {}) {
-  return { OPENAI_BASE_URL: model.url, MODELS: 'tool-model', RUN_POLL_MS: '50', DATA_DIR: dir, SANDBOX_UNCONFINED: 'true', RUN_WORKER_CONCURRENCY: '1', ...more }
+  return {
+    OPENAI_BASE_URL: model.url,
+    MODELS: 'tool-model',
+    RUN_POLL_MS: '50',
+    DATA_DIR: dir,
+    SANDBOX_UNCONFINED: 'true',
+    RUN_WORKER_CONCURRENCY: '1',
+    ...more
+  }
 }
 
 async function setup(t: Teardown, more: Record<string, string> = {}) {
@@ -56,104 +64,156 @@ async function startRun(app: App, cookie: string, payload: Record<string, unknow
   return res.json().run.id
 }
 
-const getRun = async (app: App, cookie: string, id: string) => (await app.inject({ method: 'GET', url: `/api/runs/${id}`, headers: { cookie } })).json().run
+const getRun = async (app: App, cookie: string, id: string) =>
+  (await app.inject({ method: 'GET', url: `/api/runs/${id}`, headers: { cookie } })).json().run
 
 /** the data of the run's `run.requires_action` event once it is stored */
 const waiting = (app: App, orgId: string, runId: string, nth = 1) =>
-  eventually(async () => (await storedEventsOf(app, orgId, runId)).filter((e) => e.type === 'run.requires_action')[nth - 1]?.data, 30_000)
+  eventually(
+    async () =>
+      (await storedEventsOf(app, orgId, runId)).filter((e) => e.type === 'run.requires_action')[nth - 1]?.data,
+    30_000
+  )
 
 const decide = (app: App, cookie: string, runId: string, approvalId: string, decision: 'approve' | 'deny') =>
-  app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${approvalId}`, headers: { cookie }, payload: { decision } })
+  app.inject({
+    method: 'POST',
+    url: `/api/runs/${runId}/approvals/${approvalId}`,
+    headers: { cookie },
+    payload: { decision }
+  })
 
-t.test('a run waiting for approval leaves its worker, shows requires_action and goes on from where it stopped', async (t) => {
-  const { app, model, cookie, orgId } = await setup(t)
-  model.script.push(shellCall(COUNTED), { text: 'The command ran once.' })
-  const runId = await startRun(app, cookie, { prompt: 'run the counter', engine: 'openai' })
+t.test(
+  'a run waiting for approval leaves its worker, shows requires_action and goes on from where it stopped',
+  async (t) => {
+    const { app, model, cookie, orgId } = await setup(t)
+    model.script.push(shellCall(COUNTED), { text: 'The command ran once.' })
+    const runId = await startRun(app, cookie, { prompt: 'run the counter', engine: 'openai' })
 
-  const { approvalIds } = await waiting(app, orgId, runId)
-  t.equal(approvalIds.length, 1, 'the event names the pending approval')
-  const [approval] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, approvalIds[0]))
-  t.match(approval, { runId, status: 'pending', tool: 'shell', callId: 'call_1' })
-  const run = await getRun(app, cookie, runId)
-  t.match(run, { status: 'requires_action', output: null, finishedAt: null, usage: { inputTokens: 5, outputTokens: 2 } })
-  t.equal(app.runs.worker.activeCount, 0, 'no worker slot is held')
-  const [row] = await app.db.select().from(runs).where(eq(runs.id, runId))
-  t.match(row, { leaseOwner: null, leaseExpiresAt: null })
-  t.ok(row!.suspended, 'the conversation is stored with the run')
+    const { approvalIds } = await waiting(app, orgId, runId)
+    t.equal(approvalIds.length, 1, 'the event names the pending approval')
+    const [approval] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, approvalIds[0]))
+    t.match(approval, { runId, status: 'pending', tool: 'shell', callId: 'call_1' })
+    const run = await getRun(app, cookie, runId)
+    t.match(run, {
+      status: 'requires_action',
+      output: null,
+      finishedAt: null,
+      usage: { inputTokens: 5, outputTokens: 2 }
+    })
+    t.equal(app.runs.worker.activeCount, 0, 'no worker slot is held')
+    const [row] = await app.db.select().from(runs).where(eq(runs.id, runId))
+    t.match(row, { leaseOwner: null, leaseExpiresAt: null })
+    t.ok(row!.suspended, 'the conversation is stored with the run')
 
-  // the one worker slot serves other runs meanwhile
-  const other = await startRun(app, cookie, { prompt: 'echo me', engine: 'echo' })
-  t.equal((await finishedRun(app, cookie, other)).status, 'succeeded', 'another run executed while this one waited')
+    // the one worker slot serves other runs meanwhile
+    const other = await startRun(app, cookie, { prompt: 'echo me', engine: 'echo' })
+    t.equal((await finishedRun(app, cookie, other)).status, 'succeeded', 'another run executed while this one waited')
 
-  // the list, the wait and the dashboard know the status
-  const listed = (await app.inject({ method: 'GET', url: '/api/runs?status=requires_action', headers: { cookie } })).json()
-  t.same(listed.items.map((r: { id: string }) => r.id), [runId])
-  const started = Date.now()
-  const waited = await app.inject({ method: 'GET', url: `/api/runs/${runId}?wait=30`, headers: { cookie } })
-  t.equal(waited.json().run.status, 'requires_action', 'a wait answers at once: the run needs a person')
-  t.ok(Date.now() - started < 20_000)
-  const dash = (await app.inject({ method: 'GET', url: '/api/dashboard', headers: { cookie } })).json()
-  t.equal(dash.runs.byStatus.requires_action, 1)
-  t.equal(dash.activeRuns, 1)
-  t.equal(model.requests.length, 1)
+    // the list, the wait and the dashboard know the status
+    const listed = (
+      await app.inject({ method: 'GET', url: '/api/runs?status=requires_action', headers: { cookie } })
+    ).json()
+    t.same(
+      listed.items.map((r: { id: string }) => r.id),
+      [runId]
+    )
+    const started = Date.now()
+    const waited = await app.inject({ method: 'GET', url: `/api/runs/${runId}?wait=30`, headers: { cookie } })
+    t.equal(waited.json().run.status, 'requires_action', 'a wait answers at once: the run needs a person')
+    t.ok(Date.now() - started < 20_000)
+    const dash = (await app.inject({ method: 'GET', url: '/api/dashboard', headers: { cookie } })).json()
+    t.equal(dash.runs.byStatus.requires_action, 1)
+    t.equal(dash.activeRuns, 1)
+    t.equal(model.requests.length, 1)
 
-  t.equal((await decide(app, cookie, runId, approvalIds[0], 'approve')).statusCode, 200)
-  const done = await finishedRun(app, cookie, runId)
-  t.match(done, { status: 'succeeded', output: 'The command ran once.', usage: { inputTokens: 10, outputTokens: 4 } })
-  const events = await storedEventsOf(app, orgId, runId)
-  const types = events.map((e) => e.type)
-  t.same(types.filter((type) => type.startsWith('run.')), ['run.queued', 'run.started', 'run.requires_action', 'run.started', 'run.succeeded'])
-  t.match(events.filter((e) => e.type === 'run.started')[1]!.data, { resumed: true })
-  t.equal(types.filter((type) => type === 'tool.call').length, 1, 'the call was recorded once')
-  const results = events.filter((e) => e.type === 'tool.result')
-  t.equal(results.length, 1)
-  t.match(results[0]!.data, { callId: 'call_1', status: 'ok', approvalId: approvalIds[0], content: /executions: 1\n/ })
+    t.equal((await decide(app, cookie, runId, approvalIds[0], 'approve')).statusCode, 200)
+    const done = await finishedRun(app, cookie, runId)
+    t.match(done, { status: 'succeeded', output: 'The command ran once.', usage: { inputTokens: 10, outputTokens: 4 } })
+    const events = await storedEventsOf(app, orgId, runId)
+    const types = events.map((e) => e.type)
+    t.same(
+      types.filter((type) => type.startsWith('run.')),
+      ['run.queued', 'run.started', 'run.requires_action', 'run.started', 'run.succeeded']
+    )
+    t.match(events.filter((e) => e.type === 'run.started')[1]!.data, { resumed: true })
+    t.equal(types.filter((type) => type === 'tool.call').length, 1, 'the call was recorded once')
+    const results = events.filter((e) => e.type === 'tool.result')
+    t.equal(results.length, 1)
+    t.match(results[0]!.data, {
+      callId: 'call_1',
+      status: 'ok',
+      approvalId: approvalIds[0],
+      content: /executions: 1\n/
+    })
 
-  t.equal(model.requests.length, 2, 'the round that asked for the tool was not asked again')
-  const second = model.requests[1]!.body.messages
-  t.match(second.at(-2), { role: 'assistant', tool_calls: [{ id: 'call_1', function: { name: 'shell' } }] })
-  t.match(second.at(-1), { role: 'tool', tool_call_id: 'call_1', content: /executions: 1/ })
-  t.equal(second.filter((m: { role: string }) => m.role === 'user').length, 1)
-  const [after] = await app.db.select().from(runs).where(eq(runs.id, runId))
-  t.match(after, { suspended: null, resumeAt: null })
-})
+    t.equal(model.requests.length, 2, 'the round that asked for the tool was not asked again')
+    const second = model.requests[1]!.body.messages
+    t.match(second.at(-2), { role: 'assistant', tool_calls: [{ id: 'call_1', function: { name: 'shell' } }] })
+    t.match(second.at(-1), { role: 'tool', tool_call_id: 'call_1', content: /executions: 1/ })
+    t.equal(second.filter((m: { role: string }) => m.role === 'user').length, 1)
+    const [after] = await app.db.select().from(runs).where(eq(runs.id, runId))
+    t.match(after, { suspended: null, resumeAt: null })
+  }
+)
 
-t.test('calls of one round: those needing a decision are asked together, the rest run after them in order, a denial reaches the model', async (t) => {
-  const { app, model, cookie, orgId } = await setup(t)
-  model.script.push(
-    { calls: [
-      { id: 'a', name: 'shell', arguments: JSON.stringify({ command: 'echo first >> order.txt; cat order.txt' }) },
-      { id: 'b', name: 'write_file', arguments: JSON.stringify({ path: 'b.txt', content: 'second' }) },
-      { id: 'c', name: 'shell', arguments: JSON.stringify({ command: 'echo third >> order.txt' }) }
-    ] },
-    { text: 'done' }
-  )
-  await app.inject({ method: 'PUT', url: '/api/tools/policies/write_file', headers: { cookie }, payload: { mode: 'auto' } })
-  const runId = await startRun(app, cookie, { prompt: 'three calls', engine: 'openai' })
-  const { approvalIds } = await waiting(app, orgId, runId)
-  t.equal(approvalIds.length, 2, 'both shell calls are asked at once')
-  let events = await storedEventsOf(app, orgId, runId)
-  t.same(events.filter((e) => e.type === 'tool.call').map((e) => e.data.callId), ['a', 'c'], 'the auto call after a waiting one has not run')
+t.test(
+  'calls of one round: those needing a decision are asked together, the rest run after them in order, a denial reaches the model',
+  async (t) => {
+    const { app, model, cookie, orgId } = await setup(t)
+    model.script.push(
+      {
+        calls: [
+          { id: 'a', name: 'shell', arguments: JSON.stringify({ command: 'echo first >> order.txt; cat order.txt' }) },
+          { id: 'b', name: 'write_file', arguments: JSON.stringify({ path: 'b.txt', content: 'second' }) },
+          { id: 'c', name: 'shell', arguments: JSON.stringify({ command: 'echo third >> order.txt' }) }
+        ]
+      },
+      { text: 'done' }
+    )
+    await app.inject({
+      method: 'PUT',
+      url: '/api/tools/policies/write_file',
+      headers: { cookie },
+      payload: { mode: 'auto' }
+    })
+    const runId = await startRun(app, cookie, { prompt: 'three calls', engine: 'openai' })
+    const { approvalIds } = await waiting(app, orgId, runId)
+    t.equal(approvalIds.length, 2, 'both shell calls are asked at once')
+    let events = await storedEventsOf(app, orgId, runId)
+    t.same(
+      events.filter((e) => e.type === 'tool.call').map((e) => e.data.callId),
+      ['a', 'c'],
+      'the auto call after a waiting one has not run'
+    )
 
-  t.equal((await decide(app, cookie, runId, approvalIds[0], 'approve')).statusCode, 200)
-  // one decision of two: the run still waits
-  t.equal((await getRun(app, cookie, runId)).status, 'requires_action')
-  const [row] = await app.db.select().from(runs).where(eq(runs.id, runId))
-  t.equal(row!.status, 'requires_action')
-  t.equal((await decide(app, cookie, runId, approvalIds[1], 'deny')).statusCode, 200)
+    t.equal((await decide(app, cookie, runId, approvalIds[0], 'approve')).statusCode, 200)
+    // one decision of two: the run still waits
+    t.equal((await getRun(app, cookie, runId)).status, 'requires_action')
+    const [row] = await app.db.select().from(runs).where(eq(runs.id, runId))
+    t.equal(row!.status, 'requires_action')
+    t.equal((await decide(app, cookie, runId, approvalIds[1], 'deny')).statusCode, 200)
 
-  const done = await finishedRun(app, cookie, runId)
-  t.equal(done.status, 'succeeded', done.error ?? '')
-  events = await storedEventsOf(app, orgId, runId)
-  t.same(events.filter((e) => e.type === 'tool.result').map((e) => [e.data.callId, e.data.status]), [['a', 'ok'], ['b', 'ok'], ['c', 'denied']])
-  const messages = model.requests[1]!.body.messages
-  t.match(messages.slice(-3), [
-    { role: 'tool', tool_call_id: 'a', content: /first/ },
-    { role: 'tool', tool_call_id: 'b' },
-    { role: 'tool', tool_call_id: 'c', content: 'the call was denied by a person' }
-  ])
-  t.equal(model.requests.length, 2)
-})
+    const done = await finishedRun(app, cookie, runId)
+    t.equal(done.status, 'succeeded', done.error ?? '')
+    events = await storedEventsOf(app, orgId, runId)
+    t.same(
+      events.filter((e) => e.type === 'tool.result').map((e) => [e.data.callId, e.data.status]),
+      [
+        ['a', 'ok'],
+        ['b', 'ok'],
+        ['c', 'denied']
+      ]
+    )
+    const messages = model.requests[1]!.body.messages
+    t.match(messages.slice(-3), [
+      { role: 'tool', tool_call_id: 'a', content: /first/ },
+      { role: 'tool', tool_call_id: 'b' },
+      { role: 'tool', tool_call_id: 'c', content: 'the call was denied by a person' }
+    ])
+    t.equal(model.requests.length, 2)
+  }
+)
 
 t.test('an approval nobody decides expires: the run goes on and the model hears the call was denied', async (t) => {
   const { app, model, cookie, orgId } = await setup(t, { TOOL_APPROVAL_TIMEOUT_MS: '1000' })
@@ -164,45 +224,62 @@ t.test('an approval nobody decides expires: the run goes on and the model hears 
   t.equal(done.status, 'succeeded', done.error ?? '')
   const [approval] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, approvalIds[0]))
   t.equal(approval!.status, 'expired')
-  t.match(model.requests[1]!.body.messages.at(-1), { role: 'tool', tool_call_id: 'call_1', content: 'the call was denied by a person' })
+  t.match(model.requests[1]!.body.messages.at(-1), {
+    role: 'tool',
+    tool_call_id: 'call_1',
+    content: 'the call was denied by a person'
+  })
   const late = await decide(app, cookie, runId, approvalIds[0], 'approve')
   t.equal(late.statusCode, 409)
 })
 
-t.test('cancel ends a waiting run at once; the thread\'s next run may start; reject and interrupt see it as busy', async (t) => {
-  const { app, model, cookie, orgId } = await setup(t, { RUN_WORKER_CONCURRENCY: '1' })
-  model.script.push(shellCall('echo never'))
-  const first = await startRun(app, cookie, { prompt: 'first', engine: 'openai' })
-  const { approvalIds } = await waiting(app, orgId, first)
+t.test(
+  "cancel ends a waiting run at once; the thread's next run may start; reject and interrupt see it as busy",
+  async (t) => {
+    const { app, model, cookie, orgId } = await setup(t, { RUN_WORKER_CONCURRENCY: '1' })
+    model.script.push(shellCall('echo never'))
+    const first = await startRun(app, cookie, { prompt: 'first', engine: 'openai' })
+    const { approvalIds } = await waiting(app, orgId, first)
 
-  const refused = await app.inject({ method: 'POST', url: '/api/runs', headers: { cookie }, payload: { prompt: 'next', engine: 'echo', rootRunId: first, multitask: 'reject' } })
-  t.equal(refused.statusCode, 409)
-  t.equal(refused.json().error, 'thread_busy')
-  const queued = await startRun(app, cookie, { prompt: 'after it', engine: 'echo', rootRunId: first })
-  // runs of one thread never overlap: the next waits for the waiting one
-  await new Promise((resolve) => setTimeout(resolve, 300))
-  t.equal((await getRun(app, cookie, queued)).status, 'queued')
+    const refused = await app.inject({
+      method: 'POST',
+      url: '/api/runs',
+      headers: { cookie },
+      payload: { prompt: 'next', engine: 'echo', rootRunId: first, multitask: 'reject' }
+    })
+    t.equal(refused.statusCode, 409)
+    t.equal(refused.json().error, 'thread_busy')
+    const queued = await startRun(app, cookie, { prompt: 'after it', engine: 'echo', rootRunId: first })
+    // runs of one thread never overlap: the next waits for the waiting one
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    t.equal((await getRun(app, cookie, queued)).status, 'queued')
 
-  const cancel = await app.inject({ method: 'POST', url: `/api/runs/${first}/cancel`, headers: { cookie } })
-  t.equal(cancel.statusCode, 200)
-  t.equal(cancel.json().run.status, 'cancelled', 'cancelled in the answer itself')
-  const [approval] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, approvalIds[0]))
-  t.equal(approval!.status, 'cancelled')
-  const events = await storedEventsOf(app, orgId, first)
-  t.match(events.at(-1), { type: 'run.cancelled', data: { reason: 'cancelled while waiting for approval' } })
-  t.equal((await finishedRun(app, cookie, queued)).status, 'succeeded', 'the thread goes on')
-  t.equal(model.requests.length, 1)
+    const cancel = await app.inject({ method: 'POST', url: `/api/runs/${first}/cancel`, headers: { cookie } })
+    t.equal(cancel.statusCode, 200)
+    t.equal(cancel.json().run.status, 'cancelled', 'cancelled in the answer itself')
+    const [approval] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, approvalIds[0]))
+    t.equal(approval!.status, 'cancelled')
+    const events = await storedEventsOf(app, orgId, first)
+    t.match(events.at(-1), { type: 'run.cancelled', data: { reason: 'cancelled while waiting for approval' } })
+    t.equal((await finishedRun(app, cookie, queued)).status, 'succeeded', 'the thread goes on')
+    t.equal(model.requests.length, 1)
 
-  // interrupt: a waiting run of the thread is cancelled as interrupted, its approval dropped
-  model.script.push(shellCall('echo never'))
-  const waitingRun = await startRun(app, cookie, { prompt: 'wait again', engine: 'openai', rootRunId: first })
-  const again = await waiting(app, orgId, waitingRun)
-  const interrupting = await startRun(app, cookie, { prompt: 'now', engine: 'echo', rootRunId: first, multitask: 'interrupt' })
-  t.match(await finishedRun(app, cookie, waitingRun), { status: 'cancelled', error: 'interrupted' })
-  const [dropped] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, again.approvalIds[0]))
-  t.equal(dropped!.status, 'cancelled')
-  t.equal((await finishedRun(app, cookie, interrupting)).status, 'succeeded')
-})
+    // interrupt: a waiting run of the thread is cancelled as interrupted, its approval dropped
+    model.script.push(shellCall('echo never'))
+    const waitingRun = await startRun(app, cookie, { prompt: 'wait again', engine: 'openai', rootRunId: first })
+    const again = await waiting(app, orgId, waitingRun)
+    const interrupting = await startRun(app, cookie, {
+      prompt: 'now',
+      engine: 'echo',
+      rootRunId: first,
+      multitask: 'interrupt'
+    })
+    t.match(await finishedRun(app, cookie, waitingRun), { status: 'cancelled', error: 'interrupted' })
+    const [dropped] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, again.approvalIds[0]))
+    t.equal(dropped!.status, 'cancelled')
+    t.equal((await finishedRun(app, cookie, interrupting)).status, 'succeeded')
+  }
+)
 
 t.test('one worker keeps executing other runs while 50 runs wait for people', async (t) => {
   const { app, cookie, orgId } = await setup(t, { RUN_WORKER_CONCURRENCY: '1' })
@@ -216,7 +293,9 @@ t.test('one worker keeps executing other runs while 50 runs wait for people', as
   const echoes: string[] = []
   for (let i = 0; i < 5; i++) echoes.push(await startRun(app, cookie, { prompt: `echo ${i}`, engine: 'echo' }))
   for (const id of echoes) t.equal((await finishedRun(app, cookie, id)).status, 'succeeded')
-  const counted = (await app.inject({ method: 'GET', url: '/api/runs?status=requires_action&limit=100', headers: { cookie } })).json()
+  const counted = (
+    await app.inject({ method: 'GET', url: '/api/runs?status=requires_action&limit=100', headers: { cookie } })
+  ).json()
   t.equal(counted.items.length, 50, 'all 50 still wait')
 })
 
@@ -237,9 +316,19 @@ t.test('a decision made on instance B resumes a run that left instance A, after 
   t.equal(model.requests.length, 2)
 })
 
-t.test('a run handed back after a tool call ran goes on from that call\'s result on the next instance', async (t) => {
+t.test("a run handed back after a tool call ran goes on from that call's result on the next instance", async (t) => {
   const { model, a, next, cookie, org } = await firstOfTwo(t)
-  t.equal((await a.inject({ method: 'PUT', url: '/api/tools/policies/shell', headers: { cookie }, payload: { mode: 'auto' } })).statusCode, 200)
+  t.equal(
+    (
+      await a.inject({
+        method: 'PUT',
+        url: '/api/tools/policies/shell',
+        headers: { cookie },
+        payload: { mode: 'auto' }
+      })
+    ).statusCode,
+    200
+  )
   let answer!: () => void
   const held = new Promise<void>((resolve) => (answer = resolve))
   t.teardown(() => answer())
@@ -263,5 +352,9 @@ t.test('a run handed back after a tool call ran goes on from that call\'s result
   t.match(events.filter((e) => e.type === 'run.started').at(-1), { data: { resumed: true } })
   t.equal(model.requests.length, 3)
   t.match(model.requests[2]!.body.messages.at(-1), { role: 'tool', tool_call_id: 'call_1', content: /executions: 1/ })
-  t.equal(model.requests[2]!.body.messages.filter((m: { role: string }) => m.role === 'assistant').length, 1, 'the round that asked is in the conversation once')
+  t.equal(
+    model.requests[2]!.body.messages.filter((m: { role: string }) => m.role === 'assistant').length,
+    1,
+    'the round that asked is in the conversation once'
+  )
 })

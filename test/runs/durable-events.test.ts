@@ -15,9 +15,11 @@ import { SseClient } from './sse-client.js'
  * (src/server.ts) on a cluster of the test's own: on the Postgres half of the suite (or
  * RESTART_TEST=1).
  */
-const skip = clusterSkip || (!process.env.DATABASE_URL && !process.env.RESTART_TEST
-  ? 'runs in the Postgres half of the suite (DATABASE_URL set) or with RESTART_TEST=1'
-  : false)
+const skip =
+  clusterSkip ||
+  (!process.env.DATABASE_URL && !process.env.RESTART_TEST
+    ? 'runs in the Postgres half of the suite (DATABASE_URL set) or with RESTART_TEST=1'
+    : false)
 
 /** A run's event stream read until its run.succeeded: each event as "id run type". */
 async function shownUntilSucceeded(base: string, runId: string): Promise<string[]> {
@@ -26,7 +28,9 @@ async function shownUntilSucceeded(base: string, runId: string): Promise<string[
     if (stream.status !== 200) throw new Error(`events of ${runId}: status ${stream.status}`)
     await stream.until((c) => c.events('run.succeeded').length > 0, 60_000)
     const shown = stream.frames.filter((f) => f.id !== undefined)
-    return shown.slice(0, shown.findIndex((f) => f.event === 'run.succeeded') + 1).map((f) => `${f.id} ${runId} ${f.event}`)
+    return shown
+      .slice(0, shown.findIndex((f) => f.event === 'run.succeeded') + 1)
+      .map((f) => `${f.id} ${runId} ${f.event}`)
   } finally {
     stream.close()
   }
@@ -38,8 +42,13 @@ t.test('events a client was shown survive a Postgres crash right after them', { 
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
   // no lease renewal or sweep writes (which would flush the WAL) while the runs execute
   const server = await startServer({
-    NODE_ENV: 'development', ALLOW_DEV_ORG: 'true', DATABASE_URL: cluster.url, DATA_DIR: dataDir,
-    SANDBOX_PROVIDER: 'none', RUN_LEASE_MS: '60000', RUN_SWEEP_MS: '60000'
+    NODE_ENV: 'development',
+    ALLOW_DEV_ORG: 'true',
+    DATABASE_URL: cluster.url,
+    DATA_DIR: dataDir,
+    SANDBOX_PROVIDER: 'none',
+    RUN_LEASE_MS: '60000',
+    RUN_SWEEP_MS: '60000'
   })
   t.teardown(async () => {
     server.kill('SIGKILL')
@@ -48,7 +57,11 @@ t.test('events a client was shown survive a Postgres crash right after them', { 
 
   const ids: string[] = []
   for (let i = 0; i < 3; i++) {
-    const res = await fetch(`${server.url}/api/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: `run ${i} says a few words` }) })
+    const res = await fetch(`${server.url}/api/runs`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: `run ${i} says a few words` })
+    })
     t.equal(res.status, 201, `run ${i} accepted`)
     ids.push(((await res.json()) as { run: { id: string } }).run.id)
   }
@@ -58,9 +71,20 @@ t.test('events a client was shown survive a Postgres crash right after them', { 
   await cluster.start()
   const sql = postgres(cluster.url, { max: 1, onnotice: () => {} })
   t.teardown(() => sql.end())
-  const stored = new Set((await sql<Array<{ line: string }>>`select id || ' ' || run_id || ' ' || type as line from run_events`).map((r) => r.line))
+  const stored = new Set(
+    (await sql<Array<{ line: string }>>`select id || ' ' || run_id || ' ' || type as line from run_events`).map(
+      (r) => r.line
+    )
+  )
   t.ok(seen.length >= 9, `${seen.length} events shown`)
-  t.same(seen.filter((line) => !stored.has(line)), [], `all ${seen.length} events shown are stored`)
+  t.same(
+    seen.filter((line) => !stored.has(line)),
+    [],
+    `all ${seen.length} events shown are stored`
+  )
   const statuses = await sql<Array<{ status: string }>>`select status from runs where id in ${sql(ids)}`
-  t.same(statuses.map((r) => r.status), ['succeeded', 'succeeded', 'succeeded'])
+  t.same(
+    statuses.map((r) => r.status),
+    ['succeeded', 'succeeded', 'succeeded']
+  )
 })

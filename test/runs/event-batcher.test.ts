@@ -18,17 +18,34 @@ t.test('events appended at once share statements; each caller gets its own store
 
   const batcher = new EventBatcher(app.db)
   const sent = Array.from({ length: 300 }, (_, i) => ({
-    orgId: orgs[i % 3]!, runId: `run-${i}`, rootRunId: `root-${i % 7}`, type: i % 2 ? 'message.delta' : 'tool.call', data: { i, text: `word ${i}` }
+    orgId: orgs[i % 3]!,
+    runId: `run-${i}`,
+    rootRunId: `root-${i % 7}`,
+    type: i % 2 ? 'message.delta' : 'tool.call',
+    data: { i, text: `word ${i}` }
   }))
   const stored = await Promise.all(sent.map((e) => batcher.append(e)))
 
   t.equal(new Set(stored.map((e) => e.id)).size, 300, 'every event has its own id')
-  const rows = await app.db.select().from(runEvents).where(inArray(runEvents.id, stored.map((e) => e.id)))
+  const rows = await app.db
+    .select()
+    .from(runEvents)
+    .where(
+      inArray(
+        runEvents.id,
+        stored.map((e) => e.id)
+      )
+    )
   const byId = new Map(rows.map((r) => [r.id, r]))
   t.equal(rows.length, 300, 'all stored')
   const mismatched = stored.filter((e, i) => {
     const row = byId.get(e.id)!
-    return row.runId !== sent[i]!.runId || row.orgId !== sent[i]!.orgId || row.type !== sent[i]!.type || (row.data as { i: number }).i !== i
+    return (
+      row.runId !== sent[i]!.runId ||
+      row.orgId !== sent[i]!.orgId ||
+      row.type !== sent[i]!.type ||
+      (row.data as { i: number }).i !== i
+    )
   })
   t.same(mismatched, [], 'each promise resolved with the id of its own event')
 
@@ -36,7 +53,11 @@ t.test('events appended at once share statements; each caller gets its own store
   await eventually(async () => orgs.every((o) => heard.get(o)!.length === 100))
   for (const org of orgs) {
     const ids = heard.get(org)!
-    t.same(ids, [...ids].sort((a, b) => a - b), 'NOTIFYs of an org arrive in id order')
+    t.same(
+      ids,
+      [...ids].sort((a, b) => a - b),
+      'NOTIFYs of an org arrive in id order'
+    )
   }
 })
 
@@ -44,11 +65,29 @@ t.test('an event the database refuses fails alone; its batch neighbours are stor
   const app = await buildTestApp(t, { env })
   const batcher = new EventBatcher(app.db)
   const org = newId()
-  const good = (i: number) => batcher.append({ orgId: org, runId: `run-${i}`, rootRunId: 'root', type: 'tool.call', data: { i } })
+  const good = (i: number) =>
+    batcher.append({ orgId: org, runId: `run-${i}`, rootRunId: 'root', type: 'tool.call', data: { i } })
   // jsonb refuses \u0000, so this event cannot be stored
-  const results = await Promise.allSettled([good(1), good(2), batcher.append({ orgId: org, runId: 'bad', rootRunId: 'root', type: 'tool.call', data: { text: 'nul \u0000 here' } }), good(3)])
-  t.same(results.map((r) => r.status), ['fulfilled', 'fulfilled', 'rejected', 'fulfilled'])
-  const rows = await app.db.select().from(runEvents).where(inArray(runEvents.runId, ['run-1', 'run-2', 'run-3', 'bad']))
+  const results = await Promise.allSettled([
+    good(1),
+    good(2),
+    batcher.append({
+      orgId: org,
+      runId: 'bad',
+      rootRunId: 'root',
+      type: 'tool.call',
+      data: { text: 'nul \u0000 here' }
+    }),
+    good(3)
+  ])
+  t.same(
+    results.map((r) => r.status),
+    ['fulfilled', 'fulfilled', 'rejected', 'fulfilled']
+  )
+  const rows = await app.db
+    .select()
+    .from(runEvents)
+    .where(inArray(runEvents.runId, ['run-1', 'run-2', 'run-3', 'bad']))
   t.same(rows.map((r) => r.runId).sort(), ['run-1', 'run-2', 'run-3'])
 })
 

@@ -6,16 +6,23 @@ import { runEvents } from '../../src/runs/tables.js'
 import { buildTestApp } from '../helper.js'
 import { finishedRun } from './run-helpers.js'
 
-const event = (type: string, text?: string): NewEvent => ({ orgId: 'o', runId: 'r', rootRunId: 'r', type, data: text === undefined ? {} : { text } })
+const event = (type: string, text?: string): NewEvent => ({
+  orgId: 'o',
+  runId: 'r',
+  rootRunId: 'r',
+  type,
+  data: text === undefined ? {} : { text }
+})
 
 /** A write the test lets finish when it wants: what each write carried, in order. */
 function gatedWrites() {
   const writes: string[][] = []
   const gates: Array<(err?: unknown) => void> = []
-  const write = (events: NewEvent[]) => new Promise<void>((resolve, reject) => {
-    writes.push(events.map((e) => `${e.type}${e.data?.text ? `:${String(e.data.text)}` : ''}`))
-    gates.push((err) => (err ? reject(err) : resolve()))
-  })
+  const write = (events: NewEvent[]) =>
+    new Promise<void>((resolve, reject) => {
+      writes.push(events.map((e) => `${e.type}${e.data?.text ? `:${String(e.data.text)}` : ''}`))
+      gates.push((err) => (err ? reject(err) : resolve()))
+    })
   const open = async (err?: unknown) => {
     gates.shift()!(err)
     // the writer's continuation runs on the settled promise
@@ -34,14 +41,18 @@ t.test('deltas do not wait for their write; what comes meanwhile is the next wri
   let called = false
   const tool = writer.emit(event('tool.call')).then(() => (called = true))
   await g.open()
-  t.same(g.writes, [['message.delta:a'], ['message.delta:b', 'message.delta:c', 'tool.call']], 'the waiting events go as one write')
+  t.same(
+    g.writes,
+    [['message.delta:a'], ['message.delta:b', 'message.delta:c', 'tool.call']],
+    'the waiting events go as one write'
+  )
   t.equal(called, false, 'an event that is not a delta waits until it is stored')
   await g.open()
   await tool
   t.equal(called, true)
 })
 
-t.test('message.completed waits for the run\'s next write, or its end', async (t) => {
+t.test("message.completed waits for the run's next write, or its end", async (t) => {
   const g = gatedWrites()
   const writer = new RunEventWriter(g.write)
   await writer.emit(event('message.delta', 'a'))
@@ -49,7 +60,11 @@ t.test('message.completed waits for the run\'s next write, or its end', async (t
   t.same(g.writes, [['message.delta:a']])
   await g.open()
   t.same(g.writes, [['message.delta:a']], 'a deferred event alone does not cost a write')
-  t.same((await writer.take()).map((e) => e.type), ['message.completed'], 'handed to the write that ends the run')
+  t.same(
+    (await writer.take()).map((e) => e.type),
+    ['message.completed'],
+    'handed to the write that ends the run'
+  )
   t.same(await writer.take(), [], 'and nothing is left')
 
   const h = gatedWrites()
@@ -83,9 +98,15 @@ t.test('an echo run: its events in order, the answer and the end stored in one t
   t.equal(done.output, prompt)
   const events = await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id)).orderBy(asc(runEvents.id))
   const types = events.map((e) => e.type)
-  t.same(types.filter((type) => type !== 'message.delta'), ['run.queued', 'run.started', 'memory.recalled', 'message.completed', 'run.succeeded'])
+  t.same(
+    types.filter((type) => type !== 'message.delta'),
+    ['run.queued', 'run.started', 'memory.recalled', 'message.completed', 'run.succeeded']
+  )
   t.equal(types.indexOf('message.completed'), types.length - 2, 'every delta before the answer')
-  const text = events.filter((e) => e.type === 'message.delta').map((e) => (e.data as { text: string }).text).join('')
+  const text = events
+    .filter((e) => e.type === 'message.delta')
+    .map((e) => (e.data as { text: string }).text)
+    .join('')
   t.equal(text.replace(/\s+/g, ' ').trim(), prompt, 'the deltas, in id order, are the answer')
   const [completed, succeeded] = events.slice(-2)
   t.equal(completed!.createdAt.getTime(), succeeded!.createdAt.getTime(), 'one transaction (now() is its start)')

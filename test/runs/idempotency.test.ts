@@ -11,12 +11,21 @@ import { buildTestApp } from '../helper.js'
 const env = { RUN_WORKER_CONCURRENCY: '0' }
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
-const countRuns = async (app: App) => rowsOf<{ n: number }>(await app.db.execute(sql`select count(*)::int as n from runs`))[0]!.n
+const countRuns = async (app: App) =>
+  rowsOf<{ n: number }>(await app.db.execute(sql`select count(*)::int as n from runs`))[0]!.n
 const post = (app: App, key: string | undefined, payload: unknown) =>
-  app.inject({ method: 'POST', url: '/api/runs', headers: key === undefined ? {} : { 'idempotency-key': key }, payload: payload as object })
+  app.inject({
+    method: 'POST',
+    url: '/api/runs',
+    headers: key === undefined ? {} : { 'idempotency-key': key },
+    payload: payload as object
+  })
 
 t.test('canonical JSON sorts keys at every level', async (t) => {
-  t.equal(canonicalJson({ b: 1, a: { d: [1, { z: 1, y: 2 }], c: null } }), '{"a":{"c":null,"d":[1,{"y":2,"z":1}]},"b":1}')
+  t.equal(
+    canonicalJson({ b: 1, a: { d: [1, { z: 1, y: 2 }], c: null } }),
+    '{"a":{"c":null,"d":[1,{"y":2,"z":1}]},"b":1}'
+  )
 })
 
 t.test('a retry replays the first answer byte for byte and creates nothing', async (t) => {
@@ -83,9 +92,18 @@ t.test('in flight: 409 with Retry-After; a crashed lock expires after 60 s', asy
   const orgId = '00000000-0000-7000-8000-00000000d001'
   // the row a first request leaves while working (or after crashing mid-way)
   await app.db.insert(idempotencyKeys).values({
-    orgId, route: 'POST /api/runs', key: 'busy',
-    fingerprint: fingerprintOf('POST /api/runs', { kind: 'dev', orgId, userId: DEV_USER.id, role: 'owner' }, { prompt: 'hello' }), state: 'in_flight', lockToken: 'x',
-    lockedUntil: new Date(Date.now() + 60_000), expiresAt: new Date(Date.now() + 86_400_000)
+    orgId,
+    route: 'POST /api/runs',
+    key: 'busy',
+    fingerprint: fingerprintOf(
+      'POST /api/runs',
+      { kind: 'dev', orgId, userId: DEV_USER.id, role: 'owner' },
+      { prompt: 'hello' }
+    ),
+    state: 'in_flight',
+    lockToken: 'x',
+    lockedUntil: new Date(Date.now() + 60_000),
+    expiresAt: new Date(Date.now() + 86_400_000)
   })
   const busy = await post(app, 'busy', { prompt: 'hello' })
   t.equal(busy.statusCode, 409)
@@ -94,7 +112,9 @@ t.test('in flight: 409 with Retry-After; a crashed lock expires after 60 s', asy
   t.equal(await countRuns(app), 0)
 
   // 61 s later the lock has expired: the retry runs
-  await app.db.update(idempotencyKeys).set({ lockedUntil: new Date(Date.now() - 1000) })
+  await app.db
+    .update(idempotencyKeys)
+    .set({ lockedUntil: new Date(Date.now() - 1000) })
     .where(and(eq(idempotencyKeys.orgId, orgId), eq(idempotencyKeys.key, 'busy')))
   const retry = await post(app, 'busy', { prompt: 'hello' })
   t.equal(retry.statusCode, 201)
@@ -113,9 +133,15 @@ t.test('the plugin prunes its own table: keys past retention go, live ones stay'
   const app = await buildTestApp(t, { env })
   t.equal((await post(app, 'live', { prompt: 'hello' })).statusCode, 201)
   t.equal((await post(app, 'old', { prompt: 'hello' })).statusCode, 201)
-  await app.db.update(idempotencyKeys).set({ expiresAt: new Date(Date.now() - 1000) }).where(eq(idempotencyKeys.key, 'old'))
+  await app.db
+    .update(idempotencyKeys)
+    .set({ expiresAt: new Date(Date.now() - 1000) })
+    .where(eq(idempotencyKeys.key, 'old'))
   t.equal(await pruneIdempotencyKeys(app.db), 1, 'one expired key deleted')
-  t.same((await app.db.select({ key: idempotencyKeys.key }).from(idempotencyKeys)).map((r) => r.key), ['live'])
+  t.same(
+    (await app.db.select({ key: idempotencyKeys.key }).from(idempotencyKeys)).map((r) => r.key),
+    ['live']
+  )
   t.equal(await countRuns(app), 2, 'the runs stay')
 })
 
@@ -123,14 +149,23 @@ t.test('20 identical requests racing create exactly one run', async (t) => {
   const app = await buildTestApp(t, { env })
   await app.listen({ port: 0, host: '127.0.0.1' })
   const address = app.server.address() as { port: number }
-  const answers = await Promise.all(Array.from({ length: 20 }, () => fetch(`http://127.0.0.1:${address.port}/api/runs`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'idempotency-key': 'race' },
-    body: JSON.stringify({ prompt: 'once' })
-  }).then(async (r) => ({ status: r.status, replayed: r.headers.get('idempotent-replayed'), body: await r.text() }))))
+  const answers = await Promise.all(
+    Array.from({ length: 20 }, () =>
+      fetch(`http://127.0.0.1:${address.port}/api/runs`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'race' },
+        body: JSON.stringify({ prompt: 'once' })
+      }).then(async (r) => ({ status: r.status, replayed: r.headers.get('idempotent-replayed'), body: await r.text() }))
+    )
+  )
   const created = answers.filter((a) => a.status === 201)
   t.ok(created.length >= 1)
-  t.ok(answers.every((a) => a.status === 201 || (a.status === 409 && JSON.parse(a.body).error === 'idempotency_key_in_use')), 'only 201 or in_use')
+  t.ok(
+    answers.every(
+      (a) => a.status === 201 || (a.status === 409 && JSON.parse(a.body).error === 'idempotency_key_in_use')
+    ),
+    'only 201 or in_use'
+  )
   t.equal(new Set(created.map((a) => a.body)).size, 1, 'every 201 is the same answer')
   t.equal(created.filter((a) => a.replayed !== 'true').length, 1, 'one original, the rest replays')
   t.equal(await countRuns(app), 1)
@@ -141,16 +176,29 @@ t.test('racing duplicates that join a thread add exactly one run; the losers rol
   const root = (await post(app, undefined, { prompt: 'thread' })).json().run.id as string
   await app.listen({ port: 0, host: '127.0.0.1' })
   const address = app.server.address() as { port: number }
-  const answers = await Promise.all(Array.from({ length: 12 }, () => fetch(`http://127.0.0.1:${address.port}/api/runs`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'idempotency-key': 'join-race' },
-    body: JSON.stringify({ prompt: 'follow-up', rootRunId: root })
-  }).then(async (r) => ({ status: r.status, replayed: r.headers.get('idempotent-replayed'), body: await r.text() }))))
-  t.ok(answers.every((a) => a.status === 201 || (a.status === 409 && JSON.parse(a.body).error === 'idempotency_key_in_use')), 'only 201 or in_use')
+  const answers = await Promise.all(
+    Array.from({ length: 12 }, () =>
+      fetch(`http://127.0.0.1:${address.port}/api/runs`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'join-race' },
+        body: JSON.stringify({ prompt: 'follow-up', rootRunId: root })
+      }).then(async (r) => ({ status: r.status, replayed: r.headers.get('idempotent-replayed'), body: await r.text() }))
+    )
+  )
+  t.ok(
+    answers.every(
+      (a) => a.status === 201 || (a.status === 409 && JSON.parse(a.body).error === 'idempotency_key_in_use')
+    ),
+    'only 201 or in_use'
+  )
   t.equal(answers.filter((a) => a.status === 201 && a.replayed !== 'true').length, 1, 'one original')
   t.equal(await countRuns(app), 2, 'the thread root and one follow-up')
   const keys = await app.db.select().from(idempotencyKeys)
-  t.same(keys.map((k) => [k.key, k.state]), [['join-race', 'done']], 'one key, stored with the work')
+  t.same(
+    keys.map((k) => [k.key, k.state]),
+    [['join-race', 'done']],
+    'one key, stored with the work'
+  )
 })
 
 t.test('a retry is answered from the stored row even when the handler would now fail', async (t) => {
@@ -160,7 +208,13 @@ t.test('a retry is answered from the stored row even when the handler would now 
   const stored = '{"run":{"id":"from-before"}}'
   // answered 201 by an earlier deployment whose openai engine was configured
   await app.db.insert(idempotencyKeys).values({
-    orgId, route: 'POST /api/runs', key: 'kept', state: 'done', responseStatus: 201, responseType: 'application/json', responseBody: stored,
+    orgId,
+    route: 'POST /api/runs',
+    key: 'kept',
+    state: 'done',
+    responseStatus: 201,
+    responseType: 'application/json',
+    responseBody: stored,
     fingerprint: fingerprintOf('POST /api/runs', { kind: 'dev', orgId, userId: DEV_USER.id, role: 'owner' }, body),
     expiresAt: new Date(Date.now() + 86_400_000)
   })
@@ -193,11 +247,18 @@ t.test('keys are scoped by org', async (t) => {
   const other = { id: newId(), name: 'Other', slug: 'other' }
   await app.db.insert(organizations).values(other)
   await app.db.insert(idempotencyKeys).values({
-    orgId: other.id, route: 'POST /api/runs', key: 'shared', fingerprint: 'theirs', state: 'done', responseStatus: 201,
-    responseType: 'application/json', responseBody: '{"run":"theirs"}', expiresAt: new Date(Date.now() + 86_400_000)
+    orgId: other.id,
+    route: 'POST /api/runs',
+    key: 'shared',
+    fingerprint: 'theirs',
+    state: 'done',
+    responseStatus: 201,
+    responseType: 'application/json',
+    responseBody: '{"run":"theirs"}',
+    expiresAt: new Date(Date.now() + 86_400_000)
   })
   const res = await post(app, 'shared', { prompt: 'mine' })
   t.equal(res.statusCode, 201)
   t.notOk(res.headers['idempotent-replayed'])
-  t.equal(res.json().run.prompt, 'mine', 'another org\'s answer is never replayed')
+  t.equal(res.json().run.prompt, 'mine', "another org's answer is never replayed")
 })

@@ -45,9 +45,14 @@ export async function startOpenAiUpstream(t: Teardown, o: UpstreamOptions): Prom
       res.writeHead(200, { 'content-type': 'text/event-stream' })
       return {
         res,
-        delta: (delta) => void res.write(`data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta }] })}\n\n`),
+        delta: (delta) =>
+          void res.write(
+            `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta }] })}\n\n`
+          ),
         end(usage = { prompt_tokens: 7, completion_tokens: 3 }) {
-          res.write(`data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] })}\n\n`)
+          res.write(
+            `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] })}\n\n`
+          )
           res.write(`data: ${JSON.stringify({ id: 'c1', choices: [], usage })}\n\n`)
           res.end('data: [DONE]\n\n')
         }

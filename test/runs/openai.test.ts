@@ -48,32 +48,56 @@ const finished = async (app: Awaited<ReturnType<typeof buildTestApp>>, id: strin
 t.test('openai engine: streams deltas, lists models, fails clearly', async (t) => {
   const upstream = await startUpstream(t)
   const app = await buildTestApp(t, {
-    env: { OPENAI_BASE_URL: upstream.url, OPENAI_API_KEY: 'sk-test', MODELS: 'tiny-1,tiny-2', RUN_POLL_MS: '50', OPENAI_TIMEOUT_MS: '500' }
+    env: {
+      OPENAI_BASE_URL: upstream.url,
+      OPENAI_API_KEY: 'sk-test',
+      MODELS: 'tiny-1,tiny-2',
+      RUN_POLL_MS: '50',
+      OPENAI_TIMEOUT_MS: '500'
+    }
   })
   const config = (await app.inject({ method: 'GET', url: '/api/config' })).json()
-  t.same(config.engines.map((e: { id: string }) => e.id), ['echo', 'openai'])
-  t.same(config.models.filter((m: { engine: string }) => m.engine === 'openai').map((m: { id: string }) => m.id), ['tiny-1', 'tiny-2'])
+  t.same(
+    config.engines.map((e: { id: string }) => e.id),
+    ['echo', 'openai']
+  )
+  t.same(
+    config.models.filter((m: { engine: string }) => m.engine === 'openai').map((m: { id: string }) => m.id),
+    ['tiny-1', 'tiny-2']
+  )
 
-  const run = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'say hello', model: 'tiny-2' } })).json().run
+  const run = (
+    await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'say hello', model: 'tiny-2' } })
+  ).json().run
   t.match(run, { engine: 'openai', model: 'tiny-2' })
   const done = await finished(app, run.id)
   t.equal(done.status, 'succeeded')
   const call = upstream.requests.find((r) => r.path === '/v1/chat/completions')!
   t.equal(call.auth, 'Bearer sk-test')
   t.match(call.body, { model: 'tiny-2', stream: true, messages: [{ role: 'user', content: 'say hello' }] })
-  const events = (await app.db.query.runEvents.findMany({ where: (e, { eq }) => eq(e.runId, run.id), orderBy: (e, { asc }) => asc(e.id) }))
-  t.same(events.filter((e) => e.type === 'message.delta').map((e) => e.data.text), ['Hel', 'lo', ' there'])
+  const events = await app.db.query.runEvents.findMany({
+    where: (e, { eq }) => eq(e.runId, run.id),
+    orderBy: (e, { asc }) => asc(e.id)
+  })
+  t.same(
+    events.filter((e) => e.type === 'message.delta').map((e) => e.data.text),
+    ['Hel', 'lo', ' there']
+  )
   t.same(events.find((e) => e.type === 'message.completed')!.data, { text: 'Hello there' })
   t.same(events.at(-1)!.data, { usage: { promptTokens: 7, completionTokens: 3 } })
 
   upstream.mode = 'error'
-  const bad = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', engine: 'openai' } })).json().run
+  const bad = (
+    await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', engine: 'openai' } })
+  ).json().run
   const failed = await finished(app, bad.id)
   t.equal(failed.status, 'failed')
   t.match(failed.error, /^upstream_error: HTTP 500.*model overloaded/)
 
   upstream.mode = 'hang'
-  const hung = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', engine: 'openai' } })).json().run
+  const hung = (
+    await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', engine: 'openai' } })
+  ).json().run
   const timedOut = await finished(app, hung.id)
   t.equal(timedOut.status, 'failed')
   t.match(timedOut.error, /^upstream_timeout/)
@@ -82,8 +106,14 @@ t.test('openai engine: streams deltas, lists models, fails clearly', async (t) =
 t.test('openai engine is not offered when unreachable', async (t) => {
   const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: 'http://127.0.0.1:9/v1', MODELS: 'tiny-1' } })
   const config = (await app.inject({ method: 'GET', url: '/api/config' })).json()
-  t.same(config.engines.map((e: { id: string }) => e.id), ['echo'])
-  t.same(config.models.map((m: { id: string }) => m.id), ['echo'])
+  t.same(
+    config.engines.map((e: { id: string }) => e.id),
+    ['echo']
+  )
+  t.same(
+    config.models.map((m: { id: string }) => m.id),
+    ['echo']
+  )
   const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', model: 'tiny-1' } })
   t.equal(res.statusCode, 400)
   t.equal(res.json().error, 'engine_unavailable')
@@ -91,7 +121,9 @@ t.test('openai engine is not offered when unreachable', async (t) => {
 
 t.test('chat streams tokens then done; offline it echoes; a disconnect aborts upstream', async (t) => {
   const upstream = await startUpstream(t)
-  const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: upstream.url, MODELS: 'tiny-1', RUN_WORKER_CONCURRENCY: '0' } })
+  const app = await buildTestApp(t, {
+    env: { OPENAI_BASE_URL: upstream.url, MODELS: 'tiny-1', RUN_WORKER_CONCURRENCY: '0' }
+  })
   await app.listen({ port: 0, host: '127.0.0.1' })
   const base = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`
   const body = JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] })
@@ -99,12 +131,21 @@ t.test('chat streams tokens then done; offline it echoes; a disconnect aborts up
   await chat.until((c) => c.ended)
   t.equal(chat.status, 200)
   t.match(chat.headers['content-type'], /^text\/event-stream/)
-  t.same(chat.events('token').map((f) => chat.json(f).text), ['Hel', 'lo', ' there'])
+  t.same(
+    chat.events('token').map((f) => chat.json(f).text),
+    ['Hel', 'lo', ' there']
+  )
   t.same(chat.json(chat.events('done')[0]!), { model: 'tiny-1', usage: { promptTokens: 7, completionTokens: 3 } })
 
-  const echo = await SseClient.open(`${base}/api/chat`, { method: 'POST', body: JSON.stringify({ model: 'echo', messages: [{ role: 'user', content: 'one two three' }] }) })
+  const echo = await SseClient.open(`${base}/api/chat`, {
+    method: 'POST',
+    body: JSON.stringify({ model: 'echo', messages: [{ role: 'user', content: 'one two three' }] })
+  })
   await echo.until((c) => c.ended)
-  t.same(echo.events('token').map((f) => echo.json(f).text), ['one', ' two', ' three'])
+  t.same(
+    echo.events('token').map((f) => echo.json(f).text),
+    ['one', ' two', ' three']
+  )
   t.same(echo.json(echo.events('done')[0]!).usage, { promptTokens: 3, completionTokens: 3 })
 
   upstream.mode = 'slow'
@@ -114,8 +155,19 @@ t.test('chat streams tokens then done; offline it echoes; a disconnect aborts up
   await eventually(async () => upstream.aborted === 1)
   t.equal(upstream.aborted, 1, 'the upstream request was aborted')
 
-  for (const payload of ['{"messages":[]}', '{"messages":[{"role":"root","content":"x"}]}', '{"messages":[{"role":"user","content":"x"}],"origin":"web"}', '{bad', '{"messages":[{"role":"user","content":"x"}],"model":"nope"}']) {
-    const res = await app.inject({ method: 'POST', url: '/api/chat', headers: { 'content-type': 'application/json' }, payload })
+  for (const payload of [
+    '{"messages":[]}',
+    '{"messages":[{"role":"root","content":"x"}]}',
+    '{"messages":[{"role":"user","content":"x"}],"origin":"web"}',
+    '{bad',
+    '{"messages":[{"role":"user","content":"x"}],"model":"nope"}'
+  ]) {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/api/chat',
+      headers: { 'content-type': 'application/json' },
+      payload
+    })
     t.equal(res.statusCode, 400, payload)
     t.type(res.json().error, 'string')
   }

@@ -17,7 +17,13 @@ t.test('a database outage shorter than the lease fails no running run; each fini
   const shared = await createTestDatabase(t)
   const app = await buildTestApp(t, {
     db: shared,
-    env: { ECHO_WORD_DELAY_MS: '40', RUN_WORKER_CONCURRENCY: '6', RUN_POLL_MS: '50', RUN_SWEEP_MS: '200', RUN_LEASE_MS: '8000' }
+    env: {
+      ECHO_WORD_DELAY_MS: '40',
+      RUN_WORKER_CONCURRENCY: '6',
+      RUN_POLL_MS: '50',
+      RUN_SWEEP_MS: '200',
+      RUN_LEASE_MS: '8000'
+    }
   })
   const outage = databaseOutage(t, shared.database, shared.url)
   const prompts = Array.from({ length: 6 }, (_, i) => words(80, `r${i}w`))
@@ -29,8 +35,7 @@ t.test('a database outage shorter than the lease fails no running run; each fini
   }
   // every run is streaming its words when the database goes away
   await waitFor('all six streaming', async () => {
-    const deltas = await app.db.select({ runId: runEvents.runId }).from(runEvents)
-      .where(inArray(runEvents.runId, ids))
+    const deltas = await app.db.select({ runId: runEvents.runId }).from(runEvents).where(inArray(runEvents.runId, ids))
     const streaming = new Set(deltas.map((d) => d.runId))
     return streaming.size === ids.length && deltas.length >= ids.length * 4
   })
@@ -39,16 +44,37 @@ t.test('a database outage shorter than the lease fails no running run; each fini
   await new Promise((resolve) => setTimeout(resolve, OUTAGE_MS))
   outage.end()
 
-  const finished = await waitFor('all six finished', async () => {
-    const rows = await app.db.select().from(runs).where(inArray(runs.id, ids))
-    return rows.every((r) => ['succeeded', 'failed', 'cancelled'].includes(r.status)) ? rows : null
-  }, 60_000)
-  t.same(finished.map((r) => [r.status, r.error]), ids.map(() => ['succeeded', null]), 'none failed')
+  const finished = await waitFor(
+    'all six finished',
+    async () => {
+      const rows = await app.db.select().from(runs).where(inArray(runs.id, ids))
+      return rows.every((r) => ['succeeded', 'failed', 'cancelled'].includes(r.status)) ? rows : null
+    },
+    60_000
+  )
+  t.same(
+    finished.map((r) => [r.status, r.error]),
+    ids.map(() => ['succeeded', null]),
+    'none failed'
+  )
   for (const run of finished) t.equal(run.output, prompts[ids.indexOf(run.id)], 'the whole answer')
-  const events = await app.db.select({ runId: runEvents.runId, type: runEvents.type }).from(runEvents).where(inArray(runEvents.runId, ids))
+  const events = await app.db
+    .select({ runId: runEvents.runId, type: runEvents.type })
+    .from(runEvents)
+    .where(inArray(runEvents.runId, ids))
   for (const id of ids) {
-    const ends = events.filter((e) => e.runId === id && e.type.startsWith('run.') && !['run.queued', 'run.started'].includes(e.type))
-    t.same(ends.map((e) => e.type), ['run.succeeded'], `run ${id} finished once`)
-    t.equal(events.filter((e) => e.runId === id && e.type === 'run.started').length, 1, 'went on where it was, not started over')
+    const ends = events.filter(
+      (e) => e.runId === id && e.type.startsWith('run.') && !['run.queued', 'run.started'].includes(e.type)
+    )
+    t.same(
+      ends.map((e) => e.type),
+      ['run.succeeded'],
+      `run ${id} finished once`
+    )
+    t.equal(
+      events.filter((e) => e.runId === id && e.type === 'run.started').length,
+      1,
+      'went on where it was, not started over'
+    )
   }
 })

@@ -13,5 +13,10 @@ export const finishedRun = (app: FastifyInstance, cookie: string, id: string) =>
 
 /** A run's stored events, oldest first. */
 export const storedEventsOf = async (app: FastifyInstance, orgId: string, runId: string) =>
-  (await app.db.select().from(runEvents).where(and(eq(runEvents.orgId, orgId), eq(runEvents.runId, runId))).orderBy(asc(runEvents.id)))
-    .map((e) => ({ type: e.type, data: e.data as Record<string, any> }))
+  (
+    await app.db
+      .select()
+      .from(runEvents)
+      .where(and(eq(runEvents.orgId, orgId), eq(runEvents.runId, runId)))
+      .orderBy(asc(runEvents.id))
+  ).map((e) => ({ type: e.type, data: e.data as Record<string, any> }))

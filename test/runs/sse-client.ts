@@ -20,20 +20,27 @@ export class SseClient {
   private req: ClientRequest | null = null
   private res: IncomingMessage | null = null
 
-  static async open(url: string, opts: { headers?: Record<string, string>; method?: string; body?: string } = {}): Promise<SseClient> {
+  static async open(
+    url: string,
+    opts: { headers?: Record<string, string>; method?: string; body?: string } = {}
+  ): Promise<SseClient> {
     const client = new SseClient()
     await new Promise<void>((resolve, reject) => {
-      const req = request(url, { method: opts.method ?? 'GET', headers: { accept: 'text/event-stream', ...opts.headers } }, (res) => {
-        client.res = res
-        client.status = res.statusCode ?? 0
-        client.headers = res.headers
-        res.setEncoding('utf8')
-        res.on('data', (chunk: string) => client.feed(chunk))
-        res.on('end', () => client.finish())
-        res.on('close', () => client.finish())
-        res.on('error', () => client.finish())
-        resolve()
-      })
+      const req = request(
+        url,
+        { method: opts.method ?? 'GET', headers: { accept: 'text/event-stream', ...opts.headers } },
+        (res) => {
+          client.res = res
+          client.status = res.statusCode ?? 0
+          client.headers = res.headers
+          res.setEncoding('utf8')
+          res.on('data', (chunk: string) => client.feed(chunk))
+          res.on('end', () => client.finish())
+          res.on('close', () => client.finish())
+          res.on('error', () => client.finish())
+          resolve()
+        }
+      )
       client.req = req
       req.on('error', (err) => {
         client.finish()
@@ -94,7 +101,10 @@ export class SseClient {
   async until(predicate: (c: SseClient) => boolean, timeoutMs = 15_000): Promise<void> {
     const deadline = Date.now() + timeoutMs
     while (!predicate(this)) {
-      if (this.ended) throw new Error(`stream ended before the condition held; frames: ${JSON.stringify(this.frames.map((f) => f.event))}`)
+      if (this.ended)
+        throw new Error(
+          `stream ended before the condition held; frames: ${JSON.stringify(this.frames.map((f) => f.event))}`
+        )
       const left = deadline - Date.now()
       if (left <= 0) throw new Error(`timed out; frames: ${JSON.stringify(this.frames.map((f) => [f.id, f.event]))}`)
       await new Promise<void>((resolve) => {

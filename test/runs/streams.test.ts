@@ -38,29 +38,51 @@ t.test('/api/runs/:id/events: headers, full history, live, then end', async (t) 
   t.same(types.slice(-2), ['run.succeeded', 'end'])
   t.equal(client.frames.filter((f) => f.event === 'message.delta').length, 10)
   const ids = client.frames.filter((f) => f.id).map((f) => Number(f.id))
-  t.same(ids, [...ids].sort((a, b) => a - b), 'ids increase')
+  t.same(
+    ids,
+    [...ids].sort((a, b) => a - b),
+    'ids increase'
+  )
   const stored = await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id)).orderBy(runEvents.id)
-  t.same(ids, stored.map((e) => e.id), 'exactly the stored events, in order')
+  t.same(
+    ids,
+    stored.map((e) => e.id),
+    'exactly the stored events, in order'
+  )
   const delta = client.json(client.frames.find((f) => f.event === 'message.delta')!)
   t.match(delta, { runId: run.id, rootRunId: run.id, type: 'message.delta', data: { text: 'w0' } })
 
   // a finished run: history then end at once; resumed after its end: just end
   const again = await SseClient.open(`${base}/api/runs/${run.id}/events`)
   await again.until((c) => c.ended)
-  t.same(again.frames.map((f) => f.id), client.frames.map((f) => f.id))
+  t.same(
+    again.frames.map((f) => f.id),
+    client.frames.map((f) => f.id)
+  )
   // resumed after its terminal event: 204, so an EventSource stops reconnecting (contract 5)
   for (const lastEventId of [ids.at(-1)!, ids.at(-1)! + 1000]) {
-    const done = await fetch(`${base}/api/runs/${run.id}/events`, { headers: { accept: 'text/event-stream', 'last-event-id': String(lastEventId) } })
-    t.equal(done.status, 204, `Last-Event-ID ${lastEventId === ids.at(-1) ? 'of the last event' : 'past the last event'}: 204`)
+    const done = await fetch(`${base}/api/runs/${run.id}/events`, {
+      headers: { accept: 'text/event-stream', 'last-event-id': String(lastEventId) }
+    })
+    t.equal(
+      done.status,
+      204,
+      `Last-Event-ID ${lastEventId === ids.at(-1) ? 'of the last event' : 'past the last event'}: 204`
+    )
     t.equal(await done.text(), '', 'no body')
     t.equal(done.headers.get('x-service-release-fingerprint'), 'run-events-v1:dev', 'release headers set')
     t.equal(done.headers.get('x-service-api-compat'), 'run-events-v1')
   }
   // resumed before its end: the rest, then end
-  const rest = await SseClient.open(`${base}/api/runs/${run.id}/events`, { headers: { 'last-event-id': String(ids.at(-2)) } })
+  const rest = await SseClient.open(`${base}/api/runs/${run.id}/events`, {
+    headers: { 'last-event-id': String(ids.at(-2)) }
+  })
   await rest.until((c) => c.ended)
   t.equal(rest.status, 200)
-  t.same(rest.frames.map((f) => f.event), ['run.succeeded', 'end'])
+  t.same(
+    rest.frames.map((f) => f.event),
+    ['run.succeeded', 'end']
+  )
 
   const bad = await SseClient.open(`${base}/api/runs/${run.id}/events`, { headers: { 'last-event-id': 'abc' } })
   await bad.until((c) => c.ended)
@@ -79,7 +101,9 @@ t.test('resume with Last-Event-ID: exactly the rest, nothing twice', async (t) =
   const second = await SseClient.open(`${base}/api/runs/${run.id}/events`, { headers: { 'last-event-id': last } })
   await second.until((c) => c.ended, 20_000)
   const all = [...seen, ...second.frames.filter((f) => f.id)].map((f) => Number(f.id))
-  const stored = (await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id)).orderBy(runEvents.id)).map((e) => e.id)
+  const stored = (await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id)).orderBy(runEvents.id)).map(
+    (e) => e.id
+  )
   t.same(all, stored, 'first part + resumed part = every stored event, once each, in order')
   t.ok(Number(second.frames[0]!.id) > Number(last))
 })
@@ -88,18 +112,27 @@ t.test('thread stream: every run interleaved; resume while a second run runs', a
   const app = await buildTestApp(t, { env: { RUN_POLL_MS: '50', ECHO_WORD_DELAY_MS: '30' } })
   const base = await listening(app)
   const root = await createRunVia(app, { prompt: words(3, 'a') })
-  await eventually(async () => (await app.inject({ method: 'GET', url: `/api/runs/${root.id}` })).json().run.status === 'succeeded')
+  await eventually(
+    async () => (await app.inject({ method: 'GET', url: `/api/runs/${root.id}` })).json().run.status === 'succeeded'
+  )
   const stream = await SseClient.open(`${base}/api/runs/${root.id}/thread-events`)
   await stream.until((c) => c.events('run.succeeded').length === 1, 20_000)
   const second = await createRunVia(app, { prompt: words(25, 'b'), rootRunId: root.id })
-  await stream.until((c) => c.frames.filter((f) => f.event === 'message.delta' && c.json(f).runId === second.id).length >= 4, 20_000)
+  await stream.until(
+    (c) => c.frames.filter((f) => f.event === 'message.delta' && c.json(f).runId === second.id).length >= 4,
+    20_000
+  )
   stream.close()
   const lastId = stream.lastId()!
-  const resumed = await SseClient.open(`${base}/api/runs/${root.id}/thread-events`, { headers: { 'last-event-id': lastId } })
+  const resumed = await SseClient.open(`${base}/api/runs/${root.id}/thread-events`, {
+    headers: { 'last-event-id': lastId }
+  })
   t.teardown(() => resumed.close())
   await resumed.until((c) => c.events('run.succeeded').length === 1, 20_000)
   const got = [...stream.frames, ...resumed.frames].map((f) => Number(f.id))
-  const stored = (await app.db.select().from(runEvents).where(eq(runEvents.rootRunId, root.id)).orderBy(runEvents.id)).map((e) => e.id)
+  const stored = (
+    await app.db.select().from(runEvents).where(eq(runEvents.rootRunId, root.id)).orderBy(runEvents.id)
+  ).map((e) => e.id)
   t.same(got, stored, 'both runs, every event once, in order')
   t.same(new Set(resumed.frames.map((f) => resumed.json(f).runId)), new Set([second.id]))
   t.equal((await SseClient.open(`${base}/api/runs/${newId()}/thread-events`)).status, 404)
@@ -118,7 +151,13 @@ t.test('changes stream: identifiers only, live, org-scoped, resumable', async (t
   t.teardown(() => changes.close())
   const otherOrg = { id: newId(), name: 'Other', slug: 'other' }
   await app.db.insert(organizations).values(otherOrg)
-  const foreign = await app.db.transaction((tx) => createRun(tx, { kind: 'dev', orgId: otherOrg.id, userId: null, role: 'owner' }, { prompt: 'secret', engine: 'echo', model: 'echo', origin: 'api' }))
+  const foreign = await app.db.transaction((tx) =>
+    createRun(
+      tx,
+      { kind: 'dev', orgId: otherOrg.id, userId: null, role: 'owner' },
+      { prompt: 'secret', engine: 'echo', model: 'echo', origin: 'api' }
+    )
+  )
   await announceQueued(app.runs.events, foreign!) // its event is stored and NOTIFYed, in the other org
   const run = await createRunVia(app, { prompt: 'hello' })
   await changes.until((c) => c.events('change').length >= 1)
@@ -126,10 +165,14 @@ t.test('changes stream: identifiers only, live, org-scoped, resumable', async (t
   await changes.until((c) => c.events('change').length >= 2)
   await changes.until((c) => c.comments.includes('hb'), 5000)
   const frames = changes.events('change')
-  t.same(frames.map((f) => changes.json(f)), [
-    { kind: 'run', id: run.id, rootRunId: run.id },
-    { kind: 'run', id: run.id, rootRunId: run.id }
-  ], 'starts live (nothing about the earlier run), identifiers only, nothing from the other org')
+  t.same(
+    frames.map((f) => changes.json(f)),
+    [
+      { kind: 'run', id: run.id, rootRunId: run.id },
+      { kind: 'run', id: run.id, rootRunId: run.id }
+    ],
+    'starts live (nothing about the earlier run), identifiers only, nothing from the other org'
+  )
   t.notOk(frames.some((f) => f.data.includes(before.id)))
 
   const resumed = await SseClient.open(`${base}/api/runs/changes`, { headers: { 'last-event-id': frames[0]!.id! } })
@@ -142,11 +185,13 @@ t.test('a client that does not read is dropped', async (t) => {
   let stream: SseStream | null = null
   const app = await buildTestApp(t, {
     env: { RUN_WORKER_CONCURRENCY: '0', SSE_MAX_BUFFER_BYTES: '65536' },
-    apiPlugins: [async (scope) => {
-      scope.get('/test/sse', { config: { scope: 'public' } }, async (request, reply) => {
-        stream = scope.sse.open(request, reply)
-      })
-    }]
+    apiPlugins: [
+      async (scope) => {
+        scope.get('/test/sse', { config: { scope: 'public' } }, async (request, reply) => {
+          stream = scope.sse.open(request, reply)
+        })
+      }
+    ]
   })
   const base = new URL(await listening(app))
   // a real client that asks for the stream and then never reads a byte
@@ -197,7 +242,10 @@ t.test('frames are chunks of an HTTP/1.1 body and bare bytes for an HTTP/1.0 cli
   const change = frame10.slice(frame10.indexOf('id: '))
   t.ok(frame10.startsWith(':ok\n\n'), 'HTTP/1.0: the body is the frames themselves')
   t.match(change, /^id: \d+\nevent: change\ndata: \{.*\}\n\n$/, 'one bare frame')
-  t.ok(frame11.includes(`${Buffer.byteLength(change).toString(16)}\r\n${change}\r\n`), 'HTTP/1.1: the same frame as one chunk')
+  t.ok(
+    frame11.includes(`${Buffer.byteLength(change).toString(16)}\r\n${change}\r\n`),
+    'HTTP/1.1: the same frame as one chunk'
+  )
 })
 
 t.test('streams end when the app closes', async (t) => {

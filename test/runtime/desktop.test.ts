@@ -34,10 +34,12 @@ function rfbClient(url: string, headers: Record<string, string> = {}) {
     buffered = Buffer.concat([buffered, data])
     wake?.()
   })
-  const closed = new Promise<{ code: number; reason: string }>((resolve) => ws.on('close', (code, reason) => {
-    resolve({ code, reason: reason.toString() })
-    wake?.()
-  }))
+  const closed = new Promise<{ code: number; reason: string }>((resolve) =>
+    ws.on('close', (code, reason) => {
+      resolve({ code, reason: reason.toString() })
+      wake?.()
+    })
+  )
   return {
     ws,
     closed,
@@ -66,24 +68,37 @@ function refused(url: string, headers: Record<string, string> = {}): Promise<{ s
     ws.on('error', () => {})
     ws.on('unexpected-response', (_req, res) => {
       let body = ''
-      res.on('data', (chunk: Buffer) => { body += chunk.toString() })
+      res.on('data', (chunk: Buffer) => {
+        body += chunk.toString()
+      })
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body }))
     })
   })
 }
 
-/** A sandbox provider whose only working part is a desktop at a fixed endpoint (chosen by the test, never the request). */
+/**
+ * A sandbox provider whose only working part is a desktop at a fixed endpoint (chosen by the test, never the request).
+ */
 function desktopOnlyProvider(endpoint: DesktopEndpoint | null): SandboxProvider & { created: string[] } {
   const created: string[] = []
   const unsupported = () => Promise.reject(new Error('not in this test'))
   return {
-    name: 'test', confinement: 'none', desktopAvailable: endpoint !== null, created,
+    name: 'test',
+    confinement: 'none',
+    desktopAvailable: endpoint !== null,
+    created,
     async create(key) {
       created.push(`${key.orgId}/${key.threadId}`)
       const sandbox: Sandbox = {
-        key, destroyed: false,
-        exec: unsupported, readFile: unsupported, writeFile: unsupported, listFiles: unsupported,
-        spawnPty: () => { throw new Error('not in this test') },
+        key,
+        destroyed: false,
+        exec: unsupported,
+        readFile: unsupported,
+        writeFile: unsupported,
+        listFiles: unsupported,
+        spawnPty: () => {
+          throw new Error('not in this test')
+        },
         desktop: async () => endpoint!,
         onDestroy: () => () => {},
         destroy: async () => {}
@@ -95,34 +110,39 @@ function desktopOnlyProvider(endpoint: DesktopEndpoint | null): SandboxProvider 
 
 const hasDesktop = findExecutable('Xvfb') !== null && findExecutable('x11vnc') !== null
 
-t.test('a real RFB handshake through the proxy to the local provider\'s VNC server', { skip: hasDesktop ? false : 'Xvfb and x11vnc are not installed' }, async (t) => {
-  const { app, base, threadId } = await setup(t)
-  const client = rfbClient(`${base}/api/desktop-proxy/${threadId}/websockify`)
-  await client.opened
-  t.equal(client.ws.protocol, 'binary', 'the binary subprotocol noVNC asks for')
-  t.equal((await client.read(12)).toString('latin1'), 'RFB 003.008\n', 'the server greets with its version')
-  client.ws.send(Buffer.from('RFB 003.008\n', 'latin1'))
-  const count = (await client.read(1))[0]!
-  t.ok(count > 0, 'security types offered')
-  const types = [...(await client.read(count))]
-  t.ok(types.includes(1), 'security type None (x11vnc bound to loopback, reachable only through the proxy)')
-  client.ws.send(Buffer.from([1]))
-  t.equal((await client.read(4)).readUInt32BE(0), 0, 'security handshake succeeded')
-  client.ws.send(Buffer.from([1])) // ClientInit, shared
-  const init = await client.read(24)
-  t.equal(init.readUInt16BE(0), 1280, 'framebuffer width')
-  t.equal(init.readUInt16BE(2), 800, 'framebuffer height')
+t.test(
+  "a real RFB handshake through the proxy to the local provider's VNC server",
+  { skip: hasDesktop ? false : 'Xvfb and x11vnc are not installed' },
+  async (t) => {
+    const { app, base, threadId } = await setup(t)
+    const client = rfbClient(`${base}/api/desktop-proxy/${threadId}/websockify`)
+    await client.opened
+    t.equal(client.ws.protocol, 'binary', 'the binary subprotocol noVNC asks for')
+    t.equal((await client.read(12)).toString('latin1'), 'RFB 003.008\n', 'the server greets with its version')
+    client.ws.send(Buffer.from('RFB 003.008\n', 'latin1'))
+    const count = (await client.read(1))[0]!
+    t.ok(count > 0, 'security types offered')
+    const types = [...(await client.read(count))]
+    t.ok(types.includes(1), 'security type None (x11vnc bound to loopback, reachable only through the proxy)')
+    client.ws.send(Buffer.from([1]))
+    t.equal((await client.read(4)).readUInt32BE(0), 0, 'security handshake succeeded')
+    client.ws.send(Buffer.from([1])) // ClientInit, shared
+    const init = await client.read(24)
+    t.equal(init.readUInt16BE(0), 1280, 'framebuffer width')
+    t.equal(init.readUInt16BE(2), 800, 'framebuffer height')
 
-  // the thread's commands draw on that display, and see only its socket
-  const { sandbox, release } = await app.runtime.sandboxes!.acquire({ orgId: DEV_ORG.id, threadId })
-  const seen = await sandbox.exec('echo "$DISPLAY"; ls /tmp/.X11-unix')
-  release()
-  const [display, sockets] = seen.stdout.split('\n')
-  t.match(display, /^:\d+$/)
-  if (app.runtime.sandboxes!.provider.confinement === 'bwrap') t.equal(sockets, `X${display!.slice(1)}`, 'no other display is visible')
-  client.ws.close()
-  await client.closed
-})
+    // the thread's commands draw on that display, and see only its socket
+    const { sandbox, release } = await app.runtime.sandboxes!.acquire({ orgId: DEV_ORG.id, threadId })
+    const seen = await sandbox.exec('echo "$DISPLAY"; ls /tmp/.X11-unix')
+    release()
+    const [display, sockets] = seen.stdout.split('\n')
+    t.match(display, /^:\d+$/)
+    if (app.runtime.sandboxes!.provider.confinement === 'bwrap')
+      t.equal(sockets, `X${display!.slice(1)}`, 'no other display is visible')
+    client.ws.close()
+    await client.closed
+  }
+)
 
 t.test('the proxy bridges to the target the provider names, whatever the request says', async (t) => {
   const received: Buffer[] = []
@@ -145,7 +165,7 @@ t.test('the proxy bridges to the target the provider names, whatever the request
   client.ws.send(Buffer.from('RFB 003.008\n', 'latin1'))
   t.same([...(await client.read(2))], [1, 1], 'the reply to the client version came back')
   t.equal(Buffer.concat(received).toString('latin1'), 'RFB 003.008\n', 'the client bytes reached the target unchanged')
-  t.same(provider.created, [`${DEV_ORG.id}/${threadId}`], 'the sandbox of the caller\'s org and thread')
+  t.same(provider.created, [`${DEV_ORG.id}/${threadId}`], "the sandbox of the caller's org and thread")
   client.ws.close()
   await client.closed
 })
@@ -153,10 +173,18 @@ t.test('the proxy bridges to the target the provider names, whatever the request
 t.test('a desktop that cannot start closes with 1011 and a reason', async (t) => {
   const provider = desktopOnlyProvider({ host: '127.0.0.1', port: 1 })
   provider.create = async (key) => ({
-    key, destroyed: false,
-    exec: () => Promise.reject(new Error('x')), readFile: () => Promise.reject(new Error('x')), writeFile: () => Promise.reject(new Error('x')), listFiles: () => Promise.reject(new Error('x')),
-    spawnPty: () => { throw new Error('x') },
-    desktop: async () => { throw new (await import('../../src/runtime/sandbox.js')).SandboxError('unavailable', 'Xvfb exited (1)') },
+    key,
+    destroyed: false,
+    exec: () => Promise.reject(new Error('x')),
+    readFile: () => Promise.reject(new Error('x')),
+    writeFile: () => Promise.reject(new Error('x')),
+    listFiles: () => Promise.reject(new Error('x')),
+    spawnPty: () => {
+      throw new Error('x')
+    },
+    desktop: async () => {
+      throw new (await import('../../src/runtime/sandbox.js')).SandboxError('unavailable', 'Xvfb exited (1)')
+    },
     onDestroy: () => () => {},
     destroy: async () => {}
   })
@@ -173,10 +201,13 @@ t.test('the handshake is refused before the upgrade', async (t) => {
   const foreignThread = newId()
   runs.add(newId(), foreignThread)
   const foreign = await refused(`${base}/api/desktop-proxy/${foreignThread}/websockify`)
-  t.equal(foreign.status, 404, 'another org\'s thread')
+  t.equal(foreign.status, 404, "another org's thread")
   t.equal(JSON.parse(foreign.body).error, 'not_found')
   t.equal((await refused(`${base}/api/desktop-proxy/${newId()}/websockify`)).status, 404, 'an unknown thread')
-  t.equal((await refused(`${base}/api/desktop-proxy/${threadId}/websockify`, { origin: 'https://evil.com' })).status, 403)
+  t.equal(
+    (await refused(`${base}/api/desktop-proxy/${threadId}/websockify`, { origin: 'https://evil.com' })).status,
+    403
+  )
   t.equal((await refused(`${base}/api/desktop-proxy/a%20b/websockify`)).status, 400)
 
   const off = await setup(t, { env: { ALLOW_DEV_ORG: 'false' } })

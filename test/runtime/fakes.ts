@@ -21,7 +21,11 @@ export function fakeRuns() {
       return [...runs.values()].some((r) => r.orgId === orgId && r.rootRunId === rootRunId)
     },
     async existingThreads(keys) {
-      return new Set(keys.filter((k) => [...runs.values()].some((r) => r.orgId === k.orgId && r.rootRunId === k.threadId)).map((k) => `${k.orgId}/${k.threadId}`))
+      return new Set(
+        keys
+          .filter((k) => [...runs.values()].some((r) => r.orgId === k.orgId && r.rootRunId === k.threadId))
+          .map((k) => `${k.orgId}/${k.threadId}`)
+      )
     },
     // no runs table: nothing to lock or to let go on
     async hold() {},
@@ -75,7 +79,10 @@ export async function buildGatewayApp(t: Teardown, env: EnvOverrides = {}, memor
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const runs = fakeRuns()
   const events = eventRecorder()
-  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true', ...env }, runtime: { runs, events, ...(memory ? { memory } : {}) } })
+  const app = await buildTestApp(t, {
+    env: { DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true', ...env },
+    runtime: { runs, events, ...(memory ? { memory } : {}) }
+  })
   return { app, runs, events, dataDir }
 }
 
@@ -86,7 +93,9 @@ export async function buildGatewayApp(t: Teardown, env: EnvOverrides = {}, memor
 export function gatewaySetup(fileTap: Teardown, sharedEnv: EnvOverrides = {}, sharedMemory?: MemoryTools) {
   let shared: ReturnType<typeof buildGatewayApp> | undefined
   return async (own?: { t: Teardown; env?: EnvOverrides; memory?: MemoryTools }) => {
-    const base = own ? await buildGatewayApp(own.t, own.env, own.memory) : await (shared ??= buildGatewayApp(fileTap, sharedEnv, sharedMemory))
+    const base = own
+      ? await buildGatewayApp(own.t, own.env, own.memory)
+      : await (shared ??= buildGatewayApp(fileTap, sharedEnv, sharedMemory))
     const runId = newId()
     const threadId = newId()
     base.runs.add(DEV_ORG.id, runId, threadId)

@@ -19,30 +19,78 @@ const setup = gatewaySetup(t)
 t.test('a shell call that needs approval is stored pending, is approved through the route and then runs', async (t) => {
   const { app, events, runId, threadId } = await setup()
   const args = JSON.stringify({ command: 'echo approved-output' })
-  const asked = await app.runtime.gateway.execute({ orgId: ORG, runId, callId: 'call-1', name: 'shell', arguments: args })
+  const asked = await app.runtime.gateway.execute({
+    orgId: ORG,
+    runId,
+    callId: 'call-1',
+    name: 'shell',
+    arguments: args
+  })
   t.match(asked, { callId: 'call-1', tool: 'shell', status: 'pending', content: '' }, 'answered at once: nothing waits')
   const approvalId = asked.approvalId!
   const requested = events.of(runId).find((e) => e.type === 'approval.requested')!
-  t.match(requested.data, { approvalId, callId: 'call-1', tool: 'shell', arguments: { command: 'echo approved-output' } })
+  t.match(requested.data, {
+    approvalId,
+    callId: 'call-1',
+    tool: 'shell',
+    arguments: { command: 'echo approved-output' }
+  })
 
   const list = await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals` })
   t.equal(list.statusCode, 200)
   t.same(list.json().nextCursor, null)
-  t.match(list.json().items, [{ id: approvalId, runId, rootRunId: threadId, callId: 'call-1', tool: 'shell', status: 'pending', decidedBy: null, decidedAt: null }])
-  t.same(events.of(runId).map((e) => e.type), ['tool.call', 'approval.requested'], 'nothing ran yet')
+  t.match(list.json().items, [
+    {
+      id: approvalId,
+      runId,
+      rootRunId: threadId,
+      callId: 'call-1',
+      tool: 'shell',
+      status: 'pending',
+      decidedBy: null,
+      decidedAt: null
+    }
+  ])
+  t.same(
+    events.of(runId).map((e) => e.type),
+    ['tool.call', 'approval.requested'],
+    'nothing ran yet'
+  )
 
-  const decided = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${approvalId}`, payload: { decision: 'approve' } })
+  const decided = await app.inject({
+    method: 'POST',
+    url: `/api/runs/${runId}/approvals/${approvalId}`,
+    payload: { decision: 'approve' }
+  })
   t.equal(decided.statusCode, 200)
   t.match(decided.json().approval, { id: approvalId, status: 'approved', decidedBy: DEV_USER.id })
 
-  const result = await app.runtime.gateway.execute({ orgId: ORG, runId, callId: 'call-1', name: 'shell', arguments: args, approvalId })
+  const result = await app.runtime.gateway.execute({
+    orgId: ORG,
+    runId,
+    callId: 'call-1',
+    name: 'shell',
+    arguments: args,
+    approvalId
+  })
   t.match(result, { callId: 'call-1', tool: 'shell', status: 'ok', truncated: false, approvalId })
   t.match(result.content, /^exit code 0\napproved-output\n$/)
-  t.same(events.of(runId).map((e) => e.type), ['tool.call', 'approval.requested', 'approval.resolved', 'tool.result'], 'the call is recorded once')
-  t.ok(events.of(runId).every((e) => e.orgId === ORG), 'the events are the run\'s, in its org')
+  t.same(
+    events.of(runId).map((e) => e.type),
+    ['tool.call', 'approval.requested', 'approval.resolved', 'tool.result'],
+    'the call is recorded once'
+  )
+  t.ok(
+    events.of(runId).every((e) => e.orgId === ORG),
+    "the events are the run's, in its org"
+  )
   t.match(events.of(runId).at(-1)!.data, { callId: 'call-1', status: 'ok', content: result.content })
 
-  const again = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${approvalId}`, payload: { decision: 'deny' } })
+  const again = await app.inject({
+    method: 'POST',
+    url: `/api/runs/${runId}/approvals/${approvalId}`,
+    payload: { decision: 'deny' }
+  })
   t.equal(again.statusCode, 409, 'deciding twice is a conflict')
   t.same(again.json(), { error: 'conflict', message: 'the approval is already approved' })
   const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, approvalId))
@@ -53,7 +101,11 @@ t.test('a denied call does not run; the model is told a person denied it', async
   const { app, events, runId, workspace } = await setup()
   const call = { orgId: ORG, runId, callId: 'c1', name: 'shell', arguments: { command: 'touch ran.txt' } }
   const asked = await app.runtime.gateway.execute(call)
-  const res = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${asked.approvalId}`, payload: { decision: 'deny' } })
+  const res = await app.inject({
+    method: 'POST',
+    url: `/api/runs/${runId}/approvals/${asked.approvalId}`,
+    payload: { decision: 'deny' }
+  })
   t.equal(res.statusCode, 200)
   t.equal(res.json().approval.status, 'denied')
   const result = await app.runtime.gateway.execute({ ...call, approvalId: asked.approvalId! })
@@ -71,7 +123,11 @@ t.test('cancelling the run drops its pending call', async (t) => {
   t.equal(result.status, 'cancelled')
   const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, asked.approvalId!))
   t.equal(row!.status, 'cancelled')
-  const late = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${asked.approvalId}`, payload: { decision: 'approve' } })
+  const late = await app.inject({
+    method: 'POST',
+    url: `/api/runs/${runId}/approvals/${asked.approvalId}`,
+    payload: { decision: 'approve' }
+  })
   t.equal(late.statusCode, 409)
   t.equal(late.json().error, 'conflict')
 })
@@ -82,7 +138,8 @@ t.test('an approval nobody decides expires, and is answered as denied', async (t
   const asked = await app.runtime.gateway.execute(call)
   const [pending] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, asked.approvalId!))
   // its time is a due time: nothing polls it; the run's worker asks again once it has passed
-  while (Date.now() <= pending!.expiresAt.getTime()) await new Promise((resolve) => setTimeout(resolve, pending!.expiresAt.getTime() - Date.now() + 5))
+  while (Date.now() <= pending!.expiresAt.getTime())
+    await new Promise((resolve) => setTimeout(resolve, pending!.expiresAt.getTime() - Date.now() + 5))
   const result = await app.runtime.gateway.execute({ ...call, approvalId: asked.approvalId! })
   t.match(result, { status: 'expired', content: 'the call was denied by a person' })
   const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))
@@ -102,7 +159,11 @@ t.test('a decision made on another instance is the one the call goes by', async 
   runs.add(ORG, runId)
   const call = { orgId: ORG, runId, callId: 'c1', name: 'shell', arguments: { command: 'echo from-a' } }
   const asked = await a.runtime.gateway.execute(call)
-  const res = await b.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${asked.approvalId}`, payload: { decision: 'approve' } })
+  const res = await b.inject({
+    method: 'POST',
+    url: `/api/runs/${runId}/approvals/${asked.approvalId}`,
+    payload: { decision: 'approve' }
+  })
   t.equal(res.statusCode, 200)
   const result = await a.runtime.gateway.execute({ ...call, approvalId: asked.approvalId! })
   t.equal(result.status, 'ok')
@@ -115,7 +176,12 @@ t.test('approval routes: other orgs, unknown ids and bad input', async (t) => {
   await app.db.insert(organizations).values({ id: otherOrg, name: 'Other', slug: `other-${otherOrg.slice(-8)}` })
   const foreignRun = newId()
   runs.add(otherOrg, foreignRun)
-  const asked = await app.runtime.gateway.execute({ orgId: otherOrg, runId: foreignRun, name: 'shell', arguments: { command: 'echo foreign' } })
+  const asked = await app.runtime.gateway.execute({
+    orgId: otherOrg,
+    runId: foreignRun,
+    name: 'shell',
+    arguments: { command: 'echo foreign' }
+  })
   t.equal(asked.status, 'pending')
   const foreignApproval = asked.approvalId!
 
@@ -125,7 +191,13 @@ t.test('approval routes: other orgs, unknown ids and bad input', async (t) => {
     ['POST', `/api/runs/${runId}/approvals/${foreignApproval}`, { decision: 'approve' }, 404, 'not_found'],
     ['POST', `/api/runs/${runId}/approvals/${newId()}`, { decision: 'approve' }, 404, 'not_found'],
     ['POST', `/api/runs/${runId}/approvals/${newId()}`, { decision: 'maybe' }, 400, 'validation_failed'],
-    ['POST', `/api/runs/${runId}/approvals/${newId()}`, { decision: 'approve', orgId: otherOrg }, 400, 'server_owned_field'],
+    [
+      'POST',
+      `/api/runs/${runId}/approvals/${newId()}`,
+      { decision: 'approve', orgId: otherOrg },
+      400,
+      'server_owned_field'
+    ],
     ['POST', `/api/runs/${runId}/approvals/${newId()}`, {}, 400, 'validation_failed'],
     ['POST', `/api/runs/${runId}/approvals/${newId()}`, [], 400, 'validation_failed'],
     ['POST', `/api/runs/${runId}/approvals/'%20or%201=1`, { decision: 'approve' }, 400, 'validation_failed'],
@@ -137,20 +209,34 @@ t.test('approval routes: other orgs, unknown ids and bad input', async (t) => {
     ['PUT', '/api/tools/policies/shell', { mode: 'auto', orgId: otherOrg }, 400, 'server_owned_field']
   ]
   for (const [method, url, payload, status, error] of cases) {
-    const res = await app.inject({ method: method as 'GET', url, ...(payload === undefined ? {} : { payload: payload as object }) })
+    const res = await app.inject({
+      method: method as 'GET',
+      url,
+      ...(payload === undefined ? {} : { payload: payload as object })
+    })
     t.equal(res.statusCode, status, `${method} ${url} ${JSON.stringify(payload)}`)
     t.equal(res.json().error, error)
   }
-  const malformed = await app.inject({ method: 'POST', url: `/api/runs/${runId}/approvals/${foreignApproval}`, headers: { 'content-type': 'application/json' }, payload: '{"decision":' })
+  const malformed = await app.inject({
+    method: 'POST',
+    url: `/api/runs/${runId}/approvals/${foreignApproval}`,
+    headers: { 'content-type': 'application/json' },
+    payload: '{"decision":'
+  })
   t.equal(malformed.statusCode, 400)
   t.equal(malformed.json().error, 'invalid_json')
-  const huge = await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ mode: 'x'.repeat(2 * 1024 * 1024) }) })
+  const huge = await app.inject({
+    method: 'PUT',
+    url: '/api/tools/policies/shell',
+    headers: { 'content-type': 'application/json' },
+    payload: JSON.stringify({ mode: 'x'.repeat(2 * 1024 * 1024) })
+  })
   t.equal(huge.statusCode, 413)
 
   const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, foreignApproval))
-  t.equal(row!.status, 'pending', 'the other org\'s approval is untouched')
+  t.equal(row!.status, 'pending', "the other org's approval is untouched")
   const mine = await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals` })
-  t.same(mine.json(), { items: [], nextCursor: null }, 'lists never show another org\'s rows')
+  t.same(mine.json(), { items: [], nextCursor: null }, "lists never show another org's rows")
   t.equal(await app.runtime.gateway.cancelRun(otherOrg, foreignRun), 1)
   const [dropped] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, foreignApproval))
   t.equal(dropped!.status, 'cancelled')
@@ -158,16 +244,34 @@ t.test('approval routes: other orgs, unknown ids and bad input', async (t) => {
 
 t.test('approvals are paged', async (t) => {
   const { app, runId } = await setup()
-  for (const n of [1, 2, 3]) t.equal((await app.runtime.gateway.execute({ orgId: ORG, runId, callId: `c${n}`, name: 'shell', arguments: { command: 'true' } })).status, 'pending')
+  for (const n of [1, 2, 3])
+    t.equal(
+      (
+        await app.runtime.gateway.execute({
+          orgId: ORG,
+          runId,
+          callId: `c${n}`,
+          name: 'shell',
+          arguments: { command: 'true' }
+        })
+      ).status,
+      'pending'
+    )
   const first = await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals?limit=2` })
   t.equal(first.json().items.length, 2)
   t.type(first.json().nextCursor, 'string')
-  const second = await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals?limit=2&cursor=${first.json().nextCursor}` })
+  const second = await app.inject({
+    method: 'GET',
+    url: `/api/runs/${runId}/approvals?limit=2&cursor=${first.json().nextCursor}`
+  })
   t.equal(second.json().items.length, 1)
   t.equal(second.json().nextCursor, null)
   const ids = [...first.json().items, ...second.json().items].map((a: { callId: string }) => a.callId).sort()
   t.same(ids, ['c1', 'c2', 'c3'])
   t.equal(await app.runtime.gateway.cancelRun(ORG, runId), 3)
   const rows = await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))
-  t.same(rows.map((r) => r.status), ['cancelled', 'cancelled', 'cancelled'])
+  t.same(
+    rows.map((r) => r.status),
+    ['cancelled', 'cancelled', 'cancelled']
+  )
 })

@@ -4,7 +4,15 @@ import { join } from 'node:path'
 import t from 'tap'
 import WebSocket from 'ws'
 import { newId } from '../../src/db/ids.js'
-import { addMember, buildTestApp, createTestDatabase, secondHandle, signUp, signUpWithOrg, type EnvOverrides } from '../helper.js'
+import {
+  addMember,
+  buildTestApp,
+  createTestDatabase,
+  secondHandle,
+  signUp,
+  signUpWithOrg,
+  type EnvOverrides
+} from '../helper.js'
 import { fakeRuns } from './fakes.js'
 
 /**
@@ -28,7 +36,9 @@ async function twoInstances(t: import('tap').Test) {
 
 function terminal(url: string, cookie: string) {
   const ws = new WebSocket(url, { headers: { cookie } })
-  const closed = new Promise<{ code: number; reason: string }>((resolve) => ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() })))
+  const closed = new Promise<{ code: number; reason: string }>((resolve) =>
+    ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() }))
+  )
   const opened = new Promise<void>((resolve, reject) => {
     ws.once('open', () => resolve())
     ws.once('error', reject)
@@ -36,7 +46,7 @@ function terminal(url: string, cookie: string) {
   return { ws, closed, opened }
 }
 
-t.test('sign-out through instance A closes the session\'s terminal on instance B (1008)', async (t) => {
+t.test("sign-out through instance A closes the session's terminal on instance B (1008)", async (t) => {
   const { a, b, runs, baseB } = await twoInstances(t)
   const owner = await signUpWithOrg(a)
   const runId = newId()
@@ -46,11 +56,14 @@ t.test('sign-out through instance A closes the session\'s terminal on instance B
   t.equal(b.runtime.sockets.size, 1)
   t.equal(a.runtime.sockets.size, 0, 'nothing open on A itself')
 
-  t.equal((await a.inject({ method: 'POST', url: '/api/auth/sign-out', headers: { cookie: owner.cookie } })).statusCode, 204)
+  t.equal(
+    (await a.inject({ method: 'POST', url: '/api/auth/sign-out', headers: { cookie: owner.cookie } })).statusCode,
+    204
+  )
   t.same(await term.closed, { code: 1008, reason: 'signed out' })
 })
 
-t.test('removing a membership through A closes that member\'s sockets in that org on B, and only theirs', async (t) => {
+t.test("removing a membership through A closes that member's sockets in that org on B, and only theirs", async (t) => {
   const { a, b, runs, baseB } = await twoInstances(t)
   const owner = await signUpWithOrg(a)
   const member = await signUp(a)
@@ -63,11 +76,15 @@ t.test('removing a membership through A closes that member\'s sockets in that or
   await Promise.all([theirs.opened, ours.opened])
   t.equal(b.runtime.sockets.size, 2)
 
-  const removed = await a.inject({ method: 'DELETE', url: `/api/auth/organizations/${owner.org.id}/members/${member.user.id}`, headers: { cookie: owner.cookie } })
+  const removed = await a.inject({
+    method: 'DELETE',
+    url: `/api/auth/organizations/${owner.org.id}/members/${member.user.id}`,
+    headers: { cookie: owner.cookie }
+  })
   t.equal(removed.statusCode, 204)
   t.same(await theirs.closed, { code: 1008, reason: 'membership removed' })
   // the notice that closed theirs has been handled in full: had it matched ours, ours would be closing too
-  t.equal(ours.ws.readyState, WebSocket.OPEN, 'the owner\'s terminal stays open')
+  t.equal(ours.ws.readyState, WebSocket.OPEN, "the owner's terminal stays open")
   const refused = await b.inject({ url: '/api/runs', headers: { cookie: member.cookie } })
   t.equal(refused.statusCode, 403, 'and the member is out of the org on B at once')
   t.equal(refused.json().error, 'no_organization')
@@ -82,6 +99,9 @@ t.test('sign-out on the instance that holds the socket closes it too (its own no
   runs.add(owner.org.id, runId)
   const term = terminal(`${baseB}/api/runs/${runId}/terminal`, owner.cookie)
   await term.opened
-  t.equal((await b.inject({ method: 'POST', url: '/api/auth/sign-out', headers: { cookie: owner.cookie } })).statusCode, 204)
+  t.equal(
+    (await b.inject({ method: 'POST', url: '/api/auth/sign-out', headers: { cookie: owner.cookie } })).statusCode,
+    204
+  )
   t.same(await term.closed, { code: 1008, reason: 'signed out' })
 })

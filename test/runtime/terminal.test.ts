@@ -21,7 +21,11 @@ async function build(t: Teardown, env: EnvOverrides) {
 }
 
 /** One listening app for the tests that need no special settings; each test has its own run and thread. */
-const SHARED_ENV: EnvOverrides = { CORS_ORIGINS: 'https://app.example.com', WS_MAX_MESSAGE_BYTES: '1024', SANDBOX_UNCONFINED: 'true' }
+const SHARED_ENV: EnvOverrides = {
+  CORS_ORIGINS: 'https://app.example.com',
+  WS_MAX_MESSAGE_BYTES: '1024',
+  SANDBOX_UNCONFINED: 'true'
+}
 let shared: ReturnType<typeof build> | undefined
 
 async function setup(own?: { t: Teardown; env: EnvOverrides }) {
@@ -51,7 +55,9 @@ function open(url: string, headers: Record<string, string> = {}) {
     if (isBinary) output += data.toString('utf8')
     wake?.()
   })
-  const closed = new Promise<{ code: number; reason: string }>((resolve) => ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() })))
+  const closed = new Promise<{ code: number; reason: string }>((resolve) =>
+    ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() }))
+  )
   return {
     ws,
     closed,
@@ -87,7 +93,9 @@ function refused(url: string, headers: Record<string, string> = {}): Promise<{ s
     ws.on('error', () => {})
     ws.on('unexpected-response', (_req, res) => {
       let body = ''
-      res.on('data', (chunk: Buffer) => { body += chunk.toString() })
+      res.on('data', (chunk: Buffer) => {
+        body += chunk.toString()
+      })
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body }))
     })
   })
@@ -143,22 +151,26 @@ t.test('the socket closes when the sandbox goes', async (t) => {
   t.equal(reason, 'sandbox stopped')
 })
 
-t.test('closing the socket ends the shell and what it started', { skip: probeBubblewrap().ok ? false : 'needs bubblewrap (plain processes can leave setsid children behind)' }, async (t) => {
-  const { base, runId } = await setup()
-  const term = open(`${base}/api/runs/${runId}/terminal`)
-  await term.opened
-  const marker = String(100_000 + Math.floor(Math.random() * 800_000))
-  term.ws.send(Buffer.from(`sleep ${marker} & echo started-$((3*3))\r`), { binary: true })
-  await term.waitFor(/started-9/)
-  const started = Date.now() + 20_000
-  while (!(await processes(marker)) && Date.now() < started) await new Promise((r) => setTimeout(r, 100))
-  t.ok(await processes(marker), 'the background job runs')
-  term.ws.close()
-  await term.closed
-  const giveUp = Date.now() + 20_000
-  while ((await processes(marker)) && Date.now() < giveUp) await new Promise((r) => setTimeout(r, 100))
-  t.notOk(await processes(marker), 'nothing of the terminal is left')
-})
+t.test(
+  'closing the socket ends the shell and what it started',
+  { skip: probeBubblewrap().ok ? false : 'needs bubblewrap (plain processes can leave setsid children behind)' },
+  async (t) => {
+    const { base, runId } = await setup()
+    const term = open(`${base}/api/runs/${runId}/terminal`)
+    await term.opened
+    const marker = String(100_000 + Math.floor(Math.random() * 800_000))
+    term.ws.send(Buffer.from(`sleep ${marker} & echo started-$((3*3))\r`), { binary: true })
+    await term.waitFor(/started-9/)
+    const started = Date.now() + 20_000
+    while (!(await processes(marker)) && Date.now() < started) await new Promise((r) => setTimeout(r, 100))
+    t.ok(await processes(marker), 'the background job runs')
+    term.ws.close()
+    await term.closed
+    const giveUp = Date.now() + 20_000
+    while ((await processes(marker)) && Date.now() < giveUp) await new Promise((r) => setTimeout(r, 100))
+    t.notOk(await processes(marker), 'nothing of the terminal is left')
+  }
+)
 
 t.test('open sockets can be closed for an org or user (sign-out, removed membership)', async (t) => {
   const { app, base, runId } = await setup()
@@ -187,11 +199,19 @@ t.test('the handshake is refused before the upgrade: anonymous, foreign origin, 
   const evil = await refused(`${base}/api/runs/${runId}/terminal`, { origin: 'https://evil.com' })
   t.equal(evil.status, 403)
   t.equal(JSON.parse(evil.body).error, 'forbidden_origin')
-  t.equal((await refused(`${base}/api/runs/${runId}/terminal`, { origin: 'https://app.example.com.evil.com' })).status, 403, 'a look-alike origin')
+  t.equal(
+    (await refused(`${base}/api/runs/${runId}/terminal`, { origin: 'https://app.example.com.evil.com' })).status,
+    403,
+    'a look-alike origin'
+  )
   t.equal((await refused(`${base}/api/runs/${runId}/terminal`, { origin: 'null' })).status, 403)
-  t.equal((await refused(`${base}/api/runs/${runId}/terminal`, { origin: base.replace('ws:', 'https:') })).status, 403, 'the wrong scheme')
+  t.equal(
+    (await refused(`${base}/api/runs/${runId}/terminal`, { origin: base.replace('ws:', 'https:') })).status,
+    403,
+    'the wrong scheme'
+  )
   const other = await refused(`${base}/api/runs/${foreignRun}/terminal`)
-  t.equal(other.status, 404, 'another org\'s run')
+  t.equal(other.status, 404, "another org's run")
   t.equal(JSON.parse(other.body).error, 'not_found')
   t.equal((await refused(`${base}/api/runs/${newId()}/terminal`)).status, 404, 'an unknown run')
   t.equal((await refused(`${base}/api/runs/..%2F..%2Fetc/terminal`)).status, 400, 'a hostile id')

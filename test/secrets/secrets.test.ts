@@ -8,7 +8,16 @@ import { KeyRing, newKeyText } from '../../src/secrets/crypto.js'
 import { Redactor } from '../../src/secrets/redact.js'
 import { KEY_FILE } from '../../src/secrets/service.js'
 import { startFailure } from '../../src/startup.js'
-import { addMember, buildTestApp, createTestDatabase, mintKey, signUp, signUpWithOrg, testConfig, waitFor } from '../helper.js'
+import {
+  addMember,
+  buildTestApp,
+  createTestDatabase,
+  mintKey,
+  signUp,
+  signUpWithOrg,
+  testConfig,
+  waitFor
+} from '../helper.js'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
@@ -37,7 +46,11 @@ t.test('sealing: a fresh nonce per write, any changed bit fails, bound to org an
   }
   t.equal(ring.open('org2', 'TOKEN', one.keyId, one.sealed), null, 'copied to another org')
   t.equal(ring.open('org1', 'OTHER', one.keyId, one.sealed), null, 'copied to another name')
-  t.equal(ring.open('org1\u0000TOKEN', '', one.keyId, one.sealed), null, 'the org and name cannot be shifted into each other')
+  t.equal(
+    ring.open('org1\u0000TOKEN', '', one.keyId, one.sealed),
+    null,
+    'the org and name cannot be shifted into each other'
+  )
   t.equal(KeyRing.parse(KEY_B).open('org1', 'TOKEN', one.keyId, one.sealed), null, 'another key does not open it')
   t.throws(() => KeyRing.parse('c2hvcnQ='), /SECRETS_KEY must be 32 random bytes/)
   try {
@@ -48,7 +61,10 @@ t.test('sealing: a fresh nonce per write, any changed bit fails, bound to org an
 })
 
 t.test('a bad key stops the boot, naming the variable and never its value', async (t) => {
-  for (const env of [{ SECRETS_KEY: 'not-a-key-but-a-password-123' }, { SECRETS_KEY: newKeyText(), SECRETS_PREVIOUS_KEYS: `${newKeyText()},hunter2-previous` }]) {
+  for (const env of [
+    { SECRETS_KEY: 'not-a-key-but-a-password-123' },
+    { SECRETS_KEY: newKeyText(), SECRETS_PREVIOUS_KEYS: `${newKeyText()},hunter2-previous` }
+  ]) {
     try {
       testConfig(env)
       t.fail('accepted')
@@ -61,9 +77,20 @@ t.test('a bad key stops the boot, naming the variable and never its value', asyn
 })
 
 t.test('redaction: whole values, values inside others, and values split across stream pieces', async (t) => {
-  const r = new Redactor([{ name: 'TOKEN', value: 'sk-live-123' }, { name: 'SHORT', value: 'live' }])
-  t.equal(r.text('use sk-live-123 or live'), 'use [secret:TOKEN] or [secret:SHORT]', 'the longer value wins where both match')
-  t.same(r.deep({ a: ['x sk-live-123'], 'sk-live-123': 1, n: 3 }), { a: ['x [secret:TOKEN]'], '[secret:TOKEN]': 1, n: 3 })
+  const r = new Redactor([
+    { name: 'TOKEN', value: 'sk-live-123' },
+    { name: 'SHORT', value: 'live' }
+  ])
+  t.equal(
+    r.text('use sk-live-123 or live'),
+    'use [secret:TOKEN] or [secret:SHORT]',
+    'the longer value wins where both match'
+  )
+  t.same(r.deep({ a: ['x sk-live-123'], 'sk-live-123': 1, n: 3 }), {
+    a: ['x [secret:TOKEN]'],
+    '[secret:TOKEN]': 1,
+    n: 3
+  })
   // every way of cutting a text into pieces gives the redacted text back, and no piece shows a value
   const text = 'a sk-live-123 b sk-live-12 c sk-sk-live-123live'
   const expected = r.text(text)
@@ -94,17 +121,33 @@ t.test('routes: admin only, never a value, 201 then 200, 404, keys get 401', asy
 
   const list = await app.inject({ method: 'GET', url: '/api/secrets', headers })
   t.equal(list.statusCode, 200)
-  t.same(list.json().items.map((s: { name: string }) => s.name), ['API_KEY', 'GITHUB_TOKEN'], 'by name')
+  t.same(
+    list.json().items.map((s: { name: string }) => s.name),
+    ['API_KEY', 'GITHUB_TOKEN'],
+    'by name'
+  )
   t.notMatch(list.body, /plaintext/, 'no value in the list')
   const paged = await app.inject({ method: 'GET', url: '/api/secrets?limit=1', headers })
-  const next = await app.inject({ method: 'GET', url: `/api/secrets?limit=1&cursor=${paged.json().nextCursor}`, headers })
-  t.same(next.json().items.map((s: { name: string }) => s.name), ['GITHUB_TOKEN'])
+  const next = await app.inject({
+    method: 'GET',
+    url: `/api/secrets?limit=1&cursor=${paged.json().nextCursor}`,
+    headers
+  })
+  t.same(
+    next.json().items.map((s: { name: string }) => s.name),
+    ['GITHUB_TOKEN']
+  )
 
   const dumped = await dump(app)
   t.notMatch(dumped, /plaintext/, 'no plaintext in a dump of the table')
   t.notMatch(dumped, /ghp_/)
 
-  for (const [name, status] of [['lower', 400], ['1ABC', 400], ['A_B-C', 400], ['A'.repeat(129), 400]] as const) {
+  for (const [name, status] of [
+    ['lower', 400],
+    ['1ABC', 400],
+    ['A_B-C', 400],
+    ['A'.repeat(129), 400]
+  ] as const) {
     t.equal((await put(app, owner.cookie, name, 'v')).statusCode, status, `${name.slice(0, 10)} is not a name`)
   }
   t.equal((await put(app, owner.cookie, 'A'.repeat(128), 'v')).statusCode, 201, 'a 128-character name')
@@ -125,21 +168,46 @@ t.test('routes: admin only, never a value, 201 then 200, 404, keys get 401', asy
     cursor = page.json().nextCursor
   } while (cursor && names.length < 10)
   t.same(names, ['A'.repeat(128), 'API_KEY', 'GITHUB_TOKEN', 'MAX'])
-  const lower = await app.inject({ method: 'GET', url: `/api/secrets?cursor=${Buffer.from('not a name').toString('base64url')}`, headers })
+  const lower = await app.inject({
+    method: 'GET',
+    url: `/api/secrets?cursor=${Buffer.from('not a name').toString('base64url')}`,
+    headers
+  })
   t.equal(lower.statusCode, 400)
   t.match(lower.json(), { error: 'validation_failed', details: [{ path: '/querystring/cursor' }] })
 
   // members, other orgs, keys
   const member = await signUp(app)
   await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
-  const asMember = await app.inject({ method: 'GET', url: '/api/secrets', headers: { cookie: member.cookie, 'x-org-id': owner.org.id } })
+  const asMember = await app.inject({
+    method: 'GET',
+    url: '/api/secrets',
+    headers: { cookie: member.cookie, 'x-org-id': owner.org.id }
+  })
   t.equal(asMember.statusCode, 403, 'a member is not an admin')
   const stranger = await signUpWithOrg(app)
-  t.same((await app.inject({ method: 'GET', url: '/api/secrets', headers: { cookie: stranger.cookie } })).json().items, [], 'another org sees none')
-  t.equal((await app.inject({ method: 'DELETE', url: '/api/secrets/API_KEY', headers: { cookie: stranger.cookie } })).statusCode, 404)
+  t.same(
+    (await app.inject({ method: 'GET', url: '/api/secrets', headers: { cookie: stranger.cookie } })).json().items,
+    [],
+    'another org sees none'
+  )
+  t.equal(
+    (await app.inject({ method: 'DELETE', url: '/api/secrets/API_KEY', headers: { cookie: stranger.cookie } }))
+      .statusCode,
+    404
+  )
   const key = await mintKey(app, owner.cookie)
-  for (const [method, url] of [['GET', '/api/secrets'], ['PUT', '/api/secrets/X'], ['DELETE', '/api/secrets/API_KEY']] as const) {
-    const res = await app.inject({ method, url, headers: { authorization: key.authorization }, ...(method === 'PUT' ? { payload: { value: 'v' } } : {}) })
+  for (const [method, url] of [
+    ['GET', '/api/secrets'],
+    ['PUT', '/api/secrets/X'],
+    ['DELETE', '/api/secrets/API_KEY']
+  ] as const) {
+    const res = await app.inject({
+      method,
+      url,
+      headers: { authorization: key.authorization },
+      ...(method === 'PUT' ? { payload: { value: 'v' } } : {})
+    })
     t.equal(res.statusCode, 401, `a key may not ${method} ${url}`)
   }
 
@@ -155,11 +223,23 @@ t.test('a ciphertext copied to another org or name does not open', async (t) => 
   await put(app, b.cookie, 'TOKEN', 'value-of-b')
   await put(app, a.cookie, 'OTHER', 'other-of-a')
   // b's row and a's OTHER row now carry a's TOKEN ciphertext
-  await app.db.execute(sql`update secrets set sealed = (select sealed from secrets where org_id = ${a.org.id} and name = 'TOKEN')
+  await app.db
+    .execute(sql`update secrets set sealed = (select sealed from secrets where org_id = ${a.org.id} and name = 'TOKEN')
     where (org_id = ${b.org.id} and name = 'TOKEN') or (org_id = ${a.org.id} and name = 'OTHER')`)
-  t.same(await app.secrets.forRuns.open(a.org.id, ['TOKEN']), { values: [{ name: 'TOKEN', value: 'value-of-a' }], missing: [] })
-  t.same(await app.secrets.forRuns.open(b.org.id, ['TOKEN']), { values: [], missing: ['TOKEN'] }, 'moved to another org: does not open')
-  t.same(await app.secrets.forRuns.open(a.org.id, ['OTHER']), { values: [], missing: ['OTHER'] }, 'moved to another name: does not open')
+  t.same(await app.secrets.forRuns.open(a.org.id, ['TOKEN']), {
+    values: [{ name: 'TOKEN', value: 'value-of-a' }],
+    missing: []
+  })
+  t.same(
+    await app.secrets.forRuns.open(b.org.id, ['TOKEN']),
+    { values: [], missing: ['TOKEN'] },
+    'moved to another org: does not open'
+  )
+  t.same(
+    await app.secrets.forRuns.open(a.org.id, ['OTHER']),
+    { values: [], missing: ['OTHER'] },
+    'moved to another name: does not open'
+  )
 })
 
 t.test('rotation: A to B (A kept as previous) re-seals every row; then A can go and nothing is lost', async (t) => {
@@ -178,7 +258,9 @@ t.test('rotation: A to B (A kept as previous) re-seals every row; then A can go 
   const rotated = await buildTestApp(t, { db, env: { SECRETS_KEY: KEY_B, SECRETS_PREVIOUS_KEYS: KEY_A } })
   const b = KeyRing.parse(KEY_B).current.id
   await waitFor('every row sealed under B in the background', async () => {
-    const rows = rowsOf<{ n: number | string }>(await rotated.db.execute(sql`select count(*) as n from secrets where key_id <> ${b}`))
+    const rows = rowsOf<{ n: number | string }>(
+      await rotated.db.execute(sql`select count(*) as n from secrets where key_id <> ${b}`)
+    )
     return Number(rows[0]!.n) === 0
   })
   await rotated.close()
@@ -200,12 +282,26 @@ t.test('without SECRETS_KEY: a key file on the embedded database, 503 secrets_un
 
   const postgres = await buildTestApp(t, { db, env: { DATABASE_URL: 'postgres://unused.invalid/none' } })
   const other = await signUpWithOrg(postgres)
-  for (const [method, url] of [['GET', '/api/secrets'], ['PUT', '/api/secrets/TOKEN'], ['DELETE', '/api/secrets/TOKEN']] as const) {
-    const res = await postgres.inject({ method, url, headers: { cookie: other.cookie }, ...(method === 'PUT' ? { payload: { value: 'v' } } : {}) })
+  for (const [method, url] of [
+    ['GET', '/api/secrets'],
+    ['PUT', '/api/secrets/TOKEN'],
+    ['DELETE', '/api/secrets/TOKEN']
+  ] as const) {
+    const res = await postgres.inject({
+      method,
+      url,
+      headers: { cookie: other.cookie },
+      ...(method === 'PUT' ? { payload: { value: 'v' } } : {})
+    })
     t.equal(res.statusCode, 503, `${method} ${url}`)
     t.equal(res.json().error, 'secrets_unavailable')
   }
-  const run = await postgres.inject({ method: 'POST', url: '/api/runs', headers: { cookie: other.cookie }, payload: { prompt: 'hi', secrets: ['TOKEN'] } })
+  const run = await postgres.inject({
+    method: 'POST',
+    url: '/api/runs',
+    headers: { cookie: other.cookie },
+    payload: { prompt: 'hi', secrets: ['TOKEN'] }
+  })
   t.equal(run.statusCode, 503, 'a run naming secrets where none can be opened')
 })
 
@@ -237,14 +333,33 @@ t.test('an instance whose SECRETS_KEY opens none of the stored secrets refuses t
   t.equal((await put(first, owner.cookie, 'TOKEN', 'sealed under A')).statusCode, 201)
 
   const logs: Array<Record<string, unknown>> = []
-  const refused = await buildTestApp(t, { db, logs, env: { SECRETS_KEY: KEY_B } }).then(() => null, (err: unknown) => err as Error)
-  t.match(refused, { name: 'SecretsKeyMismatch', message: /^SECRETS_KEY \(key id [0-9a-f]{16}\) opens none of the org secrets stored in the database/ })
-  t.equal(startFailure(refused, testConfig({ SECRETS_KEY: KEY_B })), refused!.message, 'the start fails with that one sentence (exit 1)')
-  t.ok(logs.some((l) => l.level === 50 && String(l.msg).startsWith('refusing to start: SECRETS_KEY')), 'an error line names the problem')
-  t.notMatch(JSON.stringify(logs) + refused!.message, new RegExp([KEY_A, KEY_B].map((k) => k.replace(/[+/=]/g, '\\$&')).join('|')), 'never a key')
+  const refused = await buildTestApp(t, { db, logs, env: { SECRETS_KEY: KEY_B } }).then(
+    () => null,
+    (err: unknown) => err as Error
+  )
+  t.match(refused, {
+    name: 'SecretsKeyMismatch',
+    message: /^SECRETS_KEY \(key id [0-9a-f]{16}\) opens none of the org secrets stored in the database/
+  })
+  t.equal(
+    startFailure(refused, testConfig({ SECRETS_KEY: KEY_B })),
+    refused!.message,
+    'the start fails with that one sentence (exit 1)'
+  )
+  t.ok(
+    logs.some((l) => l.level === 50 && String(l.msg).startsWith('refusing to start: SECRETS_KEY')),
+    'an error line names the problem'
+  )
+  t.notMatch(
+    JSON.stringify(logs) + refused!.message,
+    new RegExp([KEY_A, KEY_B].map((k) => k.replace(/[+/=]/g, '\\$&')).join('|')),
+    'never a key'
+  )
 
   // the same key starts; so does a new key with the old one kept as previous (a rotation)
   await (await buildTestApp(t, { db, env: { SECRETS_KEY: KEY_A } })).close()
   const rotated = await buildTestApp(t, { db, env: { SECRETS_KEY: KEY_B, SECRETS_PREVIOUS_KEYS: KEY_A } })
-  t.same((await rotated.secrets.forRuns.open(owner.org.id, ['TOKEN'])).values, [{ name: 'TOKEN', value: 'sealed under A' }])
+  t.same((await rotated.secrets.forRuns.open(owner.org.id, ['TOKEN'])).values, [
+    { name: 'TOKEN', value: 'sealed under A' }
+  ])
 })

@@ -4,15 +4,43 @@ import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { buildTestApp, secondHandle, signUpWithOrg } from '../helper.js'
 import { startFakeSlack } from './fake-slack.js'
-import { callback, connectSlack, INGRESS_ENV, ingressFixture, eventId, installApp, mentionPair, messageTs, postEvent, sendEvent, signedHeaders } from './helpers.js'
+import {
+  callback,
+  connectSlack,
+  INGRESS_ENV,
+  ingressFixture,
+  eventId,
+  installApp,
+  mentionPair,
+  messageTs,
+  postEvent,
+  sendEvent,
+  signedHeaders
+} from './helpers.js'
 
 const { setUp } = await ingressFixture(t)
 
 const runsOf = async (app: FastifyInstance, orgId: string) =>
-  rowsOf<{ id: string; root_run_id: string; parent_run_id: string | null; origin: string; prompt: string; status: string; user_id: string | null; metadata: unknown }>(
-    await app.db.execute(sql`select * from runs where org_id = ${orgId} order by id`))
-const count = async (app: FastifyInstance, table: 'runs' | 'slack_replies' | 'slack_messages' | 'slack_events', orgId: string) =>
-  Number(rowsOf<{ n: number }>(await app.db.execute(sql`select count(*)::int as n from ${sql.identifier(table)} where org_id = ${orgId}`))[0]!.n)
+  rowsOf<{
+    id: string
+    root_run_id: string
+    parent_run_id: string | null
+    origin: string
+    prompt: string
+    status: string
+    user_id: string | null
+    metadata: unknown
+  }>(await app.db.execute(sql`select * from runs where org_id = ${orgId} order by id`))
+const count = async (
+  app: FastifyInstance,
+  table: 'runs' | 'slack_replies' | 'slack_messages' | 'slack_events',
+  orgId: string
+) =>
+  Number(
+    rowsOf<{ n: number }>(
+      await app.db.execute(sql`select count(*)::int as n from ${sql.identifier(table)} where org_id = ${orgId}`)
+    )[0]!.n
+  )
 
 t.test('an app_mention starts one chatplatform run; retries of its event_id start nothing more', async (t) => {
   const { app, owner, slack } = await setUp()
@@ -28,13 +56,34 @@ t.test('an app_mention starts one chatplatform run; retries of its event_id star
   const runs = await runsOf(app, owner.org.id)
   t.equal(runs.length, 1, 'one run')
   const run = runs[0]!
-  t.match(run, { origin: 'chatplatform', prompt: 'summarize <the> plan & risks', status: 'queued', user_id: null, parent_run_id: null })
+  t.match(run, {
+    origin: 'chatplatform',
+    prompt: 'summarize <the> plan & risks',
+    status: 'queued',
+    user_id: null,
+    parent_run_id: null
+  })
   t.equal(run.root_run_id, run.id, 'it starts a thread')
-  t.match(typeof run.metadata === 'string' ? JSON.parse(run.metadata) : run.metadata, { slack: { teamId: slack.teamId, channel: 'C0PLAN', ts: mention.ts, threadTs: mention.ts, user: 'UHUMAN1', eventId: id } })
+  t.match(typeof run.metadata === 'string' ? JSON.parse(run.metadata) : run.metadata, {
+    slack: {
+      teamId: slack.teamId,
+      channel: 'C0PLAN',
+      ts: mention.ts,
+      threadTs: mention.ts,
+      user: 'UHUMAN1',
+      eventId: id
+    }
+  })
   const reply = rowsOf(await app.db.execute(sql`select * from slack_replies where run_id = ${run.id}`))
-  t.match(reply, [{ state: 'waiting', channel: 'C0PLAN', thread_ts: mention.ts, message_ts: mention.ts, attempts: 0 }], 'its reply waits in the outbox')
+  t.match(
+    reply,
+    [{ state: 'waiting', channel: 'C0PLAN', thread_ts: mention.ts, message_ts: mention.ts, attempts: 0 }],
+    'its reply waits in the outbox'
+  )
   // the API shows it like any run
-  const viaApi = (await app.inject({ method: 'GET', url: `/api/runs/${run.id}`, headers: { cookie: owner.cookie } })).json()
+  const viaApi = (
+    await app.inject({ method: 'GET', url: `/api/runs/${run.id}`, headers: { cookie: owner.cookie } })
+  ).json()
   t.match(viaApi.run, { origin: 'chatplatform', rootRunId: run.id })
 })
 
@@ -51,24 +100,87 @@ t.test('the message and app_mention events of one message start one run, in eith
   t.equal(await count(app, 'runs', owner.org.id), 2, 'message, then app_mention: one run more')
 
   const third = mentionPair(slack)
-  const both = await Promise.all([sendEvent(app, slack, third.message), sendEvent(app, slack, third.mention), sendEvent(app, slack, third.message, { retry: 1 })])
-  t.same(both.map((r) => r.statusCode), [200, 200, 200])
+  const both = await Promise.all([
+    sendEvent(app, slack, third.message),
+    sendEvent(app, slack, third.mention),
+    sendEvent(app, slack, third.message, { retry: 1 })
+  ])
+  t.same(
+    both.map((r) => r.statusCode),
+    [200, 200, 200]
+  )
   t.equal(await count(app, 'runs', owner.org.id), 3, 'both at once (and a retry): one run more')
   t.equal(await count(app, 'slack_replies', owner.org.id), 3, 'one reply row per run')
 })
 
-t.test('what starts no run: the bot\'s own messages, other bots, edits, messages not addressed to it', async (t) => {
+t.test("what starts no run: the bot's own messages, other bots, edits, messages not addressed to it", async (t) => {
   const { app, owner, slack } = await setUp()
   const ts = messageTs
   const events: Array<[string, Record<string, unknown>]> = [
-    ['the bot\'s own reply (bot_id)', { type: 'message', channel: 'C1', ts: ts(), text: `<@${slack.botUserId}> loop`, bot_id: slack.botId, user: slack.botUserId }],
-    ['the bot\'s own user mentioning itself', { type: 'app_mention', channel: 'C1', ts: ts(), text: `<@${slack.botUserId}> hi`, user: slack.botUserId }],
-    ['a bot_message subtype', { type: 'message', subtype: 'bot_message', channel: 'C1', ts: ts(), text: `<@${slack.botUserId}> hi`, bot_id: 'BOTHER' }],
-    ['another bot\'s mention', { type: 'app_mention', channel: 'C1', ts: ts(), text: `<@${slack.botUserId}> hi`, user: 'UOTHERBOT', bot_id: 'BOTHER' }],
-    ['an edit', { type: 'message', subtype: 'message_changed', channel: 'C1', ts: ts(), message: { text: `<@${slack.botUserId}> hi` } }],
-    ['a channel message without a mention', { type: 'message', channel_type: 'channel', channel: 'C1', ts: ts(), text: 'hello all', user: 'UHUMAN1' }],
-    ['a mention of someone else', { type: 'message', channel_type: 'channel', channel: 'C1', ts: ts(), text: '<@USOMEONE> hi', user: 'UHUMAN1' }],
-    ['a reaction', { type: 'reaction_added', user: 'UHUMAN1', reaction: 'thumbsup', item: { type: 'message', channel: 'C1', ts: ts() } }],
+    [
+      "the bot's own reply (bot_id)",
+      {
+        type: 'message',
+        channel: 'C1',
+        ts: ts(),
+        text: `<@${slack.botUserId}> loop`,
+        bot_id: slack.botId,
+        user: slack.botUserId
+      }
+    ],
+    [
+      "the bot's own user mentioning itself",
+      { type: 'app_mention', channel: 'C1', ts: ts(), text: `<@${slack.botUserId}> hi`, user: slack.botUserId }
+    ],
+    [
+      'a bot_message subtype',
+      {
+        type: 'message',
+        subtype: 'bot_message',
+        channel: 'C1',
+        ts: ts(),
+        text: `<@${slack.botUserId}> hi`,
+        bot_id: 'BOTHER'
+      }
+    ],
+    [
+      "another bot's mention",
+      {
+        type: 'app_mention',
+        channel: 'C1',
+        ts: ts(),
+        text: `<@${slack.botUserId}> hi`,
+        user: 'UOTHERBOT',
+        bot_id: 'BOTHER'
+      }
+    ],
+    [
+      'an edit',
+      {
+        type: 'message',
+        subtype: 'message_changed',
+        channel: 'C1',
+        ts: ts(),
+        message: { text: `<@${slack.botUserId}> hi` }
+      }
+    ],
+    [
+      'a channel message without a mention',
+      { type: 'message', channel_type: 'channel', channel: 'C1', ts: ts(), text: 'hello all', user: 'UHUMAN1' }
+    ],
+    [
+      'a mention of someone else',
+      { type: 'message', channel_type: 'channel', channel: 'C1', ts: ts(), text: '<@USOMEONE> hi', user: 'UHUMAN1' }
+    ],
+    [
+      'a reaction',
+      {
+        type: 'reaction_added',
+        user: 'UHUMAN1',
+        reaction: 'thumbsup',
+        item: { type: 'message', channel: 'C1', ts: ts() }
+      }
+    ],
     ['a mention without channel', { type: 'app_mention', ts: ts(), text: `<@${slack.botUserId}> hi`, user: 'UHUMAN1' }]
   ]
   for (const [name, event] of events) {
@@ -78,7 +190,14 @@ t.test('what starts no run: the bot\'s own messages, other bots, edits, messages
   t.equal(await count(app, 'runs', owner.org.id), 0, 'no run')
 
   // a direct message is addressed to the bot without a mention
-  const dm = await sendEvent(app, slack, { type: 'message', channel_type: 'im', channel: 'D0DIRECT', ts: ts(), text: 'hello bot', user: 'UHUMAN1' })
+  const dm = await sendEvent(app, slack, {
+    type: 'message',
+    channel_type: 'im',
+    channel: 'D0DIRECT',
+    ts: ts(),
+    text: 'hello bot',
+    user: 'UHUMAN1'
+  })
   t.equal(dm.statusCode, 200)
   const runs = await runsOf(app, owner.org.id)
   t.equal(runs.length, 1)
@@ -107,13 +226,23 @@ t.test('one Slack thread is one Cairn thread', async (t) => {
   t.equal(r2!.root_run_id, r1!.id, 'a mention in the thread continues it')
   t.equal(r2!.parent_run_id, r1!.id)
   t.equal(r3!.root_run_id, r1!.id)
-  t.equal(r3!.parent_run_id, r2!.id, 'hung off the thread\'s latest run')
+  t.equal(r3!.parent_run_id, r2!.id, "hung off the thread's latest run")
   t.equal(r4!.root_run_id, r4!.id, 'another channel, another thread')
   t.equal(r5!.root_run_id, r5!.id)
-  const thread = (await app.inject({ method: 'GET', url: `/api/threads/${r1!.id}`, headers: { cookie: owner.cookie } })).json()
+  const thread = (
+    await app.inject({ method: 'GET', url: `/api/threads/${r1!.id}`, headers: { cookie: owner.cookie } })
+  ).json()
   t.equal(thread.runs.length, 3)
-  const replies = rowsOf<{ run_id: string; thread_ts: string }>(await app.db.execute(sql`select run_id, thread_ts from slack_replies where org_id = ${owner.org.id} order by run_id`))
-  t.same(replies.slice(0, 3).map((r) => r.thread_ts), [root.mention.ts, root.mention.ts, root.mention.ts], 'every answer goes to the Slack thread')
+  const replies = rowsOf<{ run_id: string; thread_ts: string }>(
+    await app.db.execute(
+      sql`select run_id, thread_ts from slack_replies where org_id = ${owner.org.id} order by run_id`
+    )
+  )
+  t.same(
+    replies.slice(0, 3).map((r) => r.thread_ts),
+    [root.mention.ts, root.mention.ts, root.mention.ts],
+    'every answer goes to the Slack thread'
+  )
   t.equal(replies[4]!.thread_ts, '1700000000.000001')
 })
 
@@ -124,9 +253,18 @@ t.test('app_uninstalled and tokens_revoked disconnect the org', async (t) => {
       const event = type === 'app_uninstalled' ? { type } : { type, tokens: { bot: [slack.botUserId] } }
       const res = await sendEvent(app, slack, event)
       t.equal(res.statusCode, 200)
-      const list = (await app.inject({ method: 'GET', url: '/api/integrations', headers: { cookie: owner.cookie } })).json()
-      t.match(list.items.find((i: { kind: string }) => i.kind === 'slack'), { connected: false })
-      t.same(rowsOf(await app.db.execute(sql`select name from secrets where org_id = ${owner.org.id}`)), [], 'its credentials are gone')
+      const list = (
+        await app.inject({ method: 'GET', url: '/api/integrations', headers: { cookie: owner.cookie } })
+      ).json()
+      t.match(
+        list.items.find((i: { kind: string }) => i.kind === 'slack'),
+        { connected: false }
+      )
+      t.same(
+        rowsOf(await app.db.execute(sql`select name from secrets where org_id = ${owner.org.id}`)),
+        [],
+        'its credentials are gone'
+      )
       t.same(rowsOf(await app.db.execute(sql`select team_id from slack_teams where team_id = ${slack.teamId}`)), [])
       const later = await sendEvent(app, slack, mentionPair(slack).mention)
       t.equal(later.statusCode, 401, 'its events are refused afterwards')
@@ -135,7 +273,7 @@ t.test('app_uninstalled and tokens_revoked disconnect the org', async (t) => {
   }
 })
 
-t.test('tenancy: each team\'s events land in its own org only', async (t) => {
+t.test("tenancy: each team's events land in its own org only", async (t) => {
   const { app, owner: a, slack: slackA, fake } = await setUp()
   const b = await signUpWithOrg(app)
   const slackB = installApp(fake)
@@ -153,12 +291,18 @@ t.test('tenancy: each team\'s events land in its own org only', async (t) => {
 
   const runsA = await runsOf(app, a.org.id)
   const runsB = await runsOf(app, b.org.id)
-  t.same(runsA.map((r) => r.prompt), ['for A', 'same place A'])
-  t.same(runsB.map((r) => r.prompt), ['for B', 'same place B'])
+  t.same(
+    runsA.map((r) => r.prompt),
+    ['for A', 'same place A']
+  )
+  t.same(
+    runsB.map((r) => r.prompt),
+    ['for B', 'same place B']
+  )
   const listA = (await app.inject({ method: 'GET', url: '/api/runs', headers: { cookie: a.cookie } })).json()
   t.same(listA.items.map((r: { prompt: string }) => r.prompt).sort(), ['for A', 'same place A'])
   const peek = await app.inject({ method: 'GET', url: `/api/runs/${runsB[0]!.id}`, headers: { cookie: a.cookie } })
-  t.equal(peek.statusCode, 404, 'B\'s run is not A\'s')
+  t.equal(peek.statusCode, 404, "B's run is not A's")
 })
 
 t.test('two instances: the two events of one message, one on each, start one run', async (t) => {
@@ -174,12 +318,15 @@ t.test('two instances: the two events of one message, one on each, start one run
     const pair = mentionPair(slack)
     const id = eventId()
     const answers = await Promise.all([
-      sendEvent(first, slack, pair.message), sendEvent(second, slack, pair.mention, { eventId: id }),
+      sendEvent(first, slack, pair.message),
+      sendEvent(second, slack, pair.mention, { eventId: id }),
       sendEvent(first, slack, pair.mention, { eventId: id, retry: 1 })
     ])
-    t.same(answers.map((r) => r.statusCode), [200, 200, 200])
+    t.same(
+      answers.map((r) => r.statusCode),
+      [200, 200, 200]
+    )
   }
   t.equal(await count(first, 'runs', owner.org.id), 5, 'five messages, five runs')
   t.equal(await count(first, 'slack_replies', owner.org.id), 5)
 })
-

@@ -38,7 +38,8 @@ export interface FakeUpdate {
  * cannot know it landed); `hold` posts and never answers (an instance that dies mid-post);
  * `rateLimit` answers 429 with Retry-After.
  */
-export type PostBehaviour = { http500: true } | { error: string } | { loseAnswer: true } | { hold: true } | { rateLimit: number }
+export type PostBehaviour =
+  { http500: true } | { error: string } | { loseAnswer: true } | { hold: true } | { rateLimit: number }
 
 export interface FakeSlack {
   /** the Web API base, for SLACK_API_URL */
@@ -89,7 +90,12 @@ export async function startFakeSlack(t: Teardown): Promise<FakeSlack> {
     const method = (req.url ?? '').replace(/^\/api\//, '').split('?')[0]!
     fake.calls[method] = (fake.calls[method] ?? 0) + 1
     const params: Record<string, string> = (req.headers['content-type'] ?? '').includes('json')
-      ? Object.fromEntries(Object.entries(raw ? JSON.parse(raw) as Record<string, unknown> : {}).map(([k, v]) => [k, typeof v === 'string' ? v : JSON.stringify(v)]))
+      ? Object.fromEntries(
+          Object.entries(raw ? (JSON.parse(raw) as Record<string, unknown>) : {}).map(([k, v]) => [
+            k,
+            typeof v === 'string' ? v : JSON.stringify(v)
+          ])
+        )
       : Object.fromEntries(new URLSearchParams(raw))
     const token = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? params.token ?? ''
     const answer = (body: Record<string, unknown>, status = 200, headers: Record<string, string> = {}) => {
@@ -101,7 +107,8 @@ export async function startFakeSlack(t: Teardown): Promise<FakeSlack> {
       if (method === 'auth.test') {
         const plan = fake.authPlan.shift()
         if (plan && 'http500' in plan) return answer({ ok: false }, 500)
-        if (plan && 'rateLimit' in plan) return answer({ ok: false, error: 'ratelimited' }, 429, { 'retry-after': String(plan.rateLimit) })
+        if (plan && 'rateLimit' in plan)
+          return answer({ ok: false, error: 'ratelimited' }, 429, { 'retry-after': String(plan.rateLimit) })
         if (!identity) return answer({ ok: false, error: 'invalid_auth' })
         return answer({ ok: true, url: `https://${identity.team}.slack.test/`, user: 'cairn', ...identity })
       }
@@ -110,7 +117,8 @@ export async function startFakeSlack(t: Teardown): Promise<FakeSlack> {
         const plan = fake.postPlan.shift()
         if (plan && 'http500' in plan) return answer({ ok: false }, 500)
         if (plan && 'error' in plan) return answer({ ok: false, error: plan.error })
-        if (plan && 'rateLimit' in plan) return answer({ ok: false, error: 'ratelimited' }, 429, { 'retry-after': String(plan.rateLimit) })
+        if (plan && 'rateLimit' in plan)
+          return answer({ ok: false, error: 'ratelimited' }, 429, { 'retry-after': String(plan.rateLimit) })
         if (!params.channel) return answer({ ok: false, error: 'channel_not_found' })
         counter++
         const message: FakeMessage = {
@@ -131,25 +139,48 @@ export async function startFakeSlack(t: Teardown): Promise<FakeSlack> {
           held.push(res)
           return
         }
-        return answer({ ok: true, channel: message.channel, ts: message.ts, message: { text: message.text, ts: message.ts } })
+        return answer({
+          ok: true,
+          channel: message.channel,
+          ts: message.ts,
+          message: { text: message.text, ts: message.ts }
+        })
       }
       if (method === 'chat.update') {
         const plan = fake.updatePlan.shift()
         if (plan && 'http500' in plan) return answer({ ok: false }, 500)
         if (plan && 'error' in plan) return answer({ ok: false, error: plan.error })
-        const message = fake.messages.find((m) => m.token === token && m.channel === params.channel && m.ts === params.ts)
+        const message = fake.messages.find(
+          (m) => m.token === token && m.channel === params.channel && m.ts === params.ts
+        )
         if (!message) return answer({ ok: false, error: 'message_not_found' })
         message.text = params.text ?? ''
         message.blocks = params.blocks ? JSON.parse(params.blocks) : undefined
-        fake.updates.push({ token, channel: message.channel, ts: message.ts, text: message.text, blocks: message.blocks })
+        fake.updates.push({
+          token,
+          channel: message.channel,
+          ts: message.ts,
+          text: message.text,
+          blocks: message.blocks
+        })
         return answer({ ok: true, channel: message.channel, ts: message.ts, text: message.text })
       }
       if (method === 'conversations.replies') {
         const withMetadata = params.include_all_metadata === 'true'
         const oldest = Number(params.oldest ?? 0)
         const messages = fake.messages
-          .filter((m) => m.token === token && m.channel === params.channel && m.thread_ts === params.ts && Number(m.ts) > oldest)
-          .map((m) => ({ type: 'message', ts: m.ts, thread_ts: m.thread_ts, text: m.text, bot_id: identity.bot_id, ...(withMetadata && m.metadata ? { metadata: m.metadata } : {}) }))
+          .filter(
+            (m) =>
+              m.token === token && m.channel === params.channel && m.thread_ts === params.ts && Number(m.ts) > oldest
+          )
+          .map((m) => ({
+            type: 'message',
+            ts: m.ts,
+            thread_ts: m.thread_ts,
+            text: m.text,
+            bot_id: identity.bot_id,
+            ...(withMetadata && m.metadata ? { metadata: m.metadata } : {})
+          }))
         return answer({ ok: true, messages, has_more: false, response_metadata: { next_cursor: '' } })
       }
       return answer({ ok: false, error: 'unknown_method' })

@@ -35,7 +35,12 @@ export function installApp(fake: FakeSlack, name = 'acme'): SlackApp {
 }
 
 /** PUT /api/integrations/slack as the cookie's user. */
-export function connectSlack(app: FastifyInstance, cookie: string, slack: SlackApp, overrides: Record<string, unknown> = {}) {
+export function connectSlack(
+  app: FastifyInstance,
+  cookie: string,
+  slack: SlackApp,
+  overrides: Record<string, unknown> = {}
+) {
   return app.inject({
     method: 'PUT',
     url: '/api/integrations/slack',
@@ -48,7 +53,11 @@ export const nowSeconds = () => Math.floor(Date.now() / 1000)
 
 /** Slack's request headers for a body: its timestamp (now unless given) and v0 signature under the secret. */
 export function signedHeaders(secret: string, body: string, timestamp = String(nowSeconds())): Record<string, string> {
-  return { 'content-type': 'application/json', 'x-slack-request-timestamp': timestamp, 'x-slack-signature': slackSignature(secret, timestamp, body) }
+  return {
+    'content-type': 'application/json',
+    'x-slack-request-timestamp': timestamp,
+    'x-slack-signature': slackSignature(secret, timestamp, body)
+  }
 }
 
 /** POSTs a body to the ingress with these headers (the body sent as the exact bytes given). */
@@ -57,10 +66,16 @@ export function postEvent(app: FastifyInstance, body: string, headers: Record<st
 }
 
 /** A signed event callback for the app's team. */
-export function sendEvent(app: FastifyInstance, slack: SlackApp, event: Record<string, unknown>, opts: { eventId?: string; retry?: number; timestamp?: string } = {}) {
+export function sendEvent(
+  app: FastifyInstance,
+  slack: SlackApp,
+  event: Record<string, unknown>,
+  opts: { eventId?: string; retry?: number; timestamp?: string } = {}
+) {
   const body = JSON.stringify(callback(slack, event, opts.eventId))
   const headers = signedHeaders(slack.signingSecret, body, opts.timestamp)
-  if (opts.retry !== undefined) Object.assign(headers, { 'x-slack-retry-num': String(opts.retry), 'x-slack-retry-reason': 'http_timeout' })
+  if (opts.retry !== undefined)
+    Object.assign(headers, { 'x-slack-retry-num': String(opts.retry), 'x-slack-retry-reason': 'http_timeout' })
   return postEvent(app, body, headers)
 }
 
@@ -85,7 +100,10 @@ export function callback(slack: SlackApp, event: Record<string, unknown>, id = e
 }
 
 /** The `app_mention` and `message` events Slack sends for one message that mentions the bot. */
-export function mentionPair(slack: SlackApp, o: { channel?: string; ts?: string; threadTs?: string; text?: string; user?: string } = {}) {
+export function mentionPair(
+  slack: SlackApp,
+  o: { channel?: string; ts?: string; threadTs?: string; text?: string; user?: string } = {}
+) {
   const ts = o.ts ?? messageTs()
   const base = {
     user: o.user ?? 'UHUMAN1',
@@ -102,7 +120,12 @@ export function mentionPair(slack: SlackApp, o: { channel?: string; ts?: string;
 }
 
 /** Runs stay queued: the ingress tests are about what it stores, not about answers. */
-export const INGRESS_ENV = { RUN_WORKER_CONCURRENCY: '0', SLACK_OUTBOX: 'false', ALLOW_DEV_ORG: 'false', SECRETS_KEY: newKeyText() }
+export const INGRESS_ENV = {
+  RUN_WORKER_CONCURRENCY: '0',
+  SLACK_OUTBOX: 'false',
+  ALLOW_DEV_ORG: 'false',
+  SECRETS_KEY: newKeyText()
+}
 
 /**
  * One app and one local Slack for a test file (building an app is most of a test's time);
@@ -126,7 +149,11 @@ export async function ingressFixture(t: Teardown) {
 export const interactionForm = (payload: unknown) => `payload=${encodeURIComponent(JSON.stringify(payload))}`
 
 /** Slack's headers for an interaction form: its timestamp (now unless given) and v0 signature under the secret. */
-export function signedFormHeaders(secret: string, body: string, timestamp = String(nowSeconds())): Record<string, string> {
+export function signedFormHeaders(
+  secret: string,
+  body: string,
+  timestamp = String(nowSeconds())
+): Record<string, string> {
   return { ...signedHeaders(secret, body, timestamp), 'content-type': 'application/x-www-form-urlencoded' }
 }
 
@@ -136,23 +163,47 @@ export function postInteraction(app: FastifyInstance, body: string, headers: Rec
 }
 
 /** A `block_actions` payload: the user clicked a button of a message in the app's workspace. */
-export function blockActions(slack: SlackApp, o: { user?: string; actionId: string; value: string; channel?: string; messageTs?: string }) {
+export function blockActions(
+  slack: SlackApp,
+  o: { user?: string; actionId: string; value: string; channel?: string; messageTs?: string }
+) {
   return {
     type: 'block_actions',
     user: { id: o.user ?? 'UHUMAN1', username: 'human', name: 'human', team_id: slack.teamId },
     api_app_id: 'A0CAIRN',
     token: 'legacy-verification-token',
-    container: { type: 'message', message_ts: o.messageTs ?? '1700000000.000001', channel_id: o.channel ?? 'C0GENERAL', is_ephemeral: false },
+    container: {
+      type: 'message',
+      message_ts: o.messageTs ?? '1700000000.000001',
+      channel_id: o.channel ?? 'C0GENERAL',
+      is_ephemeral: false
+    },
     trigger_id: '1.2.3',
     team: { id: slack.teamId, domain: slack.team },
     channel: { id: o.channel ?? 'C0GENERAL', name: 'general' },
     response_url: 'https://hooks.slack.test/actions/T/1/x',
-    actions: [{ action_id: o.actionId, block_id: `cairn_approval_${o.value}`, text: { type: 'plain_text', text: 'Approve' }, value: o.value, type: 'button', action_ts: `${nowSeconds()}.000100` }]
+    actions: [
+      {
+        action_id: o.actionId,
+        block_id: `cairn_approval_${o.value}`,
+        text: { type: 'plain_text', text: 'Approve' },
+        value: o.value,
+        type: 'button',
+        action_ts: `${nowSeconds()}.000100`
+      }
+    ]
   }
 }
 
 /** A signed click on an approval button (Approve unless `deny`), as the app's workspace sends it. */
-export function click(app: FastifyInstance, slack: SlackApp, approvalId: string, o: { deny?: boolean; user?: string; timestamp?: string } = {}) {
-  const body = interactionForm(blockActions(slack, { user: o.user, actionId: o.deny ? 'cairn_deny' : 'cairn_approve', value: approvalId }))
+export function click(
+  app: FastifyInstance,
+  slack: SlackApp,
+  approvalId: string,
+  o: { deny?: boolean; user?: string; timestamp?: string } = {}
+) {
+  const body = interactionForm(
+    blockActions(slack, { user: o.user, actionId: o.deny ? 'cairn_deny' : 'cairn_approve', value: approvalId })
+  )
   return postInteraction(app, body, signedFormHeaders(slack.signingSecret, body, o.timestamp))
 }

@@ -45,9 +45,20 @@ function gatedModel() {
 }
 
 const model = gatedModel()
-const upstream = await startOpenAiUpstream(t, { models: ['cairn-test-model'], chat: (body, stream) => model.chat(body, stream) })
+const upstream = await startOpenAiUpstream(t, {
+  models: ['cairn-test-model'],
+  chat: (body, stream) => model.chat(body, stream)
+})
 const fake = await startFakeSlack(t)
-const ENV = { SLACK_API_URL: fake.url, OPENAI_BASE_URL: upstream, RUN_POLL_MS: '50', SLACK_RETRY_BASE_MS: '20', SLACK_OUTBOX_POLL_MS: '100', ALLOW_DEV_ORG: 'false', SECRETS_KEY: newKeyText() }
+const ENV = {
+  SLACK_API_URL: fake.url,
+  OPENAI_BASE_URL: upstream,
+  RUN_POLL_MS: '50',
+  SLACK_RETRY_BASE_MS: '20',
+  SLACK_OUTBOX_POLL_MS: '100',
+  ALLOW_DEV_ORG: 'false',
+  SECRETS_KEY: newKeyText()
+}
 const app = await buildTestApp(t, { env: ENV })
 
 async function connected(): Promise<{ slack: SlackApp; owner: Awaited<ReturnType<typeof signUpWithOrg>> }> {
@@ -60,12 +71,20 @@ async function connected(): Promise<{ slack: SlackApp; owner: Awaited<ReturnType
 
 /** The run a Slack message started. */
 async function runOf(a: FastifyInstance, ts: string) {
-  return waitFor(`the run of ${ts}`, async () => rowsOf<{ id: string; status: string; engine: string }>(
-    await a.db.execute(sql`select id, status, engine from runs where metadata->'slack'->>'ts' = ${ts}`))[0])
+  return waitFor(
+    `the run of ${ts}`,
+    async () =>
+      rowsOf<{ id: string; status: string; engine: string }>(
+        await a.db.execute(sql`select id, status, engine from runs where metadata->'slack'->>'ts' = ${ts}`)
+      )[0]
+  )
 }
 const replyRow = async (a: FastifyInstance, runId: string) =>
   rowsOf<{ state: string; attempts: number; reply_ts: string | null; last_error: string | null; uncertain: boolean }>(
-    await a.db.execute(sql`select state, attempts, reply_ts, last_error, uncertain from slack_replies where run_id = ${runId}`))[0]!
+    await a.db.execute(
+      sql`select state, attempts, reply_ts, last_error, uncertain from slack_replies where run_id = ${runId}`
+    )
+  )[0]!
 const repliesTo = (f: FakeSlack, runId: string) => f.messages.filter((m) => m.metadata?.event_payload?.run_id === runId)
 /** Waits until the reply row is settled (sent or failed), on the outbox's own time. */
 const settled = (a: FastifyInstance, runId: string) =>
@@ -93,7 +112,12 @@ t.test('the ack comes while the engine is still working; the answer is posted on
   await fake.until(() => repliesTo(fake, run.id).length === 1)
   const row = await settled(app, run.id)
   const [posted] = repliesTo(fake, run.id)
-  t.match(posted, { channel: 'C0ASK', thread_ts: pair.mention.ts, text: 'The answer to "what is six times seven" is 42.', token: slack.botToken })
+  t.match(posted, {
+    channel: 'C0ASK',
+    thread_ts: pair.mention.ts,
+    text: 'The answer to "what is six times seven" is 42.',
+    token: slack.botToken
+  })
   t.match(row, { state: 'sent', attempts: 1, reply_ts: posted!.ts, last_error: null })
   t.equal((await runOf(app, pair.mention.ts)).status, 'succeeded')
   // the message event of the same message, arriving late, changes nothing
@@ -103,7 +127,11 @@ t.test('the ack comes while the engine is still working; the answer is posted on
 
 t.test('a failed post is retried: exactly one reply', async (t) => {
   const { slack } = await connected()
-  for (const [name, plan] of [['HTTP 500', { http500: true }], ['ok:false internal_error', { error: 'internal_error' }], ['429 with Retry-After', { rateLimit: 1 }]] as const) {
+  for (const [name, plan] of [
+    ['HTTP 500', { http500: true }],
+    ['ok:false internal_error', { error: 'internal_error' }],
+    ['429 with Retry-After', { rateLimit: 1 }]
+  ] as const) {
     const lookups = fake.calls['conversations.replies'] ?? 0
     fake.postPlan.push(plan)
     const pair = mentionPair(slack, { text: `[${name}]` })
@@ -114,7 +142,11 @@ t.test('a failed post is retried: exactly one reply', async (t) => {
     t.equal(repliesTo(fake, run.id).length, 1, `${name}: one reply`)
     t.equal(row.reply_ts, repliesTo(fake, run.id)[0]!.ts)
     // a 500 or internal_error may have posted: the retry looked first; a 429 posted nothing
-    t.equal((fake.calls['conversations.replies'] ?? 0) - lookups, 'rateLimit' in plan ? 0 : 1, `${name}: looked for an earlier reply only when one may exist`)
+    t.equal(
+      (fake.calls['conversations.replies'] ?? 0) - lookups,
+      'rateLimit' in plan ? 0 : 1,
+      `${name}: looked for an earlier reply only when one may exist`
+    )
   }
 })
 
@@ -146,14 +178,22 @@ t.test('refusals that would repeat give the reply up; a refused token shows on t
   const run2 = await runOf(app, second.mention.ts)
   t.match(await settled(app, run2.id), { state: 'failed', last_error: /invalid_auth/ })
   const list = (await app.inject({ method: 'GET', url: '/api/integrations', headers: { cookie: owner.cookie } })).json()
-  t.match(list.items.find((i: { kind: string }) => i.kind === 'slack'), { connected: true, lastError: /invalid_auth/ })
+  t.match(
+    list.items.find((i: { kind: string }) => i.kind === 'slack'),
+    { connected: true, lastError: /invalid_auth/ }
+  )
 
   // the next reply that goes through clears it
   const third = mentionPair(slack, { text: '[works again]' })
   await sendEvent(app, slack, third.mention)
   t.match(await settled(app, (await runOf(app, third.mention.ts)).id), { state: 'sent' })
-  const after = (await app.inject({ method: 'GET', url: '/api/integrations', headers: { cookie: owner.cookie } })).json()
-  t.match(after.items.find((i: { kind: string }) => i.kind === 'slack'), { lastError: null })
+  const after = (
+    await app.inject({ method: 'GET', url: '/api/integrations', headers: { cookie: owner.cookie } })
+  ).json()
+  t.match(
+    after.items.find((i: { kind: string }) => i.kind === 'slack'),
+    { lastError: null }
+  )
 })
 
 t.test('runs that end another way get a reply too: cancelled, and disconnected orgs get none', async (t) => {
@@ -163,12 +203,19 @@ t.test('runs that end another way get a reply too: cancelled, and disconnected o
   await sendEvent(app, slack, pair.mention)
   const run = await runOf(app, pair.mention.ts)
   await gate.started
-  const cancel = await app.inject({ method: 'POST', url: `/api/runs/${run.id}/cancel`, headers: { cookie: owner.cookie } })
+  const cancel = await app.inject({
+    method: 'POST',
+    url: `/api/runs/${run.id}/cancel`,
+    headers: { cookie: owner.cookie }
+  })
   t.equal(cancel.statusCode, 200)
   const row = await settled(app, run.id)
   t.equal((await runOf(app, pair.mention.ts)).status, 'cancelled')
   t.equal(row.state, 'sent')
-  t.same(repliesTo(fake, run.id).map((m) => m.text), ['The run was cancelled.'])
+  t.same(
+    repliesTo(fake, run.id).map((m) => m.text),
+    ['The run was cancelled.']
+  )
   gate.open()
 
   // disconnected between the mention and the answer: nothing to post with
@@ -178,7 +225,11 @@ t.test('runs that end another way get a reply too: cancelled, and disconnected o
   await sendEvent(app, other.slack, pair2.mention)
   const lateRun = await runOf(app, pair2.mention.ts)
   await late.started
-  t.equal((await app.inject({ method: 'DELETE', url: '/api/integrations/slack', headers: { cookie: other.owner.cookie } })).statusCode, 204)
+  t.equal(
+    (await app.inject({ method: 'DELETE', url: '/api/integrations/slack', headers: { cookie: other.owner.cookie } }))
+      .statusCode,
+    204
+  )
   late.open()
   t.match(await settled(app, lateRun.id), { state: 'failed', last_error: /not connected/ })
   t.equal((await runOf(app, pair2.mention.ts)).status, 'succeeded')
@@ -189,7 +240,10 @@ t.test('an instance that dies mid-post: another takes the reply over and does no
   const slackFake = await startFakeSlack(t)
   const env = { ...ENV, SLACK_API_URL: slackFake.url, SLACK_OUTBOX_LEASE_MS: '300', SLACK_TIMEOUT_MS: '60000' }
   const first = await buildTestApp(t, { env })
-  const second = await buildTestApp(t, { env: { ...env, SLACK_OUTBOX: 'false' }, db: await secondHandle(t, first.testDb) })
+  const second = await buildTestApp(t, {
+    env: { ...env, SLACK_OUTBOX: 'false' },
+    db: await secondHandle(t, first.testDb)
+  })
   const owner = await signUpWithOrg(first)
   const slack = installApp(slackFake)
   t.equal((await connectSlack(first, owner.cookie, slack)).statusCode, 200)
@@ -219,10 +273,18 @@ t.test('a run that ended while no outbox ran (a queued run cancelled) is answere
   const pair = mentionPair(slack, { text: '[never started]' })
   await sendEvent(quiet, slack, pair.mention)
   const run = await runOf(quiet, pair.mention.ts)
-  t.equal((await quiet.inject({ method: 'POST', url: `/api/runs/${run.id}/cancel`, headers: { cookie: owner.cookie } })).json().run.status, 'cancelled')
+  t.equal(
+    (
+      await quiet.inject({ method: 'POST', url: `/api/runs/${run.id}/cancel`, headers: { cookie: owner.cookie } })
+    ).json().run.status,
+    'cancelled'
+  )
   t.equal((await replyRow(quiet, run.id)).state, 'waiting', 'no outbox heard the run end')
 
   quiet.slack.outbox.start()
   t.match(await settled(quiet, run.id), { state: 'sent', attempts: 1 })
-  t.same(repliesTo(fake, run.id).map((m) => m.text), ['The run was cancelled.'])
+  t.same(
+    repliesTo(fake, run.id).map((m) => m.text),
+    ['The run was cancelled.']
+  )
 })

@@ -36,7 +36,16 @@ t.test('GET /api/config carries every field of spec section 2', async (t) => {
   const res = await app.inject({ method: 'GET', url: '/api/config' })
   t.equal(res.statusCode, 200)
   const body = res.json()
-  t.same(Object.keys(body).sort(), ['allowDevOrg', 'artifacts', 'auth', 'capabilities', 'engines', 'models', 'release', 'sandbox'])
+  t.same(Object.keys(body).sort(), [
+    'allowDevOrg',
+    'artifacts',
+    'auth',
+    'capabilities',
+    'engines',
+    'models',
+    'release',
+    'sandbox'
+  ])
   t.equal(body.release, 'run-events-v1:abc123', 'the same string as the fingerprint header')
   t.equal(body.release, res.headers['x-service-release-fingerprint'])
   t.equal(body.allowDevOrg, false)
@@ -67,11 +76,21 @@ t.test('health and config refuse hostile input with a 4xx', async (t) => {
   const headers = await app.inject({
     method: 'GET',
     url: '/api/health',
-    headers: { 'x-request-id': 'caller-chosen-id', accept: 'text/html', 'content-type': 'application/json', 'x-forwarded-for': '1.2.3.4, <script>' }
+    headers: {
+      'x-request-id': 'caller-chosen-id',
+      accept: 'text/html',
+      'content-type': 'application/json',
+      'x-forwarded-for': '1.2.3.4, <script>'
+    }
   })
   t.equal(headers.statusCode, 200)
   t.equal(headers.headers['x-request-id'], 'caller-chosen-id', 'an incoming request id is kept for tracing')
 
-  const body = await app.inject({ method: 'GET', url: '/api/config', headers: { 'content-type': 'application/json' }, payload: '{"__proto__": {"x": 1}}' })
+  const body = await app.inject({
+    method: 'GET',
+    url: '/api/config',
+    headers: { 'content-type': 'application/json' },
+    payload: '{"__proto__": {"x": 1}}'
+  })
   t.ok(body.statusCode < 500, 'a GET with a hostile body is not a 5xx')
 })

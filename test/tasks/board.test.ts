@@ -4,9 +4,30 @@ import { rowsOf } from '../../src/db/client.js'
 import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg, waitFor } from '../helper.js'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
-interface Task { id: string; title: string; status: string; position: string; revision: number; projectId: string | null; runId: string | null }
+interface Task {
+  id: string
+  title: string
+  status: string
+  position: string
+  revision: number
+  projectId: string | null
+  runId: string | null
+}
 
-const TASK_KEYS = ['assigneeId', 'createdAt', 'createdBy', 'description', 'id', 'position', 'projectId', 'revision', 'runId', 'status', 'title', 'updatedAt']
+const TASK_KEYS = [
+  'assigneeId',
+  'createdAt',
+  'createdBy',
+  'description',
+  'id',
+  'position',
+  'projectId',
+  'revision',
+  'runId',
+  'status',
+  'title',
+  'updatedAt'
+]
 const STATUSES = ['todo', 'doing', 'done'] as const
 
 /** Every task of a project, page by page (a small limit, so paging is exercised too). */
@@ -14,7 +35,11 @@ async function board(app: App, headers: Record<string, string>, projectId: strin
   const out: Task[] = []
   let cursor: string | null = null
   do {
-    const res = await app.inject({ method: 'GET', url: `/api/tasks?projectId=${projectId}&limit=7${cursor ? `&cursor=${cursor}` : ''}`, headers })
+    const res = await app.inject({
+      method: 'GET',
+      url: `/api/tasks?projectId=${projectId}&limit=7${cursor ? `&cursor=${cursor}` : ''}`,
+      headers
+    })
     const page = res.json() as { items: Task[]; nextCursor: string | null }
     out.push(...page.items)
     cursor = page.nextCursor
@@ -31,21 +56,43 @@ t.test('projects: CRUD, archive and restore, a filter, deleting takes its tasks'
   const p = created.json().project
   t.same(Object.keys(p).sort(), ['archivedAt', 'createdAt', 'createdBy', 'description', 'id', 'name', 'updatedAt'])
   t.match(p, { name: 'Launch', description: '', archivedAt: null, createdBy: owner.user.id })
-  const other = (await app.inject({ method: 'POST', url: '/api/projects', headers, payload: { name: 'Other', description: 'd' } })).json().project
+  const other = (
+    await app.inject({ method: 'POST', url: '/api/projects', headers, payload: { name: 'Other', description: 'd' } })
+  ).json().project
 
-  const archived = await app.inject({ method: 'PATCH', url: `/api/projects/${p.id}`, headers, payload: { archived: true } })
+  const archived = await app.inject({
+    method: 'PATCH',
+    url: `/api/projects/${p.id}`,
+    headers,
+    payload: { archived: true }
+  })
   t.equal(archived.statusCode, 200)
   t.type(archived.json().project.archivedAt, 'string')
-  const list = async (q: string) => (await app.inject({ method: 'GET', url: `/api/projects${q}`, headers })).json().items.map((x: { id: string }) => x.id)
+  const list = async (q: string) =>
+    (await app.inject({ method: 'GET', url: `/api/projects${q}`, headers }))
+      .json()
+      .items.map((x: { id: string }) => x.id)
   t.same(await list(''), [other.id, p.id])
   t.same(await list('?archived=true'), [p.id])
   t.same(await list('?archived=false'), [other.id])
-  const restored = await app.inject({ method: 'PATCH', url: `/api/projects/${p.id}`, headers, payload: { archived: false, name: 'Launch 2' } })
+  const restored = await app.inject({
+    method: 'PATCH',
+    url: `/api/projects/${p.id}`,
+    headers,
+    payload: { archived: false, name: 'Launch 2' }
+  })
   t.match(restored.json().project, { archivedAt: null, name: 'Launch 2' })
 
   const { authorization } = await mintKey(app, owner.cookie)
-  t.equal((await app.inject({ method: 'GET', url: `/api/projects/${p.id}`, headers: { authorization } })).statusCode, 200)
-  t.equal((await app.inject({ method: 'POST', url: '/api/projects', headers: { authorization }, payload: { name: 'k' } })).statusCode, 401)
+  t.equal(
+    (await app.inject({ method: 'GET', url: `/api/projects/${p.id}`, headers: { authorization } })).statusCode,
+    200
+  )
+  t.equal(
+    (await app.inject({ method: 'POST', url: '/api/projects', headers: { authorization }, payload: { name: 'k' } }))
+      .statusCode,
+    401
+  )
 
   await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title: 'in launch', projectId: p.id } })
   t.equal((await app.inject({ method: 'DELETE', url: `/api/projects/${p.id}`, headers })).statusCode, 204)
@@ -53,72 +100,153 @@ t.test('projects: CRUD, archive and restore, a filter, deleting takes its tasks'
   t.same(rowsOf(await app.db.execute(sql`select count(*)::int as n from tasks`)), [{ n: 0 }])
 })
 
-t.test('tasks: created last in their column, edited by revision, moved above, below, between and to the end', async (t) => {
-  const app = await buildTestApp(t)
-  const owner = await signUpWithOrg(app)
-  const headers = { cookie: owner.cookie }
-  const project = (await app.inject({ method: 'POST', url: '/api/projects', headers, payload: { name: 'Board' } })).json().project
-  const make = async (title: string, status?: string) => (await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title, projectId: project.id, ...(status ? { status } : {}) } })).json().task as Task
-  const a = await make('a')
-  t.same(Object.keys(a).sort(), TASK_KEYS)
-  t.match(a, { status: 'todo', revision: 1, projectId: project.id, runId: null, assigneeId: null, description: '' })
-  const b = await make('b')
-  const c = await make('c')
-  const d = await make('d', 'doing')
-  const titles = async () => (await board(app, headers, project.id)).map((x) => `${x.status}:${x.title}`)
-  t.same(await titles(), ['todo:a', 'todo:b', 'todo:c', 'doing:d'])
+t.test(
+  'tasks: created last in their column, edited by revision, moved above, below, between and to the end',
+  async (t) => {
+    const app = await buildTestApp(t)
+    const owner = await signUpWithOrg(app)
+    const headers = { cookie: owner.cookie }
+    const project = (
+      await app.inject({ method: 'POST', url: '/api/projects', headers, payload: { name: 'Board' } })
+    ).json().project
+    const make = async (title: string, status?: string) =>
+      (
+        await app.inject({
+          method: 'POST',
+          url: '/api/tasks',
+          headers,
+          payload: { title, projectId: project.id, ...(status ? { status } : {}) }
+        })
+      ).json().task as Task
+    const a = await make('a')
+    t.same(Object.keys(a).sort(), TASK_KEYS)
+    t.match(a, { status: 'todo', revision: 1, projectId: project.id, runId: null, assigneeId: null, description: '' })
+    const b = await make('b')
+    const c = await make('c')
+    const d = await make('d', 'doing')
+    const titles = async () => (await board(app, headers, project.id)).map((x) => `${x.status}:${x.title}`)
+    t.same(await titles(), ['todo:a', 'todo:b', 'todo:c', 'doing:d'])
 
-  const move = (task: Task, body: Record<string, unknown>) => app.inject({ method: 'POST', url: `/api/tasks/${task.id}/move`, headers, payload: body })
-  const current = async (task: Task) => (await app.inject({ method: 'GET', url: `/api/tasks/${task.id}`, headers })).json().task as Task
-  let res = await move(c, { status: 'todo', before: a.id, revision: 1 })
-  t.equal(res.statusCode, 200)
-  t.equal(res.json().task.revision, 2)
-  t.same(await titles(), ['todo:c', 'todo:a', 'todo:b', 'doing:d'])
-  res = await move(await current(c), { status: 'doing', after: d.id, revision: 2 })
-  t.same(await titles(), ['todo:a', 'todo:b', 'doing:d', 'doing:c'])
-  res = await move(await current(a), { status: 'doing', after: d.id, before: c.id, revision: 1 })
-  t.equal(res.statusCode, 200)
-  t.same(await titles(), ['todo:b', 'doing:d', 'doing:a', 'doing:c'])
-  res = await move(await current(d), { status: 'doing', revision: 1 })
-  t.same(await titles(), ['todo:b', 'doing:a', 'doing:c', 'doing:d'], 'neither: last')
+    const move = (task: Task, body: Record<string, unknown>) =>
+      app.inject({ method: 'POST', url: `/api/tasks/${task.id}/move`, headers, payload: body })
+    const current = async (task: Task) =>
+      (await app.inject({ method: 'GET', url: `/api/tasks/${task.id}`, headers })).json().task as Task
+    let res = await move(c, { status: 'todo', before: a.id, revision: 1 })
+    t.equal(res.statusCode, 200)
+    t.equal(res.json().task.revision, 2)
+    t.same(await titles(), ['todo:c', 'todo:a', 'todo:b', 'doing:d'])
+    res = await move(await current(c), { status: 'doing', after: d.id, revision: 2 })
+    t.same(await titles(), ['todo:a', 'todo:b', 'doing:d', 'doing:c'])
+    res = await move(await current(a), { status: 'doing', after: d.id, before: c.id, revision: 1 })
+    t.equal(res.statusCode, 200)
+    t.same(await titles(), ['todo:b', 'doing:d', 'doing:a', 'doing:c'])
+    res = await move(await current(d), { status: 'doing', revision: 1 })
+    t.same(await titles(), ['todo:b', 'doing:a', 'doing:c', 'doing:d'], 'neither: last')
 
-  // refusals change nothing
-  const before = await titles()
-  t.equal((await move(await current(b), { status: 'doing', before: b.id, revision: 1 })).statusCode, 400, 'next to itself')
-  t.equal((await move(await current(b), { status: 'todo', before: c.id, revision: 1 })).statusCode, 409, 'an anchor in another column')
-  t.equal((await move(await current(b), { status: 'doing', after: d.id, before: a.id, revision: 1 })).statusCode, 409, 'not neighbours')
-  t.equal((await move(await current(b), { status: 'doing', before: '0190b8f0-0000-7000-8000-000000000000', revision: 1 })).statusCode, 404)
-  t.equal((await move(await current(b), { status: 'doing', revision: 7 })).statusCode, 409, 'stale revision')
-  t.equal((await move(await current(b), { status: 'nope', revision: 1 })).statusCode, 400)
-  t.same(await titles(), before)
+    // refusals change nothing
+    const before = await titles()
+    t.equal(
+      (await move(await current(b), { status: 'doing', before: b.id, revision: 1 })).statusCode,
+      400,
+      'next to itself'
+    )
+    t.equal(
+      (await move(await current(b), { status: 'todo', before: c.id, revision: 1 })).statusCode,
+      409,
+      'an anchor in another column'
+    )
+    t.equal(
+      (await move(await current(b), { status: 'doing', after: d.id, before: a.id, revision: 1 })).statusCode,
+      409,
+      'not neighbours'
+    )
+    t.equal(
+      (await move(await current(b), { status: 'doing', before: '0190b8f0-0000-7000-8000-000000000000', revision: 1 }))
+        .statusCode,
+      404
+    )
+    t.equal((await move(await current(b), { status: 'doing', revision: 7 })).statusCode, 409, 'stale revision')
+    t.equal((await move(await current(b), { status: 'nope', revision: 1 })).statusCode, 400)
+    t.same(await titles(), before)
 
-  // PATCH by revision; a new status puts the task last there
-  const patched = await app.inject({ method: 'PATCH', url: `/api/tasks/${b.id}`, headers, payload: { title: 'b2', status: 'doing', revision: 1 } })
-  t.equal(patched.statusCode, 200)
-  t.same(await titles(), ['doing:a', 'doing:c', 'doing:d', 'doing:b2'])
-  t.equal((await app.inject({ method: 'PATCH', url: `/api/tasks/${b.id}`, headers, payload: { title: 'b3', revision: 1 } })).statusCode, 409)
-  const member = await signUp(app)
-  await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
-  const stranger = await signUp(app)
-  t.equal((await app.inject({ method: 'PATCH', url: `/api/tasks/${b.id}`, headers, payload: { assigneeId: member.user.id, revision: 2 } })).json().task.assigneeId, member.user.id)
-  t.equal((await app.inject({ method: 'PATCH', url: `/api/tasks/${b.id}`, headers, payload: { assigneeId: stranger.user.id, revision: 3 } })).statusCode, 404, 'not a member')
+    // PATCH by revision; a new status puts the task last there
+    const patched = await app.inject({
+      method: 'PATCH',
+      url: `/api/tasks/${b.id}`,
+      headers,
+      payload: { title: 'b2', status: 'doing', revision: 1 }
+    })
+    t.equal(patched.statusCode, 200)
+    t.same(await titles(), ['doing:a', 'doing:c', 'doing:d', 'doing:b2'])
+    t.equal(
+      (await app.inject({ method: 'PATCH', url: `/api/tasks/${b.id}`, headers, payload: { title: 'b3', revision: 1 } }))
+        .statusCode,
+      409
+    )
+    const member = await signUp(app)
+    await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
+    const stranger = await signUp(app)
+    t.equal(
+      (
+        await app.inject({
+          method: 'PATCH',
+          url: `/api/tasks/${b.id}`,
+          headers,
+          payload: { assigneeId: member.user.id, revision: 2 }
+        })
+      ).json().task.assigneeId,
+      member.user.id
+    )
+    t.equal(
+      (
+        await app.inject({
+          method: 'PATCH',
+          url: `/api/tasks/${b.id}`,
+          headers,
+          payload: { assigneeId: stranger.user.id, revision: 3 }
+        })
+      ).statusCode,
+      404,
+      'not a member'
+    )
 
-  // filters and the key
-  const { authorization } = await mintKey(app, owner.cookie)
-  const doing = (await app.inject({ method: 'GET', url: `/api/tasks?projectId=${project.id}&status=doing`, headers: { authorization } })).json().items
-  t.equal(doing.length, 4)
-  t.equal((await app.inject({ method: 'POST', url: `/api/tasks/${b.id}/move`, headers: { authorization }, payload: { status: 'todo', revision: 3 } })).statusCode, 401)
-  t.equal((await app.inject({ method: 'DELETE', url: `/api/tasks/${b.id}`, headers })).statusCode, 204)
-  t.equal((await app.inject({ method: 'DELETE', url: `/api/tasks/${b.id}`, headers })).statusCode, 404)
-})
+    // filters and the key
+    const { authorization } = await mintKey(app, owner.cookie)
+    const doing = (
+      await app.inject({
+        method: 'GET',
+        url: `/api/tasks?projectId=${project.id}&status=doing`,
+        headers: { authorization }
+      })
+    ).json().items
+    t.equal(doing.length, 4)
+    t.equal(
+      (
+        await app.inject({
+          method: 'POST',
+          url: `/api/tasks/${b.id}/move`,
+          headers: { authorization },
+          payload: { status: 'todo', revision: 3 }
+        })
+      ).statusCode,
+      401
+    )
+    t.equal((await app.inject({ method: 'DELETE', url: `/api/tasks/${b.id}`, headers })).statusCode, 204)
+    t.equal((await app.inject({ method: 'DELETE', url: `/api/tasks/${b.id}`, headers })).statusCode, 404)
+  }
+)
 
 t.test('two moves with one revision: one 200, one 409', async (t) => {
   const app = await buildTestApp(t)
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
-  const task = (await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title: 'raced' } })).json().task
-  const results = await Promise.all(['doing', 'done'].map((status) =>
-    app.inject({ method: 'POST', url: `/api/tasks/${task.id}/move`, headers, payload: { status, revision: 1 } })))
+  const task = (await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title: 'raced' } })).json()
+    .task
+  const results = await Promise.all(
+    ['doing', 'done'].map((status) =>
+      app.inject({ method: 'POST', url: `/api/tasks/${task.id}/move`, headers, payload: { status, revision: 1 } })
+    )
+  )
   t.same(results.map((r) => r.statusCode).sort(), [200, 409])
   const stored = (await app.inject({ method: 'GET', url: `/api/tasks/${task.id}`, headers })).json().task
   t.equal(stored.revision, 2)
@@ -129,7 +257,9 @@ t.test('property: 200 random moves keep one total order, equal to a model; each 
   const app = await buildTestApp(t)
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
-  const project = (await app.inject({ method: 'POST', url: '/api/projects', headers, payload: { name: 'Property' } })).json().project
+  const project = (
+    await app.inject({ method: 'POST', url: '/api/projects', headers, payload: { name: 'Property' } })
+  ).json().project
   // a seeded generator, so a failure can be replayed
   let seed = 20261123
   const random = (n: number) => {
@@ -140,7 +270,14 @@ t.test('property: 200 random moves keep one total order, equal to a model; each 
   const revisions = new Map<string, number>()
   for (let i = 0; i < 24; i++) {
     const status = STATUSES[i % 3]!
-    const task = (await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title: `t${i}`, status, projectId: project.id } })).json().task
+    const task = (
+      await app.inject({
+        method: 'POST',
+        url: '/api/tasks',
+        headers,
+        payload: { title: `t${i}`, status, projectId: project.id }
+      })
+    ).json().task
     model[status]!.push(task.id)
     revisions.set(task.id, 1)
   }
@@ -166,25 +303,43 @@ t.test('property: 200 random moves keep one total order, equal to a model; each 
       body = {}
       column.push(id)
     }
-    const updatedBefore = rowsOf<{ id: string; updated_at: unknown }>(await app.db.execute(sql`select id, updated_at from tasks order by id`))
-    const res = await app.inject({ method: 'POST', url: `/api/tasks/${id}/move`, headers, payload: { status, revision: revisions.get(id), ...body } })
+    const updatedBefore = rowsOf<{ id: string; updated_at: unknown }>(
+      await app.db.execute(sql`select id, updated_at from tasks order by id`)
+    )
+    const res = await app.inject({
+      method: 'POST',
+      url: `/api/tasks/${id}/move`,
+      headers,
+      payload: { status, revision: revisions.get(id), ...body }
+    })
     if (res.statusCode !== 200) {
       t.fail(`move ${step}: ${res.statusCode} ${res.body}`)
       break
     }
     revisions.set(id, res.json().task.revision)
-    const updatedAfter = rowsOf<{ id: string; updated_at: unknown }>(await app.db.execute(sql`select id, updated_at from tasks order by id`))
-    const changed = updatedAfter.filter((row, i) => String(row.updated_at) !== String(updatedBefore[i]!.updated_at)).map((row) => row.id)
+    const updatedAfter = rowsOf<{ id: string; updated_at: unknown }>(
+      await app.db.execute(sql`select id, updated_at from tasks order by id`)
+    )
+    const changed = updatedAfter
+      .filter((row, i) => String(row.updated_at) !== String(updatedBefore[i]!.updated_at))
+      .map((row) => row.id)
     if (changed.length !== 1 || changed[0] !== id) {
       t.fail(`move ${step} wrote ${changed.length} rows`)
       break
     }
   }
   const stored = await board(app, headers, project.id)
-  t.same(stored.map((x) => x.id), [...model.todo!, ...model.doing!, ...model.done!], 'the board is the model')
+  t.same(
+    stored.map((x) => x.id),
+    [...model.todo!, ...model.doing!, ...model.done!],
+    'the board is the model'
+  )
   for (const status of STATUSES) {
     const positions = stored.filter((x) => x.status === status).map((x) => x.position)
-    t.ok(positions.every((p, i) => i === 0 || positions[i - 1]! < p), `${status}: strictly increasing positions`)
+    t.ok(
+      positions.every((p, i) => i === 0 || positions[i - 1]! < p),
+      `${status}: strictly increasing positions`
+    )
   }
 })
 
@@ -192,13 +347,28 @@ t.test('a task run: doing with its run at once, done when the run succeeds; idem
   const app = await buildTestApp(t)
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
-  const task = (await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title: 'Summarize the incident', description: 'Keep it short.' } })).json().task
-  const started = await app.inject({ method: 'POST', url: `/api/tasks/${task.id}/run`, headers: { ...headers, 'idempotency-key': 'task-1' } })
+  const task = (
+    await app.inject({
+      method: 'POST',
+      url: '/api/tasks',
+      headers,
+      payload: { title: 'Summarize the incident', description: 'Keep it short.' }
+    })
+  ).json().task
+  const started = await app.inject({
+    method: 'POST',
+    url: `/api/tasks/${task.id}/run`,
+    headers: { ...headers, 'idempotency-key': 'task-1' }
+  })
   t.equal(started.statusCode, 201)
   const { run, task: doing } = started.json()
   t.match(run, { prompt: 'Summarize the incident\n\nKeep it short.', origin: 'web', metadata: { taskId: task.id } })
   t.match(doing, { status: 'doing', runId: run.id, revision: 2 })
-  const replay = await app.inject({ method: 'POST', url: `/api/tasks/${task.id}/run`, headers: { ...headers, 'idempotency-key': 'task-1' } })
+  const replay = await app.inject({
+    method: 'POST',
+    url: `/api/tasks/${task.id}/run`,
+    headers: { ...headers, 'idempotency-key': 'task-1' }
+  })
   t.same(replay.json(), started.json(), 'replayed as first answered')
   const done = await waitFor('the task is done', async () => {
     const current = (await app.inject({ method: 'GET', url: `/api/tasks/${task.id}`, headers })).json().task
@@ -206,5 +376,9 @@ t.test('a task run: doing with its run at once, done when the run succeeds; idem
   })
   t.match(done, { runId: run.id, revision: 3 })
   t.same(rowsOf(await app.db.execute(sql`select count(*)::int as n from runs`)), [{ n: 1 }])
-  t.equal((await app.inject({ method: 'POST', url: '/api/tasks/0190b8f0-0000-7000-8000-000000000000/run', headers })).statusCode, 404)
+  t.equal(
+    (await app.inject({ method: 'POST', url: '/api/tasks/0190b8f0-0000-7000-8000-000000000000/run', headers }))
+      .statusCode,
+    404
+  )
 })

@@ -3,16 +3,32 @@
 import type { Static } from 'typebox'
 import type { OrganizationSummary, SessionReply, User as UserSchema, WhoAmIReply } from '../../schemas/auth.js'
 import type {
-  AddItemResponse, BrowseItem, BrowseResponse, Capture as CaptureSchema, CapturesResponse, HistoryResponse, Recall, RecallsResponse,
-  SearchItem as SearchItemSchema, SearchResponse, Settings
+  AddItemResponse,
+  BrowseItem,
+  BrowseResponse,
+  Capture as CaptureSchema,
+  CapturesResponse,
+  HistoryResponse,
+  Recall,
+  RecallsResponse,
+  SearchItem as SearchItemSchema,
+  SearchResponse,
+  Settings
 } from '../../schemas/memory.js'
 import type { ModelEntry as ModelEntrySchema, ModelList } from '../../schemas/providers.js'
-import type { Run as RunSchema, RunEnvelope, Thread as ThreadSchema, ThreadDetail, ThreadPage } from '../../schemas/runs.js'
+import type {
+  Run as RunSchema,
+  RunEnvelope,
+  Thread as ThreadSchema,
+  ThreadDetail,
+  ThreadPage
+} from '../../schemas/runs.js'
 import type { Approval as ApprovalSchema, ApprovalPage } from '../../schemas/runtime.js'
 
 /** The release of the server that served this page (plugins/hub.ts writes it in). */
 const release = document.querySelector<HTMLMetaElement>('meta[name="cairn-release"]')?.content ?? ''
-const releaseHeader: Record<string, string> = release !== '' && !release.includes('%') ? { 'x-service-client-release': release } : {}
+const releaseHeader: Record<string, string> =
+  release !== '' && !release.includes('%') ? { 'x-service-client-release': release } : {}
 
 export class ApiError extends Error {
   readonly status: number
@@ -31,7 +47,11 @@ export function onReleaseMismatch(listener: () => void): () => void {
   return () => mismatchListeners.delete(listener)
 }
 
-export async function api<T>(method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE', path: string, body?: unknown): Promise<T> {
+export async function api<T>(
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE',
+  path: string,
+  body?: unknown
+): Promise<T> {
   let res: Response
   try {
     res = await fetch(`/api${path}`, {
@@ -56,15 +76,21 @@ export async function api<T>(method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE'
   }
   if (!res.ok) {
     const err = (json ?? {}) as { error?: string; message?: string }
-    if (res.status === 409 && err.error === 'frontend_release_mismatch') for (const listener of mismatchListeners) listener()
-    throw new ApiError(res.status, err.error ?? `http_${res.status}`, err.message ?? err.error ?? `The server answered ${res.status}.`)
+    if (res.status === 409 && err.error === 'frontend_release_mismatch')
+      for (const listener of mismatchListeners) listener()
+    throw new ApiError(
+      res.status,
+      err.error ?? `http_${res.status}`,
+      err.message ?? err.error ?? `The server answered ${res.status}.`
+    )
   }
   return json as T
 }
 
 export const query = (params: Record<string, string | number | undefined | null>) => {
   const search = new URLSearchParams()
-  for (const [key, value] of Object.entries(params)) if (value !== undefined && value !== null && value !== '') search.set(key, String(value))
+  for (const [key, value] of Object.entries(params))
+    if (value !== undefined && value !== null && value !== '') search.set(key, String(value))
   const text = search.toString()
   return text === '' ? '' : `?${text}`
 }

@@ -29,7 +29,12 @@ const NAV = [
 function ReleaseBanner() {
   return (
     <div class="banner" role="alert">
-      <p>A new version is available: <button type="button" onClick={() => location.reload()}>reload</button></p>
+      <p>
+        A new version is available:{' '}
+        <button type="button" onClick={() => location.reload()}>
+          reload
+        </button>
+      </p>
     </div>
   )
 }
@@ -45,25 +50,48 @@ function Who({ who, onChanged }: { who: Identity; onChanged: () => void }) {
     onChanged()
   })
   if (who.kind === 'dev') {
-    return <div class="who"><span>Dev organization (this machine)</span> <Link to="/sign-in">Sign in</Link></div>
+    return (
+      <div class="who">
+        <span>Dev organization (this machine)</span> <Link to="/sign-in">Sign in</Link>
+      </div>
+    )
   }
-  if (who.kind === 'anonymous') return <div class="who"><Link to="/sign-in">Sign in</Link> <Link to="/sign-up">Create an account</Link></div>
+  if (who.kind === 'anonymous')
+    return (
+      <div class="who">
+        <Link to="/sign-in">Sign in</Link> <Link to="/sign-up">Create an account</Link>
+      </div>
+    )
   const orgs = who.session.organizations
   return (
     <div class="who">
       <span title={who.session.user.email}>{who.session.user.name || who.session.user.email}</span>
-      {orgs.length > 1
-        ? (
-          <label class="org-pick">
-            <span class="visually-hidden">Organization</span>
-            <select value={who.org?.id} disabled={switchOrg.pending} onChange={(e) => switchOrg.run((e.target as HTMLSelectElement).value)}>
-              {orgs.map((o) => <option key={o.id} value={o.id}>{o.name}</option>)}
-            </select>
-          </label>
-        )
-        : who.org ? <span class="muted">{who.org.name}</span> : null}
-      <button type="button" class="link" onClick={() => signOut.run()} disabled={signOut.pending}>Sign out</button>
-      {signOut.error || switchOrg.error ? <span role="alert" class="inline-error">{messageOf(signOut.error ?? switchOrg.error)}</span> : null}
+      {orgs.length > 1 ? (
+        <label class="org-pick">
+          <span class="visually-hidden">Organization</span>
+          <select
+            value={who.org?.id}
+            disabled={switchOrg.pending}
+            onChange={(e) => switchOrg.run((e.target as HTMLSelectElement).value)}
+          >
+            {orgs.map((o) => (
+              <option key={o.id} value={o.id}>
+                {o.name}
+              </option>
+            ))}
+          </select>
+        </label>
+      ) : who.org ? (
+        <span class="muted">{who.org.name}</span>
+      ) : null}
+      <button type="button" class="link" onClick={() => signOut.run()} disabled={signOut.pending}>
+        Sign out
+      </button>
+      {signOut.error || switchOrg.error ? (
+        <span role="alert" class="inline-error">
+          {messageOf(signOut.error ?? switchOrg.error)}
+        </span>
+      ) : null}
     </div>
   )
 }
@@ -76,8 +104,24 @@ function Who({ who, onChanged }: { who: Identity; onChanged: () => void }) {
  */
 function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void }) {
   const { path, params } = useLocation()
-  if (path === '/sign-in') return <SignInView onSignedIn={() => { reloadWho(); navigate('/') }} />
-  if (path === '/sign-up') return <SignUpView onSignedUp={() => { reloadWho(); navigate('/') }} />
+  if (path === '/sign-in')
+    return (
+      <SignInView
+        onSignedIn={() => {
+          reloadWho()
+          navigate('/')
+        }}
+      />
+    )
+  if (path === '/sign-up')
+    return (
+      <SignUpView
+        onSignedUp={() => {
+          reloadWho()
+          navigate('/')
+        }}
+      />
+    )
   if (who === null) return <Loading what="your session" />
   // a person without an organization is led to create one (every other view needs one)
   if (who.kind === 'user' && who.org === null) return <NoOrgView created={reloadWho} />
@@ -85,7 +129,10 @@ function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void 
     return (
       <section aria-labelledby="need-sign-in">
         <h1 id="need-sign-in">Sign in to use the Memory Hub</h1>
-        <p>The Memory Hub shows and corrects what Cairn remembers for your organization. <Link to="/sign-in">Sign in</Link> to continue, or <Link to="/sign-up">create an account</Link>.</p>
+        <p>
+          The Memory Hub shows and corrects what Cairn remembers for your organization.{' '}
+          <Link to="/sign-in">Sign in</Link> to continue, or <Link to="/sign-up">create an account</Link>.
+        </p>
       </section>
     )
   }
@@ -103,7 +150,9 @@ function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void 
   return (
     <section aria-labelledby="not-found">
       <h1 id="not-found">No such page</h1>
-      <p><Link to="/">Back to browsing memory</Link></p>
+      <p>
+        <Link to="/">Back to browsing memory</Link>
+      </p>
     </section>
   )
 }
@@ -117,31 +166,49 @@ function App() {
   // after a client-side navigation, keyboard and screen-reader users start at the new page
   const first = useRef(true)
   useEffect(() => {
-    if (first.current) { first.current = false; return }
+    if (first.current) {
+      first.current = false
+      return
+    }
     main.current?.focus()
   }, [path])
   return (
     <>
-      <a class="skip" href="#main">Skip to content</a>
+      <a class="skip" href="#main">
+        Skip to content
+      </a>
       {stale ? <ReleaseBanner /> : null}
       <header class="top">
         <div class="bar">
-          <Link to="/" class="brand">Cairn <span>Memory Hub</span></Link>
+          <Link to="/" class="brand">
+            Cairn <span>Memory Hub</span>
+          </Link>
           {who.status === 'ok' ? <Who who={who.data} onChanged={reloadWho} /> : null}
         </div>
         <nav aria-label="Memory Hub">
           <ul>
             {NAV.map((item) => (
-              <li key={item.to}><Link to={item.to} aria-current={item.active(path) ? 'page' : undefined}>{item.label}</Link></li>
+              <li key={item.to}>
+                <Link to={item.to} aria-current={item.active(path) ? 'page' : undefined}>
+                  {item.label}
+                </Link>
+              </li>
             ))}
           </ul>
         </nav>
       </header>
       <main id="main" ref={main} tabIndex={-1}>
-        {who.status === 'error' ? <ErrorBox error={who.error} retry={reloadWho} /> : <Page who={who.status === 'ok' ? who.data : null} reloadWho={reloadWho} />}
+        {who.status === 'error' ? (
+          <ErrorBox error={who.error} retry={reloadWho} />
+        ) : (
+          <Page who={who.status === 'ok' ? who.data : null} reloadWho={reloadWho} />
+        )}
       </main>
       <footer class="bottom">
-        <p class="muted">The console uses Cairn's public HTTP API: its reference is at <a href="/docs">/docs</a> (OpenAPI at <a href="/openapi.json">/openapi.json</a>).</p>
+        <p class="muted">
+          The console uses Cairn's public HTTP API: its reference is at <a href="/docs">/docs</a> (OpenAPI at{' '}
+          <a href="/openapi.json">/openapi.json</a>).
+        </p>
       </footer>
     </>
   )

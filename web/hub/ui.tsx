@@ -15,11 +15,23 @@ interface LinkProps {
 
 export function Link({ to, children, class: className, ...rest }: LinkProps) {
   const onClick = (event: MouseEvent) => {
-    if (event.defaultPrevented || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return
+    if (
+      event.defaultPrevented ||
+      event.button !== 0 ||
+      event.metaKey ||
+      event.ctrlKey ||
+      event.shiftKey ||
+      event.altKey
+    )
+      return
     event.preventDefault()
     navigate(to)
   }
-  return <a href={`${BASE}${to}`} class={className} onClick={onClick} {...rest}>{children}</a>
+  return (
+    <a href={`${BASE}${to}`} class={className} onClick={onClick} {...rest}>
+      {children}
+    </a>
+  )
 }
 
 export const shortId = (id: string) => id.slice(-8)
@@ -27,20 +39,41 @@ export const shortId = (id: string) => id.slice(-8)
 export function Time({ iso }: { iso: string | null }) {
   if (iso === null) return <span>—</span>
   const date = new Date(iso)
-  return <time dateTime={iso} title={iso}>{date.toLocaleString()}</time>
+  return (
+    <time dateTime={iso} title={iso}>
+      {date.toLocaleString()}
+    </time>
+  )
 }
 
 export function RunLink({ runId }: { runId: string | null }) {
   if (runId === null) return <span class="muted">no run</span>
-  return <Link to={`/runs/${encodeURIComponent(runId)}`} class="run-link" aria-label={`run ${shortId(runId)}: live events of run ${runId}`}>run {shortId(runId)}</Link>
+  return (
+    <Link
+      to={`/runs/${encodeURIComponent(runId)}`}
+      class="run-link"
+      aria-label={`run ${shortId(runId)}: live events of run ${runId}`}
+    >
+      run {shortId(runId)}
+    </Link>
+  )
 }
 
 export function Loading({ what }: { what: string }) {
-  return <p class="state loading" role="status" aria-live="polite"><span class="spinner" aria-hidden="true" />Loading {what}…</p>
+  return (
+    <p class="state loading" role="status" aria-live="polite">
+      <span class="spinner" aria-hidden="true" />
+      Loading {what}…
+    </p>
+  )
 }
 
 export function Empty({ children }: { children: ComponentChildren }) {
-  return <div class="state empty" role="status">{children}</div>
+  return (
+    <div class="state empty" role="status">
+      {children}
+    </div>
+  )
 }
 
 export const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err))
@@ -48,11 +81,23 @@ export const messageOf = (err: unknown) => (err instanceof Error ? err.message :
 export function ErrorBox({ error, retry }: { error: unknown; retry?: () => void }) {
   const code = error instanceof ApiError ? error.code : null
   // the banner at the top says what to do (reload); here only that nothing changed
-  if (code === 'frontend_release_mismatch') return <p class="state notice" role="status">Not saved: this page is older than the server. Reload it to continue.</p>
+  if (code === 'frontend_release_mismatch')
+    return (
+      <p class="state notice" role="status">
+        Not saved: this page is older than the server. Reload it to continue.
+      </p>
+    )
   return (
     <div class="state error" role="alert">
-      <p><strong>Something went wrong.</strong> {messageOf(error)}{code && code !== 'network' ? <span class="muted"> ({code})</span> : null}</p>
-      {retry ? <button type="button" class="secondary" onClick={retry}>Try again</button> : null}
+      <p>
+        <strong>Something went wrong.</strong> {messageOf(error)}
+        {code && code !== 'network' ? <span class="muted"> ({code})</span> : null}
+      </p>
+      {retry ? (
+        <button type="button" class="secondary" onClick={retry}>
+          Try again
+        </button>
+      ) : null}
     </div>
   )
 }
@@ -75,10 +120,16 @@ export function useLoad<T>(key: string, fn: () => Promise<T>, { keep = false } =
     let live = true
     setState((prev) => (keep && prev.status === 'ok' ? prev : { status: 'loading' }))
     fnRef.current().then(
-      (data) => { if (live) setState({ status: 'ok', data }) },
-      (error: unknown) => { if (live) setState({ status: 'error', error }) }
+      (data) => {
+        if (live) setState({ status: 'ok', data })
+      },
+      (error: unknown) => {
+        if (live) setState({ status: 'error', error })
+      }
     )
-    return () => { live = false }
+    return () => {
+      live = false
+    }
   }, [key, tick])
   const reload = useCallback(() => setTick((n) => n + 1), [])
   return [state, reload]
@@ -88,31 +139,65 @@ export function useLoad<T>(key: string, fn: () => Promise<T>, { keep = false } =
  * A write behind a button: while one is in flight every other call is dropped (a double
  * click sends one request), synchronously, before any re-render could disable the button.
  */
-export function useAction<A extends unknown[]>(fn: (...args: A) => Promise<void>): { run: (...args: A) => void; pending: boolean; error: unknown } {
+export function useAction<A extends unknown[]>(
+  fn: (...args: A) => Promise<void>
+): { run: (...args: A) => void; pending: boolean; error: unknown } {
   const busy = useRef(false)
   const mounted = useRef(true)
   const [pending, setPending] = useState(false)
   const [error, setError] = useState<unknown>(null)
-  useEffect(() => () => { mounted.current = false }, [])
+  useEffect(
+    () => () => {
+      mounted.current = false
+    },
+    []
+  )
   const run = (...args: A) => {
     if (busy.current) return
     busy.current = true
     setPending(true)
     setError(null)
     fn(...args).then(
-      () => { busy.current = false; if (mounted.current) setPending(false) },
-      (err: unknown) => { busy.current = false; if (mounted.current) { setPending(false); setError(err) } }
+      () => {
+        busy.current = false
+        if (mounted.current) setPending(false)
+      },
+      (err: unknown) => {
+        busy.current = false
+        if (mounted.current) {
+          setPending(false)
+          setError(err)
+        }
+      }
     )
   }
   return { run, pending, error }
 }
 
-export function ScopePicker({ scope, onChange }: { scope: 'org' | 'personal'; onChange: (scope: 'org' | 'personal') => void }) {
+export function ScopePicker({
+  scope,
+  onChange
+}: {
+  scope: 'org' | 'personal'
+  onChange: (scope: 'org' | 'personal') => void
+}) {
   return (
     <fieldset class="scope">
       <legend>Pool</legend>
-      <label><input type="radio" name="scope" value="org" checked={scope === 'org'} onChange={() => onChange('org')} /> Organization</label>
-      <label><input type="radio" name="scope" value="personal" checked={scope === 'personal'} onChange={() => onChange('personal')} /> Personal</label>
+      <label>
+        <input type="radio" name="scope" value="org" checked={scope === 'org'} onChange={() => onChange('org')} />{' '}
+        Organization
+      </label>
+      <label>
+        <input
+          type="radio"
+          name="scope"
+          value="personal"
+          checked={scope === 'personal'}
+          onChange={() => onChange('personal')}
+        />{' '}
+        Personal
+      </label>
     </fieldset>
   )
 }
@@ -121,8 +206,14 @@ export function ScopePicker({ scope, onChange }: { scope: 'org' | 'personal'; on
 export function PersonalUnavailable() {
   return (
     <div class="state notice" role="status">
-      <p><strong>Your personal pool is unavailable: nobody is signed in.</strong></p>
-      <p>A personal pool belongs to one signed-in person. You are using the shared dev organization on this machine (or an API key), which has no person behind it, so Cairn shows no personal memory and accepts no change to it. <Link to="/sign-in">Sign in</Link> to see and correct yours.</p>
+      <p>
+        <strong>Your personal pool is unavailable: nobody is signed in.</strong>
+      </p>
+      <p>
+        A personal pool belongs to one signed-in person. You are using the shared dev organization on this machine (or
+        an API key), which has no person behind it, so Cairn shows no personal memory and accepts no change to it.{' '}
+        <Link to="/sign-in">Sign in</Link> to see and correct yours.
+      </p>
     </div>
   )
 }
@@ -130,17 +221,37 @@ export function PersonalUnavailable() {
 export function MemoryOff() {
   return (
     <div class="state notice" role="status">
-      <p><strong>Memory is off for this organization.</strong> Nothing is captured or recalled and there is no pool to show. An owner or admin can turn it on in <Link to="/settings">Settings</Link>.</p>
+      <p>
+        <strong>Memory is off for this organization.</strong> Nothing is captured or recalled and there is no pool to
+        show. An owner or admin can turn it on in <Link to="/settings">Settings</Link>.
+      </p>
     </div>
   )
 }
 
 /** A cursor pager back to the newest page or on to older ones. */
-export function NewestOlder({ cursor, next, onChange }: { cursor: string | undefined; next: string | null | undefined; onChange: (cursor: string | undefined) => void }) {
+export function NewestOlder({
+  cursor,
+  next,
+  onChange
+}: {
+  cursor: string | undefined
+  next: string | null | undefined
+  onChange: (cursor: string | undefined) => void
+}) {
   return (
     <nav class="pager" aria-label="Pages">
-      <button type="button" class="secondary" disabled={cursor === undefined} onClick={() => onChange(undefined)}>← Newest</button>
-      <button type="button" class="secondary" disabled={next === null || next === undefined} onClick={() => onChange(next ?? undefined)}>Older →</button>
+      <button type="button" class="secondary" disabled={cursor === undefined} onClick={() => onChange(undefined)}>
+        ← Newest
+      </button>
+      <button
+        type="button"
+        class="secondary"
+        disabled={next === null || next === undefined}
+        onClick={() => onChange(next ?? undefined)}
+      >
+        Older →
+      </button>
     </nav>
   )
 }

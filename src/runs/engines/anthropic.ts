@@ -1,5 +1,10 @@
 import Anthropic from '@anthropic-ai/sdk'
-import type { ContentBlockParam, MessageCreateParamsBase, MessageParam, Tool } from '@anthropic-ai/sdk/resources/messages/messages'
+import type {
+  ContentBlockParam,
+  MessageCreateParamsBase,
+  MessageParam,
+  Tool
+} from '@anthropic-ai/sdk/resources/messages/messages'
 import type { RunSettings } from '../tables.js'
 import { EngineError, type Engine, type ToolCall, type ToolDefinition, type WireMessage } from './types.js'
 import { protocolEngine, type ModelClientOptions, type ModelProtocol } from './model-call.js'
@@ -27,12 +32,14 @@ export function toAnthropic(wire: WireMessage[]): { system: string; messages: Me
     } else if (m.role === 'tool') {
       const block: ContentBlockParam = { type: 'tool_result', tool_use_id: m.tool_call_id, content: m.content }
       const last = messages.at(-1)
-      if (last?.role === 'user' && Array.isArray(last.content) && last.content.every((b) => b.type === 'tool_result')) last.content.push(block)
+      if (last?.role === 'user' && Array.isArray(last.content) && last.content.every((b) => b.type === 'tool_result'))
+        last.content.push(block)
       else messages.push({ role: 'user', content: [block] })
     } else if (m.role === 'assistant' && 'tool_calls' in m) {
       const content: ContentBlockParam[] = []
       if (m.content) content.push({ type: 'text', text: m.content })
-      for (const c of m.tool_calls) content.push({ type: 'tool_use', id: c.id, name: c.function.name, input: parseInput(c.function.arguments) })
+      for (const c of m.tool_calls)
+        content.push({ type: 'tool_use', id: c.id, name: c.function.name, input: parseInput(c.function.arguments) })
       messages.push({ role: 'assistant', content })
     } else {
       messages.push({ role: m.role, content: m.content })
@@ -45,7 +52,9 @@ export function toAnthropic(wire: WireMessage[]): { system: string; messages: Me
 function parseInput(args: string): Record<string, unknown> {
   try {
     const value: unknown = JSON.parse(args === '' ? '{}' : args)
-    return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {}
+    return value !== null && typeof value === 'object' && !Array.isArray(value)
+      ? (value as Record<string, unknown>)
+      : {}
   } catch {
     return {}
   }
@@ -57,14 +66,20 @@ const toTool = (d: ToolDefinition): Tool => ({
   input_schema: (d.function.parameters ?? { type: 'object', properties: {} }) as Tool['input_schema']
 })
 
-/** A run's settings as Messages API parameters (contract 13.3); json_object has no native form, so it is asked for in words. */
+/**
+ * A run's settings as Messages API parameters (contract 13.3); json_object has no native form, so it is asked for in
+ * words.
+ */
 function requestSettings(s: RunSettings): { params: Partial<MessageCreateParamsBase>; system: string | null } {
-  const params: Partial<MessageCreateParamsBase> & { temperature?: number } = { max_tokens: s.maxOutputTokens ?? ANTHROPIC_DEFAULT_MAX_TOKENS }
+  const params: Partial<MessageCreateParamsBase> & { temperature?: number } = {
+    max_tokens: s.maxOutputTokens ?? ANTHROPIC_DEFAULT_MAX_TOKENS
+  }
   // the SDK's types no longer list temperature (newer models ignore or refuse it); it is
   // sent as asked, within the API's 0 to 1, and a model that refuses it says so in the run's error
   if (s.temperature !== undefined) params.temperature = Math.min(1, s.temperature)
   const f = s.responseFormat
-  if (f?.type === 'json_schema') params.output_config = { format: { type: 'json_schema', schema: f.schema as Record<string, unknown> } }
+  if (f?.type === 'json_schema')
+    params.output_config = { format: { type: 'json_schema', schema: f.schema as Record<string, unknown> } }
   return { params, system: f?.type === 'json_object' ? 'Answer with one JSON object and nothing else.' : null }
 }
 
@@ -81,7 +96,11 @@ function anthropicProtocol(opts: AnthropicOptions, base: string): ModelProtocol 
     // config files: an org provider's client uses its own key only. It travels as
     // `x-api-key`, the Messages API's documented header, not as a bearer token.
     apiKey: opts.apiKey || 'none',
-    defaultHeaders: { Authorization: null, 'anthropic-version': ANTHROPIC_VERSION, ...(opts.apiKey ? { 'x-api-key': opts.apiKey } : {}) },
+    defaultHeaders: {
+      Authorization: null,
+      'anthropic-version': ANTHROPIC_VERSION,
+      ...(opts.apiKey ? { 'x-api-key': opts.apiKey } : {})
+    },
     maxRetries: 0,
     timeout: opts.timeoutMs,
     logLevel: 'off',
@@ -96,14 +115,17 @@ function anthropicProtocol(opts: AnthropicOptions, base: string): ModelProtocol 
       const { system, messages } = toAnthropic(req.messages)
       const { params, system: formatSystem } = requestSettings(req.settings)
       const systemText = [system, formatSystem].filter(Boolean).join('\n\n')
-      const stream = client.messages.stream({
-        model: req.model,
-        messages,
-        ...(systemText ? { system: systemText } : {}),
-        ...(req.tools.length > 0 ? { tools: req.tools.map(toTool) } : {}),
-        ...params,
-        max_tokens: params.max_tokens!
-      }, { signal: req.signal })
+      const stream = client.messages.stream(
+        {
+          model: req.model,
+          messages,
+          ...(systemText ? { system: systemText } : {}),
+          ...(req.tools.length > 0 ? { tools: req.tools.map(toTool) } : {}),
+          ...params,
+          max_tokens: params.max_tokens!
+        },
+        { signal: req.signal }
+      )
       let text = ''
       for await (const event of stream) {
         req.onProgress()
@@ -117,9 +139,14 @@ function anthropicProtocol(opts: AnthropicOptions, base: string): ModelProtocol 
       if (!message.stop_reason) throw new EngineError('upstream_error: the stream ended early')
       const toolCalls: ToolCall[] = message.content
         .filter((b) => b.type === 'tool_use')
-        .map((b) => ({ id: b.id, type: 'function', function: { name: b.name, arguments: JSON.stringify(b.input ?? {}) } }))
+        .map((b) => ({
+          id: b.id,
+          type: 'function',
+          function: { name: b.name, arguments: JSON.stringify(b.input ?? {}) }
+        }))
       const u = message.usage
-      const promptTokens = (u.input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0) + (u.cache_read_input_tokens ?? 0)
+      const promptTokens =
+        (u.input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0) + (u.cache_read_input_tokens ?? 0)
       return { text, usage: { promptTokens, completionTokens: u.output_tokens ?? 0 }, toolCalls }
     }
   }

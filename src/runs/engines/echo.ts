@@ -11,14 +11,20 @@ export function rememberSentences(prompt: string): string[] {
 
 /** The `fact: <text>` lines of a text (any case): what echo extracts as facts (contract 13.5, offline). */
 export function factLines(text: string): string[] {
-  return text.split('\n').map((line) => /^\s*(?:person:\s*)?fact:\s*(.*?)\s*$/i.exec(line)?.[1] ?? '').filter((f) => f !== '')
+  return text
+    .split('\n')
+    .map((line) => /^\s*(?:person:\s*)?fact:\s*(.*?)\s*$/i.exec(line)?.[1] ?? '')
+    .filter((f) => f !== '')
 }
 
 const words = (text: string) => text.split(/\s+/).filter(Boolean)
 
 /** Contract 7: the names of the prompt's `artifact: <name>` lines, each once, in order. */
 export function artifactNames(prompt: string): string[] {
-  const names = prompt.split('\n').map((line) => /^\s*artifact:\s*(.*?)\s*$/i.exec(line)?.[1] ?? '').filter((n) => n !== '')
+  const names = prompt
+    .split('\n')
+    .map((line) => /^\s*artifact:\s*(.*?)\s*$/i.exec(line)?.[1] ?? '')
+    .filter((n) => n !== '')
   return [...new Set(names)]
 }
 
@@ -27,7 +33,8 @@ export function artifactNames(prompt: string): string[] {
  * the body and, cut to 80 characters, the title.
  */
 export function learnedDrafts(prompt: string): Array<{ title: string; body: string }> {
-  return prompt.split('\n')
+  return prompt
+    .split('\n')
     .map((line) => /^\s*learn:\s*(.*?)\s*$/i.exec(line)?.[1] ?? '')
     .filter((body) => body !== '')
     .map((body) => ({ title: [...body].slice(0, 80).join(''), body }))
@@ -38,7 +45,9 @@ export function learnedDrafts(prompt: string): Array<{ title: string; body: stri
  * (contract 9), so the learning lane can be exercised offline.
  */
 export function proposedSkillFiles(prompt: string): string[] {
-  return [...prompt.replace(/\r\n?/g, '\n').matchAll(/^[ \t]*```skill[ \t]*\n([\s\S]*?)\n[ \t]*```[ \t]*$/gm)].map((m) => m[1]!)
+  return [...prompt.replace(/\r\n?/g, '\n').matchAll(/^[ \t]*```skill[ \t]*\n([\s\S]*?)\n[ \t]*```[ \t]*$/gm)].map(
+    (m) => m[1]!
+  )
 }
 
 /**
@@ -46,8 +55,13 @@ export function proposedSkillFiles(prompt: string): string[] {
  * conversation it was given (contract 13.2, testable offline): `history: 2 turns: first
  * prompt | second prompt`.
  */
-export function echoAnswer(prompt: string, history: ReadonlyArray<{ role: string; content: string }>, attachments: string[] = []): string {
-  if (prompt.trim().toLowerCase() === 'attachments') return `attachments: ${attachments.length} files${attachments.length > 0 ? `: ${attachments.join(' | ')}` : ''}`
+export function echoAnswer(
+  prompt: string,
+  history: ReadonlyArray<{ role: string; content: string }>,
+  attachments: string[] = []
+): string {
+  if (prompt.trim().toLowerCase() === 'attachments')
+    return `attachments: ${attachments.length} files${attachments.length > 0 ? `: ${attachments.join(' | ')}` : ''}`
   if (prompt.trim().toLowerCase() !== 'history') return prompt
   const asked = history.filter((m) => m.role === 'user').map((m) => m.content)
   return `history: ${asked.length} turns${asked.length > 0 ? `: ${asked.join(' | ')}` : ''}`
@@ -89,13 +103,23 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
       for (const draft of learnedDrafts(ctx.prompt)) await ctx.proposeKnowledge(draft)
       for (const skillMd of proposedSkillFiles(ctx.prompt)) await ctx.proposeSkill({ skillMd })
       const heard = words(ctx.prompt).length + ctx.history.reduce((n, m) => n + words(m.content).length, 0)
-      return { text, facts: rememberSentences(ctx.prompt), usage: { promptTokens: heard, completionTokens: parts.length } }
+      return {
+        text,
+        facts: rememberSentences(ctx.prompt),
+        usage: { promptTokens: heard, completionTokens: parts.length }
+      }
     },
     async complete(messages, _model, settings) {
       // memory extraction, offline: the `fact:` lines of the person's message are its facts
       const last = [...messages].reverse().find((m) => m.role === 'user')?.content ?? ''
       const text = settings.responseFormat?.type === 'json_object' ? JSON.stringify({ facts: factLines(last) }) : last
-      return { text, usage: { promptTokens: messages.reduce((n, m) => n + words(m.content).length, 0), completionTokens: words(text).length } }
+      return {
+        text,
+        usage: {
+          promptTokens: messages.reduce((n, m) => n + words(m.content).length, 0),
+          completionTokens: words(text).length
+        }
+      }
     },
     async chat(messages, _model, signal, out) {
       const last = [...messages].reverse().find((m) => m.role === 'user')

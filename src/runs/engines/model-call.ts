@@ -3,7 +3,17 @@
 // themselves (openai.ts, anthropic.ts) only turn a call into their SDK's request and back.
 import type { RunSettings, SuspendedRun } from '../tables.js'
 import { backoffDelay } from '../../worker-loop.js'
-import { abortable, EngineError, RunSuspended, type ChatMessage, type Engine, type EngineContext, type ToolCall, type ToolDefinition, type WireMessage } from './types.js'
+import {
+  abortable,
+  EngineError,
+  RunSuspended,
+  type ChatMessage,
+  type Engine,
+  type EngineContext,
+  type ToolCall,
+  type ToolDefinition,
+  type WireMessage
+} from './types.js'
 
 /** Answers a model call is retried after, before its first token. */
 const RETRYABLE = new Set([429, 500, 502, 503, 504])
@@ -39,7 +49,10 @@ export interface CallRequest {
   /** aborted on cancel and by the idle timeout */
   signal: AbortSignal
   onDelta(text: string): Promise<void> | void
-  /** called with each piece of the answer as it arrives (the idle timeout starts over; a failure after the first is final) */
+  /**
+   * called with each piece of the answer as it arrives (the idle timeout starts over; a failure after the first is
+   * final)
+   */
   onProgress(): void
 }
 
@@ -91,13 +104,24 @@ export interface ModelClientOptions {
 }
 
 /** A model engine of one protocol: not configured (never ready) without a base URL. */
-export function protocolEngine(id: string, name: string, opts: ModelClientOptions, protocol: (base: string) => ModelProtocol): Engine {
+export function protocolEngine(
+  id: string,
+  name: string,
+  opts: ModelClientOptions,
+  protocol: (base: string) => ModelProtocol
+): Engine {
   const base = opts.baseUrl?.replace(/\/+$/, '')
-  const unconfigured: ModelProtocol = { call: () => Promise.reject(new EngineError(`${id} engine is not configured`)), listModels: () => Promise.resolve([]) }
+  const unconfigured: ModelProtocol = {
+    call: () => Promise.reject(new EngineError(`${id} engine is not configured`)),
+    listModels: () => Promise.resolve([])
+  }
   return modelEngine(base ? protocol(base) : unconfigured, { ...opts, id, name, configured: base !== undefined })
 }
 
-/** The HTTP status and headers of an SDK error (both SDKs' `APIError` carry them); status null when it never got an answer. */
+/**
+ * The HTTP status and headers of an SDK error (both SDKs' `APIError` carry them); status null when it never got an
+ * answer.
+ */
 function upstreamAnswer(err: unknown): { http: boolean; status: number | null; headers: Headers | undefined } {
   const e = err as { status?: unknown; headers?: unknown } | null
   const status = typeof e?.status === 'number' ? e.status : null
@@ -113,13 +137,22 @@ function failureText(err: unknown): string {
   return cause instanceof Error && cause.message !== '' ? `${e.message}: ${cause.message}` : e.message
 }
 
-/** The run's `error` for an SDK failure: `upstream_error: HTTP <status>: <the provider's message>`, or why it could not connect. */
+/**
+ * The run's `error` for an SDK failure: `upstream_error: HTTP <status>: <the provider's message>`, or why it could not
+ * connect.
+ */
 function engineErrorOf(err: unknown): EngineError {
   if (err instanceof EngineError) return err
   const { status } = upstreamAnswer(err)
   if (status !== null) {
-    const detail = ((err as Error).message ?? '').replace(/^\d{3}\s*/, '').slice(0, 200).replace(/\s+/g, ' ').trim()
-    return new EngineError(`upstream_error: HTTP ${status}${detail && detail !== 'status code (no body)' ? `: ${detail}` : ''}`)
+    const detail = ((err as Error).message ?? '')
+      .replace(/^\d{3}\s*/, '')
+      .slice(0, 200)
+      .replace(/\s+/g, ' ')
+      .trim()
+    return new EngineError(
+      `upstream_error: HTTP ${status}${detail && detail !== 'status code (no body)' ? `: ${detail}` : ''}`
+    )
   }
   return new EngineError(`upstream_error: ${failureText(err)}`)
 }
@@ -161,7 +194,9 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
    * honoured, else exponential backoff with jitter), reported through onRetry.
    */
   async function call(
-    req: Omit<CallRequest, 'signal' | 'onProgress'>, signal: AbortSignal, onRetry?: (retry: ModelRetry) => Promise<void> | void
+    req: Omit<CallRequest, 'signal' | 'onProgress'>,
+    signal: AbortSignal,
+    onRetry?: (retry: ModelRetry) => Promise<void> | void
   ): Promise<CallAnswer> {
     if (!opts.configured) throw new EngineError(`${opts.id} engine is not configured`)
     for (let attempt = 1; ; attempt++) {
@@ -233,8 +268,17 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
         wire = messages
       }
       for (; ; round++) {
-        const answer = await call({ messages: wire, model, tools, settings: ctx.settings, onDelta: (delta) => ctx.emit('message.delta', { text: delta }) },
-          ctx.signal, (retry) => ctx.emit('model.retry', { ...retry }))
+        const answer = await call(
+          {
+            messages: wire,
+            model,
+            tools,
+            settings: ctx.settings,
+            onDelta: (delta) => ctx.emit('message.delta', { text: delta })
+          },
+          ctx.signal,
+          (retry) => ctx.emit('model.retry', { ...retry })
+        )
         ctx.reportUsage(answer.usage)
         usage.promptTokens += answer.usage.promptTokens
         usage.completionTokens += answer.usage.completionTokens
@@ -243,17 +287,27 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
           return { text: answer.text, facts: [], usage }
         }
         if (round >= opts.maxToolRounds) {
-          throw new EngineError(`tool_rounds_exceeded: the model still asked for tools after ${opts.maxToolRounds} rounds (OPENAI_MAX_TOOL_ROUNDS)`)
+          throw new EngineError(
+            `tool_rounds_exceeded: the model still asked for tools after ${opts.maxToolRounds} rounds (OPENAI_MAX_TOOL_ROUNDS)`
+          )
         }
         const calls = answer.toolCalls.map((c, i) => ({ ...c, id: c.id || `call_${round}_${i}` }))
         wire.push({ role: 'assistant', content: answer.text === '' ? null : answer.text, tool_calls: calls })
-        await toolRound(ctx, wire, round, calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })))
+        await toolRound(
+          ctx,
+          wire,
+          round,
+          calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments }))
+        )
       }
     },
     async chat(messages, model, signal, out) {
       const chosen = model ?? modelIds()[0]
       if (!chosen) throw new EngineError(`no model configured for the ${opts.id} engine`)
-      const { usage } = await call({ messages, model: chosen, tools: [], settings: {}, onDelta: (delta) => out.onToken(delta) }, signal)
+      const { usage } = await call(
+        { messages, model: chosen, tools: [], settings: {}, onDelta: (delta) => out.onToken(delta) },
+        signal
+      )
       return usage
     },
     async complete(messages, model, settings, signal) {
@@ -277,7 +331,12 @@ export function memoryMessage(items: ReadonlyArray<{ content: string }>): string
  * together; those that need none run after it, when the run goes on. A call with a
  * result already is never executed again.
  */
-async function toolRound(ctx: EngineContext, wire: WireMessage[], round: number, calls: SuspendedRun['calls']): Promise<void> {
+async function toolRound(
+  ctx: EngineContext,
+  wire: WireMessage[],
+  round: number,
+  calls: SuspendedRun['calls']
+): Promise<void> {
   const tools = ctx.tools!
   let waiting = false
   for (const c of calls) {
@@ -285,7 +344,14 @@ async function toolRound(ctx: EngineContext, wire: WireMessage[], round: number,
     if (ctx.signal.aborted) throw ctx.signal.reason
     // behind a call that waits, a decided one waits too: calls run in order
     if (waiting && c.approvalId !== undefined) continue
-    const answer = await tools.execute({ callId: c.id, name: c.name, arguments: c.arguments, signal: ctx.signal, defer: waiting, approvalId: c.approvalId })
+    const answer = await tools.execute({
+      callId: c.id,
+      name: c.name,
+      arguments: c.arguments,
+      signal: ctx.signal,
+      defer: waiting,
+      approvalId: c.approvalId
+    })
     if (ctx.signal.aborted) throw ctx.signal.reason
     if ('pending' in answer) {
       c.approvalId = answer.pending

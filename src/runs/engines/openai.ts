@@ -16,7 +16,11 @@ function requestSettings(s: RunSettings): Partial<ChatCompletionCreateParamsStre
   // max_completion_tokens is not understood by many of them)
   if (s.maxOutputTokens !== undefined) out.max_tokens = s.maxOutputTokens
   const f = s.responseFormat
-  if (f?.type === 'json_schema') out.response_format = { type: 'json_schema', json_schema: { name: f.name, schema: f.schema as Record<string, unknown> } }
+  if (f?.type === 'json_schema')
+    out.response_format = {
+      type: 'json_schema',
+      json_schema: { name: f.name, schema: f.schema as Record<string, unknown> }
+    }
   else if (f) out.response_format = { type: f.type }
   return out
 }
@@ -47,14 +51,17 @@ function openAiProtocol(opts: OpenAiOptions, base: string): ModelProtocol {
       return page.data.map((m) => m.id).filter((id): id is string => typeof id === 'string')
     },
     async call(req) {
-      const stream = await client.chat.completions.create({
-        model: req.model,
-        messages: req.messages as ChatCompletionMessageParam[],
-        ...(req.tools.length > 0 ? { tools: req.tools as ChatCompletionCreateParamsStreaming['tools'] } : {}),
-        ...requestSettings(req.settings),
-        stream: true,
-        stream_options: { include_usage: true }
-      }, { signal: req.signal })
+      const stream = await client.chat.completions.create(
+        {
+          model: req.model,
+          messages: req.messages as ChatCompletionMessageParam[],
+          ...(req.tools.length > 0 ? { tools: req.tools as ChatCompletionCreateParamsStreaming['tools'] } : {}),
+          ...requestSettings(req.settings),
+          stream: true,
+          stream_options: { include_usage: true }
+        },
+        { signal: req.signal }
+      )
       let text = ''
       let usage = { promptTokens: 0, completionTokens: 0 }
       let finished = false
@@ -68,14 +75,16 @@ function openAiProtocol(opts: OpenAiOptions, base: string): ModelProtocol {
           await req.onDelta(delta)
         }
         for (const piece of choice?.delta?.tool_calls ?? []) {
-          const index = typeof piece.index === 'number' && piece.index >= 0 && piece.index < 128 ? piece.index : calls.length
+          const index =
+            typeof piece.index === 'number' && piece.index >= 0 && piece.index < 128 ? piece.index : calls.length
           const call = (calls[index] ??= { id: '', type: 'function', function: { name: '', arguments: '' } })
           if (typeof piece.id === 'string' && piece.id !== '') call.id = piece.id
           if (typeof piece.function?.name === 'string') call.function.name += piece.function.name
           if (typeof piece.function?.arguments === 'string') call.function.arguments += piece.function.arguments
         }
         if (choice?.finish_reason) finished = true
-        if (chunk.usage) usage = { promptTokens: chunk.usage.prompt_tokens ?? 0, completionTokens: chunk.usage.completion_tokens ?? 0 }
+        if (chunk.usage)
+          usage = { promptTokens: chunk.usage.prompt_tokens ?? 0, completionTokens: chunk.usage.completion_tokens ?? 0 }
       }
       if (!finished && !req.signal.aborted) throw new EngineError('upstream_error: the stream ended early')
       return { text, usage, toolCalls: calls.filter((c) => c !== undefined) }

@@ -8,7 +8,10 @@ import { EngineError, type Engine } from './types.js'
  * against the provider's base URL with its key, through its guarded fetch. The key is opened when a run or chat
  * starts (dispatch only needs to know the model is offered), and never appears in an error.
  */
-export function providerEngine(conn: ProviderConnection, opts: Pick<OpenAiOptions, 'timeoutMs' | 'maxToolRounds' | 'retries' | 'retryBaseMs'>): Engine {
+export function providerEngine(
+  conn: ProviderConnection,
+  opts: Pick<OpenAiOptions, 'timeoutMs' | 'maxToolRounds' | 'retries' | 'retryBaseMs'>
+): Engine {
   const id = conn.kind
   const models = conn.models.map((model) => ({ id: model, engine: id, name: model }))
 
@@ -19,16 +22,29 @@ export function providerEngine(conn: ProviderConnection, opts: Pick<OpenAiOption
     } catch {
       key = null
     }
-    if (key === null) throw new EngineError(`provider_unavailable: the API key of provider ${JSON.stringify(conn.name)} cannot be opened on this server`)
-    const settings = { ...opts, baseUrl: conn.baseUrl, apiKey: key, models: conn.models, probeTtlMs: 0, fetch: conn.fetch }
+    if (key === null)
+      throw new EngineError(
+        `provider_unavailable: the API key of provider ${JSON.stringify(conn.name)} cannot be opened on this server`
+      )
+    const settings = {
+      ...opts,
+      baseUrl: conn.baseUrl,
+      apiKey: key,
+      models: conn.models,
+      probeTtlMs: 0,
+      fetch: conn.fetch
+    }
     const engine = conn.kind === 'anthropic' ? anthropicEngine(settings) : openAiEngine(settings)
     return { engine, key }
   }
   /** an upstream error body may quote the key back: it is cut out of the run's error */
-  const hidingKey = (key: string) => (err: unknown): never => {
-    if (err instanceof EngineError && err.message.includes(key)) throw new EngineError(err.message.split(key).join('[provider key]'))
-    throw err
-  }
+  const hidingKey =
+    (key: string) =>
+    (err: unknown): never => {
+      if (err instanceof EngineError && err.message.includes(key))
+        throw new EngineError(err.message.split(key).join('[provider key]'))
+      throw err
+    }
 
   return {
     id,

@@ -6,7 +6,10 @@ import { EngineError, type Engine } from './types.js'
 /** The engine of an org's provider that offers a model, or null (src/runs/providers-port.ts). */
 export type OrgEngineLookup = (orgId: string, model: string, db?: Db | Tx) => Promise<Engine | null>
 /** The org's chosen default model and its first provider model (src/runs/providers-port.ts). */
-export type OrgDefaultsLookup = (orgId: string, db?: Db | Tx) => Promise<{ chosen: string | null; firstProviderModel: string | null }>
+export type OrgDefaultsLookup = (
+  orgId: string,
+  db?: Db | Tx
+) => Promise<{ chosen: string | null; firstProviderModel: string | null }>
 
 /** The engines an org provider's models run on (its `kind`). */
 const PROVIDER_ENGINES = new Set(['openai', 'anthropic'])
@@ -25,7 +28,11 @@ export class EngineRegistry {
   private readonly orgEngine: OrgEngineLookup | null
   private readonly orgDefaults: OrgDefaultsLookup | null
 
-  constructor(engines: Engine[], orgEngine: OrgEngineLookup | null = null, orgDefaults: OrgDefaultsLookup | null = null) {
+  constructor(
+    engines: Engine[],
+    orgEngine: OrgEngineLookup | null = null,
+    orgDefaults: OrgDefaultsLookup | null = null
+  ) {
     this.engines = new Map(engines.map((e) => [e.id, e]))
     this.orgEngine = orgEngine
     this.orgDefaults = orgDefaults
@@ -36,7 +43,10 @@ export class EngineRegistry {
    * query in a burst. A change on this instance is seen at once (`forgetDefaults`), on
    * another within the 2 s.
    */
-  private readonly defaultsCache = new LRUCache<string, { chosen: string | null; firstProviderModel: string | null }>({ max: 10_000, ttl: 2000 })
+  private readonly defaultsCache = new LRUCache<string, { chosen: string | null; firstProviderModel: string | null }>({
+    max: 10_000,
+    ttl: 2000
+  })
 
   forgetDefaults(orgId: string): void {
     this.defaultsCache.delete(orgId)
@@ -48,7 +58,10 @@ export class EngineRegistry {
    * model; else echo. What a run, chat, skill, playbook, task, automation or Slack run
    * naming neither engine nor model gets.
    */
-  async defaultModel(orgId: string, db?: Db | Tx): Promise<{ engine: Engine; model: string | null; source: DefaultSource }> {
+  async defaultModel(
+    orgId: string,
+    db?: Db | Tx
+  ): Promise<{ engine: Engine; model: string | null; source: DefaultSource }> {
     let defaults = this.defaultsCache.get(orgId)
     if (!defaults) {
       defaults = this.orgDefaults ? await this.orgDefaults(orgId, db) : { chosen: null, firstProviderModel: null }
@@ -85,12 +98,17 @@ export class EngineRegistry {
   }
 
   /**
-   * Picks the engine and model for a request: explicit engine, or the engine owning the
-   * model; naming neither, the org's default model (echo without an org id); with an org id, a model no deployment engine serves may be one of
-   * that org's providers' (engine `openai`), looked up on `db` when given (a caller in a
-   * transaction).
+   * Picks the engine and model for a request: explicit engine, or the engine owning the model; naming neither, the
+   * org's default model (echo without an org id); with an org id, a model no deployment engine serves may be one of
+   * that org's providers' (engine `openai`), looked up on `db` when given (a caller in a transaction).
    */
-  async resolve(engineId: string | undefined, model: string | undefined, orgId?: string, db?: Db | Tx, orgDefault = true): Promise<{ engine: Engine; model: string | null } | { error: string }> {
+  async resolve(
+    engineId: string | undefined,
+    model: string | undefined,
+    orgId?: string,
+    db?: Db | Tx,
+    orgDefault = true
+  ): Promise<{ engine: Engine; model: string | null } | { error: string }> {
     // naming neither: the org's default model, never a silent echo
     if (engineId === undefined && model === undefined && orgId !== undefined && orgDefault) {
       const { engine, model: chosen } = await this.defaultModel(orgId, db)
@@ -117,10 +135,15 @@ export class EngineRegistry {
     if (provider) return provider
     if (deploymentReady) return engine
     // accepted for a provider that has since been deleted or stopped being ready
-    throw new EngineError(`model_unavailable: no provider of this organization offers ${JSON.stringify(run.model)} any more`)
+    throw new EngineError(
+      `model_unavailable: no provider of this organization offers ${JSON.stringify(run.model)} any more`
+    )
   }
 
-  private async resolveDeployment(engineId: string | undefined, model: string | undefined): Promise<{ engine: Engine; model: string | null } | { error: string }> {
+  private async resolveDeployment(
+    engineId: string | undefined,
+    model: string | undefined
+  ): Promise<{ engine: Engine; model: string | null } | { error: string }> {
     let engine: Engine | undefined
     if (engineId !== undefined) {
       engine = this.engines.get(engineId)

@@ -16,7 +16,9 @@ export interface EngineContext {
   instructions: string | null
   /** the thread's earlier succeeded turns, oldest first, as user and assistant messages (contract 13.2) */
   history: ChatMessage[]
-  /** the run's attachments: their workspace paths, and what the user message says of them (contract 13.3); null without */
+  /**
+   * the run's attachments: their workspace paths, and what the user message says of them (contract 13.3); null without
+   */
   attachments: { paths: string[]; message: string } | null
   /** where a run that waited for approvals goes on from (contract 13.4); null for a fresh start */
   resume: SuspendedRun | null
@@ -61,7 +63,14 @@ export interface ToolDefinition {
  */
 export interface RunTools {
   definitions(): ToolDefinition[]
-  execute(call: { callId: string; name: string; arguments: string; signal: AbortSignal; defer?: boolean; approvalId?: string | undefined }): Promise<ToolAnswer>
+  execute(call: {
+    callId: string
+    name: string
+    arguments: string
+    signal: AbortSignal
+    defer?: boolean
+    approvalId?: string | undefined
+  }): Promise<ToolAnswer>
 }
 
 export type ToolAnswer = { content: string } | { pending: string } | { deferred: true }
@@ -115,9 +124,19 @@ export interface Engine {
   ready(): Promise<boolean>
   models(): Promise<ModelInfo[]>
   run(ctx: EngineContext): Promise<EngineResult>
-  chat(messages: ChatMessage[], model: string | null, signal: AbortSignal, out: ChatStream): Promise<{ promptTokens: number; completionTokens: number }>
+  chat(
+    messages: ChatMessage[],
+    model: string | null,
+    signal: AbortSignal,
+    out: ChatStream
+  ): Promise<{ promptTokens: number; completionTokens: number }>
   /** one call, not streamed to anyone, with the run's settings (memory extraction asks for a JSON object) */
-  complete(messages: ChatMessage[], model: string | null, settings: RunSettings, signal: AbortSignal): Promise<{ text: string; usage: { promptTokens: number; completionTokens: number } }>
+  complete(
+    messages: ChatMessage[],
+    model: string | null,
+    settings: RunSettings,
+    signal: AbortSignal
+  ): Promise<{ text: string; usage: { promptTokens: number; completionTokens: number } }>
 }
 
 /** An engine failure with the text that ends up in the run's `error`. */

@@ -1,7 +1,19 @@
 import { useState } from 'preact/hooks'
 import { api, ApiError, query, type AddedItem, type BrowseResult, type Scope } from '../api.js'
 import { navigate } from '../router.js'
-import { Empty, ErrorBox, Link, Loading, MemoryOff, PersonalUnavailable, RunLink, ScopePicker, Time, useAction, useLoad } from '../ui.js'
+import {
+  Empty,
+  ErrorBox,
+  Link,
+  Loading,
+  MemoryOff,
+  PersonalUnavailable,
+  RunLink,
+  ScopePicker,
+  Time,
+  useAction,
+  useLoad
+} from '../ui.js'
 
 export const scopeOf = (params: URLSearchParams): Scope => (params.get('scope') === 'personal' ? 'personal' : 'org')
 const PAGE = 50
@@ -15,11 +27,17 @@ export function BrowseView({ params }: { params: URLSearchParams }) {
   // the fact just added, said once the list shows it
   const [added, setAdded] = useState<string | null>(null)
   const [state, reload] = useLoad(`browse ${scope} ${cursor ?? ''}`, () =>
-    api<BrowseResult>('GET', `/memory/browse${query({ scope, limit: PAGE, cursor })}`))
+    api<BrowseResult>('GET', `/memory/browse${query({ scope, limit: PAGE, cursor })}`)
+  )
   const go = (next: { scope?: Scope; cursor?: string | undefined }) => {
-    navigate(`/${query({ scope: (next.scope ?? scope) === 'org' ? undefined : (next.scope ?? scope), cursor: next.cursor })}`)
+    navigate(
+      `/${query({ scope: (next.scope ?? scope) === 'org' ? undefined : (next.scope ?? scope), cursor: next.cursor })}`
+    )
   }
-  const changeScope = (s: Scope) => { setBack([]); go({ scope: s, cursor: undefined }) }
+  const changeScope = (s: Scope) => {
+    setBack([])
+    go({ scope: s, cursor: undefined })
+  }
   return (
     <section aria-labelledby="browse-title">
       <div class="heading">
@@ -28,39 +46,102 @@ export function BrowseView({ params }: { params: URLSearchParams }) {
       </div>
       {state.status === 'loading' ? <Loading what="memory" /> : null}
       {state.status === 'error' ? <ErrorBox error={state.error} retry={reload} /> : null}
-      {state.status === 'ok' ? (() => {
-        const r = state.data
-        if (r.failedClosed) return <PersonalUnavailable />
-        if (!r.enabled) return <MemoryOff />
-        const form = <AddFact scope={scope} done={added} added={(text) => { setAdded(text); setBack([]); if (cursor) go({ cursor: undefined }); else reload() }} />
-        if (r.items.length === 0) {
-          return <>{form}<Empty><p>{cursor ? 'No more facts on this page.' : `The ${scope === 'org' ? 'organization' : 'personal'} pool is empty.`} Facts appear here when you add one above, or when a run captures them (a model's remember tool, or a sentence with “remember” in an echo run).</p></Empty></>
-        }
-        const first = back.length * PAGE + 1
-        return (
-          <>
-            {form}
-            <p class="summary" role="status">{r.total.toLocaleString()} {r.total === 1 ? 'fact' : 'facts'} in the {scope === 'org' ? 'organization' : 'personal'} pool, newest first. Showing {first.toLocaleString()}–{(first + r.items.length - 1).toLocaleString()}.</p>
-            <ul class="cards" aria-label="Stored facts">
-              {r.items.map((item) => (
-                <li key={item.id} class="card">
-                  <p class="content">{item.content}</p>
-                  <p class="meta">
-                    <Time iso={item.createdAt} />
-                    {item.updatedAt !== item.createdAt ? <span> · edited <Time iso={item.updatedAt} /></span> : null}
-                    <span> · </span><RunLink runId={item.sourceRunId} />
-                    <span> · </span><Link to={`/items/${encodeURIComponent(item.id)}${query({ scope: scope === 'org' ? undefined : scope })}`} aria-label={`Open, edit or delete: ${item.content.slice(0, 60)}`}>Open, edit or delete</Link>
-                  </p>
-                </li>
-              ))}
-            </ul>
-            <nav class="pager" aria-label="Pages">
-              <button type="button" class="secondary" disabled={back.length === 0} onClick={() => { const prev = back[back.length - 1]; setBack(back.slice(0, -1)); go({ cursor: prev }) }}>← Newer</button>
-              <button type="button" class="secondary" disabled={r.nextCursor === null} onClick={() => { setBack([...back, cursor]); go({ cursor: r.nextCursor ?? undefined }) }}>Older →</button>
-            </nav>
-          </>
-        )
-      })() : null}
+      {state.status === 'ok'
+        ? (() => {
+            const r = state.data
+            if (r.failedClosed) return <PersonalUnavailable />
+            if (!r.enabled) return <MemoryOff />
+            const form = (
+              <AddFact
+                scope={scope}
+                done={added}
+                added={(text) => {
+                  setAdded(text)
+                  setBack([])
+                  if (cursor) go({ cursor: undefined })
+                  else reload()
+                }}
+              />
+            )
+            if (r.items.length === 0) {
+              return (
+                <>
+                  {form}
+                  <Empty>
+                    <p>
+                      {cursor
+                        ? 'No more facts on this page.'
+                        : `The ${scope === 'org' ? 'organization' : 'personal'} pool is empty.`}{' '}
+                      Facts appear here when you add one above, or when a run captures them (a model's remember tool, or
+                      a sentence with “remember” in an echo run).
+                    </p>
+                  </Empty>
+                </>
+              )
+            }
+            const first = back.length * PAGE + 1
+            return (
+              <>
+                {form}
+                <p class="summary" role="status">
+                  {r.total.toLocaleString()} {r.total === 1 ? 'fact' : 'facts'} in the{' '}
+                  {scope === 'org' ? 'organization' : 'personal'} pool, newest first. Showing {first.toLocaleString()}–
+                  {(first + r.items.length - 1).toLocaleString()}.
+                </p>
+                <ul class="cards" aria-label="Stored facts">
+                  {r.items.map((item) => (
+                    <li key={item.id} class="card">
+                      <p class="content">{item.content}</p>
+                      <p class="meta">
+                        <Time iso={item.createdAt} />
+                        {item.updatedAt !== item.createdAt ? (
+                          <span>
+                            {' '}
+                            · edited <Time iso={item.updatedAt} />
+                          </span>
+                        ) : null}
+                        <span> · </span>
+                        <RunLink runId={item.sourceRunId} />
+                        <span> · </span>
+                        <Link
+                          to={`/items/${encodeURIComponent(item.id)}${query({ scope: scope === 'org' ? undefined : scope })}`}
+                          aria-label={`Open, edit or delete: ${item.content.slice(0, 60)}`}
+                        >
+                          Open, edit or delete
+                        </Link>
+                      </p>
+                    </li>
+                  ))}
+                </ul>
+                <nav class="pager" aria-label="Pages">
+                  <button
+                    type="button"
+                    class="secondary"
+                    disabled={back.length === 0}
+                    onClick={() => {
+                      const prev = back[back.length - 1]
+                      setBack(back.slice(0, -1))
+                      go({ cursor: prev })
+                    }}
+                  >
+                    ← Newer
+                  </button>
+                  <button
+                    type="button"
+                    class="secondary"
+                    disabled={r.nextCursor === null}
+                    onClick={() => {
+                      setBack([...back, cursor])
+                      go({ cursor: r.nextCursor ?? undefined })
+                    }}
+                  >
+                    Older →
+                  </button>
+                </nav>
+              </>
+            )
+          })()
+        : null}
     </section>
   )
 }
@@ -80,16 +161,34 @@ function AddFact({ scope, done, added }: { scope: Scope; done: string | null; ad
   return (
     <form class="card add-fact" onSubmit={submit} aria-labelledby="add-fact-title">
       <h2 id="add-fact-title">Add a fact</h2>
-      <label for="add-fact-content">A fact for the {scope === 'org' ? 'organization' : 'personal'} pool, in a sentence that stands on its own</label>
-      <textarea id="add-fact-content" rows={2} maxLength={4000} required value={content}
-        onInput={(e) => setContent((e.target as HTMLTextAreaElement).value)} />
+      <label for="add-fact-content">
+        A fact for the {scope === 'org' ? 'organization' : 'personal'} pool, in a sentence that stands on its own
+      </label>
+      <textarea
+        id="add-fact-content"
+        rows={2}
+        maxLength={4000}
+        required
+        value={content}
+        onInput={(e) => setContent((e.target as HTMLTextAreaElement).value)}
+      />
       <div class="actions">
-        <button type="submit" disabled={add.pending || content.trim() === ''}>{add.pending ? 'Adding…' : 'Add fact'}</button>
+        <button type="submit" disabled={add.pending || content.trim() === ''}>
+          {add.pending ? 'Adding…' : 'Add fact'}
+        </button>
       </div>
-      {done !== null ? <p role="status" class="muted">Added: {done}</p> : null}
-      {add.error instanceof ApiError && add.error.status === 409
-        ? <p class="state notice" role="alert">The pool already holds this fact.</p>
-        : add.error ? <ErrorBox error={add.error} /> : null}
+      {done !== null ? (
+        <p role="status" class="muted">
+          Added: {done}
+        </p>
+      ) : null}
+      {add.error instanceof ApiError && add.error.status === 409 ? (
+        <p class="state notice" role="alert">
+          The pool already holds this fact.
+        </p>
+      ) : add.error ? (
+        <ErrorBox error={add.error} />
+      ) : null}
     </form>
   )
 }

@@ -9,7 +9,13 @@ const KIND_LABEL: Record<HistoryEntry['kind'], string> = { created: 'Created', u
 
 /** Who changed a fact: a run (linked to its live view), a person, or the dev organization. */
 function ChangedBy({ who }: { who: string }) {
-  if (who.startsWith('run:')) return <span> by <RunLink runId={who.slice(4)} /></span>
+  if (who.startsWith('run:'))
+    return (
+      <span>
+        {' '}
+        by <RunLink runId={who.slice(4)} />
+      </span>
+    )
   return <span> by {who}</span>
 }
 
@@ -21,7 +27,10 @@ export function ItemView({ who, id, params }: { who: Identity; id: string; param
   // personal scope without a person: nothing to read, and no write is ever sent
   const noPerson = scope === 'personal' && who.kind !== 'user'
   const [state, reload] = useLoad(`item ${id} ${scope}`, async () =>
-    noPerson ? null : (await api<MemoryHistory>('GET', `/memory/item/${encodeURIComponent(id)}/history${scopeQuery}`)).history)
+    noPerson
+      ? null
+      : (await api<MemoryHistory>('GET', `/memory/item/${encodeURIComponent(id)}/history${scopeQuery}`)).history
+  )
   const [draft, setDraft] = useState<string | null>(null)
   const [saved, setSaved] = useState(false)
   const [confirming, setConfirming] = useState(false)
@@ -63,32 +72,68 @@ export function ItemView({ who, id, params }: { who: Identity; id: string; param
   const notFound = state.status === 'error' && state.error instanceof ApiError && state.error.status === 404
   return (
     <section aria-labelledby="item-title">
-      <p class="crumbs"><Link to={back}>← Back to the {scope === 'org' ? 'organization' : 'personal'} pool</Link></p>
+      <p class="crumbs">
+        <Link to={back}>← Back to the {scope === 'org' ? 'organization' : 'personal'} pool</Link>
+      </p>
       <h1 id="item-title">A stored fact</h1>
       {state.status === 'loading' ? <Loading what="this fact" /> : null}
-      {notFound ? <div class="state empty" role="status"><p>This fact is not in the {scope === 'org' ? 'organization' : 'personal'} pool (it may have been deleted).</p></div> : null}
+      {notFound ? (
+        <div class="state empty" role="status">
+          <p>
+            This fact is not in the {scope === 'org' ? 'organization' : 'personal'} pool (it may have been deleted).
+          </p>
+        </div>
+      ) : null}
       {state.status === 'error' && !notFound ? <ErrorBox error={state.error} retry={reload} /> : null}
       {history ? (
         <>
-          {current === null
-            ? <div class="state empty" role="status"><p>This fact was deleted.</p></div>
-            : (
-              <form class="edit" onSubmit={(e) => { e.preventDefault(); if (text.trim() !== '' && text.trim() !== current) save.run() }}>
-                <label for="content">Content</label>
-                <textarea id="content" rows={4} maxLength={4000} value={text} onInput={(e) => { setSaved(false); setDraft((e.target as HTMLTextAreaElement).value) }} />
-                <div class="row">
-                  <button type="submit" disabled={save.pending || text.trim() === '' || text.trim() === current}>{save.pending ? 'Saving…' : 'Save changes'}</button>
-                  <button type="button" class="danger" disabled={remove.pending} onClick={() => setConfirming(true)}>Delete…</button>
-                  {saved ? <span role="status" class="ok">Saved.</span> : null}
-                </div>
-                {save.error ? <ErrorBox error={save.error} /> : null}
-              </form>
-            )}
+          {current === null ? (
+            <div class="state empty" role="status">
+              <p>This fact was deleted.</p>
+            </div>
+          ) : (
+            <form
+              class="edit"
+              onSubmit={(e) => {
+                e.preventDefault()
+                if (text.trim() !== '' && text.trim() !== current) save.run()
+              }}
+            >
+              <label for="content">Content</label>
+              <textarea
+                id="content"
+                rows={4}
+                maxLength={4000}
+                value={text}
+                onInput={(e) => {
+                  setSaved(false)
+                  setDraft((e.target as HTMLTextAreaElement).value)
+                }}
+              />
+              <div class="row">
+                <button type="submit" disabled={save.pending || text.trim() === '' || text.trim() === current}>
+                  {save.pending ? 'Saving…' : 'Save changes'}
+                </button>
+                <button type="button" class="danger" disabled={remove.pending} onClick={() => setConfirming(true)}>
+                  Delete…
+                </button>
+                {saved ? (
+                  <span role="status" class="ok">
+                    Saved.
+                  </span>
+                ) : null}
+              </div>
+              {save.error ? <ErrorBox error={save.error} /> : null}
+            </form>
+          )}
           <h2>History</h2>
           <ol class="history" aria-label="History, oldest first">
             {history.map((h, i) => (
               <li key={i} class={`kind-${h.kind}`}>
-                <p class="meta"><strong>{KIND_LABEL[h.kind]}</strong> <Time iso={h.changedAt} /><ChangedBy who={h.changedBy} /></p>
+                <p class="meta">
+                  <strong>{KIND_LABEL[h.kind]}</strong> <Time iso={h.changedAt} />
+                  <ChangedBy who={h.changedBy} />
+                </p>
                 <p class="content">{h.content}</p>
               </li>
             ))}
@@ -101,8 +146,12 @@ export function ItemView({ who, id, params }: { who: Identity; id: string; param
         {current !== null ? <blockquote class="content">{current}</blockquote> : null}
         {remove.error ? <ErrorBox error={remove.error} /> : null}
         <div class="row">
-          <button type="button" class="danger" disabled={remove.pending} onClick={() => remove.run()}>{remove.pending ? 'Deleting…' : 'Delete'}</button>
-          <button type="button" class="secondary" onClick={() => setConfirming(false)} autoFocus>Cancel</button>
+          <button type="button" class="danger" disabled={remove.pending} onClick={() => remove.run()}>
+            {remove.pending ? 'Deleting…' : 'Delete'}
+          </button>
+          <button type="button" class="secondary" onClick={() => setConfirming(false)} autoFocus>
+            Cancel
+          </button>
         </div>
       </dialog>
     </section>

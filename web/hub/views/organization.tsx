@@ -12,11 +12,26 @@ export function CreateOrgForm({ created, first }: { created: () => void; first: 
     created()
   })
   return (
-    <form class="card stack" onSubmit={(e) => { e.preventDefault(); if (name.trim() !== '') create.run() }} aria-labelledby="create-org-title">
+    <form
+      class="card stack"
+      onSubmit={(e) => {
+        e.preventDefault()
+        if (name.trim() !== '') create.run()
+      }}
+      aria-labelledby="create-org-title"
+    >
       <h2 id="create-org-title">{first ? 'Create your organization' : 'Create another organization'}</h2>
       <label for="org-name">Organization name</label>
-      <input id="org-name" required maxLength={100} value={name} onInput={(e) => setName((e.target as HTMLInputElement).value)} />
-      <button type="submit" disabled={create.pending || name.trim() === ''}>{create.pending ? 'Creating…' : 'Create organization'}</button>
+      <input
+        id="org-name"
+        required
+        maxLength={100}
+        value={name}
+        onInput={(e) => setName((e.target as HTMLInputElement).value)}
+      />
+      <button type="submit" disabled={create.pending || name.trim() === ''}>
+        {create.pending ? 'Creating…' : 'Create organization'}
+      </button>
       {create.error ? <ErrorBox error={create.error} /> : null}
     </form>
   )
@@ -27,7 +42,10 @@ export function NoOrgView({ created }: { created: () => void }) {
   return (
     <section aria-labelledby="no-org-title" class="narrow">
       <h1 id="no-org-title">Welcome to Cairn</h1>
-      <p class="lede">Memory, runs and everything else belong to an organization. Create one for your team (you will be its owner and can add people), or ask someone to add you to theirs.</p>
+      <p class="lede">
+        Memory, runs and everything else belong to an organization. Create one for your team (you will be its owner and
+        can add people), or ask someone to add you to theirs.
+      </p>
       <CreateOrgForm first created={created} />
     </section>
   )
@@ -57,25 +75,53 @@ export function OrganizationView({ who, changed }: { who: Identity; changed: () 
     <section aria-labelledby="org-title">
       <h1 id="org-title">{org.name}</h1>
       <p class="muted">You are its {org.role}.</p>
-      {isAdmin(who)
-        ? (
-          <form class="card stack" onSubmit={(e) => { e.preventDefault(); setAdded(null); if (email.trim() !== '') add.run() }} aria-labelledby="add-member-title">
-            <h2 id="add-member-title">Add a member</h2>
-            <label for="member-email">Email of a person who has an account</label>
-            <input id="member-email" type="email" required value={email} onInput={(e) => setEmail((e.target as HTMLInputElement).value)} />
-            <label for="member-role">Role</label>
-            <select id="member-role" value={role} onChange={(e) => setRole((e.target as HTMLSelectElement).value as 'member' | 'admin')}>
-              <option value="member">Member</option>
-              <option value="admin">Admin</option>
-            </select>
-            <button type="submit" disabled={add.pending || email.trim() === ''}>{add.pending ? 'Adding…' : 'Add member'}</button>
-            {added !== null ? <p role="status">Added {added} to {org.name}.</p> : null}
-            {notFound
-              ? <p class="state notice" role="alert">Nobody has an account with that email yet: they can create one, then you add them.</p>
-              : add.error ? <ErrorBox error={add.error} /> : null}
-          </form>
-        )
-        : <p class="notice">Only owners and admins can add members.</p>}
+      {isAdmin(who) ? (
+        <form
+          class="card stack"
+          onSubmit={(e) => {
+            e.preventDefault()
+            setAdded(null)
+            if (email.trim() !== '') add.run()
+          }}
+          aria-labelledby="add-member-title"
+        >
+          <h2 id="add-member-title">Add a member</h2>
+          <label for="member-email">Email of a person who has an account</label>
+          <input
+            id="member-email"
+            type="email"
+            required
+            value={email}
+            onInput={(e) => setEmail((e.target as HTMLInputElement).value)}
+          />
+          <label for="member-role">Role</label>
+          <select
+            id="member-role"
+            value={role}
+            onChange={(e) => setRole((e.target as HTMLSelectElement).value as 'member' | 'admin')}
+          >
+            <option value="member">Member</option>
+            <option value="admin">Admin</option>
+          </select>
+          <button type="submit" disabled={add.pending || email.trim() === ''}>
+            {add.pending ? 'Adding…' : 'Add member'}
+          </button>
+          {added !== null ? (
+            <p role="status">
+              Added {added} to {org.name}.
+            </p>
+          ) : null}
+          {notFound ? (
+            <p class="state notice" role="alert">
+              Nobody has an account with that email yet: they can create one, then you add them.
+            </p>
+          ) : add.error ? (
+            <ErrorBox error={add.error} />
+          ) : null}
+        </form>
+      ) : (
+        <p class="notice">Only owners and admins can add members.</p>
+      )}
       <CreateOrgForm first={false} created={changed} />
     </section>
   )

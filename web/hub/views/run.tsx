@@ -4,15 +4,41 @@ import { Empty, ErrorBox, Link, Loading, Time, useLoad } from '../ui.js'
 import { RecallList } from './recalls.js'
 
 const EVENT_TYPES = [
-  'run.queued', 'run.started', 'message.delta', 'message.completed', 'tool.call', 'tool.result', 'memory.recalled',
-  'memory.captured', 'artifact.created', 'approval.requested', 'approval.resolved', 'run.requires_action',
-  'run.succeeded', 'run.failed', 'run.cancelled'
+  'run.queued',
+  'run.started',
+  'message.delta',
+  'message.completed',
+  'tool.call',
+  'tool.result',
+  'memory.recalled',
+  'memory.captured',
+  'artifact.created',
+  'approval.requested',
+  'approval.resolved',
+  'run.requires_action',
+  'run.succeeded',
+  'run.failed',
+  'run.cancelled'
 ] as const
-const TERMINAL: Record<string, Run['status']> = { 'run.succeeded': 'succeeded', 'run.failed': 'failed', 'run.cancelled': 'cancelled' }
+const TERMINAL: Record<string, Run['status']> = {
+  'run.succeeded': 'succeeded',
+  'run.failed': 'failed',
+  'run.cancelled': 'cancelled'
+}
 
-interface Logged { id: string; type: string; at: string }
+interface Logged {
+  id: string
+  type: string
+  at: string
+}
 /** A tool call of the run as its events tell it: asked, then answered (status and the text the model got). */
-export interface ToolCallView { callId: string; tool: string; arguments: unknown; status?: string; content?: string }
+export interface ToolCallView {
+  callId: string
+  tool: string
+  arguments: unknown
+  status?: string
+  content?: string
+}
 type Stream = 'connecting' | 'live' | 'reconnecting' | 'ended' | 'failed'
 
 /** Follows /api/runs/:id/events (the whole history first, then live) and shows the text as it streams. */
@@ -52,7 +78,13 @@ export function useRunStream(id: string) {
           setTools((list) => (list.some((c) => c.callId === call.callId) ? list : [...list, call]))
         }
         if (type === 'tool.result') {
-          setTools((list) => list.map((c) => (c.callId === String(data.callId) ? { ...c, status: String(data.status), content: String(data.content ?? '') } : c)))
+          setTools((list) =>
+            list.map((c) =>
+              c.callId === String(data.callId)
+                ? { ...c, status: String(data.status), content: String(data.content ?? '') }
+                : c
+            )
+          )
         }
         if (type === 'approval.requested' || type === 'approval.resolved') setApprovals((n) => n + 1)
         if (type === 'run.started') setStatus('running')
@@ -80,38 +112,89 @@ const STREAM_LABEL: Record<Stream, string> = {
 }
 
 export function RunView({ id }: { id: string }) {
-  const [run, reload] = useLoad(`run ${id}`, async () => (await api<RunReply>('GET', `/runs/${encodeURIComponent(id)}`)).run)
-  const [recalls] = useLoad(`run recalls ${id}`, () => api<Recalls>('GET', `/memory/recalls${query({ runId: id, limit: 50 })}`))
+  const [run, reload] = useLoad(
+    `run ${id}`,
+    async () => (await api<RunReply>('GET', `/runs/${encodeURIComponent(id)}`)).run
+  )
+  const [recalls] = useLoad(`run recalls ${id}`, () =>
+    api<Recalls>('GET', `/memory/recalls${query({ runId: id, limit: 50 })}`)
+  )
   const live = useRunStream(id)
   const status = live.status ?? (run.status === 'ok' ? run.data.status : null)
   return (
     <section aria-labelledby="run-title">
-      <p class="crumbs"><Link to="/recalls">← Recall ledger</Link></p>
-      <h1 id="run-title">Run <code>{id.slice(-8)}</code></h1>
+      <p class="crumbs">
+        <Link to="/recalls">← Recall ledger</Link>
+      </p>
+      <h1 id="run-title">
+        Run <code>{id.slice(-8)}</code>
+      </h1>
       {run.status === 'loading' ? <Loading what="the run" /> : null}
       {run.status === 'error' ? <ErrorBox error={run.error} retry={reload} /> : null}
       {run.status === 'ok' ? (
         <dl class="facts">
-          <div><dt>Status</dt><dd><span class={`badge status-${status ?? 'queued'}`}>{status}</span></dd></div>
-          <div><dt>Engine</dt><dd>{run.data.engine}{run.data.model ? ` · ${run.data.model}` : ''}</dd></div>
-          <div><dt>Started</dt><dd><Time iso={run.data.createdAt} /></dd></div>
-          <div class="wide"><dt>Prompt</dt><dd class="content">{run.data.prompt}</dd></div>
-          {run.data.error ? <div class="wide"><dt>Error</dt><dd>{run.data.error}</dd></div> : null}
+          <div>
+            <dt>Status</dt>
+            <dd>
+              <span class={`badge status-${status ?? 'queued'}`}>{status}</span>
+            </dd>
+          </div>
+          <div>
+            <dt>Engine</dt>
+            <dd>
+              {run.data.engine}
+              {run.data.model ? ` · ${run.data.model}` : ''}
+            </dd>
+          </div>
+          <div>
+            <dt>Started</dt>
+            <dd>
+              <Time iso={run.data.createdAt} />
+            </dd>
+          </div>
+          <div class="wide">
+            <dt>Prompt</dt>
+            <dd class="content">{run.data.prompt}</dd>
+          </div>
+          {run.data.error ? (
+            <div class="wide">
+              <dt>Error</dt>
+              <dd>{run.data.error}</dd>
+            </div>
+          ) : null}
         </dl>
       ) : null}
       <h2>Output</h2>
-      <p class="muted" role="status">{STREAM_LABEL[live.stream]}</p>
-      <div class="output content" aria-live="polite" aria-label="Run output">{live.text === '' ? <span class="muted">(no text yet)</span> : live.text}</div>
+      <p class="muted" role="status">
+        {STREAM_LABEL[live.stream]}
+      </p>
+      <div class="output content" aria-live="polite" aria-label="Run output">
+        {live.text === '' ? <span class="muted">(no text yet)</span> : live.text}
+      </div>
       <h2>Events</h2>
-      {live.log.length === 0 ? <p class="muted">No events yet.</p> : (
+      {live.log.length === 0 ? (
+        <p class="muted">No events yet.</p>
+      ) : (
         <ol class="events">
-          {live.log.map((e, i) => <li key={`${e.id}-${i}`}><code>{e.type}</code></li>)}
+          {live.log.map((e, i) => (
+            <li key={`${e.id}-${i}`}>
+              <code>{e.type}</code>
+            </li>
+          ))}
         </ol>
       )}
       <h2>Recalled for this run</h2>
       {recalls.status === 'loading' ? <Loading what="recalls" /> : null}
       {recalls.status === 'error' ? <ErrorBox error={recalls.error} /> : null}
-      {recalls.status === 'ok' ? (recalls.data.recalls.length === 0 ? <Empty><p>This run recalled nothing.</p></Empty> : <RecallList frames={recalls.data.recalls} />) : null}
+      {recalls.status === 'ok' ? (
+        recalls.data.recalls.length === 0 ? (
+          <Empty>
+            <p>This run recalled nothing.</p>
+          </Empty>
+        ) : (
+          <RecallList frames={recalls.data.recalls} />
+        )
+      ) : null}
     </section>
   )
 }

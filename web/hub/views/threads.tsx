@@ -1,5 +1,15 @@
 import { useEffect, useRef, useState } from 'preact/hooks'
-import { api, ApiError, query, type Approvals, type Models, type Run, type RunReply, type ThreadList, type ThreadWithRuns } from '../api.js'
+import {
+  api,
+  ApiError,
+  query,
+  type Approvals,
+  type Models,
+  type Run,
+  type RunReply,
+  type ThreadList,
+  type ThreadWithRuns
+} from '../api.js'
 import { navigate } from '../router.js'
 import { Empty, ErrorBox, Link, Loading, Time, useAction, useLoad } from '../ui.js'
 import { useRunStream, type ToolCallView } from './run.js'
@@ -24,16 +34,39 @@ function MessageBox({ rootRunId, sent }: { rootRunId: string | null; sent: (run:
   })
   const list = models.status === 'ok' ? models.data.items : []
   return (
-    <form class="card stack message-box" onSubmit={(e) => { e.preventDefault(); if (prompt.trim() !== '') send.run() }} aria-labelledby="message-title">
+    <form
+      class="card stack message-box"
+      onSubmit={(e) => {
+        e.preventDefault()
+        if (prompt.trim() !== '') send.run()
+      }}
+      aria-labelledby="message-title"
+    >
       <h2 id="message-title">{rootRunId ? 'Your message' : 'Start a conversation'}</h2>
       <label for="message">Message</label>
-      <textarea id="message" ref={box} rows={3} maxLength={100_000} required value={prompt} onInput={(e) => setPrompt((e.target as HTMLTextAreaElement).value)} />
+      <textarea
+        id="message"
+        ref={box}
+        rows={3}
+        maxLength={100_000}
+        required
+        value={prompt}
+        onInput={(e) => setPrompt((e.target as HTMLTextAreaElement).value)}
+      />
       <label for="model">Model</label>
       <select id="model" value={model} onChange={(e) => setModel((e.target as HTMLSelectElement).value)}>
-        <option value="">The organization's default{list.find((m) => m.default) ? ` (${list.find((m) => m.default)!.id})` : ''}</option>
-        {list.map((m) => <option key={`${m.engine}/${m.id}`} value={m.id}>{m.id}</option>)}
+        <option value="">
+          The organization's default{list.find((m) => m.default) ? ` (${list.find((m) => m.default)!.id})` : ''}
+        </option>
+        {list.map((m) => (
+          <option key={`${m.engine}/${m.id}`} value={m.id}>
+            {m.id}
+          </option>
+        ))}
       </select>
-      <button type="submit" disabled={send.pending || prompt.trim() === ''}>{send.pending ? 'Sending…' : 'Send'}</button>
+      <button type="submit" disabled={send.pending || prompt.trim() === ''}>
+        {send.pending ? 'Sending…' : 'Send'}
+      </button>
       {send.error ? <ErrorBox error={send.error} /> : null}
     </form>
   )
@@ -42,26 +75,43 @@ function MessageBox({ rootRunId, sent }: { rootRunId: string | null; sent: (run:
 /** The org's conversations, newest first, and a box to start one. */
 export function ThreadsView({ params }: { params: URLSearchParams }) {
   const cursor = params.get('cursor') ?? undefined
-  const [state, reload] = useLoad(`threads ${cursor ?? ''}`, () => api<ThreadList>('GET', `/threads${query({ limit: 50, cursor })}`))
+  const [state, reload] = useLoad(`threads ${cursor ?? ''}`, () =>
+    api<ThreadList>('GET', `/threads${query({ limit: 50, cursor })}`)
+  )
   return (
     <section aria-labelledby="threads-title">
       <h1 id="threads-title">Conversations</h1>
       <MessageBox rootRunId={null} sent={(run) => navigate(`/threads/${encodeURIComponent(run.rootRunId)}`)} />
       {state.status === 'loading' ? <Loading what="conversations" /> : null}
       {state.status === 'error' ? <ErrorBox error={state.error} retry={reload} /> : null}
-      {state.status === 'ok' ? (state.data.items.length === 0 ? <Empty><p>No conversations yet: start one above.</p></Empty> : (
-        <>
-          <ul class="cards" aria-label="Conversations">
-            {state.data.items.map((thread) => (
-              <li key={thread.rootRunId} class="card">
-                <p class="content"><Link to={`/threads/${encodeURIComponent(thread.rootRunId)}`}>{thread.title}</Link></p>
-                <p class="meta"><span class={`badge status-${thread.latestStatus}`}>{thread.latestStatus}</span> · {thread.runCount} {thread.runCount === 1 ? 'message' : 'messages'} · <Time iso={thread.updatedAt} /></p>
-              </li>
-            ))}
-          </ul>
-          {state.data.nextCursor ? <p><Link to={`/threads${query({ cursor: state.data.nextCursor })}`}>Older conversations →</Link></p> : null}
-        </>
-      )) : null}
+      {state.status === 'ok' ? (
+        state.data.items.length === 0 ? (
+          <Empty>
+            <p>No conversations yet: start one above.</p>
+          </Empty>
+        ) : (
+          <>
+            <ul class="cards" aria-label="Conversations">
+              {state.data.items.map((thread) => (
+                <li key={thread.rootRunId} class="card">
+                  <p class="content">
+                    <Link to={`/threads/${encodeURIComponent(thread.rootRunId)}`}>{thread.title}</Link>
+                  </p>
+                  <p class="meta">
+                    <span class={`badge status-${thread.latestStatus}`}>{thread.latestStatus}</span> · {thread.runCount}{' '}
+                    {thread.runCount === 1 ? 'message' : 'messages'} · <Time iso={thread.updatedAt} />
+                  </p>
+                </li>
+              ))}
+            </ul>
+            {state.data.nextCursor ? (
+              <p>
+                <Link to={`/threads${query({ cursor: state.data.nextCursor })}`}>Older conversations →</Link>
+              </p>
+            ) : null}
+          </>
+        )
+      ) : null}
     </section>
   )
 }
@@ -72,7 +122,10 @@ function ToolCalls({ calls }: { calls: ToolCallView[] }) {
     <ol class="tool-calls" aria-label="Tool calls">
       {calls.map((c) => (
         <li key={c.callId}>
-          <p><strong>{c.tool}</strong> <code>{JSON.stringify(c.arguments)}</code>{c.status ? <span class="muted"> · {c.status}</span> : <span class="muted"> · waiting</span>}</p>
+          <p>
+            <strong>{c.tool}</strong> <code>{JSON.stringify(c.arguments)}</code>
+            {c.status ? <span class="muted"> · {c.status}</span> : <span class="muted"> · waiting</span>}
+          </p>
           {c.content !== undefined ? <pre class="tool-result">{c.content}</pre> : null}
         </li>
       ))}
@@ -82,7 +135,9 @@ function ToolCalls({ calls }: { calls: ToolCallView[] }) {
 
 /** The pending calls of a run waiting for people: each with its tool and arguments, approve or deny. */
 function PendingApprovals({ runId, version }: { runId: string; version: number }) {
-  const [state, reload] = useLoad(`approvals ${runId} ${version}`, () => api<Approvals>('GET', `/runs/${encodeURIComponent(runId)}/approvals`))
+  const [state, reload] = useLoad(`approvals ${runId} ${version}`, () =>
+    api<Approvals>('GET', `/runs/${encodeURIComponent(runId)}/approvals`)
+  )
   const decide = useAction(async (approvalId: string, decision: 'approve' | 'deny') => {
     await api('POST', `/runs/${encodeURIComponent(runId)}/approvals/${encodeURIComponent(approvalId)}`, { decision })
     reload()
@@ -96,15 +151,40 @@ function PendingApprovals({ runId, version }: { runId: string; version: number }
       <ul>
         {pending.map((a) => (
           <li key={a.id}>
-            <p><strong>{a.tool}</strong> wants to run with</p>
+            <p>
+              <strong>{a.tool}</strong> wants to run with
+            </p>
             <pre>{JSON.stringify(a.arguments, null, 2)}</pre>
-            <p class="muted">Expires <Time iso={a.expiresAt} /></p>
-            <button type="button" disabled={decide.pending} onClick={() => decide.run(a.id, 'approve')} aria-label={`Approve ${a.tool}`}>Approve</button>{' '}
-            <button type="button" class="secondary" disabled={decide.pending} onClick={() => decide.run(a.id, 'deny')} aria-label={`Deny ${a.tool}`}>Deny</button>
+            <p class="muted">
+              Expires <Time iso={a.expiresAt} />
+            </p>
+            <button
+              type="button"
+              disabled={decide.pending}
+              onClick={() => decide.run(a.id, 'approve')}
+              aria-label={`Approve ${a.tool}`}
+            >
+              Approve
+            </button>{' '}
+            <button
+              type="button"
+              class="secondary"
+              disabled={decide.pending}
+              onClick={() => decide.run(a.id, 'deny')}
+              aria-label={`Deny ${a.tool}`}
+            >
+              Deny
+            </button>
           </li>
         ))}
       </ul>
-      {decide.error instanceof ApiError && decide.error.status === 409 ? <p class="state notice" role="alert">This call was decided already, or has expired.</p> : decide.error ? <ErrorBox error={decide.error} /> : null}
+      {decide.error instanceof ApiError && decide.error.status === 409 ? (
+        <p class="state notice" role="alert">
+          This call was decided already, or has expired.
+        </p>
+      ) : decide.error ? (
+        <ErrorBox error={decide.error} />
+      ) : null}
     </div>
   )
 }
@@ -113,19 +193,30 @@ function PendingApprovals({ runId, version }: { runId: string; version: number }
 function LiveRun({ run, ended }: { run: Run; ended: () => void }) {
   const live = useRunStream(run.id)
   const status = live.status ?? run.status
-  const cancel = useAction(async () => { await api('POST', `/runs/${encodeURIComponent(run.id)}/cancel`) })
+  const cancel = useAction(async () => {
+    await api('POST', `/runs/${encodeURIComponent(run.id)}/cancel`)
+  })
   useEffect(() => {
     if (!LIVE.has(status)) ended()
   }, [status])
   return (
     <li class="turn">
-      <p class="prompt"><span class="who-said">You</span> {run.prompt}</p>
+      <p class="prompt">
+        <span class="who-said">You</span> {run.prompt}
+      </p>
       <div class="answer">
-        <p class="meta"><span class={`badge status-${status}`}>{status}</span> {run.model ? <span class="muted">{run.model}</span> : null}</p>
+        <p class="meta">
+          <span class={`badge status-${status}`}>{status}</span>{' '}
+          {run.model ? <span class="muted">{run.model}</span> : null}
+        </p>
         <ToolCalls calls={live.tools} />
         {status === 'requires_action' ? <PendingApprovals runId={run.id} version={live.approvals} /> : null}
-        <div class="output content" aria-live="polite" aria-label="Answer">{live.text === '' ? <span class="muted">(no text yet)</span> : live.text}</div>
-        <button type="button" class="secondary" disabled={cancel.pending} onClick={() => cancel.run()}>Cancel</button>
+        <div class="output content" aria-live="polite" aria-label="Answer">
+          {live.text === '' ? <span class="muted">(no text yet)</span> : live.text}
+        </div>
+        <button type="button" class="secondary" disabled={cancel.pending} onClick={() => cancel.run()}>
+          Cancel
+        </button>
         {cancel.error ? <ErrorBox error={cancel.error} /> : null}
       </div>
     </li>
@@ -135,9 +226,15 @@ function LiveRun({ run, ended }: { run: Run; ended: () => void }) {
 function FinishedRun({ run }: { run: Run }) {
   return (
     <li class="turn">
-      <p class="prompt"><span class="who-said">You</span> {run.prompt}</p>
+      <p class="prompt">
+        <span class="who-said">You</span> {run.prompt}
+      </p>
       <div class="answer">
-        <p class="meta"><span class={`badge status-${run.status}`}>{run.status}</span> {run.model ? <span class="muted">{run.model}</span> : null} · <Link to={`/runs/${encodeURIComponent(run.id)}`}>events</Link></p>
+        <p class="meta">
+          <span class={`badge status-${run.status}`}>{run.status}</span>{' '}
+          {run.model ? <span class="muted">{run.model}</span> : null} ·{' '}
+          <Link to={`/runs/${encodeURIComponent(run.id)}`}>events</Link>
+        </p>
         {run.output ? <div class="output content">{run.output}</div> : null}
         {run.error ? <p class="state error">{run.error}</p> : null}
       </div>
@@ -149,18 +246,30 @@ function FinishedRun({ run }: { run: Run }) {
 export function ThreadView({ id }: { id: string }) {
   const [version, setVersion] = useState(0)
   // the same conversation read again (a turn sent or ended) stays on screen meanwhile; another one does not
-  const [state, reload] = useLoad(`thread ${id} ${version}`, () => api<ThreadWithRuns>('GET', `/threads/${encodeURIComponent(id)}`), { keep: version > 0 })
+  const [state, reload] = useLoad(
+    `thread ${id} ${version}`,
+    () => api<ThreadWithRuns>('GET', `/threads/${encodeURIComponent(id)}`),
+    { keep: version > 0 }
+  )
   const again = () => setVersion((v) => v + 1)
   return (
     <section aria-labelledby="thread-title">
-      <p class="crumbs"><Link to="/threads">← Conversations</Link></p>
+      <p class="crumbs">
+        <Link to="/threads">← Conversations</Link>
+      </p>
       {state.status === 'loading' ? <Loading what="the conversation" /> : null}
       {state.status === 'error' ? <ErrorBox error={state.error} retry={reload} /> : null}
       {state.status === 'ok' ? (
         <>
           <h1 id="thread-title">{state.data.thread.title}</h1>
           <ol class="conversation" aria-label="Conversation">
-            {state.data.runs.map((run) => (LIVE.has(run.status) ? <LiveRun key={run.id} run={run} ended={again} /> : <FinishedRun key={run.id} run={run} />))}
+            {state.data.runs.map((run) =>
+              LIVE.has(run.status) ? (
+                <LiveRun key={run.id} run={run} ended={again} />
+              ) : (
+                <FinishedRun key={run.id} run={run} />
+              )
+            )}
           </ol>
           <MessageBox rootRunId={id} sent={again} />
         </>
