@@ -1,6 +1,6 @@
 import type { Db } from '../db/client.js'
-import { findLiveKey, LAST_USED_GRANULARITY_MS, touchKey } from './api-keys.js'
-import { extendSession, findSession, SESSION_REFRESH_MS, type SessionRecord } from './sessions.js'
+import { findLiveKey, LAST_USED_GRANULARITY_MS, touchKey } from './api-keys-repo.js'
+import { extendSession, findSession, SESSION_REFRESH_MS, type SessionRecord } from './sessions-repo.js'
 import { API_KEY_PATTERN, hashSecret, sameHash, SESSION_TOKEN_PATTERN } from './tokens.js'
 
 interface Cached<T> {

@@ -38,13 +38,13 @@ import {
   removeMember,
   roleIn,
   slugify
-} from './organizations.js'
+} from './organizations-repo.js'
 import { hashPassword, primeDummyHash, verifyAgainstDummy, verifyPassword } from './passwords.js'
 import { devOrgFor } from './principal.js'
-import { createSession, deleteSession, setActiveOrg } from './sessions.js'
+import { createSession, deleteSession, setActiveOrg } from './sessions-repo.js'
 import { authRateLimits, type Role } from './tables.js'
 import { hashSecret } from './tokens.js'
-import { createUser, findCredentials, findUser, normalizeEmail } from './users.js'
+import { createUser, findCredentials, findUser, normalizeEmail } from './users-repo.js'
 
 export interface AuthOptions {
   /** ALLOW_DEV_ORG: GET /auth/whoami says whether this caller acts in the dev org */

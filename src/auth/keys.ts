@@ -4,7 +4,7 @@ import { principalOf, realUserId } from './principal.js'
 import { ApiKeyList, KeyParams, MintedKey, MintKeyBody } from '../../schemas/auth.js'
 import { errorResponses } from '../../schemas/common.js'
 import { toWire } from '../db/wire.js'
-import { listKeys, mintKey, revokeKey } from './api-keys.js'
+import { listKeys, mintKey, revokeKey } from './api-keys-repo.js'
 
 const tags = ['keys']
 

@@ -30,7 +30,7 @@ import { changedByOf } from './service.js'
 import { announceCaptured } from './capture-worker.js'
 import { listCaptures, resolveOrphan, retryDeadCapture } from './captures-repo.js'
 import { ensurePool, lookupPool, orgMemorySettings, parseScope, setOrgMemory, type PoolScope } from './pools.js'
-import { listRecalls } from './recall-ledger.js'
+import { listRecalls } from './recall-ledger-repo.js'
 import { searchMemoryAs } from './search-as.js'
 
 const BROWSE_LIMIT = { default: 50, max: 200 }

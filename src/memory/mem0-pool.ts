@@ -2,7 +2,7 @@ import { ApiError, conflict, deleteFailed, updateFailed, upstreamFailed } from '
 import type { Db } from '../db/client.js'
 import { invalidCursor } from '../db/paging.js'
 import { PoolWriteError, type BrowseItem, type MemoryBackend, type PoolRef, type SearchHit } from './backend.js'
-import { readHistory, recordChanges } from './history.js'
+import { readHistory, recordChanges } from './history-repo.js'
 
 export interface Mem0Options {
   url: string

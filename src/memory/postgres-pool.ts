@@ -15,7 +15,7 @@ import {
   type SearchHit
 } from './backend.js'
 import { isUniqueViolation } from '../db/faults.js'
-import { readHistory, recordChanges } from './history.js'
+import { readHistory, recordChanges } from './history-repo.js'
 import { memoryItems, memoryPools, memoryWords } from './tables.js'
 import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'

@@ -12,7 +12,7 @@ import { ensurePool, findPool, orgMemoryOn, orgMemorySettings } from './pools.js
 import { significantWords } from './recall-words.js'
 import type { CaptureFact } from './tables.js'
 import { createPostgresPool } from './postgres-pool.js'
-import { recordRecall } from './recall-ledger.js'
+import { recordRecall } from './recall-ledger-repo.js'
 
 export interface MemoryHub {
   /** null when MEMORY_BACKEND=off */

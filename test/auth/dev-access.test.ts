@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm'
 import t from 'tap'
-import { mintKey as mintKeyRow } from '../../src/auth/api-keys.js'
+import { mintKey as mintKeyRow } from '../../src/auth/api-keys-repo.js'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { rowsOf } from '../../src/db/client.js'
 import { buildTestApp, createTestDatabase, secondHandle, signUp, signUpWithOrg } from '../helper.js'
