@@ -15,7 +15,6 @@ import { errorResponses, IdempotencyKeyHeader, IdParams, PageQuery, StrictObject
 import { RunEnvelope } from '../../schemas/runs.js'
 import { principalOf, realUserId } from '../auth/principal.js'
 import { isForeignKeyViolation } from '../db/faults.js'
-import { getRun, runToWire } from '../runs/runs-repo.js'
 import {
   automationToWire,
   createAutomation,
@@ -63,8 +62,8 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const missing = attachments.find((id) => !found.has(id))
       if (missing !== undefined)
         throw notFound(`no upload ${JSON.stringify(missing)} in this organization (target.attachments)`)
-      const chosen = await app.runs.engines.resolve(target.engine, target.model, orgId)
-      if ('error' in chosen) throw engineUnavailable(chosen.error)
+      const unavailable = await runs.unavailable(orgId, target.engine, target.model)
+      if (unavailable !== null) throw engineUnavailable(unavailable)
     } else if (!(await targets.exists(app.db, orgId, target))) {
       throw notFound(`no such ${'skillId' in target ? 'skill' : 'playbook'} in this organization (target)`)
     }
@@ -226,8 +225,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
         if (!plan) throw conflict("the automation's skill or playbook was deleted meanwhile")
         await runs.insert(tx, [plan.row])
         await plan.started?.(tx, plan.row)
-        const stored = (await getRun(tx, orgId, plan.row.id))!
-        const wire = { run: runToWire(stored) }
+        const wire = await runs.envelopeOf(tx, orgId, plan.row.id)
         return {
           run: plan.row,
           answer: idempotency

@@ -20,7 +20,11 @@ export interface AutomationRuns {
     engine: string | undefined,
     model: string | undefined
   ): Promise<{ engine: string; model: string | null }>
+  /** why a run of this engine and model cannot start in the org now (as `POST /api/runs` would refuse it), else null */
+  unavailable(orgId: string, engine: string | undefined, model: string | undefined): Promise<string | null>
   insert(tx: Tx, rows: QueuedRun[]): Promise<QueuedRun[]>
+  /** a run just inserted, as the runs routes answer it (`{run}`) */
+  envelopeOf(tx: Tx, orgId: string, id: string): Promise<{ run: unknown }>
   /** never throws: a run.queued not stored now is left to the runs sweeper */
   announce(runs: QueuedRun[]): Promise<void>
 }
