@@ -342,6 +342,9 @@ t.test('three instances behind HAProxy on one Postgres and one S3', { skip }, as
           const created = await call('POST', '/api/runs', { prompt: 'die midway', engine: 'openai', rootRunId: root })
           const runId = created.body.run.id as string
           await eventually(async () => (await shellResult(runId)) || null, 60_000)
+          // killed while it waits for the model's next answer: that answer (never given) is taken, so
+          // the thread's next run gets its own
+          await eventually(async () => model.script.length === 0, 60_000)
           const running = instanceWith(root!, 'during-the-kill')
           running.process!.kill('SIGKILL')
           await running.process!.exit
