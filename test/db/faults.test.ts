@@ -121,6 +121,60 @@ t.test(
   }
 )
 
+t.test(
+  "postgres.js (patched): a transaction whose connection closed fails its later queries, never running them on the pool's next connection",
+  {
+    skip: process.env.DATABASE_URL ? false : 'needs real Postgres (DATABASE_URL)'
+  },
+  async (t) => {
+    const { url } = await createTestDatabase(t)
+    // one connection: the pool's next query reconnects the very connection the transaction had
+    const sql = postgres(url!, { max: 1, onnotice: () => {} })
+    const killer = postgres(url!, { max: 1, onnotice: () => {} })
+    t.teardown(async () => {
+      await sql.end({ timeout: 1 })
+      await killer.end({ timeout: 1 })
+    })
+    const unhandled: unknown[] = []
+    const record = (err: unknown) => unhandled.push(err)
+    process.on('unhandledRejection', record)
+    t.teardown(() => process.off('unhandledRejection', record))
+
+    // porsager/postgres#1215: the callback goes on after its connection closed (here it awaited something else)
+    let pid: number | null = null
+    let goOn!: () => void
+    const paused = new Promise<void>((resolve) => (goOn = resolve))
+    let late: Promise<unknown> | null = null
+    const tx = sql.begin(async (q) => {
+      pid = (await q`select pg_backend_pid() as pid`)[0]!.pid as number
+      await paused
+      late = q`select pg_backend_pid() as pid`.then((rows) => rows[0]!.pid as number)
+      return late
+    })
+    while (pid === null) await new Promise((resolve) => setTimeout(resolve, 10))
+    await killer`select pg_terminate_backend(${pid})`
+    const txError = await tx.then(
+      () => null,
+      (e: unknown) => e
+    )
+    t.ok(isDatabaseUnavailable(txError), 'the transaction fails as its connection closed')
+    // the pool reconnects its one connection for another query
+    const [other] = await sql`select pg_backend_pid() as pid`
+    t.not(other!.pid, pid, 'a new backend')
+
+    goOn()
+    while (late === null) await new Promise((resolve) => setTimeout(resolve, 10))
+    const lateOutcome = await (late as Promise<unknown>).then(
+      (ran: unknown) => `ran on backend ${String(ran)}, outside the transaction`,
+      (e: unknown) => (e as { code?: string }).code
+    )
+    t.equal(lateOutcome, 'CONNECTION_CLOSED', "the callback's later query fails with the transaction's close")
+    for (let i = 0; i < 5; i++) await immediate()
+    t.same(unhandled, [], 'no rejection left unhandled')
+    t.same(await sql`select 1 as ok`, [{ ok: 1 }], 'the pool goes on working')
+  }
+)
+
 t.test('failures as stored sentences: no SQL, values, hosts, ports or paths', async (t) => {
   const lost = Object.assign(new Error('write CONNECTION_CLOSED db.internal.example:5432'), {
     code: 'CONNECTION_CLOSED',
