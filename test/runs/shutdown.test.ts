@@ -19,9 +19,10 @@ import { SseClient } from './sse-client.js'
  */
 
 const GRACE_MS = 6000
-// 300 words, 100 ms apart on A: each run would take 30 s there, far longer than the grace
-// (and than starting the other instance on a loaded machine); the instance that resumes
-// them streams words without a pause
+// 300 words, a second apart on A: each run would take 5 minutes there, far longer than the
+// grace and than starting the other instance on a loaded machine (at 100 ms apart, 30 s, a
+// machine at a load of 16 on 2 cores finished the runs on A before it stopped); the instance
+// that resumes them streams words without a pause
 const PROMPT = Array.from({ length: 300 }, (_, i) => `w${i}`).join(' ')
 
 t.test(
@@ -42,7 +43,7 @@ t.test(
     t.teardown(() => {
       for (const s of servers) s.kill('SIGKILL')
     })
-    const a = await startServer({ ...env, ECHO_WORD_DELAY_MS: '100' })
+    const a = await startServer({ ...env, ECHO_WORD_DELAY_MS: '1000' })
     servers.push(a)
 
     const ids: string[] = []
