@@ -20,7 +20,8 @@ const LIVE = new Set<Run['status']>(['queued', 'running', 'requires_action'])
 /**
  * The tool calls and results of every run of a thread, by run id, from the thread's one event
  * stream (`GET /api/runs/:rootRunId/thread-events`: the history, then live). Opened once the
- * conversation is on screen, so it never delays it; the text deltas it also carries are skipped.
+ * conversation is on screen, so it never delays it; the text deltas it also carries are skipped
+ * (the server still sends them: its cost grows with the thread's history).
  */
 function useThreadTools(rootRunId: string, open: boolean): Map<string, ToolCallView[]> {
   const [calls, setCalls] = useState<Map<string, ToolCallView[]>>(new Map())
@@ -309,7 +310,8 @@ export function ThreadView({ id }: { id: string }) {
     { keep: version > 0 }
   )
   const again = () => setVersion((v) => v + 1)
-  const tools = useThreadTools(id, state.status === 'ok')
+  // the echo engine never calls a tool: a thread of echo runs alone needs no event stream
+  const tools = useThreadTools(id, state.status === 'ok' && state.data.runs.some((run) => run.engine !== 'echo'))
   return (
     <section aria-labelledby="thread-title">
       <p class="crumbs">
