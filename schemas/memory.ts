@@ -111,13 +111,20 @@ export const HistoryResponse = named(
   })
 )
 
+/** The states of a run's capture the outbox filters by. */
+export const CaptureStateName = Type.Union([
+  Type.Literal('pending'),
+  Type.Literal('delivering'),
+  Type.Literal('delivered'),
+  Type.Literal('dead'),
+  Type.Literal('discarded')
+])
+
 export const CapturesQuery = StrictObject({
   scope: ScopeParam,
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
   cursor: Type.Optional(Cursor),
-  state: Type.Optional(
-    Type.Union(['pending', 'delivering', 'delivered', 'dead', 'discarded'].map((s) => Type.Literal(s)))
-  )
+  state: Type.Optional(CaptureStateName)
 })
 
 export const Capture = named(

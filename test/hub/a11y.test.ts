@@ -26,6 +26,9 @@ t.test('/ leads to the console', async (t) => {
   const root = await app.inject({ method: 'GET', url: '/' })
   t.equal(root.statusCode, 302)
   t.equal(root.headers.location, '/hub/')
+  // the console's footer links the API reference there
+  const docs = await app.inject({ method: 'GET', url: '/docs' })
+  t.ok(docs.statusCode < 400, `/docs answers (${docs.statusCode})`)
 })
 
 test('no serious or critical axe-core violation on any view', async (t) => {

@@ -76,6 +76,14 @@ test('a tool call waits for a person: approve it in the thread, the run goes on'
   t.equal(await turn.locator('.output').textContent(), 'The command said hello.')
   const results = model.requests[1]!.body.messages.filter((m: { role: string }) => m.role === 'tool')
   t.match(results[0].content, /hello-from-the-console/, 'the approved call ran and its output went to the model')
+  // the call and its result stay in the conversation once the run has ended, and after a reload
+  const shown = turn.locator('.tool-calls li', { hasText: 'shell' })
+  await shown.locator('.tool-result', { hasText: 'hello-from-the-console' }).waitFor()
+  t.match(await shown.textContent(), /"command":"echo hello-from-the-console"[\s\S]*· ok/, 'the call, its status')
+  await page.reload()
+  const again = page.locator('.turn').first().locator('.tool-calls li', { hasText: 'shell' })
+  await again.locator('.tool-result', { hasText: 'hello-from-the-console' }).waitFor()
+  await screenshot(page, 'thread-tool-result')
   t.same(problems.errors, [])
 })
 
@@ -108,6 +116,12 @@ test('a tool call waits for a person: deny it, the model is told so and its answ
     'the run went on and its answer is shown'
   )
   t.equal(await waiting.count(), 0, 'nothing waits any more')
+  await turn.locator('.tool-calls li', { hasText: 'shell' }).filter({ hasText: '· denied' }).waitFor()
+  t.match(
+    await turn.locator('.tool-result').textContent(),
+    'the call was denied by a person',
+    'the denied call is shown'
+  )
   const results = model.requests[asked + 1]!.body.messages.filter((m: { role: string }) => m.role === 'tool')
   t.match(
     results,

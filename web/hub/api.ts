@@ -7,6 +7,7 @@ import type {
   BrowseItem,
   BrowseResponse,
   Capture as CaptureSchema,
+  CaptureStateName,
   CapturesResponse,
   HistoryResponse,
   Recall,
@@ -19,6 +20,7 @@ import type { ModelEntry as ModelEntrySchema, ModelList } from '../../schemas/pr
 import type {
   Run as RunSchema,
   RunEnvelope,
+  RunEvent,
   Thread as ThreadSchema,
   ThreadDetail,
   ThreadPage
@@ -97,7 +99,7 @@ export const query = (params: Record<string, string | number | undefined | null>
 
 // The wire types are the server's own TypeBox schemas (schemas/), imported for their types
 // only: `import type` is erased by the build, so no TypeBox code reaches the bundle.
-export type Scope = 'org' | 'personal'
+export type Scope = Static<typeof BrowseResponse>['scope']
 
 export type User = Static<typeof UserSchema>
 export type OrgSummary = Static<typeof OrganizationSummary>
@@ -114,9 +116,20 @@ export type HistoryEntry = MemoryHistory['history'][number]
 export type MemorySettings = Static<typeof Settings>
 export type AddedItem = Static<typeof AddItemResponse>
 
-/** The capture states the outbox filters by (the server's list, schemas/memory.ts). */
-export const CAPTURE_STATES = ['pending', 'delivering', 'delivered', 'dead', 'discarded'] as const
-export type CaptureState = (typeof CAPTURE_STATES)[number]
+export type CaptureState = Static<typeof CaptureStateName>
+/**
+ * The capture states the outbox filters by: a value the page needs, so listed here, and held to the server's list
+ * (schemas/memory.ts) both ways: a state the server does not know, or one of its states missing here, fails the build.
+ */
+export const CAPTURE_STATES = [
+  'pending',
+  'delivering',
+  'delivered',
+  'dead',
+  'discarded'
+] as const satisfies readonly CaptureState[]
+const everyState: Exclude<CaptureState, (typeof CAPTURE_STATES)[number]> extends never ? true : never = true
+void everyState
 export type Capture = Static<typeof CaptureSchema>
 export type CaptureList = Static<typeof CapturesResponse>
 export type RecallFrame = Static<typeof Recall>
@@ -124,6 +137,8 @@ export type Recalls = Static<typeof RecallsResponse>
 
 export type Run = Static<typeof RunSchema>
 export type RunReply = Static<typeof RunEnvelope>
+/** One `data:` line of a run's or a thread's event stream. */
+export type RunEventFrame = Static<typeof RunEvent>
 export type ThreadSummary = Static<typeof ThreadSchema>
 export type ThreadList = Static<typeof ThreadPage>
 export type ThreadWithRuns = Static<typeof ThreadDetail>

@@ -1,5 +1,5 @@
 import { useEffect, useState } from 'preact/hooks'
-import { api, query, type Recalls, type Run, type RunReply } from '../api.js'
+import { api, query, type Recalls, type Run, type RunEventFrame, type RunReply } from '../api.js'
 import { Empty, ErrorBox, Link, Loading, Time, useLoad } from '../ui.js'
 import { RecallList } from './recalls.js'
 
@@ -65,7 +65,7 @@ export function useRunStream(id: string) {
         // each frame is the stored event: {id, runId, rootRunId, type, createdAt, data}
         let data: Record<string, unknown> = {}
         try {
-          data = (JSON.parse(e.data) as { data?: Record<string, unknown> }).data ?? {}
+          data = (JSON.parse(e.data) as RunEventFrame).data
         } catch {
           // an event without a JSON body still shows in the log
         }

@@ -6,6 +6,7 @@ import {
   type Approvals,
   type Models,
   type Run,
+  type RunEventFrame,
   type RunReply,
   type ThreadList,
   type ThreadWithRuns
@@ -15,6 +16,56 @@ import { Empty, ErrorBox, Link, Loading, Time, useAction, useLoad } from '../ui.
 import { useRunStream, type ToolCallView } from './run.js'
 
 const LIVE = new Set<Run['status']>(['queued', 'running', 'requires_action'])
+
+/**
+ * The tool calls and results of every run of a thread, by run id, from the thread's one event
+ * stream (`GET /api/runs/:rootRunId/thread-events`: the history, then live). Opened once the
+ * conversation is on screen, so it never delays it; the text deltas it also carries are skipped
+ * (the server still sends them: its cost grows with the thread's history).
+ */
+function useThreadTools(rootRunId: string, open: boolean): Map<string, ToolCallView[]> {
+  const [calls, setCalls] = useState<Map<string, ToolCallView[]>>(new Map())
+  useEffect(() => {
+    setCalls(new Map())
+    if (!open) return
+    const source = new EventSource(`/api/runs/${encodeURIComponent(rootRunId)}/thread-events`)
+    const on = (type: 'tool.call' | 'tool.result') =>
+      source.addEventListener(type, (event) => {
+        let frame: RunEventFrame
+        try {
+          frame = JSON.parse((event as MessageEvent<string>).data) as RunEventFrame
+        } catch {
+          return
+        }
+        const { runId, data } = frame
+        setCalls((before) => {
+          const next = new Map(before)
+          const list = next.get(runId) ?? []
+          if (type === 'tool.call') {
+            if (!list.some((c) => c.callId === String(data.callId)))
+              next.set(runId, [
+                ...list,
+                { callId: String(data.callId), tool: String(data.tool), arguments: data.arguments }
+              ])
+          } else {
+            next.set(
+              runId,
+              list.map((c) =>
+                c.callId === String(data.callId)
+                  ? { ...c, status: String(data.status), content: String(data.content ?? '') }
+                  : c
+              )
+            )
+          }
+          return next
+        })
+      })
+    on('tool.call')
+    on('tool.result')
+    return () => source.close()
+  }, [rootRunId, open])
+  return calls
+}
 
 /** The message box: a new conversation, or the next message of one (a follow-up run in the thread). */
 function MessageBox({ rootRunId, sent }: { rootRunId: string | null; sent: (run: Run) => void }) {
@@ -116,7 +167,7 @@ export function ThreadsView({ params }: { params: URLSearchParams }) {
   )
 }
 
-function ToolCalls({ calls }: { calls: ToolCallView[] }) {
+function ToolCalls({ calls, ended = false }: { calls: ToolCallView[]; ended?: boolean }) {
   if (calls.length === 0) return null
   return (
     <ol class="tool-calls" aria-label="Tool calls">
@@ -124,7 +175,11 @@ function ToolCalls({ calls }: { calls: ToolCallView[] }) {
         <li key={c.callId}>
           <p>
             <strong>{c.tool}</strong> <code>{JSON.stringify(c.arguments)}</code>
-            {c.status ? <span class="muted"> · {c.status}</span> : <span class="muted"> · waiting</span>}
+            {c.status ? (
+              <span class="muted"> · {c.status}</span>
+            ) : (
+              <span class="muted"> · {ended ? 'no result' : 'waiting'}</span>
+            )}
           </p>
           {c.content !== undefined ? <pre class="tool-result">{c.content}</pre> : null}
         </li>
@@ -214,16 +269,18 @@ function LiveRun({ run, ended }: { run: Run; ended: () => void }) {
         <div class="output content" aria-live="polite" aria-label="Answer">
           {live.text === '' ? <span class="muted">(no text yet)</span> : live.text}
         </div>
-        <button type="button" class="secondary" disabled={cancel.pending} onClick={() => cancel.run()}>
-          Cancel
-        </button>
+        {LIVE.has(status) ? (
+          <button type="button" class="secondary" disabled={cancel.pending} onClick={() => cancel.run()}>
+            Cancel
+          </button>
+        ) : null}
         {cancel.error ? <ErrorBox error={cancel.error} /> : null}
       </div>
     </li>
   )
 }
 
-function FinishedRun({ run }: { run: Run }) {
+function FinishedRun({ run, tools }: { run: Run; tools: ToolCallView[] }) {
   return (
     <li class="turn">
       <p class="prompt">
@@ -235,6 +292,7 @@ function FinishedRun({ run }: { run: Run }) {
           {run.model ? <span class="muted">{run.model}</span> : null} ·{' '}
           <Link to={`/runs/${encodeURIComponent(run.id)}`}>events</Link>
         </p>
+        <ToolCalls calls={tools} ended />
         {run.output ? <div class="output content">{run.output}</div> : null}
         {run.error ? <p class="state error">{run.error}</p> : null}
       </div>
@@ -252,6 +310,8 @@ export function ThreadView({ id }: { id: string }) {
     { keep: version > 0 }
   )
   const again = () => setVersion((v) => v + 1)
+  // the echo engine never calls a tool: a thread of echo runs alone needs no event stream
+  const tools = useThreadTools(id, state.status === 'ok' && state.data.runs.some((run) => run.engine !== 'echo'))
   return (
     <section aria-labelledby="thread-title">
       <p class="crumbs">
@@ -267,7 +327,7 @@ export function ThreadView({ id }: { id: string }) {
               LIVE.has(run.status) ? (
                 <LiveRun key={run.id} run={run} ended={again} />
               ) : (
-                <FinishedRun key={run.id} run={run} />
+                <FinishedRun key={run.id} run={run} tools={tools.get(run.id) ?? []} />
               )
             )}
           </ol>
