@@ -20,7 +20,6 @@ import eventBusPlugin from '../plugins/event-bus.js'
 import idempotencyPlugin from '../plugins/idempotency/index.js'
 import ssePlugin from '../plugins/sse.js'
 import errorsPlugin, { rateLimited } from '../plugins/errors.js'
-import featuresPlugin from '../plugins/features.js'
 import { refusingHostileInput } from '../plugins/hostile-input.js'
 import openapiPlugin from '../plugins/openapi.js'
 import hubPlugin from '../plugins/hub.js'
@@ -81,6 +80,7 @@ import memoryService from './memory/service.js'
 import memory from './memory/index.js'
 import system from './system/index.js'
 import { describeDatabase } from './startup.js'
+import type { Features } from './system/features.js'
 
 /** One registered route, as the route-walk tests and the API-key allowlist check see it. */
 export interface RouteRecord {
@@ -293,7 +293,6 @@ export async function buildApp({
     closeOnShutdown: owned,
     maintenanceEveryMs: config.EMBEDDED_MAINTENANCE_SECONDS * 1000
   })
-  await app.register(featuresPlugin)
   await app.register(eventBusPlugin)
   await app.register(ssePlugin, {
     heartbeatMs: config.SSE_HEARTBEAT_MS,
@@ -353,7 +352,12 @@ export async function buildApp({
   await app.register(tasksService)
   // GitHub: the org's connection, conditional-request lists, skill import, and the repo
   // wiki job (its pages are knowledge records; runs do the job, see `jobs` below)
-  await app.register(githubService, { config, records: app.knowledge.forWiki, skills: app.skills.forImport })
+  await app.register(githubService, {
+    config,
+    records: app.knowledge.forWiki,
+    skills: app.skills.forImport,
+    secrets: app.secrets
+  })
   const runMemory = ports.runMemory ?? app.memory.runMemory
   // the agent runtime: sandboxes and the tool gateway, which asks the runs group about runs
   await app.register(runtimeService, {
@@ -372,7 +376,8 @@ export async function buildApp({
   await app.register(runsService, {
     config,
     memory: runMemory,
-    tools: app.features.capabilities.toolGateway ? app.runtime.gateway : null,
+    // tools need somewhere to run
+    tools: app.runtime.sandboxes !== null ? app.runtime.gateway : null,
     artifacts: app.artifacts.forRuns,
     knowledge: app.knowledge.forRuns,
     skills: app.skills.forRuns,
@@ -399,6 +404,24 @@ export async function buildApp({
     approvals: app.runtime.gateway
   })
 
+  // What GET /api/config tells clients, from what each service reports about itself; assembled
+  // once, nothing writes to it afterwards
+  const catalogs = [() => app.runs.engines.catalog()]
+  const features: Features = {
+    // the auth routes below sign people in with an email and a password
+    auth: { google: false, emailPassword: true },
+    sandbox: app.runtime.sandboxStatus,
+    capabilities: {
+      // an org connects them with PUT /api/integrations/github and /slack
+      github: app.hasDecorator('github'),
+      slack: app.hasDecorator('slack'),
+      memory: app.memory.backend !== null,
+      toolGateway: app.runtime.sandboxes !== null
+    },
+    artifactsFidelity: app.artifacts.fidelity,
+    catalogs
+  }
+
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
   // they declare otherwise, because the principal hook sits here.
   await app.register(
@@ -411,7 +434,7 @@ export async function buildApp({
         extraKeyRoutes
       })
       await scope.register(idempotencyPlugin)
-      await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG })
+      await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG, features })
       await scope.register(auth, {
         allowDevOrg: config.ALLOW_DEV_ORG,
         rateLimit: {
@@ -431,7 +454,7 @@ export async function buildApp({
       await scope.register(automations)
       await scope.register(integrations)
       await scope.register(platform)
-      await scope.register(providers)
+      await scope.register(providers, { catalogs })
       await scope.register(github)
       await scope.register(slack)
       await scope.register(mcpRoutes, { sessionIdleHours: config.MCP_SESSION_IDLE_HOURS })

@@ -22,6 +22,8 @@ export interface ArtifactsService {
   forRuns: RunArtifacts
   /** the runtime's port: thread workspace archives, blobs like any other */
   forWorkspaces: WorkspaceArchives
+  /** every version is kept byte for byte (GET /api/config) */
+  readonly fidelity: 'full'
 }
 
 declare module 'fastify' {
@@ -119,10 +121,9 @@ export default fp(
       sweeper,
       maxBytes: config.UPLOAD_MAX_BYTES,
       forRuns,
-      forWorkspaces
+      forWorkspaces,
+      fidelity: 'full'
     } satisfies ArtifactsService)
-    // every version is kept byte for byte
-    app.features.artifactsFidelity = 'full'
     app.addHook('onReady', async () => {
       sweeper.start()
     })
@@ -133,5 +134,5 @@ export default fp(
       ;(store as { close?: () => void }).close?.()
     })
   },
-  { name: 'artifacts', fastify: '5.x', dependencies: ['db', 'features'] }
+  { name: 'artifacts', fastify: '5.x', dependencies: ['db'] }
 )

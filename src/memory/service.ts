@@ -174,7 +174,6 @@ export default fp(
   async function memoryService(app: FastifyInstance, opts: MemoryServiceOptions) {
     const hub = createMemoryHub(app.db, opts, app.log)
     app.decorate('memory', hub)
-    app.features.capabilities.memory = hub.backend !== null
     app.addHook('onReady', async () => {
       if (opts.config.MEMORY_CAPTURE_WORKER) hub.worker?.start()
     })
@@ -186,5 +185,5 @@ export default fp(
       })
     })
   },
-  { name: 'memory', fastify: '5.x', dependencies: ['db', 'features'] }
+  { name: 'memory', fastify: '5.x', dependencies: ['db'] }
 )

@@ -116,14 +116,13 @@ export function createEngines(config: Config, providers?: OrgProviders): EngineR
 /**
  * The runs service: engines (and their `/api/config` catalog), dispatch, the worker that
  * starts with the app and hands its runs back on close, and the sweeper. Everything it uses arrives as
- * options or from the infrastructure plugins (db, event bus, features).
+ * options or from the infrastructure plugins (db, event bus).
  */
 export default fp(
   async function runsService(app: FastifyInstance, opts: RunsServiceOptions) {
     const { config, memory, tools, artifacts, knowledge, skills, followUps, secrets, providers, jobs } = opts
     const log = app.log.child({ component: 'runs' })
     const engines = createEngines(config, providers)
-    app.features.catalogs.push(() => engines.catalog())
     const events = new EventBatcher(app.db)
     const worker = new RunWorker({
       db: app.db,
@@ -207,5 +206,5 @@ export default fp(
       await app.shutdown.drain('the run worker', (ms) => Promise.all([sweeper.stop(ms), worker.close(ms)]))
     })
   },
-  { name: 'runs', fastify: '5.x', dependencies: ['db', 'event-bus', 'features'] }
+  { name: 'runs', fastify: '5.x', dependencies: ['db', 'event-bus'] }
 )

@@ -216,9 +216,6 @@ export default fp(
       log: app.log
     })
     app.decorate('runtime', { sandboxes, sandboxStatus, gateway, runs, sockets: new OpenSockets(), workspaces })
-    app.features.sandbox = sandboxStatus
-    // tools need somewhere to run
-    app.features.capabilities.toolGateway = sandboxes !== null
     if (provider)
       app.log.info(
         { provider: provider.name, confinement: provider.confinement, desktop: provider.desktopAvailable },
@@ -236,5 +233,5 @@ export default fp(
       })
     })
   },
-  { name: 'runtime', fastify: '5.x', dependencies: ['db', 'features'] }
+  { name: 'runtime', fastify: '5.x', dependencies: ['db'] }
 )

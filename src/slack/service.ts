@@ -164,8 +164,6 @@ export default fp(
       return had
     }
 
-    // the deployment offers Slack: an org connects it with PUT /api/integrations/slack
-    app.features.capabilities.slack = true
     app.decorate('slack', {
       api,
       outbox,

@@ -1,7 +1,6 @@
-import type { EngineInfo, ModelInfo } from '../../../plugins/features.js'
 import type { Db, Tx } from '../../db/client.js'
 import { LRUCache } from 'lru-cache'
-import { EngineError, type Engine } from './types.js'
+import { EngineError, type Engine, type EngineInfo, type ModelInfo } from './types.js'
 
 /** The engine of an org's provider that offers a model, or null (src/runs/providers-port.ts). */
 export type OrgEngineLookup = (orgId: string, model: string, db?: Db | Tx) => Promise<Engine | null>
