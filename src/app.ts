@@ -43,20 +43,13 @@ import type { Extractor } from './knowledge/document-worker.js'
 import knowledgeService from './knowledge/service.js'
 import runs from './runs/index.js'
 import { createRunEventSink } from './runs/events.js'
-import type { RunEventSink, RunMemory } from './runs/memory-port.js'
-import {
-  runArtifactWriter,
-  runDirectory,
-  runEventWriter,
-  runKnowledgeTools,
-  runMemoryTools,
-  runSkillTools
-} from './runs/runtime-ports.js'
+import type { RunEventSink, RunMemory } from './runs/ports/memory.js'
+import { forRuntime } from './runs/ports/runtime.js'
 import runsService from './runs/service.js'
 import automations from './automations/index.js'
 import { systemClock, type Clock } from './worker-loop.js'
 import automationsService from './automations/service.js'
-import { automationRuns } from './runs/automation-runs.js'
+import { forAutomations } from './runs/ports/automations.js'
 import secrets from './secrets/index.js'
 import integrations from './integrations/index.js'
 import platform from './platform/index.js'
@@ -66,7 +59,7 @@ import github from './github/index.js'
 import githubService from './github/service.js'
 import slack from './slack/index.js'
 import slackService from './slack/service.js'
-import { chatPlatformRuns } from './runs/chat-platform-runs.js'
+import { forChatPlatforms } from './runs/ports/chat-platforms.js'
 import secretsService from './secrets/service.js'
 import mcpService from './mcp/service.js'
 import mcpRoutes from './mcp/index.js'
@@ -358,17 +351,19 @@ export async function buildApp({
     skills: app.skills.forImport,
     secrets: app.secrets
   })
-  const runMemory = ports.runMemory ?? app.memory.runMemory
+  const runMemory = ports.runMemory ?? app.memory.forRuns
   // the agent runtime: sandboxes and the tool gateway, which asks the runs group about runs
   await app.register(runtimeService, {
     config,
-    runs: runDirectory(app.db),
-    events: runEventWriter(runEvents),
-    memory: runMemoryTools(app.db, runMemory),
-    artifacts: runArtifactWriter(app.artifacts.forRuns, runEvents),
+    ...forRuntime({
+      db: app.db,
+      events: runEvents,
+      memory: runMemory,
+      artifacts: app.artifacts.forRuns,
+      knowledge: app.knowledge.forRuns,
+      skills: app.skills.forRuns
+    }),
     archives: app.artifacts.forWorkspaces,
-    knowledge: runKnowledgeTools(app.knowledge.forRuns),
-    skills: runSkillTools(app.skills.forRuns),
     mcp: app.mcp.forGateway,
     ...ports.runtime
   })
@@ -381,17 +376,17 @@ export async function buildApp({
     artifacts: app.artifacts.forRuns,
     knowledge: app.knowledge.forRuns,
     skills: app.skills.forRuns,
-    followUps: [app.skills.followUps, app.tasks.followUps],
+    followUps: [app.skills.forFollowUps, app.tasks.forFollowUps],
     secrets: app.secrets.forRuns,
     providers: app.providers.forRuns,
-    jobs: [app.github.wikiJobs],
+    jobs: [app.github.forJobs],
     mcpTools: (orgId, names) => app.mcp.unknownTool(orgId, names)
   })
   // automations: the scheduler, which starts runs of prompts, skills and playbooks
   await app.register(automationsService, {
     config,
     clock,
-    runs: automationRuns(app.runs, app.log.child({ component: 'scheduler' })),
+    runs: forAutomations(app.runs, app.log.child({ component: 'scheduler' })),
     targets: app.skills.forAutomations
   })
   // Slack: connecting, the signed event ingress that starts runs, the reply outbox, and tool
@@ -399,7 +394,7 @@ export async function buildApp({
   await app.register(slackService, {
     config,
     clock,
-    runs: chatPlatformRuns(app.runs, app.log.child({ component: 'slack' })),
+    runs: forChatPlatforms(app.runs, app.log.child({ component: 'slack' })),
     secrets: app.secrets,
     approvals: app.runtime.gateway
   })

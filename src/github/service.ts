@@ -7,7 +7,7 @@ export type PullState = (typeof PULL_STATES)[number]
 import type { Config } from '../config.js'
 import { decodeCursorParts } from '../db/paging.js'
 import { deleteIntegration, upsertIntegration, type IntegrationRow } from '../integrations/integrations-repo.js'
-import type { RunJobs } from '../runs/job-port.js'
+import type { RunJobs } from '../runs/ports/jobs.js'
 import type { SecretsService } from '../secrets/service.js'
 import { skillMdLocation } from '../skills/skill-md.js'
 import {
@@ -67,7 +67,7 @@ export interface GitHubService {
     createdBy: string | null
   ): Promise<SkillImport & { resolved: ResolvedRef }>
   /** the runs group's port: repo wiki runs */
-  wikiJobs: RunJobs
+  forJobs: RunJobs
 }
 
 declare module 'fastify' {
@@ -366,7 +366,7 @@ export default fp(
         return { ...result, resolved }
       },
 
-      wikiJobs: wikiJobs({ db, records, session: (orgId, signal) => openSession(deps, orgId, signal) })
+      forJobs: wikiJobs({ db, records, session: (orgId, signal) => openSession(deps, orgId, signal) })
     } satisfies GitHubService)
   },
   { name: 'github', fastify: '5.x', dependencies: ['db', 'secrets'] }

@@ -22,7 +22,7 @@ import type {
 import { SandboxManager, type SandboxProvider } from './sandbox.js'
 import { ThreadWorkspaces } from './workspaces.js'
 
-/** What the runtime needs from the runs group (src/runs/runtime-ports.ts). */
+/** What the runtime needs from the runs group (src/runs/ports/runtime.ts). */
 export interface RuntimePorts {
   runs: RunDirectory
   events: RunEventWriter

@@ -1,9 +1,9 @@
 // What an engine is and what it is given: the one interface the run worker and the chat
 // route call, whichever engine answers.
-import type { SavedArtifact } from '../artifact-port.js'
-import type { ProposedDraft } from '../knowledge-port.js'
-import type { RecalledItem } from '../memory-port.js'
-import type { ProposedSkill } from '../skills-port.js'
+import type { SavedArtifact } from '../ports/artifacts.js'
+import type { ProposedDraft } from '../ports/knowledge.js'
+import type { RecalledItem } from '../ports/memory.js'
+import type { ProposedSkill } from '../ports/skills.js'
 import type { RunSettings, SuspendedRun } from '../tables.js'
 
 /** An engine as GET /api/config lists it. */
