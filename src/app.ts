@@ -20,7 +20,6 @@ import eventBusPlugin from '../plugins/event-bus.js'
 import idempotencyPlugin from '../plugins/idempotency/index.js'
 import ssePlugin from '../plugins/sse.js'
 import errorsPlugin, { rateLimited } from '../plugins/errors.js'
-import featuresPlugin from '../plugins/features.js'
 import { refusingHostileInput } from '../plugins/hostile-input.js'
 import openapiPlugin from '../plugins/openapi.js'
 import hubPlugin from '../plugins/hub.js'
@@ -44,20 +43,13 @@ import type { Extractor } from './knowledge/document-worker.js'
 import knowledgeService from './knowledge/service.js'
 import runs from './runs/index.js'
 import { createRunEventSink } from './runs/events.js'
-import type { RunEventSink, RunMemory } from './runs/memory-port.js'
-import {
-  runArtifactWriter,
-  runDirectory,
-  runEventWriter,
-  runKnowledgeTools,
-  runMemoryTools,
-  runSkillTools
-} from './runs/runtime-ports.js'
+import type { RunEventSink, RunMemory } from './runs/ports/memory.js'
+import { forRuntime } from './runs/ports/runtime.js'
 import runsService from './runs/service.js'
 import automations from './automations/index.js'
 import { systemClock, type Clock } from './worker-loop.js'
 import automationsService from './automations/service.js'
-import { automationRuns } from './runs/automation-runs.js'
+import { forAutomations } from './runs/ports/automations.js'
 import secrets from './secrets/index.js'
 import integrations from './integrations/index.js'
 import platform from './platform/index.js'
@@ -67,7 +59,7 @@ import github from './github/index.js'
 import githubService from './github/service.js'
 import slack from './slack/index.js'
 import slackService from './slack/service.js'
-import { chatPlatformRuns } from './runs/chat-platform-runs.js'
+import { forChatPlatforms } from './runs/ports/chat-platforms.js'
 import secretsService from './secrets/service.js'
 import mcpService from './mcp/service.js'
 import mcpRoutes from './mcp/index.js'
@@ -81,6 +73,7 @@ import memoryService from './memory/service.js'
 import memory from './memory/index.js'
 import system from './system/index.js'
 import { describeDatabase } from './startup.js'
+import type { Features } from './system/features.js'
 
 /** One registered route, as the route-walk tests and the API-key allowlist check see it. */
 export interface RouteRecord {
@@ -293,7 +286,6 @@ export async function buildApp({
     closeOnShutdown: owned,
     maintenanceEveryMs: config.EMBEDDED_MAINTENANCE_SECONDS * 1000
   })
-  await app.register(featuresPlugin)
   await app.register(eventBusPlugin)
   await app.register(ssePlugin, {
     heartbeatMs: config.SSE_HEARTBEAT_MS,
@@ -353,18 +345,25 @@ export async function buildApp({
   await app.register(tasksService)
   // GitHub: the org's connection, conditional-request lists, skill import, and the repo
   // wiki job (its pages are knowledge records; runs do the job, see `jobs` below)
-  await app.register(githubService, { config, records: app.knowledge.forWiki, skills: app.skills.forImport })
-  const runMemory = ports.runMemory ?? app.memory.runMemory
+  await app.register(githubService, {
+    config,
+    records: app.knowledge.forWiki,
+    skills: app.skills.forImport,
+    secrets: app.secrets
+  })
+  const runMemory = ports.runMemory ?? app.memory.forRuns
   // the agent runtime: sandboxes and the tool gateway, which asks the runs group about runs
   await app.register(runtimeService, {
     config,
-    runs: runDirectory(app.db),
-    events: runEventWriter(runEvents),
-    memory: runMemoryTools(app.db, runMemory),
-    artifacts: runArtifactWriter(app.artifacts.forRuns, runEvents),
+    ...forRuntime({
+      db: app.db,
+      events: runEvents,
+      memory: runMemory,
+      artifacts: app.artifacts.forRuns,
+      knowledge: app.knowledge.forRuns,
+      skills: app.skills.forRuns
+    }),
     archives: app.artifacts.forWorkspaces,
-    knowledge: runKnowledgeTools(app.knowledge.forRuns),
-    skills: runSkillTools(app.skills.forRuns),
     mcp: app.mcp.forGateway,
     ...ports.runtime
   })
@@ -372,21 +371,22 @@ export async function buildApp({
   await app.register(runsService, {
     config,
     memory: runMemory,
-    tools: app.features.capabilities.toolGateway ? app.runtime.gateway : null,
+    // tools need somewhere to run
+    tools: app.runtime.sandboxes !== null ? app.runtime.gateway : null,
     artifacts: app.artifacts.forRuns,
     knowledge: app.knowledge.forRuns,
     skills: app.skills.forRuns,
-    followUps: [app.skills.followUps, app.tasks.followUps],
+    followUps: [app.skills.forFollowUps, app.tasks.forFollowUps],
     secrets: app.secrets.forRuns,
     providers: app.providers.forRuns,
-    jobs: [app.github.wikiJobs],
+    jobs: [app.github.forJobs],
     mcpTools: (orgId, names) => app.mcp.unknownTool(orgId, names)
   })
   // automations: the scheduler, which starts runs of prompts, skills and playbooks
   await app.register(automationsService, {
     config,
     clock,
-    runs: automationRuns(app.runs, app.log.child({ component: 'scheduler' })),
+    runs: forAutomations(app.runs, app.log.child({ component: 'scheduler' })),
     targets: app.skills.forAutomations
   })
   // Slack: connecting, the signed event ingress that starts runs, the reply outbox, and tool
@@ -394,10 +394,28 @@ export async function buildApp({
   await app.register(slackService, {
     config,
     clock,
-    runs: chatPlatformRuns(app.runs, app.log.child({ component: 'slack' })),
+    runs: forChatPlatforms(app.runs, app.log.child({ component: 'slack' })),
     secrets: app.secrets,
     approvals: app.runtime.gateway
   })
+
+  // What GET /api/config tells clients, from what each service reports about itself; assembled
+  // once, nothing writes to it afterwards
+  const catalogs = [() => app.runs.engines.catalog()]
+  const features: Features = {
+    // the auth routes below sign people in with an email and a password
+    auth: { google: false, emailPassword: true },
+    sandbox: app.runtime.sandboxStatus,
+    capabilities: {
+      // an org connects them with PUT /api/integrations/github and /slack
+      github: app.hasDecorator('github'),
+      slack: app.hasDecorator('slack'),
+      memory: app.memory.backend !== null,
+      toolGateway: app.runtime.sandboxes !== null
+    },
+    artifactsFidelity: app.artifacts.fidelity,
+    catalogs
+  }
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
   // they declare otherwise, because the principal hook sits here.
@@ -411,7 +429,7 @@ export async function buildApp({
         extraKeyRoutes
       })
       await scope.register(idempotencyPlugin)
-      await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG })
+      await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG, features })
       await scope.register(auth, {
         allowDevOrg: config.ALLOW_DEV_ORG,
         rateLimit: {
@@ -431,7 +449,7 @@ export async function buildApp({
       await scope.register(automations)
       await scope.register(integrations)
       await scope.register(platform)
-      await scope.register(providers)
+      await scope.register(providers, { catalogs })
       await scope.register(github)
       await scope.register(slack)
       await scope.register(mcpRoutes, { sessionIdleHours: config.MCP_SESSION_IDLE_HOURS })

@@ -13,7 +13,7 @@ import type { Extractor } from '../src/knowledge/document-worker.js'
 import { testConfig, type Env } from '../src/config.js'
 import { openDatabase, rowsOf, type Database } from '../src/db/client.js'
 import { migrateDatabase } from '../src/db/migrate.js'
-import type { RunEventSink, RunMemory } from '../src/runs/memory-port.js'
+import type { RunEventSink, RunMemory } from '../src/runs/ports/memory.js'
 import type { RuntimeWiring } from '../src/runtime/service.js'
 import { pgliteSchemaTemplate, postgresSchemaTemplate } from './templates.js'
 

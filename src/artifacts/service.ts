@@ -3,7 +3,7 @@ import { Readable } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { filesDir, type Config } from '../config.js'
-import type { RunArtifacts } from '../runs/artifact-port.js'
+import type { RunArtifacts } from '../runs/ports/artifacts.js'
 import { getUpload, saveRunArtifact, uploadsAmong } from './artifacts-repo.js'
 import { BlobMissing, FsBlobStore, type BlobStore } from './blob-store.js'
 import { BlobSweeper, putBlob, referenceBlob } from './blobs.js'
@@ -22,6 +22,8 @@ export interface ArtifactsService {
   forRuns: RunArtifacts
   /** the runtime's port: thread workspace archives, blobs like any other */
   forWorkspaces: WorkspaceArchives
+  /** every version is kept byte for byte (GET /api/config) */
+  readonly fidelity: 'full'
 }
 
 declare module 'fastify' {
@@ -119,10 +121,9 @@ export default fp(
       sweeper,
       maxBytes: config.UPLOAD_MAX_BYTES,
       forRuns,
-      forWorkspaces
+      forWorkspaces,
+      fidelity: 'full'
     } satisfies ArtifactsService)
-    // every version is kept byte for byte
-    app.features.artifactsFidelity = 'full'
     app.addHook('onReady', async () => {
       sweeper.start()
     })
@@ -133,5 +134,5 @@ export default fp(
       ;(store as { close?: () => void }).close?.()
     })
   },
-  { name: 'artifacts', fastify: '5.x', dependencies: ['db', 'features'] }
+  { name: 'artifacts', fastify: '5.x', dependencies: ['db'] }
 )

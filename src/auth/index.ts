@@ -60,7 +60,6 @@ const tags = ['auth']
  * and API keys under /keys (org-scoped, admin, mint and revoke session-only).
  */
 const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
-  app.features.auth.emailPassword = true
   primeDummyHash()
   const { identity, sessionCookie, db } = app
 

@@ -4,46 +4,9 @@ import { newId } from '../db/ids.js'
 import { advance, claimDue, earliestTick, insertFires, type AutomationRow } from './automations-repo.js'
 import { planFire } from './cron.js'
 import type { AutomationTargets, PreparedRun } from './targets-port.js'
-import type { RunSettings } from '../runs/tables.js'
+import type { AutomationRuns, QueuedRun } from '../runs/ports/automations.js'
 import { agentOptionsOf } from '../runs/agent-options.js'
 import { createWorkerLoop, type Clock, type WorkerLoop } from '../worker-loop.js'
-
-/**
- * What automations need of the runs group: the engine a prompt names, queued runs stored in a transaction, announced
- * after it.
- */
-export interface AutomationRuns {
-  /** the engine and model a run of this request gets (an unknown one is kept: the worker fails the run, saying why) */
-  engineFor(
-    tx: Tx,
-    orgId: string,
-    engine: string | undefined,
-    model: string | undefined
-  ): Promise<{ engine: string; model: string | null }>
-  /** why a run of this engine and model cannot start in the org now (as `POST /api/runs` would refuse it), else null */
-  unavailable(orgId: string, engine: string | undefined, model: string | undefined): Promise<string | null>
-  insert(tx: Tx, rows: QueuedRun[]): Promise<QueuedRun[]>
-  /** a run just inserted, as the runs routes answer it (`{run}`) */
-  envelopeOf(tx: Tx, orgId: string, id: string): Promise<{ run: unknown }>
-  /** never throws: a run.queued not stored now is left to the runs sweeper */
-  announce(runs: QueuedRun[]): Promise<void>
-}
-
-export interface QueuedRun {
-  id: string
-  orgId: string
-  /** its own id: each run an automation starts is a new thread */
-  rootRunId: string
-  engine: string
-  model: string | null
-  prompt: string
-  origin: 'automation'
-  metadata: Record<string, unknown>
-  userId: string | null
-  instructions?: string | null | undefined
-  settings?: RunSettings | undefined
-  attachments?: string[] | undefined
-}
 
 export interface RunPlan {
   row: QueuedRun

@@ -1,7 +1,8 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Config } from '../config.js'
-import { AutomationScheduler, type AutomationRuns } from './scheduler.js'
+import type { AutomationRuns } from '../runs/ports/automations.js'
+import { AutomationScheduler } from './scheduler.js'
 import type { Clock } from '../worker-loop.js'
 import type { AutomationTargets } from './targets-port.js'
 

@@ -7,7 +7,8 @@ export type PullState = (typeof PULL_STATES)[number]
 import type { Config } from '../config.js'
 import { decodeCursorParts } from '../db/paging.js'
 import { deleteIntegration, upsertIntegration, type IntegrationRow } from '../integrations/integrations-repo.js'
-import type { RunJobs } from '../runs/job-port.js'
+import type { RunJobs } from '../runs/ports/jobs.js'
+import type { SecretsService } from '../secrets/service.js'
 import { skillMdLocation } from '../skills/skill-md.js'
 import {
   hasNextPage,
@@ -66,7 +67,7 @@ export interface GitHubService {
     createdBy: string | null
   ): Promise<SkillImport & { resolved: ResolvedRef }>
   /** the runs group's port: repo wiki runs */
-  wikiJobs: RunJobs
+  forJobs: RunJobs
 }
 
 declare module 'fastify' {
@@ -81,6 +82,8 @@ export interface GitHubServiceOptions {
   records: WikiRecords
   /** the skills group's port: imported SKILL.md files are skills */
   skills: SkillImports
+  /** where the org's token is sealed (an internal secret); without a key ring nothing can be connected */
+  secrets: Pick<SecretsService, 'ring' | 'internal'>
 }
 
 /**
@@ -167,15 +170,14 @@ const COMMIT_SHA = /^[0-9a-f]{40}([0-9a-f]{24})?$/
 /** Contract 11's GitHub: the connection, the conditional-request lists, refs, skill import and the wiki job. */
 export default fp(
   async function githubService(app: FastifyInstance, opts: GitHubServiceOptions) {
-    const { config, records, skills } = opts
+    const { config, records, skills, secrets } = opts
     const db = app.db
     const client: GitHubClientOptions = {
       baseUrl: config.GITHUB_API_URL,
       timeoutMs: config.GITHUB_TIMEOUT_MS,
       log: app.log.child({ component: 'github' })
     }
-    const deps: SessionDeps = { db, secrets: app.secrets.internal, client }
-    app.features.capabilities.github = true
+    const deps: SessionDeps = { db, secrets: secrets.internal, client }
 
     /**
      * One page of a list, through the org's conditional-request cache: the stored ETag goes
@@ -250,7 +252,7 @@ export default fp(
 
       async connect(orgId, token, connectedBy) {
         // without a key ring the token could not be kept: say so before asking GitHub
-        if (!app.secrets.ring) throw secretsUnavailable()
+        if (!secrets.ring) throw secretsUnavailable()
         let user: { login: string; id: number }
         try {
           ;({ data: user } = await octokitFor(token, orgId, client).rest.users.getAuthenticated())
@@ -272,7 +274,7 @@ export default fp(
               : `GitHub answered ${status} when the token was checked; it was not kept`
           )
         }
-        await app.secrets.internal.put(orgId, TOKEN_SECRET, token)
+        await secrets.internal.put(orgId, TOKEN_SECRET, token)
         const row = await upsertIntegration(db, orgId, 'github', {
           account: user.login,
           settings: { userId: user.id },
@@ -286,7 +288,7 @@ export default fp(
       async disconnect(orgId) {
         const had = await deleteIntegration(db, orgId, 'github')
         if (!had) return false
-        await app.secrets.internal.remove(orgId, [TOKEN_SECRET])
+        await secrets.internal.remove(orgId, [TOKEN_SECRET])
         await clearCachedLists(db, orgId)
         return true
       },
@@ -364,8 +366,8 @@ export default fp(
         return { ...result, resolved }
       },
 
-      wikiJobs: wikiJobs({ db, records, session: (orgId, signal) => openSession(deps, orgId, signal) })
+      forJobs: wikiJobs({ db, records, session: (orgId, signal) => openSession(deps, orgId, signal) })
     } satisfies GitHubService)
   },
-  { name: 'github', fastify: '5.x', dependencies: ['db', 'features', 'secrets'] }
+  { name: 'github', fastify: '5.x', dependencies: ['db', 'secrets'] }
 )

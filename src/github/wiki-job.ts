@@ -1,7 +1,7 @@
 import { ApiError } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
 import { EngineError, type Engine, type EngineContext, type EngineResult } from '../runs/engines/types.js'
-import type { JobRunRef, RunJobs } from '../runs/job-port.js'
+import type { JobRunRef, RunJobs } from '../runs/ports/jobs.js'
 import type { GitHubApi } from './client.js'
 import {
   deleteWikiPage,

@@ -2,7 +2,7 @@ import { sql, type SQL } from 'drizzle-orm'
 import { LRUCache } from 'lru-cache'
 import { rowsOf, type Db } from '../db/client.js'
 import { isVocabularyWord, wordsOf } from '../db/words.js'
-import type { KnowledgeFinding } from '../runs/knowledge-port.js'
+import type { KnowledgeFinding } from '../runs/ports/knowledge.js'
 import { currentGeneration } from './generation.js'
 
 /**

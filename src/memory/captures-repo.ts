@@ -3,7 +3,7 @@ import type { Db, Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { keyset } from '../db/paging.js'
 import { boolOf, isoOf, isoOrNull } from '../db/rows.js'
-import type { RunRef } from '../runs/memory-port.js'
+import type { RunRef } from '../runs/ports/memory.js'
 import { contentHash } from './backend.js'
 import { memoryCaptures, type CaptureFact } from './tables.js'
 

@@ -1,7 +1,7 @@
 import { and, eq, type SQL } from 'drizzle-orm'
 import type { Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import type { RunRef } from '../runs/memory-port.js'
+import type { RunRef } from '../runs/ports/memory.js'
 import { memoryRecalls } from './tables.js'
 import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'

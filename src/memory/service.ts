@@ -3,7 +3,7 @@ import fp from 'fastify-plugin'
 import type { Principal } from '../auth/principal.js'
 import type { Config } from '../config.js'
 import type { Db } from '../db/client.js'
-import type { RecalledItem, RunEventSink, RunMemory } from '../runs/memory-port.js'
+import type { RecalledItem, RunEventSink, RunMemory } from '../runs/ports/memory.js'
 import type { MemoryBackend } from './backend.js'
 import { createMem0Pool } from './mem0-pool.js'
 import { createCaptureWorker, type CaptureWorker } from './capture-worker.js'
@@ -20,8 +20,8 @@ export interface MemoryHub {
   readonly maxAttempts: number
   /** memory on for this org: the backend is configured and the org has not switched it off */
   enabledFor(orgId: string): Promise<boolean>
-  /** the runs group's seam (src/runs/memory-port.ts) */
-  readonly runMemory: RunMemory
+  /** the runs group's seam (src/runs/ports/memory.ts) */
+  readonly forRuns: RunMemory
   /** the capture delivery worker of this instance (null when off) */
   readonly worker: CaptureWorker | null
   /** where a delivered capture is announced as the run's `memory.captured` event */
@@ -150,7 +150,7 @@ export function createMemoryHub(
     backend,
     maxAttempts: config.MEMORY_CAPTURE_ATTEMPTS,
     enabledFor,
-    runMemory,
+    forRuns: runMemory,
     worker,
     events,
     track(work) {
@@ -167,14 +167,13 @@ export function createMemoryHub(
 
 /**
  * The Memory Hub service, decorated on the root instance as `app.memory` so the runs group
- * reaches `app.memory.runMemory`. The delivery worker starts with the app and stops, after
+ * reaches `app.memory.forRuns`. The delivery worker starts with the app and stops, after
  * its deliveries in flight, when the app closes.
  */
 export default fp(
   async function memoryService(app: FastifyInstance, opts: MemoryServiceOptions) {
     const hub = createMemoryHub(app.db, opts, app.log)
     app.decorate('memory', hub)
-    app.features.capabilities.memory = hub.backend !== null
     app.addHook('onReady', async () => {
       if (opts.config.MEMORY_CAPTURE_WORKER) hub.worker?.start()
     })
@@ -186,5 +185,5 @@ export default fp(
       })
     })
   },
-  { name: 'memory', fastify: '5.x', dependencies: ['db', 'features'] }
+  { name: 'memory', fastify: '5.x', dependencies: ['db'] }
 )

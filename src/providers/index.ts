@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { Catalog } from '../system/features.js'
 import { notFound, validationFailed } from '../../plugins/errors.js'
 import { errorResponses, IdParams } from '../../schemas/common.js'
 import {
@@ -21,7 +22,12 @@ const ADMIN = { scope: 'admin' } as const
  * Contract 11: the org's OpenAI-compatible model providers (admin writes, org reads) and
  * `GET /api/models`, the models ready for the org (an API key may read it).
  */
-const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
+export interface ProvidersRoutesOptions {
+  /** the deployment's engines and models, listed before the org's providers' */
+  catalogs: readonly Catalog[]
+}
+
+const providersRoutes: FastifyPluginAsyncTypebox<ProvidersRoutesOptions> = async (app, opts) => {
   app.post(
     '/providers',
     {
@@ -132,7 +138,7 @@ const providersRoutes: FastifyPluginAsyncTypebox = async (app) => {
     async (request) => {
       const { orgId } = principalOf(request)
       const [catalogs, ready, fallback] = await Promise.all([
-        Promise.all(app.features.catalogs.map((catalog) => catalog())),
+        Promise.all(opts.catalogs.map((catalog) => catalog())),
         app.providers.ready(orgId),
         app.runs.engines.defaultModel(orgId)
       ])

@@ -3,7 +3,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { Static } from 'typebox'
 import { engineUnavailable, notFound, rateLimited, validationFailed } from '../../plugins/errors.js'
 import { Redactor } from '../secrets/redact.js'
-import type { RunSecrets } from './secrets-port.js'
+import type { RunSecrets } from './ports/secrets.js'
 import type { IdempotencyLock, StoredAnswer } from '../../plugins/idempotency/index.js'
 import type { CreateRunBody } from '../../schemas/runs.js'
 import type { Principal } from '../auth/principal.js'
@@ -24,7 +24,7 @@ import {
 } from './runs-repo.js'
 import type { RunOrigin } from './tables.js'
 import { agentOptionsOf } from './agent-options.js'
-import type { RunArtifacts } from './artifact-port.js'
+import type { RunArtifacts } from './ports/artifacts.js'
 
 export interface DispatchDeps {
   db: Db

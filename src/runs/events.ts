@@ -1,7 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm'
 import { EVENTS_CHANNEL, type BusEvent } from '../../plugins/event-bus.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
-import type { RunEventSink } from './memory-port.js'
+import type { RunEventSink } from './ports/memory.js'
 import { isoOf, jsonOf } from '../db/rows.js'
 import { isDatabaseUnavailable } from '../db/faults.js'
 

@@ -10,7 +10,7 @@ import type { Static } from 'typebox'
 import type { Run } from '../../schemas/runs.js'
 import { newId } from '../db/ids.js'
 import { appendEvent, notifyStored, type EventBatcher } from './events.js'
-import type { FollowUpRun } from './skills-port.js'
+import type { FollowUpRun } from './ports/skills.js'
 import {
   runs,
   type RememberedFact,

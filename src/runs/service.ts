@@ -8,20 +8,21 @@ import { echoEngine } from './engines/echo.js'
 import { anthropicEngine } from './engines/anthropic.js'
 import { openAiEngine } from './engines/openai.js'
 import { providerEngine } from './engines/provider.js'
-import type { OrgProviders } from './providers-port.js'
+import type { OrgProviders } from './ports/providers.js'
 import { EngineRegistry } from './engines/registry.js'
 import type { Engine } from './engines/types.js'
 import { EventBatcher } from './events.js'
-import type { RunArtifacts } from './artifact-port.js'
-import type { RunKnowledge } from './knowledge-port.js'
-import type { RunMemory } from './memory-port.js'
-import type { RunSecrets } from './secrets-port.js'
-import type { RunJobs } from './job-port.js'
-import type { RunFollowUps, RunSkills } from './skills-port.js'
+import type { RunArtifacts } from './ports/artifacts.js'
+import type { RunKnowledge } from './ports/knowledge.js'
+import type { RunMemory } from './ports/memory.js'
+import type { RunSecrets } from './ports/secrets.js'
+import type { RunJobs } from './ports/jobs.js'
+import type { RunFollowUps, RunSkills } from './ports/skills.js'
 import { cancelRun, type OnRunsEnded, type RunRow } from './runs-repo.js'
 import { realUserIdOfRun } from './run-ref.js'
 import { RunSweeper } from './sweeper.js'
-import { dropToolCalls, RunWorker, type ToolGatewayPort } from './worker.js'
+import type { ToolGatewayPort } from './ports/tool-gateway.js'
+import { dropToolCalls, RunWorker } from './worker.js'
 
 /** The runs group's instance-wide side, as `app.runs`. */
 export interface RunsService {
@@ -116,14 +117,13 @@ export function createEngines(config: Config, providers?: OrgProviders): EngineR
 /**
  * The runs service: engines (and their `/api/config` catalog), dispatch, the worker that
  * starts with the app and hands its runs back on close, and the sweeper. Everything it uses arrives as
- * options or from the infrastructure plugins (db, event bus, features).
+ * options or from the infrastructure plugins (db, event bus).
  */
 export default fp(
   async function runsService(app: FastifyInstance, opts: RunsServiceOptions) {
     const { config, memory, tools, artifacts, knowledge, skills, followUps, secrets, providers, jobs } = opts
     const log = app.log.child({ component: 'runs' })
     const engines = createEngines(config, providers)
-    app.features.catalogs.push(() => engines.catalog())
     const events = new EventBatcher(app.db)
     const worker = new RunWorker({
       db: app.db,
@@ -207,5 +207,5 @@ export default fp(
       await app.shutdown.drain('the run worker', (ms) => Promise.all([sweeper.stop(ms), worker.close(ms)]))
     })
   },
-  { name: 'runs', fastify: '5.x', dependencies: ['db', 'event-bus', 'features'] }
+  { name: 'runs', fastify: '5.x', dependencies: ['db', 'event-bus'] }
 )

@@ -3,7 +3,8 @@ import type { FastifyBaseLogger } from 'fastify'
 import { rowsOf, type Db } from '../db/client.js'
 import { appendEvent, pruneEvents, type EventBatcher } from './events.js'
 import { announceQueued, ENDED_COLUMNS, endedOf, type OnRunsEnded } from './runs-repo.js'
-import { dropToolCalls, type ToolGatewayPort } from './worker.js'
+import type { ToolGatewayPort } from './ports/tool-gateway.js'
+import { dropToolCalls } from './worker.js'
 import { createWorkerLoop, type WorkerLoop } from '../worker-loop.js'
 
 /** A queued run still without its run.queued this long after it was created is announced by the sweeper. */

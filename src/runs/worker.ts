@@ -20,9 +20,9 @@ import { prepareAttachments } from './attachments.js'
 import { insertEvents, type EventBatcher } from './events.js'
 import { RunEventWriter } from './event-writer.js'
 import { extractionMessages, parseExtraction } from './extraction.js'
-import type { RunArtifacts } from './artifact-port.js'
-import type { RunKnowledge } from './knowledge-port.js'
-import type { RunMemory, RunRef } from './memory-port.js'
+import type { RunArtifacts } from './ports/artifacts.js'
+import type { RunKnowledge } from './ports/knowledge.js'
+import type { RunMemory, RunRef } from './ports/memory.js'
 import type { SuspendedRun } from './tables.js'
 import {
   announceCommitted,
@@ -36,53 +36,13 @@ import {
   type RunOutcome,
   type RunRow
 } from './runs-repo.js'
-import type { FinishedRun, RunFollowUps, RunSkills } from './skills-port.js'
-import type { RunSecrets } from './secrets-port.js'
-import type { RunJob, RunJobs } from './job-port.js'
+import type { FinishedRun, RunFollowUps, RunSkills } from './ports/skills.js'
+import type { RunSecrets } from './ports/secrets.js'
+import type { RunJob, RunJobs } from './ports/jobs.js'
+import type { ToolGatewayPort } from './ports/tool-gateway.js'
 import { NO_SECRETS, Redactor } from '../secrets/redact.js'
 import { isDatabaseUnavailable } from '../db/faults.js'
 import { backoffDelay, createWorkerLoop, LoopStopped, type WorkerLoop } from '../worker-loop.js'
-
-/** The agent runtime's tool gateway as the worker needs it (src/runtime/gateway.ts). */
-export interface ToolGatewayPort {
-  definitions(): ToolDefinition[]
-  /** the built-in tools and the org's MCP servers' tools that answer now */
-  definitionsFor(orgId: string): Promise<ToolDefinition[]>
-  execute(input: {
-    orgId: string
-    runId: string
-    rootRunId: string
-    callId: string
-    name: string
-    arguments: string
-    signal: AbortSignal
-    /** the run's secrets, as the environment of its sandbox commands */
-    env?: Record<string, string> | undefined
-    /** what the gateway stores, streams and answers goes through it (the run's secret values redacted) */
-    redact?: Redactor | undefined
-    /** a call that needs no decision answers `deferred`, unexecuted */
-    defer?: boolean | undefined
-    /** the call's approval, asked before the run left its worker */
-    approvalId?: string | undefined
-  }): Promise<{ content: string; status: string; approvalId: string | null }>
-  /** drops the run's waiting approvals (every instance sees it) and stops its running calls here */
-  cancelRun(orgId: string, runId: string): Promise<number>
-  /**
-   * writes files into the thread's workspace inside its confinement; false without a sandbox; `signal` stops a wait for
-   * the workspace
-   */
-  putFiles(
-    ref: { orgId: string; runId: string; rootRunId: string },
-    files: Array<{ path: string; data: Buffer }>,
-    signal?: AbortSignal
-  ): Promise<boolean>
-  /**
-   * Ends the run's hold on its thread's workspace, saving what it changed so the thread's
-   * next run or terminal finds it on any instance; the error the run ends with when that
-   * failed (`workspace_too_large: …`), else null. Never throws.
-   */
-  settleWorkspace(orgId: string, runId: string): Promise<string | null>
-}
 
 /** Drops a run's waiting tool calls, if runs have tools; never throws (the run ends either way). */
 export async function dropToolCalls(

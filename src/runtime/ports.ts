@@ -2,7 +2,7 @@
  * What the agent runtime (sandboxes, the tool gateway, thread workspaces) needs of other
  * groups, as interfaces it owns: the runs group's RunDirectory and RunEventWriter, the tools
  * runs get from memory, knowledge, skills and artifacts (adapted for the runtime in
- * src/runs/runtime-ports.ts), the artifacts group's WorkspaceArchives and the mcp group's
+ * src/runs/ports/runtime.ts), the artifacts group's WorkspaceArchives and the mcp group's
  * McpToolSource. The runtime reads no other group's tables; src/app.ts wires these, and
  * tests replace any of them through `buildTestApp(t, { runtime })`.
  */

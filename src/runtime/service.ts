@@ -22,7 +22,7 @@ import type {
 import { SandboxManager, type SandboxProvider } from './sandbox.js'
 import { ThreadWorkspaces } from './workspaces.js'
 
-/** What the runtime needs from the runs group (src/runs/runtime-ports.ts). */
+/** What the runtime needs from the runs group (src/runs/ports/runtime.ts). */
 export interface RuntimePorts {
   runs: RunDirectory
   events: RunEventWriter
@@ -216,9 +216,6 @@ export default fp(
       log: app.log
     })
     app.decorate('runtime', { sandboxes, sandboxStatus, gateway, runs, sockets: new OpenSockets(), workspaces })
-    app.features.sandbox = sandboxStatus
-    // tools need somewhere to run
-    app.features.capabilities.toolGateway = sandboxes !== null
     if (provider)
       app.log.info(
         { provider: provider.name, confinement: provider.confinement, desktop: provider.desktopAvailable },
@@ -236,5 +233,5 @@ export default fp(
       })
     })
   },
-  { name: 'runtime', fastify: '5.x', dependencies: ['db', 'features'] }
+  { name: 'runtime', fastify: '5.x', dependencies: ['db'] }
 )

@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { secretsUnavailable } from '../../plugins/errors.js'
 import { filesDir, type Config } from '../config.js'
-import type { RunSecrets } from '../runs/secrets-port.js'
+import type { RunSecrets } from '../runs/ports/secrets.js'
 import { KeyRing, newKeyText, parseKey, parsePreviousKeys, type SecretKey } from './crypto.js'
 import {
   deleteSecret,

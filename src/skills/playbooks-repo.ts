@@ -4,7 +4,7 @@ import { inUseWhenReferenced, isForeignKeyViolation } from '../db/faults.js'
 import { newId } from '../db/ids.js'
 import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
-import type { FinishedRun, FollowUpRun } from '../runs/skills-port.js'
+import type { FinishedRun, FollowUpRun } from '../runs/ports/skills.js'
 import { skillRun } from './skills-repo.js'
 import { playbookRuns, playbooks, playbookSteps, skills, type PlaybookRunStep } from './tables.js'
 

@@ -3,7 +3,7 @@ import { LRUCache } from 'lru-cache'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Db } from '../db/client.js'
-import type { RunFollowUps, RunSkills } from '../runs/skills-port.js'
+import type { RunFollowUps, RunSkills } from '../runs/ports/skills.js'
 import type { AutomationTargets } from '../automations/targets-port.js'
 import { getPlaybook, insertPlaybookRun, nextPlaybookStep, snapshotSteps, stepMetadata } from './playbooks-repo.js'
 import { insertProposal, sameContent } from './proposals-repo.js'
@@ -17,7 +17,7 @@ export interface SkillsService {
   /** the runs group's port: what a run proposes */
   forRuns: RunSkills
   /** the next step of a playbook, started in the transaction that finished the previous one */
-  followUps: RunFollowUps
+  forFollowUps: RunFollowUps
   /**
    * What a skill run needs of a skill (its instructions at a version), from a per-instance
    * cache: a run is stored only while the skill is still at that version (checked in the
@@ -140,7 +140,7 @@ export default fp(
           return { proposalId: proposal.id, state: 'open' }
         }
       },
-      followUps: { afterFinish: nextPlaybookStep },
+      forFollowUps: { afterFinish: nextPlaybookStep },
       forAutomations: {
         async skill(tx, orgId, skillId, input) {
           const skill = await getSkill(tx, orgId, skillId)

@@ -1,7 +1,7 @@
-import { sql, type SQL } from 'drizzle-orm'
-import { rowsOf, type Db, type Tx } from '../db/client.js'
+import { sql } from 'drizzle-orm'
+import { rowsOf, type Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import type { RunRow } from '../runs/runs-repo.js'
+import type { ChatPlatformRuns } from '../runs/ports/chat-platforms.js'
 import {
   claimMessage,
   dropConnection,
@@ -12,45 +12,6 @@ import {
   type SlackTeamRow
 } from './slack-repo.js'
 import { slackReplies } from './tables.js'
-
-/** What the Slack ingress needs of the runs group (src/runs/chat-platform-runs.ts). */
-export interface ChatPlatformRuns {
-  /** the engine and model a chat message's run gets */
-  engine(orgId: string): Promise<{ engine: string; model: string | null }>
-  /**
-   * a queued run in the caller's transaction: a new thread (`rootRunId: null`), or the next run of one; null when that
-   * thread is not the org's
-   */
-  insert(
-    tx: Tx,
-    run: {
-      id: string
-      orgId: string
-      rootRunId: string | null
-      prompt: string
-      engine: string
-      model: string | null
-      metadata: Record<string, unknown>
-    }
-  ): Promise<RunRow | null>
-  /**
-   * The INSERT of a queued run that starts its own thread, for a WITH chain: one row per row
-   * of `gate` (a CTE named by the caller), `returning id`
-   */
-  rootInsert(
-    run: {
-      id: string
-      orgId: string
-      prompt: string
-      engine: string
-      model: string | null
-      metadata: Record<string, unknown>
-    },
-    gate: SQL
-  ): SQL
-  /** the run.queued events after the commit; never throws */
-  announce(runs: Array<Pick<RunRow, 'id' | 'orgId' | 'rootRunId' | 'engine' | 'model'>>): Promise<void>
-}
 
 /** The fields of a Slack event this service reads (Events API, `event_callback`). */
 export interface SlackEvent {

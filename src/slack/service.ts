@@ -13,7 +13,8 @@ import type { Config } from '../config.js'
 import { upsertIntegration, type IntegrationRow } from '../integrations/integrations-repo.js'
 import type { SecretsService } from '../secrets/service.js'
 import { ApprovalOutbox } from './approval-outbox.js'
-import { receiveEvent, type ChatPlatformRuns, type Received, type SlackEnvelope } from './ingress.js'
+import type { ChatPlatformRuns } from '../runs/ports/chat-platforms.js'
+import { receiveEvent, type Received, type SlackEnvelope } from './ingress.js'
 import { takeClicks, type ApprovalDecisions, type ClickOutcome, type SlackInteraction } from './interactions.js'
 import { SlackOutbox } from './outbox.js'
 import { freshTimestamp, verifySlackRequest } from './signature.js'
@@ -164,8 +165,6 @@ export default fp(
       return had
     }
 
-    // the deployment offers Slack: an org connects it with PUT /api/integrations/slack
-    app.features.capabilities.slack = true
     app.decorate('slack', {
       api,
       outbox,

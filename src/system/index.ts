@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { Features } from './features.js'
 import { notReady, STORAGE_RETRY_AFTER_S, storageFull } from '../../plugins/errors.js'
 import { devOrgFor } from '../auth/principal.js'
 import { DATABASE_RETRY_AFTER_S } from '../db/faults.js'
@@ -8,6 +9,8 @@ import { ClientConfig, Health, HealthQuery } from '../../schemas/system.js'
 export interface SystemOptions {
   release: string
   allowDevOrg: boolean
+  /** what this instance can do, as the services reported it (GET /api/config) */
+  features: Features
 }
 
 /** Health and client config: the two public, secret-free routes every client starts with. */
@@ -58,7 +61,7 @@ const system: FastifyPluginAsyncTypebox<SystemOptions> = async (app, opts) => {
       }
     },
     async (request) => {
-      const { features } = app
+      const { features } = opts
       const catalogs = await Promise.all(features.catalogs.map((catalog) => catalog()))
       return {
         auth: features.auth,

@@ -1,12 +1,12 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import type { RunFollowUps } from '../runs/skills-port.js'
+import type { RunFollowUps } from '../runs/ports/skills.js'
 import { finishTaskRun } from './tasks-repo.js'
 
 /** The tasks group's instance-wide side, as `app.tasks`. */
 export interface TasksService {
   /** a task whose run succeeded moves to done, in the transaction that finished the run */
-  followUps: RunFollowUps
+  forFollowUps: RunFollowUps
 }
 
 declare module 'fastify' {
@@ -18,7 +18,7 @@ declare module 'fastify' {
 /** The tasks service: what the board does when a task's run finishes. */
 export default fp(
   async function tasksService(app: FastifyInstance) {
-    app.decorate('tasks', { followUps: { afterFinish: finishTaskRun } } satisfies TasksService)
+    app.decorate('tasks', { forFollowUps: { afterFinish: finishTaskRun } } satisfies TasksService)
   },
   { name: 'tasks', fastify: '5.x', dependencies: ['db'] }
 )

@@ -7,7 +7,7 @@ import { newId } from '../db/ids.js'
 import { decodeCursorParts, pageOf } from '../db/paging.js'
 import { isForeignKeyViolation, isUniqueViolation } from '../db/faults.js'
 import { isoOf, jsonOf } from '../db/rows.js'
-import type { FinishedRun, FollowUpRun } from '../runs/skills-port.js'
+import type { FinishedRun, FollowUpRun } from '../runs/ports/skills.js'
 import { projects, tasks, type TaskStatus } from './tables.js'
 
 export type TaskRow = typeof tasks.$inferSelect

@@ -20,7 +20,7 @@ if (!noBrowser) t.comment(`screenshots of each view: ${SCREENSHOTS}`)
 async function capture(facts: string[]): Promise<string> {
   const id = newId()
   await app.db.transaction(async (tx) =>
-    app.memory.runMemory.enqueueCapture(tx, { id, rootRunId: id, orgId: DEV_ORG.id, realUserId: null }, facts)
+    app.memory.forRuns.enqueueCapture(tx, { id, rootRunId: id, orgId: DEV_ORG.id, realUserId: null }, facts)
   )
   return id
 }

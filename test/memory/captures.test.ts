@@ -12,7 +12,7 @@ type App = Awaited<ReturnType<typeof buildTestApp>>
 
 async function enqueue(app: App, facts: string[], orgId: string = DEV_ORG.id) {
   const run = runRef(orgId)
-  await app.db.transaction(async (tx) => app.memory.runMemory.enqueueCapture(tx, run, facts))
+  await app.db.transaction(async (tx) => app.memory.forRuns.enqueueCapture(tx, run, facts))
   return run
 }
 
@@ -33,14 +33,14 @@ t.test('the capture row is written with the run transaction: rollback leaves non
   const rolledBack = runRef(DEV_ORG.id)
   await t.rejects(
     app.db.transaction(async (tx) => {
-      await app.memory.runMemory.enqueueCapture(tx, rolledBack, ['Remember the rollback'])
+      await app.memory.forRuns.enqueueCapture(tx, rolledBack, ['Remember the rollback'])
       throw new Error('the run failed to finish')
     })
   )
   t.equal((await app.db.select().from(memoryCaptures)).length, 0, 'rolled back: no capture row')
 
   const run = await enqueue(app, ['  Remember the blue door  ', '', 'Remember to water plants'])
-  await app.db.transaction(async (tx) => app.memory.runMemory.enqueueCapture(tx, run, ['a second call']))
+  await app.db.transaction(async (tx) => app.memory.forRuns.enqueueCapture(tx, run, ['a second call']))
   const rows = await app.db.select().from(memoryCaptures)
   t.equal(rows.length, 1, 'one row per run')
   const list = (await app.inject({ method: 'GET', url: '/api/memory/captures' })).json()
@@ -294,7 +294,7 @@ t.test("an orphan resolved as delivered tells the run's stream: memory.captured"
   const created = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'remember things' } })
   const run = created.json().run as { id: string; rootRunId: string }
   const ref = { id: run.id, rootRunId: run.rootRunId, orgId: DEV_ORG.id, realUserId: null }
-  await app.db.transaction(async (tx) => app.memory.runMemory.enqueueCapture(tx, ref, ['Remember one', 'Remember two']))
+  await app.db.transaction(async (tx) => app.memory.forRuns.enqueueCapture(tx, ref, ['Remember one', 'Remember two']))
   // what a worker that died mid-delivery leaves behind
   await app.db.execute(
     sql`update memory_captures set state = 'delivering', lease_expires_at = now() - interval '1 second' where run_id = ${run.id}`

@@ -19,7 +19,7 @@ const onPostgres = process.env.DATABASE_URL
 
 async function enqueue(app: App, facts: string[]) {
   const run = runRef(DEV_ORG.id)
-  await app.db.transaction(async (tx) => app.memory.runMemory.enqueueCapture(tx, run, facts))
+  await app.db.transaction(async (tx) => app.memory.forRuns.enqueueCapture(tx, run, facts))
   return run
 }
 

@@ -8,7 +8,7 @@ import { newId } from '../../src/db/ids.js'
 import type { PoolRef } from '../../src/memory/backend.js'
 import { ensurePool } from '../../src/memory/pools.js'
 import { createPostgresPool } from '../../src/memory/postgres-pool.js'
-import type { RunRef } from '../../src/runs/memory-port.js'
+import type { RunRef } from '../../src/runs/ports/memory.js'
 import {
   addMember,
   buildTestApp,

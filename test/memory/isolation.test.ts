@@ -59,8 +59,8 @@ t.test('org B cannot search, browse, patch, delete, read history, retry or resol
   const dead = runRef(a.orgId)
   const orphan = runRef(a.orgId)
   await app.db.transaction(async (tx) => {
-    await app.memory.runMemory.enqueueCapture(tx, dead, ['Remember A dead'])
-    await app.memory.runMemory.enqueueCapture(tx, orphan, ['Remember A orphan'])
+    await app.memory.forRuns.enqueueCapture(tx, dead, ['Remember A dead'])
+    await app.memory.forRuns.enqueueCapture(tx, orphan, ['Remember A orphan'])
   })
   await app.db.execute(sql`update memory_captures set state = 'dead', attempts = 8 where run_id = ${dead.id}`)
   await app.db.execute(
@@ -89,7 +89,7 @@ t.test('org B cannot search, browse, patch, delete, read history, retry or resol
     t.equal(resolve.json().error, 'no delivering orphan for this run in your org')
   }
   // A's recall frames are A's alone
-  await app.memory.runMemory.recall(dead, 'tangerine', { kind: 'prompt' })
+  await app.memory.forRuns.recall(dead, 'tangerine', { kind: 'prompt' })
   t.same((await app.inject({ method: 'GET', url: '/api/memory/recalls', headers: as(b.user) })).json().recalls, [])
   t.equal(
     (await app.inject({ method: 'GET', url: `/api/memory/recalls?runId=${dead.id}`, headers: as(b.user) })).json()

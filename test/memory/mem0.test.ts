@@ -130,7 +130,7 @@ t.test("http backend: a run recalls with the prompt's significant words; a perso
     [{ memory: 'Invoices go out on the first', user_id: `cairn:${DEV_ORG.id}` }],
     "written to the org's mem0 user"
   )
-  const recalled = await app.memory.runMemory.recall(
+  const recalled = await app.memory.forRuns.recall(
     { id: 'r1', rootRunId: 'r1', orgId: DEV_ORG.id, realUserId: null },
     'Hello, could you please tell me when the invoices go out this month?',
     { kind: 'prompt' }

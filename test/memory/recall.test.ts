@@ -11,7 +11,7 @@ t.test('every retrieval for a run records a frame; the ledger lists, filters and
   await addFacts(app.db, DEV_ORG.id, 'personal', alice.userId!, ['Alice skips the standup on Fridays'])
 
   const devRun = runRef(DEV_ORG.id)
-  const recalled = await app.memory.runMemory.recall(devRun, 'standup', { kind: 'prompt' })
+  const recalled = await app.memory.forRuns.recall(devRun, 'standup', { kind: 'prompt' })
   t.same(
     recalled.items.map((i) => [i.content, i.sourceScope]),
     [['The standup is at nine', 'org']],
@@ -19,11 +19,11 @@ t.test('every retrieval for a run records a frame; the ledger lists, filters and
   )
 
   const aliceRun = runRef(DEV_ORG.id, alice.userId)
-  const both = await app.memory.runMemory.recall(aliceRun, 'standup', { kind: 'prompt' })
+  const both = await app.memory.forRuns.recall(aliceRun, 'standup', { kind: 'prompt' })
   t.same(both.items.map((i) => i.sourceScope).sort(), ['org', 'personal'], 'a real user: org and personal pools')
 
   const child = { ...runRef(DEV_ORG.id), rootRunId: aliceRun.id }
-  await app.memory.runMemory.recall(child, 'nothing matches this', { kind: 'prompt' })
+  await app.memory.forRuns.recall(child, 'nothing matches this', { kind: 'prompt' })
 
   const list = await app.inject({ method: 'GET', url: '/api/memory/recalls' })
   t.equal(list.statusCode, 200)
@@ -78,7 +78,7 @@ t.test('memory off for the org: nothing is recalled and no frame is recorded', a
   const app = await buildTestApp(t, { env: { ...FAST, MEMORY_CAPTURE_WORKER: 'false' } })
   await addFacts(app.db, DEV_ORG.id, 'org', '', ['A fact'])
   await app.inject({ method: 'PUT', url: '/api/memory/settings', payload: { enabled: false } })
-  t.same(await app.memory.runMemory.recall(runRef(DEV_ORG.id), 'fact', { kind: 'prompt' }), {
+  t.same(await app.memory.forRuns.recall(runRef(DEV_ORG.id), 'fact', { kind: 'prompt' }), {
     items: [],
     query: 'fact'
   })

@@ -13,7 +13,7 @@ async function enqueueMany(app: App, n: number) {
   for (let i = 0; i < n; i++) {
     const run = runRef(DEV_ORG.id)
     await app.db.transaction(async (tx) =>
-      app.memory.runMemory.enqueueCapture(tx, run, [`Remember fact ${i} alpha`, `Remember fact ${i} beta`])
+      app.memory.forRuns.enqueueCapture(tx, run, [`Remember fact ${i} alpha`, `Remember fact ${i} beta`])
     )
     runs.push(run)
   }
@@ -42,7 +42,7 @@ t.test(
     const crashed = await buildTestApp(t, { db, env })
     mem0.state.mode = 'hang'
     const run = runRef(DEV_ORG.id)
-    await crashed.db.transaction(async (tx) => crashed.memory.runMemory.enqueueCapture(tx, run, ['Remember the crash']))
+    await crashed.db.transaction(async (tx) => crashed.memory.forRuns.enqueueCapture(tx, run, ['Remember the crash']))
     await waitFor('the delivery in flight', async () => mem0.state.posts === 1)
     crashed.memory.worker!.kill()
 
@@ -83,7 +83,7 @@ t.test(
 t.test('a stale worker finishing late changes nothing', async (t) => {
   const app = await buildTestApp(t, { env: { ...FAST, MEMORY_CAPTURE_WORKER: 'false' } })
   const run = runRef(DEV_ORG.id)
-  await app.db.transaction(async (tx) => app.memory.runMemory.enqueueCapture(tx, run, ['Remember the stale worker']))
+  await app.db.transaction(async (tx) => app.memory.forRuns.enqueueCapture(tx, run, ['Remember the stale worker']))
   // the row was claimed by a worker, orphaned and resolved by hand meanwhile: attempt 1 is over
   await app.db.execute(
     sql`update memory_captures set state = 'delivering', attempts = 1, lease_expires_at = now() - interval '1 second'`
@@ -190,7 +190,7 @@ t.test('closing the app lets the delivery in flight finish (drain) before the da
   const app = await buildTestApp(t, { env: { ...FAST, MEMORY_BACKEND: 'http', MEMORY_URL: mem0.url } })
   mem0.state.delayMs = 300
   const run = runRef(DEV_ORG.id)
-  await app.db.transaction(async (tx) => app.memory.runMemory.enqueueCapture(tx, run, ['Remember to drain']))
+  await app.db.transaction(async (tx) => app.memory.forRuns.enqueueCapture(tx, run, ['Remember to drain']))
   await waitFor('the delivery in flight', async () => mem0.state.posts === 1)
   await app.close()
   const [row] = await app.testDb.database.db.select().from(memoryCaptures)

@@ -300,7 +300,7 @@ t.test('an instance killed between two steps: the next step still runs once, on 
   ).json().playbook
 
   // the instance dies right as step 1's finish commits with step 2 in it, before it can announce step 2
-  const { followUps } = first.skills
+  const { forFollowUps: followUps } = first.skills
   const afterFinish = followUps.afterFinish
   let killedAfter: string | null = null
   followUps.afterFinish = async (tx, run) => {

@@ -1,5 +1,4 @@
-import type { ModelInfo } from '../../../plugins/features.js'
-import { abortable, type Engine } from './types.js'
+import { abortable, type Engine, type ModelInfo } from './types.js'
 
 /** Sentences of the prompt that mention "remember" (any case): the echo engine's captures. */
 export function rememberSentences(prompt: string): string[] {

@@ -1,4 +1,4 @@
-import type { ProviderConnection } from '../providers-port.js'
+import type { ProviderConnection } from '../ports/providers.js'
 import { anthropicEngine } from './anthropic.js'
 import { openAiEngine, type OpenAiOptions } from './openai.js'
 import { EngineError, type Engine } from './types.js'

@@ -1,11 +1,10 @@
-import type { EngineInfo, ModelInfo } from '../../../plugins/features.js'
 import type { Db, Tx } from '../../db/client.js'
 import { LRUCache } from 'lru-cache'
-import { EngineError, type Engine } from './types.js'
+import { EngineError, type Engine, type EngineInfo, type ModelInfo } from './types.js'
 
-/** The engine of an org's provider that offers a model, or null (src/runs/providers-port.ts). */
+/** The engine of an org's provider that offers a model, or null (src/runs/ports/providers.ts). */
 export type OrgEngineLookup = (orgId: string, model: string, db?: Db | Tx) => Promise<Engine | null>
-/** The org's chosen default model and its first provider model (src/runs/providers-port.ts). */
+/** The org's chosen default model and its first provider model (src/runs/ports/providers.ts). */
 export type OrgDefaultsLookup = (
   orgId: string,
   db?: Db | Tx

@@ -1,11 +1,22 @@
 // What an engine is and what it is given: the one interface the run worker and the chat
 // route call, whichever engine answers.
-import type { ModelInfo } from '../../../plugins/features.js'
-import type { SavedArtifact } from '../artifact-port.js'
-import type { ProposedDraft } from '../knowledge-port.js'
-import type { RecalledItem } from '../memory-port.js'
-import type { ProposedSkill } from '../skills-port.js'
+import type { SavedArtifact } from '../ports/artifacts.js'
+import type { ProposedDraft } from '../ports/knowledge.js'
+import type { RecalledItem } from '../ports/memory.js'
+import type { ProposedSkill } from '../ports/skills.js'
 import type { RunSettings, SuspendedRun } from '../tables.js'
+
+/** An engine as GET /api/config lists it. */
+export interface EngineInfo {
+  id: string
+  name: string
+}
+/** A model an engine offers, as GET /api/config and GET /api/models list it. */
+export interface ModelInfo {
+  id: string
+  engine: string
+  name: string
+}
 
 /** What an engine gets while it runs one run. */
 export interface EngineContext {

@@ -3,7 +3,7 @@
  * automation naming a model the deployment does not serve is run by the org's provider
  * that offers it, through the OpenAI-compatible engine. The providers group implements it.
  */
-import type { Db, Tx } from '../db/client.js'
+import type { Db, Tx } from '../../db/client.js'
 
 /** What the OpenAI-compatible engine needs to talk to one provider. */
 export interface ProviderConnection {

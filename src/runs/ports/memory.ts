@@ -1,4 +1,4 @@
-import type { Tx } from '../db/client.js'
+import type { Tx } from '../../db/client.js'
 
 /**
  * The seam between runs and the Memory Hub. The runs group calls these; the memory

@@ -1,5 +1,5 @@
 import { and, eq, sql } from 'drizzle-orm'
-import { rowsOf, type Db } from '../db/client.js'
+import { rowsOf, type Db } from '../../db/client.js'
 import type {
   ArtifactWriter,
   KnowledgeTools,
@@ -7,21 +7,21 @@ import type {
   RunDirectory,
   RunEventWriter,
   SkillTools
-} from '../runtime/ports.js'
-import type { RunKnowledge } from './knowledge-port.js'
-import type { RunArtifacts } from './artifact-port.js'
-import type { RunEventSink, RunMemory } from './memory-port.js'
-import { realUserIdOfRun } from './run-ref.js'
-import type { RunSkills } from './skills-port.js'
-import { getRun, MAX_REMEMBERED, rememberFact } from './runs-repo.js'
-import { runs } from './tables.js'
+} from '../../runtime/ports.js'
+import type { RunKnowledge } from './knowledge.js'
+import type { RunArtifacts } from './artifacts.js'
+import type { RunEventSink, RunMemory } from './memory.js'
+import { realUserIdOfRun } from '../run-ref.js'
+import type { RunSkills } from './skills.js'
+import { getRun, MAX_REMEMBERED, rememberFact } from '../runs-repo.js'
+import { runs } from '../tables.js'
 
 /**
  * The runs group's side of the agent runtime's ports (src/runtime/ports.ts): which
  * thread a run belongs to, where tool and approval events go, and what `memory_search`
  * searches. Always scoped to the caller's org.
  */
-export function runDirectory(db: Db): RunDirectory {
+function runDirectory(db: Db): RunDirectory {
   return {
     async threadOfRun(orgId, runId) {
       const run = await getRun(db, orgId, runId)
@@ -63,7 +63,7 @@ export function runDirectory(db: Db): RunDirectory {
 }
 
 /** `write_artifact` saves through the artifacts port and announces `artifact.created` on the run. */
-export function runArtifactWriter(artifacts: RunArtifacts, sink: RunEventSink): ArtifactWriter {
+function runArtifactWriter(artifacts: RunArtifacts, sink: RunEventSink): ArtifactWriter {
   return {
     async write(ref, file) {
       const saved = await artifacts.save({ orgId: ref.orgId, runId: ref.runId, rootRunId: ref.rootRunId }, file)
@@ -73,7 +73,7 @@ export function runArtifactWriter(artifacts: RunArtifacts, sink: RunEventSink): 
   }
 }
 
-export function runEventWriter(sink: RunEventSink): RunEventWriter {
+function runEventWriter(sink: RunEventSink): RunEventWriter {
   return {
     emit: (orgId, runId, type, data) => sink.emit({ orgId, runId, type, data })
   }
@@ -83,7 +83,7 @@ export function runEventWriter(sink: RunEventSink): RunEventWriter {
  * `memory_search` recalls through the run's memory, so it is recorded in the recall ledger
  * too; `remember` keeps a fact on the running run (runs.remembered), captured when it ends.
  */
-export function runMemoryTools(db: Db, memory: RunMemory): MemoryTools {
+function runMemoryTools(db: Db, memory: RunMemory): MemoryTools {
   return {
     async search(ref, query, limit) {
       const run = await getRun(db, ref.orgId, ref.runId)
@@ -114,14 +114,44 @@ export function runMemoryTools(db: Db, memory: RunMemory): MemoryTools {
 }
 
 /** `propose_skill` goes to the skills group as the run. */
-export function runSkillTools(skills: RunSkills): SkillTools {
+function runSkillTools(skills: RunSkills): SkillTools {
   return { propose: (ref, proposal) => skills.propose(ref, proposal) }
 }
 
 /** `knowledge_search` and `propose_knowledge` go to the knowledge group as the run. */
-export function runKnowledgeTools(knowledge: RunKnowledge): KnowledgeTools {
+function runKnowledgeTools(knowledge: RunKnowledge): KnowledgeTools {
   return {
     search: (ref, query, limit) => knowledge.search(ref, query, limit),
     propose: (ref, draft) => knowledge.propose(ref, draft)
+  }
+}
+
+/**
+ * Every port the agent runtime needs of the runs group and of what runs reach (memory,
+ * artifacts, knowledge, skills), as `buildApp` hands them to the runtime service.
+ */
+export function forRuntime(deps: {
+  db: Db
+  events: RunEventSink
+  memory: RunMemory
+  artifacts: RunArtifacts
+  knowledge: RunKnowledge
+  skills: RunSkills
+}): {
+  runs: RunDirectory
+  events: RunEventWriter
+  memory: MemoryTools
+  artifacts: ArtifactWriter
+  knowledge: KnowledgeTools
+  skills: SkillTools
+} {
+  const { db, events, memory, artifacts, knowledge, skills } = deps
+  return {
+    runs: runDirectory(db),
+    events: runEventWriter(events),
+    memory: runMemoryTools(db, memory),
+    artifacts: runArtifactWriter(artifacts, events),
+    knowledge: runKnowledgeTools(knowledge),
+    skills: runSkillTools(skills)
   }
 }

@@ -5,7 +5,7 @@
  * with (the `echo` engine: deterministic text; a model: written by it). The group that
  * starts such runs implements it.
  */
-import type { Engine, EngineContext, EngineResult } from './engines/types.js'
+import type { Engine, EngineContext, EngineResult } from '../engines/types.js'
 
 /** The run a job is looked up for. */
 export interface JobRunRef {

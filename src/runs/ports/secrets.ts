@@ -3,7 +3,7 @@
  * gets their values as environment variables, and every value is redacted from what the
  * run stores and sends. The secrets group implements it.
  */
-import type { NamedValue } from '../secrets/redact.js'
+import type { NamedValue } from '../../secrets/redact.js'
 
 export interface RunSecrets {
   /**

@@ -3,8 +3,8 @@
  * engine's ```skill blocks, the `propose_skill` tool) and what follows a finished run (the
  * next step of a playbook, a task moving to done). Those groups implement it.
  */
-import type { Tx } from '../db/client.js'
-import type { RunOrigin, RunSettings } from './tables.js'
+import type { Tx } from '../../db/client.js'
+import type { RunOrigin, RunSettings } from '../tables.js'
 
 /** The run a skill is proposed by. */
 export interface SkillRunRef {
