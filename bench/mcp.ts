@@ -1,16 +1,26 @@
 // MCP: `tools/call memory_search` through /api/mcp next to `GET /api/memory/search`, the
 // same query on the same seeded pool (dev org), interleaved in the same run. Target: the
-// MCP call within 1.5x the latency of the route.
-import { interleaved, startServer, type Result } from './lib.js'
+// MCP call within 1.5x the latency of the route. On PGlite, and on Postgres too when
+// BENCH_DATABASE_URL (or DATABASE_URL) names a server.
+import { benchPostgres, interleaved, startServer, withDatabase, type Result } from './lib.js'
 
 const FACTS = Number(process.env.BENCH_FACTS ?? 10_000)
 const QUERY = 'kubernetes deploy'
 
 export async function benchMcp(): Promise<string> {
-  const server = await startServer('bench/memory-server.ts', {
-    BENCH_FACTS: String(FACTS),
-    MEMORY_CAPTURE_WORKER: 'false'
-  })
+  const out = [await onDatabase('PGlite', {})]
+  if (benchPostgres)
+    out.push('', await withDatabase(benchPostgres, (url) => onDatabase('Postgres', { DATABASE_URL: url })))
+  else out.push('', '(Postgres: set BENCH_DATABASE_URL or DATABASE_URL)')
+  return out.join('\n')
+}
+
+async function onDatabase(label: string, env: Record<string, string>): Promise<string> {
+  const server = await startServer(
+    'bench/memory-server.ts',
+    { BENCH_FACTS: String(FACTS), MEMORY_CAPTURE_WORKER: 'false', ...env },
+    180_000
+  )
   const connections = Number(process.env.BENCH_CONNECTIONS ?? 4)
   try {
     const base = server.url
@@ -58,7 +68,7 @@ export async function benchMcp(): Promise<string> {
     ])
     const [route, mcp] = results as [Result, Result]
     const out = [
-      `### MCP memory_search vs the route: ${FACTS.toLocaleString('en')} facts, ${connections} connections (PGlite)`,
+      `### MCP memory_search vs the route: ${FACTS.toLocaleString('en')} facts, ${connections} connections (${label})`,
       '',
       '| case | requests/s | p50 ms | p90 ms | p95 ms | p99 ms | non-2xx | errors |',
       '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'

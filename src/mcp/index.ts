@@ -1,5 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
+import type { Server } from '@modelcontextprotocol/sdk/server/index.js'
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js'
 import { sql } from 'drizzle-orm'
 import type { FastifyReply, FastifyRequest } from 'fastify'
@@ -19,7 +20,7 @@ import { principalOf, realUserId, type Principal } from '../auth/principal.js'
 import { rowsOf } from '../db/client.js'
 import { boolOf } from '../db/rows.js'
 import { newId } from '../db/ids.js'
-import { buildMcpServer } from './server.js'
+import { buildMcpServer, callerAuth, type McpCaller } from './server.js'
 import { listMcpServers, mcpServerToWire } from './servers-repo.js'
 import { mcpSessions } from './tables.js'
 
@@ -29,9 +30,32 @@ const ADMIN = { scope: 'admin' } as const
 const FORWARDED = ['accept', 'content-type', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id'] as const
 /** a session's last use is written at most this often */
 const TOUCH_EVERY_S = 300
+/** at most this many idle servers are kept (about the requests one instance serves at once) */
+const IDLE_SERVERS = 32
 
 /** Who a session belongs to: the same caller (user, key or dev org) in the same org, or no one. */
 const holderOf = (p: Principal) => `${p.kind}:${p.kind === 'key' ? (p.keyId ?? '') : (p.userId ?? '')}`
+
+/** What the memo of an embedded database knows of a session row. */
+interface KnownSession {
+  orgId: string
+  holder: string
+  /** the row's last_used_at as last written or read, in ms */
+  usedAt: number
+}
+
+/**
+ * The session rows of an embedded database, by database handle. Exact, not a cache that may
+ * be stale: PGlite's data directory is locked to one process, so every instance serving its
+ * sessions shares this handle and this memo, and a `DELETE` on one removes the entry before
+ * it answers, so the next request on any other is refused at once. A row the memo does not
+ * know (sessions opened before a restart) is read from the database and then known. The
+ * memo answers "live" only well inside the idle limit; near it the row decides. On Postgres
+ * instances are processes of their own: every request reads the row.
+ */
+const embeddedSessions = new WeakMap<object, Map<string, KnownSession>>()
+/** how close to the idle limit the memo stops answering alone (clock and write delays) */
+const MEMO_MARGIN_MS = 60_000
 
 /** A JSON-RPC error answered before the transport (an unknown session, a missing one). */
 function rpcError(reply: FastifyReply, status: number, code: number, message: string) {
@@ -45,12 +69,18 @@ function rpcError(reply: FastifyReply, status: number, code: number, message: st
  * `/api/mcp` (Cairn as an MCP server, Streamable HTTP) and `/api/mcp-servers` (the org's
  * MCP servers whose tools runs may call).
  *
- * Sessions across instances: every request builds its MCP server and transport afresh for
- * its caller, so no instance holds anything of a session in memory. `initialize` stores a
+ * Sessions across instances: every request gets a transport of its own and a server that
+ * holds nothing of a session or caller (the caller comes with the request), so no instance
+ * keeps a session's state in memory. `initialize` stores a
  * row (`mcp_sessions`: its id, org and caller) and answers its id as `Mcp-Session-Id`; a
  * later request on any instance is served when that row exists for the same caller and
  * was used within MCP_SESSION_IDLE_HOURS (else 404, and the client initializes again);
  * `DELETE` removes the row.
+ *
+ * On the embedded database every instance that can reach the rows runs in this process
+ * (its data directory is locked to one process) and shares one database handle: there a
+ * memo of the rows, kept on that handle and changed by the same code that writes them,
+ * answers for the row without a query (see `EmbeddedSessions`).
  */
 const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async (app, opts) => {
   const idleSeconds = opts.sessionIdleHours * 3600
@@ -62,21 +92,49 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
     scope.removeAllContentTypeParsers()
     scope.addContentTypeParser('*', { parseAs: 'string' }, (_request, body, done) => done(null, body))
 
+    const memo = (() => {
+      if (app.database.kind !== 'pglite') return null
+      let known = embeddedSessions.get(scope.db)
+      if (!known) embeddedSessions.set(scope.db, (known = new Map()))
+      return known
+    })()
+
     /** The live session of this id for this caller, its last use written now and then; false when there is none. */
     async function sessionLive(principal: Principal, id: string): Promise<boolean> {
       if (id.length > 128) return false
-      const rows = rowsOf<{ stale: unknown }>(
+      const holder = holderOf(principal)
+      const known = memo?.get(id)
+      if (known && Date.now() - known.usedAt < idleSeconds * 1000 - MEMO_MARGIN_MS) {
+        if (known.orgId !== principal.orgId || known.holder !== holder) return false
+        if (Date.now() - known.usedAt < TOUCH_EVERY_S * 1000) return true
+        // time to write its last use: the row answers (and is touched) as without a memo
+      }
+      const rows = rowsOf<{ stale: unknown; used_ms: unknown }>(
         await scope.db.execute(sql`
-        select (last_used_at < now() - make_interval(secs => ${TOUCH_EVERY_S})) as stale from mcp_sessions
-        where id = ${id} and org_id = ${principal.orgId} and principal = ${holderOf(principal)}
+        select (last_used_at < now() - make_interval(secs => ${TOUCH_EVERY_S})) as stale,
+               (extract(epoch from last_used_at) * 1000)::float8 as used_ms from mcp_sessions
+        where id = ${id} and org_id = ${principal.orgId} and principal = ${holder}
           and last_used_at > now() - make_interval(secs => ${idleSeconds})`)
       )
-      if (rows.length === 0) return false
+      if (rows.length === 0) {
+        // (another caller's request leaves the owner's entry alone)
+        if (known && known.orgId === principal.orgId && known.holder === holder) memo?.delete(id)
+        return false
+      }
+      let usedAt = Number(rows[0]!.used_ms)
       if (boolOf(rows[0]!.stale)) {
         await scope.db.execute(sql`update mcp_sessions set last_used_at = now() where id = ${id}`)
+        usedAt = Date.now()
       }
+      memo?.set(id, { orgId: principal.orgId, holder, usedAt })
       return true
     }
+
+    /**
+     * Servers whose request ended, for the next requests: building one (its handlers and the
+     * SDK's own) for every request cost as much as the rest of the SDK's work on a call.
+     */
+    const idleServers: Server[] = []
 
     // a GET's stream is cut when the instance stops (its client reconnects, to any instance):
     // ending it is not enough for a client that already went away without a word
@@ -111,6 +169,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         await scope.db
           .delete(mcpSessions)
           .where(sql`${mcpSessions.id} = ${sessionId} and ${mcpSessions.orgId} = ${principal.orgId}`)
+        memo?.delete(sessionId)
       }
       const transport = new WebStandardStreamableHTTPServerTransport(
         initializing
@@ -121,7 +180,11 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
                 await scope.db
                   .insert(mcpSessions)
                   .values({ id, orgId: principal.orgId, principal: holderOf(principal) })
-                // ended sessions are deleted by whoever opens a new one
+                memo?.set(id, { orgId: principal.orgId, holder: holderOf(principal), usedAt: Date.now() })
+                // ended sessions are deleted by whoever opens a new one (and forgotten by the memo)
+                if (memo)
+                  for (const [known, entry] of memo)
+                    if (Date.now() - entry.usedAt > idleSeconds * 1000) memo.delete(known)
                 await scope.db.execute(
                   sql`delete from mcp_sessions where last_used_at < now() - make_interval(secs => ${idleSeconds})`
                 )
@@ -130,7 +193,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
           : // stateless per request: the session was checked above, against its row
             { sessionIdGenerator: undefined, enableJsonResponse: true }
       )
-      const server = buildMcpServer({
+      const caller: McpCaller = {
         app,
         principal,
         log: request.log,
@@ -139,11 +202,14 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
           if (key === undefined) return work(null)
           return idempotentWork(scope.db, { orgId: principal.orgId, route, key, principal, body }, work)
         }
-      })
+      }
+      const server = idleServers.pop() ?? buildMcpServer()
+      // kept for the next request once this one's answer is whole (below); until then closed with its request
+      let reusable = false
       if (request.method === 'GET') streams.add(reply.raw)
       reply.raw.once('close', () => {
         streams.delete(reply.raw)
-        void server.close().catch(() => {})
+        if (!reusable) void server.close().catch(() => {})
       })
       await server.connect(transport)
       const headers: Record<string, string> = {}
@@ -159,14 +225,23 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
           headers,
           ...(raw !== undefined && parsed === undefined ? { body: raw } : {})
         }),
-        parsed === undefined ? {} : { parsedBody: parsed }
+        { authInfo: callerAuth(caller), ...(parsed === undefined ? {} : { parsedBody: parsed }) }
       )
       if (!initializing && sessionId !== undefined) reply.header('mcp-session-id', sessionId)
       // a JSON answer is a few hundred bytes: sent as text, not piped from its Web stream
       if (answer.headers.get('content-type')?.startsWith('application/json')) {
+        const text = await answer.text()
+        // every answer of the message is in it: nothing of this request runs on (nor, when
+        // closed, could it send), so the server serves the next request. Not after initialize,
+        // which leaves the client's capabilities on the server
+        if (!initializing && idleServers.length < IDLE_SERVERS) {
+          reusable = true
+          await server.close()
+          idleServers.push(server)
+        }
         reply.code(answer.status)
         answer.headers.forEach((value, name) => void reply.header(name, value))
-        return reply.send(await answer.text())
+        return reply.send(text)
       }
       return reply.send(answer)
     }

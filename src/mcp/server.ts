@@ -14,6 +14,7 @@ import {
   ReadResourceRequestSchema,
   type CallToolResult
 } from '@modelcontextprotocol/sdk/types.js'
+import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import { Type, type Static, type TSchema } from 'typebox'
 import { Compile, type Validator } from 'typebox/compile'
@@ -189,10 +190,24 @@ function runAnswer(run: RunRow) {
   }
 }
 
-/** Builds the server for one request of one caller. */
-export function buildMcpServer(caller: McpCaller): Server {
-  const { app, principal } = caller
-  const { orgId } = principal
+/** How a request gives its caller to the server: in the transport's `authInfo`, which the SDK hands every handler. */
+export function callerAuth(caller: McpCaller): AuthInfo {
+  return { token: '', clientId: caller.principal.orgId, scopes: [], extra: { caller } }
+}
+
+function callerOf(extra: { authInfo?: AuthInfo }): McpCaller {
+  const caller = extra.authInfo?.extra?.caller as McpCaller | undefined
+  // every request of /api/mcp gives one (src/mcp/index.ts); a server without one serves no one
+  if (!caller) throw new McpError(ErrorCode.InternalError, 'no caller')
+  return caller
+}
+
+/**
+ * Builds a server. It holds nothing of a caller: each request's caller comes with the
+ * request (`callerAuth`), so one server serves request after request (src/mcp/index.ts
+ * keeps the idle ones), one request at a time.
+ */
+export function buildMcpServer(): Server {
   const server = new Server(SERVER_INFO, {
     jsonSchemaValidator: VALIDATOR,
     capabilities: { tools: {}, resources: {} },
@@ -201,7 +216,13 @@ export function buildMcpServer(caller: McpCaller): Server {
   })
 
   /** A run started through a dispatch, waited for when asked. */
-  async function startedRun(answer: StoredAnswer, waitSeconds: number | undefined): Promise<CallToolResult> {
+  async function startedRun(
+    caller: McpCaller,
+    answer: StoredAnswer,
+    waitSeconds: number | undefined
+  ): Promise<CallToolResult> {
+    const { app } = caller
+    const { orgId } = caller.principal
     const body = JSON.parse(answer.payload) as { run?: { id: string }; error?: string; message?: string }
     if (answer.status >= 400 || !body.run)
       return failure(body.error ?? 'failed', body.message ?? 'the run was not started')
@@ -212,8 +233,8 @@ export function buildMcpServer(caller: McpCaller): Server {
     return json(runAnswer(run))
   }
 
-  const handlers: { [N in ToolName]: (args: Args<N>) => Promise<CallToolResult> } = {
-    async memory_search(args) {
+  const handlers: { [N in ToolName]: (caller: McpCaller, args: Args<N>) => Promise<CallToolResult> } = {
+    async memory_search({ app, principal }, args) {
       const found = await searchMemoryAs(app, principal, {
         scope: args.scope ?? 'org',
         q: args.query,
@@ -222,22 +243,23 @@ export function buildMcpServer(caller: McpCaller): Server {
       if ('failedClosed' in found) return failure('sign-in required', 'personal memory needs a signed-in user')
       return json({ enabled: found.enabled, scope: found.scope, truncated: found.truncated, items: found.items })
     },
-    async knowledge_search(args) {
+    async knowledge_search({ app, principal: { orgId } }, args) {
       const outcome = await app.knowledge.search(orgId, { q: args.query, limit: args.limit ?? 10 })
       return json({
         truncated: outcome.truncated,
         items: outcome.items.map((hit) => ({ ...hit, snippet: plainSnippet(hit.snippet) }))
       })
     },
-    async list_threads(args) {
+    async list_threads({ app, principal: { orgId } }, args) {
       return json(await listThreads(app.db, orgId, { limit: args.limit ?? 50, cursor: undefined }))
     },
-    async get_run(args) {
+    async get_run({ app, principal: { orgId } }, args) {
       const run = await getRun(app.db, orgId, args.id)
       if (!run) return failure('not_found', 'no such run in this organization')
       return json({ run: runToWire(run) })
     },
-    async start_run(args) {
+    async start_run(caller, args) {
+      const { app, principal } = caller
       const body = {
         prompt: args.prompt,
         ...(args.rootRunId ? { rootRunId: args.rootRunId } : {}),
@@ -246,9 +268,10 @@ export function buildMcpServer(caller: McpCaller): Server {
       const answer = await caller.idempotent('mcp start_run', args.idempotencyKey, body, (idempotency) =>
         app.runs.dispatch({ principal, body, idempotency, log: caller.log, origin: 'mcp' })
       )
-      return startedRun(answer, args.waitSeconds)
+      return startedRun(caller, answer, args.waitSeconds)
     },
-    async run_skill(args) {
+    async run_skill(caller, args) {
+      const { app, principal } = caller
       const body = args.input === undefined ? null : { input: args.input }
       const answer = await caller.idempotent(
         `mcp run_skill ${args.skillId}`,
@@ -256,13 +279,14 @@ export function buildMcpServer(caller: McpCaller): Server {
         body,
         (idempotency) => dispatchSkillRun(app, { principal, skillId: args.skillId, body, idempotency, log: caller.log })
       )
-      return startedRun(answer, args.waitSeconds)
+      return startedRun(caller, answer, args.waitSeconds)
     }
   }
 
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: TOOL_LIST }))
 
-  server.setRequestHandler(CallToolRequestSchema, async (request) => {
+  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    const caller = callerOf(extra)
     const name = request.params.name
     if (!Object.hasOwn(TOOLS, name))
       throw new McpError(
@@ -274,7 +298,7 @@ export function buildMcpServer(caller: McpCaller): Server {
     const problem = argumentProblem(CHECKS[tool], args)
     if (problem !== null) return failure('validation_failed', `invalid arguments: ${problem}`)
     try {
-      return await (handlers[tool] as (args: unknown) => Promise<CallToolResult>)(args)
+      return await (handlers[tool] as (caller: McpCaller, args: unknown) => Promise<CallToolResult>)(caller, args)
     } catch (err) {
       // the HTTP route's refusal, in its words (404 not_found, 400 engine_unavailable, …)
       if (err instanceof ApiError) return failure(err.error, err.message, err.extra ?? {})
@@ -294,14 +318,15 @@ export function buildMcpServer(caller: McpCaller): Server {
     ]
   }))
 
-  server.setRequestHandler(ListResourcesRequestSchema, async (request) => {
+  server.setRequestHandler(ListResourcesRequestSchema, async (request, extra) => {
+    const { app, principal } = callerOf(extra)
     let cursor: string | undefined = request.params?.cursor
     try {
       decodeCursor(cursor)
     } catch {
       throw new McpError(ErrorCode.InvalidParams, 'the cursor is not one this server gave')
     }
-    const page = await listRecords(app.db, orgId, { limit: RESOURCE_PAGE, cursor })
+    const page = await listRecords(app.db, principal.orgId, { limit: RESOURCE_PAGE, cursor })
     cursor = page.nextCursor ?? undefined
     return {
       resources: page.items.map((record) => ({
@@ -314,10 +339,11 @@ export function buildMcpServer(caller: McpCaller): Server {
     }
   })
 
-  server.setRequestHandler(ReadResourceRequestSchema, async (request) => {
+  server.setRequestHandler(ReadResourceRequestSchema, async (request, extra) => {
+    const { app, principal } = callerOf(extra)
     const { uri } = request.params
     const id = uri.startsWith(RESOURCE_PREFIX) ? uri.slice(RESOURCE_PREFIX.length) : ''
-    const record = /^[A-Za-z0-9_-]{1,64}$/.test(id) ? await getRecord(app.db, orgId, id) : null
+    const record = /^[A-Za-z0-9_-]{1,64}$/.test(id) ? await getRecord(app.db, principal.orgId, id) : null
     // another org's record is as unknown as one that never was
     if (!record) throw new McpError(-32002, `Resource not found: ${uri.slice(0, 200)}`)
     return {
