@@ -39,6 +39,7 @@ async function one(database: string, databaseUrl: string | undefined, concurrenc
     MODELS: 'bench-model',
     RUN_WORKER_CONCURRENCY: String(concurrency),
     RUN_POLL_MS: '100',
+    OPENAI_PROBE_TTL_MS: '1000',
     BENCH_LAG: '1',
     ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {})
   })
@@ -54,6 +55,14 @@ async function one(database: string, databaseUrl: string | undefined, concurrenc
   try {
     // let the service finish starting (its first second is not the load's), then measure from here on
     await new Promise((resolve) => setTimeout(resolve, 1000))
+    // the openai engine is ready once its probe of the model's /models answered (within 2 s); on a loaded
+    // machine the first probe can fail, and a failed probe is kept for OPENAI_PROBE_TTL_MS: wait until it is
+    for (let tries = 0; ; tries++) {
+      const config = (await (await fetch(`${server.url}/api/config`)).json()) as { models: Array<{ engine: string }> }
+      if (config.models.some((m) => m.engine === 'openai')) break
+      if (tries === 60) throw new Error('the openai engine never became ready')
+      await new Promise((resolve) => setTimeout(resolve, 1000))
+    }
     await lag()
     const started = now()
     const ids = await Promise.all(
