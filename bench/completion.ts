@@ -1,8 +1,9 @@
 // Acceptance next to completion: 20 clients start echo runs for 10 s (POST /api/runs with a
 // key and an Idempotency-Key) while the same instance executes them. Reports runs accepted per
 // second, runs finished per second during the load, how long the queue took to drain after it,
-// and the queue wait (started - created) p50 and p99 of every run. Then fairness: org A has
-// 10,000 runs queued and executing; how long org B's run waits to start. BENCH_DATABASE_URL (or
+// and the queue wait (started - created) p50 and p99 of every run. Then fairness: org A has at
+// least 10,000 runs queued (the least seen while org B's runs are timed is reported) and others
+// executing; how long each of five runs of org B, one after another, waits to start. BENCH_DATABASE_URL (or
 // DATABASE_URL) adds the Postgres rows.
 import { randomUUID } from 'node:crypto'
 import autocannon from 'autocannon'
@@ -11,6 +12,8 @@ import { now, pct } from './model.js'
 import { startRunsServer } from './runs.js'
 import { EnvSchema } from '../src/config.js'
 
+/** org A's queued runs while org B's runs are timed */
+const FAIR_QUEUED = 10_000
 const QUEUE_DEFAULT = (EnvSchema.properties.RUN_QUEUE_MAX_PER_ORG as unknown as { default: number }).default
 
 type Server = Awaited<ReturnType<typeof startRunsServer>>
@@ -89,7 +92,8 @@ async function fairness(database: string, env: Record<string, string>): Promise<
   try {
     const a = await credentials(server.url)
     const b = await credentials(server.url)
-    await flood(server.url, a.authorization, { amount: 10_000 })
+    // org A's runs execute while they are accepted: flood until at least 10,000 of them wait
+    while ((await counts(server)).queued < FAIR_QUEUED) await flood(server.url, a.authorization, { amount: 2_000 })
     const waits: number[] = []
     let queuedA = Infinity
     for (let i = 0; i < 5; i++) {
@@ -112,6 +116,7 @@ async function fairness(database: string, env: Record<string, string>): Promise<
         }
       }
     }
+    queuedA = Math.min(queuedA, (await counts(server)).queued)
     return `| ${database} | ${queuedA} | ${pct(waits, 50).toFixed(0)} | ${Math.max(...waits).toFixed(0)} |`
   } finally {
     await server.stop()
@@ -146,7 +151,7 @@ export async function benchCompletion(): Promise<string> {
     '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...rows,
     '',
-    "Another org's run while org A has 10,000 runs queued (five runs of org B, one after another):",
+    "Another org's run while org A has at least 10,000 runs queued (five runs of org B, one after another):",
     '',
     '| database | org A runs queued (least seen) | org B start wait p50 ms | max ms |',
     '| --- | ---: | ---: | ---: |',

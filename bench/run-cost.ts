@@ -61,6 +61,9 @@ export async function benchRunCost(): Promise<string> {
     await admin`create extension pg_stat_statements`
     await admin`create database cost`
     const dbUrl = cluster.url.replace(/\/postgres$/, '/cost')
+    // pg_stat_reset() resets the counters of the database it is called in: this one's
+    const costAdmin = postgres(dbUrl, { max: 1, onnotice: () => {} })
+    teardowns.unshift(() => costAdmin.end())
     // the instance's pollers and sweepers slowed down, so what is counted is the runs' own (NOTIFY wakes the workers)
     const quiet = {
       RUN_POLL_MS: '600000',
@@ -74,6 +77,8 @@ export async function benchRunCost(): Promise<string> {
     const server = await startRunsServer({ DATABASE_URL: dbUrl, LOG_LEVEL: 'warn', ...quiet })
     teardowns.unshift(() => server.stop())
 
+    // the WAL position at the last reset (the cluster's WAL is counted from there)
+    let walStart = 0
     const totals = async (): Promise<Totals> => {
       const [s] = await admin`select coalesce(sum(calls), 0)::bigint as n from pg_stat_statements
         where dbid = (select oid from pg_database where datname = 'cost')`
@@ -86,26 +91,33 @@ export async function benchRunCost(): Promise<string> {
         inserted: Number(d!.tup_inserted),
         updated: Number(d!.tup_updated),
         deleted: Number(d!.tup_deleted),
-        wal: Number(d!.wal)
+        wal: Number(d!.wal) - walStart
       }
     }
     const statements = async (): Promise<StatementRow[]> =>
       (await admin`
       select regexp_replace(query, '\\s+', ' ', 'g') as query, calls::int as calls from pg_stat_statements
       where dbid = (select oid from pg_database where datname = 'cost') order by calls desc`) as unknown as StatementRow[]
+    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+    // A backend sends its counts to pg_stat_database at most once a second and, when it is idle
+    // with counts not sent, 10 s later (Postgres 15's PGSTAT_IDLE_INTERVAL): what the service
+    // did is all there only 10 s after it went idle. (pg_stat_statements counts at once.)
+    const flushed = () => sleep(11_000)
     const reset = async () => {
+      await costAdmin`select pg_stat_reset()`
       await admin`select pg_stat_statements_reset()`
-      await admin`select pg_stat_reset()`
-      // pg_stat_database is updated by backends at their transactions' ends, at most every 500 ms
-      await new Promise((resolve) => setTimeout(resolve, 600))
+      const [w] = await admin`select pg_current_wal_lsn() - '0/0'::pg_lsn as wal`
+      walStart = Number(w!.wal)
     }
-    const settle = () => new Promise((resolve) => setTimeout(resolve, 1200))
+    const settle = () => sleep(1200)
 
     // the service finishes starting, then: what it does on its own, per second
     await settle()
+    await flushed()
     await reset()
     const idleStart = now()
-    await new Promise((resolve) => setTimeout(resolve, IDLE_MS))
+    await sleep(IDLE_MS)
+    await flushed()
     const idle = await totals()
     const idleRate = (v: number) => v / (now() - idleStart)
 
@@ -114,6 +126,7 @@ export async function benchRunCost(): Promise<string> {
       const started = now()
       await go()
       await settle()
+      await flushed()
       const t = await totals()
       const ms = now() - started
       const per = (v: number, idleV: number) => ((v - idleRate(idleV) * ms) / runs).toFixed(1)
@@ -140,7 +153,7 @@ export async function benchRunCost(): Promise<string> {
       for (const id of ids) await ended(server.url, id)
     })
     const lines = [
-      `Statements, commits and rows per echo run on Postgres 15 (the bench's own cluster, the instance's pollers slowed down; its own statements while idle, ${idle.statements} in ${IDLE_MS / 1000} s, taken off at their rate):`,
+      `Statements, commits and rows per echo run on Postgres 15 (the bench's own cluster, the instance's pollers slowed down; its own statements while idle, ${idle.statements} in ${IDLE_MS / 1000} s, and commits, ${idle.commits}, taken off at their rate; a statement is a round trip):`,
       '',
       '| case | runs | statements | commits | rows inserted | rows updated | rows deleted | WAL KiB |',
       '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
