@@ -113,7 +113,7 @@ export const EnvSchema = Type.Object({
   RUN_QUEUE_MAX_PER_ORG: Type.Integer({
     minimum: 0,
     maximum: 10_000_000,
-    default: 500,
+    default: 250,
     description:
       'an org with this many runs queued (not yet started) gets 429 rate_limited with Retry-After for the next one it starts through the API (0: no limit)'
   }),
