@@ -8,6 +8,7 @@ import type {
   RunEventWriter,
   SkillTools
 } from '../../runtime/ports.js'
+import type { RuntimePorts } from '../../runtime/service.js'
 import type { RunKnowledge } from './knowledge.js'
 import type { RunArtifacts } from './artifacts.js'
 import type { RunEventSink, RunMemory } from './memory.js'
@@ -137,14 +138,7 @@ export function forRuntime(deps: {
   artifacts: RunArtifacts
   knowledge: RunKnowledge
   skills: RunSkills
-}): {
-  runs: RunDirectory
-  events: RunEventWriter
-  memory: MemoryTools
-  artifacts: ArtifactWriter
-  knowledge: KnowledgeTools
-  skills: SkillTools
-} {
+}): RuntimePorts {
   const { db, events, memory, artifacts, knowledge, skills } = deps
   return {
     runs: runDirectory(db),
