@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm'
 import { rowsOf, type Db } from '../db/client.js'
 import { newId } from '../db/ids.js'
-import type { ChatPlatformRuns } from '../runs/ports/chat-platforms.js'
+import type { ChatPlatformRun, ChatPlatformRuns } from '../runs/ports/chat-platforms.js'
 import {
   claimMessage,
   dropConnection,
@@ -100,15 +100,6 @@ export type Received =
 
 type RunDecision = Extract<Decision, { kind: 'run' }>
 
-interface NewRun {
-  id: string
-  orgId: string
-  prompt: string
-  engine: string
-  model: string | null
-  metadata: Record<string, unknown>
-}
-
 /**
  * Takes one verified event callback. What it stores (the event id, the message, the
  * thread, the run and its reply row) commits together, so a retry, the other event of the
@@ -136,7 +127,7 @@ export async function receiveEvent(
   }
   // outside any transaction: the choice may ask the model provider whether it is up
   const chosen = await deps.runs.engine(team.orgId)
-  const run: NewRun = {
+  const run: ChatPlatformRun = {
     id: newId(),
     orgId: team.orgId,
     prompt: decision.prompt,
@@ -173,7 +164,7 @@ async function startThread(
   team: SlackTeamRow,
   d: RunDecision,
   eventId: string | null,
-  run: NewRun
+  run: ChatPlatformRun
 ): Promise<string | null> {
   const { teamId, orgId } = team
   const event =
@@ -209,7 +200,7 @@ async function continueThread(
   team: SlackTeamRow,
   d: RunDecision,
   eventId: string | null,
-  run: NewRun
+  run: ChatPlatformRun
 ): Promise<string | null> {
   return deps.db.transaction(async (tx) => {
     if (!(await stillConnected(tx, team))) return null

@@ -6,6 +6,16 @@ import type { EngineRegistry } from '../engines/registry.js'
 import type { EventBatcher } from '../events.js'
 import { announceCommitted, createRun, type RunRow } from '../runs-repo.js'
 
+/** A run a chat message starts, as the chat platform asks for it. */
+export interface ChatPlatformRun {
+  id: string
+  orgId: string
+  prompt: string
+  engine: string
+  model: string | null
+  metadata: Record<string, unknown>
+}
+
 /** What the Slack ingress needs of the runs group. */
 export interface ChatPlatformRuns {
   /** the engine and model a chat message's run gets */
@@ -14,33 +24,12 @@ export interface ChatPlatformRuns {
    * a queued run in the caller's transaction: a new thread (`rootRunId: null`), or the next run of one; null when that
    * thread is not the org's
    */
-  insert(
-    tx: Tx,
-    run: {
-      id: string
-      orgId: string
-      rootRunId: string | null
-      prompt: string
-      engine: string
-      model: string | null
-      metadata: Record<string, unknown>
-    }
-  ): Promise<RunRow | null>
+  insert(tx: Tx, run: ChatPlatformRun & { rootRunId: string | null }): Promise<RunRow | null>
   /**
    * The INSERT of a queued run that starts its own thread, for a WITH chain: one row per row
    * of `gate` (a CTE named by the caller), `returning id`
    */
-  rootInsert(
-    run: {
-      id: string
-      orgId: string
-      prompt: string
-      engine: string
-      model: string | null
-      metadata: Record<string, unknown>
-    },
-    gate: SQL
-  ): SQL
+  rootInsert(run: ChatPlatformRun, gate: SQL): SQL
   /** the run.queued events after the commit; never throws */
   announce(runs: Array<Pick<RunRow, 'id' | 'orgId' | 'rootRunId' | 'engine' | 'model'>>): Promise<void>
 }
