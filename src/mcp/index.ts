@@ -80,7 +80,7 @@ function rpcError(reply: FastifyReply, status: number, code: number, message: st
  * On the embedded database every instance that can reach the rows runs in this process
  * (its data directory is locked to one process) and shares one database handle: there a
  * memo of the rows, kept on that handle and changed by the same code that writes them,
- * answers for the row without a query (see `EmbeddedSessions`).
+ * answers for the row without a query (see `embeddedSessions`).
  */
 const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async (app, opts) => {
   const idleSeconds = opts.sessionIdleHours * 3600
