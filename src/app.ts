@@ -5,14 +5,11 @@ import cors from '@fastify/cors'
 import rateLimit from '@fastify/rate-limit'
 import websocket from '@fastify/websocket'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import Ajv from 'ajv'
-import addFormats from 'ajv-formats'
 import Fastify, {
   LogController,
   type FastifyContextConfig,
   type FastifyInstance,
-  type FastifyPluginAsync,
-  type FastifySchemaCompiler
+  type FastifyPluginAsync
 } from 'fastify'
 import dbPlugin from '../plugins/db.js'
 import shutdownRefusals from '../plugins/shutdown.js'
@@ -20,7 +17,7 @@ import eventBusPlugin from '../plugins/event-bus.js'
 import idempotencyPlugin from '../plugins/idempotency/index.js'
 import ssePlugin from '../plugins/sse.js'
 import errorsPlugin, { rateLimited } from '../plugins/errors.js'
-import { refusingHostileInput } from '../plugins/hostile-input.js'
+import { compilersFactory } from '../plugins/schema-compilers.js'
 import openapiPlugin from '../plugins/openapi.js'
 import hubPlugin from '../plugins/hub.js'
 import principalPlugin from './auth/principal.js'
@@ -139,33 +136,6 @@ export interface Ports {
   knowledgeExtractor?: Extractor
 }
 
-/**
- * Request bodies are validated strictly (no type coercion, unknown fields rejected by
- * the schemas); query strings and params are strings on the wire, so they are coerced.
- * Every part is first checked for the strings and nesting contract 1.3 refuses.
- */
-function validatorFactory(externalSchemas: Record<string, unknown>): FastifySchemaCompiler<object> {
-  const make = (coerceTypes: boolean | 'array') => {
-    const ajv = new Ajv.default({
-      coerceTypes,
-      useDefaults: true,
-      removeAdditional: false,
-      allErrors: false,
-      strict: false
-    })
-    addFormats.default(ajv)
-    for (const schema of Object.values(externalSchemas)) ajv.addSchema(schema as object)
-    return ajv
-  }
-  const strict = make(false)
-  const coercing = make('array')
-  return ({ schema, httpPart }) => {
-    const validate = (httpPart === 'body' ? strict : coercing).compile(schema)
-    // headers cannot carry NUL or surrogates (Node's parser refuses them first)
-    return httpPart === 'headers' ? validate : refusingHostileInput(validate)
-  }
-}
-
 /** pino-pretty, one line per fact: time, level, message, then the fields on the same line */
 const PRETTY = {
   target: 'pino-pretty',
@@ -220,7 +190,7 @@ export async function buildApp({
     // refused by plugins/shutdown.ts instead, in the contract's body and with our headers
     return503OnClosing: false,
     forceCloseConnections: 'idle',
-    schemaController: { compilersFactory: { buildValidator: validatorFactory as never } }
+    schemaController: { compilersFactory: compilersFactory as never }
   }).withTypeProvider<TypeBoxTypeProvider>()
 
   const owned = database === undefined

@@ -49,11 +49,21 @@ const PROBE_SCRIPT =
 /**
  * Whether bubblewrap can build a sandbox here: it needs unprivileged user namespaces
  * (or root, and then `setpriv` to drop to `user`), which many container runtimes forbid.
- * Checked once at boot.
+ * Checked once per process and sandbox user (an app built again in the same process, as
+ * tests and benchmarks do, asks the same host the same question).
  */
 export function probeBubblewrap(
   user: SandboxUser | null = sandboxUserFor({ uid: 65534, gid: 65534 })
 ): BubblewrapProbe {
+  const key = user ? `${user.uid}:${user.gid}` : 'self'
+  let probe = probes.get(key)
+  if (!probe) probes.set(key, (probe = probeOnce(user)))
+  return probe
+}
+
+const probes = new Map<string, BubblewrapProbe>()
+
+function probeOnce(user: SandboxUser | null): BubblewrapProbe {
   const bwrap = findExecutable('bwrap')
   if (!bwrap) return { ok: false, installed: false, reason: 'bwrap is not installed' }
   const uid = user ? user.uid : (process.geteuid?.() ?? 0)
