@@ -126,6 +126,14 @@ export function benchEnv(dataDir: string, env: Record<string, string>): Record<s
   }
 }
 
+/**
+ * Node options for the service processes benchmarks start, from BENCH_SERVER_NODE_ARGS (for
+ * example `--cpu-prof --cpu-prof-dir=prof` to see where a benchmark's service spends its time).
+ */
+export function serverNodeArgs(): string[] {
+  return (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean)
+}
+
 /** Starts a server script (TypeScript, through tsx) as its own process, so load and service do not share a loop. */
 export async function startServer(
   script: string,
@@ -133,7 +141,7 @@ export async function startServer(
   readyTimeoutMs = 60_000
 ): Promise<Server> {
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-bench-'))
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+  const child = spawn(process.execPath, [...serverNodeArgs(), '--import', 'tsx', script], {
     env: benchEnv(dataDir, env),
     stdio: ['ignore', 'pipe', 'inherit']
   })

@@ -9,7 +9,7 @@ import { request } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
-import { benchEnv, benchPostgres, credentials, load, table, withDatabase, type Result } from './lib.js'
+import { benchEnv, benchPostgres, credentials, load, serverNodeArgs, table, withDatabase, type Result } from './lib.js'
 import { now, pct } from './model.js'
 
 interface Proc {
@@ -21,10 +21,14 @@ interface Proc {
 
 export async function startRunsServer(env: Record<string, string>): Promise<Proc> {
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-bench-'))
-  const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', 'bench/runs-server.ts'], {
-    env: benchEnv(dataDir, { NODE_ENV: 'development', ...env }),
-    stdio: ['ignore', 'pipe', 'inherit']
-  })
+  const child = spawn(
+    process.execPath,
+    [...serverNodeArgs(), '--expose-gc', '--import', 'tsx', 'bench/runs-server.ts'],
+    {
+      env: benchEnv(dataDir, { NODE_ENV: 'development', ...env }),
+      stdio: ['ignore', 'pipe', 'inherit']
+    }
+  )
   const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]()
   let url = ''
   for (;;) {
