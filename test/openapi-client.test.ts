@@ -5,6 +5,7 @@ import { lintFromString, loadConfig } from '@redocly/openapi-core'
 import createClient from 'openapi-fetch'
 import openapiTS, { astToString } from 'openapi-typescript'
 import t from 'tap'
+import { embeddedOnly } from './passes.js'
 import ts from 'typescript'
 import { buildTestApp, type Teardown } from './helper.js'
 
@@ -14,7 +15,7 @@ import { buildTestApp, type Teardown } from './helper.js'
  * and openapi-fetch round-trips real answers through a listening server.
  */
 
-t.test("Redocly's recommended rules find no error and no warning", async (t) => {
+t.test("Redocly's recommended rules find no error and no warning", embeddedOnly, async (t) => {
   const app = await buildTestApp(t)
   const source = (await app.inject({ method: 'GET', url: '/openapi.json', headers: { host: 'cairn.internal:3000' } }))
     .body
@@ -146,7 +147,7 @@ function writeClient(t: Teardown, types: string): string {
   return dir
 }
 
-t.test('openapi-typescript generates types that a typed consumer compiles against', async (t) => {
+t.test('openapi-typescript generates types that a typed consumer compiles against', embeddedOnly, async (t) => {
   const app = await buildTestApp(t)
   const document = (await app.inject({ method: 'GET', url: '/openapi.json' })).json()
   const types = await generatedTypes(document)
@@ -217,112 +218,116 @@ async function readFrames(stream: ReadableStream<Uint8Array>): Promise<Array<{ e
   return frames
 }
 
-t.test('openapi-fetch round-trips real answers: sign-up, org, key, run, its event stream, memory search', async (t) => {
-  const app = await buildTestApp(t)
-  await app.listen({ port: 0, host: '127.0.0.1' })
-  const address = app.server.address()
-  if (address === null || typeof address === 'string') throw new Error('no port')
-  // the document is the one served; the client is untyped here (the typed check is above)
-  const client = createClient<Record<string, never>>({
-    baseUrl: `http://127.0.0.1:${address.port}`
-  }) as unknown as ReturnType<typeof createClient>
-  const anyClient = client as unknown as {
-    POST: (path: string, init: Record<string, unknown>) => Promise<{ data?: any; error?: any; response: Response }>
-    GET: (path: string, init: Record<string, unknown>) => Promise<{ data?: any; error?: any; response: Response }>
+t.test(
+  'openapi-fetch round-trips real answers: sign-up, org, key, run, its event stream, memory search',
+  embeddedOnly,
+  async (t) => {
+    const app = await buildTestApp(t)
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const address = app.server.address()
+    if (address === null || typeof address === 'string') throw new Error('no port')
+    // the document is the one served; the client is untyped here (the typed check is above)
+    const client = createClient<Record<string, never>>({
+      baseUrl: `http://127.0.0.1:${address.port}`
+    }) as unknown as ReturnType<typeof createClient>
+    const anyClient = client as unknown as {
+      POST: (path: string, init: Record<string, unknown>) => Promise<{ data?: any; error?: any; response: Response }>
+      GET: (path: string, init: Record<string, unknown>) => Promise<{ data?: any; error?: any; response: Response }>
+    }
+
+    const signUp = await anyClient.POST('/api/auth/sign-up', {
+      body: { email: 'client@example.test', password: 'a long password', name: 'Client' }
+    })
+    t.equal(signUp.response.status, 201)
+    t.equal(signUp.data.user.email, 'client@example.test')
+    const cookie = (signUp.response.headers.get('set-cookie') ?? '').split(';')[0]!
+    t.match(cookie, /^cairn_session=/)
+
+    const org = await anyClient.POST('/api/auth/organizations', { body: { name: 'Client Org' }, headers: { cookie } })
+    t.equal(org.response.status, 201)
+    t.equal(org.data.organization.role, 'owner')
+
+    const minted = await anyClient.POST('/api/keys', { body: { name: 'generated client' }, headers: { cookie } })
+    t.equal(minted.response.status, 201)
+    const authorization = `Bearer ${minted.data.key as string}`
+
+    const created = await anyClient.POST('/api/runs', {
+      body: { prompt: 'Please remember that the client was generated.' },
+      headers: { authorization, 'idempotency-key': 'generated-client-1' }
+    })
+    t.equal(created.response.status, 201)
+    const run = created.data.run
+    t.equal(run.status, 'queued')
+    t.equal(run.origin, 'api')
+
+    const replay = await anyClient.POST('/api/runs', {
+      body: { prompt: 'Please remember that the client was generated.' },
+      headers: { authorization, 'idempotency-key': 'generated-client-1' }
+    })
+    t.equal(replay.response.headers.get('idempotent-replayed'), 'true')
+    t.equal(replay.data.run.id, run.id)
+
+    const events = await anyClient.GET('/api/runs/{id}/events', {
+      params: { path: { id: run.id } },
+      parseAs: 'stream',
+      headers: { authorization }
+    })
+    t.equal(events.response.status, 200)
+    t.match(events.response.headers.get('content-type'), /^text\/event-stream/)
+    const frames = await readFrames(events.data as ReadableStream<Uint8Array>)
+    const types = frames.map((f) => f.event)
+    t.equal(types[0], 'run.queued')
+    t.ok(types.includes('run.succeeded'), `the run succeeded: ${types.join(', ')}`)
+    t.equal(types.at(-1), 'end')
+    const first = frames[0]!.data as { id: number; runId: string; type: string }
+    t.equal(first.runId, run.id)
+    t.equal(first.type, 'run.queued')
+
+    // the typed consumer, compiled as it was type-checked above, follows a run of its own
+    const document = (await app.inject({ method: 'GET', url: '/openapi.json' })).json()
+    const dir = writeClient(t, await generatedTypes(document))
+    const compiled = ts.transpileModule(CONSUMER, {
+      compilerOptions: { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext }
+    }).outputText
+    writeFileSync(join(dir, 'consumer.mjs'), compiled)
+    const consumer = (await import(pathToFileURL(join(dir, 'consumer.mjs')).href)) as {
+      followRun(
+        baseUrl: string,
+        authorization: string,
+        prompt: string
+      ): Promise<{
+        run: { id: string }
+        events: Array<{ runId: string; type: string }>
+        end: { runId: string; status: string } | null
+      }>
+    }
+    const followed = await consumer.followRun(
+      `http://127.0.0.1:${address.port}`,
+      authorization,
+      'Followed by the generated client.'
+    )
+    const followedTypes = followed.events.map((e) => e.type)
+    t.equal(followedTypes[0], 'run.queued', 'the typed follower reads RunEvents')
+    t.ok(followedTypes.includes('run.succeeded'), `the followed run succeeded: ${followedTypes.join(', ')}`)
+    t.ok(
+      followed.events.every((e) => e.runId === followed.run.id),
+      'every RunEvent is of the followed run'
+    )
+    t.same(followed.end, { runId: followed.run.id, status: 'succeeded' }, 'the end frame is a RunStreamEnd')
+
+    const searched = await anyClient.GET('/api/memory/search', {
+      params: { query: { q: 'client' } },
+      headers: { authorization }
+    })
+    t.equal(searched.response.status, 200)
+    t.equal(searched.data.enabled, true)
+    t.ok(Array.isArray(searched.data.items))
+
+    const missing = await anyClient.GET('/api/runs/{id}', {
+      params: { path: { id: 'no-such-run' } },
+      headers: { authorization }
+    })
+    t.equal(missing.response.status, 404)
+    t.equal(missing.error.error, 'not_found')
   }
-
-  const signUp = await anyClient.POST('/api/auth/sign-up', {
-    body: { email: 'client@example.test', password: 'a long password', name: 'Client' }
-  })
-  t.equal(signUp.response.status, 201)
-  t.equal(signUp.data.user.email, 'client@example.test')
-  const cookie = (signUp.response.headers.get('set-cookie') ?? '').split(';')[0]!
-  t.match(cookie, /^cairn_session=/)
-
-  const org = await anyClient.POST('/api/auth/organizations', { body: { name: 'Client Org' }, headers: { cookie } })
-  t.equal(org.response.status, 201)
-  t.equal(org.data.organization.role, 'owner')
-
-  const minted = await anyClient.POST('/api/keys', { body: { name: 'generated client' }, headers: { cookie } })
-  t.equal(minted.response.status, 201)
-  const authorization = `Bearer ${minted.data.key as string}`
-
-  const created = await anyClient.POST('/api/runs', {
-    body: { prompt: 'Please remember that the client was generated.' },
-    headers: { authorization, 'idempotency-key': 'generated-client-1' }
-  })
-  t.equal(created.response.status, 201)
-  const run = created.data.run
-  t.equal(run.status, 'queued')
-  t.equal(run.origin, 'api')
-
-  const replay = await anyClient.POST('/api/runs', {
-    body: { prompt: 'Please remember that the client was generated.' },
-    headers: { authorization, 'idempotency-key': 'generated-client-1' }
-  })
-  t.equal(replay.response.headers.get('idempotent-replayed'), 'true')
-  t.equal(replay.data.run.id, run.id)
-
-  const events = await anyClient.GET('/api/runs/{id}/events', {
-    params: { path: { id: run.id } },
-    parseAs: 'stream',
-    headers: { authorization }
-  })
-  t.equal(events.response.status, 200)
-  t.match(events.response.headers.get('content-type'), /^text\/event-stream/)
-  const frames = await readFrames(events.data as ReadableStream<Uint8Array>)
-  const types = frames.map((f) => f.event)
-  t.equal(types[0], 'run.queued')
-  t.ok(types.includes('run.succeeded'), `the run succeeded: ${types.join(', ')}`)
-  t.equal(types.at(-1), 'end')
-  const first = frames[0]!.data as { id: number; runId: string; type: string }
-  t.equal(first.runId, run.id)
-  t.equal(first.type, 'run.queued')
-
-  // the typed consumer, compiled as it was type-checked above, follows a run of its own
-  const document = (await app.inject({ method: 'GET', url: '/openapi.json' })).json()
-  const dir = writeClient(t, await generatedTypes(document))
-  const compiled = ts.transpileModule(CONSUMER, {
-    compilerOptions: { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext }
-  }).outputText
-  writeFileSync(join(dir, 'consumer.mjs'), compiled)
-  const consumer = (await import(pathToFileURL(join(dir, 'consumer.mjs')).href)) as {
-    followRun(
-      baseUrl: string,
-      authorization: string,
-      prompt: string
-    ): Promise<{
-      run: { id: string }
-      events: Array<{ runId: string; type: string }>
-      end: { runId: string; status: string } | null
-    }>
-  }
-  const followed = await consumer.followRun(
-    `http://127.0.0.1:${address.port}`,
-    authorization,
-    'Followed by the generated client.'
-  )
-  const followedTypes = followed.events.map((e) => e.type)
-  t.equal(followedTypes[0], 'run.queued', 'the typed follower reads RunEvents')
-  t.ok(followedTypes.includes('run.succeeded'), `the followed run succeeded: ${followedTypes.join(', ')}`)
-  t.ok(
-    followed.events.every((e) => e.runId === followed.run.id),
-    'every RunEvent is of the followed run'
-  )
-  t.same(followed.end, { runId: followed.run.id, status: 'succeeded' }, 'the end frame is a RunStreamEnd')
-
-  const searched = await anyClient.GET('/api/memory/search', {
-    params: { query: { q: 'client' } },
-    headers: { authorization }
-  })
-  t.equal(searched.response.status, 200)
-  t.equal(searched.data.enabled, true)
-  t.ok(Array.isArray(searched.data.items))
-
-  const missing = await anyClient.GET('/api/runs/{id}', {
-    params: { path: { id: 'no-such-run' } },
-    headers: { authorization }
-  })
-  t.equal(missing.response.status, 404)
-  t.equal(missing.error.error, 'not_found')
-})
+)

@@ -1,9 +1,10 @@
 import { brotliDecompressSync, gunzipSync } from 'node:zlib'
 import { validate } from '@readme/openapi-parser'
 import t from 'tap'
+import { embeddedOnly } from './passes.js'
 import { buildTestApp } from './helper.js'
 
-t.test('GET /openapi.json is a valid OpenAPI 3.1 document listing every route', async (t) => {
+t.test('GET /openapi.json is a valid OpenAPI 3.1 document listing every route', embeddedOnly, async (t) => {
   const app = await buildTestApp(t)
   const res = await app.inject({ method: 'GET', url: '/openapi.json' })
   t.equal(res.statusCode, 200)
@@ -65,6 +66,7 @@ interface Operation {
 
 t.test(
   'the document names its resources, streams events as text/event-stream and declares the contract headers',
+  embeddedOnly,
   async (t) => {
     const app = await buildTestApp(t)
     const doc = (
@@ -152,30 +154,34 @@ t.test(
   }
 )
 
-t.test('the interactive reference is served at /docs, its assets compressed; API answers are not', async (t) => {
-  const app = await buildTestApp(t)
-  const res = await app.inject({ method: 'GET', url: '/docs' })
-  t.equal(res.statusCode, 200)
-  t.match(res.headers['content-type'], /text\/html/)
-  const plain = await app.inject({ method: 'GET', url: '/docs/static/swagger-ui-bundle.js' })
-  t.equal(plain.statusCode, 200)
-  t.notOk(plain.headers['content-encoding'], 'uncompressed for a client that does not ask')
-  for (const encoding of ['br', 'gzip']) {
-    const packed = await app.inject({
-      method: 'GET',
-      url: '/docs/static/swagger-ui-bundle.js',
-      headers: { 'accept-encoding': encoding }
-    })
-    t.equal(packed.statusCode, 200)
-    t.equal(packed.headers['content-encoding'], encoding)
-    const unpacked = encoding === 'br' ? brotliDecompressSync(packed.rawPayload) : gunzipSync(packed.rawPayload)
-    t.ok(unpacked.equals(plain.rawPayload), `${encoding}: the same bytes`)
-    t.ok(
-      packed.rawPayload.length < plain.rawPayload.length / 2,
-      `${encoding}: ${plain.rawPayload.length} bytes became ${packed.rawPayload.length}`
-    )
+t.test(
+  'the interactive reference is served at /docs, its assets compressed; API answers are not',
+  embeddedOnly,
+  async (t) => {
+    const app = await buildTestApp(t)
+    const res = await app.inject({ method: 'GET', url: '/docs' })
+    t.equal(res.statusCode, 200)
+    t.match(res.headers['content-type'], /text\/html/)
+    const plain = await app.inject({ method: 'GET', url: '/docs/static/swagger-ui-bundle.js' })
+    t.equal(plain.statusCode, 200)
+    t.notOk(plain.headers['content-encoding'], 'uncompressed for a client that does not ask')
+    for (const encoding of ['br', 'gzip']) {
+      const packed = await app.inject({
+        method: 'GET',
+        url: '/docs/static/swagger-ui-bundle.js',
+        headers: { 'accept-encoding': encoding }
+      })
+      t.equal(packed.statusCode, 200)
+      t.equal(packed.headers['content-encoding'], encoding)
+      const unpacked = encoding === 'br' ? brotliDecompressSync(packed.rawPayload) : gunzipSync(packed.rawPayload)
+      t.ok(unpacked.equals(plain.rawPayload), `${encoding}: the same bytes`)
+      t.ok(
+        packed.rawPayload.length < plain.rawPayload.length / 2,
+        `${encoding}: ${plain.rawPayload.length} bytes became ${packed.rawPayload.length}`
+      )
+    }
+    const api = await app.inject({ method: 'GET', url: '/api/config', headers: { 'accept-encoding': 'br, gzip' } })
+    t.equal(api.statusCode, 200)
+    t.notOk(api.headers['content-encoding'], 'the API answers as it did')
   }
-  const api = await app.inject({ method: 'GET', url: '/api/config', headers: { 'accept-encoding': 'br, gzip' } })
-  t.equal(api.statusCode, 200)
-  t.notOk(api.headers['content-encoding'], 'the API answers as it did')
-})
+)

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs'
 import { dirname } from 'node:path'
 import t from 'tap'
+import { embeddedOnly } from './passes.js'
 import { keyDeniedOnPurpose, keyMayReach } from '../src/auth/key-allowlist.js'
 import { routeScopes, SCOPES } from '../src/auth/principal.js'
 import { buildTestApp, mintKey, signUpWithOrg } from './helper.js'
@@ -28,7 +29,7 @@ const OUTSIDE_API = [/^\/$/, /^\/openapi\.json$/, /^\/docs(\/.*)?$/, /^\/hub(\/.
 const fakeId = '0190b8f0-0000-7000-8000-000000000000'
 const fill = (url: string) => url.replace(/:[A-Za-z0-9_]+/g, fakeId)
 
-t.test('every route is classified, and only the spec public list is public', async (t) => {
+t.test('every route is classified, and only the spec public list is public', embeddedOnly, async (t) => {
   const app = await buildTestApp(t)
   t.ok(app.routeTable.length > 0)
   for (const route of app.routeTable) {
@@ -60,6 +61,7 @@ t.test('every route is classified, and only the spec public list is public', asy
 
 t.test(
   'every non-public route is on the API-key allowlist or deliberately denied (src/auth/key-allowlist.ts)',
+  embeddedOnly,
   async (t) => {
     const app = await buildTestApp(t)
     for (const route of app.routeTable) {
@@ -73,7 +75,7 @@ t.test(
   }
 )
 
-t.test('with dev-org access off, an anonymous caller gets 401 on every non-public route', async (t) => {
+t.test('with dev-org access off, an anonymous caller gets 401 on every non-public route', embeddedOnly, async (t) => {
   const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'false' } })
   for (const route of app.routeTable) {
     if (!route.url.startsWith('/api') || routeScopes(route.config.scope).includes('public')) continue
@@ -84,7 +86,7 @@ t.test('with dev-org access off, an anonymous caller gets 401 on every non-publi
   }
 })
 
-t.test('an API key on every route answers as the allowlist says', async (t) => {
+t.test('an API key on every route answers as the allowlist says', embeddedOnly, async (t) => {
   const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' } })
   const owner = await signUpWithOrg(app)
   const { authorization } = await mintKey(app, owner.cookie)
@@ -133,7 +135,7 @@ async function callOnce(
   return { statusCode: res.status, error: text === '' ? undefined : (JSON.parse(text) as { error?: string }).error }
 }
 
-t.test('the allowlist matches registered patterns, not raw URLs', async (t) => {
+t.test('the allowlist matches registered patterns, not raw URLs', embeddedOnly, async (t) => {
   t.ok(keyMayReach('GET', '/api/runs/:id'))
   t.ok(keyMayReach('GET', '/api/runs/:runId'), 'parameter names do not matter')
   t.ok(keyMayReach('HEAD', '/api/runs'), 'HEAD follows GET')
@@ -167,7 +169,7 @@ function fits(prefix: string, url: string): boolean {
   )
 }
 
-t.test("CONTRIBUTING.md's route index names the folder that serves every route", async (t) => {
+t.test("CONTRIBUTING.md's route index names the folder that serves every route", embeddedOnly, async (t) => {
   const index = routeIndex()
   t.ok(index.length > 10, 'the index is read')
   const app = await buildTestApp(t)

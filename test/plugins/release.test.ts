@@ -1,7 +1,8 @@
 import t from 'tap'
+import { embeddedOnly } from '../passes.js'
 import { buildTestApp, createTestDatabase } from '../helper.js'
 
-t.test('release headers on every /api response', async (t) => {
+t.test('release headers on every /api response', embeddedOnly, async (t) => {
   const app = await buildTestApp(t, { env: { SERVICE_COMMIT: 'c0ffee' } })
   for (const [method, url, status] of [
     ['GET', '/api/health', 200],
@@ -21,7 +22,7 @@ t.test('release headers on every /api response', async (t) => {
   t.equal(lookalike.headers['x-service-api-compat'], undefined, 'not on a look-alike prefix')
 })
 
-t.test('the compatibility gate on a release build', async (t) => {
+t.test('the compatibility gate on a release build', embeddedOnly, async (t) => {
   const db = await createTestDatabase(t)
   const app = await buildTestApp(t, { db, env: { SERVICE_COMMIT: 'c0ffee' } })
   for (const method of ['POST', 'PUT', 'PATCH', 'DELETE'] as const) {
@@ -60,7 +61,7 @@ t.test('the compatibility gate on a release build', async (t) => {
   t.equal(empty.statusCode, 409, 'an empty release is present and different')
 })
 
-t.test('a development build accepts every client release', async (t) => {
+t.test('a development build accepts every client release', embeddedOnly, async (t) => {
   for (const commit of [undefined, '2.0.0-dev']) {
     const app = await buildTestApp(t, { env: commit ? { SERVICE_COMMIT: commit } : {} })
     const res = await app.inject({

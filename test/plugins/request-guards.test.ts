@@ -1,6 +1,7 @@
 import { request as httpRequest } from 'node:http'
 import { gzipSync } from 'node:zlib'
 import t, { type Test } from 'tap'
+import { embeddedOnly } from '../passes.js'
 import { count, multipart } from '../artifacts/helpers.js'
 import { buildTestApp, signUpWithOrg } from '../helper.js'
 
@@ -26,64 +27,68 @@ const refused = (
   t.equal(res.headers['x-service-release-fingerprint'], 'run-events-v1:c0ffee', `${what}: the release headers`)
 }
 
-t.test('a JSON body with a content coding is 415, whatever the coding, and creates nothing', async (t) => {
-  const owner = await signUpWithOrg(app)
-  const json = { 'content-type': 'application/json', cookie: owner.cookie }
-  // gzip bytes as they would come, and plain JSON that only claims a coding (it was taken as JSON)
-  const gzip = await app.inject({
-    method: 'POST',
-    url: '/api/knowledge',
-    headers: { ...json, 'content-encoding': 'gzip' },
-    payload: gzipSync(RECORD)
-  })
-  refused(t, gzip, 'gzip bytes')
-  for (const encoding of ['gzip', 'GZIP', 'deflate', 'br', 'zstd', 'x-custom', 'identity, gzip', 'gzip, identity']) {
-    const res = await app.inject({
+t.test(
+  'a JSON body with a content coding is 415, whatever the coding, and creates nothing',
+  embeddedOnly,
+  async (t) => {
+    const owner = await signUpWithOrg(app)
+    const json = { 'content-type': 'application/json', cookie: owner.cookie }
+    // gzip bytes as they would come, and plain JSON that only claims a coding (it was taken as JSON)
+    const gzip = await app.inject({
       method: 'POST',
       url: '/api/knowledge',
-      headers: { ...json, 'content-encoding': encoding },
-      payload: RECORD
+      headers: { ...json, 'content-encoding': 'gzip' },
+      payload: gzipSync(RECORD)
     })
-    refused(t, res, `Content-Encoding: ${encoding}`)
-  }
-  const run = await app.inject({
-    method: 'POST',
-    url: '/api/runs',
-    headers: { ...json, 'content-encoding': 'gzip', 'idempotency-key': 'gzip-run' },
-    payload: JSON.stringify({ prompt: 'hi' })
-  })
-  refused(t, run, 'a run')
-  t.equal(await count(app, 'knowledge_records'), 0)
-  t.equal(await count(app, 'runs'), 0)
-  t.equal(await count(app, 'idempotency_keys'), 0, 'the idempotency key was not taken')
-
-  // identity (any case) is the body as it is
-  for (const encoding of ['identity', 'Identity', '']) {
-    const res = await app.inject({
+    refused(t, gzip, 'gzip bytes')
+    for (const encoding of ['gzip', 'GZIP', 'deflate', 'br', 'zstd', 'x-custom', 'identity, gzip', 'gzip, identity']) {
+      const res = await app.inject({
+        method: 'POST',
+        url: '/api/knowledge',
+        headers: { ...json, 'content-encoding': encoding },
+        payload: RECORD
+      })
+      refused(t, res, `Content-Encoding: ${encoding}`)
+    }
+    const run = await app.inject({
       method: 'POST',
-      url: '/api/knowledge',
-      headers: { ...json, 'content-encoding': encoding },
-      payload: RECORD
+      url: '/api/runs',
+      headers: { ...json, 'content-encoding': 'gzip', 'idempotency-key': 'gzip-run' },
+      payload: JSON.stringify({ prompt: 'hi' })
     })
-    t.equal(res.statusCode, 201, `Content-Encoding: ${JSON.stringify(encoding)}`)
-  }
-  t.equal(await count(app, 'knowledge_records'), 3)
-  // a request without a body is not refused for the header
-  const read = await app.inject({
-    method: 'GET',
-    url: '/api/knowledge',
-    headers: { cookie: owner.cookie, 'content-encoding': 'gzip' }
-  })
-  t.equal(read.statusCode, 200)
-  const emptyDelete = await app.inject({
-    method: 'DELETE',
-    url: `/api/knowledge/${read.json().items[0].id}`,
-    headers: { cookie: owner.cookie, 'content-encoding': 'gzip' }
-  })
-  t.equal(emptyDelete.statusCode, 204, 'a DELETE without a body')
-})
+    refused(t, run, 'a run')
+    t.equal(await count(app, 'knowledge_records'), 0)
+    t.equal(await count(app, 'runs'), 0)
+    t.equal(await count(app, 'idempotency_keys'), 0, 'the idempotency key was not taken')
 
-t.test('uploads and raw content writes: 415, no row, no blob, no new version', async (t) => {
+    // identity (any case) is the body as it is
+    for (const encoding of ['identity', 'Identity', '']) {
+      const res = await app.inject({
+        method: 'POST',
+        url: '/api/knowledge',
+        headers: { ...json, 'content-encoding': encoding },
+        payload: RECORD
+      })
+      t.equal(res.statusCode, 201, `Content-Encoding: ${JSON.stringify(encoding)}`)
+    }
+    t.equal(await count(app, 'knowledge_records'), 3)
+    // a request without a body is not refused for the header
+    const read = await app.inject({
+      method: 'GET',
+      url: '/api/knowledge',
+      headers: { cookie: owner.cookie, 'content-encoding': 'gzip' }
+    })
+    t.equal(read.statusCode, 200)
+    const emptyDelete = await app.inject({
+      method: 'DELETE',
+      url: `/api/knowledge/${read.json().items[0].id}`,
+      headers: { cookie: owner.cookie, 'content-encoding': 'gzip' }
+    })
+    t.equal(emptyDelete.statusCode, 204, 'a DELETE without a body')
+  }
+)
+
+t.test('uploads and raw content writes: 415, no row, no blob, no new version', embeddedOnly, async (t) => {
   const owner = await signUpWithOrg(app)
   const cookie = owner.cookie
   const blobs = await count(app, 'blobs')
@@ -121,7 +126,7 @@ t.test('uploads and raw content writes: 415, no row, no blob, no new version', a
   t.equal(content.headers.etag, '"v1"')
 })
 
-t.test('over real HTTP, a chunked gzip body is refused too', async (t) => {
+t.test('over real HTTP, a chunked gzip body is refused too', embeddedOnly, async (t) => {
   const base = await app.listen({ port: 0, host: '127.0.0.1' })
   const owner = await signUpWithOrg(app)
   const records = await count(app, 'knowledge_records')

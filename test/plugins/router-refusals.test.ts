@@ -1,5 +1,6 @@
 import { connect } from 'node:net'
 import t, { type Test } from 'tap'
+import { embeddedOnly } from '../passes.js'
 import { buildTestApp, type Teardown } from '../helper.js'
 
 interface RawAnswer {
@@ -75,31 +76,40 @@ function refusal(
   t.notOk(/FST_ERR/.test(res.body), 'no framework code')
 }
 
-t.test('headers too large: 431 headers_too_large written on the socket, with our headers', async (t) => {
+t.test('headers too large: 431 headers_too_large written on the socket, with our headers', embeddedOnly, async (t) => {
   const res = await raw(port, [`GET /api/health HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`])
   refusal(t, res, 431, 'headers_too_large')
   t.match(res.headers['x-request-id'], /^[0-9a-f-]{36}$/)
 })
 
-t.test('an over-long URL: 414 uri_too_long, whether Node, the router or the 404 handler sees it first', async (t) => {
-  refusal(t, await raw(port, [`GET /api/runs/${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`]), 414, 'uri_too_long')
-  const param = await app.inject({ method: 'GET', url: `/api/runs/${'a'.repeat(1025)}` })
-  refusal(t, param, 414, 'uri_too_long')
-  t.notOk(param.body.includes('aaaa'), 'the URL is not echoed')
-  refusal(t, await app.inject({ method: 'GET', url: `/api/${'a/'.repeat(1100)}` }), 414, 'uri_too_long')
-  t.equal(
-    (await app.inject({ method: 'GET', url: `/api/runs/${'a'.repeat(1024)}` })).statusCode,
-    400,
-    'a parameter at the limit reaches its schema'
-  )
-  // a secret's name one character past its maximum is the schema's to refuse, naming it
-  const secret = await app.inject({ method: 'PUT', url: `/api/secrets/A${'B'.repeat(128)}`, payload: { value: 'x' } })
-  t.equal(secret.statusCode, 400)
-  t.equal(secret.json().error, 'validation_failed')
-  t.match(secret.json().details, [{ path: '/params/name' }])
-})
+t.test(
+  'an over-long URL: 414 uri_too_long, whether Node, the router or the 404 handler sees it first',
+  embeddedOnly,
+  async (t) => {
+    refusal(
+      t,
+      await raw(port, [`GET /api/runs/${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`]),
+      414,
+      'uri_too_long'
+    )
+    const param = await app.inject({ method: 'GET', url: `/api/runs/${'a'.repeat(1025)}` })
+    refusal(t, param, 414, 'uri_too_long')
+    t.notOk(param.body.includes('aaaa'), 'the URL is not echoed')
+    refusal(t, await app.inject({ method: 'GET', url: `/api/${'a/'.repeat(1100)}` }), 414, 'uri_too_long')
+    t.equal(
+      (await app.inject({ method: 'GET', url: `/api/runs/${'a'.repeat(1024)}` })).statusCode,
+      400,
+      'a parameter at the limit reaches its schema'
+    )
+    // a secret's name one character past its maximum is the schema's to refuse, naming it
+    const secret = await app.inject({ method: 'PUT', url: `/api/secrets/A${'B'.repeat(128)}`, payload: { value: 'x' } })
+    t.equal(secret.statusCode, 400)
+    t.equal(secret.json().error, 'validation_failed')
+    t.match(secret.json().details, [{ path: '/params/name' }])
+  }
+)
 
-t.test('a malformed URL: 400 bad_request, from the router or from Node', async (t) => {
+t.test('a malformed URL: 400 bad_request, from the router or from Node', embeddedOnly, async (t) => {
   for (const url of ['/api/runs/%zz', '/api/runs/%ED%A0%80', '/api/runs/%C0%AF']) {
     refusal(t, await app.inject({ method: 'GET', url }), 400, 'bad_request')
   }
@@ -107,7 +117,7 @@ t.test('a malformed URL: 400 bad_request, from the router or from Node', async (
   refusal(t, await raw(port, ['GET /api/runs/\x01 HTTP/1.1\r\nHost: x\r\n\r\n']), 400, 'bad_request')
 })
 
-t.test('a known path with another method: 405 with Allow; an unknown path stays 404', async (t) => {
+t.test('a known path with another method: 405 with Allow; an unknown path stays 404', embeddedOnly, async (t) => {
   const runs = await app.inject({ method: 'DELETE', url: '/api/runs?limit=1' })
   refusal(t, runs, 405, 'method_not_allowed')
   t.equal(runs.headers.allow, 'GET, HEAD, POST')
@@ -122,19 +132,23 @@ t.test('a known path with another method: 405 with Allow; an unknown path stays 
   t.equal(unknown.headers.allow, undefined)
 })
 
-t.test('a body not finished within REQUEST_TIMEOUT_MS: 408 request_timeout, and the handler never runs', async (t) => {
-  const before = await app.inject({ method: 'GET', url: '/api/runs' })
-  const res = await raw(port, [
-    'POST /api/runs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n',
-    '{"prompt": "slow'
-  ])
-  refusal(t, res, 408, 'request_timeout')
-  t.equal(res.headers.connection, 'close')
-  const after = await app.inject({ method: 'GET', url: '/api/runs' })
-  t.equal(after.json().items.length, before.json().items.length, 'no run was created')
-})
+t.test(
+  'a body not finished within REQUEST_TIMEOUT_MS: 408 request_timeout, and the handler never runs',
+  embeddedOnly,
+  async (t) => {
+    const before = await app.inject({ method: 'GET', url: '/api/runs' })
+    const res = await raw(port, [
+      'POST /api/runs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n',
+      '{"prompt": "slow'
+    ])
+    refusal(t, res, 408, 'request_timeout')
+    t.equal(res.headers.connection, 'close')
+    const after = await app.inject({ method: 'GET', url: '/api/runs' })
+    t.equal(after.json().items.length, before.json().items.length, 'no run was created')
+  }
+)
 
-t.test('x-request-id is echoed only when it is at most 128 visible ASCII characters', async (t) => {
+t.test('x-request-id is echoed only when it is at most 128 visible ASCII characters', embeddedOnly, async (t) => {
   const echo = async (id: string) =>
     (await app.inject({ method: 'GET', url: '/api/health', headers: { 'x-request-id': id } })).headers['x-request-id']
   t.equal(await echo('a'.repeat(128)), 'a'.repeat(128))

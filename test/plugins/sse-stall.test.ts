@@ -1,6 +1,7 @@
 import { once } from 'node:events'
 import { connect, type Socket } from 'node:net'
 import t from 'tap'
+import { embeddedOnly } from '../passes.js'
 import type { SseStream } from '../../plugins/sse.js'
 import { buildTestApp } from '../helper.js'
 import { eventually, SseClient } from '../runs/sse-client.js'
@@ -10,7 +11,7 @@ async function listening(app: Awaited<ReturnType<typeof buildTestApp>>): Promise
   return `http://127.0.0.1:${(app.server.address() as { port: number }).port}`
 }
 
-t.test('a reader that stops reading is dropped after SSE_STALL_MS, one that reads is kept', async (t) => {
+t.test('a reader that stops reading is dropped after SSE_STALL_MS, one that reads is kept', embeddedOnly, async (t) => {
   const opened: Array<{ stream: SseStream; socket: Socket }> = []
   const app = await buildTestApp(t, {
     // the buffer limit far away: only the stall check can drop the stream

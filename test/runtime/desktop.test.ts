@@ -3,6 +3,7 @@ import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
+import { embeddedOnly, embeddedPassOnly } from '../passes.js'
 import WebSocket from 'ws'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { newId } from '../../src/db/ids.js'
@@ -112,7 +113,7 @@ const hasDesktop = findExecutable('Xvfb') !== null && findExecutable('x11vnc') !
 
 t.test(
   "a real RFB handshake through the proxy to the local provider's VNC server",
-  { skip: hasDesktop ? false : 'Xvfb and x11vnc are not installed' },
+  { skip: embeddedPassOnly || hasDesktop ? false : 'Xvfb and x11vnc are not installed' },
   async (t) => {
     const { app, base, threadId } = await setup(t)
     const client = rfbClient(`${base}/api/desktop-proxy/${threadId}/websockify`)
@@ -144,7 +145,7 @@ t.test(
   }
 )
 
-t.test('the proxy bridges to the target the provider names, whatever the request says', async (t) => {
+t.test('the proxy bridges to the target the provider names, whatever the request says', embeddedOnly, async (t) => {
   const received: Buffer[] = []
   const vnc = createServer((socket) => {
     socket.write('RFB 003.008\n')
@@ -170,7 +171,7 @@ t.test('the proxy bridges to the target the provider names, whatever the request
   await client.closed
 })
 
-t.test('a desktop that cannot start closes with 1011 and a reason', async (t) => {
+t.test('a desktop that cannot start closes with 1011 and a reason', embeddedOnly, async (t) => {
   const provider = desktopOnlyProvider({ host: '127.0.0.1', port: 1 })
   provider.create = async (key) => ({
     key,
@@ -196,7 +197,7 @@ t.test('a desktop that cannot start closes with 1011 and a reason', async (t) =>
   t.equal(reason, 'Xvfb exited (1)')
 })
 
-t.test('the handshake is refused before the upgrade', async (t) => {
+t.test('the handshake is refused before the upgrade', embeddedOnly, async (t) => {
   const { base, runs, threadId } = await setup(t, { provider: desktopOnlyProvider({ host: '127.0.0.1', port: 1 }) })
   const foreignThread = newId()
   runs.add(newId(), foreignThread)

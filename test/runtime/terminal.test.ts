@@ -2,6 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
+import { embeddedOnly, embeddedPassOnly } from '../passes.js'
 import WebSocket from 'ws'
 import { readdir, readFile } from 'node:fs/promises'
 import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
@@ -101,7 +102,7 @@ function refused(url: string, headers: Record<string, string> = {}): Promise<{ s
   })
 }
 
-t.test('echo hello through the terminal, and a resize takes effect', async (t) => {
+t.test('echo hello through the terminal, and a resize takes effect', embeddedOnly, async (t) => {
   const { base, runId, origin } = await setup()
   const term = open(`${base}/api/runs/${runId}/terminal`, { origin })
   await term.opened
@@ -126,7 +127,7 @@ t.test('echo hello through the terminal, and a resize takes effect', async (t) =
   t.equal(code, 1000, 'the socket closes when the shell exits')
 })
 
-t.test('the terminal runs in the thread workspace', async (t) => {
+t.test('the terminal runs in the thread workspace', embeddedOnly, async (t) => {
   const { app, base, runId, threadId } = await setup()
   const term = open(`${base}/api/runs/${runId}/terminal`)
   await term.opened
@@ -139,7 +140,7 @@ t.test('the terminal runs in the thread workspace', async (t) => {
   await term.closed
 })
 
-t.test('the socket closes when the sandbox goes', async (t) => {
+t.test('the socket closes when the sandbox goes', embeddedOnly, async (t) => {
   const { app, base, runId, threadId } = await setup()
   const term = open(`${base}/api/runs/${runId}/terminal`)
   await term.opened
@@ -153,7 +154,12 @@ t.test('the socket closes when the sandbox goes', async (t) => {
 
 t.test(
   'closing the socket ends the shell and what it started',
-  { skip: probeBubblewrap().ok ? false : 'needs bubblewrap (plain processes can leave setsid children behind)' },
+  {
+    skip:
+      embeddedPassOnly || probeBubblewrap().ok
+        ? false
+        : 'needs bubblewrap (plain processes can leave setsid children behind)'
+  },
   async (t) => {
     const { base, runId } = await setup()
     const term = open(`${base}/api/runs/${runId}/terminal`)
@@ -172,7 +178,7 @@ t.test(
   }
 )
 
-t.test('open sockets can be closed for an org or user (sign-out, removed membership)', async (t) => {
+t.test('open sockets can be closed for an org or user (sign-out, removed membership)', embeddedOnly, async (t) => {
   const { app, base, runId } = await setup()
   const term = open(`${base}/api/runs/${runId}/terminal`)
   await term.opened
@@ -182,7 +188,7 @@ t.test('open sockets can be closed for an org or user (sign-out, removed members
   t.equal(code, 1008)
 })
 
-t.test('an oversized message closes the socket with 1009', async (t) => {
+t.test('an oversized message closes the socket with 1009', embeddedOnly, async (t) => {
   const { base, runId } = await setup()
   const term = open(`${base}/api/runs/${runId}/terminal`)
   await term.opened
@@ -191,46 +197,50 @@ t.test('an oversized message closes the socket with 1009', async (t) => {
   t.equal(code, 1009)
 })
 
-t.test('the handshake is refused before the upgrade: anonymous, foreign origin, other org, unknown run', async (t) => {
-  const { base, runs, runId } = await setup()
-  const foreignRun = newId()
-  runs.add(newId(), foreignRun)
+t.test(
+  'the handshake is refused before the upgrade: anonymous, foreign origin, other org, unknown run',
+  embeddedOnly,
+  async (t) => {
+    const { base, runs, runId } = await setup()
+    const foreignRun = newId()
+    runs.add(newId(), foreignRun)
 
-  const evil = await refused(`${base}/api/runs/${runId}/terminal`, { origin: 'https://evil.com' })
-  t.equal(evil.status, 403)
-  t.equal(JSON.parse(evil.body).error, 'forbidden_origin')
-  t.equal(
-    (await refused(`${base}/api/runs/${runId}/terminal`, { origin: 'https://app.example.com.evil.com' })).status,
-    403,
-    'a look-alike origin'
-  )
-  t.equal((await refused(`${base}/api/runs/${runId}/terminal`, { origin: 'null' })).status, 403)
-  t.equal(
-    (await refused(`${base}/api/runs/${runId}/terminal`, { origin: base.replace('ws:', 'https:') })).status,
-    403,
-    'the wrong scheme'
-  )
-  const other = await refused(`${base}/api/runs/${foreignRun}/terminal`)
-  t.equal(other.status, 404, "another org's run")
-  t.equal(JSON.parse(other.body).error, 'not_found')
-  t.equal((await refused(`${base}/api/runs/${newId()}/terminal`)).status, 404, 'an unknown run')
-  t.equal((await refused(`${base}/api/runs/..%2F..%2Fetc/terminal`)).status, 400, 'a hostile id')
+    const evil = await refused(`${base}/api/runs/${runId}/terminal`, { origin: 'https://evil.com' })
+    t.equal(evil.status, 403)
+    t.equal(JSON.parse(evil.body).error, 'forbidden_origin')
+    t.equal(
+      (await refused(`${base}/api/runs/${runId}/terminal`, { origin: 'https://app.example.com.evil.com' })).status,
+      403,
+      'a look-alike origin'
+    )
+    t.equal((await refused(`${base}/api/runs/${runId}/terminal`, { origin: 'null' })).status, 403)
+    t.equal(
+      (await refused(`${base}/api/runs/${runId}/terminal`, { origin: base.replace('ws:', 'https:') })).status,
+      403,
+      'the wrong scheme'
+    )
+    const other = await refused(`${base}/api/runs/${foreignRun}/terminal`)
+    t.equal(other.status, 404, "another org's run")
+    t.equal(JSON.parse(other.body).error, 'not_found')
+    t.equal((await refused(`${base}/api/runs/${newId()}/terminal`)).status, 404, 'an unknown run')
+    t.equal((await refused(`${base}/api/runs/..%2F..%2Fetc/terminal`)).status, 400, 'a hostile id')
 
-  const listed = open(`${base}/api/runs/${runId}/terminal`, { origin: 'https://app.example.com' })
-  await listed.opened
-  t.pass('an origin listed in CORS_ORIGINS may connect')
-  listed.ws.close()
-  await listed.closed
-})
+    const listed = open(`${base}/api/runs/${runId}/terminal`, { origin: 'https://app.example.com' })
+    await listed.opened
+    t.pass('an origin listed in CORS_ORIGINS may connect')
+    listed.ws.close()
+    await listed.closed
+  }
+)
 
-t.test('anonymous callers get 401 before the upgrade when dev-org access is off', async (t) => {
+t.test('anonymous callers get 401 before the upgrade when dev-org access is off', embeddedOnly, async (t) => {
   const { base, runId } = await setup({ t, env: { ALLOW_DEV_ORG: 'false' } })
   const res = await refused(`${base}/api/runs/${runId}/terminal`)
   t.equal(res.status, 401)
   t.equal(JSON.parse(res.body).error, 'unauthorized')
 })
 
-t.test('no sandbox provider: 503 before the upgrade', async (t) => {
+t.test('no sandbox provider: 503 before the upgrade', embeddedOnly, async (t) => {
   const { base, runId } = await setup({ t, env: { SANDBOX_PROVIDER: 'none' } })
   const res = await refused(`${base}/api/runs/${runId}/terminal`)
   t.equal(res.status, 503)
