@@ -71,8 +71,12 @@ loopback.addAddress('::1', 'ipv6')
  * client's address, never the proxy's.
  */
 export function isLoopback(ip: string): boolean {
+  // asked twice per request: the usual answers without BlockList.check, which builds a
+  // SocketAddress each call (isIP admits only canonical dotted quads: 127/8 is the prefix)
+  if (ip === '127.0.0.1' || ip === '::1') return true
   const family = isIP(ip)
-  return family !== 0 && loopback.check(ip, family === 4 ? 'ipv4' : 'ipv6')
+  if (family === 4) return ip.startsWith('127.')
+  return family === 6 && loopback.check(ip, 'ipv6')
 }
 
 /**

@@ -95,7 +95,11 @@ t.test('isLoopback: 127.0.0.0/8, ::1 and IPv4-mapped 127.x only', async (t) => {
     '0.0.0.0',
     'localhost',
     '',
-    '127.0.0.1.nip.io'
+    '127.0.0.1.nip.io',
+    '0127.0.0.1',
+    '127.1',
+    '127.000.0.1',
+    '127.0.0.1 '
   ])
     t.notOk(isLoopback(ip), ip)
 })
