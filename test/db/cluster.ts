@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import type { Teardown } from '../helper.js'
+import { startServer, type Started } from '../server-process.js'
 
 /**
  * A Postgres cluster of a test's own (initdb on a free port), which the test may stop,
@@ -61,4 +62,27 @@ export async function startCluster(t: Teardown, settings: string[] = []): Promis
   await cluster.start()
   t.teardown(() => cluster.stop('immediate').catch(() => {}))
   return cluster
+}
+
+/**
+ * The real server (`src/server.ts`, its own process) on `cluster`, as a developer starts it
+ * (development, dev org, no sandbox), with its own data directory and `env` on top; killed
+ * at teardown.
+ */
+export async function startServerOn(t: Teardown, cluster: Cluster, env: Record<string, string> = {}): Promise<Started> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-cluster-server-'))
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
+  const server = await startServer({
+    NODE_ENV: 'development',
+    ALLOW_DEV_ORG: 'true',
+    DATABASE_URL: cluster.url,
+    DATA_DIR: dataDir,
+    SANDBOX_PROVIDER: 'none',
+    ...env
+  })
+  t.teardown(async () => {
+    server.kill('SIGKILL')
+    await server.exit
+  })
+  return server
 }

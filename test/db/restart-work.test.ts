@@ -1,11 +1,7 @@
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import t from 'tap'
 import { multipart } from '../artifacts/helpers.js'
 import { waitFor, type TestDatabase } from '../helper.js'
-import { startServer } from '../server-process.js'
-import { clusterSkip, startCluster } from './cluster.js'
+import { clusterSkip, startCluster, startServerOn } from './cluster.js'
 import { holdWrites } from './outage.js'
 
 /**
@@ -29,14 +25,7 @@ t.test(
   { skip, timeout: 240_000 },
   async (t) => {
     const cluster = await startCluster(t)
-    const dataDir = mkdtempSync(join(tmpdir(), 'cairn-restart-work-'))
-    t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
-    const server = await startServer({
-      NODE_ENV: 'development',
-      ALLOW_DEV_ORG: 'true',
-      DATABASE_URL: cluster.url,
-      DATA_DIR: dataDir,
-      SANDBOX_PROVIDER: 'none',
+    const server = await startServerOn(t, cluster, {
       ECHO_WORD_DELAY_MS: '40',
       RUN_POLL_MS: '100',
       MEMORY_CAPTURE_POLL_MS: '100',
@@ -45,10 +34,6 @@ t.test(
       KNOWLEDGE_POLL_MS: '100',
       KNOWLEDGE_BACKOFF_MS: '100',
       KNOWLEDGE_BACKOFF_MAX_MS: '1000'
-    })
-    t.teardown(async () => {
-      server.kill('SIGKILL')
-      await server.exit
     })
     const api = async (path: string, init?: RequestInit) => {
       const res = await fetch(`${server.url}${path}`, init)

@@ -1,10 +1,6 @@
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import postgres from 'postgres'
 import t from 'tap'
-import { clusterSkip, startCluster } from '../db/cluster.js'
-import { startServer } from '../server-process.js'
+import { clusterSkip, startCluster, startServerOn } from '../db/cluster.js'
 import { SseClient } from './sse-client.js'
 
 /**
@@ -38,22 +34,8 @@ async function shownUntilSucceeded(base: string, runId: string): Promise<string[
 
 t.test('events a client was shown survive a Postgres crash right after them', { skip }, async (t) => {
   const cluster = await startCluster(t, ['wal_writer_delay=10000'])
-  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-durable-'))
-  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
   // no lease renewal or sweep writes (which would flush the WAL) while the runs execute
-  const server = await startServer({
-    NODE_ENV: 'development',
-    ALLOW_DEV_ORG: 'true',
-    DATABASE_URL: cluster.url,
-    DATA_DIR: dataDir,
-    SANDBOX_PROVIDER: 'none',
-    RUN_LEASE_MS: '60000',
-    RUN_SWEEP_MS: '60000'
-  })
-  t.teardown(async () => {
-    server.kill('SIGKILL')
-    await server.exit
-  })
+  const server = await startServerOn(t, cluster, { RUN_LEASE_MS: '60000', RUN_SWEEP_MS: '60000' })
 
   const ids: string[] = []
   for (let i = 0; i < 3; i++) {
