@@ -508,8 +508,11 @@ export async function claimNext(
       from queued_orgs q where q.org_id is not null
     ),
     busy as (select org_id, count(*) as n from runs where status = 'running' group by org_id),
+    -- started_at is the clock when the row is taken, not now() (the statement's start): the
+    -- snapshot that saw the thread's previous run ended may be taken after that start, so
+    -- now() could come before the previous run's finished_at
     claimed as (
-      update runs set status = 'running', started_at = coalesce(started_at, now()), resume_at = null, lease_owner = ${o.instanceId},
+      update runs set status = 'running', started_at = coalesce(started_at, clock_timestamp()), resume_at = null, lease_owner = ${o.instanceId},
         lease_expires_at = now() + make_interval(secs => ${o.leaseMs / 1000})
       where id = coalesce(
         (select id from runs where status = 'requires_action' and resume_at <= now()
