@@ -1,7 +1,14 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js'
-import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js'
+import {
+  ErrorCode,
+  isInitializeRequest,
+  isJSONRPCRequest,
+  SUPPORTED_PROTOCOL_VERSIONS,
+  type JSONRPCRequest,
+  type MessageExtraInfo
+} from '@modelcontextprotocol/sdk/types.js'
 import { sql } from 'drizzle-orm'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { notFound } from '../../plugins/errors.js'
@@ -21,6 +28,7 @@ import { rowsOf } from '../db/client.js'
 import { boolOf } from '../db/rows.js'
 import { newId } from '../db/ids.js'
 import { buildMcpServer, callerAuth, type McpCaller } from './server.js'
+import { RequestTransport } from './request-transport.js'
 import { listMcpServers, mcpServerToWire } from './servers-repo.js'
 import { mcpSessions } from './tables.js'
 
@@ -36,7 +44,7 @@ const IDLE_SERVERS = 32
 /** Who a session belongs to: the same caller (user, key or dev org) in the same org, or no one. */
 const holderOf = (p: Principal) => `${p.kind}:${p.kind === 'key' ? (p.keyId ?? '') : (p.userId ?? '')}`
 
-/** What the memo of an embedded database knows of a session row. */
+/** What an instance's memo knows of a session row. */
 interface KnownSession {
   orgId: string
   holder: string
@@ -45,15 +53,18 @@ interface KnownSession {
 }
 
 /**
- * The session rows of an embedded database, by database handle. Exact, not a cache that may
- * be stale: PGlite's data directory is locked to one process, so every instance serving its
- * sessions shares this handle and this memo, and a `DELETE` on one removes the entry before
- * it answers, so the next request on any other is refused at once. A row the memo does not
- * know (sessions opened before a restart) is read from the database and then known. The
- * memo answers "live" only well inside the idle limit; near it the row decides. On Postgres
- * instances are processes of their own: every request reads the row.
+ * The session rows an instance has seen, by database handle, so that a session's requests
+ * do not each read its row. A row the memo does not know is read and then known; the memo
+ * answers "live" only well inside the idle limit (near it the row decides) and for the
+ * same caller. Ending a session removes its row and tells every instance (NOTIFY on
+ * `SESSION_ENDED`), and each forgets it when it hears that: the instance that ended it at
+ * once, the others within the notice's delay. An instance whose listener reconnects forgets
+ * everything (notices are not replayed). On the embedded database every instance runs in
+ * one process (its data directory is locked to one) and shares the handle, so the memo.
  */
-const embeddedSessions = new WeakMap<object, Map<string, KnownSession>>()
+const knownSessions = new WeakMap<object, { sessions: Map<string, KnownSession>; generation: number }>()
+/** the channel on which an ended session's id is announced */
+const SESSION_ENDED = 'cairn_mcp_session_ended'
 /** how close to the idle limit the memo stops answering alone (clock and write delays) */
 const MEMO_MARGIN_MS = 60_000
 
@@ -65,22 +76,47 @@ function rpcError(reply: FastifyReply, status: number, code: number, message: st
     .send(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }))
 }
 
+/** An `initialize` request (the schema check only for what names the method: it costs more than the rest of a call). */
+const isInitialize = (m: unknown) =>
+  (m as { method?: unknown } | null)?.method === 'initialize' && isInitializeRequest(m)
+
+/**
+ * Whether the SDK's transport would hand this message to the server as it is and answer it in
+ * JSON: a POST of one JSON-RPC request with the headers the transport asks for. Those are
+ * answered by a pooled server directly (`answerDirectly`); everything else (initialize,
+ * batches, notifications, malformed messages and their errors, other media types) goes
+ * through the SDK's transport.
+ */
+function directlyAnswerable(
+  method: string,
+  headers: Record<string, string>,
+  parsed: unknown
+): parsed is JSONRPCRequest {
+  if (method !== 'POST') return false
+  const accept = headers['accept']
+  if (!accept?.includes('application/json') || !accept.includes('text/event-stream')) return false
+  if (headers['content-type'] !== 'application/json') return false
+  const version = headers['mcp-protocol-version']
+  if (version !== undefined && !SUPPORTED_PROTOCOL_VERSIONS.includes(version)) return false
+  return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) && isJSONRPCRequest(parsed)
+}
+
 /**
  * `/api/mcp` (Cairn as an MCP server, Streamable HTTP) and `/api/mcp-servers` (the org's
  * MCP servers whose tools runs may call).
  *
- * Sessions across instances: every request gets a transport of its own and a server that
- * holds nothing of a session or caller (the caller comes with the request), so no instance
- * keeps a session's state in memory. `initialize` stores a
- * row (`mcp_sessions`: its id, org and caller) and answers its id as `Mcp-Session-Id`; a
- * later request on any instance is served when that row exists for the same caller and
- * was used within MCP_SESSION_IDLE_HOURS (else 404, and the client initializes again);
- * `DELETE` removes the row.
+ * Sessions across instances: every request is served by a server that holds nothing of a
+ * session or caller (the caller comes with the request), so no instance keeps a session's
+ * state in memory. `initialize` stores a row (`mcp_sessions`: its id, org and caller) and
+ * answers its id as `Mcp-Session-Id`; a later request on any instance is served when that
+ * row exists for the same caller and was used within MCP_SESSION_IDLE_HOURS (else 404, and
+ * the client initializes again); `DELETE` removes the row. Instances keep a memo of the
+ * rows they have seen, forgotten when a session ends (see `knownSessions`).
  *
- * On the embedded database every instance that can reach the rows runs in this process
- * (its data directory is locked to one process) and shares one database handle: there a
- * memo of the rows, kept on that handle and changed by the same code that writes them,
- * answers for the row without a query (see `embeddedSessions`).
+ * A request the SDK's transport would simply hand to the server (`directlyAnswerable`: one
+ * JSON-RPC request, the usual headers) is answered by a pooled server on a transport of its
+ * own (`answerDirectly`); everything else goes through the SDK's Streamable HTTP transport,
+ * built for the request, which checks and refuses what it must.
  */
 const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async (app, opts) => {
   const idleSeconds = opts.sessionIdleHours * 3600
@@ -90,25 +126,45 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
   await app.register(async function mcpEndpoint(scope) {
     // the body is the SDK's to read: a malformed message gets its JSON-RPC error, not our 400
     scope.removeAllContentTypeParsers()
-    scope.addContentTypeParser('*', { parseAs: 'string' }, (_request, body, done) => done(null, body))
+    const asText = (
+      _request: FastifyRequest,
+      body: string | Buffer,
+      done: (err: null, body: string | Buffer) => void
+    ) => done(null, body)
+    // (the usual type named too: Fastify remembers a named type's parser, and parses the header for the catch-all)
+    scope.addContentTypeParser(['application/json', '*'], { parseAs: 'string' }, asText)
 
     const memo = (() => {
-      if (app.database.kind !== 'pglite') return null
-      let known = embeddedSessions.get(scope.db)
-      if (!known) embeddedSessions.set(scope.db, (known = new Map()))
+      let known = knownSessions.get(scope.db)
+      if (!known) knownSessions.set(scope.db, (known = { sessions: new Map(), generation: 0 }))
       return known
     })()
+    const forget = (id?: string) => {
+      // a row read before this and answered after it must not be remembered
+      memo.generation++
+      if (id === undefined) memo.sessions.clear()
+      else memo.sessions.delete(id)
+    }
+    const unlisten = await app.database.listen(
+      SESSION_ENDED,
+      (id) => forget(id),
+      () => forget()
+    )
+    scope.addHook('preClose', async () => {
+      await app.shutdown.close('the MCP session listener', () => unlisten().catch(() => {}))
+    })
 
     /** The live session of this id for this caller, its last use written now and then; false when there is none. */
     async function sessionLive(principal: Principal, id: string): Promise<boolean> {
       if (id.length > 128) return false
       const holder = holderOf(principal)
-      const known = memo?.get(id)
+      const known = memo.sessions.get(id)
       if (known && Date.now() - known.usedAt < idleSeconds * 1000 - MEMO_MARGIN_MS) {
         if (known.orgId !== principal.orgId || known.holder !== holder) return false
         if (Date.now() - known.usedAt < TOUCH_EVERY_S * 1000) return true
         // time to write its last use: the row answers (and is touched) as without a memo
       }
+      const generation = memo.generation
       const rows = rowsOf<{ stale: unknown; used_ms: unknown }>(
         await scope.db.execute(sql`
         select (last_used_at < now() - make_interval(secs => ${TOUCH_EVERY_S})) as stale,
@@ -118,7 +174,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
       )
       if (rows.length === 0) {
         // (another caller's request leaves the owner's entry alone)
-        if (known && known.orgId === principal.orgId && known.holder === holder) memo?.delete(id)
+        if (known && known.orgId === principal.orgId && known.holder === holder) memo.sessions.delete(id)
         return false
       }
       let usedAt = Number(rows[0]!.used_ms)
@@ -126,7 +182,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         await scope.db.execute(sql`update mcp_sessions set last_used_at = now() where id = ${id}`)
         usedAt = Date.now()
       }
-      memo?.set(id, { orgId: principal.orgId, holder, usedAt })
+      if (memo.generation === generation) memo.sessions.set(id, { orgId: principal.orgId, holder, usedAt })
       return true
     }
 
@@ -135,6 +191,43 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
      * SDK's own) for every request cost as much as the rest of the SDK's work on a call.
      */
     const idleServers: Server[] = []
+
+    /** Idle servers, each connected to a transport of its own for good, for `answerDirectly`. */
+    const directServers: Array<{ server: Server; transport: RequestTransport }> = []
+
+    /**
+     * One JSON-RPC request answered by a pooled server, as the SDK's transport would answer it
+     * (see `directlyAnswerable`) but without building a Web request and response and
+     * connecting a server for it.
+     */
+    async function answerDirectly(
+      reply: FastifyReply,
+      message: JSONRPCRequest,
+      sessionId: string,
+      extra: MessageExtraInfo
+    ) {
+      let direct = directServers.pop()
+      if (!direct) {
+        direct = { server: buildMcpServer(), transport: new RequestTransport() }
+        await direct.server.connect(direct.transport)
+      }
+      const { server, transport } = direct
+      let answered = false
+      // a client that goes away first aborts the work (closing a server aborts its handlers); that server is done
+      reply.raw.once('close', () => {
+        if (!answered) void server.close().catch(() => {})
+      })
+      const answer = await transport.answer(message, extra)
+      answered = true
+      if (answer && directServers.length < IDLE_SERVERS) directServers.push(direct)
+      else void server.close().catch(() => {})
+      const closed = { code: ErrorCode.ConnectionClosed, message: 'Connection closed' }
+      return reply
+        .code(200)
+        .header('content-type', 'application/json')
+        .header('mcp-session-id', sessionId)
+        .send(JSON.stringify(answer ?? { jsonrpc: '2.0', id: message.id, error: closed }))
+    }
 
     // a GET's stream is cut when the instance stops (its client reconnects, to any instance):
     // ending it is not enough for a client that already went away without a word
@@ -152,11 +245,8 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
       } catch {
         parsed = undefined
       }
-      // (the schema check only for what names the method: it costs more than the rest of a call)
-      const initialize = (m: unknown) =>
-        (m as { method?: unknown } | null)?.method === 'initialize' && isInitializeRequest(m)
       const initializing =
-        request.method === 'POST' && (initialize(parsed) || (Array.isArray(parsed) && parsed.some(initialize)))
+        request.method === 'POST' && (isInitialize(parsed) || (Array.isArray(parsed) && parsed.some(isInitialize)))
       const header = request.headers['mcp-session-id']
       const sessionId = typeof header === 'string' ? header : undefined
       // a message that is not JSON is the transport's to refuse (a JSON-RPC parse error)
@@ -166,33 +256,17 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         if (!(await sessionLive(principal, sessionId))) return rpcError(reply, 404, -32001, 'Session not found')
       }
       if (request.method === 'DELETE' && sessionId !== undefined) {
-        await scope.db
-          .delete(mcpSessions)
-          .where(sql`${mcpSessions.id} = ${sessionId} and ${mcpSessions.orgId} = ${principal.orgId}`)
-        memo?.delete(sessionId)
+        // every instance forgets it when it hears the notice (this one too, before it answers)
+        await scope.db.execute(sql`
+          with ended as (delete from mcp_sessions where id = ${sessionId} and org_id = ${principal.orgId} returning id)
+          select pg_notify(${SESSION_ENDED}, id) from ended`)
+        forget(sessionId)
       }
-      const transport = new WebStandardStreamableHTTPServerTransport(
-        initializing
-          ? {
-              sessionIdGenerator: () => newId(),
-              enableJsonResponse: true,
-              onsessioninitialized: async (id) => {
-                await scope.db
-                  .insert(mcpSessions)
-                  .values({ id, orgId: principal.orgId, principal: holderOf(principal) })
-                memo?.set(id, { orgId: principal.orgId, holder: holderOf(principal), usedAt: Date.now() })
-                // ended sessions are deleted by whoever opens a new one (and forgotten by the memo)
-                if (memo)
-                  for (const [known, entry] of memo)
-                    if (Date.now() - entry.usedAt > idleSeconds * 1000) memo.delete(known)
-                await scope.db.execute(
-                  sql`delete from mcp_sessions where last_used_at < now() - make_interval(secs => ${idleSeconds})`
-                )
-              }
-            }
-          : // stateless per request: the session was checked above, against its row
-            { sessionIdGenerator: undefined, enableJsonResponse: true }
-      )
+      const headers: Record<string, string> = {}
+      for (const name of FORWARDED) {
+        const value = request.headers[name]
+        if (typeof value === 'string') headers[name] = value
+      }
       const caller: McpCaller = {
         app,
         principal,
@@ -203,6 +277,32 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
           return idempotentWork(scope.db, { orgId: principal.orgId, route, key, principal, body }, work)
         }
       }
+      if (!initializing && sessionId !== undefined && directlyAnswerable(request.method, headers, parsed))
+        return answerDirectly(reply, parsed, sessionId, {
+          authInfo: callerAuth(caller),
+          requestInfo: { headers, url: new URL(`http://cairn.invalid${request.url}`) }
+        })
+      const transport = new WebStandardStreamableHTTPServerTransport(
+        initializing
+          ? {
+              sessionIdGenerator: () => newId(),
+              enableJsonResponse: true,
+              onsessioninitialized: async (id) => {
+                await scope.db
+                  .insert(mcpSessions)
+                  .values({ id, orgId: principal.orgId, principal: holderOf(principal) })
+                memo.sessions.set(id, { orgId: principal.orgId, holder: holderOf(principal), usedAt: Date.now() })
+                // ended sessions are deleted by whoever opens a new one (and forgotten by the memo)
+                for (const [known, entry] of memo.sessions)
+                  if (Date.now() - entry.usedAt > idleSeconds * 1000) memo.sessions.delete(known)
+                await scope.db.execute(
+                  sql`delete from mcp_sessions where last_used_at < now() - make_interval(secs => ${idleSeconds})`
+                )
+              }
+            }
+          : // stateless per request: the session was checked above, against its row
+            { sessionIdGenerator: undefined, enableJsonResponse: true }
+      )
       const server = idleServers.pop() ?? buildMcpServer()
       // kept for the next request once this one's answer is whole (below); until then closed with its request
       let reusable = false
@@ -212,11 +312,6 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         if (!reusable) void server.close().catch(() => {})
       })
       await server.connect(transport)
-      const headers: Record<string, string> = {}
-      for (const name of FORWARDED) {
-        const value = request.headers[name]
-        if (typeof value === 'string') headers[name] = value
-      }
       // a parsed message goes to the transport as such; only what is not JSON goes as text (its parse error is the
       // SDK's)
       const answer = await transport.handleRequest(

@@ -3,7 +3,7 @@ import t from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { mcpSessions } from '../../src/mcp/tables.js'
 import { runs } from '../../src/runs/tables.js'
-import { buildTestApp, createTestDatabase, mintKey, secondHandle, signUpWithOrg } from '../helper.js'
+import { buildTestApp, createTestDatabase, mintKey, secondHandle, signUpWithOrg, waitFor } from '../helper.js'
 import { addFacts } from '../memory/helpers.js'
 import { call, listening, mcpClient } from './mcp-client.js'
 
@@ -203,6 +203,40 @@ t.test(
   }
 )
 
+t.test('a caller that goes away during a call is let go, and the calls after it are answered', async (t) => {
+  // no worker: the run stays queued, so the call waits until its caller leaves
+  const { app, base, owner, key } = await setup(t, { RUN_WORKER_CONCURRENCY: '0' })
+  const { client, transport } = await mcpClient(t, base, { authorization: key.authorization })
+  const leaving = new AbortController()
+  const waiting = fetch(`${base}/api/mcp`, {
+    method: 'POST',
+    signal: leaving.signal,
+    headers: {
+      authorization: key.authorization,
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      'mcp-protocol-version': '2025-11-25',
+      'mcp-session-id': transport.sessionId!
+    },
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'tools/call',
+      params: { name: 'start_run', arguments: { prompt: 'never ends here', waitSeconds: 60 } }
+    })
+  })
+  const [queued] = await waitFor('the run to be started', async () => {
+    const rows = await app.db.select().from(runs).where(eq(runs.orgId, owner.org.id))
+    return rows.length > 0 && rows
+  })
+  t.equal(queued!.status, 'queued')
+  leaving.abort()
+  await t.rejects(waiting, 'the caller left')
+  const answers = await Promise.all([1, 2, 3].map(() => call(client, 'get_run', { id: queued!.id })))
+  for (const answer of answers) t.match(answer, { isError: false, body: { run: { id: queued!.id, status: 'queued' } } })
+  t.match(await call(client, 'list_threads', { limit: 5 }), { isError: false })
+})
+
 t.test('run_skill runs a skill of the org as POST /api/skills/:id/run does', async (t) => {
   const { app, base, owner, key } = await setup(t)
   const skill = (
@@ -300,10 +334,55 @@ t.test(
     t.equal(unauthenticated.status, 401)
     t.equal(((await unauthenticated.json()) as any).error, 'unauthorized')
 
-    // ended on B, refused on A: a call that would start a run starts none
+    // the same call answered by the pooled server (a plain JSON request) and through the SDK's
+    // transport (another spelling of the media type): the same answer, the request's id echoed
+    const search = (id: number | string) =>
+      JSON.stringify({
+        jsonrpc: '2.0',
+        id,
+        method: 'tools/call',
+        params: { name: 'list_threads', arguments: { limit: 5 } }
+      })
+    const direct = await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, search('x-1'))
+    const viaSdk = await post(
+      baseA,
+      {
+        authorization: key.authorization,
+        'mcp-session-id': sessionId,
+        'content-type': 'application/json; charset=utf-8'
+      },
+      search('x-1')
+    )
+    t.equal(direct.status, 200)
+    t.equal(viaSdk.status, 200)
+    t.equal(direct.headers.get('content-type'), viaSdk.headers.get('content-type'))
+    t.equal(direct.headers.get('mcp-session-id'), sessionId)
+    t.same(await direct.json(), await viaSdk.json(), 'both ways answer alike')
+    const oldVersion = await post(
+      baseA,
+      { authorization: key.authorization, 'mcp-session-id': sessionId, 'mcp-protocol-version': '1999-01-01' },
+      search(2)
+    )
+    t.equal(oldVersion.status, 400, 'an unsupported protocol version is refused')
+    t.equal(((await oldVersion.json()) as any).error.code, -32000)
+    const notAccepting = await post(
+      baseA,
+      { authorization: key.authorization, 'mcp-session-id': sessionId, accept: 'application/json' },
+      search(3)
+    )
+    t.equal(notAccepting.status, 406)
+
+    // ended on B: B refuses at once, A once it heard (a notice, within milliseconds); then a
+    // call that would start a run starts none
     await onB.transport.terminateSession()
-    const ended = await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, listMessage)
-    t.equal(ended.status, 404)
+    const endedOnB = await post(baseB, { authorization: key.authorization, 'mcp-session-id': sessionId }, listMessage)
+    t.equal(endedOnB.status, 404)
+    await waitFor(
+      'A to refuse the ended session',
+      async () =>
+        (await post(baseA, { authorization: key.authorization, 'mcp-session-id': sessionId }, listMessage)).status ===
+        404
+    )
     const startMessage = JSON.stringify({
       jsonrpc: '2.0',
       id: 9,
