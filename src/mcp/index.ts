@@ -60,7 +60,7 @@ interface KnownSession {
  * `SESSION_ENDED`), and each forgets it when it hears that: the instance that ended it at
  * once, the others within the notice's delay. An instance whose listener reconnects forgets
  * everything (notices are not replayed). On the embedded database every instance runs in
- * one process (its data directory is locked to one) and shares the handle, so the memo.
+ * one process (its data directory is locked to one) and shares the handle, and so the memo.
  */
 const knownSessions = new WeakMap<object, { sessions: Map<string, KnownSession>; generation: number }>()
 /** the channel on which an ended session's id is announced */
