@@ -126,13 +126,10 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
   await app.register(async function mcpEndpoint(scope) {
     // the body is the SDK's to read: a malformed message gets its JSON-RPC error, not our 400
     scope.removeAllContentTypeParsers()
-    const asText = (
-      _request: FastifyRequest,
-      body: string | Buffer,
-      done: (err: null, body: string | Buffer) => void
-    ) => done(null, body)
     // (the usual type named too: Fastify remembers a named type's parser, and parses the header for the catch-all)
-    scope.addContentTypeParser(['application/json', '*'], { parseAs: 'string' }, asText)
+    scope.addContentTypeParser(['application/json', '*'], { parseAs: 'string' }, (_request, body, done) =>
+      done(null, body)
+    )
 
     const memo = (() => {
       let known = knownSessions.get(scope.db)

@@ -29,6 +29,24 @@ export async function mcpClient(t: Teardown, base: string, headers: Record<strin
   return { client, transport }
 }
 
+/**
+ * One raw JSON-RPC message POSTed to /api/mcp with the headers an MCP client sends (JSON,
+ * both answer types, the protocol version), `headers` on top.
+ */
+export function postMessage(base: string, headers: Record<string, string>, body: string, signal?: AbortSignal) {
+  return fetch(`${base}/api/mcp`, {
+    method: 'POST',
+    body,
+    ...(signal ? { signal } : {}),
+    headers: {
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      'mcp-protocol-version': '2025-11-25',
+      ...headers
+    }
+  })
+}
+
 /** A tool's answer: its JSON text parsed, and whether it is an error. */
 export async function call(
   client: Client,

@@ -5,7 +5,7 @@ import { mcpSessions } from '../../src/mcp/tables.js'
 import { runs } from '../../src/runs/tables.js'
 import { buildTestApp, createTestDatabase, mintKey, secondHandle, signUpWithOrg, waitFor } from '../helper.js'
 import { addFacts } from '../memory/helpers.js'
-import { call, listening, mcpClient } from './mcp-client.js'
+import { call, listening, mcpClient, postMessage as post } from './mcp-client.js'
 
 const FACTS = ['The office coffee machine needs descaling monthly', 'We deploy the payments service on Fridays']
 
@@ -208,23 +208,17 @@ t.test('a caller that goes away during a call is let go, and the calls after it 
   const { app, base, owner, key } = await setup(t, { RUN_WORKER_CONCURRENCY: '0' })
   const { client, transport } = await mcpClient(t, base, { authorization: key.authorization })
   const leaving = new AbortController()
-  const waiting = fetch(`${base}/api/mcp`, {
-    method: 'POST',
-    signal: leaving.signal,
-    headers: {
-      authorization: key.authorization,
-      'content-type': 'application/json',
-      accept: 'application/json, text/event-stream',
-      'mcp-protocol-version': '2025-11-25',
-      'mcp-session-id': transport.sessionId!
-    },
-    body: JSON.stringify({
+  const waiting = post(
+    base,
+    { authorization: key.authorization, 'mcp-session-id': transport.sessionId! },
+    JSON.stringify({
       jsonrpc: '2.0',
       id: 1,
       method: 'tools/call',
       params: { name: 'start_run', arguments: { prompt: 'never ends here', waitSeconds: 60 } }
-    })
-  })
+    }),
+    leaving.signal
+  )
   const [queued] = await waitFor('the run to be started', async () => {
     const rows = await app.db.select().from(runs).where(eq(runs.orgId, owner.org.id))
     return rows.length > 0 && rows
@@ -277,17 +271,6 @@ t.test(
     t.equal((await onB.client.listTools()).tools.length, 6)
     t.equal((await call(onB.client, 'list_threads')).isError, false)
 
-    const post = (base: string, headers: Record<string, string>, body: string) =>
-      fetch(`${base}/api/mcp`, {
-        method: 'POST',
-        body,
-        headers: {
-          'content-type': 'application/json',
-          accept: 'application/json, text/event-stream',
-          'mcp-protocol-version': '2025-11-25',
-          ...headers
-        }
-      })
     const listMessage = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
     const ok = await post(baseB, { authorization: key.authorization, 'mcp-session-id': sessionId }, listMessage)
     t.equal(ok.status, 200)
