@@ -1,3 +1,5 @@
+import { once } from 'node:events'
+import { type AddressInfo, createConnection, createServer } from 'node:net'
 import { setImmediate as immediate } from 'node:timers/promises'
 import { DrizzleQueryError } from 'drizzle-orm/errors'
 import postgres from 'postgres'
@@ -102,12 +104,14 @@ t.test(
       pid = (await q`select pg_backend_pid() as pid`)[0]!.pid as number
       await q`select pg_sleep(5)`
     })
-    while (pid === null) await new Promise((resolve) => setTimeout(resolve, 10))
-    await killer`select pg_terminate_backend(${pid})`
-    const txError = await tx.then(
+    // handled from the start: the transaction may fail before the killer hears its answer
+    const txOutcome = tx.then(
       () => null,
       (e: unknown) => e
     )
+    while (pid === null) await new Promise((resolve) => setTimeout(resolve, 10))
+    await killer`select pg_terminate_backend(${pid})`
+    const txError = await txOutcome
     t.ok(
       isDatabaseUnavailable(txError),
       `the transaction fails as the connection closed (${(txError as { code?: string })?.code})`
@@ -151,12 +155,14 @@ t.test(
       late = q`select pg_backend_pid() as pid`.then((rows) => rows[0]!.pid as number)
       return late
     })
-    while (pid === null) await new Promise((resolve) => setTimeout(resolve, 10))
-    await killer`select pg_terminate_backend(${pid})`
-    const txError = await tx.then(
+    // handled from the start: the transaction may fail before the killer hears its answer
+    const txOutcome = tx.then(
       () => null,
       (e: unknown) => e
     )
+    while (pid === null) await new Promise((resolve) => setTimeout(resolve, 10))
+    await killer`select pg_terminate_backend(${pid})`
+    const txError = await txOutcome
     t.ok(isDatabaseUnavailable(txError), 'the transaction fails as its connection closed')
     // the pool reconnects its one connection for another query
     const [other] = await sql`select pg_backend_pid() as pid`
@@ -169,6 +175,62 @@ t.test(
       (e: unknown) => (e as { code?: string }).code
     )
     t.equal(lateOutcome, 'CONNECTION_CLOSED', "the callback's later query fails with the transaction's close")
+    for (let i = 0; i < 5; i++) await immediate()
+    t.same(unhandled, [], 'no rejection left unhandled')
+    t.same(await sql`select 1 as ok`, [{ ok: 1 }], 'the pool goes on working')
+  }
+)
+
+t.test(
+  'postgres.js (patched): a connection reset while it reads the array types fails the query that opened it, never the process',
+  {
+    skip: process.env.DATABASE_URL ? false : 'needs real Postgres (DATABASE_URL)'
+  },
+  async (t) => {
+    const { url } = await createTestDatabase(t)
+    // porsager/postgres#1192: every new connection first asks for the array types, from a
+    // promise nobody held; reset right then, its rejection was unhandled (a process ends on it)
+    const target = new URL(url!)
+    let resets = 0
+    const proxy = createServer((client) => {
+      const upstream = createConnection({ host: target.hostname, port: Number(target.port || 5432) })
+      const cut = () => {
+        client.resetAndDestroy()
+        upstream.destroy()
+      }
+      client.on('error', cut)
+      upstream.on('error', cut)
+      client.on('close', () => upstream.destroy())
+      upstream.on('close', () => client.destroy())
+      upstream.pipe(client)
+      client.on('data', (chunk: Buffer) => {
+        if (resets === 0 && chunk.includes('typcategory')) {
+          resets++
+          cut()
+        } else upstream.write(chunk)
+      })
+    })
+    proxy.listen(0, '127.0.0.1')
+    await once(proxy, 'listening')
+    t.teardown(() => new Promise((resolve) => proxy.close(resolve)))
+    const through = new URL(url!)
+    through.host = `127.0.0.1:${(proxy.address() as AddressInfo).port}`
+    const sql = postgres(through.toString(), { max: 1, onnotice: () => {} })
+    t.teardown(() => sql.end({ timeout: 1 }))
+    const unhandled: unknown[] = []
+    const record = (err: unknown) => unhandled.push(err)
+    process.on('unhandledRejection', record)
+    t.teardown(() => process.off('unhandledRejection', record))
+
+    const first = await sql`select 1 as ok`.then(
+      () => 'answered',
+      (e: unknown) => (e as { code?: string }).code
+    )
+    t.equal(resets, 1, 'the connection was reset as it read the types')
+    t.ok(
+      isDatabaseUnavailable(Object.assign(new Error(), { code: first })),
+      `the query fails as the connection did (${first})`
+    )
     for (let i = 0; i < 5; i++) await immediate()
     t.same(unhandled, [], 'no rejection left unhandled')
     t.same(await sql`select 1 as ok`, [{ ok: 1 }], 'the pool goes on working')
