@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process'
-import { connect, createServer } from 'node:net'
+import { createServer } from 'node:net'
 import { SANDBOX_PATH } from './bubblewrap.js'
 import { SandboxError, type DesktopEndpoint } from './sandbox.js'
 
@@ -28,33 +28,13 @@ function freePort(): Promise<number> {
   })
 }
 
-function waitForPort(port: number, deadline: number, failed: () => string | null): Promise<void> {
-  return new Promise((resolveWait, reject) => {
-    const attempt = () => {
-      const why = failed()
-      if (why) return reject(new SandboxError('unavailable', why))
-      if (Date.now() > deadline) return reject(new SandboxError('unavailable', 'the VNC server did not start in time'))
-      const socket = connect(port, '127.0.0.1')
-      socket.once('connect', () => {
-        socket.destroy()
-        resolveWait()
-      })
-      socket.once('error', () => {
-        socket.destroy()
-        setTimeout(attempt, 100)
-      })
-    }
-    attempt()
-  })
-}
-
 /**
  * Xvfb on a display it picks itself (-displayfd), then x11vnc on a free loopback port.
  * No TCP and no abstract-namespace X socket (`-nolisten local`): a sandbox given the
  * network (SANDBOX_NETWORK) must not reach another thread's display that way; only its
  * own display's socket file is bound into it.
  */
-export async function startDesktop(): Promise<DesktopProcesses> {
+export async function startDesktop(ports: () => Promise<number> = freePort): Promise<DesktopProcesses> {
   // Xvfb and x11vnc run outside the sandbox, as the service user: never in the workspace,
   // never with it as HOME (x11vnc reads $HOME/.x11vncrc, whose options run commands)
   const cwd = '/'
@@ -91,7 +71,37 @@ export async function startDesktop(): Promise<DesktopProcesses> {
     stopAll([xvfb])
     throw err
   })
-  const port = await freePort()
+  // x11vnc binds the port it is given, and another socket may have taken it since it was
+  // free: then it exits before it listens, and starts again on another
+  let vnc: ChildProcess | null = null
+  let port = 0
+  for (let attempt = 1; vnc === null; attempt++) {
+    port = await ports()
+    const started = await startVnc(display, port, cwd, env).catch((err: unknown) => {
+      if (attempt < VNC_PORT_ATTEMPTS && err instanceof PortTaken) return null
+      stopAll([xvfb])
+      throw err
+    })
+    vnc = started
+  }
+  return { display, endpoint: { host: '127.0.0.1', port }, processes: [xvfb, vnc] }
+}
+
+const VNC_PORT_ATTEMPTS = 3
+const VNC_START_MS = 15_000
+
+/** x11vnc ended before it listened (exit status 1): its port was taken meanwhile. */
+class PortTaken extends SandboxError {
+  constructor() {
+    super('unavailable', 'the VNC server could not listen')
+  }
+}
+
+/**
+ * x11vnc on `port` of loopback, resolved once it listens: it prints `PORT=<n>` on its
+ * standard output then (a connection made to find out would be a client it serves).
+ */
+function startVnc(display: number, port: number, cwd: string, env: NodeJS.ProcessEnv): Promise<ChildProcess> {
   const vnc = spawn(
     'x11vnc',
     [
@@ -107,24 +117,37 @@ export async function startDesktop(): Promise<DesktopProcesses> {
       '-shared',
       '-quiet'
     ],
-    {
-      cwd,
-      env,
-      stdio: ['ignore', 'ignore', 'ignore']
-    }
+    { cwd, env, stdio: ['ignore', 'pipe', 'ignore'] }
   )
-  let exited: string | null = null
-  vnc.once('exit', (code) => {
-    exited = `x11vnc exited (${code})`
+  const listening = new RegExp(`^PORT=${port}$`, 'm')
+  return new Promise<ChildProcess>((resolveStart, reject) => {
+    let text = ''
+    let settled = false
+    const settle = (err: SandboxError | null) => {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      vnc.stdout!.off('data', read)
+      // nothing more is read from its output; a full pipe must not stop it
+      vnc.stdout!.resume()
+      if (!err) return resolveStart(vnc)
+      stopAll([vnc])
+      reject(err)
+    }
+    const read = (chunk: Buffer) => {
+      text += chunk.toString()
+      if (listening.test(text)) settle(null)
+    }
+    const failed = (err: Error) => settle(new SandboxError('unavailable', `x11vnc failed: ${err.message}`))
+    const exited = (code: number | null) =>
+      settle(code === 1 ? new PortTaken() : new SandboxError('unavailable', `x11vnc exited (${code})`))
+    const timer = setTimeout(
+      () => settle(new SandboxError('unavailable', 'the VNC server did not start in time')),
+      VNC_START_MS
+    )
+    vnc.stdout!.on('data', read)
+    // kept once it listens: a later error (a failed kill) must not be an unhandled 'error' event
+    vnc.on('error', failed)
+    vnc.once('exit', exited)
   })
-  vnc.once('error', (err) => {
-    exited = `x11vnc failed: ${err.message}`
-  })
-  try {
-    await waitForPort(port, Date.now() + 15_000, () => exited)
-  } catch (err) {
-    stopAll([vnc, xvfb])
-    throw err
-  }
-  return { display, endpoint: { host: '127.0.0.1', port }, processes: [xvfb, vnc] }
 }

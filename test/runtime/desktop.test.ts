@@ -1,5 +1,5 @@
 import { mkdtemp, rm } from 'node:fs/promises'
-import { createServer, type AddressInfo } from 'node:net'
+import { connect, createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
@@ -8,6 +8,7 @@ import WebSocket from 'ws'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { newId } from '../../src/db/ids.js'
 import { findExecutable } from '../../src/runtime/bubblewrap.js'
+import { startDesktop, stopAll } from '../../src/runtime/desktop.js'
 import type { RuntimeWiring } from '../../src/runtime/service.js'
 import type { DesktopEndpoint, Sandbox, SandboxProvider } from '../../src/runtime/sandbox.js'
 import { buildTestApp, type EnvOverrides, type Teardown } from '../helper.js'
@@ -50,7 +51,10 @@ function rfbClient(url: string, headers: Record<string, string> = {}) {
     }),
     async read(n: number): Promise<Buffer> {
       while (buffered.length < n) {
-        if (ws.readyState === ws.CLOSED) throw new Error(`closed after ${buffered.length} of ${n} bytes`)
+        if (ws.readyState === ws.CLOSED) {
+          const { code, reason } = await closed
+          throw new Error(`closed (${code} ${reason}) after ${buffered.length} of ${n} bytes`)
+        }
         await new Promise<void>((resolve) => {
           wake = resolve
         })
@@ -111,6 +115,15 @@ function desktopOnlyProvider(endpoint: DesktopEndpoint | null): SandboxProvider 
 
 const hasDesktop = findExecutable('Xvfb') !== null && findExecutable('x11vnc') !== null
 
+function freeLoopbackPort(): Promise<number> {
+  return new Promise((resolve) => {
+    const server = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo
+      server.close(() => resolve(port))
+    })
+  })
+}
+
 t.test(
   "a real RFB handshake through the proxy to the local provider's VNC server",
   { skip: embeddedPassOnly || hasDesktop ? false : 'Xvfb and x11vnc are not installed' },
@@ -142,6 +155,36 @@ t.test(
       t.equal(sockets, `X${display!.slice(1)}`, 'no other display is visible')
     client.ws.close()
     await client.closed
+  }
+)
+
+t.test(
+  'x11vnc started on a port another socket took meanwhile starts again on another',
+  { skip: embeddedPassOnly || hasDesktop ? false : 'Xvfb and x11vnc are not installed' },
+  async (t) => {
+    const taken = createServer()
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve))
+    t.teardown(() => new Promise<void>((resolve) => taken.close(() => resolve())))
+    const takenPort = (taken.address() as AddressInfo).port
+    const given: number[] = []
+    // the first port offered is the taken one, as when a socket took it after it was found free
+    const desktop = await startDesktop(async () => {
+      const port = given.length === 0 ? takenPort : await freeLoopbackPort()
+      given.push(port)
+      return port
+    })
+    t.teardown(() => stopAll(desktop.processes))
+    t.equal(given.length, 2, 'a second port was asked for')
+    t.equal(desktop.endpoint.port, given[1], 'and the desktop listens there')
+    const greeting = await new Promise<string>((resolve, reject) => {
+      const socket = connect(desktop.endpoint.port, desktop.endpoint.host)
+      socket.once('data', (chunk: Buffer) => {
+        socket.destroy()
+        resolve(chunk.toString('latin1'))
+      })
+      socket.once('error', reject)
+    })
+    t.equal(greeting, 'RFB 003.008\n', 'the VNC server greets there')
   }
 )
 
