@@ -17,7 +17,8 @@ export function stopAll(processes: ChildProcess[]): void {
   }
 }
 
-function freePort(): Promise<number> {
+/** A loopback port nothing listens on now (something may take it before it is used). */
+export function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
     const server = createServer()
     server.once('error', reject)

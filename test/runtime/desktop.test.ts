@@ -8,7 +8,7 @@ import WebSocket from 'ws'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { newId } from '../../src/db/ids.js'
 import { findExecutable } from '../../src/runtime/bubblewrap.js'
-import { startDesktop, stopAll } from '../../src/runtime/desktop.js'
+import { freePort, startDesktop, stopAll } from '../../src/runtime/desktop.js'
 import type { RuntimeWiring } from '../../src/runtime/service.js'
 import type { DesktopEndpoint, Sandbox, SandboxProvider } from '../../src/runtime/sandbox.js'
 import { buildTestApp, type EnvOverrides, type Teardown } from '../helper.js'
@@ -115,15 +115,6 @@ function desktopOnlyProvider(endpoint: DesktopEndpoint | null): SandboxProvider 
 
 const hasDesktop = findExecutable('Xvfb') !== null && findExecutable('x11vnc') !== null
 
-function freeLoopbackPort(): Promise<number> {
-  return new Promise((resolve) => {
-    const server = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as AddressInfo
-      server.close(() => resolve(port))
-    })
-  })
-}
-
 t.test(
   "a real RFB handshake through the proxy to the local provider's VNC server",
   { skip: embeddedPassOnly || hasDesktop ? false : 'Xvfb and x11vnc are not installed' },
@@ -169,7 +160,7 @@ t.test(
     const given: number[] = []
     // the first port offered is the taken one, as when a socket took it after it was found free
     const desktop = await startDesktop(async () => {
-      const port = given.length === 0 ? takenPort : await freeLoopbackPort()
+      const port = given.length === 0 ? takenPort : await freePort()
       given.push(port)
       return port
     })
