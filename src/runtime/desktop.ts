@@ -91,7 +91,7 @@ export async function startDesktop(ports: () => Promise<number> = freePort): Pro
 const VNC_PORT_ATTEMPTS = 3
 const VNC_START_MS = 15_000
 
-/** x11vnc ended before it listened (exit status 1): its port was taken meanwhile. */
+/** x11vnc ended before it listened, saying it could not have its port: taken meanwhile. */
 class PortTaken extends SandboxError {
   constructor() {
     super('unavailable', 'the VNC server could not listen')
@@ -118,19 +118,23 @@ function startVnc(display: number, port: number, cwd: string, env: NodeJS.Proces
       '-shared',
       '-quiet'
     ],
-    { cwd, env, stdio: ['ignore', 'pipe', 'ignore'] }
+    { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] }
   )
   const listening = new RegExp(`^PORT=${port}$`, 'm')
   return new Promise<ChildProcess>((resolveStart, reject) => {
     let text = ''
+    // what it says before it listens, for why it could not (a few lines; a cap all the same)
+    let said = ''
     let settled = false
     const settle = (err: SandboxError | null) => {
       if (settled) return
       settled = true
       clearTimeout(timer)
       vnc.stdout!.off('data', read)
+      vnc.stderr!.off('data', heard)
       // nothing more is read from its output; a full pipe must not stop it
       vnc.stdout!.resume()
+      vnc.stderr!.resume()
       if (!err) return resolveStart(vnc)
       stopAll([vnc])
       reject(err)
@@ -139,16 +143,25 @@ function startVnc(display: number, port: number, cwd: string, env: NodeJS.Proces
       text += chunk.toString()
       if (listening.test(text)) settle(null)
     }
+    const heard = (chunk: Buffer) => {
+      if (said.length < 4096) said += chunk.toString()
+    }
     const failed = (err: Error) => settle(new SandboxError('unavailable', `x11vnc failed: ${err.message}`))
     const exited = (code: number | null) =>
-      settle(code === 1 ? new PortTaken() : new SandboxError('unavailable', `x11vnc exited (${code})`))
+      settle(
+        /could not obtain listening port/.test(said)
+          ? new PortTaken()
+          : new SandboxError('unavailable', `x11vnc exited (${code})`)
+      )
     const timer = setTimeout(
       () => settle(new SandboxError('unavailable', 'the VNC server did not start in time')),
       VNC_START_MS
     )
     vnc.stdout!.on('data', read)
+    vnc.stderr!.on('data', heard)
     // kept once it listens: a later error (a failed kill) must not be an unhandled 'error' event
     vnc.on('error', failed)
-    vnc.once('exit', exited)
+    // 'close', not 'exit': what it wrote before it ended has been read by then
+    vnc.once('close', exited)
   })
 }
