@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { createServer } from 'node:net'
+import type { Readable } from 'node:stream'
 import { SANDBOX_PATH } from './bubblewrap.js'
 import { SandboxError, type DesktopEndpoint } from './sandbox.js'
 
@@ -49,47 +50,47 @@ export async function startDesktop(ports: () => Promise<number> = freePort): Pro
       stdio: ['ignore', 'ignore', 'ignore', 'pipe']
     }
   )
-  const display = await new Promise<number>((resolveDisplay, reject) => {
-    let text = ''
-    const timer = setTimeout(() => reject(new SandboxError('unavailable', 'Xvfb did not start in time')), 15_000)
-    xvfb.stdio[3]!.on('data', (chunk: Buffer) => {
-      text += chunk.toString()
-      const match = /^(\d+)\n/.exec(text)
-      if (match) {
-        clearTimeout(timer)
-        resolveDisplay(Number(match[1]))
-      }
-    })
-    xvfb.once('error', (err) => {
-      clearTimeout(timer)
-      reject(new SandboxError('unavailable', `Xvfb failed: ${err.message}`))
-    })
-    xvfb.once('exit', (code) => {
-      clearTimeout(timer)
-      reject(new SandboxError('unavailable', `Xvfb exited (${code})`))
-    })
-  }).catch((err) => {
-    stopAll([xvfb])
-    throw err
-  })
+  const display = Number((await announced(xvfb, xvfb.stdio[3] as Readable, /^(\d+)\n/, 'Xvfb', 'Xvfb'))[1])
   // x11vnc binds the port it is given, and another socket may have taken it since it was
   // free: then it exits before it listens, and starts again on another
-  let vnc: ChildProcess | null = null
-  let port = 0
-  for (let attempt = 1; vnc === null; attempt++) {
-    port = await ports()
-    const started = await startVnc(display, port, cwd, env).catch((err: unknown) => {
+  for (let attempt = 1; ; attempt++) {
+    const port = await ports()
+    const vnc = spawn(
+      'x11vnc',
+      [
+        '-display',
+        `:${display}`,
+        '-rfbport',
+        String(port),
+        '-norc',
+        '-localhost',
+        '-no6',
+        '-nopw',
+        '-forever',
+        '-shared',
+        '-quiet'
+      ],
+      { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] }
+    )
+    // it prints PORT=<n> once it listens (a connection made to find out would be a client it serves)
+    const started = await announced(
+      vnc,
+      vnc.stdout!,
+      new RegExp(`^PORT=${port}$`, 'm'),
+      'x11vnc',
+      'the VNC server',
+      (said) => (/could not obtain listening port/.test(said) ? new PortTaken() : null)
+    ).catch((err: unknown) => {
       if (attempt < VNC_PORT_ATTEMPTS && err instanceof PortTaken) return null
       stopAll([xvfb])
       throw err
     })
-    vnc = started
+    if (started) return { display, endpoint: { host: '127.0.0.1', port }, processes: [xvfb, vnc] }
   }
-  return { display, endpoint: { host: '127.0.0.1', port }, processes: [xvfb, vnc] }
 }
 
 const VNC_PORT_ATTEMPTS = 3
-const VNC_START_MS = 15_000
+const START_MS = 15_000
 
 /** x11vnc ended before it listened, saying it could not have its port: taken meanwhile. */
 class PortTaken extends SandboxError {
@@ -99,69 +100,52 @@ class PortTaken extends SandboxError {
 }
 
 /**
- * x11vnc on `port` of loopback, resolved once it listens: it prints `PORT=<n>` on its
- * standard output then (a connection made to find out would be a client it serves).
+ * Resolves with the first match of `pattern` in what `child` writes on `output`, its sign
+ * that it is ready. Rejects, the child killed, when it cannot be started, ends first (`why`
+ * may name the reason from what it wrote on its standard error, when that is piped) or says
+ * nothing in time.
  */
-function startVnc(display: number, port: number, cwd: string, env: NodeJS.ProcessEnv): Promise<ChildProcess> {
-  const vnc = spawn(
-    'x11vnc',
-    [
-      '-display',
-      `:${display}`,
-      '-rfbport',
-      String(port),
-      '-norc',
-      '-localhost',
-      '-no6',
-      '-nopw',
-      '-forever',
-      '-shared',
-      '-quiet'
-    ],
-    { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] }
-  )
-  const listening = new RegExp(`^PORT=${port}$`, 'm')
-  return new Promise<ChildProcess>((resolveStart, reject) => {
+function announced(
+  child: ChildProcess,
+  output: Readable,
+  pattern: RegExp,
+  name: string,
+  /** who did not start in time, for the message */
+  late: string,
+  why: (said: string) => SandboxError | null = () => null
+): Promise<RegExpExecArray> {
+  return new Promise<RegExpExecArray>((resolveStart, reject) => {
     let text = ''
-    // what it says before it listens, for why it could not (a few lines; a cap all the same)
+    // what it says before it is ready (a few lines; a cap all the same)
     let said = ''
     let settled = false
-    const settle = (err: SandboxError | null) => {
+    const settle = (err: SandboxError | null, match?: RegExpExecArray) => {
       if (settled) return
       settled = true
       clearTimeout(timer)
-      vnc.stdout!.off('data', read)
-      vnc.stderr!.off('data', heard)
+      output.off('data', read)
+      child.stderr?.off('data', heard)
       // nothing more is read from its output; a full pipe must not stop it
-      vnc.stdout!.resume()
-      vnc.stderr!.resume()
-      if (!err) return resolveStart(vnc)
-      stopAll([vnc])
+      output.resume()
+      child.stderr?.resume()
+      if (!err) return resolveStart(match!)
+      stopAll([child])
       reject(err)
     }
     const read = (chunk: Buffer) => {
       text += chunk.toString()
-      if (listening.test(text)) settle(null)
+      const match = pattern.exec(text)
+      if (match) settle(null, match)
     }
     const heard = (chunk: Buffer) => {
       if (said.length < 4096) said += chunk.toString()
     }
-    const failed = (err: Error) => settle(new SandboxError('unavailable', `x11vnc failed: ${err.message}`))
-    const exited = (code: number | null) =>
-      settle(
-        /could not obtain listening port/.test(said)
-          ? new PortTaken()
-          : new SandboxError('unavailable', `x11vnc exited (${code})`)
-      )
-    const timer = setTimeout(
-      () => settle(new SandboxError('unavailable', 'the VNC server did not start in time')),
-      VNC_START_MS
-    )
-    vnc.stdout!.on('data', read)
-    vnc.stderr!.on('data', heard)
-    // kept once it listens: a later error (a failed kill) must not be an unhandled 'error' event
-    vnc.on('error', failed)
+    const timer = setTimeout(() => settle(new SandboxError('unavailable', `${late} did not start in time`)), START_MS)
+    output.on('data', read)
+    child.stderr?.on('data', heard)
+    // kept once it is ready: a later error (a failed kill) must not be an unhandled 'error' event
+    child.on('error', (err) => settle(new SandboxError('unavailable', `${name} failed: ${err.message}`)))
     // 'close', not 'exit': what it wrote before it ended has been read by then
-    vnc.once('close', exited)
+    child.once('close', (code) => settle(why(said) ?? new SandboxError('unavailable', `${name} exited (${code})`)))
   })
 }
