@@ -799,5 +799,6 @@ function parseTrustProxy(value: string): boolean | number | string[] {
 
 /** Builds a config for tests and tools: defaults plus the given overrides. */
 export function testConfig(overrides: Partial<Record<keyof Env, string>> = {}): Config {
-  return loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', ...overrides })
+  // no embedding in the background unless a test asks: its vectors would change rankings under the test's feet
+  return loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', EMBEDDING_WORKER: 'false', ...overrides })
 }

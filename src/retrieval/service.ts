@@ -6,7 +6,7 @@ import { rowsOf, type Db } from '../db/client.js'
 import type { OrgProviders } from '../runs/ports/providers.js'
 import type { Clock } from '../worker-loop.js'
 import { createEmbeddingWorker, type EmbeddingWorker } from './embedding-worker.js'
-import { createEmbeddingModels } from './models.js'
+import { createEmbeddingModels, type EmbeddingModel } from './models.js'
 import { createRetrieval, type Retrieval } from './search.js'
 import type { EmbeddingKind, EmbeddingState } from './tables.js'
 import { vectorSupport } from './vectors.js'
@@ -26,6 +26,8 @@ export interface RetrievalService extends Retrieval {
    * /api/memory/item/:id/embed`). False when the item has no embedding row in the org.
    */
   reembed(orgId: string, item?: { kind: EmbeddingKind; id: string; poolId: string }): Promise<boolean>
+  /** the size of a model's vectors: known for the built-in and a chosen one, else read from a stored vector */
+  dimensionsOf(orgId: string, model: EmbeddingModel): Promise<number | null>
 }
 
 declare module 'fastify' {
@@ -117,6 +119,15 @@ export default fp(
         )
         worker?.wake()
         return rows.length > 0
+      },
+      async dimensionsOf(orgId, model) {
+        if (model.dimensions !== null) return model.dimensions
+        const [row] = rowsOf<{ dimensions: number }>(
+          await app.db.execute(sql`
+          select dimensions from embeddings
+          where org_id = ${orgId} and model = ${model.key} and dimensions is not null limit 1`)
+        )
+        return row?.dimensions ?? null
       }
     }
     app.decorate('retrieval', service)
