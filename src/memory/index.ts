@@ -94,7 +94,8 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
     const states = await app.retrieval.states(pool.orgId, 'memory', ids)
     return (id: string) => {
       const s = states.get(id) ?? { state: 'pending' as const, error: null }
-      return { embedding: s.state, embeddingError: s.error }
+      // the reason only where there is one: a failed embedding
+      return s.state === 'failed' ? { embedding: s.state, embeddingError: s.error } : { embedding: s.state }
     }
   }
 
