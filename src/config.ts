@@ -515,12 +515,6 @@ export const EnvSchema = Type.Object({
         'the least cosine similarity a vector match needs to be a hit (default 0.3 for a remote model, 0.45 for the built-in embedder)'
     })
   ),
-  VECTOR_INDEX_MIN_ROWS: Type.Integer({
-    minimum: 0,
-    default: 50_000,
-    description:
-      "on PostgreSQL, a pool (or an org's knowledge) with at least this many vectors of one model is searched through an HNSW index instead of an exact scan (0: never)"
-  }),
   KNOWLEDGE_WORKER: Type.Boolean({ default: true, description: 'extract knowledge documents in this process' }),
   KNOWLEDGE_CONCURRENCY: Type.Integer({
     minimum: 1,

@@ -72,9 +72,6 @@ export interface RetrievalOptions {
   vectors: VectorSupport
   models: EmbeddingModels
   queryTimeoutMs: number
-  /** on PostgreSQL: pools with at least this many vectors of one model go through its HNSW index (0: never) */
-  indexMinRows: number
-  embedded: boolean
 }
 
 export function createRetrieval(o: RetrievalOptions): Retrieval {
@@ -108,31 +105,6 @@ export function createRetrieval(o: RetrievalOptions): Retrieval {
   const modeFor = (asked: SearchMode | undefined): SearchMode =>
     !o.vectors.available ? 'fulltext' : (asked ?? defaultMode)
 
-  /** Whether the HNSW index serves this pool (PostgreSQL only; the embedded database always scans). */
-  async function viaIndex(orgId: string, poolId: string, kinds: readonly EmbeddingKind[], model: QueryVector) {
-    if (o.embedded || o.indexMinRows <= 0) return false
-    const [row] = rowsOf<{ n: number }>(
-      await db.execute(sql`
-      select count(*)::int as n from (
-        select 1 from embeddings
-        where org_id = ${orgId} and pool_id = ${poolId} and kind in (${sql.join(
-          kinds.map((k) => sql`${k}`),
-          sql`, `
-        )}) and model = ${model.model.key}
-        limit ${o.indexMinRows}) s`)
-    )
-    return (row?.n ?? 0) >= o.indexMinRows && (await hasIndex(model))
-  }
-  const indexed = new Map<string, boolean>()
-  async function hasIndex(model: QueryVector): Promise<boolean> {
-    const name = hnswIndexName(model.model.key, model.vector.length)
-    const known = indexed.get(name)
-    if (known) return true
-    const [row] = rowsOf<{ ok: boolean }>(await db.execute(sql`select to_regclass(${name}) is not null as ok`))
-    if (row?.ok) indexed.set(name, true)
-    return row?.ok ?? false
-  }
-
   /** The vector ranking of a pool (or an org's knowledge); `extra` narrows the rows (a tag, a phrase). */
   async function vectorRanking(
     orgId: string,
@@ -147,8 +119,7 @@ export function createRetrieval(o: RetrievalOptions): Retrieval {
       { orgId, poolId, kinds, modelKey: qv.model.key, dimensions: qv.vector.length, ...(extra ? { extra } : {}) },
       qv.vector,
       depth,
-      qv.model.minSimilarity,
-      await viaIndex(orgId, poolId, kinds, qv)
+      qv.model.minSimilarity
     )
   }
 
@@ -202,11 +173,4 @@ export function createRetrieval(o: RetrievalOptions): Retrieval {
     },
     vectorRanking
   }
-}
-
-/** The HNSW index of one model's vectors (PostgreSQL), as src/retrieval/vector-index.ts names it. */
-export function hnswIndexName(modelKey: string, dimensions: number): string {
-  let h = 0
-  for (const c of `${modelKey}/${dimensions}`) h = (Math.imul(h, 31) + c.charCodeAt(0)) | 0
-  return `embeddings_hnsw_${(h >>> 0).toString(36)}`
 }

@@ -83,9 +83,7 @@ export default fp(
       log: app.log.child({ component: 'retrieval' }),
       vectors,
       models,
-      queryTimeoutMs: config.EMBEDDING_QUERY_TIMEOUT_MS,
-      indexMinRows: config.VECTOR_INDEX_MIN_ROWS,
-      embedded: app.database.kind === 'pglite'
+      queryTimeoutMs: config.EMBEDDING_QUERY_TIMEOUT_MS
     })
     const worker = vectors.available
       ? createEmbeddingWorker({

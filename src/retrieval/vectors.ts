@@ -56,8 +56,8 @@ export interface VectorHit {
  * The nearest vectors of the current model within one pool (or an org's knowledge), by cosine
  * distance, closest first, at least `minSimilarity` alike. Org, pool, kind and model are in the
  * same statement as the distance, so no other tenant's vector is ever compared. An exact scan:
- * the pool's rows are read through `embeddings_pool_idx`; over VECTOR_INDEX_MIN_ROWS rows of one
- * model, PostgreSQL uses the model's HNSW index instead (src/retrieval/vector-index.ts).
+ * the pool's rows are read through `embeddings_pool_idx` and each distance computed (a few
+ * milliseconds for 10,000 vectors; see docs/deployment.md).
  */
 export async function nearest(
   db: Db | Tx,
@@ -72,8 +72,7 @@ export async function nearest(
   },
   query: readonly number[],
   limit: number,
-  minSimilarity: number,
-  viaIndex = false
+  minSimilarity: number
 ): Promise<VectorHit[]> {
   const kinds = sql.join(
     where.kinds.map((k) => sql`${k}`),
@@ -81,10 +80,7 @@ export async function nearest(
   )
   const q = vectorLiteral(query)
   const maxDistance = 1 - minSimilarity
-  // the index's expression and predicate, exactly as vector-index.ts made them
-  const distance = viaIndex
-    ? sql.raw(`(vector::vector(${where.dimensions}) <=> `).append(sql`${q}::vector(${sql.raw(String(where.dimensions))}))`)
-    : sql`(vector <=> ${q}::vector)`
+  const distance = sql`(vector <=> ${q}::vector)`
   const rows = rowsOf<{ kind: EmbeddingKind; id: string; distance: number }>(
     await db.execute(sql`
     select kind, id, distance from (

@@ -1,6 +1,7 @@
 // Memory and knowledge that match meaning: the embedding job, hybrid search, the embedding
 // model (the built-in offline one, the deployment's and an org provider's over a local
 // /v1/embeddings server), faults, edits, deletes and tenancy; and a database without pgvector.
+import { randomBytes } from 'node:crypto'
 import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
@@ -57,7 +58,7 @@ t.test('facts are embedded in the background and found by meaning, words or both
   const app = await buildTestApp(t)
   const config = (await app.inject({ url: '/api/config' })).json()
   t.equal(config.capabilities.semanticSearch, true, 'vectors are there')
-  const ids = []
+  const ids: string[] = []
   for (const fact of FACTS) {
     const item = await add(app, fact)
     t.equal(item.embedding, 'pending', 'a new fact is pending: the write does not wait for its vector')
@@ -211,7 +212,7 @@ t.test('the deployment model over /v1/embeddings: batched, failures retried with
   })
   const model = (await app.inject({ url: '/api/models/embedding' })).json()
   t.same(model, { model: 'text-embedding-test', source: 'deployment', dimensions: null }, 'no vector yet')
-  const items = []
+  const items: Array<{ id: string }> = []
   for (const fact of FACTS) items.push(await add(app, fact))
   upstream.failNext(1)
   t.equal(await app.retrieval.worker!.runOnce(), FACTS.length, 'one claim takes the batch')
@@ -251,7 +252,9 @@ t.test('the deployment model over /v1/embeddings: batched, failures retried with
 
 t.test("an org's embedding model among its providers': chosen, tried, and every text embedded again", async (t) => {
   const upstream = await startEmbeddingsUpstream(t, ['embed-small', 'chat-model'])
-  const app = await buildTestApp(t, { env: { PROVIDER_ALLOW_PRIVATE: 'true' } })
+  const app = await buildTestApp(t, {
+    env: { PROVIDER_ALLOW_PRIVATE: 'true', SECRETS_KEY: randomBytes(32).toString('base64') }
+  })
   const admin = await signUpWithOrg(app)
   const headers = { cookie: admin.cookie }
   const fact = await add(app, FACTS[0]!, headers)
