@@ -75,4 +75,3 @@ export async function benchRetrievalQuality(): Promise<string> {
   }
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) console.log(await benchRetrievalQuality())

@@ -512,7 +512,7 @@ export const EnvSchema = Type.Object({
       minimum: -1,
       maximum: 1,
       description:
-        'the least cosine similarity a vector match needs to be a hit (default 0.3 for a remote model, 0.45 for the built-in embedder)'
+        'the least cosine similarity a match by meaning needs to be a hit (default 0.3)'
     })
   ),
   KNOWLEDGE_WORKER: Type.Boolean({ default: true, description: 'extract knowledge documents in this process' }),
