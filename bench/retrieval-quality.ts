@@ -19,11 +19,15 @@ const MODES = ['fulltext', 'semantic', 'hybrid'] as const
 export async function benchRetrievalQuality(): Promise<string> {
   const set = JSON.parse(readFileSync(new URL('./data/paraphrases.json', import.meta.url), 'utf8')) as Set
   const dir = mkdtempSync(join(tmpdir(), 'cairn-bench-quality-'))
-  const app = await buildApp({ config: testConfig({
+  const app = await buildApp({
+    config: testConfig({
       DATA_DIR: dir,
       EMBEDDING_WORKER: 'false',
-      ...(process.env.EMBEDDING_MIN_SIMILARITY ? { EMBEDDING_MIN_SIMILARITY: process.env.EMBEDDING_MIN_SIMILARITY } : {})
-    }) })
+      ...(process.env.EMBEDDING_MIN_SIMILARITY
+        ? { EMBEDDING_MIN_SIMILARITY: process.env.EMBEDDING_MIN_SIMILARITY }
+        : {})
+    })
+  })
   try {
     await app.ready()
     const ids: string[] = []
@@ -74,4 +78,3 @@ export async function benchRetrievalQuality(): Promise<string> {
     rmSync(dir, { recursive: true, force: true })
   }
 }
-

@@ -63,7 +63,8 @@ if (app.retrieval.worker && process.env.BENCH_EMBED_TRIGGERS !== 'off') {
 if (app.database.kind === 'pglite') {
   await maintainEmbedded(app.db)
 } else {
-  for (const table of ['memory_items', 'memory_words', 'embeddings']) await app.db.execute(sql.raw(`vacuum analyze ${table}`))
+  for (const table of ['memory_items', 'memory_words', 'embeddings'])
+    await app.db.execute(sql.raw(`vacuum analyze ${table}`))
 }
 process.stderr.write(`seeded ${pools * perPool} facts (${embedded} embedded) in ${Date.now() - started} ms\n`)
 const address = await app.listen({ port: Number(process.env.PORT ?? 0), host: '127.0.0.1' })

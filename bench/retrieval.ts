@@ -24,7 +24,13 @@ function rows(title: string, results: Result[], baseline: Result, ratioTo: strin
 async function searchBench(label: string, env: Record<string, string>): Promise<string> {
   const server = await startServer(
     'bench/retrieval-server.ts',
-    { MEMORY_SEARCH_CACHE: '0', KNOWLEDGE_SEARCH_CACHE: '0', EMBEDDING_WORKER: 'false', EMBEDDING_BATCH: '1000', ...env },
+    {
+      MEMORY_SEARCH_CACHE: '0',
+      KNOWLEDGE_SEARCH_CACHE: '0',
+      EMBEDDING_WORKER: 'false',
+      EMBEDDING_BATCH: '1000',
+      ...env
+    },
     900_000
   )
   try {
@@ -44,7 +50,12 @@ async function searchBench(label: string, env: Record<string, string>): Promise<
         })
       )
     }
-    return rows(`${label}: 100,000 facts in pools of 10,000, ${connections} connections`, results, results[0]!, 'full text')
+    return rows(
+      `${label}: 100,000 facts in pools of 10,000, ${connections} connections`,
+      results,
+      results[0]!,
+      'full text'
+    )
   } finally {
     await server.stop()
   }
@@ -79,7 +90,12 @@ async function writeBench(label: string, env: Record<string, string>): Promise<s
       await server.stop()
     }
   }
-  return rows(`${label}: adding a fact (POST /api/memory/items), ${connections} connections`, results, results[0]!, 'before')
+  return rows(
+    `${label}: adding a fact (POST /api/memory/items), ${connections} connections`,
+    results,
+    results[0]!,
+    'before'
+  )
 }
 
 export async function benchRetrieval(): Promise<string> {

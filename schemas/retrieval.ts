@@ -41,7 +41,9 @@ export const EmbeddingModelInfo = named(
       description:
         "org: an admin chose it among the org's providers'; deployment: the server's EMBEDDING_MODEL; builtin: the offline embedder"
     }),
-    dimensions: Nullable(Type.Integer({ description: 'the size of its vectors; null until the first text is embedded' }))
+    dimensions: Nullable(
+      Type.Integer({ description: 'the size of its vectors; null until the first text is embedded' })
+    )
   })
 )
 export const SetEmbeddingModelBody = named(

@@ -450,7 +450,10 @@ export const EnvSchema = Type.Object({
     })
   ),
   EMBEDDING_BASE_URL: Type.Optional(
-    Type.String({ pattern: '^https?://', description: 'OpenAI-compatible API base for EMBEDDING_MODEL (default OPENAI_BASE_URL)' })
+    Type.String({
+      pattern: '^https?://',
+      description: 'OpenAI-compatible API base for EMBEDDING_MODEL (default OPENAI_BASE_URL)'
+    })
   ),
   EMBEDDING_API_KEY: Type.Optional(
     Type.String({ description: 'bearer token for EMBEDDING_BASE_URL (default OPENAI_API_KEY)' })
@@ -487,7 +490,7 @@ export const EnvSchema = Type.Object({
     minimum: 100,
     maximum: 600_000,
     default: 30_000,
-    description: "how long the worker waits for an /embeddings answer"
+    description: 'how long the worker waits for an /embeddings answer'
   }),
   EMBEDDING_QUERY_TIMEOUT_MS: Type.Integer({
     minimum: 10,
@@ -511,8 +514,7 @@ export const EnvSchema = Type.Object({
     Type.Number({
       minimum: -1,
       maximum: 1,
-      description:
-        'the least cosine similarity a match by meaning needs to be a hit (default 0.3)'
+      description: 'the least cosine similarity a match by meaning needs to be a hit (default 0.3)'
     })
   ),
   KNOWLEDGE_WORKER: Type.Boolean({ default: true, description: 'extract knowledge documents in this process' }),

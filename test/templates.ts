@@ -68,7 +68,9 @@ async function makePgliteTemplate(): Promise<string> {
     const database = await openDatabase({ dataDir: dir })
     await migrateDatabase(database)
     await database.close()
-    const lite = await PGlite.create(join(dir, 'pglite'), { extensions: { pg_trgm: unpackedBundle(pg_trgm), vector: unpackedBundle(vector) } })
+    const lite = await PGlite.create(join(dir, 'pglite'), {
+      extensions: { pg_trgm: unpackedBundle(pg_trgm), vector: unpackedBundle(vector) }
+    })
     const dump = await lite.dumpDataDir('none')
     await lite.close()
     // npm's prepare makes it; a checkout that skipped it (a worktree sharing node_modules) has none

@@ -1,5 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { conflict, memoryDisabled, noDeadCapture, noOrphanCapture, notInPool, signInRequired } from '../../plugins/errors.js'
+import {
+  conflict,
+  memoryDisabled,
+  noDeadCapture,
+  noOrphanCapture,
+  notInPool,
+  signInRequired
+} from '../../plugins/errors.js'
 import { principalOf, realUserId, type Principal } from '../auth/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
@@ -150,7 +157,10 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       if (!pool) return { ...empty, latencyMs: elapsed(started) }
       const limit = Math.min(request.query.limit ?? BROWSE_LIMIT.default, BROWSE_LIMIT.max)
       const page = await hub.backend.browse(pool, limit, request.query.cursor)
-      const states = await embeddingStates(pool, page.items.map((i) => i.id))
+      const states = await embeddingStates(
+        pool,
+        page.items.map((i) => i.id)
+      )
       return {
         ...empty,
         total: page.total,

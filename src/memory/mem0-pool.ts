@@ -116,7 +116,11 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
         id: i.id,
         content: text(i),
         score: typeof i.score === 'number' ? i.score : 0,
-        scores: { fulltext: null, semantic: typeof i.score === 'number' ? i.score : null, fused: typeof i.score === 'number' ? i.score : 0 },
+        scores: {
+          fulltext: null,
+          semantic: typeof i.score === 'number' ? i.score : null,
+          fused: typeof i.score === 'number' ? i.score : 0
+        },
         runId: meta(i, 'run_id'),
         rootRunId: meta(i, 'root_run_id'),
         createdAt: iso(i.created_at)

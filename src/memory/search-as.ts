@@ -29,7 +29,13 @@ export async function searchMemoryAs(
   const started = performance.now()
   const { scope } = query
   const a = await poolAccess(app, principal, scope)
-  const base = { enabled: a.enabled, scope, authed: a.authed, truncated: false, mode: app.retrieval.modeFor(query.mode) }
+  const base = {
+    enabled: a.enabled,
+    scope,
+    authed: a.authed,
+    truncated: false,
+    mode: app.retrieval.modeFor(query.mode)
+  }
   if (a.failedClosed) return { ...base, latencyMs: elapsed(started), failedClosed: true as const, items: [] }
   const q = (query.q ?? '').trim()
   const backend = app.memory.backend
@@ -41,7 +47,11 @@ export async function searchMemoryAs(
   // the postgres backend's items say where their vectors stand (mem0 embeds as it writes)
   const states =
     backend.name === 'postgres' && app.retrieval.vectors.available
-      ? await app.retrieval.states(pool.orgId, 'memory', found.items.map((h) => h.id))
+      ? await app.retrieval.states(
+          pool.orgId,
+          'memory',
+          found.items.map((h) => h.id)
+        )
       : null
   return {
     ...base,

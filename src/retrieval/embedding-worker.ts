@@ -92,8 +92,7 @@ export function createEmbeddingWorker(o: EmbeddingWorkerOptions): EmbeddingWorke
       returning e.org_id, e.kind, e.item_id, e.pool_id, e.text_hash, e.attempts`)
     )
     if (rows.length === 0) return null
-    const ids = (kind: EmbeddingKind) =>
-      JSON.stringify(rows.filter((r) => r.kind === kind).map((r) => r.item_id))
+    const ids = (kind: EmbeddingKind) => JSON.stringify(rows.filter((r) => r.kind === kind).map((r) => r.item_id))
     // the texts as the triggers hashed them (the same SQL functions)
     const texts = rowsOf<{ kind: EmbeddingKind; item_id: string; text: string }>(
       await db.execute(sql`

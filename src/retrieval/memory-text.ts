@@ -61,7 +61,13 @@ export function prefixQuery(q: string): string {
  */
 export async function rankMemoryText(
   db: Db | Tx,
-  pool: PoolRef, q: string, tokens: string[], joiner: '&' | '|', limit: number, correct = true) {
+  pool: PoolRef,
+  q: string,
+  tokens: string[],
+  joiner: '&' | '|',
+  limit: number,
+  correct = true
+) {
   const words = sql.join(
     tokens.map((w) => sql`${w}`),
     sql`, `
@@ -129,7 +135,6 @@ export async function rankMemoryText(
     score: number
   }>(result)
 }
-
 
 /** A fact as the full-text side ranks it. */
 export interface MemoryTextRow {

@@ -65,7 +65,10 @@ function failureOf(err: unknown, where: string): EmbeddingFailed {
     const words = typeof said === 'string' && said !== '' ? said : err.message
     if (err instanceof OpenAI.APIConnectionTimeoutError) return new EmbeddingFailed(`${where} did not answer in time`)
     if (err instanceof OpenAI.APIConnectionError) return new EmbeddingFailed(`${where} could not be reached`)
-    return new EmbeddingFailed(`${where} answered ${err.status ?? 'an error'}: ${words.slice(0, 300)}`, err.status ?? null)
+    return new EmbeddingFailed(
+      `${where} answered ${err.status ?? 'an error'}: ${words.slice(0, 300)}`,
+      err.status ?? null
+    )
   }
   if ((err as Error)?.name === 'AbortError') return new EmbeddingFailed(`the call to ${where} was stopped`)
   return new EmbeddingFailed(`${where} failed: ${String((err as Error)?.message ?? err).slice(0, 300)}`)

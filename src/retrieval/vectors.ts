@@ -95,5 +95,9 @@ export async function nearest(
     where distance <= ${maxDistance}
     order by distance, id`)
   )
-  return rows.map((r) => ({ kind: r.kind, id: r.id, similarity: Math.round((1 - Number(r.distance)) * 10_000) / 10_000 }))
+  return rows.map((r) => ({
+    kind: r.kind,
+    id: r.id,
+    similarity: Math.round((1 - Number(r.distance)) * 10_000) / 10_000
+  }))
 }

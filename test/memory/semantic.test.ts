@@ -18,7 +18,12 @@ const FACTS = [
 ]
 
 async function add(app: App, content: string, headers: Record<string, string> = {}) {
-  const res = await app.inject({ method: 'POST', url: '/api/memory/items', headers, payload: { scope: 'org', content } })
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/memory/items',
+    headers,
+    payload: { scope: 'org', content }
+  })
   if (res.statusCode !== 201) throw new Error(`add: ${res.statusCode} ${res.body}`)
   return res.json().item as { id: string; embedding?: string }
 }
@@ -76,7 +81,9 @@ t.test('facts are embedded in the background and found by meaning, words or both
 
   await embedAll(app)
   t.ok(
-    (await embeddingRows(app)).every((r) => r.state === 'ready' && r.has_vector && r.model === 'builtin:cairn-glove-100d-v1'),
+    (await embeddingRows(app)).every(
+      (r) => r.state === 'ready' && r.has_vector && r.model === 'builtin:cairn-glove-100d-v1'
+    ),
     'every fact has a vector of the built-in model'
   )
   const browse = (await app.inject({ url: '/api/memory/browse' })).json()
@@ -171,84 +178,94 @@ t.test('an edit re-embeds, a delete deletes the vector, and tenants never meet',
   t.equal(foreign.json().error, 'not found in this pool')
 })
 
-t.test('knowledge records and chunks are embedded and searched by meaning, honouring phrases and exclusions', async (t) => {
-  const app = await buildTestApp(t)
-  const record = async (title: string, body: string) =>
-    (await app.inject({ method: 'POST', url: '/api/knowledge', payload: { title, body } })).json().record
-  const onCall = await record('Weekend rota', 'Priya handles pager duty on Saturdays and Sundays.')
-  const deploys = await record('Releases', 'The billing service deploys from the release branch every Tuesday.')
-  await embedAll(app)
-  const find = async (q: string, mode = '') =>
-    (
-      await app.inject({ url: `/api/knowledge/search?q=${encodeURIComponent(q)}${mode ? `&mode=${mode}` : ''}` })
-    ).json()
-  const found = await find('Who is on call this weekend?')
-  t.equal(found.mode, 'hybrid')
-  t.equal(found.items[0]?.id, onCall.id)
-  t.match(found.items[0], { kind: 'record', scores: { fulltext: null, semantic: Number } })
-  t.notMatch(found.items[0].snippet, /<mark>/, 'nothing to mark when only the meaning matched')
-  t.equal((await find('Who is on call this weekend?', 'fulltext')).items.length, 0)
-  // an exclusion holds for hits by meaning too
-  t.notOk(
-    (await find('Who is on call this weekend? -priya')).items.some((i: { id: string }) => i.id === onCall.id),
-    'an excluded word keeps the record out'
-  )
-  t.ok((await find('ship invoicing "billing service"')).items.some((i: { id: string }) => i.id === deploys.id))
-})
+t.test(
+  'knowledge records and chunks are embedded and searched by meaning, honouring phrases and exclusions',
+  async (t) => {
+    const app = await buildTestApp(t)
+    const record = async (title: string, body: string) =>
+      (await app.inject({ method: 'POST', url: '/api/knowledge', payload: { title, body } })).json().record
+    const onCall = await record('Weekend rota', 'Priya handles pager duty on Saturdays and Sundays.')
+    const deploys = await record('Releases', 'The billing service deploys from the release branch every Tuesday.')
+    await embedAll(app)
+    const find = async (q: string, mode = '') =>
+      (
+        await app.inject({ url: `/api/knowledge/search?q=${encodeURIComponent(q)}${mode ? `&mode=${mode}` : ''}` })
+      ).json()
+    const found = await find('Who is on call this weekend?')
+    t.equal(found.mode, 'hybrid')
+    t.equal(found.items[0]?.id, onCall.id)
+    t.match(found.items[0], { kind: 'record', scores: { fulltext: null, semantic: Number } })
+    t.notMatch(found.items[0].snippet, /<mark>/, 'nothing to mark when only the meaning matched')
+    t.equal((await find('Who is on call this weekend?', 'fulltext')).items.length, 0)
+    // an exclusion holds for hits by meaning too
+    t.notOk(
+      (await find('Who is on call this weekend? -priya')).items.some((i: { id: string }) => i.id === onCall.id),
+      'an excluded word keeps the record out'
+    )
+    t.ok((await find('ship invoicing "billing service"')).items.some((i: { id: string }) => i.id === deploys.id))
+  }
+)
 
-t.test('the deployment model over /v1/embeddings: batched, failures retried with backoff, then failed, then retried by hand', async (t) => {
-  const upstream = await startEmbeddingsUpstream(t, ['text-embedding-test'])
-  // ahead of the database's clock, which dates new rows: they are due by this one
-  let now = Date.now() + 60_000
-  const app = await buildTestApp(t, {
-    env: {
-      EMBEDDING_MODEL: 'text-embedding-test',
-      EMBEDDING_BASE_URL: upstream.url,
-      EMBEDDING_API_KEY: 'sk-embed',
-      EMBEDDING_MAX_ATTEMPTS: '2',
-      EMBEDDING_BACKOFF_MS: '1000'
-    },
-    clock: { now: () => new Date(now) }
-  })
-  const model = (await app.inject({ url: '/api/models/embedding' })).json()
-  t.same(model, { model: 'text-embedding-test', source: 'deployment', dimensions: null }, 'no vector yet')
-  const items: Array<{ id: string }> = []
-  for (const fact of FACTS) items.push(await add(app, fact))
-  upstream.failNext(1)
-  t.equal(await app.retrieval.worker!.runOnce(), FACTS.length, 'one claim takes the batch')
-  t.equal(upstream.requests.length, 1, 'one /embeddings call')
-  t.same(upstream.requests[0]!.input.sort(), [...FACTS].sort(), 'every text in it')
-  t.equal(upstream.requests[0]!.authorization, 'Bearer sk-embed')
-  t.equal((await embeddingRows(app)).filter((r) => r.state === 'pending').length, FACTS.length, 'put back to try again')
-  t.equal(await app.retrieval.worker!.runOnce(), 0, 'not before its backoff')
-  // words still work meanwhile, and the write did not wait or fail
-  t.equal((await search(app, 'pager duty')).items[0]?.id, items[0]!.id)
+t.test(
+  'the deployment model over /v1/embeddings: batched, failures retried with backoff, then failed, then retried by hand',
+  async (t) => {
+    const upstream = await startEmbeddingsUpstream(t, ['text-embedding-test'])
+    // ahead of the database's clock, which dates new rows: they are due by this one
+    let now = Date.now() + 60_000
+    const app = await buildTestApp(t, {
+      env: {
+        EMBEDDING_MODEL: 'text-embedding-test',
+        EMBEDDING_BASE_URL: upstream.url,
+        EMBEDDING_API_KEY: 'sk-embed',
+        EMBEDDING_MAX_ATTEMPTS: '2',
+        EMBEDDING_BACKOFF_MS: '1000'
+      },
+      clock: { now: () => new Date(now) }
+    })
+    const model = (await app.inject({ url: '/api/models/embedding' })).json()
+    t.same(model, { model: 'text-embedding-test', source: 'deployment', dimensions: null }, 'no vector yet')
+    const items: Array<{ id: string }> = []
+    for (const fact of FACTS) items.push(await add(app, fact))
+    upstream.failNext(1)
+    t.equal(await app.retrieval.worker!.runOnce(), FACTS.length, 'one claim takes the batch')
+    t.equal(upstream.requests.length, 1, 'one /embeddings call')
+    t.same(upstream.requests[0]!.input.sort(), [...FACTS].sort(), 'every text in it')
+    t.equal(upstream.requests[0]!.authorization, 'Bearer sk-embed')
+    t.equal(
+      (await embeddingRows(app)).filter((r) => r.state === 'pending').length,
+      FACTS.length,
+      'put back to try again'
+    )
+    t.equal(await app.retrieval.worker!.runOnce(), 0, 'not before its backoff')
+    // words still work meanwhile, and the write did not wait or fail
+    t.equal((await search(app, 'pager duty')).items[0]?.id, items[0]!.id)
 
-  now += 60_000
-  upstream.failNext(1, 500)
-  await app.retrieval.worker!.runOnce()
-  const browse = (await app.inject({ url: '/api/memory/browse' })).json()
-  t.ok(
-    browse.items.every(
-      (i: { embedding: string; embeddingError: string }) =>
-        i.embedding === 'failed' && /answered 500: the embedding service is overloaded/.test(i.embeddingError)
-    ),
-    'out of tries: failed, with the reason'
-  )
+    now += 60_000
+    upstream.failNext(1, 500)
+    await app.retrieval.worker!.runOnce()
+    const browse = (await app.inject({ url: '/api/memory/browse' })).json()
+    t.ok(
+      browse.items.every(
+        (i: { embedding: string; embeddingError: string }) =>
+          i.embedding === 'failed' && /answered 500: the embedding service is overloaded/.test(i.embeddingError)
+      ),
+      'out of tries: failed, with the reason'
+    )
 
-  const again = await app.inject({ method: 'POST', url: `/api/memory/item/${items[0]!.id}/embed` })
-  t.equal(again.statusCode, 202)
-  t.same(again.json(), { ok: true, embedding: 'pending' })
-  await embedAll(app)
-  const states = (await embeddingRows(app)).map((r) => [r.item_id, r.state])
-  t.same(
-    states.filter(([, s]) => s === 'ready').map(([id]) => id),
-    [items[0]!.id],
-    'the fact asked for is embedded; the others wait for a model change or their own retry'
-  )
-  t.equal((await search(app, 'Who is on call this weekend?')).items[0]?.id, items[0]!.id)
-  t.same((await app.inject({ url: '/api/models/embedding' })).json().dimensions, 100)
-})
+    const again = await app.inject({ method: 'POST', url: `/api/memory/item/${items[0]!.id}/embed` })
+    t.equal(again.statusCode, 202)
+    t.same(again.json(), { ok: true, embedding: 'pending' })
+    await embedAll(app)
+    const states = (await embeddingRows(app)).map((r) => [r.item_id, r.state])
+    t.same(
+      states.filter(([, s]) => s === 'ready').map(([id]) => id),
+      [items[0]!.id],
+      'the fact asked for is embedded; the others wait for a model change or their own retry'
+    )
+    t.equal((await search(app, 'Who is on call this weekend?')).items[0]?.id, items[0]!.id)
+    t.same((await app.inject({ url: '/api/models/embedding' })).json().dimensions, 100)
+  }
+)
 
 t.test("an org's embedding model among its providers': chosen, tried, and every text embedded again", async (t) => {
   const upstream = await startEmbeddingsUpstream(t, ['embed-small', 'chat-model'])
