@@ -5,7 +5,10 @@ import { randomBytes } from 'node:crypto'
 import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
-import { buildTestApp, createTestDatabase, signUpWithOrg } from '../helper.js'
+import { DEV_ORG } from '../../src/auth/dev-org.js'
+import { createEmbeddingWorker } from '../../src/retrieval/embedding-worker.js'
+import { systemClock } from '../../src/worker-loop.js'
+import { buildTestApp, createTestDatabase, signUpWithOrg, waitFor } from '../helper.js'
 import { startEmbeddingsUpstream } from './embeddings-upstream.js'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
@@ -321,6 +324,47 @@ t.test("an org's embedding model among its providers': chosen, tried, and every 
   // forgetting the choice goes back to the built-in model
   const forgot = await app.inject({ method: 'PUT', url: '/api/models/embedding', headers, payload: { model: null } })
   t.same(forgot.json(), { model: 'cairn-glove-100d-v1', source: 'builtin', dimensions: 100 })
+})
+
+t.test('a worker killed mid-batch loses nothing: another embeds its texts once the lease passes', async (t) => {
+  const app = await buildTestApp(t, { env: { EMBEDDING_LEASE_MS: '300' } })
+  for (const fact of FACTS) await add(app, fact)
+  const builtin = await app.retrieval.models.forOrg(DEV_ORG.id)
+  // a model that answers only when stopped: the worker is killed while it waits
+  const hanging = {
+    ...builtin,
+    embed: (_texts: string[], o: { signal?: AbortSignal | undefined }) =>
+      new Promise<number[][]>((_, reject) => o.signal?.addEventListener('abort', () => reject(new Error('killed'))))
+  }
+  const doomed = createEmbeddingWorker({
+    db: app.db,
+    log: app.log,
+    models: { ...app.retrieval.models, forOrg: async () => hanging },
+    batch: 64,
+    maxAttempts: 5,
+    leaseMs: 300,
+    pollMs: 60_000,
+    backoffMs: 10,
+    backoffMaxMs: 10,
+    timeoutMs: 60_000,
+    clock: systemClock
+  })
+  const working = doomed.runOnce()
+  await waitFor('the claim', async () => {
+    const leased = rowsOf<{ n: number }>(
+      await app.db.execute(sql`select count(*)::int as n from embeddings where lease_owner is not null`)
+    )
+    return leased[0]!.n === FACTS.length
+  })
+  doomed.kill()
+  await working
+  t.equal(await app.retrieval.worker!.runOnce(), 0, "the dead worker's lease still holds its texts")
+  await waitFor('the lease to pass', async () => (await app.retrieval.worker!.runOnce()) > 0)
+  await embedAll(app)
+  t.ok(
+    (await embeddingRows(app)).every((r) => r.state === 'ready' && r.has_vector),
+    'every text embedded by the live worker'
+  )
 })
 
 // last: it takes pgvector out of its database, which the next test of this file would be handed
