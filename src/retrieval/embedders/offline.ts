@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -69,7 +69,11 @@ export function wordVectorTablePath(): string {
       .digest('hex')
       .slice(0, 12)
   } catch {
-    // no package: only an already built table can serve
+    // no package (an image pruned of dev dependencies): the table built with it serves
+    const built = existsSync(join(root, '.build'))
+      ? readdirSync(join(root, '.build')).filter((f) => /^word-vectors-[0-9a-f]+\.bin$/.test(f))
+      : []
+    if (built.length > 0) return join(root, '.build', built.sort().at(-1)!)
   }
   return join(root, '.build', `word-vectors-${version}.bin`)
 }
