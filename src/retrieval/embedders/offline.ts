@@ -42,14 +42,16 @@ interface Table {
   vectors: Int8Array
 }
 
-/** The package root (package.json beside drizzle/), above src/ from source and dist/src/ when built. */
+/** The service's package root (its package.json), above src/ from source and dist/src/ when built. */
 function packageRoot(): string {
   let dir = dirname(fileURLToPath(import.meta.url))
   for (let i = 0; i < 6; i++) {
-    if (existsSync(join(dir, 'package.json')) && existsSync(join(dir, 'drizzle'))) return dir
+    const manifest = join(dir, 'package.json')
+    if (existsSync(manifest) && (JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string }).name === 'cairn')
+      return dir
     dir = dirname(dir)
   }
-  throw new Error('the package root (package.json beside drizzle/) was not found')
+  throw new Error("the service's package.json was not found")
 }
 
 function sourceFile(): string {
