@@ -98,11 +98,16 @@ async function writeBench(label: string, env: Record<string, string>): Promise<s
   )
 }
 
+/** BENCH_DATABASES: `pglite`, `postgres` or both (default); BENCH_PARTS: `search`, `write` or both (default). */
 export async function benchRetrieval(): Promise<string> {
-  const parts: string[] = []
-  parts.push(await searchBench('PGlite', {}))
-  parts.push(await withDatabase(PG, (url) => searchBench('PostgreSQL', { DATABASE_URL: url })))
-  parts.push(await writeBench('PGlite', {}))
-  parts.push(await withDatabase(PG, (url) => writeBench('PostgreSQL', { DATABASE_URL: url })))
-  return parts.join('\n\n')
+  const databases = (process.env.BENCH_DATABASES ?? 'pglite,postgres').split(',')
+  const parts = (process.env.BENCH_PARTS ?? 'search,write').split(',')
+  const out: string[] = []
+  for (const part of parts) {
+    const bench = part === 'search' ? searchBench : writeBench
+    if (databases.includes('pglite')) out.push(await bench('PGlite', {}))
+    if (databases.includes('postgres'))
+      out.push(await withDatabase(PG, (url) => bench('PostgreSQL', { DATABASE_URL: url })))
+  }
+  return out.join('\n\n')
 }
