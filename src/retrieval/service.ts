@@ -130,7 +130,11 @@ export default fp(
     }
     app.decorate('retrieval', service)
     app.addHook('onReady', async () => {
-      if (config.EMBEDDING_WORKER) worker?.start()
+      if (!config.EMBEDDING_WORKER || !worker) return
+      // the built-in embedder's table loads synchronously (a few hundred ms): at start, not in
+      // the middle of serving requests at the first embedding
+      if (models.fallback.source === 'builtin') await models.fallback.embed(['warm up'], { timeoutMs: 0 })
+      worker.start()
     })
     app.addHook('preClose', async () => {
       await app.shutdown.drain('the embedding worker', async (ms) => {
