@@ -65,7 +65,8 @@ async function writeBench(label: string, env: Record<string, string>): Promise<s
   const results: Result[] = []
   for (const [name, extra] of [
     ['add a fact, before (no embedding triggers or job)', { BENCH_EMBED_TRIGGERS: 'off', EMBEDDING_WORKER: 'false' }],
-    ['add a fact, with the embedding trigger and job', { EMBEDDING_WORKER: 'true' }]
+    ['add a fact, with the embedding trigger (the job on another instance)', { EMBEDDING_WORKER: 'false' }],
+    ['add a fact, with the embedding trigger and the job in the same process', { EMBEDDING_WORKER: 'true' }]
   ] as const) {
     const server = await startServer(
       'bench/retrieval-server.ts',
