@@ -30,7 +30,7 @@ export interface EmbeddingWorkerOptions {
 export interface EmbeddingWorker {
   start(): void
   stop(deadlineMs?: number): Promise<void>
-  /** looks for texts now (a write on this instance) instead of at the next poll */
+  /** looks for texts soon (a write on this instance: writes close together share a claim), not at the next poll */
   wake(): void
   /** claims and embeds one batch; how many texts it claimed (0: none were due) */
   runOnce(): Promise<number>
@@ -242,6 +242,8 @@ export function createEmbeddingWorker(o: EmbeddingWorkerOptions): EmbeddingWorke
     claimAgain: (batch) => batch.rows.length >= o.batch,
     lease: { everyMs: Math.max(50, Math.floor(o.leaseMs / 3)), renew },
     drain: 'hand-back',
+    // a burst of writes (each wakes it) shares one claim and one /embeddings call
+    wakeDelayMs: 200,
     ...(o.timers ? { timers: o.timers } : {})
   })
 
@@ -250,7 +252,7 @@ export function createEmbeddingWorker(o: EmbeddingWorkerOptions): EmbeddingWorke
     async stop(deadlineMs) {
       await loop.stop(deadlineMs)
     },
-    wake: () => loop.wake(),
+    wake: () => loop.wakeSoon(),
     async runOnce() {
       const batch = await claim()
       if (!batch) return 0
