@@ -18,7 +18,10 @@ COPY schemas schemas
 COPY web web
 RUN node scripts/build-hub.mjs
 # a plain directory (no .build/ symlink): the image runs dist/ as it is and never rebuilds
-RUN npx tsc -p tsconfig.build.json --outDir dist && npm prune --omit=dev --ignore-scripts
+# the built-in embedder's word vectors (.build/word-vectors-*.bin), made from a dev dependency's data before it is pruned
+RUN npx tsc -p tsconfig.build.json --outDir dist \
+  && node --input-type=module -e "(await import('./dist/src/retrieval/embedders/offline.js')).ensureWordVectorTable()" \
+  && npm prune --omit=dev --ignore-scripts
 
 FROM node:22-bookworm-slim
 ARG SERVICE_COMMIT

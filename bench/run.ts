@@ -14,6 +14,8 @@ import { benchMemory } from './memory.js'
 import { benchMcp } from './mcp.js'
 import { benchModelBound } from './model-bound.js'
 import { benchRecall } from './recall.js'
+import { benchRetrieval } from './retrieval.js'
+import { benchRetrievalQuality } from './retrieval-quality.js'
 import { benchRunCost } from './run-cost.js'
 import { benchRuns } from './runs.js'
 import { benchRuntime } from './runtime.js'
@@ -45,7 +47,9 @@ const benches: Record<string, () => Promise<string>> = {
   hub: benchHub,
   console: benchConsole,
   workspaces: benchWorkspaces,
-  mcp: benchMcp
+  mcp: benchMcp,
+  retrieval: benchRetrieval,
+  'retrieval-quality': benchRetrievalQuality
 }
 
 const wanted = process.argv.slice(2)

@@ -1,4 +1,5 @@
 import { Type } from 'typebox'
+import { SearchModeParam, SearchModeUsed, SearchScores } from './retrieval.js'
 import {
   CreatedBy,
   Id,
@@ -84,7 +85,8 @@ export const SearchHit = named(
     documentId: Nullable(Type.String()),
     title: Type.String({ description: 'the record title, or the document name and the chunk heading' }),
     snippet: Type.String({ description: 'HTML-escaped text; matches in <mark>…</mark>' }),
-    score: Type.Number()
+    score: Type.Number({ description: 'the ranking score of the mode used (hybrid: the fused one)' }),
+    scores: SearchScores
   })
 )
 
@@ -144,6 +146,7 @@ export const SearchResult = named(
   Type.Object({
     items: Type.Array(SearchHit),
     truncated: Type.Boolean({ description: 'more matched than `limit`' }),
+    mode: SearchModeUsed,
     latencyMs: Type.Number()
   })
 )
@@ -212,7 +215,8 @@ export const SearchQuery = StrictObject({
     description: 'a web search query: words, "quoted phrases", or, -excluded'
   }),
   tag: Type.Optional(Tag),
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 10 }))
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 10 })),
+  mode: SearchModeParam
 })
 export const ListDocumentsQuery = StrictObject({ ...PageQuery, state: Type.Optional(DocumentState) })
 export const ListDraftsQuery = StrictObject({ ...PageQuery, state: Type.Optional(DraftState) })

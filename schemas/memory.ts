@@ -1,5 +1,6 @@
 import { Type } from 'typebox'
 import { Cursor, Id, IsoDate, named, Nullable, StrictObject } from './common.js'
+import { EmbeddingItemState, SearchModeParam, SearchModeUsed, SearchScores } from './retrieval.js'
 
 /** Any string: an invalid value falls back to `org` (spec section 2), so it is never a 400. */
 const ScopeParam = Type.Optional(
@@ -12,7 +13,8 @@ export const ScopeQuery = StrictObject({ scope: ScopeParam })
 export const SearchQuery = StrictObject({
   scope: ScopeParam,
   q: Type.Optional(Type.String({ maxLength: 2000, description: 'the query; empty returns no items' })),
-  limit: Type.Optional(Type.Integer({ minimum: 1, description: 'default 20, at most 100 (larger values are capped)' }))
+  limit: Type.Optional(Type.Integer({ minimum: 1, description: 'default 20, at most 100 (larger values are capped)' })),
+  mode: SearchModeParam
 })
 
 export const BrowseQuery = StrictObject({
@@ -27,7 +29,9 @@ export const SearchItem = named(
     id: Type.String(),
     content: Type.String(),
     sourceScope: Scope,
-    score: Type.Number(),
+    score: Type.Number({ description: 'the ranking score of the mode used (hybrid: the fused one)' }),
+    scores: SearchScores,
+    embedding: Type.Optional(EmbeddingItemState),
     citation: Type.Object({
       kind: Type.Literal('memory'),
       id: Type.String(),
@@ -45,6 +49,7 @@ export const SearchResponse = named(
     scope: Scope,
     authed: Type.Boolean(),
     truncated: Type.Boolean(),
+    mode: SearchModeUsed,
     latencyMs: Type.Number(),
     failedClosed: Type.Optional(Type.Literal(true)),
     items: Type.Array(SearchItem)
@@ -59,6 +64,10 @@ export const BrowseItem = named(
     background: Type.Boolean(),
     sourceScope: Scope,
     sourceRunId: Nullable(Type.String()),
+    embedding: Type.Optional(EmbeddingItemState),
+    embeddingError: Type.Optional(
+      Nullable(Type.String({ description: 'why the embedding failed (set with embedding: failed)' }))
+    ),
     createdAt: IsoDate,
     updatedAt: IsoDate
   })
@@ -186,6 +195,7 @@ export const Recall = named(
     query: Type.String(),
     itemIds: Type.Array(Type.String()),
     latencyMs: Type.Integer(),
+    mode: SearchModeUsed,
     createdAt: IsoDate,
     session: Type.Object({ runId: Type.String(), rootRunId: Type.String() })
   })
@@ -225,6 +235,10 @@ export const AddItemBody = named(
   })
 )
 export const AddItemResponse = named('MemoryAddResult', Type.Object({ item: BrowseItem }))
+export const EmbedResponse = named(
+  'MemoryEmbedResult',
+  Type.Object({ ok: Type.Literal(true), embedding: EmbeddingItemState })
+)
 
 /**
  * The Memory Hub's own refusals. Their `error` is the exact sentence the spec gives
@@ -268,6 +282,10 @@ export const MemoryRefusals = {
     ...sentenceError(502, ['deleteFailed'], 'or `upstream_failed` when the backend cannot be reached')
   },
   history: { ...sentenceError(403, ['signIn'], OTHER_403), ...sentenceError(404, ['notInPool'], OTHER_404) },
+  embed: {
+    ...sentenceError(403, ['signIn', 'disabled'], OTHER_403),
+    ...sentenceError(404, ['notInPool'], OTHER_404)
+  },
   retry: sentenceError(404, ['noDead'], OTHER_404),
   resolve: sentenceError(404, ['noOrphan'], OTHER_404)
 }

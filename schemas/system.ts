@@ -41,6 +41,10 @@ export const ClientConfig = named(
       github: Type.Boolean(),
       slack: Type.Boolean(),
       memory: Type.Boolean(),
+      semanticSearch: Type.Boolean({
+        description:
+          'memory and knowledge search also match meaning (vectors); false where the database has no pgvector: words only'
+      }),
       toolGateway: Type.Boolean()
     }),
     artifacts: Type.Object({ fidelity: Type.Union([Type.Literal('full'), Type.Literal('preview')]) })

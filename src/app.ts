@@ -67,6 +67,7 @@ import tasksService from './tasks/service.js'
 import runtimeRoutes from './runtime/index.js'
 import runtimeService, { type RuntimeWiring } from './runtime/service.js'
 import memoryService from './memory/service.js'
+import retrievalService from './retrieval/service.js'
 import memory from './memory/index.js'
 import system from './system/index.js'
 import { describeDatabase } from './startup.js'
@@ -299,16 +300,25 @@ export async function buildApp({
   // arrives as a plugin option. First the ports that depend on the database alone: where a
   // run's events are stored and published from outside the runs group.
   const runEvents = ports.runEvents ?? createRunEventSink(app.db)
-  // the Memory Hub: recall and capture for runs; a delivered capture becomes memory.captured
-  await app.register(memoryService, { config, events: runEvents })
-  // artifacts: the blob store and its sweeper; runs save files through app.artifacts.forRuns
-  await app.register(artifactsService, { config, store: ports.blobStore })
-  // knowledge: records, search, the document extraction worker (bytes in the artifacts store), drafts
-  await app.register(knowledgeService, { config, store: app.artifacts.store, extract: ports.knowledgeExtractor, clock })
   // org secrets: sealing, re-sealing after a rotation; runs open the ones they name
   await app.register(secretsService, { config })
   // org model providers: their keys are internal secrets; runs reach them for models the deployment lacks
   await app.register(providersService, { config, secrets: app.secrets.internal })
+  // retrieval: search by words and meaning for memory and knowledge, and the embedding job
+  // (an org's embedding model may be one of its providers')
+  await app.register(retrievalService, { config, providers: app.providers.forRuns, clock })
+  // the Memory Hub: recall and capture for runs; a delivered capture becomes memory.captured
+  await app.register(memoryService, { config, events: runEvents, retrieval: app.retrieval })
+  // artifacts: the blob store and its sweeper; runs save files through app.artifacts.forRuns
+  await app.register(artifactsService, { config, store: ports.blobStore })
+  // knowledge: records, search, the document extraction worker (bytes in the artifacts store), drafts
+  await app.register(knowledgeService, {
+    config,
+    store: app.artifacts.store,
+    extract: ports.knowledgeExtractor,
+    clock,
+    retrieval: app.retrieval
+  })
   // org MCP servers: their headers are internal secrets; runs call their tools through the gateway
   await app.register(mcpService, { config, secrets: app.secrets.internal })
   await app.register(skillsService)
@@ -381,6 +391,8 @@ export async function buildApp({
       github: app.hasDecorator('github'),
       slack: app.hasDecorator('slack'),
       memory: app.memory.backend !== null,
+      // vectors where the database has pgvector; otherwise search matches words only
+      semanticSearch: app.retrieval.vectors.available,
       toolGateway: app.runtime.sandboxes !== null
     },
     artifactsFidelity: app.artifacts.fidelity,

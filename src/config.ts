@@ -441,6 +441,82 @@ export const EnvSchema = Type.Object({
     default: 60_000,
     description: 'how often unreferenced blobs are looked for and removed'
   }),
+  EMBEDDING_MODEL: Type.Optional(
+    Type.String({
+      minLength: 1,
+      maxLength: 200,
+      description:
+        "the deployment's embedding model, served by EMBEDDING_BASE_URL's /embeddings (unset: an org's choice, else the built-in offline embedder)"
+    })
+  ),
+  EMBEDDING_BASE_URL: Type.Optional(
+    Type.String({
+      pattern: '^https?://',
+      description: 'OpenAI-compatible API base for EMBEDDING_MODEL (default OPENAI_BASE_URL)'
+    })
+  ),
+  EMBEDDING_API_KEY: Type.Optional(
+    Type.String({ description: 'bearer token for EMBEDDING_BASE_URL (default OPENAI_API_KEY)' })
+  ),
+  EMBEDDING_WORKER: Type.Boolean({
+    default: true,
+    description: 'embed memory facts, knowledge records and document chunks in this process'
+  }),
+  EMBEDDING_BATCH: Type.Integer({
+    minimum: 1,
+    maximum: 2048,
+    default: 64,
+    description: 'texts per /embeddings call (and per claim of the embedding worker)'
+  }),
+  EMBEDDING_MAX_ATTEMPTS: Type.Integer({
+    minimum: 1,
+    maximum: 100,
+    default: 5,
+    description: 'tries of a text before its embedding is failed (a model change or POST .../embed tries again)'
+  }),
+  EMBEDDING_BACKOFF_MS: Type.Integer({
+    minimum: 1,
+    maximum: 3_600_000,
+    default: 2_000,
+    description: 'wait before a failed embedding is tried again (doubles per attempt, with jitter)'
+  }),
+  EMBEDDING_BACKOFF_MAX_MS: Type.Integer({
+    minimum: 1,
+    maximum: 86_400_000,
+    default: 300_000,
+    description: 'longest wait between tries of an embedding'
+  }),
+  EMBEDDING_TIMEOUT_MS: Type.Integer({
+    minimum: 100,
+    maximum: 600_000,
+    default: 30_000,
+    description: 'how long the worker waits for an /embeddings answer'
+  }),
+  EMBEDDING_QUERY_TIMEOUT_MS: Type.Integer({
+    minimum: 10,
+    maximum: 60_000,
+    default: 2_000,
+    description: "how long a search waits for its query's embedding before it ranks by words alone"
+  }),
+  EMBEDDING_LEASE_MS: Type.Integer({
+    minimum: 100,
+    maximum: 3_600_000,
+    default: 60_000,
+    description: 'how long claimed embeddings are held before another worker may take them (renewed while working)'
+  }),
+  EMBEDDING_POLL_MS: Type.Integer({
+    minimum: 10,
+    maximum: 600_000,
+    default: 2000,
+    description: 'how often an idle embedding worker looks for texts to embed (writes on this instance wake it)'
+  }),
+  EMBEDDING_MIN_SIMILARITY: Type.Optional(
+    Type.Number({
+      minimum: -1,
+      maximum: 1,
+      description: 'the least cosine similarity a match by meaning needs to be a hit (default 0.3)'
+    })
+  ),
   KNOWLEDGE_WORKER: Type.Boolean({ default: true, description: 'extract knowledge documents in this process' }),
   KNOWLEDGE_CONCURRENCY: Type.Integer({
     minimum: 1,
@@ -719,5 +795,6 @@ function parseTrustProxy(value: string): boolean | number | string[] {
 
 /** Builds a config for tests and tools: defaults plus the given overrides. */
 export function testConfig(overrides: Partial<Record<keyof Env, string>> = {}): Config {
-  return loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', ...overrides })
+  // no embedding in the background unless a test asks: its vectors would change rankings under the test's feet
+  return loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', EMBEDDING_WORKER: 'false', ...overrides })
 }

@@ -20,6 +20,7 @@ import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { PGlite } from '@electric-sql/pglite'
 import { pg_trgm } from '@electric-sql/pglite/contrib/pg_trgm'
+import { vector } from '@electric-sql/pglite-pgvector'
 import postgres from 'postgres'
 import { openDatabase } from '../src/db/client.js'
 import { migrateDatabase, migrationsFolder } from '../src/db/migrate.js'
@@ -67,7 +68,9 @@ async function makePgliteTemplate(): Promise<string> {
     const database = await openDatabase({ dataDir: dir })
     await migrateDatabase(database)
     await database.close()
-    const lite = await PGlite.create(join(dir, 'pglite'), { extensions: { pg_trgm: unpackedBundle(pg_trgm) } })
+    const lite = await PGlite.create(join(dir, 'pglite'), {
+      extensions: { pg_trgm: unpackedBundle(pg_trgm), vector: unpackedBundle(vector) }
+    })
     const dump = await lite.dumpDataDir('none')
     await lite.close()
     // npm's prepare makes it; a checkout that skipped it (a worktree sharing node_modules) has none

@@ -49,6 +49,7 @@ export const KEY_ALLOWLIST: readonly string[] = [
   // platform (contract 11): the models a run may name
   'GET /api/models',
   'GET /api/models/default',
+  'GET /api/models/embedding',
   // GitHub reads (contract 11)
   'GET /api/github/repos',
   'GET /api/github/repos/:owner/:repo/pulls',

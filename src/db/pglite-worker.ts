@@ -13,6 +13,7 @@ import { readFileSync } from 'node:fs'
 import { parentPort, workerData } from 'node:worker_threads'
 import { PGlite } from '@electric-sql/pglite'
 import { pg_trgm } from '@electric-sql/pglite/contrib/pg_trgm'
+import { vector } from '@electric-sql/pglite-pgvector'
 import { unpackedBundle } from './pglite-extensions.js'
 import { pgliteTemplate } from './pglite-template.js'
 
@@ -49,7 +50,7 @@ try {
   const { location, template: dump } = workerData as PgliteWorkerData
   const template = dump ? new Blob([readFileSync(dump)]) : pgliteTemplate(location)
   lite = await PGlite.create(location, {
-    extensions: { pg_trgm: unpackedBundle(pg_trgm) },
+    extensions: { pg_trgm: unpackedBundle(pg_trgm), vector: unpackedBundle(vector) },
     ...(template ? { loadDataDir: template } : {})
   })
 } catch (err) {

@@ -55,6 +55,10 @@ const uniqueTags = (tags: string[] | undefined) => (tags === undefined ? undefin
 
 /** Contract 8: knowledge records, search, documents and drafts. */
 const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  // a record written here is embedded soon (its row is pending from the write's own statement)
+  app.addHook('onResponse', async (request, reply) => {
+    if (request.method !== 'GET' && reply.statusCode < 300) app.retrieval.worker?.wake()
+  })
   const { worker, store, maxBytes, maxAttempts } = app.knowledge
 
   // ---- records ------------------------------------------------------------------
@@ -116,7 +120,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
         tags: TAGS,
         summary: 'Records and document chunks in one ranked list (web search syntax: "phrase", or, -word)',
         description:
-          'Runs a full-text query over records and extracted document chunks and returns one ranked list of hits, each with a snippet whose matches are marked.',
+          'Searches records and extracted document chunks by their words and their meaning (fused by reciprocal rank, or one of the two with `mode`) and returns one ranked list of hits, each with a snippet whose matches are marked.',
         querystring: SearchQuery,
         response: { 200: SearchResult, ...errorResponses() }
       }
@@ -127,7 +131,8 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const outcome = await app.knowledge.search(orgId, {
         q: request.query.q,
         tag: request.query.tag,
-        limit: request.query.limit ?? 10
+        limit: request.query.limit ?? 10,
+        mode: request.query.mode
       })
       return { ...outcome, latencyMs: Math.round((performance.now() - started) * 100) / 100 }
     }

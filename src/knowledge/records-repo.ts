@@ -3,7 +3,7 @@ import type { Db, Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
-import { vocabulary } from '../db/words.js'
+import { vocabulary } from '../retrieval/words.js'
 import { bumpGeneration } from './generation.js'
 import {
   knowledgeRecordHistory,

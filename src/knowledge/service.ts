@@ -3,13 +3,14 @@ import fp from 'fastify-plugin'
 import type { BlobStore } from '../artifacts/blob-store.js'
 import type { Clock } from '../worker-loop.js'
 import type { Config } from '../config.js'
+import type { RetrievalService } from '../retrieval/service.js'
 import type { RunKnowledge } from '../runs/ports/knowledge.js'
 import { createDocumentWorker, type DocumentWorker, type Extractor } from './document-worker.js'
 import { createDraft } from './drafts-repo.js'
 import { getRecord, insertRecord, removeRecord, reviseRecord } from './records-repo.js'
 import type { WikiRecords } from '../github/ports.js'
 import { extractMarkdown } from './extract.js'
-import { cachedSearch, snippetText, type Search } from './search.js'
+import { cachedSearch, snippetText, type Search } from '../retrieval/knowledge-search.js'
 
 /** Contract 8: the longest chunk, in characters. */
 export const MAX_CHUNK_CHARS = 2000
@@ -46,6 +47,8 @@ export interface KnowledgeServiceOptions {
   extract?: Extractor | undefined
   /** the time failed documents back off by */
   clock: Clock
+  /** search by words and meaning, and the embedding job that new texts wake */
+  retrieval: RetrievalService
 }
 
 /**
@@ -74,7 +77,7 @@ export default fp(
       backoffMaxMs: config.KNOWLEDGE_BACKOFF_MAX_MS,
       clock: opts.clock
     })
-    const search = cachedSearch(app.db, config.KNOWLEDGE_SEARCH_CACHE)
+    const search = cachedSearch(app.db, opts.retrieval, config.KNOWLEDGE_SEARCH_CACHE)
     const forRuns: RunKnowledge = {
       async propose(run, draft) {
         const row = await createDraft(app.db, run.orgId, {
@@ -87,8 +90,8 @@ export default fp(
         })
         return { draftId: row.id, title: row.title }
       },
-      async search(run, query, limit) {
-        const { items } = await search(run.orgId, { q: query, limit })
+      async search(run, query, limit, mode) {
+        const { items } = await search(run.orgId, { q: query, limit, mode })
         // a model reads plain text, not the console's HTML
         return items.map((hit) => ({ ...hit, snippet: snippetText(hit.snippet) }))
       }

@@ -55,6 +55,13 @@ const IdempotencyKey = Type.String({
     'a key of your choice: the same call again with the same key starts nothing new and answers the first run (kept 24 hours)'
 })
 
+const Mode = Type.Optional(
+  Type.Union([Type.Literal('hybrid'), Type.Literal('semantic'), Type.Literal('fulltext')], {
+    description:
+      'hybrid (default): words and meaning fused; semantic: meaning only; fulltext: words only (each result says which matched in scores)'
+  })
+)
+
 const TOOLS = {
   memory_search: {
     description:
@@ -66,7 +73,8 @@ const TOOLS = {
       ),
       limit: Type.Optional(
         Type.Integer({ minimum: 1, maximum: 100, description: 'at most this many facts (default 20)' })
-      )
+      ),
+      mode: Mode
     })
   },
   knowledge_search: {
@@ -76,7 +84,8 @@ const TOOLS = {
       query: Type.String({ minLength: 1, maxLength: 500, description: 'a web search query' }),
       limit: Type.Optional(
         Type.Integer({ minimum: 1, maximum: 50, description: 'at most this many hits (default 10)' })
-      )
+      ),
+      mode: Mode
     })
   },
   list_threads: {
@@ -238,15 +247,23 @@ export function buildMcpServer(): Server {
       const found = await searchMemoryAs(app, principal, {
         scope: args.scope ?? 'org',
         q: args.query,
-        limit: args.limit
+        limit: args.limit,
+        mode: args.mode
       })
       if ('failedClosed' in found) return failure('sign-in required', 'personal memory needs a signed-in user')
-      return json({ enabled: found.enabled, scope: found.scope, truncated: found.truncated, items: found.items })
+      return json({
+        enabled: found.enabled,
+        scope: found.scope,
+        truncated: found.truncated,
+        mode: found.mode,
+        items: found.items
+      })
     },
     async knowledge_search({ app, principal: { orgId } }, args) {
-      const outcome = await app.knowledge.search(orgId, { q: args.query, limit: args.limit ?? 10 })
+      const outcome = await app.knowledge.search(orgId, { q: args.query, limit: args.limit ?? 10, mode: args.mode })
       return json({
         truncated: outcome.truncated,
+        mode: outcome.mode,
         items: outcome.items.map((hit) => ({ ...hit, snippet: plainSnippet(hit.snippet) }))
       })
     },

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
 import type { Db, Tx } from '../db/client.js'
+import type { Scores, SearchMode } from '../retrieval/fusion.js'
 
 /** A pool's identity, resolved from the principal (never from the client). */
 export interface PoolRef {
@@ -14,6 +15,8 @@ export interface SearchHit {
   id: string
   content: string
   score: number
+  /** each ranking's score (null: that side did not find it) and the fused one */
+  scores: Scores
   runId: string | null
   rootRunId: string | null
   createdAt: string
@@ -82,8 +85,14 @@ export interface MemoryBackend {
     pool: PoolRef,
     query: string,
     limit: number,
-    options?: { anyWord?: boolean }
-  ): Promise<{ items: SearchHit[]; truncated: boolean }>
+    options?: {
+      anyWord?: boolean | undefined
+      /** how to rank (the postgres backend: src/retrieval/search.ts); absent: hybrid where vectors exist */
+      mode?: SearchMode | undefined
+      /** the text whose meaning is searched, when not `query` (a recall: the whole prompt) */
+      meaning?: string | undefined
+    }
+  ): Promise<{ items: SearchHit[]; truncated: boolean; mode: SearchMode }>
   browse(
     pool: PoolRef,
     limit: number,

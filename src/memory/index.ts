@@ -1,5 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { memoryDisabled, noDeadCapture, noOrphanCapture, notInPool, signInRequired } from '../../plugins/errors.js'
+import {
+  conflict,
+  memoryDisabled,
+  noDeadCapture,
+  noOrphanCapture,
+  notInPool,
+  signInRequired
+} from '../../plugins/errors.js'
 import { principalOf, realUserId, type Principal } from '../auth/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
@@ -10,6 +17,7 @@ import {
   CapturesQuery,
   CapturesResponse,
   DeleteResponse,
+  EmbedResponse,
   HistoryResponse,
   ItemParams,
   MemoryRefusals,
@@ -78,8 +86,50 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       return searchMemoryAs(app, principalOf(request), {
         scope: parseScope(request.query.scope),
         q: request.query.q,
-        limit: request.query.limit
+        limit: request.query.limit,
+        mode: request.query.mode
       })
+    }
+  )
+
+  /**
+   * Where each item's vector stands (the postgres backend where vectors exist; mem0 embeds as
+   * it writes, and without pgvector there are none): fields to spread into an item.
+   */
+  async function embeddingStates(pool: PoolRef, ids: string[]) {
+    if (hub.backend?.name !== 'postgres' || !app.retrieval.vectors.available) return (_id: string) => ({})
+    const states = await app.retrieval.states(pool.orgId, 'memory', ids)
+    return (id: string) => {
+      const s = states.get(id) ?? { state: 'pending' as const, error: null }
+      // the reason only where there is one: a failed embedding
+      return s.state === 'failed' ? { embedding: s.state, embeddingError: s.error } : { embedding: s.state }
+    }
+  }
+
+  app.post(
+    '/memory/item/:id/embed',
+    {
+      schema: {
+        operationId: 'embedMemoryItem',
+        tags: ['memory'],
+        summary: 'Embed a fact again (after its embedding failed)',
+        description:
+          "Puts a fact's embedding back in the queue with a fresh budget of tries and wakes the embedding worker; the fact stays findable by its words meanwhile.",
+        params: ItemParams,
+        querystring: ScopeQuery,
+        response: { 202: EmbedResponse, ...errorResponses(404, 409), ...MemoryRefusals.embed }
+      }
+    },
+    async (request, reply) => {
+      const principal = principalOf(request)
+      const pool = await writablePool(principal, parseScope(request.query.scope))
+      if (hub.backend!.name !== 'postgres')
+        throw conflict('this memory backend embeds facts itself: there is nothing to embed again')
+      if (!app.retrieval.vectors.available)
+        throw conflict('semantic search is off on this server (no pgvector): facts are found by their words')
+      if (!(await hub.backend!.exists(pool, request.params.id))) throw notInPool()
+      await app.retrieval.reembed(pool.orgId, { kind: 'memory', id: request.params.id, poolId: pool.id })
+      return reply.code(202).send({ ok: true as const, embedding: 'pending' as const })
     }
   )
 
@@ -107,11 +157,15 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       if (!pool) return { ...empty, latencyMs: elapsed(started) }
       const limit = Math.min(request.query.limit ?? BROWSE_LIMIT.default, BROWSE_LIMIT.max)
       const page = await hub.backend.browse(pool, limit, request.query.cursor)
+      const states = await embeddingStates(
+        pool,
+        page.items.map((i) => i.id)
+      )
       return {
         ...empty,
         total: page.total,
         latencyMs: elapsed(started),
-        items: page.items.map((i) => ({ ...i, sourceScope: scope })),
+        items: page.items.map((i) => ({ ...i, sourceScope: scope, ...states(i.id) })),
         nextCursor: page.nextCursor
       }
     }
@@ -139,7 +193,8 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       const pool =
         a.pool ?? (await ensurePool(app.db, principal.orgId, scope, scope === 'personal' ? realUserId(principal)! : ''))
       const item = await hub.backend.add(pool, request.body.content.trim(), changedByOf(principal))
-      return reply.code(201).send({ item: { ...item, sourceScope: scope } })
+      const states = await embeddingStates(pool, [item.id])
+      return reply.code(201).send({ item: { ...item, sourceScope: scope, ...states(item.id) } })
     }
   )
 

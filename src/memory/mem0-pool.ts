@@ -110,15 +110,22 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
       const list = res.ok ? listOf(await readJson(res)) : null
       if (!list) throw upstreamFailed('search')
       const mine = list.filter((i) => !i.user_id || i.user_id === mem0UserId(pool))
+      // mem0 ranks by meaning itself (its own embeddings and vector store): its order and
+      // score are kept as the semantic side; `mode` does not change what it does
       const items: SearchHit[] = mine.slice(0, limit).map((i) => ({
         id: i.id,
         content: text(i),
         score: typeof i.score === 'number' ? i.score : 0,
+        scores: {
+          fulltext: null,
+          semantic: typeof i.score === 'number' ? i.score : null,
+          fused: typeof i.score === 'number' ? i.score : 0
+        },
         runId: meta(i, 'run_id'),
         rootRunId: meta(i, 'root_run_id'),
         createdAt: iso(i.created_at)
       }))
-      return { items, truncated: mine.length > limit }
+      return { items, truncated: mine.length > limit, mode: 'semantic' as const }
     },
 
     async browse(pool, limit, cursor) {

@@ -19,54 +19,48 @@ import { readHistory, recordChanges } from './history-repo.js'
 import { memoryItems, memoryPools, memoryWords } from './tables.js'
 import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
-import { vocabulary, wordsOf } from '../db/words.js'
+import { vocabulary } from '../retrieval/words.js'
+import { RRF_K, type SearchMode } from '../retrieval/fusion.js'
+import { memoryTextRanking } from '../retrieval/memory-text.js'
+import { builtinModel } from '../retrieval/models.js'
+import type { Retrieval } from '../retrieval/search.js'
+
+/** A retrieval of words only: the full-text ranking, as a pool built without vectors searches. */
+function wordsOnly(db: Db): Retrieval {
+  const fallback = builtinModel()
+  return {
+    vectors: { available: false, reason: 'no retrieval module' },
+    models: { fallback, forOrg: async () => fallback, forget: () => {}, providerModel: async () => null },
+    defaultMode: 'fulltext',
+    modeFor: () => 'fulltext',
+    queryVector: async () => null,
+    vectorRanking: async () => [],
+    async searchMemory(pool, query, limit, options) {
+      const rows = await memoryTextRanking(db, pool, query, limit, options.anyWord === true)
+      return {
+        items: rows.slice(0, limit).map((r, i) => {
+          const score = Math.round(Number(r.score) * 10_000) / 10_000
+          return {
+            id: r.id,
+            content: r.content,
+            score,
+            scores: { fulltext: score, semantic: null, fused: Math.round((1 / (RRF_K + i + 1)) * 1e6) / 1e6 },
+            runId: r.source_run_id,
+            rootRunId: r.root_run_id,
+            createdAt: isoOf(r.created_at)
+          }
+        }),
+        truncated: rows.length > limit,
+        mode: 'fulltext'
+      }
+    }
+  }
+}
 
 /** Thrown inside a delivery transaction to roll it back when the capture row moved on. */
 class StaleDelivery extends Error {}
 
-type SearchOutcome = { items: SearchHit[]; truncated: boolean }
-
-const MAX_QUERY = 500
-const MAX_WORDS = 8
-/** the most words a recall's any-word search takes (a prompt's most significant, in order) */
-const MAX_RECALL_WORDS = 16
-/**
- * Search ranks this many matches, the newest ones, or a page's worth when the page is larger.
- * A broad query (a common word in thousands of facts) then costs about what a narrow one
- * does instead of reading and ranking every match. A common word's search walks about
- * RANKED_MATCHES / share facts newest first, the most of its cost: at 100 a word in 2% of
- * 100,000 facts read 5,000 rows, 4–5 ms of WebAssembly on the embedded database; at 50 it
- * reads 2,500. Fifty is still 2.5 default pages to choose from, and a common word's matches
- * rank nearly alike (one occurrence each), so its best are the newest anyway.
- */
-export const RANKED_MATCHES = 50
-// (one more match than this is read, so that a full page can still say `truncated`)
-/**
- * The newest facts of the pool that are checked first, to tell a common query from a rare
- * one. Near the threshold either way costs about the same, so a small sample decides well
- * enough; far from it (a word in 10% of facts, or in 0.1%) even a small sample is clear.
- */
-const PROBE = 250
-/** the most facts a common query walks, newest first, looking for its matches */
-const WALK_LIMIT = 25_000
-/**
- * A match found through the GIN index costs about as much as this many facts read walking
- * newest first. Walking for n matches reads n / share facts, the index share × pool size,
- * so walking is cheaper for a share of at least sqrt(n / INDEX_ROW_COST / pool size).
- * Measured at 100,000 facts, each path timed alone at shares from 0.13% to 2.7%: the walk
- * wins from about 1.1–1.5% for 51 matches and 2.1–2.2% for 101, on Postgres 15 and on the
- * embedded database alike, which puts this at 2 to 4. (It was 11.4: a misspelled rare
- * word's three corrections then walked 7,000 facts for what the index found faster.)
- */
-const INDEX_ROW_COST = 3
-
-/** `kube deploy` → `kube:* & deploy:*`: only letters and digits reach to_tsquery. */
-export function prefixQuery(q: string): string {
-  return [...new Set(wordsOf(q))]
-    .slice(0, 16)
-    .map((w) => `${w}:*`)
-    .join(' & ')
-}
+type SearchOutcome = { items: SearchHit[]; truncated: boolean; mode: SearchMode }
 
 async function addVocabulary(exec: Db | Tx, pool: PoolRef, contents: string[]): Promise<void> {
   const words = vocabulary(...contents)
@@ -78,135 +72,47 @@ async function addVocabulary(exec: Db | Tx, pool: PoolRef, contents: string[]): 
 }
 
 /**
- * Facts in this database. Each query word is matched as a prefix and, through pg_trgm
- * similarity against the pool's vocabulary, by its likely corrections; the newest
- * RANKED_MATCHES full-text matches (more when the page is larger) are ranked by ts_rank_cd
- * together with pg_trgm word similarity to the query.
+ * Facts in this database, searched through the retrieval module (src/retrieval/search.ts):
+ * full text (each query word as a prefix and by its likely corrections from the pool's
+ * vocabulary) fused with the nearest vectors of the pool, as the request's mode says.
  */
-export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}): MemoryBackend {
-  // recent results of this instance, keyed by the pool's generation (memoryPools.generation)
+export function createPostgresPool(
+  db: Db,
+  opts: { searchCache?: number; retrieval?: Retrieval; wake?: () => void } = {}
+): MemoryBackend {
+  // without the retrieval module (a test's bare pool): words only
+  const retrieval = opts.retrieval ?? wordsOnly(db)
+  // recent results of this instance, keyed by the pool's generation (memoryPools.generation),
+  // which every item change and every batch of stored vectors moves on
   const cache = (opts.searchCache ?? 0) > 0 ? new LRUCache<string, SearchOutcome>({ max: opts.searchCache! }) : null
 
-  /**
-   * One round trip: each query word becomes `(word:* | up to three vocabulary words it may be
-   * a misspelling of)`; the groups are joined with `joiner`. The newest n matches (n = the
-   * larger of RANKED_MATCHES and the page, plus one) are found one of two ways, whichever
-   * reads fewer rows: a common query (its share of the pool's newest PROBE facts is at least
-   * sqrt(n / INDEX_ROW_COST / pool size), where walking beats the index) walks the pool
-   * newest first until it has them; any other goes through the GIN index and sorts its
-   * matches by id. They are ranked by ts_rank_cd; the best `limit + 1` (a page, and one to
-   * tell it is truncated) are put in order together with pg_trgm word similarity to the
-   * query, costly enough (about 20 µs a fact in WebAssembly) to be kept to the page.
-   */
-  async function ranked(pool: PoolRef, q: string, tokens: string[], joiner: '&' | '|', limit: number, correct = true) {
-    const words = sql.join(
-      tokens.map((w) => sql`${w}`),
-      sql`, `
-    )
-    const matches = Math.max(RANKED_MATCHES, limit) + 1
-    const corrections = correct
-      ? sql`coalesce((
-          select string_agg(' | ' || w.word, '' order by w.word)
-          from (select word from memory_words
-                where pool_id = ${pool.id} and length(t.token) >= 3 and t.token ~ '[[:alpha:]]'
-                  -- a word the pool already knows is taken as spelled
-                  and not exists (select 1 from memory_words known where known.pool_id = ${pool.id} and known.word = t.token)
-                  and word % t.token and word <> t.token
-                order by similarity(word, t.token) desc, word
-                limit 3) as w), '')`
-      : sql`''`
-    const result = await db.execute(sql`
-      with tokens as (
-        select token, ord from unnest(array[${words}]::text[]) with ordinality as t(token, ord)),
-      groups as (
-        select t.ord, '(' || t.token || ':*' || ${corrections} || ')' as grp
-        from tokens t),
-      query as materialized (
-        select to_tsquery('english', string_agg(grp, ${` ${joiner} `} order by ord)) as query from groups),
-      common as materialized (
-        select (select count(*)
-                from (select search_vector from memory_items
-                      where org_id = ${pool.orgId} and pool_id = ${pool.id}
-                      order by id desc limit ${PROBE}) p, query
-                where p.search_vector @@ query.query)
-               >= ${PROBE} * sqrt(${matches / INDEX_ROW_COST}::float8 / greatest(1, (select item_count from memory_pools where id = ${pool.id}))) as yes),
-      walked as (
-        select n.* from (
-          select id, content, source_run_id, root_run_id, created_at, search_vector
-          from memory_items
-          where org_id = ${pool.orgId} and pool_id = ${pool.id}
-          order by id desc
-          limit ${WALK_LIMIT}) n, query
-        where (select yes from common) and n.search_vector @@ query.query
-        limit ${matches}),
-      indexed as (
-        select m.id, m.content, m.source_run_id, m.root_run_id, m.created_at, m.search_vector
-        from memory_items m, query
-        where not (select yes from common)
-          and m.org_id = ${pool.orgId} and m.pool_id = ${pool.id} and m.search_vector @@ query.query
-        -- collate "C": sort the matches, never walk the id index for them (same order for ids)
-        order by m.id collate "C" desc
-        limit ${matches}),
-      candidates as (
-        select m.id, m.content, m.source_run_id, m.root_run_id, m.created_at, ts_rank_cd(m.search_vector, query.query) as rank
-        from (select * from walked union all select * from indexed) m, query
-        order by rank desc, id desc
-        limit ${limit + 1})
-      select id, content, source_run_id, root_run_id, created_at,
-             (rank + word_similarity(${q}, content))::float8 as score
-      from candidates
-      order by score desc, id desc
-      limit ${limit + 1}`)
-    return rowsOf<{
-      id: string
-      content: string
-      source_run_id: string | null
-      root_run_id: string | null
-      created_at: string | Date
-      score: number
-    }>(result)
-  }
-
-  async function searchPool(
-    pool: PoolRef,
-    q: string,
-    tokens: string[],
-    limit: number,
-    anyWord: boolean
-  ): Promise<SearchOutcome> {
-    // a recall's words (a prompt's significant ones) match any of them, as spelled
-    let rows = anyWord ? await ranked(pool, q, tokens, '|', limit, false) : await ranked(pool, q, tokens, '&', limit)
-    // nothing has every word (a long, chatty query): any word will do
-    if (rows.length === 0 && tokens.length > 1 && !anyWord) rows = await ranked(pool, q, tokens, '|', limit)
-    const items: SearchHit[] = rows.slice(0, limit).map((r) => ({
-      id: r.id,
-      content: r.content,
-      score: Math.round(Number(r.score) * 10_000) / 10_000,
-      runId: r.source_run_id,
-      rootRunId: r.root_run_id,
-      createdAt: isoOf(r.created_at)
-    }))
-    return { items, truncated: rows.length > limit }
-  }
-
-  return {
+  const backend: MemoryBackend = {
     name: 'postgres',
 
     async search(pool, query, limit, options = {}) {
       const anyWord = options.anyWord === true
-      const q = query.slice(0, MAX_QUERY)
-      const tokens = [...new Set(wordsOf(q))].slice(0, anyWord ? MAX_RECALL_WORDS : MAX_WORDS)
-      if (tokens.length === 0) return { items: [], truncated: false }
-      if (!cache) return searchPool(pool, q, tokens, limit, anyWord)
-      const [row] = await db
-        .select({ generation: memoryPools.generation })
-        .from(memoryPools)
-        .where(eq(memoryPools.id, pool.id))
-      const key = JSON.stringify([pool.id, row?.generation ?? 0, q, limit, anyWord])
+      const find = () =>
+        retrieval.searchMemory(pool, query, limit, { anyWord, mode: options.mode, meaning: options.meaning })
+      if (!cache) return find()
+      const [[row], model] = await Promise.all([
+        db.select({ generation: memoryPools.generation }).from(memoryPools).where(eq(memoryPools.id, pool.id)),
+        retrieval.models.forOrg(pool.orgId)
+      ])
+      const key = JSON.stringify([
+        pool.id,
+        row?.generation ?? 0,
+        query,
+        limit,
+        anyWord,
+        retrieval.modeFor(options.mode),
+        model.key,
+        options.meaning ?? null
+      ])
       const hit = cache.get(key)
       if (hit) return hit
-      const outcome = await searchPool(pool, q, tokens, limit, anyWord)
-      cache.set(key, outcome)
+      const outcome = await find()
+      // a query that could not be embedded is not kept: the next one may be
+      if (outcome.mode === retrieval.modeFor(options.mode)) cache.set(key, outcome)
       return outcome
     },
 
@@ -352,6 +258,15 @@ export function createPostgresPool(db: Db, opts: { searchCache?: number } = {}):
         return owned
       })
     }
+  }
+  // a new or changed fact is embedded soon (its row is pending from the write's own statement)
+  const wake = opts.wake ?? (() => {})
+  return {
+    ...backend,
+    add: (...a) => backend.add(...a).finally(wake),
+    update: (...a) => backend.update(...a).finally(wake),
+    deliver: (...a) => backend.deliver(...a).finally(wake),
+    deliverBatch: (...a) => backend.deliverBatch!(...a).finally(wake)
   }
 }
 

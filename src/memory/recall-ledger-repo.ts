@@ -5,11 +5,12 @@ import type { RunRef } from '../runs/ports/memory.js'
 import { memoryRecalls } from './tables.js'
 import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
+import type { SearchMode } from '../retrieval/fusion.js'
 
 export async function recordRecall(
   db: Db,
   run: RunRef,
-  frame: { scope: 'org' | 'personal'; query: string; itemIds: string[]; latencyMs: number }
+  frame: { scope: 'org' | 'personal'; query: string; itemIds: string[]; latencyMs: number; mode: SearchMode }
 ): Promise<void> {
   await db.insert(memoryRecalls).values({
     id: newId(),
@@ -19,7 +20,8 @@ export async function recordRecall(
     scope: frame.scope,
     query: frame.query,
     itemIds: frame.itemIds,
-    latencyMs: Math.max(0, Math.round(frame.latencyMs))
+    latencyMs: Math.max(0, Math.round(frame.latencyMs)),
+    mode: frame.mode
   })
 }
 
@@ -52,6 +54,7 @@ export async function listRecalls(db: Db, orgId: string, filter: RecallFilter) {
     query: r.query,
     itemIds: r.itemIds,
     latencyMs: r.latencyMs,
+    mode: r.mode as SearchMode,
     createdAt: isoOf(r.createdAt),
     session: { runId: r.runId, rootRunId: r.rootRunId }
   }))

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import { realUserId, type Principal } from '../auth/principal.js'
 import { lookupPool, type PoolScope } from './pools.js'
+import type { SearchMode } from '../retrieval/fusion.js'
 
 export const SEARCH_LIMIT = { default: 20, max: 100 }
 
@@ -23,12 +24,18 @@ export async function poolAccess(app: FastifyInstance, principal: Principal, sco
 export async function searchMemoryAs(
   app: FastifyInstance,
   principal: Principal,
-  query: { scope: PoolScope; q: string | undefined; limit: number | undefined }
+  query: { scope: PoolScope; q: string | undefined; limit: number | undefined; mode?: SearchMode | undefined }
 ) {
   const started = performance.now()
   const { scope } = query
   const a = await poolAccess(app, principal, scope)
-  const base = { enabled: a.enabled, scope, authed: a.authed, truncated: false }
+  const base = {
+    enabled: a.enabled,
+    scope,
+    authed: a.authed,
+    truncated: false,
+    mode: app.retrieval.modeFor(query.mode)
+  }
   if (a.failedClosed) return { ...base, latencyMs: elapsed(started), failedClosed: true as const, items: [] }
   const q = (query.q ?? '').trim()
   const backend = app.memory.backend
@@ -36,16 +43,28 @@ export async function searchMemoryAs(
   const pool = a.pool
   if (!pool) return { ...base, latencyMs: elapsed(started), items: [] }
   const limit = Math.min(query.limit ?? SEARCH_LIMIT.default, SEARCH_LIMIT.max)
-  const found = await backend.search(pool, q, limit)
+  const found = await backend.search(pool, q, limit, { mode: query.mode })
+  // the postgres backend's items say where their vectors stand (mem0 embeds as it writes)
+  const states =
+    backend.name === 'postgres' && app.retrieval.vectors.available
+      ? await app.retrieval.states(
+          pool.orgId,
+          'memory',
+          found.items.map((h) => h.id)
+        )
+      : null
   return {
     ...base,
     truncated: found.truncated,
+    mode: found.mode,
     latencyMs: elapsed(started),
     items: found.items.map((h) => ({
       id: h.id,
       content: h.content,
       sourceScope: scope,
       score: h.score,
+      scores: h.scores,
+      ...(states ? { embedding: states.get(h.id)?.state ?? ('pending' as const) } : {}),
       citation: { kind: 'memory' as const, id: h.id, runId: h.runId, rootRunId: h.rootRunId, createdAt: h.createdAt }
     }))
   }

@@ -9,10 +9,11 @@ import { createMem0Pool } from './mem0-pool.js'
 import { createCaptureWorker, type CaptureWorker } from './capture-worker.js'
 import { cleanFacts, enqueueCaptureRow } from './captures-repo.js'
 import { ensurePool, findPool, orgMemoryOn, orgMemorySettings } from './pools.js'
-import { significantWords } from './recall-words.js'
+import { significantWords } from '../retrieval/significant-words.js'
 import type { CaptureFact } from './tables.js'
 import { createPostgresPool } from './postgres-pool.js'
 import { recordRecall } from './recall-ledger-repo.js'
+import type { RetrievalService } from '../retrieval/service.js'
 
 export interface MemoryHub {
   /** null when MEMORY_BACKEND=off */
@@ -46,18 +47,24 @@ export function changedByOf(principal: Principal): string {
 
 export interface MemoryServiceOptions {
   config: Config
+  /** search by words and meaning (the postgres backend), and the embedding job it wakes */
+  retrieval: RetrievalService
   /** the runs group's event sink: a delivered capture becomes the run's `memory.captured` */
   events: RunEventSink
 }
 
 export function createMemoryHub(
   db: Db,
-  { config, events }: MemoryServiceOptions,
+  { config, events, retrieval }: MemoryServiceOptions,
   log: FastifyInstance['log']
 ): MemoryHub {
   let backend: MemoryBackend | null = null
   if (config.MEMORY_BACKEND === 'postgres')
-    backend = createPostgresPool(db, { searchCache: config.MEMORY_SEARCH_CACHE })
+    backend = createPostgresPool(db, {
+      searchCache: config.MEMORY_SEARCH_CACHE,
+      retrieval,
+      wake: () => retrieval.worker?.wake()
+    })
   if (config.MEMORY_BACKEND === 'http') {
     if (!config.MEMORY_URL) throw new Error('MEMORY_BACKEND=http needs MEMORY_URL')
     backend = createMem0Pool(db, {
@@ -106,11 +113,23 @@ export function createMemoryHub(
         const started = performance.now()
         const pool = await findPool(db, run.orgId, scope, ownerKey)
         let hits: RecalledItem[] = []
+        let mode = retrieval.modeFor(options.mode)
         if (pool && query !== '') {
           try {
-            hits = (await backend.search(pool, query, limit, { anyWord: options.kind === 'prompt' })).items.map(
-              (h) => ({ id: h.id, content: h.content, sourceScope: scope, score: h.score })
-            )
+            const found = await backend.search(pool, query, limit, {
+              anyWord: options.kind === 'prompt',
+              mode: options.mode,
+              // a prompt's meaning is the prompt, not its significant words
+              meaning: options.kind === 'prompt' ? text : undefined
+            })
+            mode = found.mode
+            hits = found.items.map((h) => ({
+              id: h.id,
+              content: h.content,
+              sourceScope: scope,
+              score: h.score,
+              scores: h.scores
+            }))
           } catch (err) {
             log.warn({ err, runId: run.id }, 'memory recall failed')
           }
@@ -119,10 +138,12 @@ export function createMemoryHub(
           scope,
           query,
           itemIds: hits.map((h) => h.id),
-          latencyMs: performance.now() - started
+          latencyMs: performance.now() - started,
+          mode
         })
         items.push(...hits)
       }
+      // two pools' fused scores compare (both reciprocal ranks), as their full-text ones did
       items.sort((a, b) => b.score - a.score)
       return { items: items.slice(0, limit), query }
     },

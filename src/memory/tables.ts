@@ -189,6 +189,8 @@ export const memoryRecalls = pgTable(
     query: text('query').notNull(),
     itemIds: jsonb('item_ids').$type<string[]>().notNull(),
     latencyMs: integer('latency_ms').notNull(),
+    /** how it ranked: `hybrid`, `semantic` or `fulltext` (also where vectors were missing or the query's failed) */
+    mode: text('mode').notNull().default('fulltext'),
     createdAt: ts('created_at').notNull().defaultNow()
   },
   (t) => [

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Catalog } from '../system/features.js'
-import { notFound, validationFailed } from '../../plugins/errors.js'
+import { integrationFailed, notFound, validationFailed } from '../../plugins/errors.js'
 import { errorResponses, IdParams } from '../../schemas/common.js'
 import {
   CreateProviderBody,
@@ -14,6 +14,8 @@ import {
 } from '../../schemas/providers.js'
 import { principalOf, realUserId } from '../auth/principal.js'
 import { listProviders, providerToWire, setModelDefault } from './providers-repo.js'
+import { builtinModel, EmbeddingFailed, setEmbeddingChoice } from '../retrieval/models.js'
+import { EmbeddingModelInfo, SetEmbeddingModelBody } from '../../schemas/retrieval.js'
 
 const PROVIDERS = ['providers']
 const ADMIN = { scope: 'admin' } as const
@@ -204,6 +206,83 @@ const providersRoutes: FastifyPluginAsyncTypebox<ProvidersRoutesOptions> = async
       await setModelDefault(app.db, principal.orgId, model, realUserId(principal))
       app.runs.engines.forgetDefaults(principal.orgId)
       return { model }
+    }
+  )
+
+  /** The org's embedding model as the routes answer it; its dimensions once known. */
+  async function embeddingModelOf(orgId: string) {
+    const model = await app.retrieval.models.forOrg(orgId)
+    return { model: model.model, source: model.source, dimensions: await app.retrieval.dimensionsOf(orgId, model) }
+  }
+
+  app.get(
+    '/models/embedding',
+    {
+      schema: {
+        operationId: 'getEmbeddingModel',
+        tags: PROVIDERS,
+        summary:
+          "The org's embedding model: an admin's choice among its providers', else the deployment's, else the built-in offline one",
+        description:
+          'Returns the model memory facts, knowledge records and document chunks are embedded with for semantic search, where it comes from, and the size of its vectors.',
+        response: { 200: EmbeddingModelInfo, ...errorResponses() }
+      }
+    },
+    async (request) => embeddingModelOf(principalOf(request).orgId)
+  )
+
+  app.put(
+    '/models/embedding',
+    {
+      config: ADMIN,
+      schema: {
+        operationId: 'setEmbeddingModel',
+        tags: PROVIDERS,
+        summary: "Choose the org's embedding model (admin); its texts are embedded again in the background",
+        description:
+          "Sets the model the org's texts and queries are embedded with (one of its ready providers' models, the deployment's, or the built-in one), tried once before it is kept; null forgets the choice. Every text is embedded again in the background, found by its words meanwhile.",
+        body: SetEmbeddingModelBody,
+        response: { 200: EmbeddingModelInfo, ...errorResponses(502) }
+      }
+    },
+    async (request) => {
+      const principal = principalOf(request)
+      const { orgId } = principal
+      const { model } = request.body
+      const models = app.retrieval.models
+      const before = await models.forOrg(orgId)
+      const refuse = (message: string) => validationFailed([{ path: '/body/model', message }])
+      let choice: { model: string; providerId: string | null; dimensions: number } | null = null
+      if (model !== null) {
+        const builtin = builtinModel()
+        const candidate =
+          model === builtin.model
+            ? builtin
+            : model === models.fallback.model
+              ? models.fallback
+              : await models.providerModel(orgId, model, null)
+        if (!candidate)
+          throw refuse(
+            `no ready provider of this organization offers ${JSON.stringify(model)} over the OpenAI API, and it is not the deployment's or the built-in embedding model`
+          )
+        let dimensions: number
+        try {
+          dimensions = (await candidate.embed(['a test of the embedding model'], { timeoutMs: 15_000 }))[0]!.length
+        } catch (err) {
+          const reason = err instanceof EmbeddingFailed ? err.message : 'the embedding call failed'
+          if (err instanceof EmbeddingFailed && err.status !== null && err.status >= 400 && err.status < 500)
+            throw refuse(`${reason}: is it an embedding model?`)
+          throw integrationFailed(`the embedding model could not be tried: ${reason}`)
+        }
+        const providerId = candidate.key.startsWith('provider:') ? candidate.key.split(':')[1]! : null
+        choice = { model, providerId, dimensions }
+      }
+      await setEmbeddingChoice(app.db, orgId, choice, realUserId(principal))
+      models.forget(orgId)
+      const after = await models.forOrg(orgId)
+      // a new model: every text of the org is embedded again (found by its words meanwhile)
+      if (after.key !== before.key) await app.retrieval.reembed(orgId)
+      return embeddingModelOf(orgId)
     }
   )
 }

@@ -507,7 +507,7 @@ export class ToolGateway {
       }
       if (tool === 'memory_search') {
         const args = rawArgs as ToolArgs['memory_search']
-        const hits = await this.opts.memory.search({ orgId, runId, rootRunId }, args.query, args.limit ?? 10)
+        const hits = await this.opts.memory.search({ orgId, runId, rootRunId }, args.query, args.limit ?? 10, args.mode)
         return { ok: true, content: JSON.stringify({ items: hits }), truncated: false }
       }
       if (tool === 'remember') {
@@ -533,7 +533,12 @@ export class ToolGateway {
       }
       if (tool === 'knowledge_search') {
         const args = rawArgs as ToolArgs['knowledge_search']
-        const hits = await this.opts.knowledge.search({ orgId, runId, rootRunId }, args.query, args.limit ?? 10)
+        const hits = await this.opts.knowledge.search(
+          { orgId, runId, rootRunId },
+          args.query,
+          args.limit ?? 10,
+          args.mode
+        )
         return { ok: true, content: JSON.stringify({ items: hits }), truncated: false }
       }
       if (tool === 'propose_knowledge') {

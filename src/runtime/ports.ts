@@ -43,7 +43,11 @@ export interface MemoryHit {
   id: string
   content: string
   score: number
+  /** why it matched: by words, by meaning, or both */
+  scores?: { fulltext: number | null; semantic: number | null; fused: number } | undefined
 }
+
+type SearchMode = 'hybrid' | 'semantic' | 'fulltext'
 
 /**
  * What the memory tools call: `memory_search` (the runs group wires it to `RunMemory.recall`)
@@ -51,7 +55,7 @@ export interface MemoryHit {
  * answers why not (`refused`).
  */
 export interface MemoryTools {
-  search(run: ToolRunRef, query: string, limit: number): Promise<MemoryHit[]>
+  search(run: ToolRunRef, query: string, limit: number, mode?: SearchMode | undefined): Promise<MemoryHit[]>
   remember(
     run: ToolRunRef,
     fact: { content: string; scope: 'org' | 'personal' }
@@ -63,7 +67,8 @@ export interface KnowledgeTools {
   search(
     run: ToolRunRef,
     query: string,
-    limit: number
+    limit: number,
+    mode?: SearchMode | undefined
   ): Promise<Array<{ kind: string; id: string; title: string; snippet: string; score: number }>>
   propose(
     run: ToolRunRef,

@@ -36,9 +36,15 @@ export const ListFilesArgs = StrictObject({
     })
   )
 })
+const SearchMode = Type.Optional(
+  Type.Union([Type.Literal('hybrid'), Type.Literal('semantic'), Type.Literal('fulltext')], {
+    description: 'hybrid (default): by words and meaning; semantic: meaning only; fulltext: words only'
+  })
+)
 export const MemorySearchArgs = StrictObject({
   query: Type.String({ minLength: 1, maxLength: 2000, description: 'what to look for' }),
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, description: 'at most this many facts (default 10)' }))
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, description: 'at most this many facts (default 10)' })),
+  mode: SearchMode
 })
 export const WriteArtifactArgs = StrictObject({
   name: Type.String({ minLength: 1, maxLength: 255, description: 'the file name, such as report.md' }),
@@ -54,7 +60,8 @@ export const KnowledgeSearchArgs = StrictObject({
     maxLength: 500,
     description: 'a web search query: words, "quoted phrases", or, -excluded'
   }),
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, description: 'at most this many hits (default 10)' }))
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, description: 'at most this many hits (default 10)' })),
+  mode: SearchMode
 })
 export const ProposeKnowledgeArgs = StrictObject({
   title: Type.String({ minLength: 1, maxLength: 300, description: 'a short title' }),

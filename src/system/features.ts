@@ -21,6 +21,8 @@ export interface Features {
     readonly github: boolean
     readonly slack: boolean
     readonly memory: boolean
+    /** memory and knowledge search also match meaning (pgvector is there) */
+    readonly semanticSearch: boolean
     readonly toolGateway: boolean
   }
   readonly artifactsFidelity: 'full' | 'preview'

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
-import { plainWords, rewritePlainWords, snippetHtml } from '../../src/knowledge/search.js'
+import { plainWords, rewritePlainWords, snippetHtml } from '../../src/retrieval/knowledge-search.js'
 import { multipart } from '../artifacts/helpers.js'
 import { buildTestApp, mintKey, secondHandle, signUpWithOrg, waitFor } from '../helper.js'
 

@@ -35,6 +35,7 @@ t.test('every retrieval for a run records a frame; the ledger lists, filters and
     'id',
     'itemIds',
     'latencyMs',
+    'mode',
     'query',
     'rootRunId',
     'runId',

@@ -112,12 +112,13 @@ t.test('search, browse, patch, delete and history in the org pool', async (t) =>
     'background',
     'content',
     'createdAt',
+    'embedding',
     'id',
     'sourceRunId',
     'sourceScope',
     'updatedAt'
   ])
-  t.match(browse.items[0], { background: false, sourceScope: 'org', sourceRunId: runId })
+  t.match(browse.items[0], { background: false, sourceScope: 'org', sourceRunId: runId, embedding: 'pending' })
   const [cafeteria, staging] = browse.items
 
   const patch = await app.inject({

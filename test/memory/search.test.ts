@@ -2,7 +2,7 @@ import t from 'tap'
 import { sql } from 'drizzle-orm'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { rowsOf } from '../../src/db/client.js'
-import { prefixQuery, RANKED_MATCHES } from '../../src/memory/postgres-pool.js'
+import { prefixQuery, RANKED_MATCHES } from '../../src/retrieval/memory-text.js'
 import { buildTestApp } from '../helper.js'
 import { addFacts, FAST } from './helpers.js'
 

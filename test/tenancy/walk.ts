@@ -186,7 +186,11 @@ export const TENANT_FIXTURES: TenantFixture[] = [
       'DELETE /api/knowledge/:id',
       'GET /api/knowledge/:id/history'
     ],
-    lists: ['GET /api/knowledge'],
+    lists: [
+      'GET /api/knowledge',
+      'GET /api/knowledge/search?q=fixture',
+      'GET /api/knowledge/search?q=fixture&mode=semantic'
+    ],
     async seed(app, owner) {
       const res = await app.inject({
         method: 'POST',
@@ -449,7 +453,7 @@ export const TENANT_FIXTURES: TenantFixture[] = [
     // attacker's calls must be 404s before any request to the provider could be made
     name: 'model providers',
     routes: ['DELETE /api/providers/:id', 'POST /api/providers/:id/check'],
-    lists: ['GET /api/providers', 'GET /api/models'],
+    lists: ['GET /api/providers', 'GET /api/models', 'GET /api/models/embedding'],
     async seed(app, owner) {
       const id = newId()
       const model = `model-of-${owner.org.id}`
@@ -600,12 +604,14 @@ export const TENANT_FIXTURES: TenantFixture[] = [
       'PATCH /api/memory/item/:id',
       'DELETE /api/memory/item/:id',
       'GET /api/memory/item/:id/history',
+      'POST /api/memory/item/:id/embed',
       'POST /api/memory/captures/:runId/retry',
       'POST /api/memory/captures/:runId/resolve'
     ],
     lists: [
       'GET /api/memory/browse',
       'GET /api/memory/search?q=fixture',
+      'GET /api/memory/search?q=fixture&mode=semantic',
       'GET /api/memory/captures',
       'GET /api/memory/recalls'
     ],
@@ -637,6 +643,10 @@ export const TENANT_FIXTURES: TenantFixture[] = [
       await rows(
         app,
         sql`select run_id, state, attempts from memory_captures where org_id = ${owner.org.id} order by run_id`
+      ),
+      await rows(
+        app,
+        sql`select kind, item_id, state, attempts from embeddings where org_id = ${owner.org.id} order by kind, item_id`
       )
     ],
     body(route) {

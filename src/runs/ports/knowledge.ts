@@ -33,6 +33,11 @@ export interface RunKnowledge {
     run: KnowledgeRunRef,
     draft: { title: string; body: string; tags?: string[] | undefined; targetRecordId?: string | undefined }
   ): Promise<ProposedDraft>
-  /** The org's knowledge search (records and document chunks). */
-  search(run: KnowledgeRunRef, query: string, limit: number): Promise<KnowledgeFinding[]>
+  /** The org's knowledge search (records and document chunks), ranked as `mode` says (default hybrid). */
+  search(
+    run: KnowledgeRunRef,
+    query: string,
+    limit: number,
+    mode?: 'hybrid' | 'semantic' | 'fulltext' | undefined
+  ): Promise<KnowledgeFinding[]>
 }

@@ -19,6 +19,8 @@ export interface RecalledItem {
   content: string
   sourceScope: 'org' | 'personal'
   score: number
+  /** the full-text and vector scores and their fusion (absent from a test's fake memory) */
+  scores?: { fulltext: number | null; semantic: number | null; fused: number } | undefined
 }
 
 /** A fact to capture when a run ends: for the org pool, or the personal pool of the run's real user. */
@@ -49,6 +51,8 @@ export interface RunMemory {
     options: ({ kind: 'prompt' } | { kind: 'query'; limit: number }) & {
       /** memory on or off as the caller already read it (settingsFor); read here when absent */
       enabled?: boolean | undefined
+      /** how to rank: `hybrid` (default where vectors exist), `semantic` or `fulltext` */
+      mode?: 'hybrid' | 'semantic' | 'fulltext' | undefined
     }
   ): Promise<{ items: RecalledItem[]; query: string }>
   /**

@@ -86,15 +86,15 @@ function runEventWriter(sink: RunEventSink): RunEventWriter {
  */
 function runMemoryTools(db: Db, memory: RunMemory): MemoryTools {
   return {
-    async search(ref, query, limit) {
+    async search(ref, query, limit, mode) {
       const run = await getRun(db, ref.orgId, ref.runId)
       if (!run) return []
       const { items } = await memory.recall(
         { id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) },
         query,
-        { kind: 'query', limit }
+        { kind: 'query', limit, mode }
       )
-      return items.map(({ id, content, score }) => ({ id, content, score }))
+      return items.map(({ id, content, score, scores }) => ({ id, content, score, ...(scores ? { scores } : {}) }))
     },
     async remember(ref, fact) {
       const run = await getRun(db, ref.orgId, ref.runId)
@@ -122,7 +122,7 @@ function runSkillTools(skills: RunSkills): SkillTools {
 /** `knowledge_search` and `propose_knowledge` go to the knowledge group as the run. */
 function runKnowledgeTools(knowledge: RunKnowledge): KnowledgeTools {
   return {
-    search: (ref, query, limit) => knowledge.search(ref, query, limit),
+    search: (ref, query, limit, mode) => knowledge.search(ref, query, limit, mode),
     propose: (ref, draft) => knowledge.propose(ref, draft)
   }
 }

@@ -90,6 +90,8 @@ export function SearchView({ params }: { params: URLSearchParams }) {
                       <p class="meta">
                         <span>score {item.score.toFixed(2)}</span>
                         <span> · </span>
+                        <span class="matched">{matchedBy(item.scores)}</span>
+                        <span> · </span>
                         <Time iso={item.citation.createdAt} />
                         <span> · </span>
                         <RunLink runId={item.citation.runId} />
@@ -110,4 +112,10 @@ export function SearchView({ params }: { params: URLSearchParams }) {
         : null}
     </section>
   )
+}
+
+/** Why an item is a hit: its words matched the query, its meaning did, or both. */
+function matchedBy(scores: { fulltext: number | null; semantic: number | null }): string {
+  if (scores.fulltext !== null && scores.semantic !== null) return 'matched by words and meaning'
+  return scores.semantic !== null ? 'matched by meaning' : 'matched by words'
 }

@@ -1,24 +1,35 @@
 import { sql, type SQL } from 'drizzle-orm'
 import { LRUCache } from 'lru-cache'
 import { rowsOf, type Db } from '../db/client.js'
-import { isVocabularyWord, wordsOf } from '../db/words.js'
+import { isVocabularyWord, wordsOf } from './words.js'
 import type { KnowledgeFinding } from '../runs/ports/knowledge.js'
-import { currentGeneration } from './generation.js'
+import { currentGeneration } from '../knowledge/generation.js'
+import { fuse, type Scores, type SearchMode } from './fusion.js'
+import { FUSION_DEPTH, type Retrieval } from './search.js'
 
 /**
- * Contract 8's search: records and document chunks in one ranked list. `q` is read by
+ * Knowledge search: records and document chunks in one ranked list. `q` is read by
  * Postgres's `websearch_to_tsquery` (quotes are phrases, `or`, `-word` excludes), so
  * every hit honours them. A query that finds nothing is tried once more with each plain
  * word the org never wrote replaced by its nearest word of the org's vocabulary
  * (pg_trgm), so a misspelled word still finds its record.
  */
 
-/** A hit is what the runs group's port promises its engines. */
-export type KnowledgeHit = KnowledgeFinding
+/** A hit is what the runs group's port promises its engines, with each ranking's score. */
+export type KnowledgeHit = KnowledgeFinding & { scores: Scores }
 
 export interface SearchOutcome {
   items: KnowledgeHit[]
   truncated: boolean
+  /** how it was ranked: the mode asked for, or `fulltext` where vectors were missing */
+  mode: SearchMode
+}
+
+export interface SearchInput {
+  q: string
+  tag?: string | undefined
+  limit: number
+  mode?: SearchMode | undefined
 }
 
 /**
@@ -154,32 +165,118 @@ async function corrections(db: Db, orgId: string, q: string): Promise<Map<string
   return new Map(rows.filter((r) => r.fix !== null).map((r) => [r.token, r.fix!]))
 }
 
-export async function searchKnowledge(
-  db: Db,
-  orgId: string,
-  input: { q: string; tag?: string | undefined; limit: number }
-): Promise<SearchOutcome> {
-  let rows = await ranked(db, orgId, input.q, input.tag, input.limit)
-  if (rows.length === 0) {
-    const fixes = await corrections(db, orgId, input.q)
-    if (fixes.size > 0) rows = await ranked(db, orgId, rewritePlainWords(input.q, fixes), input.tag, input.limit)
-  }
-  const items = rows.slice(0, input.limit).map((r): KnowledgeHit => ({
-    kind: r.kind,
-    id: r.id,
-    recordId: r.record_id,
-    documentId: r.document_id,
-    title: r.title,
-    snippet: snippetHtml(r.headline ?? ''),
-    score: Math.round(Number(r.score) * 10_000) / 10_000
-  }))
-  return { items, truncated: rows.length > input.limit }
+/**
+ * The phrases and exclusions of a web search query (`"…"`, `-word`) as a query of their own:
+ * a hit found by meaning honours them too. Null when the query has none.
+ */
+export function constraintsOf(q: string): string | null {
+  const kept = [...q.matchAll(/"[^"]*"?|\S+/g)].map((m) => m[0]).filter((t) => t.startsWith('"') || /^-\S/.test(t))
+  return kept.length > 0 ? kept.join(' ') : null
 }
 
-export type Search = (
+/** The first words of a text, HTML-escaped: the snippet of a hit found by meaning only (no word to mark). */
+function plainSnippet(text: string): string {
+  const cut = text.length > 240 ? `${text.slice(0, 240).replace(/\s+\S*$/, '')}…` : text
+  return cut.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!)
+}
+
+interface VectorOnlyRow {
+  kind: 'record' | 'chunk'
+  id: string
+  record_id: string | null
+  document_id: string | null
+  title: string
+  text: string
+}
+
+export async function searchKnowledge(
+  db: Db,
+  retrieval: Retrieval,
   orgId: string,
-  input: { q: string; tag?: string | undefined; limit: number }
-) => Promise<SearchOutcome>
+  input: SearchInput
+): Promise<SearchOutcome> {
+  let mode = retrieval.modeFor(input.mode)
+  const depth = Math.max(input.limit, FUSION_DEPTH)
+  const qv = mode === 'fulltext' ? null : await retrieval.queryVector(orgId, input.q)
+  if (!qv) mode = 'fulltext'
+  const textSide = async () => {
+    if (mode === 'semantic') return []
+    let rows = await ranked(db, orgId, input.q, input.tag, depth)
+    if (rows.length === 0) {
+      const fixes = await corrections(db, orgId, input.q)
+      if (fixes.size > 0) rows = await ranked(db, orgId, rewritePlainWords(input.q, fixes), input.tag, depth)
+    }
+    return rows
+  }
+  const vectorSide = async () => {
+    if (!qv) return []
+    const narrow: SQL[] = []
+    // documents have no tags: a tag narrows the search to records
+    if (input.tag !== undefined)
+      narrow.push(sql`and kind = 'record' and item_id in (
+        select id from knowledge_records where org_id = ${orgId} and tags @> array[${input.tag}]::text[])`)
+    const constraints = constraintsOf(input.q)
+    if (constraints !== null)
+      narrow.push(sql`and item_id in (
+        select id from knowledge_records, websearch_to_tsquery('english', ${constraints}) c
+        where org_id = ${orgId} and search_vector @@ c
+        union all
+        select id from knowledge_chunks, websearch_to_tsquery('english', ${constraints}) c
+        where org_id = ${orgId} and search_vector @@ c)`)
+    return retrieval.vectorRanking(orgId, '', ['record', 'chunk'], qv, depth + 1, sql.join(narrow, sql` `))
+  }
+  const [text, near] = await Promise.all([textSide(), vectorSide()])
+  const known = new Set(text.map((r) => r.id))
+  const missing = near.filter((h) => !known.has(h.id))
+  const extra =
+    missing.length === 0
+      ? []
+      : rowsOf<VectorOnlyRow>(
+          await db.execute(sql`
+          select 'record' as kind, r.id, r.id as record_id, null::text as document_id, r.title, left(r.body, 400) as text
+          from knowledge_records r
+          where r.org_id = ${orgId}
+            and r.id in (select jsonb_array_elements_text(${JSON.stringify(missing.filter((h) => h.kind === 'record').map((h) => h.id))}::jsonb))
+          union all
+          select 'chunk', c.id, null, c.document_id,
+                 d.name || case when c.heading <> '' then ' > ' || c.heading else '' end, left(c.text, 400)
+          from knowledge_chunks c join knowledge_documents d on d.id = c.document_id
+          where c.org_id = ${orgId}
+            and c.id in (select jsonb_array_elements_text(${JSON.stringify(missing.filter((h) => h.kind === 'chunk').map((h) => h.id))}::jsonb))`)
+        )
+  const hits = new Map<string, Omit<KnowledgeHit, 'score' | 'scores'>>()
+  for (const r of text)
+    hits.set(r.id, {
+      kind: r.kind,
+      id: r.id,
+      recordId: r.record_id,
+      documentId: r.document_id,
+      title: r.title,
+      snippet: snippetHtml(r.headline ?? '')
+    })
+  for (const r of extra)
+    hits.set(r.id, {
+      kind: r.kind,
+      id: r.id,
+      recordId: r.record_id,
+      documentId: r.document_id,
+      title: r.title,
+      snippet: plainSnippet(r.text === '' ? r.title : r.text)
+    })
+  const fused = fuse(
+    text.map((r) => ({ item: r.id, score: Number(r.score) })),
+    near.filter((h) => hits.has(h.id)).map((h) => ({ item: h.id, score: h.similarity })),
+    (id) => id
+  )
+  const items = fused.slice(0, input.limit).map(({ item, scores }): KnowledgeHit => ({
+    ...hits.get(item)!,
+    score: mode === 'hybrid' ? scores.fused : mode === 'semantic' ? scores.semantic! : scores.fulltext!,
+    scores
+  }))
+  return { items, truncated: fused.length > input.limit, mode }
+}
+
+export type Search = (orgId: string, input: SearchInput) => Promise<SearchOutcome>
 
 /**
  * Search with a cache of recent results per instance (`entries` of them; 0: none), keyed
@@ -187,16 +284,18 @@ export type Search = (
  * generation on in its own transaction, so a cached result is served only while nothing
  * it was computed from has changed, whichever instance made the change.
  */
-export function cachedSearch(db: Db, entries: number): Search {
-  if (entries <= 0) return (orgId, input) => searchKnowledge(db, orgId, input)
+export function cachedSearch(db: Db, retrieval: Retrieval, entries: number): Search {
+  if (entries <= 0) return (orgId, input) => searchKnowledge(db, retrieval, orgId, input)
   const cache = new LRUCache<string, SearchOutcome>({ max: entries })
   return async (orgId, input) => {
-    const generation = await currentGeneration(db, orgId)
-    const key = JSON.stringify([orgId, generation, input.q, input.tag ?? null, input.limit])
+    const [generation, model] = await Promise.all([currentGeneration(db, orgId), retrieval.models.forOrg(orgId)])
+    const mode = retrieval.modeFor(input.mode)
+    const key = JSON.stringify([orgId, generation, input.q, input.tag ?? null, input.limit, mode, model.key])
     const hit = cache.get(key)
     if (hit) return hit
-    const outcome = await searchKnowledge(db, orgId, input)
-    cache.set(key, outcome)
+    const outcome = await searchKnowledge(db, retrieval, orgId, input)
+    // a query that could not be embedded is not kept: the next one may be
+    if (outcome.mode === mode) cache.set(key, outcome)
     return outcome
   }
 }

@@ -1,5 +1,5 @@
 import stopword from 'stopword'
-import { wordsOf } from '../db/words.js'
+import { wordsOf } from './words.js'
 
 // What a run's recall searches for: the prompt's significant words, not its first few.
 

@@ -1,0 +1,114 @@
+// Search by meaning: hybrid Memory Hub search over 100,000 facts in pools of 10,000, next to
+// full-text search of the same pool in the same run (PGlite and real Postgres); and the write
+// path (adding a fact) with the embedding triggers and job, next to the same server without
+// them. `npm run bench -- retrieval`; the quality figures are `retrieval-quality`.
+import { randomUUID } from 'node:crypto'
+import { benchPostgres, load, startServer, withDatabase, type Result } from './lib.js'
+
+const PG = benchPostgres ?? 'postgres://postgres@127.0.0.1:5432/postgres'
+const connections = Number(process.env.BENCH_CONNECTIONS ?? 4)
+
+function rows(title: string, results: Result[], baseline: Result, ratioTo: string): string {
+  return [
+    `### ${title}`,
+    '',
+    `| case | requests/s | p50 ms | p95 ms | p99 ms | ratio to ${ratioTo} (requests/s) | p95 ratio | non-2xx |`,
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    ...results.map(
+      (r) =>
+        `| ${r.name} | ${r.rps} | ${r.p50} | ${r.p95} | ${r.p99} | ${(r.rps / baseline.rps).toFixed(2)} | ${(r.p95 / Math.max(0.01, baseline.p95)).toFixed(2)} | ${r.non2xx} |`
+    )
+  ].join('\n')
+}
+
+async function searchBench(label: string, env: Record<string, string>): Promise<string> {
+  const server = await startServer(
+    'bench/retrieval-server.ts',
+    {
+      MEMORY_SEARCH_CACHE: '0',
+      KNOWLEDGE_SEARCH_CACHE: '0',
+      EMBEDDING_WORKER: 'false',
+      EMBEDDING_BATCH: '1000',
+      ...env
+    },
+    900_000
+  )
+  try {
+    const results: Result[] = []
+    for (const [name, q, mode] of [
+      ['full text (as before), words of the facts', 'billing release', 'fulltext'],
+      ['hybrid, words of the facts', 'billing release', 'hybrid'],
+      ['full text (as before), a paraphrase', 'who ships invoicing changes', 'fulltext'],
+      ['hybrid, a paraphrase', 'who ships invoicing changes', 'hybrid'],
+      ['semantic only, a paraphrase', 'who ships invoicing changes', 'semantic']
+    ] as const) {
+      results.push(
+        await load({
+          url: `${server.url}/api/memory/search?limit=10&mode=${mode}&q=${encodeURIComponent(q)}`,
+          name: `${name} (\`${q}\`)`,
+          connections
+        })
+      )
+    }
+    return rows(
+      `${label}: 100,000 facts in pools of 10,000, ${connections} connections`,
+      results,
+      results[0]!,
+      'full text'
+    )
+  } finally {
+    await server.stop()
+  }
+}
+
+async function writeBench(label: string, env: Record<string, string>): Promise<string> {
+  const results: Result[] = []
+  for (const [name, extra] of [
+    ['add a fact, before (no embedding triggers or job)', { BENCH_EMBED_TRIGGERS: 'off', EMBEDDING_WORKER: 'false' }],
+    ['add a fact, with the embedding trigger (the job on another instance)', { EMBEDDING_WORKER: 'false' }],
+    ['add a fact, with the embedding trigger and the job in the same process', { EMBEDDING_WORKER: 'true' }]
+  ] as const) {
+    const server = await startServer(
+      'bench/retrieval-server.ts',
+      { BENCH_POOLS: '1', BENCH_POOL_FACTS: '1000', ...env, ...extra },
+      900_000
+    )
+    try {
+      results.push(
+        await load({
+          url: `${server.url}/api/memory/items`,
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          name,
+          connections,
+          setupRequest: (req: { body?: string }) => ({
+            ...req,
+            body: JSON.stringify({ scope: 'org', content: `A new fact about the deploy pipeline ${randomUUID()}` })
+          })
+        })
+      )
+    } finally {
+      await server.stop()
+    }
+  }
+  return rows(
+    `${label}: adding a fact (POST /api/memory/items), ${connections} connections`,
+    results,
+    results[0]!,
+    'before'
+  )
+}
+
+/** BENCH_DATABASES: `pglite`, `postgres` or both (default); BENCH_PARTS: `search`, `write` or both (default). */
+export async function benchRetrieval(): Promise<string> {
+  const databases = (process.env.BENCH_DATABASES ?? 'pglite,postgres').split(',')
+  const parts = (process.env.BENCH_PARTS ?? 'search,write').split(',')
+  const out: string[] = []
+  for (const part of parts) {
+    const bench = part === 'search' ? searchBench : writeBench
+    if (databases.includes('pglite')) out.push(await bench('PGlite', {}))
+    if (databases.includes('postgres'))
+      out.push(await withDatabase(PG, (url) => bench('PostgreSQL', { DATABASE_URL: url })))
+  }
+  return out.join('\n\n')
+}
