@@ -9,6 +9,7 @@ import { PoolWriteError, type MemoryBackend, type PoolRef } from './backend.js'
 import { factContent } from './captures-repo.js'
 import { backoffDelay, createWorkerLoop } from '../worker-loop.js'
 import type { CaptureFact } from './tables.js'
+import { observeCaptures } from '../telemetry/captures.js'
 
 /**
  * Tells a run's stream that its capture is in the pool: `memory.captured` with
@@ -386,7 +387,8 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
       const rows = await claim()
       return rows.length > 0 ? rows : null
     },
-    work: deliverRound,
+    // each capture a span in the trace of its run
+    work: (rows) => observeCaptures(db, rows, () => deliverRound(rows)),
     claimAgain: (rows) => rows.length >= opts.batch,
     pollMs: opts.pollMs,
     backoff: { baseMs: opts.backoffMs, maxMs: opts.backoffMaxMs },
