@@ -18,6 +18,7 @@ import { benchRunCost } from './run-cost.js'
 import { benchRuns } from './runs.js'
 import { benchRuntime } from './runtime.js'
 import { benchSkills } from './skills.js'
+import { benchTelemetry } from './telemetry.js'
 import { benchTopology } from './topology.js'
 import { benchUsage } from './usage.js'
 import { benchSlack } from './slack.js'
@@ -45,7 +46,8 @@ const benches: Record<string, () => Promise<string>> = {
   hub: benchHub,
   console: benchConsole,
   workspaces: benchWorkspaces,
-  mcp: benchMcp
+  mcp: benchMcp,
+  telemetry: benchTelemetry
 }
 
 const wanted = process.argv.slice(2)
