@@ -104,7 +104,7 @@ async function dispatchCases(endpoint: string): Promise<string> {
 async function modelBound(endpoint: string): Promise<string> {
   const RUNS = Number(process.env.BENCH_TELEMETRY_RUNS ?? 300)
   const model = await startBenchModel(() => [{ delta: { content: 'done' }, finish: 'stop' }], { delayMs: 200 })
-  const variants = [
+  const variants: Array<{ label: string; env: Record<string, string> }> = [
     { label: 'tracing off', env: {} },
     { label: 'tracing on, exporting', env: { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint } }
   ]
