@@ -25,7 +25,7 @@ export async function announceCaptured(
   const { orgId, runId, rootRunId, itemCount } = capture
   await events
     .emit({ orgId, runId, type: 'memory.captured', data: { runId, rootRunId, itemCount, ...extra } })
-    .catch((err: unknown) => log.warn({ err, runId }, 'memory.captured event not stored'))
+    .catch((err: unknown) => log.warn({ err, runId, orgId }, 'memory.captured event not stored'))
 }
 
 export interface CaptureWorkerOptions {
@@ -239,7 +239,7 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
       const lostDatabase = !(err instanceof PoolWriteError) && isDatabaseUnavailable(err)
       const reason = lostDatabase ? 'the database was unavailable' : failureSentence(err)
       log.warn(
-        { captureId: row.id, runId: row.run_id, attempt: row.attempts, err },
+        { captureId: row.id, runId: row.run_id, orgId: row.org_id, attempt: row.attempts, err },
         `memory capture delivery failed: ${reason}`
       )
       if (lostDatabase && sent && !outcomeKnown) {

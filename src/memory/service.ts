@@ -112,7 +112,7 @@ export function createMemoryHub(
               (h) => ({ id: h.id, content: h.content, sourceScope: scope, score: h.score })
             )
           } catch (err) {
-            log.warn({ err, runId: run.id }, 'memory recall failed')
+            log.warn({ err, runId: run.id, orgId: run.orgId }, 'memory recall failed')
           }
         }
         await recordRecall(db, run, {

@@ -315,7 +315,10 @@ export async function announceCommitted(
   await Promise.all(
     runs.map((run) =>
       announceQueued(events, run).catch((err: unknown) => {
-        log.warn({ err, runId: run.id }, 'run.queued not stored after the run committed; the sweeper will announce it')
+        log.warn(
+          { err, runId: run.id, orgId: run.orgId },
+          'run.queued not stored after the run committed; the sweeper will announce it'
+        )
       })
     )
   )
