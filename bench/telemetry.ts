@@ -116,7 +116,9 @@ async function modelBound(endpoint: string): Promise<string> {
           OPENAI_BASE_URL: model.url,
           MODELS: 'bench-model',
           RUN_POLL_MS: '100',
-          OPENAI_PROBE_TTL_MS: '1000',
+          // once the model answered its probe it stays ready: a probe that times out on a loaded machine must not
+          // turn runs away mid-measurement
+          OPENAI_PROBE_TTL_MS: '600000',
           ...v.env
         })
         try {
@@ -134,7 +136,7 @@ async function modelBound(endpoint: string): Promise<string> {
                 headers: { 'content-type': 'application/json' },
                 body: JSON.stringify({ prompt: `bound ${i}`, engine: 'openai', model: 'bench-model' })
               })
-              if (res.status !== 201) throw new Error(`POST /api/runs: ${res.status}`)
+              if (res.status !== 201) throw new Error(`POST /api/runs: ${res.status} ${await res.text()}`)
               return ((await res.json()) as { run: { id: string } }).run.id
             })
           )
@@ -189,8 +191,11 @@ export async function benchTelemetry(): Promise<string> {
   const receiver = await startReceiver()
   try {
     const dispatch = await dispatchCases(receiver.endpoint)
+    // each part as it is measured (a later failure keeps it)
+    process.stderr.write(`${dispatch}\n`)
     const bound = await modelBound(receiver.endpoint)
     const { exports, bytes } = receiver.stats()
+    process.stderr.write(`${bound}\n`)
     const metrics = await metricsScrape()
     return [
       '### Dispatch (no workers)',

@@ -233,7 +233,6 @@ export async function buildApp({
     const otel = new FastifyOtelInstrumentation({
       instrumentHooks: false,
       instrumentHandler: false,
-      ignorePaths: (route) => route.url === '/metrics',
       requestHook: (span, request) => {
         if (request.routeOptions.url) span.updateName(`${request.method} ${request.routeOptions.url}`)
       }

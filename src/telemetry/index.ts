@@ -62,6 +62,7 @@ export default fp(
       )
     })
 
+    // a scrape every few seconds is no request worth a span (@fastify/otel's switch of a route)
     app.get('/metrics', { schema: { hide: true }, config: { otel: false } as never }, async (request, reply) => {
       if (!isLoopback(request.ip) && !showsToken(request.headers.authorization, config.METRICS_TOKEN))
         throw notFound(`no route for ${request.method} ${request.url.split('?')[0]}`)

@@ -100,6 +100,7 @@ t.test('a run started on A and resumed on B after an approval is one trace, cont
     const events = await storedEventsOf(a, owner.org.id, runId)
     return events.find((e) => e.type === 'run.requires_action')?.data.approvalIds[0] as string | undefined
   }, 30_000)
+  t.equal((await a.inject({ method: 'GET', url: '/metrics' })).statusCode, 200)
   const firstWorker = a.runs.worker.instanceId
   // A dies; B starts, and the person decides there
   a.runs.kill()
@@ -125,6 +126,10 @@ t.test('a run started on A and resumed on B after an approval is one trace, cont
     'OTLP/HTTP, JSON'
   )
 
+  t.notOk(
+    spans.some((s) => s.attributes['http.route'] === '/metrics'),
+    'a scrape is no span'
+  )
   const request = spans.find((s) => s.name === 'POST /api/runs')!
   t.ok(request, 'the request has its span, named by its route')
   t.match(request, { traceId: CLIENT_TRACE, parentSpanId: CLIENT_SPAN, kind: 2 })
