@@ -7,7 +7,7 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { randomUUID } from 'node:crypto'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { createServer } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -17,8 +17,31 @@ import { now, startBenchModel } from './model.js'
 
 interface Service {
   url: string
+  pid: number
   lines: AsyncIterableIterator<string>
   stop(): Promise<void>
+}
+
+/** The CPU time a process has used, user and system, in ms (Linux: /proc/<pid>/stat, in clock ticks of 10 ms). */
+function cpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+  // utime and stime are the 14th and 15th fields of the line, the 12th and 13th after the command
+  return (Number(fields[11]) + Number(fields[12])) * 10
+}
+
+/**
+ * The service's CPU per request for `count` requests, `concurrency` at a time: on a machine
+ * other work shares, CPU spent says more than requests per second.
+ */
+async function cpuPerRequest(pid: number, count: number, send: () => Promise<void>, concurrency = 10) {
+  let left = count
+  const before = cpuMs(pid)
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (left-- > 0) await send()
+    })
+  )
+  return (cpuMs(pid) - before) / count
 }
 
 /** bench/runs-server.ts from `tree` (this checkout by default), in its own process. */
@@ -37,6 +60,7 @@ async function service(env: Record<string, string>, tree = process.cwd()): Promi
     if (m) {
       return {
         url: m[1]!,
+        pid: child.pid!,
         lines,
         async stop() {
           child.kill('SIGTERM')
@@ -94,7 +118,33 @@ async function dispatchCases(endpoint: string): Promise<string> {
       })
     }
     const rows = await interleaved(cases)
-    return table(rows, rows[0]!)
+    // then the CPU each dispatch costs the service, interleaved too, best of three
+    const cpu = new Map<string, number>()
+    for (let round = 0; round < 3; round++) {
+      for (const [i, v] of variants.entries()) {
+        const { authorization } = await credentials(services[i]!.url)
+        const ms = await cpuPerRequest(services[i]!.pid, 1000, async () => {
+          const res = await fetch(`${services[i]!.url}/api/runs`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', authorization, 'idempotency-key': randomUUID() },
+            body: JSON.stringify({ prompt: 'bench run' })
+          })
+          if (res.status !== 201) throw new Error(`POST /api/runs: ${res.status}`)
+          await res.arrayBuffer()
+        })
+        cpu.set(v.label, Math.min(cpu.get(v.label) ?? Infinity, ms))
+      }
+    }
+    const off = cpu.get('tracing off')!
+    return [
+      table(rows, rows[0]!),
+      '',
+      '| case | service CPU per dispatch (ms, best of 3 × 1000) | ratio to tracing off |',
+      '| --- | ---: | ---: |',
+      ...variants.map(
+        (v) => `| ${v.label} | ${cpu.get(v.label)!.toFixed(2)} | ${(cpu.get(v.label)! / off).toFixed(2)} |`
+      )
+    ].join('\n')
   } finally {
     await Promise.all(services.map((s) => s.stop()))
   }
@@ -109,6 +159,7 @@ async function modelBound(endpoint: string): Promise<string> {
     { label: 'tracing on, exporting', env: { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint } }
   ]
   const best = new Map<string, number>()
+  const cpuPerRun = new Map<string, number>()
   try {
     for (let round = 0; round < 3; round++) {
       for (const v of variants) {
@@ -128,6 +179,7 @@ async function modelBound(endpoint: string): Promise<string> {
             if (tries === 60) throw new Error('the openai engine never became ready')
             await new Promise((resolve) => setTimeout(resolve, 500))
           }
+          const cpuBefore = cpuMs(s.pid)
           const started = now()
           const ids = await Promise.all(
             Array.from({ length: RUNS }, async (_, i) => {
@@ -151,6 +203,8 @@ async function modelBound(endpoint: string): Promise<string> {
           }
           const seconds = (now() - started) / 1000
           best.set(v.label, Math.min(best.get(v.label) ?? Infinity, seconds))
+          const perRun = (cpuMs(s.pid) - cpuBefore) / RUNS
+          cpuPerRun.set(v.label, Math.min(cpuPerRun.get(v.label) ?? Infinity, perRun))
         } finally {
           await s.stop()
         }
@@ -163,11 +217,13 @@ async function modelBound(endpoint: string): Promise<string> {
   return [
     `${RUNS} runs posted at once, each waiting 200 ms on the model (RUN_WORKER_CONCURRENCY default); best of three.`,
     '',
-    '| case | seconds, first POST to last end | runs/s | ratio to tracing off |',
-    '| --- | ---: | ---: | ---: |',
+    '| case | seconds, first POST to last end | runs/s | ratio to tracing off | service CPU per run (ms) | CPU ratio |',
+    '| --- | ---: | ---: | ---: | ---: | ---: |',
     ...variants.map((v) => {
       const seconds = best.get(v.label)!
-      return `| ${v.label} | ${seconds.toFixed(2)} | ${(RUNS / seconds).toFixed(1)} | ${(off / seconds).toFixed(2)} |`
+      const cpu = cpuPerRun.get(v.label)!
+      const cpuOff = cpuPerRun.get('tracing off')!
+      return `| ${v.label} | ${seconds.toFixed(2)} | ${(RUNS / seconds).toFixed(1)} | ${(off / seconds).toFixed(2)} | ${cpu.toFixed(2)} | ${(cpu / cpuOff).toFixed(2)} |`
     })
   ].join('\n')
 }

@@ -4,6 +4,8 @@ import { rowsOf, withinTime, type Database } from '../db/client.js'
 
 /** A scrape never waits longer than this for the database: its gauges are left out instead. */
 const COUNT_TIMEOUT_MS = 2000
+/** Counts this fresh serve the scrape that asked and any other within it (far below any scrape interval). */
+const REUSE_MS = 250
 
 interface CountRow {
   what: string
@@ -35,17 +37,25 @@ const QUEUE_STATES = ['queued', 'running', 'requires_action'] as const
 const CAPTURE_STATES = ['pending', 'delivering', 'dead'] as const
 
 /**
- * An app's gauges that come from its database and its pool. Concurrent scrapes share one
- * statement (a collect callback per gauge, one query in flight); a database that does not
- * answer in time leaves its gauges out of that scrape rather than failing it.
+ * An app's gauges that come from its database and its pool. A scrape costs one statement
+ * (a collect callback per gauge; concurrent scrapes, and those within REUSE_MS, share it); a
+ * database that does not answer in time leaves its gauges out of that scrape rather than
+ * failing it.
  */
 export function databaseGauges(database: Database, perOrg: boolean, onError: (err: unknown) => void): Registry {
   const registry = new Registry()
   const registers = [registry]
   let inFlight: Promise<CountRow[] | null> | null = null
-  const counts = (): Promise<CountRow[] | null> =>
-    (inFlight ??= withinTime(database.db.execute(countsQuery(perOrg)), COUNT_TIMEOUT_MS)
-      .then((result) => rowsOf<CountRow>(result))
+  let last: { at: number; rows: CountRow[] } | null = null
+  const counts = (): Promise<CountRow[] | null> => {
+    // prom-client collects the gauges one after another: the first asks, the others of the scrape reuse it
+    if (last && performance.now() - last.at < REUSE_MS) return Promise.resolve(last.rows)
+    return (inFlight ??= withinTime(database.db.execute(countsQuery(perOrg)), COUNT_TIMEOUT_MS)
+      .then((result) => {
+        const rows = rowsOf<CountRow>(result)
+        last = { at: performance.now(), rows }
+        return rows
+      })
       .catch((err: unknown) => {
         onError(err)
         return null
@@ -53,10 +63,11 @@ export function databaseGauges(database: Database, perOrg: boolean, onError: (er
       .finally(() => {
         inFlight = null
       }))
+  }
   const labelsOf = (row: CountRow, labels: Record<string, string>) =>
     perOrg && row.org_id !== null ? { ...labels, org: row.org_id } : labels
 
-  const queue = new Gauge({
+  new Gauge({
     name: 'cairn_run_queue_depth',
     help: 'Runs by live state across every instance (queued, running, requires_action: waiting for people)',
     labelNames: perOrg ? ['state', 'org'] : ['state'],
@@ -71,7 +82,7 @@ export function databaseGauges(database: Database, perOrg: boolean, onError: (er
           this.set(labelsOf(row, { state: row.what }), Number(row.n))
     }
   })
-  const approvals = new Gauge({
+  new Gauge({
     name: 'cairn_approvals_pending',
     help: 'Tool calls waiting for a person to approve or deny them, across every instance',
     labelNames: perOrg ? ['org'] : [],
@@ -84,7 +95,7 @@ export function databaseGauges(database: Database, perOrg: boolean, onError: (er
       for (const row of rows) if (row.what === 'approvals_pending') this.set(labelsOf(row, {}), Number(row.n))
     }
   })
-  const outbox = new Gauge({
+  new Gauge({
     name: 'cairn_memory_capture_outbox',
     help: "The memory capture outbox's rows not yet delivered, by state (pending, delivering, dead: given up)",
     labelNames: perOrg ? ['state', 'org'] : ['state'],
@@ -99,7 +110,7 @@ export function databaseGauges(database: Database, perOrg: boolean, onError: (er
           this.set(labelsOf(row, { state: row.what.slice('capture_'.length) }), Number(row.n))
     }
   })
-  const pool = new Gauge({
+  new Gauge({
     name: 'cairn_db_pool_connections',
     help: "This instance's database connections by state (in_use: carrying queries; open; max: the pool's size)",
     labelNames: ['state'],
@@ -111,6 +122,5 @@ export function databaseGauges(database: Database, perOrg: boolean, onError: (er
       this.set({ state: 'max' }, max)
     }
   })
-  void [queue, approvals, outbox, pool]
   return registry
 }
