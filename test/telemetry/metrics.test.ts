@@ -205,7 +205,9 @@ t.test('GET /metrics: loopback or the token, else 404; the backlog gauges count 
       state,
       maxAttempts: 3,
       itemCount: 1,
-      facts: ['a fact']
+      facts: ['a fact'],
+      // not due: the capture worker leaves the pending one where it is
+      nextAttemptAt: new Date(Date.now() + 3_600_000)
     })
 
   const local = await app.inject({ method: 'GET', url: '/metrics' })
