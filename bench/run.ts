@@ -20,6 +20,7 @@ import { benchRunCost } from './run-cost.js'
 import { benchRuns } from './runs.js'
 import { benchRuntime } from './runtime.js'
 import { benchSkills } from './skills.js'
+import { benchTelemetry } from './telemetry.js'
 import { benchTopology } from './topology.js'
 import { benchUsage } from './usage.js'
 import { benchSlack } from './slack.js'
@@ -49,7 +50,8 @@ const benches: Record<string, () => Promise<string>> = {
   workspaces: benchWorkspaces,
   mcp: benchMcp,
   retrieval: benchRetrieval,
-  'retrieval-quality': benchRetrievalQuality
+  'retrieval-quality': benchRetrievalQuality,
+  telemetry: benchTelemetry
 }
 
 const wanted = process.argv.slice(2)

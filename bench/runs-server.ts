@@ -20,6 +20,15 @@ if (waiting > 0) {
     insert into tool_approvals (id, org_id, run_id, root_run_id, call_id, tool, arguments, expires_at)
     select gen_random_uuid()::text, ${DEV_ORG.id}, id, id, 'c', 'shell', '{}'::jsonb, now() + interval '1 day' from r`)
 }
+// BENCH_FINISHED_RUNS: that many finished runs of the dev org (GET /metrics with full tables)
+const finished = Number(process.env.BENCH_FINISHED_RUNS ?? 0)
+if (finished > 0) {
+  await app.db.execute(sql`
+    insert into runs (id, org_id, root_run_id, engine, prompt, status, origin, created_at, started_at, finished_at)
+    select g.id, ${DEV_ORG.id}, g.id, 'echo', 'finished', 'succeeded', 'api', now(), now(), now()
+    from (select gen_random_uuid()::text as id from generate_series(1, ${finished})) g`)
+  await app.db.execute(sql`analyze runs`)
+}
 const address = await app.listen({ port: Number(process.env.PORT ?? 0), host: '127.0.0.1', backlog: 4096 })
 process.stdout.write(`listening on ${address}\n`)
 // the event loop's delay, for benchmarks that load the service (BENCH_LAG=1 prints its p99 on SIGUSR2)

@@ -71,6 +71,10 @@ import retrievalService from './retrieval/service.js'
 import memory from './memory/index.js'
 import system from './system/index.js'
 import { describeDatabase } from './startup.js'
+import telemetry from './telemetry/index.js'
+import { observedMcp, observedMemory, observedToolGateway } from './telemetry/ports.js'
+import { activeIds, startTracing } from './telemetry/tracing.js'
+import { FastifyOtelInstrumentation } from '@fastify/otel'
 import type { Features } from './system/features.js'
 
 /** One registered route, as the route-walk tests and the API-key allowlist check see it. */
@@ -158,9 +162,13 @@ export async function buildApp({
   logStream
 }: BuildOptions): Promise<FastifyInstance> {
   const fixedHeadersFor = fixedHeaders(releaseHeaders(config.release))
+  // OpenTelemetry when an OTLP endpoint is configured: spans exported, log lines carrying the
+  // active span's ids (off: nothing is registered; docs/observability.md)
+  const tracing = startTracing(config)
   const app = Fastify({
     logger: {
       level: config.LOG_LEVEL,
+      ...(tracing ? { mixin: () => activeIds() ?? {} } : {}),
       redact: ['req.headers.authorization', 'req.headers.cookie', 'res.headers["set-cookie"]'],
       // failed queries are logged without their SQL and parameters (contract 1.3)
       serializers: { err: serializeError as never },
@@ -195,9 +203,15 @@ export async function buildApp({
   }).withTypeProvider<TypeBoxTypeProvider>()
 
   const owned = database === undefined
-  const db =
-    database ??
-    (await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolMax: config.DATABASE_POOL_MAX }))
+  let db: Database
+  try {
+    db =
+      database ??
+      (await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolMax: config.DATABASE_POOL_MAX }))
+  } catch (err) {
+    await tracing?.stop()
+    throw err
+  }
   try {
     if (owned) {
       const migrations = await migrateDatabase(db, config.DATABASE_URL)
@@ -211,9 +225,21 @@ export async function buildApp({
     if (config.ALLOW_DEV_ORG) await seedDevOrg(db.db)
   } catch (err) {
     if (owned) await db.close()
+    await tracing?.stop()
     throw err
   }
 
+  if (tracing) {
+    // one span per request, named by its route; it is the parent of a run the request starts
+    const otel = new FastifyOtelInstrumentation({
+      instrumentHooks: false,
+      instrumentHandler: false,
+      requestHook: (span, request) => {
+        if (request.routeOptions.url) span.updateName(`${request.method} ${request.routeOptions.url}`)
+      }
+    })
+    await app.register(otel.plugin())
+  }
   app.addSchema(ErrorBody)
   const routes: RouteRecord[] = []
   app.decorate('routeTable', routes)
@@ -258,6 +284,8 @@ export async function buildApp({
     maintenanceEveryMs: config.EMBEDDED_MAINTENANCE_SECONDS * 1000
   })
   await app.register(eventBusPlugin)
+  // GET /metrics and the request durations; the tracing stops with the app
+  await app.register(telemetry, { config, tracing })
   await app.register(ssePlugin, {
     heartbeatMs: config.SSE_HEARTBEAT_MS,
     maxBufferBytes: config.SSE_MAX_BUFFER_BYTES,
@@ -331,7 +359,8 @@ export async function buildApp({
     skills: app.skills.forImport,
     secrets: app.secrets
   })
-  const runMemory = ports.runMemory ?? app.memory.forRuns
+  // the ports runs go through are observed: spans and metrics at each (src/telemetry/ports.ts)
+  const runMemory = observedMemory(ports.runMemory ?? app.memory.forRuns)
   // the agent runtime: sandboxes and the tool gateway, which asks the runs group about runs
   await app.register(runtimeService, {
     config,
@@ -344,7 +373,7 @@ export async function buildApp({
       skills: app.skills.forRuns
     }),
     archives: app.artifacts.forWorkspaces,
-    mcp: app.mcp.forGateway,
+    mcp: observedMcp(app.mcp.forGateway),
     ...ports.runtime
   })
   // runs: engines, dispatch, the worker (offered the runtime's tools when there is a sandbox) and the sweeper
@@ -352,7 +381,7 @@ export async function buildApp({
     config,
     memory: runMemory,
     // tools need somewhere to run
-    tools: app.runtime.sandboxes !== null ? app.runtime.gateway : null,
+    tools: app.runtime.sandboxes !== null ? observedToolGateway(app.runtime.gateway, app.db) : null,
     artifacts: app.artifacts.forRuns,
     knowledge: app.knowledge.forRuns,
     skills: app.skills.forRuns,

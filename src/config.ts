@@ -655,6 +655,47 @@ export const EnvSchema = Type.Object({
     maximum: 16_384,
     default: 512,
     description: 'heap of the extraction child process'
+  }),
+  OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(
+    Type.String({
+      pattern: '^https?://',
+      description:
+        'an OTLP/HTTP collector (http://host:4318): traces go to <it>/v1/traces; unset (with the next one unset too): no tracing at all'
+    })
+  ),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(
+    Type.String({
+      pattern: '^https?://',
+      description:
+        'the full URL traces are posted to (OTLP/HTTP, JSON), instead of OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces'
+    })
+  ),
+  OTEL_EXPORTER_OTLP_HEADERS: Type.Optional(
+    Type.String({
+      description:
+        'headers sent with every export, as key=value pairs separated by commas (values percent-encoded), e.g. Authorization=Basic%20…'
+    })
+  ),
+  OTEL_SERVICE_NAME: Type.String({
+    minLength: 1,
+    default: 'cairn',
+    description: "the service.name of this instance's spans"
+  }),
+  OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: Type.Boolean({
+    default: false,
+    description:
+      "record prompts, answers, tool arguments and results on spans (the run's secret values redacted); off: only sizes, models and counts"
+  }),
+  METRICS_TOKEN: Type.Optional(
+    Type.String({
+      minLength: 16,
+      description:
+        'GET /metrics answers a caller with Authorization: Bearer <it> from any address; without it, loopback callers only (others: 404)'
+    })
+  ),
+  METRICS_PER_ORG: Type.Boolean({
+    default: false,
+    description: 'label run, token and tool metrics with the organization id (one series per org: for a few orgs only)'
   })
 })
 

@@ -21,10 +21,10 @@ function isSpecPublic(method: string, url: string): boolean {
 }
 
 /**
- * Routes outside /api: the root (a redirect to the console), the API description and the Memory Hub console (static
- * pages that call the API).
+ * Routes outside /api: the root (a redirect to the console), the API description, the Memory Hub console (static
+ * pages that call the API) and the Prometheus metrics (loopback or METRICS_TOKEN, never an org's).
  */
-const OUTSIDE_API = [/^\/$/, /^\/openapi\.json$/, /^\/docs(\/.*)?$/, /^\/hub(\/.*)?$/]
+const OUTSIDE_API = [/^\/$/, /^\/openapi\.json$/, /^\/docs(\/.*)?$/, /^\/hub(\/.*)?$/, /^\/metrics$/]
 
 const fakeId = '0190b8f0-0000-7000-8000-000000000000'
 const fill = (url: string) => url.replace(/:[A-Za-z0-9_]+/g, fakeId)

@@ -22,8 +22,19 @@ export interface Database {
   listen(channel: string, fn: (payload: string) => void, onListen?: () => void): Promise<() => Promise<void>>
   /** a trivial round trip, for readiness checks */
   ping(): Promise<void>
+  /** the pool's connections now: open, carrying a query, and the most it opens (GET /metrics) */
+  connections(): PoolConnections
   close(): Promise<void>
 }
+
+export interface PoolConnections {
+  open: number
+  inUse: number
+  max: number
+}
+
+/** postgres.js's pool counts (patches/postgres+*.patch exposes them; the queues themselves are private). */
+const connectionsOf = (pg: Sql): PoolConnections => (pg as unknown as { connections: PoolConnections }).connections
 
 export interface OpenDatabaseOptions {
   /** postgres://… for real Postgres; otherwise PGlite */
@@ -94,6 +105,7 @@ function openPostgres(url: string, max: number): Database {
     async ping() {
       await withinTime(pg`select 1`, PING_TIMEOUT_MS)
     },
+    connections: () => connectionsOf(pg),
     async close() {
       await pg.end({ timeout: 5 })
     }
@@ -194,6 +206,7 @@ async function openPglite(dataDir: string, template?: string): Promise<Database>
     async ping() {
       await withinTime(pg`select 1`, PING_TIMEOUT_MS)
     },
+    connections: () => connectionsOf(pg as unknown as Sql),
     async close() {
       try {
         await pg.end({ timeout: 5 })

@@ -5,6 +5,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { ProviderFetch } from '../providers/address-guard.js'
 import { refusalIn } from '../providers/address-guard.js'
 import type { ListedTool } from './tables.js'
+import { traceHeaders } from '../telemetry/tracing.js'
 
 export interface McpTarget {
   url: string
@@ -35,7 +36,8 @@ async function withClient<T>(
 ): Promise<T> {
   const transport = new StreamableHTTPClientTransport(new URL(target.url), {
     fetch: fetch as never,
-    requestInit: { headers: target.headers },
+    // the server may continue the run's trace (docs/observability.md)
+    requestInit: { headers: { ...target.headers, ...traceHeaders() } },
     // one request at a time: no reconnecting streams to leave behind
     reconnectionOptions: {
       maxRetries: 0,

@@ -9,6 +9,7 @@ import { PoolWriteError, type MemoryBackend, type PoolRef } from './backend.js'
 import { factContent } from './captures-repo.js'
 import { backoffDelay, createWorkerLoop } from '../worker-loop.js'
 import type { CaptureFact } from './tables.js'
+import { observeCaptures } from '../telemetry/captures.js'
 
 /**
  * Tells a run's stream that its capture is in the pool: `memory.captured` with
@@ -24,7 +25,7 @@ export async function announceCaptured(
   const { orgId, runId, rootRunId, itemCount } = capture
   await events
     .emit({ orgId, runId, type: 'memory.captured', data: { runId, rootRunId, itemCount, ...extra } })
-    .catch((err: unknown) => log.warn({ err, runId }, 'memory.captured event not stored'))
+    .catch((err: unknown) => log.warn({ err, runId, orgId }, 'memory.captured event not stored'))
 }
 
 export interface CaptureWorkerOptions {
@@ -238,7 +239,7 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
       const lostDatabase = !(err instanceof PoolWriteError) && isDatabaseUnavailable(err)
       const reason = lostDatabase ? 'the database was unavailable' : failureSentence(err)
       log.warn(
-        { captureId: row.id, runId: row.run_id, attempt: row.attempts, err },
+        { captureId: row.id, runId: row.run_id, orgId: row.org_id, attempt: row.attempts, err },
         `memory capture delivery failed: ${reason}`
       )
       if (lostDatabase && sent && !outcomeKnown) {
@@ -386,7 +387,8 @@ export function createCaptureWorker(opts: CaptureWorkerOptions): CaptureWorker {
       const rows = await claim()
       return rows.length > 0 ? rows : null
     },
-    work: deliverRound,
+    // each capture a span in the trace of its run
+    work: (rows) => observeCaptures(db, rows, () => deliverRound(rows)),
     claimAgain: (rows) => rows.length >= opts.batch,
     pollMs: opts.pollMs,
     backoff: { baseMs: opts.backoffMs, maxMs: opts.backoffMaxMs },

@@ -131,7 +131,7 @@ export function createMemoryHub(
               scores: h.scores
             }))
           } catch (err) {
-            log.warn({ err, runId: run.id }, 'memory recall failed')
+            log.warn({ err, runId: run.id, orgId: run.orgId }, 'memory recall failed')
           }
         }
         await recordRecall(db, run, {

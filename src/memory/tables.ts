@@ -171,6 +171,10 @@ export const memoryCaptures = pgTable(
       .on(t.leaseExpiresAt)
       .where(sql`${t.state} = 'delivering'`),
     index('memory_captures_org_newest_idx').on(t.orgId, t.id.desc()),
+    // GET /metrics counts the captures given up, whatever the table's size
+    index('memory_captures_dead_idx')
+      .on(t.updatedAt)
+      .where(sql`${t.state} = 'dead'`),
     check('memory_captures_state_check', sql`${t.state} in ('pending', 'delivering', 'delivered', 'dead', 'discarded')`)
   ]
 )

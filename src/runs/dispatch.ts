@@ -24,6 +24,7 @@ import {
 } from './runs-repo.js'
 import type { RunOrigin } from './tables.js'
 import { agentOptionsOf } from './agent-options.js'
+import { currentTraceparent } from '../telemetry/tracing.js'
 import type { RunArtifacts } from './ports/artifacts.js'
 
 export interface DispatchDeps {
@@ -152,7 +153,9 @@ export async function dispatchRun(
       attachments,
       suspended: null,
       resumeAt: null,
-      remembered: null
+      remembered: null,
+      // the request's span: the run's trace continues it, on whichever instance executes the run
+      traceparent: currentTraceparent() ?? null
     }
     const wire = { run: runToWire(run) }
     const completion = idempotency?.completion(201, wire, precondition) ?? null

@@ -10,6 +10,7 @@ import type { Static } from 'typebox'
 import type { Run } from '../../schemas/runs.js'
 import { newId } from '../db/ids.js'
 import { appendEvent, notifyStored, type EventBatcher } from './events.js'
+import { currentTraceparent } from '../telemetry/tracing.js'
 import type { FollowUpRun } from './ports/skills.js'
 import {
   runs,
@@ -96,6 +97,8 @@ export interface EndedRun {
   orgId: string
   rootRunId: string
   origin: RunOrigin
+  /** how it ended (cancelled, or failed when its worker was lost) */
+  status: RunStatus
   userId: string | null
   /** the facts it remembered (the `remember` tool), captured whatever its end (contract 13.5) */
   remembered: RememberedFact[] | null
@@ -105,13 +108,14 @@ export interface EndedRun {
 export type OnRunsEnded = (tx: Tx, ended: EndedRun[]) => Promise<void>
 
 /** What an ended run's hand-written `returning` gives, as an EndedRun. */
-export const ENDED_COLUMNS = sql`id, org_id, root_run_id, origin, user_id, remembered`
+export const ENDED_COLUMNS = sql`id, org_id, root_run_id, origin, status, user_id, remembered`
 export function endedOf(r: Record<string, unknown>): EndedRun {
   return {
     id: r.id as string,
     orgId: r.org_id as string,
     rootRunId: r.root_run_id as string,
     origin: r.origin as RunOrigin,
+    status: r.status as RunStatus,
     userId: (r.user_id as string | null) ?? null,
     remembered: jsonOf<RememberedFact[] | null>(r.remembered) ?? null
   }
@@ -173,7 +177,8 @@ export async function createRun(tx: Tx, principal: RunOwner, input: CreateRunInp
       userId: principal.userId,
       instructions: input.instructions ?? null,
       settings: input.settings ?? {},
-      attachments: input.attachments ?? []
+      attachments: input.attachments ?? [],
+      traceparent: currentTraceparent()
     })
     .returning()
   return run!
@@ -254,8 +259,8 @@ export async function insertThreadRoots<T extends NewThreadRun>(tx: Tx, rows: T[
     }))
   )
   await tx.execute(sql`
-    insert into runs (id, org_id, root_run_id, engine, model, prompt, status, origin, metadata, user_id, instructions, settings, attachments)
-    select id, org_id, id, engine, model, prompt, 'queued', origin, metadata, user_id, instructions, settings, attachments
+    insert into runs (id, org_id, root_run_id, engine, model, prompt, status, origin, metadata, user_id, instructions, settings, attachments, traceparent)
+    select id, org_id, id, engine, model, prompt, 'queued', origin, metadata, user_id, instructions, settings, attachments, ${currentTraceparent() ?? null}
     from jsonb_to_recordset(${batch}::jsonb)
       as r(id text, org_id text, engine text, model text, prompt text, origin text, metadata jsonb, user_id text, instructions text, settings jsonb, attachments jsonb)`)
   return rows
@@ -265,7 +270,7 @@ export async function insertThreadRoots<T extends NewThreadRun>(tx: Tx, rows: T[
 export async function insertFollowUp(tx: Tx, run: FollowUpRun): Promise<RunRow> {
   const [row] = await tx
     .insert(runs)
-    .values({ ...run, status: 'queued' })
+    .values({ ...run, status: 'queued', traceparent: currentTraceparent() })
     .returning()
   return row!
 }
@@ -284,8 +289,9 @@ export async function insertThreadRoot(
 ): Promise<boolean> {
   const values = sql`${row.id}, ${row.orgId}, ${row.id}, null, ${row.engine}, ${row.model ?? null}, ${row.prompt}, 'queued',
     ${row.origin}, ${JSON.stringify(row.metadata ?? {})}::jsonb, ${JSON.stringify(row.secretNames ?? [])}::jsonb, ${row.userId ?? null}, ${row.createdAt.toISOString()}::timestamptz,
-    ${row.instructions ?? null}, ${JSON.stringify(row.settings ?? {})}::jsonb, ${JSON.stringify(row.attachments ?? [])}::jsonb`
-  const cols = sql`(id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, secret_names, user_id, created_at, instructions, settings, attachments)`
+    ${row.instructions ?? null}, ${JSON.stringify(row.settings ?? {})}::jsonb, ${JSON.stringify(row.attachments ?? [])}::jsonb,
+    ${row.traceparent ?? null}`
+  const cols = sql`(id, org_id, root_run_id, parent_run_id, engine, model, prompt, status, origin, metadata, secret_names, user_id, created_at, instructions, settings, attachments, traceparent)`
   const result = guard
     ? await db.execute(sql`with guard as (${guard}) insert into runs ${cols} select ${values} from guard returning id`)
     : await db.execute(
@@ -309,7 +315,10 @@ export async function announceCommitted(
   await Promise.all(
     runs.map((run) =>
       announceQueued(events, run).catch((err: unknown) => {
-        log.warn({ err, runId: run.id }, 'run.queued not stored after the run committed; the sweeper will announce it')
+        log.warn(
+          { err, runId: run.id, orgId: run.orgId },
+          'run.queued not stored after the run committed; the sweeper will announce it'
+        )
       })
     )
   )
@@ -746,6 +755,7 @@ function runFromRow(r: Record<string, unknown>): RunRow {
     cancelRequested: boolOf(r.cancel_requested),
     suspended: jsonOf<RunRow['suspended']>(r.suspended) ?? null,
     resumeAt: dateOrNull(r.resume_at),
-    remembered: jsonOf<RunRow['remembered']>(r.remembered) ?? null
+    remembered: jsonOf<RunRow['remembered']>(r.remembered) ?? null,
+    traceparent: (r.traceparent as string | null) ?? null
   }
 }

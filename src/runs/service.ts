@@ -23,6 +23,7 @@ import { realUserIdOfRun } from './run-ref.js'
 import { RunSweeper } from './sweeper.js'
 import type { ToolGatewayPort } from './ports/tool-gateway.js'
 import { dropToolCalls, RunWorker } from './worker.js'
+import { countRunEnded } from '../telemetry/runs.js'
 
 /** The runs group's instance-wide side, as `app.runs`. */
 export interface RunsService {
@@ -147,6 +148,7 @@ export default fp(
     // contract 13.5: the facts a run remembered are captured however it ends, here when outside its worker
     const onEnded: OnRunsEnded = async (tx, ended) => {
       for (const run of ended) {
+        countRunEnded(run, run.status)
         if (run.remembered && run.remembered.length > 0) {
           await memory.enqueueCapture(
             tx,

@@ -94,7 +94,12 @@ export const runs = pgTable(
      * while `requires_action`: when a worker may take the run again (every call decided: now; else its first approval's
      * expiry)
      */
-    resumeAt: ts('resume_at')
+    resumeAt: ts('resume_at'),
+    /**
+     * the W3C `traceparent` of the span that started the run (the request, or the run that ended and started it): the
+     * run's spans continue that trace on whichever instance executes it; null when tracing was off
+     */
+    traceparent: text('traceparent')
   },
   (t) => [
     index('runs_org_id_idx').on(t.orgId, t.id),

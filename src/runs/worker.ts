@@ -43,6 +43,8 @@ import type { ToolGatewayPort } from './ports/tool-gateway.js'
 import { NO_SECRETS, Redactor } from '../secrets/redact.js'
 import { isDatabaseUnavailable } from '../db/faults.js'
 import { backoffDelay, createWorkerLoop, LoopStopped, type WorkerLoop } from '../worker-loop.js'
+import { observeRun, type ExecutionEnd } from '../telemetry/runs.js'
+import { redactSpansWith } from '../telemetry/tracing.js'
 
 /** Drops a run's waiting tool calls, if runs have tools; never throws (the run ends either way). */
 export async function dropToolCalls(
@@ -55,7 +57,7 @@ export async function dropToolCalls(
   try {
     await tools.cancelRun(orgId, runId)
   } catch (err) {
-    log.warn({ err, runId }, 'dropping waiting tool calls failed')
+    log.warn({ err, runId, orgId }, 'dropping waiting tool calls failed')
   }
 }
 
@@ -121,6 +123,8 @@ interface Active {
    * to get there)
    */
   checkpoint?: { state: string; usage: Usage | null } | undefined
+  /** how this execution left the worker, for its span and the run metrics (unset: killed or lost) */
+  ended?: ExecutionEnd | undefined
 }
 
 /**
@@ -226,14 +230,19 @@ export class RunWorker {
     // claimed as the instance began to stop: handed back at once
     else if (stopped.aborted) stop()
     stopped.addEventListener('abort', stop, { once: true })
-    entry.done = this.runOne(entry, history)
+    // the run's span (its trace continues the request's that started it) and its metrics
+    const observed = observeRun(run, this.instanceId)
+    entry.done = observed
+      .within(() => this.runOne(entry, history))
       .catch((err) => {
-        if (!this.killed) this.o.log.error({ err, runId: run.id }, 'run worker: finishing a run failed')
+        if (!this.killed)
+          this.o.log.error({ err, runId: run.id, orgId: run.orgId }, 'run worker: finishing a run failed')
       })
       // however the run left (a lost lease, a crash of its end), its workspace is not kept from other instances
       .then(() => this.settleWorkspace(run).then(() => {}))
       .finally(() => {
         this.active.delete(run.id)
+        observed.end(entry.ended)
       })
     return entry.done
   }
@@ -258,7 +267,10 @@ export class RunWorker {
         if (Date.now() + wait >= entry.leaseUntil)
           throw new LeaseLost(`the database stayed away past the lease of run ${entry.run.id}`, { cause: err })
         if (attempt === 1)
-          this.o.log.warn({ err, runId: entry.run.id }, "run worker: the database is away; retrying the run's write")
+          this.o.log.warn(
+            { err, runId: entry.run.id, orgId: entry.run.orgId },
+            "run worker: the database is away; retrying the run's write"
+          )
         await sleep(wait, undefined, signal ? { signal } : undefined).catch(() => {})
         this.guard()
         if (signal?.aborted) throw signal.reason
@@ -369,6 +381,7 @@ export class RunWorker {
       if (run.secretNames.length > 0) {
         ;({ redact, env } = await this.secretsOf(run))
         deltas = redact.stream()
+        redactSpansWith(redact)
       }
       // an org provider's model is looked up only for openai runs the deployment cannot serve
       const engine = await o.engines.forRun(run)
@@ -469,7 +482,7 @@ export class RunWorker {
         // something the run read or wrote; another worker (or this one) runs it again
         if (!(reason instanceof ShutdownRelease))
           o.log.warn(
-            { err: reason, runId: run.id },
+            { err: reason, runId: run.id, orgId: run.orgId },
             'run worker: the database went away under the run; handing it back'
           )
         // what the run said before it stopped is kept when the database lets us
@@ -478,7 +491,10 @@ export class RunWorker {
         return
       } else if (err instanceof EngineError) outcome = { status: 'failed', error: redact.text(err.message) }
       else {
-        o.log.error({ err: redact.empty ? err : redactedError(redact, err), runId: run.id }, 'engine crashed')
+        o.log.error(
+          { err: redact.empty ? err : redactedError(redact, err), runId: run.id, orgId: run.orgId },
+          'engine crashed'
+        )
         outcome = { status: 'failed', error: 'engine_error' }
       }
     }
@@ -505,6 +521,7 @@ export class RunWorker {
     // saved before the run's end is stored: the thread's next run, on any instance, sees these files
     const unsaved = await this.settleWorkspace(run)
     if (unsaved !== null && outcome.status === 'succeeded') outcome = { status: 'failed', error: unsaved }
+    entry.ended = outcome.status
     // a cancelled or failed run leaves no call waiting for a person
     if (outcome.status !== 'succeeded') await this.dropToolCalls(run.orgId, run.id)
     const waiting = await writer.take()
@@ -592,6 +609,7 @@ export class RunWorker {
   /** Contract 13.4: the run leaves this worker to wait for people's decisions (runs-repo.ts suspendRun). */
   private async suspend(entry: Active, state: SuspendedRun, spent: Usage | null): Promise<void> {
     const { run } = entry
+    entry.ended = 'requires_action'
     // the run may go on on another instance
     await this.settleWorkspace(run)
     await this.lastWrite(entry, () => suspendRun(this.o.db, run, this.instanceId, state, spent), undefined)
@@ -642,6 +660,7 @@ export class RunWorker {
   /** Hands a run back to the queue (shutdown, the database away): runs-repo.ts releaseRun. */
   private async release(entry: Active): Promise<void> {
     const { run, checkpoint } = entry
+    entry.ended = 'queued'
     await this.settleWorkspace(run)
     await this.lastWrite(entry, () => releaseRun(this.o.db, run, this.instanceId, checkpoint), undefined)
   }

@@ -3,6 +3,7 @@ import type { Db, Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import { keyset, type PageInput } from '../db/paging.js'
 import { toolApprovals, type ApprovalStatus } from './tables.js'
+import { currentTraceparent } from '../telemetry/tracing.js'
 
 export type ApprovalRow = typeof toolApprovals.$inferSelect
 
@@ -32,7 +33,8 @@ export async function insertApproval(
 ): Promise<ApprovalRow> {
   const [row] = await db
     .insert(toolApprovals)
-    .values({ id: newId(), orgId, ...a })
+    // the asking tool call's span: the wait for the decision becomes its child (src/telemetry/genai.ts)
+    .values({ id: newId(), orgId, traceparent: currentTraceparent(), ...a })
     .returning()
   return row!
 }

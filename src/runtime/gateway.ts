@@ -358,7 +358,7 @@ export class ToolGateway {
     try {
       return (await opened.close()).error
     } catch (err) {
-      this.opts.log.error({ err, runId }, "ending a run's workspace session failed")
+      this.opts.log.error({ err, runId, orgId }, "ending a run's workspace session failed")
       return "workspace_not_saved: the thread's workspace could not be saved"
     }
   }

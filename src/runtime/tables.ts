@@ -48,10 +48,16 @@ export const toolApprovals = pgTable(
     decidedBy: text('decided_by'),
     decidedAt: timestamp('decided_at', { withTimezone: true, mode: 'date' }),
     expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }).notNull(),
-    createdAt: timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow()
+    createdAt: timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
+    /** the W3C `traceparent` of the tool call's span that asked: the wait for the decision is its child span */
+    traceparent: text('traceparent')
   },
   (t) => [
     index('tool_approvals_run_idx').on(t.orgId, t.runId, t.id),
+    // GET /metrics counts the approvals waiting, whatever the table's size
+    index('tool_approvals_pending_idx')
+      .on(t.expiresAt)
+      .where(sql`${t.status} = 'pending'`),
     check('tool_approvals_status_check', sql`${t.status} in (${sqlList(APPROVAL_STATUSES)})`)
   ]
 )

@@ -258,7 +258,10 @@ export class SlackOutbox extends OutboxLoop<Claimed> {
     const { giveUp, delayMs: delay } = await planAfterFailure(o.db, row.org_id, err, row.attempts, o)
     if (giveUp) {
       await this.settle(row, sql`state = 'failed', last_error = ${err.message}, uncertain = ${uncertain}`)
-      o.log.warn({ runId: row.runId, attempt: row.attempts, err: err.message }, 'slack outbox: reply given up')
+      o.log.warn(
+        { runId: row.runId, orgId: row.org_id, attempt: row.attempts, err: err.message },
+        'slack outbox: reply given up'
+      )
       return
     }
     await this.settle(

@@ -4,6 +4,8 @@
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { createRequire } from 'node:module'
+import { readFileSync } from 'node:fs'
 import t, { type Test } from 'tap'
 import { shellCall, startToolModel } from '../runs/tool-model.js'
 import { hubServer, launchBrowser, noBrowser, openPage, screenshot, tabTo } from './helpers.js'
@@ -13,7 +15,15 @@ declare const window: { __mouseClicks?: number; innerWidth: number }
 declare const document: {
   addEventListener(type: 'click', listener: (e: { detail: number }) => void, capture: boolean): void
   documentElement: { scrollWidth: number }
+  activeElement: { textContent: string | null } | null
 }
+declare const axe: {
+  run(
+    context: unknown,
+    options: unknown
+  ): Promise<{ violations: Array<{ id: string; impact: string | null; help: string }> }>
+}
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')
 
 const model = await startToolModel(t)
 const dataDir = await mkdtemp(join(tmpdir(), 'cairn-hub-access-'))
@@ -185,5 +195,59 @@ test('stored HTML in a conversation is shown as its characters: no element, no s
   }
   t.same(dialogs, [], 'no dialog')
   t.same(await problems.violations(), [], 'no inline script or handler tried to run')
+  t.same(problems.errors, [])
+})
+
+test("the run page's timeline: model calls with their latency, tokens, a tool call's arguments, result and decision", async (t) => {
+  // the model asks for a shell call (which needs a person), then answers
+  model.script.push(shellCall('echo timeline-result', 'call_tl'), { text: 'It said timeline-result.' })
+  const created = await app.inject({
+    method: 'POST',
+    url: '/api/runs',
+    payload: { prompt: 'Run the timeline command', engine: 'openai', model: 'tool-model' }
+  })
+  const runId = created.json().run.id as string
+  const { page, problems, close } = await openPage(browser)
+  t.teardown(close)
+  await page.goto(`${base}/hub/runs/${runId}`)
+  const timeline = page.getByRole('list', { name: 'What the run did, in order' })
+  await timeline.getByText('Needs a person’s approval.').waitFor()
+  const approvals = (await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals` })).json().items
+  const decided = await app.inject({
+    method: 'POST',
+    url: `/api/runs/${runId}/approvals/${approvals[0].id}`,
+    payload: { decision: 'approve' }
+  })
+  t.equal(decided.statusCode, 200)
+  await timeline.getByText('Run succeeded').waitFor()
+
+  const text = (await timeline.textContent()) ?? ''
+  t.match(text, /Model call: tool-model/, 'the model of each call')
+  t.match(text, /Tool call: shell/)
+  t.match(text, /Approved by user \w{8} after \d/, 'the decision, who made it, and how long it took')
+  t.match(text, /tokens: 10 in, 4 out \(whole run\)/, "the run's tokens")
+  t.equal(await timeline.locator('.step-model').count(), 2, 'two model calls')
+  t.match(await timeline.locator('.step-model').first().textContent(), /\d+ (ms|s) · tool calls/, 'with its latency')
+
+  // the arguments and the result open from the keyboard
+  await tabTo(page, 'summary:has-text("Arguments of shell")')
+  await page.keyboard.press('Enter')
+  const args = timeline.locator('details', { hasText: 'Arguments of shell' }).locator('pre')
+  await args.waitFor()
+  t.match(await args.textContent(), /"command": "echo timeline-result"/)
+  await tabTo(page, 'summary:has-text("Result of shell")')
+  await page.keyboard.press('Space')
+  const result = timeline.locator('details', { hasText: 'Result of shell' }).locator('pre')
+  await result.waitFor()
+  t.match(await result.textContent(), /timeline-result/)
+  await screenshot(page, 'run-timeline')
+
+  await page.evaluate(AXE_SOURCE)
+  const { violations } = await page.evaluate(() => axe.run(document, { resultTypes: ['violations'] }))
+  t.same(
+    violations.filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => `${v.id}: ${v.help}`),
+    [],
+    'axe: nothing serious on the run page with its timeline open'
+  )
   t.same(problems.errors, [])
 })

@@ -8,6 +8,7 @@ import type {
 import type { RunSettings } from '../tables.js'
 import { EngineError, type Engine, type ToolCall, type ToolDefinition, type WireMessage } from './types.js'
 import { protocolEngine, type ModelClientOptions, type ModelProtocol } from './model-call.js'
+import { traceHeaders } from '../../telemetry/tracing.js'
 
 /** `baseUrl` is the API's origin, e.g. https://api.anthropic.com (requests go to `{baseUrl}/v1/messages`). */
 export type AnthropicOptions = ModelClientOptions
@@ -124,7 +125,8 @@ function anthropicProtocol(opts: AnthropicOptions, base: string): ModelProtocol 
           ...params,
           max_tokens: params.max_tokens!
         },
-        { signal: req.signal }
+        // the provider may continue the run's trace (docs/observability.md)
+        { signal: req.signal, headers: traceHeaders() }
       )
       let text = ''
       for await (const event of stream) {
@@ -147,7 +149,12 @@ function anthropicProtocol(opts: AnthropicOptions, base: string): ModelProtocol 
       const u = message.usage
       const promptTokens =
         (u.input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0) + (u.cache_read_input_tokens ?? 0)
-      return { text, usage: { promptTokens, completionTokens: u.output_tokens ?? 0 }, toolCalls }
+      return {
+        text,
+        usage: { promptTokens, completionTokens: u.output_tokens ?? 0 },
+        toolCalls,
+        finishReason: message.stop_reason
+      }
     }
   }
 }

@@ -3,6 +3,7 @@
 // themselves (openai.ts, anthropic.ts) only turn a call into their SDK's request and back.
 import type { RunSettings, SuspendedRun } from '../tables.js'
 import { backoffDelay } from '../../worker-loop.js'
+import { observeModelCall } from '../../telemetry/genai.js'
 import {
   abortable,
   EngineError,
@@ -60,6 +61,8 @@ export interface CallAnswer {
   text: string
   usage: Usage
   toolCalls: ToolCall[]
+  /** why the model stopped, in the provider's word (`stop`, `tool_calls`, `end_turn`, …), when it said */
+  finishReason?: string | undefined
 }
 
 /** What a protocol (the OpenAI or Anthropic SDK) does; everything else is shared. */
@@ -188,12 +191,27 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
 
   const modelIds = (): string[] => (opts.models.length > 0 ? opts.models : (probe?.ids ?? []))
 
+  /** One model call as telemetry sees it: a `chat <model>` span, its retries as events, and the model metrics. */
+  function call(
+    req: Omit<CallRequest, 'signal' | 'onProgress'>,
+    signal: AbortSignal,
+    onRetry?: (retry: ModelRetry) => Promise<void> | void
+  ): Promise<CallAnswer> {
+    const info = { provider: opts.id, model: req.model, settings: req.settings, messages: req.messages }
+    return observeModelCall(info, (retried) =>
+      attempts(req, signal, async (retry) => {
+        retried(retry)
+        await onRetry?.(retry)
+      })
+    )
+  }
+
   /**
    * One model call, streamed: aborted when nothing arrives for `timeoutMs`; a 429, 5xx or
    * connection failure before anything of the answer arrived is tried again (`Retry-After`
    * honoured, else exponential backoff with jitter), reported through onRetry.
    */
-  async function call(
+  async function attempts(
     req: Omit<CallRequest, 'signal' | 'onProgress'>,
     signal: AbortSignal,
     onRetry?: (retry: ModelRetry) => Promise<void> | void

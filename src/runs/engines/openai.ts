@@ -3,6 +3,7 @@ import type { ChatCompletionCreateParamsStreaming, ChatCompletionMessageParam } 
 import type { RunSettings } from '../tables.js'
 import { EngineError, type Engine, type ToolCall } from './types.js'
 import { protocolEngine, type ModelClientOptions, type ModelProtocol } from './model-call.js'
+import { traceHeaders } from '../../telemetry/tracing.js'
 
 export { retryAfterMs, type ModelRetry } from './model-call.js'
 
@@ -60,11 +61,12 @@ function openAiProtocol(opts: OpenAiOptions, base: string): ModelProtocol {
           stream: true,
           stream_options: { include_usage: true }
         },
-        { signal: req.signal }
+        // the provider may continue the run's trace (docs/observability.md)
+        { signal: req.signal, headers: traceHeaders() }
       )
       let text = ''
       let usage = { promptTokens: 0, completionTokens: 0 }
-      let finished = false
+      let finished: string | null = null
       const calls: ToolCall[] = []
       for await (const chunk of stream) {
         req.onProgress()
@@ -82,12 +84,12 @@ function openAiProtocol(opts: OpenAiOptions, base: string): ModelProtocol {
           if (typeof piece.function?.name === 'string') call.function.name += piece.function.name
           if (typeof piece.function?.arguments === 'string') call.function.arguments += piece.function.arguments
         }
-        if (choice?.finish_reason) finished = true
+        if (choice?.finish_reason) finished = choice.finish_reason
         if (chunk.usage)
           usage = { promptTokens: chunk.usage.prompt_tokens ?? 0, completionTokens: chunk.usage.completion_tokens ?? 0 }
       }
-      if (!finished && !req.signal.aborted) throw new EngineError('upstream_error: the stream ended early')
-      return { text, usage, toolCalls: calls.filter((c) => c !== undefined) }
+      if (finished === null && !req.signal.aborted) throw new EngineError('upstream_error: the stream ended early')
+      return { text, usage, toolCalls: calls.filter((c) => c !== undefined), finishReason: finished ?? undefined }
     }
   }
 }

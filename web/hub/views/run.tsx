@@ -2,6 +2,7 @@ import { useEffect, useState } from 'preact/hooks'
 import { api, query, type Recalls, type Run, type RunEventFrame, type RunReply } from '../api.js'
 import { Empty, ErrorBox, Link, Loading, Time, useLoad } from '../ui.js'
 import { RecallList } from './recalls.js'
+import { RunTimeline } from './run-timeline.js'
 
 const EVENT_TYPES = [
   'run.queued',
@@ -171,6 +172,7 @@ export function RunView({ id }: { id: string }) {
       <div class="output content" aria-live="polite" aria-label="Run output">
         {live.text === '' ? <span class="muted">(no text yet)</span> : live.text}
       </div>
+      <RunTimeline id={id} />
       <h2>Events</h2>
       {live.log.length === 0 ? (
         <p class="muted">No events yet.</p>
