@@ -126,6 +126,9 @@ const checks: Record<string, Check[]> = {
     check(/\{"enabled":false,"extract":true,"orgEnabled":false/, 'memory off'),
     check(/\{"enabled":true,"extract":true,"orgEnabled":true/, 'and on again')
   ],
+  'observability.md': [
+    check(/^cairn_run_queue_depth\{state="queued"\} \d+$/m, 'the queue depth, scraped as Prometheus would')
+  ],
   'providers.md': [
     check(/"name":"OpenRouter","kind":"openai"[^\n]*"ready":true/, 'an OpenAI-compatible provider, ready'),
     check(/"name":"Anthropic","kind":"anthropic"[^\n]*"ready":true/, 'Anthropic, ready'),

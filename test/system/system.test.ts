@@ -51,7 +51,7 @@ t.test('GET /api/config carries every field of spec section 2', async (t) => {
   t.equal(body.allowDevOrg, false)
   t.same(Object.keys(body.auth).sort(), ['emailPassword', 'google'])
   t.equal(body.auth.google, false, 'no Google sign-in is offered')
-  t.same(Object.keys(body.capabilities).sort(), ['github', 'memory', 'slack', 'toolGateway'])
+  t.same(Object.keys(body.capabilities).sort(), ['github', 'memory', 'semanticSearch', 'slack', 'toolGateway'])
   for (const flag of Object.values(body.capabilities)) t.type(flag, 'boolean')
   t.match(body.capabilities, { github: true, slack: true }, 'the integrations this deployment offers')
   t.ok(Array.isArray(body.engines))
