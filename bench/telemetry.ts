@@ -243,7 +243,9 @@ async function metricsScrape(): Promise<string> {
   }
 }
 
+/** BENCH_PARTS=metrics: the scrape alone (it needs no receiver and takes a minute). */
 export async function benchTelemetry(): Promise<string> {
+  if (process.env.BENCH_PARTS === 'metrics') return ['### GET /metrics', '', await metricsScrape()].join('\n')
   const receiver = await startReceiver()
   try {
     const dispatch = await dispatchCases(receiver.endpoint)
