@@ -1,6 +1,6 @@
 // Retrieval quality: recall@5 of full-text, semantic and hybrid Memory Hub search with the
 // built-in offline embedder, on the committed paraphrase set (bench/data/paraphrases.json: 50
-// facts, 24 questions, 14 of which share no word with their fact). In-process, on the
+// facts, 24 questions, 8 of which share no word with their fact). In-process, on the
 // embedded database; `npm run bench -- retrieval-quality`.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
