@@ -152,6 +152,21 @@ t.test('multitask: runs of one thread never overlap; reject and interrupt', asyn
   t.equal(bad.statusCode, 400)
 })
 
+const schemaOf = (schema: Record<string, unknown>, prompt?: string) => ({
+  ...(prompt ? { prompt } : {}),
+  responseFormat: { type: 'json_schema', name: 's', schema }
+})
+/** `n` definitions, each an object holding the next: 2 levels of nesting each, references followed */
+const chainOf = (n: number) => ({
+  $defs: Object.fromEntries(
+    Array.from({ length: n }, (_, i) => [
+      `d${i}`,
+      i === n - 1 ? { type: 'string' } : { type: 'object', properties: { x: { $ref: `#/$defs/d${i + 1}` } } }
+    ])
+  ),
+  $ref: '#/$defs/d0'
+})
+
 t.test('instructions, settings and their refusals', async (t) => {
   const app = await buildTestApp(t)
   const asked = (
@@ -179,15 +194,37 @@ t.test('instructions, settings and their refusals', async (t) => {
       { responseFormat: { type: 'json_schema', name: 'bad', schema: { type: 'nonsense' } } },
       /^\/body\/responseFormat\/schema: not a usable JSON Schema/
     ],
-    [
-      { responseFormat: { type: 'json_schema', name: 'redos', schema: { type: 'string', pattern: '^(a+)+$' } } },
-      /exponential/
-    ],
     [{ responseFormat: { type: 'json_schema', name: 'big', schema: { description: 'x'.repeat(70_000) } } }, /64 KB/],
+    // patterns run on RE2: what needs backtracking is refused
     [
-      { responseFormat: { type: 'json_schema', name: 'remote', schema: { $ref: 'https://example.com/schema.json' } } },
-      /not a usable JSON Schema/
-    ]
+      schemaOf({ type: 'string', pattern: '^(?=a)a+$' }),
+      /the pattern "\^\(\?=a\)a\+\$" cannot be matched in linear time/
+    ],
+    [schemaOf({ type: 'string', pattern: '^(a)\\1$' }), /cannot be matched in linear time/],
+    [schemaOf({ type: 'object', patternProperties: { '(?<!x)y': {} } }), /cannot be matched in linear time/],
+    [schemaOf({ type: 'string', pattern: '(' }), /is not a regular expression/],
+    // references: inside the schema, never back into themselves, nesting bounded
+    [schemaOf({ $ref: '#' }), /refers to the whole schema: recursive schemas are not accepted/],
+    [
+      schemaOf({ type: 'object', properties: { child: { $ref: '#' } } }),
+      /refers to the whole schema: recursive schemas are not accepted/
+    ],
+    [
+      schemaOf({
+        $defs: { node: { type: 'object', properties: { next: { $ref: '#/$defs/node' } } } },
+        $ref: '#/$defs/node'
+      }),
+      /leads back into itself/
+    ],
+    [
+      schemaOf({ $defs: { a: { $ref: '#/$defs/b' }, b: { items: { $ref: '#/$defs/a' } } }, $ref: '#/$defs/a' }),
+      /leads back into itself/
+    ],
+    [schemaOf({ $ref: 'https://example.com/schema.json' }), /leaves the schema/],
+    [schemaOf({ $ref: '#/$defs/missing' }), /points at nothing/],
+    [schemaOf({ properties: { a: { $id: 'other', type: 'string' } } }), /nested \$id/],
+    [schemaOf({ $recursiveRef: '#' }), /may not refer to itself/],
+    [schemaOf(chainOf(40)), /nests deeper than 64 levels/]
   ]
   for (const [extra, message] of refusals) {
     const res = await post(app, { prompt: 'refused', ...extra })
@@ -196,6 +233,13 @@ t.test('instructions, settings and their refusals', async (t) => {
     t.match(res.json().message, message)
   }
   t.equal(await count(), before, 'no refused run was stored')
+  // a shared, acyclic reference and a pattern that used to backtrack are accepted
+  for (const schema of [
+    { $defs: { s: { type: 'string' } }, type: 'object', properties: { echo: { $ref: '#/$defs/s' } } },
+    { type: 'object', properties: { echo: { type: 'string', pattern: '^(a+)+$' } } },
+    chainOf(10)
+  ])
+    t.equal((await post(app, schemaOf(schema, 'accepted'))).statusCode, 201, JSON.stringify(schema).slice(0, 80))
 
   const schema = {
     type: 'object',
@@ -229,6 +273,100 @@ t.test('instructions, settings and their refusals', async (t) => {
     ).json().run.id
   )
   t.match(wrong, { status: 'failed', error: 'output_invalid: /echo must be integer', output: null })
+})
+
+t.test('patterns that backtrack elsewhere run in linear time over the output, off the event loop', async (t) => {
+  // the model answers whatever the test puts here
+  let answer = ''
+  const url = await startOpenAiUpstream(t, {
+    models: ['tiny-1'],
+    chat(_body, stream) {
+      const chat = stream()
+      chat.delta({ content: answer })
+      chat.end()
+    }
+  })
+  const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1' } })
+  const run = async (pattern: string, value: string) => {
+    answer = JSON.stringify({ n: value })
+    const created = await post(app, {
+      prompt: 'n please',
+      model: 'tiny-1',
+      ...schemaOf({ type: 'object', properties: { n: { type: 'string', pattern } }, required: ['n'] })
+    })
+    t.equal(created.statusCode, 201, `${pattern} is accepted`)
+    // the service answers while the run ends: its health check and the run's end, together
+    const [health, ended_] = await Promise.all([app.inject({ url: '/api/health' }), ended(app, created.json().run.id)])
+    t.equal(health.statusCode, 200)
+    return ended_
+  }
+  // each of these took a backtracking engine minutes or more: here, a verdict
+  for (const [pattern, unit] of [
+    ['^(\\d|\\d\\d)+$', '1'],
+    ['^(a|aa)+$', 'a'],
+    ['^(a+)+$', 'a']
+  ] as const) {
+    const failed = await run(pattern, `${unit.repeat(5000)}!`)
+    t.match(failed, { status: 'failed', error: /^output_invalid: \/n must match pattern/, output: null }, pattern)
+    const held = await run(pattern, unit.repeat(5000))
+    t.equal(held.status, 'succeeded', `${pattern} holds for a matching answer`)
+  }
+})
+
+t.test('a check that takes too long fails its run; requests are answered meanwhile', async (t) => {
+  // `uniqueItems` compares every pair of items: 20,000 distinct objects are 2e8 comparisons
+  const big = JSON.stringify(Array.from({ length: 20_000 }, (_, i) => ({ i })))
+  let answer = big
+  const url = await startOpenAiUpstream(t, {
+    models: ['tiny-1'],
+    chat(_body, stream) {
+      const chat = stream()
+      chat.delta({ content: answer })
+      chat.end()
+    }
+  })
+  const app = await buildTestApp(t, {
+    env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1', RUN_OUTPUT_CHECK_TIMEOUT_MS: '2000' }
+  })
+  const created = await post(app, {
+    prompt: 'pairs',
+    model: 'tiny-1',
+    ...schemaOf({ type: 'array', uniqueItems: true })
+  })
+  t.equal(created.statusCode, 201)
+  await waitFor('the output check to start', async () => app.runs.outputCheck.pending > 0)
+  const health = await app.inject({ url: '/api/health' })
+  t.equal(health.statusCode, 200, 'the health check answers while the output is being checked')
+  t.equal(app.runs.outputCheck.pending, 1, 'the check was still under way when it answered')
+  const run = await ended(app, created.json().run.id)
+  t.match(run, {
+    status: 'failed',
+    error: 'output_invalid: the output could not be checked against the schema within 2000 ms',
+    output: null
+  })
+  // the next check gets a new thread
+  answer = JSON.stringify([1, 2, 3])
+  const next = await ended(
+    app,
+    (await post(app, { prompt: 'small', model: 'tiny-1', ...schemaOf({ type: 'array', uniqueItems: true }) })).json()
+      .run.id
+  )
+  t.equal(next.status, 'succeeded')
+  answer = JSON.stringify([1, 1])
+  const dup = await ended(
+    app,
+    (await post(app, { prompt: 'dup', model: 'tiny-1', ...schemaOf({ type: 'array', uniqueItems: true }) })).json().run
+      .id
+  )
+  t.match(dup.error, /^output_invalid: \/ must NOT have duplicate items/)
+  // an output nested deeper than the bound is refused before any keyword looks at it
+  answer = `${'['.repeat(200)}${']'.repeat(200)}`
+  const deep = await ended(
+    app,
+    (await post(app, { prompt: 'deep', model: 'tiny-1', ...schemaOf({ type: 'array', uniqueItems: true }) })).json().run
+      .id
+  )
+  t.equal(deep.error, 'output_invalid: the output nests deeper than 128 levels')
 })
 
 t.test('the model request carries instructions, the thread, settings and only the allowed tools', async (t) => {
