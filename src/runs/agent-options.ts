@@ -20,11 +20,14 @@ const SCHEMA_MAX_BYTES = 64 * 1024
  * that is too large, does not compile, holds a pattern RE2 cannot run (it is run over the
  * model's output), refers to itself or outside itself, or nests too deep
  * (output-schema.ts) is a `400 validation_failed` naming the field. `at` is the body path
- * of the options (`/body` for a run).
+ * of the options (`/body` for a run). `stored`: options checked when they were saved (an
+ * automation's target) are not refused again for their schema, whose rules may have grown
+ * since; a schema the output check cannot use fails the run there, within its bounds.
  */
 export function agentOptionsOf(
   body: AgentOptionsBody,
-  at = '/body'
+  at = '/body',
+  stored = false
 ): { instructions: string | null; settings: RunSettings; attachments: string[] } {
   const settings: RunSettings = {}
   if (body.temperature !== undefined) settings.temperature = body.temperature
@@ -44,7 +47,9 @@ export function agentOptionsOf(
   }
   const format = body.responseFormat
   if (format !== undefined) {
-    if (format.type === 'json_schema') {
+    if (format.type === 'json_schema' && stored) {
+      settings.responseFormat = { type: 'json_schema', name: format.name, schema: format.schema }
+    } else if (format.type === 'json_schema') {
       const path = `${at}/responseFormat/schema`
       if (Buffer.byteLength(JSON.stringify(format.schema)) > SCHEMA_MAX_BYTES)
         throw validationFailed([{ path, message: 'the schema is larger than 64 KB' }])

@@ -4,6 +4,7 @@ import { join } from 'node:path'
 import { and, eq } from 'drizzle-orm'
 import t from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
+import { automations } from '../../src/automations/tables.js'
 import { runs } from '../../src/runs/tables.js'
 import { upload } from '../artifacts/helpers.js'
 import { buildTestApp, createTestDatabase, secondHandle, signUpWithOrg, waitFor } from '../helper.js'
@@ -523,6 +524,32 @@ t.test('task runs and automation prompt targets take the agent options too', asy
     instructions: 'Nightly.',
     settings: { temperature: 0 },
     attachments: [file.id]
+  })
+  const recursive = await app.inject({
+    method: 'POST',
+    url: '/api/automations',
+    payload: { name: 'r', cron: '@daily', target: { prompt: 'p', ...schemaOf({ $ref: '#' }) } }
+  })
+  t.equal(recursive.statusCode, 400)
+  t.match(recursive.json(), { error: 'validation_failed', message: /recursive schemas are not accepted/ })
+  // a target saved under earlier rules still fires (a refusal there would stop the scheduler's
+  // whole batch); its run fails cleanly where the output is checked, within its bounds
+  const saved = (
+    await app.inject({
+      method: 'POST',
+      url: '/api/automations',
+      payload: { name: 's', cron: '@daily', target: { prompt: 'p', ...schemaOf({ type: 'object' }) } }
+    })
+  ).json().automation
+  await app.db
+    .update(automations)
+    .set({ target: { prompt: 'p', ...schemaOf({ $ref: '#' }) } as never })
+    .where(eq(automations.id, saved.id))
+  const old = await app.inject({ method: 'POST', url: `/api/automations/${saved.id}/trigger` })
+  t.equal(old.statusCode, 201)
+  t.match(await ended(app, old.json().run.id), {
+    status: 'failed',
+    error: /^output_invalid: the output could not be checked against the schema/
   })
 })
 
