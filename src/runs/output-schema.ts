@@ -15,6 +15,15 @@ export const OUTPUT_MAX_DEPTH = 128
 
 /** Keywords whose values are data, not schemas: a `$ref` or `pattern` there means nothing. */
 const DATA_KEYWORDS = new Set(['enum', 'const', 'default', 'examples'])
+/** Keywords whose values map names (of properties, of definitions) to schemas: a key there is a name, not a keyword. */
+const NAME_MAPS = new Set([
+  'properties',
+  'patternProperties',
+  '$defs',
+  'definitions',
+  'dependentSchemas',
+  'dependencies'
+])
 
 interface LinearRegExp {
   test(input: string): boolean
@@ -75,7 +84,7 @@ export function schemaRefusal(schema: Record<string, unknown>): string | null {
   const depths = new Map<object, number>()
   // the targets being expanded: meeting one again is a loop
   const expanding = new Set<object>()
-  const walk = (node: unknown, depth: number, top: boolean): number => {
+  const walk = (node: unknown, depth: number, top: boolean, names = false): number => {
     if (depth > SCHEMA_MAX_DEPTH)
       throw new Refused(`the schema nests deeper than ${SCHEMA_MAX_DEPTH} levels (references followed)`)
     if (node === null || typeof node !== 'object') return depth
@@ -85,6 +94,10 @@ export function schemaRefusal(schema: Record<string, unknown>): string | null {
       return deepest
     }
     for (const [key, value] of Object.entries(node)) {
+      if (names) {
+        deepest = Math.max(deepest, walk(value, depth + 1, false))
+        continue
+      }
       if (DATA_KEYWORDS.has(key)) continue
       if (typeof value === 'string') {
         if (key === 'pattern') {
@@ -105,7 +118,7 @@ export function schemaRefusal(schema: Record<string, unknown>): string | null {
           if (refused) throw new Refused(refused)
         }
       }
-      deepest = Math.max(deepest, walk(value, depth + 1, false))
+      deepest = Math.max(deepest, walk(value, depth + 1, false, NAME_MAPS.has(key)))
     }
     return deepest
   }

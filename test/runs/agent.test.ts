@@ -221,6 +221,12 @@ t.test('instructions, settings and their refusals', async (t) => {
       schemaOf({ $defs: { a: { $ref: '#/$defs/b' }, b: { items: { $ref: '#/$defs/a' } } }, $ref: '#/$defs/a' }),
       /leads back into itself/
     ],
+    // a property may be named like a keyword: its schema is checked all the same
+    [
+      schemaOf({ type: 'object', properties: { default: { $ref: '#' } } }),
+      /refers to the whole schema: recursive schemas are not accepted/
+    ],
+    [schemaOf({ type: 'object', properties: { enum: { pattern: '(?=a)' } } }), /cannot be matched in linear time/],
     [schemaOf({ $ref: 'https://example.com/schema.json' }), /leaves the schema/],
     [schemaOf({ $ref: '#/$defs/missing' }), /points at nothing/],
     [schemaOf({ properties: { a: { $id: 'other', type: 'string' } } }), /nested \$id/],
