@@ -10,7 +10,7 @@ const app = await buildApp({
     runtime: {
       runs: {
         async threadOfRun(orgId, runId) {
-          return orgId === DEV_ORG.id ? { rootRunId: runId } : null
+          return orgId === DEV_ORG.id ? { rootRunId: runId, userId: null } : null
         },
         async threadExists(orgId) {
           return orgId === DEV_ORG.id

@@ -72,6 +72,8 @@ export const organizationOwnerRequired = () =>
 /** spec section 4: personal memory without a real user */
 export const signInRequired = () => new ApiError(403, 'sign-in required', 'personal memory needs a signed-in user')
 export const memoryDisabled = () => new ApiError(403, 'memory disabled', 'memory is disabled for this organization')
+/** a person of the org who may not do this to this resource (someone else's) */
+export const forbidden = (message: string) => new ApiError(403, 'forbidden', message)
 // 404
 export const notFound = (message = 'not found') => new ApiError(404, 'not_found', message)
 export const notInPool = () => new ApiError(404, 'not found in this pool', 'no memory item with this id in this pool')

@@ -135,6 +135,13 @@ export const EnvSchema = Type.Object({
     default: 5000,
     description: 'how often each instance looks for expired leases'
   }),
+  RUN_OUTPUT_CHECK_TIMEOUT_MS: Type.Integer({
+    minimum: 1,
+    maximum: 600_000,
+    default: 2000,
+    description:
+      "how long checking a run's output against its JSON Schema may take (in a thread of its own); past it the run fails with output_invalid"
+  }),
   RUN_EVENTS_RETENTION_DAYS: Type.Integer({
     minimum: 7,
     maximum: 3650,

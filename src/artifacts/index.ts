@@ -596,7 +596,13 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const before = base ? await text(await store.read(orgId, base.sha256)) : ''
       const after = await text(await store.read(orgId, proposal.sha256))
       const diff = createTwoFilesPatch(`${a.name}@v${proposal.baseVersion}`, `${a.name}@proposal`, before, after)
-      return reply.type('text/plain; charset=utf-8').send(diff)
+      // the diff is stored text of the org's runs and people: a browser opening it treats it
+      // as a sandboxed page (no script, no same-origin access) on top of the API's policy
+      const policy = reply.getHeader('content-security-policy')
+      return reply
+        .type('text/plain; charset=utf-8')
+        .header('content-security-policy', typeof policy === 'string' && policy ? `${policy}; sandbox` : 'sandbox')
+        .send(diff)
     }
   )
 

@@ -27,8 +27,9 @@ export async function planRun(
   let prepared: PreparedRun | null
   let chosen: { engine: string; model: string | null }
   if ('prompt' in target) {
-    // checked when the automation was saved (agentOptionsOf): the run's configuration
-    prepared = { prompt: target.prompt, metadata: {}, ...agentOptionsOf(target) }
+    // checked when the automation was saved (agentOptionsOf): the run's configuration; a
+    // schema saved under earlier rules is not refused here, where a throw would stop the batch
+    prepared = { prompt: target.prompt, metadata: {}, ...agentOptionsOf(target, '/body', true) }
     chosen = await deps.runs.engineFor(tx, a.orgId, target.engine, target.model)
   } else {
     prepared =

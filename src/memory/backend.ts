@@ -93,6 +93,8 @@ export interface MemoryBackend {
       meaning?: string | undefined
     }
   ): Promise<{ items: SearchHit[]; truncated: boolean; mode: SearchMode }>
+  /** throws `400 validation_failed` for a browse cursor this backend never hands out */
+  checkCursor(cursor: string): void
   browse(
     pool: PoolRef,
     limit: number,

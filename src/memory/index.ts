@@ -33,6 +33,7 @@ import {
   Settings,
   SettingsBody
 } from '../../schemas/memory.js'
+import { decodeCursor } from '../db/paging.js'
 import type { PoolRef } from './backend.js'
 import { changedByOf } from './service.js'
 import { announceCaptured } from './capture-worker.js'
@@ -149,6 +150,13 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       const started = performance.now()
       const principal = principalOf(request)
       const scope = parseScope(request.query.scope)
+      // a cursor no page handed out is refused whatever the pool holds (even nothing), so a
+      // client that mangled one hears it at once rather than when the pool fills
+      const cursor = request.query.cursor
+      if (cursor !== undefined) {
+        if (hub.backend) hub.backend.checkCursor(cursor)
+        else decodeCursor(cursor)
+      }
       const a = await access(principal, scope)
       const empty = { enabled: a.enabled, scope, authed: a.authed, total: 0, items: [], nextCursor: null }
       if (a.failedClosed) return { ...empty, latencyMs: elapsed(started), failedClosed: true as const }

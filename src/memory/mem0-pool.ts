@@ -128,9 +128,10 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
       return { items, truncated: mine.length > limit, mode: 'semantic' as const }
     },
 
+    checkCursor: checkOffsetCursor,
+
     async browse(pool, limit, cursor) {
-      // this backend's cursor is the offset of the page in the service's list
-      if (cursor !== undefined && !/^[1-9][0-9]{0,8}$/.test(cursor)) throw invalidCursor()
+      if (cursor !== undefined) checkOffsetCursor(cursor)
       const offset = cursor === undefined ? 0 : Number(cursor)
       let res: Response
       try {
@@ -264,4 +265,9 @@ export function createMem0Pool(db: Db, opts: Mem0Options): MemoryBackend {
       await markDelivered(db)
     }
   }
+}
+
+/** This backend's browse cursor is the offset of the page in the service's list. */
+function checkOffsetCursor(cursor: string): void {
+  if (!/^[1-9][0-9]{0,8}$/.test(cursor)) throw invalidCursor()
 }

@@ -17,7 +17,7 @@ import {
 import { isUniqueViolation } from '../db/faults.js'
 import { readHistory, recordChanges } from './history-repo.js'
 import { memoryItems, memoryPools, memoryWords } from './tables.js'
-import { keyset } from '../db/paging.js'
+import { decodeCursor, keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
 import { vocabulary } from '../retrieval/words.js'
 import { RRF_K, type SearchMode } from '../retrieval/fusion.js'
@@ -114,6 +114,10 @@ export function createPostgresPool(
       // a query that could not be embedded is not kept: the next one may be
       if (outcome.mode === retrieval.modeFor(options.mode)) cache.set(key, outcome)
       return outcome
+    },
+
+    checkCursor(cursor) {
+      decodeCursor(cursor)
     },
 
     async browse(pool, limit, rawCursor) {

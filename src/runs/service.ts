@@ -21,6 +21,7 @@ import type { RunFollowUps, RunSkills } from './ports/skills.js'
 import { cancelRun, type OnRunsEnded, type RunRow } from './runs-repo.js'
 import { realUserIdOfRun } from './run-ref.js'
 import { RunSweeper } from './sweeper.js'
+import { OutputChecker } from './output-check.js'
 import type { ToolGatewayPort } from './ports/tool-gateway.js'
 import { dropToolCalls, RunWorker } from './worker.js'
 import { countRunEnded } from '../telemetry/runs.js'
@@ -40,6 +41,8 @@ export interface RunsService {
   cancel(orgId: string, runId: string): Promise<RunRow | null>
   /** the engine and model `POST /api/chat` uses (the org's providers' models included) */
   chatEngine(orgId: string, model: string | undefined): Promise<{ engine: Engine; model: string | null }>
+  /** checks runs' outputs against their response formats in a thread of its own */
+  outputCheck: OutputChecker
   /** simulates a crash of this instance's runs side (tests): nothing more is written */
   kill(): void
 }
@@ -126,8 +129,10 @@ export default fp(
     const log = app.log.child({ component: 'runs' })
     const engines = createEngines(config, providers)
     const events = new EventBatcher(app.db)
+    const outputCheck = new OutputChecker(config.RUN_OUTPUT_CHECK_TIMEOUT_MS)
     const worker = new RunWorker({
       db: app.db,
+      outputCheck,
       events,
       bus: app.eventBus,
       engines,
@@ -172,6 +177,7 @@ export default fp(
       worker,
       sweeper,
       events,
+      outputCheck,
       dispatch: (input) =>
         dispatchRun(
           {
@@ -207,6 +213,9 @@ export default fp(
     // the process must be gone within SHUTDOWN_GRACE_MS (half of it for the hand-backs)
     app.addHook('preClose', async () => {
       await app.shutdown.drain('the run worker', (ms) => Promise.all([sweeper.stop(ms), worker.close(ms)]))
+    })
+    app.addHook('onClose', async () => {
+      await outputCheck.close()
     })
   },
   { name: 'runs', fastify: '5.x', dependencies: ['db', 'event-bus'] }

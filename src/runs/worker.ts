@@ -15,7 +15,6 @@ import {
   type RunTools,
   type ToolDefinition
 } from './engines/types.js'
-import { outputViolation } from './agent-options.js'
 import { prepareAttachments } from './attachments.js'
 import { insertEvents, type EventBatcher } from './events.js'
 import { RunEventWriter } from './event-writer.js'
@@ -45,6 +44,7 @@ import { isDatabaseUnavailable } from '../db/faults.js'
 import { backoffDelay, createWorkerLoop, LoopStopped, type WorkerLoop } from '../worker-loop.js'
 import { observeRun, type ExecutionEnd } from '../telemetry/runs.js'
 import { redactSpansWith } from '../telemetry/tracing.js'
+import type { OutputChecker } from './output-check.js'
 
 /** Drops a run's waiting tool calls, if runs have tools; never throws (the run ends either way). */
 export async function dropToolCalls(
@@ -86,6 +86,8 @@ export interface RunWorkerOptions {
   secrets: RunSecrets
   /** groups whose runs do a job of their own instead of answering a prompt (a repo wiki build) */
   jobs?: RunJobs[] | undefined
+  /** checks a succeeded run's output against its response format, off the event loop */
+  outputCheck: Pick<OutputChecker, 'check'>
   /** MODEL_CONTEXT_TOKENS: the thread's earlier turns sent with a run fit in this, with its instructions and prompt */
   contextTokens?: number | undefined
 }
@@ -457,7 +459,7 @@ export class RunWorker {
       await writer.settled()
       engineUsage = result.usage
       const output = redact.text(result.text)
-      const invalid = outputViolation(run.settings, output)
+      const invalid = await o.outputCheck.check(run.settings, output)
       outcome =
         invalid === null
           ? { status: 'succeeded', facts: result.facts.map((f) => redact.text(f)), output }

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
-import { desktopUnavailable, notFound, workspaceBusy } from '../../plugins/errors.js'
+import { desktopUnavailable, forbidden, notFound, workspaceBusy } from '../../plugins/errors.js'
 import { principalOf } from '../auth/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
@@ -181,15 +181,23 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
         tags: ['runtime'],
         summary: 'Approve or deny a waiting tool call (once)',
         description:
-          'Approves or denies a tool call that waits for a decision; the run resumes on any instance once its last pending call is decided.',
+          'Approves or denies a tool call that waits for a decision; the run resumes on any instance once its last pending call is decided. Only the person who started the run, or an organization owner or admin, may decide (403 forbidden otherwise).',
         params: ApprovalParams,
         body: DecideBody,
-        response: { 200: DecideResponse, ...errorResponses(404, 413, 415) }
+        response: { 200: DecideResponse, ...errorResponses(403, 404, 413, 415) }
       }
     },
     async (request) => {
       const principal = principalOf(request)
-      await threadOfRun(principal.orgId, request.params.id)
+      const run = await runs.threadOfRun(principal.orgId, request.params.id)
+      if (!run) throw notFound('no such run in this organization')
+      // a tool call runs with the run's access: only the person who started the run, or an
+      // org owner or admin, may let it run (docs/security.md, "Who may decide a tool call")
+      const admin = principal.role === 'owner' || principal.role === 'admin'
+      if (!admin && (principal.userId === null || principal.userId !== run.userId))
+        throw forbidden(
+          'only the person who started the run, or an organization owner or admin, may decide its tool calls'
+        )
       const row = await gateway.decide(
         principal.orgId,
         request.params.id,

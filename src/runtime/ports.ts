@@ -11,8 +11,11 @@ import type { Tx } from '../db/client.js'
 
 /** Which thread a run belongs to, always inside one org. */
 export interface RunDirectory {
-  /** the run's thread (its root run id), or null when the run is not in this org */
-  threadOfRun(orgId: string, runId: string): Promise<{ rootRunId: string } | null>
+  /**
+   * the run's thread (its root run id) and the person who started it (null: an API key, an
+   * automation or a chat platform did), or null when the run is not in this org
+   */
+  threadOfRun(orgId: string, runId: string): Promise<{ rootRunId: string; userId: string | null } | null>
   /** whether a thread (a root run id) exists in this org */
   threadExists(orgId: string, rootRunId: string): Promise<boolean>
   /** which of these threads still exist, as `<org>/<thread>` (the workspace sweeper drops the others' workspaces) */

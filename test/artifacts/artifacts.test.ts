@@ -393,6 +393,10 @@ t.test('proposals: diff, accept makes a version, a stale or decided proposal is 
   const diff = await app.inject({ method: 'GET', url: `/api/artifacts/${a.id}/proposals/${p.id}/diff` })
   t.equal(diff.statusCode, 200)
   t.match(diff.headers['content-type'], /^text\/plain/)
+  const policy = String(diff.headers['content-security-policy']).split(/;\s*/)
+  t.ok(policy.includes('sandbox'), 'a browser opening the diff runs nothing of it')
+  t.ok(policy.includes("default-src 'none'") && policy.includes("frame-ancestors 'none'"), "the API's policy stays")
+  t.equal(diff.headers['x-content-type-options'], 'nosniff')
   t.match(diff.body, /-line two\n\+line 2\n/)
   t.match(diff.body, /^={0,}\n?--- notes\.txt@v1/m)
 

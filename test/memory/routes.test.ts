@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { rowsOf } from '../../src/db/client.js'
 import { memoryItems } from '../../src/memory/tables.js'
@@ -15,6 +15,19 @@ const FAILED_CLOSED = {
   items: []
 }
 
+/** A browse cursor no page handed out is refused, whatever the pool holds (even nothing, even no pool). */
+async function refusesBadCursors(t: Test, app: Awaited<ReturnType<typeof buildTestApp>>, where: string) {
+  for (const query of [
+    'cursor=garbage',
+    'scope=personal&cursor=garbage',
+    `cursor=${Buffer.from('not an id!').toString('base64url')}`
+  ]) {
+    const res = await app.inject({ method: 'GET', url: `/api/memory/browse?${query}` })
+    t.equal(res.statusCode, 400, `${where}: ${query}`)
+    t.match(res.json(), { error: 'validation_failed', details: [{ path: '/querystring/cursor' }] })
+  }
+}
+
 t.test('memory off: reads answer enabled false, writes 403 memory disabled, capabilities.memory false', async (t) => {
   const app = await buildTestApp(t, { env: { MEMORY_BACKEND: 'off' } })
   const config = await app.inject({ method: 'GET', url: '/api/config' })
@@ -25,6 +38,7 @@ t.test('memory off: reads answer enabled false, writes 403 memory disabled, capa
   t.type(search.json().latencyMs, 'number')
   const browse = await app.inject({ method: 'GET', url: '/api/memory/browse' })
   t.match(browse.json(), { enabled: false, scope: 'org', authed: false, total: 0, items: [] })
+  await refusesBadCursors(t, app, 'memory off')
   for (const [method, url, payload] of [
     ['PATCH', '/api/memory/item/abc', { content: 'x' }],
     ['DELETE', '/api/memory/item/abc', undefined]
@@ -41,6 +55,7 @@ t.test('memory off: reads answer enabled false, writes 403 memory disabled, capa
 t.test('memory on: capabilities.memory true; the dev org never reaches a personal pool', async (t) => {
   const app = await buildTestApp(t, { env: FAST })
   t.equal((await app.inject({ method: 'GET', url: '/api/config' })).json().capabilities.memory, true)
+  await refusesBadCursors(t, app, 'an empty pool')
   await addFacts(app.db, DEV_ORG.id, 'org', '', ['The deploy key rotates every Monday'])
   const search = await app.inject({ method: 'GET', url: '/api/memory/search?scope=personal&q=deploy' })
   t.equal(search.statusCode, 200)

@@ -4,6 +4,7 @@ import { join } from 'node:path'
 import { and, eq } from 'drizzle-orm'
 import t from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
+import { automations } from '../../src/automations/tables.js'
 import { runs } from '../../src/runs/tables.js'
 import { upload } from '../artifacts/helpers.js'
 import { buildTestApp, createTestDatabase, secondHandle, signUpWithOrg, waitFor } from '../helper.js'
@@ -152,6 +153,21 @@ t.test('multitask: runs of one thread never overlap; reject and interrupt', asyn
   t.equal(bad.statusCode, 400)
 })
 
+const schemaOf = (schema: Record<string, unknown>, prompt?: string) => ({
+  ...(prompt ? { prompt } : {}),
+  responseFormat: { type: 'json_schema', name: 's', schema }
+})
+/** `n` definitions, each an object holding the next: 2 levels of nesting each, references followed */
+const chainOf = (n: number) => ({
+  $defs: Object.fromEntries(
+    Array.from({ length: n }, (_, i) => [
+      `d${i}`,
+      i === n - 1 ? { type: 'string' } : { type: 'object', properties: { x: { $ref: `#/$defs/d${i + 1}` } } }
+    ])
+  ),
+  $ref: '#/$defs/d0'
+})
+
 t.test('instructions, settings and their refusals', async (t) => {
   const app = await buildTestApp(t)
   const asked = (
@@ -179,15 +195,43 @@ t.test('instructions, settings and their refusals', async (t) => {
       { responseFormat: { type: 'json_schema', name: 'bad', schema: { type: 'nonsense' } } },
       /^\/body\/responseFormat\/schema: not a usable JSON Schema/
     ],
-    [
-      { responseFormat: { type: 'json_schema', name: 'redos', schema: { type: 'string', pattern: '^(a+)+$' } } },
-      /exponential/
-    ],
     [{ responseFormat: { type: 'json_schema', name: 'big', schema: { description: 'x'.repeat(70_000) } } }, /64 KB/],
+    // patterns run on RE2: what needs backtracking is refused
     [
-      { responseFormat: { type: 'json_schema', name: 'remote', schema: { $ref: 'https://example.com/schema.json' } } },
-      /not a usable JSON Schema/
-    ]
+      schemaOf({ type: 'string', pattern: '^(?=a)a+$' }),
+      /the pattern "\^\(\?=a\)a\+\$" cannot be matched in linear time/
+    ],
+    [schemaOf({ type: 'string', pattern: '^(a)\\1$' }), /cannot be matched in linear time/],
+    [schemaOf({ type: 'object', patternProperties: { '(?<!x)y': {} } }), /cannot be matched in linear time/],
+    [schemaOf({ type: 'string', pattern: '(' }), /is not a regular expression/],
+    // references: inside the schema, never back into themselves, nesting bounded
+    [schemaOf({ $ref: '#' }), /refers to the whole schema: recursive schemas are not accepted/],
+    [
+      schemaOf({ type: 'object', properties: { child: { $ref: '#' } } }),
+      /refers to the whole schema: recursive schemas are not accepted/
+    ],
+    [
+      schemaOf({
+        $defs: { node: { type: 'object', properties: { next: { $ref: '#/$defs/node' } } } },
+        $ref: '#/$defs/node'
+      }),
+      /leads back into itself/
+    ],
+    [
+      schemaOf({ $defs: { a: { $ref: '#/$defs/b' }, b: { items: { $ref: '#/$defs/a' } } }, $ref: '#/$defs/a' }),
+      /leads back into itself/
+    ],
+    // a property may be named like a keyword: its schema is checked all the same
+    [
+      schemaOf({ type: 'object', properties: { default: { $ref: '#' } } }),
+      /refers to the whole schema: recursive schemas are not accepted/
+    ],
+    [schemaOf({ type: 'object', properties: { enum: { pattern: '(?=a)' } } }), /cannot be matched in linear time/],
+    [schemaOf({ $ref: 'https://example.com/schema.json' }), /leaves the schema/],
+    [schemaOf({ $ref: '#/$defs/missing' }), /points at nothing/],
+    [schemaOf({ properties: { a: { $id: 'other', type: 'string' } } }), /nested \$id/],
+    [schemaOf({ $recursiveRef: '#' }), /may not refer to itself/],
+    [schemaOf(chainOf(40)), /nests deeper than 64 levels/]
   ]
   for (const [extra, message] of refusals) {
     const res = await post(app, { prompt: 'refused', ...extra })
@@ -196,6 +240,13 @@ t.test('instructions, settings and their refusals', async (t) => {
     t.match(res.json().message, message)
   }
   t.equal(await count(), before, 'no refused run was stored')
+  // a shared, acyclic reference and a pattern that used to backtrack are accepted
+  for (const schema of [
+    { $defs: { s: { type: 'string' } }, type: 'object', properties: { echo: { $ref: '#/$defs/s' } } },
+    { type: 'object', properties: { echo: { type: 'string', pattern: '^(a+)+$' } } },
+    chainOf(10)
+  ])
+    t.equal((await post(app, schemaOf(schema, 'accepted'))).statusCode, 201, JSON.stringify(schema).slice(0, 80))
 
   const schema = {
     type: 'object',
@@ -229,6 +280,100 @@ t.test('instructions, settings and their refusals', async (t) => {
     ).json().run.id
   )
   t.match(wrong, { status: 'failed', error: 'output_invalid: /echo must be integer', output: null })
+})
+
+t.test('patterns that backtrack elsewhere run in linear time over the output, off the event loop', async (t) => {
+  // the model answers whatever the test puts here
+  let answer = ''
+  const url = await startOpenAiUpstream(t, {
+    models: ['tiny-1'],
+    chat(_body, stream) {
+      const chat = stream()
+      chat.delta({ content: answer })
+      chat.end()
+    }
+  })
+  const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1' } })
+  const run = async (pattern: string, value: string) => {
+    answer = JSON.stringify({ n: value })
+    const created = await post(app, {
+      prompt: 'n please',
+      model: 'tiny-1',
+      ...schemaOf({ type: 'object', properties: { n: { type: 'string', pattern } }, required: ['n'] })
+    })
+    t.equal(created.statusCode, 201, `${pattern} is accepted`)
+    // the service answers while the run ends: its health check and the run's end, together
+    const [health, ended_] = await Promise.all([app.inject({ url: '/api/health' }), ended(app, created.json().run.id)])
+    t.equal(health.statusCode, 200)
+    return ended_
+  }
+  // each of these took a backtracking engine minutes or more: here, a verdict
+  for (const [pattern, unit] of [
+    ['^(\\d|\\d\\d)+$', '1'],
+    ['^(a|aa)+$', 'a'],
+    ['^(a+)+$', 'a']
+  ] as const) {
+    const failed = await run(pattern, `${unit.repeat(5000)}!`)
+    t.match(failed, { status: 'failed', error: /^output_invalid: \/n must match pattern/, output: null }, pattern)
+    const held = await run(pattern, unit.repeat(5000))
+    t.equal(held.status, 'succeeded', `${pattern} holds for a matching answer`)
+  }
+})
+
+t.test('a check that takes too long fails its run; requests are answered meanwhile', async (t) => {
+  // `uniqueItems` compares every pair of items: 20,000 distinct objects are 2e8 comparisons
+  const big = JSON.stringify(Array.from({ length: 20_000 }, (_, i) => ({ i })))
+  let answer = big
+  const url = await startOpenAiUpstream(t, {
+    models: ['tiny-1'],
+    chat(_body, stream) {
+      const chat = stream()
+      chat.delta({ content: answer })
+      chat.end()
+    }
+  })
+  const app = await buildTestApp(t, {
+    env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1', RUN_OUTPUT_CHECK_TIMEOUT_MS: '2000' }
+  })
+  const created = await post(app, {
+    prompt: 'pairs',
+    model: 'tiny-1',
+    ...schemaOf({ type: 'array', uniqueItems: true })
+  })
+  t.equal(created.statusCode, 201)
+  await waitFor('the output check to start', async () => app.runs.outputCheck.pending > 0)
+  const health = await app.inject({ url: '/api/health' })
+  t.equal(health.statusCode, 200, 'the health check answers while the output is being checked')
+  t.equal(app.runs.outputCheck.pending, 1, 'the check was still under way when it answered')
+  const run = await ended(app, created.json().run.id)
+  t.match(run, {
+    status: 'failed',
+    error: 'output_invalid: the output could not be checked against the schema within 2000 ms',
+    output: null
+  })
+  // the next check gets a new thread
+  answer = JSON.stringify([1, 2, 3])
+  const next = await ended(
+    app,
+    (await post(app, { prompt: 'small', model: 'tiny-1', ...schemaOf({ type: 'array', uniqueItems: true }) })).json()
+      .run.id
+  )
+  t.equal(next.status, 'succeeded')
+  answer = JSON.stringify([1, 1])
+  const dup = await ended(
+    app,
+    (await post(app, { prompt: 'dup', model: 'tiny-1', ...schemaOf({ type: 'array', uniqueItems: true }) })).json().run
+      .id
+  )
+  t.match(dup.error, /^output_invalid: \/ must NOT have duplicate items/)
+  // an output nested deeper than the bound is refused before any keyword looks at it
+  answer = `${'['.repeat(200)}${']'.repeat(200)}`
+  const deep = await ended(
+    app,
+    (await post(app, { prompt: 'deep', model: 'tiny-1', ...schemaOf({ type: 'array', uniqueItems: true }) })).json().run
+      .id
+  )
+  t.equal(deep.error, 'output_invalid: the output nests deeper than 128 levels')
 })
 
 t.test('the model request carries instructions, the thread, settings and only the allowed tools', async (t) => {
@@ -385,6 +530,32 @@ t.test('task runs and automation prompt targets take the agent options too', asy
     instructions: 'Nightly.',
     settings: { temperature: 0 },
     attachments: [file.id]
+  })
+  const recursive = await app.inject({
+    method: 'POST',
+    url: '/api/automations',
+    payload: { name: 'r', cron: '@daily', target: { prompt: 'p', ...schemaOf({ $ref: '#' }) } }
+  })
+  t.equal(recursive.statusCode, 400)
+  t.match(recursive.json(), { error: 'validation_failed', message: /recursive schemas are not accepted/ })
+  // a target saved under earlier rules still fires (a refusal there would stop the scheduler's
+  // whole batch); its run fails cleanly where the output is checked, within its bounds
+  const saved = (
+    await app.inject({
+      method: 'POST',
+      url: '/api/automations',
+      payload: { name: 's', cron: '@daily', target: { prompt: 'p', ...schemaOf({ type: 'object' }) } }
+    })
+  ).json().automation
+  await app.db
+    .update(automations)
+    .set({ target: { prompt: 'p', ...schemaOf({ $ref: '#' }) } as never })
+    .where(eq(automations.id, saved.id))
+  const old = await app.inject({ method: 'POST', url: `/api/automations/${saved.id}/trigger` })
+  t.equal(old.statusCode, 201)
+  t.match(await ended(app, old.json().run.id), {
+    status: 'failed',
+    error: /^output_invalid: the output could not be checked against the schema/
   })
 })
 

@@ -5,7 +5,15 @@ import { eq } from 'drizzle-orm'
 import t from 'tap'
 import { runs } from '../../src/runs/tables.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
-import { buildTestApp, createTestDatabase, secondHandle, signUpWithOrg, type Teardown } from '../helper.js'
+import {
+  addMember,
+  buildTestApp,
+  createTestDatabase,
+  secondHandle,
+  signUp,
+  signUpWithOrg,
+  type Teardown
+} from '../helper.js'
 import { finishedRun, storedEventsOf } from './run-helpers.js'
 import { eventually } from './sse-client.js'
 import { shellCall, startToolModel, type ToolModel } from './tool-model.js'
@@ -214,6 +222,44 @@ t.test(
     t.equal(model.requests.length, 2)
   }
 )
+
+t.test("only the run's own person or an org admin decides its tool calls; another member gets 403", async (t) => {
+  const { app, model, cookie: ownerCookie, orgId } = await setup(t)
+  const person = async (role: 'admin' | 'member') => {
+    const user = await signUp(app)
+    await addMember(app, ownerCookie, orgId, user.user.email, role)
+    return user.cookie
+  }
+  const [starter, colleague, admin] = [await person('member'), await person('member'), await person('admin')]
+  const pendingOf = async (cookie: string) => {
+    model.script.push(shellCall(COUNTED), { text: 'done' })
+    const runId = await startRun(app, cookie, { prompt: 'run the counter', engine: 'openai' })
+    const { approvalIds } = await waiting(app, orgId, runId)
+    return { runId, approvalId: approvalIds[0] as string }
+  }
+
+  const first = await pendingOf(starter)
+  for (const decision of ['approve', 'deny'] as const) {
+    const refused = await decide(app, colleague, first.runId, first.approvalId, decision)
+    t.equal(refused.statusCode, 403, `another member may not ${decision}`)
+    t.same(refused.json(), {
+      error: 'forbidden',
+      message: 'only the person who started the run, or an organization owner or admin, may decide its tool calls'
+    })
+  }
+  const [still] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, first.approvalId))
+  t.match(still, { status: 'pending', decidedBy: null }, 'nothing was decided')
+  t.equal((await getRun(app, colleague, first.runId)).status, 'requires_action', 'the member still sees the run')
+  const byAdmin = await decide(app, admin, first.runId, first.approvalId, 'approve')
+  t.equal(byAdmin.statusCode, 200, 'an org admin decides any run of the org')
+  t.equal((await finishedRun(app, starter, first.runId)).status, 'succeeded')
+
+  const second = await pendingOf(starter)
+  const own = await decide(app, starter, second.runId, second.approvalId, 'deny')
+  t.equal(own.statusCode, 200, 'the person who started the run decides its calls')
+  t.equal(own.json().approval.status, 'denied')
+  t.equal((await finishedRun(app, starter, second.runId)).status, 'succeeded')
+})
 
 t.test('an approval nobody decides expires: the run goes on and the model hears the call was denied', async (t) => {
   const { app, model, cookie, orgId } = await setup(t, { TOOL_APPROVAL_TIMEOUT_MS: '1000' })

@@ -15,7 +15,7 @@ export function fakeRuns() {
     },
     async threadOfRun(orgId, runId) {
       const run = runs.get(runId)
-      return run && run.orgId === orgId ? { rootRunId: run.rootRunId } : null
+      return run && run.orgId === orgId ? { rootRunId: run.rootRunId, userId: null } : null
     },
     async threadExists(orgId, rootRunId) {
       return [...runs.values()].some((r) => r.orgId === orgId && r.rootRunId === rootRunId)

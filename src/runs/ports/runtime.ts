@@ -26,7 +26,7 @@ function runDirectory(db: Db): RunDirectory {
   return {
     async threadOfRun(orgId, runId) {
       const run = await getRun(db, orgId, runId)
-      return run ? { rootRunId: run.rootRunId } : null
+      return run ? { rootRunId: run.rootRunId, userId: run.userId } : null
     },
     async threadExists(orgId, rootRunId) {
       const rows = await db
