@@ -199,7 +199,13 @@ function systemBinds(user: SandboxUser | null, network: boolean): string[] {
   const etc = etcStandIns(user)
   // readable by the sandbox's user (bwrap would make it 0700, root's)
   args.push('--perms', '0755', '--dir', '/etc')
-  for (const name of etc.entries) args.push('--ro-bind-try', `/etc/${name}`, `/etc/${name}`)
+  for (const name of etc.entries) {
+    // certificates and settings, not the host's private keys (ssl/private)
+    if (name === 'ssl') {
+      args.push('--perms', '0755', '--dir', '/etc/ssl')
+      for (const part of ['certs', 'openssl.cnf']) args.push('--ro-bind-try', `/etc/ssl/${part}`, `/etc/ssl/${part}`)
+    } else args.push('--ro-bind-try', `/etc/${name}`, `/etc/${name}`)
+  }
   for (const name of ['passwd', 'group', 'hosts', 'hostname'])
     args.push('--ro-bind', join(etc.standIns, name), `/etc/${name}`)
   // the host's name servers only when the sandbox may use the network at all

@@ -299,6 +299,7 @@ t.test(
     for (const name of ['shadow', 'gshadow', 'ssh', 'npmrc', 'pip.conf', 'sudoers', 'machine-id', 'environment'])
       t.notOk(etc.includes(name), `no /etc/${name}`)
     for (const name of ['passwd', 'group', 'ld.so.cache', 'ssl']) t.ok(etc.includes(name), `/etc/${name} is there`)
+    t.match(await shell('ls -A /etc/ssl'), /^exit code 0\ncerts\nopenssl\.cnf\n?$/, 'certificates, no private keys')
     t.match(
       await shell('cat /etc/passwd'),
       /\nroot:x:0:0:[^\n]*\n(sandbox:[^\n]*\n)?nobody:x:65534:[^\n]*\n?$/,
