@@ -1,6 +1,7 @@
 // The runtime's HTTP routes against a bare Node http server; the cost of one sandbox
 // command (bubblewrap, plain) against a bare spawn of /bin/true; and the file tools
-// against a `shell` call of the same sandbox, same run.
+// against a `shell` call of the same sandbox, same run; and a thread's desktop from its
+// start to its first full frame through the desktop proxy.
 import { spawn } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -8,6 +9,8 @@ import { join } from 'node:path'
 import { probeBubblewrap } from '../src/runtime/bubblewrap.js'
 import { LocalSandboxProvider } from '../src/runtime/local-sandbox.js'
 import type { Sandbox } from '../src/runtime/sandbox.js'
+import WebSocket from 'ws'
+import { newId } from '../src/db/ids.js'
 import { load, startServer, table, type Result } from './lib.js'
 
 const RUN = '0190b8f0-0000-7000-8000-00000000be01'
@@ -94,7 +97,105 @@ async function sandboxExec(): Promise<string> {
   }
 }
 
+/** An RFB (VNC) client over the proxy's WebSocket: resolves once the first full frame has arrived. */
+function firstFrame(url: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, ['binary'])
+    let buffered = Buffer.alloc(0)
+    let step = 0
+    let bytesPerPixel = 4
+    let rects = -1
+    ws.on('error', reject)
+    ws.on('close', (code, reason) => reject(new Error(`closed: ${code} ${reason.toString()}`)))
+    const take = (n: number): Buffer | null => {
+      if (buffered.length < n) return null
+      const out = buffered.subarray(0, n)
+      buffered = buffered.subarray(n)
+      return out
+    }
+    ws.on('message', (data: Buffer) => {
+      buffered = Buffer.concat([buffered, data])
+      for (;;) {
+        if (step === 0) {
+          if (!take(12)) return
+          ws.send(Buffer.from('RFB 003.008\n', 'latin1'))
+          step = 1
+        } else if (step === 1) {
+          const count = buffered[0]
+          if (count === undefined || !take(1 + count)) return
+          ws.send(Buffer.from([1]))
+          step = 2
+        } else if (step === 2) {
+          if (!take(4)) return
+          ws.send(Buffer.from([1]))
+          step = 3
+        } else if (step === 3) {
+          if (buffered.length < 24) return
+          const nameLength = buffered.readUInt32BE(20)
+          const init = take(24 + nameLength)
+          if (!init) return
+          bytesPerPixel = init[4]! / 8
+          const width = init.readUInt16BE(0)
+          const height = init.readUInt16BE(2)
+          // the whole screen, raw encoding (the only one a client that sent no SetEncodings gets)
+          const request = Buffer.alloc(10)
+          request.writeUInt8(3, 0)
+          request.writeUInt16BE(width, 6)
+          request.writeUInt16BE(height, 8)
+          ws.send(request)
+          step = 4
+        } else if (step === 4) {
+          const header = take(4)
+          if (!header) return
+          if (header[0] !== 0) return reject(new Error(`unexpected server message ${header[0]}`))
+          rects = header.readUInt16BE(2)
+          step = 5
+        } else {
+          if (rects === 0) {
+            ws.removeAllListeners('close')
+            ws.close()
+            return resolve()
+          }
+          if (buffered.length < 12) return
+          const w = buffered.readUInt16BE(4)
+          const h = buffered.readUInt16BE(6)
+          if (!take(12 + w * h * bytesPerPixel)) return
+          rects--
+        }
+      }
+    })
+  })
+}
+
+/** From a new thread's desktop request to its first full frame, through the proxy: each thread its own desktop. */
+async function desktopFirstFrame(): Promise<string> {
+  const n = Number(process.env.BENCH_DESKTOPS ?? 8)
+  const cairn = await startServer('bench/runtime-server.ts')
+  try {
+    const base = cairn.url.replace(/^http/, 'ws')
+    const times: number[] = []
+    // one first, not timed: the service's first WebSocket and sandbox
+    await firstFrame(`${base}/api/desktop-proxy/${newId()}/websockify`)
+    for (let i = 0; i < n; i++) {
+      const started = process.hrtime.bigint()
+      await firstFrame(`${base}/api/desktop-proxy/${newId()}/websockify`)
+      times.push(Number(process.hrtime.bigint() - started) / 1e6)
+    }
+    times.sort((a, b) => a - b)
+    const median = times[Math.floor(times.length / 2)]!
+    return [
+      '| case | median ms | min ms | max ms |',
+      '| --- | ---: | ---: | ---: |',
+      `| desktop start to first frame (${n} threads) | ${median.toFixed(1)} | ${times[0]!.toFixed(1)} | ${times.at(-1)!.toFixed(1)} |`
+    ].join('\n')
+  } finally {
+    await cairn.stop()
+  }
+}
+
 export async function benchRuntime(): Promise<string> {
-  if (process.env.BENCH_RUNTIME_PARTS === 'sandbox') return sandboxExec()
-  return `${await httpRoutes()}\n\n${await sandboxExec()}`
+  const parts = process.env.BENCH_RUNTIME_PARTS
+  if (parts === 'sandbox') return sandboxExec()
+  if (parts === 'desktop') return desktopFirstFrame()
+  return `${await httpRoutes()}\n\n${await sandboxExec()}\n\n${await desktopFirstFrame()}`
 }

@@ -5,7 +5,7 @@ import { SandboxError, type SandboxKey, type SandboxManager } from './sandbox.js
 import { bridgeSocket } from './socket-bridge.js'
 
 /**
- * websockify: binary WebSocket frames to and from the sandbox's VNC server (raw TCP),
+ * websockify: binary WebSocket frames to and from the sandbox's VNC server (a unix socket or raw TCP),
  * so noVNC connects unchanged. The target comes only from the sandbox provider.
  */
 export function bridgeDesktop(
@@ -31,21 +31,21 @@ export function bridgeDesktop(
         if (socket.readyState === socket.OPEN) socket.close(1011, reason.slice(0, 120))
         return null
       }
-      const tcp = connect(endpoint.port, endpoint.host)
-      tcp.setNoDelay(true)
-      tcp.on('data', send)
-      tcp.on('error', (err) => {
+      const vnc = 'path' in endpoint ? connect(endpoint.path) : connect(endpoint.port, endpoint.host)
+      if (!('path' in endpoint)) vnc.setNoDelay(true)
+      vnc.on('data', send)
+      vnc.on('error', (err) => {
         log.warn({ err }, 'desktop: VNC connection failed')
         if (socket.readyState === socket.OPEN) socket.close(1011, 'desktop connection failed')
       })
-      tcp.on('close', () => {
+      vnc.on('close', () => {
         if (socket.readyState === socket.OPEN) socket.close(1000, 'desktop closed')
       })
       return {
-        receive: (data) => void tcp.write(data),
-        pause: () => void tcp.pause(),
-        resume: () => void tcp.resume(),
-        stop: () => void tcp.destroy()
+        receive: (data) => void vnc.write(data),
+        pause: () => void vnc.pause(),
+        resume: () => void vnc.resume(),
+        stop: () => void vnc.destroy()
       }
     }
   })

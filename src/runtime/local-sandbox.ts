@@ -2,19 +2,21 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { chown, lstat, mkdir, readdir, realpath, rm } from 'node:fs/promises'
 import { isAbsolute, join, resolve } from 'node:path'
-import type { Readable } from 'node:stream'
+import type { Readable, Writable } from 'node:stream'
 import * as pty from 'node-pty'
 import {
   BOX_HOME,
   bwrapArgs,
+  bwrapViaFd,
   findExecutable,
   probeBubblewrap,
   SANDBOX_PATH,
   sandboxUserFor,
   type BubblewrapProbe,
+  type DisplaySocket,
   type SandboxUser
 } from './bubblewrap.js'
-import { startDesktop, stopAll, type DesktopProcesses } from './desktop.js'
+import { startDesktop, stopDesktop, type DesktopProcesses } from './desktop.js'
 import { FILE_OPS_SCRIPT, fileOpError } from './file-ops.js'
 import {
   SandboxError,
@@ -52,6 +54,8 @@ const MAX_LIST_ENTRIES = 1000
 const FILE_OP_TIMEOUT_MS = 30_000
 /** The descriptor on which bubblewrap names the first process of the command's PID namespace. */
 const INFO_FD = 3
+/** The descriptor from which bubblewrap reads its options (see bwrapViaFd). */
+const ARGS_FD = 4
 const ENTRY_TYPES: Record<string, FileEntry['type']> = { f: 'file', d: 'dir', l: 'symlink' }
 
 interface RawResult extends Omit<ExecResult, 'stdout' | 'stderr'> {
@@ -169,7 +173,7 @@ class LocalSandbox implements Sandbox {
   private readonly terminals = new Set<pty.IPty>()
   private readonly listeners = new Set<() => void>()
   private desktopStart: Promise<DesktopProcesses> | null = null
-  private display: number | null = null
+  private display: DisplaySocket | null = null
 
   constructor(provider: LocalSandboxProvider, key: SandboxKey, workspace: string) {
     this.provider = provider
@@ -189,12 +193,15 @@ class LocalSandbox implements Sandbox {
     // never the service's own environment: it holds database URLs and secrets
     const home = this.provider.confinement === 'bwrap' ? BOX_HOME : this.workspace
     const env: Record<string, string> = { ...given, PATH: SANDBOX_PATH, HOME: home, LANG: 'C.UTF-8', ...extra }
-    if (this.display !== null) env.DISPLAY = `:${this.display}`
+    if (this.display !== null) env.DISPLAY = `:${this.display.display}`
     return env
   }
 
-  /** The command line that runs `argv` confined (bubblewrap) or as is. */
-  private command(argv: string[], newSession: boolean, infoFd?: number): { file: string; args: string[]; cwd: string } {
+  /**
+   * The command line that runs `argv` confined (bubblewrap: `args` are then bwrap's,
+   * given to it on a descriptor, see bwrapViaFd) or as is.
+   */
+  private command(argv: string[], newSession: boolean): { file: string; args: string[]; cwd: string } {
     if (this.provider.confinement !== 'bwrap') return { file: argv[0]!, args: argv.slice(1), cwd: this.workspace }
     const args = bwrapArgs({
       argv,
@@ -205,7 +212,7 @@ class LocalSandbox implements Sandbox {
       user: this.provider.user
     })
     // the host working directory is never the workspace: bubblewrap enters it in the sandbox's view
-    return { file: 'bwrap', args: infoFd === undefined ? args : ['--info-fd', String(infoFd), ...args], cwd: '/' }
+    return { file: 'bwrap', args, cwd: '/' }
   }
 
   exec(commandLine: string, options: ExecOptions = {}): Promise<ExecResult> {
@@ -229,8 +236,9 @@ class LocalSandbox implements Sandbox {
       stdin?: Buffer
     }
   ): Promise<RawResult> {
-    const { file, args, cwd } = this.command(argv, true, INFO_FD)
+    const { file, args, cwd } = this.command(argv, true)
     const confined = file === 'bwrap'
+    const viaFd = confined ? bwrapViaFd(args, ARGS_FD) : null
     const started = Date.now()
     // aborted before it started: nothing runs. (Killed in bubblewrap's first moments, a
     // command could outlive it: its child may not yet have asked to die with its parent.)
@@ -248,15 +256,20 @@ class LocalSandbox implements Sandbox {
     return new Promise((resolvePromise, reject) => {
       let child: ChildProcess
       try {
-        child = spawn(file, args, {
+        child = spawn(file, confined ? ['--info-fd', String(INFO_FD), ...viaFd!.argv] : args, {
           cwd,
           env: this.env({}, o.env),
           detached: true,
-          stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', ...(confined ? ['pipe' as const] : [])]
+          stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', ...(confined ? ['pipe' as const, 'pipe' as const] : [])]
         })
       } catch (err) {
         reject(err)
         return
+      }
+      if (confined) {
+        const argsPipe = child.stdio[ARGS_FD] as Writable
+        argsPipe.on('error', () => {})
+        argsPipe.end(viaFd!.data)
       }
       this.children.add(child)
       const out = new BoundedBuffer(o.maxBytes)
@@ -435,9 +448,27 @@ class LocalSandbox implements Sandbox {
 
   spawnPty(options: PtyOptions): pty.IPty {
     this.alive()
-    const shell = existsSync('/bin/bash') ? '/bin/bash' : '/bin/sh'
-    const { file, args, cwd } = this.command([shell, '-i'], false)
-    const term = pty.spawn(file === 'bwrap' ? findExecutable('bwrap')! : file, args, {
+    const bash = existsSync('/bin/bash')
+    const shell = bash ? '/bin/bash' : '/bin/sh'
+    const { cwd, ...command } = this.command([shell, '-i'], false)
+    let { file, args } = command
+    if (file === 'bwrap') {
+      file = findExecutable('bwrap')!
+      // a PTY has no descriptor to spare: bash hands bwrap its options on one, then becomes bwrap
+      if (bash) {
+        // $1 options, then bwrap's command line from `--` on
+        const end = args.indexOf('--')
+        args = [
+          '-c',
+          'exec 3< <(printf "%s\\0" "${@:2:$1}") && exec "$0" --args 3 "${@:$(($1 + 2))}"',
+          file,
+          String(end),
+          ...args
+        ]
+        file = '/bin/bash'
+      }
+    }
+    const term = pty.spawn(file, args, {
       name: 'xterm-256color',
       cols: options.cols,
       rows: options.rows,
@@ -457,15 +488,16 @@ class LocalSandbox implements Sandbox {
       )
     }
     if (!this.desktopStart) {
-      this.desktopStart = startDesktop()
+      // confined like the thread's commands, in a sandbox of its own
+      this.desktopStart = startDesktop(this.provider.confinement === 'bwrap' ? { user: this.provider.user } : null)
       this.desktopStart.then(
         (d) => {
           this.display = d.display
-          if (this.destroyed) stopAll(d.processes)
+          if (this.destroyed) void stopDesktop(d)
           for (const p of d.processes) {
             p.once('exit', () => {
               // a crashed display is started again on the next request
-              stopAll(d.processes)
+              void stopDesktop(d)
               if (this.display === d.display) this.display = null
               this.desktopStart = null
             })
@@ -499,7 +531,7 @@ class LocalSandbox implements Sandbox {
       this.desktopStart = null
       if (desktop)
         await desktop.then(
-          (d) => stopAll(d.processes),
+          (d) => stopDesktop(d),
           () => {}
         )
       for (const listener of this.listeners) listener()

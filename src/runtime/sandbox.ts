@@ -47,11 +47,8 @@ export interface PtyOptions {
   rows: number
 }
 
-/** A raw TCP endpoint speaking RFB (VNC), reachable from this process only. */
-export interface DesktopEndpoint {
-  host: string
-  port: number
-}
+/** Where a VNC server speaking RFB listens for the proxy: a unix socket (the local provider's) or a TCP endpoint. */
+export type DesktopEndpoint = { path: string } | { host: string; port: number }
 
 /** A sandbox error the client may see (bad path, missing file, no desktop ...). */
 export class SandboxError extends Error {

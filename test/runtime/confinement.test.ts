@@ -211,7 +211,7 @@ t.test(
     await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', payload: { mode: 'auto' } })
     const shadow = await gw.execute({ orgId: ORG, runId, name: 'shell', arguments: { command: 'cat /etc/shadow' } })
     t.equal(shadow.status, 'error', 'reading /etc/shadow fails')
-    t.match(shadow.content, /Permission denied/)
+    t.match(shadow.content, /No such file/, 'the sandbox has none')
     const who = await gw.execute({
       orgId: ORG,
       runId,
@@ -254,7 +254,56 @@ t.test(
     // x11vnc reads $HOME/.x11vncrc, where options such as -afteraccept run commands as the service user
     await writeFile(join(workspace, '.x11vncrc'), `logfile ${planted}\n`)
     const endpoint = await sandbox.desktop()
-    t.match(endpoint, { host: '127.0.0.1' })
+    t.match(endpoint, { path: /\/rfb\.sock$/ }, 'a unix socket')
     t.notOk(existsSync(planted), 'the options in the workspace were not applied')
+  }
+)
+
+t.test(
+  'a sandboxed command sees none of the host: its own processes, no host path, no service secret, a bare /etc',
+  { skip: embeddedPassOnly || skip },
+  async (t) => {
+    const { app, runId, dataDir } = await setup({ t })
+    const gw = app.runtime.gateway
+    await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', payload: { mode: 'auto' } })
+    await writeFile(join(dataDir, 'secrets.key'), 'HOST-SECRETS-KEY')
+    // the service's own environment (where SECRETS_KEY lives)
+    process.env.CAIRN_CONFINEMENT_PROBE = 'SERVICE-ENVIRONMENT'
+    t.teardown(() => delete process.env.CAIRN_CONFINEMENT_PROBE)
+    const shell = async (command: string) =>
+      (await gw.execute({ orgId: ORG, runId, name: 'shell', arguments: { command } })).content
+    const processes = await shell(
+      'for p in /proc/[0-9]*; do printf "%s: " "$p"; tr "\\0" " " < "$p/cmdline"; echo; done'
+    )
+    const lines = processes.split('\n').filter((l) => l.startsWith('/proc/'))
+    t.ok(lines.length > 0 && lines.length <= 4, `only the command's own processes: ${JSON.stringify(lines)}`)
+    t.notMatch(processes, /node|tsx|tap/, "none of the service's processes")
+    t.notOk(processes.includes(dataDir), 'no host path (DATA_DIR) in any command line, /proc/1 included')
+    t.match(
+      processes,
+      /\/proc\/1: bwrap --info-fd 3 --args 4 -- /,
+      "pid 1 is bubblewrap's, its options read from a descriptor"
+    )
+
+    const secrets = await shell(
+      `cat ${join(dataDir, 'secrets.key')} /proc/${process.pid}/environ /proc/${process.pid}/cmdline /etc/shadow 2>&1; true`
+    )
+    t.notMatch(
+      secrets,
+      /HOST-SECRETS-KEY|SERVICE-ENVIRONMENT|root:/,
+      'no host secret: DATA_DIR, the service, /etc/shadow'
+    )
+    t.match(secrets, /No such file/)
+
+    const etc = (await shell('ls -A /etc')).split('\n')
+    for (const name of ['shadow', 'gshadow', 'ssh', 'npmrc', 'pip.conf', 'sudoers', 'machine-id', 'environment'])
+      t.notOk(etc.includes(name), `no /etc/${name}`)
+    for (const name of ['passwd', 'group', 'ld.so.cache', 'ssl']) t.ok(etc.includes(name), `/etc/${name} is there`)
+    t.match(await shell('ls -A /etc/ssl'), /^exit code 0\ncerts\nopenssl\.cnf\n?$/, 'certificates, no private keys')
+    t.match(
+      await shell('cat /etc/passwd'),
+      /\nroot:x:0:0:[^\n]*\n(sandbox:[^\n]*\n)?nobody:x:65534:[^\n]*\n?$/,
+      'a stand-in passwd'
+    )
   }
 )

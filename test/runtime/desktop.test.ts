@@ -1,4 +1,5 @@
-import { mkdtemp, rm } from 'node:fs/promises'
+import { existsSync } from 'node:fs'
+import { mkdtemp, readdir, readFile, readlink, rm } from 'node:fs/promises'
 import { connect, createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -7,8 +8,8 @@ import { embeddedOnly, embeddedPassOnly } from '../passes.js'
 import WebSocket from 'ws'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { newId } from '../../src/db/ids.js'
-import { findExecutable } from '../../src/runtime/bubblewrap.js'
-import { freePort, startDesktop, stopAll } from '../../src/runtime/desktop.js'
+import { BOX_HOME, findExecutable, probeBubblewrap, sandboxUserFor } from '../../src/runtime/bubblewrap.js'
+import { startDesktop, stopDesktop } from '../../src/runtime/desktop.js'
 import type { RuntimeWiring } from '../../src/runtime/service.js'
 import type { DesktopEndpoint, Sandbox, SandboxProvider } from '../../src/runtime/sandbox.js'
 import { buildTestApp, type EnvOverrides, type Teardown } from '../helper.js'
@@ -114,6 +115,8 @@ function desktopOnlyProvider(endpoint: DesktopEndpoint | null): SandboxProvider 
 }
 
 const hasDesktop = findExecutable('Xvfb') !== null && findExecutable('x11vnc') !== null
+const bwrap = probeBubblewrap()
+const bwrapSkip = bwrap.ok ? false : `bubblewrap cannot confine here: ${bwrap.reason}`
 
 t.test(
   "a real RFB handshake through the proxy to the local provider's VNC server",
@@ -128,7 +131,10 @@ t.test(
     const count = (await client.read(1))[0]!
     t.ok(count > 0, 'security types offered')
     const types = [...(await client.read(count))]
-    t.ok(types.includes(1), 'security type None (x11vnc bound to loopback, reachable only through the proxy)')
+    t.ok(
+      types.includes(1),
+      'security type None (x11vnc on a unix socket in a private folder, reachable only through the proxy)'
+    )
     client.ws.send(Buffer.from([1]))
     t.equal((await client.read(4)).readUInt32BE(0), 0, 'security handshake succeeded')
     client.ws.send(Buffer.from([1])) // ClientInit, shared
@@ -149,26 +155,29 @@ t.test(
   }
 )
 
+/** The processes under `pid` (children, grandchildren ...), by their host pid. */
+async function descendants(pid: number): Promise<number[]> {
+  const found: number[] = []
+  for (const task of await readdir(`/proc/${pid}/task`).catch(() => [])) {
+    const children = await readFile(`/proc/${pid}/task/${task}/children`, 'utf8').catch(() => '')
+    for (const child of children.split(' ').filter(Boolean).map(Number)) {
+      found.push(child, ...(await descendants(child)))
+    }
+  }
+  return found
+}
+
 t.test(
-  'x11vnc started on a port another socket took meanwhile starts again on another',
-  { skip: embeddedPassOnly || hasDesktop ? false : 'Xvfb and x11vnc are not installed' },
+  "the desktop runs in a bubblewrap sandbox of its own: the sandbox's user, no network, none of the host",
+  { skip: embeddedPassOnly || (hasDesktop ? bwrapSkip : 'Xvfb and x11vnc are not installed') },
   async (t) => {
-    const taken = createServer()
-    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve))
-    t.teardown(() => new Promise<void>((resolve) => taken.close(() => resolve())))
-    const takenPort = (taken.address() as AddressInfo).port
-    const given: number[] = []
-    // the first port offered is the taken one, as when a socket took it after it was found free
-    const desktop = await startDesktop(async () => {
-      const port = given.length === 0 ? takenPort : await freePort()
-      given.push(port)
-      return port
-    })
-    t.teardown(() => stopAll(desktop.processes))
-    t.equal(given.length, 2, 'a second port was asked for')
-    t.equal(desktop.endpoint.port, given[1], 'and the desktop listens there')
+    const user = sandboxUserFor({ uid: 65534, gid: 65534 })
+    const desktop = await startDesktop({ user })
+    t.teardown(() => stopDesktop(desktop))
+    t.same(desktop.display.display, 0, 'its display is the only one it sees')
+    t.ok('path' in desktop.endpoint, 'the VNC server listens on a unix socket')
     const greeting = await new Promise<string>((resolve, reject) => {
-      const socket = connect(desktop.endpoint.port, desktop.endpoint.host)
+      const socket = connect((desktop.endpoint as { path: string }).path)
       socket.once('data', (chunk: Buffer) => {
         socket.destroy()
         resolve(chunk.toString('latin1'))
@@ -176,6 +185,137 @@ t.test(
       socket.once('error', reject)
     })
     t.equal(greeting, 'RFB 003.008\n', 'the VNC server greets there')
+
+    const pids = await descendants(desktop.processes[0]!.pid!)
+    const named = new Map<string, number>()
+    for (const pid of pids) named.set((await readFile(`/proc/${pid}/comm`, 'utf8')).trim(), pid)
+    t.ok(named.has('Xvfb') && named.has('x11vnc'), `Xvfb and x11vnc run under bubblewrap (${[...named.keys()]})`)
+    const ownNet = await readlink('/proc/self/ns/net')
+    const ownPid = await readlink('/proc/self/ns/pid')
+    for (const name of ['Xvfb', 'x11vnc']) {
+      const pid = named.get(name)!
+      const status = await readFile(`/proc/${pid}/status`, 'utf8')
+      const uid = process.geteuid!()
+      t.match(status, new RegExp(`\\nUid:\\s+${user ? user.uid : uid}\\s`), `${name} runs as the sandbox's user`)
+      t.match(status, /\nNoNewPrivs:\s+1/, `${name} cannot gain privileges`)
+      if (user) t.match(status, /\nCapEff:\s+0+\n/, `${name} has no capabilities`)
+      t.not(await readlink(`/proc/${pid}/ns/net`), ownNet, `${name} has a network namespace of its own (no network)`)
+      t.not(await readlink(`/proc/${pid}/ns/pid`), ownPid, `${name} sees only its sandbox's processes`)
+      // its view of the file system, through the host's /proc (the test runs as root or as the same user)
+      const root = `/proc/${pid}/root`
+      t.notOk(existsSync(`${root}/etc/shadow`), `${name} has no /etc/shadow`)
+      t.notOk(existsSync(`${root}${BOX_HOME}`), `${name} has no workspace`)
+      t.notOk(existsSync(`${root}${process.cwd()}`), `${name} does not see the service's files`)
+      const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0')
+      if (name === 'x11vnc') {
+        t.ok(argv.includes('-noremote') && argv.includes('-nocmds') && argv.includes('-norc'), 'no remote control')
+        t.same(
+          argv.filter((a) => /^-(R|remote|yesremote|ultrafilexfer|tightfilexfer|rfbversion)$/.test(a)),
+          [],
+          'nothing that turns remote control or file transfer on'
+        )
+      }
+    }
+    const tcp = await readFile(`/proc/${named.get('x11vnc')}/net/tcp`, 'utf8')
+    const tcp6 = await readFile(`/proc/${named.get('x11vnc')}/net/tcp6`, 'utf8')
+    t.equal(tcp.trim().split('\n').length + tcp6.trim().split('\n').length, 2, 'no TCP socket at all in its namespace')
+  }
+)
+
+/** A FramebufferUpdateRequest for one pixel. */
+function frameRequest(): Buffer {
+  const update = Buffer.alloc(10)
+  update.writeUInt8(3, 0)
+  update.writeUInt16BE(1, 6)
+  update.writeUInt16BE(1, 8)
+  return update
+}
+
+/** Sends an UltraVNC file transfer request (a directory listing) and tells what came back before a frame. */
+async function ultraFileTransfer(client: ReturnType<typeof rfbClient>, dir: string): Promise<string> {
+  const name = Buffer.from(dir, 'latin1')
+  const request = Buffer.alloc(12)
+  request.writeUInt8(7, 0) // rfbFileTransfer
+  request.writeUInt8(1, 1) // rfbDirContentRequest
+  request.writeUInt8(1, 2) // rfbRDirContent
+  request.writeUInt32BE(name.length, 8)
+  client.ws.send(Buffer.concat([request, name]))
+  // then a framebuffer update request: its answer comes after any answer to the transfer
+  client.ws.send(frameRequest())
+  try {
+    const type = (await client.read(1))[0]!
+    return type === 0 ? 'a frame, and no file transfer answer' : `a message of type ${type}`
+  } catch {
+    return 'the connection closed'
+  }
+}
+
+async function rfbSession(url: string) {
+  const client = rfbClient(url)
+  await client.opened
+  const version = (await client.read(12)).toString('latin1')
+  client.ws.send(Buffer.from('RFB 003.008\n', 'latin1'))
+  await client.read((await client.read(1))[0]!)
+  client.ws.send(Buffer.from([1]))
+  await client.read(4)
+  client.ws.send(Buffer.from([1]))
+  const init = await client.read(24)
+  await client.read(init.readUInt32BE(20))
+  const bytesPerPixel = init[4]! / 8
+  return {
+    client,
+    version,
+    /** asks for a pixel and reads the whole update (raw rectangles: the client asked for no other encoding) */
+    async frame(): Promise<void> {
+      client.ws.send(frameRequest())
+      const header = await client.read(4)
+      if (header[0] !== 0) throw new Error(`server message ${header[0]}, not a frame`)
+      for (let rects = header.readUInt16BE(2); rects > 0; rects--) {
+        const rect = await client.read(12)
+        await client.read(rect.readUInt16BE(4) * rect.readUInt16BE(6) * bytesPerPixel)
+      }
+    }
+  }
+}
+
+t.test(
+  "from the sandbox, x11vnc's remote control cannot turn on file transfer for the member's VNC client, nor stop it",
+  { skip: embeddedPassOnly || (hasDesktop ? false : 'Xvfb and x11vnc are not installed') },
+  async (t) => {
+    const { app, base, threadId } = await setup(t)
+    const url = `${base}/api/desktop-proxy/${threadId}/websockify`
+    // the member's desktop, open throughout (when the last connection ends, the sandbox stops)
+    const member = await rfbSession(url)
+    t.teardown(() => member.client.ws.close())
+    await member.frame()
+    const { sandbox, release } = await app.runtime.sandboxes!.acquire({ orgId: DEV_ORG.id, threadId })
+    t.teardown(release)
+    const first = await rfbSession(url)
+    t.equal(first.version, 'RFB 003.008\n')
+    t.equal(await ultraFileTransfer(first.client, 'C:\\etc'), 'the connection closed', 'file transfer is refused')
+
+    // the attacker: a command of the thread (the terminal's or a run's shell tool) asks x11vnc,
+    // through the display, to turn file transfer on (twice: an x11vnc that takes remote
+    // control may miss a display client's first request)
+    const x11vnc = (request: string) =>
+      sandbox.exec(`timeout 20 x11vnc -display "$DISPLAY" -sync -R ${request} 2>&1`, { timeoutMs: 60_000 })
+    for (const attempt of [1, 2]) {
+      const asked = await x11vnc('ultrafilexfer')
+      t.match(asked.stdout, /sending remote command: "cmd=ultrafilexfer"/, `request ${attempt} was sent`)
+      t.notMatch(asked.stdout, /ack=1/, `x11vnc did not acknowledge request ${attempt}`)
+    }
+    const second = await rfbSession(url)
+    t.equal(second.version, 'RFB 003.008\n', 'no UltraVNC protocol version (3.6)')
+    t.equal(
+      await ultraFileTransfer(second.client, 'C:\\etc'),
+      'the connection closed',
+      'file transfer is still refused'
+    )
+
+    // nor can it stop the member's desktop
+    t.notMatch((await x11vnc('stop')).stdout, /ack=1/, 'x11vnc did not acknowledge the stop')
+    await member.frame()
+    t.pass("the member's desktop still runs")
   }
 )
 

@@ -136,6 +136,13 @@ t.test('the terminal runs in the thread workspace', embeddedOnly, async (t) => {
   const { sandbox, release } = await app.runtime.sandboxes!.acquire({ orgId: DEV_ORG.id, threadId })
   t.equal((await sandbox.readFile('t.txt')).content, 'from-terminal\n')
   release()
+  if (app.runtime.sandboxes!.provider.confinement === 'bwrap') {
+    // the sandbox's first process names no host path (DATA_DIR's, the workspace's)
+    term.ws.send(Buffer.from('tr "\\0" " " < /proc/1/cmdline; echo; echo pid1-$((2+2))\r'), { binary: true })
+    const [, pid1] = (await term.waitFor(/\n([^\n]*)\r?\n[^\n]*pid1-4/))!
+    t.match(pid1!, /\bbwrap --args 3 -- /, "pid 1 is bubblewrap's, its options read from a descriptor")
+    t.notOk(pid1!.includes(app.runtime.sandboxes!.provider.workspaceRoot!), 'no host path in it')
+  }
   term.ws.close()
   await term.closed
 })
