@@ -245,10 +245,7 @@ export async function buildApp({
   const routes: RouteRecord[] = []
   app.decorate('routeTable', routes)
   // where this instance listens and its public URL: URLs an org types may never point there
-  const forgetSelf = registerSelf(
-    () => app.addresses().filter((a) => typeof a !== 'string'),
-    config.PUBLIC_URL
-  )
+  const forgetSelf = registerSelf(() => app.addresses().filter((a) => typeof a !== 'string'), config.PUBLIC_URL)
   app.addHook('onClose', async () => forgetSelf())
   app.addHook('onRoute', function recordRoute(route) {
     // the stack is captured now and formatted (costly, with source maps) only if read

@@ -97,9 +97,7 @@ function loopbackHost(request: FastifyRequest): boolean {
  * such a request comes back here for an org, never as the dev org's owner).
  */
 export function devOrgFor(request: FastifyRequest, allowDevOrg: boolean): boolean {
-  return (
-    allowDevOrg && isLoopback(request.ip) && loopbackHost(request) && request.headers[SELF_HEADER] === undefined
-  )
+  return allowDevOrg && isLoopback(request.ip) && loopbackHost(request) && request.headers[SELF_HEADER] === undefined
 }
 
 export interface PrincipalOptions {
