@@ -153,7 +153,9 @@ export function mcpErrorAnswers(...statuses: Array<406 | 413 | 415>) {
     404: mcpError('a JSON-RPC error (McpError, code -32001): no such session for this caller; initialize again'),
     406: mcpError('a JSON-RPC error (McpError): Accept does not name the answer types the transport sends'),
     413: errorBody('`payload_too_large`: the body is larger than BODY_LIMIT'),
-    415: mcpError('a JSON-RPC error (McpError): Content-Type is not application/json'),
+    415: eitherError(
+      'a JSON-RPC error (McpError): Content-Type is not application/json; `unsupported_media_type` (ErrorBody) for a compressed body (Content-Encoding other than identity)'
+    ),
     500: errorBody('an unexpected failure')
   }
   const out: Partial<typeof all> = {}

@@ -475,6 +475,8 @@ t.test(
       await post({ ...std, ...session, 'content-type': 'text/plain' }, list),
       415
     )
+    const gzipped = { ...std, ...session, 'content-encoding': 'gzip' }
+    conforms('a compressed body', 'post', await post(gzipped, list), 415)
     conforms('too large', 'post', await post({ ...std, ...session }, 'x'.repeat(2048)), 413)
     // a caller from elsewhere without credentials (loopback ones act in the dev org)
     const stranger = (method: 'POST' | 'GET' | 'DELETE') =>
