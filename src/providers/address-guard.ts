@@ -4,7 +4,7 @@ import { lookup as dnsLookupAsync } from 'node:dns/promises'
 import type { LookupFunction } from 'node:net'
 import ipaddr from 'ipaddr.js'
 import { Agent, buildConnector, fetch as undiciFetch } from 'undici'
-import { portOf, SELF_HEADER, SELF_HEADER_VALUE, selfAddress, selfName } from './self-reach.js'
+import { portOf, refreshPublicAddresses, SELF_HEADER, SELF_HEADER_VALUE, selfAddress, selfName } from './self-reach.js'
 
 /**
  * The SSRF guard of provider connections (contract 11). A provider's base URL is typed by
@@ -137,11 +137,12 @@ export class HostUnresolved extends Error {
 export async function checkHost(hostname: string, allowPrivate: boolean, port?: number): Promise<string | null> {
   const host = bareHost(hostname)
   const judge = (address: string): string | null => {
-    const self = port === undefined ? null : selfAddress(address, port)
-    if (self) return self
+    if (port !== undefined) return literalRefusal(address, port, allowPrivate)
     const verdict = classifyAddress(address, allowPrivate)
     return verdict.ok ? null : verdict.reason
   }
+  // the public URL's name is resolved now too: a URL is judged against where it points today
+  if (port !== undefined) await refreshPublicAddresses()
   if (ipaddr.isValid(host)) return judge(host)
   const named = refusedName(host) ?? (port === undefined ? null : selfName(host, port))
   if (named) return named
@@ -187,6 +188,14 @@ export function guardedLookup(allowPrivate: boolean): LookupFunction {
   }
 }
 
+/** Why an IP-literal host and port may not be reached, or null. */
+function literalRefusal(host: string, port: number, allowPrivate: boolean): string | null {
+  const self = selfAddress(host, port)
+  if (self) return self
+  const verdict = classifyAddress(host, allowPrivate)
+  return verdict.ok ? null : verdict.reason
+}
+
 export type ProviderFetch = (url: string, init: RequestInit) => Promise<Response>
 
 /**
@@ -214,8 +223,7 @@ export function providerFetcher(allowPrivate: boolean): { fetch: ProviderFetch; 
       const target = new URL(url)
       const host = bareHost(target.hostname)
       const refused = ipaddr.isValid(host)
-        ? (selfAddress(host, portOf(target)) ??
-          ((verdict) => (verdict.ok ? null : verdict.reason))(classifyAddress(host, allowPrivate)))
+        ? literalRefusal(host, portOf(target), allowPrivate)
         : selfName(host, portOf(target))
       if (refused) throw new TypeError('fetch failed', { cause: new AddressRefused(refused) })
       // the caller's headers (an org's own among them) never take the marker off

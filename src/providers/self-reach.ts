@@ -1,3 +1,4 @@
+import { lookup } from 'node:dns/promises'
 import { networkInterfaces } from 'node:os'
 import ipaddr from 'ipaddr.js'
 
@@ -26,8 +27,18 @@ export const SELF_HEADER_VALUE = '1'
 
 /** The endpoints this process listens on (every app instance in it), by a key per registration. */
 const listening = new Map<symbol, () => Array<{ address: string; port: number }>>()
-/** The public URLs of this process's instances (their hosts and ports). */
-const publicOrigins = new Map<symbol, { host: string; port: number }>()
+/**
+ * The public URLs of this process's instances: their hosts, ports, and the addresses the
+ * hosts resolved to when last asked (`refreshPublicAddresses`), canonical.
+ */
+const publicOrigins = new Map<symbol, { host: string; port: number; addresses: Set<string> }>()
+
+/** A URL's host without brackets and trailing dot, lower case. */
+const bare = (hostname: string) =>
+  hostname
+    .replace(/^\[|\]$/g, '')
+    .replace(/\.$/, '')
+    .toLowerCase()
 
 /** An address without brackets, zone and IPv4-mapping, in its canonical form; null when not an IP. */
 function canonical(text: string): ipaddr.IPv4 | ipaddr.IPv6 | null {
@@ -70,7 +81,10 @@ export function registerSelf(
   listening.set(key, addresses)
   if (publicUrl) {
     const url = new URL(publicUrl)
-    publicOrigins.set(key, { host: url.hostname.replace(/^\[|\]$/g, '').toLowerCase(), port: portOf(url) })
+    const host = bare(url.hostname)
+    const literal = canonical(host)
+    publicOrigins.set(key, { host, port: portOf(url), addresses: new Set(literal ? [literal.toString()] : []) })
+    void refreshPublicAddresses()
   }
   return () => {
     listening.delete(key)
@@ -92,18 +106,35 @@ export function selfAddress(address: string, port: number): string | null {
   }
   if (ours && isLocalAddress(addr)) return `${addr.toString()} port ${port} is this Cairn server's own address`
   for (const origin of publicOrigins.values()) {
-    if (origin.port === port && canonical(origin.host)?.toString() === addr.toString())
+    if (origin.port === port && origin.addresses.has(addr.toString()))
       return `${addr.toString()} port ${port} is this Cairn server's public address`
   }
   return null
 }
 
+/**
+ * Resolves the public URLs' names again (a URL is judged against what they resolve to now;
+ * a connection, against what they resolved to when last asked). A name that does not
+ * resolve keeps what it resolved to before.
+ */
+export async function refreshPublicAddresses(): Promise<void> {
+  await Promise.all(
+    [...publicOrigins.values()]
+      .filter((origin) => canonical(origin.host) === null)
+      .map(async (origin) => {
+        try {
+          const found = await lookup(origin.host, { all: true, verbatim: true })
+          origin.addresses = new Set(found.flatMap(({ address }) => canonical(address)?.toString() ?? []))
+        } catch {
+          // unresolvable now: what it resolved to before still counts
+        }
+      })
+  )
+}
+
 /** Null when a URL's host (a name, before any lookup) and port are not this service's public URL, else why. */
 export function selfName(hostname: string, port: number): string | null {
-  const host = hostname
-    .replace(/^\[|\]$/g, '')
-    .replace(/\.$/, '')
-    .toLowerCase()
+  const host = bare(hostname)
   for (const origin of publicOrigins.values()) {
     if (origin.host === host && origin.port === port) return `${host}:${port} is this Cairn server's public address`
   }

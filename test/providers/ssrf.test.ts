@@ -306,3 +306,25 @@ t.test(
     }
   }
 )
+
+t.test('PUBLIC_URL is refused by name and by every address its name resolves to', async (t) => {
+  const fake = await startFakeProvider(t)
+  const app = await buildTestApp(t, {
+    env: { SECRETS_KEY: newKeyText(), PROVIDER_ALLOW_PRIVATE: 'true', PUBLIC_URL: `http://LocalHost:${fake.port}/` }
+  })
+  const owner = await signUpWithOrg(app)
+  for (const [baseUrl, reason] of [
+    [`http://localhost:${fake.port}/v1`, `localhost:${fake.port} is this Cairn server's public address`],
+    [`http://127.0.0.1:${fake.port}/v1`, `127.0.0.1 port ${fake.port} is this Cairn server's public address`]
+  ] as const) {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/api/providers',
+      headers: { cookie: owner.cookie },
+      payload: { name: 'public', baseUrl, apiKey: fake.key }
+    })
+    t.equal(res.statusCode, 400, `${baseUrl}: ${res.body}`)
+    t.equal(res.json().details[0].message, `${reason}; providers may not be reached there`)
+  }
+  t.equal(fake.requests.length, 0)
+})
