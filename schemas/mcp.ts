@@ -81,11 +81,16 @@ export const McpMessage = named(
       'a JSON-RPC 2.0 message of the Model Context Protocol (or a batch of them); a malformed one is answered with a JSON-RPC error'
   })
 )
+/** A POST's answer: the transport answers in JSON (never as a stream), one message or a batch. */
 export const McpAnswer = {
+  description: 'the JSON-RPC answer to the message (an array of answers for a batch)',
+  content: { 'application/json': { schema: McpMessage } }
+}
+/** A GET's answer: the session's event stream. */
+export const McpStream = {
   description:
-    'a JSON-RPC answer, as JSON or as an SSE stream (the MCP Streamable HTTP transport) whose every `event: message` frame carries one McpMessage as its `data:`',
+    "the session's event stream (SSE) whose every `event: message` frame carries one McpMessage as its `data:`",
   content: {
-    'application/json': { schema: McpMessage },
     'text/event-stream': {
       schema: McpMessage,
       'x-sse-events': { message: { $ref: '#/components/schemas/McpMessage' } }
@@ -98,3 +103,62 @@ export const McpHeaders = Type.Object({
   ),
   'mcp-protocol-version': Type.Optional(Type.String({ maxLength: 32 }))
 })
+
+/** How the MCP transport refuses a request: a JSON-RPC error, not the API's `{error, message}`. */
+export const McpError = named(
+  'McpError',
+  Type.Object(
+    {
+      jsonrpc: Type.Literal('2.0'),
+      error: Type.Object({
+        code: Type.Integer({
+          description:
+            'the JSON-RPC error code: -32700 not JSON or not JSON-RPC, -32600 an invalid request, -32000 a transport refusal (a missing Mcp-Session-Id, an unsupported protocol version, Accept or Content-Type), -32001 no such session'
+        }),
+        message: Type.String({ description: 'what was wrong, as a sentence' }),
+        data: Type.Optional(Type.Unknown())
+      }),
+      id: Type.Union([Type.String(), Type.Number(), Type.Null()], {
+        description: "the refused request's id, null when it is not known"
+      })
+    },
+    { description: 'a JSON-RPC 2.0 error: how /api/mcp refuses a request its transport cannot take' }
+  )
+)
+
+const mcpError = (description: string) => ({ description, content: { 'application/json': { schema: McpError } } })
+const errorBody = (description: string) => ({
+  description,
+  content: { 'application/json': { schema: Type.Ref('ErrorBody') } }
+})
+/** an answer that is either, by where the request was refused */
+const eitherError = (description: string) => ({
+  description,
+  content: { 'application/json': { schema: Type.Union([McpError, Type.Ref('ErrorBody')]) } }
+})
+
+/**
+ * What `/api/mcp` answers besides its successes, as it answers them: the API's `{error, message}`
+ * before the request reaches the MCP transport (no credentials, too large a body), a JSON-RPC
+ * error from the transport (and for a missing or unknown session). 400, 401, 403, 404 and 500
+ * always; the others named.
+ */
+export function mcpErrorAnswers(...statuses: Array<406 | 413 | 415>) {
+  const all = {
+    400: eitherError(
+      'a JSON-RPC error (McpError) when the transport refuses the request: Mcp-Session-Id is missing, the message is not JSON or not JSON-RPC, or the protocol version is not supported; `validation_failed` (ErrorBody) when a header breaks its schema'
+    ),
+    401: errorBody('`unauthorized`: no session, key or dev-org access'),
+    403: errorBody('the request was refused before it reached the MCP transport (a foreign Origin)'),
+    404: mcpError('a JSON-RPC error (McpError, code -32001): no such session for this caller; initialize again'),
+    406: mcpError('a JSON-RPC error (McpError): Accept does not name the answer types the transport sends'),
+    413: errorBody('`payload_too_large`: the body is larger than BODY_LIMIT'),
+    415: eitherError(
+      'a JSON-RPC error (McpError): Content-Type is not application/json; `unsupported_media_type` (ErrorBody) for a compressed body (Content-Encoding other than identity)'
+    ),
+    500: errorBody('an unexpected failure')
+  }
+  const out: Partial<typeof all> = {}
+  for (const status of [400, 401, 403, 404, ...statuses, 500] as const) Object.assign(out, { [status]: all[status] })
+  return out
+}

@@ -52,6 +52,7 @@ import integrations from './integrations/index.js'
 import platform from './platform/index.js'
 import providers from './providers/index.js'
 import providersService from './providers/service.js'
+import { registerSelf } from './providers/self-reach.js'
 import github from './github/index.js'
 import githubService from './github/service.js'
 import slack from './slack/index.js'
@@ -243,6 +244,9 @@ export async function buildApp({
   app.addSchema(ErrorBody)
   const routes: RouteRecord[] = []
   app.decorate('routeTable', routes)
+  // where this instance listens and its public URL: URLs an org types may never point there
+  const forgetSelf = registerSelf(() => app.addresses().filter((a) => typeof a !== 'string'), config.PUBLIC_URL)
+  app.addHook('onClose', async () => forgetSelf())
   app.addHook('onRoute', function recordRoute(route) {
     // the stack is captured now and formatted (costly, with source maps) only if read
     const limit = Error.stackTraceLimit

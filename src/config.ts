@@ -17,6 +17,13 @@ export const EnvSchema = Type.Object({
   }),
   PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 3000, description: 'HTTP port' }),
   HOST: Type.String({ minLength: 1, default: '0.0.0.0', description: 'interface to listen on' }),
+  PUBLIC_URL: Type.Optional(
+    Type.String({
+      pattern: '^https?://',
+      description:
+        'the URL this server is reached at from outside (behind a proxy or load balancer); org MCP servers and providers may never point at it'
+    })
+  ),
   DATABASE_URL: Type.Optional(
     Type.String({
       pattern: '^postgres(ql)?://',
@@ -763,6 +770,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const values = parsed as Env
   if (values.MEMORY_BACKEND === 'http' && !values.MEMORY_URL) {
     throw new ConfigError('invalid configuration:\n  MEMORY_URL: required when MEMORY_BACKEND=http')
+  }
+  if (values.PUBLIC_URL !== undefined && !URL.canParse(values.PUBLIC_URL)) {
+    throw new ConfigError('invalid configuration:\n  PUBLIC_URL: must be an absolute http(s) URL')
   }
   if (values.ARTIFACT_STORE === 's3' && !values.S3_BUCKET) {
     throw new ConfigError('invalid configuration:\n  S3_BUCKET: required when ARTIFACT_STORE=s3')

@@ -61,7 +61,9 @@ t.test('a bad value is refused with the variable named', async (t) => {
     [{ DATABASE_URL: 'mysql://x' }, /DATABASE_URL/],
     [{ SERVICE_COMMIT: 'has space' }, /SERVICE_COMMIT/],
     [{ CORS_ORIGINS: 'not a url' }, /CORS_ORIGINS/],
-    [{ CORS_ORIGINS: 'https://app.example.com/path' }, /CORS_ORIGINS.*https:\/\/app\.example\.com/]
+    [{ CORS_ORIGINS: 'https://app.example.com/path' }, /CORS_ORIGINS.*https:\/\/app\.example\.com/],
+    [{ PUBLIC_URL: 'cairn.example.com' }, /PUBLIC_URL/],
+    [{ PUBLIC_URL: 'https://' }, /PUBLIC_URL: must be an absolute http\(s\) URL/]
   ]
   for (const [env, pattern] of cases) {
     t.throws(() => loadConfig(env), { name: 'ConfigError', message: pattern }, JSON.stringify(env))

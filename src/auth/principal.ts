@@ -16,6 +16,7 @@ import {
   userRequired
 } from '../../plugins/errors.js'
 import { keyMayReach, normalizeRoute } from './key-allowlist.js'
+import { SELF_HEADER } from '../providers/self-reach.js'
 
 /**
  * Route scopes (contract 2.2), declared on each route as `config: { scope }`, never
@@ -91,10 +92,12 @@ function loopbackHost(request: FastifyRequest): boolean {
 
 /**
  * Whether this request may act in the dev org (contract 2.2): dev-org access on, the
- * caller on this host, and asking for this host by a loopback name.
+ * caller on this host, asking for this host by a loopback name, and not a request this
+ * service made itself (to an org's MCP server or provider, which carries SELF_HEADER:
+ * such a request comes back here for an org, never as the dev org's owner).
  */
 export function devOrgFor(request: FastifyRequest, allowDevOrg: boolean): boolean {
-  return allowDevOrg && isLoopback(request.ip) && loopbackHost(request)
+  return allowDevOrg && isLoopback(request.ip) && loopbackHost(request) && request.headers[SELF_HEADER] === undefined
 }
 
 export interface PrincipalOptions {

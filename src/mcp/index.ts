@@ -16,12 +16,14 @@ import { idempotentWork } from '../../plugins/idempotency/index.js'
 import { errorResponses, IdParams } from '../../schemas/common.js'
 import {
   CreateMcpServerBody,
+  mcpErrorAnswers,
   ListMcpServersQuery,
   McpAnswer,
   McpHeaders,
   McpMessage,
   McpServerEnvelope,
-  McpServerPage
+  McpServerPage,
+  McpStream
 } from '../../schemas/mcp.js'
 import { principalOf, realUserId, type Principal } from '../auth/principal.js'
 import { rowsOf } from '../db/client.js'
@@ -339,11 +341,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
     }
 
     const common = { headers: McpHeaders }
-    const answers = {
-      200: McpAnswer,
-      202: { type: 'null', description: 'a notification or response was accepted' },
-      ...errorResponses(404, 406, 409, 413, 415)
-    }
+    // errors as they are answered: JSON-RPC errors from the transport, ErrorBody before it
     scope.post(
       '/mcp',
       {
@@ -356,7 +354,11 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
             'Takes one JSON-RPC message of the Model Context Protocol (initialize, tools/list, tools/call, ...) and answers it as JSON or as an event stream.',
           ...common,
           body: McpMessage,
-          response: answers
+          response: {
+            200: McpAnswer,
+            202: { type: 'null', description: 'the notification or response was accepted; no body' },
+            ...mcpErrorAnswers(406, 413, 415)
+          }
         },
         // the SDK checks the message; the schema is only the document's
         validatorCompiler: () => () => true
@@ -374,7 +376,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
           description:
             "Opens the event stream on which the MCP server sends a session's messages that are not answers to a request.",
           ...common,
-          response: answers
+          response: { 200: McpStream, ...mcpErrorAnswers(406) }
         }
       },
       serve
@@ -388,7 +390,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
           summary: 'MCP Streamable HTTP: end a session',
           description: 'Ends the MCP session named by Mcp-Session-Id.',
           ...common,
-          response: answers
+          response: { 200: { type: 'null', description: 'the session ended; no body' }, ...mcpErrorAnswers() }
         }
       },
       serve

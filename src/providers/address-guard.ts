@@ -3,7 +3,8 @@ import { lookup as dnsLookup, type LookupAddress } from 'node:dns'
 import { lookup as dnsLookupAsync } from 'node:dns/promises'
 import type { LookupFunction } from 'node:net'
 import ipaddr from 'ipaddr.js'
-import { Agent, fetch as undiciFetch } from 'undici'
+import { Agent, buildConnector, fetch as undiciFetch } from 'undici'
+import { portOf, refreshPublicAddresses, SELF_HEADER, SELF_HEADER_VALUE, selfAddress, selfName } from './self-reach.js'
 
 /**
  * The SSRF guard of provider connections (contract 11). A provider's base URL is typed by
@@ -17,6 +18,9 @@ import { Agent, fetch as undiciFetch } from 'undici'
  * judged by that IPv4 address. Every address a name resolves to must pass, and requests
  * connect only through `providerFetch`, whose agent checks the address it is about to
  * connect to (so a name that re-resolves to 127.0.0.1 later, DNS rebinding, is refused).
+ * Whatever PROVIDER_ALLOW_PRIVATE says, the service's own listening addresses and public URL
+ * are refused too (src/providers/self-reach.ts): at registration, and on the address each
+ * connection actually reached.
  */
 
 /** Cloud metadata services, refused whatever PROVIDER_ALLOW_PRIVATE says. */
@@ -127,15 +131,20 @@ export class HostUnresolved extends Error {
 
 /**
  * Resolves a base URL's host (every address) and judges each: null when it may be used,
- * else the sentence saying why not. Throws HostUnresolved when the name does not resolve.
+ * else the sentence saying why not. With `port`, an address where this service itself
+ * listens on that port is refused too. Throws HostUnresolved when the name does not resolve.
  */
-export async function checkHost(hostname: string, allowPrivate: boolean): Promise<string | null> {
+export async function checkHost(hostname: string, allowPrivate: boolean, port?: number): Promise<string | null> {
   const host = bareHost(hostname)
-  if (ipaddr.isValid(host)) {
-    const verdict = classifyAddress(host, allowPrivate)
+  const judge = (address: string): string | null => {
+    if (port !== undefined) return literalRefusal(address, port, allowPrivate)
+    const verdict = classifyAddress(address, allowPrivate)
     return verdict.ok ? null : verdict.reason
   }
-  const named = refusedName(host)
+  // the public URL's name is resolved now too: a URL is judged against where it points today
+  if (port !== undefined) await refreshPublicAddresses()
+  if (ipaddr.isValid(host)) return judge(host)
+  const named = refusedName(host) ?? (port === undefined ? null : selfName(host, port))
   if (named) return named
   let addresses: LookupAddress[]
   try {
@@ -145,8 +154,8 @@ export async function checkHost(hostname: string, allowPrivate: boolean): Promis
   }
   if (addresses.length === 0) throw new HostUnresolved(`${host} does not resolve`)
   for (const { address } of addresses) {
-    const verdict = classifyAddress(address, allowPrivate)
-    if (!verdict.ok) return `${host} resolves to ${verdict.reason}`
+    const refused = judge(address)
+    if (refused) return `${host} resolves to ${refused}`
   }
   return null
 }
@@ -179,24 +188,50 @@ export function guardedLookup(allowPrivate: boolean): LookupFunction {
   }
 }
 
+/** Why an IP-literal host and port may not be reached, or null. */
+function literalRefusal(host: string, port: number, allowPrivate: boolean): string | null {
+  const self = selfAddress(host, port)
+  if (self) return self
+  const verdict = classifyAddress(host, allowPrivate)
+  return verdict.ok ? null : verdict.reason
+}
+
 export type ProviderFetch = (url: string, init: RequestInit) => Promise<Response>
 
 /**
  * The only way requests reach a provider: an agent whose connections go through
- * `guardedLookup`, IP-literal hosts judged here (they are never looked up), and no
- * redirects followed (a redirect could name any address).
+ * `guardedLookup`, IP-literal hosts judged here (they are never looked up), each connection
+ * checked on the address and port it reached before a byte is sent (never this service
+ * itself), no redirects followed (a redirect could name any address), and every request
+ * marked with SELF_HEADER (a request that comes back here never acts in the dev org).
  */
 export function providerFetcher(allowPrivate: boolean): { fetch: ProviderFetch; close(): Promise<void> } {
-  const agent = new Agent({ connect: { lookup: guardedLookup(allowPrivate) } })
+  const connector = buildConnector({ lookup: guardedLookup(allowPrivate) })
+  const agent = new Agent({
+    connect(options, callback) {
+      connector(options, (err, socket) => {
+        if (err) return callback(err, null)
+        const refused = selfAddress(socket.remoteAddress ?? '', socket.remotePort ?? 0)
+        if (!refused) return callback(null, socket)
+        socket.destroy()
+        callback(new AddressRefused(`${bareHost(options.hostname)} reaches ${refused}`), null)
+      })
+    }
+  })
   return {
     async fetch(url, init) {
-      const host = bareHost(new URL(url).hostname)
-      if (ipaddr.isValid(host)) {
-        const verdict = classifyAddress(host, allowPrivate)
-        if (!verdict.ok) throw new TypeError('fetch failed', { cause: new AddressRefused(verdict.reason) })
-      }
+      const target = new URL(url)
+      const host = bareHost(target.hostname)
+      const refused = ipaddr.isValid(host)
+        ? literalRefusal(host, portOf(target), allowPrivate)
+        : selfName(host, portOf(target))
+      if (refused) throw new TypeError('fetch failed', { cause: new AddressRefused(refused) })
+      // the caller's headers (an org's own among them) never take the marker off
+      const headers = new Headers(init.headers)
+      headers.set(SELF_HEADER, SELF_HEADER_VALUE)
       const res = await undiciFetch(url, {
         ...(init as Record<string, unknown>),
+        headers,
         dispatcher: agent,
         redirect: 'error'
       } as Parameters<typeof undiciFetch>[1])
@@ -221,7 +256,8 @@ export function refusalIn(err: unknown): AddressRefused | null {
 export async function guardUrl(url: string, allowPrivate: boolean, path: string, what: string): Promise<void> {
   let refused: string | null
   try {
-    refused = await checkHost(new URL(url).hostname, allowPrivate)
+    const target = new URL(url)
+    refused = await checkHost(target.hostname, allowPrivate, portOf(target))
   } catch (err) {
     if (err instanceof HostUnresolved) throw validationFailed([{ path, message: `${err.message}; check the URL` }])
     throw err

@@ -4,6 +4,7 @@ import fp from 'fastify-plugin'
 import { Registry } from 'prom-client'
 import { notFound } from '../../plugins/errors.js'
 import { isLoopback } from '../auth/principal.js'
+import { SELF_HEADER } from '../providers/self-reach.js'
 import type { Config } from '../config.js'
 import { databaseGauges } from './database-gauges.js'
 import { processRegistry, useInstruments, type Instruments } from './metrics.js'
@@ -64,7 +65,9 @@ export default fp(
 
     // a scrape every few seconds is no request worth a span (@fastify/otel's switch of a route)
     app.get('/metrics', { schema: { hide: true }, config: { otel: false } as never }, async (request, reply) => {
-      if (!isLoopback(request.ip) && !showsToken(request.headers.authorization, config.METRICS_TOKEN))
+      // (a request this service made to an org's URL is not a caller on this host)
+      const local = isLoopback(request.ip) && request.headers[SELF_HEADER] === undefined
+      if (!local && !showsToken(request.headers.authorization, config.METRICS_TOKEN))
         throw notFound(`no route for ${request.method} ${request.url.split('?')[0]}`)
       const registry = Registry.merge([processRegistry(), instruments.registry, gauges])
       reply.header('content-type', registry.contentType).header('cache-control', 'no-store')

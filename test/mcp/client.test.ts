@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import { networkInterfaces } from 'node:os'
 import { eq, sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
@@ -9,6 +10,7 @@ import { finishedRun, storedEventsOf } from '../runs/run-helpers.js'
 import { eventually } from '../runs/sse-client.js'
 import { startToolModel } from '../runs/tool-model.js'
 import { startLocalMcp } from './local-mcp-server.js'
+import { listening } from './mcp-client.js'
 
 async function setup(t: Teardown, env: Record<string, string> = {}) {
   const upstream = await startToolModel(t)
@@ -217,6 +219,7 @@ t.test(
       [{ note: 'hello mcp' }]
     )
     t.equal(mcp.calls[0]!.headers['x-api-key'], 'sekret-header-value', 'the sealed header reaches the server')
+    t.equal(mcp.calls[0]!.headers['x-cairn-outbound'], '1', "marked as the service's own request")
     const offered = upstream.requests[0]!.body.tools.map((d: any) => d.function)
     t.match(
       offered.find((d: any) => d.name === 'mcp__local__record'),
@@ -396,5 +399,73 @@ t.test(
     t.same(mcp.slow, ['started', 'aborted'])
     t.equal((await storedEventsOf(app, owner.org.id, run.id)).length, events.length, 'no event after the cancellation')
     t.equal(upstream.requests.length, 1)
+  }
+)
+
+t.test(
+  'Cairn never connects its own /api/mcp: its listening addresses and public URL are refused at registration and at every connection, with PROVIDER_ALLOW_PRIVATE=true and the dev org on',
+  async (t) => {
+    const { app, headers } = await setup(t, { PUBLIC_URL: 'https://cairn.example.test:8443' })
+    const base = await listening(app)
+    const port = new URL(base).port
+    // the dev org answers a loopback caller without credentials: what a call to itself would act as
+    t.equal((await fetch(`${base}/api/mcp-servers`)).status, 200, 'the dev org is on for loopback callers')
+    const external = Object.values(networkInterfaces())
+      .flat()
+      .find((e) => e && !e.internal && e.family === 'IPv4')
+    const own = [
+      `${base}/api/mcp`,
+      `http://localhost:${port}/api/mcp`,
+      `http://LOCALHOST.:${port}/api/mcp`,
+      `http://[::1]:${port}/api/mcp`,
+      `http://0.0.0.0:${port}/api/mcp`,
+      `http://127.0.0.2:${port}/api/mcp`,
+      `http://2130706433:${port}/api/mcp`,
+      `http://[::ffff:127.0.0.1]:${port}/api/mcp`,
+      ...(external ? [`http://${external.address}:${port}/api/mcp`] : []),
+      'https://cairn.example.test:8443/api/mcp',
+      'https://CAIRN.example.test:8443/other'
+    ]
+    for (const url of own) {
+      const res = await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'self', url } })
+      t.equal(res.statusCode, 400, `${url}: ${res.body}`)
+      t.match(res.json(), {
+        error: 'validation_failed',
+        details: [
+          {
+            path: '/body/url',
+            message: /this Cairn server's (own|public) address; MCP servers may not be reached there/
+          }
+        ]
+      })
+    }
+    t.same(rowsOf(await app.db.execute(sql`select id from mcp_servers`)), [], 'nothing is stored')
+
+    // a server accepted elsewhere whose URL now reaches Cairn itself (its name resolves anew,
+    // or the server moved to this port): refused at the connection, before a request is sent
+    const mcp = await startLocalMcp(t)
+    const created = (
+      await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name: 'moved', url: mcp.url } })
+    ).json().server
+    t.equal(created.ready, true)
+    await app.db.execute(
+      sql`update mcp_servers set url = ${`http://localhost:${port}/api/mcp`} where id = ${created.id}`
+    )
+    const checked = await app.inject({ method: 'POST', url: `/api/mcp-servers/${created.id}/check`, headers })
+    t.match(checked.json().server, {
+      ready: false,
+      lastError:
+        /^localhost reaches 127\.0\.0\.1 port \d+ is this Cairn server's own address; MCP servers may not be reached there$/
+    })
+    t.same(rowsOf(await app.db.execute(sql`select id from mcp_sessions`)), [], 'no MCP session was opened on Cairn')
+
+    // the second wall: a request the service makes carries its mark, and a marked request
+    // from loopback is anonymous (never the dev org), whatever else it says
+    const marked = await fetch(`${base}/api/mcp-servers`, { headers: { 'x-cairn-outbound': '1' } })
+    t.equal(marked.status, 401)
+    t.equal(((await marked.json()) as any).error, 'unauthorized')
+    const whoami = await fetch(`${base}/api/auth/whoami`, { headers: { 'x-cairn-outbound': 'anything' } })
+    t.match(await whoami.json(), { kind: 'anonymous' })
+    t.match(await (await fetch(`${base}/api/auth/whoami`)).json(), { kind: 'dev' })
   }
 )

@@ -1,8 +1,10 @@
 import { and, eq } from 'drizzle-orm'
 import t from 'tap'
+import { Ajv2020 } from 'ajv/dist/2020.js'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { mcpSessions } from '../../src/mcp/tables.js'
 import { runs } from '../../src/runs/tables.js'
+import { embeddedOnly } from '../passes.js'
 import { buildTestApp, createTestDatabase, mintKey, secondHandle, signUpWithOrg, waitFor } from '../helper.js'
 import { addFacts } from '../memory/helpers.js'
 import { call, listening, mcpClient, postMessage as post } from './mcp-client.js'
@@ -403,3 +405,109 @@ t.test('concurrent calls of two organizations each see only their own memory', a
     )
   }
 })
+
+t.test(
+  "/api/mcp answers as /openapi.json declares: the transport's JSON-RPC errors, ErrorBody before it, bodiless 202 and DELETE 200",
+  embeddedOnly,
+  async (t) => {
+    const app = await buildTestApp(t, { env: { BODY_LIMIT: '1024' } })
+    const owner = await signUpWithOrg(app)
+    const doc = (await app.inject({ method: 'GET', url: '/openapi.json' })).json()
+    const ajv = new Ajv2020({ strict: false })
+    const declared = doc.paths['/api/mcp'] as Record<string, { responses: Record<string, any> }>
+    const seen = new Set<string>()
+
+    /** The answer is one its operation declares: its status, its media type (none when empty), its body's schema. */
+    function conforms(label: string, method: 'get' | 'post' | 'delete', res: any, status: number) {
+      t.equal(res.statusCode, status, `${label}: ${res.body}`)
+      let response = declared[method]!.responses[String(status)]
+      if (response?.$ref) response = doc.components.responses[response.$ref.split('/').pop()]
+      if (!t.ok(response, `${label}: ${method.toUpperCase()} ${status} is declared`)) return
+      seen.add(`${method} ${status}`)
+      if (res.body === '') return void t.notOk(response.content, `${label}: declared without a body`)
+      const type = String(res.headers['content-type']).split(';')[0]!
+      const media = response.content?.[type]
+      if (!t.ok(media, `${label}: declared as ${type}`)) return
+      const validate = ajv.compile({ ...media.schema, components: doc.components })
+      t.ok(
+        validate(res.json()),
+        `${label}: the body fits ${JSON.stringify(media.schema)} ${ajv.errorsText(validate.errors)}`
+      )
+    }
+
+    const auth = { cookie: owner.cookie }
+    const rpc = {
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      'mcp-protocol-version': '2025-11-25'
+    }
+    const std = { ...auth, ...rpc }
+    const list = JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/list' })
+    const post = (headers: Record<string, string>, payload: string) =>
+      app.inject({ method: 'POST', url: '/api/mcp', headers, payload })
+    const initialized = await post(
+      std,
+      JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 't', version: '1' } }
+      })
+    )
+    conforms('initialize', 'post', initialized, 200)
+    const session = { 'mcp-session-id': initialized.headers['mcp-session-id'] as string }
+    conforms('a call', 'post', await post({ ...std, ...session }, list), 200)
+    const notified = await post(
+      { ...std, ...session },
+      JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' })
+    )
+    conforms('a notification', 'post', notified, 202)
+    conforms('no session id', 'post', await post(std, list), 400)
+    conforms('an unknown session', 'post', await post({ ...std, 'mcp-session-id': 'nope' }, list), 404)
+    conforms('not JSON', 'post', await post({ ...std, ...session }, '{oops'), 400)
+    conforms('not JSON-RPC', 'post', await post({ ...std, ...session }, '{"foo":1}'), 400)
+    const oldVersion = { ...std, ...session, 'mcp-protocol-version': '1999-01-01' }
+    conforms('an unknown protocol version', 'post', await post(oldVersion, list), 400)
+    conforms('Accept without JSON', 'post', await post({ ...std, ...session, accept: 'text/html' }, list), 406)
+    conforms(
+      'not JSON by its type',
+      'post',
+      await post({ ...std, ...session, 'content-type': 'text/plain' }, list),
+      415
+    )
+    const gzipped = { ...std, ...session, 'content-encoding': 'gzip' }
+    conforms('a compressed body', 'post', await post(gzipped, list), 415)
+    conforms('too large', 'post', await post({ ...std, ...session }, 'x'.repeat(2048)), 413)
+    // a caller from elsewhere without credentials (loopback ones act in the dev org)
+    const stranger = (method: 'POST' | 'GET' | 'DELETE') =>
+      app.inject({ method, url: '/api/mcp', headers: rpc, remoteAddress: '10.0.0.1', payload: list })
+    conforms('no credentials', 'post', await stranger('POST'), 401)
+    conforms('GET, no credentials', 'get', await stranger('GET'), 401)
+    conforms('DELETE, no credentials', 'delete', await stranger('DELETE'), 401)
+
+    const get = (headers: Record<string, string>) => app.inject({ method: 'GET', url: '/api/mcp', headers })
+    conforms('GET without a session', 'get', await get({ ...auth, accept: 'text/event-stream' }), 400)
+    conforms('GET, a session id too long', 'get', await get({ ...auth, 'mcp-session-id': 'x'.repeat(200) }), 400)
+    conforms(
+      'GET, an unknown session',
+      'get',
+      await get({ ...auth, accept: 'text/event-stream', 'mcp-session-id': 'nope' }),
+      404
+    )
+    conforms('GET without SSE in Accept', 'get', await get({ ...auth, ...session, accept: 'application/json' }), 406)
+
+    const del = (headers: Record<string, string>) => app.inject({ method: 'DELETE', url: '/api/mcp', headers })
+    conforms('DELETE without a session', 'delete', await del(auth), 400)
+    conforms('DELETE, an unknown session', 'delete', await del({ ...auth, 'mcp-session-id': 'nope' }), 404)
+    conforms('DELETE', 'delete', await del({ ...auth, ...session }), 200)
+    t.same(await app.db.select().from(mcpSessions), [], 'the session ended')
+
+    // every error status declared for /api/mcp itself (not the shared refusals) was answered above
+    for (const method of ['post', 'get', 'delete']) {
+      for (const [status, response] of Object.entries(declared[method]!.responses)) {
+        if (response.$ref || ['403', '500'].includes(status)) continue
+        t.ok(seen.has(`${method} ${status}`) || (method === 'get' && status === '200'), `${method} ${status} was seen`)
+      }
+    }
+  }
+)

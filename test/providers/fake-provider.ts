@@ -6,6 +6,8 @@ export interface FakeRequest {
   method: string
   path: string
   authorization: string | undefined
+  /** the x-cairn-outbound header: the mark of a request the service made */
+  outbound: string | undefined
   body: any
 }
 
@@ -56,7 +58,13 @@ export async function startFakeProvider(
       body = raw
     }
     const path = (req.url ?? '').split('?')[0]!
-    state.requests.push({ method: req.method ?? '', path, authorization: req.headers.authorization, body })
+    state.requests.push({
+      method: req.method ?? '',
+      path,
+      authorization: req.headers.authorization,
+      outbound: req.headers['x-cairn-outbound'] as string | undefined,
+      body
+    })
     const json = (status: number, value: unknown) => {
       res.writeHead(status, { 'content-type': 'application/json' })
       res.end(JSON.stringify(value))

@@ -238,3 +238,93 @@ t.test(
     t.equal(fake.requests.length, seen, 'no run reached the provider')
   }
 )
+
+t.test(
+  'a provider is never Cairn itself: its listening address is refused at registration and at each connection, whatever PROVIDER_ALLOW_PRIVATE says; the requests it makes are marked',
+  async (t) => {
+    const fake = await startFakeProvider(t)
+    for (const allowPrivate of ['true', 'false']) {
+      const app = await buildTestApp(t, {
+        env: {
+          SECRETS_KEY: newKeyText(),
+          PROVIDER_ALLOW_PRIVATE: allowPrivate,
+          PUBLIC_URL: 'http://cairn.example.test'
+        }
+      })
+      const owner = await signUpWithOrg(app)
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      const port = (app.server.address() as { port: number }).port
+      for (const baseUrl of [
+        `http://127.0.0.1:${port}/api`,
+        `http://localhost:${port}/v1`,
+        `http://[::1]:${port}/v1`,
+        `http://0.0.0.0:${port}/v1`,
+        'http://cairn.example.test/v1'
+      ]) {
+        const res = await app.inject({
+          method: 'POST',
+          url: '/api/providers',
+          headers: { cookie: owner.cookie },
+          payload: { name: 'self', baseUrl, apiKey: 'k' }
+        })
+        t.equal(res.statusCode, 400, `${baseUrl} (PROVIDER_ALLOW_PRIVATE=${allowPrivate}): ${res.body}`)
+        t.match(res.json(), {
+          error: 'validation_failed',
+          details: [
+            {
+              path: '/body/baseUrl',
+              message: /this Cairn server's (own|public) address; providers may not be reached there/
+            }
+          ]
+        })
+        t.notMatch(res.json().message, /PROVIDER_ALLOW_PRIVATE/, 'allowing private addresses would not help')
+      }
+      t.same(rowsOf(await app.db.execute(sql`select id from providers`)), [])
+      if (allowPrivate === 'false') continue
+
+      // accepted while it was elsewhere; now it reaches Cairn's own port: refused when connecting
+      const created = (
+        await app.inject({
+          method: 'POST',
+          url: '/api/providers',
+          headers: { cookie: owner.cookie },
+          payload: { name: 'moved', baseUrl: `http://localhost:${fake.port}/v1`, apiKey: fake.key }
+        })
+      ).json().provider
+      t.equal(created.ready, true)
+      t.equal(fake.requests.at(-1)!.outbound, '1', "the provider's requests carry the service's mark")
+      await app.db.execute(sql`update providers set base_url = ${`http://localhost:${port}/v1`}`)
+      const checked = (
+        await app.inject({
+          method: 'POST',
+          url: `/api/providers/${created.id}/check`,
+          headers: { cookie: owner.cookie }
+        })
+      ).json().provider
+      t.equal(checked.ready, false)
+      t.match(checked.lastError, /^localhost reaches 127\.0\.0\.1 port \d+ is this Cairn server's own address/)
+    }
+  }
+)
+
+t.test('PUBLIC_URL is refused by name and by every address its name resolves to', async (t) => {
+  const fake = await startFakeProvider(t)
+  const app = await buildTestApp(t, {
+    env: { SECRETS_KEY: newKeyText(), PROVIDER_ALLOW_PRIVATE: 'true', PUBLIC_URL: `http://LocalHost:${fake.port}/` }
+  })
+  const owner = await signUpWithOrg(app)
+  for (const [baseUrl, reason] of [
+    [`http://localhost:${fake.port}/v1`, `localhost:${fake.port} is this Cairn server's public address`],
+    [`http://127.0.0.1:${fake.port}/v1`, `127.0.0.1 port ${fake.port} is this Cairn server's public address`]
+  ] as const) {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/api/providers',
+      headers: { cookie: owner.cookie },
+      payload: { name: 'public', baseUrl, apiKey: fake.key }
+    })
+    t.equal(res.statusCode, 400, `${baseUrl}: ${res.body}`)
+    t.equal(res.json().details[0].message, `${reason}; providers may not be reached there`)
+  }
+  t.equal(fake.requests.length, 0)
+})

@@ -222,6 +222,9 @@ t.test('GET /metrics: loopback or the token, else 404; the backlog gauges count 
   t.ok((sample(local.body, 'cairn_db_pool_connections', { state: 'max' }) ?? 0) >= 1)
   t.notMatch(local.body, new RegExp(owner.org.id), 'no org id without METRICS_PER_ORG')
 
+  const marked = await app.inject({ method: 'GET', url: '/metrics', headers: { 'x-cairn-outbound': '1' } })
+  t.equal(marked.statusCode, 404, "a request the service made (to an org's URL) is not a local scraper")
+
   const remote = { remoteAddress: '203.0.113.7' }
   const refused = await app.inject({ method: 'GET', url: '/metrics', ...remote })
   t.equal(refused.statusCode, 404, 'another address without the token: no such route')
