@@ -1,11 +1,13 @@
 // Conversations in the console, in a real Chromium: start one, watch the answer stream, send
 // a follow-up that sees the earlier turn, and decide a model's tool call (approve) with its
 // tool and arguments shown, the run going on with the result. A local OpenAI-compatible
-// model (test/runs/tool-model.ts) asks for the tool.
+// model (test/runs/tool-model.ts) asks for the tool. Only the run's own person or an owner or
+// admin of the organization is offered the decision; another member sees who decides.
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
+import { addMember, signUp, signUpWithOrg, waitFor } from '../helper.js'
 import { shellCall, startToolModel } from '../runs/tool-model.js'
 import { hubServer, launchBrowser, noBrowser, openPage, screenshot } from './helpers.js'
 
@@ -130,4 +132,79 @@ test('a tool call waits for a person: deny it, the model is told so and its answ
   )
   t.equal(model.requests.length, asked + 2, 'one model round for the call, one after the decision')
   t.same(problems.errors, [])
+})
+
+test("another member sees a run's waiting call but no Approve or Deny; the run's own person decides", async (t) => {
+  model.script.push(shellCall('echo decided-by-its-owner', 'call_own'), { text: 'Its owner approved.' })
+  const owner = await signUpWithOrg(app, { name: 'Olu Owner' })
+  const colleague = await signUp(app, { name: 'Mia Member' })
+  await addMember(app, owner.cookie, owner.org.id, colleague.user.email, 'member')
+  // a member starts the run: that member and the org's owner may decide its calls, the other member may not
+  const starter = await signUp(app, { name: 'Sam Starter' })
+  await addMember(app, owner.cookie, owner.org.id, starter.user.email, 'member')
+  const started = await app.inject({
+    method: 'POST',
+    url: '/api/runs',
+    headers: { cookie: starter.cookie },
+    payload: { prompt: 'Greet the team from the sandbox', engine: 'openai' }
+  })
+  t.equal(started.statusCode, 201)
+  const runId: string = started.json().run.id
+  await waitFor(
+    'the call waits',
+    async () =>
+      (await app.inject({ method: 'GET', url: `/api/runs/${runId}`, headers: { cookie: starter.cookie } })).json().run
+        .status === 'requires_action'
+  )
+  const signedIn = async (cookie: string) => {
+    const opened = await openPage(browser)
+    t.teardown(opened.close)
+    const [name, value] = cookie.split('=') as [string, string]
+    await opened.page.context().addCookies([{ name, value, url: base }])
+    await opened.page.goto(`${base}/hub/threads/${runId}`)
+    return opened
+  }
+
+  const member = await signedIn(colleague.cookie)
+  const watching = member.page.getByRole('region', { name: 'Tool calls waiting for a decision' })
+  await watching.waitFor()
+  t.match(
+    await watching.textContent(),
+    /shell[\s\S]*"command": "echo decided-by-its-owner"/,
+    'the member sees the call and its arguments'
+  )
+  t.match(
+    await watching.textContent(),
+    /wait for the person who started this run, or an owner or admin of the organization/,
+    'and who decides it'
+  )
+  t.equal(await member.page.getByRole('button', { name: /^(Approve|Deny) / }).count(), 0, 'no Approve or Deny')
+  t.equal(await member.page.getByRole('region', { name: 'Tool calls waiting for your decision' }).count(), 0)
+  await screenshot(member.page, 'thread-approval-member')
+
+  const orgOwner = await signedIn(owner.cookie)
+  const offered = orgOwner.page.getByRole('region', { name: 'Tool calls waiting for your decision' })
+  await offered.waitFor()
+  t.equal(
+    await offered.getByRole('button', { name: /^(Approve|Deny) shell$/ }).count(),
+    2,
+    "the org's owner may decide"
+  )
+  t.same(orgOwner.problems.errors, [])
+
+  const own = await signedIn(starter.cookie)
+  const waiting = own.page.getByRole('region', { name: 'Tool calls waiting for your decision' })
+  await waiting.waitFor()
+  t.equal(await waiting.getByRole('button', { name: 'Deny shell' }).count(), 1)
+  const decided = own.page.waitForResponse((r) => /\/approvals\/[^/]+$/.test(r.url()))
+  await waiting.getByRole('button', { name: 'Approve shell' }).click()
+  t.equal((await decided).status(), 200)
+  const turn = own.page.locator('.turn').first()
+  await turn.locator('.badge', { hasText: 'succeeded' }).waitFor()
+  t.equal(await turn.locator('.output').textContent(), 'Its owner approved.')
+  // the member's view follows the same run to its end, the notice gone with the call
+  await member.page.locator('.turn .badge', { hasText: 'succeeded' }).waitFor()
+  t.equal(await watching.count(), 0)
+  t.same(member.problems.errors, [])
+  t.same(own.problems.errors, [])
 })

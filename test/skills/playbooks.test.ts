@@ -351,3 +351,59 @@ t.test('an instance killed between two steps: the next step still runs once, on 
     { current_step: 2 }
   ])
 })
+
+t.test(
+  "a step's response format stored under earlier rules: the step before it still ends, the step fails at its output check",
+  async (t) => {
+    // no worker here: the playbook's stored steps are rewritten before its first step runs
+    const api = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+    const owner = await signUpWithOrg(api)
+    const headers = { cookie: owner.cookie }
+    const steps = await skillsOf(api, owner.cookie, 3)
+    const p = (
+      await api.inject({
+        method: 'POST',
+        url: '/api/playbooks',
+        headers,
+        payload: { name: 'Old', steps: steps.map((skillId) => ({ skillId, input: 'go' })) }
+      })
+    ).json().playbook
+    const refused = { type: 'json_schema', name: 's', schema: { $ref: '#' } }
+    // asked for now, such a schema is refused before anything starts
+    const asked = await api.inject({
+      method: 'POST',
+      url: `/api/playbooks/${p.id}/run`,
+      headers,
+      payload: { responseFormat: refused }
+    })
+    t.equal(asked.statusCode, 400)
+    t.match(asked.json(), { error: 'validation_failed', message: /recursive schemas are not accepted/ })
+    t.same(rowsOf(await api.db.execute(sql`select count(*)::int as n from playbook_runs`)), [{ n: 0 }])
+
+    const first = (await api.inject({ method: 'POST', url: `/api/playbooks/${p.id}/run`, headers })).json().run
+    // as if stored before the schema rules grew: the second step carries a schema now refused
+    await api.db.execute(sql`
+      update playbook_runs set steps = jsonb_set(steps, '{1,settings}', ${JSON.stringify({ responseFormat: refused })}::jsonb)
+      where root_run_id = ${first.id}`)
+
+    const worker = await buildTestApp(t, { db: api.testDb })
+    const runs = await waitFor('the second step ended', async () => {
+      const all = await threadRuns(worker, headers, first.id)
+      return all.length === 2 && all[1]!.status !== 'queued' && all[1]!.status !== 'running' ? all : null
+    })
+    t.match(runs, [
+      { status: 'succeeded', parentRunId: null },
+      {
+        status: 'failed',
+        parentRunId: first.id,
+        error: /^output_invalid: the output could not be checked against the schema/,
+        settings: { responseFormat: refused }
+      }
+    ])
+    t.same(
+      rowsOf(await worker.db.execute(sql`select current_step from playbook_runs where root_run_id = ${first.id}`)),
+      [{ current_step: 1 }],
+      'the failed step ends the playbook'
+    )
+  }
+)

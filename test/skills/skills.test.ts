@@ -321,6 +321,14 @@ t.test('a skill run: its prompt, origin and metadata; an Idempotency-Key makes o
     ).statusCode,
     404
   )
+  const refused = await app.inject({
+    method: 'POST',
+    url: `/api/skills/${skill.id}/run`,
+    headers: { authorization },
+    payload: { input: 'x', responseFormat: { type: 'json_schema', name: 's', schema: { $ref: '#' } } }
+  })
+  t.equal(refused.statusCode, 400, 'a response format the output check could not run')
+  t.match(refused.json(), { error: 'validation_failed', message: /recursive schemas are not accepted/ })
   await waitFor(
     'the skill run succeeds',
     async () =>

@@ -355,6 +355,20 @@ t.test('a task run: doing with its run at once, done when the run succeeds; idem
       payload: { title: 'Summarize the incident', description: 'Keep it short.' }
     })
   ).json().task
+  // a response format the output check could not run is refused before the task moves
+  const refused = await app.inject({
+    method: 'POST',
+    url: `/api/tasks/${task.id}/run`,
+    headers,
+    payload: { responseFormat: { type: 'json_schema', name: 's', schema: { $ref: '#' } } }
+  })
+  t.equal(refused.statusCode, 400)
+  t.match(refused.json(), { error: 'validation_failed', message: /recursive schemas are not accepted/ })
+  t.match((await app.inject({ method: 'GET', url: `/api/tasks/${task.id}`, headers })).json().task, {
+    status: 'todo',
+    runId: null,
+    revision: 1
+  })
   const started = await app.inject({
     method: 'POST',
     url: `/api/tasks/${task.id}/run`,

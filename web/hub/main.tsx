@@ -144,7 +144,7 @@ function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void 
   if (path === '/recalls') return <RecallsView params={params} />
   if ((m = match('/runs/:id', path))) return <RunView id={m.id!} />
   if (path === '/threads') return <ThreadsView params={params} />
-  if ((m = match('/threads/:id', path))) return <ThreadView key={m.id} id={m.id!} />
+  if ((m = match('/threads/:id', path))) return <ThreadView key={m.id} who={who} id={m.id!} />
   if (path === '/settings') return <SettingsView who={who} />
   if (path === '/organization') return <OrganizationView who={who} changed={reloadWho} />
   return (

@@ -11,6 +11,7 @@ import {
   type ThreadList,
   type ThreadWithRuns
 } from '../api.js'
+import { isAdmin, type Identity } from '../identity.js'
 import { navigate } from '../router.js'
 import { Empty, ErrorBox, Link, Loading, Time, useAction, useLoad } from '../ui.js'
 import { useRunStream, type ToolCallView } from './run.js'
@@ -188,8 +189,19 @@ function ToolCalls({ calls, ended = false }: { calls: ToolCallView[]; ended?: bo
   )
 }
 
-/** The pending calls of a run waiting for people: each with its tool and arguments, approve or deny. */
-function PendingApprovals({ runId, version }: { runId: string; version: number }) {
+/**
+ * Whether the console's person may decide the run's tool calls: the person who started it, or
+ * an owner or admin of the organization (the dev org of this machine acts as its owner).
+ * Anyone else sees what waits, and who decides it.
+ */
+export const mayDecide = (who: Identity, run: Pick<Run, 'userId'>): boolean =>
+  isAdmin(who) || (who.kind === 'user' && run.userId !== null && run.userId === who.session.user.id)
+
+/**
+ * The pending calls of a run waiting for people: each with its tool and arguments; approve or
+ * deny for those who may decide, a notice of who decides for the others.
+ */
+function PendingApprovals({ runId, version, decides }: { runId: string; version: number; decides: boolean }) {
   const [state, reload] = useLoad(`approvals ${runId} ${version}`, () =>
     api<Approvals>('GET', `/runs/${encodeURIComponent(runId)}/approvals`)
   )
@@ -200,9 +212,16 @@ function PendingApprovals({ runId, version }: { runId: string; version: number }
   if (state.status !== 'ok') return state.status === 'error' ? <ErrorBox error={state.error} retry={reload} /> : null
   const pending = state.data.items.filter((a) => a.status === 'pending')
   if (pending.length === 0) return null
+  const title = decides ? 'Waiting for your decision' : 'Waiting for a decision'
   return (
-    <div class="card approvals" role="region" aria-label="Tool calls waiting for your decision">
-      <h3>Waiting for your decision</h3>
+    <div class="card approvals" role="region" aria-label={`Tool calls ${title.toLowerCase()}`}>
+      <h3>{title}</h3>
+      {decides ? null : (
+        <p class="state notice">
+          These calls wait for the person who started this run, or an owner or admin of the organization, to approve or
+          deny them.
+        </p>
+      )}
       <ul>
         {pending.map((a) => (
           <li key={a.id}>
@@ -213,23 +232,27 @@ function PendingApprovals({ runId, version }: { runId: string; version: number }
             <p class="muted">
               Expires <Time iso={a.expiresAt} />
             </p>
-            <button
-              type="button"
-              disabled={decide.pending}
-              onClick={() => decide.run(a.id, 'approve')}
-              aria-label={`Approve ${a.tool}`}
-            >
-              Approve
-            </button>{' '}
-            <button
-              type="button"
-              class="secondary"
-              disabled={decide.pending}
-              onClick={() => decide.run(a.id, 'deny')}
-              aria-label={`Deny ${a.tool}`}
-            >
-              Deny
-            </button>
+            {decides ? (
+              <>
+                <button
+                  type="button"
+                  disabled={decide.pending}
+                  onClick={() => decide.run(a.id, 'approve')}
+                  aria-label={`Approve ${a.tool}`}
+                >
+                  Approve
+                </button>{' '}
+                <button
+                  type="button"
+                  class="secondary"
+                  disabled={decide.pending}
+                  onClick={() => decide.run(a.id, 'deny')}
+                  aria-label={`Deny ${a.tool}`}
+                >
+                  Deny
+                </button>
+              </>
+            ) : null}
           </li>
         ))}
       </ul>
@@ -245,7 +268,7 @@ function PendingApprovals({ runId, version }: { runId: string; version: number }
 }
 
 /** The run that has not ended yet: its text, tool calls and results as they stream, its approvals, cancel. */
-function LiveRun({ run, ended }: { run: Run; ended: () => void }) {
+function LiveRun({ run, ended, decides }: { run: Run; ended: () => void; decides: boolean }) {
   const live = useRunStream(run.id)
   const status = live.status ?? run.status
   const cancel = useAction(async () => {
@@ -265,7 +288,9 @@ function LiveRun({ run, ended }: { run: Run; ended: () => void }) {
           {run.model ? <span class="muted">{run.model}</span> : null}
         </p>
         <ToolCalls calls={live.tools} />
-        {status === 'requires_action' ? <PendingApprovals runId={run.id} version={live.approvals} /> : null}
+        {status === 'requires_action' ? (
+          <PendingApprovals runId={run.id} version={live.approvals} decides={decides} />
+        ) : null}
         <div class="output content" aria-live="polite" aria-label="Answer">
           {live.text === '' ? <span class="muted">(no text yet)</span> : live.text}
         </div>
@@ -301,7 +326,7 @@ function FinishedRun({ run, tools }: { run: Run; tools: ToolCallView[] }) {
 }
 
 /** One conversation: each run's prompt and answer, the live one streamed, and the box for the next message. */
-export function ThreadView({ id }: { id: string }) {
+export function ThreadView({ who, id }: { who: Identity; id: string }) {
   const [version, setVersion] = useState(0)
   // the same conversation read again (a turn sent or ended) stays on screen meanwhile; another one does not
   const [state, reload] = useLoad(
@@ -325,7 +350,7 @@ export function ThreadView({ id }: { id: string }) {
           <ol class="conversation" aria-label="Conversation">
             {state.data.runs.map((run) =>
               LIVE.has(run.status) ? (
-                <LiveRun key={run.id} run={run} ended={again} />
+                <LiveRun key={run.id} run={run} ended={again} decides={mayDecide(who, run)} />
               ) : (
                 <FinishedRun key={run.id} run={run} tools={tools.get(run.id) ?? []} />
               )
