@@ -1,9 +1,11 @@
+import { spawn, spawnSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import { mkdtemp, readdir, readFile, readlink, rm } from 'node:fs/promises'
+import { chown, mkdtemp, readdir, readFile, readlink, rm, writeFile } from 'node:fs/promises'
 import { connect, createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import t from 'tap'
+import { fileURLToPath } from 'node:url'
+import t, { type Test } from 'tap'
 import { embeddedOnly, embeddedPassOnly } from '../passes.js'
 import WebSocket from 'ws'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
@@ -278,44 +280,221 @@ async function rfbSession(url: string) {
   }
 }
 
+/**
+ * The attacker's path to the member's desktop: a command of the thread (the terminal's or a
+ * run's shell tool) asks x11vnc, through the display, to turn file transfer on (or to stop),
+ * then a VNC client asks the proxy for a file transfer. None of it may work.
+ */
+async function attackerPath(t: Test, { app, base, threadId }: Awaited<ReturnType<typeof setup>>) {
+  const url = `${base}/api/desktop-proxy/${threadId}/websockify`
+  // the member's desktop, open throughout (when the last connection ends, the sandbox stops)
+  const member = await rfbSession(url)
+  t.teardown(() => member.client.ws.close())
+  await member.frame()
+  const { sandbox, release } = await app.runtime.sandboxes!.acquire({ orgId: DEV_ORG.id, threadId })
+  t.teardown(release)
+  const first = await rfbSession(url)
+  t.equal(first.version, 'RFB 003.008\n')
+  t.equal(await ultraFileTransfer(first.client, 'C:\\etc'), 'the connection closed', 'file transfer is refused')
+
+  // the attacker: a command of the thread (the terminal's or a run's shell tool) asks x11vnc,
+  // through the display, to turn file transfer on (twice: an x11vnc that takes remote
+  // control may miss a display client's first request)
+  const x11vnc = (request: string) =>
+    sandbox.exec(`timeout 20 x11vnc -display "$DISPLAY" -sync -R ${request} 2>&1`, { timeoutMs: 60_000 })
+  for (const attempt of [1, 2]) {
+    const asked = await x11vnc('ultrafilexfer')
+    t.match(asked.stdout, /sending remote command: "cmd=ultrafilexfer"/, `request ${attempt} was sent`)
+    t.notMatch(asked.stdout, /ack=1/, `x11vnc did not acknowledge request ${attempt}`)
+  }
+  const second = await rfbSession(url)
+  t.equal(second.version, 'RFB 003.008\n', 'no UltraVNC protocol version (3.6)')
+  t.equal(await ultraFileTransfer(second.client, 'C:\\etc'), 'the connection closed', 'file transfer is still refused')
+
+  // nor can it stop the member's desktop
+  t.notMatch((await x11vnc('stop')).stdout, /ack=1/, 'x11vnc did not acknowledge the stop')
+  await member.frame()
+  t.pass("the member's desktop still runs")
+}
+
 t.test(
   "from the sandbox, x11vnc's remote control cannot turn on file transfer for the member's VNC client, nor stop it",
   { skip: embeddedPassOnly || (hasDesktop ? false : 'Xvfb and x11vnc are not installed') },
-  async (t) => {
-    const { app, base, threadId } = await setup(t)
-    const url = `${base}/api/desktop-proxy/${threadId}/websockify`
-    // the member's desktop, open throughout (when the last connection ends, the sandbox stops)
-    const member = await rfbSession(url)
-    t.teardown(() => member.client.ws.close())
-    await member.frame()
-    const { sandbox, release } = await app.runtime.sandboxes!.acquire({ orgId: DEV_ORG.id, threadId })
-    t.teardown(release)
-    const first = await rfbSession(url)
-    t.equal(first.version, 'RFB 003.008\n')
-    t.equal(await ultraFileTransfer(first.client, 'C:\\etc'), 'the connection closed', 'file transfer is refused')
+  async (t) => attackerPath(t, await setup(t))
+)
 
-    // the attacker: a command of the thread (the terminal's or a run's shell tool) asks x11vnc,
-    // through the display, to turn file transfer on (twice: an x11vnc that takes remote
-    // control may miss a display client's first request)
-    const x11vnc = (request: string) =>
-      sandbox.exec(`timeout 20 x11vnc -display "$DISPLAY" -sync -R ${request} 2>&1`, { timeoutMs: 60_000 })
-    for (const attempt of [1, 2]) {
-      const asked = await x11vnc('ultrafilexfer')
-      t.match(asked.stdout, /sending remote command: "cmd=ultrafilexfer"/, `request ${attempt} was sent`)
-      t.notMatch(asked.stdout, /ack=1/, `x11vnc did not acknowledge request ${attempt}`)
+/** The service's user in the next test: it runs as root, and starts the provider as nobody. */
+const NOBODY = 65534
+const AS_NOBODY = [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', '--inh-caps=-all']
+
+/** Why the provider cannot be run here as an unprivileged service user, or false. */
+function asNobodySkip(): string | false {
+  if (embeddedPassOnly) return embeddedPassOnly
+  if (!hasDesktop) return 'Xvfb and x11vnc are not installed'
+  if (process.geteuid?.() !== 0) return 'the test must run as root to start the provider as another user (nobody)'
+  if (findExecutable('setpriv') === null) return 'setpriv (util-linux) is not installed'
+  if (findExecutable('bwrap') === null) return 'bwrap is not installed'
+  const probe = spawnSync(
+    'setpriv',
+    [...AS_NOBODY, 'bwrap', '--unshare-user', '--unshare-pid', '--ro-bind', '/', '/', '--proc', '/proc', 'true'],
+    { timeout: 5000, encoding: 'utf8', cwd: '/' }
+  )
+  if (probe.status !== 0)
+    return `bubblewrap cannot create a user namespace as nobody here: ${(probe.stderr || probe.error?.message || `exit ${probe.status}`).trim()}`
+  return false
+}
+
+/**
+ * The local provider in a process of its own running as nobody (./service-as-user.ts), as a
+ * provider of this process: its sandboxes' commands and desktop run there, in bubblewrap
+ * in a user namespace, as they would for a service run by an unprivileged user.
+ */
+async function providerAsNobody(t: Teardown, dataDir: string, env: Record<string, string>) {
+  const child = spawn(
+    'setpriv',
+    // without the test runner's NODE_OPTIONS: its process tracking would write in the worktree, nobody's to read only
+    [
+      ...AS_NOBODY,
+      'env',
+      '-u',
+      'NODE_OPTIONS',
+      process.execPath,
+      '--import=tsx',
+      fileURLToPath(new URL('./service-as-user.ts', import.meta.url))
+    ],
+    {
+      cwd: process.cwd(),
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', TMPDIR: tmpdir(), DATA_DIR: dataDir, ...env },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc']
     }
-    const second = await rfbSession(url)
-    t.equal(second.version, 'RFB 003.008\n', 'no UltraVNC protocol version (3.6)')
-    t.equal(
-      await ultraFileTransfer(second.client, 'C:\\etc'),
-      'the connection closed',
-      'file transfer is still refused'
+  )
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  t.teardown(async () => {
+    child.disconnect?.()
+    await exited
+  })
+  const pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>()
+  let ids = 0
+  let gone = false
+  const ready = new Promise<{ ready: boolean; error?: string; pid: number; uid: number; user: unknown }>(
+    (resolve, reject) => {
+      child.once('error', reject)
+      void exited.then(() => {
+        gone = true
+        reject(new Error('the provider exited before it was ready'))
+        for (const p of pending.values()) p.reject(new Error('the provider exited'))
+      })
+      child.on('message', (m: { id?: number; result?: unknown; error?: string; ready?: boolean }) => {
+        if (m.id === undefined) return resolve(m as never)
+        const p = pending.get(m.id)!
+        pending.delete(m.id)
+        if (m.error !== undefined) p.reject(new Error(m.error))
+        else p.resolve(m.result)
+      })
+    }
+  )
+  const call = <T>(request: object): Promise<T> =>
+    gone
+      ? Promise.reject(new Error('the provider exited'))
+      : new Promise<T>((resolve, reject) => {
+          const id = ++ids
+          pending.set(id, { resolve: resolve as (v: unknown) => void, reject })
+          child.send({ id, ...request })
+        })
+  const unsupported = () => Promise.reject(new Error('not in this test'))
+  const provider: SandboxProvider = {
+    name: 'local',
+    confinement: 'bwrap',
+    desktopAvailable: true,
+    async create(key) {
+      await call({ op: 'create', ...key })
+      const listeners = new Set<() => void>()
+      const sandbox: Sandbox = {
+        key,
+        destroyed: false,
+        exec: (command, options) => call({ op: 'exec', command, timeoutMs: options?.timeoutMs }),
+        readFile: unsupported,
+        writeFile: unsupported,
+        listFiles: unsupported,
+        spawnPty: () => {
+          throw new Error('not in this test')
+        },
+        desktop: () => call({ op: 'desktop' }),
+        onDestroy: (listener) => {
+          listeners.add(listener)
+          return () => listeners.delete(listener)
+        },
+        destroy: async () => {
+          await call({ op: 'destroy' }).catch(() => {})
+          for (const listener of listeners) listener()
+        }
+      }
+      return sandbox
+    }
+  }
+  return { provider, ready: await ready }
+}
+
+t.test(
+  'the service as an unprivileged user (bubblewrap in a user namespace): the same attacker path fails, and the sandbox sees none of the host',
+  { skip: asNobodySkip() },
+  async (t) => {
+    // the provider's files: a DATA_DIR of nobody's own, with a file only nobody can read
+    const dataDir = await mkdtemp(join(tmpdir(), 'cairn-nobody-'))
+    t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+    await chown(dataDir, NOBODY, NOBODY)
+    const secret = join(dataDir, 'secrets.key')
+    await writeFile(secret, 'HOST-SECRETS-KEY', { mode: 0o600 })
+    await chown(secret, NOBODY, NOBODY)
+    // the service's own environment (where SECRETS_KEY lives)
+    const { provider, ready } = await providerAsNobody(t, dataDir, { CAIRN_CONFINEMENT_PROBE: 'SERVICE-ENVIRONMENT' })
+    t.same(
+      ready,
+      { ready: true, pid: ready.pid, uid: NOBODY, confinement: 'bwrap', user: null },
+      'the provider runs as nobody and confines with bubblewrap in a user namespace (no user to drop to)'
     )
 
-    // nor can it stop the member's desktop
-    t.notMatch((await x11vnc('stop')).stdout, /ack=1/, 'x11vnc did not acknowledge the stop')
-    await member.frame()
-    t.pass("the member's desktop still runs")
+    const session = await setup(t, { provider })
+    await attackerPath(t, session)
+
+    // the desktop, seen from the host: nobody's processes, in a user namespace of their own
+    const named = new Map<string, number>()
+    for (const pid of await descendants(ready.pid))
+      named.set((await readFile(`/proc/${pid}/comm`, 'utf8').catch(() => '')).trim(), pid)
+    t.ok(named.has('Xvfb') && named.has('x11vnc'), `Xvfb and x11vnc run under the provider (${[...named.keys()]})`)
+    const ownUser = await readlink('/proc/self/ns/user')
+    const ownNet = await readlink('/proc/self/ns/net')
+    for (const name of ['Xvfb', 'x11vnc']) {
+      const pid = named.get(name)!
+      t.match(
+        await readFile(`/proc/${pid}/status`, 'utf8'),
+        new RegExp(`\\nUid:\\s+${NOBODY}\\s`),
+        `${name} is nobody on the host`
+      )
+      t.not(await readlink(`/proc/${pid}/ns/user`), ownUser, `${name} is in a user namespace`)
+      t.not(await readlink(`/proc/${pid}/ns/net`), ownNet, `${name} has no network`)
+    }
+
+    // the sandbox's commands: their own processes only, nothing of the provider's files or environment
+    const { sandbox, release } = await session.app.runtime.sandboxes!.acquire({
+      orgId: DEV_ORG.id,
+      threadId: session.threadId
+    })
+    t.teardown(release)
+    const processes = (
+      await sandbox.exec('for p in /proc/[0-9]*; do printf "%s: " "$p"; tr "\\0" " " < "$p/cmdline"; echo; done')
+    ).stdout
+    const lines = processes.split('\n').filter((l) => l.startsWith('/proc/'))
+    t.ok(lines.length > 0 && lines.length <= 4, `only the command's own processes: ${JSON.stringify(lines)}`)
+    t.notMatch(processes, /node|tsx|tap|Xvfb|x11vnc/, "none of the provider's processes, nor the desktop's")
+    t.notOk(processes.includes(dataDir), 'no host path (DATA_DIR) in any command line')
+    const secrets = await sandbox.exec(`cat ${secret} /proc/${ready.pid}/environ 2>&1; id -u; true`)
+    t.notMatch(
+      secrets.stdout,
+      /HOST-SECRETS-KEY|SERVICE-ENVIRONMENT/,
+      "neither nobody's DATA_DIR nor the provider's environment"
+    )
+    t.match(secrets.stdout, /No such file/)
   }
 )
 
