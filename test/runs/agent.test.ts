@@ -463,7 +463,10 @@ t.test(
     calls = 0
     plan = ['503', '503', '503', '503', '503']
     const spent = await ended(app, (await post(app, { prompt: 'give up' })).json().run.id)
-    t.match(spent, { status: 'failed', error: /^upstream_error: HTTP 503/ })
+    t.match(spent, {
+      status: 'failed',
+      error: /^model_unavailable: .* could not be reached \(tried 4 times\): HTTP 503/
+    })
     t.equal(calls, 4, 'MODEL_RETRIES (3) tries after the first')
   }
 )

@@ -1,3 +1,5 @@
+import { once } from 'node:events'
+import { createServer } from 'node:http'
 import t from 'tap'
 import { buildTestApp } from '../helper.js'
 import { startOpenAiUpstream } from './openai-upstream.js'
@@ -92,7 +94,10 @@ t.test('openai engine: streams deltas, lists models, fails clearly', async (t) =
   ).json().run
   const failed = await finished(app, bad.id)
   t.equal(failed.status, 'failed')
-  t.match(failed.error, /^upstream_error: HTTP 500.*model overloaded/)
+  t.match(
+    failed.error,
+    /^model_unavailable: the OpenAI-compatible API at 127\.0\.0\.1:\d+ could not be reached \(tried 4 times\): HTTP 500: model overloaded$/
+  )
 
   upstream.mode = 'hang'
   const hung = (
@@ -103,21 +108,76 @@ t.test('openai engine: streams deltas, lists models, fails clearly', async (t) =
   t.match(timedOut.error, /^upstream_timeout/)
 })
 
-t.test('openai engine is not offered when unreachable', async (t) => {
-  const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: 'http://127.0.0.1:9/v1', MODELS: 'tiny-1' } })
-  const config = (await app.inject({ method: 'GET', url: '/api/config' })).json()
-  t.same(
-    config.engines.map((e: { id: string }) => e.id),
-    ['echo']
-  )
-  t.same(
-    config.models.map((m: { id: string }) => m.id),
-    ['echo']
-  )
-  const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', model: 'tiny-1' } })
-  t.equal(res.statusCode, 400)
-  t.equal(res.json().error, 'engine_unavailable')
-})
+t.test(
+  'a configured model that cannot be reached is still the default: runs and chat fail naming it, never echo',
+  async (t) => {
+    // a port nothing listens on
+    const closed = createServer().listen(0, '127.0.0.1')
+    await once(closed, 'listening')
+    const port = (closed.address() as { port: number }).port
+    closed.close()
+    const app = await buildTestApp(t, {
+      env: {
+        OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`,
+        MODELS: 'tiny-1',
+        RUN_POLL_MS: '50',
+        MODEL_RETRY_BASE_MS: '1',
+        MODEL_BREAKER_OPEN_MS: '60000'
+      }
+    })
+    const config = (await app.inject({ method: 'GET', url: '/api/config' })).json()
+    t.same(
+      config.models.map((m: { id: string }) => m.id),
+      ['echo'],
+      'the catalog lists what answers now'
+    )
+    t.same((await app.inject({ method: 'GET', url: '/api/models/default' })).json(), {
+      model: 'tiny-1',
+      source: 'deployment'
+    })
+    const named = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', model: 'tiny-1' } })
+    t.equal(named.statusCode, 201, 'a configured model that is down is not refused as unknown')
+    const failed = await finished(app, named.json().run.id)
+    t.match(failed, {
+      status: 'failed',
+      output: null,
+      error:
+        /^model_unavailable: the OpenAI-compatible API at 127\.0\.0\.1:\d+ could not be reached \(tried 4 times\): nothing accepts connections there \(connection refused\)$/
+    })
+    const events = await app.db.query.runEvents.findMany({ where: (e, { eq }) => eq(e.runId, failed.id) })
+    t.same(
+      events.filter((e) => e.type === 'model.retry').map((e) => e.data.attempt),
+      [1, 2, 3]
+    )
+
+    // the breaker is open now: the next run and chat fail at once, without a request
+    const unnamed = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'Is prod healthy?' } })
+    t.match(unnamed.json().run, { engine: 'openai', model: 'tiny-1' })
+    const fast = await finished(app, unnamed.json().run.id)
+    t.match(fast, {
+      status: 'failed',
+      output: null,
+      error:
+        /^model_unavailable: the OpenAI-compatible API at 127\.0\.0\.1:\d+ could not be reached: nothing accepts connections there \(connection refused\) \(no request is sent to it for \d+ s\)$/
+    })
+    const chat = await app.inject({
+      method: 'POST',
+      url: '/api/chat',
+      payload: { messages: [{ role: 'user', content: 'Is prod healthy?' }] }
+    })
+    t.equal(chat.statusCode, 503)
+    t.equal(chat.json().error, 'model_unavailable')
+    t.match(
+      chat.json().message,
+      /^model_unavailable: the OpenAI-compatible API at 127\.0\.0\.1:\d+ could not be reached/
+    )
+    t.ok(Number(chat.headers['retry-after']) >= 1, 'Retry-After')
+
+    const unknown = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', model: 'tiny-9' } })
+    t.equal(unknown.statusCode, 400, 'a model nothing configures is still refused')
+    t.equal(unknown.json().error, 'engine_unavailable')
+  }
+)
 
 t.test('chat streams tokens then done; offline it echoes; a disconnect aborts upstream', async (t) => {
   const upstream = await startUpstream(t)

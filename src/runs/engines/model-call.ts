@@ -4,9 +4,11 @@
 import type { RunSettings, SuspendedRun } from '../tables.js'
 import { backoffDelay } from '../../worker-loop.js'
 import { observeModelCall } from '../../telemetry/genai.js'
+import { ModelBreakers } from './breaker.js'
 import {
   abortable,
   EngineError,
+  ModelUnavailable,
   RunSuspended,
   type ChatMessage,
   type Engine,
@@ -87,6 +89,10 @@ export interface ModelEngineOptions {
   retryBaseMs?: number | undefined
   /** false: the protocol is not configured (no base URL) */
   configured: boolean
+  /** who the model's errors name: `provider "Acme" at api.acme.test` */
+  label: string
+  /** the instance's breakers, and this connection's key among them; none: every call is tried */
+  breaker?: { breakers: ModelBreakers; key: string } | undefined
 }
 
 /** What a model engine of either protocol is built from (the deployment's settings, or an org provider's). */
@@ -104,6 +110,10 @@ export interface ModelClientOptions {
   retries?: number | undefined
   /** MODEL_RETRY_BASE_MS: the first retry waits between half of it and it, doubling each time */
   retryBaseMs?: number | undefined
+  /** who the model's errors name (an org provider's name); by default the protocol and the base URL's host */
+  label?: string | undefined
+  /** the instance's breakers (MODEL_BREAKER_OPEN_MS), shared by every engine of the instance */
+  breakers?: ModelBreakers | undefined
 }
 
 /** A model engine of one protocol: not configured (never ready) without a base URL. */
@@ -118,7 +128,23 @@ export function protocolEngine(
     call: () => Promise.reject(new EngineError(`${id} engine is not configured`)),
     listModels: () => Promise.resolve([])
   }
-  return modelEngine(base ? protocol(base) : unconfigured, { ...opts, id, name, configured: base !== undefined })
+  let host = base ?? ''
+  try {
+    if (base) host = new URL(base).host
+  } catch {
+    // the base URL as written
+  }
+  const label = opts.label ?? `the ${name} API at ${host}`
+  const breaker =
+    base && opts.breakers ? { breakers: opts.breakers, key: ModelBreakers.key(id, base, opts.apiKey) } : undefined
+  return modelEngine(base ? protocol(base) : unconfigured, {
+    ...opts,
+    id,
+    name,
+    configured: base !== undefined,
+    label,
+    breaker
+  })
 }
 
 /**
@@ -138,6 +164,22 @@ function failureText(err: unknown): string {
   let cause: unknown = e.cause
   while (cause instanceof Error && cause.cause instanceof Error) cause = cause.cause
   return cause instanceof Error && cause.message !== '' ? `${e.message}: ${cause.message}` : e.message
+}
+
+/** Why a model could not be reached, in a few words: the HTTP answer, or what happened to the connection. */
+function unreachableCause(err: unknown): string {
+  if (err instanceof EngineError) return err.message.replace(/^upstream_error: /, '')
+  const { status } = upstreamAnswer(err)
+  if (status !== null) return engineErrorOf(err).message.replace(/^upstream_error: /, '')
+  let cause: unknown = err
+  while (cause instanceof Error && cause.cause instanceof Error) cause = cause.cause
+  const code = (cause as NodeJS.ErrnoException | undefined)?.code
+  if (code === 'ECONNREFUSED') return 'nothing accepts connections there (connection refused)'
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return 'its host name does not resolve'
+  if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return 'it closed the connection before answering'
+  if (code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'ETIMEDOUT') return 'the connection timed out'
+  // the SDK's "Connection error." says nothing its cause does not
+  return cause instanceof Error && cause.message !== '' ? cause.message : failureText(err)
 }
 
 /**
@@ -167,6 +209,8 @@ function engineErrorOf(err: unknown): EngineError {
 export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): Engine {
   const retries = opts.retries ?? 3
   const retryBaseMs = opts.retryBaseMs ?? 500
+  /** how long a client is told to wait after a call gave up */
+  const breakerMs = opts.breaker?.breakers.openMs || 5000
   let probe: { at: number; ok: boolean; ids: string[] } | null = null
   let probing: Promise<boolean> | null = null
 
@@ -182,13 +226,21 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
       } catch {
         ok = false
       }
-      probe = { at: Date.now(), ok, ids }
+      // the last models it listed are kept while it is away: they are still what it is configured with
+      probe = { at: Date.now(), ok, ids: ok ? ids : (probe?.ids ?? []) }
       probing = null
       return ok
     })()
     return probing
   }
 
+  const noModel = () =>
+    new ModelUnavailable(
+      opts.configured
+        ? `model_unavailable: ${opts.label} could not be reached to learn its models, and none is configured`
+        : `model_unavailable: no ${opts.name} model is configured on this server or by the organization's providers`,
+      breakerMs
+    )
   const modelIds = (): string[] => (opts.models.length > 0 ? opts.models : (probe?.ids ?? []))
 
   /** One model call as telemetry sees it: a `chat <model>` span, its retries as events, and the model metrics. */
@@ -216,7 +268,34 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
     signal: AbortSignal,
     onRetry?: (retry: ModelRetry) => Promise<void> | void
   ): Promise<CallAnswer> {
-    if (!opts.configured) throw new EngineError(`${opts.id} engine is not configured`)
+    if (!opts.configured)
+      throw new ModelUnavailable(`model_unavailable: the ${opts.name} engine is not configured on this server`, 60_000)
+    const breaker = opts.breaker
+    const open = breaker?.breakers.admit(breaker.key)
+    if (open)
+      throw new ModelUnavailable(
+        `model_unavailable: ${opts.label} could not be reached: ${open.cause} (no request is sent to it for ${Math.ceil(open.retryAfterMs / 1000)} s)`,
+        open.retryAfterMs
+      )
+    try {
+      const answer = await tries(req, signal, onRetry)
+      breaker?.breakers.answered(breaker.key)
+      return answer
+    } catch (err) {
+      if (err instanceof ModelUnavailable && typeof err.cause === 'string')
+        breaker?.breakers.unreachable(breaker.key, err.cause)
+      else if (err instanceof EngineError) breaker?.breakers.answered(breaker.key)
+      else breaker?.breakers.release(breaker.key)
+      throw err
+    }
+  }
+
+  /** The tries of one model call (attempts), without the breaker. */
+  async function tries(
+    req: Omit<CallRequest, 'signal' | 'onProgress'>,
+    signal: AbortSignal,
+    onRetry?: (retry: ModelRetry) => Promise<void> | void
+  ): Promise<CallAnswer> {
     for (let attempt = 1; ; attempt++) {
       const idle = new AbortController()
       let timer = setTimeout(() => idle.abort(), opts.timeoutMs)
@@ -243,7 +322,18 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
       if (idle.signal.aborted) throw new EngineError(`upstream_timeout: no answer within ${opts.timeoutMs} ms`)
       const { http, status, headers } = upstreamAnswer(failure)
       const retryable = !(failure instanceof EngineError) && (http ? RETRYABLE.has(status!) : true)
-      if (started || !retryable || attempt > retries) throw engineErrorOf(failure)
+      if (started || !retryable) throw engineErrorOf(failure)
+      if (attempt > retries) {
+        const cause = unreachableCause(failure)
+        const tried = attempt === 1 ? 'once' : `${attempt} times`
+        throw new ModelUnavailable(
+          `model_unavailable: ${opts.label} could not be reached (tried ${tried}): ${cause}`,
+          breakerMs,
+          {
+            cause
+          }
+        )
+      }
       const waitMs = retryAfterMs(headers?.get('retry-after')) ?? backoffDelay(attempt, retryBaseMs, RETRY_AFTER_MAX_MS)
       await onRetry?.({ attempt, status, waitMs })
       await abortable(waitMs, signal)
@@ -253,14 +343,21 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
   return {
     id: opts.id,
     name: opts.name,
+    configured: opts.configured,
     ready: check,
     async models() {
       if (!(await check())) return []
       return modelIds().map((id) => ({ id, engine: opts.id, name: id }))
     },
+    async configuredModels() {
+      if (!opts.configured) return []
+      // without MODELS, its ids are what its models endpoint listed (asked once, if never yet)
+      if (opts.models.length === 0 && (probe?.ids.length ?? 0) === 0) await check()
+      return modelIds().map((id) => ({ id, engine: opts.id, name: id }))
+    },
     async run(ctx: EngineContext) {
       const model = ctx.model ?? modelIds()[0]
-      if (!model) throw new EngineError(`no model configured for the ${opts.id} engine`)
+      if (!model) throw noModel()
       const tools = ctx.tools && opts.maxToolRounds > 0 ? ctx.tools.definitions() : []
       let wire: WireMessage[]
       let round = 0
@@ -321,7 +418,7 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
     },
     async chat(messages, model, signal, out) {
       const chosen = model ?? modelIds()[0]
-      if (!chosen) throw new EngineError(`no model configured for the ${opts.id} engine`)
+      if (!chosen) throw noModel()
       const { usage } = await call(
         { messages, model: chosen, tools: [], settings: {}, onDelta: (delta) => out.onToken(delta) },
         signal
@@ -330,7 +427,7 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
     },
     async complete(messages, model, settings, signal) {
       const chosen = model ?? modelIds()[0]
-      if (!chosen) throw new EngineError(`no model configured for the ${opts.id} engine`)
+      if (!chosen) throw noModel()
       const { text, usage } = await call({ messages, model: chosen, tools: [], settings, onDelta: () => {} }, signal)
       return { text, usage }
     }
