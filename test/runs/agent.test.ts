@@ -434,7 +434,11 @@ t.test(
       .filter((e) => e.type === 'model.retry')
       .map((e) => e.data)
     t.equal(retries.length, 2)
-    t.same(retries[0], { attempt: 1, status: 429, waitMs: 1000 }, 'Retry-After is honoured')
+    t.same(
+      retries[0],
+      { attempt: 1, status: 429, waitMs: 1000, reason: 'HTTP 429: slow down' },
+      'Retry-After is honoured'
+    )
     t.match(retries[1], { attempt: 2, status: 503 })
     t.ok(retries[1]!.waitMs >= 10 && retries[1]!.waitMs <= 40, 'exponential backoff with jitter otherwise')
     t.same([...auth], [undefined], 'no key configured: no Authorization header')

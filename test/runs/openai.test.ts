@@ -10,15 +10,26 @@ interface Upstream {
   requests: Array<{ path: string; auth: string | undefined; body: any }>
   mode: 'ok' | 'error' | 'hang' | 'slow'
   aborted: number
+  /** faults for the next calls, in order, before `mode` answers: an opening role chunk, then a cut or an error */
+  faults: Array<'role-then-cut' | 'role-then-error' | 'empty'>
 }
 
 /** The upstream of these tests: two models, and a chat answer per `mode`. */
 async function startUpstream(t: import('tap').Test): Promise<Upstream> {
-  const state: Upstream = { url: '', requests: [], mode: 'ok', aborted: 0 }
+  const state: Upstream = { url: '', requests: [], mode: 'ok', aborted: 0, faults: [] }
   state.url = await startOpenAiUpstream(t, {
     models: ['tiny-1', 'tiny-2'],
     onRequest: (req, body) => void state.requests.push({ path: req.url ?? '', auth: req.headers.authorization, body }),
     async chat(_body, stream, res) {
+      const fault = state.faults.shift()
+      if (fault) {
+        const chat = stream()
+        chat.delta({ role: 'assistant', content: '' })
+        if (fault === 'role-then-error') chat.error('The server is overloaded')
+        else if (fault === 'empty') chat.end()
+        else res.end()
+        return
+      }
       if (state.mode === 'error') {
         res.writeHead(500, { 'content-type': 'application/json' })
         res.end(JSON.stringify({ error: { message: 'model overloaded' } }))
@@ -87,6 +98,51 @@ t.test('openai engine: streams deltas, lists models, fails clearly', async (t) =
   )
   t.same(events.find((e) => e.type === 'message.completed')!.data, { text: 'Hello there' })
   t.same(events.at(-1)!.data, { usage: { promptTokens: 7, completionTokens: 3 } })
+
+  // an opening without content, then a cut or an error chunk: tried again, saying why
+  upstream.faults.push('role-then-cut', 'role-then-error')
+  const before = upstream.requests.length
+  const retried = await finished(
+    app,
+    (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', model: 'tiny-1' } })).json().run.id
+  )
+  t.match(retried, { status: 'succeeded', output: 'Hello there' })
+  t.equal(upstream.requests.length - before, 3)
+  const retries = await app.db.query.runEvents.findMany({
+    where: (e, { and, eq }) => and(eq(e.runId, retried.id), eq(e.type, 'model.retry')),
+    orderBy: (e, { asc }) => asc(e.id)
+  })
+  t.match(
+    retries.map((e) => e.data),
+    [
+      { attempt: 1, status: null, reason: 'the stream ended before any content' },
+      { attempt: 2, status: null, reason: /overloaded/ }
+    ]
+  )
+
+  // an empty answer never breaks the thread: the next turn leaves it out
+  upstream.faults.push('empty')
+  const empty = await finished(
+    app,
+    (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'quiet', model: 'tiny-1' } })).json().run
+      .id
+  )
+  t.match(empty, { status: 'succeeded', output: '' })
+  const after = await finished(
+    app,
+    (
+      await app.inject({
+        method: 'POST',
+        url: '/api/runs',
+        payload: { prompt: 'and now?', model: 'tiny-1', rootRunId: empty.id }
+      })
+    ).json().run.id
+  )
+  t.match(after, { status: 'succeeded', output: 'Hello there' })
+  t.same(upstream.requests.at(-1)!.body.messages, [
+    { role: 'user', content: 'quiet' },
+    { role: 'user', content: 'and now?' }
+  ])
 
   upstream.mode = 'error'
   const bad = (

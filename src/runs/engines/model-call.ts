@@ -18,8 +18,8 @@ import {
   type WireMessage
 } from './types.js'
 
-/** Answers a model call is retried after, before its first token. */
-const RETRYABLE = new Set([429, 500, 502, 503, 504])
+/** Answers a model call is retried after, before its first token (529: Anthropic's "overloaded"). */
+const RETRYABLE = new Set([429, 500, 502, 503, 504, 529])
 /** the longest wait a `Retry-After` may ask for */
 const RETRY_AFTER_MAX_MS = 60_000
 
@@ -31,11 +31,27 @@ export function retryAfterMs(value: string | null | undefined, now = Date.now())
   return Number.isFinite(ms) ? Math.min(RETRY_AFTER_MAX_MS, Math.max(0, Math.round(ms))) : null
 }
 
-/** One retry of a model call: which, why (the HTTP status, null when it could not connect) and how long it waits. */
+/**
+ * One retry of a model call: which, why (the HTTP status, null when there was none; `reason` in words) and how long
+ * it waits.
+ */
 export interface ModelRetry {
   attempt: number
   status: number | null
   waitMs: number
+  reason: string
+}
+
+/**
+ * The stream ended before the model said it was done. Before any content (after OpenAI's role chunk or
+ * Anthropic's `message_start` alone) the call is tried again; after it, the run fails.
+ */
+export class StreamCut extends EngineError {
+  override name = 'StreamCut'
+
+  constructor() {
+    super('upstream_error: the stream ended early')
+  }
 }
 
 export interface Usage {
@@ -52,11 +68,13 @@ export interface CallRequest {
   /** aborted on cancel and by the idle timeout */
   signal: AbortSignal
   onDelta(text: string): Promise<void> | void
-  /**
-   * called with each piece of the answer as it arrives (the idle timeout starts over; a failure after the first is
-   * final)
-   */
+  /** called with each piece of the stream as it arrives, content or not (the idle timeout starts over) */
   onProgress(): void
+  /**
+   * called when the answer says something: a text token or a tool call. Until then a cut, an error event or a
+   * retryable status is tried again; from then on a failure is final
+   */
+  onContent(): void
 }
 
 export interface CallAnswer {
@@ -166,6 +184,12 @@ function failureText(err: unknown): string {
   return cause instanceof Error && cause.message !== '' ? `${e.message}: ${cause.message}` : e.message
 }
 
+/** Why a model call is tried again, in a few words (the `model.retry` event's `reason`). */
+function retryReason(err: unknown): string {
+  if (err instanceof StreamCut) return 'the stream ended before any content'
+  return unreachableCause(err)
+}
+
 /** Why a model could not be reached, in a few words: the HTTP answer, or what happened to the connection. */
 function unreachableCause(err: unknown): string {
   if (err instanceof EngineError) return err.message.replace(/^upstream_error: /, '')
@@ -179,7 +203,7 @@ function unreachableCause(err: unknown): string {
   if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return 'it closed the connection before answering'
   if (code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'ETIMEDOUT') return 'the connection timed out'
   // the SDK's "Connection error." says nothing its cause does not
-  return cause instanceof Error && cause.message !== '' ? cause.message : failureText(err)
+  return readable(cause instanceof Error && cause.message !== '' ? cause.message : failureText(err))
 }
 
 /**
@@ -190,16 +214,38 @@ function engineErrorOf(err: unknown): EngineError {
   if (err instanceof EngineError) return err
   const { status } = upstreamAnswer(err)
   if (status !== null) {
-    const detail = ((err as Error).message ?? '')
-      .replace(/^\d{3}\s*/, '')
-      .slice(0, 200)
-      .replace(/\s+/g, ' ')
-      .trim()
+    const detail = readable(((err as Error).message ?? '').replace(/^\d{3}\s*/, ''))
     return new EngineError(
       `upstream_error: HTTP ${status}${detail && detail !== 'status code (no body)' ? `: ${detail}` : ''}`
     )
   }
-  return new EngineError(`upstream_error: ${failureText(err)}`)
+  return new EngineError(`upstream_error: ${readable(failureText(err))}`)
+}
+
+/**
+ * A provider's error as one sentence: the message (and type) of a JSON error body (`{"error": {"type", "message"}}`,
+ * as both APIs answer), else the text itself; at most 300 characters on one line.
+ */
+export function readable(text: string): string {
+  let out = text
+  const brace = text.indexOf('{')
+  if (brace >= 0) {
+    try {
+      const body = JSON.parse(text.slice(brace)) as { error?: unknown; message?: unknown } | null
+      const error = (typeof body?.error === 'object' ? body.error : body) as {
+        type?: unknown
+        message?: unknown
+      } | null
+      if (typeof error?.message === 'string' && error.message !== '') {
+        const type = typeof error.type === 'string' && error.type !== '' ? ` (${error.type})` : ''
+        out = `${text.slice(0, brace).replace(/[:\s]+$/, '')}${brace > 0 ? ': ' : ''}${error.message}${type}`
+      }
+    } catch {
+      // not JSON: the text as it is
+    }
+  }
+  out = out.replace(/\s+/g, ' ').trim()
+  return out.length > 300 ? `${out.slice(0, 299)}…` : out
 }
 
 /**
@@ -245,7 +291,7 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
 
   /** One model call as telemetry sees it: a `chat <model>` span, its retries as events, and the model metrics. */
   function call(
-    req: Omit<CallRequest, 'signal' | 'onProgress'>,
+    req: Omit<CallRequest, 'signal' | 'onProgress' | 'onContent'>,
     signal: AbortSignal,
     onRetry?: (retry: ModelRetry) => Promise<void> | void
   ): Promise<CallAnswer> {
@@ -264,7 +310,7 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
    * honoured, else exponential backoff with jitter), reported through onRetry.
    */
   async function attempts(
-    req: Omit<CallRequest, 'signal' | 'onProgress'>,
+    req: Omit<CallRequest, 'signal' | 'onProgress' | 'onContent'>,
     signal: AbortSignal,
     onRetry?: (retry: ModelRetry) => Promise<void> | void
   ): Promise<CallAnswer> {
@@ -292,23 +338,26 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
 
   /** The tries of one model call (attempts), without the breaker. */
   async function tries(
-    req: Omit<CallRequest, 'signal' | 'onProgress'>,
+    req: Omit<CallRequest, 'signal' | 'onProgress' | 'onContent'>,
     signal: AbortSignal,
     onRetry?: (retry: ModelRetry) => Promise<void> | void
   ): Promise<CallAnswer> {
     for (let attempt = 1; ; attempt++) {
       const idle = new AbortController()
       let timer = setTimeout(() => idle.abort(), opts.timeoutMs)
+      // the one place that decides whether the answer has said something yet (every protocol reports it)
       let started = false
-      const onProgress = () => {
+      const onContent = () => {
         started = true
+      }
+      const onProgress = () => {
         clearTimeout(timer)
         timer = setTimeout(() => idle.abort(), opts.timeoutMs)
       }
       let failure: unknown
       try {
         const combined = AbortSignal.any([signal, idle.signal])
-        const answer = await protocol.call({ ...req, signal: combined, onProgress })
+        const answer = await protocol.call({ ...req, signal: combined, onProgress, onContent })
         // an SDK ends a stream quietly when its signal aborts
         if (signal.aborted) throw signal.reason
         if (idle.signal.aborted) throw new EngineError(`upstream_timeout: no answer within ${opts.timeoutMs} ms`)
@@ -321,7 +370,9 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
       if (signal.aborted) throw signal.reason
       if (idle.signal.aborted) throw new EngineError(`upstream_timeout: no answer within ${opts.timeoutMs} ms`)
       const { http, status, headers } = upstreamAnswer(failure)
-      const retryable = !(failure instanceof EngineError) && (http ? RETRYABLE.has(status!) : true)
+      // an error event in the stream (Anthropic's overloaded_error) is an SDK error without a status: retried too
+      const retryable =
+        failure instanceof StreamCut || (!(failure instanceof EngineError) && (http ? RETRYABLE.has(status!) : true))
       if (started || !retryable) throw engineErrorOf(failure)
       if (attempt > retries) {
         const cause = unreachableCause(failure)
@@ -335,7 +386,7 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
         )
       }
       const waitMs = retryAfterMs(headers?.get('retry-after')) ?? backoffDelay(attempt, retryBaseMs, RETRY_AFTER_MAX_MS)
-      await onRetry?.({ attempt, status, waitMs })
+      await onRetry?.({ attempt, status, waitMs, reason: retryReason(failure) })
       await abortable(waitMs, signal)
     }
   }
@@ -379,7 +430,7 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
           messages.push({ role: 'system', content: memoryMessage(items) })
         }
         const prompt = ctx.attachments ? `${ctx.prompt}\n\n${ctx.attachments.message}` : ctx.prompt
-        messages.push(...ctx.history, { role: 'user', content: prompt })
+        messages.push(...replayable(ctx.history), { role: 'user', content: prompt })
         wire = messages
       }
       for (; ; round++) {
@@ -420,7 +471,13 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
       const chosen = model ?? modelIds()[0]
       if (!chosen) throw noModel()
       const { usage } = await call(
-        { messages, model: chosen, tools: [], settings: {}, onDelta: (delta) => out.onToken(delta) },
+        {
+          messages: replayable(messages),
+          model: chosen,
+          tools: [],
+          settings: {},
+          onDelta: (delta) => out.onToken(delta)
+        },
         signal
       )
       return usage
@@ -428,10 +485,24 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
     async complete(messages, model, settings, signal) {
       const chosen = model ?? modelIds()[0]
       if (!chosen) throw noModel()
-      const { text, usage } = await call({ messages, model: chosen, tools: [], settings, onDelta: () => {} }, signal)
+      const { text, usage } = await call(
+        { messages: replayable(messages), model: chosen, tools: [], settings, onDelta: () => {} },
+        signal
+      )
       return { text, usage }
     }
   }
+}
+
+/**
+ * Earlier turns as every provider takes them: an empty answer (no text, as a model may give after a tool result) is
+ * left out, since the Messages API refuses an empty assistant message and some OpenAI-compatible servers do too;
+ * the thread goes on without it.
+ */
+export function replayable(messages: ChatMessage[]): ChatMessage[] {
+  return messages.some((m) => m.role === 'assistant' && m.content.trim() === '')
+    ? messages.filter((m) => m.role !== 'assistant' || m.content.trim() !== '')
+    : messages
 }
 
 /** Recalled facts as the one system message a model gets them in. */

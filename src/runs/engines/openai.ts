@@ -1,8 +1,8 @@
 import OpenAI from 'openai'
 import type { ChatCompletionCreateParamsStreaming, ChatCompletionMessageParam } from 'openai/resources/chat/completions'
 import type { RunSettings } from '../tables.js'
-import { EngineError, type Engine, type ToolCall } from './types.js'
-import { protocolEngine, type ModelClientOptions, type ModelProtocol } from './model-call.js'
+import type { Engine, ToolCall } from './types.js'
+import { protocolEngine, StreamCut, type ModelClientOptions, type ModelProtocol } from './model-call.js'
 import { traceHeaders } from '../../telemetry/tracing.js'
 
 export { retryAfterMs, type ModelRetry } from './model-call.js'
@@ -72,6 +72,7 @@ function openAiProtocol(opts: OpenAiOptions, base: string): ModelProtocol {
         req.onProgress()
         const choice = chunk.choices?.[0]
         const delta = choice?.delta?.content
+        if (delta || (choice?.delta?.tool_calls?.length ?? 0) > 0) req.onContent()
         if (delta) {
           text += delta
           await req.onDelta(delta)
@@ -88,7 +89,7 @@ function openAiProtocol(opts: OpenAiOptions, base: string): ModelProtocol {
         if (chunk.usage)
           usage = { promptTokens: chunk.usage.prompt_tokens ?? 0, completionTokens: chunk.usage.completion_tokens ?? 0 }
       }
-      if (finished === null && !req.signal.aborted) throw new EngineError('upstream_error: the stream ended early')
+      if (finished === null && !req.signal.aborted) throw new StreamCut()
       return { text, usage, toolCalls: calls.filter((c) => c !== undefined), finishReason: finished ?? undefined }
     }
   }
