@@ -386,7 +386,9 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
           }
         })
         status = 'succeeded'
-        opened().write(sseFrame('done', JSON.stringify({ model: chosenModel, usage })))
+        // named as a run's usage
+        const spent = { inputTokens: usage.promptTokens, outputTokens: usage.completionTokens }
+        opened().write(sseFrame('done', JSON.stringify({ model: chosenModel, usage: spent })))
       } catch (err) {
         if (controller.signal.aborted) status = 'cancelled'
         else if (err instanceof ModelUnavailable && stream === null) refusal = err

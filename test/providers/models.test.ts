@@ -130,7 +130,7 @@ t.test(
     const chatText = await chatRes.text()
     answers.push(chatText)
     t.match(chatText, /event: token\ndata: \{"text":" fake"\}/)
-    t.match(chatText, /event: done\ndata: \{"model":"fake-small","usage":\{"promptTokens":11,"completionTokens":5\}\}/)
+    t.match(chatText, /event: done\ndata: \{"model":"fake-small","usage":\{"inputTokens":11,"outputTokens":5\}\}/)
 
     for (const body of answers) t.notOk(body.includes(fake.key), 'no answer carries the key')
   }

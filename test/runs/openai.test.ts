@@ -144,6 +144,52 @@ t.test('openai engine: streams deltas, lists models, fails clearly', async (t) =
     { role: 'user', content: 'and now?' }
   ])
 
+  // structured output as OpenAI means it: json_object asks for JSON in words; json_schema is strict when it can be
+  const lastChat = () => upstream.requests.filter((r) => r.path === '/v1/chat/completions').at(-1)!.body
+  await finished(
+    app,
+    (
+      await app.inject({
+        method: 'POST',
+        url: '/api/runs',
+        payload: { prompt: 'facts?', model: 'tiny-1', responseFormat: { type: 'json_object' } }
+      })
+    ).json().run.id
+  )
+  t.match(lastChat(), {
+    response_format: { type: 'json_object' },
+    messages: [
+      { role: 'system', content: 'Answer with one JSON object and nothing else.' },
+      { role: 'user', content: 'facts?' }
+    ]
+  })
+  const strictSchema = {
+    type: 'object',
+    properties: { answer: { type: 'string' }, items: { type: 'array', items: { type: 'string' } } },
+    required: ['answer', 'items'],
+    additionalProperties: false
+  }
+  for (const [schema, strict] of [
+    [strictSchema, true],
+    [{ type: 'object', properties: { answer: { type: 'string' } } }, undefined],
+    [{ ...strictSchema, required: ['answer'] }, undefined]
+  ] as const) {
+    await finished(
+      app,
+      (
+        await app.inject({
+          method: 'POST',
+          url: '/api/runs',
+          payload: { prompt: 'shape?', model: 'tiny-1', responseFormat: { type: 'json_schema', name: 'shape', schema } }
+        })
+      ).json().run.id
+    )
+    t.same(lastChat().response_format, {
+      type: 'json_schema',
+      json_schema: { name: 'shape', schema, ...(strict ? { strict } : {}) }
+    })
+  }
+
   upstream.mode = 'error'
   const bad = (
     await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', engine: 'openai' } })
@@ -251,7 +297,7 @@ t.test('chat streams tokens then done; offline it echoes; a disconnect aborts up
     chat.events('token').map((f) => chat.json(f).text),
     ['Hel', 'lo', ' there']
   )
-  t.same(chat.json(chat.events('done')[0]!), { model: 'tiny-1', usage: { promptTokens: 7, completionTokens: 3 } })
+  t.same(chat.json(chat.events('done')[0]!), { model: 'tiny-1', usage: { inputTokens: 7, outputTokens: 3 } })
 
   const echo = await SseClient.open(`${base}/api/chat`, {
     method: 'POST',
@@ -262,7 +308,7 @@ t.test('chat streams tokens then done; offline it echoes; a disconnect aborts up
     echo.events('token').map((f) => echo.json(f).text),
     ['one', ' two', ' three']
   )
-  t.same(echo.json(echo.events('done')[0]!).usage, { promptTokens: 3, completionTokens: 3 })
+  t.same(echo.json(echo.events('done')[0]!).usage, { inputTokens: 3, outputTokens: 3 })
 
   upstream.mode = 'slow'
   const slow = await SseClient.open(`${base}/api/chat`, { method: 'POST', body })

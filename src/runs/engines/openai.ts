@@ -20,10 +20,38 @@ function requestSettings(s: RunSettings): Partial<ChatCompletionCreateParamsStre
   if (f?.type === 'json_schema')
     out.response_format = {
       type: 'json_schema',
-      json_schema: { name: f.name, schema: f.schema as Record<string, unknown> }
+      json_schema: {
+        name: f.name,
+        schema: f.schema as Record<string, unknown>,
+        // strict (the answer always matches) where OpenAI's strict mode can take the schema
+        ...(strictAllowed(f.schema) ? { strict: true } : {})
+      }
     }
   else if (f) out.response_format = { type: f.type }
   return out
+}
+
+/** OpenAI refuses json_object unless a message asks for JSON: this system line does. */
+export const JSON_OBJECT_LINE = 'Answer with one JSON object and nothing else.'
+
+/**
+ * Whether OpenAI's strict structured outputs can take a schema as it is: every object lists all its properties in
+ * `required` and allows no others (`additionalProperties: false`), at every depth.
+ */
+export function strictAllowed(schema: unknown): boolean {
+  if (Array.isArray(schema)) return schema.every(strictAllowed)
+  if (schema === null || typeof schema !== 'object') return true
+  const node = schema as Record<string, unknown>
+  const properties = node.properties
+  if (node.type === 'object' || (properties !== null && typeof properties === 'object')) {
+    if (node.additionalProperties !== false) return false
+    const keys = properties && typeof properties === 'object' ? Object.keys(properties) : []
+    const required = Array.isArray(node.required) ? node.required : []
+    if (!keys.every((k) => required.includes(k))) return false
+  }
+  return Object.entries(node).every(
+    ([key, value]) => key === 'required' || key === 'enum' || key === 'const' || strictAllowed(value)
+  )
 }
 
 /**
@@ -55,7 +83,9 @@ function openAiProtocol(opts: OpenAiOptions, base: string): ModelProtocol {
       const stream = await client.chat.completions.create(
         {
           model: req.model,
-          messages: req.messages as ChatCompletionMessageParam[],
+          messages: (req.settings.responseFormat?.type === 'json_object'
+            ? [{ role: 'system', content: JSON_OBJECT_LINE }, ...req.messages]
+            : req.messages) as ChatCompletionMessageParam[],
           ...(req.tools.length > 0 ? { tools: req.tools as ChatCompletionCreateParamsStreaming['tools'] } : {}),
           ...requestSettings(req.settings),
           stream: true,
