@@ -175,7 +175,12 @@ t.test(
       body: { type: 'error', error: { type: 'invalid_request_error', message: 'prompt is too long' } }
     })
     const bad = await ended(app, (await post(app, { prompt: 'too long', model: 'claude-test-1' })).json().run.id)
-    t.match(bad, { status: 'failed', error: /^upstream_error: HTTP 400: .*prompt is too long/ })
+    t.match(bad, { status: 'failed' })
+    t.equal(
+      bad.error,
+      'upstream_error: HTTP 400: prompt is too long (invalid_request_error)',
+      "one sentence: the status and the provider's message, not its raw JSON"
+    )
 
     // an opening without content, then a cut, an overloaded_error event, a 529: each tried again, saying why
     upstream.script.push(
