@@ -13,6 +13,7 @@ import { benchKnowledge } from './knowledge.js'
 import { benchMemory } from './memory.js'
 import { benchMcp } from './mcp.js'
 import { benchModelBound } from './model-bound.js'
+import { benchModelDown } from './model-down.js'
 import { benchRecall } from './recall.js'
 import { benchRetrieval } from './retrieval.js'
 import { benchRetrievalQuality } from './retrieval-quality.js'
@@ -34,6 +35,7 @@ const benches: Record<string, () => Promise<string>> = {
   topology: benchTopology,
   completion: benchCompletion,
   'model-bound': benchModelBound,
+  'model-down': benchModelDown,
   approvals: benchApprovals,
   history: benchHistory,
   runtime: benchRuntime,

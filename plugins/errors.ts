@@ -173,6 +173,12 @@ export const storageFull = (retryAfterSeconds: number) =>
   new ApiError(503, 'not_ready', 'the disk is full: uploads and artifacts cannot be stored', {
     headers: { 'retry-after': String(retryAfterSeconds) }
   })
+/** A model that is configured but cannot be reached now (its retries spent, or its breaker open): which and why. */
+export function modelUnavailable(message: string, retryAfterMs: number): ApiError {
+  return new ApiError(503, 'model_unavailable', message, {
+    headers: { 'retry-after': String(Math.max(1, Math.ceil(retryAfterMs / 1000))) }
+  })
+}
 export const sandboxUnavailable = (reason: string) => new ApiError(503, 'sandbox_unavailable', reason)
 export const desktopUnavailable = () =>
   new ApiError(503, 'desktop_unavailable', 'the desktop needs Xvfb and x11vnc on this server')

@@ -230,7 +230,13 @@ export const SettingsBody = named(
 export const AddItemBody = named(
   'MemoryAddRequest',
   StrictObject({
-    scope: ScopeParam,
+    scope: Type.Optional(
+      Type.String({
+        maxLength: 64,
+        description:
+          '`org` (default) or `personal`; anything else is refused (a typo must never put a personal note in the shared pool)'
+      })
+    ),
     content: Type.String({ minLength: 1, maxLength: 4000, pattern: '\\S', description: 'the fact' })
   })
 )

@@ -104,7 +104,7 @@ export const DefaultModel = named(
     }),
     source: LiteralUnion(DEFAULT_MODEL_SOURCES, {
       description:
-        "org: an admin chose it; deployment: the server's first ready model; provider: the org's providers' first ready model; echo: nothing else is ready"
+        "org: an admin chose it; deployment: the server's first configured model; provider: the org's providers' first model; echo: neither the server nor the org configures any model (a configured model that is down is still the default: its runs fail, saying so)"
     })
   })
 )

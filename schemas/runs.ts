@@ -225,7 +225,10 @@ export const ChatDone = named(
   Type.Object(
     {
       model: Type.Union([Type.String(), Type.Null()]),
-      usage: Type.Object({ promptTokens: Type.Integer(), completionTokens: Type.Integer() })
+      usage: Type.Object(
+        { inputTokens: Type.Integer(), outputTokens: Type.Integer() },
+        { description: "the tokens the answer cost, named as a run's `usage`" }
+      )
     },
     { description: 'the payload of `event: done`, the last frame of a chat that succeeded' }
   )

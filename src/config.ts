@@ -222,6 +222,13 @@ export const EnvSchema = Type.Object({
     description:
       'the first retry of a model call waits between half of this and this, doubling each time (when the answer has no Retry-After)'
   }),
+  MODEL_BREAKER_OPEN_MS: Type.Integer({
+    minimum: 0,
+    maximum: 3_600_000,
+    default: 15_000,
+    description:
+      'after a model call gives up on a provider it cannot reach (its retries spent), calls to that provider fail at once for this long, from every run, chat and Slack thread of this instance; then one call tries again (0: never)'
+  }),
   MODEL_CONTEXT_TOKENS: Type.Integer({
     minimum: 1000,
     maximum: 10_000_000,
@@ -854,5 +861,12 @@ function parseTrustProxy(value: string): boolean | number | string[] {
 /** Builds a config for tests and tools: defaults plus the given overrides. */
 export function testConfig(overrides: Partial<Record<keyof Env, string>> = {}): Config {
   // no embedding in the background unless a test asks: its vectors would change rankings under the test's feet
-  return loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', EMBEDDING_WORKER: 'false', ...overrides })
+  // no model breaker unless a test asks: tests script a provider's faults one call after another
+  return loadConfig({
+    NODE_ENV: 'test',
+    LOG_LEVEL: 'silent',
+    EMBEDDING_WORKER: 'false',
+    MODEL_BREAKER_OPEN_MS: '0',
+    ...overrides
+  })
 }

@@ -5,7 +5,8 @@ import {
   noDeadCapture,
   noOrphanCapture,
   notInPool,
-  signInRequired
+  signInRequired,
+  validationFailed
 } from '../../plugins/errors.js'
 import { principalOf, realUserId, type Principal } from '../auth/principal.js'
 import { errorResponses } from '../../schemas/common.js'
@@ -194,7 +195,11 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
     },
     async (request, reply) => {
       const principal = principalOf(request)
-      const scope = parseScope(request.body.scope)
+      // a write is never guessed into a pool: a typo of "personal" must not share a private note with the org
+      const given = request.body.scope
+      if (given !== undefined && given !== 'org' && given !== 'personal')
+        throw validationFailed([{ path: '/body/scope', message: 'must be "org" or "personal"' }])
+      const scope = parseScope(given)
       const a = await access(principal, scope)
       if (a.failedClosed) throw signInRequired()
       if (!a.enabled || !hub.backend) throw memoryDisabled()

@@ -170,15 +170,16 @@ const providersRoutes: FastifyPluginAsyncTypebox<ProvidersRoutesOptions> = async
         operationId: 'getDefaultModel',
         tags: PROVIDERS,
         summary:
-          "The org's default model and where it comes from: an admin's choice, else the deployment's first ready model, else the org providers', else echo",
+          "The org's default model and where it comes from: an admin's choice, else the deployment's first model, else the org providers', else echo (only when no model is configured at all)",
         description:
           'Returns the model runs use when they name none, and whether an admin chose it or it was picked by the fallback order.',
         response: { 200: DefaultModel, ...errorResponses() }
       }
     },
     async (request) => {
-      const { model, source } = await app.runs.engines.defaultModel(principalOf(request).orgId)
-      return { model: model ?? 'echo', source }
+      const { engine, model, source } = await app.runs.engines.defaultModel(principalOf(request).orgId)
+      // configured, but none of its model ids is known yet: the engine is what runs will fail on
+      return { model: model ?? engine.id, source }
     }
   )
 

@@ -85,18 +85,15 @@ export async function readyProviders(db: Db, orgId: string): Promise<ProviderRow
     .orderBy(asc(providers.id))
 }
 
-/** The oldest ready provider of the org that offers this model (a run naming it). */
+/**
+ * The oldest provider of the org configured with this model (a run naming it), whether its
+ * last check reached it or not: a model that is down fails its runs, saying why.
+ */
 export async function providerOffering(db: Db | Tx, orgId: string, model: string): Promise<ProviderRow | null> {
   const [row] = await db
     .select()
     .from(providers)
-    .where(
-      and(
-        eq(providers.orgId, orgId),
-        eq(providers.ready, true),
-        sql`${providers.models} @> ${JSON.stringify([model])}::jsonb`
-      )
-    )
+    .where(and(eq(providers.orgId, orgId), sql`${providers.models} @> ${JSON.stringify([model])}::jsonb`))
     .orderBy(asc(providers.id))
     .limit(1)
   return row ?? null
@@ -137,18 +134,25 @@ export async function deleteProvider(db: Db, orgId: string, id: string): Promise
 
 /**
  * What the org's default model is made of, in one query: the model its admin chose (null:
- * none) and the first model of its oldest ready provider (null: none).
+ * none), the first model of its oldest provider with models, ready at its last check or not
+ * (null: none), and the kind of its oldest provider (null: it has none). Configuration, not
+ * reachability: a provider that is down is still the one its runs must fail on.
  */
 export async function modelDefaultsOf(
   db: Db | Tx,
   orgId: string
-): Promise<{ chosen: string | null; firstProviderModel: string | null }> {
-  const rows = rowsOf<{ chosen: string | null; first: string | null }>(
+): Promise<{ chosen: string | null; firstProviderModel: string | null; providerKind: ProviderRow['kind'] | null }> {
+  const rows = rowsOf<{ chosen: string | null; first: string | null; kind: ProviderRow['kind'] | null }>(
     await db.execute(sql`
     select (select model from model_defaults where org_id = ${orgId}) as chosen,
-           (select models->>0 from providers where org_id = ${orgId} and ready and jsonb_array_length(models) > 0 order by id limit 1) as first`)
+           (select models->>0 from providers where org_id = ${orgId} and jsonb_array_length(models) > 0 order by id limit 1) as first,
+           (select kind from providers where org_id = ${orgId} order by id limit 1) as kind`)
   )
-  return { chosen: rows[0]?.chosen ?? null, firstProviderModel: rows[0]?.first ?? null }
+  return {
+    chosen: rows[0]?.chosen ?? null,
+    firstProviderModel: rows[0]?.first ?? null,
+    providerKind: rows[0]?.kind ?? null
+  }
 }
 
 /** Chooses (or, with null, forgets) the org's default model. */

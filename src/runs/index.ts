@@ -1,10 +1,10 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyInstance } from 'fastify'
-import { notFound } from '../../plugins/errors.js'
+import { modelUnavailable, notFound } from '../../plugins/errors.js'
 import { sendStored } from '../../plugins/idempotency/index.js'
 import { principalOf, realUserId } from '../auth/principal.js'
 import { newId } from '../db/ids.js'
-import { parseLastEventId, SHUTDOWN_END_FRAME, sseFrame } from '../../plugins/sse.js'
+import { parseLastEventId, SHUTDOWN_END_FRAME, sseFrame, type SseStream } from '../../plugins/sse.js'
 import { errorResponses, IdempotencyKeyHeader } from '../../schemas/common.js'
 import {
   ChatBody,
@@ -24,7 +24,7 @@ import {
   ThreadEventStream,
   ThreadPage
 } from '../../schemas/runs.js'
-import { EngineError } from './engines/types.js'
+import { EngineError, ModelUnavailable } from './engines/types.js'
 import { lastEventOf, TERMINAL_EVENTS } from './events.js'
 import { getRun, getThread, listRuns, listThreads, runToWire, type RunRow } from './runs-repo.js'
 import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from './streams.js'
@@ -352,7 +352,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
         description:
           "Sends the messages to the organization's default model (or the one named) and streams the answer back token by token, without starting a run; its usage is counted like a run's.",
         body: ChatBody,
-        response: { 200: ChatStream, ...errorResponses(413) }
+        response: { 200: ChatStream, ...errorResponses(413, 503) }
       }
     },
     async (request, reply) => {
@@ -360,31 +360,47 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const { orgId } = principal
       const { messages } = request.body
       const { engine, model: chosenModel } = await app.runs.chatEngine(orgId, request.body.model)
-      // its tokens are not stored, so it cannot resume: at shutdown it ends, saying so (the client sends it again)
-      const stream = app.sse.open(request, reply, { shutdownFrame: SHUTDOWN_END_FRAME })
       const controller = new AbortController()
-      // a client that goes away aborts the upstream request
-      stream.onClose(() => controller.abort())
+      // the stream opens with the first token: a model that cannot be reached is a 503 before it, not a 200
+      let stream: SseStream | null = null
+      const opened = (): SseStream => {
+        if (stream) return stream
+        // its tokens are not stored, so it cannot resume: at shutdown it ends, saying so (the client sends it again)
+        stream = app.sse.open(request, reply, { shutdownFrame: SHUTDOWN_END_FRAME })
+        // a client that goes away aborts the upstream request
+        stream.onClose(() => controller.abort())
+        return stream
+      }
+      const gone = () => {
+        if (!reply.raw.writableFinished) controller.abort()
+      }
+      reply.raw.once('close', gone)
       const startedAt = new Date()
       let status: 'succeeded' | 'failed' | 'cancelled' = 'failed'
       let usage: { promptTokens: number; completionTokens: number } | null = null
+      let refusal: ModelUnavailable | null = null
       try {
         usage = await engine.chat(messages, chosenModel, controller.signal, {
           onToken(text) {
-            stream.write(sseFrame('token', JSON.stringify({ text })))
+            opened().write(sseFrame('token', JSON.stringify({ text })))
           }
         })
         status = 'succeeded'
-        stream.write(sseFrame('done', JSON.stringify({ model: chosenModel, usage })))
+        // named as a run's usage
+        const spent = { inputTokens: usage.promptTokens, outputTokens: usage.completionTokens }
+        opened().write(sseFrame('done', JSON.stringify({ model: chosenModel, usage: spent })))
       } catch (err) {
         if (controller.signal.aborted) status = 'cancelled'
+        else if (err instanceof ModelUnavailable && stream === null) refusal = err
         else {
           const message = err instanceof EngineError ? err.message : 'chat failed'
           if (!(err instanceof EngineError)) request.log.error({ err }, 'chat failed')
-          stream.write(sseFrame('error', JSON.stringify({ error: 'chat_failed', message })))
+          const error = message.startsWith('model_unavailable:') ? 'model_unavailable' : 'chat_failed'
+          opened().write(sseFrame('error', JSON.stringify({ error, message })))
         }
       } finally {
-        stream.close()
+        reply.raw.off('close', gone)
+        ;(stream as SseStream | null)?.close()
       }
       // metered like a run: the usage rollup counts it by engine, model and user
       await app.db
@@ -402,6 +418,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
           outputTokens: usage?.completionTokens ?? null
         })
         .catch((err: unknown) => request.log.warn({ err }, 'chat usage not recorded'))
+      if (refusal) throw modelUnavailable(refusal.message, refusal.retryAfterMs)
     }
   )
 }

@@ -10,6 +10,7 @@ import { openAiEngine } from './engines/openai.js'
 import { providerEngine } from './engines/provider.js'
 import type { OrgProviders } from './ports/providers.js'
 import { EngineRegistry } from './engines/registry.js'
+import { ModelBreakers } from './engines/breaker.js'
 import type { Engine } from './engines/types.js'
 import { EventBatcher } from './events.js'
 import type { RunArtifacts } from './ports/artifacts.js'
@@ -82,7 +83,9 @@ export function createEngines(config: Config, providers?: OrgProviders): EngineR
     timeoutMs: config.OPENAI_TIMEOUT_MS,
     maxToolRounds: config.OPENAI_MAX_TOOL_ROUNDS,
     retries: config.MODEL_RETRIES,
-    retryBaseMs: config.MODEL_RETRY_BASE_MS
+    retryBaseMs: config.MODEL_RETRY_BASE_MS,
+    // one breaker per provider for the whole instance: runs, chat, Slack, automations, extraction
+    breakers: new ModelBreakers(config.MODEL_BREAKER_OPEN_MS)
   }
   const orgEngine = providers
     ? async (orgId: string, model: string, db?: Db | Tx) => {

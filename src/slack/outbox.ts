@@ -17,6 +17,8 @@ const PRUNE_EVERY_MS = 60 * 60 * 1000
 export function replyText(source: { status: string; error: string | null; text: string | null }): string {
   let text: string
   if (source.status === 'succeeded') text = source.text?.trim() ? source.text : '(the run finished without an answer)'
+  else if (source.error?.startsWith('model_unavailable:'))
+    text = `Sorry, the model could not be reached, so there is no answer this time. Please try again later. (${source.error.slice('model_unavailable:'.length).trim()})`
   else if (source.status === 'failed') text = `Sorry, the run failed: ${source.error ?? 'unknown error'}`
   else text = 'The run was cancelled.'
   return text.length > MAX_TEXT ? `${text.slice(0, MAX_TEXT)}… (cut: the full answer is in Cairn)` : text

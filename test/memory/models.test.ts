@@ -313,6 +313,17 @@ t.test('POST /api/memory/items: a person adds a fact; the same rules as PATCH', 
   t.equal(personal.statusCode, 201)
   t.equal(personal.json().item.sourceScope, 'personal')
   t.same(await browse(app, cookie, 'personal'), ['I am on call this week'])
+  for (const scope of ['team', 'persnal', 'ORG', '']) {
+    const typo = await app.inject({
+      method: 'POST',
+      url: '/api/memory/items',
+      headers: { cookie },
+      payload: { scope, content: 'my private note' }
+    })
+    t.equal(typo.statusCode, 400, `scope ${JSON.stringify(scope)} is refused`)
+    t.match(typo.json(), { error: 'validation_failed', details: [{ path: '/body/scope' }] })
+  }
+  t.notOk((await browse(app, cookie, 'org')).includes('my private note'), 'nothing was written into the shared pool')
 
   // the dev org (no real user) fails closed on personal; a key cannot write memory
   const dev = await app.inject({

@@ -130,7 +130,7 @@ t.test(
     const chatText = await chatRes.text()
     answers.push(chatText)
     t.match(chatText, /event: token\ndata: \{"text":" fake"\}/)
-    t.match(chatText, /event: done\ndata: \{"model":"fake-small","usage":\{"promptTokens":11,"completionTokens":5\}\}/)
+    t.match(chatText, /event: done\ndata: \{"model":"fake-small","usage":\{"inputTokens":11,"outputTokens":5\}\}/)
 
     for (const body of answers) t.notOk(body.includes(fake.key), 'no answer carries the key')
   }
@@ -182,59 +182,72 @@ t.test(
   }
 )
 
-t.test('a provider that is not ready offers nothing; one deleted fails the runs it had queued', async (t) => {
-  const fake = await startFakeProvider(t)
-  const db = await createTestDatabase(t)
-  // this instance accepts runs but executes none, so a run can wait while its provider goes
-  const app = await buildTestApp(t, { db, env: { ...ENV, RUN_WORKER_CONCURRENCY: '0' } })
-  const owner = await signUpWithOrg(app)
-  const broken = await addProvider(app, owner.cookie, {
-    name: 'Broken',
-    baseUrl: fake.baseUrl,
-    apiKey: 'sk-wrong',
-    models: ['only-broken']
-  })
-  t.equal(broken.ready, false)
-  const listed = (await app.inject({ method: 'GET', url: '/api/models', headers: { cookie: owner.cookie } })).json()
-    .items
-  t.notOk(
-    listed.some((m: { id: string }) => m.id === 'only-broken'),
-    'not listed'
-  )
-  const refused = await app.inject({
-    method: 'POST',
-    url: '/api/runs',
-    headers: { cookie: owner.cookie },
-    payload: { prompt: 'x', model: 'only-broken' }
-  })
-  t.equal(refused.statusCode, 400)
-  t.equal(refused.json().error, 'engine_unavailable')
-
-  const good = await addProvider(app, owner.cookie, { name: 'Good', baseUrl: fake.baseUrl, apiKey: fake.key })
-  const queued = (
-    await app.inject({
+t.test(
+  'a provider that is not ready is not listed, yet its runs fail saying why; one deleted fails the runs it had queued',
+  async (t) => {
+    const fake = await startFakeProvider(t)
+    const db = await createTestDatabase(t)
+    // this instance accepts runs but executes none, so a run can wait while its provider goes
+    const app = await buildTestApp(t, { db, env: { ...ENV, RUN_WORKER_CONCURRENCY: '0' } })
+    const owner = await signUpWithOrg(app)
+    const broken = await addProvider(app, owner.cookie, {
+      name: 'Broken',
+      baseUrl: fake.baseUrl,
+      apiKey: 'sk-wrong',
+      models: ['only-broken']
+    })
+    t.equal(broken.ready, false)
+    const listed = (await app.inject({ method: 'GET', url: '/api/models', headers: { cookie: owner.cookie } })).json()
+      .items
+    t.notOk(
+      listed.some((m: { id: string }) => m.id === 'only-broken'),
+      'not listed'
+    )
+    // still configured: a run naming it is accepted and fails saying why (not refused as an unknown model)
+    const accepted = await app.inject({
       method: 'POST',
       url: '/api/runs',
       headers: { cookie: owner.cookie },
-      payload: { prompt: 'x', model: 'fake-small' }
+      payload: { prompt: 'x', model: 'only-broken' }
     })
-  ).json().run
-  t.equal(queued.model, 'fake-small')
-  t.equal(
-    (await app.inject({ method: 'DELETE', url: `/api/providers/${good.id}`, headers: { cookie: owner.cookie } }))
-      .statusCode,
-    204
-  )
-  // an instance that executes runs picks it up: its provider is gone
-  await buildTestApp(t, { db: await secondHandle(t, db), env: ENV })
-  const done = await finishedRun(app, owner.cookie, queued.id)
-  t.equal(done.status, 'failed')
-  t.match(done.error, /^model_unavailable: no provider of this organization offers "fake-small"/)
-  t.notOk(
-    fake.requests.some((r) => r.path === '/v1/chat/completions'),
-    'nothing was sent'
-  )
-})
+    t.equal(accepted.statusCode, 201, accepted.body)
+    t.same(
+      (await app.inject({ method: 'GET', url: '/api/models/default', headers: { cookie: owner.cookie } })).json(),
+      { model: 'only-broken', source: 'provider' },
+      'the default follows configuration, not the last check'
+    )
+
+    const good = await addProvider(app, owner.cookie, { name: 'Good', baseUrl: fake.baseUrl, apiKey: fake.key })
+    const queued = (
+      await app.inject({
+        method: 'POST',
+        url: '/api/runs',
+        headers: { cookie: owner.cookie },
+        payload: { prompt: 'x', model: 'fake-small' }
+      })
+    ).json().run
+    t.equal(queued.model, 'fake-small')
+    t.equal(
+      (await app.inject({ method: 'DELETE', url: `/api/providers/${good.id}`, headers: { cookie: owner.cookie } }))
+        .statusCode,
+      204
+    )
+    // an instance that executes runs picks it up: its provider is gone
+    await buildTestApp(t, { db: await secondHandle(t, db), env: ENV })
+    const done = await finishedRun(app, owner.cookie, queued.id)
+    t.equal(done.status, 'failed')
+    t.match(await finishedRun(app, owner.cookie, accepted.json().run.id), {
+      status: 'failed',
+      error: /^upstream_error: HTTP 401/
+    })
+    t.match(done.error, /^model_unavailable: no provider of this organization offers "fake-small"/)
+    t.same(
+      fake.requests.filter((r) => r.path === '/v1/chat/completions').map((r) => r.body.model),
+      ['only-broken'],
+      "nothing was sent for the deleted provider's run"
+    )
+  }
+)
 
 t.test(
   "two providers offering one id: the oldest serves it, listed once; the deployment's ids cannot be taken over",

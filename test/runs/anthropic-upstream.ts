@@ -7,6 +7,11 @@ export type AnthropicAnswer =
   | { text: string; usage?: { input_tokens: number; output_tokens: number } }
   | { toolUses: Array<{ id: string; name: string; input: Record<string, unknown> }>; text?: string }
   | { status: number; body: unknown; headers?: Record<string, string> }
+  /**
+   * A stream that fails after `message_start` and before any content: `cut` ends the connection, `error` sends an
+   * `error` event (`overloaded_error` unless another type is named), as the API does when it is overloaded mid-stream
+   */
+  | { fault: 'cut' | 'error'; errorType?: string }
 
 export interface AnthropicUpstream {
   /** the base URL a deployment or provider names (no /v1: the SDK adds it) */
@@ -99,6 +104,16 @@ export async function startAnthropicUpstream(
         usage: { input_tokens: usage.input_tokens, output_tokens: 1 }
       }
     })
+    if ('fault' in answer) {
+      if (answer.fault === 'error') {
+        const type = answer.errorType ?? 'overloaded_error'
+        send('error', {
+          error: { type, message: type === 'overloaded_error' ? 'Overloaded' : 'Internal server error' }
+        })
+      }
+      res.end()
+      return
+    }
     let index = 0
     const text = 'text' in answer ? answer.text : undefined
     if (text) {

@@ -175,7 +175,63 @@ t.test(
       body: { type: 'error', error: { type: 'invalid_request_error', message: 'prompt is too long' } }
     })
     const bad = await ended(app, (await post(app, { prompt: 'too long', model: 'claude-test-1' })).json().run.id)
-    t.match(bad, { status: 'failed', error: /^upstream_error: HTTP 400: .*prompt is too long/ })
+    t.match(bad, { status: 'failed' })
+    t.equal(
+      bad.error,
+      'upstream_error: HTTP 400: prompt is too long (invalid_request_error)',
+      "one sentence: the status and the provider's message, not its raw JSON"
+    )
+
+    // an opening without content, then a cut, an overloaded_error event, a 529: each tried again, saying why
+    upstream.script.push(
+      { fault: 'cut' },
+      { fault: 'error' },
+      { status: 529, body: { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } } },
+      { text: 'after the storm' }
+    )
+    const calls = upstream.requests.length
+    const stormy = await ended(app, (await post(app, { prompt: 'storm', model: 'claude-test-1' })).json().run.id)
+    t.match(stormy, { status: 'succeeded', output: 'after the storm' })
+    t.equal(upstream.requests.length - calls, 4, 'four calls')
+    t.match(
+      (await storedEventsOf(app, DEV_ORG.id, stormy.id)).filter((e) => e.type === 'model.retry').map((e) => e.data),
+      [
+        { attempt: 1, status: null, reason: 'the stream ended before any content' },
+        { attempt: 2, status: null, reason: /overloaded_error/ },
+        { attempt: 3, status: 529, reason: /HTTP 529/ }
+      ]
+    )
+    // an empty answer (no text block at all) never breaks the thread: the next turn leaves it out
+    upstream.script.push({ text: '' }, { text: 'still here' })
+    const empty = await ended(app, (await post(app, { prompt: 'run the tool', model: 'claude-test-1' })).json().run.id)
+    t.match(empty, { status: 'succeeded', output: '' })
+    const next = await ended(
+      app,
+      (await post(app, { prompt: 'and now?', model: 'claude-test-1', rootRunId: empty.id })).json().run.id
+    )
+    t.match(next, { status: 'succeeded', output: 'still here' })
+    t.same(
+      upstream.requests.at(-1)!.body.messages,
+      [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'run the tool' },
+            { type: 'text', text: 'and now?' }
+          ]
+        }
+      ],
+      'no empty assistant message; the two user turns as one message'
+    )
+
+    // the same faults every time: the run fails once its retries are spent, naming the provider and the cause
+    upstream.script.push({ fault: 'error' }, { fault: 'error' }, { fault: 'error' }, { fault: 'error' })
+    const spent = await ended(app, (await post(app, { prompt: 'storm', model: 'claude-test-1' })).json().run.id)
+    t.match(spent, {
+      status: 'failed',
+      error:
+        /^model_unavailable: the Anthropic API at 127\.0\.0\.1:\d+ could not be reached \(tried 4 times\): .*overloaded_error/
+    })
   }
 )
 

@@ -7,6 +7,8 @@ export interface ChatStream {
   delta(delta: unknown): void
   /** the usage chunk and `[DONE]` */
   end(usage?: { prompt_tokens: number; completion_tokens: number }): void
+  /** an `error` chunk in the stream (as OpenAI-compatible servers send when they fail mid-answer), then the end */
+  error(message: string, type?: string): void
   readonly res: ServerResponse
 }
 
@@ -49,6 +51,9 @@ export async function startOpenAiUpstream(t: Teardown, o: UpstreamOptions): Prom
           void res.write(
             `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta }] })}\n\n`
           ),
+        error(message, type = 'server_error') {
+          res.end(`data: ${JSON.stringify({ error: { message, type } })}\n\n`)
+        },
         end(usage = { prompt_tokens: 7, completion_tokens: 3 }) {
           res.write(
             `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] })}\n\n`

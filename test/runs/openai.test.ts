@@ -1,3 +1,5 @@
+import { once } from 'node:events'
+import { createServer } from 'node:http'
 import t from 'tap'
 import { buildTestApp } from '../helper.js'
 import { startOpenAiUpstream } from './openai-upstream.js'
@@ -8,15 +10,26 @@ interface Upstream {
   requests: Array<{ path: string; auth: string | undefined; body: any }>
   mode: 'ok' | 'error' | 'hang' | 'slow'
   aborted: number
+  /** faults for the next calls, in order, before `mode` answers: an opening role chunk, then a cut or an error */
+  faults: Array<'role-then-cut' | 'role-then-error' | 'empty'>
 }
 
 /** The upstream of these tests: two models, and a chat answer per `mode`. */
 async function startUpstream(t: import('tap').Test): Promise<Upstream> {
-  const state: Upstream = { url: '', requests: [], mode: 'ok', aborted: 0 }
+  const state: Upstream = { url: '', requests: [], mode: 'ok', aborted: 0, faults: [] }
   state.url = await startOpenAiUpstream(t, {
     models: ['tiny-1', 'tiny-2'],
     onRequest: (req, body) => void state.requests.push({ path: req.url ?? '', auth: req.headers.authorization, body }),
     async chat(_body, stream, res) {
+      const fault = state.faults.shift()
+      if (fault) {
+        const chat = stream()
+        chat.delta({ role: 'assistant', content: '' })
+        if (fault === 'role-then-error') chat.error('The server is overloaded')
+        else if (fault === 'empty') chat.end()
+        else res.end()
+        return
+      }
       if (state.mode === 'error') {
         res.writeHead(500, { 'content-type': 'application/json' })
         res.end(JSON.stringify({ error: { message: 'model overloaded' } }))
@@ -86,13 +99,107 @@ t.test('openai engine: streams deltas, lists models, fails clearly', async (t) =
   t.same(events.find((e) => e.type === 'message.completed')!.data, { text: 'Hello there' })
   t.same(events.at(-1)!.data, { usage: { promptTokens: 7, completionTokens: 3 } })
 
+  // an opening without content, then a cut or an error chunk: tried again, saying why
+  upstream.faults.push('role-then-cut', 'role-then-error')
+  const before = upstream.requests.length
+  const retried = await finished(
+    app,
+    (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', model: 'tiny-1' } })).json().run.id
+  )
+  t.match(retried, { status: 'succeeded', output: 'Hello there' })
+  t.equal(upstream.requests.length - before, 3)
+  const retries = await app.db.query.runEvents.findMany({
+    where: (e, { and, eq }) => and(eq(e.runId, retried.id), eq(e.type, 'model.retry')),
+    orderBy: (e, { asc }) => asc(e.id)
+  })
+  t.match(
+    retries.map((e) => e.data),
+    [
+      { attempt: 1, status: null, reason: 'the stream ended before any content' },
+      { attempt: 2, status: null, reason: /overloaded/ }
+    ]
+  )
+
+  // an empty answer never breaks the thread: the next turn leaves it out
+  upstream.faults.push('empty')
+  const empty = await finished(
+    app,
+    (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'quiet', model: 'tiny-1' } })).json().run
+      .id
+  )
+  t.match(empty, { status: 'succeeded', output: '' })
+  const after = await finished(
+    app,
+    (
+      await app.inject({
+        method: 'POST',
+        url: '/api/runs',
+        payload: { prompt: 'and now?', model: 'tiny-1', rootRunId: empty.id }
+      })
+    ).json().run.id
+  )
+  t.match(after, { status: 'succeeded', output: 'Hello there' })
+  t.same(upstream.requests.at(-1)!.body.messages, [
+    { role: 'user', content: 'quiet' },
+    { role: 'user', content: 'and now?' }
+  ])
+
+  // structured output as OpenAI means it: json_object asks for JSON in words; json_schema is strict when it can be
+  const lastChat = () => upstream.requests.filter((r) => r.path === '/v1/chat/completions').at(-1)!.body
+  await finished(
+    app,
+    (
+      await app.inject({
+        method: 'POST',
+        url: '/api/runs',
+        payload: { prompt: 'facts?', model: 'tiny-1', responseFormat: { type: 'json_object' } }
+      })
+    ).json().run.id
+  )
+  t.match(lastChat(), {
+    response_format: { type: 'json_object' },
+    messages: [
+      { role: 'system', content: 'Answer with one JSON object and nothing else.' },
+      { role: 'user', content: 'facts?' }
+    ]
+  })
+  const strictSchema = {
+    type: 'object',
+    properties: { answer: { type: 'string' }, items: { type: 'array', items: { type: 'string' } } },
+    required: ['answer', 'items'],
+    additionalProperties: false
+  }
+  for (const [schema, strict] of [
+    [strictSchema, true],
+    [{ type: 'object', properties: { answer: { type: 'string' } } }, undefined],
+    [{ ...strictSchema, required: ['answer'] }, undefined]
+  ] as const) {
+    await finished(
+      app,
+      (
+        await app.inject({
+          method: 'POST',
+          url: '/api/runs',
+          payload: { prompt: 'shape?', model: 'tiny-1', responseFormat: { type: 'json_schema', name: 'shape', schema } }
+        })
+      ).json().run.id
+    )
+    t.same(lastChat().response_format, {
+      type: 'json_schema',
+      json_schema: { name: 'shape', schema, ...(strict ? { strict } : {}) }
+    })
+  }
+
   upstream.mode = 'error'
   const bad = (
     await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', engine: 'openai' } })
   ).json().run
   const failed = await finished(app, bad.id)
   t.equal(failed.status, 'failed')
-  t.match(failed.error, /^upstream_error: HTTP 500.*model overloaded/)
+  t.match(
+    failed.error,
+    /^model_unavailable: the OpenAI-compatible API at 127\.0\.0\.1:\d+ could not be reached \(tried 4 times\): HTTP 500: model overloaded$/
+  )
 
   upstream.mode = 'hang'
   const hung = (
@@ -103,21 +210,76 @@ t.test('openai engine: streams deltas, lists models, fails clearly', async (t) =
   t.match(timedOut.error, /^upstream_timeout/)
 })
 
-t.test('openai engine is not offered when unreachable', async (t) => {
-  const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: 'http://127.0.0.1:9/v1', MODELS: 'tiny-1' } })
-  const config = (await app.inject({ method: 'GET', url: '/api/config' })).json()
-  t.same(
-    config.engines.map((e: { id: string }) => e.id),
-    ['echo']
-  )
-  t.same(
-    config.models.map((m: { id: string }) => m.id),
-    ['echo']
-  )
-  const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', model: 'tiny-1' } })
-  t.equal(res.statusCode, 400)
-  t.equal(res.json().error, 'engine_unavailable')
-})
+t.test(
+  'a configured model that cannot be reached is still the default: runs and chat fail naming it, never echo',
+  async (t) => {
+    // a port nothing listens on
+    const closed = createServer().listen(0, '127.0.0.1')
+    await once(closed, 'listening')
+    const port = (closed.address() as { port: number }).port
+    closed.close()
+    const app = await buildTestApp(t, {
+      env: {
+        OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`,
+        MODELS: 'tiny-1',
+        RUN_POLL_MS: '50',
+        MODEL_RETRY_BASE_MS: '1',
+        MODEL_BREAKER_OPEN_MS: '60000'
+      }
+    })
+    const config = (await app.inject({ method: 'GET', url: '/api/config' })).json()
+    t.same(
+      config.models.map((m: { id: string }) => m.id),
+      ['echo'],
+      'the catalog lists what answers now'
+    )
+    t.same((await app.inject({ method: 'GET', url: '/api/models/default' })).json(), {
+      model: 'tiny-1',
+      source: 'deployment'
+    })
+    const named = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', model: 'tiny-1' } })
+    t.equal(named.statusCode, 201, 'a configured model that is down is not refused as unknown')
+    const failed = await finished(app, named.json().run.id)
+    t.match(failed, {
+      status: 'failed',
+      output: null,
+      error:
+        /^model_unavailable: the OpenAI-compatible API at 127\.0\.0\.1:\d+ could not be reached \(tried 4 times\): nothing accepts connections there \(connection refused\)$/
+    })
+    const events = await app.db.query.runEvents.findMany({ where: (e, { eq }) => eq(e.runId, failed.id) })
+    t.same(
+      events.filter((e) => e.type === 'model.retry').map((e) => e.data.attempt),
+      [1, 2, 3]
+    )
+
+    // the breaker is open now: the next run and chat fail at once, without a request
+    const unnamed = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'Is prod healthy?' } })
+    t.match(unnamed.json().run, { engine: 'openai', model: 'tiny-1' })
+    const fast = await finished(app, unnamed.json().run.id)
+    t.match(fast, {
+      status: 'failed',
+      output: null,
+      error:
+        /^model_unavailable: the OpenAI-compatible API at 127\.0\.0\.1:\d+ could not be reached: nothing accepts connections there \(connection refused\) \(no request is sent to it for \d+ s\)$/
+    })
+    const chat = await app.inject({
+      method: 'POST',
+      url: '/api/chat',
+      payload: { messages: [{ role: 'user', content: 'Is prod healthy?' }] }
+    })
+    t.equal(chat.statusCode, 503)
+    t.equal(chat.json().error, 'model_unavailable')
+    t.match(
+      chat.json().message,
+      /^model_unavailable: the OpenAI-compatible API at 127\.0\.0\.1:\d+ could not be reached/
+    )
+    t.ok(Number(chat.headers['retry-after']) >= 1, 'Retry-After')
+
+    const unknown = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', model: 'tiny-9' } })
+    t.equal(unknown.statusCode, 400, 'a model nothing configures is still refused')
+    t.equal(unknown.json().error, 'engine_unavailable')
+  }
+)
 
 t.test('chat streams tokens then done; offline it echoes; a disconnect aborts upstream', async (t) => {
   const upstream = await startUpstream(t)
@@ -135,7 +297,7 @@ t.test('chat streams tokens then done; offline it echoes; a disconnect aborts up
     chat.events('token').map((f) => chat.json(f).text),
     ['Hel', 'lo', ' there']
   )
-  t.same(chat.json(chat.events('done')[0]!), { model: 'tiny-1', usage: { promptTokens: 7, completionTokens: 3 } })
+  t.same(chat.json(chat.events('done')[0]!), { model: 'tiny-1', usage: { inputTokens: 7, outputTokens: 3 } })
 
   const echo = await SseClient.open(`${base}/api/chat`, {
     method: 'POST',
@@ -146,7 +308,7 @@ t.test('chat streams tokens then done; offline it echoes; a disconnect aborts up
     echo.events('token').map((f) => echo.json(f).text),
     ['one', ' two', ' three']
   )
-  t.same(echo.json(echo.events('done')[0]!).usage, { promptTokens: 3, completionTokens: 3 })
+  t.same(echo.json(echo.events('done')[0]!).usage, { inputTokens: 3, outputTokens: 3 })
 
   upstream.mode = 'slow'
   const slow = await SseClient.open(`${base}/api/chat`, { method: 'POST', body })

@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm'
 import type { FastifyInstance } from 'fastify'
+import type { ServerResponse } from 'node:http'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { newKeyText } from '../../src/secrets/crypto.js'
@@ -28,8 +29,18 @@ function gatedModel() {
   return {
     /** a gate: `started` resolves when a prompt naming it reached the model, `open()` lets it answer */
     gate,
-    async chat(body: { messages: Array<{ content: string }> }, stream: () => { delta(d: unknown): void; end(): void }) {
+    async chat(
+      body: { messages: Array<{ content: string }> },
+      stream: () => { delta(d: unknown): void; end(): void },
+      res: ServerResponse
+    ) {
       const prompt = body.messages.map((m) => m.content).join('\n')
+      // a model that is down: every call answered 503 (the run gives up after its retries)
+      if (prompt.includes('MODEL_DOWN')) {
+        res.writeHead(503, { 'content-type': 'application/json' })
+        res.end(JSON.stringify({ error: { message: 'the model is overloaded' } }))
+        return
+      }
       const named = /GATE:(\w+)/.exec(prompt)
       if (named) {
         const g = gate(named[1]!)
@@ -47,13 +58,14 @@ function gatedModel() {
 const model = gatedModel()
 const upstream = await startOpenAiUpstream(t, {
   models: ['cairn-test-model'],
-  chat: (body, stream) => model.chat(body, stream)
+  chat: (body, stream, res) => model.chat(body, stream, res)
 })
 const fake = await startFakeSlack(t)
 const ENV = {
   SLACK_API_URL: fake.url,
   OPENAI_BASE_URL: upstream,
   RUN_POLL_MS: '50',
+  MODEL_RETRY_BASE_MS: '1',
   SLACK_RETRY_BASE_MS: '20',
   SLACK_OUTBOX_POLL_MS: '100',
   ALLOW_DEV_ORG: 'false',
@@ -123,6 +135,21 @@ t.test('the ack comes while the engine is still working; the answer is posted on
   // the message event of the same message, arriving late, changes nothing
   t.equal((await sendEvent(app, slack, pair.message)).statusCode, 200)
   t.equal(repliesTo(fake, run.id).length, 1)
+})
+
+t.test('a model that cannot be reached: the thread is told so, the question is never echoed back', async (t) => {
+  const { slack } = await connected()
+  const pair = mentionPair(slack, { text: 'MODEL_DOWN Is prod healthy?', channel: 'C0DOWN' })
+  t.equal((await sendEvent(app, slack, pair.mention)).statusCode, 200)
+  const run = await runOf(app, pair.mention.ts)
+  t.equal(run.engine, 'openai', 'the configured model, not echo')
+  await fake.until(() => repliesTo(fake, run.id).length === 1)
+  const [posted] = repliesTo(fake, run.id)
+  t.match(posted, { channel: 'C0DOWN', thread_ts: pair.mention.ts })
+  t.match(posted!.text, /^Sorry, the model could not be reached, so there is no answer this time\./)
+  t.match(posted!.text, /HTTP 503: the model is overloaded/, 'the cause, for whoever is on call')
+  t.notMatch(posted!.text, /Is prod healthy/, 'never the question echoed back')
+  t.match((await runOf(app, pair.mention.ts)).status, 'failed')
 })
 
 t.test('a failed post is retried: exactly one reply', async (t) => {

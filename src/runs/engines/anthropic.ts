@@ -6,8 +6,8 @@ import type {
   Tool
 } from '@anthropic-ai/sdk/resources/messages/messages'
 import type { RunSettings } from '../tables.js'
-import { EngineError, type Engine, type ToolCall, type ToolDefinition, type WireMessage } from './types.js'
-import { protocolEngine, type ModelClientOptions, type ModelProtocol } from './model-call.js'
+import type { Engine, ToolCall, ToolDefinition, WireMessage } from './types.js'
+import { protocolEngine, StreamCut, type ModelClientOptions, type ModelProtocol } from './model-call.js'
 import { traceHeaders } from '../../telemetry/tracing.js'
 
 /** `baseUrl` is the API's origin, e.g. https://api.anthropic.com (requests go to `{baseUrl}/v1/messages`). */
@@ -22,7 +22,8 @@ export const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096
 /**
  * The conversation as the Messages API takes it: system messages become `system`, an
  * assistant's tool calls `tool_use` blocks, and the tool results that follow them one user
- * message of `tool_result` blocks (the API wants every result right after its call).
+ * message of `tool_result` blocks (the API wants every result right after its call); an
+ * empty text is never sent, and turns of one role in a row are one message.
  */
 export function toAnthropic(wire: WireMessage[]): { system: string; messages: MessageParam[] } {
   const system: string[] = []
@@ -42,8 +43,16 @@ export function toAnthropic(wire: WireMessage[]): { system: string; messages: Me
       for (const c of m.tool_calls)
         content.push({ type: 'tool_use', id: c.id, name: c.function.name, input: parseInput(c.function.arguments) })
       messages.push({ role: 'assistant', content })
-    } else {
-      messages.push({ role: m.role, content: m.content })
+    } else if (m.content.trim() !== '') {
+      // the API refuses an empty text block; two turns of one role in a row (an empty answer left out between
+      // them) become one message
+      const last = messages.at(-1)
+      if (last?.role === m.role) {
+        const blocks: ContentBlockParam[] =
+          typeof last.content === 'string' ? [{ type: 'text', text: last.content }] : [...last.content]
+        blocks.push({ type: 'text', text: m.content })
+        last.content = blocks
+      } else messages.push({ role: m.role, content: m.content })
     }
   }
   return { system: system.join('\n\n'), messages }
@@ -128,17 +137,32 @@ function anthropicProtocol(opts: AnthropicOptions, base: string): ModelProtocol 
         // the provider may continue the run's trace (docs/observability.md)
         { signal: req.signal, headers: traceHeaders() }
       )
+      // the SDK's word for a stream that ended before its message began: a cut like any other
+      const cutOr = (err: unknown): never => {
+        if (!(err instanceof Anthropic.APIError) && err instanceof Error && /stream ended without/.test(err.message))
+          throw new StreamCut()
+        throw err
+      }
       let text = ''
-      for await (const event of stream) {
-        req.onProgress()
-        if (event.type === 'content_block_delta' && event.delta.type === 'text_delta') {
-          text += event.delta.text
-          await req.onDelta(event.delta.text)
+      try {
+        for await (const event of stream) {
+          req.onProgress()
+          if (
+            (event.type === 'content_block_delta' && (event.delta.type !== 'text_delta' || event.delta.text !== '')) ||
+            (event.type === 'content_block_start' && event.content_block.type === 'tool_use')
+          )
+            req.onContent()
+          if (event.type === 'content_block_delta' && event.delta.type === 'text_delta') {
+            text += event.delta.text
+            await req.onDelta(event.delta.text)
+          }
         }
+      } catch (err) {
+        cutOr(err)
       }
       if (req.signal.aborted) return { text, usage: { promptTokens: 0, completionTokens: 0 }, toolCalls: [] }
-      const message = await stream.finalMessage()
-      if (!message.stop_reason) throw new EngineError('upstream_error: the stream ended early')
+      const message = await stream.finalMessage().catch(cutOr)
+      if (!message.stop_reason) throw new StreamCut()
       const toolCalls: ToolCall[] = message.content
         .filter((b) => b.type === 'tool_use')
         .map((b) => ({

@@ -101,12 +101,8 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
       for (const name of artifactNames(ctx.prompt)) await ctx.saveArtifact(name, text, 'text/markdown')
       for (const draft of learnedDrafts(ctx.prompt)) await ctx.proposeKnowledge(draft)
       for (const skillMd of proposedSkillFiles(ctx.prompt)) await ctx.proposeSkill({ skillMd })
-      const heard = words(ctx.prompt).length + ctx.history.reduce((n, m) => n + words(m.content).length, 0)
-      return {
-        text,
-        facts: rememberSentences(ctx.prompt),
-        usage: { promptTokens: heard, completionTokens: parts.length }
-      }
+      // no model was called, so no tokens were spent: the run's usage stays null
+      return { text, facts: rememberSentences(ctx.prompt) }
     },
     async complete(messages, _model, settings) {
       // memory extraction, offline: the `fact:` lines of the person's message are its facts

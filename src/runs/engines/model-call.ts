@@ -4,9 +4,11 @@
 import type { RunSettings, SuspendedRun } from '../tables.js'
 import { backoffDelay } from '../../worker-loop.js'
 import { observeModelCall } from '../../telemetry/genai.js'
+import { ModelBreakers } from './breaker.js'
 import {
   abortable,
   EngineError,
+  ModelUnavailable,
   RunSuspended,
   type ChatMessage,
   type Engine,
@@ -16,8 +18,8 @@ import {
   type WireMessage
 } from './types.js'
 
-/** Answers a model call is retried after, before its first token. */
-const RETRYABLE = new Set([429, 500, 502, 503, 504])
+/** Answers a model call is retried after, before its first token (529: Anthropic's "overloaded"). */
+const RETRYABLE = new Set([429, 500, 502, 503, 504, 529])
 /** the longest wait a `Retry-After` may ask for */
 const RETRY_AFTER_MAX_MS = 60_000
 
@@ -29,11 +31,27 @@ export function retryAfterMs(value: string | null | undefined, now = Date.now())
   return Number.isFinite(ms) ? Math.min(RETRY_AFTER_MAX_MS, Math.max(0, Math.round(ms))) : null
 }
 
-/** One retry of a model call: which, why (the HTTP status, null when it could not connect) and how long it waits. */
+/**
+ * One retry of a model call: which, why (the HTTP status, null when there was none; `reason` in words) and how long
+ * it waits.
+ */
 export interface ModelRetry {
   attempt: number
   status: number | null
   waitMs: number
+  reason: string
+}
+
+/**
+ * The stream ended before the model said it was done. Before any content (after OpenAI's role chunk or
+ * Anthropic's `message_start` alone) the call is tried again; after it, the run fails.
+ */
+export class StreamCut extends EngineError {
+  override name = 'StreamCut'
+
+  constructor() {
+    super('upstream_error: the stream ended early')
+  }
 }
 
 export interface Usage {
@@ -50,11 +68,13 @@ export interface CallRequest {
   /** aborted on cancel and by the idle timeout */
   signal: AbortSignal
   onDelta(text: string): Promise<void> | void
-  /**
-   * called with each piece of the answer as it arrives (the idle timeout starts over; a failure after the first is
-   * final)
-   */
+  /** called with each piece of the stream as it arrives, content or not (the idle timeout starts over) */
   onProgress(): void
+  /**
+   * called when the answer says something: a text token or a tool call. Until then a cut, an error event or a
+   * retryable status is tried again; from then on a failure is final
+   */
+  onContent(): void
 }
 
 export interface CallAnswer {
@@ -87,6 +107,10 @@ export interface ModelEngineOptions {
   retryBaseMs?: number | undefined
   /** false: the protocol is not configured (no base URL) */
   configured: boolean
+  /** who the model's errors name: `provider "Acme" at api.acme.test` */
+  label: string
+  /** the instance's breakers, and this connection's key among them; none: every call is tried */
+  breaker?: { breakers: ModelBreakers; key: string } | undefined
 }
 
 /** What a model engine of either protocol is built from (the deployment's settings, or an org provider's). */
@@ -104,6 +128,10 @@ export interface ModelClientOptions {
   retries?: number | undefined
   /** MODEL_RETRY_BASE_MS: the first retry waits between half of it and it, doubling each time */
   retryBaseMs?: number | undefined
+  /** who the model's errors name (an org provider's name); by default the protocol and the base URL's host */
+  label?: string | undefined
+  /** the instance's breakers (MODEL_BREAKER_OPEN_MS), shared by every engine of the instance */
+  breakers?: ModelBreakers | undefined
 }
 
 /** A model engine of one protocol: not configured (never ready) without a base URL. */
@@ -118,7 +146,23 @@ export function protocolEngine(
     call: () => Promise.reject(new EngineError(`${id} engine is not configured`)),
     listModels: () => Promise.resolve([])
   }
-  return modelEngine(base ? protocol(base) : unconfigured, { ...opts, id, name, configured: base !== undefined })
+  let host = base ?? ''
+  try {
+    if (base) host = new URL(base).host
+  } catch {
+    // the base URL as written
+  }
+  const label = opts.label ?? `the ${name} API at ${host}`
+  const breaker =
+    base && opts.breakers ? { breakers: opts.breakers, key: ModelBreakers.key(id, base, opts.apiKey) } : undefined
+  return modelEngine(base ? protocol(base) : unconfigured, {
+    ...opts,
+    id,
+    name,
+    configured: base !== undefined,
+    label,
+    breaker
+  })
 }
 
 /**
@@ -140,6 +184,28 @@ function failureText(err: unknown): string {
   return cause instanceof Error && cause.message !== '' ? `${e.message}: ${cause.message}` : e.message
 }
 
+/** Why a model call is tried again, in a few words (the `model.retry` event's `reason`). */
+function retryReason(err: unknown): string {
+  if (err instanceof StreamCut) return 'the stream ended before any content'
+  return unreachableCause(err)
+}
+
+/** Why a model could not be reached, in a few words: the HTTP answer, or what happened to the connection. */
+function unreachableCause(err: unknown): string {
+  if (err instanceof EngineError) return err.message.replace(/^upstream_error: /, '')
+  const { status } = upstreamAnswer(err)
+  if (status !== null) return engineErrorOf(err).message.replace(/^upstream_error: /, '')
+  let cause: unknown = err
+  while (cause instanceof Error && cause.cause instanceof Error) cause = cause.cause
+  const code = (cause as NodeJS.ErrnoException | undefined)?.code
+  if (code === 'ECONNREFUSED') return 'nothing accepts connections there (connection refused)'
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return 'its host name does not resolve'
+  if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return 'it closed the connection before answering'
+  if (code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'ETIMEDOUT') return 'the connection timed out'
+  // the SDK's "Connection error." says nothing its cause does not
+  return readable(cause instanceof Error && cause.message !== '' ? cause.message : failureText(err))
+}
+
 /**
  * The run's `error` for an SDK failure: `upstream_error: HTTP <status>: <the provider's message>`, or why it could not
  * connect.
@@ -148,16 +214,38 @@ function engineErrorOf(err: unknown): EngineError {
   if (err instanceof EngineError) return err
   const { status } = upstreamAnswer(err)
   if (status !== null) {
-    const detail = ((err as Error).message ?? '')
-      .replace(/^\d{3}\s*/, '')
-      .slice(0, 200)
-      .replace(/\s+/g, ' ')
-      .trim()
+    const detail = readable(((err as Error).message ?? '').replace(/^\d{3}\s*/, ''))
     return new EngineError(
       `upstream_error: HTTP ${status}${detail && detail !== 'status code (no body)' ? `: ${detail}` : ''}`
     )
   }
-  return new EngineError(`upstream_error: ${failureText(err)}`)
+  return new EngineError(`upstream_error: ${readable(failureText(err))}`)
+}
+
+/**
+ * A provider's error as one sentence: the message (and type) of a JSON error body (`{"error": {"type", "message"}}`,
+ * as both APIs answer), else the text itself; at most 300 characters on one line.
+ */
+export function readable(text: string): string {
+  let out = text
+  const brace = text.indexOf('{')
+  if (brace >= 0) {
+    try {
+      const body = JSON.parse(text.slice(brace)) as { error?: unknown; message?: unknown } | null
+      const error = (typeof body?.error === 'object' ? body.error : body) as {
+        type?: unknown
+        message?: unknown
+      } | null
+      if (typeof error?.message === 'string' && error.message !== '') {
+        const type = typeof error.type === 'string' && error.type !== '' ? ` (${error.type})` : ''
+        out = `${text.slice(0, brace).replace(/[:\s]+$/, '')}${brace > 0 ? ': ' : ''}${error.message}${type}`
+      }
+    } catch {
+      // not JSON: the text as it is
+    }
+  }
+  out = out.replace(/\s+/g, ' ').trim()
+  return out.length > 300 ? `${out.slice(0, 299)}…` : out
 }
 
 /**
@@ -167,6 +255,8 @@ function engineErrorOf(err: unknown): EngineError {
 export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): Engine {
   const retries = opts.retries ?? 3
   const retryBaseMs = opts.retryBaseMs ?? 500
+  /** how long a client is told to wait after a call gave up */
+  const breakerMs = opts.breaker?.breakers.openMs || 5000
   let probe: { at: number; ok: boolean; ids: string[] } | null = null
   let probing: Promise<boolean> | null = null
 
@@ -182,18 +272,26 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
       } catch {
         ok = false
       }
-      probe = { at: Date.now(), ok, ids }
+      // the last models it listed are kept while it is away: they are still what it is configured with
+      probe = { at: Date.now(), ok, ids: ok ? ids : (probe?.ids ?? []) }
       probing = null
       return ok
     })()
     return probing
   }
 
+  const noModel = () =>
+    new ModelUnavailable(
+      opts.configured
+        ? `model_unavailable: ${opts.label} could not be reached to learn its models, and none is configured`
+        : `model_unavailable: no ${opts.name} model is configured on this server or by the organization's providers`,
+      breakerMs
+    )
   const modelIds = (): string[] => (opts.models.length > 0 ? opts.models : (probe?.ids ?? []))
 
   /** One model call as telemetry sees it: a `chat <model>` span, its retries as events, and the model metrics. */
   function call(
-    req: Omit<CallRequest, 'signal' | 'onProgress'>,
+    req: Omit<CallRequest, 'signal' | 'onProgress' | 'onContent'>,
     signal: AbortSignal,
     onRetry?: (retry: ModelRetry) => Promise<void> | void
   ): Promise<CallAnswer> {
@@ -212,24 +310,54 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
    * honoured, else exponential backoff with jitter), reported through onRetry.
    */
   async function attempts(
-    req: Omit<CallRequest, 'signal' | 'onProgress'>,
+    req: Omit<CallRequest, 'signal' | 'onProgress' | 'onContent'>,
     signal: AbortSignal,
     onRetry?: (retry: ModelRetry) => Promise<void> | void
   ): Promise<CallAnswer> {
-    if (!opts.configured) throw new EngineError(`${opts.id} engine is not configured`)
+    if (!opts.configured)
+      throw new ModelUnavailable(`model_unavailable: the ${opts.name} engine is not configured on this server`, 60_000)
+    const breaker = opts.breaker
+    const open = breaker?.breakers.admit(breaker.key)
+    if (open)
+      throw new ModelUnavailable(
+        `model_unavailable: ${opts.label} could not be reached: ${open.cause} (no request is sent to it for ${Math.ceil(open.retryAfterMs / 1000)} s)`,
+        open.retryAfterMs
+      )
+    try {
+      const answer = await tries(req, signal, onRetry)
+      breaker?.breakers.answered(breaker.key)
+      return answer
+    } catch (err) {
+      if (err instanceof ModelUnavailable && typeof err.cause === 'string')
+        breaker?.breakers.unreachable(breaker.key, err.cause)
+      else if (err instanceof EngineError) breaker?.breakers.answered(breaker.key)
+      else breaker?.breakers.release(breaker.key)
+      throw err
+    }
+  }
+
+  /** The tries of one model call (attempts), without the breaker. */
+  async function tries(
+    req: Omit<CallRequest, 'signal' | 'onProgress' | 'onContent'>,
+    signal: AbortSignal,
+    onRetry?: (retry: ModelRetry) => Promise<void> | void
+  ): Promise<CallAnswer> {
     for (let attempt = 1; ; attempt++) {
       const idle = new AbortController()
       let timer = setTimeout(() => idle.abort(), opts.timeoutMs)
+      // the one place that decides whether the answer has said something yet (every protocol reports it)
       let started = false
-      const onProgress = () => {
+      const onContent = () => {
         started = true
+      }
+      const onProgress = () => {
         clearTimeout(timer)
         timer = setTimeout(() => idle.abort(), opts.timeoutMs)
       }
       let failure: unknown
       try {
         const combined = AbortSignal.any([signal, idle.signal])
-        const answer = await protocol.call({ ...req, signal: combined, onProgress })
+        const answer = await protocol.call({ ...req, signal: combined, onProgress, onContent })
         // an SDK ends a stream quietly when its signal aborts
         if (signal.aborted) throw signal.reason
         if (idle.signal.aborted) throw new EngineError(`upstream_timeout: no answer within ${opts.timeoutMs} ms`)
@@ -242,10 +370,23 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
       if (signal.aborted) throw signal.reason
       if (idle.signal.aborted) throw new EngineError(`upstream_timeout: no answer within ${opts.timeoutMs} ms`)
       const { http, status, headers } = upstreamAnswer(failure)
-      const retryable = !(failure instanceof EngineError) && (http ? RETRYABLE.has(status!) : true)
-      if (started || !retryable || attempt > retries) throw engineErrorOf(failure)
+      // an error event in the stream (Anthropic's overloaded_error) is an SDK error without a status: retried too
+      const retryable =
+        failure instanceof StreamCut || (!(failure instanceof EngineError) && (http ? RETRYABLE.has(status!) : true))
+      if (started || !retryable) throw engineErrorOf(failure)
+      if (attempt > retries) {
+        const cause = unreachableCause(failure)
+        const tried = attempt === 1 ? 'once' : `${attempt} times`
+        throw new ModelUnavailable(
+          `model_unavailable: ${opts.label} could not be reached (tried ${tried}): ${cause}`,
+          breakerMs,
+          {
+            cause
+          }
+        )
+      }
       const waitMs = retryAfterMs(headers?.get('retry-after')) ?? backoffDelay(attempt, retryBaseMs, RETRY_AFTER_MAX_MS)
-      await onRetry?.({ attempt, status, waitMs })
+      await onRetry?.({ attempt, status, waitMs, reason: retryReason(failure) })
       await abortable(waitMs, signal)
     }
   }
@@ -253,14 +394,21 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
   return {
     id: opts.id,
     name: opts.name,
+    configured: opts.configured,
     ready: check,
     async models() {
       if (!(await check())) return []
       return modelIds().map((id) => ({ id, engine: opts.id, name: id }))
     },
+    async configuredModels() {
+      if (!opts.configured) return []
+      // without MODELS, its ids are what its models endpoint listed (asked once, if never yet)
+      if (opts.models.length === 0 && (probe?.ids.length ?? 0) === 0) await check()
+      return modelIds().map((id) => ({ id, engine: opts.id, name: id }))
+    },
     async run(ctx: EngineContext) {
       const model = ctx.model ?? modelIds()[0]
-      if (!model) throw new EngineError(`no model configured for the ${opts.id} engine`)
+      if (!model) throw noModel()
       const tools = ctx.tools && opts.maxToolRounds > 0 ? ctx.tools.definitions() : []
       let wire: WireMessage[]
       let round = 0
@@ -282,7 +430,7 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
           messages.push({ role: 'system', content: memoryMessage(items) })
         }
         const prompt = ctx.attachments ? `${ctx.prompt}\n\n${ctx.attachments.message}` : ctx.prompt
-        messages.push(...ctx.history, { role: 'user', content: prompt })
+        messages.push(...replayable(ctx.history), { role: 'user', content: prompt })
         wire = messages
       }
       for (; ; round++) {
@@ -321,20 +469,40 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
     },
     async chat(messages, model, signal, out) {
       const chosen = model ?? modelIds()[0]
-      if (!chosen) throw new EngineError(`no model configured for the ${opts.id} engine`)
+      if (!chosen) throw noModel()
       const { usage } = await call(
-        { messages, model: chosen, tools: [], settings: {}, onDelta: (delta) => out.onToken(delta) },
+        {
+          messages: replayable(messages),
+          model: chosen,
+          tools: [],
+          settings: {},
+          onDelta: (delta) => out.onToken(delta)
+        },
         signal
       )
       return usage
     },
     async complete(messages, model, settings, signal) {
       const chosen = model ?? modelIds()[0]
-      if (!chosen) throw new EngineError(`no model configured for the ${opts.id} engine`)
-      const { text, usage } = await call({ messages, model: chosen, tools: [], settings, onDelta: () => {} }, signal)
+      if (!chosen) throw noModel()
+      const { text, usage } = await call(
+        { messages: replayable(messages), model: chosen, tools: [], settings, onDelta: () => {} },
+        signal
+      )
       return { text, usage }
     }
   }
+}
+
+/**
+ * Earlier turns as every provider takes them: an empty answer (no text, as a model may give after a tool result) is
+ * left out, since the Messages API refuses an empty assistant message and some OpenAI-compatible servers do too;
+ * the thread goes on without it.
+ */
+export function replayable(messages: ChatMessage[]): ChatMessage[] {
+  return messages.some((m) => m.role === 'assistant' && m.content.trim() === '')
+    ? messages.filter((m) => m.role !== 'assistant' || m.content.trim() !== '')
+    : messages
 }
 
 /** Recalled facts as the one system message a model gets them in. */

@@ -1,8 +1,8 @@
 import OpenAI from 'openai'
 import type { ChatCompletionCreateParamsStreaming, ChatCompletionMessageParam } from 'openai/resources/chat/completions'
 import type { RunSettings } from '../tables.js'
-import { EngineError, type Engine, type ToolCall } from './types.js'
-import { protocolEngine, type ModelClientOptions, type ModelProtocol } from './model-call.js'
+import type { Engine, ToolCall } from './types.js'
+import { protocolEngine, StreamCut, type ModelClientOptions, type ModelProtocol } from './model-call.js'
 import { traceHeaders } from '../../telemetry/tracing.js'
 
 export { retryAfterMs, type ModelRetry } from './model-call.js'
@@ -20,10 +20,38 @@ function requestSettings(s: RunSettings): Partial<ChatCompletionCreateParamsStre
   if (f?.type === 'json_schema')
     out.response_format = {
       type: 'json_schema',
-      json_schema: { name: f.name, schema: f.schema as Record<string, unknown> }
+      json_schema: {
+        name: f.name,
+        schema: f.schema as Record<string, unknown>,
+        // strict (the answer always matches) where OpenAI's strict mode can take the schema
+        ...(strictAllowed(f.schema) ? { strict: true } : {})
+      }
     }
   else if (f) out.response_format = { type: f.type }
   return out
+}
+
+/** OpenAI refuses json_object unless a message asks for JSON: this system line does. */
+export const JSON_OBJECT_LINE = 'Answer with one JSON object and nothing else.'
+
+/**
+ * Whether OpenAI's strict structured outputs can take a schema as it is: every object lists all its properties in
+ * `required` and allows no others (`additionalProperties: false`), at every depth.
+ */
+export function strictAllowed(schema: unknown): boolean {
+  if (Array.isArray(schema)) return schema.every(strictAllowed)
+  if (schema === null || typeof schema !== 'object') return true
+  const node = schema as Record<string, unknown>
+  const properties = node.properties
+  if (node.type === 'object' || (properties !== null && typeof properties === 'object')) {
+    if (node.additionalProperties !== false) return false
+    const keys = properties && typeof properties === 'object' ? Object.keys(properties) : []
+    const required = Array.isArray(node.required) ? node.required : []
+    if (!keys.every((k) => required.includes(k))) return false
+  }
+  return Object.entries(node).every(
+    ([key, value]) => key === 'required' || key === 'enum' || key === 'const' || strictAllowed(value)
+  )
 }
 
 /**
@@ -55,7 +83,9 @@ function openAiProtocol(opts: OpenAiOptions, base: string): ModelProtocol {
       const stream = await client.chat.completions.create(
         {
           model: req.model,
-          messages: req.messages as ChatCompletionMessageParam[],
+          messages: (req.settings.responseFormat?.type === 'json_object'
+            ? [{ role: 'system', content: JSON_OBJECT_LINE }, ...req.messages]
+            : req.messages) as ChatCompletionMessageParam[],
           ...(req.tools.length > 0 ? { tools: req.tools as ChatCompletionCreateParamsStreaming['tools'] } : {}),
           ...requestSettings(req.settings),
           stream: true,
@@ -72,6 +102,7 @@ function openAiProtocol(opts: OpenAiOptions, base: string): ModelProtocol {
         req.onProgress()
         const choice = chunk.choices?.[0]
         const delta = choice?.delta?.content
+        if (delta || (choice?.delta?.tool_calls?.length ?? 0) > 0) req.onContent()
         if (delta) {
           text += delta
           await req.onDelta(delta)
@@ -88,7 +119,7 @@ function openAiProtocol(opts: OpenAiOptions, base: string): ModelProtocol {
         if (chunk.usage)
           usage = { promptTokens: chunk.usage.prompt_tokens ?? 0, completionTokens: chunk.usage.completion_tokens ?? 0 }
       }
-      if (finished === null && !req.signal.aborted) throw new EngineError('upstream_error: the stream ended early')
+      if (finished === null && !req.signal.aborted) throw new StreamCut()
       return { text, usage, toolCalls: calls.filter((c) => c !== undefined), finishReason: finished ?? undefined }
     }
   }

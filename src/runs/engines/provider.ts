@@ -1,7 +1,15 @@
 import type { ProviderConnection } from '../ports/providers.js'
 import { anthropicEngine } from './anthropic.js'
 import { openAiEngine, type OpenAiOptions } from './openai.js'
-import { EngineError, type Engine } from './types.js'
+import { EngineError, ModelUnavailable, type Engine } from './types.js'
+
+function hostOf(baseUrl: string): string {
+  try {
+    return new URL(baseUrl).host
+  } catch {
+    return baseUrl
+  }
+}
 
 /**
  * An org provider's models, run by the engine of its kind (OpenAI-compatible or Anthropic)
@@ -10,7 +18,7 @@ import { EngineError, type Engine } from './types.js'
  */
 export function providerEngine(
   conn: ProviderConnection,
-  opts: Pick<OpenAiOptions, 'timeoutMs' | 'maxToolRounds' | 'retries' | 'retryBaseMs'>
+  opts: Pick<OpenAiOptions, 'timeoutMs' | 'maxToolRounds' | 'retries' | 'retryBaseMs' | 'breakers'>
 ): Engine {
   const id = conn.kind
   const models = conn.models.map((model) => ({ id: model, engine: id, name: model }))
@@ -32,7 +40,8 @@ export function providerEngine(
       apiKey: key,
       models: conn.models,
       probeTtlMs: 0,
-      fetch: conn.fetch
+      fetch: conn.fetch,
+      label: `provider ${JSON.stringify(conn.name)} at ${hostOf(conn.baseUrl)}`
     }
     const engine = conn.kind === 'anthropic' ? anthropicEngine(settings) : openAiEngine(settings)
     return { engine, key }
@@ -41,8 +50,12 @@ export function providerEngine(
   const hidingKey =
     (key: string) =>
     (err: unknown): never => {
-      if (err instanceof EngineError && err.message.includes(key))
-        throw new EngineError(err.message.split(key).join('[provider key]'))
+      if (err instanceof EngineError && err.message.includes(key)) {
+        const message = err.message.split(key).join('[provider key]')
+        throw err instanceof ModelUnavailable
+          ? new ModelUnavailable(message, err.retryAfterMs)
+          : new EngineError(message)
+      }
       throw err
     }
 

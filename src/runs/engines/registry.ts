@@ -4,14 +4,21 @@ import { EngineError, type Engine, type EngineInfo, type ModelInfo } from './typ
 
 /** The engine of an org's provider that offers a model, or null (src/runs/ports/providers.ts). */
 export type OrgEngineLookup = (orgId: string, model: string, db?: Db | Tx) => Promise<Engine | null>
+/** What an org's default model is made of (src/runs/ports/providers.ts). */
+export interface OrgModelDefaults {
+  chosen: string | null
+  firstProviderModel: string | null
+  /** the kind of the org's oldest provider; null when it has none */
+  providerKind: 'openai' | 'anthropic' | null
+}
 /** The org's chosen default model and its first provider model (src/runs/ports/providers.ts). */
-export type OrgDefaultsLookup = (
-  orgId: string,
-  db?: Db | Tx
-) => Promise<{ chosen: string | null; firstProviderModel: string | null }>
+export type OrgDefaultsLookup = (orgId: string, db?: Db | Tx) => Promise<OrgModelDefaults>
 
 /** The engines an org provider's models run on (its `kind`). */
 const PROVIDER_ENGINES = new Set(['openai', 'anthropic'])
+
+/** What an engine is configured with, reachable or not. */
+const configuredModels = (engine: Engine) => (engine.configuredModels ? engine.configuredModels() : engine.models())
 
 /** Where an org's default model came from (contract 13.3). */
 export type DefaultSource = 'org' | 'deployment' | 'provider' | 'echo'
@@ -42,7 +49,7 @@ export class EngineRegistry {
    * query in a burst. A change on this instance is seen at once (`forgetDefaults`), on
    * another within the 2 s.
    */
-  private readonly defaultsCache = new LRUCache<string, { chosen: string | null; firstProviderModel: string | null }>({
+  private readonly defaultsCache = new LRUCache<string, OrgModelDefaults>({
     max: 10_000,
     ttl: 2000
   })
@@ -52,10 +59,13 @@ export class EngineRegistry {
   }
 
   /**
-   * The org's default model (contract 13.3): the one its admin chose, while something still
-   * offers it; else the deployment's first ready model; else its providers' first ready
-   * model; else echo. What a run, chat, skill, playbook, task, automation or Slack run
-   * naming neither engine nor model gets.
+   * The org's default model: the one its admin chose, while something is still configured
+   * with it; else the deployment's first model; else its providers' first model; else echo,
+   * only when neither the deployment nor the org configures any model. Decided from
+   * configuration alone, never from whether a probe answered in time: a model that is down
+   * fails the runs that use it, saying so, instead of answering them with their own prompt.
+   * What a run, chat, skill, playbook, task, automation or Slack run naming neither engine
+   * nor model gets.
    */
   async defaultModel(
     orgId: string,
@@ -63,21 +73,32 @@ export class EngineRegistry {
   ): Promise<{ engine: Engine; model: string | null; source: DefaultSource }> {
     let defaults = this.defaultsCache.get(orgId)
     if (!defaults) {
-      defaults = this.orgDefaults ? await this.orgDefaults(orgId, db) : { chosen: null, firstProviderModel: null }
+      defaults = this.orgDefaults
+        ? await this.orgDefaults(orgId, db)
+        : { chosen: null, firstProviderModel: null, providerKind: null }
       this.defaultsCache.set(orgId, defaults)
     }
     if (defaults.chosen !== null) {
       const chosen = await this.resolve(undefined, defaults.chosen, orgId, db, false)
       if (!('error' in chosen)) return { ...chosen, source: 'org' }
     }
+    let configured: Engine | null = null
     for (const engine of this.engines.values()) {
-      if (engine.id === 'echo' || !(await engine.ready())) continue
-      const [first] = await engine.models()
+      if (engine.id === 'echo' || engine.configured === false) continue
+      const [first] = await configuredModels(engine)
       if (first) return { engine, model: first.id, source: 'deployment' }
+      configured ??= engine
     }
     if (defaults.firstProviderModel !== null) {
       const provider = await this.resolve(undefined, defaults.firstProviderModel, orgId, db, false)
       if (!('error' in provider)) return { ...provider, source: 'provider' }
+    }
+    // configured, but no model of it is known (its models endpoint never answered, or an org
+    // provider lists none yet): runs fail saying so, never echo
+    if (configured) return { engine: configured, model: null, source: 'deployment' }
+    if (defaults.providerKind !== null) {
+      const engine = this.engines.get(defaults.providerKind)
+      if (engine) return { engine, model: null, source: 'provider' }
     }
     return { engine: this.engines.get('echo')!, model: 'echo', source: 'echo' }
   }
@@ -128,11 +149,11 @@ export class EngineRegistry {
   async forRun(run: { orgId: string; engine: string; model: string | null }): Promise<Engine | undefined> {
     const engine = this.engines.get(run.engine)
     if (!PROVIDER_ENGINES.has(run.engine) || run.model === null || this.orgEngine === null) return engine
-    const deploymentReady = engine !== undefined && (await engine.ready())
-    if (deploymentReady && (await engine.models()).some((m) => m.id === run.model)) return engine
+    const deployment = engine !== undefined && engine.configured !== false
+    if (deployment && (await configuredModels(engine)).some((m) => m.id === run.model)) return engine
     const provider = await this.orgEngine(run.orgId, run.model)
     if (provider) return provider
-    if (deploymentReady) return engine
+    if (deployment) return engine
     // accepted for a provider that has since been deleted or stopped being ready
     throw new EngineError(
       `model_unavailable: no provider of this organization offers ${JSON.stringify(run.model)} any more`
@@ -145,11 +166,13 @@ export class EngineRegistry {
   ): Promise<{ engine: Engine; model: string | null } | { error: string }> {
     let engine: Engine | undefined
     if (engineId !== undefined) {
+      // configured, reachable or not: a run of a model that is down fails saying so, it is not refused
       engine = this.engines.get(engineId)
-      if (!engine || !(await engine.ready())) return { error: `engine ${JSON.stringify(engineId)} is not available` }
+      if (!engine || engine.configured === false)
+        return { error: `engine ${JSON.stringify(engineId)} is not available` }
     } else if (model !== undefined) {
       for (const candidate of this.engines.values()) {
-        if ((await candidate.ready()) && (await candidate.models()).some((m) => m.id === model)) {
+        if (candidate.configured !== false && (await configuredModels(candidate)).some((m) => m.id === model)) {
           engine = candidate
           break
         }
@@ -158,7 +181,7 @@ export class EngineRegistry {
     } else {
       engine = this.engines.get('echo')!
     }
-    const models = await engine.models()
+    const models = await configuredModels(engine)
     if (model !== undefined && !models.some((m) => m.id === model)) {
       return { error: `model ${JSON.stringify(model)} is not available on engine ${engine.id}` }
     }

@@ -131,9 +131,16 @@ export interface Engine {
   readonly name: string
   /** false for an engine that never calls tools (echo): nothing is listed for its runs */
   readonly callsTools?: boolean
+  /** false: not configured on this server (no base URL); it offers nothing */
+  readonly configured?: boolean
   /** configured and reachable right now (may be cached) */
   ready(): Promise<boolean>
   models(): Promise<ModelInfo[]>
+  /**
+   * The models it is configured with, reachable or not (what the default model and a run naming a model are
+   * resolved from, never from whether a probe answered in time); its `models()` when absent
+   */
+  configuredModels?(): Promise<ModelInfo[]>
   run(ctx: EngineContext): Promise<EngineResult>
   chat(
     messages: ChatMessage[],
@@ -153,6 +160,20 @@ export interface Engine {
 /** An engine failure with the text that ends up in the run's `error`. */
 export class EngineError extends Error {
   override name = 'EngineError'
+}
+
+/**
+ * The model could not be reached (`model_unavailable: <who> <why>`): its retries were spent, or its provider's
+ * breaker is open. `retryAfterMs`: when trying again may help.
+ */
+export class ModelUnavailable extends EngineError {
+  override name = 'ModelUnavailable'
+  readonly retryAfterMs: number
+
+  constructor(message: string, retryAfterMs: number, options?: { cause: string }) {
+    super(message, options)
+    this.retryAfterMs = retryAfterMs
+  }
 }
 
 /** Waits `ms`, or rejects with the signal's reason as soon as it aborts. */

@@ -21,14 +21,18 @@ export interface ProviderConnection {
 
 export interface OrgProviders {
   /**
-   * The org's ready provider that offers this model (the oldest, when several do), or null.
+   * The org's provider configured with this model (the oldest, when several are), reachable
+   * at its last check or not (a run of a model that is down fails saying so), or null.
    * One query, on `db` when given (a caller inside a transaction: the embedded database has
    * one connection); asked only for models the deployment does not serve.
    */
   offering(orgId: string, model: string, db?: Db | Tx): Promise<ProviderConnection | null>
   /**
-   * What the org's default model is made of (contract 13.3): the model its admin chose,
-   * and its oldest ready provider's first model (each null when there is none). One query.
+   * What the org's default model is made of: the model its admin chose, its oldest provider's
+   * first model, ready or not, and that provider's kind (each null when there is none). One query.
    */
-  defaults(orgId: string, db?: Db | Tx): Promise<{ chosen: string | null; firstProviderModel: string | null }>
+  defaults(
+    orgId: string,
+    db?: Db | Tx
+  ): Promise<{ chosen: string | null; firstProviderModel: string | null; providerKind: 'openai' | 'anthropic' | null }>
 }
