@@ -75,7 +75,6 @@ import { describeDatabase } from './startup.js'
 import telemetry from './telemetry/index.js'
 import { observedMcp, observedMemory, observedToolGateway } from './telemetry/ports.js'
 import { activeIds, startTracing } from './telemetry/tracing.js'
-import { FastifyOtelInstrumentation } from '@fastify/otel'
 import type { Features } from './system/features.js'
 
 /** One registered route, as the route-walk tests and the API-key allowlist check see it. */
@@ -165,7 +164,7 @@ export async function buildApp({
   const fixedHeadersFor = fixedHeaders(releaseHeaders(config.release))
   // OpenTelemetry when an OTLP endpoint is configured: spans exported, log lines carrying the
   // active span's ids (off: nothing is registered; docs/observability.md)
-  const tracing = startTracing(config)
+  const tracing = await startTracing(config)
   const app = Fastify({
     logger: {
       level: config.LOG_LEVEL,
@@ -232,6 +231,7 @@ export async function buildApp({
 
   if (tracing) {
     // one span per request, named by its route; it is the parent of a run the request starts
+    const { FastifyOtelInstrumentation } = await import('@fastify/otel')
     const otel = new FastifyOtelInstrumentation({
       instrumentHooks: false,
       instrumentHandler: false,

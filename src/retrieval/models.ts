@@ -1,5 +1,5 @@
 import { eq, sql } from 'drizzle-orm'
-import OpenAI from 'openai'
+import type OpenAI from 'openai'
 import type { Db } from '../db/client.js'
 import type { OrgProviders } from '../runs/ports/providers.js'
 import { embedOffline, OFFLINE_DIMENSIONS, OFFLINE_MODEL } from './embedders/offline.js'
@@ -59,12 +59,12 @@ export const builtinModel = (minSimilarity?: number): EmbeddingModel => ({
 })
 
 /** A readable sentence for a failed call: the status and what the provider said, never a raw body. */
-function failureOf(err: unknown, where: string): EmbeddingFailed {
-  if (err instanceof OpenAI.APIError) {
+function failureOf(err: unknown, where: string, SDK: typeof OpenAI): EmbeddingFailed {
+  if (err instanceof SDK.APIError) {
     const said = (err.error as { message?: unknown } | undefined)?.message
     const words = typeof said === 'string' && said !== '' ? said : err.message
-    if (err instanceof OpenAI.APIConnectionTimeoutError) return new EmbeddingFailed(`${where} did not answer in time`)
-    if (err instanceof OpenAI.APIConnectionError) return new EmbeddingFailed(`${where} could not be reached`)
+    if (err instanceof SDK.APIConnectionTimeoutError) return new EmbeddingFailed(`${where} did not answer in time`)
+    if (err instanceof SDK.APIConnectionError) return new EmbeddingFailed(`${where} could not be reached`)
     return new EmbeddingFailed(
       `${where} answered ${err.status ?? 'an error'}: ${words.slice(0, 300)}`,
       err.status ?? null
@@ -95,7 +95,9 @@ export function remoteModel(o: {
     minSimilarity: o.minSimilarity ?? REMOTE_MIN_SIMILARITY,
     async embed(texts, { timeoutMs, signal }) {
       const apiKey = await o.apiKey()
-      const client = new OpenAI({
+      // loaded at the first call: a process that embeds only offline never loads the SDK
+      const { default: SDK } = await import('openai')
+      const client = new SDK({
         baseURL: o.baseUrl,
         apiKey: apiKey || 'none',
         ...(apiKey ? {} : { defaultHeaders: { Authorization: null } }),
@@ -113,7 +115,7 @@ export function remoteModel(o: {
           signal ? { signal } : {}
         )
       } catch (err) {
-        throw failureOf(err, o.where)
+        throw failureOf(err, o.where, SDK)
       }
       const vectors: number[][] = new Array<number[]>(texts.length)
       for (const [i, item] of (answer.data ?? []).entries()) {

@@ -13,11 +13,7 @@ import {
   type Span,
   type Tracer
 } from '@opentelemetry/api'
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
-import { W3CTraceContextPropagator } from '@opentelemetry/core'
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http'
-import { resourceFromAttributes } from '@opentelemetry/resources'
-import { BatchSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace'
+import type { TracerProvider } from '@opentelemetry/sdk-trace'
 import { ATTR_SERVICE_INSTANCE_ID, ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions'
 import { randomUUID } from 'node:crypto'
 import type { Config } from '../config.js'
@@ -77,33 +73,57 @@ export interface Tracing {
   stop(): Promise<void>
 }
 
+/** Apps of this process waiting for the provider the first one is making. */
+let starting: Promise<Active> | null = null
+
+/**
+ * The process's tracer provider, registered globally. The SDK, the exporter and the context
+ * manager are loaded here, when tracing is on: off, the process never loads them (hundreds of
+ * modules every start and every test process would pay for nothing).
+ */
+async function registerProvider(config: TracingConfig, url: string): Promise<Active> {
+  const [{ AsyncLocalStorageContextManager }, { W3CTraceContextPropagator }, { OTLPTraceExporter }, resources, sdk] =
+    await Promise.all([
+      import('@opentelemetry/context-async-hooks'),
+      import('@opentelemetry/core'),
+      import('@opentelemetry/exporter-trace-otlp-http'),
+      import('@opentelemetry/resources'),
+      import('@opentelemetry/sdk-trace')
+    ])
+  const exporter = new OTLPTraceExporter({ url, headers: exportHeaders(config.OTEL_EXPORTER_OTLP_HEADERS) })
+  const provider = new sdk.TracerProvider({
+    resource: resources.resourceFromAttributes({
+      [ATTR_SERVICE_NAME]: config.OTEL_SERVICE_NAME,
+      [ATTR_SERVICE_INSTANCE_ID]: SERVICE_INSTANCE_ID
+    }),
+    spanProcessors: [new sdk.BatchSpanProcessor({ exporter })]
+  })
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable())
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator())
+  trace.setGlobalTracerProvider(provider)
+  return {
+    provider,
+    tracer: provider.getTracer('cairn'),
+    url,
+    captureContent: config.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT,
+    users: 0
+  }
+}
+
 /**
  * Starts tracing for an app when its config names an endpoint (null otherwise). The first
  * app of the process registers the provider; later ones share it (their endpoint is the
  * first one's); the last to stop shuts it down.
  */
-export function startTracing(config: TracingConfig): Tracing | null {
+export async function startTracing(config: TracingConfig): Promise<Tracing | null> {
   const url = tracesUrl(config)
   if (url === null) return null
   if (!active) {
-    const exporter = new OTLPTraceExporter({ url, headers: exportHeaders(config.OTEL_EXPORTER_OTLP_HEADERS) })
-    const provider = new TracerProvider({
-      resource: resourceFromAttributes({
-        [ATTR_SERVICE_NAME]: config.OTEL_SERVICE_NAME,
-        [ATTR_SERVICE_INSTANCE_ID]: SERVICE_INSTANCE_ID
-      }),
-      spanProcessors: [new BatchSpanProcessor({ exporter })]
+    // two apps starting at once share the one provider the first one makes
+    starting ??= registerProvider(config, url).finally(() => {
+      starting = null
     })
-    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable())
-    propagation.setGlobalPropagator(new W3CTraceContextPropagator())
-    trace.setGlobalTracerProvider(provider)
-    active = {
-      provider,
-      tracer: provider.getTracer('cairn'),
-      url,
-      captureContent: config.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT,
-      users: 0
-    }
+    active = await starting
   }
   const mine = active
   mine.users++

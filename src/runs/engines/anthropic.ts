@@ -1,4 +1,4 @@
-import Anthropic from '@anthropic-ai/sdk'
+import type Anthropic from '@anthropic-ai/sdk'
 import type {
   ContentBlockParam,
   MessageCreateParamsBase,
@@ -100,28 +100,38 @@ function requestSettings(s: RunSettings): { params: Partial<MessageCreateParamsB
  * (model-call.ts retries, reporting each as a `model.retry` event).
  */
 function anthropicProtocol(opts: AnthropicOptions, base: string): ModelProtocol {
-  const client = new Anthropic({
-    baseURL: base,
-    // a key given here keeps the SDK from looking for credentials in the environment or in
-    // config files: an org provider's client uses its own key only. It travels as
-    // `x-api-key`, the Messages API's documented header, not as a bearer token.
-    apiKey: opts.apiKey || 'none',
-    defaultHeaders: {
-      Authorization: null,
-      'anthropic-version': ANTHROPIC_VERSION,
-      ...(opts.apiKey ? { 'x-api-key': opts.apiKey } : {})
-    },
-    maxRetries: 0,
-    timeout: opts.timeoutMs,
-    logLevel: 'off',
-    ...(opts.fetch ? { fetch: opts.fetch as typeof fetch } : {})
-  })
+  // the SDK is loaded at the first call: a process that never calls Anthropic never loads it
+  let loading: Promise<{ client: Anthropic; APIError: typeof Anthropic.APIError }> | undefined
+  const sdk = () =>
+    (loading ??= import('@anthropic-ai/sdk').then(({ default: SDK }) => ({
+      client: newClient(SDK),
+      APIError: SDK.APIError
+    })))
+  const newClient = (SDK: typeof Anthropic) =>
+    new SDK({
+      baseURL: base,
+      // a key given here keeps the SDK from looking for credentials in the environment or in
+      // config files: an org provider's client uses its own key only. It travels as
+      // `x-api-key`, the Messages API's documented header, not as a bearer token.
+      apiKey: opts.apiKey || 'none',
+      defaultHeaders: {
+        Authorization: null,
+        'anthropic-version': ANTHROPIC_VERSION,
+        ...(opts.apiKey ? { 'x-api-key': opts.apiKey } : {})
+      },
+      maxRetries: 0,
+      timeout: opts.timeoutMs,
+      logLevel: 'off',
+      ...(opts.fetch ? { fetch: opts.fetch as typeof fetch } : {})
+    })
   return {
     async listModels(signal) {
+      const { client } = await sdk()
       const page = await client.models.list({}, { signal })
       return page.data.map((m) => m.id).filter((id): id is string => typeof id === 'string')
     },
     async call(req) {
+      const { client, APIError } = await sdk()
       const { system, messages } = toAnthropic(req.messages)
       const { params, system: formatSystem } = requestSettings(req.settings)
       const systemText = [system, formatSystem].filter(Boolean).join('\n\n')
@@ -139,7 +149,7 @@ function anthropicProtocol(opts: AnthropicOptions, base: string): ModelProtocol 
       )
       // the SDK's word for a stream that ended before its message began: a cut like any other
       const cutOr = (err: unknown): never => {
-        if (!(err instanceof Anthropic.APIError) && err instanceof Error && /stream ended without/.test(err.message))
+        if (!(err instanceof APIError) && err instanceof Error && /stream ended without/.test(err.message))
           throw new StreamCut()
         throw err
       }

@@ -1,4 +1,4 @@
-import OpenAI from 'openai'
+import type OpenAI from 'openai'
 import type { ChatCompletionCreateParamsStreaming, ChatCompletionMessageParam } from 'openai/resources/chat/completions'
 import type { RunSettings } from '../tables.js'
 import type { Engine, ToolCall } from './types.js'
@@ -61,25 +61,31 @@ export function strictAllowed(schema: unknown): boolean {
  * put together by index.
  */
 function openAiProtocol(opts: OpenAiOptions, base: string): ModelProtocol {
-  const client = new OpenAI({
-    baseURL: base,
-    // a local server may need no key: then no Authorization header is sent at all (the
-    // SDK wants some key; the header made of it is removed)
-    apiKey: opts.apiKey || 'none',
-    ...(opts.apiKey ? {} : { defaultHeaders: { Authorization: null } }),
-    organization: null,
-    project: null,
-    maxRetries: 0,
-    timeout: opts.timeoutMs,
-    logLevel: 'off',
-    ...(opts.fetch ? { fetch: opts.fetch as typeof fetch } : {})
-  })
+  // the SDK is loaded at the first call: a process that never calls such a model never loads it
+  let loading: Promise<OpenAI> | undefined
+  const sdk = () => (loading ??= import('openai').then(({ default: SDK }) => newClient(SDK)))
+  const newClient = (SDK: typeof OpenAI) =>
+    new SDK({
+      baseURL: base,
+      // a local server may need no key: then no Authorization header is sent at all (the
+      // SDK wants some key; the header made of it is removed)
+      apiKey: opts.apiKey || 'none',
+      ...(opts.apiKey ? {} : { defaultHeaders: { Authorization: null } }),
+      organization: null,
+      project: null,
+      maxRetries: 0,
+      timeout: opts.timeoutMs,
+      logLevel: 'off',
+      ...(opts.fetch ? { fetch: opts.fetch as typeof fetch } : {})
+    })
   return {
     async listModels(signal) {
+      const client = await sdk()
       const page = await client.models.list({ signal })
       return page.data.map((m) => m.id).filter((id): id is string => typeof id === 'string')
     },
     async call(req) {
+      const client = await sdk()
       const stream = await client.chat.completions.create(
         {
           model: req.model,
