@@ -469,7 +469,9 @@ t.test(
     // another org: its session and its key see nothing and decide nothing
     const other = await signUpWithOrg(app)
     const otherKey = await mintKey(app, other.cookie)
-    for (const headers of [{ cookie: other.cookie }, { authorization: otherKey.authorization }]) {
+    for (const headers of [{ cookie: other.cookie }, { authorization: otherKey.authorization }] as Array<
+      Record<string, string>
+    >) {
       const { client: theirs } = await mcpClient(t, base, headers)
       const notFound = { isError: true, body: { error: 'not_found', message: 'no such run in this organization' } }
       t.same(await call(theirs, 'list_approvals', { runId }), notFound)
