@@ -142,6 +142,10 @@ t.test('the allowlist matches registered patterns, not raw URLs', embeddedOnly, 
   t.notOk(keyMayReach('GET', `/api/runs/${fakeId}`), 'a concrete URL is not a pattern')
   t.notOk(keyMayReach('DELETE', '/api/runs/:id'))
   t.notOk(keyMayReach('GET', '/api/keys'))
+  // an integration acting for the org reads and decides a run's waiting tool calls
+  t.ok(keyMayReach('GET', '/api/runs/:id/approvals'))
+  t.ok(keyMayReach('POST', '/api/runs/:runId/approvals/:approvalId'))
+  t.notOk(keyMayReach('PUT', '/api/tools/policies/:tool'), 'but not the policies that decide which calls wait')
   t.ok(keyDeniedOnPurpose('PATCH', '/api/anything/:id'), 'every write but dispatch is denied wholesale')
   t.notOk(keyDeniedOnPurpose('GET', '/api/something-new'), 'a new read must be classified on purpose')
 })

@@ -6,7 +6,7 @@
  * not matter (`/api/runs/:id` and `/api/runs/:runId` are the same entry). HEAD follows GET.
  *
  * Adding a route? Put it in KEY_ALLOWLIST only if an integration needs it and it is run
- * dispatch or a read path; otherwise in KEY_DENYLIST. test/routes.test.ts fails on a
+ * dispatch, a decision on a run's tool call, or a read path; otherwise in KEY_DENYLIST. test/routes.test.ts fails on a
  * non-public route that is in neither list, and calls every route with a key to check
  * that it answers as listed.
  */
@@ -24,6 +24,10 @@ export const KEY_ALLOWLIST: readonly string[] = [
   'GET /api/runs/:rootRunId/thread-events',
   'GET /api/threads',
   'GET /api/threads/:rootRunId',
+  // a run's tool calls waiting for a decision: an integration acting for the org lists and
+  // decides them (recorded as the key), as the org's owners and admins may
+  'GET /api/runs/:id/approvals',
+  'POST /api/runs/:id/approvals/:approvalId',
   // artifacts
   'GET /api/artifacts',
   'GET /api/artifacts/:id',
@@ -67,8 +71,8 @@ export const KEY_ALLOWLIST: readonly string[] = [
 /**
  * Routes a key may deliberately not reach. `*` as the method means any method, and a
  * pattern ending in `/*` covers everything below it. Keys never write except the
- * dispatch above, so every other write is denied wholesale; every other read must be
- * named here on purpose.
+ * dispatch and the tool-call decision above, so every other write is denied wholesale;
+ * every other read must be named here on purpose.
  */
 export const KEY_DENYLIST: readonly string[] = [
   'POST /api/*',
@@ -77,10 +81,9 @@ export const KEY_DENYLIST: readonly string[] = [
   'DELETE /api/*',
   // minting and listing keys: session-only and admin-only (mint/revoke answer 403 session_required)
   'GET /api/keys',
-  // the agent runtime: approvals, terminal and desktop are for people with a session;
-  // tool policies are org configuration, not a read path an integration needs
+  // the agent runtime: terminal and desktop are for people with a session; tool policies
+  // are org configuration, not a read path an integration needs
   'GET /api/tools/policies',
-  'GET /api/runs/:id/approvals',
   'GET /api/runs/:id/terminal',
   'GET /api/desktop-proxy/:threadId/websockify',
   // memory: keys read search, browse, captures and recalls (above); item history and the

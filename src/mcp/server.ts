@@ -30,6 +30,7 @@ import { waitForEnd } from '../runs/index.js'
 import { getRun, listThreads, runToWire, type RunRow } from '../runs/runs-repo.js'
 import { TERMINAL_STATUSES } from '../runs/tables.js'
 import { dispatchSkillRun } from '../skills/run-skill.js'
+import { decideApprovalAs, listApprovalsAs, pendingCallsOf } from '../runtime/approvals-as.js'
 
 export const SERVER_INFO = { name: 'cairn', version: '1.0.0' }
 /**
@@ -96,12 +97,13 @@ const TOOLS = {
     })
   },
   get_run: {
-    description: 'One run of the organization: its status, prompt, output (once it succeeded) and error.',
+    description:
+      'One run of the organization: its status, prompt, output (once it succeeded) and error; a run in requires_action lists the tool calls waiting for a decision (pendingApprovals: id, tool, arguments).',
     schema: StrictObject({ id: Id })
   },
   start_run: {
     description:
-      "Start a Cairn agent run with a prompt (in an existing thread with rootRunId). With waitSeconds, answers with the run's output if it ends in time; otherwise with its id and status (then use get_run).",
+      "Start a Cairn agent run with a prompt (in an existing thread with rootRunId). With waitSeconds, answers with the run's output if it ends in time; otherwise with its id and status (then use get_run). A run in requires_action waits for a decision on the tool calls it lists (pendingApprovals): use decide_approval.",
     schema: StrictObject({
       prompt: Type.String({ minLength: 1, maxLength: 100_000, description: 'what the agent is asked' }),
       rootRunId: Type.Optional(Id),
@@ -124,6 +126,25 @@ const TOOLS = {
       input: Type.Optional(Type.String({ maxLength: 100_000, description: 'what the skill works on' })),
       waitSeconds: Type.Optional(WaitSeconds),
       idempotencyKey: Type.Optional(IdempotencyKey)
+    })
+  },
+  list_approvals: {
+    description:
+      "A run's tool calls that needed a decision, pending and decided, oldest first (50 a page; nextCursor for the next).",
+    schema: StrictObject({
+      runId: Id,
+      cursor: Type.Optional(
+        Type.String({ minLength: 1, maxLength: 1024, description: 'the nextCursor of the previous page' })
+      )
+    })
+  },
+  decide_approval: {
+    description:
+      'Approve or deny a tool call a run waits for (once); the run goes on once its last pending call is decided. Allowed to the person who started the run, an organization owner or admin, or an API key of the organization.',
+    schema: StrictObject({
+      runId: Id,
+      approvalId: Id,
+      decision: Type.Union([Type.Literal('approve'), Type.Literal('deny')], { description: 'approve or deny' })
     })
   }
 } as const satisfies Record<string, { description: string; schema: TSchema }>
@@ -187,15 +208,24 @@ function argumentProblem(check: Validator, args: unknown): string | null {
   return first ? `${first.instancePath || '/'} ${first.message}` : 'invalid arguments'
 }
 
-/** A run as a tool answers it: its id and status, and its output or error once it ended. */
-function runAnswer(run: RunRow) {
+/**
+ * What a tool answers of a run beside the run itself: the calls it waits for, when it is in
+ * `requires_action` (so a client sees what to decide without another call).
+ */
+async function pendingOf(app: FastifyInstance, run: RunRow) {
+  return run.status === 'requires_action' ? { pendingApprovals: await pendingCallsOf(app, run.orgId, run.id) } : {}
+}
+
+/** A run as a tool answers it: its id and status, its output or error once it ended, the calls it waits for. */
+async function runAnswer(app: FastifyInstance, run: RunRow) {
   const wire = runToWire(run)
   const ended = TERMINAL_STATUSES.includes(run.status)
   return {
     id: wire.id,
     rootRunId: wire.rootRunId,
     status: wire.status,
-    ...(ended ? { output: wire.output, error: wire.error } : {})
+    ...(ended ? { output: wire.output, error: wire.error } : {}),
+    ...(await pendingOf(app, run))
   }
 }
 
@@ -221,7 +251,7 @@ export function buildMcpServer(): Server {
     jsonSchemaValidator: VALIDATOR,
     capabilities: { tools: {}, resources: {} },
     instructions:
-      "Cairn: the team's memory, knowledge base and agent runs. Search memory and knowledge, read knowledge records as resources, list threads, and start runs or skills."
+      "Cairn: the team's memory, knowledge base and agent runs. Search memory and knowledge, read knowledge records as resources, list threads, start runs or skills, and approve or deny the tool calls a run waits for."
   })
 
   /** A run started through a dispatch, waited for when asked. */
@@ -239,7 +269,7 @@ export function buildMcpServer(): Server {
       ? await waitForEnd(app, orgId, body.run.id, waitSeconds * 1000, caller.connection)
       : await getRun(app.db, orgId, body.run.id)
     if (!run) return failure('not_found', 'no such run in this organization')
-    return json(runAnswer(run))
+    return json(await runAnswer(app, run))
   }
 
   const handlers: { [N in ToolName]: (caller: McpCaller, args: Args<N>) => Promise<CallToolResult> } = {
@@ -273,7 +303,13 @@ export function buildMcpServer(): Server {
     async get_run({ app, principal: { orgId } }, args) {
       const run = await getRun(app.db, orgId, args.id)
       if (!run) return failure('not_found', 'no such run in this organization')
-      return json({ run: runToWire(run) })
+      return json({ run: runToWire(run), ...(await pendingOf(app, run)) })
+    },
+    async list_approvals({ app, principal }, args) {
+      return json(await listApprovalsAs(app, principal, args.runId, { limit: 50, cursor: args.cursor }))
+    },
+    async decide_approval({ app, principal }, args) {
+      return json(await decideApprovalAs(app, principal, args.runId, args.approvalId, args.decision))
     },
     async start_run(caller, args) {
       const { app, principal } = caller

@@ -26,14 +26,16 @@ import {
 } from '../../schemas/runs.js'
 import { EngineError, ModelUnavailable } from './engines/types.js'
 import { lastEventOf, TERMINAL_EVENTS } from './events.js'
-import { getRun, getThread, listRuns, listThreads, runToWire, type RunRow } from './runs-repo.js'
+import { awaitsDecision, getRun, getThread, listRuns, listThreads, runToWire, type RunRow } from './runs-repo.js'
 import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from './streams.js'
 import { chatCompletions, TERMINAL_STATUSES } from './tables.js'
 
 /**
  * The wait of `GET /api/runs/:id?wait=` and of the MCP tools' `waitSeconds`: the run once
- * it has ended or waits for people's decisions, or as it is when `ms` have passed or the
- * client went away. Its terminal or `run.requires_action` event wakes the wait whichever
+ * it has ended or waits for a person's decision, or as it is when `ms` have passed or the
+ * client went away. A `requires_action` run whose calls are all decided (or expired) is
+ * waited for like a running one: it goes on by itself, so answering it at once would only
+ * make the client ask again. Its terminal or `run.requires_action` event wakes the wait whichever
  * instance ran it (the event bus carries events between instances, and a resync after a
  * lost connection wakes it too); the row is read again at least every 2 s in case a
  * notification was missed.
@@ -64,9 +66,9 @@ export async function waitForEnd(
       const woken = new Promise<void>((resolve) => (wake = resolve))
       const run = await getRun(app.db, orgId, runId)
       const left = deadline - Date.now()
-      // a run waiting for people cannot end by waiting longer: it answers as it is
-      if (!run || TERMINAL_STATUSES.includes(run.status) || run.status === 'requires_action' || left <= 0 || gone)
-        return run
+      if (!run || TERMINAL_STATUSES.includes(run.status) || left <= 0 || gone) return run
+      // a run waiting for a person cannot end by waiting longer: it answers as it is
+      if (run.status === 'requires_action' && (await awaitsDecision(app.db, orgId, runId))) return run
       let timer: NodeJS.Timeout | undefined
       await Promise.race([woken, new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.min(left, 2000))))])
       clearTimeout(timer)
@@ -168,7 +170,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['runs'],
         summary: 'One run; with `wait=N`, answers when the run has ended or after N seconds, whichever comes first',
         description:
-          'Returns one run of the organization; with `wait` it holds the request until the run ends, needs an approval, or the seconds pass.',
+          "Returns one run of the organization; with `wait` it holds the request until the run ends, waits for a person's decision on a tool call, or the seconds pass (a run whose calls are all decided is waited for until it goes on).",
         params: RunIdParams,
         querystring: GetRunQuery,
         response: { 200: RunEnvelope, ...errorResponses(404) }

@@ -346,6 +346,20 @@ export async function getRun(db: Db | Tx, orgId: string, id: string): Promise<Ru
   return run ?? null
 }
 
+/**
+ * Whether one of the run's tool calls still waits for a person: an approval pending and not
+ * past its time. A `requires_action` run without one goes on by itself (a worker takes it
+ * once its calls are decided or expired).
+ */
+export async function awaitsDecision(db: Db, orgId: string, runId: string): Promise<boolean> {
+  const [row] = rowsOf<{ waiting: boolean | string }>(
+    await db.execute(sql`
+    select exists (select 1 from tool_approvals a where a.org_id = ${orgId} and a.run_id = ${runId}
+                     and a.status = 'pending' and a.expires_at > now()) as waiting`)
+  )
+  return boolOf(row?.waiting)
+}
+
 /** The most facts one run keeps with the `remember` tool. */
 export const MAX_REMEMBERED = 100
 

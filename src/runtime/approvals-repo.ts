@@ -109,3 +109,20 @@ export async function expireApproval(tx: Tx, orgId: string, id: string): Promise
     .set({ status: 'expired', decidedAt: new Date() })
     .where(and(eq(toolApprovals.id, id), eq(toolApprovals.orgId, orgId), eq(toolApprovals.status, 'pending')))
 }
+
+/** A run's approvals a person can still decide (pending and not past their time), oldest first; at most `limit`. */
+export async function waitingApprovals(db: Db, orgId: string, runId: string, limit = 100): Promise<ApprovalRow[]> {
+  return db
+    .select()
+    .from(toolApprovals)
+    .where(
+      and(
+        eq(toolApprovals.orgId, orgId),
+        eq(toolApprovals.runId, runId),
+        eq(toolApprovals.status, 'pending'),
+        gt(toolApprovals.expiresAt, sql`now()`)
+      )
+    )
+    .orderBy(toolApprovals.id)
+    .limit(limit)
+}

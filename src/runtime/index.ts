@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
-import { desktopUnavailable, forbidden, notFound, workspaceBusy } from '../../plugins/errors.js'
+import { desktopUnavailable, notFound, workspaceBusy } from '../../plugins/errors.js'
 import { principalOf } from '../auth/principal.js'
 import { errorResponses } from '../../schemas/common.js'
 import {
@@ -19,7 +19,7 @@ import {
 } from '../../schemas/runtime.js'
 import { bridgeDesktop } from './desktop-proxy.js'
 import { sandboxUnavailable } from './service.js'
-import type { ApprovalRow } from './gateway.js'
+import { decideApprovalAs, listApprovalsAs } from './approvals-as.js'
 import { bridgeTerminal } from './terminal.js'
 import { assertSameOrigin } from './ws-guard.js'
 import { WorkspaceBusy, type WorkspaceSession } from './workspaces.js'
@@ -29,22 +29,6 @@ const UNCLAIMED_SESSION_MS = 30_000
 
 export interface RuntimeRoutesOptions {
   corsOrigins: readonly string[]
-}
-
-function approvalView(row: ApprovalRow) {
-  return {
-    id: row.id,
-    runId: row.runId,
-    rootRunId: row.rootRunId,
-    callId: row.callId,
-    tool: row.tool,
-    arguments: row.arguments,
-    status: row.status,
-    decidedBy: row.decidedBy,
-    decidedAt: row.decidedAt ? row.decidedAt.toISOString() : null,
-    expiresAt: row.expiresAt.toISOString(),
-    createdAt: row.createdAt.toISOString()
-  }
 }
 
 /** Tool policies, approvals, the terminal and the desktop proxy. */
@@ -149,63 +133,48 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
   app.get(
     '/runs/:id/approvals',
     {
-      config: { scope: 'session' },
       schema: {
         operationId: 'listApprovals',
         tags: ['runtime'],
         summary: 'Tool calls of a run that needed approval, oldest first',
         description:
-          "Lists the tool calls of a run that waited for a person's decision, pending and decided, oldest first.",
+          'Lists the tool calls of a run that waited for a decision, pending and decided, oldest first. An API key of the organization may read them too.',
         params: RunParams,
         querystring: ApprovalListQuery,
         response: { 200: ApprovalPage, ...errorResponses(404) }
       }
     },
     async (request) => {
-      const { orgId } = principalOf(request)
-      await threadOfRun(orgId, request.params.id)
-      const page = await gateway.listApprovals(orgId, request.params.id, {
+      return listApprovalsAs(app, principalOf(request), request.params.id, {
         limit: request.query.limit ?? 50,
         cursor: request.query.cursor
       })
-      return { items: page.items.map(approvalView), nextCursor: page.nextCursor }
     }
   )
 
   app.post(
     '/runs/:id/approvals/:approvalId',
     {
-      config: { scope: 'session' },
       schema: {
         operationId: 'decideApproval',
         tags: ['runtime'],
         summary: 'Approve or deny a waiting tool call (once)',
         description:
-          'Approves or denies a tool call that waits for a decision; the run resumes on any instance once its last pending call is decided. Only the person who started the run, or an organization owner or admin, may decide (403 forbidden otherwise).',
+          'Approves or denies a tool call that waits for a decision; the run resumes on any instance once its last pending call is decided. The person who started the run, an organization owner or admin, or an API key of the organization (recorded as decidedBy "key:<key id>") may decide; another member gets 403 forbidden.',
         params: ApprovalParams,
         body: DecideBody,
         response: { 200: DecideResponse, ...errorResponses(403, 404, 413, 415) }
       }
     },
     async (request) => {
-      const principal = principalOf(request)
-      const run = await runs.threadOfRun(principal.orgId, request.params.id)
-      if (!run) throw notFound('no such run in this organization')
-      // a tool call runs with the run's access: only the person who started the run, or an
-      // org owner or admin, may let it run (docs/security.md, "Who may decide a tool call")
-      const admin = principal.role === 'owner' || principal.role === 'admin'
-      if (!admin && (principal.userId === null || principal.userId !== run.userId))
-        throw forbidden(
-          'only the person who started the run, or an organization owner or admin, may decide its tool calls'
-        )
-      const row = await gateway.decide(
-        principal.orgId,
+      // a tool call runs with the run's access (docs/security.md, "Who may decide a tool call")
+      return decideApprovalAs(
+        app,
+        principalOf(request),
         request.params.id,
         request.params.approvalId,
-        request.body.decision,
-        principal.userId
+        request.body.decision
       )
-      return { approval: approvalView(row) }
     }
   )
 

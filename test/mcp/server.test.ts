@@ -5,7 +5,21 @@ import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { mcpSessions } from '../../src/mcp/tables.js'
 import { runs } from '../../src/runs/tables.js'
 import { embeddedOnly } from '../passes.js'
-import { buildTestApp, createTestDatabase, mintKey, secondHandle, signUpWithOrg, waitFor } from '../helper.js'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { toolApprovals } from '../../src/runtime/tables.js'
+import {
+  addMember,
+  buildTestApp,
+  createTestDatabase,
+  mintKey,
+  secondHandle,
+  signUp,
+  signUpWithOrg,
+  waitFor
+} from '../helper.js'
+import { shellCall, startToolModel } from '../runs/tool-model.js'
 import { addFacts } from '../memory/helpers.js'
 import { call, listening, mcpClient, postMessage as post } from './mcp-client.js'
 
@@ -39,7 +53,16 @@ t.test(
     const tools = (await client.listTools()).tools
     t.same(
       tools.map((tool) => tool.name),
-      ['memory_search', 'knowledge_search', 'list_threads', 'get_run', 'start_run', 'run_skill']
+      [
+        'memory_search',
+        'knowledge_search',
+        'list_threads',
+        'get_run',
+        'start_run',
+        'run_skill',
+        'list_approvals',
+        'decide_approval'
+      ]
     )
     t.match(tools.find((tool) => tool.name === 'start_run')!.inputSchema, {
       type: 'object',
@@ -270,7 +293,7 @@ t.test(
     // the same session, continued on B: the SDK client does not initialize again
     const onB = await mcpClient(t, baseB, { authorization: key.authorization }, sessionId)
     t.equal(onB.transport.sessionId, sessionId)
-    t.equal((await onB.client.listTools()).tools.length, 6)
+    t.equal((await onB.client.listTools()).tools.length, 8)
     t.equal((await call(onB.client, 'list_threads')).isError, false)
 
     const listMessage = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
@@ -278,7 +301,7 @@ t.test(
     t.equal(ok.status, 200)
     t.equal(ok.headers.get('mcp-session-id'), sessionId)
     t.equal(ok.headers.get('x-service-api-compat'), 'run-events-v1', 'the release headers of every /api answer')
-    t.equal(((await ok.json()) as any).result.tools.length, 6)
+    t.equal(((await ok.json()) as any).result.tools.length, 8)
 
     const stranger = await post(
       baseB,
@@ -509,5 +532,95 @@ t.test(
         t.ok(seen.has(`${method} ${status}`) || (method === 'get' && status === '200'), `${method} ${status} was seen`)
       }
     }
+  }
+)
+
+t.test(
+  "approvals through MCP: start_run and get_run list a waiting run's calls, list_approvals and decide_approval act as the HTTP routes, another org's run is not found",
+  async (t) => {
+    const model = await startToolModel(t)
+    const dir = await mkdtemp(join(tmpdir(), 'cairn-mcp-approvals-'))
+    t.teardown(() => rm(dir, { recursive: true, force: true }))
+    const { app, base, owner, key } = await setup(t, {
+      OPENAI_BASE_URL: model.url,
+      MODELS: 'tool-model',
+      DATA_DIR: dir,
+      SANDBOX_UNCONFINED: 'true'
+    })
+    model.script.push(shellCall('echo approved-by-key'), { text: 'The command ran.' })
+    const { client } = await mcpClient(t, base, { authorization: key.authorization })
+
+    // a call waiting for a person answers at once, whatever waitSeconds says
+    const started = await call(client, 'start_run', { prompt: 'run it', model: 'tool-model', waitSeconds: 60 })
+    t.equal(started.isError, false, JSON.stringify(started.body))
+    t.match(started.body, { status: 'requires_action' })
+    t.notOk('output' in started.body, 'no output before it ended')
+    const runId = started.body.id as string
+    const [pending] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))
+    t.same(started.body.pendingApprovals, [
+      { id: pending!.id, tool: 'shell', arguments: { command: 'echo approved-by-key' } }
+    ])
+    const fetched = await call(client, 'get_run', { id: runId })
+    t.match(fetched.body, { run: { id: runId, status: 'requires_action' } })
+    t.same(fetched.body.pendingApprovals, started.body.pendingApprovals, 'get_run lists the same calls')
+
+    const listed = await call(client, 'list_approvals', { runId })
+    const viaHttp = await app.inject({
+      method: 'GET',
+      url: `/api/runs/${runId}/approvals`,
+      headers: { authorization: key.authorization }
+    })
+    t.equal(viaHttp.statusCode, 200, 'a key reads the approvals route')
+    t.same(listed.body, viaHttp.json(), 'the same page as GET /api/runs/:id/approvals')
+    t.match(listed.body.items, [{ id: pending!.id, status: 'pending', decidedBy: null, tool: 'shell' }])
+
+    // another org: its session and its key see nothing and decide nothing
+    const other = await signUpWithOrg(app)
+    const otherKey = await mintKey(app, other.cookie)
+    for (const headers of [{ cookie: other.cookie }, { authorization: otherKey.authorization }] as Array<
+      Record<string, string>
+    >) {
+      const { client: theirs } = await mcpClient(t, base, headers)
+      const notFound = { isError: true, body: { error: 'not_found', message: 'no such run in this organization' } }
+      t.same(await call(theirs, 'list_approvals', { runId }), notFound)
+      t.same(await call(theirs, 'decide_approval', { runId, approvalId: pending!.id, decision: 'approve' }), notFound)
+      t.same(await call(theirs, 'get_run', { id: runId }), notFound)
+    }
+    // a member who did not start the run is refused as over HTTP
+    const member = await signUp(app)
+    await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
+    const { client: asMember } = await mcpClient(t, base, { cookie: member.cookie })
+    t.same(await call(asMember, 'decide_approval', { runId, approvalId: pending!.id, decision: 'deny' }), {
+      isError: true,
+      body: {
+        error: 'forbidden',
+        message: 'only the person who started the run, or an organization owner or admin, may decide its tool calls'
+      }
+    })
+    t.match(await call(client, 'decide_approval', { runId, approvalId: pending!.id, decision: 'maybe' }), {
+      isError: true,
+      body: { error: 'validation_failed' }
+    })
+    const [still] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, pending!.id))
+    t.match(still, { status: 'pending', decidedBy: null }, 'nothing was decided')
+
+    const decided = await call(client, 'decide_approval', { runId, approvalId: pending!.id, decision: 'approve' })
+    t.equal(decided.isError, false, JSON.stringify(decided.body))
+    t.match(decided.body, { approval: { id: pending!.id, status: 'approved', decidedBy: `key:${key.id}` } })
+    t.match(await call(client, 'decide_approval', { runId, approvalId: pending!.id, decision: 'deny' }), {
+      isError: true,
+      body: { error: 'conflict', message: 'the approval is already approved' }
+    })
+    // once every call is decided a wait waits for the run to go on
+    const waited = await app.inject({
+      method: 'GET',
+      url: `/api/runs/${runId}?wait=30`,
+      headers: { authorization: key.authorization }
+    })
+    t.match(waited.json().run, { status: 'succeeded', output: 'The command ran.' })
+    const done = await call(client, 'get_run', { id: runId })
+    t.notOk('pendingApprovals' in done.body, 'a run that ended lists no calls')
+    const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, pending!.id))
+    t.match(row, { status: 'approved', decidedBy: `key:${key.id}` })
   }
 )

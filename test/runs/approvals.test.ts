@@ -9,6 +9,7 @@ import {
   addMember,
   buildTestApp,
   createTestDatabase,
+  mintKey,
   secondHandle,
   signUp,
   signUpWithOrg,
@@ -62,7 +63,8 @@ async function firstOfTwo(t: Teardown) {
   const shared = await createTestDatabase(t)
   const a = await buildTestApp(t, { db: shared, env: envFor(model, dir) })
   const owner = await signUpWithOrg(a)
-  const next = async () => buildTestApp(t, { db: await secondHandle(t, shared, 5), env: envFor(model, dir) })
+  const next = async (more: Record<string, string> = {}) =>
+    buildTestApp(t, { db: await secondHandle(t, shared, 5), env: envFor(model, dir, more) })
   return { model, a, next, cookie: owner.cookie, org: owner.org }
 }
 
@@ -260,6 +262,97 @@ t.test("only the run's own person or an org admin decides its tool calls; anothe
   t.equal(own.json().approval.status, 'denied')
   t.equal((await finishedRun(app, starter, second.runId)).status, 'succeeded')
 })
+
+t.test(
+  "an org's API key lists and decides a run's calls, recorded as key:<key id>; another org's key gets 404",
+  async (t) => {
+    const { app, model, cookie, orgId } = await setup(t)
+    const key = await mintKey(app, cookie)
+    const other = await signUpWithOrg(app)
+    const otherKey = await mintKey(app, other.cookie)
+    model.script.push(shellCall(COUNTED), { text: 'done' })
+    const runId = await startRun(app, cookie, { prompt: 'run the counter', engine: 'openai' })
+    const { approvalIds } = await waiting(app, orgId, runId)
+    const approvalId = approvalIds[0] as string
+
+    const listed = await app.inject({
+      method: 'GET',
+      url: `/api/runs/${runId}/approvals`,
+      headers: { authorization: key.authorization }
+    })
+    t.equal(listed.statusCode, 200, listed.body)
+    t.match(listed.json(), { items: [{ id: approvalId, status: 'pending', tool: 'shell' }], nextCursor: null })
+    for (const url of [`/api/runs/${runId}/approvals`, `/api/runs/${runId}/approvals/${approvalId}`]) {
+      const theirs = await app.inject({
+        method: url.endsWith(approvalId) ? 'POST' : 'GET',
+        url,
+        headers: { authorization: otherKey.authorization },
+        ...(url.endsWith(approvalId) ? { payload: { decision: 'approve' } } : {})
+      })
+      t.equal(theirs.statusCode, 404, `another org's key: ${url}`)
+      t.same(theirs.json(), { error: 'not_found', message: 'no such run in this organization' })
+    }
+    const [untouched] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.id, approvalId))
+    t.match(untouched, { status: 'pending', decidedBy: null })
+
+    const decided = await app.inject({
+      method: 'POST',
+      url: `/api/runs/${runId}/approvals/${approvalId}`,
+      headers: { authorization: key.authorization },
+      payload: { decision: 'approve' }
+    })
+    t.equal(decided.statusCode, 200, decided.body)
+    t.match(decided.json().approval, { id: approvalId, status: 'approved', decidedBy: `key:${key.id}` })
+    t.equal((await finishedRun(app, cookie, runId)).status, 'succeeded')
+    const resolved = (await storedEventsOf(app, orgId, runId)).find((e) => e.type === 'approval.resolved')
+    t.match(resolved?.data, { approvalId, status: 'approved', decidedBy: `key:${key.id}` })
+    const again = await app.inject({
+      method: 'POST',
+      url: `/api/runs/${runId}/approvals/${approvalId}`,
+      headers: { authorization: key.authorization },
+      payload: { decision: 'deny' }
+    })
+    t.equal(again.statusCode, 409, 'a decided call stays decided')
+  }
+)
+
+t.test(
+  '?wait answers at once while a call waits for a person, and waits for the run to go on once every call is decided',
+  async (t) => {
+    const { model, a, next, cookie, org } = await firstOfTwo(t)
+    model.script.push(
+      {
+        calls: [
+          { id: 'a', name: 'shell', arguments: JSON.stringify({ command: 'echo a' }) },
+          { id: 'b', name: 'shell', arguments: JSON.stringify({ command: 'echo b' }) }
+        ]
+      },
+      { text: 'both ran' }
+    )
+    const runId = await startRun(a, cookie, { prompt: 'two calls', engine: 'openai' })
+    const { approvalIds } = await waiting(a, org.id, runId)
+    t.equal(approvalIds.length, 2)
+    a.runs.kill()
+    // an instance that runs nothing: a decided run stays requires_action until a worker takes it
+    const b = await next({ RUN_WORKER_CONCURRENCY: '0' })
+    const wait = (seconds: number) =>
+      b.inject({ method: 'GET', url: `/api/runs/${runId}?wait=${seconds}`, headers: { cookie } })
+
+    t.equal((await decide(b, cookie, runId, approvalIds[0], 'approve')).statusCode, 200)
+    t.equal((await wait(60)).json().run.status, 'requires_action', 'one call still waits for a person: at once')
+
+    t.equal((await decide(b, cookie, runId, approvalIds[1], 'approve')).statusCode, 200)
+    const long = wait(60)
+    const short = wait(1)
+    const first = await Promise.race([long.then(() => 'long'), short.then(() => 'short')])
+    t.equal(first, 'short', 'the long wait still waits: no worker has taken the run')
+    t.equal((await short).json().run.status, 'requires_action', 'as it is when the seconds pass')
+
+    await next()
+    const done = (await long).json().run
+    t.match(done, { status: 'succeeded', output: 'both ran' }, 'the wait answered when the run ended')
+  }
+)
 
 t.test('an approval nobody decides expires: the run goes on and the model hears the call was denied', async (t) => {
   const { app, model, cookie, orgId } = await setup(t, { TOOL_APPROVAL_TIMEOUT_MS: '1000' })

@@ -67,6 +67,14 @@ export type Step =
 const num = (v: unknown, fallback = 0) => (typeof v === 'number' && Number.isFinite(v) ? v : fallback)
 const str = (v: unknown) => (typeof v === 'string' ? v : null)
 
+/** Who decided a tool call, as a person reads it: you, another person, an API key (an integration) or a Slack user. */
+function deciderName(decidedBy: string, me: string | null | undefined): string {
+  if (decidedBy === me) return 'you'
+  if (decidedBy.startsWith('key:')) return `API key ${shortId(decidedBy.slice(4))}`
+  if (decidedBy.startsWith('slack:')) return `Slack user ${decidedBy.slice(6)}`
+  return `user ${shortId(decidedBy)}`
+}
+
 /**
  * The steps of a run from its events, in order. A model call is not an event of its own: it
  * is the time from what came before it (the start, a recall, the last result of a round of
@@ -279,7 +287,7 @@ function StepView({ step, me }: { step: Step; me: string | null }) {
       )
     case 'tool': {
       const a = step.approval
-      const decider = a?.decidedBy ? (a.decidedBy === me ? 'you' : `user ${shortId(a.decidedBy)}`) : null
+      const decider = a?.decidedBy ? deciderName(a.decidedBy, me) : null
       return (
         <>
           <span class="step-title">
