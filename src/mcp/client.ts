@@ -13,6 +13,8 @@ export interface McpTarget {
 }
 
 const CLIENT_INFO = { name: 'cairn', version: '1.0.0' }
+/** how long ending a session (its DELETE) may take */
+const SESSION_END_MS = 1000
 
 /** The first meaningful sentence of a failure: an address refused, a status, a message. */
 export function connectionError(err: unknown): string {
@@ -51,14 +53,23 @@ async function withClient<T>(
     await client.connect(transport, { signal, timeout: timeoutMs })
     return await work(client)
   } finally {
-    await transport.terminateSession().catch(() => {})
+    // ending the session is a courtesy: a server that stopped answering does not hold us
+    await Promise.race([
+      transport.terminateSession().catch(() => {}),
+      new Promise((resolve) => setTimeout(resolve, SESSION_END_MS).unref())
+    ])
     await client.close().catch(() => {})
   }
 }
 
-/** The server's tools (every page of tools/list). */
-export async function listTools(fetch: ProviderFetch, target: McpTarget, timeoutMs: number): Promise<ListedTool[]> {
-  const signal = AbortSignal.timeout(timeoutMs)
+/** The server's tools (every page of tools/list), within `timeoutMs` and until `cut` aborts. */
+export async function listTools(
+  fetch: ProviderFetch,
+  target: McpTarget,
+  timeoutMs: number,
+  cut?: AbortSignal
+): Promise<ListedTool[]> {
+  const signal = cut ? AbortSignal.any([cut, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs)
   return withClient(fetch, target, signal, timeoutMs, async (client) => {
     const tools: ListedTool[] = []
     let cursor: string | undefined
