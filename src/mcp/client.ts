@@ -1,7 +1,7 @@
 // Cairn as an MCP client: one short connection per use (list the tools, or call one), over
 // the SDK's Streamable HTTP client transport and the providers' guarded fetch.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { ProviderFetch } from '../providers/address-guard.js'
 import { refusalIn } from '../providers/address-guard.js'
 import type { ListedTool } from './tables.js'
@@ -21,6 +21,11 @@ export function connectionError(err: unknown): string {
   const refused = refusalIn(err)
   if (refused) return `${refused.message}; MCP servers may not be reached there`
   const e = err as Error
+  // the SDK's transport error carries the HTTP status apart from its message
+  if (err instanceof StreamableHTTPError && typeof err.code === 'number' && err.code >= 100 && err.code < 600) {
+    const said = err.message.replace(/^Streamable HTTP error: (Error POSTing to endpoint: )?/, '').trim()
+    return `the server answered ${err.code}${said === '' ? '' : `: ${said}`}`.replace(/\s+/g, ' ').slice(0, 300)
+  }
   let cause: unknown = e?.cause
   while (cause instanceof Error && cause.cause instanceof Error) cause = cause.cause
   const text =

@@ -6,7 +6,14 @@ import { newId } from '../db/ids.js'
 import { guardUrl, providerFetcher, type ProviderFetch } from '../providers/address-guard.js'
 import type { InternalSecrets } from '../secrets/service.js'
 import { MCP_TOOL_PREFIX } from '../../schemas/mcp.js'
-import { backoffDelay, createWorkerLoop, systemClock, type Clock, type LoopTimers, type WorkerLoop } from '../worker-loop.js'
+import {
+  backoffDelay,
+  createWorkerLoop,
+  systemClock,
+  type Clock,
+  type LoopTimers,
+  type WorkerLoop
+} from '../worker-loop.js'
 import { callTool, connectionError, listTools, type McpTarget } from './client.js'
 import {
   allMcpServers,
@@ -167,7 +174,8 @@ export default fp(
         }
       }
       if (outcome.ok) {
-        const same = row.ready && row.nextCheckAt === null && JSON.stringify(row.tools) === JSON.stringify(outcome.tools)
+        const same =
+          row.ready && row.nextCheckAt === null && JSON.stringify(row.tools) === JSON.stringify(outcome.tools)
         if (same && !always) return row
         return (await recordConnection(db, row.orgId, row.id, outcome, clock.now())) ?? row
       }
