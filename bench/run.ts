@@ -12,6 +12,7 @@ import { benchIdentity } from './identity.js'
 import { benchKnowledge } from './knowledge.js'
 import { benchMemory } from './memory.js'
 import { benchMcp } from './mcp.js'
+import { benchMcpRunStart } from './mcp-run-start.js'
 import { benchModelBound } from './model-bound.js'
 import { benchModelDown } from './model-down.js'
 import { benchRecall } from './recall.js'
@@ -51,6 +52,7 @@ const benches: Record<string, () => Promise<string>> = {
   console: benchConsole,
   workspaces: benchWorkspaces,
   mcp: benchMcp,
+  'mcp-run-start': benchMcpRunStart,
   retrieval: benchRetrieval,
   'retrieval-quality': benchRetrievalQuality,
   telemetry: benchTelemetry

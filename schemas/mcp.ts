@@ -28,12 +28,31 @@ export const McpServer = named(
         description:
           'the names of the headers sent with every request; their values are sealed as secrets and never returned'
       }),
-      ready: Type.Boolean({ description: 'the last connection (a check, or a run start) listed its tools' }),
+      ready: Type.Boolean({
+        description: 'the last connection (a check, a run start, the background check) listed its tools'
+      }),
       lastError: Nullable(
         Type.String({ description: 'why the last connection failed, as a sentence; null when it succeeded' })
       ),
       tools: Type.Array(McpServerTool),
+      warnings: Type.Array(Type.String(), {
+        description:
+          'why some listed tools are not offered to runs, one sentence each (a name a model API would refuse once prefixed mcp__<server>__, a name listed twice)'
+      }),
       lastCheckedAt: Nullable(IsoDate),
+      failingSince: Nullable(
+        Type.String({
+          format: 'date-time',
+          description: 'when its current run of failed connections began; null while it answers'
+        })
+      ),
+      nextCheckAt: Nullable(
+        Type.String({
+          format: 'date-time',
+          description:
+            'when the background check tries it again; until then run starts do not wait on it (its tools are not offered); null while it answers'
+        })
+      ),
       createdAt: IsoDate,
       updatedAt: IsoDate,
       createdBy: CreatedBy
@@ -50,7 +69,7 @@ export const CreateMcpServerBody = named(
       pattern: MCP_SERVER_NAME,
       minLength: 1,
       maxLength: 32,
-      description: '1 to 32 of a-z, 0-9, _ and -; unique in the org'
+      description: '1 to 32 of a-z, 0-9, _ and -, without __ and not ending with _; unique in the org'
     }),
     url: Type.String({
       minLength: 1,

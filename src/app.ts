@@ -352,7 +352,7 @@ export async function buildApp({
     retrieval: app.retrieval
   })
   // org MCP servers: their headers are internal secrets; runs call their tools through the gateway
-  await app.register(mcpService, { config, secrets: app.secrets.internal })
+  await app.register(mcpService, { config, secrets: app.secrets.internal, clock })
   await app.register(skillsService)
   await app.register(tasksService)
   // GitHub: the org's connection, conditional-request lists, skill import, and the repo

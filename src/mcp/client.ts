@@ -1,7 +1,7 @@
 // Cairn as an MCP client: one short connection per use (list the tools, or call one), over
 // the SDK's Streamable HTTP client transport and the providers' guarded fetch.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { ProviderFetch } from '../providers/address-guard.js'
 import { refusalIn } from '../providers/address-guard.js'
 import type { ListedTool } from './tables.js'
@@ -13,12 +13,19 @@ export interface McpTarget {
 }
 
 const CLIENT_INFO = { name: 'cairn', version: '1.0.0' }
+/** how long ending a session (its DELETE) may take */
+const SESSION_END_MS = 1000
 
 /** The first meaningful sentence of a failure: an address refused, a status, a message. */
 export function connectionError(err: unknown): string {
   const refused = refusalIn(err)
   if (refused) return `${refused.message}; MCP servers may not be reached there`
   const e = err as Error
+  // the SDK's transport error carries the HTTP status apart from its message
+  if (err instanceof StreamableHTTPError && typeof err.code === 'number' && err.code >= 100 && err.code < 600) {
+    const said = err.message.replace(/^Streamable HTTP error: (Error POSTing to endpoint: )?/, '').trim()
+    return `the server answered ${err.code}${said === '' ? '' : `: ${said}`}`.replace(/\s+/g, ' ').slice(0, 300)
+  }
   let cause: unknown = e?.cause
   while (cause instanceof Error && cause.cause instanceof Error) cause = cause.cause
   const text =
@@ -51,14 +58,23 @@ async function withClient<T>(
     await client.connect(transport, { signal, timeout: timeoutMs })
     return await work(client)
   } finally {
-    await transport.terminateSession().catch(() => {})
+    // ending the session is a courtesy: a server that stopped answering does not hold us
+    await Promise.race([
+      transport.terminateSession().catch(() => {}),
+      new Promise((resolve) => setTimeout(resolve, SESSION_END_MS).unref())
+    ])
     await client.close().catch(() => {})
   }
 }
 
-/** The server's tools (every page of tools/list). */
-export async function listTools(fetch: ProviderFetch, target: McpTarget, timeoutMs: number): Promise<ListedTool[]> {
-  const signal = AbortSignal.timeout(timeoutMs)
+/** The server's tools (every page of tools/list), within `timeoutMs` and until `cut` aborts. */
+export async function listTools(
+  fetch: ProviderFetch,
+  target: McpTarget,
+  timeoutMs: number,
+  cut?: AbortSignal
+): Promise<ListedTool[]> {
+  const signal = cut ? AbortSignal.any([cut, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs)
   return withClient(fetch, target, signal, timeoutMs, async (client) => {
     const tools: ListedTool[] = []
     let cursor: string | undefined

@@ -6,15 +6,27 @@ import { newId } from '../db/ids.js'
 import { guardUrl, providerFetcher, type ProviderFetch } from '../providers/address-guard.js'
 import type { InternalSecrets } from '../secrets/service.js'
 import { MCP_TOOL_PREFIX } from '../../schemas/mcp.js'
+import {
+  backoffDelay,
+  createWorkerLoop,
+  systemClock,
+  type Clock,
+  type LoopTimers,
+  type WorkerLoop
+} from '../worker-loop.js'
 import { callTool, connectionError, listTools, type McpTarget } from './client.js'
 import {
   allMcpServers,
+  claimDueCheck,
   deleteMcpServer,
+  FUNCTION_NAME,
   getMcpServer,
   headerSecretName,
   insertMcpServer,
   mcpServerNamed,
+  nextCheckDue,
   recordConnection,
+  runToolName,
   type McpServerRow
 } from './servers-repo.js'
 import type { ListedTool } from './tables.js'
@@ -29,7 +41,10 @@ export interface McpToolDefinition {
 export interface McpTools {
   /** whether a name is an MCP tool's (`mcp__<server>__<tool>`), whichever org */
   isMcpTool(name: string): boolean
-  /** the tools of the org's reachable servers, listed now; an unreachable server offers none */
+  /**
+   * the tools of the org's servers that answer, listed now, all at once, within MCP_TIMEOUT_MS in
+   * all; a server known to be down is not asked (it offers none until the background check reaches it)
+   */
   definitions(orgId: string): Promise<McpToolDefinition[]>
   /** calls one tool on its server; `ok` false when the server said it failed or could not be reached */
   call(
@@ -57,6 +72,8 @@ export interface McpService {
    */
   unknownTool(orgId: string, names: string[]): Promise<number>
   forGateway: McpTools
+  /** the background check of the servers that failed (every instance runs one; a due server is checked by one) */
+  checker: WorkerLoop<McpServerRow>
 }
 
 declare module 'fastify' {
@@ -69,10 +86,30 @@ export interface McpServiceOptions {
   config: Config
   /** where header values are sealed (the secrets group's internal secrets) */
   secrets: InternalSecrets
+  /** the time failures and checks are dated by (a test's clock) */
+  clock?: Clock
+  /** the background check's waits (a test's timers) */
+  timers?: LoopTimers
 }
 
-/** What OpenAI (and so every engine) accepts as a function name. */
-const FUNCTION_NAME = /^[A-Za-z0-9_-]{1,64}$/
+/** a failed server is tried again after about this long, doubling each failure in a row ... */
+export const RECHECK_BASE_MS = 10_000
+/** ... up to this */
+export const RECHECK_MAX_MS = 10 * 60_000
+/** how often the background check looks for due servers when nothing told it of one (another instance's failures) */
+const RECHECK_POLL_MS = 30_000
+
+/**
+ * Why a server name is refused beyond its pattern, or null. A run's tool name
+ * `mcp__<server>__<tool>` must say which server it is: with no `__` in the name and no `_`
+ * at its end, the first `__` after the prefix ends the server's name, so two servers never
+ * yield the same tool name (`a__b` + `c` and `a` + `b__c`; `a_` + `b` and `a` + `_b`).
+ */
+export function serverNameProblem(name: string): string | null {
+  if (name.includes('__')) return 'must not contain __ (it separates the server from the tool in mcp__<server>__<tool>)'
+  if (name.endsWith('_')) return 'must not end with _ (mcp__<server>__<tool> would not say where the name ends)'
+  return null
+}
 
 /** A server URL as stored: http(s), no credentials or fragment; or the 400 saying what is wrong. */
 export function normalizeServerUrl(raw: string): string {
@@ -94,6 +131,7 @@ export function normalizeServerUrl(raw: string): string {
 export default fp(
   async function mcpService(app: FastifyInstance, opts: McpServiceOptions) {
     const { config, secrets } = opts
+    const clock = opts.clock ?? systemClock
     const db = app.db
     const allowPrivate = config.PROVIDER_ALLOW_PRIVATE
     const fetcher = providerFetcher(allowPrivate)
@@ -116,24 +154,86 @@ export default fp(
       return { url: row.url, headers }
     }
 
-    /** Connects and lists the tools, and records the outcome when it changed what the row says. */
-    async function connect(row: McpServerRow, always: boolean): Promise<McpServerRow> {
+    /**
+     * Connects and lists the tools (until `cut`, if given, aborts), and records the outcome when
+     * it changed what the row says (a failure always: it sets when the server is tried again).
+     */
+    async function connect(row: McpServerRow, always: boolean, cut?: AbortSignal): Promise<McpServerRow> {
       const target = await targetOf(row)
       let outcome: { ok: true; tools: ListedTool[] } | { ok: false; error: string }
       if (typeof target === 'string') outcome = { ok: false, error: target }
       else {
         try {
-          outcome = { ok: true, tools: await listTools(fetch, target, listTimeoutMs) }
+          outcome = { ok: true, tools: await listTools(fetch, target, listTimeoutMs, cut) }
         } catch (err) {
-          outcome = { ok: false, error: connectionError(err) }
+          const late = cut?.aborted || (err as Error)?.name === 'TimeoutError' || /timed out/i.test(String(err))
+          outcome = {
+            ok: false,
+            error: late ? `the server did not list its tools within ${listTimeoutMs} ms` : connectionError(err)
+          }
         }
       }
-      const same = outcome.ok
-        ? row.ready && JSON.stringify(row.tools) === JSON.stringify(outcome.tools)
-        : !row.ready && row.lastError === outcome.error
-      if (same && !always) return row
-      return (await recordConnection(db, row.orgId, row.id, outcome)) ?? row
+      if (outcome.ok) {
+        const same =
+          row.ready && row.nextCheckAt === null && JSON.stringify(row.tools) === JSON.stringify(outcome.tools)
+        if (same && !always) return row
+        return (await recordConnection(db, row.orgId, row.id, outcome, clock.now())) ?? row
+      }
+      const failures = row.failures + 1
+      const now = clock.now()
+      const retryAt = new Date(now.getTime() + backoffDelay(failures, RECHECK_BASE_MS, RECHECK_MAX_MS))
+      const recorded = await recordConnection(db, row.orgId, row.id, { ...outcome, failures, retryAt }, now)
+      // the background check learns when it is due
+      checker.wake()
+      return recorded ?? { ...row, ready: false, lastError: outcome.error, failures, nextCheckAt: retryAt }
     }
+
+    /** The tools a server offers runs: the names a model API accepts, each once. */
+    function offeredTools(row: McpServerRow): McpToolDefinition[] {
+      const seen = new Set<string>()
+      const out: McpToolDefinition[] = []
+      for (const tool of row.tools) {
+        const name = runToolName(row.name, tool.name)
+        if (!FUNCTION_NAME.test(name) || seen.has(name)) continue
+        seen.add(name)
+        out.push({
+          type: 'function',
+          function: {
+            name,
+            description: tool.description ?? `the ${tool.name} tool of the MCP server ${row.name}`,
+            parameters: tool.inputSchema
+          }
+        })
+      }
+      return out
+    }
+
+    // the background check: a due server (one that failed) is connected to again; each failure
+    // in a row waits longer (RECHECK_BASE_MS doubling up to RECHECK_MAX_MS), a success makes it
+    // offer its tools to the next run start
+    const leaseMs = listTimeoutMs + 60_000
+    const checker: WorkerLoop<McpServerRow> = createWorkerLoop<McpServerRow>({
+      name: 'mcp checks',
+      log: app.log,
+      concurrency: 4,
+      pollMs: RECHECK_POLL_MS,
+      backoff: { baseMs: 1000, maxMs: RECHECK_POLL_MS },
+      ...(opts.timers ? { timers: opts.timers } : {}),
+      claim: () => {
+        const now = clock.now()
+        return claimDueCheck(db, now, new Date(now.getTime() + leaseMs))
+      },
+      async work(row) {
+        await connect(row, true)
+      },
+      async idleMs() {
+        const due = await nextCheckDue(db)
+        if (!due) return RECHECK_POLL_MS
+        // (at least a second: a due server another instance is checking is skipped, not spun on)
+        return Math.min(RECHECK_POLL_MS, Math.max(1000, due.getTime() - clock.now().getTime()))
+      },
+      drain: 'finish'
+    })
 
     /** The server a tool name belongs to (the longest server name it starts with) and the tool's own name. */
     function splitName(servers: McpServerRow[], name: string): { server: McpServerRow; tool: string } | null {
@@ -154,41 +254,36 @@ export default fp(
     const forGateway: McpTools = {
       isMcpTool: (name) => name.startsWith(MCP_TOOL_PREFIX),
       async definitions(orgId) {
-        const servers = await allMcpServers(db, orgId)
+        // a server known to be down is not asked: the background check tries it again
+        const servers = (await allMcpServers(db, orgId)).filter((row) => row.nextCheckAt === null)
         if (servers.length === 0) return []
-        // listed now, every server at once: one that does not answer in time offers nothing
-        const connected = await Promise.all(
-          servers.map((row) =>
-            connect(row, false).catch((err: unknown) => {
-              app.log.warn({ err, server: row.id }, 'mcp: recording a connection failed')
-              return { ...row, ready: false }
+        // every server at once under one deadline: one that has not answered by then offers
+        // nothing to this run (its listing is cut, and recorded as failed, in the background)
+        const deadline = new AbortController()
+        const timer = setTimeout(() => deadline.abort(), listTimeoutMs)
+        const late = new Promise<null>((resolve) =>
+          deadline.signal.addEventListener('abort', () => resolve(null), { once: true })
+        )
+        try {
+          const listed = await Promise.all(
+            servers.map((row) => {
+              const listing = connect(row, false, deadline.signal).catch((err: unknown) => {
+                app.log.warn({ err, server: row.id }, 'mcp: recording a connection failed')
+                return null
+              })
+              checker.track(listing)
+              return Promise.race([listing, late])
             })
           )
-        )
-        return connected
-          .filter((row) => row.ready)
-          .flatMap((row) =>
-            row.tools
-              .map((tool) => ({
-                type: 'function' as const,
-                function: {
-                  name: `${MCP_TOOL_PREFIX}${row.name}__${tool.name}`,
-                  description: tool.description ?? `the ${tool.name} tool of the MCP server ${row.name}`,
-                  parameters: tool.inputSchema
-                }
-              }))
-              .filter((d) => FUNCTION_NAME.test(d.function.name))
-          )
+          return listed.filter((row): row is McpServerRow => row !== null && row.ready).flatMap(offeredTools)
+        } finally {
+          clearTimeout(timer)
+        }
       },
       async known(orgId) {
         return (await allMcpServers(db, orgId))
-          .flatMap((row) =>
-            row.tools.map((tool) => ({
-              name: `${MCP_TOOL_PREFIX}${row.name}__${tool.name}`,
-              description: tool.description ?? `the ${tool.name} tool of the MCP server ${row.name}`
-            }))
-          )
-          .filter((tool) => FUNCTION_NAME.test(tool.name))
+          .flatMap(offeredTools)
+          .map((d) => ({ name: d.function.name, description: d.function.description }))
       },
       async call(orgId, name, args, signal) {
         const found = splitName(await allMcpServers(db, orgId), name)
@@ -207,6 +302,8 @@ export default fp(
 
     const service: McpService = {
       async create(orgId, input, createdBy) {
+        const problem = serverNameProblem(input.name)
+        if (problem) throw validationFailed([{ path: '/body/name', message: problem }])
         const url = normalizeServerUrl(input.url)
         await guard(url)
         if (await mcpServerNamed(db, orgId, input.name))
@@ -269,9 +366,16 @@ export default fp(
           return found.server.tools.length > 0 && !found.server.tools.some((t) => t.name === found.tool)
         })
       },
-      forGateway
+      forGateway,
+      checker
     }
     app.decorate('mcp', service)
+    app.addHook('onReady', async () => {
+      checker.start()
+    })
+    app.addHook('preClose', async () => {
+      await app.shutdown.drain("the MCP servers' checks", (ms) => checker.stop(ms))
+    })
     app.addHook('onClose', async () => {
       await app.shutdown.close("the MCP servers' connections", () => fetcher.close())
     })

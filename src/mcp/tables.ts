@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { boolean, check, index, jsonb, pgTable, text, uniqueIndex } from 'drizzle-orm/pg-core'
+import { boolean, check, index, integer, jsonb, pgTable, text, uniqueIndex } from 'drizzle-orm/pg-core'
 import { organizations } from '../auth/tables.js'
 import { ts } from '../db/columns.js'
 
@@ -14,6 +14,10 @@ export interface ListedTool {
  * An org's MCP server (its tools are offered to runs as `mcp__<name>__<tool>`). Header
  * values are not here: each is an internal secret (`mcp:<id>:header:<name>`); only their
  * names are. `tools` is what the last successful connection listed.
+ *
+ * Its state is shared by every instance: a server whose connection failed has `failures`
+ * (in a row), `failingSince` and `nextCheckAt`; run starts skip it (no connection) until the
+ * background check (src/mcp/checker.ts) reaches it again, each failed check waiting longer.
  */
 export const mcpServers = pgTable(
   'mcp_servers',
@@ -29,6 +33,12 @@ export const mcpServers = pgTable(
     lastError: text('last_error'),
     tools: jsonb('tools').$type<ListedTool[]>().notNull().default([]),
     lastCheckedAt: ts('last_checked_at'),
+    /** failed connections in a row (0 while it answers) */
+    failures: integer('failures').notNull().default(0),
+    /** when the current run of failures began */
+    failingSince: ts('failing_since'),
+    /** when the background check tries it again; null while it answers */
+    nextCheckAt: ts('next_check_at'),
     createdAt: ts('created_at').notNull().defaultNow(),
     updatedAt: ts('updated_at').notNull().defaultNow(),
     createdBy: text('created_by')
@@ -36,6 +46,7 @@ export const mcpServers = pgTable(
   (t) => [
     uniqueIndex('mcp_servers_org_name_idx').on(t.orgId, t.name),
     index('mcp_servers_org_idx').on(t.orgId, t.id),
+    index('mcp_servers_next_check_idx').on(t.nextCheckAt),
     check('mcp_servers_name_check', sql`${t.name} ~ '^[a-z0-9_-]{1,32}$'`)
   ]
 )

@@ -9,12 +9,14 @@ import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg, type Teardown 
 import { finishedRun, storedEventsOf } from '../runs/run-helpers.js'
 import { eventually } from '../runs/sse-client.js'
 import { startToolModel } from '../runs/tool-model.js'
+import type { Clock } from '../../src/worker-loop.js'
 import { startLocalMcp } from './local-mcp-server.js'
 import { listening } from './mcp-client.js'
 
-async function setup(t: Teardown, env: Record<string, string> = {}) {
+async function setup(t: Teardown, env: Record<string, string> = {}, clock?: Clock) {
   const upstream = await startToolModel(t)
   const app = await buildTestApp(t, {
+    ...(clock ? { clock } : {}),
     env: {
       OPENAI_BASE_URL: upstream.url,
       MODELS: 'tool-model',
@@ -467,5 +469,172 @@ t.test(
     const whoami = await fetch(`${base}/api/auth/whoami`, { headers: { 'x-cairn-outbound': 'anything' } })
     t.match(await whoami.json(), { kind: 'anonymous' })
     t.match(await (await fetch(`${base}/api/auth/whoami`)).json(), { kind: 'dev' })
+  }
+)
+
+t.test(
+  'a down server costs nothing: listings share one deadline, a failed server is skipped, then checked in the background with backoff until it comes back',
+  async (t) => {
+    let now = new Date('2026-03-02T09:00:00Z')
+    const clock: Clock = { now: () => now }
+    const timeoutMs = 3000
+    const { app, upstream, owner, headers } = await setup(t, { MCP_TIMEOUT_MS: String(timeoutMs) }, clock)
+    const good = await startLocalMcp(t)
+    const hanging = [await startLocalMcp(t), await startLocalMcp(t), await startLocalMcp(t)]
+    const failing = await startLocalMcp(t)
+    const add = async (name: string, url: string) => {
+      const res = await app.inject({ method: 'POST', url: '/api/mcp-servers', headers, payload: { name, url } })
+      t.equal(res.statusCode, 201, res.body)
+      return res.json().server
+    }
+    await add('good', good.url)
+    const hangIds: string[] = []
+    for (const [i, h] of hanging.entries()) hangIds.push((await add(`hang-${i}`, h.url)).id)
+    const failingId = (await add('flaky', failing.url)).id
+    for (const h of hanging) h.mode = 'hang'
+    failing.mode = 'fail'
+    const toolsOf = (i: number) =>
+      (upstream.requests[i]!.body.tools ?? [])
+        .map((d: any) => d.function.name)
+        .filter((n: string) => n.startsWith('mcp__'))
+    const server = async (id: string) =>
+      (await app.inject({ method: 'GET', url: '/api/mcp-servers', headers })).json().items.find((s: any) => s.id === id)
+
+    // three servers hang and one fails: the run start waits for none of them beyond one deadline
+    upstream.script.push({ text: 'first' })
+    const started = Date.now()
+    const first = (
+      await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt: 'one', engine: 'openai' } })
+    ).json().run
+    t.equal((await finishedRun(app, owner.cookie, first.id)).status, 'succeeded')
+    const elapsed = Date.now() - started
+    // one after the other they would take three deadlines
+    t.ok(elapsed < 2 * timeoutMs, `the run waited ${elapsed} ms for listings of ${timeoutMs} ms at most, at once`)
+    t.same(
+      hanging.map((h) => h.requests > 0),
+      [true, true, true],
+      'every server was asked'
+    )
+    t.same(toolsOf(0), ['mcp__good__record', 'mcp__good__fail', 'mcp__good__slow'], 'the good one offers its tools')
+    const hung = await eventually(async () => {
+      const s = await server(hangIds[0]!)
+      return s.nextCheckAt ? s : null
+    })
+    t.match(hung, {
+      ready: false,
+      lastError: `the server did not list its tools within ${timeoutMs} ms`,
+      failingSince: now.toISOString()
+    })
+    t.match(await server(failingId), {
+      ready: false,
+      lastError: 'the server answered 503: down for maintenance',
+      failingSince: now.toISOString()
+    })
+
+    // known down: the next run start does not ask them (no request at all)
+    const asked = hanging.map((h) => h.requests)
+    const failingAsked = failing.requests
+    upstream.script.push({ text: 'second' })
+    const second = (
+      await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt: 'two', engine: 'openai' } })
+    ).json().run
+    t.equal((await finishedRun(app, owner.cookie, second.id)).status, 'succeeded')
+    t.same(
+      hanging.map((h) => h.requests),
+      asked,
+      'a hanging server is not asked again at run start'
+    )
+    t.equal(failing.requests, failingAsked, 'nor a failing one')
+    t.same(toolsOf(1), ['mcp__good__record', 'mcp__good__fail', 'mcp__good__slow'])
+    const gone = await server(failingId)
+    t.match(
+      gone,
+      { lastError: /503/, tools: [{ name: 'record' }, { name: 'fail' }, { name: 'slow' }] },
+      'lastError kept'
+    )
+
+    // the background check (the test's clock says when it is due): once due and still
+    // failing, it waits longer; once answering, it is back
+    const firstGap = Date.parse(gone.nextCheckAt) - now.getTime()
+    t.ok(firstGap > 0, 'it is due later')
+    now = new Date(Date.parse(gone.nextCheckAt) + 1)
+    app.mcp.checker.wake()
+    const again = await eventually(async () => {
+      const s = await server(failingId)
+      return s.lastCheckedAt === now.toISOString() && s.nextCheckAt !== null ? s : null
+    })
+    t.ok(failing.requests > failingAsked, 'the background check asked it')
+    t.equal(again.failingSince, gone.failingSince, 'failing since its first failure')
+    t.ok(Date.parse(again.nextCheckAt) - now.getTime() >= firstGap, 'the next check waits longer')
+    failing.mode = 'ok'
+    hanging[0]!.mode = 'ok'
+    now = new Date(Math.max(Date.parse(again.nextCheckAt), Date.parse((await server(hangIds[0]!)).nextCheckAt)) + 1)
+    app.mcp.checker.wake()
+    const back = await eventually(async () => {
+      const s = await server(failingId)
+      return s.ready ? s : null
+    })
+    t.match(back, { ready: true, lastError: null, failingSince: null, nextCheckAt: null })
+    t.match(
+      await eventually(async () => {
+        const s = await server(hangIds[0]!)
+        return s.ready ? s : null
+      }),
+      { ready: true, nextCheckAt: null }
+    )
+    upstream.script.push({ text: 'third' })
+    const third = (
+      await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt: 'three', engine: 'openai' } })
+    ).json().run
+    t.equal((await finishedRun(app, owner.cookie, third.id)).status, 'succeeded')
+    t.same(
+      toolsOf(2).filter((n: string) => !n.startsWith('mcp__good__')),
+      [
+        'mcp__hang-0__record',
+        'mcp__hang-0__fail',
+        'mcp__hang-0__slow',
+        'mcp__flaky__record',
+        'mcp__flaky__fail',
+        'mcp__flaky__slow'
+      ],
+      'both offer their tools again; the two still hanging do not'
+    )
+  }
+)
+
+t.test(
+  'tool names a model API would refuse are warnings, never dropped silently; __ in a server name is refused',
+  async (t) => {
+    const { app, headers } = await setup(t)
+    const mcp = await startLocalMcp(t, { extraTools: ['search.docs', 'x'.repeat(60), 'record', 'ok_tool'] })
+    for (const name of ['a__b', 'tickets_']) {
+      const refused = await app.inject({
+        method: 'POST',
+        url: '/api/mcp-servers',
+        headers,
+        payload: { name, url: mcp.url }
+      })
+      t.equal(refused.statusCode, 400, name)
+      t.match(refused.json(), { error: 'validation_failed', message: /./, details: [{ path: '/body/name' }] })
+    }
+    const created = await app.inject({
+      method: 'POST',
+      url: '/api/mcp-servers',
+      headers,
+      payload: { name: 'docs', url: mcp.url }
+    })
+    t.equal(created.statusCode, 201, created.body)
+    const server = created.json().server
+    t.equal(server.tools.length, 7, 'every listed tool is shown')
+    t.match(server.warnings, [/"search\.docs".*"mcp__docs__search\.docs"/, /"x{60}"/, /"record" is listed twice/])
+    t.equal(server.warnings.length, 3)
+    const listed = (await app.inject({ method: 'GET', url: '/api/mcp-servers', headers })).json().items[0]
+    t.same(listed.warnings, server.warnings)
+    const policies = (await app.inject({ method: 'GET', url: '/api/tools/policies', headers })).json().items
+    t.same(
+      policies.filter((p: any) => p.tool.startsWith('mcp__')).map((p: any) => p.tool),
+      ['mcp__docs__record', 'mcp__docs__fail', 'mcp__docs__slow', 'mcp__docs__ok_tool'],
+      'runs are offered the names a model accepts, each once'
+    )
   }
 )

@@ -13,19 +13,37 @@ export interface LocalMcp {
    * was cut or cancelled before it answered) or `answered`
    */
   slow: string[]
+  /** how it answers: as an MCP server, not at all (every request hangs until it closes), or 503 */
+  mode: 'ok' | 'hang' | 'fail'
+  /** the HTTP requests it received, in whatever mode */
+  requests: number
   close(): Promise<void>
+}
+
+export interface LocalMcpOptions {
+  /** tools listed after its own three (names a model API would refuse, a name twice) */
+  extraTools?: string[]
 }
 
 /**
  * A local MCP server built with the SDK (stateless Streamable HTTP): `record` (answers what it was given, and records
  * it), `fail` (answers an error), `slow` (answers once `release` is called, unless its request is aborted first).
  */
-export async function startLocalMcp(t: Teardown): Promise<LocalMcp & { release(): void }> {
+export async function startLocalMcp(
+  t: Teardown,
+  options: LocalMcpOptions = {}
+): Promise<LocalMcp & { release(): void }> {
   const calls: LocalMcp['calls'] = []
   const slow: string[] = []
   let release: () => void = () => {}
   const released = new Promise<void>((resolve) => (release = resolve))
   const http = createServer(async (req, res) => {
+    local.requests++
+    if (local.mode === 'hang') return
+    if (local.mode === 'fail') {
+      res.writeHead(503, { 'content-type': 'text/plain' }).end('down for maintenance')
+      return
+    }
     const server = new Server({ name: 'local', version: '1.0.0' }, { capabilities: { tools: {} } })
     server.setRequestHandler(ListToolsRequestSchema, async () => ({
       tools: [
@@ -35,7 +53,12 @@ export async function startLocalMcp(t: Teardown): Promise<LocalMcp & { release()
           inputSchema: { type: 'object', properties: { note: { type: 'string' } }, required: ['note'] }
         },
         { name: 'fail', description: 'always fails', inputSchema: { type: 'object', properties: {} } },
-        { name: 'slow', description: 'answers late', inputSchema: { type: 'object', properties: {} } }
+        { name: 'slow', description: 'answers late', inputSchema: { type: 'object', properties: {} } },
+        ...(options.extraTools ?? []).map((name) => ({
+          name,
+          description: `the extra tool ${name}`,
+          inputSchema: { type: 'object' as const, properties: {} }
+        }))
       ]
     }))
     server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
@@ -67,11 +90,14 @@ export async function startLocalMcp(t: Teardown): Promise<LocalMcp & { release()
       http.close(() => resolve())
     })
   t.teardown(close)
-  return {
+  const local = {
     url: `http://127.0.0.1:${(http.address() as { port: number }).port}/mcp`,
     calls,
     slow,
+    mode: 'ok' as LocalMcp['mode'],
+    requests: 0,
     close,
     release: () => release()
   }
+  return local
 }
