@@ -17,6 +17,8 @@ export interface LocalMcp {
   mode: 'ok' | 'hang' | 'fail'
   /** the HTTP requests it received, in whatever mode */
   requests: number
+  /** each request it left hanging: when it came, and when the client gave up on it (null while open) */
+  hung: Array<{ at: number; closedAt: number | null }>
   close(): Promise<void>
 }
 
@@ -39,7 +41,12 @@ export async function startLocalMcp(
   const released = new Promise<void>((resolve) => (release = resolve))
   const http = createServer(async (req, res) => {
     local.requests++
-    if (local.mode === 'hang') return
+    if (local.mode === 'hang') {
+      const hang = { at: Date.now(), closedAt: null as number | null }
+      local.hung.push(hang)
+      res.on('close', () => (hang.closedAt = Date.now()))
+      return
+    }
     if (local.mode === 'fail') {
       res.writeHead(503, { 'content-type': 'text/plain' }).end('down for maintenance')
       return
@@ -96,6 +103,7 @@ export async function startLocalMcp(
     slow,
     mode: 'ok' as LocalMcp['mode'],
     requests: 0,
+    hung: [] as LocalMcp['hung'],
     close,
     release: () => release()
   }
