@@ -56,7 +56,7 @@ export function proposedSkillFiles(prompt: string): string[] {
  */
 export function echoAnswer(
   prompt: string,
-  history: ReadonlyArray<{ role: string; content: string }>,
+  history: ReadonlyArray<{ role: string; content: string | null }>,
   attachments: string[] = []
 ): string {
   if (prompt.trim().toLowerCase() === 'attachments')
@@ -101,7 +101,7 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
       for (const name of artifactNames(ctx.prompt)) await ctx.saveArtifact(name, text, 'text/markdown')
       for (const draft of learnedDrafts(ctx.prompt)) await ctx.proposeKnowledge(draft)
       for (const skillMd of proposedSkillFiles(ctx.prompt)) await ctx.proposeSkill({ skillMd })
-      const heard = words(ctx.prompt).length + ctx.history.reduce((n, m) => n + words(m.content).length, 0)
+      const heard = words(ctx.prompt).length + ctx.history.reduce((n, m) => n + words(m.content ?? '').length, 0)
       return {
         text,
         facts: rememberSentences(ctx.prompt),
@@ -115,7 +115,7 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
       return {
         text,
         usage: {
-          promptTokens: messages.reduce((n, m) => n + words(m.content).length, 0),
+          promptTokens: messages.reduce((n, m) => n + words(m.content ?? '').length, 0),
           completionTokens: words(text).length
         }
       }
@@ -127,7 +127,7 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
         if (i > 0) await abortable(opts.wordDelayMs, signal)
         out.onToken(i === 0 ? parts[i]! : ` ${parts[i]}`)
       }
-      const promptTokens = messages.reduce((n, m) => n + words(m.content).length, 0)
+      const promptTokens = messages.reduce((n, m) => n + words(m.content ?? '').length, 0)
       return { promptTokens, completionTokens: parts.length }
     }
   }

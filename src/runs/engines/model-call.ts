@@ -4,6 +4,7 @@
 import type { RunSettings, SuspendedRun } from '../tables.js'
 import { backoffDelay } from '../../worker-loop.js'
 import { observeModelCall } from '../../telemetry/genai.js'
+import { ownMessages } from '../transcripts.js'
 import {
   abortable,
   EngineError,
@@ -276,7 +277,7 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
         // contract 13.5: the prompt's significant words, at most MEMORY_RECALL_LIMIT facts
         const items = await ctx.recall(ctx.prompt)
         // contract 13.2: system messages, then the thread's earlier turns, then this prompt
-        const messages: ChatMessage[] = []
+        const messages: WireMessage[] = []
         if (ctx.instructions) messages.push({ role: 'system', content: ctx.instructions })
         if (items.length > 0) {
           messages.push({ role: 'system', content: memoryMessage(items) })
@@ -302,7 +303,7 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
         usage.completionTokens += answer.usage.completionTokens
         if (answer.toolCalls.length === 0 || !ctx.tools || tools.length === 0) {
           await ctx.emit('message.completed', { text: answer.text })
-          return { text: answer.text, facts: [], usage }
+          return { text: answer.text, facts: [], usage, transcript: ownMessages([...wire, { role: 'assistant', content: answer.text }]) }
         }
         if (round >= opts.maxToolRounds) {
           throw new EngineError(
@@ -381,6 +382,6 @@ async function toolRound(
   }
   if (waiting) throw new RunSuspended({ messages: wire, round, calls })
   for (const c of calls) wire.push({ role: 'tool', tool_call_id: c.id, content: c.content! })
-  // the round is whole: going on from here asks the model again, with every result
-  ctx.checkpoint?.({ messages: wire, round, calls: [] })
+  // the round is whole: going on from here asks the model again, with every result (the transcript keeps it)
+  await ctx.checkpoint?.({ messages: wire, round, calls: [] })
 }
