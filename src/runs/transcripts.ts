@@ -167,7 +167,8 @@ export function replayWire(turns: ReadonlyArray<readonly TranscriptMessage[]>): 
           function: { name: c.name, arguments: c.arguments }
         }))
       })
-      for (const c of answered) wire.push({ role: 'tool', tool_call_id: ids.get(c.id)!, content: results.get(c.id)!.content })
+      for (const c of answered)
+        wire.push({ role: 'tool', tool_call_id: ids.get(c.id)!, content: results.get(c.id)!.content })
       i = j - 1
     }
   })

@@ -698,7 +698,11 @@ export class RunWorker {
     const { run, checkpoint } = entry
     entry.ended = 'queued'
     await this.settleWorkspace(run)
-    await this.lastWrite(entry, () => releaseRun(this.o.db, run, this.instanceId, checkpoint, entry.transcript?.messages), undefined)
+    await this.lastWrite(
+      entry,
+      () => releaseRun(this.o.db, run, this.instanceId, checkpoint, entry.transcript?.messages),
+      undefined
+    )
   }
 
   private async renewLeases(): Promise<void> {

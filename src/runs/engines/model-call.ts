@@ -303,7 +303,12 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
         usage.completionTokens += answer.usage.completionTokens
         if (answer.toolCalls.length === 0 || !ctx.tools || tools.length === 0) {
           await ctx.emit('message.completed', { text: answer.text })
-          return { text: answer.text, facts: [], usage, transcript: ownMessages([...wire, { role: 'assistant', content: answer.text }]) }
+          return {
+            text: answer.text,
+            facts: [],
+            usage,
+            transcript: ownMessages([...wire, { role: 'assistant', content: answer.text }])
+          }
         }
         if (round >= opts.maxToolRounds) {
           throw new EngineError(
