@@ -552,8 +552,10 @@ export async function claimNext(
       where h.status = 'succeeded' and h.output is not null and c.suspended is null
     ),
     msgs as (
-      select m.run_id, m.seq, m.role, m.content, m.tool_calls, m.tool_call_id, m.name, char_length(m.content) as chars,
-             (m.role = 'tool' and char_length(m.content) > ${short}) as long
+      -- sizes from octet_length, which reads no stored text (a result's characters are counted
+      -- only when it is sent shortened)
+      select m.run_id, m.seq, m.role, m.content, m.tool_calls, m.tool_call_id, m.name,
+             (m.role = 'tool' and octet_length(m.content) > ${short}) as long
       from run_messages m join claimed c on m.org_id = c.org_id and m.root_run_id = c.root_run_id and m.run_id < c.id
       where m.run_id in (select id from hist)
     ),
@@ -563,28 +565,30 @@ export async function claimNext(
                       octet_length(hist.prompt) + octet_length(hist.output)) as full_size,
              coalesce(sum(case when m.long then octet_length(left(m.content, ${short})) + 64 else octet_length(m.content) end
                           + coalesce(octet_length(m.tool_calls::text), 0)),
-                      octet_length(hist.prompt) + octet_length(hist.output)) as short_size,
-             count(m.run_id) filter (where m.long) as long_results
+                      octet_length(hist.prompt) + octet_length(hist.output)) as short_size
       from hist left join msgs m on m.run_id = hist.id
       group by hist.id, hist.prompt, hist.output
     ),
     budget as (select ${o.budgetBytes} - octet_length(c.prompt) - coalesce(octet_length(c.instructions), 0) as b from claimed c),
     plan as (
-      select s.id, s.long_results, budget.b, (sum(s.full_size) over () > budget.b) as shorten,
+      select s.id, budget.b, (sum(s.full_size) over () > budget.b) as shorten,
              sum(s.short_size) over (order by s.id desc) as cum_short
       from sizes s, budget
     ),
-    kept as (select id, shorten, long_results from plan where not shorten or cum_short <= b),
+    kept as (select id, shorten from plan where not shorten or cum_short <= b),
     ctx as (
       select coalesce(jsonb_agg(t.turn order by t.id), '[]'::jsonb) as turns,
              count(t.id)::int as kept,
              (select count(*) from hist)::int as total,
-             coalesce(sum(case when t.shorten then t.long_results else 0 end), 0)::int as shortened
+             coalesce(sum(t.shortened), 0)::int as shortened
       from (
-        select k.id, k.shorten, k.long_results, coalesce(
+        select k.id,
+          (select count(*) from msgs m
+             where m.run_id = k.id and k.shorten and m.long and char_length(m.content) > ${short}) as shortened,
+          coalesce(
           (select jsonb_agg(jsonb_strip_nulls(jsonb_build_object('role', m.role,
-                    'content', case when k.shorten and m.long
-                      then left(m.content, ${short}) || chr(10) || '[result shortened: ${short} of ' || m.chars || ' characters]'
+                    'content', case when k.shorten and m.long and char_length(m.content) > ${short}
+                      then left(m.content, ${short}) || chr(10) || '[result shortened: ${short} of ' || char_length(m.content) || ' characters]'
                       else m.content end,
                     'toolCalls', m.tool_calls, 'toolCallId', m.tool_call_id, 'name', m.name)) order by m.seq)
              from msgs m where m.run_id = k.id),
