@@ -9,7 +9,6 @@ import {
   abortable,
   EngineError,
   RunSuspended,
-  type ChatMessage,
   type Engine,
   type EngineContext,
   type ToolCall,
