@@ -487,7 +487,9 @@ export class RunWorker {
       if (outcome.status === 'succeeded' && !job && (await memorySettings()).extract) {
         // the answer is shown before the extraction's model call, not after it
         await writer.flush()
-        outcome.facts.push(...(await this.extractFacts(engine, run, output, { signal, emit, reportUsage, redact })))
+        outcome.facts.push(
+          ...(await this.extractFacts(engine, run, output, { signal, emit, reportUsage, redact, history }))
+        )
       }
     } catch (err) {
       if (this.killed || err instanceof WorkerGone || err instanceof LeaseLost) return
@@ -609,12 +611,14 @@ export class RunWorker {
       emit: EngineContext['emit']
       reportUsage: EngineContext['reportUsage']
       redact: Redactor
+      /** the thread's earlier turns the run was given: what the exchange may refer to */
+      history: WireMessage[]
     }
   ): Promise<string[]> {
     let answer: string
     try {
       const done = await engine.complete(
-        extractionMessages(run.prompt, output),
+        extractionMessages(run.prompt, output, ctx.history),
         run.model,
         { responseFormat: { type: 'json_object' } },
         ctx.signal
