@@ -576,27 +576,25 @@ export async function claimNext(
       from sizes s, budget
     ),
     kept as (select id, shorten from plan where not shorten or cum_short <= b),
+    sent as (
+      select m.run_id,
+             jsonb_agg(jsonb_strip_nulls(jsonb_build_object('role', m.role,
+               'content', case when k.shorten and m.long and char_length(m.content) > ${short}
+                 then left(m.content, ${short}) || chr(10) || '[result shortened: ${short} of ' || char_length(m.content) || ' characters]'
+                 else m.content end,
+               'toolCalls', m.tool_calls, 'toolCallId', m.tool_call_id, 'name', m.name)) order by m.seq) as turn,
+             count(*) filter (where k.shorten and m.long and char_length(m.content) > ${short}) as shortened
+      from kept k join msgs m on m.run_id = k.id
+      group by m.run_id
+    ),
     ctx as (
-      select coalesce(jsonb_agg(t.turn order by t.id), '[]'::jsonb) as turns,
-             count(t.id)::int as kept,
+      select coalesce(jsonb_agg(coalesce(sent.turn,
+                 jsonb_build_array(jsonb_build_object('role', 'user', 'content', h.prompt),
+                                   jsonb_build_object('role', 'assistant', 'content', h.output))) order by k.id), '[]'::jsonb) as turns,
+             count(k.id)::int as kept,
              (select count(*) from hist)::int as total,
-             coalesce(sum(t.shortened), 0)::int as shortened
-      from (
-        select k.id,
-          (select count(*) from msgs m
-             where m.run_id = k.id and k.shorten and m.long and char_length(m.content) > ${short}) as shortened,
-          coalesce(
-          (select jsonb_agg(jsonb_strip_nulls(jsonb_build_object('role', m.role,
-                    'content', case when k.shorten and m.long and char_length(m.content) > ${short}
-                      then left(m.content, ${short}) || chr(10) || '[result shortened: ${short} of ' || char_length(m.content) || ' characters]'
-                      else m.content end,
-                    'toolCalls', m.tool_calls, 'toolCallId', m.tool_call_id, 'name', m.name)) order by m.seq)
-             from msgs m where m.run_id = k.id),
-          (select jsonb_build_array(jsonb_build_object('role', 'user', 'content', h.prompt),
-                                    jsonb_build_object('role', 'assistant', 'content', h.output))
-             from hist h where h.id = k.id)) as turn
-        from kept k
-      ) t
+             coalesce(sum(sent.shortened), 0)::int as shortened
+      from kept k join hist h on h.id = k.id left join sent on sent.run_id = k.id
     ),
     lock as (select pg_advisory_xact_lock(hashtext('cairn.run_events:' || claimed.org_id))::text as v from claimed),
     ev as (
