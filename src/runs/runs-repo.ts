@@ -551,23 +551,29 @@ export async function claimNext(
       from runs h join claimed c on h.org_id = c.org_id and h.root_run_id = c.root_run_id and h.id < c.id
       where h.status = 'succeeded' and h.output is not null and c.suspended is null
     ),
+    -- every join below is an index lookup or against a one-row CTE: the plan stays linear
+    -- whatever the planner's statistics say (PGlite never gathers any)
     msgs as (
       -- sizes from octet_length, which reads no stored text (a result's characters are counted
       -- only when it is sent shortened)
       select m.run_id, m.seq, m.role, m.content, m.tool_calls, m.tool_call_id, m.name,
              (m.role = 'tool' and octet_length(m.content) > ${short}) as long
       from run_messages m join claimed c on m.org_id = c.org_id and m.root_run_id = c.root_run_id and m.run_id < c.id
-      where m.run_id in (select id from hist)
+      where c.suspended is null
+        and exists (select 1 from runs h where h.id = m.run_id and h.status = 'succeeded' and h.output is not null)
+    ),
+    -- earlier runs with no transcript: their prompt and answer
+    bare as (
+      select h.id, h.prompt, h.output from hist h
+      where not exists (select 1 from run_messages m where m.run_id = h.id)
     ),
     sizes as (
-      select hist.id,
-             coalesce(sum(octet_length(m.content) + coalesce(octet_length(m.tool_calls::text), 0)),
-                      octet_length(hist.prompt) + octet_length(hist.output)) as full_size,
-             coalesce(sum(case when m.long then octet_length(left(m.content, ${short})) + 64 else octet_length(m.content) end
-                          + coalesce(octet_length(m.tool_calls::text), 0)),
-                      octet_length(hist.prompt) + octet_length(hist.output)) as short_size
-      from hist left join msgs m on m.run_id = hist.id
-      group by hist.id, hist.prompt, hist.output
+      select run_id as id, sum(octet_length(content) + coalesce(octet_length(tool_calls::text), 0)) as full_size,
+             sum(case when long then octet_length(left(content, ${short})) + 64 else octet_length(content) end
+                 + coalesce(octet_length(tool_calls::text), 0)) as short_size
+      from msgs group by run_id
+      union all
+      select id, octet_length(prompt) + octet_length(output), octet_length(prompt) + octet_length(output) from bare
     ),
     budget as (select ${o.budgetBytes} - octet_length(c.prompt) - coalesce(octet_length(c.instructions), 0) as b from claimed c),
     plan as (
@@ -575,26 +581,34 @@ export async function claimNext(
              sum(s.short_size) over (order by s.id desc) as cum_short
       from sizes s, budget
     ),
-    kept as (select id, shorten from plan where not shorten or cum_short <= b),
+    -- the turns kept are the newest ones, from first_id on
+    cut as (
+      select coalesce(bool_or(shorten), false) as shorten,
+             min(id) filter (where not shorten or cum_short <= b) as first_id,
+             count(*) filter (where not shorten or cum_short <= b) as kept
+      from plan
+    ),
     sent as (
-      select m.run_id,
+      select m.run_id as id,
              jsonb_agg(jsonb_strip_nulls(jsonb_build_object('role', m.role,
-               'content', case when k.shorten and m.long and char_length(m.content) > ${short}
+               'content', case when cut.shorten and m.long and char_length(m.content) > ${short}
                  then left(m.content, ${short}) || chr(10) || '[result shortened: ${short} of ' || char_length(m.content) || ' characters]'
                  else m.content end,
                'toolCalls', m.tool_calls, 'toolCallId', m.tool_call_id, 'name', m.name)) order by m.seq) as turn,
-             count(*) filter (where k.shorten and m.long and char_length(m.content) > ${short}) as shortened
-      from kept k join msgs m on m.run_id = k.id
+             count(*) filter (where cut.shorten and m.long and char_length(m.content) > ${short}) as shortened
+      from msgs m, cut where m.run_id >= cut.first_id
       group by m.run_id
+      union all
+      select b.id, jsonb_build_array(jsonb_build_object('role', 'user', 'content', b.prompt),
+                                     jsonb_build_object('role', 'assistant', 'content', b.output)), 0
+      from bare b, cut where b.id >= cut.first_id
     ),
     ctx as (
-      select coalesce(jsonb_agg(coalesce(sent.turn,
-                 jsonb_build_array(jsonb_build_object('role', 'user', 'content', h.prompt),
-                                   jsonb_build_object('role', 'assistant', 'content', h.output))) order by k.id), '[]'::jsonb) as turns,
-             count(k.id)::int as kept,
+      select (select coalesce(jsonb_agg(turn order by id), '[]'::jsonb) from sent) as turns,
+             cut.kept::int as kept,
              (select count(*) from hist)::int as total,
-             coalesce(sum(sent.shortened), 0)::int as shortened
-      from kept k join hist h on h.id = k.id left join sent on sent.run_id = k.id
+             (select coalesce(sum(shortened), 0) from sent)::int as shortened
+      from cut
     ),
     lock as (select pg_advisory_xact_lock(hashtext('cairn.run_events:' || claimed.org_id))::text as v from claimed),
     ev as (
