@@ -174,7 +174,48 @@ export const Thread = named(
 )
 export const ThreadPage = named('ThreadPage', Page(Thread))
 export const ListThreadsQuery = StrictObject({ ...PageQuery })
-export const ThreadDetail = named('ThreadDetail', Type.Object({ thread: Thread, runs: Type.Array(Run) }))
+/** One message of a run's transcript (its model conversation after the system messages). */
+export const RunMessage = named(
+  'RunMessage',
+  Type.Object(
+    {
+      role: LiteralUnion(['user', 'assistant', 'tool'] as const),
+      content: Type.String({
+        description:
+          "the message's text: the user message as sent (attachments listed), the assistant's text (empty when it only called tools), a tool's result as the model saw it"
+      }),
+      toolCalls: Type.Optional(
+        Type.Array(
+          Type.Object({
+            id: Type.String(),
+            name: Type.String(),
+            arguments: Type.String({ description: 'the arguments as the model wrote them (JSON text)' })
+          }),
+          { description: "an assistant message's tool calls, each answered by a `tool` message after it" }
+        )
+      ),
+      toolCallId: Type.Optional(Type.String({ description: 'a tool message: the call it answers' })),
+      name: Type.Optional(Type.String({ description: 'a tool message: the tool that answered' }))
+    },
+    { description: 'one message of a run transcript, secrets redacted' }
+  )
+)
+export const RunMessages = named('RunMessages', Type.Object({ items: Type.Array(RunMessage) }))
+
+/** A run of a thread, with its transcript: a thread page shows tool calls and results without the event stream. */
+export const ThreadRun = named(
+  'ThreadRun',
+  Type.Object(
+    {
+      ...Run.properties,
+      messages: Type.Array(RunMessage, {
+        description: "the run's transcript (as `GET /api/runs/{id}/messages`); empty before the run starts"
+      })
+    },
+    { description: 'a run of the thread and its transcript' }
+  )
+)
+export const ThreadDetail = named('ThreadDetail', Type.Object({ thread: Thread, runs: Type.Array(ThreadRun) }))
 
 export const SseHeaders = Type.Object({
   'last-event-id': Type.Optional(Type.String({ maxLength: 32, description: 'resume after this event id' }))

@@ -234,7 +234,7 @@ export const EnvSchema = Type.Object({
     maximum: 10_000_000,
     default: 64_000,
     description:
-      "a run is sent its thread's earlier turns that fit in this many tokens with its instructions and prompt (estimated as UTF-8 bytes / 3); older turns are dropped whole"
+      "a run is sent its thread's earlier turns (their transcripts) that fit in this many tokens with its instructions and prompt (estimated as UTF-8 bytes / 3); long tool results are shortened first, then older turns are dropped whole"
   }),
   OPENAI_PROBE_TTL_MS: Type.Integer({
     minimum: 0,

@@ -21,6 +21,7 @@ export const KEY_ALLOWLIST: readonly string[] = [
   'GET /api/runs/:id',
   'GET /api/runs/changes',
   'GET /api/runs/:id/events',
+  'GET /api/runs/:id/messages',
   'GET /api/runs/:rootRunId/thread-events',
   'GET /api/threads',
   'GET /api/threads/:rootRunId',

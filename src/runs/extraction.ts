@@ -1,6 +1,6 @@
 // Contract 13.5: after a run succeeds, its model is asked once for the durable facts of the
 // exchange, which join the run's capture. A failure never fails the run.
-import type { ChatMessage } from './engines/types.js'
+import type { ChatMessage, WireMessage } from './engines/types.js'
 
 /** The most facts one extraction keeps, and the longest. */
 export const MAX_EXTRACTED = 10
@@ -11,11 +11,43 @@ Answer with a JSON object {"facts": [...]}: at most ${MAX_EXTRACTED} short state
 Leave out greetings, the details of this one task, guesses, and anything secret (passwords, keys, tokens).
 Answer {"facts": []} when there is nothing worth keeping.`
 
-/** The extraction call's messages: the instructions, then the exchange as one user message. */
-export function extractionMessages(prompt: string, output: string): ChatMessage[] {
+/** How much of the thread's earlier conversation the extraction sees, at most (its newest part). */
+export const EXTRACTION_CONTEXT_CHARS = 8000
+
+const WITH_CONTEXT = `The latest exchange continues an earlier conversation, given for context. Take facts from the latest exchange only, and use the earlier turns to say what it refers to: write "Beacon pages the on-call every 5 minutes", not "it pages the on-call every 5 minutes".`
+
+/**
+ * The extraction call's messages: the instructions, then the exchange as one user message; in a thread, the newest
+ * earlier turns (their texts, within EXTRACTION_CONTEXT_CHARS) come first, so a fact stated over two turns keeps its
+ * subject.
+ */
+export function extractionMessages(
+  prompt: string,
+  output: string,
+  earlier: readonly WireMessage[] = []
+): ChatMessage[] {
+  const exchange = `Person: ${prompt}\n\nAssistant: ${output}`
+  const lines: string[] = []
+  let left = EXTRACTION_CONTEXT_CHARS
+  for (let i = earlier.length - 1; i >= 0; i--) {
+    const m = earlier[i]!
+    if ((m.role !== 'user' && m.role !== 'assistant') || !m.content) continue
+    const line = `${m.role === 'user' ? 'Person' : 'Assistant'}: ${m.content}`
+    if (line.length > left) break
+    left -= line.length
+    lines.unshift(line)
+  }
+  if (lines.length === 0)
+    return [
+      { role: 'system', content: INSTRUCTIONS },
+      { role: 'user', content: exchange }
+    ]
   return [
-    { role: 'system', content: INSTRUCTIONS },
-    { role: 'user', content: `Person: ${prompt}\n\nAssistant: ${output}` }
+    { role: 'system', content: `${INSTRUCTIONS}\n${WITH_CONTEXT}` },
+    {
+      role: 'user',
+      content: `Earlier in this conversation:\n${lines.join('\n\n')}\n\nThe latest exchange:\n${exchange}`
+    }
   ]
 }
 

@@ -18,6 +18,7 @@ import {
   RunIdParams,
   RunChangeStream,
   RunEventStream,
+  RunMessages,
   RunPage,
   SseHeaders,
   ThreadDetail,
@@ -27,6 +28,7 @@ import {
 import { EngineError, ModelUnavailable } from './engines/types.js'
 import { lastEventOf, TERMINAL_EVENTS } from './events.js'
 import { awaitsDecision, getRun, getThread, listRuns, listThreads, runToWire, type RunRow } from './runs-repo.js'
+import { threadTranscripts, transcriptOf } from './transcripts.js'
 import { changeFrame, eventFrame, isChangeEvent, isTerminal, pipeEvents } from './streams.js'
 import { chatCompletions, TERMINAL_STATUSES } from './tables.js'
 
@@ -188,6 +190,27 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
   )
 
+  app.get(
+    '/runs/:id/messages',
+    {
+      schema: {
+        operationId: 'getRunMessages',
+        tags: ['runs'],
+        summary: "A run's transcript: its model conversation, tool calls and results included",
+        description:
+          "Returns every message of the run's model conversation in order: its user message (attachments listed), each assistant message with the text it wrote before calling tools and its tool calls, each tool result as the model saw it, and the final answer. Secrets are redacted; the transcript is kept with the run, whatever the event retention.",
+        params: RunIdParams,
+        response: { 200: RunMessages, ...errorResponses(404) }
+      }
+    },
+    async (request) => {
+      const { orgId } = principalOf(request)
+      const run = await getRun(app.db, orgId, request.params.id)
+      if (!run) throw notFound('no such run in this organization')
+      return { items: await transcriptOf(app.db, orgId, run.id) }
+    }
+  )
+
   app.post(
     '/runs/:id/cancel',
     {
@@ -329,8 +352,9 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       schema: {
         operationId: 'getThread',
         tags: ['runs'],
-        summary: 'One thread and its runs, oldest first',
-        description: 'Returns one thread with all of its runs, oldest first.',
+        summary: 'One thread and its runs, oldest first, each with its transcript',
+        description:
+          'Returns one thread with all of its runs, oldest first, each with its transcript (`messages`, as `GET /api/runs/{id}/messages`): tool calls and their results without replaying the event stream.',
         params: RootRunIdParams,
         response: { 200: ThreadDetail, ...errorResponses(404) }
       }
@@ -339,7 +363,11 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const { orgId } = principalOf(request)
       const found = await getThread(app.db, orgId, request.params.rootRunId)
       if (!found) throw notFound('no such thread in this organization')
-      return { thread: found.thread, runs: found.runs.map(runToWire) }
+      const transcripts = await threadTranscripts(app.db, orgId, request.params.rootRunId)
+      return {
+        thread: found.thread,
+        runs: found.runs.map((run) => ({ ...runToWire(run), messages: transcripts.get(run.id) ?? [] }))
+      }
     }
   )
 

@@ -12,6 +12,8 @@ import { newId } from '../db/ids.js'
 import { appendEvent, notifyStored, type EventBatcher } from './events.js'
 import { currentTraceparent } from '../telemetry/tracing.js'
 import type { FollowUpRun } from './ports/skills.js'
+import { appendTranscript, replayWire, SHORTENED_RESULT_CHARS, type TranscriptMessage } from './transcripts.js'
+import type { WireMessage } from './engines/types.js'
 import {
   runs,
   type RememberedFact,
@@ -499,7 +501,7 @@ export async function cancelRun(db: Db, orgId: string, id: string, onEnded?: OnR
 /** A claimed run and the thread's earlier turns it is given (user and assistant messages). */
 export interface ClaimedRun {
   run: RunRow
-  history: Array<{ role: 'user' | 'assistant'; content: string }>
+  history: WireMessage[]
 }
 
 /**
@@ -523,6 +525,7 @@ export async function claimNext(
   db: Db,
   o: { instanceId: string; leaseMs: number; budgetBytes: number }
 ): Promise<{ claimed: ClaimedRun | null; waiting: boolean }> {
+  const short = sql.raw(String(SHORTENED_RESULT_CHARS))
   const result = await db.execute(sql`${sql.raw(PLAN_EACH_TIME)}
     with recursive queued_orgs(org_id) as (
       (select org_id from runs where status = 'queued' order by org_id limit 1)
@@ -554,26 +557,80 @@ export async function claimNext(
          order by coalesce(busy.n, 0), head.created_at, head.id limit 1))
       returning *
     ),
+    -- the thread's earlier succeeded turns: each one's transcript (or its prompt and answer
+    -- when it has none), the newest that fit the budget; when all do not fit, long tool
+    -- results are shortened first, then the oldest turns left out whole
     hist as (
-      select h.id, h.prompt, h.output,
-             sum(octet_length(h.prompt) + octet_length(h.output)) over (order by h.id desc) as cum
+      select h.id, h.prompt, h.output
       from runs h join claimed c on h.org_id = c.org_id and h.root_run_id = c.root_run_id and h.id < c.id
       where h.status = 'succeeded' and h.output is not null and c.suspended is null
     ),
+    -- every join below is an index lookup or against a one-row CTE: the plan stays linear
+    -- whatever the planner's statistics say (PGlite never gathers any)
+    msgs as (
+      -- sizes from octet_length, which reads no stored text (a result's characters are counted
+      -- only when it is sent shortened)
+      select m.run_id, m.seq, m.role, m.content, m.tool_calls, m.tool_call_id, m.name,
+             (m.role = 'tool' and octet_length(m.content) > ${short}) as long
+      from run_messages m join claimed c on m.org_id = c.org_id and m.root_run_id = c.root_run_id and m.run_id < c.id
+      where c.suspended is null
+        and exists (select 1 from runs h where h.id = m.run_id and h.status = 'succeeded' and h.output is not null)
+    ),
+    -- earlier runs with no transcript: their prompt and answer
+    bare as (
+      select h.id, h.prompt, h.output from hist h
+      where not exists (select 1 from run_messages m where m.run_id = h.id)
+    ),
+    sizes as (
+      select run_id as id, sum(octet_length(content) + coalesce(octet_length(tool_calls::text), 0)) as full_size,
+             sum(case when long then octet_length(left(content, ${short})) + 64 else octet_length(content) end
+                 + coalesce(octet_length(tool_calls::text), 0)) as short_size
+      from msgs group by run_id
+      union all
+      select id, octet_length(prompt) + octet_length(output), octet_length(prompt) + octet_length(output) from bare
+    ),
+    budget as (select ${o.budgetBytes} - octet_length(c.prompt) - coalesce(octet_length(c.instructions), 0) as b from claimed c),
+    plan as (
+      select s.id, budget.b, (sum(s.full_size) over () > budget.b) as shorten,
+             sum(s.short_size) over (order by s.id desc) as cum_short
+      from sizes s, budget
+    ),
+    -- the turns kept are the newest ones, from first_id on
+    cut as (
+      select coalesce(bool_or(shorten), false) as shorten,
+             min(id) filter (where not shorten or cum_short <= b) as first_id,
+             count(*) filter (where not shorten or cum_short <= b) as kept
+      from plan
+    ),
+    sent as (
+      select m.run_id as id,
+             jsonb_agg(jsonb_strip_nulls(jsonb_build_object('role', m.role,
+               'content', case when cut.shorten and m.long and char_length(m.content) > ${short}
+                 then left(m.content, ${short}) || chr(10) || '[result shortened: ${short} of ' || char_length(m.content) || ' characters]'
+                 else m.content end,
+               'toolCalls', m.tool_calls, 'toolCallId', m.tool_call_id, 'name', m.name)) order by m.seq) as turn,
+             count(*) filter (where cut.shorten and m.long and char_length(m.content) > ${short}) as shortened
+      from msgs m, cut where m.run_id >= cut.first_id
+      group by m.run_id
+      union all
+      select b.id, jsonb_build_array(jsonb_build_object('role', 'user', 'content', b.prompt),
+                                     jsonb_build_object('role', 'assistant', 'content', b.output)), 0
+      from bare b, cut where b.id >= cut.first_id
+    ),
     ctx as (
-      select coalesce(jsonb_agg(jsonb_build_object('prompt', hist.prompt, 'output', hist.output) order by hist.id)
-                        filter (where hist.cum <= b.budget), '[]'::jsonb) as turns,
-             (count(*) filter (where hist.cum <= b.budget))::int as kept,
-             count(hist.id)::int as total
-      from (select ${o.budgetBytes} - octet_length(c.prompt) - coalesce(octet_length(c.instructions), 0) as budget from claimed c) b
-      left join hist on true
+      select (select coalesce(jsonb_agg(turn order by id), '[]'::jsonb) from sent) as turns,
+             cut.kept::int as kept,
+             (select count(*) from hist)::int as total,
+             (select coalesce(sum(shortened), 0) from sent)::int as shortened
+      from cut
     ),
     lock as (select pg_advisory_xact_lock(hashtext('cairn.run_events:' || claimed.org_id))::text as v from claimed),
     ev as (
       insert into run_events (org_id, run_id, root_run_id, type, data)
       select org_id, id, root_run_id, 'run.started',
              case when suspended is null
-               then jsonb_build_object('engine', engine, 'model', model, 'contextTurns', ctx.kept, 'droppedTurns', ctx.total - ctx.kept)
+               then jsonb_build_object('engine', engine, 'model', model, 'contextTurns', ctx.kept, 'droppedTurns', ctx.total - ctx.kept,
+                                       'shortenedResults', ctx.shortened)
                else jsonb_build_object('engine', engine, 'model', model, 'resumed', true) end
       from claimed, ctx, lock
       returning id, org_id, run_id, root_run_id, type, data, created_at
@@ -587,15 +644,9 @@ export async function claimNext(
   const row = rowsOf<Record<string, unknown>>(result)[0]!
   const waiting = boolOf(row.more_waiting)
   if (row.id === null || row.id === undefined) return { claimed: null, waiting }
-  const turns = jsonOf<Array<{ prompt: string; output: string }> | null>(row.context_turns) ?? []
+  const turns = jsonOf<TranscriptMessage[][] | null>(row.context_turns) ?? []
   return {
-    claimed: {
-      run: runFromRow(row),
-      history: turns.flatMap((t) => [
-        { role: 'user' as const, content: t.prompt },
-        { role: 'assistant' as const, content: t.output }
-      ])
-    },
+    claimed: { run: runFromRow(row), history: replayWire(turns) },
     waiting
   }
 }
@@ -634,7 +685,8 @@ export async function suspendRun(
   run: RunRow,
   instanceId: string,
   state: SuspendedRun,
-  spent: { promptTokens: number; completionTokens: number } | null
+  spent: { promptTokens: number; completionTokens: number } | null,
+  transcript: readonly TranscriptMessage[] = []
 ): Promise<void> {
   const approvalIds = state.calls.flatMap((c) =>
     c.approvalId !== undefined && c.content === undefined ? [c.approvalId] : []
@@ -646,6 +698,8 @@ export async function suspendRun(
       )
     )
     if (held.length === 0) return
+    // the round that waits is in the transcript: the run goes on from it
+    await appendTranscript(tx, run, transcript)
     await tx.execute(sql`
       update runs set status = 'requires_action', suspended = ${JSON.stringify(state)}::jsonb, lease_owner = null, lease_expires_at = null,
         input_tokens = ${spent?.promptTokens ?? null}, output_tokens = ${spent?.completionTokens ?? null},
@@ -672,7 +726,8 @@ export async function releaseRun(
   db: Db,
   run: RunRow,
   instanceId: string,
-  checkpoint: { state: string; usage: { promptTokens: number; completionTokens: number } | null } | undefined
+  checkpoint: { state: string; usage: { promptTokens: number; completionTokens: number } | null } | undefined,
+  transcript: readonly TranscriptMessage[] = []
 ): Promise<void> {
   await db.transaction(async (tx) => {
     const [released] = await tx
@@ -692,6 +747,7 @@ export async function releaseRun(
       })
       .where(and(eq(runs.id, run.id), eq(runs.status, 'running'), eq(runs.leaseOwner, instanceId)))
       .returning({ id: runs.id })
+    if (released) await appendTranscript(tx, run, transcript)
     if (released)
       await appendEvent(tx, {
         orgId: run.orgId,

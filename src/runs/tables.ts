@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { bigserial, boolean, check, index, integer, jsonb, pgTable, text } from 'drizzle-orm/pg-core'
+import { bigserial, boolean, check, index, integer, jsonb, pgTable, primaryKey, text } from 'drizzle-orm/pg-core'
 import { ts } from '../db/columns.js'
 import { RUN_ORIGINS, RUN_STATUSES } from '../../schemas/runs.js'
 import { organizations } from '../auth/tables.js'
@@ -170,4 +170,46 @@ export const chatCompletions = pgTable(
     outputTokens: integer('output_tokens')
   },
   (t) => [index('chat_completions_org_idx').on(t.orgId, t.id)]
+)
+
+/** A tool call as a transcript keeps it: its id, the tool's name and the arguments as the model wrote them. */
+export interface TranscriptToolCall {
+  id: string
+  name: string
+  arguments: string
+}
+
+/**
+ * A run's transcript: every message of its model conversation after its system messages, in
+ * order (its user message as sent, attachments listed; each assistant message, text and tool
+ * calls; each tool result as the model saw it; the final answer), secrets redacted. Written as
+ * the run goes (each finished tool round, the round a run waits in, its end), kept with the run
+ * (not subject to event retention), and replayed to the thread's later runs.
+ */
+export const runMessages = pgTable(
+  'run_messages',
+  {
+    runId: text('run_id')
+      .notNull()
+      .references(() => runs.id, { onDelete: 'cascade' }),
+    /** the message's place in the run's conversation, from 0 (its user message) */
+    seq: integer('seq').notNull(),
+    orgId: text('org_id').notNull(),
+    rootRunId: text('root_run_id').notNull(),
+    role: text('role').$type<'user' | 'assistant' | 'tool'>().notNull(),
+    content: text('content').notNull(),
+    /** an assistant message's tool calls */
+    toolCalls: jsonb('tool_calls').$type<TranscriptToolCall[]>(),
+    /** a tool result's call */
+    toolCallId: text('tool_call_id'),
+    /** a tool result's tool */
+    name: text('name'),
+    createdAt: ts('created_at').notNull().defaultNow()
+  },
+  (t) => [
+    primaryKey({ columns: [t.runId, t.seq] }),
+    // a thread's history in one index range
+    index('run_messages_thread_idx').on(t.orgId, t.rootRunId, t.runId, t.seq),
+    check('run_messages_role_check', sql`${t.role} in ('user', 'assistant', 'tool')`)
+  ]
 )

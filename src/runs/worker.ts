@@ -8,12 +8,12 @@ import type { EngineRegistry } from './engines/registry.js'
 import {
   EngineError,
   RunSuspended,
-  type ChatMessage,
   type Engine,
   type EngineContext,
   type EngineResult,
   type RunTools,
-  type ToolDefinition
+  type ToolDefinition,
+  type WireMessage
 } from './engines/types.js'
 import { prepareAttachments } from './attachments.js'
 import { insertEvents, type EventBatcher } from './events.js'
@@ -45,6 +45,7 @@ import { backoffDelay, createWorkerLoop, LoopStopped, type WorkerLoop } from '..
 import { observeRun, type ExecutionEnd } from '../telemetry/runs.js'
 import { redactSpansWith } from '../telemetry/tracing.js'
 import type { OutputChecker } from './output-check.js'
+import { appendTranscript, ownMessages, toTranscript, type TranscriptMessage } from './transcripts.js'
 
 /** Drops a run's waiting tool calls, if runs have tools; never throws (the run ends either way). */
 export async function dropToolCalls(
@@ -127,6 +128,8 @@ interface Active {
   checkpoint?: { state: string; usage: Usage | null } | undefined
   /** how this execution left the worker, for its span and the run metrics (unset: killed or lost) */
   ended?: ExecutionEnd | undefined
+  /** the run's transcript as far as the engine got (redacted), and how much of it is stored */
+  transcript?: { messages: TranscriptMessage[]; written: number } | undefined
 }
 
 /**
@@ -294,7 +297,7 @@ export class RunWorker {
     }
   }
 
-  private async runOne(entry: Active, history: ChatMessage[]): Promise<void> {
+  private async runOne(entry: Active, history: WireMessage[]): Promise<void> {
     const { o } = this
     const { run } = entry
     const { signal } = entry.controller
@@ -379,6 +382,7 @@ export class RunWorker {
       }))
     let outcome: RunOutcome
     let engineUsage: Usage | undefined
+    let transcript: TranscriptMessage[] | null = null
     try {
       if (run.secretNames.length > 0) {
         ;({ redact, env } = await this.secretsOf(run))
@@ -415,6 +419,16 @@ export class RunWorker {
         resume: run.suspended,
         checkpoint: (state) => {
           entry.checkpoint = { state: JSON.stringify(state), usage: reported }
+          const messages = toTranscript(ownMessages(state.messages as WireMessage[]), redact)
+          const written = entry.transcript?.written ?? 0
+          entry.transcript = { messages, written }
+          // a whole tool round is stored before the model is asked again: a run handed back or
+          // lost keeps what it did, and the thread's next runs read it from there
+          if (state.calls.length > 0) return
+          this.guard()
+          return this.whileLeased(entry, () => appendTranscript(o.db, run, messages, written), signal).then(() => {
+            entry.transcript = { messages, written: Math.max(written, messages.length) }
+          })
         },
         settings: run.settings,
         reportUsage,
@@ -459,6 +473,14 @@ export class RunWorker {
       await writer.settled()
       engineUsage = result.usage
       const output = redact.text(result.text)
+      // an engine that keeps no conversation of its own (echo, a job): the prompt and the answer
+      transcript = toTranscript(
+        result.transcript ?? [
+          { role: 'user', content: run.prompt },
+          { role: 'assistant', content: result.text }
+        ],
+        redact
+      )
       const invalid = await o.outputCheck.check(run.settings, output)
       outcome =
         invalid === null
@@ -467,7 +489,9 @@ export class RunWorker {
       if (outcome.status === 'succeeded' && !job && (await memorySettings()).extract) {
         // the answer is shown before the extraction's model call, not after it
         await writer.flush()
-        outcome.facts.push(...(await this.extractFacts(engine, run, output, { signal, emit, reportUsage, redact })))
+        outcome.facts.push(
+          ...(await this.extractFacts(engine, run, output, { signal, emit, reportUsage, redact, history }))
+        )
       }
     } catch (err) {
       if (this.killed || err instanceof WorkerGone || err instanceof LeaseLost) return
@@ -475,7 +499,12 @@ export class RunWorker {
       if (reason instanceof RunSuspended) {
         await flushDeltas()
         await writer.flush()
-        await this.suspend(entry, reason.state, reported)
+        await this.suspend(
+          entry,
+          reason.state,
+          reported,
+          toTranscript(ownMessages(reason.state.messages as WireMessage[]), redact)
+        )
         return
       }
       if (reason instanceof CancelRequested) outcome = { status: 'cancelled' }
@@ -501,7 +530,9 @@ export class RunWorker {
       }
     }
     if (this.killed) return
-    await this.finish(entry, ref, outcome, reported ?? engineUsage ?? null, writer)
+    // a run that ended before its answer keeps what it got to (at least its prompt)
+    transcript ??= entry.transcript?.messages ?? toTranscript([{ role: 'user', content: run.prompt }], redact)
+    await this.finish(entry, ref, outcome, reported ?? engineUsage ?? null, writer, transcript)
   }
 
   /**
@@ -516,7 +547,8 @@ export class RunWorker {
     ref: RunRef,
     outcome: RunOutcome,
     usage: Usage | null,
-    writer: RunEventWriter
+    writer: RunEventWriter,
+    transcript: TranscriptMessage[]
   ): Promise<void> {
     const { o } = this
     const { run } = entry
@@ -534,6 +566,7 @@ export class RunWorker {
           // the lease was lost meanwhile (a sweeper failed it): the sweeper's answer stands
           const finished = await markFinished(tx, run.id, this.instanceId, outcome, usage)
           if (!finished) return []
+          await appendTranscript(tx, run, transcript, entry.transcript?.written ?? 0)
           const data: Record<string, unknown> =
             outcome.status === 'failed' ? { error: outcome.error } : outcome.status === 'succeeded' ? { usage } : {}
           await insertEvents(tx, [
@@ -580,12 +613,14 @@ export class RunWorker {
       emit: EngineContext['emit']
       reportUsage: EngineContext['reportUsage']
       redact: Redactor
+      /** the thread's earlier turns the run was given: what the exchange may refer to */
+      history: WireMessage[]
     }
   ): Promise<string[]> {
     let answer: string
     try {
       const done = await engine.complete(
-        extractionMessages(run.prompt, output),
+        extractionMessages(run.prompt, output, ctx.history),
         run.model,
         { responseFormat: { type: 'json_object' } },
         ctx.signal
@@ -609,12 +644,17 @@ export class RunWorker {
   }
 
   /** Contract 13.4: the run leaves this worker to wait for people's decisions (runs-repo.ts suspendRun). */
-  private async suspend(entry: Active, state: SuspendedRun, spent: Usage | null): Promise<void> {
+  private async suspend(
+    entry: Active,
+    state: SuspendedRun,
+    spent: Usage | null,
+    transcript: TranscriptMessage[]
+  ): Promise<void> {
     const { run } = entry
     entry.ended = 'requires_action'
     // the run may go on on another instance
     await this.settleWorkspace(run)
-    await this.lastWrite(entry, () => suspendRun(this.o.db, run, this.instanceId, state, spent), undefined)
+    await this.lastWrite(entry, () => suspendRun(this.o.db, run, this.instanceId, state, spent, transcript), undefined)
   }
 
   /** The job a group does for this run (a wiki build), or null: the engine answers the prompt. */
@@ -664,7 +704,11 @@ export class RunWorker {
     const { run, checkpoint } = entry
     entry.ended = 'queued'
     await this.settleWorkspace(run)
-    await this.lastWrite(entry, () => releaseRun(this.o.db, run, this.instanceId, checkpoint), undefined)
+    await this.lastWrite(
+      entry,
+      () => releaseRun(this.o.db, run, this.instanceId, checkpoint, entry.transcript?.messages),
+      undefined
+    )
   }
 
   private async renewLeases(): Promise<void> {

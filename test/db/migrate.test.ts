@@ -128,65 +128,76 @@ t.test('0017 upgrades the fleet usage rollup: the hours are built from the quart
   t.same(after, [{ hour: 3, quarter: 2 }], 'the new trigger keeps both grains')
 })
 
-t.test("0018 and 0019 keep a succeeded run's answer on the run, copied from its message.completed event", async (t) => {
-  const full = JSON.parse(readFileSync(join(migrationsFolder(), 'meta', '_journal.json'), 'utf8')) as {
-    entries: Array<{ tag: string }>
-  }
-  const upTo = full.entries.findIndex((e) => e.tag === '0018_run_results')
-  t.ok(upTo > 0, '0018 is in the journal')
-  const before = mkdtempSync(join(tmpdir(), 'cairn-migrations-'))
-  t.teardown(() => rmSync(before, { recursive: true, force: true }))
-  cpSync(migrationsFolder(), before, { recursive: true })
-  writeFileSync(
-    join(before, 'meta', '_journal.json'),
-    JSON.stringify({ ...full, entries: full.entries.slice(0, upTo) })
-  )
-  const database = await openDatabase({ dataDir: 'memory://' })
-  t.teardown(() => database.close())
-  const db = database.db as unknown as Parameters<typeof migrate>[0]
-  await migrate(db, { migrationsFolder: before })
-  await db.execute(sql`insert into organizations (id, name, slug) values ('o1', 'o', 'o')`)
-  for (const [id, status] of [
-    ['ok', 'succeeded'],
-    ['pruned', 'succeeded'],
-    ['bad', 'failed']
-  ]) {
-    await db.execute(
-      sql`insert into runs (id, org_id, root_run_id, engine, prompt, status, origin) values (${id}, 'o1', ${id}, 'echo', 'p', ${status}, 'api')`
+t.test(
+  "0018 and 0019 keep a succeeded run's answer on the run, copied from its message.completed event; 0034 makes it a transcript",
+  async (t) => {
+    const full = JSON.parse(readFileSync(join(migrationsFolder(), 'meta', '_journal.json'), 'utf8')) as {
+      entries: Array<{ tag: string }>
+    }
+    const upTo = full.entries.findIndex((e) => e.tag === '0018_run_results')
+    t.ok(upTo > 0, '0018 is in the journal')
+    const before = mkdtempSync(join(tmpdir(), 'cairn-migrations-'))
+    t.teardown(() => rmSync(before, { recursive: true, force: true }))
+    cpSync(migrationsFolder(), before, { recursive: true })
+    writeFileSync(
+      join(before, 'meta', '_journal.json'),
+      JSON.stringify({ ...full, entries: full.entries.slice(0, upTo) })
     )
-  }
-  for (const [run, text] of [
-    ['ok', 'first draft'],
-    ['ok', 'the answer'],
-    ['bad', 'half an answer']
-  ]) {
-    await db.execute(
-      sql`insert into run_events (org_id, run_id, root_run_id, type, data) values ('o1', ${run}, ${run}, 'message.completed', ${JSON.stringify({ text })}::jsonb)`
-    )
-  }
-  t.same(
-    await migrateDatabase(database),
-    { applied: full.entries.length - upTo, total: full.entries.length },
-    'the rest applies'
-  )
-  const rows = rowsOf<{ id: string; output: string | null; settings: unknown; attachments: unknown }>(
-    await db.execute(sql`select id, output, settings, attachments from runs order by id`)
-  )
-  t.same(
-    rows.map((r) => [r.id, r.output]),
-    [
-      ['bad', null],
+    const database = await openDatabase({ dataDir: 'memory://' })
+    t.teardown(() => database.close())
+    const db = database.db as unknown as Parameters<typeof migrate>[0]
+    await migrate(db, { migrationsFolder: before })
+    await db.execute(sql`insert into organizations (id, name, slug) values ('o1', 'o', 'o')`)
+    for (const [id, status] of [
+      ['ok', 'succeeded'],
+      ['pruned', 'succeeded'],
+      ['bad', 'failed']
+    ]) {
+      await db.execute(
+        sql`insert into runs (id, org_id, root_run_id, engine, prompt, status, origin) values (${id}, 'o1', ${id}, 'echo', 'p', ${status}, 'api')`
+      )
+    }
+    for (const [run, text] of [
+      ['ok', 'first draft'],
       ['ok', 'the answer'],
-      ['pruned', null]
-    ],
-    'the last answer of a succeeded run; none without its event or for a failed run'
-  )
-  t.same(
-    rows.map((r) => [jsonOf(r.settings), jsonOf(r.attachments)]),
-    [
-      [{}, []],
-      [{}, []],
-      [{}, []]
-    ]
-  )
-})
+      ['bad', 'half an answer']
+    ]) {
+      await db.execute(
+        sql`insert into run_events (org_id, run_id, root_run_id, type, data) values ('o1', ${run}, ${run}, 'message.completed', ${JSON.stringify({ text })}::jsonb)`
+      )
+    }
+    t.same(
+      await migrateDatabase(database),
+      { applied: full.entries.length - upTo, total: full.entries.length },
+      'the rest applies'
+    )
+    const rows = rowsOf<{ id: string; output: string | null; settings: unknown; attachments: unknown }>(
+      await db.execute(sql`select id, output, settings, attachments from runs order by id`)
+    )
+    t.same(
+      rows.map((r) => [r.id, r.output]),
+      [
+        ['bad', null],
+        ['ok', 'the answer'],
+        ['pruned', null]
+      ],
+      'the last answer of a succeeded run; none without its event or for a failed run'
+    )
+    t.same(
+      rows.map((r) => [jsonOf(r.settings), jsonOf(r.attachments)]),
+      [
+        [{}, []],
+        [{}, []],
+        [{}, []]
+      ]
+    ) // 0034: a succeeded run from before transcripts is replayed as its prompt and answer
+    t.same(
+      rowsOf(await db.execute(sql`select run_id, seq, role, content from run_messages order by run_id, seq`)),
+      [
+        { run_id: 'ok', seq: 0, role: 'user', content: 'p' },
+        { run_id: 'ok', seq: 1, role: 'assistant', content: 'the answer' }
+      ],
+      'transcripts back-filled for succeeded runs with an answer'
+    )
+  }
+)

@@ -234,6 +234,35 @@ t.test('extraction: one json_object call after a succeeded run; a bad answer is 
   t.ok((await storedEventsOf(app, orgId, down)).some((e) => e.type === 'memory.extract_failed'))
 })
 
+t.test('extraction in a thread sees the earlier turns, so a fact keeps its subject', async (t) => {
+  const { app, model, cookie } = await setup(t)
+  await app.inject({
+    method: 'PUT',
+    url: '/api/memory/settings',
+    headers: { cookie },
+    payload: { enabled: true, extract: true }
+  })
+  model.script.push({ text: 'Noted.' }, { text: JSON.stringify({ facts: ['The pager tool is called Beacon'] }) })
+  const first = await startRun(app, { cookie }, 'Our pager tool is called Beacon.')
+  t.equal((await finishedRun(app, cookie, first)).status, 'succeeded')
+  const alone = model.requests[1]!.body.messages
+  t.notMatch(alone.at(-1).content, /Earlier in this conversation/, 'a first turn has no context')
+  model.script.push(
+    { text: 'Got it.' },
+    { text: JSON.stringify({ facts: ['Beacon pages the on-call every 5 minutes'] }) }
+  )
+  const second = await startRun(app, { cookie }, 'It pages the on-call every 5 minutes.', { rootRunId: first })
+  t.equal((await finishedRun(app, cookie, second)).status, 'succeeded')
+  const asked = model.requests[3]!.body
+  t.same(asked.response_format, { type: 'json_object' })
+  t.match(asked.messages[0].content, /use the earlier turns to say what it refers to/)
+  t.equal(
+    asked.messages.at(-1).content,
+    'Earlier in this conversation:\nPerson: Our pager tool is called Beacon.\n\nAssistant: Noted.\n\n' +
+      'The latest exchange:\nPerson: It pages the on-call every 5 minutes.\n\nAssistant: Got it.'
+  )
+})
+
 t.test(
   "recall: the whole prompt's significant words, at most MEMORY_RECALL_LIMIT facts, in one system message",
   async (t) => {

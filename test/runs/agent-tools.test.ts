@@ -107,6 +107,17 @@ t.test('an approved shell call runs in the sandbox and its output goes back to t
     'text is streamed as deltas'
   )
 
+  // the transcript goes on across the wait: the round stored when the run left its worker, then the rest
+  const items = (await app.inject({ method: 'GET', url: `/api/runs/${runId}/messages`, headers: { cookie } })).json()
+    .items
+  t.same(
+    items.map((m: any) => m.role),
+    ['user', 'assistant', 'tool', 'assistant']
+  )
+  t.match(items[1].toolCalls, [{ id: 'call_1', name: 'shell', arguments: '{"command":"echo hello-from-sandbox"}' }])
+  t.match(items[2], { toolCallId: 'call_1', name: 'shell', content: /hello-from-sandbox/ })
+  t.equal(items[3].content, 'The sandbox said hello.')
+
   t.equal(upstream.requests.length, 2)
   const first = upstream.requests[0]!.body
   t.same(

@@ -145,6 +145,105 @@ t.test('Anthropic tool use runs the same tools: tool_use blocks out, tool_result
   t.match(listed, [{ name: 'plan.md' }])
 })
 
+/** What the Messages API refuses: empty text, a tool_use not answered in the very next user message, a stray result. */
+function refusals(messages: any[]): string[] {
+  const problems: string[] = []
+  messages.forEach((m, i) => {
+    const blocks = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : m.content
+    if (blocks.length === 0) problems.push(`message ${i} is empty`)
+    for (const b of blocks) if (b.type === 'text' && b.text === '') problems.push(`message ${i} has empty text`)
+    const uses = blocks.filter((b: any) => b.type === 'tool_use').map((b: any) => b.id)
+    if (uses.length > 0) {
+      const next = messages[i + 1]
+      const answered = new Set(
+        Array.isArray(next?.content)
+          ? next.content.filter((b: any) => b.type === 'tool_result').map((b: any) => b.tool_use_id)
+          : []
+      )
+      for (const id of uses) if (!answered.has(id)) problems.push(`tool_use ${id} of message ${i} has no result next`)
+    }
+    const results = blocks.filter((b: any) => b.type === 'tool_result').map((b: any) => b.tool_use_id)
+    const before = i > 0 && Array.isArray(messages[i - 1].content) ? messages[i - 1].content : []
+    for (const id of results)
+      if (!before.some((b: any) => b.type === 'tool_use' && b.id === id))
+        problems.push(`tool_result ${id} of message ${i} has no call`)
+  })
+  const ids = messages
+    .flatMap((m) => (Array.isArray(m.content) ? m.content : []))
+    .filter((b: any) => b.type === 'tool_use')
+  if (new Set(ids.map((b: any) => b.id)).size !== ids.length) problems.push('two tool_use blocks share an id')
+  return problems
+}
+
+t.test(
+  'a thread replays earlier tool use on the Anthropic wire: text before the call, each result right after it',
+  async (t) => {
+    const upstream = await startAnthropicUpstream(t)
+    const dataDir = await mkdtemp(join(tmpdir(), 'cairn-anthropic-'))
+    t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+    const app = await buildTestApp(t, {
+      env: {
+        ANTHROPIC_BASE_URL: upstream.url,
+        ANTHROPIC_API_KEY: upstream.key,
+        DATA_DIR: dataDir,
+        SANDBOX_UNCONFINED: 'true',
+        RUN_POLL_MS: '50'
+      }
+    })
+    const input = { name: 'plan.md', content: '# Plan\n' }
+    const turn = async (prompt: string, rootRunId?: string) => {
+      const run = await ended(app, (await post(app, { prompt, model: 'claude-test-1', rootRunId })).json().run.id)
+      t.equal(run.status, 'succeeded', run.error ?? prompt)
+      return run
+    }
+    const calls = () => upstream.requests.filter((r) => r.path === '/v1/messages')
+    upstream.script.push(
+      { text: 'Saving.', toolUses: [{ id: 'toolu_1', name: 'write_artifact', input }] },
+      { text: 'Saved the plan.' }
+    )
+    const first = await turn('write a plan')
+    const result = calls()[1]!.body.messages.at(-1)
+    // a second turn whose call has the same id (the model's ids are its own business)
+    upstream.script.push({ toolUses: [{ id: 'toolu_1', name: 'write_artifact', input }] }, { text: 'Saved again.' })
+    await turn('save it again', first.id)
+    upstream.script.push({ text: 'plan.md, twice.' })
+    const third = await turn('what did you save?', first.id)
+    const sent = calls()[4]!.body.messages
+    t.same(sent.slice(0, 4), [
+      { role: 'user', content: 'write a plan' },
+      {
+        role: 'assistant',
+        content: [
+          { type: 'text', text: 'Saving.' },
+          { type: 'tool_use', id: 'toolu_1', name: 'write_artifact', input }
+        ]
+      },
+      result,
+      { role: 'assistant', content: 'Saved the plan.' }
+    ])
+    t.match(sent.slice(4), [
+      { role: 'user', content: 'save it again' },
+      { role: 'assistant', content: [{ type: 'tool_use', name: 'write_artifact', input }] },
+      { role: 'user', content: [{ type: 'tool_result', content: /plan\.md/ }] },
+      { role: 'assistant', content: 'Saved again.' },
+      { role: 'user', content: 'what did you save?' }
+    ])
+    t.equal(sent.length, 9)
+    t.same(refusals(sent), [], 'a request the Messages API takes')
+    const started = (await storedEventsOf(app, DEV_ORG.id, third.id)).find((e) => e.type === 'run.started')!
+    t.match(started.data, { contextTurns: 2, droppedTurns: 0, shortenedResults: 0 })
+    // the text written before the call is in the transcript
+    const items = (await app.inject({ method: 'GET', url: `/api/runs/${first.id}/messages` })).json().items
+    t.match(items, [
+      { role: 'user', content: 'write a plan' },
+      { role: 'assistant', content: 'Saving.', toolCalls: [{ id: 'toolu_1', name: 'write_artifact' }] },
+      { role: 'tool', toolCallId: 'toolu_1', name: 'write_artifact', content: result.content[0].content },
+      { role: 'assistant', content: 'Saved the plan.' }
+    ])
+    t.same(JSON.parse(items[1].toolCalls[0].arguments), input)
+  }
+)
+
 t.test(
   'Anthropic faults: 429 with retry-after and 529-free 5xx are retried; 4xx is final and says what the API said',
   async (t) => {

@@ -1,9 +1,17 @@
 import { once } from 'node:events'
 import { createServer } from 'node:http'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { and, eq } from 'drizzle-orm'
 import t from 'tap'
-import { buildTestApp } from '../helper.js'
+import { DEV_ORG } from '../../src/auth/dev-org.js'
+import { runMessages } from '../../src/runs/tables.js'
+import { buildTestApp, signUpWithOrg } from '../helper.js'
 import { startOpenAiUpstream } from './openai-upstream.js'
+import { storedEventsOf } from './run-helpers.js'
 import { eventually, SseClient } from './sse-client.js'
+import { startToolModel } from './tool-model.js'
 
 interface Upstream {
   url: string
@@ -333,4 +341,127 @@ t.test('chat streams tokens then done; offline it echoes; a disconnect aborts up
     t.equal(res.statusCode, 400, payload)
     t.type(res.json().error, 'string')
   }
+})
+
+/** A model that calls tools (write_artifact needs no decision) and an app that runs them, in the dev org. */
+async function toolThread(t: import('tap').Test, env: Record<string, string> = {}) {
+  const model = await startToolModel(t)
+  const dataDir = await mkdtemp(join(tmpdir(), 'cairn-transcripts-'))
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+  const app = await buildTestApp(t, {
+    env: {
+      OPENAI_BASE_URL: model.url,
+      MODELS: 'tool-model',
+      DATA_DIR: dataDir,
+      SANDBOX_UNCONFINED: 'true',
+      RUN_POLL_MS: '50',
+      ...env
+    }
+  })
+  const turn = async (prompt: string, rootRunId?: string) => {
+    const created = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt, rootRunId } })
+    const run = (await app.inject({ method: 'GET', url: `/api/runs/${created.json().run.id}?wait=30` })).json().run
+    t.equal(run.status, 'succeeded', run.error ?? prompt.slice(0, 40))
+    return run
+  }
+  const started = async (runId: string) =>
+    (await storedEventsOf(app, DEV_ORG.id, runId)).find((e) => e.type === 'run.started')!.data
+  /** what a request sent after its system messages */
+  const conversation = (i: number) => model.requests[i]!.body.messages.filter((m: any) => m.role !== 'system')
+  return { app, model, turn, started, conversation }
+}
+
+const PLAN_ARGS = JSON.stringify({ name: 'plan.md', content: '# Plan\n' })
+
+t.test('a thread replays its transcripts: tool calls with their results, in order (OpenAI wire)', async (t) => {
+  const { app, model, turn, started, conversation } = await toolThread(t)
+  model.script.push({ calls: [{ id: 'call_a', name: 'write_artifact', arguments: PLAN_ARGS }] }, { text: 'Saved.' })
+  const first = await turn('write a plan')
+  // the tool result as the model saw it in the first run's second call
+  const result = conversation(1).at(-1)
+  t.match(result, { role: 'tool', tool_call_id: 'call_a', content: /plan\.md/ })
+  model.script.push({ text: 'It was plan.md.' })
+  const second = await turn('what did you save?', first.id)
+  t.same(conversation(2), [
+    { role: 'user', content: 'write a plan' },
+    {
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id: 'call_a', type: 'function', function: { name: 'write_artifact', arguments: PLAN_ARGS } }]
+    },
+    { role: 'tool', tool_call_id: 'call_a', content: result.content },
+    { role: 'assistant', content: 'Saved.' },
+    { role: 'user', content: 'what did you save?' }
+  ])
+  t.match(await started(second.id), { contextTurns: 1, droppedTurns: 0, shortenedResults: 0 })
+
+  // the transcript, through the API (and in the thread)
+  const messages = await app.inject({ method: 'GET', url: `/api/runs/${first.id}/messages` })
+  t.equal(messages.statusCode, 200)
+  t.same(messages.json().items, [
+    { role: 'user', content: 'write a plan' },
+    { role: 'assistant', content: '', toolCalls: [{ id: 'call_a', name: 'write_artifact', arguments: PLAN_ARGS }] },
+    { role: 'tool', content: result.content, toolCallId: 'call_a', name: 'write_artifact' },
+    { role: 'assistant', content: 'Saved.' }
+  ])
+  const thread = (await app.inject({ method: 'GET', url: `/api/threads/${first.id}` })).json()
+  t.same(
+    thread.runs.map((r: any) => r.messages),
+    [messages.json().items, (await app.inject({ method: 'GET', url: `/api/runs/${second.id}/messages` })).json().items]
+  )
+  t.same(thread.runs[1].messages, [
+    { role: 'user', content: 'what did you save?' },
+    { role: 'assistant', content: 'It was plan.md.' }
+  ])
+  // another org's run is no run at all
+  const stranger = await signUpWithOrg(app)
+  const foreign = await app.inject({
+    method: 'GET',
+    url: `/api/runs/${first.id}/messages`,
+    headers: { cookie: stranger.cookie }
+  })
+  t.equal(foreign.statusCode, 404)
+  t.equal(foreign.json().error, 'not_found')
+  const unknown = await app.inject({ method: 'GET', url: '/api/runs/01900000-0000-7000-8000-000000000000/messages' })
+  t.equal(unknown.statusCode, 404)
+})
+
+t.test('MODEL_CONTEXT_TOKENS: long tool results are shortened first, then the oldest turns dropped', async (t) => {
+  // 1,000 tokens: 3,000 bytes for the earlier turns, the instructions and the prompt
+  const { app, model, turn, started, conversation } = await toolThread(t, { MODEL_CONTEXT_TOKENS: '1000' })
+  model.script.push({ calls: [{ id: 'call_a', name: 'write_artifact', arguments: PLAN_ARGS }] }, { text: 'Saved.' })
+  const first = await turn('write a plan')
+  // the stored result stands for a tool that printed 5,000 characters
+  await app.db
+    .update(runMessages)
+    .set({ content: 'r'.repeat(5000) })
+    .where(and(eq(runMessages.runId, first.id), eq(runMessages.role, 'tool')))
+  model.script.push({ text: 'ok two' })
+  await turn('turn two', first.id)
+  model.script.push({ text: 'ok three' })
+  const third = await turn('turn three', first.id)
+  // the whole history (over 5,000 bytes) does not fit; with the result shortened it does
+  t.match(await started(third.id), { contextTurns: 2, droppedTurns: 0, shortenedResults: 1 })
+  const sent = conversation(3)
+  t.same(
+    sent.map((m: any) => m.role),
+    ['user', 'assistant', 'tool', 'assistant', 'user', 'assistant', 'user']
+  )
+  t.equal(sent[2].content, `${'r'.repeat(1000)}\n[result shortened: 1000 of 5000 characters]`)
+  t.equal(sent[2].tool_call_id, sent[1].tool_calls[0].id, 'the pair stays whole')
+  // a long turn later, even the shortened first turn does not fit: it is dropped whole, pair and all
+  model.script.push({ text: 'ok four' })
+  await turn(`four ${'y'.repeat(1900)}`, first.id)
+  model.script.push({ text: 'ok five' })
+  const fifth = await turn('turn five', first.id)
+  t.match(await started(fifth.id), { contextTurns: 3, droppedTurns: 1, shortenedResults: 0 })
+  const last = conversation(5)
+  t.same(last[0], { role: 'user', content: 'turn two' })
+  t.notOk(
+    last.some((m: any) => m.role === 'tool' || m.tool_calls),
+    'no call or result is left without its other half'
+  )
+  // the transcript itself keeps the result whole
+  const items = (await app.inject({ method: 'GET', url: `/api/runs/${first.id}/messages` })).json().items
+  t.equal(items[2].content.length, 5000)
 })

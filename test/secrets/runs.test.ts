@@ -19,6 +19,7 @@ async function everythingStored(app: App): Promise<string> {
   const tables = [
     'runs',
     'run_events',
+    'run_messages',
     'memory_captures',
     'tool_approvals',
     'knowledge_drafts',
@@ -202,5 +203,12 @@ t.test(
     // stream clients are sent the stored events (stored first, then published), so what is checked above is what they
     // got
     t.notOk((await everythingStored(app)).includes(value), 'nowhere stored')
+    // the transcript keeps the result as the model saw it, and the answer, redacted
+    const items = (await app.inject({ method: 'GET', url: `/api/runs/${run.id}/messages`, headers })).json().items
+    t.match(
+      items.find((m: { role: string }) => m.role === 'tool'),
+      { content: 'exit code 0\n[secret:API_TOKEN]' }
+    )
+    t.equal(items.at(-1).content, 'The token is [secret:API_TOKEN], and [secret:API_TOKEN].')
   }
 )

@@ -84,6 +84,7 @@ export const TENANT_FIXTURES: TenantFixture[] = [
       'GET /api/runs/:id',
       'POST /api/runs/:id/cancel',
       'GET /api/runs/:id/events',
+      'GET /api/runs/:id/messages',
       'GET /api/runs/:rootRunId/thread-events',
       'GET /api/threads/:rootRunId'
     ],

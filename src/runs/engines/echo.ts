@@ -56,7 +56,7 @@ export function proposedSkillFiles(prompt: string): string[] {
  */
 export function echoAnswer(
   prompt: string,
-  history: ReadonlyArray<{ role: string; content: string }>,
+  history: ReadonlyArray<{ role: string; content: string | null }>,
   attachments: string[] = []
 ): string {
   if (prompt.trim().toLowerCase() === 'attachments')
@@ -111,7 +111,7 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
       return {
         text,
         usage: {
-          promptTokens: messages.reduce((n, m) => n + words(m.content).length, 0),
+          promptTokens: messages.reduce((n, m) => n + words(m.content ?? '').length, 0),
           completionTokens: words(text).length
         }
       }
@@ -123,7 +123,7 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
         if (i > 0) await abortable(opts.wordDelayMs, signal)
         out.onToken(i === 0 ? parts[i]! : ` ${parts[i]}`)
       }
-      const promptTokens = messages.reduce((n, m) => n + words(m.content).length, 0)
+      const promptTokens = messages.reduce((n, m) => n + words(m.content ?? '').length, 0)
       return { promptTokens, completionTokens: parts.length }
     }
   }

@@ -5,12 +5,12 @@ import type { RunSettings, SuspendedRun } from '../tables.js'
 import { backoffDelay } from '../../worker-loop.js'
 import { observeModelCall } from '../../telemetry/genai.js'
 import { ModelBreakers } from './breaker.js'
+import { ownMessages } from '../transcripts.js'
 import {
   abortable,
   EngineError,
   ModelUnavailable,
   RunSuspended,
-  type ChatMessage,
   type Engine,
   type EngineContext,
   type ToolCall,
@@ -424,7 +424,7 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
         // contract 13.5: the prompt's significant words, at most MEMORY_RECALL_LIMIT facts
         const items = await ctx.recall(ctx.prompt)
         // contract 13.2: system messages, then the thread's earlier turns, then this prompt
-        const messages: ChatMessage[] = []
+        const messages: WireMessage[] = []
         if (ctx.instructions) messages.push({ role: 'system', content: ctx.instructions })
         if (items.length > 0) {
           messages.push({ role: 'system', content: memoryMessage(items) })
@@ -450,7 +450,12 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
         usage.completionTokens += answer.usage.completionTokens
         if (answer.toolCalls.length === 0 || !ctx.tools || tools.length === 0) {
           await ctx.emit('message.completed', { text: answer.text })
-          return { text: answer.text, facts: [], usage }
+          return {
+            text: answer.text,
+            facts: [],
+            usage,
+            transcript: ownMessages([...wire, { role: 'assistant', content: answer.text }])
+          }
         }
         if (round >= opts.maxToolRounds) {
           throw new EngineError(
@@ -495,14 +500,14 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
 }
 
 /**
- * Earlier turns as every provider takes them: an empty answer (no text, as a model may give after a tool result) is
- * left out, since the Messages API refuses an empty assistant message and some OpenAI-compatible servers do too;
- * the thread goes on without it.
+ * Earlier turns as every provider takes them: an empty answer (no text and no tool call, as a model may give after a
+ * tool result) is left out, since the Messages API refuses an empty assistant message and some OpenAI-compatible
+ * servers do too; the thread goes on without it. An assistant turn that carries tool calls is kept whatever its text.
  */
-export function replayable(messages: ChatMessage[]): ChatMessage[] {
-  return messages.some((m) => m.role === 'assistant' && m.content.trim() === '')
-    ? messages.filter((m) => m.role !== 'assistant' || m.content.trim() !== '')
-    : messages
+export function replayable<M extends WireMessage>(messages: M[]): M[] {
+  const empty = (m: WireMessage) =>
+    m.role === 'assistant' && !('tool_calls' in m && m.tool_calls.length > 0) && (m.content ?? '').trim() === ''
+  return messages.some(empty) ? messages.filter((m) => !empty(m)) : messages
 }
 
 /** Recalled facts as the one system message a model gets them in. */
@@ -549,6 +554,6 @@ async function toolRound(
   }
   if (waiting) throw new RunSuspended({ messages: wire, round, calls })
   for (const c of calls) wire.push({ role: 'tool', tool_call_id: c.id, content: c.content! })
-  // the round is whole: going on from here asks the model again, with every result
-  ctx.checkpoint?.({ messages: wire, round, calls: [] })
+  // the round is whole: going on from here asks the model again, with every result (the transcript keeps it)
+  await ctx.checkpoint?.({ messages: wire, round, calls: [] })
 }

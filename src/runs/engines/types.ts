@@ -25,8 +25,11 @@ export interface EngineContext {
   model: string | null
   /** the run's instructions: its first system message (contract 13.3) */
   instructions: string | null
-  /** the thread's earlier succeeded turns, oldest first, as user and assistant messages (contract 13.2) */
-  history: ChatMessage[]
+  /**
+   * the thread's earlier succeeded turns, oldest first: each one's transcript (its user message, assistant messages,
+   * tool calls each followed by its result), or its prompt and answer when it has none
+   */
+  history: WireMessage[]
   /**
    * the run's attachments: their workspace paths, and what the user message says of them (contract 13.3); null without
    */
@@ -38,7 +41,7 @@ export interface EngineContext {
    * result as it arrives, and the round once complete): a run handed back to the queue
    * (shutdown, the database away) resumes there instead of starting over.
    */
-  checkpoint?(state: SuspendedRun): void
+  checkpoint?(state: SuspendedRun): void | Promise<void>
   /** temperature, output limit, response format, tools (each absent unless the run set it) */
   settings: RunSettings
   /** adds one model call's tokens to the run's usage (kept whatever the run's end) */
@@ -109,6 +112,8 @@ export interface EngineResult {
   /** facts to capture into memory when the run succeeds */
   facts: string[]
   usage?: { promptTokens: number; completionTokens: number }
+  /** the conversation as sent and received, from the run's user message to its final answer (the run's transcript) */
+  transcript?: WireMessage[] | undefined
 }
 
 export interface ChatMessage {
