@@ -125,6 +125,7 @@ function anthropicProtocol(opts: AnthropicOptions, base: string): ModelProtocol 
       ...(opts.fetch ? { fetch: opts.fetch as typeof fetch } : {})
     })
   return {
+    load: sdk,
     async listModels(signal) {
       const { client } = await sdk()
       const page = await client.models.list({}, { signal })

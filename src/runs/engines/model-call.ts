@@ -91,6 +91,8 @@ export interface ModelProtocol {
   call(req: CallRequest): Promise<CallAnswer>
   /** the model ids its models endpoint lists (the readiness probe) */
   listModels(signal: AbortSignal): Promise<string[]>
+  /** loads what the protocol needs (its SDK) before any deadline of a call or a probe starts counting */
+  load(): Promise<unknown>
 }
 
 export interface ModelEngineOptions {
@@ -144,7 +146,8 @@ export function protocolEngine(
   const base = opts.baseUrl?.replace(/\/+$/, '')
   const unconfigured: ModelProtocol = {
     call: () => Promise.reject(new EngineError(`${id} engine is not configured`)),
-    listModels: () => Promise.resolve([])
+    listModels: () => Promise.resolve([]),
+    load: () => Promise.resolve()
   }
   let host = base ?? ''
   try {
@@ -267,6 +270,7 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
       let ok = false
       let ids: string[] = []
       try {
+        await protocol.load()
         ids = await protocol.listModels(AbortSignal.timeout(Math.min(2000, opts.timeoutMs)))
         ok = true
       } catch {
@@ -342,6 +346,7 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
     signal: AbortSignal,
     onRetry?: (retry: ModelRetry) => Promise<void> | void
   ): Promise<CallAnswer> {
+    await protocol.load()
     for (let attempt = 1; ; attempt++) {
       const idle = new AbortController()
       let timer = setTimeout(() => idle.abort(), opts.timeoutMs)

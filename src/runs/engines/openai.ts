@@ -79,6 +79,7 @@ function openAiProtocol(opts: OpenAiOptions, base: string): ModelProtocol {
       ...(opts.fetch ? { fetch: opts.fetch as typeof fetch } : {})
     })
   return {
+    load: sdk,
     async listModels(signal) {
       const client = await sdk()
       const page = await client.models.list({ signal })
