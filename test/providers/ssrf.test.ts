@@ -223,7 +223,7 @@ t.test(
     t.match(run, { engine: 'openai', model: 'fake-small' })
     const done = await finishedRun(after, owner.cookie, run.id)
     t.equal(done.status, 'failed')
-    t.match(done.error, /^upstream_error: .*localhost resolves to .*loopback/)
+    t.match(done.error, /^model_unavailable: .*localhost resolves to .*loopback/)
     const literalRun = (
       await after.inject({
         method: 'POST',
