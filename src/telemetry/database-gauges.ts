@@ -67,49 +67,53 @@ export function databaseGauges(database: Database, perOrg: boolean, onError: (er
   const labelsOf = (row: CountRow, labels: Record<string, string>) =>
     perOrg && row.org_id !== null ? { ...labels, org: row.org_id } : labels
 
-  new Gauge({
-    name: 'cairn_run_queue_depth',
-    help: 'Runs by live state across every instance (queued, running, requires_action: waiting for people)',
-    labelNames: perOrg ? ['state', 'org'] : ['state'],
-    registers,
-    async collect() {
-      this.reset()
-      const rows = await counts()
-      if (!rows) return
-      if (!perOrg) for (const state of QUEUE_STATES) this.set({ state }, 0)
-      for (const row of rows)
-        if ((QUEUE_STATES as readonly string[]).includes(row.what))
-          this.set(labelsOf(row, { state: row.what }), Number(row.n))
-    }
-  })
-  new Gauge({
-    name: 'cairn_approvals_pending',
-    help: 'Tool calls waiting for a person to approve or deny them, across every instance',
-    labelNames: perOrg ? ['org'] : [],
-    registers,
-    async collect() {
-      this.reset()
-      const rows = await counts()
-      if (!rows) return
-      if (!perOrg) this.set(0)
-      for (const row of rows) if (row.what === 'approvals_pending') this.set(labelsOf(row, {}), Number(row.n))
-    }
-  })
-  new Gauge({
-    name: 'cairn_memory_capture_outbox',
-    help: "The memory capture outbox's rows not yet delivered, by state (pending, delivering, dead: given up)",
-    labelNames: perOrg ? ['state', 'org'] : ['state'],
-    registers,
-    async collect() {
-      this.reset()
-      const rows = await counts()
-      if (!rows) return
-      if (!perOrg) for (const state of CAPTURE_STATES) this.set({ state }, 0)
-      for (const row of rows)
-        if (row.what.startsWith('capture_'))
-          this.set(labelsOf(row, { state: row.what.slice('capture_'.length) }), Number(row.n))
-    }
-  })
+  /**
+   * A gauge of some of the count statement's rows: `series` maps each row kind (`what`) to its labels. Every
+   * series is 0 until counted (per org, only the orgs that have rows appear).
+   */
+  const backlogGauge = (
+    name: string,
+    help: string,
+    stateLabel: boolean,
+    series: Array<[string, Record<string, string>]>
+  ) => {
+    const labelsOfWhat = new Map(series)
+    const base = stateLabel ? ['state'] : []
+    new Gauge({
+      name,
+      help,
+      labelNames: perOrg ? [...base, 'org'] : base,
+      registers,
+      async collect() {
+        this.reset()
+        const rows = await counts()
+        if (!rows) return
+        if (!perOrg) for (const labels of labelsOfWhat.values()) this.set(labels, 0)
+        for (const row of rows) {
+          const labels = labelsOfWhat.get(row.what)
+          if (labels) this.set(labelsOf(row, labels), Number(row.n))
+        }
+      }
+    })
+  }
+  backlogGauge(
+    'cairn_run_queue_depth',
+    'Runs by live state across every instance (queued, running, requires_action: waiting for people)',
+    true,
+    QUEUE_STATES.map((state) => [state, { state }])
+  )
+  backlogGauge(
+    'cairn_approvals_pending',
+    'Tool calls waiting for a person to approve or deny them, across every instance',
+    false,
+    [['approvals_pending', {}]]
+  )
+  backlogGauge(
+    'cairn_memory_capture_outbox',
+    "The memory capture outbox's rows not yet delivered, by state (pending, delivering, dead: given up)",
+    true,
+    CAPTURE_STATES.map((state) => [`capture_${state}`, { state }])
+  )
   new Gauge({
     name: 'cairn_db_pool_connections',
     help: "This instance's database connections by state (in_use: carrying queries; open; max: the pool's size)",
