@@ -88,7 +88,9 @@ export const memoryItems = pgTable(
   (t) => [
     uniqueIndex('memory_items_pool_content_key').on(t.poolId, t.contentHash),
     uniqueIndex('memory_items_capture_fact_key').on(t.captureId, t.factIndex),
-    index('memory_items_pool_newest_idx').on(t.orgId, t.poolId, t.id.desc()),
+    // ascending: read backwards it gives `order by id desc` (drizzle's `.desc()` is DESC NULLS LAST, which
+    // that order cannot use, so every newest-first walk sorted the whole pool)
+    index('memory_items_pool_newest_idx').on(t.orgId, t.poolId, t.id),
     index('memory_items_search_idx').using('gin', t.searchVector)
   ]
 )
@@ -170,7 +172,7 @@ export const memoryCaptures = pgTable(
     index('memory_captures_lease_idx')
       .on(t.leaseExpiresAt)
       .where(sql`${t.state} = 'delivering'`),
-    index('memory_captures_org_newest_idx').on(t.orgId, t.id.desc()),
+    index('memory_captures_org_newest_idx').on(t.orgId, t.id),
     // GET /metrics counts the captures given up, whatever the table's size
     index('memory_captures_dead_idx')
       .on(t.updatedAt)
@@ -198,8 +200,8 @@ export const memoryRecalls = pgTable(
     createdAt: ts('created_at').notNull().defaultNow()
   },
   (t) => [
-    index('memory_recalls_org_newest_idx').on(t.orgId, t.id.desc()),
-    index('memory_recalls_run_idx').on(t.orgId, t.runId, t.id.desc()),
-    index('memory_recalls_root_idx').on(t.orgId, t.rootRunId, t.id.desc())
+    index('memory_recalls_org_newest_idx').on(t.orgId, t.id),
+    index('memory_recalls_run_idx').on(t.orgId, t.runId, t.id),
+    index('memory_recalls_root_idx').on(t.orgId, t.rootRunId, t.id)
   ]
 )

@@ -201,3 +201,27 @@ t.test(
     )
   }
 )
+
+t.test('newest-first listings read their index in order, never sort a pool', async (t) => {
+  const { database } = await createTestDatabase(t)
+  const { db } = database
+  // drizzle's `.desc()` makes an index DESC NULLS LAST, which `order by id desc` (NULLS FIRST)
+  // cannot use: every newest-first walk of a pool then sorted all of it (160 ms for 10,000 facts)
+  const reversed = rowsOf<{ indexname: string }>(
+    await db.execute(
+      sql`select indexname from pg_indexes where schemaname = current_schema() and indexdef like '%DESC NULLS LAST%'`
+    )
+  )
+  t.same(reversed, [], 'no index is ordered DESC NULLS LAST')
+  await db.execute(sql`set enable_seqscan = off`)
+  t.teardown(() => db.execute(sql`reset enable_seqscan`))
+  const plan = rowsOf<{ 'QUERY PLAN': string }>(
+    await db.execute(
+      sql`explain select id from memory_items where org_id = 'o' and pool_id = 'p' order by id desc limit 10`
+    )
+  )
+    .map((r) => r['QUERY PLAN'])
+    .join('\n')
+  t.match(plan, /memory_items_pool_newest_idx/, 'the pool index is read')
+  t.notMatch(plan, /Sort/, 'in its order, backwards')
+})
