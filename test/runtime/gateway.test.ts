@@ -132,7 +132,7 @@ t.test('cancelling the run drops its pending call', async (t) => {
   t.equal(late.json().error, 'conflict')
 })
 
-t.test('an approval nobody decides expires, and is answered as denied', async (t) => {
+t.test('an approval nobody decides expires, and is answered as expired without a decision', async (t) => {
   const { app, runId } = await setup({ t, env: { TOOL_APPROVAL_TIMEOUT_MS: '1000' } })
   const call = { orgId: ORG, runId, callId: 'c1', name: 'shell', arguments: { command: 'true' } }
   const asked = await app.runtime.gateway.execute(call)
@@ -141,7 +141,7 @@ t.test('an approval nobody decides expires, and is answered as denied', async (t
   while (Date.now() <= pending!.expiresAt.getTime())
     await new Promise((resolve) => setTimeout(resolve, pending!.expiresAt.getTime() - Date.now() + 5))
   const result = await app.runtime.gateway.execute({ ...call, approvalId: asked.approvalId! })
-  t.match(result, { status: 'expired', content: 'the call was denied by a person' })
+  t.match(result, { status: 'expired', content: 'the call expired without a decision' })
   const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))
   t.equal(row!.status, 'expired')
 })
