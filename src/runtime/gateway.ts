@@ -246,7 +246,7 @@ export class ToolGateway {
     let set = this.inFlight.get(runKey)
     if (!set) this.inFlight.set(runKey, (set = new Set()))
     set.add(flight)
-    // a run that leaves this worker to go on elsewhere: what runs now is interrupted, and nothing is recorded as its end
+    // a run that leaves this worker to go on elsewhere: what runs now is interrupted, and no end is recorded
     const handedBack = () => input.signal?.reason instanceof RunHandedBack
     try {
       if (flight.controller.signal.aborted) {
