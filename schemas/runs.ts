@@ -230,7 +230,8 @@ export const RunEvent = named(
     type: Type.String({
       description:
         "the frame's `event:` name: run.queued, run.started, message.delta, message.completed, tool.call, tool.result, " +
-        'memory.recalled, memory.captured, artifact.created, run.requires_action, run.succeeded, run.failed, run.cancelled, and others; ' +
+        'memory.recalled, memory.captured, artifact.created, approval.requested, approval.resolved, approval.expired, ' +
+        'run.requires_action, run.succeeded, run.failed, run.cancelled, and others; ' +
         'a client skips the types it does not know'
     }),
     createdAt: IsoDate,

@@ -39,6 +39,7 @@ import type { FinishedRun, RunFollowUps, RunSkills } from './ports/skills.js'
 import type { RunSecrets } from './ports/secrets.js'
 import type { RunJob, RunJobs } from './ports/jobs.js'
 import type { ToolGatewayPort } from './ports/tool-gateway.js'
+import { RunHandedBack } from '../runtime/ports.js'
 import { NO_SECRETS, Redactor } from '../secrets/redact.js'
 import { isDatabaseUnavailable } from '../db/faults.js'
 import { backoffDelay, createWorkerLoop, LoopStopped, type WorkerLoop } from '../worker-loop.js'
@@ -766,7 +767,8 @@ export class RunWorker {
 
 type Usage = NonNullable<EngineResult['usage']>
 
-class ShutdownRelease extends Error {
+/** The instance stops: the run goes back to the queue (a tool call running then is interrupted, not cancelled). */
+class ShutdownRelease extends RunHandedBack {
   override name = 'ShutdownRelease'
 }
 

@@ -25,6 +25,8 @@ import type {
 import { SandboxError, type SandboxManager } from './sandbox.js'
 import type { ThreadWorkspaces, WorkspaceSession } from './workspaces.js'
 import { NO_SECRETS, type Redactor } from '../secrets/redact.js'
+import { endAttempt, startAttempt, type AttemptKey } from './attempts-repo.js'
+import { RunHandedBack } from './ports.js'
 import type { ApprovalStatus, ToolMode } from './tables.js'
 import { isToolName, TOOL_NAMES, TOOLS, toolDefinitions, type ToolArgs, type ToolName } from './tools.js'
 import type { PageInput } from '../db/paging.js'
@@ -55,12 +57,21 @@ export interface ToolCallInput {
   defer?: boolean | undefined
   /** the call was asked and this approval decided: it runs (approved) or is answered denied, never asked again */
   approvalId?: string | undefined
+  /**
+   * the model round of the run that asked for the call (0 when absent): with the call id, what its start and end are
+   * stored under, so a run that goes on elsewhere never runs a started call again
+   */
+  round?: number | undefined
 }
 
-export type ToolStatus = 'ok' | 'error' | 'denied' | 'cancelled' | 'expired' | 'pending' | 'deferred'
+export type ToolStatus = 'ok' | 'error' | 'denied' | 'cancelled' | 'expired' | 'interrupted' | 'pending' | 'deferred'
 
-/** What the model is told of a call a person denied or let expire (contract 13.4). */
+/** What the model is told of a call a person denied. */
 export const DENIED_CONTENT = 'the call was denied by a person'
+/** What the model is told of a call nobody decided in time. */
+export const EXPIRED_CONTENT = 'the call expired without a decision'
+/** What the model is told of a call that had started when its instance stopped (it is not run again). */
+export const INTERRUPTED_CONTENT = 'the call was interrupted by a restart and may have partly run'
 
 export interface ToolResult {
   callId: string
@@ -171,12 +182,14 @@ export class ToolGateway {
     const mode = this.known(input.name) && parsed !== null ? await this.modeFor(orgId, input.name) : null
     if (input.defer && mode !== 'approve')
       return { callId, tool: input.name, status: 'deferred', content: '', truncated: false, approvalId: null }
-    await this.opts.events.emit(
-      orgId,
-      runId,
-      'tool.call',
-      redact.deep({ callId, tool: input.name, arguments: parsed ?? input.arguments })
-    )
+    // a call that goes on from a run handed back was announced where it started: told once
+    const announce = () =>
+      this.opts.events.emit(
+        orgId,
+        runId,
+        'tool.call',
+        redact.deep({ callId, tool: input.name, arguments: parsed ?? input.arguments })
+      )
     const finish = (result: ToolResult) => this.finish(orgId, runId, redact.deep(result))
     const invalid = !this.known(input.name)
       ? `unknown tool ${JSON.stringify(input.name)}`
@@ -186,7 +199,8 @@ export class ToolGateway {
           isToolName(input.name)
           ? firstError(input.name, parsed)
           : null
-    if (invalid !== null)
+    if (invalid !== null) {
+      await announce()
       return finish({
         callId,
         tool: input.name,
@@ -195,14 +209,16 @@ export class ToolGateway {
         truncated: false,
         approvalId: null
       })
+    }
     const tool = input.name
     const args = parsed as Record<string, unknown>
 
     if (mode === 'approve') {
+      await announce()
       const approval = await this.requestApproval(orgId, runId, rootRunId, callId, tool, redact.deep(args))
       return { callId, tool, status: 'pending', content: '', truncated: false, approvalId: approval.id }
     }
-    return this.runAndFinish(input, rootRunId, callId, tool, args, null, redact)
+    return this.runAndFinish(input, rootRunId, callId, tool, args, null, redact, announce)
   }
 
   /**
@@ -216,7 +232,9 @@ export class ToolGateway {
     tool: string,
     args: Record<string, unknown>,
     approvalId: string | null,
-    redact: Redactor
+    redact: Redactor,
+    /** records the call's `tool.call` (a call asked for approval recorded it then): once it starts here */
+    announce?: () => Promise<void>
   ): Promise<ToolResult> {
     const { orgId, runId } = input
     const finish = (result: ToolResult) => this.finish(orgId, runId, redact.deep(result))
@@ -228,8 +246,12 @@ export class ToolGateway {
     let set = this.inFlight.get(runKey)
     if (!set) this.inFlight.set(runKey, (set = new Set()))
     set.add(flight)
+    // a run that leaves this worker to go on elsewhere: what runs now is interrupted, and no end is recorded
+    const handedBack = () => input.signal?.reason instanceof RunHandedBack
     try {
       if (flight.controller.signal.aborted) {
+        if (handedBack()) throw input.signal!.reason
+        await announce?.()
         return await finish({
           callId,
           tool,
@@ -239,6 +261,20 @@ export class ToolGateway {
           approvalId
         })
       }
+      // the call's start is stored before it runs: a run that goes on elsewhere never runs it twice
+      const key: AttemptKey = { orgId, runId, round: input.round ?? 0, callId }
+      const begun = await startAttempt(this.opts.db, key, approvalId)
+      if (begun.kind === 'ended')
+        return {
+          callId,
+          tool,
+          status: begun.status as ToolStatus,
+          content: begun.content,
+          truncated: false,
+          approvalId
+        }
+      if (begun.kind === 'interrupted') return this.interrupted(input, rootRunId, key, tool, args, approvalId, redact)
+      await announce?.()
       // a fact is stored as the model wrote it, but never with a secret's value
       const outcome = await this.run(
         orgId,
@@ -251,8 +287,9 @@ export class ToolGateway {
       )
       // redacted before it is cut, so a value is never left half-shown at the end
       const bounded = bound(redact.text(outcome.content), this.opts.outputMaxBytes)
+      if (flight.controller.signal.aborted && handedBack()) throw input.signal!.reason
       const status: ToolStatus = flight.controller.signal.aborted ? 'cancelled' : outcome.ok ? 'ok' : 'error'
-      return await finish({
+      const result = redact.deep({
         callId,
         tool,
         status,
@@ -260,6 +297,8 @@ export class ToolGateway {
         truncated: bounded.truncated || outcome.truncated,
         approvalId
       })
+      if (status !== 'cancelled') await endAttempt(this.opts.db, key, status, result.content)
+      return await this.finish(orgId, runId, result)
     } finally {
       input.signal?.removeEventListener('abort', onAbort)
       set.delete(flight)
@@ -285,6 +324,8 @@ export class ToolGateway {
     const status = (await settledStatus(this.opts.db, orgId, runId, approvalId)) ?? 'cancelled'
     if (status === 'pending')
       return { callId, tool: input.name, status: 'pending', content: '', truncated: false, approvalId }
+    if (status === 'expired')
+      await this.opts.events.emit(orgId, runId, 'approval.expired', { approvalId, callId, tool: input.name })
     if (status !== 'approved' || !this.known(input.name) || parsed === null) {
       return finish({
         callId,
@@ -296,6 +337,41 @@ export class ToolGateway {
       })
     }
     return this.runAndFinish(input, rootRunId, callId, input.name, parsed, approvalId, redact)
+  }
+
+  /**
+   * A call found started and never ended (its instance stopped under it, the run went on
+   * here): it is not run again. A call that needed no decision is answered as interrupted
+   * (and that answer stored as its end, so it is given again if the run is handed back once
+   * more); a call a person approved needs a new decision, since the approval was for one run
+   * of it: a new approval is asked and the run waits for it.
+   */
+  private async interrupted(
+    input: ToolCallInput,
+    rootRunId: string,
+    key: AttemptKey,
+    tool: string,
+    args: Record<string, unknown>,
+    approvalId: string | null,
+    redact: Redactor
+  ): Promise<ToolResult> {
+    const { orgId, runId, callId } = key
+    if (approvalId !== null) {
+      const approval = await this.requestApproval(orgId, runId, rootRunId, callId, tool, redact.deep(args), {
+        interrupted: true,
+        previousApprovalId: approvalId
+      })
+      return { callId, tool, status: 'pending', content: '', truncated: false, approvalId: approval.id }
+    }
+    await endAttempt(this.opts.db, key, 'interrupted', INTERRUPTED_CONTENT)
+    return this.finish(orgId, runId, {
+      callId,
+      tool,
+      status: 'interrupted',
+      content: INTERRUPTED_CONTENT,
+      truncated: false,
+      approvalId: null
+    })
   }
 
   /** Drops a run's waiting calls (on every instance, through the rows) and stops its running ones here. */
@@ -468,7 +544,9 @@ export class ToolGateway {
     rootRunId: string,
     callId: string,
     tool: string,
-    args: Record<string, unknown>
+    args: Record<string, unknown>,
+    /** a call asked again: it had started with an approval and was interrupted */
+    again?: { interrupted: true; previousApprovalId: string }
   ): Promise<ApprovalRow> {
     const row = await insertApproval(this.opts.db, orgId, {
       runId,
@@ -483,7 +561,8 @@ export class ToolGateway {
       callId,
       tool,
       arguments: args,
-      expiresAt: row.expiresAt.toISOString()
+      expiresAt: row.expiresAt.toISOString(),
+      ...again
     })
     return row
   }
@@ -641,7 +720,7 @@ export function bound(text: string, max: number): { text: string; truncated: boo
   return { text: bytes.subarray(0, end).toString('utf8'), truncated: true }
 }
 
-/** The model's answer for a call that did not run: denied or expired (contract 13.4), or cancelled with its run. */
+/** The model's answer for a call that did not run: denied, expired without a decision, or cancelled with its run. */
 function deniedContent(status: ApprovalStatus): string {
-  return status === 'cancelled' ? 'the run was cancelled' : DENIED_CONTENT
+  return status === 'cancelled' ? 'the run was cancelled' : status === 'expired' ? EXPIRED_CONTENT : DENIED_CONTENT
 }

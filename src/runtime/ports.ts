@@ -130,3 +130,12 @@ export interface McpToolSource {
   /** the tools the org's servers listed when last reached (stored; no connection is made) */
   known(orgId: string): Promise<Array<{ name: string; description: string }>>
 }
+
+/**
+ * Why a run's signal aborts when the run leaves its worker to go on elsewhere (its instance
+ * stops and hands it back): a call running then is interrupted, not cancelled. Nothing is
+ * recorded as its end, so wherever the run goes on the call is found started and never ended.
+ */
+export class RunHandedBack extends Error {
+  override name = 'RunHandedBack'
+}

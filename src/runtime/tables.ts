@@ -91,3 +91,34 @@ export const threadWorkspaces = pgTable(
     index('thread_workspaces_blob_idx').on(t.orgId, t.sha256)
   ]
 )
+
+/**
+ * One attempt at executing a tool call, stored as it starts and again as it ends, each a
+ * statement of its own (committed at once, so every instance sees it). A run handed back
+ * while a call ran goes on elsewhere from its last checkpoint: a call found started but never
+ * ended is not executed again, since it may have partly run (its model is told so, or, for a
+ * call a person approved, a person is asked again); one that ended gives back what it answered.
+ * `round` is the model round that asked (the same call id may come back in a later round).
+ * `approval_id` is the decision that let this attempt run (null: its tool needs none); a new
+ * decision starts a new attempt. `run_id` references the runs group's `runs` rows (no FK, like
+ * `tool_approvals`).
+ */
+export const toolCallAttempts = pgTable(
+  'tool_call_attempts',
+  {
+    orgId: text('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    runId: text('run_id').notNull(),
+    round: integer('round').notNull(),
+    callId: text('call_id').notNull(),
+    approvalId: text('approval_id'),
+    startedAt: timestamp('started_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
+    /** null while the call runs, or when it never ended (its instance stopped under it) */
+    endedAt: timestamp('ended_at', { withTimezone: true, mode: 'date' }),
+    /** the result's status and the text the model was given (redacted and bounded), once ended */
+    status: text('status'),
+    content: text('content')
+  },
+  (t) => [primaryKey({ columns: [t.runId, t.round, t.callId] }), index('tool_call_attempts_org_idx').on(t.orgId)]
+)

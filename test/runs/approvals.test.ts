@@ -354,7 +354,7 @@ t.test(
   }
 )
 
-t.test('an approval nobody decides expires: the run goes on and the model hears the call was denied', async (t) => {
+t.test('an approval nobody decides expires: the run goes on and the model hears the call expired', async (t) => {
   const { app, model, cookie, orgId } = await setup(t, { TOOL_APPROVAL_TIMEOUT_MS: '1000' })
   model.script.push(shellCall(COUNTED), { text: 'nobody answered' })
   const runId = await startRun(app, cookie, { prompt: 'wait for nobody', engine: 'openai' })
@@ -366,8 +366,23 @@ t.test('an approval nobody decides expires: the run goes on and the model hears 
   t.match(model.requests[1]!.body.messages.at(-1), {
     role: 'tool',
     tool_call_id: 'call_1',
-    content: 'the call was denied by a person'
+    content: 'the call expired without a decision'
   })
+  const events = await storedEventsOf(app, orgId, runId)
+  t.same(
+    events.filter((e) => e.type === 'approval.expired').map((e) => e.data),
+    [{ approvalId: approvalIds[0], callId: 'call_1', tool: 'shell' }],
+    'one approval.expired event names the call'
+  )
+  t.match(events.find((e) => e.type === 'tool.result')!.data, {
+    callId: 'call_1',
+    status: 'expired',
+    content: 'the call expired without a decision'
+  })
+  t.notOk(
+    events.some((e) => e.type === 'approval.resolved'),
+    'nobody decided it'
+  )
   const late = await decide(app, cookie, runId, approvalIds[0], 'approve')
   t.equal(late.statusCode, 409)
 })

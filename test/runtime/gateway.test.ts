@@ -7,7 +7,7 @@ import t from 'tap'
 import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
 import { organizations } from '../../src/auth/tables.js'
 import { newId } from '../../src/db/ids.js'
-import { toolApprovals } from '../../src/runtime/tables.js'
+import { toolApprovals, toolCallAttempts } from '../../src/runtime/tables.js'
 import { buildTestApp, createTestDatabase } from '../helper.js'
 import { eventRecorder, fakeRuns, gatewaySetup } from './fakes.js'
 
@@ -132,7 +132,7 @@ t.test('cancelling the run drops its pending call', async (t) => {
   t.equal(late.json().error, 'conflict')
 })
 
-t.test('an approval nobody decides expires, and is answered as denied', async (t) => {
+t.test('an approval nobody decides expires, and is answered as expired without a decision', async (t) => {
   const { app, runId } = await setup({ t, env: { TOOL_APPROVAL_TIMEOUT_MS: '1000' } })
   const call = { orgId: ORG, runId, callId: 'c1', name: 'shell', arguments: { command: 'true' } }
   const asked = await app.runtime.gateway.execute(call)
@@ -141,7 +141,7 @@ t.test('an approval nobody decides expires, and is answered as denied', async (t
   while (Date.now() <= pending!.expiresAt.getTime())
     await new Promise((resolve) => setTimeout(resolve, pending!.expiresAt.getTime() - Date.now() + 5))
   const result = await app.runtime.gateway.execute({ ...call, approvalId: asked.approvalId! })
-  t.match(result, { status: 'expired', content: 'the call was denied by a person' })
+  t.match(result, { status: 'expired', content: 'the call expired without a decision' })
   const [row] = await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))
   t.equal(row!.status, 'expired')
 })
@@ -275,3 +275,42 @@ t.test('approvals are paged', async (t) => {
     ['cancelled', 'cancelled', 'cancelled']
   )
 })
+
+t.test(
+  'a call found started and never ended is not run again: answered as interrupted, once; an ended one gives its answer back',
+  async (t) => {
+    const { app, events, runId } = await setup()
+    const gateway = app.runtime.gateway
+    // its instance stopped under it: the start is stored, the end never was
+    await app.db.insert(toolCallAttempts).values({ orgId: ORG, runId, round: 2, callId: 'c-int', approvalId: null })
+    const call = { orgId: ORG, runId, callId: 'c-int', round: 2, name: 'list_files', arguments: '{}' }
+    const interrupted = {
+      status: 'interrupted',
+      content: 'the call was interrupted by a restart and may have partly run'
+    }
+    t.match(await gateway.execute(call), interrupted)
+    t.same(
+      events.of(runId).map((e) => [e.type, e.data.status]),
+      [['tool.result', 'interrupted']],
+      'no tool.call again: it was announced where it started'
+    )
+    t.match(await gateway.execute(call), interrupted, 'asked again (a second hand-back), the same answer')
+    t.equal(events.of(runId).length, 1, 'told once')
+
+    // the same id in another round is another call: it runs
+    const ran = await gateway.execute({ ...call, round: 3 })
+    t.match(ran, { status: 'ok' })
+    const [row] = await app.db.select().from(toolCallAttempts).where(eq(toolCallAttempts.round, 3))
+    t.match(row, { runId, callId: 'c-int', status: 'ok', content: ran.content })
+    t.ok(row!.endedAt, 'its end is stored')
+    // its result was lost before the run stored it: the stored answer, not a second run
+    t.same(await gateway.execute({ ...call, round: 3 }), ran)
+    t.same(
+      events
+        .of(runId)
+        .slice(1)
+        .map((e) => e.type),
+      ['tool.call', 'tool.result']
+    )
+  }
+)

@@ -22,6 +22,7 @@ async function everythingStored(app: App): Promise<string> {
     'run_messages',
     'memory_captures',
     'tool_approvals',
+    'tool_call_attempts',
     'knowledge_drafts',
     'artifacts',
     'idempotency_keys'

@@ -535,6 +535,8 @@ async function toolRound(
 ): Promise<void> {
   const tools = ctx.tools!
   let waiting = false
+  // where the run goes on from if it is handed back while a call runs: this round, not the model call that asked for it
+  ctx.checkpoint?.({ messages: wire, round, calls })
   for (const c of calls) {
     if (c.content !== undefined) continue
     if (ctx.signal.aborted) throw ctx.signal.reason
@@ -546,7 +548,8 @@ async function toolRound(
       arguments: c.arguments,
       signal: ctx.signal,
       defer: waiting,
-      approvalId: c.approvalId
+      approvalId: c.approvalId,
+      round
     })
     if (ctx.signal.aborted) throw ctx.signal.reason
     if ('pending' in answer) {

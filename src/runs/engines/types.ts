@@ -84,6 +84,8 @@ export interface RunTools {
     signal: AbortSignal
     defer?: boolean
     approvalId?: string | undefined
+    /** the model round that asked for it (a call id may come back in a later round) */
+    round?: number | undefined
   }): Promise<ToolAnswer>
 }
 

@@ -22,6 +22,8 @@ export interface ToolGatewayPort {
     defer?: boolean | undefined
     /** the call's approval, asked before the run left its worker */
     approvalId?: string | undefined
+    /** the model round that asked for the call: its start and end are stored under it and the call's id */
+    round?: number | undefined
   }): Promise<{ content: string; status: string; approvalId: string | null }>
   /** drops the run's waiting approvals (every instance sees it) and stops its running calls here */
   cancelRun(orgId: string, runId: string): Promise<number>

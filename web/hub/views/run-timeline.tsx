@@ -16,6 +16,7 @@ const TIMELINE_EVENTS = [
   'tool.result',
   'approval.requested',
   'approval.resolved',
+  'approval.expired',
   'run.requires_action',
   'run.succeeded',
   'run.failed',
@@ -159,6 +160,15 @@ export function timelineOf(frames: readonly Frame[]): Step[] {
           step.approval.resolvedAt = f.at
           step.approval.status = str(d.status)
           step.approval.decidedBy = str(d.decidedBy)
+        }
+        break
+      }
+      case 'approval.expired': {
+        // nobody decided in time: the call is answered as expired
+        const step = tools.get(String(d.callId))
+        if (step?.approval) {
+          step.approval.resolvedAt = f.at
+          step.approval.status = 'expired'
         }
         break
       }

@@ -16,6 +16,7 @@ const EVENT_TYPES = [
   'artifact.created',
   'approval.requested',
   'approval.resolved',
+  'approval.expired',
   'run.requires_action',
   'run.succeeded',
   'run.failed',
@@ -87,7 +88,8 @@ export function useRunStream(id: string) {
             )
           )
         }
-        if (type === 'approval.requested' || type === 'approval.resolved') setApprovals((n) => n + 1)
+        if (type === 'approval.requested' || type === 'approval.resolved' || type === 'approval.expired')
+          setApprovals((n) => n + 1)
         if (type === 'run.started') setStatus('running')
         // waiting for people to decide its tool calls, without a worker
         if (type === 'run.requires_action') setStatus('requires_action')
