@@ -34,10 +34,10 @@ import {
   addMember,
   changeRole,
   createOrganization,
+  createOrganizationNamed,
   listMemberships,
   removeMember,
-  roleIn,
-  slugify
+  roleIn
 } from './organizations-repo.js'
 import { hashPassword, primeDummyHash, verifyAgainstDummy, verifyPassword } from './passwords.js'
 import { devOrgFor } from './principal.js'
@@ -319,8 +319,10 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     },
     async (request, reply) => {
       const session = await requireSession(request, reply)
-      const slug = request.body.slug ?? slugify(request.body.name)
-      const organization = await createOrganization(db, session.userId, session.id, request.body.name, slug)
+      const organization =
+        request.body.slug === undefined
+          ? await createOrganizationNamed(db, session.userId, session.id, request.body.name)
+          : await createOrganization(db, session.userId, session.id, request.body.name, request.body.slug)
       await identity.invalidate()
       return reply.code(201).send({ organization: toWire(organization) })
     }
