@@ -1,5 +1,5 @@
 import { render } from 'preact'
-import { useEffect, useRef, useState } from 'preact/hooks'
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
 import { api, onReleaseMismatch } from './api.js'
 import { loadIdentity, type Identity } from './identity.js'
 import { match, navigate, useLocation } from './router.js'
@@ -159,7 +159,18 @@ function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void 
 
 function App() {
   const [stale, setStale] = useState(false)
-  const [who, reloadWho] = useLoad('identity', loadIdentity)
+  const [who, loadWhoAgain] = useLoad('identity', loadIdentity)
+  // Between a sign-in, sign-up or switch and the answer of who the page now acts as, no view
+  // is shown: the identity on screen is the old one (the dev org, say), and a view drawn for it
+  // would send its requests with the new session (a person without an organization is refused).
+  const [refreshing, setRefreshing] = useState(false)
+  const reloadWho = useCallback(() => {
+    setRefreshing(true)
+    loadWhoAgain()
+  }, [loadWhoAgain])
+  useEffect(() => {
+    if (who.status !== 'loading') setRefreshing(false)
+  }, [who])
   const { path } = useLocation()
   const main = useRef<HTMLElement>(null)
   useEffect(() => onReleaseMismatch(() => setStale(true)), [])
@@ -201,7 +212,7 @@ function App() {
         {who.status === 'error' ? (
           <ErrorBox error={who.error} retry={reloadWho} />
         ) : (
-          <Page who={who.status === 'ok' ? who.data : null} reloadWho={reloadWho} />
+          <Page who={who.status === 'ok' && !refreshing ? who.data : null} reloadWho={reloadWho} />
         )}
       </main>
       <footer class="bottom">
