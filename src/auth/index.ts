@@ -17,6 +17,7 @@ import {
   ChangeRoleBody,
   CreateOrganizationBody,
   MemberParams,
+  MemberList,
   MemberReply,
   OrganizationReply,
   OrganizationsReply,
@@ -35,6 +36,7 @@ import {
   changeRole,
   createOrganization,
   createOrganizationNamed,
+  listMembers,
   listMemberships,
   removeMember,
   roleIn
@@ -367,6 +369,27 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
       await setActiveOrg(db, session.id, organizationId)
       await identity.invalidate()
       return { activeOrganizationId: organizationId }
+    }
+  )
+
+  app.get(
+    '/auth/organizations/:orgId/members',
+    {
+      config: { scope: 'public' },
+      schema: {
+        operationId: 'listMembers',
+        description:
+          "Lists the organization's members with their names, emails and roles, oldest first; any member may read it (another organization is not found).",
+        tags,
+        summary: "List the organization's members and their roles (members)",
+        params: OrgParams,
+        response: { 200: MemberList, ...errorResponses(404) }
+      }
+    },
+    async (request, reply) => {
+      const session = await requireSession(request, reply)
+      if ((await roleIn(db, request.params.orgId, session.userId)) === null) throw notFound('no such organization')
+      return { items: (await listMembers(db, request.params.orgId)).map((m) => toWire(m)) }
     }
   )
 

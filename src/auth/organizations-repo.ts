@@ -112,6 +112,16 @@ const memberColumns = {
   createdAt: members.createdAt
 }
 
+/** The org's members with their roles, oldest membership first. */
+export async function listMembers(db: Db, orgId: string) {
+  return db
+    .select(memberColumns)
+    .from(members)
+    .innerJoin(users, eq(users.id, members.userId))
+    .where(eq(members.orgId, orgId))
+    .orderBy(asc(members.createdAt), asc(members.userId))
+}
+
 async function memberOf(db: Db, orgId: string, userId: string) {
   const rows = await db
     .select(memberColumns)

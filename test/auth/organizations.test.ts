@@ -222,6 +222,22 @@ t.test('members: add, change role, remove; owners and admins only', async (t) =>
     payload: { email: member.user.email, role: 'member' }
   })
   t.equal(twice.statusCode, 409)
+  // every member reads who belongs and with which role, oldest first
+  const list = await app.inject({
+    method: 'GET',
+    url: `/api/auth/organizations/${orgId}/members`,
+    headers: { cookie: member.cookie }
+  })
+  t.equal(list.statusCode, 200, list.body)
+  t.same(
+    list.json().items.map((m: { userId: string; role: string; email: string }) => [m.userId, m.role, m.email]),
+    [
+      [owner.user.id, 'owner', owner.user.email],
+      [admin.user.id, 'admin', admin.user.email],
+      [member.user.id, 'member', member.user.email]
+    ]
+  )
+  t.match(list.json().items[0], { organizationId: orgId, name: owner.user.name, createdAt: String })
   for (const email of [uniqueEmail('ghost'), DEV_USER.email]) {
     const ghost = await app.inject({
       method: 'POST',
@@ -407,6 +423,7 @@ t.test('members of another org: 404, nothing changed', async (t) => {
   const a = await signUpWithOrg(app)
   const b = await signUpWithOrg(app)
   for (const [method, url, payload] of [
+    ['GET', `/api/auth/organizations/${b.org.id}/members`, undefined],
     ['POST', `/api/auth/organizations/${b.org.id}/members`, { email: a.user.email, role: 'owner' }],
     ['PATCH', memberUrl(b.org.id, b.user.id), { role: 'member' }],
     ['DELETE', memberUrl(b.org.id, b.user.id), undefined]

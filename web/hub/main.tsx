@@ -14,6 +14,12 @@ import { SettingsView } from './views/settings.js'
 import { SignInView, SignUpView } from './views/sign-in.js'
 import { NoOrgView, OrganizationView } from './views/organization.js'
 import { ThreadsView, ThreadView } from './views/threads.js'
+import { AccessView } from './views/access.js'
+import { AgentSettingsView } from './views/agent.js'
+import { AutomationsView } from './views/automations.js'
+import { KnowledgeView } from './views/knowledge.js'
+import { ModelsView } from './views/models.js'
+import { SkillsView } from './views/skills.js'
 import './styles.css'
 
 const NAV = [
@@ -24,6 +30,16 @@ const NAV = [
   { to: '/recalls', label: 'Recall ledger', active: (p: string) => p === '/recalls' || p.startsWith('/runs/') },
   { to: '/settings', label: 'Settings', active: (p: string) => p === '/settings' },
   { to: '/organization', label: 'Organization', active: (p: string) => p === '/organization' }
+]
+
+/** The organization's configuration: what an admin sets up (members read it too). */
+const ADMIN_NAV = [
+  { to: '/models', label: 'Models' },
+  { to: '/access', label: 'Access' },
+  { to: '/agent', label: 'Agent settings' },
+  { to: '/knowledge', label: 'Knowledge' },
+  { to: '/skills', label: 'Skills' },
+  { to: '/automations', label: 'Automations' }
 ]
 
 function ReleaseBanner() {
@@ -147,6 +163,12 @@ function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void 
   if ((m = match('/threads/:id', path))) return <ThreadView key={m.id} who={who} id={m.id!} />
   if (path === '/settings') return <SettingsView who={who} />
   if (path === '/organization') return <OrganizationView who={who} changed={reloadWho} />
+  if (path === '/models') return <ModelsView who={who} />
+  if (path === '/access') return <AccessView who={who} />
+  if (path === '/agent') return <AgentSettingsView who={who} />
+  if (path === '/knowledge') return <KnowledgeView />
+  if (path === '/skills') return <SkillsView />
+  if (path === '/automations') return <AutomationsView />
   return (
     <section aria-labelledby="not-found">
       <h1 id="not-found">No such page</h1>
@@ -201,6 +223,20 @@ function App() {
             {NAV.map((item) => (
               <li key={item.to}>
                 <Link to={item.to} aria-current={item.active(path) ? 'page' : undefined}>
+                  {item.label}
+                </Link>
+              </li>
+            ))}
+          </ul>
+        </nav>
+        <nav aria-label="Admin">
+          <ul>
+            <li class="nav-label" aria-hidden="true">
+              Admin
+            </li>
+            {ADMIN_NAV.map((item) => (
+              <li key={item.to}>
+                <Link to={item.to} aria-current={path === item.to ? 'page' : undefined}>
                   {item.label}
                 </Link>
               </li>
