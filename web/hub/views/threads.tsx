@@ -371,7 +371,7 @@ export function ThreadView({ who, id }: { who: Identity; id: string }) {
           </ol>
           <MessageBox
             rootRunId={id}
-            threadModel={state.data.runs.findLast((run) => run.model !== null && run.engine !== 'echo')?.model ?? null}
+            threadModel={state.data.runs.findLast((run) => run.model !== null)?.model ?? null}
             sent={again}
           />
         </>
