@@ -60,7 +60,8 @@ export const CreateProviderBody = named(
     apiKey: Type.String({
       minLength: 1,
       maxLength: 8192,
-      // it travels in an HTTP header, where only visible ASCII is allowed (a pasted curly quote or space would fail every call)
+      // it travels in an HTTP header, which carries visible ASCII only: a pasted curly quote or
+      // space would fail every call
       pattern: '^[\\x21-\\x7E]+$',
       description:
         'visible ASCII characters only (no spaces); sent as `Authorization: Bearer` (openai) or `x-api-key` (anthropic); sealed as a secret, never returned'

@@ -53,7 +53,10 @@ export async function createOrganization(db: Db, userId: string, sessionId: stri
 
 const sameName = (a: string, b: string) => a.trim().toLowerCase() === b.trim().toLowerCase()
 
-/** One person never has two organizations of the same name (whatever the case): the switcher could not tell them apart. */
+/**
+ * One person never has two organizations of the same name (whatever the case): the switcher
+ * could not tell them apart.
+ */
 async function refuseSameName(db: Db, userId: string, name: string) {
   const mine = await listMemberships(db, userId)
   const twin = mine.find((o) => sameName(o.name, name))
