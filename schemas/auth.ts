@@ -96,6 +96,7 @@ export const MemberParams = StrictObject({ orgId: Id, userId: Id })
 export const AddMemberBody = named('AddMemberRequest', StrictObject({ email: Email, role: RoleSchema }))
 export const ChangeRoleBody = named('ChangeRoleRequest', StrictObject({ role: RoleSchema }))
 export const MemberReply = named('MemberReply', Type.Object({ member: Member }))
+export const MemberList = named('MemberList', Type.Object({ items: Type.Array(Member) }))
 
 export const MintKeyBody = named('MintKeyRequest', StrictObject({ name: Name }))
 export const MintedKey = named(

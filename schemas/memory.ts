@@ -112,7 +112,13 @@ export const HistoryResponse = named(
     history: Type.Array(
       Type.Object({
         content: Type.String(),
-        changedBy: Type.String(),
+        changedBy: Type.String({
+          description: 'who made the change: a user id, `run:<run id>`, `api-key:<key id>` or `dev`'
+        }),
+        changedByName: Type.String({
+          description:
+            "who made the change as people read it: the person's name (else email), `an API key`, `a run` or `the dev organization`"
+        }),
         changedAt: IsoDate,
         kind: Type.Union([Type.Literal('created'), Type.Literal('updated'), Type.Literal('deleted')])
       })

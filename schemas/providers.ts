@@ -60,8 +60,11 @@ export const CreateProviderBody = named(
     apiKey: Type.String({
       minLength: 1,
       maxLength: 8192,
+      // it travels in an HTTP header, which carries visible ASCII only: a pasted curly quote or
+      // space would fail every call
+      pattern: '^[\\x21-\\x7E]+$',
       description:
-        'sent as `Authorization: Bearer` (openai) or `x-api-key` (anthropic); sealed as a secret, never returned'
+        'visible ASCII characters only (no spaces); sent as `Authorization: Bearer` (openai) or `x-api-key` (anthropic); sealed as a secret, never returned'
     }),
     models: Type.Optional(
       Type.Array(ModelId, {

@@ -17,12 +17,15 @@ export const TOOL_NAMES = [
   'propose_skill',
   'remember'
 ] as const
-export const TOOL_MODES = ['auto', 'approve'] as const
+export const TOOL_MODES = ['auto', 'approve', 'deny'] as const
 export const APPROVAL_STATUSES = ['pending', 'approved', 'denied', 'cancelled', 'expired'] as const
 export const ToolName = named('ToolName', LiteralUnion(TOOL_NAMES, { description: 'a gateway tool' }))
 export const ToolMode = named(
   'ToolMode',
-  LiteralUnion(TOOL_MODES, { description: 'auto: runs at once; approve: waits for a person' })
+  LiteralUnion(TOOL_MODES, {
+    description:
+      "auto: runs at once; approve: waits for a person; deny: never offered to the organization's runs (a call naming it is refused)"
+  })
 )
 
 /** A tool a policy can name: a built-in one, or an MCP server's as runs see it. */

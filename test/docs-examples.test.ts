@@ -137,6 +137,8 @@ const checks: Record<string, Check[]> = {
       /"engine":"openai","model":"openai\/gpt-4o-mini",[^\n]*"status":"succeeded"[^\n]*"output":"Hello from the fake provider"/,
       'a run on it'
     ),
+    check(/"organization":\{[^}]*"name":"Lin Labs"/, 'her own organization'),
+    check(/\{"model":"openai\/gpt-4o-mini","source":"org"\}/, "the organization's default, read with its key"),
     check(/^(?![\s\S]*\{"error":")/, 'nothing refused')
   ],
   'runs.md': [

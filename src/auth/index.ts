@@ -17,6 +17,7 @@ import {
   ChangeRoleBody,
   CreateOrganizationBody,
   MemberParams,
+  MemberList,
   MemberReply,
   OrganizationReply,
   OrganizationsReply,
@@ -34,10 +35,11 @@ import {
   addMember,
   changeRole,
   createOrganization,
+  createOrganizationNamed,
+  listMembers,
   listMemberships,
   removeMember,
-  roleIn,
-  slugify
+  roleIn
 } from './organizations-repo.js'
 import { hashPassword, primeDummyHash, verifyAgainstDummy, verifyPassword } from './passwords.js'
 import { devOrgFor } from './principal.js'
@@ -319,8 +321,10 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
     },
     async (request, reply) => {
       const session = await requireSession(request, reply)
-      const slug = request.body.slug ?? slugify(request.body.name)
-      const organization = await createOrganization(db, session.userId, session.id, request.body.name, slug)
+      const organization =
+        request.body.slug === undefined
+          ? await createOrganizationNamed(db, session.userId, session.id, request.body.name)
+          : await createOrganization(db, session.userId, session.id, request.body.name, request.body.slug)
       await identity.invalidate()
       return reply.code(201).send({ organization: toWire(organization) })
     }
@@ -365,6 +369,27 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
       await setActiveOrg(db, session.id, organizationId)
       await identity.invalidate()
       return { activeOrganizationId: organizationId }
+    }
+  )
+
+  app.get(
+    '/auth/organizations/:orgId/members',
+    {
+      config: { scope: 'public' },
+      schema: {
+        operationId: 'listMembers',
+        description:
+          "Lists the organization's members with their names, emails and roles, oldest first; any member may read it (another organization is not found).",
+        tags,
+        summary: "List the organization's members and their roles (members)",
+        params: OrgParams,
+        response: { 200: MemberList, ...errorResponses(404) }
+      }
+    },
+    async (request, reply) => {
+      const session = await requireSession(request, reply)
+      if ((await roleIn(db, request.params.orgId, session.userId)) === null) throw notFound('no such organization')
+      return { items: (await listMembers(db, request.params.orgId)).map((m) => toWire(m)) }
     }
   )
 

@@ -1,4 +1,4 @@
-import { and, asc, eq } from 'drizzle-orm'
+import { and, asc, eq, like, or } from 'drizzle-orm'
 import { conflict, notFound, organizationOwnerRequired } from '../../plugins/errors.js'
 import type { Db } from '../db/client.js'
 import { isUniqueViolation } from '../db/faults.js'
@@ -42,17 +42,68 @@ const RESERVED_SLUGS = new Set(['dev'])
 /** Creates an org with the user as owner and makes it the session's active org, in one transaction. */
 export async function createOrganization(db: Db, userId: string, sessionId: string, name: string, slug: string) {
   if (RESERVED_SLUGS.has(slug)) throw conflict(`the slug ${JSON.stringify(slug)} is taken`)
+  await refuseSameName(db, userId, name)
   try {
-    return await db.transaction(async (tx) => {
-      const [org] = await tx.insert(organizations).values({ id: newId(), name, slug }).returning()
-      await tx.insert(members).values({ orgId: org!.id, userId, role: 'owner' })
-      await tx.update(sessions).set({ activeOrgId: org!.id }).where(eq(sessions.id, sessionId))
-      return { id: org!.id, name: org!.name, slug: org!.slug, role: 'owner' as Role, createdAt: org!.createdAt }
-    })
+    return await insertOrganization(db, userId, sessionId, name, slug)
   } catch (err) {
     if (isUniqueViolation(err)) throw conflict(`the slug ${JSON.stringify(slug)} is taken`)
     throw err
   }
+}
+
+const sameName = (a: string, b: string) => a.trim().toLowerCase() === b.trim().toLowerCase()
+
+/**
+ * One person never has two organizations of the same name (whatever the case): the switcher
+ * could not tell them apart.
+ */
+async function refuseSameName(db: Db, userId: string, name: string) {
+  const mine = await listMemberships(db, userId)
+  const twin = mine.find((o) => sameName(o.name, name))
+  if (twin)
+    throw conflict(
+      `you already belong to an organization named ${JSON.stringify(twin.name)}: choose another name for the new one`
+    )
+}
+
+/**
+ * Creates an org whose slug is made from its name: the first free one of `acme`, `acme-2`,
+ * `acme-3`… (two teams may both call themselves Acme; only a slug the caller chose can be taken).
+ */
+export async function createOrganizationNamed(db: Db, userId: string, sessionId: string, name: string) {
+  await refuseSameName(db, userId, name)
+  const base = slugify(name)
+  for (let attempt = 0; ; attempt++) {
+    const taken = new Set(
+      (
+        await db
+          .select({ slug: organizations.slug })
+          .from(organizations)
+          .where(or(eq(organizations.slug, base), like(organizations.slug, `${base}-%`)))
+      ).map((r) => r.slug)
+    )
+    for (const reserved of RESERVED_SLUGS) taken.add(reserved)
+    let slug = base
+    for (let n = 2; taken.has(slug); n++) {
+      const suffix = `-${n}`
+      slug = `${base.slice(0, 48 - suffix.length).replace(/-+$/, '')}${suffix}`
+    }
+    try {
+      return await insertOrganization(db, userId, sessionId, name, slug)
+    } catch (err) {
+      // another request took the same slug between the read and the insert: look again
+      if (!isUniqueViolation(err) || attempt >= 4) throw err
+    }
+  }
+}
+
+function insertOrganization(db: Db, userId: string, sessionId: string, name: string, slug: string) {
+  return db.transaction(async (tx) => {
+    const [org] = await tx.insert(organizations).values({ id: newId(), name, slug }).returning()
+    await tx.insert(members).values({ orgId: org!.id, userId, role: 'owner' })
+    await tx.update(sessions).set({ activeOrgId: org!.id }).where(eq(sessions.id, sessionId))
+    return { id: org!.id, name: org!.name, slug: org!.slug, role: 'owner' as Role, createdAt: org!.createdAt }
+  })
 }
 
 const memberColumns = {
@@ -62,6 +113,16 @@ const memberColumns = {
   name: users.name,
   role: members.role,
   createdAt: members.createdAt
+}
+
+/** The org's members with their roles, oldest membership first. */
+export async function listMembers(db: Db, orgId: string) {
+  return db
+    .select(memberColumns)
+    .from(members)
+    .innerJoin(users, eq(users.id, members.userId))
+    .where(eq(members.orgId, orgId))
+    .orderBy(asc(members.createdAt), asc(members.userId))
 }
 
 async function memberOf(db: Db, orgId: string, userId: string) {

@@ -36,7 +36,7 @@ import {
 } from '../../schemas/memory.js'
 import { decodeCursor } from '../db/paging.js'
 import type { PoolRef } from './backend.js'
-import { changedByOf } from './service.js'
+import { changedByOf, withNames } from './service.js'
 import { announceCaptured } from './capture-worker.js'
 import { listCaptures, resolveOrphan, retryDeadCapture } from './captures-repo.js'
 import { ensurePool, lookupPool, orgMemorySettings, parseScope, setOrgMemory, type PoolScope } from './pools.js'
@@ -288,7 +288,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       const pool = a.pool
       const history = pool ? await hub.backend.history(pool, request.params.id) : null
       if (!history) throw notInPool()
-      return { history }
+      return { history: await withNames(app.db, history) }
     }
   )
 

@@ -1,6 +1,8 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Principal } from '../auth/principal.js'
+import { inArray } from 'drizzle-orm'
+import { users } from '../auth/tables.js'
 import type { Config } from '../config.js'
 import type { Db } from '../db/client.js'
 import type { RecalledItem, RunEventSink, RunMemory } from '../runs/ports/memory.js'
@@ -43,6 +45,36 @@ export function changedByOf(principal: Principal): string {
   if (principal.kind === 'user' && principal.userId) return principal.userId
   if (principal.kind === 'key') return `api-key:${principal.keyId ?? 'unknown'}`
   return 'dev'
+}
+
+/**
+ * A history's authors as people read them: a person by name (else email), never a raw id; a
+ * run, an API key or the dev org by what they are. A person who left the deployment is "a former user".
+ */
+export async function withNames<T extends { changedBy: string }>(
+  db: Db,
+  history: T[]
+): Promise<Array<T & { changedByName: string }>> {
+  const isPerson = (by: string) => !by.startsWith('run:') && !by.startsWith('api-key:') && by !== 'dev'
+  const ids = [...new Set(history.map((h) => h.changedBy).filter(isPerson))]
+  const people =
+    ids.length === 0
+      ? []
+      : await db
+          .select({ id: users.id, name: users.name, email: users.email })
+          .from(users)
+          .where(inArray(users.id, ids))
+  const names = new Map(people.map((p) => [p.id, p.name.trim() !== '' ? p.name : p.email]))
+  return history.map((h) => ({
+    ...h,
+    changedByName: h.changedBy.startsWith('run:')
+      ? 'a run'
+      : h.changedBy.startsWith('api-key:')
+        ? 'an API key'
+        : h.changedBy === 'dev'
+          ? 'the dev organization'
+          : (names.get(h.changedBy) ?? 'a former user')
+  }))
 }
 
 export interface MemoryServiceOptions {

@@ -335,17 +335,21 @@ export class RunWorker {
     const allowed = run.settings.tools ? new Set(run.settings.tools) : null
     // the org's MCP tools are listed when the run starts (or goes on), unless it may use none of them
     let offered: ToolDefinition[] | null = null
+    // the tools the org's policy denies, read when the run starts (or goes on): never offered
+    let denied: Set<string> = new Set()
     const tools: RunTools | undefined =
       gateway && allowed?.size !== 0
         ? {
             definitions: () =>
-              (offered ?? gateway.definitions()).filter((d) => !allowed || allowed.has(d.function.name)),
+              (offered ?? gateway.definitions()).filter(
+                (d) => (!allowed || allowed.has(d.function.name)) && !denied.has(d.function.name)
+              ),
             execute: async (call) => {
               this.guard()
               await flushDeltas()
               // the gateway stores the call's events itself: what the run said before comes first
               await writer.flush()
-              if (allowed && !allowed.has(call.name))
+              if ((allowed && !allowed.has(call.name)) || denied.has(call.name))
                 return { content: `error: the tool ${JSON.stringify(call.name)} is not available to this run` }
               // contract 13.4: a call that needs a person's decision does not hold this worker
               const result = await gateway.execute({
@@ -394,6 +398,7 @@ export class RunWorker {
       const engine = await o.engines.forRun(run)
       if (!engine) throw new EngineError(`engine ${run.engine} is not available on this instance`)
       const job = await this.jobOf(run)
+      if (tools && engine.callsTools !== false) denied = await gateway!.deniedTools(run.orgId)
       if (tools && engine.callsTools !== false && (!allowed || [...allowed].some((name) => name.startsWith('mcp__'))))
         offered = await gateway!.definitionsFor(run.orgId)
       const gatewayFiles = gateway

@@ -136,6 +136,11 @@ export class ToolGateway {
     return [...toolDefinitions(), ...(this.opts.mcp ? await this.opts.mcp.definitions(orgId) : [])]
   }
 
+  /** The tools the org set to `deny`: its runs are never offered them. */
+  async deniedTools(orgId: string): Promise<Set<string>> {
+    return new Set((await policyRows(this.opts.db, orgId)).filter((r) => r.mode === 'deny').map((r) => r.tool))
+  }
+
   /** a built-in tool, or one of an MCP server (whether the org has it is the server's to say) */
   private known(name: string): boolean {
     return isToolName(name) || this.opts.mcp?.isMcpTool(name) === true
@@ -180,6 +185,16 @@ export class ToolGateway {
     const parsed = parseArguments(input.arguments)
     if (input.approvalId !== undefined) return this.resume(input, rootRunId, callId, parsed, redact)
     const mode = this.known(input.name) && parsed !== null ? await this.modeFor(orgId, input.name) : null
+    // a denied tool is not offered; a model that names it anyway gets an answer, never a run of it
+    if (mode === 'deny')
+      return {
+        callId,
+        tool: input.name,
+        status: 'error',
+        content: `error: the tool ${JSON.stringify(input.name)} is not available: the organization's policy denies it`,
+        truncated: false,
+        approvalId: null
+      }
     if (input.defer && mode !== 'approve')
       return { callId, tool: input.name, status: 'deferred', content: '', truncated: false, approvalId: null }
     // a call that goes on from a run handed back was announced where it started: told once

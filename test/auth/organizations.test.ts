@@ -40,11 +40,37 @@ t.test('creating an org: slug from the name, the caller owns it, it becomes acti
     method: 'POST',
     url: '/api/auth/organizations',
     headers: { cookie: user.cookie },
+    payload: { name: 'ACME ROCKETS, INC.' }
+  })
+  t.equal(clash.statusCode, 409, 'one person never has two organizations of the same name, whatever the case')
+  t.equal(clash.json().error, 'conflict')
+  t.match(clash.json().message, /already belong to an organization named "Acme Rockets, Inc\."/)
+  // another person may call their team the same: its slug is made unique, never refused
+  const other = await signUp(app)
+  const twin = await app.inject({
+    method: 'POST',
+    url: '/api/auth/organizations',
+    headers: { cookie: other.cookie },
     payload: { name: 'ACME rockets inc' }
   })
-  t.equal(clash.statusCode, 409, 'a derived slug that is taken')
-  t.equal(clash.json().error, 'conflict')
-  t.match(clash.json().message, /acme-rockets-inc/)
+  t.equal(twin.statusCode, 201, 'a name differing only in case from another org of someone else')
+  t.equal(twin.json().organization.slug, 'acme-rockets-inc-2')
+  const third = await signUp(app)
+  const triplet = await app.inject({
+    method: 'POST',
+    url: '/api/auth/organizations',
+    headers: { cookie: third.cookie },
+    payload: { name: 'Acme Rockets Inc' }
+  })
+  t.equal(triplet.json().organization.slug, 'acme-rockets-inc-3')
+  const chosen = await app.inject({
+    method: 'POST',
+    url: '/api/auth/organizations',
+    headers: { cookie: third.cookie },
+    payload: { name: 'Chosen', slug: 'acme-rockets-inc' }
+  })
+  t.equal(chosen.statusCode, 409, 'a slug the caller chose that is taken')
+  t.match(chosen.json().message, /acme-rockets-inc/)
   const dev = await app.inject({
     method: 'POST',
     url: '/api/auth/organizations',
@@ -196,6 +222,22 @@ t.test('members: add, change role, remove; owners and admins only', async (t) =>
     payload: { email: member.user.email, role: 'member' }
   })
   t.equal(twice.statusCode, 409)
+  // every member reads who belongs and with which role, oldest first
+  const list = await app.inject({
+    method: 'GET',
+    url: `/api/auth/organizations/${orgId}/members`,
+    headers: { cookie: member.cookie }
+  })
+  t.equal(list.statusCode, 200, list.body)
+  t.same(
+    list.json().items.map((m: { userId: string; role: string; email: string }) => [m.userId, m.role, m.email]),
+    [
+      [owner.user.id, 'owner', owner.user.email],
+      [admin.user.id, 'admin', admin.user.email],
+      [member.user.id, 'member', member.user.email]
+    ]
+  )
+  t.match(list.json().items[0], { organizationId: orgId, name: owner.user.name, createdAt: String })
   for (const email of [uniqueEmail('ghost'), DEV_USER.email]) {
     const ghost = await app.inject({
       method: 'POST',
@@ -381,6 +423,7 @@ t.test('members of another org: 404, nothing changed', async (t) => {
   const a = await signUpWithOrg(app)
   const b = await signUpWithOrg(app)
   for (const [method, url, payload] of [
+    ['GET', `/api/auth/organizations/${b.org.id}/members`, undefined],
     ['POST', `/api/auth/organizations/${b.org.id}/members`, { email: a.user.email, role: 'owner' }],
     ['PATCH', memberUrl(b.org.id, b.user.id), { role: 'member' }],
     ['DELETE', memberUrl(b.org.id, b.user.id), undefined]

@@ -26,6 +26,12 @@ test('sign up, create an organization, add a member, switch, sign out and in', a
   // no organization yet: led to create one, no error anywhere
   await page.getByRole('heading', { name: 'Welcome to Cairn' }).waitFor()
   t.equal(await page.getByRole('alert').count(), 0, 'no error shown')
+  // the page acted as the dev org before: nothing drawn for it is sent with the new session
+  t.same(
+    problems.everyError.filter((e) => /no_organization|^4\d\d /.test(e)),
+    [],
+    'no request the server refuses, no no_organization in the console'
+  )
   await screenshot(page, 'onboarding-no-org')
   await page.getByLabel('Organization name').fill('Platform team')
   const created = page.waitForResponse(

@@ -120,7 +120,7 @@ t.test('pending → delivering → delivered through the worker that starts with
   const search = (await app.inject({ method: 'GET', url: '/api/memory/search?q=release' })).json()
   t.equal(search.items[0].content, 'Remember the release train leaves Tuesday', 'the http pool answers search')
   const history = (await app.inject({ method: 'GET', url: `/api/memory/item/${search.items[0].id}/history` })).json()
-  t.match(history.history, [{ kind: 'created', changedBy: `run:${run.id}` }])
+  t.match(history.history, [{ kind: 'created', changedBy: `run:${run.id}`, changedByName: 'a run' }])
 })
 
 t.test(

@@ -304,7 +304,7 @@ t.test(
 )
 
 t.test('POST /api/memory/items: a person adds a fact; the same rules as PATCH', async (t) => {
-  const { app, cookie } = await setup(t)
+  const { app, cookie, userId } = await setup(t)
   const added = await app.inject({
     method: 'POST',
     url: '/api/memory/items',
@@ -336,6 +336,21 @@ t.test('POST /api/memory/items: a person adds a fact; the same rules as PATCH', 
   })
   t.equal(twice.statusCode, 409, 'the pool holds it already')
   t.equal(twice.json().error, 'conflict')
+  // a corrected fact's history names the person, not their id
+  const corrected = await app.inject({
+    method: 'PATCH',
+    url: `/api/memory/item/${item.id}`,
+    headers: { cookie },
+    payload: { content: 'The VPN is at vpn2.example.com' }
+  })
+  t.equal(corrected.statusCode, 200, corrected.body)
+  const named = (
+    await app.inject({ method: 'GET', url: `/api/memory/item/${item.id}/history`, headers: { cookie } })
+  ).json().history
+  t.match(named, [
+    { kind: 'created', changedBy: userId, changedByName: 'Test User' },
+    { kind: 'updated', changedBy: userId, changedByName: 'Test User', content: 'The VPN is at vpn2.example.com' }
+  ])
 
   const personal = await app.inject({
     method: 'POST',

@@ -246,6 +246,57 @@ t.test('policy auto runs the call without approval', async (t) => {
   t.equal((await app.db.select().from(toolApprovals).where(eq(toolApprovals.runId, runId))).length, 0)
 })
 
+t.test('policy deny: the tool is never offered, a call naming it anyway is refused and never run', async (t) => {
+  const { app, upstream, cookie, orgId } = await setup(t)
+  const set = await app.inject({
+    method: 'PUT',
+    url: '/api/tools/policies/shell',
+    headers: { cookie },
+    payload: { mode: 'deny' }
+  })
+  t.equal(set.statusCode, 200, set.body)
+  const list = await app.inject({ method: 'GET', url: '/api/tools/policies', headers: { cookie } })
+  t.match(
+    list.json().items.find((p: { tool: string }) => p.tool === 'shell'),
+    { mode: 'deny', isDefault: false }
+  )
+  const bad = await app.inject({
+    method: 'PUT',
+    url: '/api/tools/policies/shell',
+    headers: { cookie },
+    payload: { mode: 'never' }
+  })
+  t.equal(bad.statusCode, 400, 'a mode outside auto, approve and deny')
+  t.equal(bad.json().error, 'validation_failed')
+  upstream.script.push({ calls: [{ id: 'a', name: 'shell', arguments: '{"command":"echo ran"}' }] }, { text: 'done' })
+  const runId = await startRun(app, cookie, 'run it')
+  const run = await finished(app, cookie, runId)
+  t.equal(run.status, 'succeeded', run.error ?? '')
+  const offered = (upstream.requests[0]!.body.tools as Array<{ function: { name: string } }>).map(
+    (d) => d.function.name
+  )
+  t.notOk(offered.includes('shell'), 'shell is not offered')
+  t.ok(offered.includes('list_files'), 'the other tools still are')
+  const events = await eventsOf(app, orgId, runId)
+  t.notOk(
+    events.some((e) => e.type === 'approval.requested' || (e.type === 'tool.result' && e.data.status === 'ok')),
+    'nothing ran and nobody was asked'
+  )
+  const answer = upstream.requests[1]!.body.messages.at(-1)
+  t.match(answer, { role: 'tool', tool_call_id: 'a', content: /not available/ })
+  t.notMatch(answer.content, /ran/)
+  // back to approve: offered again
+  await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', headers: { cookie }, payload: { mode: 'auto' } })
+  upstream.script.push({ text: 'plain' })
+  const next = await startRun(app, cookie, 'again')
+  t.equal((await finished(app, cookie, next)).status, 'succeeded')
+  t.ok(
+    (upstream.requests.at(-1)!.body.tools as Array<{ function: { name: string } }>).some(
+      (d) => d.function.name === 'shell'
+    )
+  )
+})
+
 t.test('a model that keeps asking for tools fails the run after OPENAI_MAX_TOOL_ROUNDS', async (t) => {
   const { app, upstream, cookie, orgId } = await setup(t, { OPENAI_MAX_TOOL_ROUNDS: '2' })
   await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', headers: { cookie }, payload: { mode: 'auto' } })

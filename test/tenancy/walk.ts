@@ -62,6 +62,7 @@ export const TENANT_FIXTURES: TenantFixture[] = [
   {
     name: 'organizations and members',
     routes: [
+      'GET /api/auth/organizations/:orgId/members',
       'POST /api/auth/organizations/:orgId/members',
       'PATCH /api/auth/organizations/:orgId/members/:userId',
       'DELETE /api/auth/organizations/:orgId/members/:userId'

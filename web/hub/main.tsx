@@ -1,5 +1,5 @@
 import { render } from 'preact'
-import { useEffect, useRef, useState } from 'preact/hooks'
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
 import { api, onReleaseMismatch } from './api.js'
 import { loadIdentity, type Identity } from './identity.js'
 import { match, navigate, useLocation } from './router.js'
@@ -14,6 +14,12 @@ import { SettingsView } from './views/settings.js'
 import { SignInView, SignUpView } from './views/sign-in.js'
 import { NoOrgView, OrganizationView } from './views/organization.js'
 import { ThreadsView, ThreadView } from './views/threads.js'
+import { AccessView } from './views/access.js'
+import { AgentSettingsView } from './views/agent.js'
+import { AutomationsView } from './views/automations.js'
+import { KnowledgeView } from './views/knowledge.js'
+import { ModelsView } from './views/models.js'
+import { SkillsView } from './views/skills.js'
 import './styles.css'
 
 const NAV = [
@@ -24,6 +30,16 @@ const NAV = [
   { to: '/recalls', label: 'Recall ledger', active: (p: string) => p === '/recalls' || p.startsWith('/runs/') },
   { to: '/settings', label: 'Settings', active: (p: string) => p === '/settings' },
   { to: '/organization', label: 'Organization', active: (p: string) => p === '/organization' }
+]
+
+/** The organization's configuration: what an admin sets up (members read it too). */
+const ADMIN_NAV = [
+  { to: '/models', label: 'Models' },
+  { to: '/access', label: 'Access' },
+  { to: '/agent', label: 'Agent settings' },
+  { to: '/knowledge', label: 'Knowledge' },
+  { to: '/skills', label: 'Skills' },
+  { to: '/automations', label: 'Automations' }
 ]
 
 function ReleaseBanner() {
@@ -147,6 +163,12 @@ function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void 
   if ((m = match('/threads/:id', path))) return <ThreadView key={m.id} who={who} id={m.id!} />
   if (path === '/settings') return <SettingsView who={who} />
   if (path === '/organization') return <OrganizationView who={who} changed={reloadWho} />
+  if (path === '/models') return <ModelsView who={who} />
+  if (path === '/access') return <AccessView who={who} />
+  if (path === '/agent') return <AgentSettingsView who={who} />
+  if (path === '/knowledge') return <KnowledgeView />
+  if (path === '/skills') return <SkillsView />
+  if (path === '/automations') return <AutomationsView />
   return (
     <section aria-labelledby="not-found">
       <h1 id="not-found">No such page</h1>
@@ -159,7 +181,18 @@ function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void 
 
 function App() {
   const [stale, setStale] = useState(false)
-  const [who, reloadWho] = useLoad('identity', loadIdentity)
+  const [who, loadWhoAgain] = useLoad('identity', loadIdentity)
+  // Between a sign-in, sign-up or switch and the answer of who the page now acts as, no view
+  // is shown: the identity on screen is the old one (the dev org, say), and a view drawn for it
+  // would send its requests with the new session (a person without an organization is refused).
+  const [refreshing, setRefreshing] = useState(false)
+  const reloadWho = useCallback(() => {
+    setRefreshing(true)
+    loadWhoAgain()
+  }, [loadWhoAgain])
+  useEffect(() => {
+    if (who.status !== 'loading') setRefreshing(false)
+  }, [who])
   const { path } = useLocation()
   const main = useRef<HTMLElement>(null)
   useEffect(() => onReleaseMismatch(() => setStale(true)), [])
@@ -196,12 +229,26 @@ function App() {
             ))}
           </ul>
         </nav>
+        <nav aria-label="Admin">
+          <ul>
+            <li class="nav-label" aria-hidden="true">
+              Admin
+            </li>
+            {ADMIN_NAV.map((item) => (
+              <li key={item.to}>
+                <Link to={item.to} aria-current={path === item.to ? 'page' : undefined}>
+                  {item.label}
+                </Link>
+              </li>
+            ))}
+          </ul>
+        </nav>
       </header>
       <main id="main" ref={main} tabIndex={-1}>
         {who.status === 'error' ? (
           <ErrorBox error={who.error} retry={reloadWho} />
         ) : (
-          <Page who={who.status === 'ok' ? who.data : null} reloadWho={reloadWho} />
+          <Page who={who.status === 'ok' && !refreshing ? who.data : null} reloadWho={reloadWho} />
         )}
       </main>
       <footer class="bottom">

@@ -80,6 +80,7 @@ export const messageOf = (err: unknown) => (err instanceof Error ? err.message :
 
 export function ErrorBox({ error, retry }: { error: unknown; retry?: () => void }) {
   const code = error instanceof ApiError ? error.code : null
+  const refused = error instanceof ApiError && error.status >= 400 && error.status < 500
   // the banner at the top says what to do (reload); here only that nothing changed
   if (code === 'frontend_release_mismatch')
     return (
@@ -90,7 +91,8 @@ export function ErrorBox({ error, retry }: { error: unknown; retry?: () => void 
   return (
     <div class="state error" role="alert">
       <p>
-        <strong>Something went wrong.</strong> {messageOf(error)}
+        {/* a refusal says why in the server's words; only a failure has no reason to give */}
+        {refused ? <strong>Not done:</strong> : <strong>Something went wrong.</strong>} {messageOf(error)}
         {code && code !== 'network' ? <span class="muted"> ({code})</span> : null}
       </p>
       {retry ? (

@@ -6,6 +6,8 @@ export interface ToolGatewayPort {
   definitions(): ToolDefinition[]
   /** the built-in tools and the org's MCP servers' tools that answer now */
   definitionsFor(orgId: string): Promise<ToolDefinition[]>
+  /** the tools the org's policy denies: never offered to its runs, never executed */
+  deniedTools(orgId: string): Promise<Set<string>>
   execute(input: {
     orgId: string
     runId: string

@@ -8,7 +8,7 @@ import { scopeOf } from './browse.js'
 const KIND_LABEL: Record<HistoryEntry['kind'], string> = { created: 'Created', updated: 'Updated', deleted: 'Deleted' }
 
 /** Who changed a fact: a run (linked to its live view), a person, or the dev organization. */
-function ChangedBy({ who }: { who: string }) {
+function ChangedBy({ who, name }: { who: string; name: string }) {
   if (who.startsWith('run:'))
     return (
       <span>
@@ -16,7 +16,7 @@ function ChangedBy({ who }: { who: string }) {
         by <RunLink runId={who.slice(4)} />
       </span>
     )
-  return <span> by {who}</span>
+  return <span> by {name}</span>
 }
 
 /** One fact: its text, its history, and the two writes a person may make (edit, delete). */
@@ -132,7 +132,7 @@ export function ItemView({ who, id, params }: { who: Identity; id: string; param
               <li key={i} class={`kind-${h.kind}`}>
                 <p class="meta">
                   <strong>{KIND_LABEL[h.kind]}</strong> <Time iso={h.changedAt} />
-                  <ChangedBy who={h.changedBy} />
+                  <ChangedBy who={h.changedBy} name={h.changedByName} />
                 </p>
                 <p class="content">{h.content}</p>
               </li>

@@ -69,10 +69,19 @@ function useThreadTools(rootRunId: string, open: boolean): Map<string, ToolCallV
 }
 
 /** The message box: a new conversation, or the next message of one (a follow-up run in the thread). */
-function MessageBox({ rootRunId, sent }: { rootRunId: string | null; sent: (run: Run) => void }) {
+function MessageBox({
+  rootRunId,
+  threadModel = null,
+  sent
+}: {
+  rootRunId: string | null
+  /** the model of the conversation's latest turn: the next message goes on with it unless the person picks another */
+  threadModel?: string | null
+  sent: (run: Run) => void
+}) {
   const [prompt, setPrompt] = useState('')
   const box = useRef<HTMLTextAreaElement>(null)
-  const [model, setModel] = useState('')
+  const [model, setModel] = useState(threadModel ?? '')
   const [models] = useLoad('models', () => api<Models>('GET', '/models'))
   const send = useAction(async () => {
     const body: Record<string, unknown> = { prompt: prompt.trim() }
@@ -110,9 +119,13 @@ function MessageBox({ rootRunId, sent }: { rootRunId: string | null; sent: (run:
         <option value="">
           The organization's default{list.find((m) => m.default) ? ` (${list.find((m) => m.default)!.id})` : ''}
         </option>
+        {threadModel !== null && !list.some((m) => m.id === threadModel) ? (
+          <option value={threadModel}>{threadModel} (this conversation's)</option>
+        ) : null}
         {list.map((m) => (
           <option key={`${m.engine}/${m.id}`} value={m.id}>
             {m.id}
+            {m.id === threadModel ? " (this conversation's)" : ''}
           </option>
         ))}
       </select>
@@ -356,7 +369,11 @@ export function ThreadView({ who, id }: { who: Identity; id: string }) {
               )
             )}
           </ol>
-          <MessageBox rootRunId={id} sent={again} />
+          <MessageBox
+            rootRunId={id}
+            threadModel={state.data.runs.findLast((run) => run.model !== null)?.model ?? null}
+            sent={again}
+          />
         </>
       ) : null}
     </section>

@@ -1,0 +1,2 @@
+ALTER TABLE "tool_policies" DROP CONSTRAINT "tool_policies_mode_check";--> statement-breakpoint
+ALTER TABLE "tool_policies" ADD CONSTRAINT "tool_policies_mode_check" CHECK ("tool_policies"."mode" in ('auto', 'approve', 'deny'));

@@ -1,0 +1,268 @@
+// The admin's console, in a real Chromium: sign up and create an organization (no refused
+// request on the way), connect a provider pointed at a local OpenAI-compatible model, test it
+// with one message, make it the default and see the next conversation go to it while a
+// conversation keeps its own model; mint an API key (shown once) and revoke it (the key is then
+// refused); set a tool to approve and see the next call wait; add an MCP server and see its
+// tools; keyboard only; a refused action says why in the page.
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import t, { type Test } from 'tap'
+import type { Page } from 'playwright-core'
+import { waitFor } from '../helper.js'
+import { startLocalMcp } from '../mcp/local-mcp-server.js'
+import { startToolModel } from '../runs/tool-model.js'
+import { hubServer, launchBrowser, noBrowser, openPage, screenshot, tabTo } from './helpers.js'
+
+const model = await startToolModel(t)
+const dataDir = await mkdtemp(join(tmpdir(), 'cairn-hub-admin-'))
+t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+// the deployment configures no model of its own: the org's provider is what runs use
+const { app, base } = await hubServer(t, {
+  PROVIDER_ALLOW_PRIVATE: 'true',
+  DATA_DIR: dataDir,
+  SANDBOX_UNCONFINED: 'true',
+  RUN_POLL_MS: '50'
+})
+const test = (name: string, fn: (t: Test) => Promise<void>) => t.test(name, { skip: noBrowser }, fn)
+const browser = noBrowser ? (null as never) : await launchBrowser(t)
+
+async function cookieOf(page: Page): Promise<string> {
+  return (await page.context().cookies()).map((c) => `${c.name}=${c.value}`).join('; ')
+}
+
+async function signUpAndCreateOrg(page: Page, email: string, org: string) {
+  await page.goto(`${base}/hub/sign-up`)
+  await page.getByLabel('Name').fill('Ada Admin')
+  await page.getByLabel('Email').fill(email)
+  await page.getByLabel(/Password/).fill('correct horse battery')
+  await page.getByRole('button', { name: 'Create account' }).click()
+  await page.getByRole('heading', { name: 'Welcome to Cairn' }).waitFor()
+  await page.getByLabel('Organization name').fill(org)
+  await page.getByRole('button', { name: 'Create organization' }).click()
+  await page.getByRole('heading', { name: 'Browse memory' }).waitFor()
+}
+
+test('models: connect a provider, test it, make it the default; the next conversation goes to it', async (t) => {
+  const { page, problems, close } = await openPage(browser)
+  t.teardown(close)
+  await signUpAndCreateOrg(page, 'ada@example.test', 'Acme')
+  t.same(
+    problems.everyError.filter((e) => /no_organization|^4\d\d /.test(e)),
+    [],
+    'no request the server refuses after sign-up'
+  )
+  await page.getByRole('navigation', { name: 'Admin' }).getByRole('link', { name: 'Models' }).click()
+  await page.getByRole('heading', { name: 'Models', level: 1 }).waitFor()
+  await page.getByText('No provider is connected yet.').waitFor()
+
+  // a key a header cannot carry is refused, saying which field and why, never "Something went wrong"
+  await page.getByLabel('Name', { exact: true }).fill('Local')
+  await page.getByLabel('Base URL').fill(model.url)
+  await page.getByLabel('API key').fill('sk-café')
+  await page.getByRole('button', { name: 'Connect provider' }).click()
+  const refused = page.getByRole('alert').filter({ hasText: 'apiKey' })
+  await refused.waitFor()
+  t.notMatch(await refused.textContent(), /Something went wrong/)
+  t.match(await refused.textContent(), /validation_failed/)
+
+  await page.getByLabel('API key').fill('sk-local-test')
+  const connected = page.waitForResponse((r) => r.url().endsWith('/api/providers') && r.request().method() === 'POST')
+  await page.getByRole('button', { name: 'Connect provider' }).click()
+  t.equal((await connected).status(), 201)
+  t.equal(await page.getByLabel('API key').inputValue(), '', 'the key leaves the page once sent')
+  const card = page.getByRole('listitem').filter({ has: page.getByRole('heading', { name: /Local/ }) })
+  await card.locator('.badge', { hasText: 'ready' }).waitFor()
+  t.match(await card.textContent(), /tool-model/)
+  const providers = await app.inject({
+    method: 'GET',
+    url: '/api/providers',
+    headers: { cookie: await cookieOf(page) }
+  })
+  t.notMatch(providers.body, /sk-local-test/, 'the key is never answered')
+
+  // one message to it
+  model.script.push({ text: 'Hello from the local model' })
+  await card.getByRole('button', { name: 'Test Local' }).click()
+  await card.getByRole('status').filter({ hasText: 'tool-model answered: Hello from the local model' }).waitFor()
+
+  // the default
+  await card.getByRole('button', { name: 'Make tool-model the default' }).click()
+  await page.locator('.current-default', { hasText: 'tool-model' }).waitFor()
+  await page.getByText('chosen by an admin').waitFor()
+  await screenshot(page, 'admin-models')
+  const cookie = await cookieOf(page)
+  t.match((await app.inject({ method: 'GET', url: '/api/models/default', headers: { cookie } })).json(), {
+    model: 'tool-model',
+    source: 'org'
+  })
+
+  // the next message goes to it
+  model.script.push({ text: 'Answered by the provider' })
+  const before = model.requests.length
+  await page.getByRole('link', { name: 'Conversations' }).click()
+  await page.getByRole('textbox', { name: 'Message', exact: true }).fill('Who answers?')
+  await page.getByRole('button', { name: 'Send' }).click()
+  await page.getByRole('heading', { name: 'Who answers?' }).waitFor()
+  await page.locator('.turn').first().locator('.badge', { hasText: 'succeeded' }).waitFor()
+  t.equal(await page.locator('.turn .output').first().textContent(), 'Answered by the provider')
+  t.equal(model.requests.length, before + 1, 'the provider got the message')
+
+  // a conversation on another model keeps it for its follow-ups
+  await page.getByRole('link', { name: '← Conversations' }).click()
+  await page.getByRole('textbox', { name: 'Message', exact: true }).fill('Stay on echo')
+  await page.getByRole('combobox', { name: 'Model' }).selectOption('echo')
+  await page.getByRole('button', { name: 'Send' }).click()
+  await page.getByRole('heading', { name: 'Stay on echo' }).waitFor()
+  await page.locator('.turn').first().locator('.badge', { hasText: 'succeeded' }).waitFor()
+  t.equal(await page.getByRole('combobox', { name: 'Model' }).inputValue(), 'echo', "the box offers the thread's model")
+  await page.getByRole('textbox', { name: 'Message', exact: true }).fill('and again')
+  await page.getByRole('button', { name: 'Send' }).click()
+  await page.locator('.turn').nth(1).locator('.badge', { hasText: 'succeeded' }).waitFor()
+  const threads = (await app.inject({ method: 'GET', url: '/api/threads', headers: { cookie } })).json().items
+  const echoThread = threads.find((th: { title: string }) => th.title === 'Stay on echo')
+  const detail = (
+    await app.inject({
+      method: 'GET',
+      url: `/api/threads/${echoThread.rootRunId ?? echoThread.id}`,
+      headers: { cookie }
+    })
+  ).json()
+  t.same(
+    detail.runs.map((r: { model: string }) => r.model),
+    ['echo', 'echo'],
+    'the follow-up stayed on the thread model, not the default'
+  )
+  t.same(problems.errors, [])
+  t.same(await problems.violations(), [])
+})
+
+test('access: mint a key (shown once, copied), revoke it; the key is then refused; members listed', async (t) => {
+  const { page, problems, close } = await openPage(browser)
+  t.teardown(close)
+  await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: base })
+  await signUpAndCreateOrg(page, 'keys@example.test', 'Keys team')
+  await page.getByRole('navigation', { name: 'Admin' }).getByRole('link', { name: 'Access' }).click()
+  await page.getByRole('heading', { name: 'Access', level: 1 }).waitFor()
+  const members = page.getByRole('table', { name: 'Members and their roles' })
+  await members.getByRole('cell', { name: 'keys@example.test' }).waitFor()
+  t.match(await members.textContent(), /Ada Admin.*keys@example\.test.*owner/)
+
+  // keyboard only: to the name, type, Enter
+  await tabTo(page, '#key-name', 60)
+  await page.keyboard.type('ci pipeline')
+  await page.keyboard.press('Enter')
+  const shown = page.getByRole('region', { name: 'The key ci pipeline:' })
+  await shown.waitFor()
+  const key = (await shown.locator('code').textContent())!
+  t.match(key, /\S{20,}/)
+  await shown.getByRole('button', { name: 'Copy' }).click()
+  await shown.getByText('Copied.').waitFor()
+  t.equal(await page.evaluate('navigator.clipboard.readText()'), key)
+  const used = await app.inject({ method: 'GET', url: '/api/runs', headers: { authorization: `Bearer ${key}` } })
+  t.equal(used.statusCode, 200, 'the key works')
+  await screenshot(page, 'admin-access')
+
+  // revoke, keyboard only: the question comes first, Cancel has the focus
+  await tabTo(page, 'button:has-text("Revoke ci pipeline")', 80)
+  await page.keyboard.press('Enter')
+  const dialog = page.getByRole('dialog', { name: 'Revoke the key ci pipeline?' })
+  await dialog.waitFor()
+  t.equal(await page.evaluate('document.activeElement?.textContent'), 'Cancel')
+  await page.keyboard.press('Shift+Tab')
+  const revoked = page.waitForResponse((r) => /\/api\/keys\//.test(r.url()) && r.request().method() === 'DELETE')
+  await page.keyboard.press('Enter')
+  t.equal((await revoked).status(), 204)
+  await page.getByText('No API key is in use.').waitFor()
+  const refused = await app.inject({ method: 'GET', url: '/api/runs', headers: { authorization: `Bearer ${key}` } })
+  t.equal(refused.statusCode, 401, 'a revoked key is refused')
+  t.same(problems.errors, [])
+  t.same(await problems.violations(), [])
+})
+
+test('agent settings: a tool set to approve makes the next call wait; an MCP server added with its tools', async (t) => {
+  const mcp = await startLocalMcp(t, { extraTools: ['bad.name'] })
+  const { page, problems, close } = await openPage(browser)
+  t.teardown(close)
+  await signUpAndCreateOrg(page, 'agent@example.test', 'Agents')
+  const cookie = await cookieOf(page)
+  // the org's model: the local one, connected through the API this time
+  const connected = await app.inject({
+    method: 'POST',
+    url: '/api/providers',
+    headers: { cookie },
+    payload: { name: 'local', baseUrl: model.url, apiKey: 'sk-local' }
+  })
+  t.equal(connected.statusCode, 201, connected.body)
+  await page.getByRole('navigation', { name: 'Admin' }).getByRole('link', { name: 'Agent settings' }).click()
+  await page.getByRole('heading', { name: 'Agent settings', level: 1 }).waitFor()
+
+  // list_files runs at once by default: set it to approve
+  const policy = page.getByLabel('Policy of list_files')
+  t.equal(await policy.inputValue(), 'auto')
+  const saved = page.waitForResponse((r) => r.url().endsWith('/api/tools/policies/list_files'))
+  await policy.selectOption('approve')
+  t.equal((await saved).status(), 200)
+  await page.getByRole('status').filter({ hasText: 'Saved list_files: approve' }).waitFor()
+  // and write_file denied: never offered
+  await page.getByLabel('Policy of write_file').selectOption('deny')
+  await page.getByRole('status').filter({ hasText: 'Saved write_file: deny' }).waitFor()
+
+  model.script.push({ calls: [{ id: 'c1', name: 'list_files', arguments: '{}' }] }, { text: 'listed' })
+  const before = model.requests.length
+  const started = await app.inject({
+    method: 'POST',
+    url: '/api/runs',
+    headers: { cookie },
+    payload: { prompt: 'What files are there?' }
+  })
+  t.equal(started.statusCode, 201, started.body)
+  const runId = started.json().run.id
+  const waiting = await waitFor('the run to wait for a person', async () => {
+    const run = (await app.inject({ method: 'GET', url: `/api/runs/${runId}?wait=20`, headers: { cookie } })).json().run
+    return run.status === 'requires_action' ? run : null
+  })
+  t.equal(waiting.status, 'requires_action', 'the call waits for a decision')
+  const approvals = (
+    await app.inject({ method: 'GET', url: `/api/runs/${runId}/approvals`, headers: { cookie } })
+  ).json().items
+  t.match(approvals, [{ tool: 'list_files', status: 'pending' }])
+  const offered = model.requests[before]!.body.tools.map((d: { function: { name: string } }) => d.function.name)
+  t.notOk(offered.includes('write_file'), 'a denied tool is not offered')
+
+  // an MCP server, with a sealed header
+  await page.getByLabel(/^Name \(a-z/).fill('local')
+  await page.getByLabel('URL (Streamable HTTP)').fill(mcp.url)
+  await page.getByRole('button', { name: 'Add a header' }).click()
+  await page.getByLabel('Header name').fill('x-api-key')
+  await page.getByLabel('Header value').fill('header-secret')
+  const added = page.waitForResponse((r) => r.url().endsWith('/api/mcp-servers') && r.request().method() === 'POST')
+  await page.getByRole('button', { name: 'Add MCP server' }).click()
+  t.equal((await added).status(), 201)
+  const server = page.getByRole('list', { name: 'MCP servers' }).getByRole('listitem').first()
+  await server.locator('.badge', { hasText: 'ready' }).waitFor()
+  await server.getByText('mcp__local__record').waitFor()
+  t.match(await server.getByRole('list', { name: 'Warnings of local' }).textContent(), /bad\.name/)
+  t.match(await server.textContent(), /headers \(sealed\): x-api-key/)
+  t.notMatch(await page.content(), /header-secret/, 'the header value is not on the page')
+  // its tools join the policies (MCP tools default to approve)
+  t.equal(await page.getByLabel('Policy of mcp__local__record').inputValue(), 'approve')
+
+  // secrets: the name only once saved
+  await page.getByLabel('Name (upper case, digits and _)').fill('DEPLOY_TOKEN')
+  await page.getByLabel('Value').fill('very-secret-value')
+  await page.getByRole('button', { name: 'Save secret' }).click()
+  await page.getByRole('list', { name: 'Secrets' }).getByText('DEPLOY_TOKEN', { exact: true }).waitFor()
+  t.notMatch(await page.content(), /very-secret-value/)
+  await page.getByText('not connected').waitFor()
+  await screenshot(page, 'admin-agent')
+
+  // removing asks first
+  await server.getByRole('button', { name: 'Remove local' }).click()
+  const dialog = page.getByRole('dialog', { name: 'Remove the MCP server local?' })
+  await dialog.waitFor()
+  await dialog.getByRole('button', { name: 'Remove local' }).click()
+  await page.getByText('No MCP server is connected.').waitFor()
+  t.same(problems.errors, [])
+  t.same(await problems.violations(), [])
+})
