@@ -47,6 +47,9 @@ import { redactSpansWith } from '../telemetry/tracing.js'
 import type { OutputChecker } from './output-check.js'
 import { appendTranscript, ownMessages, toTranscript, type TranscriptMessage } from './transcripts.js'
 
+
+/** the memory tool's name, offered only while the org's memory is on */
+const REMEMBER_TOOL = 'remember'
 /** Drops a run's waiting tool calls, if runs have tools; never throws (the run ends either way). */
 export async function dropToolCalls(
   tools: ToolGatewayPort | null,
@@ -334,11 +337,17 @@ export class RunWorker {
     const allowed = run.settings.tools ? new Set(run.settings.tools) : null
     // the org's MCP tools are listed when the run starts (or goes on), unless it may use none of them
     let offered: ToolDefinition[] | null = null
+    // `remember` is not offered while the org's memory is off (read when the run starts): a
+    // model told it can keep facts would keep trying, and every call would be refused
+    let memoryOn = true
     const tools: RunTools | undefined =
       gateway && allowed?.size !== 0
         ? {
             definitions: () =>
-              (offered ?? gateway.definitions()).filter((d) => !allowed || allowed.has(d.function.name)),
+              (offered ?? gateway.definitions()).filter(
+                (d) =>
+                  (!allowed || allowed.has(d.function.name)) && (memoryOn || d.function.name !== REMEMBER_TOOL)
+              ),
             execute: async (call) => {
               this.guard()
               await flushDeltas()
@@ -395,6 +404,8 @@ export class RunWorker {
       const job = await this.jobOf(run)
       if (tools && engine.callsTools !== false && (!allowed || [...allowed].some((name) => name.startsWith('mcp__'))))
         offered = await gateway!.definitionsFor(run.orgId)
+      if (tools && engine.callsTools !== false && (!allowed || allowed.has(REMEMBER_TOOL)))
+        memoryOn = (await memorySettings()).enabled
       const gatewayFiles = gateway
       // a run going on after it waited has its attachments in its workspace already
       const attachments =
