@@ -39,6 +39,7 @@ import type { FinishedRun, RunFollowUps, RunSkills } from './ports/skills.js'
 import type { RunSecrets } from './ports/secrets.js'
 import type { RunJob, RunJobs } from './ports/jobs.js'
 import type { ToolGatewayPort } from './ports/tool-gateway.js'
+import type { RunThreadContext } from './ports/thread-context.js'
 import { NO_SECRETS, Redactor } from '../secrets/redact.js'
 import { isDatabaseUnavailable } from '../db/faults.js'
 import { backoffDelay, createWorkerLoop, LoopStopped, type WorkerLoop } from '../worker-loop.js'
@@ -94,6 +95,8 @@ export interface RunWorkerOptions {
   outputCheck: Pick<OutputChecker, 'check'>
   /** MODEL_CONTEXT_TOKENS: the thread's earlier turns sent with a run fit in this, with its instructions and prompt */
   contextTokens?: number | undefined
+  /** what chat platforms add to a run's context (colleagues' messages in a Slack thread); filled in as they register */
+  threadContext?: RunThreadContext[] | undefined
 }
 
 /**
@@ -300,6 +303,19 @@ export class RunWorker {
     }
   }
 
+  /** What chat platforms add to a run's context; nothing when one fails (the run goes on without it). */
+  private async threadContextOf(run: RunRow, signal: AbortSignal): Promise<WireMessage[]> {
+    const found: WireMessage[] = []
+    for (const source of this.o.threadContext ?? []) {
+      try {
+        found.push(...(await source.messagesFor(run, signal)))
+      } catch (err) {
+        this.o.log.warn({ err, runId: run.id, orgId: run.orgId }, "a chat thread's other messages could not be read")
+      }
+    }
+    return found
+  }
+
   private async runOne(entry: Active, history: WireMessage[]): Promise<void> {
     const { o } = this
     const { run } = entry
@@ -406,6 +422,7 @@ export class RunWorker {
         offered = await gateway!.definitionsFor(run.orgId)
       if (tools && engine.callsTools !== false && (!allowed || allowed.has(REMEMBER_TOOL)))
         memoryOn = (await memorySettings()).enabled
+      const platformMessages = await this.threadContextOf(run, signal)
       const gatewayFiles = gateway
       // a run going on after it waited has its attachments in its workspace already
       const attachments =
@@ -425,7 +442,8 @@ export class RunWorker {
         prompt: run.prompt,
         model: run.model,
         instructions: run.instructions,
-        history,
+        // after the thread's earlier turns: what colleagues wrote since, just before this prompt
+        history: platformMessages.length > 0 ? [...history, ...platformMessages] : history,
         attachments,
         resume: run.suspended,
         checkpoint: (state) => {
