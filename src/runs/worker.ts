@@ -48,7 +48,6 @@ import { redactSpansWith } from '../telemetry/tracing.js'
 import type { OutputChecker } from './output-check.js'
 import { appendTranscript, ownMessages, toTranscript, type TranscriptMessage } from './transcripts.js'
 
-
 /** the memory tool's name, offered only while the org's memory is on */
 const REMEMBER_TOOL = 'remember'
 /** Drops a run's waiting tool calls, if runs have tools; never throws (the run ends either way). */
@@ -361,8 +360,7 @@ export class RunWorker {
         ? {
             definitions: () =>
               (offered ?? gateway.definitions()).filter(
-                (d) =>
-                  (!allowed || allowed.has(d.function.name)) && (memoryOn || d.function.name !== REMEMBER_TOOL)
+                (d) => (!allowed || allowed.has(d.function.name)) && (memoryOn || d.function.name !== REMEMBER_TOOL)
               ),
             execute: async (call) => {
               this.guard()

@@ -66,9 +66,7 @@ export const mentionsBot = (text: string, botUserId: string | null) =>
 
 /** The prompt a message makes: the bot's mention taken out (with the spaces after it), as `plainText`. */
 export function promptOf(text: string, botUserId: string | null): string {
-  const without = botUserId
-    ? text.replace(new RegExp(`${mentionOf(botUserId).source}[ \\t]*`, 'g'), '')
-    : text
+  const without = botUserId ? text.replace(new RegExp(`${mentionOf(botUserId).source}[ \\t]*`, 'g'), '') : text
   const prompt = plainText(without)
   return prompt.trim() === '' ? '(an empty message)' : prompt
 }

@@ -23,7 +23,12 @@ function slackOriginOf(metadata: Record<string, unknown>): SlackOrigin | null {
   const slack = metadata['slack'] as Partial<SlackOrigin> | undefined
   if (!slack || typeof slack !== 'object') return null
   const { teamId, channel, ts, threadTs } = slack
-  if (typeof teamId !== 'string' || typeof channel !== 'string' || typeof ts !== 'string' || typeof threadTs !== 'string')
+  if (
+    typeof teamId !== 'string' ||
+    typeof channel !== 'string' ||
+    typeof ts !== 'string' ||
+    typeof threadTs !== 'string'
+  )
     return null
   return { teamId, channel, ts, threadTs }
 }

@@ -270,7 +270,11 @@ t.test('output cut at its limit ends with a marker the model reads: how much it 
   // "exit code 0\n" and 5000 x: 5012 bytes produced
   const [, shown, total] = /\n\[output truncated: (\d+) of (\d+) bytes\]$/.exec(shell.content) ?? []
   t.equal(total, '5012', `the model read the marker: ${shell.content.slice(-60)}`)
-  t.equal(Number(shown), Buffer.byteLength(shell.content.slice(0, shell.content.lastIndexOf('\n['))), 'N is what it saw')
+  t.equal(
+    Number(shown),
+    Buffer.byteLength(shell.content.slice(0, shell.content.lastIndexOf('\n['))),
+    'N is what it saw'
+  )
   t.ok(Buffer.byteLength(shell.content) <= 1024, 'the marker is within the limit')
   const read = toolMessage(2)
   t.equal(read.tool_call_id, 'b')

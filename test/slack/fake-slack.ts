@@ -72,7 +72,8 @@ export interface FakeSlack {
 /**
  * A local server speaking the parts of Slack's Web API the service calls: `auth.test`,
  * `chat.postMessage` (with message metadata and blocks), `chat.update` and `conversations.replies`
- * (`include_all_metadata`; people's messages, written with `say`, with their author), form-encoded or JSON, the bot token as a bearer header.
+ * (`include_all_metadata`; people's messages, written with `say`, with their author), form-encoded
+ * or JSON, the bot token as a bearer header.
  */
 export async function startFakeSlack(t: Teardown): Promise<FakeSlack> {
   const changed = new EventEmitter()

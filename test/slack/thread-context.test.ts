@@ -53,12 +53,14 @@ async function setup(t: import('tap').Test) {
   }
   /** The bot's answer to the mention at `ts`, once posted. */
   const answered = (ts: string) =>
-    waitFor('the answer in the thread', async () =>
-      rowsOf<{ message_ts: string; reply_ts: string | null }>(
-        await app.db.execute(
-          sql`select message_ts, reply_ts from slack_replies where message_ts = ${ts} and state = 'sent'`
-        )
-      )[0]
+    waitFor(
+      'the answer in the thread',
+      async () =>
+        rowsOf<{ message_ts: string; reply_ts: string | null }>(
+          await app.db.execute(
+            sql`select message_ts, reply_ts from slack_replies where message_ts = ${ts} and state = 'sent'`
+          )
+        )[0]
     )
   return { app, model, fake, slack, say, answered }
 }
@@ -94,11 +96,7 @@ t.test(
   "a colleague's message in the thread since the bot's last reply is in the next mention's context, naming its author",
   async (t) => {
     const { model, fake, slack, say, answered } = await setup(t)
-    model.script.push(
-      { text: 'Restart web-12.' },
-      { text: 'Then restart web-13.' },
-      { text: 'It is web-13.' }
-    )
+    model.script.push({ text: 'Restart web-12.' }, { text: 'Then restart web-13.' }, { text: 'It is web-13.' })
     const first = await say(ALICE, `<@${slack.botUserId}> which host is broken? The alert says web-12`)
     await answered(first.ts)
     // Bob writes in the thread without mentioning the bot: no run, but the next mention sees it
@@ -127,7 +125,11 @@ t.test(
     const third = await say(ALICE, `<@${slack.botUserId}> remind me which one?`, first.ts)
     await answered(third.ts)
     const later = model.requests[2]!.body.messages as Array<{ role: string; content: string }>
-    t.equal(later.filter((m) => m.content.includes('Correction')).length, 0, "messages before the bot's reply are not sent again")
+    t.equal(
+      later.filter((m) => m.content.includes('Correction')).length,
+      0,
+      "messages before the bot's reply are not sent again"
+    )
     t.same(later.at(-1), { role: 'user', content: 'remind me which one?' })
   }
 )
