@@ -2,6 +2,8 @@
 // retries, the provider's breaker is open: runs fail at once (model_unavailable) and chat is a 503, with no
 // request reaching the provider. Compared with the same runs on echo (a model that always answers at once):
 // POST /api/runs, the run's end (POST to its failed or succeeded state) and POST /api/chat, p50 and p99.
+// Two ways a model is configured: the deployment's (OPENAI_BASE_URL) and the org's own provider
+// (POST /api/providers), each down.
 import { createServer } from 'node:http'
 import { once } from 'node:events'
 import { now, pct } from './model.js'
@@ -23,8 +25,14 @@ interface Row {
 async function deadModel(): Promise<{ url: string; requests: () => number; close(): Promise<void> }> {
   let requests = 0
   const server = createServer((req, res) => {
-    requests++
     req.resume()
+    // its model list answers (an org's provider is added by listing them); every model call is refused
+    if (req.url === '/v1/models') {
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ object: 'list', data: [{ id: 'bench-model' }] }))
+      return
+    }
+    requests++
     res.writeHead(503, { 'content-type': 'application/json' })
     res.end(JSON.stringify({ error: { message: 'the model is down', type: 'server_error' } }))
   })
@@ -110,6 +118,26 @@ export async function benchModelDown(): Promise<string> {
   } finally {
     await down.stop()
     await dead.close()
+  }
+  const deadOrg = await deadModel()
+  const orgDown = await startRunsServer({
+    RUN_POLL_MS: '100',
+    PROVIDER_ALLOW_PRIVATE: 'true',
+    MODEL_RETRY_BASE_MS: '50',
+    MODEL_BREAKER_OPEN_MS: '600000'
+  })
+  try {
+    // the dev org (loopback, no credentials) adds its provider: its first model is the org's default
+    const added = await fetch(`${orgDown.url}/api/providers`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'Down', baseUrl: deadOrg.url, apiKey: 'sk-bench', models: ['bench-model'] })
+    })
+    if (added.status !== 201) throw new Error(`POST /api/providers: ${added.status} ${await added.text()}`)
+    rows.push(await measure("the org's provider is down (breaker open)", orgDown.url, deadOrg.requests))
+  } finally {
+    await orgDown.stop()
+    await deadOrg.close()
   }
   const base = rows[0]!
   const ms = (v: number) => v.toFixed(1)

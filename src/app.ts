@@ -57,6 +57,7 @@ import github from './github/index.js'
 import githubService from './github/service.js'
 import slack from './slack/index.js'
 import slackService from './slack/service.js'
+import type { RunThreadContext } from './runs/ports/thread-context.js'
 import { forChatPlatforms } from './runs/ports/chat-platforms.js'
 import secretsService from './secrets/service.js'
 import mcpService from './mcp/service.js'
@@ -381,6 +382,8 @@ export async function buildApp({
     ...ports.runtime
   })
   // runs: engines, dispatch, the worker (offered the runtime's tools when there is a sandbox) and the sweeper
+  // chat platforms register below, after the runs group: they add what a run's context needs then
+  const threadContext: RunThreadContext[] = []
   await app.register(runsService, {
     config,
     memory: runMemory,
@@ -393,6 +396,7 @@ export async function buildApp({
     secrets: app.secrets.forRuns,
     providers: app.providers.forRuns,
     jobs: [app.github.forJobs],
+    threadContext,
     mcpTools: (orgId, names) => app.mcp.unknownTool(orgId, names)
   })
   // automations: the scheduler, which starts runs of prompts, skills and playbooks
@@ -411,6 +415,7 @@ export async function buildApp({
     secrets: app.secrets,
     approvals: app.runtime.gateway
   })
+  threadContext.push(app.slack.threadContext)
 
   // What GET /api/config tells clients, from what each service reports about itself; assembled
   // once, nothing writes to it afterwards

@@ -109,6 +109,7 @@ const checks: Record<string, Check[]> = {
   ],
   'mcp.md': [
     check(/\\"status\\":\\"succeeded\\",\\"output\\":\\"hello\\"/, 'start_run answered through MCP'),
+    check(/HTTP\/1\.1 200[^]*?content-type: text\/event-stream[^]*?^: stream open/im, 'the server stream opened'),
     check(
       /"name":"tickets"[^\n]*"ready":true[^\n]*"tools":\[\{"name":"search"/,
       'the tickets server connected, its tool listed'

@@ -78,6 +78,14 @@ function rpcError(reply: FastifyReply, status: number, code: number, message: st
     .send(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }))
 }
 
+/** Passes a server stream through after an SSE comment that opens it. */
+const openedStream = () =>
+  new TransformStream<Uint8Array, Uint8Array>({
+    start(controller) {
+      controller.enqueue(new TextEncoder().encode(': stream open\n\n'))
+    }
+  })
+
 /** An `initialize` request (the schema check only for what names the method: it costs more than the rest of a call). */
 const isInitialize = (m: unknown) =>
   (m as { method?: unknown } | null)?.method === 'initialize' && isInitializeRequest(m)
@@ -138,11 +146,18 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
       if (!known) knownSessions.set(scope.db, (known = { sessions: new Map(), generation: 0 }))
       return known
     })()
+    // the open GET streams (server streams) of this instance, with their session: a GET's stream
+    // is cut when the instance stops (its client reconnects, to any instance; ending it is not
+    // enough for a client that already went away without a word), and ended when its session ends
+    const streams = new Map<FastifyReply['raw'], string>()
     const forget = (id?: string) => {
       // a row read before this and answered after it must not be remembered
       memo.generation++
       if (id === undefined) memo.sessions.clear()
-      else memo.sessions.delete(id)
+      else {
+        memo.sessions.delete(id)
+        for (const [stream, session] of streams) if (session === id) stream.end()
+      }
     }
     const unlisten = await app.database.listen(
       SESSION_ENDED,
@@ -228,11 +243,8 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         .send(JSON.stringify(answer ?? { jsonrpc: '2.0', id: message.id, error: closed }))
     }
 
-    // a GET's stream is cut when the instance stops (its client reconnects, to any instance):
-    // ending it is not enough for a client that already went away without a word
-    const streams = new Set<FastifyReply['raw']>()
     scope.addHook('preClose', async () => {
-      for (const stream of streams) stream.destroy()
+      for (const stream of streams.keys()) stream.destroy()
     })
 
     async function serve(request: FastifyRequest, reply: FastifyReply) {
@@ -305,7 +317,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
       const server = idleServers.pop() ?? buildMcpServer()
       // kept for the next request once this one's answer is whole (below); until then closed with its request
       let reusable = false
-      if (request.method === 'GET') streams.add(reply.raw)
+      if (request.method === 'GET' && sessionId !== undefined) streams.set(reply.raw, sessionId)
       reply.raw.once('close', () => {
         streams.delete(reply.raw)
         if (!reusable) void server.close().catch(() => {})
@@ -336,6 +348,14 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
         reply.code(answer.status)
         answer.headers.forEach((value, name) => void reply.header(name, value))
         return reply.send(text)
+      }
+      if (request.method === 'GET' && answer.ok && answer.body) {
+        // the server stream: Node sends a response's head with its first bytes, and a session's
+        // stream may stay quiet for hours, so a comment line (which SSE readers skip) goes first
+        // and the client knows at once that its stream is open
+        reply.code(answer.status)
+        answer.headers.forEach((value, name) => void reply.header(name, value))
+        return reply.send(answer.body.pipeThrough(openedStream()))
       }
       return reply.send(answer)
     }

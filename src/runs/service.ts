@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify'
+import type { RunThreadContext } from './ports/thread-context.js'
 import fp from 'fastify-plugin'
 import type { StoredAnswer } from '../../plugins/idempotency/index.js'
 import type { Config } from '../config.js'
@@ -74,6 +75,8 @@ export interface RunsServiceOptions {
   providers?: OrgProviders | undefined
   /** runs that do a job of their own (the github group's repo wiki builds) */
   jobs?: RunJobs[] | undefined
+  /** what chat platforms add to a run's context; the array is filled in as they register */
+  threadContext?: RunThreadContext[] | undefined
   /** which MCP tool names the org's servers offer (a run's `tools`) */
   mcpTools?: ((orgId: string, names: string[]) => Promise<number>) | undefined
 }
@@ -151,7 +154,8 @@ export default fp(
       concurrency: config.RUN_WORKER_CONCURRENCY,
       pollMs: config.RUN_POLL_MS,
       leaseMs: config.RUN_LEASE_MS,
-      contextTokens: config.MODEL_CONTEXT_TOKENS
+      contextTokens: config.MODEL_CONTEXT_TOKENS,
+      threadContext: opts.threadContext
     })
     // contract 13.5: the facts a run remembered are captured however it ends, here when outside its worker
     const onEnded: OnRunsEnded = async (tx, ended) => {

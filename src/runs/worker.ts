@@ -40,6 +40,7 @@ import type { RunSecrets } from './ports/secrets.js'
 import type { RunJob, RunJobs } from './ports/jobs.js'
 import type { ToolGatewayPort } from './ports/tool-gateway.js'
 import { RunHandedBack } from '../runtime/ports.js'
+import type { RunThreadContext } from './ports/thread-context.js'
 import { NO_SECRETS, Redactor } from '../secrets/redact.js'
 import { isDatabaseUnavailable } from '../db/faults.js'
 import { backoffDelay, createWorkerLoop, LoopStopped, type WorkerLoop } from '../worker-loop.js'
@@ -48,6 +49,8 @@ import { redactSpansWith } from '../telemetry/tracing.js'
 import type { OutputChecker } from './output-check.js'
 import { appendTranscript, ownMessages, toTranscript, type TranscriptMessage } from './transcripts.js'
 
+/** the memory tool's name, offered only while the org's memory is on */
+const REMEMBER_TOOL = 'remember'
 /** Drops a run's waiting tool calls, if runs have tools; never throws (the run ends either way). */
 export async function dropToolCalls(
   tools: ToolGatewayPort | null,
@@ -92,6 +95,8 @@ export interface RunWorkerOptions {
   outputCheck: Pick<OutputChecker, 'check'>
   /** MODEL_CONTEXT_TOKENS: the thread's earlier turns sent with a run fit in this, with its instructions and prompt */
   contextTokens?: number | undefined
+  /** what chat platforms add to a run's context (colleagues' messages in a Slack thread); filled in as they register */
+  threadContext?: RunThreadContext[] | undefined
 }
 
 /**
@@ -298,6 +303,19 @@ export class RunWorker {
     }
   }
 
+  /** What chat platforms add to a run's context; nothing when one fails (the run goes on without it). */
+  private async threadContextOf(run: RunRow, signal: AbortSignal): Promise<WireMessage[]> {
+    const found: WireMessage[] = []
+    for (const source of this.o.threadContext ?? []) {
+      try {
+        found.push(...(await source.messagesFor(run, signal)))
+      } catch (err) {
+        this.o.log.warn({ err, runId: run.id, orgId: run.orgId }, "a chat thread's other messages could not be read")
+      }
+    }
+    return found
+  }
+
   private async runOne(entry: Active, history: WireMessage[]): Promise<void> {
     const { o } = this
     const { run } = entry
@@ -337,12 +355,18 @@ export class RunWorker {
     let offered: ToolDefinition[] | null = null
     // the tools the org's policy denies, read when the run starts (or goes on): never offered
     let denied: Set<string> = new Set()
+    // `remember` is not offered while the org's memory is off (read when the run starts): a
+    // model told it can keep facts would keep trying, and every call would be refused
+    let memoryOn = true
     const tools: RunTools | undefined =
       gateway && allowed?.size !== 0
         ? {
             definitions: () =>
               (offered ?? gateway.definitions()).filter(
-                (d) => (!allowed || allowed.has(d.function.name)) && !denied.has(d.function.name)
+                (d) =>
+                  (!allowed || allowed.has(d.function.name)) &&
+                  !denied.has(d.function.name) &&
+                  (memoryOn || d.function.name !== REMEMBER_TOOL)
               ),
             execute: async (call) => {
               this.guard()
@@ -401,6 +425,9 @@ export class RunWorker {
       if (tools && engine.callsTools !== false) denied = await gateway!.deniedTools(run.orgId)
       if (tools && engine.callsTools !== false && (!allowed || [...allowed].some((name) => name.startsWith('mcp__'))))
         offered = await gateway!.definitionsFor(run.orgId)
+      if (tools && engine.callsTools !== false && (!allowed || allowed.has(REMEMBER_TOOL)))
+        memoryOn = (await memorySettings()).enabled
+      const platformMessages = await this.threadContextOf(run, signal)
       const gatewayFiles = gateway
       // a run going on after it waited has its attachments in its workspace already
       const attachments =
@@ -420,7 +447,8 @@ export class RunWorker {
         prompt: run.prompt,
         model: run.model,
         instructions: run.instructions,
-        history,
+        // after the thread's earlier turns: what colleagues wrote since, just before this prompt
+        history: platformMessages.length > 0 ? [...history, ...platformMessages] : history,
         attachments,
         resume: run.suspended,
         checkpoint: (state) => {

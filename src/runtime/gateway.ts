@@ -301,7 +301,7 @@ export class ToolGateway {
         input.env
       )
       // redacted before it is cut, so a value is never left half-shown at the end
-      const bounded = bound(redact.text(outcome.content), this.opts.outputMaxBytes)
+      const bounded = bound(redact.text(outcome.content), this.opts.outputMaxBytes, outcome.omittedBytes ?? 0)
       if (flight.controller.signal.aborted && handedBack()) throw input.signal!.reason
       const status: ToolStatus = flight.controller.signal.aborted ? 'cancelled' : outcome.ok ? 'ok' : 'error'
       const result = redact.deep({
@@ -592,7 +592,7 @@ export class ToolGateway {
     rawArgs: Record<string, unknown>,
     signal: AbortSignal,
     env: Record<string, string> | undefined
-  ): Promise<{ ok: boolean; content: string; truncated: boolean }> {
+  ): Promise<{ ok: boolean; content: string; truncated: boolean; omittedBytes?: number }> {
     try {
       if (!isToolName(tool)) {
         // known() let it through: an MCP server's tool, answered by its server
@@ -670,12 +670,17 @@ export class ToolGateway {
                 ? `killed by ${r.signal}`
                 : `exit code ${r.exitCode}`
             const content = `${head}\n${r.stdout}${r.stderr ? `${r.stdout.endsWith('\n') || r.stdout === '' ? '' : '\n'}[stderr]\n${r.stderr}` : ''}`
-            return { ok: r.exitCode === 0, content, truncated: r.truncated }
+            return { ok: r.exitCode === 0, content, truncated: r.truncated, omittedBytes: r.omittedBytes ?? 0 }
           }
           case 'read_file': {
             const args = rawArgs as ToolArgs['read_file']
             const r = await sandbox.readFile(args.path, this.opts.outputMaxBytes)
-            return { ok: true, content: r.content, truncated: r.truncated }
+            return {
+              ok: true,
+              content: r.content,
+              truncated: r.truncated,
+              omittedBytes: Math.max(0, r.size - Buffer.byteLength(r.content))
+            }
           }
           case 'write_file': {
             const args = rawArgs as ToolArgs['write_file']
@@ -725,14 +730,21 @@ function firstError(tool: ToolName, args: Record<string, unknown>): string | nul
   return first ? `invalid arguments: ${first.instancePath || '/'} ${first.message}` : 'invalid arguments'
 }
 
-/** Cuts text to at most `max` UTF-8 bytes, on a character boundary. */
-export function bound(text: string, max: number): { text: string; truncated: boolean } {
+/**
+ * Cuts a tool's output to at most `max` UTF-8 bytes, on a character boundary. Output that
+ * was cut (here, or `omitted` bytes already dropped where it was produced) ends with a line
+ * the model can read, `[output truncated: N of M bytes]` (N shown of M produced), within
+ * `max` too, so that the model knows it did not see everything and how much it missed.
+ */
+export function bound(text: string, max: number, omitted = 0): { text: string; truncated: boolean } {
   const bytes = Buffer.from(text, 'utf8')
-  if (bytes.length <= max) return { text, truncated: false }
-  let end = max
-  // step back over UTF-8 continuation bytes so no character is split
+  if (bytes.length <= max && omitted <= 0) return { text, truncated: false }
+  const total = bytes.length + omitted
+  const marker = (shown: number) => `\n[output truncated: ${shown} of ${total} bytes]`
+  // room for the longest marker this cut can need, then back over UTF-8 continuation bytes
+  let end = Math.max(0, Math.min(bytes.length, max - Buffer.byteLength(marker(bytes.length))))
   while (end > 0 && (bytes[end]! & 0xc0) === 0x80) end--
-  return { text: bytes.subarray(0, end).toString('utf8'), truncated: true }
+  return { text: bytes.subarray(0, end).toString('utf8') + marker(end), truncated: true }
 }
 
 /** The model's answer for a call that did not run: denied, expired without a decision, or cancelled with its run. */

@@ -367,6 +367,7 @@ class LocalSandbox implements Sandbox {
           stderr: errOut.bytes(),
           timedOut,
           truncated: out.truncated || errOut.truncated,
+          omittedBytes: out.omitted + errOut.omitted,
           durationMs: Date.now() - started
         })
       })
@@ -565,6 +566,8 @@ class BoundedBuffer {
   private readonly chunks: Buffer[] = []
   private size = 0
   truncated = false
+  /** the bytes received past the limit (counted, not kept) */
+  omitted = 0
   private readonly max: number
   constructor(max: number) {
     this.max = max
@@ -573,10 +576,12 @@ class BoundedBuffer {
     const room = this.max - this.size
     if (room <= 0) {
       this.truncated = true
+      this.omitted += chunk.length
       return
     }
     const part = chunk.length > room ? chunk.subarray(0, room) : chunk
     if (part.length < chunk.length) this.truncated = true
+    this.omitted += chunk.length - part.length
     this.chunks.push(part)
     this.size += part.length
   }

@@ -33,6 +33,8 @@ export interface ExecResult {
   timedOut: boolean
   /** true when stdout or stderr was cut */
   truncated: boolean
+  /** how many bytes of stdout and stderr together were cut off (0 when nothing was) */
+  omittedBytes?: number
   durationMs: number
 }
 

@@ -45,11 +45,30 @@ const PERSON_SUBTYPES = new Set(['thread_broadcast', 'file_share'])
 /** `<@U123>` or `<@U123|name>`: a mention of that user in Slack's message markup. */
 const mentionOf = (userId: string) => new RegExp(`<@${userId.replace(/[^A-Za-z0-9_-]/g, '')}(\\|[^>]*)?>`, 'g')
 
-/** The prompt a message makes: the bot's mention taken out, Slack's three escapes undone. */
+/**
+ * A message's text as a person wrote it: Slack's three escapes undone, line breaks and
+ * indentation kept (code blocks, lists and tracebacks mean nothing flattened to one line).
+ */
+export function plainText(text: string): string {
+  return text
+    .replace(/\r\n?/g, '\n')
+    .replace(/&lt;/g, '<')
+    .replace(/&gt;/g, '>')
+    .replace(/&amp;/g, '&')
+    .replace(/^\s*\n/, '')
+    .replace(/^[ \t]+/, '')
+    .trimEnd()
+}
+
+/** Whether a message mentions the bot. */
+export const mentionsBot = (text: string, botUserId: string | null) =>
+  botUserId !== null && new RegExp(mentionOf(botUserId).source).test(text)
+
+/** The prompt a message makes: the bot's mention taken out (with the spaces after it), as `plainText`. */
 export function promptOf(text: string, botUserId: string | null): string {
-  const without = botUserId ? text.replace(mentionOf(botUserId), ' ') : text
-  const prompt = without.replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&').replace(/\s+/g, ' ').trim()
-  return prompt === '' ? '(an empty message)' : prompt
+  const without = botUserId ? text.replace(new RegExp(`${mentionOf(botUserId).source}[ \\t]*`, 'g'), '') : text
+  const prompt = plainText(without)
+  return prompt.trim() === '' ? '(an empty message)' : prompt
 }
 
 /**

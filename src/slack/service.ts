@@ -1,4 +1,6 @@
 import type { FastifyInstance } from 'fastify'
+import type { RunThreadContext } from '../runs/ports/thread-context.js'
+import { slackThreadContext } from './thread-context.js'
 import fp from 'fastify-plugin'
 import {
   conflict,
@@ -51,6 +53,8 @@ export interface SlackService {
   outbox: SlackOutbox
   /** the approval requests posted for Slack-started runs waiting for decisions */
   approvalRequests: ApprovalOutbox
+  /** a Slack-started run's context: what colleagues wrote in its thread since the bot last replied */
+  threadContext: RunThreadContext
   /** `PUT /api/integrations/slack`: checks the token with auth.test, then keeps it */
   connect(
     orgId: string,
@@ -168,6 +172,7 @@ export default fp(
     app.decorate('slack', {
       api,
       outbox,
+      threadContext: slackThreadContext({ db, api, botToken: posting.botToken, log }),
       approvalRequests,
       async connect(orgId, connectedBy, body) {
         if (!secrets.ring) throw secretsUnavailable()

@@ -72,6 +72,19 @@ export interface SlackApi {
   ): Promise<string | null>
   /** chat.update: the posted message's new text and blocks */
   updateMessage(token: string, message: BlockMessage & { channel: string; ts: string }): Promise<void>
+  /** conversations.replies: a thread's messages, oldest first (its first message included), at most five pages */
+  threadMessages(token: string, where: { channel: string; threadTs: string }): Promise<ThreadMessage[]>
+}
+
+/** A message of a thread as conversations.replies gives it (the fields read here). */
+export interface ThreadMessage {
+  ts: string
+  text: string
+  user: string | null
+  botId: string | null
+  subtype: string | null
+  /** the author's display name (or real name) when Slack includes the profile */
+  authorName: string | null
 }
 
 type Metadata = { event_type?: string; event_payload?: Record<string, unknown> } | undefined
@@ -213,6 +226,41 @@ export function slackApi(o: { baseUrl: string; timeoutMs: number; debug: (messag
         w,
         (meta) => meta?.event_type === APPROVAL_EVENT_TYPE && meta.event_payload?.request_id === w.requestId
       ),
+    async threadMessages(token, w) {
+      const found: ThreadMessage[] = []
+      let cursor: string | undefined
+      for (let page = 0; page < 5; page++) {
+        const res = await call('conversations.replies', () =>
+          client(token).conversations.replies({
+            channel: w.channel,
+            ts: w.threadTs,
+            limit: 200,
+            ...(cursor ? { cursor } : {})
+          })
+        )
+        // (the client's message type leaves out what Slack also sends: the subtype and the author's profile)
+        for (const m of (res.messages ?? []) as Array<
+          NonNullable<typeof res.messages>[number] & {
+            subtype?: string
+            user_profile?: { display_name?: string; real_name?: string }
+          }
+        >) {
+          if (typeof m.ts !== 'string') continue
+          const profile = m.user_profile
+          found.push({
+            ts: m.ts,
+            text: m.text ?? '',
+            user: m.user ?? null,
+            botId: m.bot_id ?? null,
+            subtype: m.subtype ?? null,
+            authorName: profile?.display_name || profile?.real_name || null
+          })
+        }
+        cursor = res.response_metadata?.next_cursor || undefined
+        if (!cursor) break
+      }
+      return found
+    },
     async updateMessage(token, m) {
       await call('chat.update', () =>
         client(token).chat.update({ channel: m.channel, ts: m.ts, text: m.text, blocks: m.blocks })

@@ -22,6 +22,9 @@ import {
 import { shellCall, startToolModel } from '../runs/tool-model.js'
 import { addFacts } from '../memory/helpers.js'
 import { call, listening, mcpClient, postMessage as post } from './mcp-client.js'
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { Agent, fetch as undiciFetch } from 'undici'
 
 const FACTS = ['The office coffee machine needs descaling monthly', 'We deploy the payments service on Fridays']
 
@@ -428,6 +431,77 @@ t.test('concurrent calls of two organizations each see only their own memory', a
     )
   }
 })
+
+t.test(
+  "the SDK client's GET opens the session's server stream; only its caller may open it; DELETE ends the session and its stream",
+  async (t) => {
+    const { app, base, owner } = await setup(t)
+    // the SDK client opens the server stream by itself once initialized: its GETs are recorded
+    const agent = new Agent()
+    t.teardown(() => agent.destroy())
+    let opened: (res: Response) => void
+    const firstGet = new Promise<Response>((resolve) => (opened = resolve))
+    const fetch = (async (url: string | URL, init?: RequestInit) => {
+      const res = (await undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as Response
+      if ((init?.method ?? 'GET') !== 'GET' || !res.body) return res
+      // the client reads one copy of the stream, the test the other
+      const [theirs, ours] = res.body.tee()
+      opened(new Response(ours, { status: res.status, headers: res.headers }))
+      return new Response(theirs, { status: res.status, headers: res.headers })
+    }) as typeof globalThis.fetch
+    const transport = new StreamableHTTPClientTransport(new URL(`${base}/api/mcp`), {
+      requestInit: { headers: { cookie: owner.cookie } },
+      fetch
+    })
+    const client = new Client({ name: 'cairn-test', version: '1.0.0' })
+    await client.connect(transport)
+    t.teardown(() => client.close())
+    const stream = await firstGet
+    t.equal(stream.status, 200, 'the server stream opened')
+    t.equal(stream.headers.get('content-type'), 'text/event-stream')
+    t.equal(stream.headers.get('mcp-session-id'), transport.sessionId)
+    t.equal((await client.listTools()).tools.length > 0, true, 'calls go on while the stream is open')
+
+    const sessionId = transport.sessionId!
+    const get = (headers: Record<string, string>) =>
+      app.inject({
+        method: 'GET',
+        url: '/api/mcp',
+        headers: { accept: 'text/event-stream', 'mcp-protocol-version': '2025-11-25', ...headers }
+      })
+    const noSession = await get({ cookie: owner.cookie })
+    t.equal(noSession.statusCode, 400)
+    t.match(noSession.json(), { jsonrpc: '2.0', error: { code: -32000, message: /Mcp-Session-Id/ } })
+    // the session is its caller's: another organization's person, and another member of the same one, get 404
+    const stranger = await signUpWithOrg(app)
+    const colleague = await signUp(app)
+    await addMember(app, owner.cookie, owner.org.id, colleague.user.email, 'member')
+    for (const [who, cookie] of [
+      ['another organization', stranger.cookie],
+      ['another member', colleague.cookie]
+    ] as const) {
+      const res = await get({ cookie, 'mcp-session-id': sessionId })
+      t.equal(res.statusCode, 404, who)
+      t.match(res.json(), { error: { code: -32001 } }, who)
+    }
+    t.equal((await get({ 'mcp-session-id': sessionId })).statusCode, 404, 'the dev org (loopback, no cookie)')
+
+    // ending the session (DELETE) removes it and ends its open stream
+    const reader = stream.body!.getReader()
+    const drained = (async () => {
+      let text = ''
+      for (;;) {
+        const { done, value } = await reader.read()
+        if (done) return text
+        text += new TextDecoder().decode(value)
+      }
+    })()
+    await transport.terminateSession()
+    t.same(await app.db.select().from(mcpSessions).where(eq(mcpSessions.id, sessionId)), [], 'the session ended')
+    t.notMatch(await drained, /data:/, 'the stream ended without a message')
+    t.equal((await get({ cookie: owner.cookie, 'mcp-session-id': sessionId })).statusCode, 404, 'an ended session')
+  }
+)
 
 t.test(
   "/api/mcp answers as /openapi.json declares: the transport's JSON-RPC errors, ErrorBody before it, bodiless 202 and DELETE 200",

@@ -143,15 +143,29 @@ t.test("remember: personal needs the run's real user; invalid calls and memory o
 
   await app.inject({ method: 'PUT', url: '/api/memory/settings', headers: { cookie }, payload: { enabled: false } })
   model.script.push(remember('Kept while memory is off?'), { text: 'done' })
+  const asked = model.requests.length
   const off = await startRun(app, { cookie }, 'remember this')
   t.equal((await finishedRun(app, cookie, off)).status, 'succeeded')
+  const offeredWhileOff = model.requests[asked]!.body.tools.map((d: any) => d.function.name)
+  t.notOk(offeredWhileOff.includes('remember'), `remember is not offered while memory is off: ${offeredWhileOff}`)
+  t.ok(offeredWhileOff.includes('shell'), 'the other tools are')
+  // a model that calls it anyway (it saw it in an earlier turn) is told, and nothing is kept
   t.match((await storedEventsOf(app, orgId, off)).find((e) => e.type === 'tool.result')?.data, {
     status: 'error',
     content: /memory is off/
   })
 
-  // a run whose tools leave remember out is not offered it
+  // memory on again: offered again
   await app.inject({ method: 'PUT', url: '/api/memory/settings', headers: { cookie }, payload: { enabled: true } })
+  model.script.push({ text: 'on again' })
+  const on = await startRun(app, { cookie }, 'hello again')
+  t.equal((await finishedRun(app, cookie, on)).status, 'succeeded')
+  t.ok(
+    model.requests.at(-1)!.body.tools.some((d: any) => d.function.name === 'remember'),
+    'remember is offered while memory is on'
+  )
+
+  // a run whose tools leave remember out is not offered it
   model.script.push({ text: 'no tools here' })
   const subset = await startRun(app, { cookie }, 'hello', { tools: ['memory_search'] })
   t.equal((await finishedRun(app, cookie, subset)).status, 'succeeded')

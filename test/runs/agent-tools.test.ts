@@ -297,6 +297,48 @@ t.test('policy deny: the tool is never offered, a call naming it anyway is refus
   )
 })
 
+t.test('output cut at its limit ends with a marker the model reads: how much it saw of how much', async (t) => {
+  const { app, upstream, cookie, orgId } = await setup(t, { TOOL_OUTPUT_MAX_BYTES: '1024' })
+  await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', headers: { cookie }, payload: { mode: 'auto' } })
+  await app.inject({
+    method: 'PUT',
+    url: '/api/tools/policies/read_file',
+    headers: { cookie },
+    payload: { mode: 'auto' }
+  })
+  upstream.script.push(
+    shellCall('head -c 5000 /dev/zero | tr "\\0" x; head -c 3000 /dev/zero | tr "\\0" y > big.txt', 'a'),
+    { calls: [{ id: 'b', name: 'read_file', arguments: '{"path":"big.txt"}' }] },
+    shellCall('echo short', 'c'),
+    { text: 'done' }
+  )
+  const runId = await startRun(app, cookie, 'make noise')
+  const run = await finished(app, cookie, runId)
+  t.equal(run.status, 'succeeded', run.error ?? '')
+  const toolMessage = (request: number) => upstream.requests[request]!.body.messages.at(-1)
+  const shell = toolMessage(1)
+  t.equal(shell.tool_call_id, 'a')
+  // "exit code 0\n" and 5000 x: 5012 bytes produced
+  const [, shown, total] = /\n\[output truncated: (\d+) of (\d+) bytes\]$/.exec(shell.content) ?? []
+  t.equal(total, '5012', `the model read the marker: ${shell.content.slice(-60)}`)
+  t.equal(
+    Number(shown),
+    Buffer.byteLength(shell.content.slice(0, shell.content.lastIndexOf('\n['))),
+    'N is what it saw'
+  )
+  t.ok(Buffer.byteLength(shell.content) <= 1024, 'the marker is within the limit')
+  const read = toolMessage(2)
+  t.equal(read.tool_call_id, 'b')
+  t.match(read.content, /^y+\n\[output truncated: \d+ of 3000 bytes\]$/, 'a file read past the limit says so too')
+  t.equal(toolMessage(3).content, 'exit code 0\nshort\n', 'output within the limit has no marker')
+  const results = (await eventsOf(app, orgId, runId)).filter((e) => e.type === 'tool.result')
+  t.same(
+    results.map((e) => e.data.truncated),
+    [true, true, false]
+  )
+  t.match(results[0]!.data.content, /\[output truncated: \d+ of 5012 bytes\]$/, 'the event shows what the model saw')
+})
+
 t.test('a model that keeps asking for tools fails the run after OPENAI_MAX_TOOL_ROUNDS', async (t) => {
   const { app, upstream, cookie, orgId } = await setup(t, { OPENAI_MAX_TOOL_ROUNDS: '2' })
   await app.inject({ method: 'PUT', url: '/api/tools/policies/shell', headers: { cookie }, payload: { mode: 'auto' } })

@@ -20,6 +20,8 @@ export interface FakeMessage {
   metadata: { event_type?: string; event_payload?: Record<string, unknown> } | undefined
   /** Block Kit blocks, when the message has them (changed by chat.update) */
   blocks: Array<Record<string, unknown>> | undefined
+  /** a person's message (`say`): their user id and display name; absent: the bot posted it */
+  user?: { id: string; name: string } | undefined
 }
 
 /** A chat.update the fake took. */
@@ -59,12 +61,19 @@ export interface FakeSlack {
   authPlan: Array<{ http500: true } | { rateLimit: number }>
   /** resolves once `check` holds, checked after every request the fake handled */
   until(check: () => boolean): Promise<void>
+  /**
+   * A person writes in the workspace of `token` (no event is sent: the test sends one if it
+   * wants): the message gets the next ts, after every message before it, and is read back by
+   * conversations.replies with its author and their profile. Without `threadTs` it starts a thread.
+   */
+  say(token: string, m: { channel: string; threadTs?: string; text: string; user: string; name: string }): FakeMessage
 }
 
 /**
  * A local server speaking the parts of Slack's Web API the service calls: `auth.test`,
  * `chat.postMessage` (with message metadata and blocks), `chat.update` and `conversations.replies`
- * (`include_all_metadata`), form-encoded or JSON, the bot token as a bearer header.
+ * (`include_all_metadata`; people's messages, written with `say`, with their author), form-encoded
+ * or JSON, the bot token as a bearer header.
  */
 export async function startFakeSlack(t: Teardown): Promise<FakeSlack> {
   const changed = new EventEmitter()
@@ -80,6 +89,22 @@ export async function startFakeSlack(t: Teardown): Promise<FakeSlack> {
     authPlan: [],
     async until(check) {
       while (!check()) await once(changed, 'handled')
+    },
+    say(token, m) {
+      counter++
+      const ts = `${Math.floor(Date.now() / 1000)}.${String(counter).padStart(6, '0')}`
+      const message: FakeMessage = {
+        token,
+        channel: m.channel,
+        thread_ts: m.threadTs ?? ts,
+        text: m.text,
+        ts,
+        metadata: undefined,
+        blocks: undefined,
+        user: { id: m.user, name: m.name }
+      }
+      fake.messages.push(message)
+      return message
     }
   }
   const held: ServerResponse[] = []
@@ -178,7 +203,9 @@ export async function startFakeSlack(t: Teardown): Promise<FakeSlack> {
             ts: m.ts,
             thread_ts: m.thread_ts,
             text: m.text,
-            bot_id: identity.bot_id,
+            ...(m.user
+              ? { user: m.user.id, user_profile: { display_name: m.user.name, real_name: `${m.user.name} Real` } }
+              : { bot_id: identity.bot_id, user: identity.user_id }),
             ...(withMetadata && m.metadata ? { metadata: m.metadata } : {})
           }))
         return answer({ ok: true, messages, has_more: false, response_metadata: { next_cursor: '' } })
