@@ -14,6 +14,9 @@ import { SettingsView } from './views/settings.js'
 import { SignInView, SignUpView } from './views/sign-in.js'
 import { NoOrgView, OrganizationView } from './views/organization.js'
 import { ThreadsView, ThreadView } from './views/threads.js'
+import { KnowledgeView } from './views/knowledge.js'
+import { SkillsView } from './views/skills.js'
+import { AutomationsView } from './views/automations.js'
 import './styles.css'
 
 const NAV = [
@@ -23,7 +26,10 @@ const NAV = [
   { to: '/captures', label: 'Capture outbox', active: (p: string) => p === '/captures' },
   { to: '/recalls', label: 'Recall ledger', active: (p: string) => p === '/recalls' || p.startsWith('/runs/') },
   { to: '/settings', label: 'Settings', active: (p: string) => p === '/settings' },
-  { to: '/organization', label: 'Organization', active: (p: string) => p === '/organization' }
+  { to: '/organization', label: 'Organization', active: (p: string) => p === '/organization' },
+  { to: '/knowledge', label: 'Knowledge', active: (p: string) => p === '/knowledge' },
+  { to: '/skills', label: 'Skills', active: (p: string) => p === '/skills' },
+  { to: '/automations', label: 'Automations', active: (p: string) => p === '/automations' }
 ]
 
 function ReleaseBanner() {
@@ -147,6 +153,9 @@ function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void 
   if ((m = match('/threads/:id', path))) return <ThreadView key={m.id} who={who} id={m.id!} />
   if (path === '/settings') return <SettingsView who={who} />
   if (path === '/organization') return <OrganizationView who={who} changed={reloadWho} />
+  if (path === '/knowledge') return <KnowledgeView params={params} />
+  if (path === '/skills') return <SkillsView params={params} />
+  if (path === '/automations') return <AutomationsView params={params} />
   return (
     <section aria-labelledby="not-found">
       <h1 id="not-found">No such page</h1>
