@@ -16,7 +16,9 @@ declare const axe: {
   run(
     context: unknown,
     options: unknown
-  ): Promise<{ violations: Array<{ id: string; impact: string | null; help: string; nodes: Array<{ target: unknown[] }> }> }>
+  ): Promise<{
+    violations: Array<{ id: string; impact: string | null; help: string; nodes: Array<{ target: unknown[] }> }>
+  }>
 }
 declare const document: { activeElement: { textContent: string | null } | null }
 
@@ -34,7 +36,9 @@ async function axeClean(t: Test, page: Page, what: string) {
   const { violations } = await page.evaluate(() =>
     axe.run(document, { resultTypes: ['violations'], rules: { 'label-content-name-mismatch': { enabled: true } } })
   )
-  const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical' || v.id === 'label-content-name-mismatch')
+  const bad = violations.filter(
+    (v) => v.impact === 'serious' || v.impact === 'critical' || v.id === 'label-content-name-mismatch'
+  )
   t.same(
     bad.map((v) => `${v.id} (${v.impact}): ${v.help}; first ${JSON.stringify(v.nodes[0]?.target)}`),
     [],
@@ -63,7 +67,10 @@ test('knowledge, skills and automations by keyboard alone, in one pass', async (
   await page.getByRole('heading', { name: 'Knowledge', level: 1 }).waitFor()
   await page.getByText('No documents yet').waitFor()
   const doc = join(files, 'glacier-runbook.md')
-  await writeFile(doc, '# Glacier runbook\n\n## Thawing\n\nWhen the heliotrope alarm sounds, page the storage on-call.\n')
+  await writeFile(
+    doc,
+    '# Glacier runbook\n\n## Thawing\n\nWhen the heliotrope alarm sounds, page the storage on-call.\n'
+  )
   await tabTo(page, '#document-file')
   // the file picker is the operating system's: the test hands the focused input its file
   await page.locator('#document-file').setInputFiles(doc)
@@ -122,7 +129,10 @@ test('knowledge, skills and automations by keyboard alone, in one pass', async (
   await page.keyboard.press('Enter')
   await page.getByRole('heading', { name: 'Delete this record?' }).waitFor()
   t.equal(await focusedText(page), 'Cancel', 'Cancel (not the delete) has the focus')
-  t.notOk(writes.some((w) => w.startsWith('DELETE')), 'nothing is deleted before confirming')
+  t.notOk(
+    writes.some((w) => w.startsWith('DELETE')),
+    'nothing is deleted before confirming'
+  )
   await page.keyboard.press('Shift+Tab')
   await page.keyboard.press('Enter')
   await page.getByText('No records yet').waitFor()
@@ -175,8 +185,10 @@ test('knowledge, skills and automations by keyboard alone, in one pass', async (
   const first = (await app.inject({ method: 'GET', url: `/api/runs/${rootRunId}` })).json().run
   t.match(first, { origin: 'skill', metadata: { skillId: skill.id, skillVersion: 1 } }, 'a skill run')
 
-  // and again in the current thread (the thread the address names)
-  await page.goto(`${base}/hub/skills?thread=${rootRunId}`)
+  // and again in the current thread: the thread page leads to the skills with itself chosen
+  await tabTo(page, 'a[href^="/hub/skills?thread="]', 40, { back: true })
+  await page.keyboard.press('Enter')
+  await page.waitForURL(new RegExp(`/hub/skills\\?thread=${rootRunId}$`))
   await tabTo(page, 'button[aria-label="Run… weekly-digest"]')
   await page.keyboard.press('Enter')
   await page.locator('#skill-thread').waitFor()
@@ -200,12 +212,23 @@ test('knowledge, skills and automations by keyboard alone, in one pass', async (
   await page.keyboard.type('Morning digest')
   await page.keyboard.press('Tab')
   await page.keyboard.press('Control+A')
-  await page.keyboard.type('30 7 * * *')
+  await page.keyboard.type('0 0 30 2 *')
   await tabTo(page, '#automation-zone')
   await page.keyboard.type('Asia/Tokyo')
   t.equal(await page.locator('#automation-zone').inputValue(), 'Asia/Tokyo', 'the zone picked by typing')
   await tabTo(page, '#automation-prompt')
   await page.keyboard.type('Summarise the overnight alerts.')
+  await tabTo(page, 'form[aria-labelledby="create-automation-title"] button[type=submit]')
+  await page.keyboard.press('Enter')
+  // a cron that never fires is refused: the API's error is in the page, and nothing is made
+  const never = page.locator('form[aria-labelledby="create-automation-title"] .refused')
+  await never.waitFor()
+  t.match(await never.textContent(), /validation_failed/)
+  t.match(await never.locator('.problems').textContent(), /never fires/)
+  t.same((await app.inject({ method: 'GET', url: '/api/automations' })).json().items, [])
+  await tabTo(page, '#automation-cron', 20, { back: true })
+  await page.keyboard.press('Control+A')
+  await page.keyboard.type('30 7 * * *')
   await tabTo(page, 'form[aria-labelledby="create-automation-title"] button[type=submit]')
   await page.keyboard.press('Enter')
   await page.getByText('Created Morning digest').waitFor()

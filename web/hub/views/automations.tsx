@@ -6,23 +6,26 @@ import { Empty, ErrorBox, Loading, RunLink, Time, useAction, useLoad } from '../
 import { Confirm, PAGE, Pager, Refused, valueOf } from './admin-kit.js'
 
 /** This browser's time zone: the one a new automation is read in unless another is chosen. */
-const HERE = (() => {
+function here(): string {
   try {
     return Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC'
   } catch {
     return 'UTC'
   }
-})()
+}
 
-/** The IANA zones this browser knows (the server checks the one sent). */
-const ZONES: string[] = (() => {
+let zones: string[] | null = null
+/** The IANA zones this browser knows (the server checks the one sent); asked once, when the form is first drawn. */
+function knownZones(): string[] {
+  if (zones) return zones
   try {
     const all = Intl.supportedValuesOf('timeZone')
-    return all.includes('UTC') ? all : ['UTC', ...all]
+    zones = all.includes('UTC') ? all : ['UTC', ...all]
   } catch {
-    return ['UTC']
+    zones = ['UTC']
   }
-})()
+  return zones
+}
 
 /** A fire time in the automation's own zone, with the UTC instant in the element's `datetime`. */
 function FireTime({ iso, zone }: { iso: string; zone: string }) {
@@ -122,7 +125,9 @@ export function AutomationsView({ params }: { params: URLSearchParams }) {
                       </ol>
                     </>
                   ) : (
-                    <p class="meta">{a.enabled ? 'It never fires again.' : 'Paused: it does not fire until resumed.'}</p>
+                    <p class="meta">
+                      {a.enabled ? 'It never fires again.' : 'Paused: it does not fire until resumed.'}
+                    </p>
                   )}
                   <p class="meta">
                     Last fired: <Time iso={a.lastFiredAt} />
@@ -184,7 +189,7 @@ export function AutomationsView({ params }: { params: URLSearchParams }) {
 function CreateAutomation({ created }: { created: () => void }) {
   const [name, setName] = useState('')
   const [cron, setCron] = useState('0 9 * * 1-5')
-  const [zone, setZone] = useState(HERE)
+  const [zone, setZone] = useState(here)
   const [kind, setKind] = useState<'prompt' | 'skill'>('prompt')
   const [prompt, setPrompt] = useState('')
   const [skillId, setSkillId] = useState('')
@@ -199,7 +204,10 @@ function CreateAutomation({ created }: { created: () => void }) {
     const target =
       kind === 'prompt'
         ? { prompt }
-        : { skillId: skillId || (skills.status === 'ok' ? (skills.data?.items[0]?.id ?? '') : ''), ...(input ? { input } : {}) }
+        : {
+            skillId: skillId || (skills.status === 'ok' ? (skills.data?.items[0]?.id ?? '') : ''),
+            ...(input ? { input } : {})
+          }
     const { automation } = await api<AutomationReply>('POST', '/automations', {
       name: name.trim(),
       cron: cron.trim(),
@@ -244,7 +252,7 @@ function CreateAutomation({ created }: { created: () => void }) {
       </p>
       <label for="automation-zone">Time zone</label>
       <select id="automation-zone" value={zone} onChange={(e) => setZone(valueOf(e))}>
-        {(ZONES.includes(zone) ? ZONES : [zone, ...ZONES]).map((z) => (
+        {(knownZones().includes(zone) ? knownZones() : [zone, ...knownZones()]).map((z) => (
           <option key={z} value={z}>
             {z}
           </option>
@@ -307,11 +315,7 @@ function CreateAutomation({ created }: { created: () => void }) {
         </>
       )}
       <label for="automation-catch-up">Ticks missed while Cairn was down</label>
-      <select
-        id="automation-catch-up"
-        value={catchUp}
-        onChange={(e) => setCatchUp(valueOf(e) as 'latest' | 'skip')}
-      >
+      <select id="automation-catch-up" value={catchUp} onChange={(e) => setCatchUp(valueOf(e) as 'latest' | 'skip')}>
         <option value="latest">Fire once, for the latest missed tick</option>
         <option value="skip">Skip them</option>
       </select>

@@ -300,12 +300,7 @@ function Records({
                     version {r.version} · updated <Time iso={r.updatedAt} /> · {r.source.kind}
                   </p>
                   <div class="row actions">
-                    <button
-                      type="button"
-                      class="secondary"
-                      aria-label={`Edit ${r.title}`}
-                      onClick={() => onEdit(r.id)}
-                    >
+                    <button type="button" class="secondary" aria-label={`Edit ${r.title}`} onClick={() => onEdit(r.id)}>
                       Edit
                     </button>
                     <button
@@ -466,8 +461,8 @@ function Documents({
                     <span class="visually-hidden">Ingestion: </span>
                     <span class={`badge state-${d.state}`}>{STATE_LABEL[d.state]}</span>{' '}
                     {d.state === 'ready' ? `${d.chunkCount} ${d.chunkCount === 1 ? 'chunk' : 'chunks'} · ` : ''}
-                    {d.contentType} · {formatSize(d.size)} · {d.attempts}{' '}
-                    {d.attempts === 1 ? 'attempt' : 'attempts'} · uploaded <Time iso={d.createdAt} />
+                    {d.contentType} · {formatSize(d.size)} · {d.attempts} {d.attempts === 1 ? 'attempt' : 'attempts'} ·
+                    uploaded <Time iso={d.createdAt} />
                   </p>
                   {d.lastError ? (
                     <p class="last-error">
@@ -520,4 +515,8 @@ function Documents({
 }
 
 const formatSize = (bytes: number) =>
-  bytes < 1024 ? `${bytes} B` : bytes < 1024 * 1024 ? `${(bytes / 1024).toFixed(1)} KB` : `${(bytes / 1048576).toFixed(1)} MB`
+  bytes < 1024
+    ? `${bytes} B`
+    : bytes < 1024 * 1024
+      ? `${(bytes / 1024).toFixed(1)} KB`
+      : `${(bytes / 1048576).toFixed(1)} MB`

@@ -179,7 +179,13 @@ function AddSkill({ added }: { added: () => void }) {
     >
       <h2 id="add-skill-title">Add a skill</h2>
       <label for="skill-file">Read a SKILL.md file (its text appears below)</label>
-      <input id="skill-file" ref={file} type="file" accept=".md,text/markdown,text/plain" onChange={() => void read()} />
+      <input
+        id="skill-file"
+        ref={file}
+        type="file"
+        accept=".md,text/markdown,text/plain"
+        onChange={() => void read()}
+      />
       {readError ? (
         <p role="alert" class="state error">
           {readError}
