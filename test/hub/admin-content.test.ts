@@ -116,10 +116,11 @@ test('knowledge, skills and automations by keyboard alone, in one pass', async (
   await tabTo(page, 'button[aria-label="Edit record Deploy <b>freeze</b> policy"]')
   await page.keyboard.press('Enter')
   await page.locator('#edit-record-name').waitFor()
+  await axeClean(t, page, 'the record editor')
   await focusOn(page, '#edit-record-name')
   await page.keyboard.press('Control+A')
   await page.keyboard.type('Deploy freeze policy')
-  await tabTo(page, 'dialog button[type=submit]', 10)
+  await tabTo(page, 'dialog[open] button[type=submit]', 10)
   await page.keyboard.press('Enter')
   await page.locator('li.record h3', { hasText: /^Deploy freeze policy$/ }).waitFor()
   const records = (await app.inject({ method: 'GET', url: '/api/knowledge' })).json().items
@@ -171,19 +172,43 @@ test('knowledge, skills and automations by keyboard alone, in one pass', async (
     'and the page shows its warning'
   )
 
+  // edit its SKILL.md in the dialog (the server's file, a new version); Escape closes it
+  await tabTo(page, 'button[aria-label="Edit… weekly-digest"]')
+  await page.keyboard.press('Enter')
+  const editor = page.locator('#edit-skill-md')
+  await editor.waitFor()
+  t.match(
+    await editor.inputValue(),
+    /^---\n[\s\S]*name: weekly-digest[\s\S]*Summarise the week in three lines\./,
+    'its file'
+  )
+  await focusOn(page, '#edit-skill-md')
+  await page.keyboard.press('Control+A')
+  await page.keyboard.type(
+    '---\nname: weekly-digest\ndescription: Summarises the week for the team.\nallowed-tools: no_such_tool\n---\nSummarise the week in three lines.'
+  )
+  await tabTo(page, 'dialog[open] button[type=submit]', 10)
+  await page.keyboard.press('Enter')
+  await page.getByText('Saved: version 2.').waitFor()
+  await axeClean(t, page, 'the skill editor')
+  await page.keyboard.press('Escape')
+  await page.locator('li.skill', { hasText: 'Summarises the week for the team.' }).waitFor()
+
   // run it in a new thread
-  await tabTo(page, 'button[aria-label="Run… weekly-digest"]')
+  await tabTo(page, 'button[aria-label="Run… weekly-digest"]', 40, { back: true })
   await page.keyboard.press('Enter')
   await page.locator('#skill-input').waitFor()
+  await axeClean(t, page, 'the run dialog')
   await focusOn(page, '#skill-input')
   await page.keyboard.type('first week')
-  await tabTo(page, 'dialog button[type=submit]', 10)
+  await tabTo(page, 'dialog[open] button[type=submit]', 10)
   await page.keyboard.press('Enter')
   await page.waitForURL(/\/hub\/threads\/[^/]+$/)
   const rootRunId = page.url().split('/').at(-1)!
   await page.locator('.turn .badge', { hasText: 'succeeded' }).first().waitFor()
   const first = (await app.inject({ method: 'GET', url: `/api/runs/${rootRunId}` })).json().run
-  t.match(first, { origin: 'skill', metadata: { skillId: skill.id, skillVersion: 1 } }, 'a skill run')
+  t.match(first, { origin: 'skill', metadata: { skillId: skill.id, skillVersion: 2 } }, 'a run of the edited skill')
+  t.equal(first.prompt, 'first week', 'its input is the prompt')
 
   // and again in the current thread: the thread page leads to the skills with itself chosen
   await tabTo(page, 'a[href^="/hub/skills?thread="]', 40, { back: true })
@@ -193,7 +218,7 @@ test('knowledge, skills and automations by keyboard alone, in one pass', async (
   await page.keyboard.press('Enter')
   await page.locator('#skill-thread').waitFor()
   t.equal(await page.locator('#skill-thread').inputValue(), rootRunId, 'the current thread is chosen')
-  await tabTo(page, 'dialog button[type=submit]', 10)
+  await tabTo(page, 'dialog[open] button[type=submit]', 10)
   await page.keyboard.press('Enter')
   await page.waitForURL(new RegExp(`/hub/threads/${rootRunId}$`))
   await page.locator('.turn:nth-child(2) .badge', { hasText: 'succeeded' }).waitFor()
