@@ -20,7 +20,10 @@ declare const axe: {
     violations: Array<{ id: string; impact: string | null; help: string; nodes: Array<{ target: unknown[] }> }>
   }>
 }
-declare const document: { activeElement: { textContent: string | null } | null }
+declare const document: {
+  activeElement: { textContent: string | null } | null
+  getElementById(id: string): { value: string } | null
+}
 
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')
 
@@ -146,8 +149,12 @@ test('knowledge, skills and automations by keyboard alone, in one pass', async (
   await page.keyboard.press('Enter')
   await page.getByRole('heading', { name: 'Skills', level: 1 }).waitFor()
   await page.getByText('No skills yet').waitFor()
-  await tabTo(page, '#skill-md')
-  await page.keyboard.type('---\nname: [unclosed\ndescription: x\n---\nDo it.')
+  // a SKILL.md read from a file lands in the box (the picker is the system's: the test hands the input its file)
+  const broken = '---\nname: [unclosed\ndescription: x\n---\nDo it.\n'
+  await writeFile(join(files, 'SKILL.md'), broken)
+  await tabTo(page, '#skill-file')
+  await page.locator('#skill-file').setInputFiles(join(files, 'SKILL.md'))
+  await page.waitForFunction((text) => document.getElementById('skill-md')?.value === text, broken)
   await tabTo(page, 'form[aria-labelledby="add-skill-title"] button[type=submit]')
   await page.keyboard.press('Enter')
   const refused = page.locator('form[aria-labelledby="add-skill-title"] .refused')

@@ -27,11 +27,12 @@ function knownZones(): string[] {
   return zones
 }
 
-/** A fire time in the automation's own zone, with the UTC instant in the element's `datetime`. */
-function FireTime({ iso, zone }: { iso: string; zone: string }) {
-  let text: string
-  try {
-    text = new Date(iso).toLocaleString(undefined, {
+/** One formatter per zone: making one is far dearer than using it (a page shows five times for each automation). */
+const formats = new Map<string, Intl.DateTimeFormat>()
+function formatIn(zone: string): Intl.DateTimeFormat {
+  let format = formats.get(zone)
+  if (!format) {
+    format = new Intl.DateTimeFormat(undefined, {
       timeZone: zone,
       weekday: 'short',
       year: 'numeric',
@@ -41,6 +42,16 @@ function FireTime({ iso, zone }: { iso: string; zone: string }) {
       minute: '2-digit',
       timeZoneName: 'short'
     })
+    formats.set(zone, format)
+  }
+  return format
+}
+
+/** A fire time in the automation's own zone, with the UTC instant in the element's `datetime`. */
+function FireTime({ iso, zone }: { iso: string; zone: string }) {
+  let text: string
+  try {
+    text = formatIn(zone).format(new Date(iso))
   } catch {
     text = iso
   }
