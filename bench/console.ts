@@ -171,13 +171,163 @@ async function measure(label: string, env: Record<string, string>): Promise<{ ro
   }
 }
 
+// ---- the admin's pages over a busy organization ------------------------------------
+
+const RECORDS = Number(process.env.BENCH_RECORDS ?? 1000)
+const SKILLS = Number(process.env.BENCH_SKILLS ?? 100)
+const AUTOMATIONS = Number(process.env.BENCH_AUTOMATIONS ?? 100)
+const DOCUMENTS = Number(process.env.BENCH_DOCUMENTS ?? 20)
+
+/**
+ * Each admin page with the selector that shows its list drawn (a full first page of 20). The baseline is the
+ * organization page, which lists nothing: the same bundle, identity request and layout, no list.
+ */
+const ADMIN_PAGES: Array<[name: string, path: string, ready: string]> = [
+  ['Organization (baseline: no list)', '/hub/organization', 'h1#org-title'],
+  ['Knowledge', '/hub/knowledge', 'main:has(li.record:nth-child(20)):has(li.document:nth-child(20))'],
+  ['Skills', '/hub/skills', 'li.skill:nth-child(20)'],
+  ['Automations', '/hub/automations', 'main:has(li.automation:nth-child(20)):has(.next-runs li:nth-child(5))']
+]
+
+/** Runs `fn` over `0..n-1`, `width` at a time. */
+async function inParallel(n: number, width: number, fn: (i: number) => Promise<void>): Promise<void> {
+  let next = 0
+  await Promise.all(
+    Array.from({ length: width }, async () => {
+      while (next < n) await fn(next++)
+    })
+  )
+}
+
+async function post(url: string, path: string, body: unknown): Promise<void> {
+  const res = await fetch(`${url}/api${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body)
+  })
+  if (res.status !== 201) throw new Error(`POST ${path}: ${res.status} ${await res.text()}`)
+}
+
+/** A busy org through the API: records, skills, automations, and documents ingested to ready. */
+async function seedOrg(url: string): Promise<void> {
+  await inParallel(RECORDS, 8, (i) =>
+    post(url, '/knowledge', {
+      title: `Runbook ${i + 1}: ${SENTENCES[i % SENTENCES.length]!.slice(0, 60)}`,
+      body: `${SENTENCES[i % SENTENCES.length]}\n\n${SENTENCES[(i * 7 + 2) % SENTENCES.length]}`,
+      tags: ['ops', `team-${i % 12}`]
+    })
+  )
+  await inParallel(SKILLS, 8, (i) =>
+    post(url, '/skills', {
+      skillMd: `---\nname: skill-${i + 1}\ndescription: ${SENTENCES[i % SENTENCES.length]}\nallowed-tools: read_file shell\n---\n${SENTENCES[(i + 1) % SENTENCES.length]}\n`
+    })
+  )
+  const zones = ['Europe/Berlin', 'America/New_York', 'Asia/Tokyo', 'UTC']
+  await inParallel(AUTOMATIONS, 8, (i) =>
+    post(url, '/automations', {
+      name: `Automation ${i + 1}`,
+      cron: `${i % 60} ${i % 24} * * ${i % 2 === 0 ? '1-5' : '*'}`,
+      timezone: zones[i % zones.length],
+      target: { prompt: SENTENCES[i % SENTENCES.length], engine: 'echo' },
+      enabled: i % 10 !== 0
+    })
+  )
+  for (let i = 0; i < DOCUMENTS; i++) {
+    const form = new FormData()
+    form.append(
+      'file',
+      new Blob([`# Document ${i}\n\n${SENTENCES.join('\n\n')}\n`], { type: 'text/markdown' }),
+      `doc-${i}.md`
+    )
+    const res = await fetch(`${url}/api/knowledge/documents`, { method: 'POST', body: form })
+    if (res.status !== 202) throw new Error(`POST /api/knowledge/documents: ${res.status} ${await res.text()}`)
+  }
+  for (;;) {
+    const res = (await (await fetch(`${url}/api/knowledge/documents?state=ready&limit=200`)).json()) as {
+      items: unknown[]
+    }
+    if (res.items.length >= DOCUMENTS) break
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+}
+
+/** One cold load of `path` in a fresh context: ms from the navigation's start until `ready` is in the document. */
+async function coldPage(browser: Browser, url: string, path: string, ready: string): Promise<number> {
+  const context = await browser.newContext({ viewport: { width: 1100, height: 800 } })
+  try {
+    const page = await context.newPage()
+    await page.addInitScript((selector: string) => {
+      const observer = new MutationObserver(() => {
+        if (window.__lastTurn === undefined && document.querySelector(selector)) {
+          window.__lastTurn = performance.now()
+          observer.disconnect()
+        }
+      })
+      observer.observe(document, { childList: true, subtree: true, characterData: true })
+    }, ready)
+    await page.goto(`${url}${path}`)
+    await page.locator(ready).first().waitFor()
+    return await page.evaluate(() => window.__lastTurn ?? performance.now())
+  } finally {
+    await context.close()
+  }
+}
+
+async function measureAdmin(label: string, env: Record<string, string>): Promise<string[]> {
+  const server = await startServer('bench/cairn-server.ts', { KNOWLEDGE_POLL_MS: '50', ...env })
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking']
+  })
+  try {
+    const seeded = Date.now()
+    await seedOrg(server.url)
+    process.stderr.write(
+      `${label}: seeded ${RECORDS} records, ${SKILLS} skills, ${AUTOMATIONS} automations, ${DOCUMENTS} documents in ${Date.now() - seeded} ms\n`
+    )
+    for (const [, path, ready] of ADMIN_PAGES) await coldPage(browser, server.url, path, ready) // warm-up
+    // interleaved: each round loads every page once, so a slow moment of the machine falls on all of them
+    const times = ADMIN_PAGES.map(() => [] as number[])
+    for (let i = 0; i < SAMPLES; i++)
+      for (const [k, [, path, ready]] of ADMIN_PAGES.entries())
+        times[k]!.push(await coldPage(browser, server.url, path, ready))
+    const base = percentile(times[0]!, 0.5)
+    return ADMIN_PAGES.map(
+      ([name], k) =>
+        `| ${label} | ${name} | ${ms(percentile(times[k]!, 0.5))} | ${ms(percentile(times[k]!, 0.95))} | ${ms(Math.max(...times[k]!))} | ${(percentile(times[k]!, 0.5) / base).toFixed(2)} |`
+    )
+  } finally {
+    await browser.close()
+    await server.stop()
+  }
+}
+
+/** The admin's knowledge, skills and automations pages, cold, over a busy organization. */
+export async function benchAdminPages(): Promise<string> {
+  ensureHubBuild({ log: () => {} })
+  const rows = await measureAdmin('PGlite', {})
+  if (benchPostgres)
+    rows.push(...(await withDatabase(benchPostgres, (url) => measureAdmin('Postgres', { DATABASE_URL: url }))))
+  return [
+    `### The admin's pages over a busy organization, cold (${RECORDS} knowledge records, ${DOCUMENTS} documents, ${SKILLS} skills, ${AUTOMATIONS} automations; ${SAMPLES} loads each, a fresh browser context each: ms from navigation start to the list's first page drawn)`,
+    '',
+    '| database | page | median | p95 | worst | median vs baseline |',
+    '| --- | --- | ---: | ---: | ---: | ---: |',
+    ...rows
+  ].join('\n')
+}
+
 export async function benchConsole(): Promise<string> {
   ensureHubBuild({ log: () => {} })
   const results = [await measure('PGlite', {})]
   if (benchPostgres)
     results.push(await withDatabase(benchPostgres, (url) => measure('Postgres', { DATABASE_URL: url })))
   const js = results[0]!.js
+  const admin = await benchAdminPages()
   return [
+    admin,
+    '',
     `### The thread page over ${TURNS} turns, cold (${SAMPLES} loads each, a fresh browser context each: ms from navigation start to the last turn rendered)`,
     '',
     '| database | median | p95 | worst | thread answered (median) | API requests |',

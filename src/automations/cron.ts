@@ -71,9 +71,24 @@ function cronMessage(err: unknown): string {
   return `not a five-field cron expression (minute hour day-of-month month day-of-week): ${text}`
 }
 
+/**
+ * The last answer of `nextRuns` per schedule and count. A list of the org's automations shows each one's next
+ * five times on every read, and finding them is croner's dearest call; the answer stays exact until its first
+ * time passes: seen from any instant between the one it was computed at and its first time, nothing fires before
+ * that first time, so the next `n` are the same.
+ */
+const upcoming = new Map<string, { from: number; runs: Date[] }>()
+
 /** The next `n` fire times strictly after `from`. */
 export function nextRuns(s: Schedule, from: Date, n: number): Date[] {
-  return cronOf(s).nextRuns(n, from)
+  const key = `${s.timezone}\u0000${s.cron}\u0000${n}`
+  const at = from.getTime()
+  const known = upcoming.get(key)
+  if (known && known.runs.length === n && known.from <= at && at < known.runs[0]!.getTime()) return [...known.runs]
+  const runs = cronOf(s).nextRuns(n, from)
+  if (upcoming.size >= MAX_COMPILED) upcoming.clear()
+  upcoming.set(key, { from: at, runs })
+  return [...runs]
 }
 
 export function nextRun(s: Schedule, from: Date): Date | null {

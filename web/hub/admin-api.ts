@@ -1,4 +1,4 @@
-// The wire types of the admin pages (models, access, agent settings): the server's own
+// The wire types of the admin pages (models, access, agent settings, knowledge, skills, automations): the server's own
 // TypeBox schemas, imported for their types only, as in api.ts.
 import type { Static } from 'typebox'
 import type {
@@ -18,6 +18,22 @@ import type {
 import type { EmbeddingModelInfo } from '../../schemas/retrieval.js'
 import type { ToolPolicyList, ToolMode as ToolModeSchema } from '../../schemas/runtime.js'
 import type { SecretPage } from '../../schemas/secrets.js'
+import type {
+  AutomationEnvelope,
+  AutomationPage,
+  Automation as AutomationSchema,
+  AutomationTarget
+} from '../../schemas/automations.js'
+import type {
+  DocumentEnvelope,
+  DocumentPage,
+  KnowledgeDocument,
+  KnowledgeRecord,
+  RecordEnvelope,
+  RecordPage,
+  SearchResult
+} from '../../schemas/knowledge.js'
+import type { Skill as SkillSchema, SkillEnvelope, SkillPage } from '../../schemas/skills.js'
 import { ApiError } from './api.js'
 
 export type Provider = Static<typeof ProviderSchema>
@@ -97,3 +113,21 @@ export async function chatOnce(model: string, message: string): Promise<string> 
   }
   return answer
 }
+
+export type Knowledge = Static<typeof KnowledgeRecord>
+export type KnowledgePage = Static<typeof RecordPage>
+export type KnowledgeReply = Static<typeof RecordEnvelope>
+export type KnowledgeSearch = Static<typeof SearchResult>
+export type KnowledgeHit = KnowledgeSearch['items'][number]
+export type Doc = Static<typeof KnowledgeDocument>
+export type DocPage = Static<typeof DocumentPage>
+export type DocReply = Static<typeof DocumentEnvelope>
+
+export type Skill = Static<typeof SkillSchema>
+export type Skills = Static<typeof SkillPage>
+export type SkillReply = Static<typeof SkillEnvelope>
+
+export type Automation = Static<typeof AutomationSchema>
+export type Automations = Static<typeof AutomationPage>
+export type AutomationReply = Static<typeof AutomationEnvelope>
+export type Target = Static<typeof AutomationTarget>

@@ -32,13 +32,23 @@ const release = document.querySelector<HTMLMetaElement>('meta[name="cairn-releas
 const releaseHeader: Record<string, string> =
   release !== '' && !release.includes('%') ? { 'x-service-client-release': release } : {}
 
+/** One problem a `400 validation_failed` names: where (a JSON path; a SKILL.md's line and column too) and what. */
+export interface ErrorDetail {
+  path: string
+  message: string
+  line?: number
+  column?: number
+}
+
 export class ApiError extends Error {
   readonly status: number
   readonly code: string
-  constructor(status: number, code: string, message: string) {
+  readonly details: ErrorDetail[]
+  constructor(status: number, code: string, message: string, details: ErrorDetail[] = []) {
     super(message)
     this.status = status
     this.code = code
+    this.details = details
   }
 }
 
@@ -55,6 +65,8 @@ export async function api<T>(
   body?: unknown
 ): Promise<T> {
   let res: Response
+  // a file goes as multipart (the browser writes its content type and boundary); anything else as JSON
+  const form = body instanceof FormData
   try {
     res = await fetch(`/api${path}`, {
       method,
@@ -62,14 +74,16 @@ export async function api<T>(
       headers: {
         accept: 'application/json',
         ...releaseHeader,
-        ...(body === undefined ? {} : { 'content-type': 'application/json' })
+        ...(body === undefined || form ? {} : { 'content-type': 'application/json' })
       },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) })
+      ...(body === undefined ? {} : { body: form ? body : JSON.stringify(body) })
     })
   } catch {
     throw new ApiError(0, 'network', 'The server could not be reached. Check your connection and try again.')
   }
   if (res.status === 204) return undefined as T
+  // a file the API answers with (a skill's SKILL.md): its text
+  if (res.ok && !(res.headers.get('content-type') ?? '').includes('json')) return (await res.text()) as T
   let json: unknown = null
   try {
     json = await res.json()
@@ -77,13 +91,14 @@ export async function api<T>(
     // a body that is not JSON: described by the status below
   }
   if (!res.ok) {
-    const err = (json ?? {}) as { error?: string; message?: string }
+    const err = (json ?? {}) as { error?: string; message?: string; details?: ErrorDetail[] }
     if (res.status === 409 && err.error === 'frontend_release_mismatch')
       for (const listener of mismatchListeners) listener()
     throw new ApiError(
       res.status,
       err.error ?? `http_${res.status}`,
-      err.message ?? err.error ?? `The server answered ${res.status}.`
+      err.message ?? err.error ?? `The server answered ${res.status}.`,
+      Array.isArray(err.details) ? err.details : []
     )
   }
   return json as T

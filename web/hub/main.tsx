@@ -29,7 +29,10 @@ const NAV = [
   { to: '/captures', label: 'Capture outbox', active: (p: string) => p === '/captures' },
   { to: '/recalls', label: 'Recall ledger', active: (p: string) => p === '/recalls' || p.startsWith('/runs/') },
   { to: '/settings', label: 'Settings', active: (p: string) => p === '/settings' },
-  { to: '/organization', label: 'Organization', active: (p: string) => p === '/organization' }
+  { to: '/organization', label: 'Organization', active: (p: string) => p === '/organization' },
+  { to: '/knowledge', label: 'Knowledge', active: (p: string) => p === '/knowledge' },
+  { to: '/skills', label: 'Skills', active: (p: string) => p === '/skills' },
+  { to: '/automations', label: 'Automations', active: (p: string) => p === '/automations' }
 ]
 
 /** The organization's configuration: what an admin sets up (members read it too). */
@@ -166,9 +169,9 @@ function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void 
   if (path === '/models') return <ModelsView who={who} />
   if (path === '/access') return <AccessView who={who} />
   if (path === '/agent') return <AgentSettingsView who={who} />
-  if (path === '/knowledge') return <KnowledgeView />
-  if (path === '/skills') return <SkillsView />
-  if (path === '/automations') return <AutomationsView />
+  if (path === '/knowledge') return <KnowledgeView params={params} />
+  if (path === '/skills') return <SkillsView params={params} />
+  if (path === '/automations') return <AutomationsView params={params} />
   return (
     <section aria-labelledby="not-found">
       <h1 id="not-found">No such page</h1>

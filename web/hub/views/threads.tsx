@@ -353,7 +353,8 @@ export function ThreadView({ who, id }: { who: Identity; id: string }) {
   return (
     <section aria-labelledby="thread-title">
       <p class="crumbs">
-        <Link to="/threads">← Conversations</Link>
+        <Link to="/threads">← Conversations</Link> ·{' '}
+        <Link to={`/skills?thread=${encodeURIComponent(id)}`}>Run a skill here</Link>
       </p>
       {state.status === 'loading' ? <Loading what="the conversation" /> : null}
       {state.status === 'error' ? <ErrorBox error={state.error} retry={reload} /> : null}
