@@ -30,7 +30,7 @@ export interface Database {
    * while any listener is set, every query also keeps its caller's stack (postgres.js debug).
    * Returns the unsubscribe.
    */
-  onStatement(fn: (query: string) => void): () => void
+  onStatement(fn: (query: string, parameters: readonly unknown[]) => void): () => void
   close(): Promise<void>
 }
 
@@ -44,13 +44,15 @@ export interface PoolConnections {
  * postgres.js's `debug` hook, switched on only while someone listens: the connections read it
  * from the shared options at each statement.
  */
-function statementTap(pg: Sql): (fn: (query: string) => void) => () => void {
-  const listeners = new Set<(query: string) => void>()
+type StatementListener = (query: string, parameters: readonly unknown[]) => void
+
+function statementTap(pg: Sql): (fn: StatementListener) => () => void {
+  const listeners = new Set<StatementListener>()
   const options = (pg as unknown as { options: { debug?: unknown } }).options
   return (fn) => {
     listeners.add(fn)
-    options.debug = (_connection: number, query: string) => {
-      for (const listener of listeners) listener(query)
+    options.debug = (_connection: number, query: string, parameters: readonly unknown[]) => {
+      for (const listener of listeners) listener(query, parameters ?? [])
     }
     return () => {
       listeners.delete(fn)

@@ -123,8 +123,11 @@ export async function recallLookup(
   frames: UnsearchedFrame[],
   knownEnabled: boolean | undefined
 ): Promise<{ enabled: boolean; extract: boolean; pools: Map<string, PoolRef>; recorded: Set<string> }> {
-  const keys = JSON.stringify(frames.map((f) => ({ id: f.id, scope: f.scope, owner_key: f.ownerKey, query: f.query, mode: f.mode })))
-  const enabled = knownEnabled === undefined ? sql`coalesce((select enabled from ms), true)` : sql`${knownEnabled}::boolean`
+  const keys = JSON.stringify(
+    frames.map((f) => ({ id: f.id, scope: f.scope, owner_key: f.ownerKey, query: f.query, mode: f.mode }))
+  )
+  const enabled =
+    knownEnabled === undefined ? sql`coalesce((select enabled from ms), true)` : sql`${knownEnabled}::boolean`
   const rows = rowsOf<{ enabled: unknown; extract: unknown; pools: unknown; recorded: unknown }>(
     await db.execute(sql`
     with ms as (select enabled, extract from memory_settings where org_id = ${run.orgId}),

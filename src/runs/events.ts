@@ -229,7 +229,10 @@ export async function insertEvents(tx: Tx | Db, events: NewEvent[]): Promise<Bus
 }
 
 /** The events of a batch as the bus carries them, from the rows of `ins` in id order (the list's order). */
-export function storedAll(events: NewEvent[], rows: Array<{ event_id: string; created_at: Date | string }>): BusEvent[] {
+export function storedAll(
+  events: NewEvent[],
+  rows: Array<{ event_id: string; created_at: Date | string }>
+): BusEvent[] {
   if (rows.length !== events.length) throw new Error(`event batch stored ${rows.length} of ${events.length} events`)
   return events.map((e, i) => stored(e, rows[i]!.event_id, rows[i]!.created_at))
 }

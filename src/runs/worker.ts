@@ -588,7 +588,15 @@ export class RunWorker {
       (await this.lastWrite(
         entry,
         () =>
-          finishAlone(o.db, run, this.instanceId, outcome, usage, { messages: transcript, from: transcriptFrom }, events),
+          finishAlone(
+            o.db,
+            run,
+            this.instanceId,
+            outcome,
+            usage,
+            { messages: transcript, from: transcriptFrom },
+            events
+          ),
         true
       ))
     )
