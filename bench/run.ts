@@ -20,6 +20,7 @@ import { benchRetrieval } from './retrieval.js'
 import { benchRetrievalQuality } from './retrieval-quality.js'
 import { benchRunCost } from './run-cost.js'
 import { benchRuns } from './runs.js'
+import { benchSqlSpeed } from './sql-speed.js'
 import { benchRuntime } from './runtime.js'
 import { benchSkills } from './skills.js'
 import { benchTelemetry } from './telemetry.js'
@@ -33,6 +34,7 @@ const benches: Record<string, () => Promise<string>> = {
   identity: benchIdentity,
   runs: benchRuns,
   'run-cost': benchRunCost,
+  'sql-speed': benchSqlSpeed,
   topology: benchTopology,
   completion: benchCompletion,
   'model-bound': benchModelBound,

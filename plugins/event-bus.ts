@@ -54,15 +54,22 @@ export default fp(
     const resync = new Set<() => void>()
     let closed = false
 
+    // a notification carries one event, or (a statement that stored several) an array of them in id order
     function dispatchEvent(payload: string) {
-      let event: BusEvent
+      let events: BusEvent[]
       try {
-        event = JSON.parse(payload) as BusEvent
-        event.id = Number(event.id)
+        const parsed = JSON.parse(payload) as BusEvent | BusEvent[]
+        events = Array.isArray(parsed) ? parsed : [parsed]
       } catch (err) {
         app.log.warn({ err }, 'event bus: unreadable notification')
         return
       }
+      for (const event of events) {
+        event.id = Number(event.id)
+        dispatchOne(event)
+      }
+    }
+    function dispatchOne(event: BusEvent) {
       for (const listener of all) safeCall(listener, event)
       const listeners = byOrg.get(event.orgId)
       if (listeners) for (const listener of listeners) safeCall(listener, event)

@@ -24,6 +24,13 @@ export interface Database {
   ping(): Promise<void>
   /** the pool's connections now: open, carrying a query, and the most it opens (GET /metrics) */
   connections(): PoolConnections
+  /**
+   * Calls `fn` with every statement sent from now on (BEGIN and COMMIT included): each is one
+   * round trip to the server. For tests and benches that count what a piece of work costs;
+   * while any listener is set, every query also keeps its caller's stack (postgres.js debug).
+   * Returns the unsubscribe.
+   */
+  onStatement(fn: (query: string, parameters: readonly unknown[]) => void): () => void
   close(): Promise<void>
 }
 
@@ -31,6 +38,27 @@ export interface PoolConnections {
   open: number
   inUse: number
   max: number
+}
+
+/**
+ * postgres.js's `debug` hook, switched on only while someone listens: the connections read it
+ * from the shared options at each statement.
+ */
+type StatementListener = (query: string, parameters: readonly unknown[]) => void
+
+function statementTap(pg: Sql): (fn: StatementListener) => () => void {
+  const listeners = new Set<StatementListener>()
+  const options = (pg as unknown as { options: { debug?: unknown } }).options
+  return (fn) => {
+    listeners.add(fn)
+    options.debug = (_connection: number, query: string, parameters: readonly unknown[]) => {
+      for (const listener of listeners) listener(query, parameters ?? [])
+    }
+    return () => {
+      listeners.delete(fn)
+      if (listeners.size === 0) options.debug = false
+    }
+  }
 }
 
 /** postgres.js's pool counts (patches/postgres+*.patch exposes them; the queues themselves are private). */
@@ -106,6 +134,7 @@ function openPostgres(url: string, max: number): Database {
       await withinTime(pg`select 1`, PING_TIMEOUT_MS)
     },
     connections: () => connectionsOf(pg),
+    onStatement: statementTap(pg),
     async close() {
       await pg.end({ timeout: 5 })
     }
@@ -207,6 +236,7 @@ async function openPglite(dataDir: string, template?: string): Promise<Database>
       await withinTime(pg`select 1`, PING_TIMEOUT_MS)
     },
     connections: () => connectionsOf(pg as unknown as Sql),
+    onStatement: statementTap(pg as unknown as Sql),
     async close() {
       try {
         await pg.end({ timeout: 5 })

@@ -3,7 +3,7 @@ import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import type { PoolRef } from './backend.js'
 import { memoryPools, memorySettings } from './tables.js'
-import { boolOf } from '../db/rows.js'
+import { boolOf, jsonOf } from '../db/rows.js'
 
 export type PoolScope = 'org' | 'personal'
 
@@ -99,4 +99,61 @@ export async function lookupPool(
   const orgOn = boolOf(row?.org_on)
   const pool = row?.id && row.scope === scope ? { id: row.id, orgId, scope, ownerKey: row.owner_key ?? '' } : null
   return { orgOn, pool }
+}
+
+/** A recall's frame the lookup records itself when there is nothing to search for it. */
+export interface UnsearchedFrame {
+  id: string
+  scope: PoolScope
+  ownerKey: string
+  query: string
+  mode: string
+}
+
+/**
+ * What a run's recall needs before it searches, in ONE statement: the org's settings (unless
+ * the caller already read them: `knownEnabled`), the pools of the scopes it reads, and the
+ * ledger frames of the scopes with nothing to search (no pool yet, or an empty query),
+ * recorded by the same statement when memory is on (their latency is the statement's own
+ * time). A run of an org whose memory holds nothing yet costs one round trip for its recall.
+ */
+export async function recallLookup(
+  db: Db,
+  run: { id: string; orgId: string; rootRunId: string },
+  frames: UnsearchedFrame[],
+  knownEnabled: boolean | undefined
+): Promise<{ enabled: boolean; extract: boolean; pools: Map<string, PoolRef>; recorded: Set<string> }> {
+  const keys = JSON.stringify(
+    frames.map((f) => ({ id: f.id, scope: f.scope, owner_key: f.ownerKey, query: f.query, mode: f.mode }))
+  )
+  const enabled =
+    knownEnabled === undefined ? sql`coalesce((select enabled from ms), true)` : sql`${knownEnabled}::boolean`
+  const rows = rowsOf<{ enabled: unknown; extract: unknown; pools: unknown; recorded: unknown }>(
+    await db.execute(sql`
+    with ms as (select enabled, extract from memory_settings where org_id = ${run.orgId}),
+    s as (select ${enabled} as enabled, coalesce((select extract from ms), false) as extract),
+    f as (select * from jsonb_to_recordset(${keys}::jsonb) as f(id text, scope text, owner_key text, query text, mode text)),
+    p as (select mp.id, mp.scope, mp.owner_key from memory_pools mp join f on mp.owner_key = f.owner_key and mp.scope = f.scope
+          where mp.org_id = ${run.orgId}),
+    led as (
+      insert into memory_recalls (id, org_id, run_id, root_run_id, scope, query, item_ids, latency_ms, mode)
+      select f.id, ${run.orgId}, ${run.id}, ${run.rootRunId}, f.scope, f.query, '[]'::jsonb,
+             greatest(0, round(extract(epoch from clock_timestamp() - statement_timestamp()) * 1000))::int, f.mode
+      from f, s where s.enabled and (f.query = '' or not exists (select 1 from p where p.owner_key = f.owner_key))
+      returning id)
+    select s.enabled, s.extract,
+           (select coalesce(json_agg(json_build_object('id', p.id, 'scope', p.scope, 'ownerKey', p.owner_key)), '[]'::json) from p) as pools,
+           (select coalesce(json_agg(led.id), '[]'::json) from led) as recorded
+    from s`)
+  )
+  const row = rows[0]!
+  const pools = new Map<string, PoolRef>()
+  for (const p of jsonOf<Array<{ id: string; scope: PoolScope; ownerKey: string }>>(row.pools))
+    pools.set(p.ownerKey, { id: p.id, orgId: run.orgId, scope: p.scope, ownerKey: p.ownerKey })
+  return {
+    enabled: boolOf(row.enabled),
+    extract: boolOf(row.enabled) && boolOf(row.extract),
+    pools,
+    recorded: new Set(jsonOf<string[]>(row.recorded))
+  }
 }

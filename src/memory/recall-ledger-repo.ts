@@ -25,6 +25,28 @@ export async function recordRecall(
   })
 }
 
+/** Several recall frames of one run, in one statement. */
+export async function recordRecalls(
+  db: Db,
+  run: RunRef,
+  frames: Array<{ scope: 'org' | 'personal'; query: string; itemIds: string[]; latencyMs: number; mode: SearchMode }>
+): Promise<void> {
+  if (frames.length === 0) return
+  await db.insert(memoryRecalls).values(
+    frames.map((frame) => ({
+      id: newId(),
+      orgId: run.orgId,
+      runId: run.id,
+      rootRunId: run.rootRunId,
+      scope: frame.scope,
+      query: frame.query,
+      itemIds: frame.itemIds,
+      latencyMs: Math.max(0, Math.round(frame.latencyMs)),
+      mode: frame.mode
+    }))
+  )
+}
+
 export interface RecallFilter {
   limit: number
   cursor?: string | undefined

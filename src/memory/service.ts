@@ -10,11 +10,12 @@ import type { MemoryBackend } from './backend.js'
 import { createMem0Pool } from './mem0-pool.js'
 import { createCaptureWorker, type CaptureWorker } from './capture-worker.js'
 import { cleanFacts, enqueueCaptureRow } from './captures-repo.js'
-import { ensurePool, findPool, orgMemoryOn, orgMemorySettings } from './pools.js'
+import { ensurePool, orgMemoryOn, orgMemorySettings, recallLookup } from './pools.js'
 import { significantWords } from '../retrieval/significant-words.js'
 import type { CaptureFact } from './tables.js'
 import { createPostgresPool } from './postgres-pool.js'
-import { recordRecall } from './recall-ledger-repo.js'
+import { recordRecalls } from './recall-ledger-repo.js'
+import { newId } from '../db/ids.js'
 import type { RetrievalService } from '../retrieval/service.js'
 
 export interface MemoryHub {
@@ -106,6 +107,7 @@ export function createMemoryHub(
     })
   }
   const pending = new Set<Promise<unknown>>()
+  const OFF = { enabled: false, extract: false }
 
   const enabledFor = async (orgId: string) => backend !== null && (await orgMemoryOn(db, orgId))
 
@@ -136,48 +138,60 @@ export function createMemoryHub(
     async recall(run, text, options) {
       const query = options.kind === 'prompt' ? significantWords(text).join(' ') : text.trim()
       const limit = options.kind === 'prompt' ? config.MEMORY_RECALL_LIMIT : options.limit
-      if (!backend || !(options.enabled ?? (await enabledFor(run.orgId)))) return { items: [], query }
-      const pools: Array<['org' | 'personal', string]> = [['org', '']]
+      if (!backend) return { items: [], query, ...(options.enabled === undefined ? { settings: OFF } : {}) }
+      const scopes: Array<['org' | 'personal', string]> = [['org', '']]
       // only a real signed-in user ever has a personal pool read for them
-      if (run.realUserId) pools.push(['personal', run.realUserId])
+      if (run.realUserId) scopes.push(['personal', run.realUserId])
+      const mode = retrieval.modeFor(options.mode)
+      // one statement: the settings (unless given), the pools, and the frames with nothing to search
+      const looked = await recallLookup(
+        db,
+        run,
+        scopes.map(([scope, ownerKey]) => ({ id: newId(), scope, ownerKey, query, mode })),
+        options.enabled
+      )
+      const settings = options.enabled === undefined ? { enabled: looked.enabled, extract: looked.extract } : undefined
+      if (!looked.enabled) return { items: [], query, settings }
       const items: RecalledItem[] = []
-      for (const [scope, ownerKey] of pools) {
-        const started = performance.now()
-        const pool = await findPool(db, run.orgId, scope, ownerKey)
+      const frames: Array<Parameters<typeof recordRecalls>[2][number]> = []
+      for (const [scope, ownerKey] of scopes) {
+        const pool = looked.pools.get(ownerKey)
+        if (!pool || query === '') continue
+        const searchStarted = performance.now()
         let hits: RecalledItem[] = []
-        let mode = retrieval.modeFor(options.mode)
-        if (pool && query !== '') {
-          try {
-            const found = await backend.search(pool, query, limit, {
-              anyWord: options.kind === 'prompt',
-              mode: options.mode,
-              // a prompt's meaning is the prompt, not its significant words
-              meaning: options.kind === 'prompt' ? text : undefined
-            })
-            mode = found.mode
-            hits = found.items.map((h) => ({
-              id: h.id,
-              content: h.content,
-              sourceScope: scope,
-              score: h.score,
-              scores: h.scores
-            }))
-          } catch (err) {
-            log.warn({ err, runId: run.id, orgId: run.orgId }, 'memory recall failed')
-          }
+        let used = mode
+        try {
+          const found = await backend.search(pool, query, limit, {
+            anyWord: options.kind === 'prompt',
+            mode: options.mode,
+            // a prompt's meaning is the prompt, not its significant words
+            meaning: options.kind === 'prompt' ? text : undefined
+          })
+          used = found.mode
+          hits = found.items.map((h) => ({
+            id: h.id,
+            content: h.content,
+            sourceScope: scope,
+            score: h.score,
+            scores: h.scores
+          }))
+        } catch (err) {
+          log.warn({ err, runId: run.id, orgId: run.orgId }, 'memory recall failed')
         }
-        await recordRecall(db, run, {
+        frames.push({
           scope,
           query,
           itemIds: hits.map((h) => h.id),
-          latencyMs: performance.now() - started,
-          mode
+          latencyMs: performance.now() - searchStarted,
+          mode: used
         })
         items.push(...hits)
       }
+      // the searched scopes' frames, in one statement
+      if (frames.length > 0) await recordRecalls(db, run, frames)
       // two pools' fused scores compare (both reciprocal ranks), as their full-text ones did
       items.sort((a, b) => b.score - a.score)
-      return { items: items.slice(0, limit), query }
+      return { items: items.slice(0, limit), query, settings }
     },
 
     async enqueueCapture(tx, run, facts) {

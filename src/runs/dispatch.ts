@@ -80,6 +80,11 @@ export async function queuedAtLeast(db: Db, orgId: string, limit: number): Promi
   return Number(row?.n ?? 0) >= limit
 }
 
+/** Whether the org has fewer than `limit` runs queued, as a condition of the statement that stores a run. */
+function queueHasRoom(orgId: string, limit: number): SQL {
+  return sql`(select count(*) from (select 1 from runs where org_id = ${orgId} and status = 'queued' limit ${limit}) q) < ${limit}`
+}
+
 async function holds(db: Db | Tx, condition: SQL): Promise<boolean> {
   return boolOf(rowsOf<{ ok: unknown }>(await db.execute(sql`select (${condition}) as ok`))[0]?.ok)
 }
@@ -92,9 +97,11 @@ export async function dispatchRun(
   { db, engines, events, secrets, artifacts, onEnded, mcpTools, queueMax }: DispatchDeps,
   { principal, idempotency, log, attach, precondition, ...input }: DispatchInput
 ): Promise<StoredAnswer> {
-  if (queueMax > 0 && (await queuedAtLeast(db, principal.orgId, queueMax))) {
-    throw rateLimited(QUEUE_RETRY_AFTER_S, `queued runs in this organization (${queueMax} are waiting to start)`)
-  }
+  const full = () =>
+    rateLimited(QUEUE_RETRY_AFTER_S, `queued runs in this organization (${queueMax} are waiting to start)`)
+  // a new thread's run checks the queue in the statement that stores it (below); others here
+  const common = input.body.rootRunId === undefined && attach === undefined
+  if (!common && queueMax > 0 && (await queuedAtLeast(db, principal.orgId, queueMax))) throw full()
   const chosen = await engines.resolve(input.body.engine, input.body.model, principal.orgId)
   if ('error' in chosen) throw engineUnavailable(chosen.error)
   const { instructions, settings, attachments } = agentOptionsOf(input.body)
@@ -122,8 +129,9 @@ export async function dispatchRun(
   const origin = input.origin ?? originOf(principal)
   let run: RunRow
   let answer: StoredAnswer
-  if (body.rootRunId === undefined && attach === undefined) {
-    // the common case, a new thread: the run and its stored answer in one statement
+  if (common && body.rootRunId === undefined) {
+    // the common case, a new thread: the run and its stored answer in one statement, stored
+    // only while the org's queue has room (the count is the statement's, not a round trip of its own)
     const id = newId()
     run = {
       id,
@@ -158,8 +166,11 @@ export async function dispatchRun(
       traceparent: currentTraceparent() ?? null
     }
     const wire = { run: runToWire(run) }
-    const completion = idempotency?.completion(201, wire, precondition) ?? null
-    if (!(await insertThreadRoot(db, run, completion?.update ?? null, precondition))) {
+    const room = queueMax > 0 ? queueHasRoom(principal.orgId, queueMax) : undefined
+    const when = room && precondition ? sql`(${room}) and (${precondition})` : (room ?? precondition)
+    const completion = idempotency?.completion(201, wire, when) ?? null
+    if (!(await insertThreadRoot(db, run, completion?.update ?? null, when))) {
+      if (room && !(await holds(db, room))) throw full()
       if (precondition && !(await holds(db, precondition))) throw new RunPreconditionFailed()
       // no row: a live row holds the key (a retry or a duplicate); its answer is sent instead
       throw idempotency!.taken()

@@ -163,35 +163,76 @@ export class EventBatcher {
 }
 
 /**
- * Stores several events and announces them, in one statement, inside the caller's
- * transaction (or as its own when given the database), under appendEvent's rules: the
- * per-org advisory locks (taken in hash order, so two writers never deadlock) are held to
- * commit and every id is drawn under them; ids follow the list's order, and so do the
- * NOTIFYs. The events as the bus carries them, in the list's order.
+ * An event's data travels inside a statement's shared NOTIFY when its JSON is at most this
+ * long; a larger one is announced with `big: true` and its readers load it.
  */
-export async function insertEvents(tx: Tx | Db, events: NewEvent[]): Promise<BusEvent[]> {
-  if (events.length === 0) return []
+const BATCH_DATA_LIMIT = 3500
+/**
+ * One NOTIFY carries the events whose running size ends in the same stretch of this many
+ * bytes: a stretch's events add up to less than twice this (each one, its data at most
+ * BATCH_DATA_LIMIT, is under this), below the 8000 bytes a payload may hold.
+ */
+const BATCH_NOTIFY_BYTES = 3900
+
+/**
+ * The CTEs (`input`, `locks`, `ins`, `notified`) that store several events and announce
+ * them within one statement, under appendEvent's rules: the per-org advisory locks (taken
+ * in hash order, so two writers never deadlock) are held to commit and every id is drawn
+ * under them; ids follow the list's order. The announcements are one NOTIFY per statement
+ * (a JSON array of the events, in id order), not one per event: a session LISTENing pays
+ * for every notification the server queues, and a run's events come several to a statement.
+ * Only a batch too big for one payload is split, in id order. With `after`, the name of a
+ * CTE of the same statement: the events are stored only when it yields a row (and after it
+ * ran: its row locks come before the org's advisory lock, as in a transaction that updates
+ * the run first). The statement must select from `ins` cross joined with `notified`.
+ */
+export function eventCtes(events: NewEvent[], after?: SQL): SQL {
   const input = JSON.stringify(
     events.map((e) => ({ o: e.orgId, r: e.runId, t: e.rootRunId, y: e.type, d: JSON.stringify(e.data ?? {}) }))
   )
-  const result = await tx.execute(sql`
-    with input as (
+  const gate = after ? sql`, ${after}` : sql``
+  return sql`input as (
       select e.value->>'o' as org_id, e.value->>'r' as run_id, e.value->>'t' as root_run_id, e.value->>'y' as type,
              (e.value->>'d')::jsonb as data, e.ord
       from jsonb_array_elements(${input}::jsonb) with ordinality as e(value, ord)),
     locks as (
       select count(pg_advisory_xact_lock(h)) as n
-      from (select distinct hashtext('cairn.run_events:' || org_id) as h from input order by h) as s),
+      from (select distinct hashtext('cairn.run_events:' || org_id) as h from input${gate} order by h) as s),
     ins as (
       insert into run_events (org_id, run_id, root_run_id, type, data)
-      select org_id, run_id, root_run_id, type, data from input, locks order by ord
+      select org_id, run_id, root_run_id, type, data from input, locks${gate} order by ord
       returning id, org_id, run_id, root_run_id, type, data, created_at),
-    sent as (
-      select id, created_at, ${notifyStored(sql`ordered`)} as notified
-      from (select * from ins order by id) as ordered)
-    select id::text as event_id, created_at, notified::text from sent order by sent.id`)
-  // ids were drawn in insertion order, which is the list's order
-  const rows = rowsOf<{ event_id: string; created_at: Date | string }>(result)
+    payloads as (
+      select id, json_build_object(
+        'id', id::text, 'orgId', org_id, 'runId', run_id, 'rootRunId', root_run_id, 'type', type, 'createdAt', created_at,
+        'data', case when octet_length(data::text) <= ${BATCH_DATA_LIMIT} then data else null end,
+        'big', octet_length(data::text) > ${BATCH_DATA_LIMIT}) as p
+      from ins),
+    chunks as (
+      select id, p, (sum(octet_length(p::text)) over (order by id) - 1) / ${BATCH_NOTIFY_BYTES} as chunk from payloads),
+    notified as (
+      select count(pg_notify(${EVENTS_CHANNEL}, c.payload)) as n
+      from (select chunk, json_agg(p order by id)::text as payload from chunks group by chunk order by chunk) as c)`
+}
+
+/**
+ * Stores several events and announces them, in one statement, inside the caller's
+ * transaction (or as its own when given the database): eventCtes. The events as the bus
+ * carries them, in the list's order.
+ */
+export async function insertEvents(tx: Tx | Db, events: NewEvent[]): Promise<BusEvent[]> {
+  if (events.length === 0) return []
+  const result = await tx.execute(sql`
+    with ${eventCtes(events)}
+    select ins.id::text as event_id, ins.created_at from ins, notified order by ins.id`)
+  return storedAll(events, rowsOf<{ event_id: string; created_at: Date | string }>(result))
+}
+
+/** The events of a batch as the bus carries them, from the rows of `ins` in id order (the list's order). */
+export function storedAll(
+  events: NewEvent[],
+  rows: Array<{ event_id: string; created_at: Date | string }>
+): BusEvent[] {
   if (rows.length !== events.length) throw new Error(`event batch stored ${rows.length} of ${events.length} events`)
   return events.map((e, i) => stored(e, rows[i]!.event_id, rows[i]!.created_at))
 }

@@ -9,7 +9,7 @@ import { boolOf, dateOf, dateOrNull, isoOf, isoOrNull, jsonOf } from '../db/rows
 import type { Static } from 'typebox'
 import type { Run } from '../../schemas/runs.js'
 import { newId } from '../db/ids.js'
-import { appendEvent, notifyStored, type EventBatcher } from './events.js'
+import { appendEvent, eventCtes, notifyStored, storedAll, type EventBatcher, type NewEvent } from './events.js'
 import { currentTraceparent } from '../telemetry/tracing.js'
 import type { FollowUpRun } from './ports/skills.js'
 import { appendTranscript, replayWire, SHORTENED_RESULT_CHARS, type TranscriptMessage } from './transcripts.js'
@@ -793,6 +793,62 @@ export async function markFinished(
     .where(and(eq(runs.id, runId), eq(runs.status, 'running'), eq(runs.leaseOwner, instanceId)))
     .returning({ remembered: runs.remembered })
   return finished ? { remembered: jsonOf<RememberedFact[] | null>(finished.remembered) ?? [] } : null
+}
+
+/**
+ * A held run's end in ONE statement, committed on its own, for the end that needs nothing
+ * else in its transaction (no facts to capture, no follow-up): markFinished's update, the
+ * rest of its transcript, and its last events with its end event (eventCtes, gated on the
+ * update). One round trip where the transaction took five (BEGIN, three statements,
+ * COMMIT); the rules are the transaction's, since a statement is one. A run that kept
+ * facts with the `remember` tool is left alone here (they must be captured in the commit
+ * that ends it): false, as when this worker no longer holds the run; the caller's
+ * transaction then decides which.
+ */
+export async function finishAlone(
+  db: Db,
+  run: Pick<RunRow, 'id' | 'orgId' | 'rootRunId'>,
+  instanceId: string,
+  outcome: RunOutcome,
+  usage: { promptTokens: number; completionTokens: number } | null,
+  transcript: { messages: readonly TranscriptMessage[]; from: number },
+  events: NewEvent[]
+): Promise<boolean> {
+  const error =
+    outcome.status === 'failed' ? sql`${outcome.error}::text` : outcome.status === 'cancelled' ? sql`error` : sql`null`
+  const tokens = usage
+    ? sql`, input_tokens = ${usage.promptTokens}::int, output_tokens = ${usage.completionTokens}::int`
+    : sql``
+  const messages = JSON.stringify(
+    transcript.messages.slice(transcript.from).map((m, i) => ({
+      seq: transcript.from + i,
+      role: m.role,
+      content: m.content,
+      tool_calls: m.toolCalls ?? null,
+      tool_call_id: m.toolCallId ?? null,
+      name: m.name ?? null
+    }))
+  )
+  const result = await db.execute(sql`
+    with fin as (
+      update runs set status = ${outcome.status}, error = ${error},
+        output = ${outcome.status === 'succeeded' ? outcome.output : null}::text, finished_at = now()${tokens},
+        suspended = null, lease_owner = null, lease_expires_at = null
+      where id = ${run.id} and status = 'running' and lease_owner = ${instanceId}
+        and coalesce(jsonb_array_length(remembered), 0) = 0
+      returning id),
+    msgs as (
+      insert into run_messages (run_id, seq, org_id, root_run_id, role, content, tool_calls, tool_call_id, name)
+      select fin.id, m.seq, ${run.orgId}, ${run.rootRunId}, m.role, m.content, m.tool_calls, m.tool_call_id, m.name
+      from fin, jsonb_to_recordset(${messages}::jsonb)
+        as m(seq int, role text, content text, tool_calls jsonb, tool_call_id text, name text)
+      on conflict do nothing),
+    ${eventCtes(events, sql`fin`)}
+    select ins.id::text as event_id, ins.created_at from ins, notified order by ins.id`)
+  const rows = rowsOf<{ event_id: string; created_at: Date | string }>(result)
+  if (rows.length === 0) return false
+  storedAll(events, rows)
+  return true
 }
 
 /** A raw `runs` row (snake_case, from a hand-written statement) as drizzle would return it. */

@@ -26,6 +26,7 @@ import type { SuspendedRun } from './tables.js'
 import {
   announceCommitted,
   claimNext,
+  finishAlone,
   insertFollowUp,
   markFinished,
   releaseRun,
@@ -488,12 +489,14 @@ export class RunWorker {
         },
         recall: async (raw) => {
           this.guard()
-          const { enabled } = await memorySettings()
+          // the run's first read of its org's memory settings is the recall's own statement
+          const known = memoryRead ? (await memorySettings()).enabled : undefined
           const recalled = await this.whileLeased(
             entry,
-            () => o.memory.recall(ref, redact.text(raw), { kind: 'prompt', enabled }),
+            () => o.memory.recall(ref, redact.text(raw), { kind: 'prompt', enabled: known }),
             signal
           )
+          if (recalled.settings) memoryRead ??= Promise.resolve(recalled.settings)
           await emit('memory.recalled', {
             query: recalled.query,
             itemIds: recalled.items.map((i) => i.id),
@@ -504,6 +507,8 @@ export class RunWorker {
       }
       const result = job ? await job.run(ctx, engine) : await engine.run(ctx)
       await flushDeltas()
+      // what the engine emitted and is not stored yet goes with the run's end
+      writer.hold()
       await writer.settled()
       engineUsage = result.usage
       const output = redact.text(result.text)
@@ -593,6 +598,44 @@ export class RunWorker {
     // a cancelled or failed run leaves no call waiting for a person
     if (outcome.status !== 'succeeded') await this.dropToolCalls(run.orgId, run.id)
     const waiting = await writer.take()
+    const data: Record<string, unknown> =
+      outcome.status === 'failed' ? { error: outcome.error } : outcome.status === 'succeeded' ? { usage } : {}
+    const events = [
+      ...waiting,
+      { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: `run.${outcome.status}`, data }
+    ]
+    const ended: FinishedRun = {
+      id: run.id,
+      orgId: run.orgId,
+      rootRunId: run.rootRunId,
+      userId: run.userId,
+      status: outcome.status,
+      metadata: run.metadata
+    }
+    // nothing else to commit with the end (no facts, no follow-up): one statement, no transaction
+    const alone =
+      (outcome.status !== 'succeeded' || outcome.facts.length === 0) &&
+      !o.followUps.some((f) => f.concerns?.(ended) ?? true)
+    const transcriptFrom = entry.transcript?.written ?? 0
+    if (
+      alone &&
+      (await this.lastWrite(
+        entry,
+        () =>
+          finishAlone(
+            o.db,
+            run,
+            this.instanceId,
+            outcome,
+            usage,
+            { messages: transcript, from: transcriptFrom },
+            events
+          ),
+        true
+      ))
+    )
+      return
+    // the lease was lost, or the run kept facts to capture: the transaction below tells which
     const next = await this.lastWrite(
       entry,
       () =>
@@ -600,25 +643,12 @@ export class RunWorker {
           // the lease was lost meanwhile (a sweeper failed it): the sweeper's answer stands
           const finished = await markFinished(tx, run.id, this.instanceId, outcome, usage)
           if (!finished) return []
-          await appendTranscript(tx, run, transcript, entry.transcript?.written ?? 0)
-          const data: Record<string, unknown> =
-            outcome.status === 'failed' ? { error: outcome.error } : outcome.status === 'succeeded' ? { usage } : {}
-          await insertEvents(tx, [
-            ...waiting,
-            { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: `run.${outcome.status}`, data }
-          ])
+          await appendTranscript(tx, run, transcript, transcriptFrom)
+          await insertEvents(tx, events)
           // contract 13.5: what the model remembered is kept whatever the end; the engine's and the extraction's facts
           // on success
           const facts = [...finished.remembered, ...(outcome.status === 'succeeded' ? outcome.facts : [])]
           if (facts.length > 0) await o.memory.enqueueCapture(tx, ref, facts)
-          const ended: FinishedRun = {
-            id: run.id,
-            orgId: run.orgId,
-            rootRunId: run.rootRunId,
-            userId: run.userId,
-            status: outcome.status,
-            metadata: run.metadata
-          }
           const started: RunRow[] = []
           for (const followUps of o.followUps) {
             for (const followUp of await followUps.afterFinish(tx, ended))

@@ -140,7 +140,10 @@ export default fp(
           return { proposalId: proposal.id, state: 'open' }
         }
       },
-      forFollowUps: { afterFinish: nextPlaybookStep },
+      forFollowUps: {
+        afterFinish: nextPlaybookStep,
+        concerns: (run) => run.status === 'succeeded' && typeof run.metadata.playbookId === 'string'
+      },
       forAutomations: {
         async skill(tx, orgId, skillId, input) {
           const skill = await getSkill(tx, orgId, skillId)

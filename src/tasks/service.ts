@@ -18,7 +18,12 @@ declare module 'fastify' {
 /** The tasks service: what the board does when a task's run finishes. */
 export default fp(
   async function tasksService(app: FastifyInstance) {
-    app.decorate('tasks', { forFollowUps: { afterFinish: finishTaskRun } } satisfies TasksService)
+    app.decorate('tasks', {
+      forFollowUps: {
+        afterFinish: finishTaskRun,
+        concerns: (run) => run.status === 'succeeded' && typeof run.metadata.taskId === 'string'
+      }
+    } satisfies TasksService)
   },
   { name: 'tasks', fastify: '5.x', dependencies: ['db'] }
 )

@@ -81,7 +81,9 @@ t.test('memory off for the org: nothing is recalled and no frame is recorded', a
   await app.inject({ method: 'PUT', url: '/api/memory/settings', payload: { enabled: false } })
   t.same(await app.memory.forRuns.recall(runRef(DEV_ORG.id), 'fact', { kind: 'prompt' }), {
     items: [],
-    query: 'fact'
+    query: 'fact',
+    // read by the recall's own statement, for the run to use again
+    settings: { enabled: false, extract: false }
   })
   t.equal((await app.db.select().from(memoryRecalls)).length, 0)
 })

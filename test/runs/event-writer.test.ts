@@ -31,10 +31,15 @@ function gatedWrites() {
   return { writes, write, open }
 }
 
+/** One turn of the event loop: a write of deltas asked for starts then. */
+const turn = () => new Promise((resolve) => setImmediate(resolve))
+
 t.test('deltas do not wait for their write; what comes meanwhile is the next write, in order', async (t) => {
   const g = gatedWrites()
   const writer = new RunEventWriter(g.write)
   await writer.emit(event('message.delta', 'a'))
+  t.same(g.writes, [], 'the write starts once the event loop turns')
+  await turn()
   await writer.emit(event('message.delta', 'b'))
   await writer.emit(event('message.delta', 'c'))
   t.same(g.writes, [['message.delta:a']], 'one write in flight; the others wait for it')
@@ -56,6 +61,7 @@ t.test("message.completed waits for the run's next write, or its end", async (t)
   const g = gatedWrites()
   const writer = new RunEventWriter(g.write)
   await writer.emit(event('message.delta', 'a'))
+  await turn()
   await writer.emit(event('message.completed', 'a'))
   t.same(g.writes, [['message.delta:a']])
   await g.open()
@@ -77,10 +83,28 @@ t.test("message.completed waits for the run's next write, or its end", async (t)
   await flushed
 })
 
+t.test('an engine that answers at once: everything it emitted goes with its end (hold, then take)', async (t) => {
+  const g = gatedWrites()
+  const writer = new RunEventWriter(g.write)
+  await writer.emit(event('memory.recalled'))
+  await writer.emit(event('message.delta', 'a'))
+  await writer.emit(event('message.delta', 'b'))
+  await writer.emit(event('message.completed', 'ab'))
+  writer.hold()
+  await turn()
+  t.same(g.writes, [], 'no write of its own')
+  t.same(
+    (await writer.take()).map((e) => e.type),
+    ['memory.recalled', 'message.delta', 'message.delta', 'message.completed'],
+    'in order, for the statement that ends the run'
+  )
+})
+
 t.test('a failed write fails the next wait, and nothing after it is handed on', async (t) => {
   const g = gatedWrites()
   const writer = new RunEventWriter(g.write)
   await writer.emit(event('message.delta', 'a'))
+  await turn()
   await writer.emit(event('message.delta', 'b'))
   await g.open(new Error('the database is away'))
   await t.rejects(writer.emit(event('tool.call')), /the database is away/)
@@ -89,7 +113,7 @@ t.test('a failed write fails the next wait, and nothing after it is handed on', 
   t.same(g.writes, [['message.delta:a']])
 })
 
-t.test('an echo run: its events in order, the answer and the end stored in one transaction', async (t) => {
+t.test('an echo run: its events in order, the answer and the end stored in one statement', async (t) => {
   const app = await buildTestApp(t)
   const prompt = Array.from({ length: 40 }, (_, i) => `word${i}`).join(' ')
   const run = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt } })).json().run

@@ -54,7 +54,12 @@ export interface RunMemory {
       /** how to rank: `hybrid` (default where vectors exist), `semantic` or `fulltext` */
       mode?: 'hybrid' | 'semantic' | 'fulltext' | undefined
     }
-  ): Promise<{ items: RecalledItem[]; query: string }>
+  ): Promise<{
+    items: RecalledItem[]
+    query: string
+    /** the org's settings when the recall read them itself (`enabled` not given), as settingsFor answers */
+    settings?: { enabled: boolean; extract: boolean } | undefined
+  }>
   /**
    * Called inside the transaction that ends the run: writes the run's capture outbox row
    * (state `pending`) when there are facts to keep (a string is an org fact). It commits or

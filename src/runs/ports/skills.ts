@@ -54,4 +54,10 @@ export interface RunFollowUps {
    * concern it not: it looks at `metadata` before it queries.
    */
   afterFinish(tx: Tx, run: FinishedRun): Promise<FollowUpRun[]>
+  /**
+   * Whether `afterFinish` may have anything to do for this run, from the run alone (no
+   * query). A run that concerns no follow-up ends in one statement instead of a
+   * transaction; absent, every run concerns it.
+   */
+  concerns?(run: FinishedRun): boolean
 }

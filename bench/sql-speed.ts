@@ -1,0 +1,256 @@
+// Runs at the speed of their SQL: the service next to pgbench running the very statements it
+// sends, on the same Postgres database, one after the other and twice over (interleaved).
+//
+// The statements are read off the wire: an echo run's life is played once in this process
+// (the real app over the bench's database, postgres.js's debug hook giving every statement and
+// its parameters), and written out as pgbench scripts, each parameter a literal (base64, so no
+// `:` in a JSON value reads as a pgbench variable), the run's id a fresh one per transaction
+// and the claim's answer (\gset) the run the rest of the life works on.
+//   dispatch: POST /api/runs (20 connections, no workers) ÷ pgbench of the dispatch's
+//             statements, batched as the service batches them (the run, then run.queued),
+//             with as many clients.
+//   completion: echo runs drained per second by RUN_WORKER_CONCURRENCY=4 from a queue ÷
+//             pgbench of one run's whole SQL life (stored, announced, claimed, recalled,
+//             ended) with 4 clients; and 16 workers ÷ 4.
+//   round trips: the statements of one echo run's life.
+// Needs BENCH_DATABASE_URL (or DATABASE_URL) and pgbench (PGBENCH, default the Postgres 15 one).
+import { execFile } from 'node:child_process'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import postgres from 'postgres'
+import { buildApp } from '../src/app.js'
+import { testConfig } from '../src/config.js'
+import { openDatabase } from '../src/db/client.js'
+import { migrateDatabase } from '../src/db/migrate.js'
+import { benchPostgres, load, withDatabase } from './lib.js'
+import { startRunsServer } from './runs.js'
+
+const run = promisify(execFile)
+const PGBENCH = process.env.PGBENCH ?? '/usr/lib/postgresql/15/bin/pgbench'
+const SECONDS = Number(process.env.BENCH_SQL_SECONDS ?? 8)
+const DRAIN = Number(process.env.BENCH_SQL_DRAIN ?? 3000)
+const UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g
+
+/** Statements of other groups' pollers, which may run meanwhile. */
+const ELSEWHERE = /\b(slack_\w+|knowledge_\w+|memory_captures|memory_items|mcp_servers|automations|blobs?|listen)\b/i
+
+interface Statement {
+  text: string
+  params: readonly unknown[]
+}
+
+/** One echo run's life, statement by statement, played by the real app over `url`. */
+export async function capture(url: string): Promise<{ life: Statement[]; runId: string }> {
+  const database = await openDatabase({ url, poolMax: 4 })
+  await migrateDatabase(database, url)
+  const dataDir = mkdtempSync(join(tmpdir(), 'cairn-bench-sql-'))
+  const app = await buildApp({
+    config: testConfig({
+      DATABASE_URL: url,
+      DATA_DIR: dataDir,
+      RUN_POLL_MS: '600000',
+      RUN_SWEEP_MS: '600000',
+      KNOWLEDGE_WORKER: 'false',
+      MEMORY_CAPTURE_WORKER: 'false'
+    }),
+    database
+  })
+  await app.ready()
+  const one = async (record: Statement[] | null) => {
+    let id = ''
+    const stop = database.onStatement((text, params) => {
+      if (record && !ELSEWHERE.test(text)) record.push({ text, params: [...params] })
+    })
+    const ended = new Promise<void>((resolve) => {
+      const off = app.eventBus.subscribeAll((e) => {
+        if (e.runId === id && e.type.startsWith('run.') && ['succeeded', 'failed'].includes(e.type.slice(4))) {
+          stop()
+          off()
+          resolve()
+        }
+      })
+    })
+    const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'hello there world' } })
+    id = (res.json() as { run: { id: string } }).run.id
+    await ended
+    return id
+  }
+  await one(null)
+  const life: Statement[] = []
+  const runId = await one(life)
+  await app.close()
+  await database.close().catch(() => {})
+  rmSync(dataDir, { recursive: true, force: true })
+  return { life, runId }
+}
+
+/** A parameter as a literal of the script: the run's id as `id`, other ids fresh ones. */
+function literal(value: unknown, runId: string, id: string): string {
+  if (value === null || value === undefined) return 'null'
+  if (typeof value === 'number' || typeof value === 'bigint') return String(value)
+  if (typeof value === 'boolean') return String(value)
+  const text = value instanceof Date ? value.toISOString() : String(value)
+  let expr = `convert_from(decode('${Buffer.from(text).toString('base64')}', 'base64'), 'UTF8')`
+  // the run's id is the transaction's run; a new row's own id (a recall frame's) a fresh one; the org, its user
+  // and the instance stay
+  for (const found of new Set(text.match(UUID) ?? [])) {
+    if (found === runId) expr = `replace(${expr}, '${found}', ${id})`
+    else if (text.includes(`"id":"${found}"`)) expr = `replace(${expr}, '${found}', gen_random_uuid()::text)`
+  }
+  return `(${expr})`
+}
+
+/** One statement as a line of a pgbench script. */
+function line(s: Statement, runId: string, id: string, gset = ''): string {
+  const text = s.text
+    .replace(/--[^\n]*/g, ' ')
+    .replace(/\$(\d+)/g, (_, n: string) => literal(s.params[Number(n) - 1], runId, id))
+    .replace(/\s+/g, ' ')
+    .trim()
+  return `${text}${gset ? `\n${gset}` : ';'}`
+}
+
+const fresh = `('00000000-0000-7000-8000-' || lpad(to_hex(:r::bigint), 12, '0'))`
+
+export function scripts(life: Statement[], runId: string): { dispatch: string; life: string } {
+  const claimAt = life.findIndex((s) => s.text.includes('queued_orgs'))
+  if (claimAt < 0) throw new Error('no claim among the statements of the life')
+  const before = life.slice(0, claimAt)
+  const after = life.slice(claimAt + 1)
+  const head = `\\set r random(1, 281474976710655)\n${before.map((s) => line(s, runId, fresh)).join('\n')}`
+  return {
+    dispatch: `${head}\n`,
+    life: `${head}\n${line(life[claimAt]!, runId, fresh, '\\gset c_')}\n${after.map((s) => line(s, runId, ':c_id')).join('\n')}\n`
+  }
+}
+
+async function pgbench(url: string, script: string, clients: number, seconds: number): Promise<number> {
+  const dir = mkdtempSync(join(tmpdir(), 'cairn-pgbench-'))
+  const file = join(dir, 'script.sql')
+  writeFileSync(file, script)
+  try {
+    const { stdout } = await run(
+      PGBENCH,
+      [
+        '-n',
+        '-M',
+        'prepared',
+        '-c',
+        String(clients),
+        '-j',
+        String(Math.min(clients, 2)),
+        '-T',
+        String(seconds),
+        '-f',
+        file,
+        url
+      ],
+      { maxBuffer: 16 * 1024 * 1024 }
+    )
+    const failed = /number of failed transactions: (\d+)/.exec(stdout)?.[1]
+    if (failed && failed !== '0') throw new Error(`pgbench: ${failed} failed transactions\n${stdout}`)
+    const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(stdout)
+    if (!tps) throw new Error(`pgbench said:\n${stdout}`)
+    return Number(tps[1])
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+/** Runs drained per second by `workers` workers from a queue of DRAIN echo runs (its claims to its last end). */
+async function drain(url: string, workers: number, dispatchScript: string): Promise<number> {
+  const admin = postgres(url, { max: 1, onnotice: () => {} })
+  try {
+    await admin`update runs set status = 'succeeded', finished_at = now(), lease_owner = null where status <> 'succeeded'`
+    const [{ since }] = (await admin`select now() as since`) as unknown as [{ since: Date }]
+    // the queue, stored and announced by the dispatch's own statements
+    const dir = mkdtempSync(join(tmpdir(), 'cairn-pgbench-'))
+    writeFileSync(join(dir, 'q.sql'), dispatchScript)
+    await run(PGBENCH, [
+      '-n',
+      '-M',
+      'prepared',
+      '-c',
+      '4',
+      '-j',
+      '2',
+      '-t',
+      String(DRAIN / 4),
+      '-f',
+      join(dir, 'q.sql'),
+      url
+    ])
+    rmSync(dir, { recursive: true, force: true })
+    const server = await startRunsServer({
+      DATABASE_URL: url,
+      RUN_WORKER_CONCURRENCY: String(workers),
+      RUN_POLL_MS: '200'
+    })
+    try {
+      for (;;) {
+        const [left] = await admin`select count(*)::int as n from runs where status in ('queued', 'running')`
+        if (left!.n === 0) break
+        await new Promise((resolve) => setTimeout(resolve, 100))
+      }
+    } finally {
+      await server.stop()
+    }
+    const [rate] = await admin`
+      select count(*) / extract(epoch from max(finished_at) - min(started_at))::float8 as rps
+      from runs where started_at >= ${since}`
+    return Math.round(Number(rate!.rps))
+  } finally {
+    await admin.end()
+  }
+}
+
+export async function benchSqlSpeed(): Promise<string> {
+  if (!benchPostgres) return 'skipped: needs BENCH_DATABASE_URL or DATABASE_URL'
+  return withDatabase(benchPostgres, async (url) => {
+    const { life, runId } = await capture(url)
+    const { dispatch, life: lifeScript } = scripts(life, runId)
+    if (process.env.BENCH_SQL_SCRIPTS) {
+      writeFileSync(join(process.env.BENCH_SQL_SCRIPTS, 'dispatch.sql'), dispatch)
+      writeFileSync(join(process.env.BENCH_SQL_SCRIPTS, 'life.sql'), lifeScript)
+    }
+    const lines = [
+      `An echo run's life: ${life.length} statements (${life.map((s) => s.text.trim().split(/\s+/).slice(0, 3).join(' ')).join(' | ')})`,
+      '',
+      '| round | POST /api/runs/s | pgbench dispatch tps | ratio | drained/s (4 workers) | pgbench life tps (4 clients) | ratio | drained/s (16 workers) | 16 ÷ 4 |',
+      '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'
+    ]
+    for (let round = 1; round <= 2; round++) {
+      const server = await startRunsServer({ DATABASE_URL: url, RUN_WORKER_CONCURRENCY: '0' })
+      let posted
+      try {
+        posted = await load({
+          url: `${server.url}/api/runs`,
+          name: 'POST /api/runs',
+          method: 'POST',
+          connections: 20,
+          seconds: SECONDS,
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ prompt: 'hello there world' })
+        })
+      } finally {
+        await server.stop()
+      }
+      const batched = await pgbench(url, dispatch, 20, SECONDS)
+      const four = await drain(url, 4, dispatch)
+      const direct = await pgbench(url, lifeScript, 4, SECONDS)
+      const sixteen = await drain(url, 16, dispatch)
+      lines.push(
+        `| ${round} | ${posted.rps} | ${Math.round(batched)} | ${(posted.rps / batched).toFixed(2)} | ${four} | ${Math.round(direct)} | ${(four / direct).toFixed(2)} | ${sixteen} | ${(sixteen / four).toFixed(2)} |`
+      )
+      if (posted.non2xx > 0 || posted.errors > 0)
+        lines.push(`(round ${round}: ${posted.non2xx} non-2xx, ${posted.errors} errors)`)
+    }
+    return lines.join('\n')
+  })
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  console.log(await benchSqlSpeed())
+}
