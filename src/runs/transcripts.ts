@@ -30,6 +30,17 @@ export function ownMessages(wire: readonly WireMessage[]): WireMessage[] {
   return []
 }
 
+/**
+ * The thread's earlier turns inside a stored model conversation: what came before the run's
+ * own user message, without the system messages. A run going on after it waited (or after it
+ * was handed back) carries them in its stored state rather than reading them again.
+ */
+export function earlierMessages(wire: readonly WireMessage[]): WireMessage[] {
+  for (let i = wire.length - 1; i >= 0; i--)
+    if (wire[i]!.role === 'user') return wire.slice(0, i).filter((m) => m.role !== 'system')
+  return []
+}
+
 /** Wire messages as transcript messages, secrets redacted; a tool result names its tool. */
 export function toTranscript(wire: readonly WireMessage[], redact: Redactor): TranscriptMessage[] {
   const names = new Map<string, string>()

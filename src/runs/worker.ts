@@ -45,7 +45,7 @@ import { backoffDelay, createWorkerLoop, LoopStopped, type WorkerLoop } from '..
 import { observeRun, type ExecutionEnd } from '../telemetry/runs.js'
 import { redactSpansWith } from '../telemetry/tracing.js'
 import type { OutputChecker } from './output-check.js'
-import { appendTranscript, ownMessages, toTranscript, type TranscriptMessage } from './transcripts.js'
+import { appendTranscript, earlierMessages, ownMessages, toTranscript, type TranscriptMessage } from './transcripts.js'
 
 /** Drops a run's waiting tool calls, if runs have tools; never throws (the run ends either way). */
 export async function dropToolCalls(
@@ -490,7 +490,15 @@ export class RunWorker {
         // the answer is shown before the extraction's model call, not after it
         await writer.flush()
         outcome.facts.push(
-          ...(await this.extractFacts(engine, run, output, { signal, emit, reportUsage, redact, history }))
+          ...(await this.extractFacts(engine, run, output, {
+            signal,
+            emit,
+            reportUsage,
+            redact,
+            // a run that went on from its stored conversation was given no history at its claim:
+            // the turns it was first sent are in that conversation
+            history: run.suspended ? earlierMessages(run.suspended.messages as WireMessage[]) : history
+          }))
         )
       }
     } catch (err) {
