@@ -98,6 +98,24 @@ export async function appendTranscript(
   await db.insert(runMessages).values(rows).onConflictDoNothing()
 }
 
+/**
+ * Stores a run's transcript size as a later run of its thread is sent it (UTF-8 bytes: whole,
+ * and with tool results longer than SHORTENED_RESULT_CHARS shortened, their marker counted as
+ * 64), from its stored messages; null for a run with none. Written when the run succeeds, so a
+ * thread's next run measures its history from the runs alone.
+ */
+export async function storeContextSizes(db: Db | Tx, runId: string): Promise<void> {
+  const short = sql.raw(String(SHORTENED_RESULT_CHARS))
+  await db.execute(sql`
+    update runs set (context_bytes, context_short_bytes) = (
+      select sum(octet_length(m.content) + coalesce(octet_length(m.tool_calls::text), 0)),
+             sum(case when m.role = 'tool' and octet_length(m.content) > ${short}
+                   then octet_length(left(m.content, ${short})) + 64 else octet_length(m.content) end
+                 + coalesce(octet_length(m.tool_calls::text), 0))
+      from run_messages m where m.run_id = ${runId})
+    where id = ${runId}`)
+}
+
 type MessageRow = typeof runMessages.$inferSelect
 
 const fromRow = (r: Pick<MessageRow, 'role' | 'content' | 'toolCalls' | 'toolCallId' | 'name'>): TranscriptMessage => ({

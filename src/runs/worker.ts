@@ -45,7 +45,14 @@ import { backoffDelay, createWorkerLoop, LoopStopped, type WorkerLoop } from '..
 import { observeRun, type ExecutionEnd } from '../telemetry/runs.js'
 import { redactSpansWith } from '../telemetry/tracing.js'
 import type { OutputChecker } from './output-check.js'
-import { appendTranscript, earlierMessages, ownMessages, toTranscript, type TranscriptMessage } from './transcripts.js'
+import {
+  appendTranscript,
+  earlierMessages,
+  ownMessages,
+  storeContextSizes,
+  toTranscript,
+  type TranscriptMessage
+} from './transcripts.js'
 
 /** Drops a run's waiting tool calls, if runs have tools; never throws (the run ends either way). */
 export async function dropToolCalls(
@@ -575,6 +582,8 @@ export class RunWorker {
           const finished = await markFinished(tx, run.id, this.instanceId, outcome, usage)
           if (!finished) return []
           await appendTranscript(tx, run, transcript, entry.transcript?.written ?? 0)
+          // its size as the thread's next runs are sent it, measured once here rather than at each of their claims
+          if (outcome.status === 'succeeded') await storeContextSizes(tx, run.id)
           const data: Record<string, unknown> =
             outcome.status === 'failed' ? { error: outcome.error } : outcome.status === 'succeeded' ? { usage } : {}
           await insertEvents(tx, [
