@@ -175,13 +175,18 @@ async function coldLoad(browser: Browser, url: string, rootRunId: string, turns 
 
 async function measure(label: string, env: Record<string, string>): Promise<{ row: string; js: Sample }> {
   const model = TOOLS ? await startToolModel() : null
-  const server = await startServer('bench/cairn-server.ts', {
-    ECHO_WORD_DELAY_MS: '0',
-    RUN_POLL_MS: '50',
-    MEMORY_CAPTURE_WORKER: 'false',
-    ...(model ? { OPENAI_BASE_URL: model.url, MODELS: 'bench-model', SANDBOX_UNCONFINED: 'true' } : {}),
-    ...env
-  })
+  // (a loaded machine can take over a minute to start the server: BENCH_READY_TIMEOUT_MS)
+  const server = await startServer(
+    'bench/cairn-server.ts',
+    {
+      ECHO_WORD_DELAY_MS: '0',
+      RUN_POLL_MS: '50',
+      MEMORY_CAPTURE_WORKER: 'false',
+      ...(model ? { OPENAI_BASE_URL: model.url, MODELS: 'bench-model', SANDBOX_UNCONFINED: 'true' } : {}),
+      ...env
+    },
+    Number(process.env.BENCH_READY_TIMEOUT_MS ?? 60_000)
+  )
   const browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
