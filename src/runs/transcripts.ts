@@ -136,7 +136,7 @@ export async function transcriptOf(db: Db, orgId: string, runId: string): Promis
   return rows.map(fromRow)
 }
 
-/** The transcripts of a thread's runs, each in order, in one query. */
+/** The transcripts of a thread's runs, each in order, in one query (built as json: text, never queried). */
 export async function threadTranscripts(
   db: Db,
   orgId: string,
@@ -144,7 +144,7 @@ export async function threadTranscripts(
 ): Promise<Map<string, TranscriptMessage[]>> {
   const rows = rowsOf<{ run_id: string; items: unknown }>(
     await db.execute(sql`
-      select run_id, jsonb_agg(jsonb_strip_nulls(jsonb_build_object('role', role, 'content', content,
+      select run_id, json_agg(json_strip_nulls(json_build_object('role', role, 'content', content,
                'toolCalls', tool_calls, 'toolCallId', tool_call_id, 'name', name)) order by seq) as items
       from run_messages where org_id = ${orgId} and root_run_id = ${rootRunId} group by run_id`)
   )
