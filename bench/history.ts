@@ -36,12 +36,17 @@ async function startModel(): Promise<{ url: string; arrivals: Map<string, number
 
 async function measure(label: string, env: Record<string, string>): Promise<string[]> {
   const model = await startModel()
-  const server = await startServer('bench/cairn-server.ts', {
-    ...env,
-    OPENAI_BASE_URL: model.url,
-    MODELS: 'bench-model',
-    SANDBOX_UNCONFINED: 'true'
-  })
+  // (a loaded machine can take over a minute to start the server: BENCH_READY_TIMEOUT_MS)
+  const server = await startServer(
+    'bench/cairn-server.ts',
+    {
+      ...env,
+      OPENAI_BASE_URL: model.url,
+      MODELS: 'bench-model',
+      SANDBOX_UNCONFINED: 'true'
+    },
+    Number(process.env.BENCH_READY_TIMEOUT_MS ?? 60_000)
+  )
   try {
     const { authorization, cookie } = await credentials(server.url)
     // the shell runs without asking a person

@@ -152,6 +152,8 @@ export async function dispatchRun(
       finishedAt: null,
       inputTokens: null,
       outputTokens: null,
+      contextBytes: null,
+      contextShortBytes: null,
       leaseOwner: null,
       leaseExpiresAt: null,
       cancelRequested: false,

@@ -12,7 +12,13 @@ import { newId } from '../db/ids.js'
 import { appendEvent, eventCtes, notifyStored, storedAll, type EventBatcher, type NewEvent } from './events.js'
 import { currentTraceparent } from '../telemetry/tracing.js'
 import type { FollowUpRun } from './ports/skills.js'
-import { appendTranscript, replayWire, SHORTENED_RESULT_CHARS, type TranscriptMessage } from './transcripts.js'
+import {
+  appendTranscript,
+  contextSizes,
+  replayWire,
+  SHORTENED_RESULT_CHARS,
+  type TranscriptMessage
+} from './transcripts.js'
 import type { WireMessage } from './engines/types.js'
 import {
   runs,
@@ -505,6 +511,66 @@ export interface ClaimedRun {
 }
 
 /**
+ * The CTEs that read a claimed run's history (`ctx`: its turns as JSON, how many kept, of how
+ * many, how many results shortened), given a `claimed` CTE before them.
+ */
+function historyCtes(budgetBytes: number): SQL {
+  const short = sql.raw(String(SHORTENED_RESULT_CHARS))
+  return sql`
+    -- the thread's earlier succeeded turns and their sizes, stored when each ended (whole, and
+    -- with long tool results shortened): measuring the history reads no message. A turn
+    -- without a transcript is sent its prompt and answer. Every join below is an index lookup
+    -- or against a one-row CTE: the plan stays linear whatever the planner's statistics say
+    -- (PGlite never gathers any)
+    hist as (
+      select h.id, h.prompt, h.output, h.context_bytes is null as bare,
+             coalesce(h.context_bytes, octet_length(h.prompt) + octet_length(h.output)) as full_size,
+             coalesce(h.context_short_bytes, octet_length(h.prompt) + octet_length(h.output)) as short_size
+      from runs h join claimed c on h.org_id = c.org_id and h.root_run_id = c.root_run_id and h.id < c.id
+      where h.status = 'succeeded' and h.output is not null and c.suspended is null
+    ),
+    budget as (select ${budgetBytes} - octet_length(c.prompt) - coalesce(octet_length(c.instructions), 0) as b from claimed c),
+    -- when all do not fit, long tool results are shortened first, then the oldest turns left out whole
+    plan as (
+      select h.id, budget.b, (sum(h.full_size) over () > budget.b) as shorten,
+             sum(h.short_size) over (order by h.id desc) as cum_short
+      from hist h, budget
+    ),
+    -- the turns kept are the newest ones, from first_id on
+    cut as (
+      select coalesce(bool_or(shorten), false) as shorten,
+             min(id) filter (where not shorten or cum_short <= b) as first_id,
+             count(*) filter (where not shorten or cum_short <= b) as kept
+      from plan
+    ),
+    -- only the kept turns' messages are read, each turn's by its primary key; built as json
+    -- (text), not jsonb: it is only handed to the client, never queried
+    sent as (
+      select h.id, t.turn, t.shortened
+      from hist h cross join cut cross join lateral (
+        select json_agg(json_strip_nulls(json_build_object('role', m.role,
+                 'content', case when cut.shorten and m.role = 'tool' and char_length(m.content) > ${short}
+                   then left(m.content, ${short}) || chr(10) || '[result shortened: ${short} of ' || char_length(m.content) || ' characters]'
+                   else m.content end,
+                 'toolCalls', m.tool_calls, 'toolCallId', m.tool_call_id, 'name', m.name)) order by m.seq) as turn,
+               count(*) filter (where cut.shorten and m.role = 'tool' and char_length(m.content) > ${short}) as shortened
+        from run_messages m where m.run_id = h.id) t
+      where h.id >= cut.first_id and not h.bare
+      union all
+      select h.id, json_build_array(json_build_object('role', 'user', 'content', h.prompt),
+                                    json_build_object('role', 'assistant', 'content', h.output)), 0
+      from hist h, cut where h.id >= cut.first_id and h.bare
+    ),
+    ctx as (
+      select (select coalesce(json_agg(turn order by id), '[]'::json) from sent where turn is not null) as turns,
+             cut.kept::int as kept,
+             (select count(*) from hist)::int as total,
+             (select coalesce(sum(shortened), 0) from sent)::int as shortened
+      from cut
+    )`
+}
+
+/**
  * One statement (one round trip): take a run nobody else is taking: first one waiting
  * for people whose calls are all decided or whose first approval expired (contract
  * 13.4), else a queued run whose thread has no earlier run still queued, running or
@@ -525,7 +591,6 @@ export async function claimNext(
   db: Db,
   o: { instanceId: string; leaseMs: number; budgetBytes: number }
 ): Promise<{ claimed: ClaimedRun | null; waiting: boolean }> {
-  const short = sql.raw(String(SHORTENED_RESULT_CHARS))
   const result = await db.execute(sql`${sql.raw(PLAN_EACH_TIME)}
     with recursive queued_orgs(org_id) as (
       (select org_id from runs where status = 'queued' order by org_id limit 1)
@@ -557,73 +622,7 @@ export async function claimNext(
          order by coalesce(busy.n, 0), head.created_at, head.id limit 1))
       returning *
     ),
-    -- the thread's earlier succeeded turns: each one's transcript (or its prompt and answer
-    -- when it has none), the newest that fit the budget; when all do not fit, long tool
-    -- results are shortened first, then the oldest turns left out whole
-    hist as (
-      select h.id, h.prompt, h.output
-      from runs h join claimed c on h.org_id = c.org_id and h.root_run_id = c.root_run_id and h.id < c.id
-      where h.status = 'succeeded' and h.output is not null and c.suspended is null
-    ),
-    -- every join below is an index lookup or against a one-row CTE: the plan stays linear
-    -- whatever the planner's statistics say (PGlite never gathers any)
-    msgs as (
-      -- sizes from octet_length, which reads no stored text (a result's characters are counted
-      -- only when it is sent shortened)
-      select m.run_id, m.seq, m.role, m.content, m.tool_calls, m.tool_call_id, m.name,
-             (m.role = 'tool' and octet_length(m.content) > ${short}) as long
-      from run_messages m join claimed c on m.org_id = c.org_id and m.root_run_id = c.root_run_id and m.run_id < c.id
-      where c.suspended is null
-        and exists (select 1 from runs h where h.id = m.run_id and h.status = 'succeeded' and h.output is not null)
-    ),
-    -- earlier runs with no transcript: their prompt and answer
-    bare as (
-      select h.id, h.prompt, h.output from hist h
-      where not exists (select 1 from run_messages m where m.run_id = h.id)
-    ),
-    sizes as (
-      select run_id as id, sum(octet_length(content) + coalesce(octet_length(tool_calls::text), 0)) as full_size,
-             sum(case when long then octet_length(left(content, ${short})) + 64 else octet_length(content) end
-                 + coalesce(octet_length(tool_calls::text), 0)) as short_size
-      from msgs group by run_id
-      union all
-      select id, octet_length(prompt) + octet_length(output), octet_length(prompt) + octet_length(output) from bare
-    ),
-    budget as (select ${o.budgetBytes} - octet_length(c.prompt) - coalesce(octet_length(c.instructions), 0) as b from claimed c),
-    plan as (
-      select s.id, budget.b, (sum(s.full_size) over () > budget.b) as shorten,
-             sum(s.short_size) over (order by s.id desc) as cum_short
-      from sizes s, budget
-    ),
-    -- the turns kept are the newest ones, from first_id on
-    cut as (
-      select coalesce(bool_or(shorten), false) as shorten,
-             min(id) filter (where not shorten or cum_short <= b) as first_id,
-             count(*) filter (where not shorten or cum_short <= b) as kept
-      from plan
-    ),
-    sent as (
-      select m.run_id as id,
-             jsonb_agg(jsonb_strip_nulls(jsonb_build_object('role', m.role,
-               'content', case when cut.shorten and m.long and char_length(m.content) > ${short}
-                 then left(m.content, ${short}) || chr(10) || '[result shortened: ${short} of ' || char_length(m.content) || ' characters]'
-                 else m.content end,
-               'toolCalls', m.tool_calls, 'toolCallId', m.tool_call_id, 'name', m.name)) order by m.seq) as turn,
-             count(*) filter (where cut.shorten and m.long and char_length(m.content) > ${short}) as shortened
-      from msgs m, cut where m.run_id >= cut.first_id
-      group by m.run_id
-      union all
-      select b.id, jsonb_build_array(jsonb_build_object('role', 'user', 'content', b.prompt),
-                                     jsonb_build_object('role', 'assistant', 'content', b.output)), 0
-      from bare b, cut where b.id >= cut.first_id
-    ),
-    ctx as (
-      select (select coalesce(jsonb_agg(turn order by id), '[]'::jsonb) from sent) as turns,
-             cut.kept::int as kept,
-             (select count(*) from hist)::int as total,
-             (select coalesce(sum(shortened), 0) from sent)::int as shortened
-      from cut
-    ),
+    ${historyCtes(o.budgetBytes)},
     lock as (select pg_advisory_xact_lock(hashtext('cairn.run_events:' || claimed.org_id))::text as v from claimed),
     ev as (
       insert into run_events (org_id, run_id, root_run_id, type, data)
@@ -829,11 +828,22 @@ export async function finishAlone(
       name: m.name ?? null
     }))
   )
+  // a succeeded run's transcript size as its thread's next runs are sent it: the messages stored
+  // before this statement and the ones it adds (a statement does not see its own inserts)
+  const sizes =
+    outcome.status === 'succeeded'
+      ? sql`, (context_bytes, context_short_bytes) = (${contextSizes(sql`
+          select role, content, tool_calls from run_messages where run_id = ${run.id}
+          union all
+          select n.role, n.content, n.tool_calls
+          from jsonb_to_recordset(${messages}::jsonb) as n(seq int, role text, content text, tool_calls jsonb)
+          where not exists (select 1 from run_messages r where r.run_id = ${run.id} and r.seq = n.seq)`)})`
+      : sql``
   const result = await db.execute(sql`
     with fin as (
       update runs set status = ${outcome.status}, error = ${error},
         output = ${outcome.status === 'succeeded' ? outcome.output : null}::text, finished_at = now()${tokens},
-        suspended = null, lease_owner = null, lease_expires_at = null
+        suspended = null, lease_owner = null, lease_expires_at = null${sizes}
       where id = ${run.id} and status = 'running' and lease_owner = ${instanceId}
         and coalesce(jsonb_array_length(remembered), 0) = 0
       returning id),
@@ -872,6 +882,8 @@ function runFromRow(r: Record<string, unknown>): RunRow {
     finishedAt: dateOrNull(r.finished_at),
     inputTokens: (r.input_tokens as number | null) ?? null,
     outputTokens: (r.output_tokens as number | null) ?? null,
+    contextBytes: (r.context_bytes as number | null) ?? null,
+    contextShortBytes: (r.context_short_bytes as number | null) ?? null,
     output: (r.output as string | null) ?? null,
     instructions: (r.instructions as string | null) ?? null,
     settings: jsonOf<RunRow['settings'] | null>(r.settings) ?? {},

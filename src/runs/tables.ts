@@ -79,6 +79,13 @@ export const runs = pgTable(
     /** tokens the engine reported at the end (null: none reported); summed into usage_hours */
     inputTokens: integer('input_tokens'),
     outputTokens: integer('output_tokens'),
+    /**
+     * a succeeded run's transcript size in UTF-8 bytes as a later run of its thread is sent it,
+     * whole and with long tool results shortened: stored when it ends, so a thread's history is
+     * measured from its runs alone (null: no transcript, its prompt and answer are sent)
+     */
+    contextBytes: integer('context_bytes'),
+    contextShortBytes: integer('context_short_bytes'),
     /** the worker instance holding the run while it is `running` */
     leaseOwner: text('lease_owner'),
     leaseExpiresAt: ts('lease_expires_at'),

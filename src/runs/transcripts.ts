@@ -1,7 +1,7 @@
 // A run's transcript: its model conversation as sent and received, kept with the run and
 // replayed to the thread's later runs. Stored provider-neutral (run_messages); the engines'
 // shared wire shape (WireMessage) is turned into it when written and back when replayed.
-import { and, asc, eq, sql } from 'drizzle-orm'
+import { and, asc, eq, sql, type SQL } from 'drizzle-orm'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { jsonOf } from '../db/rows.js'
 import type { Redactor } from '../secrets/redact.js'
@@ -27,6 +27,17 @@ export const SHORTENED_RESULT_CHARS = 1000
  */
 export function ownMessages(wire: readonly WireMessage[]): WireMessage[] {
   for (let i = wire.length - 1; i >= 0; i--) if (wire[i]!.role === 'user') return wire.slice(i)
+  return []
+}
+
+/**
+ * The thread's earlier turns inside a stored model conversation: what came before the run's
+ * own user message, without the system messages. A run going on after it waited (or after it
+ * was handed back) carries them in its stored state rather than reading them again.
+ */
+export function earlierMessages(wire: readonly WireMessage[]): WireMessage[] {
+  for (let i = wire.length - 1; i >= 0; i--)
+    if (wire[i]!.role === 'user') return wire.slice(0, i).filter((m) => m.role !== 'system')
   return []
 }
 
@@ -87,6 +98,33 @@ export async function appendTranscript(
   await db.insert(runMessages).values(rows).onConflictDoNothing()
 }
 
+/**
+ * Stores a run's transcript size as a later run of its thread is sent it (UTF-8 bytes: whole,
+ * and with tool results longer than SHORTENED_RESULT_CHARS shortened, their marker counted as
+ * 64), from its stored messages; null for a run with none. Written when the run succeeds, so a
+ * thread's next run measures its history from the runs alone.
+ */
+export async function storeContextSizes(db: Db | Tx, runId: string): Promise<void> {
+  await db.execute(sql`
+    update runs set (context_bytes, context_short_bytes) = (${contextSizes(sql`select role, content, tool_calls from run_messages where run_id = ${runId}`)})
+    where id = ${runId}`)
+}
+
+/**
+ * The statement part that measures messages (`rows`: a select of role, content and
+ * tool_calls) as a later run of the thread is sent them: whole, and with long tool results
+ * shortened. One rule for the run that ends in a transaction and the one that ends alone.
+ */
+export function contextSizes(rows: SQL): SQL {
+  const short = sql.raw(String(SHORTENED_RESULT_CHARS))
+  return sql`
+      select sum(octet_length(m.content) + coalesce(octet_length(m.tool_calls::text), 0)),
+             sum(case when m.role = 'tool' and octet_length(m.content) > ${short}
+                   then octet_length(left(m.content, ${short})) + 64 else octet_length(m.content) end
+                 + coalesce(octet_length(m.tool_calls::text), 0))
+      from (${rows}) m`
+}
+
 type MessageRow = typeof runMessages.$inferSelect
 
 const fromRow = (r: Pick<MessageRow, 'role' | 'content' | 'toolCalls' | 'toolCallId' | 'name'>): TranscriptMessage => ({
@@ -107,7 +145,7 @@ export async function transcriptOf(db: Db, orgId: string, runId: string): Promis
   return rows.map(fromRow)
 }
 
-/** The transcripts of a thread's runs, each in order, in one query. */
+/** The transcripts of a thread's runs, each in order, in one query (built as json: text, never queried). */
 export async function threadTranscripts(
   db: Db,
   orgId: string,
@@ -115,7 +153,7 @@ export async function threadTranscripts(
 ): Promise<Map<string, TranscriptMessage[]>> {
   const rows = rowsOf<{ run_id: string; items: unknown }>(
     await db.execute(sql`
-      select run_id, jsonb_agg(jsonb_strip_nulls(jsonb_build_object('role', role, 'content', content,
+      select run_id, json_agg(json_strip_nulls(json_build_object('role', role, 'content', content,
                'toolCalls', tool_calls, 'toolCallId', tool_call_id, 'name', name)) order by seq) as items
       from run_messages where org_id = ${orgId} and root_run_id = ${rootRunId} group by run_id`)
   )

@@ -48,7 +48,14 @@ import { backoffDelay, createWorkerLoop, LoopStopped, type WorkerLoop } from '..
 import { observeRun, type ExecutionEnd } from '../telemetry/runs.js'
 import { redactSpansWith } from '../telemetry/tracing.js'
 import type { OutputChecker } from './output-check.js'
-import { appendTranscript, ownMessages, toTranscript, type TranscriptMessage } from './transcripts.js'
+import {
+  appendTranscript,
+  earlierMessages,
+  ownMessages,
+  storeContextSizes,
+  toTranscript,
+  type TranscriptMessage
+} from './transcripts.js'
 
 /** the memory tool's name, offered only while the org's memory is on */
 const REMEMBER_TOOL = 'remember'
@@ -529,7 +536,15 @@ export class RunWorker {
         // the answer is shown before the extraction's model call, not after it
         await writer.flush()
         outcome.facts.push(
-          ...(await this.extractFacts(engine, run, output, { signal, emit, reportUsage, redact, history }))
+          ...(await this.extractFacts(engine, run, output, {
+            signal,
+            emit,
+            reportUsage,
+            redact,
+            // a run that went on from its stored conversation was given no history at its claim:
+            // the turns it was first sent are in that conversation
+            history: run.suspended ? earlierMessages(run.suspended.messages as WireMessage[]) : history
+          }))
         )
       }
     } catch (err) {
@@ -644,6 +659,8 @@ export class RunWorker {
           const finished = await markFinished(tx, run.id, this.instanceId, outcome, usage)
           if (!finished) return []
           await appendTranscript(tx, run, transcript, transcriptFrom)
+          // its size as the thread's next runs are sent it, measured once here rather than at each of their claims
+          if (outcome.status === 'succeeded') await storeContextSizes(tx, run.id)
           await insertEvents(tx, events)
           // contract 13.5: what the model remembered is kept whatever the end; the engine's and the extraction's facts
           // on success

@@ -81,7 +81,9 @@ test('a tool call waits for a person: approve it in the thread, the run goes on'
   // the call and its result stay in the conversation once the run has ended, and after a reload
   const shown = turn.locator('.tool-calls li', { hasText: 'shell' })
   await shown.locator('.tool-result', { hasText: 'hello-from-the-console' }).waitFor()
-  t.match(await shown.textContent(), /"command":"echo hello-from-the-console"[\s\S]*· ok/, 'the call, its status')
+  // (once ended, the turn is drawn from its transcript: the call, and that it was answered)
+  await shown.filter({ hasText: '· answered' }).waitFor()
+  t.match(await shown.textContent(), /"command":"echo hello-from-the-console"[\s\S]*· answered/, 'the call, answered')
   await page.reload()
   const again = page.locator('.turn').first().locator('.tool-calls li', { hasText: 'shell' })
   await again.locator('.tool-result', { hasText: 'hello-from-the-console' }).waitFor()

@@ -281,6 +281,47 @@ t.test('extraction in a thread sees the earlier turns, so a fact keeps its subje
   )
 })
 
+t.test('extraction of a run that went on after a decision sees the earlier turns like a fresh run', async (t) => {
+  const { app, model, cookie } = await setup(t)
+  await app.inject({
+    method: 'PUT',
+    url: '/api/memory/settings',
+    headers: { cookie },
+    payload: { enabled: true, extract: true }
+  })
+  model.script.push({ text: 'Noted.' }, { text: JSON.stringify({ facts: ['The pager tool is called Beacon'] }) })
+  const first = await startRun(app, { cookie }, 'Our pager tool is called Beacon.')
+  t.equal((await finishedRun(app, cookie, first)).status, 'succeeded')
+  // the second turn asks for a call a person must decide: the run leaves its worker, then goes on
+  model.script.push(
+    { calls: [{ id: 'call_wait', name: 'shell', arguments: '{"command":"date"}' }] },
+    { text: 'Got it.' },
+    { text: JSON.stringify({ facts: ['Beacon pages the on-call every 5 minutes'] }) }
+  )
+  const second = await startRun(app, { cookie }, 'It pages the on-call every 5 minutes.', { rootRunId: first })
+  const pending = await eventually(async () => {
+    const res = await app.inject({ method: 'GET', url: `/api/runs/${second}/approvals`, headers: { cookie } })
+    return res.json().items.find((a: { status: string }) => a.status === 'pending') as { id: string } | undefined
+  })
+  const decided = await app.inject({
+    method: 'POST',
+    url: `/api/runs/${second}/approvals/${pending.id}`,
+    headers: { cookie },
+    payload: { decision: 'deny' }
+  })
+  t.equal(decided.statusCode, 200)
+  const ended = await finishedRun(app, cookie, second)
+  t.equal(ended.status, 'succeeded', ended.error ?? '')
+  const asked = model.requests.at(-1)!.body
+  t.same(asked.response_format, { type: 'json_object' }, 'the last call is the extraction')
+  t.equal(
+    asked.messages.at(-1).content,
+    'Earlier in this conversation:\nPerson: Our pager tool is called Beacon.\n\nAssistant: Noted.\n\n' +
+      'The latest exchange:\nPerson: It pages the on-call every 5 minutes.\n\nAssistant: Got it.',
+    "the resumed run's extraction was given the thread's earlier turn"
+  )
+})
+
 t.test(
   "recall: the whole prompt's significant words, at most MEMORY_RECALL_LIMIT facts, in one system message",
   async (t) => {

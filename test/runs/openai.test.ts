@@ -6,7 +6,8 @@ import { join } from 'node:path'
 import { and, eq } from 'drizzle-orm'
 import t from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
-import { runMessages } from '../../src/runs/tables.js'
+import { runMessages, runs } from '../../src/runs/tables.js'
+import { storeContextSizes } from '../../src/runs/transcripts.js'
 import { buildTestApp, signUpWithOrg } from '../helper.js'
 import { startOpenAiUpstream } from './openai-upstream.js'
 import { storedEventsOf } from './run-helpers.js'
@@ -431,11 +432,16 @@ t.test('MODEL_CONTEXT_TOKENS: long tool results are shortened first, then the ol
   const { app, model, turn, started, conversation } = await toolThread(t, { MODEL_CONTEXT_TOKENS: '1000' })
   model.script.push({ calls: [{ id: 'call_a', name: 'write_artifact', arguments: PLAN_ARGS }] }, { text: 'Saved.' })
   const first = await turn('write a plan')
+  // its size, as later runs are sent it, was stored when it ended: their claims read no message to measure it
+  const [sized] = await app.db.select().from(runs).where(eq(runs.id, first.id))
+  t.ok(sized!.contextBytes! > 0 && sized!.contextShortBytes! <= sized!.contextBytes!, 'the turn has its sizes')
   // the stored result stands for a tool that printed 5,000 characters
   await app.db
     .update(runMessages)
     .set({ content: 'r'.repeat(5000) })
     .where(and(eq(runMessages.runId, first.id), eq(runMessages.role, 'tool')))
+  // (and its size, as the run would have stored it when it ended with that result)
+  await storeContextSizes(app.db, first.id)
   model.script.push({ text: 'ok two' })
   await turn('turn two', first.id)
   model.script.push({ text: 'ok three' })

@@ -5,6 +5,7 @@
 import { useEffect, useState } from 'preact/hooks'
 import type { RunEventFrame } from '../api.js'
 import { shortId } from '../ui.js'
+import { callsOf, type TranscriptMessage } from './transcript.js'
 
 /** The event types the timeline reads (the stream sends others too; message.delta is left out: the text is above). */
 const TIMELINE_EVENTS = [
@@ -346,9 +347,39 @@ function StepView({ step, me }: { step: Step; me: string | null }) {
   }
 }
 
-/** The run's timeline; `me` is the signed-in person's id (a decision of theirs reads "you"). */
-export function RunTimeline({ id, me = null }: { id: string; me?: string | null }) {
-  const steps = timelineOf(useTimelineFrames(id))
+/**
+ * A tool step's arguments and result from the run's transcript where its events lack them (the
+ * transcript is kept with the run; events may be older than their retention, or cut).
+ */
+export function withTranscript(steps: Step[], transcript: readonly TranscriptMessage[]): Step[] {
+  if (transcript.length === 0) return steps
+  const calls = new Map(callsOf(transcript).map((c) => [c.callId, c]))
+  return steps.map((step) => {
+    if (step.kind !== 'tool') return step
+    const call = calls.get(step.callId)
+    if (!call) return step
+    return {
+      ...step,
+      arguments: step.arguments === undefined || step.arguments === null ? call.arguments : step.arguments,
+      content: step.content ?? call.result
+    }
+  })
+}
+
+/**
+ * The run's timeline; `me` is the signed-in person's id (a decision of theirs reads "you"); `transcript` fills in the
+ * tool calls' arguments and results.
+ */
+export function RunTimeline({
+  id,
+  me = null,
+  transcript = []
+}: {
+  id: string
+  me?: string | null
+  transcript?: readonly TranscriptMessage[]
+}) {
+  const steps = withTranscript(timelineOf(useTimelineFrames(id)), transcript)
   return (
     <section aria-labelledby="timeline-title">
       <h2 id="timeline-title">Timeline</h2>

@@ -3,6 +3,7 @@ import { api, query, type Recalls, type Run, type RunEventFrame, type RunReply }
 import { Empty, ErrorBox, Link, Loading, Time, useLoad } from '../ui.js'
 import { RecallList } from './recalls.js'
 import { RunTimeline } from './run-timeline.js'
+import { TranscriptView, type TranscriptReply } from './transcript.js'
 
 const EVENT_TYPES = [
   'run.queued',
@@ -124,6 +125,14 @@ export function RunView({ id }: { id: string }) {
   )
   const live = useRunStream(id)
   const status = live.status ?? (run.status === 'ok' ? run.data.status : null)
+  // the transcript is read again once the run has ended (its last messages are stored then)
+  const ended = status !== null && !['queued', 'running', 'requires_action'].includes(status)
+  const [transcript, reloadTranscript] = useLoad(
+    `run messages ${id} ${ended}`,
+    () => api<TranscriptReply>('GET', `/runs/${encodeURIComponent(id)}/messages`),
+    { keep: true }
+  )
+  const messages = transcript.status === 'ok' ? transcript.data.items : []
   return (
     <section aria-labelledby="run-title">
       <p class="crumbs">
@@ -172,9 +181,27 @@ export function RunView({ id }: { id: string }) {
         {STREAM_LABEL[live.stream]}
       </p>
       <div class="output content" aria-live="polite" aria-label="Run output">
-        {live.text === '' ? <span class="muted">(no text yet)</span> : live.text}
+        {live.text !== '' ? (
+          live.text
+        ) : run.status === 'ok' && run.data.output ? (
+          run.data.output
+        ) : (
+          <span class="muted">(no text yet)</span>
+        )}
       </div>
-      <RunTimeline id={id} />
+      <RunTimeline id={id} transcript={messages} />
+      <section aria-labelledby="transcript-title">
+        <h2 id="transcript-title">Conversation with the model</h2>
+        {transcript.status === 'loading' ? <Loading what="the conversation" /> : null}
+        {transcript.status === 'error' ? <ErrorBox error={transcript.error} retry={reloadTranscript} /> : null}
+        {transcript.status === 'ok' ? (
+          messages.length === 0 ? (
+            <p class="muted">Nothing yet: the conversation is kept as the run goes.</p>
+          ) : (
+            <TranscriptView messages={messages} />
+          )
+        ) : null}
+      </section>
       <h2>Events</h2>
       {live.log.length === 0 ? (
         <p class="muted">No events yet.</p>

@@ -6,7 +6,6 @@ import {
   type Approvals,
   type Models,
   type Run,
-  type RunEventFrame,
   type RunReply,
   type ThreadList,
   type ThreadWithRuns
@@ -15,58 +14,9 @@ import { isAdmin, type Identity } from '../identity.js'
 import { navigate } from '../router.js'
 import { Empty, ErrorBox, Link, Loading, Time, useAction, useLoad } from '../ui.js'
 import { useRunStream, type ToolCallView } from './run.js'
+import { TranscriptCalls } from './transcript.js'
 
 const LIVE = new Set<Run['status']>(['queued', 'running', 'requires_action'])
-
-/**
- * The tool calls and results of every run of a thread, by run id, from the thread's one event
- * stream (`GET /api/runs/:rootRunId/thread-events`: the history, then live). Opened once the
- * conversation is on screen, so it never delays it; the text deltas it also carries are skipped
- * (the server still sends them: its cost grows with the thread's history).
- */
-function useThreadTools(rootRunId: string, open: boolean): Map<string, ToolCallView[]> {
-  const [calls, setCalls] = useState<Map<string, ToolCallView[]>>(new Map())
-  useEffect(() => {
-    setCalls(new Map())
-    if (!open) return
-    const source = new EventSource(`/api/runs/${encodeURIComponent(rootRunId)}/thread-events`)
-    const on = (type: 'tool.call' | 'tool.result') =>
-      source.addEventListener(type, (event) => {
-        let frame: RunEventFrame
-        try {
-          frame = JSON.parse((event as MessageEvent<string>).data) as RunEventFrame
-        } catch {
-          return
-        }
-        const { runId, data } = frame
-        setCalls((before) => {
-          const next = new Map(before)
-          const list = next.get(runId) ?? []
-          if (type === 'tool.call') {
-            if (!list.some((c) => c.callId === String(data.callId)))
-              next.set(runId, [
-                ...list,
-                { callId: String(data.callId), tool: String(data.tool), arguments: data.arguments }
-              ])
-          } else {
-            next.set(
-              runId,
-              list.map((c) =>
-                c.callId === String(data.callId)
-                  ? { ...c, status: String(data.status), content: String(data.content ?? '') }
-                  : c
-              )
-            )
-          }
-          return next
-        })
-      })
-    on('tool.call')
-    on('tool.result')
-    return () => source.close()
-  }, [rootRunId, open])
-  return calls
-}
 
 /** The message box: a new conversation, or the next message of one (a follow-up run in the thread). */
 function MessageBox({
@@ -181,7 +131,8 @@ export function ThreadsView({ params }: { params: URLSearchParams }) {
   )
 }
 
-function ToolCalls({ calls, ended = false }: { calls: ToolCallView[]; ended?: boolean }) {
+/** The tool calls of the run in progress, as its live events tell them. */
+function ToolCalls({ calls }: { calls: ToolCallView[] }) {
   if (calls.length === 0) return null
   return (
     <ol class="tool-calls" aria-label="Tool calls">
@@ -189,11 +140,7 @@ function ToolCalls({ calls, ended = false }: { calls: ToolCallView[]; ended?: bo
         <li key={c.callId}>
           <p>
             <strong>{c.tool}</strong> <code>{JSON.stringify(c.arguments)}</code>
-            {c.status ? (
-              <span class="muted"> · {c.status}</span>
-            ) : (
-              <span class="muted"> · {ended ? 'no result' : 'waiting'}</span>
-            )}
+            {c.status ? <span class="muted"> · {c.status}</span> : <span class="muted"> · waiting</span>}
           </p>
           {c.content !== undefined ? <pre class="tool-result">{c.content}</pre> : null}
         </li>
@@ -318,7 +265,8 @@ function LiveRun({ run, ended, decides }: { run: Run; ended: () => void; decides
   )
 }
 
-function FinishedRun({ run, tools }: { run: Run; tools: ToolCallView[] }) {
+/** A turn that has ended: its tool calls and results from its transcript (its events are not read again). */
+function FinishedRun({ run }: { run: ThreadWithRuns['runs'][number] }) {
   return (
     <li class="turn">
       <p class="prompt">
@@ -330,7 +278,7 @@ function FinishedRun({ run, tools }: { run: Run; tools: ToolCallView[] }) {
           {run.model ? <span class="muted">{run.model}</span> : null} ·{' '}
           <Link to={`/runs/${encodeURIComponent(run.id)}`}>events</Link>
         </p>
-        <ToolCalls calls={tools} ended />
+        <TranscriptCalls messages={run.messages} />
         {run.output ? <div class="output content">{run.output}</div> : null}
         {run.error ? <p class="state error">{run.error}</p> : null}
       </div>
@@ -338,7 +286,11 @@ function FinishedRun({ run, tools }: { run: Run; tools: ToolCallView[] }) {
   )
 }
 
-/** One conversation: each run's prompt and answer, the live one streamed, and the box for the next message. */
+/**
+ * One conversation: each run's prompt, tool calls and answer from the thread's one read (each
+ * run carries its transcript), the run in progress streamed from its own events, and the box
+ * for the next message.
+ */
 export function ThreadView({ who, id }: { who: Identity; id: string }) {
   const [version, setVersion] = useState(0)
   // the same conversation read again (a turn sent or ended) stays on screen meanwhile; another one does not
@@ -348,8 +300,6 @@ export function ThreadView({ who, id }: { who: Identity; id: string }) {
     { keep: version > 0 }
   )
   const again = () => setVersion((v) => v + 1)
-  // the echo engine never calls a tool: a thread of echo runs alone needs no event stream
-  const tools = useThreadTools(id, state.status === 'ok' && state.data.runs.some((run) => run.engine !== 'echo'))
   return (
     <section aria-labelledby="thread-title">
       <p class="crumbs">
@@ -366,7 +316,7 @@ export function ThreadView({ who, id }: { who: Identity; id: string }) {
               LIVE.has(run.status) ? (
                 <LiveRun key={run.id} run={run} ended={again} decides={mayDecide(who, run)} />
               ) : (
-                <FinishedRun key={run.id} run={run} tools={tools.get(run.id) ?? []} />
+                <FinishedRun key={run.id} run={run} />
               )
             )}
           </ol>
