@@ -147,8 +147,6 @@ export interface TestAppOptions {
   runtime?: RuntimeWiring
   /** where upload and artifact bytes go (an S3 store against a local server) */
   blobStore?: BlobStore
-  /** probe routes of `apiPlugins` an API key may reach (BuildOptions.extraKeyRoutes) */
-  extraKeyRoutes?: readonly string[]
   /** the time automations are scheduled by (a test's clock) */
   clock?: Clock
   /** how knowledge documents become Markdown, instead of the extraction child process */
@@ -180,7 +178,6 @@ export async function buildTestApp(
     config,
     database: db.database,
     ...(options.apiPlugins ? { apiPlugins: options.apiPlugins } : {}),
-    ...(options.extraKeyRoutes ? { extraKeyRoutes: options.extraKeyRoutes } : {}),
     ...(options.clock ? { clock: options.clock } : {}),
     ...(options.logs
       ? { logStream: { write: (line: string) => void options.logs!.push(JSON.parse(line) as Record<string, unknown>) } }

@@ -345,6 +345,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
     scope.post(
       '/mcp',
       {
+        config: { keyAccess: 'dispatch' },
         schema: {
           operationId: 'mcpMessage',
           tags: TAGS,
@@ -368,6 +369,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
     scope.get(
       '/mcp',
       {
+        config: { keyAccess: 'read' },
         exposeHeadRoute: false,
         schema: {
           operationId: 'mcpStream',
@@ -384,6 +386,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
     scope.delete(
       '/mcp',
       {
+        config: { keyAccess: 'dispatch' },
         schema: {
           operationId: 'mcpEndSession',
           tags: TAGS,
@@ -402,7 +405,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
   app.post(
     '/mcp-servers',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'createMcpServer',
         tags: TAGS,
@@ -424,6 +427,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
   app.get(
     '/mcp-servers',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'listMcpServers',
         tags: TAGS,
@@ -447,7 +451,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
   app.post(
     '/mcp-servers/:id/check',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'checkMcpServer',
         tags: TAGS,
@@ -468,7 +472,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
   app.delete(
     '/mcp-servers/:id',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'deleteMcpServer',
         tags: TAGS,
