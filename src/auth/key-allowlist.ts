@@ -58,7 +58,7 @@ export function keyAccessProblem(method: string, url: string, access: unknown): 
   return null
 }
 
-/** Every `METHOD /api/pattern` an API key may call (HEAD left out: it follows GET), sorted, from the registered routes. */
+/** Every `METHOD /api/pattern` an API key may call, sorted, read from the registered routes (HEAD follows GET). */
 export function keyAllowlist(
   routes: ReadonlyArray<{ method: string; url: string; config: { keyAccess?: KeyAccess | undefined } }>
 ): string[] {
