@@ -230,7 +230,7 @@ export default fp(
       }, done)
     })
   },
-  { name: 'principal', fastify: '5.x', dependencies: ['errors', 'db', '@fastify/cookie'] }
+  { name: 'principal', fastify: '5.x', dependencies: ['errors', 'db', '@fastify/cookie', 'shutdown-refusals'] }
 )
 
 const IdentityNotice = Type.Object({

@@ -369,5 +369,5 @@ export default fp(
       await app.shutdown.close("the MCP servers' connections", () => fetcher.close())
     })
   },
-  { name: 'mcp', fastify: '5.x', dependencies: ['db', 'secrets'] }
+  { name: 'mcp', fastify: '5.x', dependencies: ['db', 'secrets', 'shutdown-refusals'] }
 )

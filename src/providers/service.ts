@@ -159,5 +159,5 @@ export default fp(
       await app.shutdown.close("the model providers' connections", () => fetcher.close())
     })
   },
-  { name: 'providers', fastify: '5.x', dependencies: ['db', 'secrets'] }
+  { name: 'providers', fastify: '5.x', dependencies: ['db', 'secrets', 'shutdown-refusals'] }
 )
