@@ -7,7 +7,6 @@ import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import postgres from 'postgres'
 import { sql } from 'drizzle-orm'
 import tap from 'tap'
-import { buildApp } from '../src/app.js'
 import type { BlobStore } from '../src/artifacts/blob-store.js'
 import type { Extractor } from '../src/knowledge/document-worker.js'
 import { testConfig, type Env } from '../src/config.js'
@@ -174,6 +173,8 @@ export async function buildTestApp(
     ...options.env,
     DATA_DIR: dataDir
   })
+  // loaded when first needed: a file that boots one group (test/group-app.ts) never loads the whole app
+  const { buildApp } = await import('../src/app.js')
   const app = await buildApp({
     config,
     database: db.database,
