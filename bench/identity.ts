@@ -1,4 +1,4 @@
-// Issue 3: what resolving the caller costs. A trivial read route (GET /api/bench/projects)
+// What resolving the caller costs. A trivial read route (GET /api/bench/projects)
 // called anonymously in the dev org, with a session cookie and with an API key, next to
 // the public health route in the same server and run; plus two real identity routes, and
 // the same lanes with the identity cache off (a database round trip per request).
