@@ -1,5 +1,5 @@
-// The real service plus one trivial allowlisted read route (GET /api/projects, not built yet;
-// allowlisted for keys), so the cost of resolving a principal is measured on its own.
+// The real service plus one trivial read route a key may call (GET /api/bench/projects), so the
+// cost of resolving a principal is measured on its own.
 import { buildApp } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
 
@@ -8,7 +8,7 @@ const app = await buildApp({
   config: loadConfig(),
   apiPlugins: [
     async (api) => {
-      api.get('/projects', async () => page)
+      api.get('/bench/projects', { config: { keyAccess: 'read' } }, async () => page)
     }
   ]
 })

@@ -1,4 +1,4 @@
-// Issue 3: what resolving the caller costs. A trivial read route (GET /api/projects stand-in)
+// What resolving the caller costs. A trivial read route (GET /api/bench/projects)
 // called anonymously in the dev org, with a session cookie and with an API key, next to
 // the public health route in the same server and run; plus two real identity routes, and
 // the same lanes with the identity cache off (a database round trip per request).
@@ -11,9 +11,9 @@ async function lanes(env: Record<string, string>, label: string, full: boolean):
     const { cookie, authorization } = await credentials(server.url)
     const cases: Array<{ url: string; headers: Record<string, string>; name: string }> = [
       ...(full ? [{ url: '/api/health', headers: {}, name: 'GET /api/health (public, baseline)' }] : []),
-      ...(full ? [{ url: '/api/projects', headers: {}, name: 'GET /api/projects, anonymous dev org' }] : []),
-      { url: '/api/projects', headers: { cookie }, name: `GET /api/projects, session cookie${label}` },
-      { url: '/api/projects', headers: { authorization }, name: `GET /api/projects, API key${label}` }
+      ...(full ? [{ url: '/api/bench/projects', headers: {}, name: 'GET /api/projects, anonymous dev org' }] : []),
+      { url: '/api/bench/projects', headers: { cookie }, name: `GET /api/projects, session cookie${label}` },
+      { url: '/api/bench/projects', headers: { authorization }, name: `GET /api/projects, API key${label}` }
     ]
     const rows = await interleaved(
       cases.map((c) => ({ url: `${server.url}${c.url}`, headers: c.headers, name: c.name }))

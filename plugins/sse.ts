@@ -266,5 +266,5 @@ export default fp(
       }
     })
   },
-  { name: 'sse', fastify: '5.x', dependencies: ['errors'] }
+  { name: 'sse', fastify: '5.x', dependencies: ['errors', 'shutdown-refusals'] }
 )

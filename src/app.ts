@@ -78,7 +78,7 @@ import { observedMcp, observedMemory, observedToolGateway } from './telemetry/po
 import { activeIds, startTracing } from './telemetry/tracing.js'
 import type { Features } from './system/features.js'
 
-/** One registered route, as the route-walk tests and the API-key allowlist check see it. */
+/** One registered route, as the route-walk tests and the API-key allowlist see it. */
 export interface RouteRecord {
   method: string
   url: string
@@ -120,8 +120,6 @@ export interface BuildOptions {
   apiPlugins?: FastifyPluginAsync[]
   /** replacements for the ports the domains offer each other (tests) */
   ports?: Ports
-  /** routes of `apiPlugins` an API key may reach besides KEY_ALLOWLIST (tests' probe routes) */
-  extraKeyRoutes?: readonly string[]
   /** the time automations are scheduled by and failed documents back off by (tests move it instead of waiting) */
   clock?: Clock
   /** where log lines go instead of stdout (tests read them) */
@@ -158,7 +156,6 @@ export async function buildApp({
   database,
   apiPlugins = [],
   ports = {},
-  extraKeyRoutes = [],
   clock = systemClock,
   logStream
 }: BuildOptions): Promise<FastifyInstance> {
@@ -445,8 +442,7 @@ export async function buildApp({
       await scope.register(principalPlugin, {
         allowDevOrg: config.ALLOW_DEV_ORG,
         secureCookie: config.COOKIE_SECURE,
-        cacheTtlMs: config.IDENTITY_CACHE_MS,
-        extraKeyRoutes
+        cacheTtlMs: config.IDENTITY_CACHE_MS
       })
       await scope.register(idempotencyPlugin)
       await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG, features })

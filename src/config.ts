@@ -13,386 +13,425 @@ import { parseKey, parsePreviousKeys } from './secrets/crypto.js'
 export const EnvSchema = Type.Object({
   NODE_ENV: Type.Union([Type.Literal('development'), Type.Literal('production'), Type.Literal('test')], {
     default: 'development',
-    description: 'production turns dev-org access off by default and sets secure cookies'
+    description: '`production` turns dev-org access off by default and hardens cookies'
   }),
-  PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 3000, description: 'HTTP port' }),
+  PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 3000, description: 'HTTP port (`0`: any free port)' }),
   HOST: Type.String({ minLength: 1, default: '0.0.0.0', description: 'interface to listen on' }),
   PUBLIC_URL: Type.Optional(
     Type.String({
       pattern: '^https?://',
       description:
-        'the URL this server is reached at from outside (behind a proxy or load balancer); org MCP servers and providers may never point at it'
+        'the URL this server is reached at from outside (behind a proxy or load balancer), e.g. `https://cairn.example.com`: org MCP servers and model providers may never point at it, as they may never point at the address and port the server listens on'
     })
   ),
   DATABASE_URL: Type.Optional(
     Type.String({
       pattern: '^postgres(ql)?://',
-      description: 'real Postgres (postgres://…); unset means embedded PGlite in DATA_DIR'
+      description: '`postgres://…` to use a real PostgreSQL (15 or newer); unset: embedded PGlite in `DATA_DIR`'
     })
   ),
-  DATABASE_POOL_MAX: Type.Integer({ minimum: 1, maximum: 500, default: 20, description: 'postgres.js pool size' }),
-  DATA_DIR: Type.String({ minLength: 1, default: './data', description: 'embedded database and local files' }),
+  DATABASE_POOL_MAX: Type.Integer({
+    minimum: 1,
+    maximum: 500,
+    default: 20,
+    description: 'connections per instance (postgres.js pool)'
+  }),
+  DATA_DIR: Type.String({
+    minLength: 1,
+    default: './data',
+    description: 'embedded database (`DATA_DIR/pglite`) and local files'
+  }),
   EMBEDDED_MAINTENANCE_SECONDS: Type.Integer({
     minimum: 0,
     maximum: 86_400,
     default: 60,
-    description: 'how often the embedded database vacuums and analyzes the tables autovacuum would (0: never)'
+    description:
+      'how often the embedded database vacuums and analyzes the tables autovacuum would (`0`: never; a real PostgreSQL has its own autovacuum)'
   }),
   ALLOW_DEV_ORG: Type.Optional(
     Type.Boolean({
-      description: 'anonymous requests act in the seeded dev org; default on unless NODE_ENV=production'
+      description: 'anonymous requests from loopback act in the seeded dev org (other addresses: `401`)',
+      docDefault: 'on, off when `NODE_ENV=production`'
     })
   ),
   SERVICE_COMMIT: Type.Optional(
     Type.String({
       pattern: '^[A-Za-z0-9._-]{1,64}$',
-      description: 'release commit; unset means a development build (release run-events-v1:dev)'
+      description:
+        'release commit: the release is `run-events-v1:<commit>`; unset (or ending in `dev`) is a development build, which accepts any client release'
     })
   ),
-  CORS_ORIGINS: Type.String({ default: '', description: 'comma-separated browser origins allowed with credentials' }),
+  CORS_ORIGINS: Type.String({
+    default: '',
+    description:
+      "comma-separated browser origins allowed to call with credentials (exact match); also the origins, besides the service's own, whose cookie-carrying writes pass the Origin check"
+  }),
   TRUST_PROXY: Type.String({
     default: 'false',
-    description: 'Fastify trustProxy: true, false, a hop count, or comma-separated addresses/CIDRs'
+    description: 'Fastify `trustProxy`: `true`, a hop count, or comma-separated proxy addresses/CIDRs'
   }),
   COOKIE_SECURE: Type.Optional(
     Type.Boolean({
-      description: 'session cookie __Host-cairn_session with Secure (HTTPS only); default on when NODE_ENV=production'
+      description:
+        'session cookie `__Host-cairn_session` with `Secure` (HTTPS only); off: `cairn_session` for plain-http development',
+      docDefault: 'on when `NODE_ENV=production`'
     })
   ),
   AUTH_RATE_LIMIT_PER_IP: Type.Integer({
     minimum: 1,
     maximum: 1_000_000,
     default: 100,
-    description: 'sign-in and sign-up attempts per client address per window'
+    description: 'sign-in and sign-up attempts per client address per window (the address honours `TRUST_PROXY` only)'
   }),
   AUTH_RATE_LIMIT_PER_ACCOUNT: Type.Integer({
     minimum: 1,
     maximum: 1_000_000,
     default: 10,
-    description: 'failed sign-ins (and sign-ups) per email per window'
+    description: 'failed sign-ins, and sign-ups, per email per window; past it even the right password waits'
   }),
   AUTH_RATE_LIMIT_WINDOW_MS: Type.Integer({
     minimum: 1000,
     maximum: 86_400_000,
     default: 900_000,
-    description: 'rate-limit window for sign-in and sign-up'
+    description:
+      'the rate-limit window (15 minutes); counters live in the database, so every instance counts against the same limits'
   }),
   IDENTITY_CACHE_MS: Type.Integer({
     minimum: 0,
     maximum: 10_000,
     default: 1000,
-    description: 'how long a resolved session or API key is reused without the database'
+    description:
+      'how long a resolved session or key is reused without the database (`0`: never); changes clear it at once on every instance (LISTEN/NOTIFY)'
   }),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
-    { default: 'info' }
+    { default: 'info', description: 'pino level: `fatal` … `trace`, or `silent`' }
   ),
   LOG_FORMAT: Type.Union([Type.Literal('auto'), Type.Literal('json'), Type.Literal('pretty')], {
     default: 'auto',
     description:
-      'json: one JSON object per line; pretty: one readable line per fact; auto: pretty on a terminal outside production, else json'
+      '`json`: one JSON object per line (for log collectors); `pretty`: one readable line per fact; `auto`: `pretty` on a terminal outside production, else `json`. Either way a request is one line (`request`, with `method`, `url`, `status`, `ms` and its `reqId`) once answered'
   }),
   BODY_LIMIT: Type.Integer({
     minimum: 1024,
     maximum: 64 * 1024 * 1024,
     default: 1024 * 1024,
-    description: 'max JSON body bytes'
+    description: 'largest JSON body in bytes (a larger one is a 413)'
   }),
   REQUEST_TIMEOUT_MS: Type.Integer({
     minimum: 100,
     maximum: 3_600_000,
     default: 30_000,
-    description: 'a request whose headers and body are not received within this is answered 408 request_timeout'
+    description: 'a request whose headers and body have not arrived within this is a `408 request_timeout`'
   }),
   SHUTDOWN_GRACE_MS: Type.Integer({
     minimum: 0,
     maximum: 600_000,
     default: 10_000,
-    description: 'time allowed for in-flight work at shutdown'
+    description:
+      'after SIGTERM/SIGINT: background workers drain within half of it (work not done by then is left to its lease), in-flight requests get up to four fifths of it, and the process has exited (code 0) within it'
   }),
   RUN_WORKER_CONCURRENCY: Type.Integer({
     minimum: 0,
     maximum: 256,
     default: 100,
     description:
-      'runs one instance executes at once (0: this instance runs none); a run waiting on a model or a person costs no CPU, so size it for the runs in flight, not for the cores'
+      "runs this instance executes at once; `0`: it serves HTTP and streams but runs nothing. A run waiting on a model (or on a person's approval, which frees its place) costs no CPU, so size this for the runs you want in flight, not for the cores: one instance on two cores keeps 128 runs that each wait 2 s on a model in flight with an event loop delay p99 of 21 to 32 ms (see Benchmarks). Lower it when runs mostly use the sandbox's shell (each command is a process)"
   }),
   RUN_QUEUE_MAX_PER_ORG: Type.Integer({
     minimum: 0,
     maximum: 10_000_000,
     default: 250,
     description:
-      'an org with this many runs queued (not yet started) gets 429 rate_limited with Retry-After for the next one it starts through the API (0: no limit)'
+      'an organization with this many runs queued gets `429 rate_limited` (with `Retry-After`) for the next run it starts through the API; `0`: no limit. 250 is a few seconds of work for one instance (measured: it finishes 35 to 60 echo runs a second while a flood keeps it accepting them), so a flood is told to slow down instead of queueing minutes of work; raise it for large batches, with more instances'
   }),
   RUN_POLL_MS: Type.Integer({
     minimum: 10,
     maximum: 600_000,
     default: 1000,
-    description: 'how often idle workers look for queued runs (NOTIFY wakes them sooner)'
+    description: 'how often idle workers look for queued runs (a NOTIFY of a new run wakes them at once)'
   }),
   RUN_LEASE_MS: Type.Integer({
     minimum: 100,
     maximum: 3_600_000,
     default: 30_000,
-    description: 'a running run is failed with worker_lost when its lease is not renewed for this long'
+    description: 'lease of a running run, renewed every third of it; unrenewed, the run fails with `worker_lost`'
   }),
   RUN_SWEEP_MS: Type.Integer({
     minimum: 10,
     maximum: 3_600_000,
     default: 5000,
-    description: 'how often each instance looks for expired leases'
+    description: 'how often every instance looks for expired leases'
   }),
   RUN_OUTPUT_CHECK_TIMEOUT_MS: Type.Integer({
     minimum: 1,
     maximum: 600_000,
     default: 2000,
     description:
-      "how long checking a run's output against its JSON Schema may take (in a thread of its own); past it the run fails with output_invalid"
+      "how long checking a run's output against its `json_schema` response format may take; the check runs in a thread of its own, so a slow one never holds up requests, and past this the thread is stopped and the run fails with `output_invalid`"
   }),
   RUN_EVENTS_RETENTION_DAYS: Type.Integer({
     minimum: 7,
     maximum: 3650,
     default: 7,
-    description: 'run events older than this are pruned (at least 7 days)'
+    description: 'run events older than this are pruned hourly (at least 7)'
   }),
   SSE_HEARTBEAT_MS: Type.Integer({
     minimum: 10,
     maximum: 15_000,
     default: 15_000,
-    description: 'SSE heartbeat comment interval'
+    description: 'heartbeat comment interval on event streams (at most 15 s)'
   }),
   SSE_STALL_MS: Type.Integer({
     minimum: 50,
     maximum: 600_000,
     default: 30_000,
-    description: 'an SSE client that has not taken a byte for this long while output waits is dropped'
+    description: 'an SSE client that takes no byte for this long while output waits for it is disconnected'
   }),
   SSE_MAX_BUFFER_BYTES: Type.Integer({
     minimum: 1024,
     maximum: 64 * 1024 * 1024,
     default: 1024 * 1024,
-    description: 'an SSE client that leaves this much unread is dropped'
+    description: 'an SSE client that leaves this much unread is disconnected'
   }),
   ECHO_WORD_DELAY_MS: Type.Integer({
     minimum: 0,
     maximum: 10_000,
     default: 0,
-    description: 'pause between words of the echo engine (tests, demos)'
+    description: 'pause between the words the `echo` engine streams (demos, tests)'
   }),
   OPENAI_BASE_URL: Type.Optional(
-    Type.String({ pattern: '^https?://', description: 'OpenAI-compatible API base, e.g. https://api.openai.com/v1' })
+    Type.String({
+      pattern: '^https?://',
+      description: 'an OpenAI-compatible API (`…/v1`); the `openai` engine is ready only when set and `/models` answers'
+    })
   ),
-  OPENAI_API_KEY: Type.Optional(Type.String({ description: 'bearer token for OPENAI_BASE_URL' })),
-  MODELS: Type.String({ default: '', description: 'comma-separated model ids offered through the openai engine' }),
+  OPENAI_API_KEY: Type.Optional(Type.String({ description: 'bearer token for it' })),
+  MODELS: Type.String({
+    default: '',
+    description: 'comma-separated model ids offered through `openai` (empty: what `/models` lists)'
+  }),
   ANTHROPIC_BASE_URL: Type.Optional(
     Type.String({
       pattern: '^https?://',
-      description:
-        'Anthropic Messages API origin (requests go to …/v1/messages); https://api.anthropic.com when ANTHROPIC_API_KEY is set without it'
+      description: "the Messages API's origin (requests go to `…/v1/messages`)",
+      docDefault: '`https://api.anthropic.com` when the key is set'
     })
   ),
-  ANTHROPIC_API_KEY: Type.Optional(Type.String({ description: 'sent as x-api-key to ANTHROPIC_BASE_URL' })),
+  ANTHROPIC_API_KEY: Type.Optional(
+    Type.String({
+      description:
+        'an Anthropic API key: the `anthropic` engine (the Messages API) is ready when it is set and `/v1/models` answers'
+    })
+  ),
   ANTHROPIC_MODELS: Type.String({
     default: '',
-    description: 'comma-separated model ids offered through the anthropic engine (empty: the ones its /v1/models lists)'
+    description: 'comma-separated model ids offered through `anthropic` (empty: what `/v1/models` lists)'
   }),
   OPENAI_TIMEOUT_MS: Type.Integer({
     minimum: 100,
     maximum: 3_600_000,
     default: 120_000,
-    description: 'upstream request timeout (also between streamed chunks)'
+    description: 'upstream timeout (to the first byte and between streamed chunks), for both engines'
   }),
   OPENAI_MAX_TOOL_ROUNDS: Type.Integer({
     minimum: 0,
     maximum: 100,
     default: 8,
-    description: 'model calls answered with tool results per run before the run fails (0: tools are not offered)'
+    description:
+      'model calls answered with tool results per `openai` run; one more tool request fails the run (`tool_rounds_exceeded`); `0` offers no tools'
   }),
   MODEL_RETRIES: Type.Integer({
     minimum: 0,
     maximum: 10,
     default: 3,
     description:
-      'a model call answered 429, 500, 502, 503 or 504, or that cannot connect, is tried again this many times before its first token (Retry-After honoured, at most 60 s)'
+      'a model call answered `429`, `500`, `502`, `503`, `504` or `529`, that cannot connect, or whose stream is cut or sends an error before any content, is tried again this many times before its first token'
   }),
   MODEL_RETRY_BASE_MS: Type.Integer({
     minimum: 1,
     maximum: 60_000,
     default: 500,
     description:
-      'the first retry of a model call waits between half of this and this, doubling each time (when the answer has no Retry-After)'
+      'the first retry waits between half of this and this, doubling each time, unless the answer says `Retry-After` (honoured up to 60 s)'
   }),
   MODEL_BREAKER_OPEN_MS: Type.Integer({
     minimum: 0,
     maximum: 3_600_000,
     default: 15_000,
     description:
-      'after a model call gives up on a provider it cannot reach (its retries spent), calls to that provider fail at once for this long, from every run, chat and Slack thread of this instance; then one call tries again (0: never)'
+      'after a model call gave up on a provider it could not reach, calls to that provider from this instance fail at once (`model_unavailable`) for this long; then one call tries it again (`0`: never)'
   }),
   MODEL_CONTEXT_TOKENS: Type.Integer({
     minimum: 1000,
     maximum: 10_000_000,
     default: 64_000,
     description:
-      "a run is sent its thread's earlier turns (their transcripts) that fit in this many tokens with its instructions and prompt (estimated as UTF-8 bytes / 3); long tool results are shortened first, then older turns are dropped whole"
+      'the earlier turns of a thread (their transcripts) sent with a run fit in this many tokens with its instructions and prompt (estimated as UTF-8 bytes / 3); long tool results are shortened first, then older turns are dropped whole'
   }),
   OPENAI_PROBE_TTL_MS: Type.Integer({
     minimum: 0,
     maximum: 3_600_000,
     default: 30_000,
-    description: 'how long a /models readiness probe result is cached'
+    description: 'how long a `/models` readiness probe is cached'
   }),
   PROVIDER_ALLOW_PRIVATE: Type.Boolean({
     default: false,
     description:
-      'let org model providers (POST /api/providers) use loopback and private addresses (RFC 1918, fc00::/7, CGNAT); link-local and cloud metadata addresses are refused regardless'
+      'let org model providers (`POST /api/providers`) use loopback and private addresses (RFC 1918, `fc00::/7`, CGNAT, …): for a model server on the same host or network. Link-local and cloud metadata addresses stay refused'
   }),
   PROVIDER_CHECK_TIMEOUT_MS: Type.Integer({
     minimum: 100,
     maximum: 120_000,
     default: 10_000,
-    description: 'how long a provider check waits for its /models'
+    description: "how long a provider check waits for the provider's `/models`"
   }),
   MCP_TIMEOUT_MS: Type.Integer({
     minimum: 100,
     maximum: 120_000,
     default: 5_000,
     description:
-      'how long connecting to an org MCP server and listing its tools may take (a check, and each run start: a server slower than this offers no tools to that run)'
+      "how long connecting to an org's MCP server and listing its tools may take: at a check, and at each run start (a server slower than this offers no tools to that run). MCP server URLs pass the same address guard as providers (`PROVIDER_ALLOW_PRIVATE`)"
   }),
   MCP_CALL_TIMEOUT_MS: Type.Integer({
     minimum: 100,
     maximum: 3_600_000,
     default: 120_000,
-    description: 'how long one tool call on an org MCP server may take before the model is told it failed'
+    description: "how long one tool call on an org's MCP server may take before the model is told it failed"
   }),
   MCP_SESSION_IDLE_HOURS: Type.Integer({
     minimum: 1,
     maximum: 8760,
     default: 24,
-    description: 'a session of /api/mcp unused this long ends (its client starts a new one)'
+    description: 'a session of `/api/mcp` unused this long ends; its client starts a new one'
   }),
   SANDBOX_PROVIDER: Type.Union([Type.Literal('local'), Type.Literal('none')], {
     default: 'local',
     description:
-      'where agent tools and terminals run: local (a workspace per org and thread under DATA_DIR/sandboxes) or none'
+      'where agent tools, terminals and desktops run: `local` (a workspace per org and thread under `DATA_DIR/sandboxes/<org>/<thread>`) or `none` (no tools, no terminal)'
   }),
   SANDBOX_CONFINEMENT: Type.Union([Type.Literal('auto'), Type.Literal('bwrap'), Type.Literal('none')], {
     default: 'auto',
     description:
-      'local provider: auto (bubblewrap when it works, else no sandbox unless SANDBOX_UNCONFINED=true), bwrap (refuse to start without it) or none (never bubblewrap; needs SANDBOX_UNCONFINED=true)'
+      '`local` provider: `auto` (bubblewrap when it works here, else no sandbox unless `SANDBOX_UNCONFINED=true`), `bwrap` (refuse to start without it), `none` (never bubblewrap; only with `SANDBOX_UNCONFINED=true`)'
   }),
   SANDBOX_UNCONFINED: Type.Boolean({
     default: false,
     description:
-      "allow sandbox commands, terminals and desktops to run as plain processes with the service user's rights when bubblewrap cannot confine them (default: no sandbox then, 503 sandbox_unavailable)"
+      "allow sandbox commands, terminals and desktops to run as plain processes with the service user's rights when bubblewrap cannot confine them; off: no sandbox then (`503 sandbox_unavailable`)"
   }),
   SANDBOX_UID: Type.Integer({
     minimum: 1,
     maximum: 4_294_967_294,
     default: 65534,
     description:
-      'when the service runs as root: the unprivileged user id sandboxed commands, terminals and file tools run as (bubblewrap only)'
+      'when the service runs as root: the unprivileged user id that sandboxed commands, terminals and file tools run as (bubblewrap only; never 0)'
   }),
   SANDBOX_GID: Type.Integer({
     minimum: 1,
     maximum: 4_294_967_294,
     default: 65534,
-    description: 'when the service runs as root: the group id sandboxed processes run as (no supplementary groups)'
+    description: 'when the service runs as root: their group id (no supplementary groups)'
   }),
   SANDBOX_NETWORK: Type.Boolean({
     default: false,
-    description: 'give sandboxed commands network access (bubblewrap only; default no network)'
+    description: 'give sandboxed commands the network (bubblewrap only; by default they have loopback only)'
   }),
   SANDBOX_EXEC_TIMEOUT_MS: Type.Integer({
     minimum: 100,
     maximum: 3_600_000,
     default: 60_000,
-    description: 'wall-clock limit of one sandbox command'
+    description: 'wall-clock limit of one sandbox command; the whole process tree is killed'
   }),
   SANDBOX_OUTPUT_MAX_BYTES: Type.Integer({
     minimum: 256,
     maximum: 16 * 1024 * 1024,
     default: 256 * 1024,
-    description: 'stdout/stderr kept per sandbox command (the rest is dropped)'
+    description: 'stdout and stderr kept per command (the rest is read and dropped)'
   }),
   SANDBOX_FILE_MAX_BYTES: Type.Integer({
     minimum: 1024,
     maximum: 64 * 1024 * 1024,
     default: 1024 * 1024,
-    description: 'largest file read or written through the sandbox file API'
+    description: 'largest file read or written through the file tools'
   }),
   SANDBOX_WORKSPACE_MAX_BYTES: Type.Integer({
     minimum: 1024,
     maximum: 64 * 1024 * 1024 * 1024,
     default: 256 * 1024 * 1024,
     description:
-      'largest thread workspace (bytes of its files) saved to the blob store when a run or terminal that changed it ends; past it the changes are not saved and the run fails with workspace_too_large'
+      'largest thread workspace (the bytes of its files) saved to the blob store when the last run, terminal or desktop using it on an instance ends; past it nothing is saved, the run fails with `workspace_too_large` and the last saved workspace stays ([Deployment](deployment.md#thread-workspaces))'
   }),
   SANDBOX_WORKSPACE_LEASE_MS: Type.Integer({
     minimum: 100,
     maximum: 3_600_000,
     default: 30_000,
     description:
-      "how long an instance holds a thread workspace without renewing it; a killed holder's workspace is free again after this"
+      "how long an instance holds a thread's workspace without renewing its lease; a killed holder's threads are free again after this"
   }),
   SANDBOX_IDLE_MS: Type.Integer({
     minimum: 1000,
     maximum: 86_400_000,
     default: 900_000,
-    description: 'a sandbox unused this long is reaped (processes stopped, files kept)'
+    description: 'a sandbox unused this long is reaped: its processes stop, its files stay'
   }),
   TOOL_OUTPUT_MAX_BYTES: Type.Integer({
     minimum: 256,
     maximum: 1024 * 1024,
     default: 32 * 1024,
-    description: 'tool result text handed back to the model and recorded as an event'
+    description: 'tool result text handed back to the model and recorded in `tool.result`'
   }),
   TOOL_APPROVAL_TIMEOUT_MS: Type.Integer({
     minimum: 1000,
     maximum: 86_400_000,
     default: 1_800_000,
-    description: 'a tool call waiting for approval longer than this is expired (treated as denied)'
+    description:
+      'a call waiting for approval this long expires (as if denied); its run, waiting in `requires_action` without a worker, then goes on'
   }),
   WS_MAX_MESSAGE_BYTES: Type.Integer({
     minimum: 1024,
     maximum: 16 * 1024 * 1024,
     default: 256 * 1024,
-    description: 'largest WebSocket message accepted (terminal, desktop); larger closes with 1009'
+    description: 'largest WebSocket message accepted (terminal, desktop); a larger one closes the socket with 1009'
   }),
   MEMORY_BACKEND: Type.Union([Type.Literal('postgres'), Type.Literal('http'), Type.Literal('off')], {
     default: 'postgres',
-    description: 'Memory Hub pools: postgres (this database), http (a mem0 REST service at MEMORY_URL) or off'
+    description: 'Memory Hub pools: `postgres` (this database), `http` (a mem0 REST service) or `off`'
   }),
   MEMORY_URL: Type.Optional(
-    Type.String({ pattern: '^https?://', description: 'base URL of the mem0-compatible service (MEMORY_BACKEND=http)' })
+    Type.String({
+      pattern: '^https?://',
+      description: 'base URL of the mem0-compatible service (required with `MEMORY_BACKEND=http`)'
+    })
   ),
   MEMORY_API_KEY: Type.Optional(
-    Type.String({ minLength: 1, description: 'sent as `Authorization: Token <key>` to MEMORY_URL' })
+    Type.String({ minLength: 1, description: 'sent to `MEMORY_URL` as `Authorization: Token <key>`' })
   ),
   MEMORY_HTTP_TIMEOUT_MS: Type.Integer({
     minimum: 10,
     maximum: 600_000,
     default: 10_000,
-    description: 'timeout of one request to MEMORY_URL'
+    description:
+      'one request to `MEMORY_URL`; a capture whose request times out is left as an orphan (the write may have happened)'
   }),
   MEMORY_CAPTURE_ATTEMPTS: Type.Integer({
     minimum: 1,
     maximum: 100,
     default: 8,
-    description: 'delivery attempts of a capture before it is dead'
+    description: 'delivery attempts of a capture before it is `dead`'
   }),
   MEMORY_CAPTURE_LEASE_MS: Type.Integer({
     minimum: 10,
     maximum: 3_600_000,
     default: 60_000,
-    description: 'a delivering capture whose lease is older is an orphan'
+    description:
+      'a `delivering` capture older than its lease goes back to `pending` with the postgres backend (its outcome is known); with the http backend it is an orphan (listed, never retried by itself)'
   }),
   MEMORY_CAPTURE_BACKOFF_MS: Type.Integer({
     minimum: 1,
     maximum: 3_600_000,
     default: 1_000,
-    description: 'first retry delay (doubles per attempt, with jitter)'
+    description: 'first retry delay; doubles per attempt, with jitter (between half and all of it)'
   }),
   MEMORY_CAPTURE_BACKOFF_MAX_MS: Type.Integer({
     minimum: 1,
@@ -404,33 +443,34 @@ export const EnvSchema = Type.Object({
     minimum: 1,
     maximum: 60_000,
     default: 250,
-    description: 'how often an idle delivery worker looks for work'
+    description: 'how often an idle delivery worker looks for due captures'
   }),
   MEMORY_CAPTURE_BATCH: Type.Integer({
     minimum: 1,
     maximum: 1000,
     default: 200,
-    description: 'captures claimed per round'
+    description: 'captures claimed per round (`FOR UPDATE SKIP LOCKED`)'
   }),
   MEMORY_CAPTURE_CONCURRENCY: Type.Integer({
     minimum: 1,
     maximum: 64,
     default: 8,
-    description: 'deliveries in flight per instance'
+    description:
+      'deliveries in flight per instance (http backend; the postgres backend writes a round in one transaction)'
   }),
   MEMORY_SEARCH_CACHE: Type.Integer({
     minimum: 0,
     maximum: 1_000_000,
     default: 1000,
     description:
-      'memory search results kept per instance, dropped when their pool changes (0: no cache; postgres backend)'
+      "memory search results each instance keeps (postgres backend); any change to a pool's facts retires its cached results everywhere at once (`0`: no cache)"
   }),
   MEMORY_RECALL_LIMIT: Type.Integer({
     minimum: 1,
     maximum: 50,
     default: 5,
     description:
-      "facts recalled for a run at most (from the prompt's significant words), given to the model as one system message"
+      "facts a run recalls at most (from its prompt's significant words), given to the model as one system message"
   }),
   MEMORY_CAPTURE_WORKER: Type.Boolean({
     default: true,
@@ -439,67 +479,77 @@ export const EnvSchema = Type.Object({
   ARTIFACT_STORE: Type.Union([Type.Literal('fs'), Type.Literal('s3')], {
     default: 'fs',
     description:
-      'where upload and artifact bytes live: fs (DATA_DIR/blobs; share it between instances) or s3 (any S3-compatible server)'
+      'where upload and artifact bytes live: `fs` (files under `DATA_DIR/blobs`) or `s3` (any S3-compatible server)'
   }),
   UPLOAD_MAX_BYTES: Type.Integer({
     minimum: 1,
     maximum: 5 * 1024 ** 4,
     default: 25 * 1024 * 1024,
-    description: 'largest upload or artifact content write (413 above)'
+    description: 'largest upload or artifact content write (25 MiB); above it `413 payload_too_large`, nothing kept'
   }),
-  S3_ENDPOINT: Type.Optional(Type.String({ description: 'S3 endpoint URL (unset: AWS for S3_REGION)' })),
-  S3_BUCKET: Type.Optional(Type.String({ description: 'bucket for ARTIFACT_STORE=s3 (required then)' })),
-  S3_REGION: Type.String({ default: 'us-east-1', description: 'S3 region' }),
-  S3_ACCESS_KEY_ID: Type.Optional(Type.String({ description: 'S3 credentials (unset: the AWS SDK default chain)' })),
-  S3_SECRET_ACCESS_KEY: Type.Optional(Type.String({ description: 'S3 credentials' })),
+  S3_ENDPOINT: Type.Optional(
+    Type.String({ description: "the S3 server's URL (MinIO, Ceph, R2, …); unset: AWS for `S3_REGION`" })
+  ),
+  S3_BUCKET: Type.Optional(Type.String({ description: 'the bucket (required with `ARTIFACT_STORE=s3`)' })),
+  S3_REGION: Type.String({ default: 'us-east-1', description: "the bucket's region" }),
+  S3_ACCESS_KEY_ID: Type.Optional(
+    Type.String({
+      description:
+        "the credentials' key id; unset (with `S3_SECRET_ACCESS_KEY`): the AWS SDK's default chain (environment, profile, instance role)"
+    })
+  ),
+  S3_SECRET_ACCESS_KEY: Type.Optional(Type.String({ description: "the credentials' secret, with `S3_ACCESS_KEY_ID`" })),
   S3_FORCE_PATH_STYLE: Type.Boolean({
     default: false,
-    description: 'path-style bucket URLs (MinIO and most self-hosted servers need true)'
+    description: 'path-style URLs (`endpoint/bucket/key`), which most self-hosted servers need'
   }),
   BLOB_SWEEP_MS: Type.Integer({
     minimum: 10,
     maximum: 86_400_000,
     default: 60_000,
-    description: 'how often unreferenced blobs are looked for and removed'
+    description: 'how often every instance removes blobs nothing references any more'
   }),
   EMBEDDING_MODEL: Type.Optional(
     Type.String({
       minLength: 1,
       maxLength: 200,
       description:
-        "the deployment's embedding model, served by EMBEDDING_BASE_URL's /embeddings (unset: an org's choice, else the built-in offline embedder)"
+        "the deployment's embedding model for search by meaning, served by `EMBEDDING_BASE_URL`'s OpenAI-compatible `/embeddings`; unset: an org's choice (`PUT /api/models/embedding`), else the built-in offline embedder"
     })
   ),
   EMBEDDING_BASE_URL: Type.Optional(
     Type.String({
       pattern: '^https?://',
-      description: 'OpenAI-compatible API base for EMBEDDING_MODEL (default OPENAI_BASE_URL)'
+      description: 'the OpenAI-compatible API (`…/v1`) serving `EMBEDDING_MODEL`',
+      docDefault: '`OPENAI_BASE_URL`'
     })
   ),
   EMBEDDING_API_KEY: Type.Optional(
-    Type.String({ description: 'bearer token for EMBEDDING_BASE_URL (default OPENAI_API_KEY)' })
+    Type.String({ description: 'bearer token for `EMBEDDING_BASE_URL`', docDefault: '`OPENAI_API_KEY`' })
   ),
   EMBEDDING_WORKER: Type.Boolean({
     default: true,
-    description: 'embed memory facts, knowledge records and document chunks in this process'
+    description:
+      'embed memory facts, knowledge records and document chunks in this process (the job is shared by every instance that runs it)'
   }),
   EMBEDDING_BATCH: Type.Integer({
     minimum: 1,
     maximum: 2048,
     default: 64,
-    description: 'texts per /embeddings call (and per claim of the embedding worker)'
+    description: 'texts per claim of the embedding job, and per `/embeddings` call'
   }),
   EMBEDDING_MAX_ATTEMPTS: Type.Integer({
     minimum: 1,
     maximum: 100,
     default: 5,
-    description: 'tries of a text before its embedding is failed (a model change or POST .../embed tries again)'
+    description:
+      'tries of a text before its embedding is `failed` (a model change or `POST /api/memory/item/:id/embed` tries again)'
   }),
   EMBEDDING_BACKOFF_MS: Type.Integer({
     minimum: 1,
     maximum: 3_600_000,
     default: 2_000,
-    description: 'wait before a failed embedding is tried again (doubles per attempt, with jitter)'
+    description: 'wait before a failed embedding is tried again (doubling per try, with jitter)'
   }),
   EMBEDDING_BACKOFF_MAX_MS: Type.Integer({
     minimum: 1,
@@ -511,31 +561,34 @@ export const EnvSchema = Type.Object({
     minimum: 100,
     maximum: 600_000,
     default: 30_000,
-    description: 'how long the worker waits for an /embeddings answer'
+    description: 'how long the embedding job waits for an `/embeddings` answer'
   }),
   EMBEDDING_QUERY_TIMEOUT_MS: Type.Integer({
     minimum: 10,
     maximum: 60_000,
     default: 2_000,
-    description: "how long a search waits for its query's embedding before it ranks by words alone"
+    description:
+      'how long a search waits for its query\'s embedding before it ranks by words alone (`mode: "fulltext"`)'
   }),
   EMBEDDING_LEASE_MS: Type.Integer({
     minimum: 100,
     maximum: 3_600_000,
     default: 60_000,
-    description: 'how long claimed embeddings are held before another worker may take them (renewed while working)'
+    description:
+      'how long claimed texts are held (renewed every third of it while working); past it, another instance takes them'
   }),
   EMBEDDING_POLL_MS: Type.Integer({
     minimum: 10,
     maximum: 600_000,
     default: 2000,
-    description: 'how often an idle embedding worker looks for texts to embed (writes on this instance wake it)'
+    description: 'how often an idle embedding job looks for texts (a write on the same instance wakes it at once)'
   }),
   EMBEDDING_MIN_SIMILARITY: Type.Optional(
     Type.Number({
       minimum: -1,
       maximum: 1,
-      description: 'the least cosine similarity a match by meaning needs to be a hit (default 0.3)'
+      description: 'the least cosine similarity a match by meaning needs to be a hit',
+      docDefault: '`0.3`'
     })
   ),
   KNOWLEDGE_WORKER: Type.Boolean({ default: true, description: 'extract knowledge documents in this process' }),
@@ -543,31 +596,33 @@ export const EnvSchema = Type.Object({
     minimum: 1,
     maximum: 16,
     default: 1,
-    description: 'documents extracted at once per instance'
+    description: 'documents this instance extracts at once (each in its own child process)'
   }),
   KNOWLEDGE_LEASE_MS: Type.Integer({
     minimum: 100,
     maximum: 3_600_000,
     default: 60_000,
-    description: 'how long a claimed document is held before another worker may take it (renewed while extracting)'
+    description:
+      'how long a claimed document is held (renewed every third of it while extracting); past it, another worker takes it'
   }),
   KNOWLEDGE_POLL_MS: Type.Integer({
     minimum: 10,
     maximum: 600_000,
     default: 2000,
-    description: 'how often an idle extraction worker looks for documents'
+    description:
+      'how often an idle extraction worker looks for documents (an upload on the same instance wakes it at once)'
   }),
   KNOWLEDGE_MAX_ATTEMPTS: Type.Integer({
     minimum: 1,
     maximum: 100,
     default: 3,
-    description: 'claims of a document before it is failed'
+    description: 'claims of a document before it is `failed`'
   }),
   KNOWLEDGE_BACKOFF_MS: Type.Integer({
     minimum: 1,
     maximum: 3_600_000,
     default: 5_000,
-    description: 'wait before a failed document is tried again (doubles per attempt, with jitter)'
+    description: 'wait before a failed document is tried again; doubles per attempt, with jitter'
   }),
   KNOWLEDGE_BACKOFF_MAX_MS: Type.Integer({
     minimum: 1,
@@ -579,144 +634,147 @@ export const EnvSchema = Type.Object({
     minimum: 100,
     maximum: 3_600_000,
     default: 60_000,
-    description: 'longest text extraction of one document'
+    description: 'longest text extraction of one document; past it the process is killed and the document fails'
   }),
   KNOWLEDGE_SEARCH_CACHE: Type.Integer({
     minimum: 0,
     maximum: 1_000_000,
     default: 1000,
-    description: "search results kept per instance, dropped when the org's knowledge changes (0: no cache)"
+    description:
+      "search results each instance keeps; an org's change to its records or documents retires its cached results everywhere at once (`0`: no cache)"
   }),
   SECRETS_KEY: Type.Optional(
     Type.String({
       description:
-        'the key org secrets are sealed with: 32 random bytes in base64 (openssl rand -base64 32). Unset: a key made once in DATA_DIR/secrets.key on the embedded database; secrets unavailable (503) on Postgres'
+        'the key org secrets are sealed with: 32 random bytes in base64 (`openssl rand -base64 32`). Unset: on the embedded database a key is made once in `DATA_DIR/secrets.key` (mode 0600, a warning at every start); on Postgres the secrets routes answer `503 secrets_unavailable`'
     })
   ),
   SECRETS_PREVIOUS_KEYS: Type.Optional(
     Type.String({
       description:
-        'comma-separated earlier SECRETS_KEY values: they still open secrets, which are sealed again under SECRETS_KEY in the background'
+        'comma-separated earlier keys: they still open secrets, and each instance seals those rows again under `SECRETS_KEY` in the background'
     })
   ),
   SCHEDULER: Type.Boolean({
     default: true,
-    description: 'fire due automations from this instance (every instance may; each tick fires once)'
+    description: 'fire due automations from this instance (any number of instances may; each tick fires once)'
   }),
   SCHEDULER_POLL_MS: Type.Integer({
     minimum: 10,
     maximum: 60_000,
     default: 1000,
     description:
-      'how often the scheduler looks for automations another instance changed (its own changes wake it at once)'
+      'how often the scheduler looks for automations another instance changed; it otherwise sleeps until the next tick'
   }),
   SCHEDULER_GRACE_MS: Type.Integer({
     minimum: 1000,
     maximum: 3_600_000,
     default: 60_000,
-    description: 'a tick later than this when found (no instance ran at its time) counts as missed: catchUp decides'
+    description:
+      "a tick found later than this (no instance ran at its time) is a missed tick, handled by the automation's `catchUp`"
   }),
   GITHUB_API_URL: Type.String({
     pattern: '^https?://',
     default: 'https://api.github.com',
     description:
-      "GitHub REST API base (GitHub Enterprise: https://<host>/api/v3; tests: a local server speaking GitHub's protocol)"
+      "GitHub's REST API (GitHub Enterprise Server: `https://<host>/api/v3`); tests point it at a local server speaking the same protocol"
   }),
   GITHUB_TIMEOUT_MS: Type.Integer({
     minimum: 100,
     maximum: 600_000,
     default: 15_000,
-    description: 'longest wait for one GitHub request (then 502 upstream_failed)'
+    description: 'longest wait for one GitHub request; then `502 upstream_failed` (a wiki run fails)'
   }),
   SLACK_API_URL: Type.String({
     pattern: '^https?://',
     default: 'https://slack.com/api/',
-    description: 'Slack Web API base (auth.test, chat.postMessage); tests point it at a local server'
+    description:
+      "Slack's Web API base (`auth.test`, `chat.postMessage`, `chat.update`, `conversations.replies`); tests point it at a local server"
   }),
   SLACK_TIMEOUT_MS: Type.Integer({
     minimum: 100,
     maximum: 120_000,
     default: 10_000,
-    description: 'longest Slack Web API call'
+    description: 'longest Slack Web API call; a post that times out counts as "may have landed"'
   }),
   SLACK_OUTBOX: Type.Boolean({
     default: true,
     description:
-      'post Slack replies and approval requests from this instance (every instance may; each run gets one reply, each stop for approval one message)'
+      'post Slack replies and approval requests from this instance (any number of instances may; each run gets one reply, each stop for approval one message)'
   }),
   SLACK_OUTBOX_POLL_MS: Type.Integer({
     minimum: 10,
     maximum: 600_000,
     default: 1000,
     description:
-      'how often the Slack outboxes look for due replies and approval requests (a run ending or stopping for approval wakes them at once)'
+      'how often the reply and approval-request outboxes look for due posts; a run ending, or stopping for approval, on any instance wakes them at once'
   }),
   SLACK_OUTBOX_LEASE_MS: Type.Integer({
     minimum: 100,
     maximum: 3_600_000,
     default: 60_000,
     description:
-      'how long a claimed reply or approval request is held before another instance may take it over (longer than SLACK_TIMEOUT_MS)'
+      'how long a claimed reply or approval request is held; past it (its instance died mid-post) another instance takes it over. Keep it above `SLACK_TIMEOUT_MS`'
   }),
   SLACK_RETRY_BASE_MS: Type.Integer({
     minimum: 1,
     maximum: 3_600_000,
     default: 2000,
     description:
-      'first wait before a failed Slack post (reply or approval request) is tried again; doubles per attempt (at most 10 minutes)'
+      'first wait before a failed reply or approval request is tried again; doubles per attempt, with jitter, at most 10 minutes (a 429 waits its `Retry-After`)'
   }),
   SLACK_MAX_ATTEMPTS: Type.Integer({
     minimum: 1,
     maximum: 100,
     default: 8,
-    description: 'attempts to post a reply or approval request before it is given up (last_error kept)'
+    description: 'attempts before a reply or approval request is given up (`failed`, its `last_error` kept)'
   }),
   KNOWLEDGE_EXTRACT_MEMORY_MB: Type.Integer({
     minimum: 32,
     maximum: 16_384,
     default: 512,
-    description: 'heap of the extraction child process'
+    description: 'heap of an extraction process; a document that needs more fails'
   }),
   OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(
     Type.String({
       pattern: '^https?://',
       description:
-        'an OTLP/HTTP collector (http://host:4318): traces go to <it>/v1/traces; unset (with the next one unset too): no tracing at all'
+        "an OpenTelemetry collector's OTLP/HTTP base URL (`http://collector:4318`): traces are exported to `<it>/v1/traces` (JSON). Unset, with the next one unset too: no tracing at all, at no cost (see [Observability](observability.md))"
     })
   ),
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(
     Type.String({
       pattern: '^https?://',
-      description:
-        'the full URL traces are posted to (OTLP/HTTP, JSON), instead of OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces'
+      description: 'the full URL traces are posted to, instead of `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`'
     })
   ),
   OTEL_EXPORTER_OTLP_HEADERS: Type.Optional(
     Type.String({
       description:
-        'headers sent with every export, as key=value pairs separated by commas (values percent-encoded), e.g. Authorization=Basic%20…'
+        "headers sent with every export: `key=value` pairs separated by commas, values percent-encoded (a collector's `Authorization`)"
     })
   ),
   OTEL_SERVICE_NAME: Type.String({
     minLength: 1,
     default: 'cairn',
-    description: "the service.name of this instance's spans"
+    description: 'the `service.name` of the spans'
   }),
   OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: Type.Boolean({
     default: false,
     description:
-      "record prompts, answers, tool arguments and results on spans (the run's secret values redacted); off: only sizes, models and counts"
+      "`true`: spans also record prompts, answers, tool arguments and results and recall queries, with the run's secret values redacted"
   }),
   METRICS_TOKEN: Type.Optional(
     Type.String({
       minLength: 16,
       description:
-        'GET /metrics answers a caller with Authorization: Bearer <it> from any address; without it, loopback callers only (others: 404)'
+        '`GET /metrics` answers a caller that sends `Authorization: Bearer <it>` (at least 16 characters) from any address; without it only callers on this host (loopback); anyone else gets `404`'
     })
   ),
   METRICS_PER_ORG: Type.Boolean({
     default: false,
-    description: 'label run, token and tool metrics with the organization id (one series per org: for a few orgs only)'
+    description:
+      '`true`: run, tool, queue depth and approval metrics carry an `org` label (one series per organization: for a few organizations only)'
   })
 })
 

@@ -7,7 +7,6 @@ import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import postgres from 'postgres'
 import { sql } from 'drizzle-orm'
 import tap from 'tap'
-import { buildApp } from '../src/app.js'
 import type { BlobStore } from '../src/artifacts/blob-store.js'
 import type { Extractor } from '../src/knowledge/document-worker.js'
 import { testConfig, type Env } from '../src/config.js'
@@ -147,8 +146,6 @@ export interface TestAppOptions {
   runtime?: RuntimeWiring
   /** where upload and artifact bytes go (an S3 store against a local server) */
   blobStore?: BlobStore
-  /** probe routes of `apiPlugins` an API key may reach (BuildOptions.extraKeyRoutes) */
-  extraKeyRoutes?: readonly string[]
   /** the time automations are scheduled by (a test's clock) */
   clock?: Clock
   /** how knowledge documents become Markdown, instead of the extraction child process */
@@ -176,11 +173,12 @@ export async function buildTestApp(
     ...options.env,
     DATA_DIR: dataDir
   })
+  // loaded when first needed: a file that boots one group (test/group-app.ts) never loads the whole app
+  const { buildApp } = await import('../src/app.js')
   const app = await buildApp({
     config,
     database: db.database,
     ...(options.apiPlugins ? { apiPlugins: options.apiPlugins } : {}),
-    ...(options.extraKeyRoutes ? { extraKeyRoutes: options.extraKeyRoutes } : {}),
     ...(options.clock ? { clock: options.clock } : {}),
     ...(options.logs
       ? { logStream: { write: (line: string) => void options.logs!.push(JSON.parse(line) as Record<string, unknown>) } }

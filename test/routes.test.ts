@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs'
 import { dirname } from 'node:path'
 import t from 'tap'
 import { embeddedOnly } from './passes.js'
-import { keyDeniedOnPurpose, keyMayReach } from '../src/auth/key-allowlist.js'
+import { keyAccessProblem, keyAllowlist, keyMayCall } from '../src/auth/key-allowlist.js'
 import { routeScopes, SCOPES } from '../src/auth/principal.js'
 import { buildTestApp, mintKey, signUpWithOrg } from './helper.js'
 
@@ -59,21 +59,13 @@ t.test('every route is classified, and only the spec public list is public', emb
   }
 })
 
-t.test(
-  'every non-public route is on the API-key allowlist or deliberately denied (src/auth/key-allowlist.ts)',
-  embeddedOnly,
-  async (t) => {
-    const app = await buildTestApp(t)
-    for (const route of app.routeTable) {
-      if (!route.url.startsWith('/api') || routeScopes(route.config.scope).includes('public')) continue
-      const name = `${route.method} ${route.url}`
-      t.ok(
-        keyMayReach(route.method, route.url) || keyDeniedOnPurpose(route.method, route.url),
-        `${name} is classified for API keys`
-      )
-    }
+t.test('every non-public route declares its API-key access (config.keyAccess)', embeddedOnly, async (t) => {
+  const app = await buildTestApp(t)
+  for (const route of app.routeTable) {
+    if (!route.url.startsWith('/api') || routeScopes(route.config.scope).includes('public')) continue
+    t.equal(keyAccessProblem(route.method, route.url, route.config.keyAccess), null, `${route.method} ${route.url}`)
   }
-)
+})
 
 t.test('with dev-org access off, an anonymous caller gets 401 on every non-public route', embeddedOnly, async (t) => {
   const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'false' } })
@@ -86,7 +78,7 @@ t.test('with dev-org access off, an anonymous caller gets 401 on every non-publi
   }
 })
 
-t.test('an API key on every route answers as the allowlist says', embeddedOnly, async (t) => {
+t.test('an API key on every route answers as the route declares', embeddedOnly, async (t) => {
   const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' } })
   const owner = await signUpWithOrg(app)
   const { authorization } = await mintKey(app, owner.cookie)
@@ -107,16 +99,16 @@ t.test('an API key on every route answers as the allowlist says', embeddedOnly, 
     if (scopes.includes('session')) {
       t.equal(res.statusCode, 403, `${name}: session-only`)
       if (error !== undefined) t.equal(error, 'session_required', name)
-    } else if (keyMayReach(route.method, route.url)) {
+    } else if (keyMayCall(route.config)) {
       allowedSeen++
-      t.not(res.statusCode, 401, `${name}: allowlisted, the key gets through`)
+      t.not(res.statusCode, 401, `${name}: keyAccess ${route.config.keyAccess}, the key gets through`)
       t.not(error, 'session_required', name)
     } else {
-      t.equal(res.statusCode, 401, `${name}: off the allowlist`)
+      t.equal(res.statusCode, 401, `${name}: keyAccess none`)
       if (error !== undefined) t.equal(error, 'unauthorized', name)
     }
   }
-  t.ok(allowedSeen > 0, 'the walk saw allowlisted routes')
+  t.ok(allowedSeen > 0, 'the walk saw routes a key may call')
 })
 
 /** One request: its status and, unless it is an event stream (then dropped), its error identifier. */
@@ -135,20 +127,41 @@ async function callOnce(
   return { statusCode: res.status, error: text === '' ? undefined : (JSON.parse(text) as { error?: string }).error }
 }
 
-t.test('the allowlist matches registered patterns, not raw URLs', embeddedOnly, async (t) => {
-  t.ok(keyMayReach('GET', '/api/runs/:id'))
-  t.ok(keyMayReach('GET', '/api/runs/:runId'), 'parameter names do not matter')
-  t.ok(keyMayReach('HEAD', '/api/runs'), 'HEAD follows GET')
-  t.notOk(keyMayReach('GET', `/api/runs/${fakeId}`), 'a concrete URL is not a pattern')
-  t.notOk(keyMayReach('DELETE', '/api/runs/:id'))
-  t.notOk(keyMayReach('GET', '/api/keys'))
-  // an integration acting for the org reads and decides a run's waiting tool calls
-  t.ok(keyMayReach('GET', '/api/runs/:id/approvals'))
-  t.ok(keyMayReach('POST', '/api/runs/:runId/approvals/:approvalId'))
-  t.notOk(keyMayReach('PUT', '/api/tools/policies/:tool'), 'but not the policies that decide which calls wait')
-  t.ok(keyDeniedOnPurpose('PATCH', '/api/anything/:id'), 'every write but dispatch is denied wholesale')
-  t.notOk(keyDeniedOnPurpose('GET', '/api/something-new'), 'a new read must be classified on purpose')
-})
+t.test(
+  'what keys may call is read from the routes, and a route that declares nothing stops the start',
+  embeddedOnly,
+  async (t) => {
+    const app = await buildTestApp(t)
+    const allowlist = keyAllowlist(app.routeTable)
+    for (const entry of [
+      'POST /api/runs',
+      'GET /api/runs/:id',
+      // an integration acting for the org reads and decides a run's waiting tool calls
+      'GET /api/runs/:id/approvals',
+      'POST /api/runs/:id/approvals/:approvalId',
+      'POST /api/mcp'
+    ])
+      t.ok(allowlist.includes(entry), `${entry} is on the derived allowlist`)
+    for (const entry of ['GET /api/keys', 'DELETE /api/runs/:id', 'PUT /api/tools/policies/:tool', 'GET /api/secrets'])
+      t.notOk(allowlist.includes(entry), `${entry} is not`)
+    t.notOk(
+      allowlist.some((entry) => entry.startsWith('HEAD ')),
+      'HEAD follows GET'
+    )
+
+    t.match(keyAccessProblem('GET', '/api/x', undefined), /declares no API-key access/)
+    t.match(keyAccessProblem('POST', '/api/x', 'read'), /is a write/)
+    t.match(keyAccessProblem('GET', '/api/x', 'dispatch'), /is a read/)
+    t.match(keyAccessProblem('GET', '/api/x', 'write'), /unknown keyAccess/)
+    t.equal(keyAccessProblem('HEAD', '/api/x', 'read'), null)
+
+    await t.rejects(
+      buildTestApp(t, { apiPlugins: [async (api) => void api.get('/probe/undeclared', async () => ({}))] }),
+      /GET \/api\/probe\/undeclared declares no API-key access/,
+      'a route without a declared key access fails the start, naming itself'
+    )
+  }
+)
 
 /** CONTRIBUTING.md's route index: each row's URL prefixes and the folder that serves them. */
 function routeIndex(): Array<{ prefix: string; folder: string }> {

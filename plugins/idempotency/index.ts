@@ -7,6 +7,7 @@ import { isDatabaseUnavailable } from '../../src/db/faults.js'
 import { ApiError, describeError, idempotencyKeyInUse, idempotencyKeyReused, invalidIdempotencyKey } from '../errors.js'
 import { asList } from '../hook-list.js'
 import { principalOf, type Principal } from '../../src/auth/principal.js'
+import { createWorkerLoop } from '../../src/worker-loop.js'
 
 /** Contract 3 numbers. */
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000
@@ -208,14 +209,19 @@ function answerFrom(
 export default fp(
   async function idempotencyPlugin(app: FastifyInstance, opts: IdempotencyOptions) {
     app.decorateRequest('idempotency', null)
-    // the plugin keeps its table: every instance deletes expired keys now and then (idempotent)
-    const pruner = setInterval(() => {
-      pruneIdempotencyKeys(app.db).catch((err: unknown) =>
-        app.log.warn({ err }, 'idempotency: pruning expired keys failed')
-      )
-    }, opts.pruneEveryMs ?? PRUNE_EVERY_MS)
-    pruner.unref()
-    app.addHook('onClose', async () => clearInterval(pruner))
+    // the plugin keeps its table: every instance deletes expired keys now and then (idempotent),
+    // drained at shutdown like every background job
+    const pruneEveryMs = opts.pruneEveryMs ?? PRUNE_EVERY_MS
+    const pruner = createWorkerLoop<never>({
+      name: 'idempotency: pruning expired keys',
+      log: app.log,
+      pollMs: pruneEveryMs,
+      every: [{ everyMs: pruneEveryMs, job: () => pruneIdempotencyKeys(app.db) }]
+    })
+    app.addHook('onReady', async () => pruner.start())
+    app.addHook('preClose', async () => {
+      await app.shutdown.drain('the idempotency key pruner', (ms) => pruner.stop(ms))
+    })
 
     // A preHandler (after validation and auth, so those failures use nothing up) with no
     // database work: the key is checked when the handler writes it.
@@ -285,7 +291,7 @@ export default fp(
       route.onSend = [...asList(route.onSend), idempotencyRecord as never]
     })
   },
-  { name: 'idempotency', fastify: '5.x', dependencies: ['db', 'errors', 'principal'] }
+  { name: 'idempotency', fastify: '5.x', dependencies: ['db', 'errors', 'principal', 'shutdown-refusals'] }
 )
 
 /** Deletes keys past their retention; returns how many went. */

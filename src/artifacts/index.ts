@@ -113,7 +113,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     scope.post(
       '/uploads',
       {
-        config: { streamedBody: { mediaType: 'multipart/form-data', schema: UploadRequestBody } },
+        config: { streamedBody: { mediaType: 'multipart/form-data', schema: UploadRequestBody }, keyAccess: 'none' },
         schema: {
           operationId: 'createUpload',
           tags: ['artifacts'],
@@ -141,6 +141,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/uploads',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'listUploads',
         tags: ['artifacts'],
@@ -160,6 +161,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/uploads/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'getUpload',
         tags: ['artifacts'],
@@ -179,6 +181,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/uploads/:id/content',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'getUploadContent',
         tags: ['artifacts'],
@@ -213,6 +216,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/uploads/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'deleteUpload',
         tags: ['artifacts'],
@@ -234,6 +238,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/artifacts',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'createArtifact',
         tags: ['artifacts'],
@@ -297,6 +302,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/artifacts',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listArtifacts',
         tags: ['artifacts'],
@@ -323,6 +329,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/artifacts/:id',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getArtifact',
         tags: ['artifacts'],
@@ -340,6 +347,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/artifacts/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'deleteArtifact',
         tags: ['artifacts'],
@@ -359,6 +367,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/artifacts/:id/content',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getArtifactContent',
         tags: ['artifacts'],
@@ -403,7 +412,8 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
           streamedBody: {
             mediaType: '*/*',
             schema: { type: 'string', format: 'binary', description: 'the new content; its Content-Type is kept' }
-          }
+          },
+          keyAccess: 'none'
         },
         schema: {
           operationId: 'putArtifactContent',
@@ -453,6 +463,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/artifacts/:id/versions',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'listArtifactVersions',
         tags: ['artifacts'],
@@ -478,6 +489,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/artifacts/:id/versions/:version/content',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'getArtifactVersionContent',
         tags: ['artifacts'],
@@ -516,6 +528,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/artifacts/:id/proposals',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'createArtifactProposal',
         tags: ['artifacts'],
@@ -551,6 +564,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/artifacts/:id/proposals',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'listArtifactProposals',
         tags: ['artifacts'],
@@ -577,6 +591,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/artifacts/:id/proposals/:pid/diff',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'getArtifactProposalDiff',
         tags: ['artifacts'],
@@ -610,6 +625,7 @@ const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     app.post(
       `/artifacts/:id/proposals/:pid/${decision}`,
       {
+        config: { keyAccess: 'none' },
         schema: {
           operationId: decision === 'accept' ? 'acceptArtifactProposal' : 'rejectArtifactProposal',
           tags: ['artifacts'],

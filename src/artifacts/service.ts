@@ -134,5 +134,5 @@ export default fp(
       ;(store as { close?: () => void }).close?.()
     })
   },
-  { name: 'artifacts', fastify: '5.x', dependencies: ['db'] }
+  { name: 'artifacts', fastify: '5.x', dependencies: ['db', 'shutdown-refusals'] }
 )

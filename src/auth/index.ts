@@ -47,6 +47,7 @@ import { createSession, deleteSession, setActiveOrg } from './sessions-repo.js'
 import { authRateLimits, type Role } from './tables.js'
 import { hashSecret } from './tokens.js'
 import { createUser, findCredentials, findUser, normalizeEmail } from './users-repo.js'
+import { createWorkerLoop } from '../worker-loop.js'
 
 export interface AuthOptions {
   /** ALLOW_DEV_ORG: GET /auth/whoami says whether this caller acts in the dev org */
@@ -102,18 +103,24 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
   async function countAccount(limit: RateLimiterDrizzle, request: FastifyRequest) {
     await limit.penalty(emailOf(request))
   }
-  // windows long past are removed (a counter is read only while its window runs)
-  const pruner = setInterval(
-    () => {
-      void db
-        .delete(authRateLimits)
-        .where(lt(authRateLimits.expire, new Date(Date.now() - windowMs)))
-        .catch(() => {})
-    },
-    Math.min(windowMs, 300_000)
-  )
-  pruner.unref()
-  app.addHook('onClose', async () => clearInterval(pruner))
+  // windows long past are removed (a counter is read only while its window runs), by every
+  // instance (the delete is idempotent), drained at shutdown like every background job
+  const pruneEveryMs = Math.min(windowMs, 300_000)
+  const pruner = createWorkerLoop<never>({
+    name: 'auth rate-limit pruner',
+    log: app.log,
+    pollMs: pruneEveryMs,
+    every: [
+      {
+        everyMs: pruneEveryMs,
+        job: () => db.delete(authRateLimits).where(lt(authRateLimits.expire, new Date(Date.now() - windowMs)))
+      }
+    ]
+  })
+  app.addHook('onReady', async () => pruner.start())
+  app.addHook('preClose', async () => {
+    await app.shutdown.drain('the auth rate-limit pruner', (ms) => pruner.stop(ms))
+  })
 
   /** The signed-in session behind the cookie; a bearer header never falls back to it. */
   async function requireSession(request: FastifyRequest, reply: FastifyReply) {

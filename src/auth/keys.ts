@@ -15,7 +15,7 @@ const keys: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '',
     {
-      config: { scope: ['admin', 'session', 'user'] },
+      config: { scope: ['admin', 'session', 'user'], keyAccess: 'none' },
       schema: {
         operationId: 'mintApiKey',
         description:
@@ -36,7 +36,7 @@ const keys: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '',
     {
-      config: { scope: 'admin' },
+      config: { scope: 'admin', keyAccess: 'none' },
       schema: {
         operationId: 'listApiKeys',
         tags,
@@ -52,7 +52,7 @@ const keys: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/:id',
     {
-      config: { scope: ['admin', 'session'] },
+      config: { scope: ['admin', 'session'], keyAccess: 'none' },
       schema: {
         operationId: 'revokeApiKey',
         description:

@@ -15,7 +15,7 @@ import {
   unauthorized,
   userRequired
 } from '../../plugins/errors.js'
-import { keyMayReach, normalizeRoute } from './key-allowlist.js'
+import { keyAccessProblem, keyMayCall } from './key-allowlist.js'
 import { SELF_HEADER } from '../providers/self-reach.js'
 
 /**
@@ -107,8 +107,6 @@ export interface PrincipalOptions {
   secureCookie: boolean
   /** how long a resolved session or key may be reused without the database (0: never) */
   cacheTtlMs: number
-  /** routes a key may reach besides KEY_ALLOWLIST (tests' probe routes; empty in the service) */
-  extraKeyRoutes?: readonly string[] | undefined
 }
 
 export interface SessionCookie {
@@ -140,7 +138,7 @@ export function bearerToken(header: string): string | null {
  * Resolves the principal and enforces the route's declared scope. Registered inside the
  * /api scope, so every /api route is protected unless it says `scope: 'public'`.
  * Lanes, in order (contract 2.2): bearer key (never falls back), session cookie, dev org,
- * else 401. A key is then held to the allowlist (src/auth/key-allowlist.ts).
+ * else 401. A key is then held to the route's declared `keyAccess` (src/auth/key-allowlist.ts).
  */
 export default fp(
   async function principalPlugin(app: FastifyInstance, opts: PrincipalOptions) {
@@ -169,13 +167,6 @@ export default fp(
       clear: (reply) => void reply.clearCookie(cookieName, cookieOptions)
     }
     app.decorate('sessionCookie', sessionCookie)
-
-    const extraKeyRoutes = new Set(
-      (opts.extraKeyRoutes ?? []).map((entry) => {
-        const [method, url] = entry.split(' ') as [string, string]
-        return normalizeRoute(method, url)
-      })
-    )
 
     async function resolve(request: FastifyRequest, reply: FastifyReply): Promise<Principal> {
       const authorization = request.headers.authorization
@@ -209,13 +200,21 @@ export default fp(
       request.principal = principal
       if (principal.kind === 'key') {
         if (scopes.includes('session')) throw sessionRequired()
-        const url = request.routeOptions.url ?? ''
-        if (!keyMayReach(request.method, url) && !extraKeyRoutes.has(normalizeRoute(request.method, url))) {
+        if (!keyMayCall(request.routeOptions.config)) {
           throw unauthorized('API keys may not call this route')
         }
       }
       for (const scope of scopes) enforce(scope, principal)
     }
+
+    // every route of this scope says what a key may do there, or the app does not start
+    app.addHook('onRoute', function declaredKeyAccess(route) {
+      if (routeScopes(route.config?.scope).includes('public')) return
+      for (const method of Array.isArray(route.method) ? route.method : [route.method]) {
+        const problem = keyAccessProblem(method, route.url, route.config?.keyAccess)
+        if (problem !== null) throw new Error(problem)
+      }
+    })
 
     // A callback hook, so public routes (health, config) pass without a promise
     app.addHook('onRequest', function scopeGuard(request, reply, done) {
@@ -231,7 +230,7 @@ export default fp(
       }, done)
     })
   },
-  { name: 'principal', fastify: '5.x', dependencies: ['errors', 'db', '@fastify/cookie'] }
+  { name: 'principal', fastify: '5.x', dependencies: ['errors', 'db', '@fastify/cookie', 'shutdown-refusals'] }
 )
 
 const IdentityNotice = Type.Object({

@@ -72,6 +72,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/automations',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'createAutomation',
         tags: AUTOMATIONS,
@@ -106,6 +107,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/automations',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listAutomations',
         tags: AUTOMATIONS,
@@ -129,6 +131,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/automations/:id',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getAutomation',
         tags: AUTOMATIONS,
@@ -149,6 +152,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.patch(
     '/automations/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'updateAutomation',
         tags: AUTOMATIONS,
@@ -184,6 +188,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/automations/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'deleteAutomation',
         tags: AUTOMATIONS,
@@ -203,7 +208,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/automations/:id/trigger',
     {
-      config: { idempotent: true },
+      config: { idempotent: true, keyAccess: 'none' },
       schema: {
         operationId: 'triggerAutomation',
         tags: AUTOMATIONS,
@@ -241,6 +246,7 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/automations/:id/fires',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listAutomationFires',
         tags: AUTOMATIONS,

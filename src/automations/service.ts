@@ -50,5 +50,5 @@ export default fp(
       await app.shutdown.drain('the scheduler', (ms) => scheduler.stop(ms))
     })
   },
-  { name: 'automations', fastify: '5.x', dependencies: ['db', 'runs'] }
+  { name: 'automations', fastify: '5.x', dependencies: ['db', 'runs', 'shutdown-refusals'] }
 )

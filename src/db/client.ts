@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks'
 import { mkdirSync } from 'node:fs'
 import { resolve } from 'node:path'
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core'
@@ -161,26 +162,65 @@ export const PLAN_EACH_TIME = '/* planned each time */'
  * database time of a short statement (bench/runs.ts). The same holds inside transactions
  * and savepoints, whose clients are wrapped the same way.
  */
-function preparedStatements<T extends Sql>(client: T): T {
+function preparedStatements<T extends Sql>(client: T, oneConnection?: TransactionWatch): T {
   return new Proxy(client, {
     get(target, property, receiver) {
       if (property === 'unsafe') {
-        return (query: string, parameters?: unknown[], options?: Record<string, unknown>) =>
-          target.unsafe(query, parameters as never, { ...options, prepare: !query.startsWith(PLAN_EACH_TIME) })
+        return (query: string, parameters?: unknown[], options?: Record<string, unknown>) => {
+          oneConnection?.refuseInside()
+          return target.unsafe(query, parameters as never, { ...options, prepare: !query.startsWith(PLAN_EACH_TIME) })
+        }
       }
       if (property === 'begin' || property === 'savepoint') {
-        const open = Reflect.get(target, property, receiver) as (...args: unknown[]) => unknown
-        return (...args: unknown[]) =>
-          open.apply(
+        const open = Reflect.get(target, property, receiver) as (...args: unknown[]) => Promise<unknown>
+        return (...args: unknown[]) => {
+          oneConnection?.refuseInside()
+          const wrap = (fn: (c: Sql) => unknown) => (inner: Sql) => fn(preparedStatements(inner))
+          if (!oneConnection)
+            return open.apply(
+              target,
+              args.map((arg) => (typeof arg === 'function' ? wrap(arg as (c: Sql) => unknown) : arg))
+            )
+          const transaction = { open: true }
+          const done = open.apply(
             target,
             args.map((arg) =>
-              typeof arg === 'function' ? (inner: Sql) => (arg as (c: Sql) => unknown)(preparedStatements(inner)) : arg
+              typeof arg === 'function'
+                ? (inner: Sql) => oneConnection.scope.run(transaction, () => wrap(arg as (c: Sql) => unknown)(inner))
+                : arg
             )
           )
+          // registered before the caller's own await, so code after the transaction is outside it
+          done.then(
+            () => (transaction.open = false),
+            () => (transaction.open = false)
+          )
+          return done
+        }
       }
       return Reflect.get(target, property, receiver)
     }
   })
+}
+
+/**
+ * Where the pool has one connection (the embedded database), a query on `db` awaited inside
+ * `db.transaction(async (tx) => …)` waits for the connection the transaction holds, and the
+ * transaction waits for it: the process hangs without a word. The transaction's callback
+ * runs in an async scope of its own, so such a query is recognised when it is made and
+ * refused at once, naming the mistake. Queries of other requests (other scopes) wait their
+ * turn as usual.
+ */
+export class TransactionWatch {
+  readonly scope = new AsyncLocalStorage<{ open: boolean }>()
+
+  refuseInside(): void {
+    if (this.scope.getStore()?.open !== true) return
+    throw new Error(
+      "a query on `db` inside `db.transaction()`: the transaction holds the embedded database's only " +
+        "connection, so this query would wait for it forever. Use the transaction's `tx` for every query inside it."
+    )
+  }
 }
 
 /**
@@ -219,7 +259,7 @@ async function openPglite(dataDir: string, template?: string): Promise<Database>
   }
   // max_pipeline is a postgres.js option its types leave out
   const pg = postgres(options as postgres.Options<Record<string, never>>)
-  const db = drizzlePostgres({ client: preparedStatements(pg), schema }) as unknown as Db
+  const db = drizzlePostgres({ client: preparedStatements(pg, new TransactionWatch()), schema }) as unknown as Db
   return {
     kind: 'pglite',
     db,

@@ -5,6 +5,7 @@
 // instead of 5–9). This does what autovacuum would, with its own thresholds and settings:
 // every pass flushes the table counters, then vacuums and analyzes the tables past them.
 import { sql } from 'drizzle-orm'
+import { createWorkerLoop } from '../worker-loop.js'
 import { rowsOf, type Db } from './client.js'
 
 export interface MaintenanceStep {
@@ -71,31 +72,28 @@ export interface MaintenanceLoop {
   stop(): Promise<void>
 }
 
-/** A pass every `everyMs` (the timer does not keep the process alive; passes never overlap). */
+/** A pass every `everyMs` (a worker loop's job: the timer does not keep the process alive; passes never overlap). */
 export function startMaintenance(
   db: Db,
   everyMs: number,
   log: { debug(o: object, m: string): void; warn(o: object, m: string): void }
 ): MaintenanceLoop {
-  let running: Promise<void> | null = null
-  const timer = setInterval(() => {
-    if (running) return
+  const pass = async () => {
     const started = performance.now()
-    running = maintainEmbedded(db)
-      .then((steps) => {
-        if (steps.length > 0)
-          log.debug({ steps, ms: Math.round(performance.now() - started) }, 'embedded database: vacuumed and analyzed')
-      })
-      .catch((err: unknown) => log.warn({ err }, 'embedded database: maintenance failed'))
-      .finally(() => {
-        running = null
-      })
-  }, everyMs)
-  timer.unref()
+    const steps = await maintainEmbedded(db)
+    if (steps.length > 0)
+      log.debug({ steps, ms: Math.round(performance.now() - started) }, 'embedded database: vacuumed and analyzed')
+  }
+  const loop = createWorkerLoop<never>({
+    name: 'embedded database maintenance',
+    log,
+    pollMs: everyMs,
+    every: [{ everyMs, job: pass }]
+  })
+  loop.start()
   return {
     async stop() {
-      clearInterval(timer)
-      await running
+      await loop.stop()
     }
   }
 }

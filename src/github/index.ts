@@ -63,7 +63,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.put(
     '/integrations/github',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'connectGitHub',
         tags: INTEGRATIONS,
@@ -85,7 +85,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/integrations/github',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'disconnectGitHub',
         tags: INTEGRATIONS,
@@ -105,6 +105,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/github/repos',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listGitHubRepos',
         tags: GITHUB,
@@ -125,6 +126,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/github/repos/:owner/:repo/pulls',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listGitHubPulls',
         tags: GITHUB,
@@ -152,6 +154,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/skills/import',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'importSkill',
         tags: GITHUB,
@@ -192,6 +195,7 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/knowledge/wiki',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'buildRepoWiki',
         tags: GITHUB,

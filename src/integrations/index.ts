@@ -14,6 +14,7 @@ const integrationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/integrations',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'listIntegrations',
         tags: INTEGRATIONS,

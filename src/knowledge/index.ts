@@ -66,6 +66,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/knowledge',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'createKnowledgeRecord',
         tags: TAGS,
@@ -91,6 +92,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/knowledge',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listKnowledgeRecords',
         tags: TAGS,
@@ -115,6 +117,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/knowledge/search',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'searchKnowledge',
         tags: TAGS,
@@ -141,6 +144,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/knowledge/:id',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getKnowledgeRecord',
         tags: TAGS,
@@ -161,6 +165,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.patch(
     '/knowledge/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'updateKnowledgeRecord',
         tags: TAGS,
@@ -193,6 +198,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/knowledge/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'deleteKnowledgeRecord',
         tags: TAGS,
@@ -214,6 +220,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/knowledge/:id/history',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'getKnowledgeRecordHistory',
         tags: TAGS,
@@ -239,7 +246,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
     scope.post(
       '/knowledge/documents',
       {
-        config: { streamedBody: { mediaType: 'multipart/form-data', schema: DocumentUploadBody } },
+        config: { streamedBody: { mediaType: 'multipart/form-data', schema: DocumentUploadBody }, keyAccess: 'none' },
         schema: {
           operationId: 'createKnowledgeDocument',
           tags: TAGS,
@@ -283,6 +290,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/knowledge/documents',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'listKnowledgeDocuments',
         tags: TAGS,
@@ -306,6 +314,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/knowledge/documents/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'getKnowledgeDocument',
         tags: TAGS,
@@ -326,6 +335,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/knowledge/documents/:id/chunks',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'listKnowledgeDocumentChunks',
         tags: TAGS,
@@ -346,6 +356,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/knowledge/documents/:id/retry',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'retryKnowledgeDocument',
         tags: TAGS,
@@ -368,6 +379,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/knowledge/documents/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'deleteKnowledgeDocument',
         tags: TAGS,
@@ -390,6 +402,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/knowledge/drafts',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'createKnowledgeDraft',
         tags: TAGS,
@@ -421,6 +434,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/knowledge/drafts',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'listKnowledgeDrafts',
         tags: TAGS,
@@ -445,6 +459,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/knowledge/drafts/:id/approve',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'approveKnowledgeDraft',
         tags: TAGS,
@@ -477,6 +492,7 @@ const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/knowledge/drafts/:id/reject',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'rejectKnowledgeDraft',
         tags: TAGS,

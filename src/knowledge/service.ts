@@ -125,5 +125,5 @@ export default fp(
       await app.shutdown.drain('the document worker', (ms) => worker.stop(ms))
     })
   },
-  { name: 'knowledge', fastify: '5.x', dependencies: ['db'] }
+  { name: 'knowledge', fastify: '5.x', dependencies: ['db', 'shutdown-refusals'] }
 )

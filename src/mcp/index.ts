@@ -365,6 +365,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
     scope.post(
       '/mcp',
       {
+        config: { keyAccess: 'dispatch' },
         schema: {
           operationId: 'mcpMessage',
           tags: TAGS,
@@ -388,6 +389,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
     scope.get(
       '/mcp',
       {
+        config: { keyAccess: 'read' },
         exposeHeadRoute: false,
         schema: {
           operationId: 'mcpStream',
@@ -404,6 +406,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
     scope.delete(
       '/mcp',
       {
+        config: { keyAccess: 'dispatch' },
         schema: {
           operationId: 'mcpEndSession',
           tags: TAGS,
@@ -422,7 +425,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
   app.post(
     '/mcp-servers',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'createMcpServer',
         tags: TAGS,
@@ -444,6 +447,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
   app.get(
     '/mcp-servers',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'listMcpServers',
         tags: TAGS,
@@ -467,7 +471,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
   app.post(
     '/mcp-servers/:id/check',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'checkMcpServer',
         tags: TAGS,
@@ -488,7 +492,7 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
   app.delete(
     '/mcp-servers/:id',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'deleteMcpServer',
         tags: TAGS,

@@ -3,7 +3,7 @@ import fp from 'fastify-plugin'
 import { conflict, validationFailed } from '../../plugins/errors.js'
 import type { Config } from '../config.js'
 import { newId } from '../db/ids.js'
-import { guardUrl, providerFetcher, type ProviderFetch } from '../providers/address-guard.js'
+import { guardUrl, providerFetcher, typedHttpUrl, type ProviderFetch } from '../providers/address-guard.js'
 import type { InternalSecrets } from '../secrets/service.js'
 import { MCP_TOOL_PREFIX } from '../../schemas/mcp.js'
 import {
@@ -113,18 +113,7 @@ export function serverNameProblem(name: string): string | null {
 
 /** A server URL as stored: http(s), no credentials or fragment; or the 400 saying what is wrong. */
 export function normalizeServerUrl(raw: string): string {
-  const refuse = (message: string) => validationFailed([{ path: '/body/url', message }])
-  let url: URL
-  try {
-    url = new URL(raw.trim())
-  } catch {
-    throw refuse('must be an absolute http(s) URL')
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw refuse('must be an http or https URL')
-  if (url.username !== '' || url.password !== '') throw refuse('must not carry credentials; send them as headers')
-  if (url.hash !== '') throw refuse('must not have a fragment')
-  if (url.hostname === '') throw refuse('must name a host')
-  return url.href
+  return typedHttpUrl(raw, { path: '/body/url', credentialsGo: 'send them as headers', query: true }).href
 }
 
 /** Cairn as an MCP client: the org's servers, their sealed headers, and their tools for runs. */
@@ -380,5 +369,5 @@ export default fp(
       await app.shutdown.close("the MCP servers' connections", () => fetcher.close())
     })
   },
-  { name: 'mcp', fastify: '5.x', dependencies: ['db', 'secrets'] }
+  { name: 'mcp', fastify: '5.x', dependencies: ['db', 'secrets', 'shutdown-refusals'] }
 )

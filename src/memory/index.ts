@@ -74,6 +74,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.get(
     '/memory/search',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'searchMemory',
         tags: ['memory'],
@@ -111,6 +112,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.post(
     '/memory/item/:id/embed',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'embedMemoryItem',
         tags: ['memory'],
@@ -138,6 +140,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.get(
     '/memory/browse',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'browseMemory',
         tags: ['memory'],
@@ -183,6 +186,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.post(
     '/memory/items',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'addMemoryItem',
         tags: ['memory'],
@@ -214,6 +218,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.patch(
     '/memory/item/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'updateMemoryItem',
         tags: ['memory'],
@@ -246,6 +251,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.delete(
     '/memory/item/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'deleteMemoryItem',
         tags: ['memory'],
@@ -268,6 +274,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.get(
     '/memory/item/:id/history',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'getMemoryItemHistory',
         tags: ['memory'],
@@ -295,6 +302,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.get(
     '/memory/captures',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listCaptures',
         tags: ['memory'],
@@ -318,6 +326,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.post(
     '/memory/captures/:runId/retry',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'retryCapture',
         tags: ['memory'],
@@ -342,6 +351,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.post(
     '/memory/captures/:runId/resolve',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'resolveCapture',
         tags: ['memory'],
@@ -381,6 +391,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.get(
     '/memory/recalls',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listRecalls',
         tags: ['memory'],
@@ -406,6 +417,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.get(
     '/memory/settings',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'getMemorySettings',
         tags: ['memory'],
@@ -422,7 +434,7 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
   app.put(
     '/memory/settings',
     {
-      config: { scope: 'admin' },
+      config: { scope: 'admin', keyAccess: 'none' },
       schema: {
         operationId: 'updateMemorySettings',
         tags: ['memory'],

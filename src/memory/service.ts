@@ -252,5 +252,5 @@ export default fp(
       })
     })
   },
-  { name: 'memory', fastify: '5.x', dependencies: ['db'] }
+  { name: 'memory', fastify: '5.x', dependencies: ['db', 'shutdown-refusals'] }
 )

@@ -12,6 +12,7 @@ const platformRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/dashboard',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'getDashboard',
         tags: PLATFORM,
@@ -27,7 +28,7 @@ const platformRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/usage',
     {
-      config: { scope: 'admin' },
+      config: { scope: 'admin', keyAccess: 'none' },
       schema: {
         operationId: 'getUsage',
         tags: PLATFORM,

@@ -264,3 +264,28 @@ export async function guardUrl(url: string, allowPrivate: boolean, path: string,
   }
   if (refused) throw validationFailed([{ path, message: `${refused}; ${what} may not be reached there` }])
 }
+
+/**
+ * A URL an org admin typed for the service to call (a provider's base URL, an MCP server):
+ * absolute http(s), naming a host, without credentials (they travel as a key or headers,
+ * never in a URL that is stored and shown) or a fragment, and without a query where
+ * `query` is false; or the 400 saying what is wrong with the field at `path`.
+ */
+export function typedHttpUrl(
+  raw: string,
+  { path, credentialsGo, query }: { path: string; credentialsGo: string; query: boolean }
+): URL {
+  const refuse = (message: string) => validationFailed([{ path, message }])
+  let url: URL
+  try {
+    url = new URL(raw.trim())
+  } catch {
+    throw refuse('must be an absolute http(s) URL')
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw refuse('must be an http or https URL')
+  if (url.username !== '' || url.password !== '') throw refuse(`must not carry credentials; ${credentialsGo}`)
+  if (!query && url.search !== '') throw refuse('must not have a query or a fragment')
+  if (url.hash !== '') throw refuse(query ? 'must not have a fragment' : 'must not have a query or a fragment')
+  if (url.hostname === '') throw refuse('must name a host')
+  return url
+}

@@ -33,7 +33,7 @@ const providersRoutes: FastifyPluginAsyncTypebox<ProvidersRoutesOptions> = async
   app.post(
     '/providers',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'createProvider',
         tags: PROVIDERS,
@@ -57,6 +57,7 @@ const providersRoutes: FastifyPluginAsyncTypebox<ProvidersRoutesOptions> = async
   app.get(
     '/providers',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'listProviders',
         tags: PROVIDERS,
@@ -80,7 +81,7 @@ const providersRoutes: FastifyPluginAsyncTypebox<ProvidersRoutesOptions> = async
   app.delete(
     '/providers/:id',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'deleteProvider',
         tags: PROVIDERS,
@@ -104,7 +105,7 @@ const providersRoutes: FastifyPluginAsyncTypebox<ProvidersRoutesOptions> = async
   app.post(
     '/providers/:id/check',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'checkProvider',
         tags: PROVIDERS,
@@ -127,6 +128,7 @@ const providersRoutes: FastifyPluginAsyncTypebox<ProvidersRoutesOptions> = async
   app.get(
     '/models',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listModels',
         tags: PROVIDERS,
@@ -166,6 +168,7 @@ const providersRoutes: FastifyPluginAsyncTypebox<ProvidersRoutesOptions> = async
   app.get(
     '/models/default',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getDefaultModel',
         tags: PROVIDERS,
@@ -186,7 +189,7 @@ const providersRoutes: FastifyPluginAsyncTypebox<ProvidersRoutesOptions> = async
   app.put(
     '/models/default',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'setDefaultModel',
         tags: PROVIDERS,
@@ -219,6 +222,7 @@ const providersRoutes: FastifyPluginAsyncTypebox<ProvidersRoutesOptions> = async
   app.get(
     '/models/embedding',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getEmbeddingModel',
         tags: PROVIDERS,
@@ -235,7 +239,7 @@ const providersRoutes: FastifyPluginAsyncTypebox<ProvidersRoutesOptions> = async
   app.put(
     '/models/embedding',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'setEmbeddingModel',
         tags: PROVIDERS,

@@ -1,11 +1,11 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import { conflict, validationFailed } from '../../plugins/errors.js'
+import { conflict } from '../../plugins/errors.js'
 import type { Config } from '../config.js'
 import { newId } from '../db/ids.js'
 import type { OrgProviders } from '../runs/ports/providers.js'
 import type { InternalSecrets } from '../secrets/service.js'
-import { guardUrl, providerFetcher, type ProviderFetch } from './address-guard.js'
+import { guardUrl, providerFetcher, typedHttpUrl, type ProviderFetch } from './address-guard.js'
 import { probeModels } from './probe.js'
 import {
   apiKeySecretName,
@@ -61,17 +61,7 @@ export interface ProvidersServiceOptions {
  * without trailing slashes; or the 400 saying what is wrong with it.
  */
 export function normalizeBaseUrl(raw: string): string {
-  const refuse = (message: string) => validationFailed([{ path: '/body/baseUrl', message }])
-  let url: URL
-  try {
-    url = new URL(raw.trim())
-  } catch {
-    throw refuse('must be an absolute http(s) URL')
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw refuse('must be an http or https URL')
-  if (url.username !== '' || url.password !== '') throw refuse('must not carry credentials; send the key as apiKey')
-  if (url.search !== '' || url.hash !== '') throw refuse('must not have a query or a fragment')
-  if (url.hostname === '') throw refuse('must name a host')
+  const url = typedHttpUrl(raw, { path: '/body/baseUrl', credentialsGo: 'send the key as apiKey', query: false })
   return `${url.origin}${url.pathname.replace(/\/+$/, '')}`
 }
 
@@ -169,5 +159,5 @@ export default fp(
       await app.shutdown.close("the model providers' connections", () => fetcher.close())
     })
   },
-  { name: 'providers', fastify: '5.x', dependencies: ['db', 'secrets'] }
+  { name: 'providers', fastify: '5.x', dependencies: ['db', 'secrets', 'shutdown-refusals'] }
 )

@@ -142,5 +142,5 @@ export default fp(
       })
     })
   },
-  { name: 'retrieval', fastify: '5.x', dependencies: ['db'] }
+  { name: 'retrieval', fastify: '5.x', dependencies: ['db', 'shutdown-refusals'] }
 )

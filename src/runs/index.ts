@@ -86,7 +86,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/runs',
     {
-      config: { idempotent: true },
+      config: { idempotent: true, keyAccess: 'dispatch' },
       schema: {
         operationId: 'createRun',
         tags: ['runs'],
@@ -112,6 +112,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/runs',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listRuns',
         tags: ['runs'],
@@ -139,6 +140,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/runs/changes',
     {
+      config: { keyAccess: 'read' },
       exposeHeadRoute: false,
       schema: {
         operationId: 'streamRunChanges',
@@ -167,6 +169,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/runs/:id',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getRun',
         tags: ['runs'],
@@ -193,6 +196,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/runs/:id/messages',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getRunMessages',
         tags: ['runs'],
@@ -214,6 +218,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/runs/:id/cancel',
     {
+      config: { keyAccess: 'dispatch' },
       schema: {
         operationId: 'cancelRun',
         tags: ['runs'],
@@ -235,6 +240,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/runs/:id/events',
     {
+      config: { keyAccess: 'read' },
       exposeHeadRoute: false,
       schema: {
         operationId: 'streamRunEvents',
@@ -298,6 +304,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/runs/:rootRunId/thread-events',
     {
+      config: { keyAccess: 'read' },
       exposeHeadRoute: false,
       schema: {
         operationId: 'streamThreadEvents',
@@ -330,6 +337,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/threads',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listThreads',
         tags: ['runs'],
@@ -349,6 +357,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/threads/:rootRunId',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getThread',
         tags: ['runs'],
@@ -374,6 +383,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/chat',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'chat',
         tags: ['runs'],

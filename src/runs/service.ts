@@ -225,5 +225,5 @@ export default fp(
       await outputCheck.close()
     })
   },
-  { name: 'runs', fastify: '5.x', dependencies: ['db', 'event-bus'] }
+  { name: 'runs', fastify: '5.x', dependencies: ['db', 'event-bus', 'shutdown-refusals'] }
 )

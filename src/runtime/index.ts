@@ -92,6 +92,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
   app.get(
     '/tools/policies',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'listToolPolicies',
         tags: ['runtime'],
@@ -109,7 +110,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
   app.put(
     '/tools/policies/:tool',
     {
-      config: { scope: ['admin', 'session'] },
+      config: { scope: ['admin', 'session'], keyAccess: 'none' },
       schema: {
         operationId: 'setToolPolicy',
         tags: ['runtime'],
@@ -133,6 +134,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
   app.get(
     '/runs/:id/approvals',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listApprovals',
         tags: ['runtime'],
@@ -155,6 +157,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
   app.post(
     '/runs/:id/approvals/:approvalId',
     {
+      config: { keyAccess: 'decide' },
       schema: {
         operationId: 'decideApproval',
         tags: ['runtime'],
@@ -184,7 +187,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
     '/runs/:id/terminal',
     {
       websocket: true,
-      config: { scope: 'session' },
+      config: { scope: 'session', keyAccess: 'none' },
       schema: {
         operationId: 'openTerminal',
         tags: ['runtime'],
@@ -216,7 +219,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
     '/desktop-proxy/:threadId/websockify',
     {
       websocket: true,
-      config: { scope: 'session' },
+      config: { scope: 'session', keyAccess: 'none' },
       schema: {
         operationId: 'openDesktop',
         tags: ['runtime'],

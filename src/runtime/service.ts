@@ -233,5 +233,5 @@ export default fp(
       })
     })
   },
-  { name: 'runtime', fastify: '5.x', dependencies: ['db'] }
+  { name: 'runtime', fastify: '5.x', dependencies: ['db', 'shutdown-refusals'] }
 )

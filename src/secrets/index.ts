@@ -20,7 +20,7 @@ const secretsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/secrets',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'listSecrets',
         tags: SECRETS,
@@ -41,7 +41,7 @@ const secretsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.put(
     '/secrets/:name',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'putSecret',
         tags: SECRETS,
@@ -70,7 +70,7 @@ const secretsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/secrets/:name',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'deleteSecret',
         tags: SECRETS,

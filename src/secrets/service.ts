@@ -234,5 +234,5 @@ export default fp(
       await app.shutdown.drain('re-sealing secrets', () => resealing)
     })
   },
-  { name: 'secrets', fastify: '5.x', dependencies: ['db'] }
+  { name: 'secrets', fastify: '5.x', dependencies: ['db', 'shutdown-refusals'] }
 )

@@ -67,6 +67,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/skills',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'createSkill',
         tags: SKILLS,
@@ -88,6 +89,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/skills',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listSkills',
         tags: SKILLS,
@@ -109,6 +111,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/skills/proposals',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'createSkillProposal',
         tags: SKILLS,
@@ -140,6 +143,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/skills/proposals',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'listSkillProposals',
         tags: SKILLS,
@@ -165,6 +169,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/skills/proposals/:id/accept',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'acceptSkillProposal',
         tags: SKILLS,
@@ -187,6 +192,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/skills/proposals/:id/reject',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'rejectSkillProposal',
         tags: SKILLS,
@@ -210,6 +216,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/skills/:id',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getSkill',
         tags: SKILLS,
@@ -230,6 +237,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/skills/:id/skill.md',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getSkillFile',
         tags: SKILLS,
@@ -254,6 +262,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.patch(
     '/skills/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'updateSkill',
         tags: SKILLS,
@@ -284,6 +293,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/skills/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'deleteSkill',
         tags: SKILLS,
@@ -306,7 +316,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/skills/:id/run',
     {
-      config: { idempotent: true },
+      config: { idempotent: true, keyAccess: 'dispatch' },
       schema: {
         operationId: 'runSkill',
         tags: SKILLS,
@@ -338,6 +348,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/playbooks',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'createPlaybook',
         tags: PLAYBOOKS,
@@ -369,6 +380,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/playbooks',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listPlaybooks',
         tags: PLAYBOOKS,
@@ -391,6 +403,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/playbooks/:id',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getPlaybook',
         tags: PLAYBOOKS,
@@ -411,6 +424,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.patch(
     '/playbooks/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'updatePlaybook',
         tags: PLAYBOOKS,
@@ -438,6 +452,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/playbooks/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'deletePlaybook',
         tags: PLAYBOOKS,
@@ -459,7 +474,7 @@ const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/playbooks/:id/run',
     {
-      config: { idempotent: true },
+      config: { idempotent: true, keyAccess: 'dispatch' },
       schema: {
         operationId: 'runPlaybook',
         tags: PLAYBOOKS,

@@ -28,7 +28,7 @@ const slackRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.put(
     '/integrations/slack',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'connectSlack',
         tags: ['integrations'],
@@ -50,7 +50,7 @@ const slackRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/integrations/slack',
     {
-      config: ADMIN,
+      config: { ...ADMIN, keyAccess: 'none' },
       schema: {
         operationId: 'disconnectSlack',
         tags: ['integrations'],

@@ -285,5 +285,5 @@ export default fp(
       )
     })
   },
-  { name: 'slack', fastify: '5.x', dependencies: ['db', 'event-bus', 'secrets'] }
+  { name: 'slack', fastify: '5.x', dependencies: ['db', 'event-bus', 'secrets', 'shutdown-refusals'] }
 )

@@ -82,6 +82,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/projects',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'createProject',
         tags: PROJECTS,
@@ -105,6 +106,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/projects',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listProjects',
         tags: PROJECTS,
@@ -125,6 +127,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/projects/:id',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getProject',
         tags: PROJECTS,
@@ -145,6 +148,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.patch(
     '/projects/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'updateProject',
         tags: PROJECTS,
@@ -166,6 +170,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/projects/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'deleteProject',
         tags: PROJECTS,
@@ -187,6 +192,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/tasks',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'createTask',
         tags: TASKS,
@@ -216,6 +222,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/tasks',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'listTasks',
         tags: TASKS,
@@ -242,6 +249,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/tasks/:id',
     {
+      config: { keyAccess: 'read' },
       schema: {
         operationId: 'getTask',
         tags: TASKS,
@@ -262,6 +270,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.patch(
     '/tasks/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'updateTask',
         tags: TASKS,
@@ -283,6 +292,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/tasks/:id',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'deleteTask',
         tags: TASKS,
@@ -302,6 +312,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/tasks/:id/move',
     {
+      config: { keyAccess: 'none' },
       schema: {
         operationId: 'moveTask',
         tags: TASKS,
@@ -323,7 +334,7 @@ const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/tasks/:id/run',
     {
-      config: { idempotent: true },
+      config: { idempotent: true, keyAccess: 'none' },
       schema: {
         operationId: 'runTask',
         tags: TASKS,

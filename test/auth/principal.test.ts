@@ -1,7 +1,8 @@
 import cookie from '@fastify/cookie'
 import Fastify from 'fastify'
 import t from 'tap'
-import type { ShutdownBudget } from '../../plugins/shutdown.js'
+import securityHeaders from '../../plugins/security-headers.js'
+import shutdownRefusals from '../../plugins/shutdown.js'
 import dbPlugin from '../../plugins/db.js'
 import errorsPlugin from '../../plugins/errors.js'
 import principalPlugin, { isLoopback, realUserId, type Scope } from '../../src/auth/principal.js'
@@ -14,11 +15,8 @@ async function scopedApp(t: Teardown, allowDevOrg: boolean) {
   const app = Fastify()
   await app.register(errorsPlugin)
   // the shutdown's budget (plugins/shutdown.ts), which the principal plugin's close hook goes through
-  const budget: ShutdownBudget = {
-    drain: async (_what, stop) => void (await stop(10_000)),
-    close: async (_what, close) => void (await close())
-  }
-  app.decorate('shutdown', budget)
+  await app.register(securityHeaders, { apiHeaders: {} })
+  await app.register(shutdownRefusals, { graceMs: 10_000 })
   await app.register(dbPlugin, { database, closeOnShutdown: false })
   await app.register(cookie)
   await app.register(
@@ -34,7 +32,7 @@ async function scopedApp(t: Teardown, allowDevOrg: boolean) {
         ['admin-session', ['admin', 'session']]
       ]
       for (const [name, scope] of scopes) {
-        api.get(`/${name}`, { config: scope === undefined ? {} : { scope } }, async (request) => ({
+        api.get(`/${name}`, { config: { scope, keyAccess: 'none' } }, async (request) => ({
           principal: request.principal,
           realUser: realUserId(request.principal)
         }))

@@ -16,8 +16,22 @@ import {
   signUp,
   signUpWithOrg,
   testConfig,
-  waitFor
+  waitFor,
+  type Teardown
 } from '../helper.js'
+import { buildGroupApp } from '../group-app.js'
+import secretsRoutes from '../../src/secrets/index.js'
+import secretsService from '../../src/secrets/service.js'
+
+/** The secrets group alone, sealing with `key`. */
+const buildSecretsApp = (t: Teardown, key: string) =>
+  buildGroupApp(t, {
+    env: { SECRETS_KEY: key },
+    services: async (app, config) => {
+      await app.register(secretsService, { config })
+    },
+    routes: [secretsRoutes]
+  })
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
@@ -106,7 +120,7 @@ t.test('redaction: whole values, values inside others, and values split across s
 })
 
 t.test('routes: admin only, never a value, 201 then 200, 404, keys get 401', async (t) => {
-  const app = await buildTestApp(t, { env: { SECRETS_KEY: KEY_A } })
+  const app = await buildSecretsApp(t, KEY_A)
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
 
@@ -216,7 +230,7 @@ t.test('routes: admin only, never a value, 201 then 200, 404, keys get 401', asy
 })
 
 t.test('a ciphertext copied to another org or name does not open', async (t) => {
-  const app = await buildTestApp(t, { env: { SECRETS_KEY: KEY_A } })
+  const app = await buildSecretsApp(t, KEY_A)
   const a = await signUpWithOrg(app)
   const b = await signUpWithOrg(app)
   await put(app, a.cookie, 'TOKEN', 'value-of-a')

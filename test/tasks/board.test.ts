@@ -1,9 +1,21 @@
 import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
-import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg, waitFor } from '../helper.js'
+import { buildGroupApp } from '../group-app.js'
+import { addMember, mintKey, signUp, signUpWithOrg, type Teardown } from '../helper.js'
+import tasksRoutes from '../../src/tasks/index.js'
+import tasksService from '../../src/tasks/service.js'
 
-type App = Awaited<ReturnType<typeof buildTestApp>>
+/** The tasks group alone (its runs, which need the runs group, are in task-runs.test.ts). */
+const buildTasksApp = (t: Teardown) =>
+  buildGroupApp(t, {
+    services: async (app) => {
+      await app.register(tasksService)
+    },
+    routes: [tasksRoutes]
+  })
+
+type App = Awaited<ReturnType<typeof buildTasksApp>>
 interface Task {
   id: string
   title: string
@@ -48,7 +60,7 @@ async function board(app: App, headers: Record<string, string>, projectId: strin
 }
 
 t.test('projects: CRUD, archive and restore, a filter, deleting takes its tasks', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildTasksApp(t)
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
   const created = await app.inject({ method: 'POST', url: '/api/projects', headers, payload: { name: 'Launch' } })
@@ -103,7 +115,7 @@ t.test('projects: CRUD, archive and restore, a filter, deleting takes its tasks'
 t.test(
   'tasks: created last in their column, edited by revision, moved above, below, between and to the end',
   async (t) => {
-    const app = await buildTestApp(t)
+    const app = await buildTasksApp(t)
     const owner = await signUpWithOrg(app)
     const headers = { cookie: owner.cookie }
     const project = (
@@ -237,7 +249,7 @@ t.test(
 )
 
 t.test('two moves with one revision: one 200, one 409', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildTasksApp(t)
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
   const task = (await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title: 'raced' } })).json()
@@ -254,7 +266,7 @@ t.test('two moves with one revision: one 200, one 409', async (t) => {
 })
 
 t.test('property: 200 random moves keep one total order, equal to a model; each writes one row', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildTasksApp(t)
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
   const project = (
@@ -341,58 +353,4 @@ t.test('property: 200 random moves keep one total order, equal to a model; each 
       `${status}: strictly increasing positions`
     )
   }
-})
-
-t.test('a task run: doing with its run at once, done when the run succeeds; idempotent', async (t) => {
-  const app = await buildTestApp(t)
-  const owner = await signUpWithOrg(app)
-  const headers = { cookie: owner.cookie }
-  const task = (
-    await app.inject({
-      method: 'POST',
-      url: '/api/tasks',
-      headers,
-      payload: { title: 'Summarize the incident', description: 'Keep it short.' }
-    })
-  ).json().task
-  // a response format the output check could not run is refused before the task moves
-  const refused = await app.inject({
-    method: 'POST',
-    url: `/api/tasks/${task.id}/run`,
-    headers,
-    payload: { responseFormat: { type: 'json_schema', name: 's', schema: { $ref: '#' } } }
-  })
-  t.equal(refused.statusCode, 400)
-  t.match(refused.json(), { error: 'validation_failed', message: /recursive schemas are not accepted/ })
-  t.match((await app.inject({ method: 'GET', url: `/api/tasks/${task.id}`, headers })).json().task, {
-    status: 'todo',
-    runId: null,
-    revision: 1
-  })
-  const started = await app.inject({
-    method: 'POST',
-    url: `/api/tasks/${task.id}/run`,
-    headers: { ...headers, 'idempotency-key': 'task-1' }
-  })
-  t.equal(started.statusCode, 201)
-  const { run, task: doing } = started.json()
-  t.match(run, { prompt: 'Summarize the incident\n\nKeep it short.', origin: 'web', metadata: { taskId: task.id } })
-  t.match(doing, { status: 'doing', runId: run.id, revision: 2 })
-  const replay = await app.inject({
-    method: 'POST',
-    url: `/api/tasks/${task.id}/run`,
-    headers: { ...headers, 'idempotency-key': 'task-1' }
-  })
-  t.same(replay.json(), started.json(), 'replayed as first answered')
-  const done = await waitFor('the task is done', async () => {
-    const current = (await app.inject({ method: 'GET', url: `/api/tasks/${task.id}`, headers })).json().task
-    return current.status === 'done' ? current : null
-  })
-  t.match(done, { runId: run.id, revision: 3 })
-  t.same(rowsOf(await app.db.execute(sql`select count(*)::int as n from runs`)), [{ n: 1 }])
-  t.equal(
-    (await app.inject({ method: 'POST', url: '/api/tasks/0190b8f0-0000-7000-8000-000000000000/run', headers }))
-      .statusCode,
-    404
-  )
 })

@@ -1,0 +1,111 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import cookie from '@fastify/cookie'
+import rateLimit from '@fastify/rate-limit'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify'
+import dbPlugin from '../plugins/db.js'
+import errorsPlugin, { rateLimited } from '../plugins/errors.js'
+import eventBusPlugin from '../plugins/event-bus.js'
+import idempotencyPlugin from '../plugins/idempotency/index.js'
+import releasePlugin, { releaseHeaders } from '../plugins/release.js'
+import requestGuards from '../plugins/request-guards.js'
+import { clientErrorHandler, frameworkErrors, MAX_PARAM_LENGTH, requestIdOf } from '../plugins/router-refusals.js'
+import { compilersFactory } from '../plugins/schema-compilers.js'
+import securityHeaders, { fixedHeaders } from '../plugins/security-headers.js'
+import shutdownRefusals from '../plugins/shutdown.js'
+import ssePlugin from '../plugins/sse.js'
+import { ErrorBody } from '../schemas/common.js'
+import { seedDevOrg } from '../src/auth/dev-org.js'
+import auth from '../src/auth/index.js'
+import principalPlugin from '../src/auth/principal.js'
+import { testConfig, type Config, type Env } from '../src/config.js'
+import { createTestDatabase, type Teardown, type TestDatabase } from './helper.js'
+
+/**
+ * One route group on a throwaway database, with what every group stands on: the error
+ * catalogue, security and release headers, shutdown refusals, the database, the event bus,
+ * event streams, cookies and rate limits, and the /api scope's request guards, principal
+ * (org scope, key access) and idempotency, plus the auth routes (sign-up, keys) that tests
+ * make their identities through. Only the group's own modules are loaded, so a test file of
+ * one group starts in a fraction of the whole app's time; a group needing a service it
+ * was not given stops the boot naming it (the services' fastify-plugin `dependencies`).
+ * The whole app's construction is `buildApp` (src/app.ts): this mirrors its shared part.
+ */
+export interface GroupAppOptions {
+  /** the group's services, registered after the shared plugins (each with its options) */
+  services?: (app: FastifyInstance, config: Config) => Promise<void>
+  /** the group's route plugins, inside /api */
+  routes: FastifyPluginAsync[]
+  env?: Partial<Record<keyof Env, string>>
+}
+
+export async function buildGroupApp(
+  t: Teardown,
+  options: GroupAppOptions
+): Promise<FastifyInstance & { testDb: TestDatabase }> {
+  const db = await createTestDatabase(t)
+  const own = mkdtempSync(join(tmpdir(), 'cairn-test-data-'))
+  t.teardown(() => rmSync(own, { recursive: true, force: true }))
+  const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...options.env, DATA_DIR: own })
+  if (config.ALLOW_DEV_ORG) await seedDevOrg(db.database.db)
+  const fixedHeadersFor = fixedHeaders(releaseHeaders(config.release))
+  const app = Fastify({
+    logger: { level: config.LOG_LEVEL },
+    requestIdHeader: false,
+    genReqId: requestIdOf,
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    frameworkErrors: frameworkErrors(fixedHeadersFor),
+    clientErrorHandler: clientErrorHandler(fixedHeadersFor),
+    bodyLimit: config.BODY_LIMIT,
+    onProtoPoisoning: 'error',
+    onConstructorPoisoning: 'error',
+    return503OnClosing: false,
+    forceCloseConnections: 'idle',
+    schemaController: { compilersFactory: compilersFactory as never }
+  }).withTypeProvider<TypeBoxTypeProvider>()
+  t.teardown(() => app.close())
+  app.addSchema(ErrorBody)
+  await app.register(errorsPlugin)
+  await app.register(securityHeaders, { apiHeaders: releaseHeaders(config.release) })
+  await app.register(shutdownRefusals, { graceMs: config.SHUTDOWN_GRACE_MS })
+  await app.register(releasePlugin, { release: config.release, isDevBuild: config.isDevBuild })
+  await app.register(dbPlugin, { database: db.database, closeOnShutdown: false, maintenanceEveryMs: 0 })
+  await app.register(eventBusPlugin)
+  await app.register(ssePlugin, {
+    heartbeatMs: config.SSE_HEARTBEAT_MS,
+    maxBufferBytes: config.SSE_MAX_BUFFER_BYTES,
+    stallMs: config.SSE_STALL_MS
+  })
+  await app.register(cookie, { hook: false })
+  await app.register(rateLimit, {
+    global: false,
+    errorResponseBuilder: (_request, context) => rateLimited(context.ttl / 1000)
+  })
+  const plain = app as unknown as FastifyInstance
+  await options.services?.(plain, config)
+  await app.register(
+    async function api(scope) {
+      await scope.register(requestGuards, { trustedOrigins: config.CORS_ORIGINS })
+      await scope.register(principalPlugin, {
+        allowDevOrg: config.ALLOW_DEV_ORG,
+        secureCookie: config.COOKIE_SECURE,
+        cacheTtlMs: config.IDENTITY_CACHE_MS
+      })
+      await scope.register(idempotencyPlugin)
+      await scope.register(auth, {
+        allowDevOrg: config.ALLOW_DEV_ORG,
+        rateLimit: {
+          perIp: config.AUTH_RATE_LIMIT_PER_IP,
+          perAccount: config.AUTH_RATE_LIMIT_PER_ACCOUNT,
+          windowMs: config.AUTH_RATE_LIMIT_WINDOW_MS
+        }
+      })
+      for (const routes of options.routes) await scope.register(routes)
+    },
+    { prefix: '/api' }
+  )
+  await app.ready()
+  return Object.assign(plain, { testDb: db })
+}
