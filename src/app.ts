@@ -168,14 +168,14 @@ export async function buildApp({
       level: config.LOG_LEVEL,
       ...(tracing ? { mixin: () => activeIds() ?? {} } : {}),
       redact: ['req.headers.authorization', 'req.headers.cookie', 'res.headers["set-cookie"]'],
-      // failed queries are logged without their SQL and parameters (contract 1.3)
+      // failed queries are logged without their SQL and parameters
       serializers: { err: serializeError as never },
       // a test's stream, else pretty lines for a person, else JSON on stdout
       ...(logStream ? { stream: logStream } : prettyLogs(config) ? { transport: PRETTY } : {})
     },
     // one line per request, when it is answered (onResponse below), instead of two
     logController: new LogController({ disableRequestLogging: true }),
-    // contract 1.3: the client's x-request-id only when it is a sane tracing id
+    // the client's x-request-id only when it is a sane tracing id
     requestIdHeader: false,
     genReqId: requestIdOf,
     // router-level refusals answer like every other error (plugins/router-refusals.ts)
@@ -297,7 +297,7 @@ export async function buildApp({
   // not by a hook on every request
   await app.register(cookie, { hook: false })
   // limits are applied by the routes that need them (sign-in, sign-up), not globally; a
-  // route that sets `config.rateLimit` gets the contract's 429 rate_limited with Retry-After
+  // route that sets `config.rateLimit` gets the API's 429 rate_limited with Retry-After
   await app.register(rateLimit, {
     global: false,
     errorResponseBuilder: (_request, context) => {
@@ -308,7 +308,7 @@ export async function buildApp({
     await app.register(cors, { origin: config.CORS_ORIGINS, credentials: true, maxAge: 600 })
   }
   await app.register(openapiPlugin, { release: config.release })
-  // contract 12: the Memory Hub console, a page over the public API at /hub/
+  // the Memory Hub console, a page over the public API at /hub/
   await app.register(hubPlugin, { release: config.release })
   await app.register(websocket, {
     // at shutdown sockets close with 1012 (service restart): a client reconnects, to another

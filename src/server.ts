@@ -28,7 +28,7 @@ try {
 }
 
 // A rejection nobody awaited that only says the database is away must not end the
-// process (contract 1.3): the pool and LISTEN reconnect by themselves. Any other one is
+// process: the pool and LISTEN reconnect by themselves. Any other one is
 // rethrown as an uncaught exception, which shuts down gracefully below.
 process.on('unhandledRejection', (reason) => {
   if (!isDatabaseUnavailable(reason)) throw reason

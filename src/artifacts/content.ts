@@ -8,7 +8,7 @@ import { mediaTypeOf } from './sniff.js'
 /** Contents up to this size are sent from one buffer rather than streamed. */
 const SMALL_CONTENT = 64 * 1024
 
-/** Types a browser may show in place (contract 7); everything else is a download. */
+/** Types a browser may show in place; everything else is a download. */
 const INLINE_TYPES = new Set([
   'text/plain',
   'application/json',
@@ -51,7 +51,7 @@ export function dispositionFor(name: string, contentType: string): string {
 }
 
 /**
- * Serves stored bytes with HTTP caching and ranges (contract 7): `ETag`, `If-None-Match`
+ * Serves stored bytes with HTTP caching and ranges: `ETag`, `If-None-Match`
  * → 304, one `Range` → 206 (several are answered whole, outside the content → 416), a
  * stale `If-Range` → 200 whole; `nosniff`, `CSP: sandbox`, and a Content-Disposition that
  * never lets a browser render HTML or SVG in place.

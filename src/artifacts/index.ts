@@ -71,7 +71,7 @@ import { isTextType, mediaTypeOf, sniffContentType } from './sniff.js'
 const versionTag = (version: number) => `"v${version}"`
 
 /**
- * The version an If-Match names (contract 7): `"v<n>"` for one version, `*` for whichever
+ * The version an If-Match names: `"v<n>"` for one version, `*` for whichever
  * is current. Weak tags never match (RFC 9110 compares If-Match strongly).
  */
 function expectedVersion(header: string | undefined): number | null | 'none' {
@@ -84,7 +84,7 @@ function expectedVersion(header: string | undefined): number | null | 'none' {
   return 'none'
 }
 
-/** Contract 7: artifacts and uploads (spec section 4). */
+/** Artifacts and uploads. */
 const artifactsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { store, maxBytes } = app.artifacts
 

@@ -47,7 +47,7 @@ export function refuseLargeLength(
   }
 }
 
-/** Streams a body into the org's blobs; the contract's 413 when it is over the limit, with nothing kept. */
+/** Streams a body into the org's blobs; the API's 413 when it is over the limit, with nothing kept. */
 export async function storeBody(
   target: BlobTarget,
   reply: FastifyReply,

@@ -25,7 +25,7 @@ export function isTextType(type: string): boolean {
 }
 
 /**
- * Contract 7: the type of stored bytes. A known signature wins over the declared type;
+ * The type of stored bytes. A known signature wins over the declared type;
  * bytes with none that look like text (no NUL in the head) keep a declared text type;
  * anything else is `application/octet-stream`.
  */

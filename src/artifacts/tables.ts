@@ -31,7 +31,7 @@ export const blobs = pgTable(
   (t) => [primaryKey({ columns: [t.orgId, t.sha256] }), index('blobs_pinned_idx').on(t.pinnedUntil)]
 )
 
-/** Contract 7: a file sent with `POST /api/uploads`. */
+/** A file sent with `POST /api/uploads`. */
 export const uploads = pgTable(
   'uploads',
   {
@@ -49,7 +49,7 @@ export const uploads = pgTable(
   (t) => [index('uploads_org_idx').on(t.orgId, t.id), index('uploads_blob_idx').on(t.orgId, t.sha256)]
 )
 
-/** Contract 7: an artifact; its current content is the version `version` in artifact_versions. */
+/** An artifact; its current content is the version `version` in artifact_versions. */
 export const artifacts = pgTable(
   'artifacts',
   {

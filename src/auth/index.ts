@@ -58,7 +58,7 @@ export interface AuthOptions {
 const tags = ['auth']
 
 /**
- * Identity (spec section 5, contract 2.1 and 2.3): sessions under /auth (public paths
+ * Identity: sessions under /auth (public paths
  * that authenticate themselves with the session cookie), organizations and members,
  * and API keys under /keys (org-scoped, admin, mint and revoke session-only).
  */
@@ -304,7 +304,7 @@ const auth: FastifyPluginAsyncTypebox<AuthOptions> = async (app, opts) => {
           if (session!.extended) sessionCookie.set(reply, token, session!.expiresAt)
           return { kind: 'user' as const, ...found }
         }
-        // a dead cookie is a signed-out browser: cleared, and never the dev org (contract 2.2)
+        // a dead cookie is a signed-out browser: cleared, and never the dev org
         sessionCookie.clear(reply)
         return { kind: 'anonymous' as const, ...nobody }
       }

@@ -8,9 +8,9 @@ import { listKeys, mintKey, revokeKey } from './api-keys-repo.js'
 
 const tags = ['keys']
 
-/** API keys (contract 2.3): org-admin; mint and revoke need a session, never a key; mint needs a real user. */
+/** API keys: org-admin; mint and revoke need a session, never a key; mint needs a real user. */
 const keys: FastifyPluginAsyncTypebox = async (app) => {
-  // a real signed-in user: the dev fallback mints nothing (contract 2.2), or a key would
+  // a real signed-in user: the dev fallback mints nothing, or a key would
   // carry loopback-only dev access to any address
   app.post(
     '',

@@ -19,7 +19,7 @@ import { keyAccessProblem, keyMayCall } from './key-allowlist.js'
 import { SELF_HEADER } from '../providers/self-reach.js'
 
 /**
- * Route scopes (contract 2.2), declared on each route as `config: { scope }`, never
+ * Route scopes, declared on each route as `config: { scope }`, never
  * derived from the path. A route that declares nothing is `org`.
  */
 export const SCOPES = ['public', 'org', 'user', 'admin', 'session'] as const
@@ -91,7 +91,7 @@ function loopbackHost(request: FastifyRequest): boolean {
 }
 
 /**
- * Whether this request may act in the dev org (contract 2.2): dev-org access on, the
+ * Whether this request may act in the dev org: dev-org access on, the
  * caller on this host, asking for this host by a loopback name, and not a request this
  * service made itself (to an org's MCP server or provider, which carries SELF_HEADER:
  * such a request comes back here for an org, never as the dev org's owner).
@@ -137,7 +137,7 @@ export function bearerToken(header: string): string | null {
 /**
  * Resolves the principal and enforces the route's declared scope. Registered inside the
  * /api scope, so every /api route is protected unless it says `scope: 'public'`.
- * Lanes, in order (contract 2.2): bearer key (never falls back), session cookie, dev org,
+ * Lanes, in order: bearer key (never falls back), session cookie, dev org,
  * else 401. A key is then held to the route's declared `keyAccess` (src/auth/key-allowlist.ts).
  */
 export default fp(

@@ -2,7 +2,7 @@ import { Cron } from 'croner'
 import cronstrue from 'cronstrue'
 
 /**
- * Contract 10's schedules: five-field cron (and @daily-style nicknames) in an IANA time
+ * Schedules: five-field cron (and @daily-style nicknames) in an IANA time
  * zone, with croner. DST follows classic cron: an expression whose minute and hour are
  * fixed values (lists and ranges included) fires a time skipped by spring-forward once at
  * the first instant after the gap, and a time repeated by fall-back once at its first

@@ -43,7 +43,7 @@ async function whileTargetExists<T>(writing: Promise<T>): Promise<T> {
   }
 }
 
-/** Contract 10: scheduled automations; reads are open to API keys, a trigger honours Idempotency-Key. */
+/** Scheduled automations; reads are open to API keys, a trigger honours Idempotency-Key. */
 const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { clock, runs, targets, scheduler } = app.automations
 

@@ -28,7 +28,7 @@ export interface AutomationsServiceOptions {
   targets: AutomationTargets
 }
 
-/** Contract 10's scheduler, in every instance unless SCHEDULER=false. */
+/** The automations scheduler, in every instance unless SCHEDULER=false. */
 export default fp(
   async function automationsService(app: FastifyInstance, opts: AutomationsServiceOptions) {
     const { config, clock, runs, targets } = opts

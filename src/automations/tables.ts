@@ -11,7 +11,7 @@ import { playbooks, skills } from '../skills/tables.js'
 export type CatchUp = (typeof CATCH_UPS)[number]
 
 /**
- * A run target: a prompt (with the run's agent options, contract 13.3), a skill run or a playbook run (contract 10).
+ * A run target: a prompt (with the run's agent options), a skill run or a playbook run.
  */
 export type AutomationTarget =
   | ({ prompt: string; engine?: string | undefined; model?: string | undefined } & Static<typeof PromptTargetSchema>)
@@ -19,7 +19,7 @@ export type AutomationTarget =
   | { playbookId: string; input?: string | undefined }
 
 /**
- * Contract 10: a scheduled automation. `next_fire_at` is its next tick (null while
+ * A scheduled automation. `next_fire_at` is its next tick (null while
  * disabled); the scheduler claims rows whose tick has come. `skill_id` / `playbook_id`
  * repeat the target's id so a skill or playbook an automation runs cannot be deleted
  * (NO ACTION, checked at the end of the statement, so deleting the org still cascades).

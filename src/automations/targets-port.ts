@@ -8,10 +8,10 @@ import type { RunSettings } from '../runs/tables.js'
 
 export interface PreparedRun {
   prompt: string
-  /** the run's system instructions and settings (a skill's, contract 13.3) */
+  /** the run's system instructions and settings (a skill's) */
   instructions?: string | null | undefined
   settings?: RunSettings | undefined
-  /** upload ids copied into the run's workspace (a prompt target's, contract 13.3) */
+  /** upload ids copied into the run's workspace (a prompt target's) */
   attachments?: string[] | undefined
   metadata: Record<string, unknown>
   /** work that commits with the run (a playbook's run row) */

@@ -85,7 +85,7 @@ export async function openDatabase(options: OpenDatabaseOptions): Promise<Databa
 
 /** longest pause between reconnect attempts, in seconds */
 const RECONNECT_MAX_S = 1
-/** readiness answers within a second even when connecting hangs (contract 1.3) */
+/** readiness answers within a second even when connecting hangs */
 const PING_TIMEOUT_MS = 800
 
 /** Rejects with a database-unavailable error when `work` takes longer than `ms`. */
@@ -226,7 +226,7 @@ export class TransactionWatch {
 /**
  * The embedded database: PGlite in its own thread (src/db/pglite-thread.ts), reached by
  * postgres.js through one connection, as a real server is. The data directory is locked
- * before PGlite reads a byte: a second process on it stops here (contract 1.3).
+ * before PGlite reads a byte: a second process on it stops here.
  */
 async function openPglite(dataDir: string, template?: string): Promise<Database> {
   let location = dataDir

@@ -2,7 +2,7 @@ import { closeSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:f
 import { join } from 'node:path'
 
 /**
- * One process per embedded data directory (contract 1.3). Two PGlite processes on one
+ * One process per embedded data directory. Two PGlite processes on one
  * directory each keep their own copy of the database in memory and overwrite each other's
  * files: the first one's writes are lost at the next restart. So the directory holds a lock
  * file, created with O_EXCL, naming its holder: pid and the process's start time. A holder

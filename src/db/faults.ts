@@ -1,7 +1,7 @@
 import { DrizzleQueryError } from 'drizzle-orm/errors'
 
 /**
- * Database faults as the rest of the service sees them (contract 1.3): which failures
+ * Database faults as the rest of the service sees them: which failures
  * mean "the database is unreachable or restarting" (a 503 and a retry, not a bug), and
  * how any error is logged without the SQL, parameters or row values a failed query
  * carries (drizzle's DrizzleQueryError message is "Failed query: <sql> params: <values>";

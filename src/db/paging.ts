@@ -2,7 +2,7 @@ import { asc, desc, gt, lt, SQL, type AnyColumn } from 'drizzle-orm'
 import { validationFailed, type ApiError } from '../../plugins/errors.js'
 
 /**
- * Contract 1.4's lists: `limit` and an opaque `cursor`, answered as `{items, nextCursor}`.
+ * Paged lists: `limit` and an opaque `cursor`, answered as `{items, nextCursor}`.
  * A cursor is the sort key of the last item sent, base64url-encoded. A cursor the list
  * could not have given out is `400 validation_failed` naming `/querystring/cursor`: read as
  * the first page, it would send a client that mangled one round the same items forever.

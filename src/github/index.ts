@@ -55,9 +55,9 @@ function checkRef(ref: string | undefined): void {
  */
 
 /**
- * Contract 11's GitHub: connecting and disconnecting (admin), the org's repositories and
+ * GitHub: connecting and disconnecting (admin), the org's repositories and
  * pull requests (conditional requests, so repeated lists cost no rate limit), skill import
- * (contract 9) and the repository wiki (contract 8).
+ * and the repository wiki.
  */
 const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.put(

@@ -1,13 +1,13 @@
 /**
  * What the github group needs of the knowledge and skills groups, as they implement it:
- * wiki pages are knowledge records (contract 8), an imported SKILL.md is a skill
- * (contract 9). The github group never touches their tables itself.
+ * wiki pages are knowledge records, an imported SKILL.md is a skill.
+ * The github group never touches their tables itself.
  */
 import type { Db, Tx } from '../db/client.js'
 import type { SkillProblem } from '../skills/skill-md.js'
 import type { SkillRow } from '../skills/skills-repo.js'
 
-/** A knowledge record's `source` when a repo wiki wrote it (contract 8). */
+/** A knowledge record's `source` when a repo wiki wrote it. */
 export interface WikiSource {
   kind: 'wiki'
   repo: string
@@ -35,7 +35,7 @@ export interface WikiRecords {
   exists(db: Db | Tx, orgId: string, recordId: string): Promise<boolean>
 }
 
-/** Where an imported skill came from (contract 9's `source`). */
+/** Where an imported skill came from (a skill's `source`). */
 export interface GitHubSkillSource {
   kind: 'github'
   repo: string

@@ -167,7 +167,7 @@ const cachedPull = (p: GitHubPullWire): GitHubPullWire => {
 
 const COMMIT_SHA = /^[0-9a-f]{40}([0-9a-f]{24})?$/
 
-/** Contract 11's GitHub: the connection, the conditional-request lists, refs, skill import and the wiki job. */
+/** GitHub: the connection, the conditional-request lists, refs, skill import and the wiki job. */
 export default fp(
   async function githubService(app: FastifyInstance, opts: GitHubServiceOptions) {
     const { config, records, skills, secrets } = opts

@@ -3,7 +3,7 @@ import { organizations } from '../auth/tables.js'
 import { ts } from '../db/columns.js'
 
 /**
- * Contract 11's conditional requests: the last answer GitHub gave an org for one list
+ * Conditional requests: the last answer GitHub gave an org for one list
  * request (`request` is the method, path and query), with its ETag. The next identical
  * request sends `If-None-Match`; a 304 (which GitHub does not count against the rate
  * limit) is answered from `body`. Kept in the database so every instance shares it;

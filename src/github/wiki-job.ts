@@ -44,7 +44,7 @@ const READ_CONCURRENCY = 4
 type PageOutcome = 'created' | 'updated' | 'unchanged' | 'removed'
 
 /**
- * Contract 11's repo wiki as a job of the runs group: a run whose metadata names a wiki
+ * Repo wiki as a job of the runs group: a run whose metadata names a wiki
  * and which POST /api/knowledge/wiki recorded (github_wiki_runs) builds the wiki of that
  * repository at that commit instead of answering its prompt.
  */

@@ -1,5 +1,5 @@
 /**
- * Contract 11's repository wiki: which pages a repository gets (its README and top-level
+ * Repository wiki: which pages a repository gets (its README and top-level
  * files, each document under docs/, each top-level folder of sources), and the offline
  * text of a page (an outline of the files it cites, the same for the same files).
  */

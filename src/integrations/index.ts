@@ -7,7 +7,7 @@ import { listIntegrations } from './integrations-repo.js'
 const INTEGRATIONS = ['integrations']
 
 /**
- * Contract 11: the org's integrations. Reading is an org route; connecting and
+ * The org's integrations. Reading is an org route; connecting and
  * disconnecting (each kind's own plugin) are admin routes.
  */
 const integrationsRoutes: FastifyPluginAsyncTypebox = async (app) => {

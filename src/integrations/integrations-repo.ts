@@ -5,7 +5,7 @@ import { INTEGRATION_KINDS, integrations, type IntegrationKind } from './tables.
 
 export type IntegrationRow = typeof integrations.$inferSelect
 
-/** Contract 11's `{kind, connected, account, connectedAt, lastError}`: every kind, connected or not. */
+/** The wire's `{kind, connected, account, connectedAt, lastError}`: every kind, connected or not. */
 export function integrationToWire(kind: IntegrationKind, row: IntegrationRow | undefined) {
   return {
     kind,

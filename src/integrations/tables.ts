@@ -2,12 +2,12 @@ import { jsonb, pgTable, primaryKey, text } from 'drizzle-orm/pg-core'
 import { organizations } from '../auth/tables.js'
 import { ts } from '../db/columns.js'
 
-/** The integrations an org can connect (contract 11). */
+/** The integrations an org can connect. */
 export const INTEGRATION_KINDS = ['github', 'slack'] as const
 export type IntegrationKind = (typeof INTEGRATION_KINDS)[number]
 
 /**
- * Contract 11: an org's connection to GitHub or Slack, one row per kind while connected.
+ * An org's connection to GitHub or Slack, one row per kind while connected.
  * Credentials are not here: they are internal secrets (src/secrets/service.ts `internal`),
  * sealed like the org's own. `settings` holds what a kind needs besides them (Slack's
  * team id, the GitHub login's id); `account` is what GET /api/integrations shows.

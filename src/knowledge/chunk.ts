@@ -1,5 +1,5 @@
 /**
- * Contract 8's chunks: a document's Markdown cut along its headings. Each chunk belongs
+ * A document's chunks: its Markdown cut along its headings. Each chunk belongs
  * to one heading section (its `heading` is the path of headings above it, joined by
  * ` > `), holds at most `maxChars` characters, and never cuts a table row, a line of a
  * code block or a word when it can help it. A table cut across chunks repeats its header

@@ -112,7 +112,7 @@ export async function deleteDocument(db: Db, orgId: string, id: string): Promise
 }
 
 /**
- * Contract 8's retry: a failed document goes back to the queue with a fresh budget of
+ * A document's retry: a failed document goes back to the queue with a fresh budget of
  * attempts. 'missing' when it is not in the org, 'not-failed' when it is in any other state.
  */
 export async function retryDocument(

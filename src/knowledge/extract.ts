@@ -4,7 +4,7 @@ import { fork, type ChildProcess } from 'node:child_process'
 import { fileTypeFromBuffer } from 'file-type'
 
 /**
- * Contract 8's documents: which files are taken, and their text as Markdown. Parsing
+ * Knowledge documents: which files are taken, and their text as Markdown. Parsing
  * runs in a child process per document, so a hostile file (a zip bomb, a PDF of ten
  * thousand pages, megabytes of nested tags) costs that process, not the service: its heap
  * is capped (`--max-old-space-size`), it is killed when it runs past the time limit, and

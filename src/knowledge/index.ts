@@ -53,7 +53,7 @@ import {
 const TAGS = ['knowledge']
 const uniqueTags = (tags: string[] | undefined) => (tags === undefined ? undefined : [...new Set(tags)])
 
-/** Contract 8: knowledge records, search, documents and drafts. */
+/** Knowledge records, search, documents and drafts. */
 const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   // a record written here is embedded soon (its row is pending from the write's own statement)
   app.addHook('onResponse', async (request, reply) => {

@@ -12,7 +12,7 @@ import type { WikiRecords } from '../github/ports.js'
 import { extractMarkdown } from './extract.js'
 import { cachedSearch, snippetText, type Search } from '../retrieval/knowledge-search.js'
 
-/** Contract 8: the longest chunk, in characters. */
+/** The longest chunk, in characters. */
 export const MAX_CHUNK_CHARS = 2000
 
 /** The knowledge group's instance-wide side, as `app.knowledge`. */

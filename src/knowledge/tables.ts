@@ -27,7 +27,7 @@ export type RecordSource =
   | { kind: 'wiki'; repo: string; commit: string; path: string; citedFiles: string[] }
 
 /**
- * Contract 8: a knowledge record, at its current version. The search vector weighs the
+ * A knowledge record, at its current version. The search vector weighs the
  * title over the body; tags are matched exactly (`tags @> array[tag]`).
  */
 export const knowledgeRecords = pgTable(
@@ -84,7 +84,7 @@ export const knowledgeRecordHistory = pgTable(
 )
 
 /**
- * Contract 8: a file whose text becomes searchable chunks. Its bytes are a blob of the
+ * A file whose text becomes searchable chunks. Its bytes are a blob of the
  * artifacts store (by SHA-256). Extraction workers claim a document with a lease
  * (`lease_owner`, `lease_expires_at`); a document whose lease passed is claimed again
  * until `attempts` reaches `max_attempts`; one whose attempt failed waits until
@@ -182,7 +182,7 @@ export const knowledgeGenerations = pgTable('knowledge_generations', {
   generation: bigint('generation', { mode: 'number' }).notNull()
 })
 
-/** Contract 8: knowledge a run or a person proposes (the learning lane). */
+/** Knowledge a run or a person proposes (the learning lane). */
 export const knowledgeDrafts = pgTable(
   'knowledge_drafts',
   {

@@ -172,7 +172,7 @@ export interface McpCaller {
   /** closes when the HTTP request goes away (a wait for a run's end stops then) */
   connection: EventEmitter
   /**
-   * Runs a dispatch under an idempotency key of the caller's (contract 3, as `POST /api/runs`
+   * Runs a dispatch under an idempotency key of the caller's (as `POST /api/runs`
    * does with the header): the first answer is stored, a repeat gets it back.
    */
   idempotent(

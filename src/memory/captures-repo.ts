@@ -7,7 +7,7 @@ import type { RunRef } from '../runs/ports/memory.js'
 import { contentHash } from './backend.js'
 import { memoryCaptures, type CaptureFact } from './tables.js'
 
-// The capture outbox's rows (contract 4.2): writing one with the run that finished, listing
+// The capture outbox's rows: writing one with the run that finished, listing
 // them, and the people's retry and resolve; the delivery loop is ./capture-worker.ts.
 
 /** The most facts one capture keeps, and the longest fact. */

@@ -47,7 +47,7 @@ const BROWSE_LIMIT = { default: 50, max: 200 }
 
 const elapsed = (started: number) => Math.round((performance.now() - started) * 100) / 100
 
-/** The Memory Hub routes (spec section 4, contract 4). Pool identity always comes from the principal. */
+/** The Memory Hub routes. Pool identity always comes from the principal. */
 const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'off' }> = async (app, opts) => {
   const hub = app.memory
 

@@ -23,7 +23,7 @@ export const memorySettings = pgTable('memory_settings', {
     .primaryKey()
     .references(() => organizations.id, { onDelete: 'cascade' }),
   enabled: boolean('enabled').notNull(),
-  /** after a run succeeds, ask its model for the durable facts of the exchange (contract 13.5) */
+  /** after a run succeeds, ask its model for the durable facts of the exchange */
   extract: boolean('extract').notNull().default(false),
   updatedBy: text('updated_by').notNull(),
   updatedAt: ts('updated_at').notNull().defaultNow()

@@ -17,7 +17,7 @@ const clip = (text: string) => {
 }
 
 /**
- * Contract 11's dashboard, in one statement: finished runs come from the usage rollup
+ * The org's dashboard, in one statement: finished runs come from the usage rollup
  * (never a scan of runs), live ones from the runs the claim's index holds, the rest are
  * counts of the org's rows; `recent` is the newest 10 changes across six kinds.
  */

@@ -7,7 +7,7 @@ import { parseUsageQuery, usageReport } from './usage.js'
 
 const PLATFORM = ['platform']
 
-/** Contract 11: the org at a glance, and fleet usage from the rollup kept as runs finish. */
+/** The org at a glance, and fleet usage from the rollup kept as runs finish. */
 const platformRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/dashboard',

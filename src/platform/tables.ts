@@ -12,7 +12,7 @@ const counts = {
 }
 
 /**
- * Contract 11's fleet usage, kept as runs finish (a trigger on `runs`, migrations
+ * Fleet usage, kept as runs finish (a trigger on `runs`, migrations
  * 0013_usage_rollup and 0017_usage_hours) at two grains of `finished_at` (UTC):
  *
  * - the hour (`usage_hours`, and `usage_hour_groups` by engine, model and user): a local

@@ -70,7 +70,7 @@ const COLUMN: Record<Group, string> = { engine: 'engine', model: 'model', user: 
 const ORIGIN = '2000-01-01T00:00:00Z'
 
 /**
- * Contract 11's fleet usage from the rollup (src/platform/tables.ts): the local midnights
+ * Fleet usage from the rollup (src/platform/tables.ts): the local midnights
  * from `first` to the one ending `last` are converted once each; every whole UTC hour
  * between them that no midnight splits is read from the hourly table, and the quarter
  * hours of the hours one does split (zones like +05:30) from the quarter-hour table; each

@@ -7,7 +7,7 @@ import { Agent, buildConnector, fetch as undiciFetch } from 'undici'
 import { portOf, refreshPublicAddresses, SELF_HEADER, SELF_HEADER_VALUE, selfAddress, selfName } from './self-reach.js'
 
 /**
- * The SSRF guard of provider connections (contract 11). A provider's base URL is typed by
+ * The SSRF guard of provider connections. A provider's base URL is typed by
  * an org admin, and the service then makes requests to it from inside the deployment, so
  * the addresses it may reach are limited:
  * - never: link-local (169.254/16, fe80::/10: cloud metadata lives there), the known cloud

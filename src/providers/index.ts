@@ -21,7 +21,7 @@ const PROVIDERS = ['providers']
 const ADMIN = { scope: 'admin' } as const
 
 /**
- * Contract 11: the org's OpenAI-compatible model providers (admin writes, org reads) and
+ * The org's OpenAI-compatible model providers (admin writes, org reads) and
  * `GET /api/models`, the models ready for the org (an API key may read it).
  */
 export interface ProvidersRoutesOptions {

@@ -6,7 +6,7 @@ import { modelDefaults, providers } from './tables.js'
 
 export type ProviderRow = typeof providers.$inferSelect
 
-/** Contract 11's provider; the API key is a secret and never part of it. */
+/** An org's model provider; the API key is a secret and never part of it. */
 export function providerToWire(p: ProviderRow) {
   return {
     id: p.id,

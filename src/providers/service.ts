@@ -65,7 +65,7 @@ export function normalizeBaseUrl(raw: string): string {
   return `${url.origin}${url.pathname.replace(/\/+$/, '')}`
 }
 
-/** Contract 11's provider connections: the SSRF guard, the key as a secret, the check, the runs port. */
+/** Provider connections: the SSRF guard, the key as a secret, the check, the runs port. */
 export default fp(
   async function providersService(app: FastifyInstance, opts: ProvidersServiceOptions) {
     const { config, secrets } = opts

@@ -6,7 +6,7 @@ import { ts } from '../db/columns.js'
 import { sqlList } from '../db/sql-list.js'
 
 /**
- * Contract 11: an org's model provider (OpenAI-compatible or Anthropic, contract 13.3). The API key is not here: it is
+ * An org's model provider (OpenAI-compatible or Anthropic). The API key is not here: it is
  * an internal secret (`provider:<id>:api_key`, src/secrets/service.ts `internal`).
  * `models_given` tells whether `models` came with the request (kept as given) or from the
  * provider's own /models at the last successful check (replaced by each one).
@@ -38,7 +38,7 @@ export const providers = pgTable(
   ]
 )
 
-/** The model an org's admin chose for runs, chats and automations that name none (contract 13.3). */
+/** The model an org's admin chose for runs, chats and automations that name none. */
 export const modelDefaults = pgTable('model_defaults', {
   orgId: text('org_id')
     .primaryKey()

@@ -8,7 +8,7 @@ import { compileSchema, schemaRefusal } from './output-schema.js'
 export const MCP_TOOL_NAME = /^mcp__[a-z0-9_-]{1,32}__[A-Za-z0-9_./-]+$/
 import type { RunSettings } from './tables.js'
 
-// Contract 13.3: what configures the agent of a run, checked once where a run is started
+// What configures the agent of a run, checked once where a run is started
 // (every way: runs, skills, playbooks, tasks, automations) and stored on the run.
 
 type AgentOptionsBody = { [K in keyof typeof AgentOptionsSchema]?: Static<(typeof AgentOptionsSchema)[K]> }

@@ -1,4 +1,4 @@
-// Contract 13.3's attachments: the uploads a run names are copied into its thread's
+// A run's attachments: the uploads it names are copied into its thread's
 // workspace under attachments/<file name> before it starts (inside the confinement, like
 // write_file), and the model's user message lists them, with the small text files inlined.
 import type { RunArtifacts } from './ports/artifacts.js'

@@ -107,7 +107,7 @@ export async function dispatchRun(
   const { instructions, settings, attachments } = agentOptionsOf(input.body)
   const named = settings.tools ?? []
   if (named.some((name) => name.startsWith('mcp__'))) {
-    // contract 13.3: the org's catalogue, its MCP servers' tools included
+    // the org's catalogue, its MCP servers' tools included
     const unknown = mcpTools
       ? await mcpTools(principal.orgId, named)
       : named.findIndex((name) => name.startsWith('mcp__'))
@@ -120,7 +120,7 @@ export async function dispatchRun(
       ])
   }
   if (attachments.length > 0) {
-    // contract 13.3: another org's upload is as unknown as one that never was
+    // another org's upload is as unknown as one that never was
     const found = new Set((await artifacts.uploadsOf(principal.orgId, attachments)).map((u) => u.id))
     const missing = attachments.find((id) => !found.has(id))
     if (missing !== undefined) throw notFound(`no upload ${JSON.stringify(missing)} in this organization (attachments)`)
@@ -205,13 +205,13 @@ export async function dispatchRun(
       return { run: created, answer: stored }
     }))
   }
-  // the run committed, so the request answers as committed whatever happens next (contract 1.3)
+  // the run committed, so the request answers as committed whatever happens next
   await announceCommitted(events, [run], log)
   return answer
 }
 
 /**
- * Contract 10: the secrets a run names must exist in the org (else 400), and their values
+ * The secrets a run names must exist in the org (else 400), and their values
  * are replaced by `[secret:NAME]` in what is stored of the run (prompt, metadata).
  */
 async function withSecretsRedacted(

@@ -5,7 +5,7 @@ import type { RunEventSink } from './ports/memory.js'
 import { isoOf, jsonOf } from '../db/rows.js'
 import { isDatabaseUnavailable } from '../db/faults.js'
 
-/** Contract 5: the event types a run can produce. */
+/** The event types a run can produce. */
 export const EVENT_TYPES = [
   'run.queued',
   'run.started',

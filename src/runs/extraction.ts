@@ -1,4 +1,4 @@
-// Contract 13.5: after a run succeeds, its model is asked once for the durable facts of the
+// After a run succeeds, its model is asked once for the durable facts of the
 // exchange, which join the run's capture. A failure never fails the run.
 import type { ChatMessage, WireMessage } from './engines/types.js'
 

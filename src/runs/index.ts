@@ -81,7 +81,7 @@ export async function waitForEnd(
   }
 }
 
-/** Runs, threads, their live streams and chat (contract 5). */
+/** Runs, threads, their live streams and chat. */
 const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/runs',
@@ -267,7 +267,7 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const run = await getRun(app.db, orgId, runId)
       if (!run) throw notFound('no such run in this organization')
       // a client that already has the terminal event gets 204, which stops an EventSource
-      // from reconnecting forever (contract 5); thread-events has no such end, as a thread
+      // from reconnecting forever; thread-events has no such end, as a thread
       // can always get another run
       const lastEventId = parseLastEventId(request)
       if (lastEventId !== null && TERMINAL_STATUSES.includes(run.status)) {

@@ -31,7 +31,7 @@ import {
 
 export type RunRow = typeof runs.$inferSelect
 
-/** Contract 5's run, as the wire shows it. */
+/** A run, as the wire shows it. */
 export type RunWire = Static<typeof Run>
 
 export function runToWire(run: RunRow): RunWire {
@@ -71,7 +71,7 @@ export function settingsToWire(s: RunSettings): RunWire['settings'] {
   }
 }
 
-/** Contract 5: origin is the server's: web (session), api (key), dev (dev org). */
+/** Origin is the server's: web (session), api (key), dev (dev org). */
 export function originOf(principal: Principal): RunOrigin {
   return principal.kind === 'user' ? 'web' : principal.kind === 'key' ? 'api' : 'dev'
 }
@@ -108,7 +108,7 @@ export interface EndedRun {
   /** how it ended (cancelled, or failed when its worker was lost) */
   status: RunStatus
   userId: string | null
-  /** the facts it remembered (the `remember` tool), captured whatever its end (contract 13.5) */
+  /** the facts it remembered (the `remember` tool), captured whatever its end */
   remembered: RememberedFact[] | null
 }
 
@@ -193,7 +193,7 @@ export async function createRun(tx: Tx, principal: RunOwner, input: CreateRunInp
 }
 
 /**
- * Contract 13.2's `interrupt`: the thread's queued and waiting runs are cancelled at once (the
+ * A thread's `interrupt`: the thread's queued and waiting runs are cancelled at once (the
  * calls a waiting one asked people about are dropped with it), its running
  * ones flagged (their worker, on whichever instance, is told), all with `error: "interrupted"`.
  */
@@ -372,7 +372,7 @@ export async function awaitsDecision(db: Db, orgId: string, runId: string): Prom
 export const MAX_REMEMBERED = 100
 
 /**
- * Keeps a fact on a running run (contract 13.5), captured when it ends whatever its status;
+ * Keeps a fact on a running run, captured when it ends whatever its status;
  * how many it keeps now, or null when it is full or not running.
  */
 export async function rememberFact(db: Db, orgId: string, id: string, fact: RememberedFact): Promise<number | null> {
@@ -472,7 +472,7 @@ export async function getThread(db: Db, orgId: string, rootRunId: string) {
 }
 
 /**
- * Cancel (idempotent): a queued run, or one waiting for people's decisions (contract 13.4),
+ * Cancel (idempotent): a queued run, or one waiting for people's decisions,
  * is cancelled at once; a running one is flagged and its worker, on whichever instance, is
  * told through NOTIFY; a finished one is left as is.
  */
@@ -572,9 +572,9 @@ function historyCtes(budgetBytes: number): SQL {
 
 /**
  * One statement (one round trip): take a run nobody else is taking: first one waiting
- * for people whose calls are all decided or whose first approval expired (contract
- * 13.4), else a queued run whose thread has no earlier run still queued, running or
- * waiting (contract 13.2: runs of one thread run one at a time, in order): each org's
+ * for people whose calls are all decided or whose first approval expired, else a queued run whose
+ * thread has no earlier run still queued, running or
+ * waiting (runs of one thread run one at a time, in order): each org's
  * oldest such run is a candidate, and the one taken is that of the org with the fewest
  * runs running now, the oldest among equals. So one org's flood never keeps another
  * org's run waiting for more than the next free worker, and with one org it is plain
@@ -671,7 +671,7 @@ export async function renewLeases(
 }
 
 /**
- * Contract 13.4: a run this worker holds leaves it to wait for people's decisions, in one
+ * A run this worker holds leaves it to wait for people's decisions, in one
  * transaction: status `requires_action`, its state and the tokens spent so far stored,
  * its lease released, `run.requires_action` naming the pending approvals. When it may go
  * on (`resume_at`): now if every call was decided meanwhile, else when its first pending

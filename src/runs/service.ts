@@ -157,7 +157,7 @@ export default fp(
       contextTokens: config.MODEL_CONTEXT_TOKENS,
       threadContext: opts.threadContext
     })
-    // contract 13.5: the facts a run remembered are captured however it ends, here when outside its worker
+    // the facts a run remembered are captured however it ends, here when outside its worker
     const onEnded: OnRunsEnded = async (tx, ended) => {
       for (const run of ended) {
         countRunEnded(run, run.status)

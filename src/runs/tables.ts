@@ -22,7 +22,7 @@ export interface RunSettings {
 }
 
 /**
- * A run waiting for people's decisions (contract 13.4): what it resumes from, on any
+ * A run waiting for people's decisions: what it resumes from, on any
  * instance. `messages` is the model conversation up to and including the assistant
  * message that asked for `calls`; a call with `content` has its result already (executed
  * or answered before the run left its worker) and is never executed again. The tokens
@@ -63,7 +63,7 @@ export const runs = pgTable(
     origin: text('origin').$type<RunOrigin>().notNull(),
     error: text('error'),
     metadata: jsonb('metadata').$type<Record<string, unknown>>().notNull().default({}),
-    /** the org secrets the run named (contract 10): its sandbox's environment, redacted from all it stores */
+    /** the org secrets the run named: its sandbox's environment, redacted from all it stores */
     secretNames: jsonb('secret_names').$type<string[]>().notNull().default([]),
     userId: text('user_id'),
     /** the final assistant text of a succeeded run (null otherwise) */
@@ -90,11 +90,10 @@ export const runs = pgTable(
     leaseOwner: text('lease_owner'),
     leaseExpiresAt: ts('lease_expires_at'),
     cancelRequested: boolean('cancel_requested').notNull().default(false),
-    /** while `requires_action`: the conversation so far and the tool calls of the round that waits (contract 13.4) */
+    /** while `requires_action`: the conversation so far and the tool calls of the round that waits */
     suspended: jsonb('suspended').$type<SuspendedRun>(),
     /**
-     * facts the model asked to remember (the `remember` tool), captured when the run ends whatever its status (contract
-     * 13.5)
+     * facts the model asked to remember (the `remember` tool), captured when the run ends whatever its status
      */
     remembered: jsonb('remembered').$type<RememberedFact[]>(),
     /**
@@ -156,7 +155,7 @@ export const runEvents = pgTable(
 )
 
 /**
- * One `POST /api/chat` completion, metered like a run (contract 13.3): the usage rollup's
+ * One `POST /api/chat` completion, metered like a run: the usage rollup's
  * trigger (usage_add_finished_run, 0021) counts it by engine, model and user when it is
  * stored, finished. Nothing else reads it; rows go with their org.
  */

@@ -272,7 +272,7 @@ export class RunWorker {
 
   /**
    * A write (or read) of a run this worker holds, tried again while the database is away
-   * (contract 1.3: an outage shorter than the lease fails no run), with backoff, until it
+   * (an outage shorter than the lease fails no run), with backoff, until it
    * is back or the lease can no longer be counted on (LeaseLost: the sweeper answers for
    * the run). With `signal`, a cancel or shutdown stops the waiting too.
    */
@@ -338,7 +338,7 @@ export class RunWorker {
       if (signal.aborted) throw signal.reason
       await writer.emit({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type, data })
     }
-    // contract 10: the run's secret values never leave it; deltas are redacted as a stream
+    // the run's secret values never leave it; deltas are redacted as a stream
     let redact = NO_SECRETS
     let deltas = redact.stream()
     let env: Record<string, string> | undefined
@@ -357,7 +357,7 @@ export class RunWorker {
       await store(type, redact.deep(data))
     }
     const gateway = this.o.tools
-    // contract 13.3: `tools` names the ones the run may use ([]: none)
+    // `tools` names the ones the run may use ([]: none)
     const allowed = run.settings.tools ? new Set(run.settings.tools) : null
     // the org's MCP tools are listed when the run starts (or goes on), unless it may use none of them
     let offered: ToolDefinition[] | null = null
@@ -383,7 +383,7 @@ export class RunWorker {
               await writer.flush()
               if ((allowed && !allowed.has(call.name)) || denied.has(call.name))
                 return { content: `error: the tool ${JSON.stringify(call.name)} is not available to this run` }
-              // contract 13.4: a call that needs a person's decision does not hold this worker
+              // a call that needs a person's decision does not hold this worker
               const result = await gateway.execute({
                 orgId: run.orgId,
                 runId: run.id,
@@ -398,7 +398,7 @@ export class RunWorker {
             }
           }
         : undefined
-    // every model call's tokens, whatever the run's end (contract 13.3, metering)
+    // every model call's tokens, whatever the run's end (metering)
     // a run going on after it waited counts the tokens it spent before
     let reported: Usage | null =
       run.suspended && (run.inputTokens !== null || run.outputTokens !== null)
@@ -662,7 +662,7 @@ export class RunWorker {
           // its size as the thread's next runs are sent it, measured once here rather than at each of their claims
           if (outcome.status === 'succeeded') await storeContextSizes(tx, run.id)
           await insertEvents(tx, events)
-          // contract 13.5: what the model remembered is kept whatever the end; the engine's and the extraction's facts
+          // what the model remembered is kept whatever the end; the engine's and the extraction's facts
           // on success
           const facts = [...finished.remembered, ...(outcome.status === 'succeeded' ? outcome.facts : [])]
           if (facts.length > 0) await o.memory.enqueueCapture(tx, ref, facts)
@@ -681,7 +681,7 @@ export class RunWorker {
   }
 
   /**
-   * Contract 13.5: the run's model is asked once for the durable facts of the exchange. A
+   * The run's model is asked once for the durable facts of the exchange. A
    * failure (the call, or an answer that is not `{"facts": [...]}`) is a
    * `memory.extract_failed` event and never fails the run; a cancel still cancels it.
    */
@@ -724,7 +724,7 @@ export class RunWorker {
     return parsed.facts.map((f) => ctx.redact.text(f))
   }
 
-  /** Contract 13.4: the run leaves this worker to wait for people's decisions (runs-repo.ts suspendRun). */
+  /** The run leaves this worker to wait for people's decisions (runs-repo.ts suspendRun). */
   private async suspend(
     entry: Active,
     state: SuspendedRun,

@@ -43,13 +43,13 @@ export interface ToolCallInput {
   arguments: string | Record<string, unknown>
   /** aborting stops the call while it runs */
   signal?: AbortSignal
-  /** the run's secrets: the environment of its sandbox commands (contract 10) */
+  /** the run's secrets: the environment of its sandbox commands */
   env?: Record<string, string> | undefined
   /** what the call stores, streams and answers goes through it (the run's secret values redacted) */
   redact?: Redactor | undefined
   /**
    * A call that needs a person's decision is stored (`tool_approvals`, `approval.requested`)
-   * and answered `pending` at once: nothing waits in the gateway (contract 13.4: the run
+   * and answered `pending` at once: nothing waits in the gateway (the run
    * leaves its worker and asks again, with `approvalId`, once it is decided). `defer`
    * answers `deferred` for a call that needs no decision, unexecuted and unrecorded (a call
    * after one that waits runs after it).

@@ -50,7 +50,7 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
   })
 
   // @fastify/websocket hides WebSocket routes from the API description; ours are part of
-  // the product (spec section 4, streaming endpoints), so they are documented
+  // the product (the streaming endpoints clients use), so they are documented
   app.addHook('onRoute', (route) => {
     if ((route as { websocket?: boolean }).websocket && route.schema) route.schema.hide = false
   })

@@ -23,7 +23,7 @@ export interface RunDirectory {
   /**
    * Around a decision on one of the run's approvals, in the decision's transaction:
    * `hold` locks the run row first, `decided` then lets a run waiting for people go on at
-   * once when none of its approvals is pending any more (contract 13.4). Decisions on two
+   * once when none of its approvals is pending any more. Decisions on two
    * of its calls at the same moment cannot both miss that they were the last.
    */
   hold(tx: Tx, orgId: string, runId: string): Promise<void>

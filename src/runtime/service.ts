@@ -137,7 +137,7 @@ function instanceIdFor(config: Config, kind: 'postgres' | 'pglite'): string | un
   }
 }
 
-/** The 503 of routes and tools that need a sandbox when there is none (contract 1.3). */
+/** The 503 of routes and tools that need a sandbox when there is none. */
 export function sandboxUnavailable(status: SandboxStatus): ApiError {
   return sandboxUnavailableError(status.reason ?? 'no sandbox provider is available')
 }

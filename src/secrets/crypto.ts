@@ -1,7 +1,7 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto'
 
 /**
- * Contract 10's sealing of secret values: AES-256-GCM from node:crypto, a random 96-bit
+ * Sealing of secret values: AES-256-GCM from node:crypto, a random 96-bit
  * nonce per write, and the org id and name as associated data, so a ciphertext copied to
  * another org or another name does not open. A sealed value is `nonce ‖ ciphertext ‖ tag`
  * beside the id of the key that sealed it.

@@ -15,7 +15,7 @@ import { secretToWire } from './secrets-repo.js'
 const SECRETS = ['secrets']
 const ADMIN = { scope: 'admin' } as const
 
-/** Contract 10: org secrets, admin only; a value goes in and never comes out. */
+/** Org secrets, admin only; a value goes in and never comes out. */
 const secretsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/secrets',

@@ -1,5 +1,5 @@
 /**
- * Contract 10: a named secret's value never appears in what a run stores or sends; it is
+ * A named secret's value never appears in what a run stores or sends; it is
  * replaced by `[secret:NAME]`. `text` and `deep` redact whole values; `stream` redacts
  * text that arrives in pieces (`message.delta`), holding back the end of a piece while it
  * could be the start of a value, so a value split across two deltas is still caught.

@@ -126,7 +126,7 @@ export async function checkKeyOpensStored(db: FastifyInstance['db'], ring: KeyRi
   )
 }
 
-/** Contract 10's org secrets: sealing, the run port, and re-sealing after a key rotation. */
+/** Org secrets: sealing, the run port, and re-sealing after a key rotation. */
 export default fp(
   async function secretsService(app: FastifyInstance, opts: { config: Config }) {
     const db = app.db

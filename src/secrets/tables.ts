@@ -3,7 +3,7 @@ import { organizations } from '../auth/tables.js'
 import { ts } from '../db/columns.js'
 
 /**
- * Contract 10: an org's secret, sealed (src/secrets/crypto.ts). `sealed` is base64 of
+ * An org's secret, sealed (src/secrets/crypto.ts). `sealed` is base64 of
  * nonce ‖ ciphertext ‖ tag; `key_id` names the key that sealed it, so rows under a
  * previous key can be found and sealed again under the current one.
  */

@@ -60,7 +60,7 @@ const SkillMdResponse = {
   content: { 'text/markdown': { schema: Type.String() } }
 }
 
-/** Contract 9: skills (Agent Skills SKILL.md), skill runs, proposals and playbooks. */
+/** Skills (Agent Skills SKILL.md), skill runs, proposals and playbooks. */
 const skillsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   // ---- skills -------------------------------------------------------------------
 

@@ -204,7 +204,7 @@ export async function snapshotSteps(
   return out
 }
 
-/** Run metadata of a playbook step (contract 9's `{skillId, skillVersion}` plus where it stands). */
+/** Run metadata of a playbook step (`{skillId, skillVersion}` plus where it stands). */
 export const stepMetadata = (playbookId: string, index: number, step: PlaybookRunStep) => ({
   playbookId,
   playbookStep: index,

@@ -80,7 +80,7 @@ async function importedFrom(db: Db, orgId: string, source: GitHubSkillSource): P
 }
 
 /**
- * Contract 11's skill import: the skill imported from the same folder of the same
+ * Skill import: the skill imported from the same folder of the same
  * repository is the same skill. The same commit again is no new version; another commit is
  * the next version (its SKILL.md may rename the skill). A name held by another skill is a
  * refusal, never an overwrite. Concurrent imports settle on one skill: a lost race is
@@ -126,7 +126,7 @@ export default fp(
           if (!parsed.ok) return { refused: `the SKILL.md is invalid: ${describeProblems(parsed.problems)}` }
           const target = await targetOf(db, run.orgId, skillId, parsed.skill.name)
           if (target === 'missing') return { refused: 'no such skill in this organization' }
-          // contract 9: content a person rejected is not proposed again; an open one is not doubled
+          // content a person rejected is not proposed again; an open one is not doubled
           const same = await sameContent(db, run.orgId, skillMd)
           if (same?.state === 'rejected') return { refused: 'this exact SKILL.md was proposed before and rejected' }
           if (same?.state === 'open') return { proposalId: same.id, state: 'open' }

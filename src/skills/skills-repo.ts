@@ -111,7 +111,7 @@ export async function updateSkill(
   return (await getSkill(db, orgId, id)) ? 'stale' : 'missing'
 }
 
-/** The skills of the org imported from a repository (contract 11), oldest first. */
+/** The skills of the org imported from a repository, oldest first. */
 export async function skillsImportedFrom(db: Db | Tx, orgId: string, repo: string): Promise<SkillRow[]> {
   return db
     .select()
@@ -138,7 +138,7 @@ export async function deleteSkill(db: Db, orgId: string, id: string): Promise<bo
 }
 
 /**
- * A skill run (contract 13.3): the skill's instructions as the system message, the input as
+ * A skill run: the skill's instructions as the system message, the input as
  * the prompt (without one, a request to run the skill), and `allowed-tools` as the tools
  * it may use.
  */
@@ -193,7 +193,7 @@ export function skillTools(allowed: string[]): { tools: string[] | undefined; wa
   return { tools: [...tools], warnings }
 }
 
-/** The skill's instructions, then the caller's after a blank line (contract 13.3), as a run body field. */
+/** The skill's instructions, then the caller's after a blank line, as a run body field. */
 export function joinedInstructions(skill: string | null, caller: string | undefined): { instructions?: string } {
   const joined = [skill, caller]
     .filter((part): part is string => typeof part === 'string' && part.trim() !== '')

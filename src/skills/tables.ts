@@ -10,7 +10,7 @@ export type SkillProposalState = (typeof PROPOSAL_STATES)[number]
 export type SkillSource =
   { kind: 'manual' } | { kind: 'github'; repo: string; path: string; ref: string; commit: string }
 
-/** Contract 9: an Agent Skills SKILL.md, at its current version; its name is unique in the org. */
+/** An Agent Skills SKILL.md, at its current version; its name is unique in the org. */
 export const skills = pgTable(
   'skills',
   {
@@ -41,7 +41,7 @@ export const skills = pgTable(
 )
 
 /**
- * Contract 9's learning lane: a SKILL.md proposed by a person or a run, for a new skill or
+ * Learning lane: a SKILL.md proposed by a person or a run, for a new skill or
  * against a version of one. `content_sha256` (of the normalized file) lets a run's proposal
  * be refused when the same content was rejected before.
  */
@@ -70,7 +70,7 @@ export const skillProposals = pgTable(
   ]
 )
 
-/** Contract 9: an ordered list of skill steps, run as one thread. */
+/** An ordered list of skill steps, run as one thread. */
 export const playbooks = pgTable(
   'playbooks',
   {

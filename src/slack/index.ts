@@ -21,7 +21,7 @@ import type { SlackTeamRow } from './slack-repo.js'
 const ADMIN = { scope: 'admin' } as const
 
 /**
- * Contract 11: connecting Slack (admin) and the chat-platform ingress (public, verified by
+ * Connecting Slack (admin) and the chat-platform ingress (public, verified by
  * Slack's request signature instead of a session or key).
  */
 const slackRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -82,7 +82,7 @@ interface ReadBody {
  * body its own way (JSON for events, a form with a JSON `payload` for interactions), and one
  * hook checks the signature before validation (preValidation), so an unsigned request is
  * 401 whatever it holds; what the body carries is then validated like every other body
- * (contract 1.3 included).
+ * (hostile input refused as everywhere).
  */
 const chatPlatformRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const parseJson = app.getDefaultJsonParser('error', 'error')

@@ -90,8 +90,8 @@ export interface SlackServiceOptions {
 }
 
 /**
- * Contract 11's Slack integration and chat-platform ingress, the reply outbox worker, and approving tool calls from
- * Slack (contract 13.4).
+ * Slack integration and chat-platform ingress, the reply outbox worker, and approving tool calls from
+ * Slack (a run waiting for approval is decided from its message's buttons).
  */
 export default fp(
   async function slackService(app: FastifyInstance, opts: SlackServiceOptions) {

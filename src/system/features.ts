@@ -10,7 +10,7 @@ export type Catalog = () => Promise<{ engines: EngineInfo[]; models: ModelInfo[]
  */
 export interface Features {
   readonly auth: { readonly google: boolean; readonly emailPassword: boolean }
-  /** where tools run; `available: false` with a `reason` when nowhere (contract 1.3) */
+  /** where tools run; `available: false` with a `reason` when nowhere */
   readonly sandbox: {
     readonly provider: string
     readonly available: boolean

@@ -65,7 +65,7 @@ const system: FastifyPluginAsyncTypebox<SystemOptions> = async (app, opts) => {
       const catalogs = await Promise.all(features.catalogs.map((catalog) => catalog()))
       return {
         auth: features.auth,
-        // for this caller: the dev org serves loopback callers only (contract 2.2)
+        // for this caller: the dev org serves loopback callers only
         allowDevOrg: devOrgFor(request, opts.allowDevOrg),
         release: opts.release,
         engines: catalogs.flatMap((c) => c.engines),

@@ -75,7 +75,7 @@ const settled = (result: TaskRow | TaskRefusal): TaskRow => {
   return result
 }
 
-/** Contract 9: projects and the task board (fractional positions, revisions, task runs). */
+/** Projects and the task board (fractional positions, revisions, task runs). */
 const tasksRoutes: FastifyPluginAsyncTypebox = async (app) => {
   // ---- projects -----------------------------------------------------------------
 

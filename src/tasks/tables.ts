@@ -12,7 +12,7 @@ const byteText = customType<{ data: string }>({ dataType: () => 'text collate "C
 
 export type TaskStatus = (typeof TASK_STATUSES)[number]
 
-/** Contract 9: a project groups tasks; archiving keeps it and its tasks. */
+/** A project groups tasks; archiving keeps it and its tasks. */
 export const projects = pgTable(
   'projects',
   {
@@ -31,7 +31,7 @@ export const projects = pgTable(
 )
 
 /**
- * Contract 9: a card on the board. A column is (org, project, status); `position` orders
+ * A card on the board. A column is (org, project, status); `position` orders
  * it, and a move writes only the moved task (a key between its new neighbours).
  */
 export const tasks = pgTable(

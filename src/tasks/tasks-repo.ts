@@ -269,7 +269,7 @@ async function planMove(
 }
 
 /**
- * Contract 9's move: into `status` (same project), directly above `before`, directly below
+ * A task's move: into `status` (same project), directly above `before`, directly below
  * `after`, between both (which must be neighbours), or last. Writes the moved task only:
  * its new key lies between its new neighbours' keys. Two statements, no lock.
  */

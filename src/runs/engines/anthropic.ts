@@ -77,7 +77,7 @@ const toTool = (d: ToolDefinition): Tool => ({
 })
 
 /**
- * A run's settings as Messages API parameters (contract 13.3); json_object has no native form, so it is asked for in
+ * A run's settings as Messages API parameters; json_object has no native form, so it is asked for in
  * words.
  */
 function requestSettings(s: RunSettings): { params: Partial<MessageCreateParamsBase>; system: string | null } {

@@ -8,7 +8,7 @@ export function rememberSentences(prompt: string): string[] {
     .filter((s) => s !== '' && /\bremember\b/i.test(s))
 }
 
-/** The `fact: <text>` lines of a text (any case): what echo extracts as facts (contract 13.5, offline). */
+/** The `fact: <text>` lines of a text (any case): what echo extracts as facts (offline). */
 export function factLines(text: string): string[] {
   return text
     .split('\n')
@@ -18,7 +18,7 @@ export function factLines(text: string): string[] {
 
 const words = (text: string) => text.split(/\s+/).filter(Boolean)
 
-/** Contract 7: the names of the prompt's `artifact: <name>` lines, each once, in order. */
+/** The names of the prompt's `artifact: <name>` lines, each once, in order. */
 export function artifactNames(prompt: string): string[] {
   const names = prompt
     .split('\n')
@@ -28,7 +28,7 @@ export function artifactNames(prompt: string): string[] {
 }
 
 /**
- * Contract 8: the drafts of the prompt's `learn:` lines, in order; the rest of the line is
+ * The drafts of the prompt's `learn:` lines, in order; the rest of the line is
  * the body and, cut to 80 characters, the title.
  */
 export function learnedDrafts(prompt: string): Array<{ title: string; body: string }> {
@@ -40,8 +40,8 @@ export function learnedDrafts(prompt: string): Array<{ title: string; body: stri
 }
 
 /**
- * The prompt's fenced ```skill blocks, in order: each is a SKILL.md the echo engine proposes
- * (contract 9), so the learning lane can be exercised offline.
+ * The prompt's fenced ```skill blocks, in order: each is a SKILL.md the echo engine proposes,
+ * so the learning lane can be exercised offline.
  */
 export function proposedSkillFiles(prompt: string): string[] {
   return [...prompt.replace(/\r\n?/g, '\n').matchAll(/^[ \t]*```skill[ \t]*\n([\s\S]*?)\n[ \t]*```[ \t]*$/gm)].map(
@@ -51,7 +51,7 @@ export function proposedSkillFiles(prompt: string): string[] {
 
 /**
  * What echo answers: the prompt itself, except for the prompt `history`, answered with the
- * conversation it was given (contract 13.2, testable offline): `history: 2 turns: first
+ * conversation it was given (testable offline): `history: 2 turns: first
  * prompt | second prompt`.
  */
 export function echoAnswer(
@@ -66,7 +66,7 @@ export function echoAnswer(
   return `history: ${asked.length} turns${asked.length > 0 ? `: ${asked.join(' | ')}` : ''}`
 }
 
-/** Contract 5: offline, deterministic, always ready; streams the prompt back word by word. */
+/** The echo engine: offline, deterministic, always ready; streams the prompt back word by word. */
 export function echoEngine(opts: { wordDelayMs: number }): Engine {
   const model: ModelInfo = { id: 'echo', engine: 'echo', name: 'Echo (offline)' }
   return {
@@ -85,7 +85,7 @@ export function echoEngine(opts: { wordDelayMs: number }): Engine {
       const format = ctx.settings.responseFormat?.type
       let text: string
       if (format === 'json_object' || format === 'json_schema') {
-        // contract 13.3, offline: a fixed JSON object, checked against the schema like a model's
+        // offline: a fixed JSON object, checked against the schema like a model's
         text = JSON.stringify({ echo: parts.join(' ') })
         if (ctx.signal.aborted) throw ctx.signal.reason
         await ctx.emit('message.delta', { text })

@@ -1,5 +1,5 @@
 // What every model protocol shares: one streamed call's shape, the idle timeout, the
-// retries before the first token (contract 13.3) and the run's tool loop. The protocols
+// retries before the first token and the run's tool loop. The protocols
 // themselves (openai.ts, anthropic.ts) only turn a call into their SDK's request and back.
 import type { RunSettings, SuspendedRun } from '../tables.js'
 import { backoffDelay } from '../../worker-loop.js'
@@ -420,15 +420,15 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
       // this execution's calls (a run that goes on after it waited counts what it spent before itself)
       const usage = { promptTokens: 0, completionTokens: 0 }
       if (ctx.resume) {
-        // contract 13.4: on from the stored conversation; the round that asked is not asked again
+        // on from the stored conversation; the round that asked is not asked again
         wire = ctx.resume.messages as WireMessage[]
         round = ctx.resume.round
         await toolRound(ctx, wire, round, ctx.resume.calls)
         round++
       } else {
-        // contract 13.5: the prompt's significant words, at most MEMORY_RECALL_LIMIT facts
+        // the prompt's significant words, at most MEMORY_RECALL_LIMIT facts
         const items = await ctx.recall(ctx.prompt)
-        // contract 13.2: system messages, then the thread's earlier turns, then this prompt
+        // system messages, then the thread's earlier turns, then this prompt
         const messages: WireMessage[] = []
         if (ctx.instructions) messages.push({ role: 'system', content: ctx.instructions })
         if (items.length > 0) {
@@ -522,7 +522,7 @@ export function memoryMessage(items: ReadonlyArray<{ content: string }>): string
 
 /**
  * One round of tool calls, in the model's order, their results appended to `wire`. A call
- * that needs a person's decision leaves the run waiting (RunSuspended, contract 13.4):
+ * that needs a person's decision leaves the run waiting (RunSuspended):
  * the calls after it that need a decision are asked too, so people can decide them
  * together; those that need none run after it, when the run goes on. A call with a
  * result already is never executed again.

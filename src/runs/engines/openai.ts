@@ -9,7 +9,7 @@ export { retryAfterMs, type ModelRetry } from './model-call.js'
 
 export type OpenAiOptions = ModelClientOptions
 
-/** A run's settings as chat-completions parameters (contract 13.3). */
+/** A run's settings as chat-completions parameters. */
 function requestSettings(s: RunSettings): Partial<ChatCompletionCreateParamsStreaming> {
   const out: Partial<ChatCompletionCreateParamsStreaming> = {}
   if (s.temperature !== undefined) out.temperature = s.temperature

@@ -20,12 +20,12 @@ const PROVIDER_ENGINES = new Set(['openai', 'anthropic'])
 /** What an engine is configured with, reachable or not. */
 const configuredModels = (engine: Engine) => (engine.configuredModels ? engine.configuredModels() : engine.models())
 
-/** Where an org's default model came from (contract 13.3). */
+/** Where an org's default model came from. */
 export type DefaultSource = 'org' | 'deployment' | 'provider' | 'echo'
 
 /**
  * The engines of one instance, with the `/api/config` catalog. A model the deployment does
- * not serve may be an org provider's (contract 11): `resolve` with an org id and `forRun`
+ * not serve may be an org provider's: `resolve` with an org id and `forRun`
  * ask `orgEngine` then, and only then, so runs of the deployment's models cost no lookup.
  * The deployment's models come first: an org provider cannot take over one of their ids.
  */

@@ -23,7 +23,7 @@ export interface EngineContext {
   runId: string
   prompt: string
   model: string | null
-  /** the run's instructions: its first system message (contract 13.3) */
+  /** the run's instructions: its first system message */
   instructions: string | null
   /**
    * the thread's earlier succeeded turns, oldest first: each one's transcript (its user message, assistant messages,
@@ -31,10 +31,10 @@ export interface EngineContext {
    */
   history: WireMessage[]
   /**
-   * the run's attachments: their workspace paths, and what the user message says of them (contract 13.3); null without
+   * the run's attachments: their workspace paths, and what the user message says of them; null without
    */
   attachments: { paths: string[]; message: string } | null
-  /** where a run that waited for approvals goes on from (contract 13.4); null for a fresh start */
+  /** where a run that waited for approvals goes on from; null for a fresh start */
   resume: SuspendedRun | null
   /**
    * Where the run could go on from now without executing a tool call again (each call's
@@ -56,9 +56,9 @@ export interface EngineContext {
   tools?: RunTools | undefined
   /** saves text as an artifact of this run; emits `artifact.created` */
   saveArtifact(name: string, content: string, contentType: string): Promise<SavedArtifact>
-  /** proposes knowledge: an open draft in the org's learning lane (contract 8) */
+  /** proposes knowledge: an open draft in the org's learning lane */
   proposeKnowledge(draft: { title: string; body: string }): Promise<ProposedDraft>
-  /** proposes a SKILL.md: an open proposal in the org's learning lane (contract 9), or why not */
+  /** proposes a SKILL.md: an open proposal in the org's learning lane, or why not */
   proposeSkill(proposal: { skillMd: string; skillId?: string | undefined }): Promise<ProposedSkill>
 }
 

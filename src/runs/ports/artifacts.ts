@@ -17,7 +17,7 @@ export interface SavedArtifact {
   version: number
 }
 
-/** An upload a run attaches (contract 13.3). */
+/** An upload a run attaches. */
 export interface AttachedUpload {
   id: string
   name: string

@@ -51,7 +51,7 @@ export function forAutomations(
 ): AutomationRuns {
   return {
     async engineFor(tx, orgId, engine, model) {
-      // the org's providers' models too (contract 11), like POST /api/runs, read in the caller's transaction
+      // the org's providers' models too, like POST /api/runs, read in the caller's transaction
       const chosen = await runs.engines.resolve(engine, model, orgId, tx)
       // an engine gone since the automation was saved: the run is kept and fails, saying why
       if ('error' in chosen) return { engine: engine ?? 'echo', model: model ?? null }

@@ -34,7 +34,7 @@ export interface RunMemory {
   enabled(orgId: string): Promise<boolean>
   /**
    * Both switches in one read, for a run: memory on (as `enabled`), and whether the org
-   * asked for facts to be extracted from its succeeded runs (contract 13.5)
+   * asked for facts to be extracted from its succeeded runs
    */
   settingsFor(orgId: string): Promise<{ enabled: boolean; extract: boolean }>
   /**

@@ -1,5 +1,5 @@
 /**
- * The seam between runs and an org's model providers (contract 11): a run, a chat or an
+ * The seam between runs and an org's model providers: a run, a chat or an
  * automation naming a model the deployment does not serve is run by the org's provider
  * that offers it, through the OpenAI-compatible engine. The providers group implements it.
  */

@@ -1,5 +1,5 @@
 /**
- * The seam between runs and org secrets (contract 10): a run names secrets, its sandbox
+ * The seam between runs and org secrets: a run names secrets, its sandbox
  * gets their values as environment variables, and every value is redacted from what the
  * run stores and sends. The secrets group implements it.
  */
