@@ -69,7 +69,7 @@ export const organizationAdminRequired = () =>
   new ApiError(403, 'organization_admin_required', 'this needs an organization owner or admin')
 export const organizationOwnerRequired = () =>
   new ApiError(403, 'organization_owner_required', 'only an owner can grant, change or remove the owner role')
-/** spec section 4: personal memory without a real user */
+/** personal memory belongs to a signed-in user, so a caller without one is refused */
 export const signInRequired = () => new ApiError(403, 'sign-in required', 'personal memory needs a signed-in user')
 export const memoryDisabled = () => new ApiError(403, 'memory disabled', 'memory is disabled for this organization')
 /** a person of the org who may not do this to this resource (someone else's) */
@@ -125,7 +125,7 @@ export const frontendReleaseMismatch = (client: string, release: string) =>
       extra: { release }
     }
   )
-// 412, 413, 415, 416, 428: content and versions (contract 6, 7)
+// 412, 413, 415, 416, 428: content and versions (If-Match, uploads, ranges)
 export const preconditionFailed = (message: string) => new ApiError(412, 'precondition_failed', message)
 export const payloadTooLarge = (limit: number) =>
   new ApiError(413, 'payload_too_large', `the content is larger than ${limit} bytes (UPLOAD_MAX_BYTES)`)
@@ -159,7 +159,7 @@ export const upstreamFailed = (what: string) =>
   new ApiError(502, 'upstream_failed', `the memory service did not answer the ${what}`)
 export const updateFailed = (message = 'the memory service did not accept the update') =>
   new ApiError(502, 'update failed', message)
-// 502: GitHub, Slack or a model provider answered with an error (contract 6); the message says which
+// 502: GitHub, Slack or a model provider answered with an error; the message says which
 export const integrationFailed = (message: string) => new ApiError(502, 'upstream_failed', message)
 export const deleteFailed = () => new ApiError(502, 'delete failed', 'the memory service did not accept the delete')
 // 503
@@ -284,7 +284,7 @@ export function describeError(err: FastifyError | ApiError | Error): ErrorReply 
   return { status, body: { error: STATUS_IDENTIFIERS[status] ?? 'bad_request', message: fe.message } }
 }
 
-/** Contract 1.3: the database unreachable or restarting is a 503 the client retries, never a 500. */
+/** The database unreachable or restarting is a 503 the client retries, never a 500. */
 function databaseUnavailable(): ErrorReply {
   return {
     status: 503,
@@ -320,7 +320,7 @@ export default fp(
       return reply.code(status).type('application/json; charset=utf-8').send(body)
     })
 
-    // contract 1.3: a known path with another method is 405 with Allow; an over-long unknown one is 414
+    // a known path with another method is 405 with Allow; an over-long unknown one is 414
     app.setNotFoundHandler(function notFoundHandler(request, reply) {
       const path = request.url.split('?')[0]!
       if (path.length > MAX_PATH_LENGTH) {

@@ -1,7 +1,7 @@
 import type { ErrorObject, ValidateFunction } from 'ajv'
 
 /**
- * Contract 1.3: strings holding U+0000 or a lone surrogate, and JSON nested deeper than 64
+ * Strings holding U+0000 or a lone surrogate, and JSON nested deeper than 64
  * levels, are refused as `400 validation_failed` before any handler sees them. Postgres
  * cannot store U+0000 in text or jsonb, a lone surrogate is not valid UTF-8 there either,
  * and deep nesting exhausts the stack of whatever walks the value next (Postgres' jsonb

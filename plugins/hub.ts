@@ -52,7 +52,7 @@ const escapeAttribute = (value: string) =>
   value.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
 
 /**
- * Contract 12: the Memory Hub console at /hub/, a single-page app over the public API.
+ * The Memory Hub console at /hub/, a single-page app over the public API.
  * The page (index.html, every client-side route) is read at each request through the
  * build's symlink, so a rebuild is served without a restart, and carries the release of
  * this server. Assets have content-hashed names: cached for a year. Kept out of the

@@ -48,7 +48,7 @@ const TAGS = [
 ]
 
 /**
- * Refusals any /api operation can meet before its handler (contract 1.3), described once
+ * Refusals any /api operation can meet before its handler, described once
  * in `components.responses` and referred to from every operation.
  */
 const SHARED_REFUSALS: Record<string, { name: string; description: string; retryAfter?: boolean }> = {
@@ -218,7 +218,7 @@ function describeJsonFormFields(document: Json): void {
 /**
  * The OpenAPI 3.1 document, built from every route's TypeBox schemas, at
  * `GET /openapi.json`, with an interactive reference at `/docs`. Both live outside
- * /api so the spec's list of public /api paths stays exact. Contract 1.5: named
+ * /api so the spec's list of public /api paths stays exact. For client generators: named
  * components, an operationId and a tag on every operation, `security: []` on public
  * routes, event streams as `text/event-stream`.
  */

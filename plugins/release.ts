@@ -12,7 +12,7 @@ export interface ReleaseOptions {
 }
 
 /**
- * Spec section 9 / contract 1.1, the headers: every /api answer carries these. They are
+ * The release headers: every /api answer carries these. They are
  * static, so plugins/security-headers.ts sets them with the other fixed headers, in the
  * one hook that runs before everything else (404s and errors carry them too).
  */
@@ -21,7 +21,7 @@ export function releaseHeaders(release: string): Record<string, string> {
 }
 
 /**
- * Spec section 9 / contract 1.1, the gate: a mutating /api request from an incompatible
+ * The release gate: a mutating /api request from an incompatible
  * client release is refused before any other work. A dev build accepts every client, so it
  * has no gate at all.
  */

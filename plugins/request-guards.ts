@@ -35,13 +35,13 @@ function hasBody(request: FastifyRequest): boolean {
 /**
  * Three guards every /api route gets, whatever its plugin:
  *
- * 1. Origin check (contract 2.1, CSRF). A browser sends cookies (and, with dev-org access,
+ * 1. Origin check (CSRF). A browser sends cookies (and, with dev-org access,
  *    acts anonymously) on cross-site POSTs that SameSite=Lax does not stop for same-site
  *    subdomains, so every mutating request not authenticated by a bearer key must come
  *    from the service's own origin or a CORS_ORIGINS one: a foreign `Origin`, or no
  *    `Origin` with `Sec-Fetch-Site: cross-site`, is `403 forbidden_origin`. Requests
  *    without either header (curl, servers) pass: they carry no ambient browser cookie.
- * 2. Server-owned fields (spec section 2): `org_id`/`orgId`, `user_id`/`userId` or
+ * 2. Server-owned fields: `org_id`/`orgId`, `user_id`/`userId` or
  *    `origin` at the top level of a JSON body is `400 server_owned_field`, before any
  *    schema runs, on every route that takes a body, so no handler can be tricked into
  *    trusting one.

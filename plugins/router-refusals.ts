@@ -5,7 +5,7 @@ import type { TLSSocket } from 'node:tls'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, HTTPMethods } from 'fastify'
 
 /**
- * Contract 1.3, router-level refusals: requests refused before any route runs, by Node's
+ * Router-level refusals: requests refused before any route runs, by Node's
  * HTTP parser (431, 408, a malformed request line) or by Fastify's router (a malformed or
  * over-long URL), answered with the contract's error body and the same fixed headers as
  * every other answer. Fastify's own answers for these are bodies of its shape echoing the

@@ -79,7 +79,7 @@ export function isApiPath(url: string): boolean {
 }
 
 export interface SecurityHeadersOptions {
-  /** more fixed headers for /api answers (the release headers of spec section 9) */
+  /** more fixed headers for /api answers (the release headers) */
   apiHeaders?: Readonly<Record<string, string>>
 }
 

@@ -2,7 +2,7 @@ import { Type } from 'typebox'
 import { CreatedBy, Id, IsoDate, LiteralUnion, named, Nullable, Page, PageQuery, StrictObject } from './common.js'
 import { AgentOptions } from './runs.js'
 
-/** What a ticks missed while no instance ran become (contract 10). */
+/** What a ticks missed while no instance ran become. */
 export const CATCH_UPS = ['latest', 'skip'] as const
 
 const Engine = Type.String({ minLength: 1, maxLength: 64, pattern: '^[a-z0-9_-]+$' })

@@ -36,12 +36,12 @@ export function LiteralUnion<const T extends readonly string[]>(
 export const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) =>
   Type.Union([schema, Type.Null()])
 
-/** Contract 6's `createdBy`: who made an object. */
+/** `createdBy`: who made an object. */
 export const CreatedBy = Nullable(
   Type.String({ description: 'the user who made it; null for an API key, the dev org or a run' })
 )
 
-/** The `Idempotency-Key` request header of the routes contract 3 makes idempotent. */
+/** The `Idempotency-Key` request header of the routes that honour it (a retry answers what the first request did). */
 export const IdempotencyKeyHeader = {
   type: 'object',
   properties: { 'idempotency-key': { type: 'string', description: '1 to 255 characters' } }
@@ -52,7 +52,7 @@ export const IsoDate = Type.String({ format: 'date-time', description: 'ISO-8601
 /** The params of a route on one object: `/things/:id`. */
 export const IdParams = StrictObject({ id: Id })
 
-/** The contract's error body (1.2). */
+/** The error body of every 4xx and 5xx answer. */
 export const ErrorBody = Type.Object(
   {
     error: Type.String({ description: 'stable identifier' }),

@@ -14,7 +14,7 @@ export const Integration = named(
         Type.String({ description: 'the last failure talking to it, as a sentence; null when the last call worked' })
       )
     },
-    { description: 'an integration of the org (contract 11); its credentials are never returned' }
+    { description: 'an integration of the org; its credentials are never returned' }
   )
 )
 

@@ -2,7 +2,7 @@ import { Type } from 'typebox'
 import { Cursor, Id, IsoDate, named, Nullable, StrictObject } from './common.js'
 import { EmbeddingItemState, SearchModeParam, SearchModeUsed, SearchScores } from './retrieval.js'
 
-/** Any string: an invalid value falls back to `org` (spec section 2), so it is never a 400. */
+/** Any string: an invalid value falls back to `org`, so it is never a 400. */
 const ScopeParam = Type.Optional(
   Type.String({ maxLength: 64, description: '`org` (default) or `personal`; anything else means `org`' })
 )

@@ -96,6 +96,6 @@ export const Dashboard = named(
         { description: 'the newest changes across runs, records, documents, artifacts, skills and tasks (at most 10)' }
       )
     },
-    { description: 'the org at a glance (contract 11)' }
+    { description: 'the org at a glance' }
   )
 )

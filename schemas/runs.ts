@@ -2,13 +2,13 @@ import { Type, type TSchema } from 'typebox'
 import { Id, IsoDate, LiteralUnion, named, Page, PageQuery, StrictObject } from './common.js'
 import { SecretName } from './secrets.js'
 
-/** Contract 5's run statuses and origins: the one list each (the table's CHECK is built from them). */
+/** Run statuses and origins: the one list each (the table's CHECK is built from them). */
 export const RUN_STATUSES = ['queued', 'running', 'requires_action', 'succeeded', 'failed', 'cancelled'] as const
 export const RUN_ORIGINS = ['web', 'api', 'dev', 'skill', 'automation', 'chatplatform', 'mcp'] as const
 export const RunStatus = named('RunStatus', LiteralUnion(RUN_STATUSES))
 export const RunOrigin = named('RunOrigin', LiteralUnion(RUN_ORIGINS))
 
-/** Contract 13.3: how the model is asked to shape its answer. */
+/** How the model is asked to shape its answer. */
 export const ResponseFormat = named(
   'ResponseFormat',
   Type.Union(
@@ -81,7 +81,7 @@ export const Run = named(
       settings: RunSettings,
       attachments: Type.Array(Type.String(), { description: "upload ids copied into the run's workspace" })
     },
-    { description: 'a run (contract 5)' }
+    { description: 'a run' }
   )
 )
 
@@ -89,7 +89,7 @@ export const RunEnvelope = named('RunReply', Type.Object({ run: Run }))
 
 export const MULTITASK_MODES = ['enqueue', 'reject', 'interrupt'] as const
 
-/** What configures the agent of a run (contract 13.3), wherever a run is started. */
+/** What configures the agent of a run, wherever a run is started. */
 export const AgentOptions = {
   instructions: Type.Optional(
     Type.String({ minLength: 1, maxLength: 32_000, description: 'sent as the first system message' })

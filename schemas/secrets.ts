@@ -1,7 +1,7 @@
 import { Type } from 'typebox'
 import { IsoDate, named, Nullable, Page, PageQuery, StrictObject } from './common.js'
 
-/** Contract 10's secret names: also the environment variable a run's sandbox gets. */
+/** Secret names: also the environment variable a run's sandbox gets. */
 export const SECRET_NAME_PATTERN = '^[A-Z][A-Z0-9_]{0,127}$'
 export const SECRET_VALUE_MAX_BYTES = 64 * 1024
 

@@ -9,7 +9,7 @@ import { asList } from '../hook-list.js'
 import { principalOf, type Principal } from '../../src/auth/principal.js'
 import { createWorkerLoop } from '../../src/worker-loop.js'
 
-/** Contract 3 numbers. */
+/** How long a key is kept, and its limits. */
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000
 /** How often expired keys are deleted. */
 const PRUNE_EVERY_MS = 60 * 60 * 1000
@@ -22,7 +22,7 @@ const MAX_KEY_LENGTH = 255
 
 declare module 'fastify' {
   interface FastifyContextConfig {
-    /** the route honours `Idempotency-Key` (contract 3) */
+    /** the route honours `Idempotency-Key` */
     idempotent?: boolean
   }
   interface FastifyRequest {
@@ -68,7 +68,7 @@ export function canonicalJson(value: unknown): string {
   return `{${entries.join(',')}}`
 }
 
-/** Contract 3: SHA-256 of the route, the principal and the canonical JSON body. */
+/** SHA-256 of the route, the principal and the canonical JSON body. */
 export function fingerprintOf(route: string, principal: Principal, body: unknown): string {
   const who = `${principal.kind}:${principal.orgId}:${principal.userId ?? ''}:${principal.keyId ?? ''}`
   return createHash('sha256')
@@ -187,7 +187,7 @@ function answerFrom(
 }
 
 /**
- * Contract 3 as one plugin. A route opts in with `config: { idempotent: true }`.
+ * Idempotency-Key as one plugin. A route opts in with `config: { idempotent: true }`.
  *
  * The key is written by the handler, as `done` with its answer, in the very statement or
  * transaction that does the work (`request.idempotency.completion` / `complete`), and only
@@ -250,7 +250,7 @@ export default fp(
     // Every answer the handler did not store with its work ends here: a 4xx is stored (so a
     // retry gets it again) unless the key turns out to be held; a held key (or a 5xx while
     // it is) is answered from the stored row, as a retry would be. A 429 (a full run queue)
-    // is a rate limit, as in contract 3: never stored, it uses nothing up.
+    // is a rate limit: never stored, it uses nothing up.
     async function idempotencyRecord(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
       const state = keyStates.get(request)
       if (!state || state.stored) return payload
@@ -264,7 +264,7 @@ export default fp(
         }
         row = await liveRow(app.db, state)
       } catch (err) {
-        // the database went away (contract 1.3): the answer stays unstored, and a retry with
+        // the database went away: the answer stays unstored, and a retry with
         // the key does the work again or gets the stored answer. The handler's own refusal
         // (or 5xx) stands; a held key cannot be answered from its row, so 503
         if (!isDatabaseUnavailable(err)) throw err
@@ -283,7 +283,7 @@ export default fp(
     }
 
     // Only the routes that opt in carry these hooks, so every other route pays nothing for
-    // contract 3. Route-level hooks run after the scope's, so the gate still comes after
+    // idempotency. Route-level hooks run after the scope's, so the gate still comes after
     // authentication and validation.
     app.addHook('onRoute', (route) => {
       if (!route.config?.idempotent) return
@@ -303,7 +303,7 @@ export async function pruneIdempotencyKeys(db: Db): Promise<number> {
 }
 
 /**
- * Contract 3 for work that is not an HTTP request of its own (a tool call of /api/mcp that
+ * Idempotency-Key for work that is not an HTTP request of its own (a tool call of /api/mcp that
  * starts a run): `work` gets a lock to store its answer with, as a route's handler does;
  * a repeat of the key gets the first answer back (`replayed`), a key used with another
  * body `409 idempotency_key_reused`, one still in flight `409 idempotency_key_in_use`

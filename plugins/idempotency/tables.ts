@@ -1,7 +1,7 @@
 import { index, integer, pgTable, primaryKey, text } from 'drizzle-orm/pg-core'
 import { ts } from '../../src/db/columns.js'
 
-/** Contract 3: one row per (org, route, key), kept 24 hours. */
+/** One row per (org, route, key), kept 24 hours. */
 export const idempotencyKeys = pgTable(
   'idempotency_keys',
   {
