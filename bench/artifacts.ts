@@ -1,4 +1,4 @@
-// Issue 13: serving artifact content next to @fastify/static serving the same file from disk
+// Serving artifact content next to @fastify/static serving the same file from disk
 // and next to the health route, and a 200 MB upload's time and the server's peak RSS growth.
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'

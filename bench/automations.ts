@@ -1,4 +1,4 @@
-// Issue 16: 5,000 enabled automations due in the same minute, fired by two instances on one
+// 5,000 enabled automations due in the same minute, fired by two instances on one
 // Postgres database. Every one must fire exactly once; lateness is firedAt - scheduledFor.
 import postgres from 'postgres'
 import { newId } from '../src/db/ids.js'

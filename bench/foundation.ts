@@ -1,4 +1,4 @@
-// Issue 2: GET /api/health and GET /api/config against a bare Node http server, same run,
+// GET /api/health and GET /api/config against a bare Node http server, same run,
 // with a plain Fastify app (no plugins, no hooks) as a reference row. The service runs on
 // PGlite and, with BENCH_DATABASE_URL (or DATABASE_URL), also on a fresh Postgres database
 // there. All servers listen for the whole run and the cases alternate (lib.interleaved),

@@ -1,4 +1,4 @@
-// Issue 18: the Memory Hub console. Time until the browse view shows its first page over a
+// The Memory Hub console. Time until the browse view shows its first page over a
 // pool of 10,000 facts, in Debian's Chromium (playwright-core), and the size of what the
 // page loads. The server is the real service in its own process (bench/memory-server.ts
 // seeds the dev org's pool), on PGlite, and on Postgres when BENCH_DATABASE_URL or

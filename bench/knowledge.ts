@@ -1,4 +1,4 @@
-// Issue 14: knowledge search at 100,000 chunks (real Postgres and PGlite) next to the health
+// Knowledge search at 100,000 chunks (real Postgres and PGlite) next to the health
 // route in the same run, and ingestion of a 100-page text PDF from upload to `ready`.
 import { buildApp } from '../src/app.js'
 import { testConfig } from '../src/config.js'

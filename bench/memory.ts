@@ -1,4 +1,4 @@
-// Issue 5: Memory Hub search and browse on a large pool (real Postgres and PGlite), next to the
+// Memory Hub search and browse on a large pool (real Postgres and PGlite), next to the
 // health route in the same run, and capture delivery throughput with the postgres backend.
 import { sql } from 'drizzle-orm'
 import postgres from 'postgres'

@@ -1,4 +1,4 @@
-// Issue 4: dispatch (POST /api/runs with an Idempotency-Key per request) next to the health
+// Dispatch (POST /api/runs with an Idempotency-Key per request) next to the health
 // route, SSE fan-out to 10,000 clients on /api/runs/changes, and cross-instance delivery.
 // BENCH_DATABASE_URL (or DATABASE_URL) adds the real-Postgres rows and the cross-instance case.
 import { fork, spawn, type ChildProcess } from 'node:child_process'

@@ -1,4 +1,4 @@
-// Issue 15: a skill run next to a plain run (bearer key and an Idempotency-Key per request,
+// A skill run next to a plain run (bearer key and an Idempotency-Key per request,
 // interleaved on one server), and moving a task in a column of 10,000 tasks on Postgres.
 import { randomUUID } from 'node:crypto'
 import { generateNKeysBetween } from 'fractional-indexing'

@@ -1,4 +1,4 @@
-// Issue 17: the Slack ingress's acknowledgement at 200 signed events/s (goal: p99 under 100 ms).
+// The Slack ingress's acknowledgement at 200 signed events/s (goal: p99 under 100 ms).
 // Every request is an app_mention with its own event id and message ts, signed with the
 // connected app's secret at the moment it is sent, so each one verifies, is stored and starts
 // a run (echo, executing in the same process) whose reply the outbox posts to a local server

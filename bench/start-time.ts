@@ -3,7 +3,7 @@
 // load hits them alike:
 //   fresh    `npm start` on a new DATA_DIR (a first start: the database is created)
 //   restart  `npm start` again on that DATA_DIR
-//   rebuild  what `npm start` did before issue 11 (prestart: a full tsc build, then the
+//   rebuild  what `npm start` did before it ran from source (prestart: a full tsc build, then the
 //            server) on a new DATA_DIR, for comparison
 // Run it in a checkout after `npm ci` (the build is current, so npm start only hashes).
 import { spawn } from 'node:child_process'

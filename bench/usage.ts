@@ -1,4 +1,4 @@
-// Issue 17: GET /api/usage for a year over an org with BENCH_RUNS (default 1,000,000)
+// GET /api/usage for a year over an org with BENCH_RUNS (default 1,000,000)
 // finished runs, ungrouped and grouped, next to /api/health in the same run, on real
 // Postgres and on PGlite. The dev org answers loopback callers as its admin.
 import { benchPostgres, load, startServer, table, withDatabase, type Result } from './lib.js'

@@ -1,4 +1,4 @@
-// Builds the Memory Hub console (web/hub/, contract 12) with esbuild into
+// Builds the Memory Hub console (web/hub/) with esbuild into
 // .build/hub-<hash of its sources>/ (written in a temp directory and renamed into place
 // whole), and points the .build/hub symlink at it with one rename. Like the server build,
 // it runs only when the sources changed: `npm ci` (prepare) and `npm start` call it through
