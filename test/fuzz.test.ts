@@ -24,8 +24,8 @@ import {
 } from './slack/helpers.js'
 
 /**
- * Issue 11, item 6: every operation of the OpenAPI document, every parameter and body
- * field, hostile values (contract 1.3 and the usual suspects), as a session user, the dev
+ * Every operation of the OpenAPI document, every parameter and body
+ * field, hostile values (NUL, lone surrogates, deep JSON and the usual suspects), as a session user, the dev
  * org and an API key, over real HTTP. Any 5xx (or no answer) fails, naming the operation
  * and the input. The document is the only list of routes, so later route groups are
  * covered as soon as they are documented.
@@ -577,7 +577,7 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   }
 
   /**
-   * Contract 1.3: what is refused whatever the route (and, on an event stream, before it
+   * What is refused whatever the route (and, on an event stream, before it
    * opens): NUL, lone surrogates and deep nesting in any body field or path value, a
    * Last-Event-ID that is not an event id, and a list cursor that is not base64url.
    */

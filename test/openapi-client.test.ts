@@ -10,7 +10,7 @@ import ts from 'typescript'
 import { buildTestApp, type Teardown } from './helper.js'
 
 /**
- * Contract 1.5 as a client developer meets it: the document passes Redocly's recommended
+ * The OpenAPI document as a client developer meets it: the document passes Redocly's recommended
  * rules, openapi-typescript turns it into types that compile against a typed consumer,
  * and openapi-fetch round-trips real answers through a listening server.
  */

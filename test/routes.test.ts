@@ -7,7 +7,7 @@ import { routeScopes, SCOPES } from '../src/auth/principal.js'
 import { buildTestApp, mintKey, signUpWithOrg } from './helper.js'
 
 /**
- * Spec section 5, "Public paths": nothing else under /api may skip org scoping. Of the
+ * Public paths: nothing else under /api may skip org scoping. Of the
  * chat-platform family (`/api/chatplatform/*`) only the routes that verify a platform's
  * request signature exist, each listed here by name: Slack's Events API and Slack's
  * interactivity (approval buttons).

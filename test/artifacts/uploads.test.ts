@@ -190,5 +190,5 @@ t.test('createdBy is the signed-in user; an API key cannot reach uploads', async
   t.equal(res.json().upload.createdBy, owner.user.id)
   const key = await mintKey(app, owner.cookie)
   const denied = await app.inject({ method: 'GET', url: '/api/uploads', headers: { authorization: key.authorization } })
-  t.equal(denied.statusCode, 401, 'uploads are off the key allowlist (contract 2.3)')
+  t.equal(denied.statusCode, 401, 'uploads are off the key allowlist')
 })

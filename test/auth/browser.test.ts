@@ -294,7 +294,7 @@ t.test('behind a trusted proxy, X-Forwarded-For names the client', async (t) => 
   t.equal((await attempt('203.0.113.2')).statusCode, 401, 'a different client behind the same proxy has its own budget')
 })
 
-t.test('a route-level rate limit answers the contract 429 too', async (t) => {
+t.test('a route-level rate limit answers the same 429 rate_limited too', async (t) => {
   const app = await buildTestApp(t, {
     apiPlugins: [
       async (api) => {

@@ -6,7 +6,7 @@ import { rowsOf } from '../../src/db/client.js'
 import { buildTestApp, createTestDatabase, secondHandle, signUp, signUpWithOrg } from '../helper.js'
 
 /**
- * Contract 2.2 on the whole app: the dev org serves loopback callers only, mints no keys,
+ * Dev-org access on the whole app: the dev org serves loopback callers only, mints no keys,
  * keys of the dev org die with dev access, and a dead session cookie is a 401.
  */
 

@@ -9,7 +9,7 @@ const app = await buildTestApp(t, {
   ...withProbes
 })
 
-t.test('every error identifier of spec section 7 (and contract 2) this issue owns, from a real request', async (t) => {
+t.test('every auth error identifier, from a real request', async (t) => {
   const owner = await signUpWithOrg(app)
   const { authorization, id: keyId } = await mintKey(app, owner.cookie)
   const member = await signUp(app)

@@ -5,7 +5,7 @@ import t from 'tap'
 import { embeddedPassOnly } from '../passes.js'
 import { spawnServer, startServer } from '../server-process.js'
 
-// contract 1.3, with real processes: the server started twice on one embedded data directory,
+// One process per embedded data directory, with real processes: the server started twice on one,
 // as `npm start` runs it (the build is current after `npm ci`; otherwise the first start builds)
 const start = ['scripts/start.mjs']
 t.test(

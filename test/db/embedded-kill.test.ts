@@ -5,7 +5,7 @@ import t from 'tap'
 import { embeddedPassOnly } from '../passes.js'
 import { startServer } from '../server-process.js'
 
-// Issue 19: the embedded database (PGlite in its own thread) keeps every write it
+// The embedded database (PGlite in its own thread) keeps every write it
 // acknowledged when the service is killed mid-load, and the next start finishes the work.
 const start = ['scripts/start.mjs']
 

@@ -118,7 +118,7 @@ t.test(
     )
 
     // Not covered: a second query on a dead *reserved* connection (sql.reserve()) hangs even
-    // with the patch. The service never reserves connections; see the issue 11 note.
+    // with the patch. The service never reserves connections, so it never meets this.
     for (let i = 0; i < 5; i++) await immediate()
     t.same(uncaught, [], 'nothing was thrown outside a query')
     t.same(await sql`select 1 as ok`, [{ ok: 1 }], 'the pool goes on working')

@@ -9,7 +9,7 @@ import { clusterSkip, startCluster } from './cluster.js'
 import { startServer, type Started } from '../server-process.js'
 
 /**
- * Contract 1.3, "the database unreachable or restarting": a Postgres this test starts
+ * The database unreachable or restarting (a 503 the client retries, never a 500): a Postgres this test starts
  * itself (its own initdb cluster on a free port) is restarted 10 times while clients
  * create runs (with Idempotency-Key) and read them from the real server process
  * (src/server.ts). Needs the Postgres 15 server binaries; skipped where they are missing.

@@ -6,7 +6,7 @@ import { buildTestApp, mintKey, signUpWithOrg, type SignedIn, type TestOrg } fro
 import { startFakeGitHub, type FakeRepo } from './fake-github.js'
 
 /**
- * Contract 11 (and 9): POST /api/skills/import reads the SKILL.md of a repository folder
+ * Skill import from GitHub: POST /api/skills/import reads the SKILL.md of a repository folder
  * at a ref resolved to a commit; the same commit again is no new version, a new commit is
  * the next version of the same skill.
  */

@@ -6,7 +6,7 @@ import { buildTestApp, mintKey, secondHandle, signUpWithOrg, type SignedIn, type
 import { startFakeGitHub, type FakeAccount } from './fake-github.js'
 
 /**
- * Contract 11's GitHub reads: repositories and pull requests, paged (GitHub's page and
+ * GitHub reads: repositories and pull requests, paged (GitHub's page and
  * Link header behind an opaque cursor), conditional requests (ETag, 304s counted at the
  * fake), rate limits as 503 with Retry-After, a revoked token as 502 with lastError.
  */

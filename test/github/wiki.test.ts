@@ -8,7 +8,7 @@ import { finishedRun, storedEventsOf } from '../runs/run-helpers.js'
 import { startFakeGitHub, type FakeGitHub } from './fake-github.js'
 
 /**
- * Contract 11 (and 8): POST /api/knowledge/wiki is a run that reads the repository at a
+ * The repository wiki: POST /api/knowledge/wiki is a run that reads the repository at a
  * commit and writes one knowledge record per page; at the same commit nothing changes,
  * after a change only the pages citing changed files get a new version.
  */

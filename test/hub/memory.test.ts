@@ -1,4 +1,4 @@
-// Contract 12, in a real Chromium against a listening server: remember → browse and search
+// The Memory Hub console, in a real Chromium against a listening server: remember → browse and search
 // with the run link, edit → history, delete → gone, stored HTML stays text, the keyboard
 // path through search and edit, and the server's CSP and routes for /hub.
 import t, { type Test } from 'tap'

@@ -1,4 +1,4 @@
-// Contract 12, in a real Chromium against a listening server: the capture outbox (dead →
+// The Memory Hub console, in a real Chromium against a listening server: the capture outbox (dead →
 // retry → pending, orphan → discard), the recall ledger and a run's live view, the release
 // banner, the personal pool with and without a person, and the admin's memory switch.
 // The capture worker is off here, so a capture stays in the state the test puts it in.

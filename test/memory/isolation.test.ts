@@ -185,7 +185,7 @@ t.test('personal pools: only their owner reaches them; keys and the dev org fail
     await app.inject({ method: 'GET', url: '/api/memory/browse?scope=personal', headers: as(key) })
   ).json()
   t.match(keyBrowse, { scope: 'personal', authed: false, failedClosed: true, total: 0, items: [] })
-  // a key reaches only memory's read paths (contract 2.3)
+  // a key reaches only memory's read paths
   const keyPatch = await app.inject({
     method: 'PATCH',
     url: `/api/memory/item/${aliceItem.id}?scope=personal`,

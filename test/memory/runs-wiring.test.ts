@@ -3,7 +3,7 @@ import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { buildTestApp } from '../helper.js'
 
-/** The default app: runs recall from and capture into the Memory Hub (contract 5, echo engine). */
+/** The default app: runs recall from and capture into the Memory Hub (echo engine). */
 t.test('an echo run recalls, captures its "remember" sentences, and a later run recalls them', async (t) => {
   const app = await buildTestApp(t)
   const events = async (runId: string) =>

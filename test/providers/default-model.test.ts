@@ -6,7 +6,7 @@ import { startOpenAiUpstream } from '../runs/openai-upstream.js'
 import { addMember, buildTestApp, signUp, signUpWithOrg, waitFor } from '../helper.js'
 import { startFakeProvider } from './fake-provider.js'
 
-// Contract 13.3's default model: what a run, chat, skill, automation or Slack run that names
+// Default model: what a run, chat, skill, automation or Slack run that names
 // no model gets. Never a silent echo while something better is ready.
 
 type App = Awaited<ReturnType<typeof buildTestApp>>

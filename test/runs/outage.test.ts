@@ -5,7 +5,7 @@ import { buildTestApp, createTestDatabase, waitFor } from '../helper.js'
 import { databaseOutage } from '../db/outage.js'
 
 /**
- * Contract 1.3 and 5: a database outage shorter than a run's lease fails no run. The
+ * A database outage shorter than a run's lease fails no run. The
  * runs' event writes fail while it lasts (and on Postgres the statements in flight are
  * cut); each run waits for the database, goes on, and finishes exactly once.
  */

@@ -59,7 +59,7 @@ t.test('/api/runs/:id/events: headers, full history, live, then end', async (t) 
     again.frames.map((f) => f.id),
     client.frames.map((f) => f.id)
   )
-  // resumed after its terminal event: 204, so an EventSource stops reconnecting (contract 5)
+  // resumed after its terminal event: 204, so an EventSource stops reconnecting
   for (const lastEventId of [ids.at(-1)!, ids.at(-1)! + 1000]) {
     const done = await fetch(`${base}/api/runs/${run.id}/events`, {
       headers: { accept: 'text/event-stream', 'last-event-id': String(lastEventId) }

@@ -11,8 +11,8 @@ import { buildTestApp, testConfig, type EnvOverrides, type Teardown } from '../h
 import { eventRecorder, fakeRuns } from './fakes.js'
 
 /**
- * Who may reach a sandbox: the dev org only from loopback (contract 2.2), and nothing
- * runs outside bubblewrap unless SANDBOX_UNCONFINED=true (contract 1.3).
+ * Who may reach a sandbox: the dev org only from loopback, and nothing
+ * runs outside bubblewrap unless SANDBOX_UNCONFINED=true.
  */
 
 const MISSING: BubblewrapProbe = { ok: false, installed: false, reason: 'bwrap is not installed' }

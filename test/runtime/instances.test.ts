@@ -16,7 +16,7 @@ import {
 import { fakeRuns } from './fakes.js'
 
 /**
- * Sign-out and removed memberships close sockets on every instance (contract 2.1, the
+ * Sign-out and removed memberships close sockets on every instance (the
  * SECURITY checklist): the change travels on the identity NOTIFY. On Postgres each app
  * has its own pool and LISTEN connection, as two processes would; on PGlite they share
  * the one embedded database, and the notice goes round within the process.

@@ -31,7 +31,7 @@ t.test('health is public even when dev-org access is off', async (t) => {
   t.equal((await app.inject({ method: 'GET', url: '/api/config' })).statusCode, 200)
 })
 
-t.test('GET /api/config carries every field of spec section 2', async (t) => {
+t.test('GET /api/config carries every field clients read', async (t) => {
   const app = await buildTestApp(t, { env: { SERVICE_COMMIT: 'abc123', ALLOW_DEV_ORG: 'false' } })
   const res = await app.inject({ method: 'GET', url: '/api/config' })
   t.equal(res.statusCode, 200)
