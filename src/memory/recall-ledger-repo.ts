@@ -7,30 +7,15 @@ import { keyset } from '../db/paging.js'
 import { isoOf } from '../db/rows.js'
 import type { SearchMode } from '../retrieval/fusion.js'
 
-export async function recordRecall(
-  db: Db,
-  run: RunRef,
-  frame: { scope: 'org' | 'personal'; query: string; itemIds: string[]; latencyMs: number; mode: SearchMode }
-): Promise<void> {
-  await db.insert(memoryRecalls).values({
-    id: newId(),
-    orgId: run.orgId,
-    runId: run.id,
-    rootRunId: run.rootRunId,
-    scope: frame.scope,
-    query: frame.query,
-    itemIds: frame.itemIds,
-    latencyMs: Math.max(0, Math.round(frame.latencyMs)),
-    mode: frame.mode
-  })
+export async function recordRecall(db: Db, run: RunRef, frame: RecallFrame): Promise<void> {
+  await recordRecalls(db, run, [frame])
 }
 
+/** One recall of a run: a scope searched, what it found, how long it took and how it ranked. */
+type RecallFrame = { scope: 'org' | 'personal'; query: string; itemIds: string[]; latencyMs: number; mode: SearchMode }
+
 /** Several recall frames of one run, in one statement. */
-export async function recordRecalls(
-  db: Db,
-  run: RunRef,
-  frames: Array<{ scope: 'org' | 'personal'; query: string; itemIds: string[]; latencyMs: number; mode: SearchMode }>
-): Promise<void> {
+export async function recordRecalls(db: Db, run: RunRef, frames: RecallFrame[]): Promise<void> {
   if (frames.length === 0) return
   await db.insert(memoryRecalls).values(
     frames.map((frame) => ({
