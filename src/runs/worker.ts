@@ -16,12 +16,12 @@ import {
   type WireMessage
 } from './engines/types.js'
 import { prepareAttachments } from './attachments.js'
-import { insertEvents, type EventBatcher } from './events.js'
+import { insertEvents, type EventBatcher, type NewEvent } from './events.js'
 import { RunEventWriter } from './event-writer.js'
 import { extractionMessages, parseExtraction } from './extraction.js'
 import type { RunArtifacts } from './ports/artifacts.js'
 import type { RunKnowledge } from './ports/knowledge.js'
-import type { RunMemory, RunRef } from './ports/memory.js'
+import type { RecalledItem, RunMemory, RunRef } from './ports/memory.js'
 import type { SuspendedRun } from './tables.js'
 import {
   announceCommitted,
@@ -42,7 +42,7 @@ import type { RunJob, RunJobs } from './ports/jobs.js'
 import type { ToolGatewayPort } from './ports/tool-gateway.js'
 import { RunHandedBack } from '../runtime/ports.js'
 import type { RunThreadContext } from './ports/thread-context.js'
-import { NO_SECRETS, Redactor } from '../secrets/redact.js'
+import { NO_SECRETS, Redactor, type StreamRedactor } from '../secrets/redact.js'
 import { isDatabaseUnavailable } from '../db/faults.js'
 import { backoffDelay, createWorkerLoop, LoopStopped, type WorkerLoop } from '../worker-loop.js'
 import { observeRun, type ExecutionEnd } from '../telemetry/runs.js'
@@ -144,6 +144,54 @@ interface Active {
   ended?: ExecutionEnd | undefined
   /** the run's transcript as far as the engine got (redacted), and how much of it is stored */
   transcript?: { messages: TranscriptMessage[]; written: number } | undefined
+}
+
+/** The org's memory switches, as settingsFor answers them. */
+type MemorySettings = Awaited<ReturnType<RunMemory['settingsFor']>>
+
+/**
+ * One execution of a run, as its steps share it: where its events go, its secrets, the tools it is offered, the
+ * tokens it spent and the transcript it got to.
+ */
+interface Execution {
+  entry: Active
+  run: RunRow
+  /** aborted on cancel, on shutdown and when the worker loses the run */
+  signal: AbortSignal
+  ref: RunRef
+  /** the run's events, in order, several to a statement when they come faster than the database answers */
+  writer: RunEventWriter
+  /** the run's secret values never leave it; deltas are redacted as a stream */
+  redact: Redactor
+  deltas: StreamRedactor
+  /** the secrets' values for the run's sandbox */
+  env: Record<string, string> | undefined
+  /** what the run may call; null: no tools (no gateway, or the run may use none) */
+  offer: ToolOffer | null
+  /** every model call's tokens, whatever the run's end (metering) */
+  reported: Usage | null
+  /** the tokens the engine's answer names */
+  engineUsage: Usage | undefined
+  /** the run's transcript once the engine answered (redacted) */
+  transcript: TranscriptMessage[] | null
+  /** the org's memory switches, read once for the run (its recall and its extraction) */
+  memoryRead: Promise<MemorySettings> | null
+}
+
+/** The tools a run may call: what its settings name, and what the org allows when the run starts (or goes on). */
+interface ToolOffer {
+  gateway: ToolGatewayPort
+  /** `tools` names the ones the run may use ([]: none) */
+  allowed: Set<string> | null
+  /** the org's MCP tools are listed when the run starts (or goes on), unless it may use none of them */
+  offered: ToolDefinition[] | null
+  /** the tools the org's policy denies, read when the run starts (or goes on): never offered */
+  denied: Set<string>
+  /**
+   * `remember` is not offered while the org's memory is off (read when the run starts): a model told it can keep
+   * facts would keep trying, and every call would be refused
+   */
+  memoryOn: boolean
 }
 
 /**
@@ -324,269 +372,357 @@ export class RunWorker {
     return found
   }
 
+  /**
+   * One execution of a run: what the engine is given, its answer (or why it stopped), the run's end. A run that waits
+   * for people's decisions, goes back to the queue or is no longer this worker's ends here without one.
+   */
   private async runOne(entry: Active, history: WireMessage[]): Promise<void> {
-    const { o } = this
-    const { run } = entry
-    const { signal } = entry.controller
-    const ref: RunRef = { id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) }
-    // the run's events, in order, several to a statement when they come faster than the database answers
-    const writer = new RunEventWriter(async (events) => {
-      await this.whileLeased(entry, () => o.events.appendAll(events), signal)
-    })
-    const store = async (type: string, data: Record<string, unknown>) => {
-      this.guard()
-      if (signal.aborted) throw signal.reason
-      await writer.emit({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type, data })
-    }
-    // the run's secret values never leave it; deltas are redacted as a stream
-    let redact = NO_SECRETS
-    let deltas = redact.stream()
-    let env: Record<string, string> | undefined
-    const flushDeltas = async () => {
-      const rest = deltas.flush()
-      if (rest !== '') await store('message.delta', { text: rest })
-    }
-    const emit = async (type: string, data: Record<string, unknown>) => {
-      if (redact.empty) return store(type, data)
-      if (type === 'message.delta' && typeof data.text === 'string') {
-        const text = deltas.push(data.text)
-        if (text !== '') await store(type, { ...data, text })
-        return
-      }
-      await flushDeltas()
-      await store(type, redact.deep(data))
-    }
-    const gateway = this.o.tools
-    // `tools` names the ones the run may use ([]: none)
-    const allowed = run.settings.tools ? new Set(run.settings.tools) : null
-    // the org's MCP tools are listed when the run starts (or goes on), unless it may use none of them
-    let offered: ToolDefinition[] | null = null
-    // the tools the org's policy denies, read when the run starts (or goes on): never offered
-    let denied: Set<string> = new Set()
-    // `remember` is not offered while the org's memory is off (read when the run starts): a
-    // model told it can keep facts would keep trying, and every call would be refused
-    let memoryOn = true
-    const tools: RunTools | undefined =
-      gateway && allowed?.size !== 0
-        ? {
-            definitions: () =>
-              (offered ?? gateway.definitions()).filter(
-                (d) =>
-                  (!allowed || allowed.has(d.function.name)) &&
-                  !denied.has(d.function.name) &&
-                  (memoryOn || d.function.name !== REMEMBER_TOOL)
-              ),
-            execute: async (call) => {
-              this.guard()
-              await flushDeltas()
-              // the gateway stores the call's events itself: what the run said before comes first
-              await writer.flush()
-              if ((allowed && !allowed.has(call.name)) || denied.has(call.name))
-                return { content: `error: the tool ${JSON.stringify(call.name)} is not available to this run` }
-              // a call that needs a person's decision does not hold this worker
-              const result = await gateway.execute({
-                orgId: run.orgId,
-                runId: run.id,
-                rootRunId: run.rootRunId,
-                ...call,
-                env,
-                redact
-              })
-              if (result.status === 'pending') return { pending: result.approvalId! }
-              if (result.status === 'deferred') return { deferred: true as const }
-              return { content: result.content }
-            }
-          }
-        : undefined
-    // every model call's tokens, whatever the run's end (metering)
-    // a run going on after it waited counts the tokens it spent before
-    let reported: Usage | null =
-      run.suspended && (run.inputTokens !== null || run.outputTokens !== null)
-        ? { promptTokens: run.inputTokens ?? 0, completionTokens: run.outputTokens ?? 0 }
-        : null
-    const reportUsage = (u: Usage) => {
-      reported = {
-        promptTokens: (reported?.promptTokens ?? 0) + u.promptTokens,
-        completionTokens: (reported?.completionTokens ?? 0) + u.completionTokens
-      }
-    }
-    // the org's memory switches, read once for the run (its recall and its extraction)
-    let memoryRead: Promise<{ enabled: boolean; extract: boolean }> | null = null
-    const memorySettings = () =>
-      (memoryRead ??= this.whileLeased(entry, () => o.memory.settingsFor(run.orgId), signal).catch((err: unknown) => {
-        memoryRead = null
-        throw err
-      }))
+    const x = this.begin(entry)
     let outcome: RunOutcome
-    let engineUsage: Usage | undefined
-    let transcript: TranscriptMessage[] | null = null
     try {
-      if (run.secretNames.length > 0) {
-        ;({ redact, env } = await this.secretsOf(run))
-        deltas = redact.stream()
-        redactSpansWith(redact)
-      }
-      // an org provider's model is looked up only for openai runs the deployment cannot serve
-      const engine = await o.engines.forRun(run)
-      if (!engine) throw new EngineError(`engine ${run.engine} is not available on this instance`)
-      const job = await this.jobOf(run)
-      if (tools && engine.callsTools !== false) denied = await gateway!.deniedTools(run.orgId)
-      if (tools && engine.callsTools !== false && (!allowed || [...allowed].some((name) => name.startsWith('mcp__'))))
-        offered = await gateway!.definitionsFor(run.orgId)
-      if (tools && engine.callsTools !== false && (!allowed || allowed.has(REMEMBER_TOOL)))
-        memoryOn = (await memorySettings()).enabled
-      const platformMessages = await this.threadContextOf(run, signal)
-      const gatewayFiles = gateway
-      // a run going on after it waited has its attachments in its workspace already
-      const attachments =
-        run.attachments.length === 0 || run.suspended
-          ? null
-          : await prepareAttachments(
-              o.artifacts,
-              run,
-              gatewayFiles
-                ? (files) =>
-                    gatewayFiles.putFiles({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, files, signal)
-                : null
-            )
-      this.guard()
-      const ctx: EngineContext = {
-        runId: run.id,
-        prompt: run.prompt,
-        model: run.model,
-        instructions: run.instructions,
-        // after the thread's earlier turns: what colleagues wrote since, just before this prompt
-        history: platformMessages.length > 0 ? [...history, ...platformMessages] : history,
-        attachments,
-        resume: run.suspended,
-        checkpoint: (state) => {
-          entry.checkpoint = { state: JSON.stringify(state), usage: reported }
-          const messages = toTranscript(ownMessages(state.messages as WireMessage[]), redact)
-          const written = entry.transcript?.written ?? 0
-          entry.transcript = { messages, written }
-          // a whole tool round is stored before the model is asked again: a run handed back or
-          // lost keeps what it did, and the thread's next runs read it from there
-          if (state.calls.length > 0) return
-          this.guard()
-          return this.whileLeased(entry, () => appendTranscript(o.db, run, messages, written), signal).then(() => {
-            entry.transcript = { messages, written: Math.max(written, messages.length) }
-          })
-        },
-        settings: run.settings,
-        reportUsage,
-        signal,
-        emit,
-        tools,
-        saveArtifact: async (name, content, contentType) => {
-          this.guard()
-          const saved = await o.artifacts.save(
-            { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId },
-            { name: redact.text(name), content: redact.text(content), contentType }
-          )
-          await emit('artifact.created', { ...saved })
-          return saved
-        },
-        proposeKnowledge: async (draft) => {
-          this.guard()
-          return o.knowledge.propose({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, redact.deep(draft))
-        },
-        proposeSkill: async (proposal) => {
-          this.guard()
-          return o.skills.propose({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, redact.deep(proposal))
-        },
-        recall: async (raw) => {
-          this.guard()
-          // the run's first read of its org's memory settings is the recall's own statement
-          const known = memoryRead ? (await memorySettings()).enabled : undefined
-          const recalled = await this.whileLeased(
-            entry,
-            () => o.memory.recall(ref, redact.text(raw), { kind: 'prompt', enabled: known }),
-            signal
-          )
-          if (recalled.settings) memoryRead ??= Promise.resolve(recalled.settings)
-          await emit('memory.recalled', {
-            query: recalled.query,
-            itemIds: recalled.items.map((i) => i.id),
-            count: recalled.items.length
-          })
-          return recalled.items
-        }
-      }
+      const { engine, job, ctx } = await this.prepare(x, history)
       const result = job ? await job.run(ctx, engine) : await engine.run(ctx)
-      await flushDeltas()
-      // what the engine emitted and is not stored yet goes with the run's end
-      writer.hold()
-      await writer.settled()
-      engineUsage = result.usage
-      const output = redact.text(result.text)
-      // an engine that keeps no conversation of its own (echo, a job): the prompt and the answer
-      transcript = toTranscript(
-        result.transcript ?? [
-          { role: 'user', content: run.prompt },
-          { role: 'assistant', content: result.text }
-        ],
-        redact
-      )
-      const invalid = await o.outputCheck.check(run.settings, output)
-      outcome =
-        invalid === null
-          ? { status: 'succeeded', facts: result.facts.map((f) => redact.text(f)), output }
-          : { status: 'failed', error: invalid }
-      if (outcome.status === 'succeeded' && !job && (await memorySettings()).extract) {
-        // the answer is shown before the extraction's model call, not after it
-        await writer.flush()
-        outcome.facts.push(
-          ...(await this.extractFacts(engine, run, output, {
-            signal,
-            emit,
-            reportUsage,
-            redact,
-            // a run that went on from its stored conversation was given no history at its claim:
-            // the turns it was first sent are in that conversation
-            history: run.suspended ? earlierMessages(run.suspended.messages as WireMessage[]) : history
-          }))
-        )
-      }
+      outcome = await this.answered(x, result, { engine, job, history })
     } catch (err) {
-      if (this.killed || err instanceof WorkerGone || err instanceof LeaseLost) return
-      const reason = signal.aborted ? signal.reason : err
-      if (reason instanceof RunSuspended) {
-        await flushDeltas()
-        await writer.flush()
-        await this.suspend(
-          entry,
-          reason.state,
-          reported,
-          toTranscript(ownMessages(reason.state.messages as WireMessage[]), redact)
-        )
-        return
-      }
-      if (reason instanceof CancelRequested) outcome = { status: 'cancelled' }
-      else if (reason instanceof ShutdownRelease || isDatabaseUnavailable(reason)) {
-        // not the engine's fault: the instance is stopping, or the database went away under
-        // something the run read or wrote; another worker (or this one) runs it again
-        if (!(reason instanceof ShutdownRelease))
-          o.log.warn(
-            { err: reason, runId: run.id, orgId: run.orgId },
-            'run worker: the database went away under the run; handing it back'
-          )
-        // what the run said before it stopped is kept when the database lets us
-        else await writer.flush().catch(() => {})
-        await this.release(entry)
-        return
-      } else if (err instanceof EngineError) outcome = { status: 'failed', error: redact.text(err.message) }
-      else {
-        o.log.error(
-          { err: redact.empty ? err : redactedError(redact, err), runId: run.id, orgId: run.orgId },
-          'engine crashed'
-        )
-        outcome = { status: 'failed', error: 'engine_error' }
-      }
+      const stopped = await this.stopped(x, err)
+      if (stopped === null) return
+      outcome = stopped
     }
     if (this.killed) return
     // a run that ended before its answer keeps what it got to (at least its prompt)
-    transcript ??= entry.transcript?.messages ?? toTranscript([{ role: 'user', content: run.prompt }], redact)
-    await this.finish(entry, ref, outcome, reported ?? engineUsage ?? null, writer, transcript)
+    const transcript =
+      x.transcript ?? entry.transcript?.messages ?? toTranscript([{ role: 'user', content: x.run.prompt }], x.redact)
+    await this.finish(entry, x.ref, outcome, x.reported ?? x.engineUsage ?? null, x.writer, transcript)
+  }
+
+  /** What the execution's steps share, before anything is read: no secrets yet, the tokens it spent before. */
+  private begin(entry: Active): Execution {
+    const { run } = entry
+    const { signal } = entry.controller
+    const gateway = this.o.tools
+    // `tools` names the ones the run may use ([]: none)
+    const allowed = run.settings.tools ? new Set(run.settings.tools) : null
+    return {
+      entry,
+      run,
+      signal,
+      ref: { id: run.id, rootRunId: run.rootRunId, orgId: run.orgId, realUserId: realUserIdOfRun(run) },
+      // the run's events, in order, several to a statement when they come faster than the database answers
+      writer: new RunEventWriter(async (events) => {
+        await this.whileLeased(entry, () => this.o.events.appendAll(events), signal)
+      }),
+      redact: NO_SECRETS,
+      deltas: NO_SECRETS.stream(),
+      env: undefined,
+      offer:
+        gateway && allowed?.size !== 0 ? { gateway, allowed, offered: null, denied: new Set(), memoryOn: true } : null,
+      // a run going on after it waited counts the tokens it spent before
+      reported:
+        run.suspended && (run.inputTokens !== null || run.outputTokens !== null)
+          ? { promptTokens: run.inputTokens ?? 0, completionTokens: run.outputTokens ?? 0 }
+          : null,
+      engineUsage: undefined,
+      transcript: null,
+      memoryRead: null
+    }
+  }
+
+  /**
+   * What the engine is given, read before it starts: the run's secrets, its engine (or a group's job), the tools the
+   * org lets it use, what chat platforms add to its context, its attachments in its workspace.
+   */
+  private async prepare(
+    x: Execution,
+    history: WireMessage[]
+  ): Promise<{ engine: Engine; job: RunJob | null; ctx: EngineContext }> {
+    const { run, signal } = x
+    if (run.secretNames.length > 0) {
+      const secrets = await this.secretsOf(run)
+      x.redact = secrets.redact
+      x.env = secrets.env
+      x.deltas = x.redact.stream()
+      redactSpansWith(x.redact)
+    }
+    // an org provider's model is looked up only for openai runs the deployment cannot serve
+    const engine = await this.o.engines.forRun(run)
+    if (!engine) throw new EngineError(`engine ${run.engine} is not available on this instance`)
+    const job = await this.jobOf(run)
+    if (engine.callsTools !== false) await this.readToolPolicy(x)
+    const platformMessages = await this.threadContextOf(run, signal)
+    const attachments = await this.attachmentsOf(run, signal)
+    this.guard()
+    // after the thread's earlier turns: what colleagues wrote since, just before this prompt
+    const given = platformMessages.length > 0 ? [...history, ...platformMessages] : history
+    return { engine, job, ctx: this.engineContext(x, given, attachments) }
+  }
+
+  /** The org's tool policy and MCP tools, and whether its memory is on, as far as the run's tools need them. */
+  private async readToolPolicy(x: Execution): Promise<void> {
+    const { offer, run } = x
+    if (!offer) return
+    offer.denied = await offer.gateway.deniedTools(run.orgId)
+    if (!offer.allowed || [...offer.allowed].some((name) => name.startsWith('mcp__')))
+      offer.offered = await offer.gateway.definitionsFor(run.orgId)
+    if (!offer.allowed || offer.allowed.has(REMEMBER_TOOL)) offer.memoryOn = (await this.memorySettings(x)).enabled
+  }
+
+  /** The run's attachments put in its workspace, and what its prompt says of them; null without. */
+  private async attachmentsOf(run: RunRow, signal: AbortSignal): Promise<EngineContext['attachments']> {
+    const gatewayFiles = this.o.tools
+    // a run going on after it waited has its attachments in its workspace already
+    if (run.attachments.length === 0 || run.suspended) return null
+    return prepareAttachments(
+      this.o.artifacts,
+      run,
+      gatewayFiles
+        ? (files) => gatewayFiles.putFiles({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, files, signal)
+        : null
+    )
+  }
+
+  /** What the engine sees of the run, and what it may do: emit, call tools, save, propose, recall. */
+  private engineContext(
+    x: Execution,
+    history: WireMessage[],
+    attachments: EngineContext['attachments']
+  ): EngineContext {
+    const { o } = this
+    const { run } = x
+    return {
+      runId: run.id,
+      prompt: run.prompt,
+      model: run.model,
+      instructions: run.instructions,
+      history,
+      attachments,
+      resume: run.suspended,
+      checkpoint: (state) => this.checkpoint(x, state),
+      settings: run.settings,
+      reportUsage: (u) => this.reportUsage(x, u),
+      signal: x.signal,
+      emit: (type, data) => this.emit(x, type, data),
+      tools: this.runTools(x),
+      saveArtifact: async (name, content, contentType) => {
+        this.guard()
+        const saved = await o.artifacts.save(
+          { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId },
+          { name: x.redact.text(name), content: x.redact.text(content), contentType }
+        )
+        await this.emit(x, 'artifact.created', { ...saved })
+        return saved
+      },
+      proposeKnowledge: async (draft) => {
+        this.guard()
+        return o.knowledge.propose({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, x.redact.deep(draft))
+      },
+      proposeSkill: async (proposal) => {
+        this.guard()
+        return o.skills.propose({ orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId }, x.redact.deep(proposal))
+      },
+      recall: (raw) => this.recall(x, raw)
+    }
+  }
+
+  /** Stores one event of the run through its writer; nothing once the run is stopped. */
+  private async store(x: Execution, type: string, data: Record<string, unknown>): Promise<void> {
+    this.guard()
+    if (x.signal.aborted) throw x.signal.reason
+    await x.writer.emit({ orgId: x.run.orgId, runId: x.run.id, rootRunId: x.run.rootRunId, type, data })
+  }
+
+  /** The streamed text held back (it might have begun a secret's value), stored as a last delta. */
+  private async flushDeltas(x: Execution): Promise<void> {
+    const rest = x.deltas.flush()
+    if (rest !== '') await this.store(x, 'message.delta', { text: rest })
+  }
+
+  /** An event the engine emits, with the run's secret values redacted (deltas as a stream). */
+  private async emit(x: Execution, type: string, data: Record<string, unknown>): Promise<void> {
+    if (x.redact.empty) return this.store(x, type, data)
+    if (type === 'message.delta' && typeof data.text === 'string') {
+      const text = x.deltas.push(data.text)
+      if (text !== '') await this.store(x, type, { ...data, text })
+      return
+    }
+    await this.flushDeltas(x)
+    await this.store(x, type, x.redact.deep(data))
+  }
+
+  /** Every model call's tokens, whatever the run's end (metering). */
+  private reportUsage(x: Execution, u: Usage): void {
+    x.reported = {
+      promptTokens: (x.reported?.promptTokens ?? 0) + u.promptTokens,
+      completionTokens: (x.reported?.completionTokens ?? 0) + u.completionTokens
+    }
+  }
+
+  /** The org's memory switches, read once for the run (its recall and its extraction). */
+  private memorySettings(x: Execution): Promise<MemorySettings> {
+    return (x.memoryRead ??= this.whileLeased(x.entry, () => this.o.memory.settingsFor(x.run.orgId), x.signal).catch(
+      (err: unknown) => {
+        x.memoryRead = null
+        throw err
+      }
+    ))
+  }
+
+  /** The tools the engine is offered (none without an offer), each call checked again against what the run may use. */
+  private runTools(x: Execution): RunTools | undefined {
+    const { offer, run } = x
+    if (!offer) return undefined
+    const { gateway, allowed } = offer
+    return {
+      definitions: () =>
+        (offer.offered ?? gateway.definitions()).filter(
+          (d) =>
+            (!allowed || allowed.has(d.function.name)) &&
+            !offer.denied.has(d.function.name) &&
+            (offer.memoryOn || d.function.name !== REMEMBER_TOOL)
+        ),
+      execute: async (call) => {
+        this.guard()
+        await this.flushDeltas(x)
+        // the gateway stores the call's events itself: what the run said before comes first
+        await x.writer.flush()
+        if ((allowed && !allowed.has(call.name)) || offer.denied.has(call.name))
+          return { content: `error: the tool ${JSON.stringify(call.name)} is not available to this run` }
+        // a call that needs a person's decision does not hold this worker
+        const result = await gateway.execute({
+          orgId: run.orgId,
+          runId: run.id,
+          rootRunId: run.rootRunId,
+          ...call,
+          env: x.env,
+          redact: x.redact
+        })
+        if (result.status === 'pending') return { pending: result.approvalId! }
+        if (result.status === 'deferred') return { deferred: true as const }
+        return { content: result.content }
+      }
+    }
+  }
+
+  /** Where the run could go on from if handed back; a whole tool round's transcript is stored then. */
+  private checkpoint(x: Execution, state: SuspendedRun): void | Promise<void> {
+    const { entry, run } = x
+    entry.checkpoint = { state: JSON.stringify(state), usage: x.reported }
+    const messages = toTranscript(ownMessages(state.messages as WireMessage[]), x.redact)
+    const written = entry.transcript?.written ?? 0
+    entry.transcript = { messages, written }
+    // a whole tool round is stored before the model is asked again: a run handed back or
+    // lost keeps what it did, and the thread's next runs read it from there
+    if (state.calls.length > 0) return
+    this.guard()
+    return this.whileLeased(entry, () => appendTranscript(this.o.db, run, messages, written), x.signal).then(() => {
+      entry.transcript = { messages, written: Math.max(written, messages.length) }
+    })
+  }
+
+  /** Recalls from the run's memory pools for the engine; emits `memory.recalled`. */
+  private async recall(x: Execution, raw: string): Promise<RecalledItem[]> {
+    this.guard()
+    // the run's first read of its org's memory settings is the recall's own statement
+    const known = x.memoryRead ? (await this.memorySettings(x)).enabled : undefined
+    const recalled = await this.whileLeased(
+      x.entry,
+      () => this.o.memory.recall(x.ref, x.redact.text(raw), { kind: 'prompt', enabled: known }),
+      x.signal
+    )
+    if (recalled.settings) x.memoryRead ??= Promise.resolve(recalled.settings)
+    await this.emit(x, 'memory.recalled', {
+      query: recalled.query,
+      itemIds: recalled.items.map((i) => i.id),
+      count: recalled.items.length
+    })
+    return recalled.items
+  }
+
+  /**
+   * The engine answered: what it emitted goes with the run's end, its transcript is kept, the answer is checked
+   * against the run's response format, and a succeeded run's facts are joined by those the extraction finds.
+   */
+  private async answered(
+    x: Execution,
+    result: EngineResult,
+    { engine, job, history }: { engine: Engine; job: RunJob | null; history: WireMessage[] }
+  ): Promise<RunOutcome> {
+    const { run, writer, redact } = x
+    await this.flushDeltas(x)
+    // what the engine emitted and is not stored yet goes with the run's end
+    writer.hold()
+    await writer.settled()
+    x.engineUsage = result.usage
+    const output = redact.text(result.text)
+    // an engine that keeps no conversation of its own (echo, a job): the prompt and the answer
+    x.transcript = toTranscript(
+      result.transcript ?? [
+        { role: 'user', content: run.prompt },
+        { role: 'assistant', content: result.text }
+      ],
+      redact
+    )
+    const invalid = await this.o.outputCheck.check(run.settings, output)
+    const outcome: RunOutcome =
+      invalid === null
+        ? { status: 'succeeded', facts: result.facts.map((f) => redact.text(f)), output }
+        : { status: 'failed', error: invalid }
+    if (outcome.status === 'succeeded' && !job && (await this.memorySettings(x)).extract) {
+      // the answer is shown before the extraction's model call, not after it
+      await writer.flush()
+      outcome.facts.push(
+        ...(await this.extractFacts(engine, run, output, {
+          signal: x.signal,
+          emit: (type, data) => this.emit(x, type, data),
+          reportUsage: (u) => this.reportUsage(x, u),
+          redact,
+          // a run that went on from its stored conversation was given no history at its claim:
+          // the turns it was first sent are in that conversation
+          history: run.suspended ? earlierMessages(run.suspended.messages as WireMessage[]) : history
+        }))
+      )
+    }
+    return outcome
+  }
+
+  /**
+   * The run stopped before its end: cancelled or failed (its end, returned), or null when this execution ends without
+   * one: the run waits for people's decisions, goes back to the queue, or is no longer this worker's to end.
+   */
+  private async stopped(x: Execution, err: unknown): Promise<RunOutcome | null> {
+    const { entry, run, signal, redact } = x
+    if (this.killed || err instanceof WorkerGone || err instanceof LeaseLost) return null
+    const reason = signal.aborted ? signal.reason : err
+    if (reason instanceof RunSuspended) {
+      await this.flushDeltas(x)
+      await x.writer.flush()
+      await this.suspend(
+        entry,
+        reason.state,
+        x.reported,
+        toTranscript(ownMessages(reason.state.messages as WireMessage[]), redact)
+      )
+      return null
+    }
+    if (reason instanceof CancelRequested) return { status: 'cancelled' }
+    if (reason instanceof ShutdownRelease || isDatabaseUnavailable(reason)) {
+      // not the engine's fault: the instance is stopping, or the database went away under
+      // something the run read or wrote; another worker (or this one) runs it again
+      if (!(reason instanceof ShutdownRelease))
+        this.o.log.warn(
+          { err: reason, runId: run.id, orgId: run.orgId },
+          'run worker: the database went away under the run; handing it back'
+        )
+      // what the run said before it stopped is kept when the database lets us
+      else await x.writer.flush().catch(() => {})
+      await this.release(entry)
+      return null
+    }
+    if (err instanceof EngineError) return { status: 'failed', error: redact.text(err.message) }
+    this.o.log.error(
+      { err: redact.empty ? err : redactedError(redact, err), runId: run.id, orgId: run.orgId },
+      'engine crashed'
+    )
+    return { status: 'failed', error: 'engine_error' }
   }
 
   /**
@@ -613,20 +749,8 @@ export class RunWorker {
     // a cancelled or failed run leaves no call waiting for a person
     if (outcome.status !== 'succeeded') await this.dropToolCalls(run.orgId, run.id)
     const waiting = await writer.take()
-    const data: Record<string, unknown> =
-      outcome.status === 'failed' ? { error: outcome.error } : outcome.status === 'succeeded' ? { usage } : {}
-    const events = [
-      ...waiting,
-      { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: `run.${outcome.status}`, data }
-    ]
-    const ended: FinishedRun = {
-      id: run.id,
-      orgId: run.orgId,
-      rootRunId: run.rootRunId,
-      userId: run.userId,
-      status: outcome.status,
-      metadata: run.metadata
-    }
+    const { event, ended } = endOf(run, outcome, usage)
+    const events = [...waiting, event]
     // nothing else to commit with the end (no facts, no follow-up): one statement, no transaction
     const alone =
       (outcome.status !== 'succeeded' || outcome.facts.length === 0) &&
@@ -850,6 +974,26 @@ type Usage = NonNullable<EngineResult['usage']>
 /** The instance stops: the run goes back to the queue (a tool call running then is interrupted, not cancelled). */
 class ShutdownRelease extends RunHandedBack {
   override name = 'ShutdownRelease'
+}
+
+/**
+ * The run's end: its event (`run.<status>`, with the error it failed with, or the tokens a succeeded run spent) and
+ * the run as what follows its end sees it.
+ */
+function endOf(run: RunRow, outcome: RunOutcome, usage: Usage | null): { event: NewEvent; ended: FinishedRun } {
+  const data: Record<string, unknown> =
+    outcome.status === 'failed' ? { error: outcome.error } : outcome.status === 'succeeded' ? { usage } : {}
+  return {
+    event: { orgId: run.orgId, runId: run.id, rootRunId: run.rootRunId, type: `run.${outcome.status}`, data },
+    ended: {
+      id: run.id,
+      orgId: run.orgId,
+      rootRunId: run.rootRunId,
+      userId: run.userId,
+      status: outcome.status,
+      metadata: run.metadata
+    }
+  }
 }
 
 /** An error fit for the log: its message and stack with the run's secret values redacted. */

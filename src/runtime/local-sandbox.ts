@@ -226,151 +226,60 @@ class LocalSandbox implements Sandbox {
   }
 
   /** Runs `argv` confined, in its own process group (a timeout or abort kills the whole tree). */
-  private run(
-    argv: string[],
-    o: {
-      timeoutMs: number
-      maxBytes: number
-      signal?: AbortSignal | undefined
-      env?: Record<string, string> | undefined
-      stdin?: Buffer
-    }
-  ): Promise<RawResult> {
+  private run(argv: string[], o: RunOptions): Promise<RawResult> {
     const { file, args, cwd } = this.command(argv, true)
     const confined = file === 'bwrap'
     const viaFd = confined ? bwrapViaFd(args, ARGS_FD) : null
     const started = Date.now()
     // aborted before it started: nothing runs. (Killed in bubblewrap's first moments, a
     // command could outlive it: its child may not yet have asked to die with its parent.)
-    if (o.signal?.aborted) {
-      return Promise.resolve({
-        exitCode: null,
-        signal: 'SIGKILL',
-        stdout: Buffer.alloc(0),
-        stderr: Buffer.alloc(0),
-        timedOut: false,
-        truncated: false,
-        durationMs: 0
-      })
-    }
+    if (o.signal?.aborted) return Promise.resolve(NOT_STARTED())
     return new Promise((resolvePromise, reject) => {
       let child: ChildProcess
       try {
-        child = spawn(file, confined ? ['--info-fd', String(INFO_FD), ...viaFd!.argv] : args, {
-          cwd,
-          env: this.env({}, o.env),
-          detached: true,
-          stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', ...(confined ? ['pipe' as const, 'pipe' as const] : [])]
-        })
+        child = this.spawnChild(
+          viaFd ? ['--info-fd', String(INFO_FD), ...viaFd.argv] : args,
+          { file, cwd, confined },
+          o
+        )
       } catch (err) {
         reject(err)
         return
       }
-      if (confined) {
-        const argsPipe = child.stdio[ARGS_FD] as Writable
-        argsPipe.on('error', () => {})
-        argsPipe.end(viaFd!.data)
-      }
+      if (viaFd) handOver(child.stdio[ARGS_FD] as Writable, viaFd.data)
       this.children.add(child)
       const out = new BoundedBuffer(o.maxBytes)
       const errOut = new BoundedBuffer(o.maxBytes)
       child.stdout!.on('data', (chunk: Buffer) => out.push(chunk))
       child.stderr!.on('data', (chunk: Buffer) => errOut.push(chunk))
-      if (o.stdin) {
-        // a command that exits without reading its input is not an error of ours
-        child.stdin!.on('error', () => {})
-        child.stdin!.end(o.stdin)
-      }
-      let timedOut = false
-      let exited = false
-      const killGroup = () => {
-        try {
-          if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL')
-        } catch {
-          child.kill('SIGKILL')
-        }
-      }
-      // Confined, the command runs in its own PID namespace, whose first process bubblewrap
-      // names on INFO_FD once it exists. Killing that process ends everything in the
-      // namespace. Killing bubblewrap alone is not enough: in its first moments its child may
-      // not yet have asked to die with it, and would then run (holding our pipes) to its end.
-      let namespacePid: number | null = null
-      let killWanted = false
-      const killNamespace = () => {
-        if (namespacePid === null || exited) return
-        try {
-          process.kill(namespacePid, 'SIGKILL')
-        } catch {
-          // already gone
-        }
-      }
-      let killSent = false
-      const kill = () => {
-        killSent = true
-        if (!confined || namespacePid !== null) {
-          killNamespace()
-          killGroup()
-          return
-        }
-        // bubblewrap has not named its namespace yet: it does so right after creating it, or exits
-        killWanted = true
-      }
-      if (confined) {
-        let info = ''
-        const named = () => {
-          if (killWanted) {
-            killNamespace()
-            killGroup()
-          }
-        }
-        const infoStream = child.stdio[INFO_FD] as Readable
-        infoStream.setEncoding('utf8')
-        infoStream.on('data', (chunk: string) => {
-          if (namespacePid !== null || info.length > 4096) return
-          info += chunk
-          const pid = /"child-pid":\s*(\d+)\D/.exec(info)
-          if (pid) {
-            namespacePid = Number(pid[1])
-            named()
-          }
-        })
-        infoStream.on('error', () => {})
-        // no name (bubblewrap failed before creating the namespace): its own group is all there is
-        infoStream.on('close', named)
-      }
-      child.on('exit', () => {
-        exited = true
-      })
-      const timer = setTimeout(() => {
-        timedOut = true
-        kill()
-      }, o.timeoutMs)
-      const onAbort = () => kill()
-      o.signal?.addEventListener('abort', onAbort, { once: true })
-      if (o.signal?.aborted) kill()
+      // a command that exits without reading its input is not an error of ours
+      if (o.stdin) handOver(child.stdin!, o.stdin)
+      const killer = new TreeKiller(child, confined)
+      const limits = new Limits(o, () => killer.kill())
       child.on('error', (err) => {
-        clearTimeout(timer)
+        limits.stopTimer()
         this.children.delete(child)
         reject(err)
       })
       child.on('close', (code, signal) => {
-        clearTimeout(timer)
-        o.signal?.removeEventListener('abort', onAbort)
+        limits.release()
         this.children.delete(child)
-        // killed through its namespace, the command's SIGKILL comes back as bubblewrap's exit
-        // status 137 (128 + 9): it is reported as the kill it was
-        const ourKill = killSent && (signal === 'SIGKILL' || code === 128 + 9)
-        resolvePromise({
-          exitCode: ourKill ? null : code,
-          signal: ourKill ? 'SIGKILL' : signal,
-          stdout: out.bytes(),
-          stderr: errOut.bytes(),
-          timedOut,
-          truncated: out.truncated || errOut.truncated,
-          omittedBytes: out.omitted + errOut.omitted,
-          durationMs: Date.now() - started
-        })
+        resolvePromise(rawResult({ code, signal }, killer.sent, { out, errOut }, limits.timedOut, started))
       })
+    })
+  }
+
+  /** The command's process: its own group (killed whole), never the service's environment, the pipes it uses. */
+  private spawnChild(
+    args: string[],
+    { file, cwd, confined }: { file: string; cwd: string; confined: boolean },
+    o: RunOptions
+  ): ChildProcess {
+    return spawn(file, args, {
+      cwd,
+      env: this.env({}, o.env),
+      detached: true,
+      stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', ...(confined ? ['pipe' as const, 'pipe' as const] : [])]
     })
   }
 
@@ -560,6 +469,161 @@ export function segments(path: string): string[] {
   const parts = path.split(/[\\/]+/).filter((p) => p !== '' && p !== '.')
   if (parts.includes('..')) throw new SandboxError('invalid_path', 'paths may not contain ..')
   return parts
+}
+
+interface RunOptions {
+  timeoutMs: number
+  maxBytes: number
+  signal?: AbortSignal | undefined
+  env?: Record<string, string> | undefined
+  stdin?: Buffer
+}
+
+/** A command that never started (aborted before): killed, with nothing said. */
+const NOT_STARTED = (): RawResult => ({
+  exitCode: null,
+  signal: 'SIGKILL',
+  stdout: Buffer.alloc(0),
+  stderr: Buffer.alloc(0),
+  timedOut: false,
+  truncated: false,
+  durationMs: 0
+})
+
+/** Writes all of `data` to a child's input and closes it; the child may close it first (no error of ours). */
+function handOver(pipe: Writable, data: Buffer | string): void {
+  pipe.on('error', () => {})
+  pipe.end(data)
+}
+
+/**
+ * Kills a command with everything it started. Confined, the command runs in its own PID
+ * namespace, whose first process bubblewrap names on INFO_FD once it exists. Killing that
+ * process ends everything in the namespace. Killing bubblewrap alone is not enough: in its
+ * first moments its child may not yet have asked to die with it, and would then run
+ * (holding our pipes) to its end.
+ */
+class TreeKiller {
+  /** a kill was asked for (a timeout, an abort): the SIGKILL the command ends with is ours */
+  sent = false
+  private readonly child: ChildProcess
+  private readonly confined: boolean
+  private namespacePid: number | null = null
+  private wanted = false
+  private exited = false
+
+  constructor(child: ChildProcess, confined: boolean) {
+    this.child = child
+    this.confined = confined
+    if (confined) this.watchNamespace(child.stdio[INFO_FD] as Readable)
+    child.on('exit', () => {
+      this.exited = true
+    })
+  }
+
+  kill(): void {
+    this.sent = true
+    if (!this.confined || this.namespacePid !== null) {
+      this.killNamespace()
+      this.killGroup()
+      return
+    }
+    // bubblewrap has not named its namespace yet: it does so right after creating it, or exits
+    this.wanted = true
+  }
+
+  private killGroup(): void {
+    try {
+      if (this.child.pid !== undefined) process.kill(-this.child.pid, 'SIGKILL')
+    } catch {
+      this.child.kill('SIGKILL')
+    }
+  }
+
+  private killNamespace(): void {
+    if (this.namespacePid === null || this.exited) return
+    try {
+      process.kill(this.namespacePid, 'SIGKILL')
+    } catch {
+      // already gone
+    }
+  }
+
+  /** Reads the namespace's first process from bubblewrap's info; a kill asked for meanwhile is done then. */
+  private watchNamespace(infoStream: Readable): void {
+    let info = ''
+    const named = () => {
+      if (this.wanted) {
+        this.killNamespace()
+        this.killGroup()
+      }
+    }
+    infoStream.setEncoding('utf8')
+    infoStream.on('data', (chunk: string) => {
+      if (this.namespacePid !== null || info.length > 4096) return
+      info += chunk
+      const pid = /"child-pid":\s*(\d+)\D/.exec(info)
+      if (pid) {
+        this.namespacePid = Number(pid[1])
+        named()
+      }
+    })
+    infoStream.on('error', () => {})
+    // no name (bubblewrap failed before creating the namespace): its own group is all there is
+    infoStream.on('close', named)
+  }
+}
+
+/** A command's time limit and its caller's abort: either kills it. */
+class Limits {
+  timedOut = false
+  private readonly timer: NodeJS.Timeout
+  private readonly signal: AbortSignal | undefined
+  private readonly onAbort: () => void
+
+  constructor(o: { timeoutMs: number; signal?: AbortSignal | undefined }, kill: () => void) {
+    this.timer = setTimeout(() => {
+      this.timedOut = true
+      kill()
+    }, o.timeoutMs)
+    this.signal = o.signal
+    this.onAbort = () => kill()
+    o.signal?.addEventListener('abort', this.onAbort, { once: true })
+    if (o.signal?.aborted) kill()
+  }
+
+  stopTimer(): void {
+    clearTimeout(this.timer)
+  }
+
+  /** The command ended: neither kills it any more. */
+  release(): void {
+    this.stopTimer()
+    this.signal?.removeEventListener('abort', this.onAbort)
+  }
+}
+
+/** How a command ended, with its output as far as the limit kept it. */
+function rawResult(
+  ended: { code: number | null; signal: NodeJS.Signals | null },
+  killSent: boolean,
+  { out, errOut }: { out: BoundedBuffer; errOut: BoundedBuffer },
+  timedOut: boolean,
+  started: number
+): RawResult {
+  // killed through its namespace, the command's SIGKILL comes back as bubblewrap's exit
+  // status 137 (128 + 9): it is reported as the kill it was
+  const ourKill = killSent && (ended.signal === 'SIGKILL' || ended.code === 128 + 9)
+  return {
+    exitCode: ourKill ? null : ended.code,
+    signal: ourKill ? 'SIGKILL' : ended.signal,
+    stdout: out.bytes(),
+    stderr: errOut.bytes(),
+    timedOut,
+    truncated: out.truncated || errOut.truncated,
+    omittedBytes: out.omitted + errOut.omitted,
+    durationMs: Date.now() - started
+  }
 }
 
 class BoundedBuffer {

@@ -164,102 +164,128 @@ const kind = (node: unknown) => (isSeq(node) ? 'a list' : isMap(node) ? 'a mappi
 export function parseSkillMd(text: string): ParsedSkill {
   // line numbers stay those of the file as sent: a BOM is no line, and CRLF or CR is one line end
   const source = text.replace(/^\uFEFF/, '').replace(/\r\n?/g, '\n')
-  const nul = source.indexOf('\u0000')
-  const nulProblem: SkillProblem[] =
-    nul < 0 ? [] : [{ path: '/skillMd', message: 'a SKILL.md must not contain U+0000', ...placeOf(source, nul) }]
+  const nulProblem = nulProblems(source)
   // in the order they appear in the file, as an editor would list them
   const fail = (problems: SkillProblem[]): ParsedSkill => ({
     ok: false,
     problems: [...problems, ...nulProblem].sort((a, b) => a.line! - b.line! || a.column! - b.column!)
   })
 
+  const split = splitFrontMatter(source)
+  if ('problem' in split) return fail([split.problem])
+  const front = new FrontMatter(split.yaml)
+  // past a syntax error the tree is yaml's best guess: checking its fields would report ghosts
+  if (front.doc.errors.length > 0) return fail(front.problems)
+  if (!front.isMapping()) return fail(front.problems)
+  const { name, description, license, compatibility, allowedTools, metadata } = readFields(front)
+
+  if (front.problems.length > 0 || nulProblem.length > 0) return fail(front.problems)
+  const instructions = normalizeInstructions(split.body)
+  return { ok: true, skill: { name, description, instructions, license, compatibility, allowedTools, metadata } }
+}
+
+/** A NUL anywhere in the file, placed. */
+function nulProblems(source: string): SkillProblem[] {
+  const nul = source.indexOf('\u0000')
+  return nul < 0 ? [] : [{ path: '/skillMd', message: 'a SKILL.md must not contain U+0000', ...placeOf(source, nul) }]
+}
+
+/** The front matter's YAML and the Markdown body after it, or why the file has no front matter. */
+function splitFrontMatter(source: string): { yaml: string; body: string } | { problem: SkillProblem } {
   const lines = source.split('\n')
   const opening = openingProblem(lines[0]!)
-  if (opening) return fail([opening])
+  if (opening) return { problem: opening }
   const closing = lines.findIndex((line, i) => i > 0 && CLOSING.test(line))
   if (closing < 0)
-    return fail([{ path: '/skillMd', message: "the front matter is not closed by a '---' line", line: 1, column: 1 }])
-
-  const lineCounter = new LineCounter()
+    return {
+      problem: { path: '/skillMd', message: "the front matter is not closed by a '---' line", line: 1, column: 1 }
+    }
   // each front matter line ends in a line break, the last one too: a kept (`|+`) block scalar counts them
-  const yamlText = lines
+  const yaml = lines
     .slice(1, closing)
     .map((line) => `${line}\n`)
     .join('')
-  const doc = parseDocument(yamlText, { schema: 'failsafe', prettyErrors: true, uniqueKeys: true, lineCounter })
-  const problems = [...doc.errors, ...doc.warnings].map(yamlProblem)
-  // past a syntax error the tree is yaml's best guess: checking its fields would report ghosts
-  if (doc.errors.length > 0) return fail(problems)
+  return { yaml, body: lines.slice(closing + 1).join('\n') }
+}
 
-  const at = (node: unknown): Place => {
+// `license:` with nothing after it is the field left out, not the empty string
+const blank = (node: unknown) => node === null || (isScalar(node) && node.type === 'PLAIN' && node.value === '')
+
+/** The front matter as yaml read it (failsafe: every scalar a string), and its problems so far, placed in the file. */
+class FrontMatter {
+  readonly doc: Document.Parsed
+  readonly problems: SkillProblem[]
+  private readonly lineCounter = new LineCounter()
+
+  constructor(yamlText: string) {
+    this.doc = parseDocument(yamlText, {
+      schema: 'failsafe',
+      prettyErrors: true,
+      uniqueKeys: true,
+      lineCounter: this.lineCounter
+    })
+    this.problems = [...this.doc.errors, ...this.doc.warnings].map(yamlProblem)
+  }
+
+  /** Where a node starts in the file (the YAML starts on line 2). */
+  at(node: unknown): Place {
     const offset = isScalar(node) || isMap(node) || isSeq(node) || isAlias(node) ? (node.range?.[0] ?? 0) : 0
-    const pos = lineCounter.linePos(offset)
+    const pos = this.lineCounter.linePos(offset)
     return { line: pos.line + 1, column: pos.col }
   }
-  const contents = doc.contents
-  const empty = contents === null || (isScalar(contents) && contents.value === '')
-  if (!empty && !isMap(contents)) {
-    return fail([
-      ...problems,
-      {
-        path: '/skillMd',
-        message: 'the front matter must be a mapping of fields (name: …, description: …)',
-        ...at(contents)
-      }
-    ])
+
+  /** Whether the front matter is a mapping of fields (or empty); reported when not. */
+  isMapping(): boolean {
+    const contents = this.doc.contents
+    const empty = contents === null || (isScalar(contents) && contents.value === '')
+    if (empty || isMap(contents)) return true
+    this.problems.push({
+      path: '/skillMd',
+      message: 'the front matter must be a mapping of fields (name: …, description: …)',
+      ...this.at(contents)
+    })
+    return false
   }
-  const mapStart = at(contents)
 
   /** What an alias stands for; a missing anchor is reported and reads as nothing. */
-  const deref = (node: unknown, path: string): unknown => {
+  deref(node: unknown, path: string): unknown {
     if (!isAlias(node)) return node
-    const target = node.resolve(doc)
-    if (target === undefined) problems.push({ path, message: `alias *${node.source} refers to no anchor`, ...at(node) })
+    const target = node.resolve(this.doc)
+    if (target === undefined)
+      this.problems.push({ path, message: `alias *${node.source} refers to no anchor`, ...this.at(node) })
     return target
   }
-  // `license:` with nothing after it is the field left out, not the empty string
-  const blank = (node: unknown) => node === null || (isScalar(node) && node.type === 'PLAIN' && node.value === '')
+
   /** A scalar's text, or null (reported) for a list, a mapping or a missing anchor. */
-  const textOf = (node: unknown, path: string, what: string): string | null => {
-    const value = deref(node, path)
+  textOf(node: unknown, path: string, what: string): string | null {
+    const value = this.deref(node, path)
     if (value === null) return ''
     if (isScalar(value)) return String(value.value)
-    if (value !== undefined) problems.push({ path, message: `${what} must be text, not ${kind(value)}`, ...at(value) })
+    if (value !== undefined)
+      this.problems.push({ path, message: `${what} must be text, not ${kind(value)}`, ...this.at(value) })
     return null
   }
+}
 
-  const byKey = new Map<Field, { key: unknown; value: unknown }>()
-  for (const pair of isMap(contents) ? contents.items : []) {
-    const keyNode = deref(pair.key, '/skillMd')
-    const key = isScalar(keyNode) ? String(keyNode.value) : null
-    if (key === null) {
-      problems.push({ path: '/skillMd', message: 'a field name must be plain text', ...at(pair.key) })
-    } else if (!isField(key)) {
-      problems.push({
-        path: `/skillMd/${segment(key)}`,
-        message: `unknown field '${key}' (allowed: ${FIELDS.join(', ')})`,
-        ...at(pair.key)
-      })
-    } else {
-      byKey.set(key, pair)
-    }
-  }
+/** The skill's fields from its front matter (a mapping or empty), each problem reported where it is. */
+function readFields(front: FrontMatter): Omit<SkillFields, 'instructions'> {
+  const byKey = fieldPairs(front)
+  const mapStart = front.at(front.doc.contents)
   const place = (field: Field): Place => {
     const pair = byKey.get(field)
     if (!pair) return mapStart
-    return at(blank(pair.value) ? pair.key : pair.value)
+    return front.at(blank(pair.value) ? pair.key : pair.value)
   }
-
   /** A text field: undefined when absent, null when not text (already reported). */
   const field = (name: Field): string | null | undefined => {
     const pair = byKey.get(name)
     if (!pair) return undefined
-    return textOf(pair.value, `/skillMd/${name}`, name)
+    return front.textOf(pair.value, `/skillMd/${name}`, name)
   }
   const required = (name: 'name' | 'description', rules: (s: string) => string[]): string => {
     const value = field(name)
     if (value === null) return ''
-    for (const message of rules(value ?? '')) problems.push({ path: `/skillMd/${name}`, message, ...place(name) })
+    for (const message of rules(value ?? '')) front.problems.push({ path: `/skillMd/${name}`, message, ...place(name) })
     return value ?? ''
   }
   const optional = (name: 'license' | 'compatibility'): string | null => {
@@ -273,53 +299,86 @@ export function parseSkillMd(text: string): ParsedSkill {
   const license = optional('license')
   const compatibility = optional('compatibility')
   for (const message of compatibilityProblems(compatibility))
-    problems.push({ path: '/skillMd/compatibility', message, ...place('compatibility') })
+    front.problems.push({ path: '/skillMd/compatibility', message, ...place('compatibility') })
+  const allowedTools = readAllowedTools(front, byKey.get('allowed-tools')?.value ?? null)
+  const metadata = readMetadata(front, byKey.get('metadata')?.value ?? null)
+  return { name, description, license, compatibility, allowedTools, metadata }
+}
 
+/** The front matter's known fields by name; a field name that is not plain text, or unknown, is reported. */
+function fieldPairs(front: FrontMatter): Map<Field, { key: unknown; value: unknown }> {
+  const contents = front.doc.contents
+  const byKey = new Map<Field, { key: unknown; value: unknown }>()
+  for (const pair of isMap(contents) ? contents.items : []) {
+    const keyNode = front.deref(pair.key, '/skillMd')
+    const key = isScalar(keyNode) ? String(keyNode.value) : null
+    if (key === null) {
+      front.problems.push({ path: '/skillMd', message: 'a field name must be plain text', ...front.at(pair.key) })
+    } else if (!isField(key)) {
+      front.problems.push({
+        path: `/skillMd/${segment(key)}`,
+        message: `unknown field '${key}' (allowed: ${FIELDS.join(', ')})`,
+        ...front.at(pair.key)
+      })
+    } else {
+      byKey.set(key, pair)
+    }
+  }
+  return byKey
+}
+
+/** `allowed-tools`: a space-separated string, or a list of names (each may hold several). */
+function readAllowedTools(front: FrontMatter, node: unknown): string[] {
   const allowedTools: string[] = []
-  const tools = deref(byKey.get('allowed-tools')?.value ?? null, '/skillMd/allowed-tools')
+  const tools = front.deref(node, '/skillMd/allowed-tools')
   const words = (s: string) => s.split(/\s+/).filter(Boolean)
   if (isScalar(tools)) {
     allowedTools.push(...words(String(tools.value)))
   } else if (isSeq(tools)) {
     tools.items.forEach((item, i) => {
-      const tool = textOf(item, `/skillMd/allowed-tools/${i}`, 'a tool name')
+      const tool = front.textOf(item, `/skillMd/allowed-tools/${i}`, 'a tool name')
       if (tool !== null) allowedTools.push(...words(tool))
     })
   } else if (tools !== null && tools !== undefined) {
-    problems.push({
+    front.problems.push({
       path: '/skillMd/allowed-tools',
       message: 'allowed-tools must be a space-separated string of tool names (or a list), not a mapping',
-      ...at(tools)
+      ...front.at(tools)
     })
   }
+  return allowedTools
+}
 
+/** `metadata`: a mapping of names to text. */
+function readMetadata(front: FrontMatter, node: unknown): Record<string, string> {
   const metadata: Record<string, string> = {}
-  const meta = deref(byKey.get('metadata')?.value ?? null, '/skillMd/metadata')
+  const meta = front.deref(node, '/skillMd/metadata')
   if (isMap(meta)) {
     for (const pair of meta.items) {
-      const keyNode = deref(pair.key, '/skillMd/metadata')
+      const keyNode = front.deref(pair.key, '/skillMd/metadata')
       if (!isScalar(keyNode)) {
         if (keyNode !== undefined)
-          problems.push({ path: '/skillMd/metadata', message: 'a metadata name must be text', ...at(pair.key) })
+          front.problems.push({
+            path: '/skillMd/metadata',
+            message: 'a metadata name must be text',
+            ...front.at(pair.key)
+          })
         continue
       }
       const key = String(keyNode.value)
-      const value = textOf(pair.value, `/skillMd/metadata/${segment(key)}`, `metadata ${key}`)
+      const value = front.textOf(pair.value, `/skillMd/metadata/${segment(key)}`, `metadata ${key}`)
       // defined, not assigned: a key named __proto__ is data here, not the object's prototype
       if (value !== null)
         Object.defineProperty(metadata, key, { value, enumerable: true, writable: true, configurable: true })
     }
   } else if (meta !== null && meta !== undefined && !blank(meta)) {
-    problems.push({
+    front.problems.push({
       path: '/skillMd/metadata',
       message: `metadata must be a mapping of names to text, not ${isSeq(meta) ? 'a list' : 'text'}`,
-      ...at(meta)
+      ...front.at(meta)
     })
   }
-
-  if (problems.length > 0 || nulProblem.length > 0) return fail(problems)
-  const instructions = normalizeInstructions(lines.slice(closing + 1).join('\n'))
-  return { ok: true, skill: { name, description, instructions, license, compatibility, allowedTools, metadata } }
+  return metadata
 }
 
 // Strings that a YAML 1.2 core or a YAML 1.1 reader (PyYAML, many skill loaders) would take as a
