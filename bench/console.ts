@@ -376,7 +376,7 @@ async function seedSignedInOrg(url: string, modelUrl: string): Promise<string> {
   for (const [i, tool] of POLICIES.entries())
     await send('PUT', `/tools/policies/${tool}`, { mode: ['auto', 'approve', 'deny'][i % 3] }, 200)
   await inParallel(SECRETS, 8, (i) =>
-    send('PUT', `/secrets/SECRET_${i + 1}`, { value: `value-${i + 1}` }, 200).then(() => {})
+    send('PUT', `/secrets/SECRET_${i + 1}`, { value: `value-${i + 1}` }, 201).then(() => {})
   )
   return cookie
 }
