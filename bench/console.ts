@@ -264,7 +264,7 @@ const SIGNED_IN_PAGES: Array<[name: string, path: string, ready: string]> = [
   [
     'Models',
     '/hub/models',
-    `main:has(#default-model option[value="bench-model"]):has(ul[aria-label="Providers"] > li:nth-child(${PROVIDERS}))`
+    `main:has(#default-model):has(ul[aria-label="Providers"] li:nth-child(${PROVIDERS}))`
   ],
   [
     'Access',
@@ -274,7 +274,7 @@ const SIGNED_IN_PAGES: Array<[name: string, path: string, ready: string]> = [
   [
     'Agent settings',
     '/hub/agent',
-    `main:has(select#policy-shell):has(ul[aria-label="Secrets"] > li:nth-child(${SECRETS})):has([aria-labelledby="slack-title"] .card)`
+    `main:has(select#policy-shell):has(ul[aria-label="Secrets"] li:nth-child(${SECRETS})):has([aria-labelledby="slack-title"] .card)`
   ]
 ]
 
@@ -400,7 +400,15 @@ async function coldPage(browser: Browser, url: string, path: string, ready: stri
       observer.observe(document, { childList: true, subtree: true, characterData: true })
     }, ready)
     await page.goto(`${url}${path}`)
-    await page.locator(ready).first().waitFor()
+    await page
+      .locator(ready)
+      .first()
+      .waitFor()
+      .catch(async (err: unknown) => {
+        // what the page shows instead, to tell a slow page from a wrong selector
+        process.stderr.write(`${path} never matched ${ready}; it shows:\n${await page.locator('body').innerText()}\n`)
+        throw err
+      })
     return await page.evaluate(() => window.__lastTurn ?? performance.now())
   } finally {
     await context.close()
