@@ -9,10 +9,19 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import type { Page } from 'playwright-core'
-import { waitFor } from '../helper.js'
+import { addMember, signUp, signUpWithOrg, waitFor } from '../helper.js'
 import { startLocalMcp } from '../mcp/local-mcp-server.js'
 import { startToolModel } from '../runs/tool-model.js'
-import { hubServer, launchBrowser, noBrowser, openPage, screenshot, tabTo } from './helpers.js'
+import {
+  axeProblems,
+  hubServer,
+  launchBrowser,
+  noBrowser,
+  openPage,
+  recordWrites,
+  screenshot,
+  tabTo
+} from './helpers.js'
 
 const model = await startToolModel(t)
 const dataDir = await mkdtemp(join(tmpdir(), 'cairn-hub-admin-'))
@@ -52,23 +61,32 @@ test('models: connect a provider, test it, make it the default; the next convers
     [],
     'no request the server refuses after sign-up'
   )
-  await page.getByRole('navigation', { name: 'Admin' }).getByRole('link', { name: 'Models' }).click()
+  // keyboard only, from the admin menu to the conversation the new default answers
+  await tabTo(page, 'nav[aria-label="Admin"] a[href="/hub/models"]')
+  await page.keyboard.press('Enter')
   await page.getByRole('heading', { name: 'Models', level: 1 }).waitFor()
   await page.getByText('No provider is connected yet.').waitFor()
 
   // a key a header cannot carry is refused, saying which field and why, never "Something went wrong"
-  await page.getByLabel('Name', { exact: true }).fill('Local')
-  await page.getByLabel('Base URL').fill(model.url)
-  await page.getByLabel('API key').fill('sk-café')
-  await page.getByRole('button', { name: 'Connect provider' }).click()
+  await tabTo(page, '#provider-name', 60)
+  await page.keyboard.type('Local')
+  await page.keyboard.press('Tab') // the kind: OpenAI-compatible, as it is
+  await page.keyboard.press('Tab')
+  await page.keyboard.type(model.url)
+  await page.keyboard.press('Tab')
+  t.equal(await page.evaluate('document.activeElement?.id'), 'provider-key')
+  await page.keyboard.type('sk-café')
+  await page.keyboard.press('Enter')
   const refused = page.getByRole('alert').filter({ hasText: 'apiKey' })
   await refused.waitFor()
   t.notMatch(await refused.textContent(), /Something went wrong/)
   t.match(await refused.textContent(), /validation_failed/)
 
-  await page.getByLabel('API key').fill('sk-local-test')
+  // the key field keeps the focus: a corrected key, Enter
+  await page.keyboard.press('Control+A')
+  await page.keyboard.type('sk-local-test')
   const connected = page.waitForResponse((r) => r.url().endsWith('/api/providers') && r.request().method() === 'POST')
-  await page.getByRole('button', { name: 'Connect provider' }).click()
+  await page.keyboard.press('Enter')
   t.equal((await connected).status(), 201)
   t.equal(await page.getByLabel('API key').inputValue(), '', 'the key leaves the page once sent')
   const card = page.getByRole('listitem').filter({ has: page.getByRole('heading', { name: /Local/ }) })
@@ -83,14 +101,17 @@ test('models: connect a provider, test it, make it the default; the next convers
 
   // one message to it
   model.script.push({ text: 'Hello from the local model' })
-  await card.getByRole('button', { name: 'Test Local' }).click()
+  await tabTo(page, 'form[aria-label="Test Local"] button[type=submit]', 60, { back: true })
+  await page.keyboard.press('Enter')
   await card.getByRole('status').filter({ hasText: 'tool-model answered: Hello from the local model' }).waitFor()
 
   // the default
-  await card.getByRole('button', { name: 'Make tool-model the default' }).click()
+  await tabTo(page, 'button:has-text("Make tool-model the default")', 5)
+  await page.keyboard.press('Enter')
   await page.locator('.current-default', { hasText: 'tool-model' }).waitFor()
   await page.getByText('chosen by an admin').waitFor()
   await screenshot(page, 'admin-models')
+  t.same(await axeProblems(page), [], 'axe: a provider connected, tested, made the default')
   const cookie = await cookieOf(page)
   t.match((await app.inject({ method: 'GET', url: '/api/models/default', headers: { cookie } })).json(), {
     model: 'tool-model',
@@ -100,15 +121,18 @@ test('models: connect a provider, test it, make it the default; the next convers
   // the next message goes to it
   model.script.push({ text: 'Answered by the provider' })
   const before = model.requests.length
-  await page.getByRole('link', { name: 'Conversations' }).click()
-  await page.getByRole('textbox', { name: 'Message', exact: true }).fill('Who answers?')
-  await page.getByRole('button', { name: 'Send' }).click()
+  await tabTo(page, 'nav a[href="/hub/threads"]', 80, { back: true })
+  await page.keyboard.press('Enter')
+  await tabTo(page, '#message')
+  await page.keyboard.type('Who answers?')
+  await tabTo(page, 'form.message-box button[type=submit]', 5)
+  await page.keyboard.press('Enter')
   await page.getByRole('heading', { name: 'Who answers?' }).waitFor()
   await page.locator('.turn').first().locator('.badge', { hasText: 'succeeded' }).waitFor()
   t.equal(await page.locator('.turn .output').first().textContent(), 'Answered by the provider')
   t.equal(model.requests.length, before + 1, 'the provider got the message')
 
-  // a conversation on another model keeps it for its follow-ups
+  // (the keyboard pass ends here) a conversation on another model keeps it for its follow-ups
   await page.getByRole('link', { name: '← Conversations' }).click()
   await page.getByRole('textbox', { name: 'Message', exact: true }).fill('Stay on echo')
   await page.getByRole('combobox', { name: 'Model' }).selectOption('echo')
@@ -180,6 +204,85 @@ test('access: mint a key (shown once, copied), revoke it; the key is then refuse
   t.same(await problems.violations(), [])
 })
 
+test("access: a member's role changed and a member removed, asking first; the last owner is refused, saying why", async (t) => {
+  const owner = await signUpWithOrg(app, { name: 'Olu Owner', org: 'Roles team' })
+  const bo = await signUp(app, { name: 'Bo Member' })
+  await addMember(app, owner.cookie, owner.org.id, bo.user.email, 'member')
+  const { page, problems, close } = await openPage(browser)
+  t.teardown(close)
+  const [name, value] = owner.cookie.split('=') as [string, string]
+  await page.context().addCookies([{ name, value, url: base }])
+  const writes = recordWrites(page)
+  await page.goto(`${base}/hub/access`)
+  const members = page.getByRole('table', { name: 'Members and their roles' })
+  await members.getByRole('cell', { name: bo.user.email }).waitFor()
+  t.same(await axeProblems(page), [], 'axe: the members with their role pickers')
+  const roles = async () =>
+    Object.fromEntries(
+      (
+        await app.inject({
+          method: 'GET',
+          url: `/api/auth/organizations/${owner.org.id}/members`,
+          headers: { cookie: owner.cookie }
+        })
+      )
+        .json()
+        .items.map((m: { name: string; role: string }) => [m.name, m.role])
+    )
+
+  // a higher role is given at once
+  await page.getByLabel('Role of Bo Member').selectOption('admin')
+  await page.getByRole('button', { name: 'Save role of Bo Member' }).click()
+  await page.getByRole('status').filter({ hasText: 'Bo Member is now an admin.' }).waitFor()
+  t.same(await roles(), { 'Olu Owner': 'owner', 'Bo Member': 'admin' })
+
+  // a lower one asks first; the only owner cannot step down, and the page says why
+  await page.getByLabel('Role of Olu Owner').selectOption('member')
+  await page.getByRole('button', { name: 'Save role of Olu Owner' }).click()
+  const demote = page.getByRole('dialog', { name: 'Make Olu Owner a member?' })
+  await demote.waitFor()
+  t.match(await demote.textContent(), /this is you/)
+  t.same(writes.filter((w) => w.startsWith('PATCH')).length, 1, 'nothing sent before the answer')
+  await demote.getByRole('button', { name: 'Make member' }).click()
+  const refused = demote.getByRole('alert')
+  await refused.waitFor()
+  t.match(await refused.textContent(), /the last owner cannot be demoted/)
+  t.match(await refused.textContent(), /conflict/)
+  await screenshot(page, 'admin-members-refused')
+  t.same(await axeProblems(page), [], 'axe: the question, refused')
+  await demote.getByRole('button', { name: 'Cancel' }).click()
+  await demote.waitFor({ state: 'hidden' })
+  t.equal(await page.getByLabel('Role of Olu Owner').inputValue(), 'owner', 'the picker shows the role kept')
+  t.same(await roles(), { 'Olu Owner': 'owner', 'Bo Member': 'admin' })
+
+  // nor be removed
+  await page.getByRole('button', { name: 'Remove Olu Owner' }).click()
+  const leave = page.getByRole('dialog', { name: 'Remove Olu Owner from the organization?' })
+  await leave.getByRole('button', { name: 'Remove Olu Owner' }).click()
+  await leave.getByRole('alert').filter({ hasText: 'the last owner cannot be removed' }).waitFor()
+  await page.keyboard.press('Escape')
+  await leave.waitFor({ state: 'hidden' })
+
+  // removing a member asks first, then they are gone (and refused at their next request)
+  await page.getByRole('button', { name: 'Remove Bo Member' }).click()
+  const remove = page.getByRole('dialog', { name: 'Remove Bo Member from the organization?' })
+  await remove.waitFor()
+  const removed = page.waitForResponse((r) => r.url().includes('/members/') && r.request().method() === 'DELETE')
+  await remove.getByRole('button', { name: 'Remove Bo Member' }).click()
+  t.equal((await removed).status(), 204)
+  await page.getByRole('status').filter({ hasText: 'Bo Member is no longer a member.' }).waitFor()
+  await members.getByRole('cell', { name: bo.user.email }).waitFor({ state: 'detached' })
+  t.same(await roles(), { 'Olu Owner': 'owner' })
+  const bosView = await app.inject({
+    method: 'GET',
+    url: `/api/auth/organizations/${owner.org.id}/members`,
+    headers: { cookie: bo.cookie }
+  })
+  t.equal(bosView.statusCode, 404, 'the removed member no longer sees the organization')
+  t.same(problems.errors, [])
+  t.same(await problems.violations(), [])
+})
+
 test('agent settings: a tool set to approve makes the next call wait; an MCP server added with its tools', async (t) => {
   const mcp = await startLocalMcp(t, { extraTools: ['bad.name'] })
   const { page, problems, close } = await openPage(browser)
@@ -194,19 +297,24 @@ test('agent settings: a tool set to approve makes the next call wait; an MCP ser
     payload: { name: 'local', baseUrl: model.url, apiKey: 'sk-local' }
   })
   t.equal(connected.statusCode, 201, connected.body)
-  await page.getByRole('navigation', { name: 'Admin' }).getByRole('link', { name: 'Agent settings' }).click()
+  // keyboard only, from the admin menu
+  await tabTo(page, 'nav[aria-label="Admin"] a[href="/hub/agent"]')
+  await page.keyboard.press('Enter')
   await page.getByRole('heading', { name: 'Agent settings', level: 1 }).waitFor()
 
-  // list_files runs at once by default: set it to approve
+  // list_files runs at once by default: set it to approve (the next choice down)
   const policy = page.getByLabel('Policy of list_files')
   t.equal(await policy.inputValue(), 'auto')
+  await tabTo(page, '#policy-list_files', 60)
   const saved = page.waitForResponse((r) => r.url().endsWith('/api/tools/policies/list_files'))
-  await policy.selectOption('approve')
+  await page.keyboard.press('ArrowDown')
   t.equal((await saved).status(), 200)
   await page.getByRole('status').filter({ hasText: 'Saved list_files: approve' }).waitFor()
-  // and write_file denied: never offered
-  await page.getByLabel('Policy of write_file').selectOption('deny')
+  // and write_file denied: never offered (typing the first letter of "Deny" picks it)
+  await tabTo(page, '#policy-write_file', 60)
+  await page.keyboard.press('d')
   await page.getByRole('status').filter({ hasText: 'Saved write_file: deny' }).waitFor()
+  t.equal(await page.getByLabel('Policy of write_file').inputValue(), 'deny')
 
   model.script.push({ calls: [{ id: 'c1', name: 'list_files', arguments: '{}' }] }, { text: 'listed' })
   const before = model.requests.length
@@ -231,13 +339,18 @@ test('agent settings: a tool set to approve makes the next call wait; an MCP ser
   t.notOk(offered.includes('write_file'), 'a denied tool is not offered')
 
   // an MCP server, with a sealed header
-  await page.getByLabel(/^Name \(a-z/).fill('local')
-  await page.getByLabel('URL (Streamable HTTP)').fill(mcp.url)
-  await page.getByRole('button', { name: 'Add a header' }).click()
-  await page.getByLabel('Header name').fill('x-api-key')
-  await page.getByLabel('Header value').fill('header-secret')
+  await tabTo(page, '#mcp-name', 80)
+  await page.keyboard.type('local')
+  await page.keyboard.press('Tab')
+  await page.keyboard.type(mcp.url)
+  await tabTo(page, 'button:has-text("Add a header")', 5)
+  await page.keyboard.press('Enter')
+  await tabTo(page, '#mcp-header-name-0', 5, { back: true })
+  await page.keyboard.type('x-api-key')
+  await page.keyboard.press('Tab')
+  await page.keyboard.type('header-secret')
   const added = page.waitForResponse((r) => r.url().endsWith('/api/mcp-servers') && r.request().method() === 'POST')
-  await page.getByRole('button', { name: 'Add MCP server' }).click()
+  await page.keyboard.press('Enter')
   t.equal((await added).status(), 201)
   const server = page.getByRole('list', { name: 'MCP servers' }).getByRole('listitem').first()
   await server.locator('.badge', { hasText: 'ready' }).waitFor()
@@ -249,19 +362,31 @@ test('agent settings: a tool set to approve makes the next call wait; an MCP ser
   t.equal(await page.getByLabel('Policy of mcp__local__record').inputValue(), 'approve')
 
   // secrets: the name only once saved
-  await page.getByLabel('Name (upper case, digits and _)').fill('DEPLOY_TOKEN')
-  await page.getByLabel('Value').fill('very-secret-value')
-  await page.getByRole('button', { name: 'Save secret' }).click()
+  await tabTo(page, '#secret-name', 80)
+  await page.keyboard.type('DEPLOY_TOKEN')
+  await page.keyboard.press('Tab')
+  await page.keyboard.type('very-secret-value')
+  await page.keyboard.press('Enter')
   await page.getByRole('list', { name: 'Secrets' }).getByText('DEPLOY_TOKEN', { exact: true }).waitFor()
   t.notMatch(await page.content(), /very-secret-value/)
   await page.getByText('not connected').waitFor()
   await screenshot(page, 'admin-agent')
+  t.same(await axeProblems(page), [], 'axe: policies, an MCP server and a secret')
 
-  // removing asks first
-  await server.getByRole('button', { name: 'Remove local' }).click()
+  // removing asks first: Cancel has the focus, Escape keeps the server, the action is one Shift+Tab away
+  await tabTo(page, 'li button:has-text("Remove local")', 80, { back: true })
+  await page.keyboard.press('Enter')
   const dialog = page.getByRole('dialog', { name: 'Remove the MCP server local?' })
   await dialog.waitFor()
-  await dialog.getByRole('button', { name: 'Remove local' }).click()
+  t.equal(await page.evaluate('document.activeElement?.textContent'), 'Cancel')
+  t.same(await axeProblems(page), [], 'axe: the question before removing')
+  await page.keyboard.press('Escape')
+  await dialog.waitFor({ state: 'hidden' })
+  t.equal(await page.evaluate('document.activeElement?.textContent'), 'Remove local', 'the focus is back on its button')
+  await page.keyboard.press('Enter')
+  await dialog.waitFor()
+  await page.keyboard.press('Shift+Tab')
+  await page.keyboard.press('Enter')
   await page.getByText('No MCP server is connected.').waitFor()
   t.same(problems.errors, [])
   t.same(await problems.violations(), [])

@@ -1,7 +1,8 @@
 // The Memory Hub console's browser tests: a real listening server over the test file's
 // own database, and one headless Chromium (Debian's package, driven by playwright-core)
 // per test file. The console is built first, once per source version (scripts/build-hub.mjs).
-import { existsSync, mkdirSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { chromium, type Browser, type ConsoleMessage, type Page } from 'playwright-core'
@@ -13,6 +14,14 @@ import type { FastifyInstance } from 'fastify'
 // page-side callbacks (addInitScript, evaluate) run in the browser; this program has Node's
 // types, not the DOM's, so the few globals they touch are declared here, for this module only
 declare const window: { __cspViolations?: string[] }
+declare const axe: {
+  run(
+    context: unknown,
+    options: unknown
+  ): Promise<{
+    violations: Array<{ id: string; impact: string | null; help: string; nodes: Array<{ target: unknown[] }> }>
+  }>
+}
 declare const document: {
   activeElement: unknown
   addEventListener(
@@ -142,6 +151,22 @@ export async function tabTo(page: Page, selector: string, max = 40, { back = fal
     if (await target.evaluate((el) => el === document.activeElement).catch(() => false)) return
   }
   throw new Error(`Tab never reached ${selector}`)
+}
+
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')
+
+/**
+ * axe-core's serious and critical violations of the page as it is now (an open dialog included), as the
+ * accessibility walk of every view checks them (WCAG 2.1 A and AA, and axe's best practices), one line each.
+ */
+export async function axeProblems(page: Page): Promise<string[]> {
+  await page.evaluate(AXE_SOURCE)
+  const { violations } = await page.evaluate(() => axe.run(document, { resultTypes: ['violations'] }))
+  return violations
+    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+    .map(
+      (v) => `${v.id} (${v.impact}): ${v.help}; ${v.nodes.length} nodes, first ${JSON.stringify(v.nodes[0]?.target)}`
+    )
 }
 
 /** The writes (anything but GET) the page sent to /api, as "METHOD /path". */

@@ -136,6 +136,50 @@ test('a tool call waits for a person: deny it, the model is told so and its answ
   t.same(problems.errors, [])
 })
 
+test('the waiting calls stay on screen while they are read again: deciding one leaves the other in place', async (t) => {
+  model.script.push(
+    {
+      calls: [
+        { id: 'call_first', name: 'shell', arguments: JSON.stringify({ command: 'echo first-call' }) },
+        { id: 'call_second', name: 'shell', arguments: JSON.stringify({ command: 'echo second-call' }) }
+      ]
+    },
+    { text: 'Both ran.' }
+  )
+  const { page, problems, close } = await openPage(browser)
+  t.teardown(close)
+  await page.goto(`${base}/hub/threads`)
+  await page.getByRole('textbox', { name: 'Message', exact: true }).fill('Run two commands')
+  await page.getByRole('combobox', { name: 'Model' }).selectOption('tool-model')
+  await page.getByRole('button', { name: 'Send' }).click()
+  const waiting = page.getByRole('region', { name: 'Tool calls waiting for your decision' })
+  const calls = waiting.getByRole('listitem')
+  await calls.filter({ hasText: 'second-call' }).waitFor()
+  await calls.filter({ hasText: 'first-call' }).waitFor()
+  // from here on, every time the box leaves the page is counted (a blink: emptied, then drawn again)
+  await page.evaluate(`(() => {
+    window.__approvalsGone = 0
+    new MutationObserver((records) => {
+      for (const r of records)
+        for (const n of r.removedNodes)
+          if (n.nodeType === 1 && (n.matches('.approvals') || n.querySelector('.approvals'))) window.__approvalsGone++
+    }).observe(document.body, { childList: true, subtree: true })
+  })()`)
+  const first = calls.filter({ hasText: 'first-call' })
+  const decided = page.waitForResponse((r) => /\/approvals\/[^/]+$/.test(r.url()))
+  await first.getByRole('button', { name: 'Approve shell' }).click()
+  t.equal((await decided).status(), 200)
+  // the calls are read again (after the decision, and on its approval.resolved event): the other one stays, the box too
+  await first.waitFor({ state: 'detached' })
+  t.equal(await calls.count(), 1, 'one call still waits')
+  t.match(await waiting.textContent(), /second-call/)
+  t.equal(await page.evaluate('window.__approvalsGone'), 0, 'the box never left the page')
+  await calls.getByRole('button', { name: 'Approve shell' }).click()
+  await page.locator('.turn').first().locator('.badge', { hasText: 'succeeded' }).waitFor()
+  t.equal(await page.locator('.turn .output').first().textContent(), 'Both ran.')
+  t.same(problems.errors, [])
+})
+
 test("another member sees a run's waiting call but no Approve or Deny; the run's own person decides", async (t) => {
   model.script.push(shellCall('echo decided-by-its-owner', 'call_own'), { text: 'Its owner approved.' })
   const owner = await signUpWithOrg(app, { name: 'Olu Owner' })

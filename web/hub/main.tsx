@@ -167,7 +167,7 @@ function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void 
   if (path === '/settings') return <SettingsView who={who} />
   if (path === '/organization') return <OrganizationView who={who} changed={reloadWho} />
   if (path === '/models') return <ModelsView who={who} />
-  if (path === '/access') return <AccessView who={who} />
+  if (path === '/access') return <AccessView who={who} changed={reloadWho} />
   if (path === '/agent') return <AgentSettingsView who={who} />
   if (path === '/knowledge') return <KnowledgeView params={params} />
   if (path === '/skills') return <SkillsView params={params} />

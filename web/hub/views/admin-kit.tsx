@@ -1,8 +1,8 @@
-// Pieces the knowledge, skills and automations pages share: a modal that asks before a
-// destructive action, the problems a refused write names, search snippets with their marks
+// Pieces the admin pages share: a modal that asks before a destructive action, the
+// problems a refused write names, search snippets with their marks
 // (built as elements from text, never parsed as HTML), and a cursor pager kept in the address.
 import type { ComponentChildren } from 'preact'
-import { useEffect, useRef } from 'preact/hooks'
+import { useEffect, useId, useRef } from 'preact/hooks'
 import { ApiError } from '../api.js'
 import { ErrorBox } from '../ui.js'
 import './admin.css'
@@ -15,11 +15,13 @@ export function Modal({
   open,
   onClose,
   labelledBy,
+  describedBy,
   children
 }: {
   open: boolean
   onClose: () => void
   labelledBy: string
+  describedBy?: string
   children: ComponentChildren
 }) {
   const ref = useRef<HTMLDialogElement>(null)
@@ -30,16 +32,24 @@ export function Modal({
     if (!open && d.open) d.close()
   }, [open])
   return (
-    <dialog ref={ref} aria-labelledby={labelledBy} onClose={onClose} class="admin-dialog">
+    <dialog
+      ref={ref}
+      aria-labelledby={labelledBy}
+      aria-describedby={describedBy}
+      onClose={onClose}
+      class="admin-dialog"
+    >
       {open ? children : null}
     </dialog>
   )
 }
 
 /**
- * Asks before a destructive action: the question, what follows, the action's button and Cancel
- * (which has the focus, so Enter on an unread dialog changes nothing). A refused action shows the
- * API's error inside the dialog.
+ * Asks before a destructive action, on every admin page: a modal dialog named by its question
+ * (`aria-labelledby`) and described by what follows (`aria-describedby`), the action's button and
+ * Cancel. Cancel has the focus, so Enter on an unread dialog changes nothing; Escape cancels too;
+ * while it is open the rest of the page is inert, so Tab stays inside it. A refused action shows
+ * the API's error (and each problem it names) inside the dialog.
  */
 export function Confirm({
   open,
@@ -53,7 +63,8 @@ export function Confirm({
   onCancel
 }: {
   open: boolean
-  id: string
+  /** the question's id; one is made up when none is given */
+  id?: string
   title: string
   children?: ComponentChildren
   action: string
@@ -62,10 +73,13 @@ export function Confirm({
   onConfirm: () => void
   onCancel: () => void
 }) {
+  const made = useId()
+  const titleId = id ?? `confirm-${made}`
+  const bodyId = `${titleId}-body`
   return (
-    <Modal open={open} onClose={onCancel} labelledBy={id}>
-      <h2 id={id}>{title}</h2>
-      {children}
+    <Modal open={open} onClose={onCancel} labelledBy={titleId} describedBy={children ? bodyId : undefined}>
+      <h2 id={titleId}>{title}</h2>
+      {children ? <div id={bodyId}>{children}</div> : null}
       {error ? <Refused error={error} /> : null}
       <div class="row">
         <button type="button" class="danger" disabled={pending} onClick={onConfirm}>

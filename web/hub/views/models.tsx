@@ -8,7 +8,8 @@ import {
   type ProviderReply,
   type Providers
 } from '../admin-api.js'
-import { AdminsOnly, Confirm } from '../admin-ui.js'
+import { AdminsOnly } from '../admin-ui.js'
+import { Confirm } from './admin-kit.js'
 import { isAdmin, type Identity } from '../identity.js'
 import { Empty, ErrorBox, Loading, Time, useAction, useLoad } from '../ui.js'
 

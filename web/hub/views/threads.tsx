@@ -159,11 +159,16 @@ export const mayDecide = (who: Identity, run: Pick<Run, 'userId'>): boolean =>
 
 /**
  * The pending calls of a run waiting for people: each with its tool and arguments; approve or
- * deny for those who may decide, a notice of who decides for the others.
+ * deny for those who may decide, a notice of who decides for the others. Each approval event and
+ * each decision reads them again; what is shown stays until the new answer replaces it, so the
+ * box never empties and fills again (a button keeps its place and the keyboard focus). One box
+ * belongs to one run (its caller keys it by the run).
  */
 function PendingApprovals({ runId, version, decides }: { runId: string; version: number; decides: boolean }) {
-  const [state, reload] = useLoad(`approvals ${runId} ${version}`, () =>
-    api<Approvals>('GET', `/runs/${encodeURIComponent(runId)}/approvals`)
+  const [state, reload] = useLoad(
+    `approvals ${runId} ${version}`,
+    () => api<Approvals>('GET', `/runs/${encodeURIComponent(runId)}/approvals`),
+    { keep: true }
   )
   const decide = useAction(async (approvalId: string, decision: 'approve' | 'deny') => {
     await api('POST', `/runs/${encodeURIComponent(runId)}/approvals/${encodeURIComponent(approvalId)}`, { decision })
@@ -249,7 +254,7 @@ function LiveRun({ run, ended, decides }: { run: Run; ended: () => void; decides
         </p>
         <ToolCalls calls={live.tools} />
         {status === 'requires_action' ? (
-          <PendingApprovals runId={run.id} version={live.approvals} decides={decides} />
+          <PendingApprovals key={run.id} runId={run.id} version={live.approvals} decides={decides} />
         ) : null}
         <div class="output content" aria-live="polite" aria-label="Answer">
           {live.text === '' ? <span class="muted">(no text yet)</span> : live.text}
