@@ -97,7 +97,16 @@ async function dispatchCases(endpoint: string): Promise<string> {
   const variants: Array<{ label: string; env: Record<string, string>; tree?: string }> = [
     { label: 'tracing off', env: {} },
     { label: 'tracing on, exporting', env: { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint } },
-    ...(baseline ? [{ label: 'before telemetry (baseline tree)', env: {}, tree: baseline }] : [])
+    ...(baseline
+      ? [
+          { label: 'tracing off (baseline tree)', env: {}, tree: baseline },
+          {
+            label: 'tracing on, exporting (baseline tree)',
+            env: { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint },
+            tree: baseline
+          }
+        ]
+      : [])
   ]
   const services = await Promise.all(
     variants.map((v) => service({ RUN_WORKER_CONCURRENCY: '0', ...v.env }, v.tree ?? process.cwd()))
@@ -228,24 +237,54 @@ async function modelBound(endpoint: string): Promise<string> {
   ].join('\n')
 }
 
-/** GET /metrics (one scraper, then ten) with 10,000 runs in the tables, next to GET /api/health. */
+/**
+ * GET /metrics (one scraper, then ten) with 10,000 runs in the tables, next to GET /api/health;
+ * with BENCH_BASELINE_TREE, that tree's scrape too.
+ */
 async function metricsScrape(): Promise<string> {
-  const s = await service({ RUN_WORKER_CONCURRENCY: '0', BENCH_FINISHED_RUNS: '9000', BENCH_WAITING_RUNS: '1000' })
-  try {
-    const rows = [
-      await load({ url: `${s.url}/api/health`, name: 'GET /api/health (1 connection)', connections: 1 }),
-      await load({ url: `${s.url}/metrics`, name: 'GET /metrics, 10,000 runs (1 connection)', connections: 1 }),
-      await load({ url: `${s.url}/metrics`, name: 'GET /metrics, 10,000 runs (10 connections)', connections: 10 })
-    ]
-    return table(rows, rows[0]!)
-  } finally {
-    await s.stop()
+  const baseline = process.env.BENCH_BASELINE_TREE
+  const trees: Array<[string, string]> = [
+    ['', process.cwd()],
+    ...(baseline ? [[' (baseline tree)', baseline] as [string, string]] : [])
+  ]
+  const rows = []
+  for (const [label, tree] of trees) {
+    const s = await service(
+      { RUN_WORKER_CONCURRENCY: '0', BENCH_FINISHED_RUNS: '9000', BENCH_WAITING_RUNS: '1000' },
+      tree
+    )
+    try {
+      rows.push(
+        await load({ url: `${s.url}/api/health`, name: `GET /api/health (1 connection)${label}`, connections: 1 }),
+        await load({
+          url: `${s.url}/metrics`,
+          name: `GET /metrics, 10,000 runs (1 connection)${label}`,
+          connections: 1
+        }),
+        await load({
+          url: `${s.url}/metrics`,
+          name: `GET /metrics, 10,000 runs (10 connections)${label}`,
+          connections: 10
+        })
+      )
+    } finally {
+      await s.stop()
+    }
   }
+  return table(rows, rows[0]!)
 }
 
-/** BENCH_PARTS=metrics: the scrape alone (it needs no receiver and takes a minute). */
+/** BENCH_PARTS=metrics: the scrape alone (it needs no receiver and takes a minute); =dispatch: the dispatch alone. */
 export async function benchTelemetry(): Promise<string> {
   if (process.env.BENCH_PARTS === 'metrics') return ['### GET /metrics', '', await metricsScrape()].join('\n')
+  if (process.env.BENCH_PARTS === 'dispatch') {
+    const receiver = await startReceiver()
+    try {
+      return ['### Dispatch (no workers)', '', await dispatchCases(receiver.endpoint)].join('\n')
+    } finally {
+      await receiver.close()
+    }
+  }
   const receiver = await startReceiver()
   try {
     const dispatch = await dispatchCases(receiver.endpoint)

@@ -394,7 +394,8 @@ export async function buildApp({
     providers: app.providers.forRuns,
     jobs: [app.github.forJobs],
     threadContext,
-    mcpTools: (orgId, names) => app.mcp.unknownTool(orgId, names)
+    mcpTools: (orgId, names) => app.mcp.unknownTool(orgId, names),
+    clock
   })
   // automations: the scheduler, which starts runs of prompts, skills and playbooks
   await app.register(automationsService, {

@@ -296,10 +296,10 @@ function fromRow(row: EventRow): BusEvent {
   }
 }
 
-/** Deletes events older than the retention window; returns how many went. */
-export async function pruneEvents(db: Db, retentionDays: number): Promise<number> {
+/** Deletes events stored before `before` (the retention window's start); returns how many went. */
+export async function pruneEvents(db: Db, before: Date): Promise<number> {
   const result = await db.execute(sql`
-    with gone as (delete from run_events where created_at < now() - make_interval(days => ${retentionDays}) returning 1)
+    with gone as (delete from run_events where created_at < ${before.toISOString()}::timestamptz returning 1)
     select count(*)::int as n from gone`)
   return rowsOf<{ n: number }>(result)[0]?.n ?? 0
 }

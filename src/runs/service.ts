@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import type { RunThreadContext } from './ports/thread-context.js'
 import fp from 'fastify-plugin'
 import type { StoredAnswer } from '../../plugins/idempotency/index.js'
+import type { Clock } from '../worker-loop.js'
 import type { Config } from '../config.js'
 import type { Db, Tx } from '../db/client.js'
 import { chatEngine, dispatchRun, type DispatchInput } from './dispatch.js'
@@ -79,6 +80,8 @@ export interface RunsServiceOptions {
   threadContext?: RunThreadContext[] | undefined
   /** which MCP tool names the org's servers offer (a run's `tools`) */
   mcpTools?: ((orgId: string, names: string[]) => Promise<number>) | undefined
+  /** where the sweeper measures retention from (tests move it) */
+  clock?: Clock | undefined
 }
 
 export function createEngines(config: Config, providers?: OrgProviders): EngineRegistry {
@@ -177,6 +180,7 @@ export default fp(
       log,
       sweepMs: config.RUN_SWEEP_MS,
       retentionDays: config.RUN_EVENTS_RETENTION_DAYS,
+      clock: opts.clock,
       onEnded
     })
     app.decorate('runs', {

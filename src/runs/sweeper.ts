@@ -5,11 +5,12 @@ import { appendEvent, pruneEvents, type EventBatcher } from './events.js'
 import { announceQueued, ENDED_COLUMNS, endedOf, type OnRunsEnded } from './runs-repo.js'
 import type { ToolGatewayPort } from './ports/tool-gateway.js'
 import { dropToolCalls } from './worker.js'
-import { createWorkerLoop, type WorkerLoop } from '../worker-loop.js'
+import { pruneAttempts } from '../runtime/attempts-repo.js'
+import { createWorkerLoop, systemClock, type Clock, type WorkerLoop } from '../worker-loop.js'
 
 /** A queued run still without its run.queued this long after it was created is announced by the sweeper. */
 export const UNANNOUNCED_AFTER_MS = 5000
-/** How often events past their retention are deleted. */
+/** How often events and tool call attempts past their retention are deleted. */
 const PRUNE_EVERY_MS = 60 * 60 * 1000
 
 export interface RunSweeperOptions {
@@ -20,7 +21,10 @@ export interface RunSweeperOptions {
   tools: ToolGatewayPort | null
   log: FastifyBaseLogger
   sweepMs: number
+  /** how long events, and the tool call attempts of ended runs, are kept */
   retentionDays: number
+  /** where the retention window is measured from (tests move it instead of backdating rows) */
+  clock?: Clock | undefined
   /** told of the runs it fails (their remembered facts are captured) */
   onEnded?: OnRunsEnded | undefined
 }
@@ -28,7 +32,8 @@ export interface RunSweeperOptions {
 /**
  * The housekeeping every instance does for runs, whichever instance they ran on: fails
  * runs whose lease expired (their worker is gone: `worker_lost`), announces runs whose
- * instance died before storing their `run.queued`, and deletes events past retention.
+ * instance died before storing their `run.queued`, and deletes events past retention (and the
+ * tool call attempts of ended runs, with the same retention).
  * Each step is a guarded statement, so any number of instances sweep side by side.
  */
 export class RunSweeper {
@@ -123,11 +128,12 @@ export class RunSweeper {
     return swept
   }
 
-  /** Deletes events past the retention window now; returns how many went. */
+  /** Deletes events and ended runs' tool call attempts past the retention window now; returns how many went. */
   async prune(): Promise<number> {
     if (this.stopped) return 0
+    const before = new Date((this.o.clock ?? systemClock).now().getTime() - this.o.retentionDays * 86_400_000)
     try {
-      return await pruneEvents(this.o.db, this.o.retentionDays)
+      return (await pruneEvents(this.o.db, before)) + (await pruneAttempts(this.o.db, before))
     } catch (err) {
       this.o.log.warn({ err }, 'run sweeper: prune failed')
       return 0

@@ -1,5 +1,5 @@
 import { and, eq, sql } from 'drizzle-orm'
-import type { Db } from '../db/client.js'
+import { rowsOf, type Db } from '../db/client.js'
 import { toolCallAttempts } from './tables.js'
 
 /** Which tool call of which run: the model round that asked for it and its id. */
@@ -58,3 +58,22 @@ const attemptOf = (key: AttemptKey) =>
     eq(toolCallAttempts.callId, key.callId),
     eq(toolCallAttempts.orgId, key.orgId)
   )
+
+/**
+ * Deletes the attempts of calls started before `before` whose run is over (or gone): once a
+ * run ended nothing starts its calls again, so they are kept only as long as its events. A
+ * run still queued, running or waiting keeps its attempts, whatever their age: resuming it
+ * must not run a call twice.
+ */
+export async function pruneAttempts(db: Db, before: Date): Promise<number> {
+  const result = await db.execute(sql`
+    with gone as (
+      delete from ${toolCallAttempts} a
+      where a.started_at < ${before.toISOString()}::timestamptz
+        and not exists (
+          select 1 from runs r
+          where r.id = a.run_id and r.status in ('queued', 'running', 'requires_action'))
+      returning 1)
+    select count(*)::int as n from gone`)
+  return rowsOf<{ n: number }>(result)[0]?.n ?? 0
+}

@@ -1,11 +1,23 @@
 import { sql } from 'drizzle-orm'
 import { Gauge, Registry } from 'prom-client'
 import { rowsOf, withinTime, type Database } from '../db/client.js'
+import { systemTimers, type LoopTimers } from '../worker-loop.js'
 
 /** A scrape never waits longer than this for the database: its gauges are left out instead. */
 const COUNT_TIMEOUT_MS = 2000
-/** Counts this fresh serve the scrape that asked and any other within it (far below any scrape interval). */
-const REUSE_MS = 250
+/** While someone scrapes, the counts are read again this often, ahead of the scrapes rather than on their path. */
+export const COUNTS_REFRESH_MS = 1000
+/** A scrape never shows counts older than this: it reads them itself (the first scrape, one after a pause). */
+export const COUNTS_MAX_AGE_MS = 3000
+/** Reading ahead stops when nobody scraped for this long (longer than any usual scrape interval). */
+export const COUNTS_WATCHED_MS = 5 * 60_000
+
+/** Where the gauges read the time (milliseconds) and wait: the system's, or a test's. */
+export interface GaugeTime {
+  now(): number
+  timers: LoopTimers
+}
+const systemTime: GaugeTime = { now: () => performance.now(), timers: systemTimers }
 
 interface CountRow {
   what: string
@@ -36,33 +48,67 @@ function countsQuery(perOrg: boolean) {
 const QUEUE_STATES = ['queued', 'running', 'requires_action'] as const
 const CAPTURE_STATES = ['pending', 'delivering', 'dead'] as const
 
+export interface DatabaseGauges {
+  registry: Registry
+  /** reads nothing more (the app is closing) */
+  stop(): void
+}
+
 /**
- * An app's gauges that come from its database and its pool. A scrape costs one statement
- * (a collect callback per gauge; concurrent scrapes, and those within REUSE_MS, share it); a
- * database that does not answer in time leaves its gauges out of that scrape rather than
+ * An app's gauges that come from its database and its pool. The backlog counts are one
+ * statement, read ahead every COUNTS_REFRESH_MS while someone scrapes (so a scrape costs no
+ * query), and never shown older than COUNTS_MAX_AGE_MS: a scrape that finds them older (the
+ * first one, or one after a pause) reads them itself, concurrent ones sharing the statement. A
+ * database that does not answer in time leaves those gauges out of that scrape rather than
  * failing it.
  */
-export function databaseGauges(database: Database, perOrg: boolean, onError: (err: unknown) => void): Registry {
+export function databaseGauges(
+  database: Database,
+  perOrg: boolean,
+  onError: (err: unknown) => void,
+  time: GaugeTime = systemTime
+): DatabaseGauges {
   const registry = new Registry()
   const registers = [registry]
   let inFlight: Promise<CountRow[] | null> | null = null
   let last: { at: number; rows: CountRow[] } | null = null
-  const counts = (): Promise<CountRow[] | null> => {
-    // prom-client collects the gauges one after another: the first asks, the others of the scrape reuse it
-    if (last && performance.now() - last.at < REUSE_MS) return Promise.resolve(last.rows)
-    return (inFlight ??= withinTime(database.db.execute(countsQuery(perOrg)), COUNT_TIMEOUT_MS)
-      .then((result) => {
-        const rows = rowsOf<CountRow>(result)
-        last = { at: performance.now(), rows }
+  let scrapedAt = -Infinity
+  let ahead: unknown = null
+  let ticking = false
+  let stopped = false
+
+  /** One count statement (shared by whoever asks while it runs); null when it failed. */
+  const read = (report: boolean): Promise<CountRow[] | null> =>
+    (inFlight ??= (async () => {
+      const at = time.now()
+      try {
+        const rows = rowsOf<CountRow>(await withinTime(database.db.execute(countsQuery(perOrg)), COUNT_TIMEOUT_MS))
+        last = { at, rows }
         return rows
-      })
-      .catch((err: unknown) => {
-        onError(err)
+      } catch (err) {
+        // a failed read ahead is not logged: the scrape that then finds old counts reads, and says so
+        if (report) onError(err)
         return null
-      })
-      .finally(() => {
+      } finally {
         inFlight = null
-      }))
+      }
+    })())
+
+  const tick = async () => {
+    ahead = null
+    if (stopped || time.now() - scrapedAt > COUNTS_WATCHED_MS) return
+    ticking = true
+    await read(false)
+    ticking = false
+    if (!stopped && ahead === null) ahead = time.timers.setTimeout(() => void tick(), COUNTS_REFRESH_MS)
+  }
+
+  const counts = async (): Promise<CountRow[] | null> => {
+    scrapedAt = time.now()
+    if (!stopped && ahead === null && !ticking) ahead = time.timers.setTimeout(() => void tick(), COUNTS_REFRESH_MS)
+    // prom-client collects the gauges one after another: the first may read, the others of the scrape reuse it
+    if (last && time.now() - last.at <= COUNTS_MAX_AGE_MS) return last.rows
+    return read(true)
   }
   const labelsOf = (row: CountRow, labels: Record<string, string>) =>
     perOrg && row.org_id !== null ? { ...labels, org: row.org_id } : labels
@@ -126,5 +172,12 @@ export function databaseGauges(database: Database, perOrg: boolean, onError: (er
       this.set({ state: 'max' }, max)
     }
   })
-  return registry
+  return {
+    registry,
+    stop() {
+      stopped = true
+      if (ahead !== null) time.timers.clearTimeout(ahead)
+      ahead = null
+    }
+  }
 }

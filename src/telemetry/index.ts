@@ -49,6 +49,8 @@ export default fp(
     const gauges = databaseGauges(app.database, config.METRICS_PER_ORG, (err) =>
       app.log.warn({ err }, 'metrics: the database did not answer the counts; its gauges are left out of this scrape')
     )
+    // every scrape renders the same registries: merged once
+    const registry = Registry.merge([processRegistry(), instruments.registry, gauges.registry])
     app.decorate('telemetry', { instruments, flush: async () => tracing?.flush() })
 
     app.addHook('onResponse', async (request, reply) => {
@@ -69,12 +71,12 @@ export default fp(
       const local = isLoopback(request.ip) && request.headers[SELF_HEADER] === undefined
       if (!local && !showsToken(request.headers.authorization, config.METRICS_TOKEN))
         throw notFound(`no route for ${request.method} ${request.url.split('?')[0]}`)
-      const registry = Registry.merge([processRegistry(), instruments.registry, gauges])
       reply.header('content-type', registry.contentType).header('cache-control', 'no-store')
       return registry.metrics()
     })
 
     app.addHook('onClose', async () => {
+      gauges.stop()
       await tracing?.stop()
     })
   },

@@ -6,9 +6,11 @@
 import {
   context,
   createContextKey,
+  isSpanContextValid,
   propagation,
   ROOT_CONTEXT,
   trace,
+  TraceFlags,
   type Context,
   type Span,
   type Tracer
@@ -153,12 +155,16 @@ export function capturingContent(): boolean {
   return active?.captureContent === true
 }
 
-/** The `traceparent` of the active span (stored with a run it starts); undefined when there is none. */
+/**
+ * The `traceparent` of the active span (stored with a run it starts); undefined when there is
+ * none. Written from the span's ids as W3C Trace Context spells it (what the propagator's
+ * inject writes, without its carrier and trace state: each dispatch asks).
+ */
 export function currentTraceparent(): string | undefined {
   if (!active) return undefined
-  const carrier: Record<string, string> = {}
-  propagation.inject(context.active(), carrier)
-  return carrier.traceparent
+  const ids = trace.getSpanContext(context.active())
+  if (!ids || !isSpanContextValid(ids)) return undefined
+  return `00-${ids.traceId}-${ids.spanId}-0${(ids.traceFlags & TraceFlags.SAMPLED).toString(16)}`
 }
 
 /** Headers that carry the active span to a server we call (a model provider, an MCP server); none when off. */

@@ -8,6 +8,8 @@ import { createRun } from '../../src/runs/runs-repo.js'
 import { UNANNOUNCED_AFTER_MS } from '../../src/runs/sweeper.js'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { runEvents, runs } from '../../src/runs/tables.js'
+import { startAttempt } from '../../src/runtime/attempts-repo.js'
+import { toolCallAttempts } from '../../src/runtime/tables.js'
 import { buildTestApp } from '../helper.js'
 import { eventually } from './sse-client.js'
 
@@ -364,4 +366,27 @@ t.test('events past retention are pruned, newer ones kept', async (t) => {
   await app.runs.sweeper.prune()
   const left = (await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id))).map((e) => e.type).sort()
   t.same(left, ['run.queued', 'tool.result'], 'only the 8-day-old event went')
+})
+
+t.test("an ended run's tool call attempts go with the event retention; a live run keeps its own", async (t) => {
+  let now = new Date()
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' }, clock: { now: () => now } })
+  const post = async () => (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x' } })).json().run
+  const ended = await post()
+  const waiting = await post()
+  await app.db.update(runs).set({ status: 'succeeded', finishedAt: new Date() }).where(eq(runs.id, ended.id))
+  await app.db.update(runs).set({ status: 'requires_action' }).where(eq(runs.id, waiting.id))
+  const gone = newId()
+  for (const runId of [ended.id, waiting.id, gone])
+    await startAttempt(app.db, { orgId: DEV_ORG.id, runId, round: 0, callId: 'c1' }, null)
+  const left = async () =>
+    (await app.db.select({ runId: toolCallAttempts.runId }).from(toolCallAttempts)).map((r) => r.runId).sort()
+
+  now = new Date(Date.now() + 6 * 86_400_000)
+  await app.runs.sweeper.prune()
+  t.same(await left(), [ended.id, waiting.id, gone].sort(), 'six days on (retention 7), every attempt is kept')
+
+  now = new Date(Date.now() + 8 * 86_400_000)
+  await app.runs.sweeper.prune()
+  t.same(await left(), [waiting.id], "eight days on, the ended run's and the deleted run's attempts went")
 })

@@ -7,6 +7,12 @@ import { once } from 'node:events'
 import t from 'tap'
 import { newId } from '../../src/db/ids.js'
 import { memoryCaptures } from '../../src/memory/tables.js'
+import {
+  COUNTS_MAX_AGE_MS,
+  COUNTS_REFRESH_MS,
+  COUNTS_WATCHED_MS,
+  databaseGauges
+} from '../../src/telemetry/database-gauges.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
 import { buildTestApp, signUpWithOrg, type Teardown } from '../helper.js'
 import { embeddedOnly } from '../passes.js'
@@ -253,4 +259,63 @@ t.test('GET /metrics: loopback or the token, else 404; the backlog gauges count 
   const text = (await perOrg.inject({ method: 'GET', url: '/metrics' })).body
   t.equal(sample(text, 'cairn_run_queue_depth', { state: 'queued', org: owner.org.id }), 3, 'per org when asked')
   t.equal(sample(text, 'cairn_approvals_pending', { org: owner.org.id }), 1)
+})
+
+t.test('the backlog counts are read ahead while someone scrapes, and never shown older than their bound', async (t) => {
+  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const owner = await signUpWithOrg(app)
+  const queue = async () => {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/api/runs',
+      headers: { cookie: owner.cookie },
+      payload: { prompt: 'queued', engine: 'echo' }
+    })
+    t.equal(res.statusCode, 201, res.body)
+  }
+  // the test's time: a clock it moves and timers it fires
+  let now = 0
+  const waiting = new Map<number, { fn: () => void; ms: number }>()
+  let next = 0
+  let scheduled = () => {}
+  const timers = {
+    setTimeout: (fn: () => void, ms: number) => {
+      waiting.set(++next, { fn, ms })
+      scheduled()
+      return next
+    },
+    clearTimeout: (handle: unknown) => void waiting.delete(handle as number)
+  }
+  /** Fires the one timer waiting (a read ahead); returns once the read ended, when the next one is waiting. */
+  const fire = async () => {
+    t.equal(waiting.size, 1, 'one read ahead is waiting')
+    const [handle, { fn, ms }] = [...waiting][0]!
+    t.equal(ms, COUNTS_REFRESH_MS)
+    waiting.delete(handle)
+    const again = new Promise<void>((resolve) => (scheduled = resolve))
+    fn()
+    await again
+  }
+  const errors: unknown[] = []
+  const gauges = databaseGauges(app.database, false, (err) => errors.push(err), { now: () => now, timers })
+  t.teardown(() => gauges.stop())
+  const queued = async () => sample(await gauges.registry.metrics(), 'cairn_run_queue_depth', { state: 'queued' })
+
+  t.equal(await queued(), 0, 'the first scrape reads the counts itself')
+  await queue()
+  t.equal(await queued(), 0, 'a scrape at once after it is served the counts just read')
+  now += COUNTS_REFRESH_MS
+  await fire()
+  t.equal(await queued(), 1, 'the read ahead brought the new run')
+
+  await queue()
+  now += COUNTS_MAX_AGE_MS + 1
+  t.equal(await queued(), 2, 'counts older than their bound are read again by the scrape, whatever the timer')
+
+  now += COUNTS_WATCHED_MS + 1
+  const [handle, { fn }] = [...waiting][0]!
+  waiting.delete(handle)
+  fn()
+  t.equal(waiting.size, 0, 'nobody scraped for a long while: no more reading ahead')
+  t.same(errors, [])
 })
