@@ -9,9 +9,13 @@
 //   dispatch: POST /api/runs (20 connections, no workers) ÷ pgbench of the dispatch's
 //             statements, batched as the service batches them (the run, then run.queued),
 //             with as many clients.
-//   completion: echo runs drained per second by RUN_WORKER_CONCURRENCY=4 from a queue ÷
-//             pgbench of one run's whole SQL life (stored, announced, claimed, recalled,
-//             ended) with 4 clients; and 16 workers ÷ 4.
+//   completion: echo runs drained per second by RUN_WORKER_CONCURRENCY=4 (and 16) from a
+//             queue of DRAIN ÷ pgbench draining the same queue with as many clients, each
+//             transaction what a worker sends for one run (claimed, recalled, ended), on the
+//             run its claim took; both rates read off the runs' rows the same way (first
+//             claim to last end). The queue is stored by the dispatch's statements for both,
+//             so neither side's figure holds the dispatch. And 16 ÷ 4, for each.
+//   memory search: GET /api/memory/search ÷ pgbench of the statement it sends.
 //   round trips: the statements of one echo run's life.
 // Needs BENCH_DATABASE_URL (or DATABASE_URL) and pgbench (PGBENCH, default the Postgres 15 one).
 import { execFile } from 'node:child_process'
@@ -24,7 +28,7 @@ import { buildApp } from '../src/app.js'
 import { testConfig } from '../src/config.js'
 import { openDatabase } from '../src/db/client.js'
 import { migrateDatabase } from '../src/db/migrate.js'
-import { benchPostgres, load, withDatabase } from './lib.js'
+import { benchPostgres, load, startServer, withDatabase } from './lib.js'
 import { startRunsServer } from './runs.js'
 
 const run = promisify(execFile)
@@ -53,7 +57,9 @@ export async function capture(url: string): Promise<{ life: Statement[]; runId: 
       RUN_POLL_MS: '600000',
       RUN_SWEEP_MS: '600000',
       KNOWLEDGE_WORKER: 'false',
-      MEMORY_CAPTURE_WORKER: 'false'
+      MEMORY_CAPTURE_WORKER: 'false',
+      // the queue the drains fill is larger than the default room of an org's queue
+      RUN_QUEUE_MAX_PER_ORG: '100000'
     }),
     database
   })
@@ -114,19 +120,27 @@ function line(s: Statement, runId: string, id: string, gset = ''): string {
 
 const fresh = `('00000000-0000-7000-8000-' || lpad(to_hex(:r::bigint), 12, '0'))`
 
-export function scripts(life: Statement[], runId: string): { dispatch: string; life: string } {
+export function scripts(life: Statement[], runId: string): { dispatch: string; life: string; work: string } {
   const claimAt = life.findIndex((s) => s.text.includes('queued_orgs'))
   if (claimAt < 0) throw new Error('no claim among the statements of the life')
   const before = life.slice(0, claimAt)
   const after = life.slice(claimAt + 1)
   const head = `\\set r random(1, 281474976710655)\n${before.map((s) => line(s, runId, fresh)).join('\n')}`
+  const work = `${line(life[claimAt]!, runId, fresh, '\\gset c_')}\n${after.map((s) => line(s, runId, ':c_id')).join('\n')}\n`
   return {
     dispatch: `${head}\n`,
-    life: `${head}\n${line(life[claimAt]!, runId, fresh, '\\gset c_')}\n${after.map((s) => line(s, runId, ':c_id')).join('\n')}\n`
+    life: `${head}\n${work}`,
+    // what a worker sends for a run already queued: the claim, the recall, the end
+    work: `\\set r random(1, 281474976710655)\n${work}`
   }
 }
 
-async function pgbench(url: string, script: string, clients: number, seconds: number): Promise<number> {
+async function pgbench(
+  url: string,
+  script: string,
+  clients: number,
+  length: { seconds: number } | { transactions: number }
+): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), 'cairn-pgbench-'))
   const file = join(dir, 'script.sql')
   writeFileSync(file, script)
@@ -141,8 +155,7 @@ async function pgbench(url: string, script: string, clients: number, seconds: nu
         String(clients),
         '-j',
         String(Math.min(clients, 2)),
-        '-T',
-        String(seconds),
+        ...('seconds' in length ? ['-T', String(length.seconds)] : ['-t', String(length.transactions)]),
         '-f',
         file,
         url
@@ -159,13 +172,16 @@ async function pgbench(url: string, script: string, clients: number, seconds: nu
   }
 }
 
-/** Runs drained per second by `workers` workers from a queue of DRAIN echo runs (its claims to its last end). */
-async function drain(url: string, workers: number, dispatchScript: string): Promise<number> {
+/**
+ * A queue of DRAIN echo runs, stored and announced by the dispatch's own statements, every
+ * earlier run ended first; `consume` then takes them, and the rate is the runs it ended per
+ * second from its first claim to its last end (as the runs' rows say).
+ */
+async function drained(url: string, dispatchScript: string, consume: () => Promise<void>, spare = 0): Promise<number> {
   const admin = postgres(url, { max: 1, onnotice: () => {} })
   try {
     await admin`update runs set status = 'succeeded', finished_at = now(), lease_owner = null where status <> 'succeeded'`
     const [{ since }] = (await admin`select now() as since`) as unknown as [{ since: Date }]
-    // the queue, stored and announced by the dispatch's own statements
     const dir = mkdtempSync(join(tmpdir(), 'cairn-pgbench-'))
     writeFileSync(join(dir, 'q.sql'), dispatchScript)
     await run(PGBENCH, [
@@ -177,52 +193,156 @@ async function drain(url: string, workers: number, dispatchScript: string): Prom
       '-j',
       '2',
       '-t',
-      String(DRAIN / 4),
+      String((DRAIN + spare) / 4),
       '-f',
       join(dir, 'q.sql'),
       url
     ])
     rmSync(dir, { recursive: true, force: true })
-    const server = await startRunsServer({
-      DATABASE_URL: url,
-      RUN_WORKER_CONCURRENCY: String(workers),
-      RUN_POLL_MS: '200'
-    })
-    try {
-      for (;;) {
-        const [left] = await admin`select count(*)::int as n from runs where status in ('queued', 'running')`
-        if (left!.n === 0) break
-        await new Promise((resolve) => setTimeout(resolve, 100))
-      }
-    } finally {
-      await server.stop()
-    }
+    await consume()
     const [rate] = await admin`
       select count(*) / extract(epoch from max(finished_at) - min(started_at))::float8 as rps
-      from runs where started_at >= ${since}`
+      from runs where started_at >= ${since} and status = 'succeeded'`
     return Math.round(Number(rate!.rps))
   } finally {
     await admin.end()
   }
 }
 
+/** Runs drained per second by `workers` workers of the service from a queue of DRAIN echo runs. */
+async function drain(url: string, workers: number, dispatchScript: string): Promise<number> {
+  const admin = postgres(url, { max: 1, onnotice: () => {} })
+  try {
+    return await drained(url, dispatchScript, async () => {
+      const server = await startRunsServer({
+        DATABASE_URL: url,
+        RUN_WORKER_CONCURRENCY: String(workers),
+        RUN_POLL_MS: '200',
+        RUN_QUEUE_MAX_PER_ORG: '100000'
+      })
+      try {
+        for (;;) {
+          const [left] = await admin`select count(*)::int as n from runs where status in ('queued', 'running')`
+          if (left!.n === 0) break
+          await new Promise((resolve) => setTimeout(resolve, 100))
+        }
+      } finally {
+        await server.stop()
+      }
+    })
+  } finally {
+    await admin.end()
+  }
+}
+
+/**
+ * The same queue drained by pgbench with as many clients as workers, each transaction the
+ * statements a worker sends for one run (its claim, recall and end, read off the wire), on
+ * the run its claim took: every client on runs of its own, the queue's order and the org's
+ * event lock as the service has them.
+ */
+async function replay(url: string, clients: number, dispatchScript: string, workScript: string): Promise<number> {
+  // a few runs more than are taken, so that no claim ever finds the queue empty
+  return drained(
+    url,
+    dispatchScript,
+    async () => {
+      await pgbench(url, workScript, clients, { transactions: DRAIN / clients })
+    },
+    64
+  )
+}
+
+const MEMORY_FACTS = Number(process.env.BENCH_SQL_FACTS ?? 10_000)
+const SEARCHES: Array<[string, string]> = [
+  ['two words', 'kubernetes deploy'],
+  ['a misspelled word', 'kuberntes']
+]
+
+/**
+ * A memory search next to its statement (read off the wire) in pgbench: GET
+ * /api/memory/search from 4 connections, the search cache off, over MEMORY_FACTS facts,
+ * against pgbench running the one statement it sends with 4 clients.
+ */
+async function memorySearch(url: string): Promise<string[]> {
+  const env = {
+    DATABASE_URL: url,
+    BENCH_FACTS: String(MEMORY_FACTS),
+    MEMORY_CAPTURE_WORKER: 'false',
+    MEMORY_SEARCH_CACHE: '0'
+  }
+  const lines = [
+    '',
+    `Memory search, ${MEMORY_FACTS} facts, cache off, 4 connections and 4 pgbench clients:`,
+    '',
+    '| search | statements | GET /api/memory/search/s | pgbench tps | ratio |',
+    '| --- | ---: | ---: | ---: | ---: |'
+  ]
+  // the server seeds the pool; the statements of a search are read off the wire in this process
+  const server = await startServer('bench/memory-server.ts', env)
+  try {
+    const database = await openDatabase({ url, poolMax: 2 })
+    const dataDir = mkdtempSync(join(tmpdir(), 'cairn-bench-sql-'))
+    const app = await buildApp({
+      config: testConfig({ ...env, DATA_DIR: dataDir, KNOWLEDGE_WORKER: 'false', RUN_WORKER_CONCURRENCY: '0' }),
+      database
+    })
+    await app.ready()
+    const said: Array<[string, string, Statement[]]> = []
+    try {
+      for (const [name, q] of SEARCHES) {
+        const path = `/api/memory/search?q=${encodeURIComponent(q)}`
+        await app.inject({ url: path })
+        const seen: Statement[] = []
+        const stop = database.onStatement((text, params) => {
+          if (!ELSEWHERE.test(text.replace(/memory_items/g, ''))) seen.push({ text, params: [...params] })
+        })
+        const res = await app.inject({ url: path })
+        stop()
+        if (res.statusCode !== 200) throw new Error(`search: ${res.statusCode} ${res.body}`)
+        said.push([name, path, seen])
+      }
+    } finally {
+      await app.close()
+      await database.close().catch(() => {})
+      rmSync(dataDir, { recursive: true, force: true })
+    }
+    for (const [name, path, seen] of said) {
+      const served = await load({ url: `${server.url}${path}`, name, connections: 4, seconds: SECONDS })
+      const script = `${seen.map((st) => line(st, '', '')).join('\n')}\n`
+      const direct = await pgbench(url, script, 4, { seconds: SECONDS })
+      lines.push(
+        `| ${name} (\`${path.split('q=')[1]}\`) | ${seen.length} | ${served.rps} | ${Math.round(direct)} | ${(served.rps / direct).toFixed(2)} |`
+      )
+    }
+  } finally {
+    await server.stop()
+  }
+  return lines
+}
+
 export async function benchSqlSpeed(): Promise<string> {
   if (!benchPostgres) return 'skipped: needs BENCH_DATABASE_URL or DATABASE_URL'
   return withDatabase(benchPostgres, async (url) => {
     const { life, runId } = await capture(url)
-    const { dispatch, life: lifeScript } = scripts(life, runId)
+    const { dispatch, life: lifeScript, work } = scripts(life, runId)
     if (process.env.BENCH_SQL_SCRIPTS) {
       writeFileSync(join(process.env.BENCH_SQL_SCRIPTS, 'dispatch.sql'), dispatch)
       writeFileSync(join(process.env.BENCH_SQL_SCRIPTS, 'life.sql'), lifeScript)
+      writeFileSync(join(process.env.BENCH_SQL_SCRIPTS, 'work.sql'), work)
     }
     const lines = [
       `An echo run's life: ${life.length} statements (${life.map((s) => s.text.trim().split(/\s+/).slice(0, 3).join(' ')).join(' | ')})`,
       '',
-      '| round | POST /api/runs/s | pgbench dispatch tps | ratio | drained/s (4 workers) | pgbench life tps (4 clients) | ratio | drained/s (16 workers) | 16 ÷ 4 |',
-      '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'
+      '| round | POST /api/runs/s | pgbench dispatch tps | ratio | drained/s, 4 workers | pgbench drained/s, 4 clients | ratio | drained/s, 16 workers | pgbench drained/s, 16 clients | ratio | service 16 ÷ 4 | pgbench 16 ÷ 4 |',
+      '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'
     ]
     for (let round = 1; round <= 2; round++) {
-      const server = await startRunsServer({ DATABASE_URL: url, RUN_WORKER_CONCURRENCY: '0' })
+      const server = await startRunsServer({
+        DATABASE_URL: url,
+        RUN_WORKER_CONCURRENCY: '0',
+        RUN_QUEUE_MAX_PER_ORG: '100000'
+      })
       let posted
       try {
         posted = await load({
@@ -237,16 +357,18 @@ export async function benchSqlSpeed(): Promise<string> {
       } finally {
         await server.stop()
       }
-      const batched = await pgbench(url, dispatch, 20, SECONDS)
+      const batched = await pgbench(url, dispatch, 20, { seconds: SECONDS })
       const four = await drain(url, 4, dispatch)
-      const direct = await pgbench(url, lifeScript, 4, SECONDS)
+      const direct4 = await replay(url, 4, dispatch, work)
       const sixteen = await drain(url, 16, dispatch)
+      const direct16 = await replay(url, 16, dispatch, work)
       lines.push(
-        `| ${round} | ${posted.rps} | ${Math.round(batched)} | ${(posted.rps / batched).toFixed(2)} | ${four} | ${Math.round(direct)} | ${(four / direct).toFixed(2)} | ${sixteen} | ${(sixteen / four).toFixed(2)} |`
+        `| ${round} | ${posted.rps} | ${Math.round(batched)} | ${(posted.rps / batched).toFixed(2)} | ${four} | ${direct4} | ${(four / direct4).toFixed(2)} | ${sixteen} | ${direct16} | ${(sixteen / direct16).toFixed(2)} | ${(sixteen / four).toFixed(2)} | ${(direct16 / direct4).toFixed(2)} |`
       )
       if (posted.non2xx > 0 || posted.errors > 0)
         lines.push(`(round ${round}: ${posted.non2xx} non-2xx, ${posted.errors} errors)`)
     }
+    if (process.env.BENCH_SQL_MEMORY !== 'false') lines.push(...(await memorySearch(url)))
     return lines.join('\n')
   })
 }

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import type { Db, Tx } from '../db/client.js'
 import type { Scores, SearchMode } from '../retrieval/fusion.js'
+import type { PoolSearch } from '../retrieval/search.js'
 
 /** A pool's identity, resolved from the principal (never from the client). */
 export interface PoolRef {
@@ -93,6 +94,17 @@ export interface MemoryBackend {
       meaning?: string | undefined
     }
   ): Promise<{ items: SearchHit[]; truncated: boolean; mode: SearchMode }>
+  /**
+   * A person's search of the pool they name (the postgres backend): the org's memory switch,
+   * the pool and the ranking in one statement (retrieval's searchPool), recent answers kept
+   * as search's are.
+   */
+  searchAs?(
+    where: { orgId: string; scope: 'org' | 'personal'; ownerKey: string },
+    query: string,
+    limit: number,
+    options?: { mode?: SearchMode | undefined }
+  ): Promise<PoolSearch>
   /** throws `400 validation_failed` for a browse cursor this backend never hands out */
   checkCursor(cursor: string): void
   browse(

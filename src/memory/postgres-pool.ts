@@ -23,12 +23,12 @@ import { vocabulary } from '../retrieval/words.js'
 import { RRF_K, type SearchMode } from '../retrieval/fusion.js'
 import { memoryTextRanking } from '../retrieval/memory-text.js'
 import { builtinModel } from '../retrieval/models.js'
-import type { Retrieval } from '../retrieval/search.js'
+import { searchPoolOnce, type PoolSearch, type Retrieval } from '../retrieval/search.js'
 
 /** A retrieval of words only: the full-text ranking, as a pool built without vectors searches. */
 function wordsOnly(db: Db): Retrieval {
   const fallback = builtinModel()
-  return {
+  const retrieval: Retrieval = {
     vectors: { available: false, reason: 'no retrieval module' },
     models: { fallback, forOrg: async () => fallback, forget: () => {}, providerModel: async () => null },
     defaultMode: 'fulltext',
@@ -53,8 +53,10 @@ function wordsOnly(db: Db): Retrieval {
         truncated: rows.length > limit,
         mode: 'fulltext'
       }
-    }
+    },
+    searchPool: (where, query, limit, options) => searchPoolOnce(db, retrieval, where, query, limit, options)
   }
+  return retrieval
 }
 
 /** Thrown inside a delivery transaction to roll it back when the capture row moved on. */
@@ -86,6 +88,12 @@ export function createPostgresPool(
   // which every item change and every batch of stored vectors moves on
   const cache = (opts.searchCache ?? 0) > 0 ? new LRUCache<string, SearchOutcome>({ max: opts.searchCache! }) : null
 
+  const searchesAs =
+    (opts.searchCache ?? 0) > 0
+      ? new LRUCache<string, { poolId: string; generation: number } & Pick<PoolSearch, 'found'>>({
+          max: opts.searchCache!
+        })
+      : null
   const backend: MemoryBackend = {
     name: 'postgres',
 
@@ -114,6 +122,33 @@ export function createPostgresPool(
       // a query that could not be embedded is not kept: the next one may be
       if (outcome.mode === retrieval.modeFor(options.mode)) cache.set(key, outcome)
       return outcome
+    },
+
+    async searchAs(where, query, limit, options = {}) {
+      if (!searchesAs) return retrieval.searchPool(where, query, limit, { mode: options.mode })
+      // the answer kept for this query of this person's pool stands while the pool is at its
+      // generation: the one statement reads the generation and ranks only when it moved on
+      const model = retrieval.vectors.available ? await retrieval.models.forOrg(where.orgId) : null
+      const key = JSON.stringify([
+        where.orgId,
+        where.scope,
+        where.ownerKey,
+        query,
+        limit,
+        retrieval.modeFor(options.mode),
+        model?.key ?? null,
+        'as'
+      ])
+      const kept = searchesAs.get(key)
+      const found = await retrieval.searchPool(where, query, limit, {
+        mode: options.mode,
+        unless: kept && { poolId: kept.poolId, generation: kept.generation, ids: kept.found.items.map((i) => i.id) }
+      })
+      if (found.unchanged && kept) return { ...found, found: kept.found }
+      // a query that could not be embedded is not kept: the next one may be
+      if (found.pool && found.found.mode === retrieval.modeFor(options.mode))
+        searchesAs.set(key, { poolId: found.pool.id, generation: found.generation, found: found.found })
+      return found
     },
 
     checkCursor(cursor) {

@@ -2,6 +2,8 @@ import type { FastifyInstance } from 'fastify'
 import { realUserId, type Principal } from '../auth/principal.js'
 import { lookupPool, type PoolScope } from './pools.js'
 import type { SearchMode } from '../retrieval/fusion.js'
+import type { EmbeddingState } from '../retrieval/tables.js'
+import type { SearchHit } from './backend.js'
 
 export const SEARCH_LIMIT = { default: 20, max: 100 }
 
@@ -28,31 +30,54 @@ export async function searchMemoryAs(
 ) {
   const started = performance.now()
   const { scope } = query
-  const a = await poolAccess(app, principal, scope)
-  const base = {
-    enabled: a.enabled,
-    scope,
-    authed: a.authed,
-    truncated: false,
-    mode: app.retrieval.modeFor(query.mode)
-  }
-  if (a.failedClosed) return { ...base, latencyMs: elapsed(started), failedClosed: true as const, items: [] }
   const q = (query.q ?? '').trim()
   const backend = app.memory.backend
-  if (!a.enabled || !backend || q === '') return { ...base, latencyMs: elapsed(started), items: [] }
-  const pool = a.pool
-  if (!pool) return { ...base, latencyMs: elapsed(started), items: [] }
+  const user = realUserId(principal)
+  // the postgres backend looks the pool up in the statement that searches it: one round trip
+  if (backend?.searchAs && q !== '' && !(scope === 'personal' && user === null)) {
+    const limit = Math.min(query.limit ?? SEARCH_LIMIT.default, SEARCH_LIMIT.max)
+    const at = { orgId: principal.orgId, scope, ownerKey: scope === 'personal' ? user! : '' }
+    const one = await backend.searchAs(at, q, limit, { mode: query.mode })
+    return answer(app, scope, started, one.orgOn, user !== null, query.mode, one.pool ? one.found : null, one.states)
+  }
+  const a = await poolAccess(app, principal, scope)
+  if (a.failedClosed)
+    return { ...answer(app, scope, started, a.enabled, a.authed, query.mode, null, null), failedClosed: true as const }
+  if (!a.enabled || !backend || q === '' || !a.pool)
+    return answer(app, scope, started, a.enabled, a.authed, query.mode, null, null)
   const limit = Math.min(query.limit ?? SEARCH_LIMIT.default, SEARCH_LIMIT.max)
-  const found = await backend.search(pool, q, limit, { mode: query.mode })
+  const found = await backend.search(a.pool, q, limit, { mode: query.mode })
   // the postgres backend's items say where their vectors stand (mem0 embeds as it writes)
   const states =
     backend.name === 'postgres' && app.retrieval.vectors.available
       ? await app.retrieval.states(
-          pool.orgId,
+          a.pool.orgId,
           'memory',
           found.items.map((h) => h.id)
         )
       : null
+  return answer(app, scope, started, a.enabled, a.authed, query.mode, found, states)
+}
+
+/** A search's answer (no search: `found` null, no items). */
+function answer(
+  app: FastifyInstance,
+  scope: PoolScope,
+  started: number,
+  enabled: boolean,
+  authed: boolean,
+  mode: SearchMode | undefined,
+  found: { items: SearchHit[]; truncated: boolean; mode: SearchMode } | null,
+  states: Map<string, { state: EmbeddingState }> | null
+) {
+  const base = {
+    enabled: enabled && app.memory.backend !== null,
+    scope,
+    authed,
+    truncated: false,
+    mode: app.retrieval.modeFor(mode)
+  }
+  if (!found) return { ...base, latencyMs: elapsed(started), items: [] }
   return {
     ...base,
     truncated: found.truncated,

@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm'
+import { sql, type SQL } from 'drizzle-orm'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import type { PoolRef } from '../memory/backend.js'
 import { wordsOf } from './words.js'
@@ -68,6 +68,29 @@ export async function rankMemoryText(
   limit: number,
   correct = true
 ) {
+  const result = await db.execute(sql`
+    with ${memoryTextCtes('r', pool.orgId, sql`${pool.id}`, q, tokens, joiner, limit, correct)}
+    select * from r`)
+  return rowsOf<MemoryTextRow>(result)
+}
+
+/**
+ * rankMemoryText's statement as CTEs, its names prefixed (`name_`), the last of them `name`
+ * (id, content, source_run_id, root_run_id, created_at, score; best first), for a statement
+ * that folds the ranking in with other reads. `poolId` may be an expression (a pool looked up
+ * by the same statement); a null one finds nothing.
+ */
+export function memoryTextCtes(
+  name: string,
+  orgId: string,
+  poolId: SQL,
+  q: string,
+  tokens: string[],
+  joiner: '&' | '|',
+  limit: number,
+  correct = true
+): SQL {
+  const n = (cte: string) => sql.raw(`${name}_${cte}`)
   const words = sql.join(
     tokens.map((w) => sql`${w}`),
     sql`, `
@@ -77,63 +100,56 @@ export async function rankMemoryText(
     ? sql`coalesce((
         select string_agg(' | ' || w.word, '' order by w.word)
         from (select word from memory_words
-              where pool_id = ${pool.id} and length(t.token) >= 3 and t.token ~ '[[:alpha:]]'
+              where pool_id = ${poolId} and length(t.token) >= 3 and t.token ~ '[[:alpha:]]'
                 -- a word the pool already knows is taken as spelled
-                and not exists (select 1 from memory_words known where known.pool_id = ${pool.id} and known.word = t.token)
+                and not exists (select 1 from memory_words known where known.pool_id = ${poolId} and known.word = t.token)
                 and word % t.token and word <> t.token
               order by similarity(word, t.token) desc, word
               limit 3) as w), '')`
     : sql`''`
-  const result = await db.execute(sql`
-    with tokens as (
+  return sql`
+    ${n('tokens')} as (
       select token, ord from unnest(array[${words}]::text[]) with ordinality as t(token, ord)),
-    groups as (
+    ${n('groups')} as (
       select t.ord, '(' || t.token || ':*' || ${corrections} || ')' as grp
-      from tokens t),
-    query as materialized (
-      select to_tsquery('english', string_agg(grp, ${` ${joiner} `} order by ord)) as query from groups),
-    common as materialized (
+      from ${n('tokens')} t),
+    ${n('query')} as materialized (
+      select to_tsquery('english', string_agg(grp, ${` ${joiner} `} order by ord)) as query from ${n('groups')}),
+    ${n('common')} as materialized (
       select (select count(*)
               from (select search_vector from memory_items
-                    where org_id = ${pool.orgId} and pool_id = ${pool.id}
-                    order by id desc limit ${PROBE}) p, query
+                    where org_id = ${orgId} and pool_id = ${poolId}
+                    order by id desc limit ${PROBE}) p, ${n('query')} query
               where p.search_vector @@ query.query)
-             >= ${PROBE} * sqrt(${matches / INDEX_ROW_COST}::float8 / greatest(1, (select item_count from memory_pools where id = ${pool.id}))) as yes),
-    walked as (
-      select n.* from (
+             >= ${PROBE} * sqrt(${matches / INDEX_ROW_COST}::float8 / greatest(1, (select item_count from memory_pools where id = ${poolId}))) as yes),
+    ${n('walked')} as (
+      select w.* from (
         select id, content, source_run_id, root_run_id, created_at, search_vector
         from memory_items
-        where org_id = ${pool.orgId} and pool_id = ${pool.id}
+        where org_id = ${orgId} and pool_id = ${poolId}
         order by id desc
-        limit ${WALK_LIMIT}) n, query
-      where (select yes from common) and n.search_vector @@ query.query
+        limit ${WALK_LIMIT}) w, ${n('query')} query
+      where (select yes from ${n('common')}) and w.search_vector @@ query.query
       limit ${matches}),
-    indexed as (
+    ${n('indexed')} as (
       select m.id, m.content, m.source_run_id, m.root_run_id, m.created_at, m.search_vector
-      from memory_items m, query
-      where not (select yes from common)
-        and m.org_id = ${pool.orgId} and m.pool_id = ${pool.id} and m.search_vector @@ query.query
+      from memory_items m, ${n('query')} query
+      where not (select yes from ${n('common')})
+        and m.org_id = ${orgId} and m.pool_id = ${poolId} and m.search_vector @@ query.query
       -- collate "C": sort the matches, never walk the id index for them (same order for ids)
       order by m.id collate "C" desc
       limit ${matches}),
-    candidates as (
+    ${n('candidates')} as (
       select m.id, m.content, m.source_run_id, m.root_run_id, m.created_at, ts_rank_cd(m.search_vector, query.query) as rank
-      from (select * from walked union all select * from indexed) m, query
+      from (select * from ${n('walked')} union all select * from ${n('indexed')}) m, ${n('query')} query
       order by rank desc, id desc
-      limit ${limit + 1})
-    select id, content, source_run_id, root_run_id, created_at,
-           (rank + word_similarity(${q}, content))::float8 as score
-    from candidates
-    order by score desc, id desc
-    limit ${limit + 1}`)
-  return rowsOf<{
-    id: string
-    content: string
-    source_run_id: string | null
-    root_run_id: string | null
-    created_at: string | Date
-    score: number
-  }>(result)
+      limit ${limit + 1}),
+    ${sql.raw(name)} as (
+      select id, content, source_run_id, root_run_id, created_at,
+             (rank + word_similarity(${q}, content))::float8 as score
+      from ${n('candidates')}
+      order by score desc, id desc
+      limit ${limit + 1})`
 }
 
 /** A fact as the full-text side ranks it. */
@@ -167,4 +183,30 @@ export async function memoryTextRanking(
   // nothing has every word (a long, chatty query): any word will do
   if (rows.length === 0 && tokens.length > 1 && !anyWord) rows = await rankMemoryText(db, pool, q, tokens, '|', limit)
   return rows
+}
+
+/**
+ * memoryTextRanking of a person's query as CTEs of one statement, the last of them `name`:
+ * every word, and, when nothing has them all, any word (that side is read only then). Null
+ * when the query has no word.
+ */
+export function memoryTextRankingCtes(
+  name: string,
+  orgId: string,
+  poolId: SQL,
+  query: string,
+  limit: number
+): SQL | null {
+  const q = query.slice(0, MAX_QUERY)
+  const tokens = [...new Set(wordsOf(q))].slice(0, MAX_WORDS)
+  if (tokens.length === 0) return null
+  const all = memoryTextCtes(`${name}_all`, orgId, poolId, q, tokens, '&', limit)
+  if (tokens.length === 1) return sql`${all}, ${sql.raw(name)} as (select * from ${sql.raw(`${name}_all`)})`
+  // nothing has every word (a long, chatty query): any word will do
+  const any = memoryTextCtes(`${name}_any`, orgId, poolId, q, tokens, '|', limit)
+  return sql`${all}, ${any},
+    ${sql.raw(name)} as (
+      select * from ${sql.raw(`${name}_all`)}
+      union all
+      select * from ${sql.raw(`${name}_any`)} where not exists (select 1 from ${sql.raw(`${name}_all`)}))`
 }

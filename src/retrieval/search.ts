@@ -2,13 +2,14 @@ import { sql, type SQL } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import { LRUCache } from 'lru-cache'
 import { rowsOf, type Db } from '../db/client.js'
-import { isoOf } from '../db/rows.js'
+import { boolOf, isoOf, jsonOf } from '../db/rows.js'
 import type { PoolRef } from '../memory/backend.js'
 import { fuse, type Scores, type SearchMode } from './fusion.js'
-import { memoryTextRanking } from './memory-text.js'
+import { memoryTextRanking, memoryTextRankingCtes, type MemoryTextRow } from './memory-text.js'
 import type { EmbeddingModel, EmbeddingModels } from './models.js'
-import type { EmbeddingKind } from './tables.js'
-import { nearest, type VectorHit, type VectorSupport } from './vectors.js'
+import type { EmbeddingKind, EmbeddingState } from './tables.js'
+import type { PoolScope } from '../memory/pools.js'
+import { nearest, nearestSql, type VectorHit, type VectorSupport } from './vectors.js'
 
 /**
  * The one retrieval path of memory and knowledge: a full-text ranking and a vector ranking
@@ -64,6 +65,33 @@ export interface Retrieval {
     limit: number,
     options: { mode?: SearchMode | undefined; anyWord?: boolean | undefined; meaning?: string | undefined }
   ): Promise<{ items: MemoryFound[]; truncated: boolean; mode: SearchMode }>
+  /**
+   * A person's search of the pool they name, in ONE statement: the org's memory switch, the
+   * pool, its facts ranked as `mode` says, and their vectors' states. With `unless`, the
+   * ranking is left out when the pool is still at that generation (a cached answer stands).
+   */
+  searchPool(
+    where: { orgId: string; scope: PoolScope; ownerKey: string },
+    query: string,
+    limit: number,
+    options: {
+      mode?: SearchMode | undefined
+      /** the pool's generation of a kept answer, and its items (whose vector states are read) */
+      unless?: { poolId: string; generation: number; ids: readonly string[] } | undefined
+    }
+  ): Promise<PoolSearch>
+}
+
+/** What searchPool found: the org's switch, the pool (null: none yet, or memory off), and the answer. */
+export interface PoolSearch {
+  orgOn: boolean
+  pool: PoolRef | null
+  generation: number
+  /** the pool was still at `unless`'s generation: nothing was ranked */
+  unchanged: boolean
+  found: { items: MemoryFound[]; truncated: boolean; mode: SearchMode }
+  /** each candidate's vector state (null: no vectors here) */
+  states: Map<string, { state: EmbeddingState; error: string | null }> | null
 }
 
 export interface RetrievalOptions {
@@ -151,26 +179,153 @@ export function createRetrieval(o: RetrievalOptions): Retrieval {
               where org_id = ${pool.orgId} and pool_id = ${pool.id}
                 and id in (select jsonb_array_elements_text(${JSON.stringify(missing)}::jsonb))`)
             )
-      const rows = new Map([...text, ...extra].map((r) => [r.id, r]))
-      const fused = fuse(
-        text.map((r) => ({ item: r.id, score: Number(r.score) })),
-        near.filter((h) => rows.has(h.id)).map((h) => ({ item: h.id, score: h.similarity })),
-        (id) => id
-      )
-      const items = fused.slice(0, limit).map(({ item, scores }): MemoryFound => {
-        const r = rows.get(item)!
-        return {
-          id: r.id,
-          content: r.content,
-          score: mode === 'hybrid' ? scores.fused : mode === 'semantic' ? scores.semantic! : scores.fulltext!,
-          scores,
-          runId: r.source_run_id,
-          rootRunId: r.root_run_id,
-          createdAt: isoOf(r.created_at)
-        }
-      })
-      return { items, truncated: fused.length > limit, mode }
+      const { items, truncated } = fuseMemory(text, near, extra, limit, mode)
+      return { items, truncated, mode }
     },
-    vectorRanking
+    vectorRanking,
+    searchPool: (where, query, limit, options) =>
+      searchPoolOnce(db, { vectors: o.vectors, models: o.models, modeFor, queryVector }, where, query, limit, options)
+  }
+}
+
+/** A pool's facts found by words and by meaning, fused by reciprocal rank: the page and whether more were found. */
+function fuseMemory(
+  text: readonly MemoryTextRow[],
+  near: readonly VectorHit[],
+  extra: readonly MemoryTextRow[],
+  limit: number,
+  mode: SearchMode
+): { items: MemoryFound[]; truncated: boolean } {
+  const rows = new Map([...text, ...extra].map((r) => [r.id, r]))
+  const fused = fuse(
+    text.map((r) => ({ item: r.id, score: Number(r.score) })),
+    near.filter((h) => rows.has(h.id)).map((h) => ({ item: h.id, score: h.similarity })),
+    (id) => id
+  )
+  const items = fused.slice(0, limit).map(({ item, scores }): MemoryFound => {
+    const r = rows.get(item)!
+    return {
+      id: r.id,
+      content: r.content,
+      score: mode === 'hybrid' ? scores.fused : mode === 'semantic' ? scores.semantic! : scores.fulltext!,
+      scores,
+      runId: r.source_run_id,
+      rootRunId: r.root_run_id,
+      createdAt: isoOf(r.created_at)
+    }
+  })
+  return { items, truncated: fused.length > limit }
+}
+
+/**
+ * Retrieval's searchPool: the org's switch and the pool are CTEs of the statement that ranks
+ * (the ranking reads the pool through them, and finds nothing when memory is off or the pool
+ * is missing), so a search is one round trip. The query's vector, when the mode wants one,
+ * is had before (its own cache keeps a query asked again).
+ */
+export async function searchPoolOnce(
+  db: Db,
+  r: Pick<Retrieval, 'vectors' | 'models' | 'modeFor' | 'queryVector'>,
+  where: { orgId: string; scope: PoolScope; ownerKey: string },
+  query: string,
+  limit: number,
+  options: {
+    mode?: SearchMode | undefined
+    unless?: { poolId: string; generation: number; ids: readonly string[] } | undefined
+  }
+): Promise<PoolSearch> {
+  const { orgId } = where
+  let mode = r.modeFor(options.mode)
+  const depth = Math.max(limit, FUSION_DEPTH)
+  const qv = mode === 'fulltext' ? null : await r.queryVector(orgId, query)
+  if (!qv) mode = 'fulltext'
+  const model = r.vectors.available ? (qv?.model ?? (await r.models.forOrg(orgId))) : null
+  const poolId = sql`(select id from searched)`
+  const text = mode === 'semantic' ? null : memoryTextRankingCtes('txt', orgId, poolId, query, depth)
+  const near = qv
+    ? nearestSql(
+        { orgId, poolId, kinds: ['memory'], modelKey: qv.model.key, dimensions: qv.vector.length },
+        qv.vector,
+        depth + 1,
+        qv.model.minSimilarity
+      )
+    : null
+  const unless = options.unless
+  const textRows = text
+    ? sql`txt`
+    : sql`(select null::text as id, null::text as content, null::text as source_run_id, null::text as root_run_id,
+                  null::timestamptz as created_at, null::float8 as score where false)`
+  const nearRows = near
+    ? sql`near`
+    : sql`(select null::text as kind, null::text as id, null::float8 as distance where false)`
+  const rows = rowsOf<{
+    org_on: unknown
+    id: string | null
+    scope: PoolScope | null
+    owner_key: string | null
+    generation: number | string | null
+    searched: unknown
+    text: unknown
+    near: unknown
+    extra: unknown
+    states: unknown
+  }>(
+    await db.execute(sql`
+    with ms as (select coalesce((select enabled from memory_settings where org_id = ${orgId}), true) as org_on),
+    pool as (
+      select p.id, p.scope, p.owner_key, p.generation from memory_pools p, ms
+      where ms.org_on and p.org_id = ${orgId} and p.owner_key = ${where.ownerKey} and p.scope = ${where.scope}),
+    searched as (
+      select id from pool
+      ${unless ? sql`where not (pool.id = ${unless.poolId} and pool.generation = ${unless.generation})` : sql``})
+    ${text ? sql`, ${text}` : sql``}
+    ${near ? sql`, near as (${near})` : sql``}
+    select ms.org_on, pool.id, pool.scope, pool.owner_key, pool.generation,
+           exists (select 1 from searched) as searched,
+           (select coalesce(json_agg(t order by t.score desc, t.id desc), '[]'::json) from ${textRows} t) as text,
+           (select coalesce(json_agg(json_build_object('kind', v.kind, 'id', v.id, 'distance', v.distance) order by v.distance, v.id), '[]'::json)
+              from ${nearRows} v) as near,
+           (select coalesce(json_agg(x), '[]'::json) from (
+              select id, content, source_run_id, root_run_id, created_at, 0::float8 as score from memory_items
+              where org_id = ${orgId} and pool_id = (select id from searched)
+                and id in (select id from ${nearRows} v) and id not in (select id from ${textRows} t)) x) as extra,
+           ${
+             model
+               ? sql`(select coalesce(json_agg(json_build_object('id', e.item_id, 'state', e.state, 'model', e.model, 'error', e.last_error)), '[]'::json)
+              from embeddings e
+              where e.org_id = ${orgId} and e.kind = 'memory'
+                and e.item_id in (select id from ${textRows} t union select id from ${nearRows} v
+                                  union select jsonb_array_elements_text(${JSON.stringify(unless?.ids ?? [])}::jsonb)))`
+               : sql`null::json`
+           } as states
+    from ms left join pool on true`)
+  )
+  const row = rows[0]!
+  const pool: PoolRef | null = row.id
+    ? { id: row.id, orgId, scope: row.scope ?? where.scope, ownerKey: row.owner_key ?? '' }
+    : null
+  const textFound = jsonOf<MemoryTextRow[]>(row.text)
+  const nearFound = jsonOf<Array<{ kind: EmbeddingKind; id: string; distance: number }>>(row.near).map(
+    (h): VectorHit => ({ kind: h.kind, id: h.id, similarity: Math.round((1 - Number(h.distance)) * 10_000) / 10_000 })
+  )
+  const { items, truncated } = fuseMemory(textFound, nearFound, jsonOf<MemoryTextRow[]>(row.extra), limit, mode)
+  let states: PoolSearch['states'] = null
+  if (model) {
+    states = new Map()
+    for (const s of jsonOf<Array<{ id: string; state: EmbeddingState; model: string | null; error: string | null }>>(
+      row.states
+    ) ?? []) {
+      // a vector of another model does not count: it is being made again
+      const state = s.state === 'ready' && s.model !== model.key ? 'pending' : s.state
+      states.set(s.id, { state, error: state === 'failed' ? s.error : null })
+    }
+  }
+  return {
+    orgOn: boolOf(row.org_on),
+    pool,
+    generation: Number(row.generation ?? 0),
+    unchanged: pool !== null && !boolOf(row.searched),
+    found: { items, truncated, mode },
+    states
   }
 }

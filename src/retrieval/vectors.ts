@@ -74,6 +74,33 @@ export async function nearest(
   limit: number,
   minSimilarity: number
 ): Promise<VectorHit[]> {
+  const rows = rowsOf<{ kind: EmbeddingKind; id: string; distance: number }>(
+    await db.execute(nearestSql({ ...where, poolId: sql`${where.poolId}` }, query, limit, minSimilarity))
+  )
+  return rows.map((r) => ({
+    kind: r.kind,
+    id: r.id,
+    similarity: Math.round((1 - Number(r.distance)) * 10_000) / 10_000
+  }))
+}
+
+/**
+ * nearest()'s query (kind, id, distance; closest first), as a statement or a CTE's body of
+ * one; `poolId` may be an expression (a pool looked up by the same statement).
+ */
+export function nearestSql(
+  where: {
+    orgId: string
+    poolId: SQL
+    kinds: readonly EmbeddingKind[]
+    modelKey: string
+    dimensions: number
+    extra?: SQL | undefined
+  },
+  query: readonly number[],
+  limit: number,
+  minSimilarity: number
+): SQL {
   const kinds = sql.join(
     where.kinds.map((k) => sql`${k}`),
     sql`, `
@@ -81,8 +108,7 @@ export async function nearest(
   const q = vectorLiteral(query)
   const maxDistance = 1 - minSimilarity
   const distance = sql`(vector <=> ${q}::vector)`
-  const rows = rowsOf<{ kind: EmbeddingKind; id: string; distance: number }>(
-    await db.execute(sql`
+  return sql`
     select kind, id, distance from (
       select kind, item_id as id, ${distance}::float8 as distance
       from embeddings
@@ -93,11 +119,5 @@ export async function nearest(
       limit ${limit}) nearest
     -- a zero vector's distance is NaN, which this comparison never passes
     where distance <= ${maxDistance}
-    order by distance, id`)
-  )
-  return rows.map((r) => ({
-    kind: r.kind,
-    id: r.id,
-    similarity: Math.round((1 - Number(r.distance)) * 10_000) / 10_000
-  }))
+    order by distance, id`
 }
