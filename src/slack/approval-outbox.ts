@@ -1,43 +1,26 @@
 import { sql, type SQL } from 'drizzle-orm'
-import type { FastifyBaseLogger } from 'fastify'
-import type { EventBus } from '../../plugins/event-bus.js'
-import { rowsOf, type Db } from '../db/client.js'
+import { rowsOf } from '../db/client.js'
 import { boolOf, dateOf, jsonOf } from '../db/rows.js'
-import type { Clock } from '../worker-loop.js'
 import { approvalMessage, isWaiting, type ShownApproval } from './approval-message.js'
-import { maybeDone, OutboxLoop, planAfterFailure, SWEEP_EVERY_MS } from './outbox-loop.js'
-import { SlackCallError, type SlackApi } from './web-api.js'
+import { PostOutbox, SWEEP_EVERY_MS, type ClaimedPost, type PostOutboxOptions } from './outbox-loop.js'
 
 /** The run event a run stores when it stops for people's decisions; its data is `{approvalIds}`. */
 export const REQUIRES_ACTION_EVENT = 'run.requires_action'
 
-export interface ApprovalOutboxOptions {
-  db: Db
-  api: SlackApi
-  bus: EventBus
-  log: FastifyBaseLogger
-  /** the org's bot token, or null when it has none (disconnected) */
-  botToken(orgId: string): Promise<string | null>
-  /** the time approvals are shown against (expired or still waiting), and of its claims */
-  clock: Clock
-  pollMs: number
-  leaseMs: number
-  retryBaseMs: number
-  maxAttempts: number
-  /** messages claimed per round, and posted at once */
-  batch: number
-}
-
-interface Claimed {
+interface Claimed extends ClaimedPost {
+  key: number
   eventId: number
-  runId: string
-  orgId: string
   channel: string
   threadTs: string
   afterTs: string
   approvalIds: string[]
-  attempts: number
-  uncertain: boolean
+}
+
+/** What a claimed message shows: its approvals as they are now, and which of them still wait. */
+interface Shown {
+  approvals: ShownApproval[]
+  waiting: Set<string>
+  now: Date
 }
 
 /**
@@ -67,20 +50,35 @@ function recordRequests(where: SQL): SQL {
  * A stop becomes a `slack_approval_messages` row keyed by its event id: when the event is
  * heard on the bus, and by a sweep over waiting runs (at start, after the bus reconnected,
  * every 30 s) for a stop the bus did not bring. Two instances writing the same row meet on
- * that key. Rows are claimed and posted like replies (src/slack/outbox.ts): `FOR UPDATE
- * SKIP LOCKED` under a lease, success recorded in one conditional statement with Slack's
- * ts, backoff on failures and Retry-After on 429, and an attempt after one whose outcome is
- * unknown first looks for the message in the thread by its metadata. A stop whose approvals
+ * that key. Rows are claimed and posted as every Slack outbox's are (`PostOutbox`,
+ * outbox-loop.ts): `FOR UPDATE SKIP LOCKED` under a lease, success recorded in one
+ * conditional statement with Slack's ts, backoff on failures and Retry-After on 429, and an
+ * attempt after one whose outcome is unknown first looks for the message in the thread by
+ * its metadata. A stop whose approvals
  * were all decided (or expired) before its turn posts nothing (`skipped`).
  */
-export class ApprovalOutbox extends OutboxLoop<Claimed> {
-  private readonly o: ApprovalOutboxOptions
+export class ApprovalOutbox extends PostOutbox<Claimed, Shown> {
   /** run.requires_action event ids the bus brought since the last look */
   private readonly requested = new Set<number>()
 
-  constructor(options: ApprovalOutboxOptions) {
-    super({ log: options.log, clock: options.clock, pollMs: options.pollMs, what: 'slack approval requests' })
-    this.o = options
+  constructor(options: PostOutboxOptions) {
+    super(options, 'slack approval requests', {
+      name: 'slack_approval_messages',
+      key: 'event_id',
+      tsColumn: 'message_ts',
+      returning: [
+        'event_id',
+        'run_id',
+        'org_id',
+        'channel',
+        'thread_ts',
+        'after_ts',
+        'approval_ids',
+        'attempts',
+        'uncertain'
+      ],
+      noun: 'message'
+    })
   }
 
   start(): void {
@@ -148,23 +146,11 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
     }
   }
 
-  protected async claim(): Promise<Claimed[]> {
-    const { o } = this
-    const rows = rowsOf<Record<string, unknown>>(
-      await o.db.execute(sql`
-      update slack_approval_messages o
-      set state = 'posting', attempts = o.attempts + 1, uncertain = (o.uncertain or o.state = 'posting'),
-          lease_expires_at = now() + make_interval(secs => ${o.leaseMs / 1000})
-      where o.event_id in (
-        select m.event_id from slack_approval_messages m
-        where (m.state = 'pending' and m.next_attempt_at <= now()) or (m.state = 'posting' and m.lease_expires_at < now())
-        order by m.next_attempt_at
-        limit ${o.batch}
-        for update skip locked)
-      returning o.event_id, o.run_id, o.org_id, o.channel, o.thread_ts, o.after_ts, o.approval_ids, o.attempts, o.uncertain`)
-    )
-    return rows.map((r) => ({
-      eventId: Number(r.event_id),
+  protected rowOf(r: Record<string, unknown>): Claimed {
+    const eventId = Number(r.event_id)
+    return {
+      key: eventId,
+      eventId,
       runId: r.run_id as string,
       orgId: r.org_id as string,
       channel: r.channel as string,
@@ -173,7 +159,7 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
       approvalIds: jsonOf<unknown[]>(r.approval_ids).filter((id): id is string => typeof id === 'string'),
       attempts: Number(r.attempts),
       uncertain: boolOf(r.uncertain)
-    }))
+    }
   }
 
   /** The approvals a message lists, as they are now, oldest first. */
@@ -198,121 +184,46 @@ export class ApprovalOutbox extends OutboxLoop<Claimed> {
     }))
   }
 
-  /** A conditional move of a claimed row: nothing when it moved on (another instance took it over). */
-  private async settle(row: Claimed, set: SQL): Promise<boolean> {
-    if (this.killed) return false
-    const result = await this.o.db.execute(sql`
-      update slack_approval_messages set ${set}, lease_expires_at = null
-      where event_id = ${row.eventId} and state = 'posting' and attempts = ${row.attempts}
-      returning event_id`)
-    return rowsOf(result).length === 1
-  }
-
-  /** Records the message as sent with its ts, and clears a token failure the integration showed, in one statement. */
-  private async sent(row: Claimed, ts: string): Promise<boolean> {
-    if (this.killed) return false
-    const rows = rowsOf(
-      await this.o.db.execute(sql`
-      with sent as (
-        update slack_approval_messages set state = 'sent', message_ts = ${ts}, sent_at = now(), last_error = null, uncertain = false, lease_expires_at = null
-        where event_id = ${row.eventId} and state = 'posting' and attempts = ${row.attempts}
-        returning org_id),
-      cleared as (
-        update integrations set last_error = null, updated_at = now()
-        where org_id in (select org_id from sent) and kind = 'slack' and last_error is not null)
-      select 1 from sent`)
-    )
-    return rows.length === 1
-  }
-
-  protected async deliver(row: Claimed): Promise<void> {
-    const { o } = this
-    if (row.attempts > o.maxAttempts) {
-      await this.settle(row, sql`state = 'failed', last_error = ${'gave up: the message was claimed too many times'}`)
-      return
-    }
+  /** The approvals as they are now: a message none of whose approvals still waits is skipped (nothing to ask). */
+  protected override async prepare(row: Claimed): Promise<Shown | null> {
     const approvals = await this.approvalsOf(row)
-    const now = o.clock.now()
+    const now = this.o.clock.now()
     const waiting = new Set(approvals.filter((a) => isWaiting(a, now)).map((a) => a.id))
     if (waiting.size === 0) {
       // decided, expired or cancelled before its turn: nothing to ask
       await this.settle(row, sql`state = 'skipped'`)
-      return
+      return null
     }
-    const token = await o.botToken(row.orgId)
-    if (token === null) {
-      await this.settle(row, sql`state = 'failed', last_error = ${'Slack is not connected for this organization'}`)
-      return
-    }
-    let uncertain = row.uncertain
-    let ts: string
-    try {
-      const found = uncertain ? await this.lookFor(token, row) : undefined
-      if (typeof found === 'string') ts = found
-      else {
-        // null: looked, and no earlier attempt landed
-        if (found === null) uncertain = false
-        if (this.killed) return
-        ts = await o.api.postApprovalRequest(token, {
-          channel: row.channel,
-          threadTs: row.threadTs,
-          runId: row.runId,
-          requestId: String(row.eventId),
-          ...approvalMessage(row.runId, approvals, now)
-        })
-      }
-    } catch (err) {
-      if (this.killed) return
-      if (!(err instanceof SlackCallError)) throw err
-      await this.failed(row, err, uncertain || maybeDone(err.failure))
-      return
-    }
-    if (!(await this.sent(row, ts))) return
-    // a decision made while it was being posted (a click before its ts was recorded, or in
-    // Cairn): the message is brought up to date
-    const later = o.clock.now()
-    if ((await this.approvalsOf(row)).some((a) => waiting.has(a.id) && !isWaiting(a, later)))
+    return { approvals, waiting, now }
+  }
+
+  protected find(token: string, row: Claimed): Promise<string | null> {
+    return this.o.api.findApprovalRequest(token, {
+      channel: row.channel,
+      threadTs: row.threadTs,
+      after: row.afterTs,
+      requestId: String(row.eventId)
+    })
+  }
+
+  protected send(token: string, row: Claimed, shown: Shown): Promise<string> {
+    return this.o.api.postApprovalRequest(token, {
+      channel: row.channel,
+      threadTs: row.threadTs,
+      runId: row.runId,
+      requestId: String(row.eventId),
+      ...approvalMessage(row.runId, shown.approvals, shown.now)
+    })
+  }
+
+  /**
+   * A decision made while it was being posted (a click before its ts was recorded, or in
+   * Cairn): the message is brought up to date.
+   */
+  protected override async afterSent(row: Claimed, shown: Shown): Promise<void> {
+    const later = this.o.clock.now()
+    if ((await this.approvalsOf(row)).some((a) => shown.waiting.has(a.id) && !isWaiting(a, later)))
       await this.refreshQuietly(row.orgId, row.eventId)
-  }
-
-  /** The ts of an earlier attempt's message in the thread; null: none; undefined: could not look (then it posts). */
-  private async lookFor(token: string, row: Claimed): Promise<string | null | undefined> {
-    try {
-      return await this.o.api.findApprovalRequest(token, {
-        channel: row.channel,
-        threadTs: row.threadTs,
-        after: row.afterTs,
-        requestId: String(row.eventId)
-      })
-    } catch (err) {
-      this.o.log.warn(
-        { runId: row.runId, err: (err as Error).message },
-        'slack approval requests: could not look for an earlier message (needs the history scopes); posting'
-      )
-      return undefined
-    }
-  }
-
-  private async failed(row: Claimed, err: SlackCallError, uncertain: boolean): Promise<void> {
-    const { o } = this
-    const { giveUp, delayMs } = await planAfterFailure(o.db, row.orgId, err, row.attempts, o)
-    if (giveUp) {
-      await this.settle(row, sql`state = 'failed', last_error = ${err.message}, uncertain = ${uncertain}`)
-      o.log.warn(
-        { runId: row.runId, attempt: row.attempts, err: err.message },
-        'slack approval requests: message given up'
-      )
-      return
-    }
-    await this.settle(
-      row,
-      sql`state = 'pending', last_error = ${err.message}, uncertain = ${uncertain},
-      next_attempt_at = now() + make_interval(secs => ${delayMs / 1000})`
-    )
-    o.log.info(
-      { runId: row.runId, attempt: row.attempts, err: err.message, retryInMs: delayMs },
-      'slack approval requests: message will be tried again'
-    )
   }
 
   /**
