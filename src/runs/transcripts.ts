@@ -161,6 +161,12 @@ export async function threadTranscripts(
 }
 
 /**
+ * An assistant answer with no text (none, or only white space) is never sent to a model again: the Messages API
+ * refuses an empty assistant message and some OpenAI-compatible servers do too; the thread goes on without it.
+ */
+export const emptyAnswerText = (content: string | null | undefined): boolean => (content ?? '').trim() === ''
+
+/**
  * Earlier turns as the model is sent them again: each tool call with its result right after
  * it (a call without a result, or a result without its call, is left out), no assistant
  * message that is empty, and tool call ids unique over the whole conversation (a provider
@@ -184,7 +190,7 @@ export function replayWire(turns: ReadonlyArray<readonly TranscriptMessage[]>): 
       for (; j < turn.length && turn[j]!.role === 'tool'; j++) results.set(turn[j]!.toolCallId ?? '', turn[j]!)
       const answered = calls.filter((c) => results.has(c.id))
       if (answered.length === 0) {
-        if (m.content !== '') wire.push({ role: 'assistant', content: m.content })
+        if (!emptyAnswerText(m.content)) wire.push({ role: 'assistant', content: m.content })
         i = j - 1
         continue
       }
@@ -198,7 +204,7 @@ export function replayWire(turns: ReadonlyArray<readonly TranscriptMessage[]>): 
       }
       wire.push({
         role: 'assistant',
-        content: m.content === '' ? null : m.content,
+        content: emptyAnswerText(m.content) ? null : m.content,
         tool_calls: answered.map((c) => ({
           id: ids.get(c.id)!,
           type: 'function' as const,

@@ -5,7 +5,7 @@ import type { RunSettings, SuspendedRun } from '../tables.js'
 import { backoffDelay } from '../../worker-loop.js'
 import { observeModelCall } from '../../telemetry/genai.js'
 import { ModelBreakers } from './breaker.js'
-import { ownMessages } from '../transcripts.js'
+import { emptyAnswerText, ownMessages } from '../transcripts.js'
 import {
   abortable,
   EngineError,
@@ -506,12 +506,11 @@ export function modelEngine(protocol: ModelProtocol, opts: ModelEngineOptions): 
 
 /**
  * Earlier turns as every provider takes them: an empty answer (no text and no tool call, as a model may give after a
- * tool result) is left out, since the Messages API refuses an empty assistant message and some OpenAI-compatible
- * servers do too; the thread goes on without it. An assistant turn that carries tool calls is kept whatever its text.
+ * tool result) is left out (see emptyAnswerText). An assistant turn that carries tool calls is kept whatever its text.
  */
 export function replayable<M extends WireMessage>(messages: M[]): M[] {
   const empty = (m: WireMessage) =>
-    m.role === 'assistant' && !('tool_calls' in m && m.tool_calls.length > 0) && (m.content ?? '').trim() === ''
+    m.role === 'assistant' && !('tool_calls' in m && m.tool_calls.length > 0) && emptyAnswerText(m.content)
   return messages.some(empty) ? messages.filter((m) => !empty(m)) : messages
 }
 
