@@ -261,11 +261,7 @@ const ADMIN_PAGES: Array<[name: string, path: string, ready: string]> = [
  */
 const SIGNED_IN_PAGES: Array<[name: string, path: string, ready: string]> = [
   ['Organization, signed in (baseline: no list)', '/hub/organization', 'h1#org-title'],
-  [
-    'Models',
-    '/hub/models',
-    `main:has(#default-model):has(ul[aria-label="Providers"] li:nth-child(${PROVIDERS}))`
-  ],
+  ['Models', '/hub/models', `main:has(#default-model):has(ul[aria-label="Providers"] li:nth-child(${PROVIDERS}))`],
   [
     'Access',
     '/hub/access',
