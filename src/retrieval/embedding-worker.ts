@@ -57,13 +57,14 @@ const keyOf = (r: { kind: string; item_id: string }) => `${r.kind}:${r.item_id}`
 export const textHash = (text: string) => createHash('sha256').update(text, 'utf8').digest('hex')
 
 /**
- * The embedding job: takes in new facts (see takeInFacts), claims pending texts in batches (`FOR UPDATE SKIP LOCKED`, a lease per
- * row, renewed while it works), embeds each org's texts with that org's current model in one
- * `/embeddings` call per model, and stores each vector only where the row still has the text
- * hash (and the lease) it claimed with: a text edited meanwhile is claimed again with its new
- * hash, a vector of an old text is never kept. A failed call puts its texts back with backoff;
- * after `maxAttempts` they are `failed` with the reason. A dead worker's rows wait out their
- * lease and are claimed again (embedding twice is harmless: the same text gives the same vector).
+ * The embedding job: takes in new facts (see takeInFacts), claims pending texts in batches
+ * (`FOR UPDATE SKIP LOCKED`, a lease per row, renewed while it works), embeds each org's texts
+ * with that org's current model in one `/embeddings` call per model, and stores each vector
+ * only where the row still has the text hash (and the lease) it claimed with: a text edited
+ * meanwhile is claimed again with its new hash, a vector of an old text is never kept. A
+ * failed call puts its texts back with backoff; after `maxAttempts` they are `failed` with the
+ * reason. A dead worker's rows wait out their lease and are claimed again (embedding twice is
+ * harmless: the same text gives the same vector).
  */
 export function createEmbeddingWorker(o: EmbeddingWorkerOptions): EmbeddingWorker {
   const { db, log, clock } = o
