@@ -298,7 +298,7 @@ export function createPostgresPool(
       })
     }
   }
-  // a new or changed fact is embedded soon (its row is pending from the write's own statement)
+  // a new or changed fact is embedded soon (it waits in the job's queue from the write's own statement)
   const wake = opts.wake ?? (() => {})
   return {
     ...backend,

@@ -82,6 +82,13 @@ export const memoryItems = pgTable(
     /** the capture that delivered it, with the fact's index: a redelivery is dropped */
     captureId: text('capture_id'),
     factIndex: integer('fact_index'),
+    /**
+     * Whether the embedding job has taken this fact in (its row in `embeddings` exists). A new
+     * fact is written with false and nothing else: the job finds it through
+     * `memory_items_embedding_due_idx` and makes its row there, so adding a fact costs one small
+     * index entry, not a second row (src/retrieval/embedding-worker.ts).
+     */
+    embeddingQueued: boolean('embedding_queued').notNull().default(false),
     createdAt: ts('created_at').notNull().defaultNow(),
     updatedAt: ts('updated_at').notNull().defaultNow()
   },
@@ -91,7 +98,11 @@ export const memoryItems = pgTable(
     // ascending: read backwards it gives `order by id desc` (drizzle's `.desc()` is DESC NULLS LAST, which
     // that order cannot use, so every newest-first walk sorted the whole pool)
     index('memory_items_pool_newest_idx').on(t.orgId, t.poolId, t.id),
-    index('memory_items_search_idx').using('gin', t.searchVector)
+    index('memory_items_search_idx').using('gin', t.searchVector),
+    // the facts the embedding job has not taken in yet (few: it takes them within moments)
+    index('memory_items_embedding_due_idx')
+      .on(t.id)
+      .where(sql`not embedding_queued`)
   ]
 )
 

@@ -57,13 +57,14 @@ const keyOf = (r: { kind: string; item_id: string }) => `${r.kind}:${r.item_id}`
 export const textHash = (text: string) => createHash('sha256').update(text, 'utf8').digest('hex')
 
 /**
- * The embedding job: claims pending texts in batches (`FOR UPDATE SKIP LOCKED`, a lease per
- * row, renewed while it works), embeds each org's texts with that org's current model in one
- * `/embeddings` call per model, and stores each vector only where the row still has the text
- * hash (and the lease) it claimed with: a text edited meanwhile is claimed again with its new
- * hash, a vector of an old text is never kept. A failed call puts its texts back with backoff;
- * after `maxAttempts` they are `failed` with the reason. A dead worker's rows wait out their
- * lease and are claimed again (embedding twice is harmless: the same text gives the same vector).
+ * The embedding job: takes in new facts (see takeInFacts), claims pending texts in batches
+ * (`FOR UPDATE SKIP LOCKED`, a lease per row, renewed while it works), embeds each org's texts
+ * with that org's current model in one `/embeddings` call per model, and stores each vector
+ * only where the row still has the text hash (and the lease) it claimed with: a text edited
+ * meanwhile is claimed again with its new hash, a vector of an old text is never kept. A
+ * failed call puts its texts back with backoff; after `maxAttempts` they are `failed` with the
+ * reason. A dead worker's rows wait out their lease and are claimed again (embedding twice is
+ * harmless: the same text gives the same vector).
  */
 export function createEmbeddingWorker(o: EmbeddingWorkerOptions): EmbeddingWorker {
   const { db, log, clock } = o
@@ -74,7 +75,27 @@ export function createEmbeddingWorker(o: EmbeddingWorkerOptions): EmbeddingWorke
 
   const now = () => clock.now().toISOString()
 
+  /**
+   * Takes in facts written since the last pass: a new fact has no row in `embeddings` (adding
+   * it wrote nothing but the fact), only `embedding_queued = false`, which
+   * `memory_items_embedding_due_idx` lists. Setting the flag fires the update trigger, which
+   * makes the facts' rows pending (with their text hashes) in this same statement: a crash
+   * before it commits leaves the flags unset, so nothing is lost, and a fact taken in twice
+   * (two instances) keeps one row. Facts being written or edited right now are skipped, not
+   * waited for: the next pass takes them.
+   */
+  async function takeInFacts(): Promise<void> {
+    await db.execute(sql`
+      update memory_items set embedding_queued = true
+      where id in (
+        select id from memory_items where not embedding_queued
+        order by id
+        limit ${o.batch}
+        for update skip locked)`)
+  }
+
   async function claim(): Promise<Batch | null> {
+    await takeInFacts()
     const rows = rowsOf<Claimed>(
       await db.execute(sql`
       with due as (

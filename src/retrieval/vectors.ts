@@ -56,7 +56,8 @@ export interface VectorHit {
  * The nearest vectors of the current model within one pool (or an org's knowledge), by cosine
  * distance, closest first, at least `minSimilarity` alike. Org, pool, kind and model are in the
  * same statement as the distance, so no other tenant's vector is ever compared. An exact scan:
- * the pool's rows are read through `embeddings_pool_idx` and each distance computed (a few
+ * the pool's vectors are read from `embeddings_pool_vectors_idx` alone (up to 512 dimensions;
+ * larger ones through `embeddings_pool_idx` and their rows) and each distance computed (a few
  * milliseconds for 10,000 vectors; see docs/deployment.md).
  */
 export async function nearest(
@@ -105,6 +106,9 @@ export function nearestSql(
     where.kinds.map((k) => sql`${k}`),
     sql`, `
   )
+  // the size as a literal, not a parameter: a plan made for any size could not use the
+  // index of vectors up to 512 dimensions (embeddings_pool_vectors_idx), one made for this size can
+  const dimensions = sql.raw(String(Math.trunc(where.dimensions)))
   const q = vectorLiteral(query)
   const maxDistance = 1 - minSimilarity
   const distance = sql`(vector <=> ${q}::vector)`
@@ -113,7 +117,7 @@ export function nearestSql(
       select kind, item_id as id, ${distance}::float8 as distance
       from embeddings
       where org_id = ${where.orgId} and pool_id = ${where.poolId} and kind in (${kinds})
-        and state = 'ready' and model = ${where.modelKey} and dimensions = ${where.dimensions}
+        and state = 'ready' and model = ${where.modelKey} and dimensions = ${dimensions}
         ${where.extra ?? sql``}
       order by ${distance}
       limit ${limit}) nearest

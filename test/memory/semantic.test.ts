@@ -326,6 +326,95 @@ t.test("an org's embedding model among its providers': chosen, tried, and every 
   t.same(forgot.json(), { model: 'cairn-glove-100d-v1', source: 'builtin', dimensions: 100 })
 })
 
+t.test(
+  'adding a fact writes only the fact: the job takes it in, after edits, deletes and other orgs alike',
+  async (t) => {
+    const app = await buildTestApp(t)
+    const other = await signUpWithOrg(app)
+    const kept = await add(app, FACTS[0]!)
+    const edited = await add(app, FACTS[1]!)
+    const deleted = await add(app, FACTS[2]!)
+    const foreign = await add(app, FACTS[3]!, { cookie: other.cookie })
+    const queue = async () =>
+      rowsOf<{ id: string; embedding_queued: boolean }>(
+        await app.db.execute(sql`select id, embedding_queued from memory_items order by id`)
+      )
+    t.same(await embeddingRows(app), [], 'no row in embeddings yet: the write made none')
+    t.ok(
+      (await queue()).every((r) => r.embedding_queued === false),
+      'each new fact waits for the job in the fact row itself'
+    )
+    const browse = (await app.inject({ url: '/api/memory/browse' })).json()
+    t.ok(
+      browse.items.every((i: { embedding: string }) => i.embedding === 'pending'),
+      'a fact not taken in yet shows pending'
+    )
+
+    // before the job takes them in: one is edited, one deleted
+    const patched = await app.inject({
+      method: 'PATCH',
+      url: `/api/memory/item/${edited.id}`,
+      payload: { content: 'The espresso maker is cleaned every few weeks' }
+    })
+    t.equal(patched.statusCode, 200)
+    t.equal((await app.inject({ method: 'DELETE', url: `/api/memory/item/${deleted.id}` })).statusCode, 200)
+
+    // two workers at once (two instances): each fact is taken in and embedded once
+    const second = createEmbeddingWorker({
+      db: app.db,
+      log: app.log,
+      models: app.retrieval.models,
+      batch: 64,
+      maxAttempts: 5,
+      leaseMs: 60_000,
+      pollMs: 60_000,
+      backoffMs: 10,
+      backoffMaxMs: 10,
+      timeoutMs: 60_000,
+      clock: systemClock
+    })
+    await Promise.all([embedAll(app), (async () => void (await second.runOnce()))()])
+    await embedAll(app)
+    t.ok(
+      (await queue()).every((r) => r.embedding_queued === true),
+      'every fact taken in'
+    )
+    const rows = rowsOf<{ item_id: string; org_id: string; pool_id: string; state: string; current: boolean }>(
+      await app.db.execute(
+        sql`select e.item_id, e.org_id, e.pool_id, e.state, e.text_hash = cairn_text_hash(m.content) as current
+          from embeddings e join memory_items m on m.id = e.item_id order by e.item_id`
+      )
+    )
+    const all = rowsOf<{ item_id: string }>(await app.db.execute(sql`select item_id from embeddings`))
+    t.same(
+      all.map((r) => r.item_id).sort(),
+      [kept.id, edited.id, foreign.id].sort(),
+      'one row per fact there is; none for the deleted one'
+    )
+    t.ok(
+      rows.every((r) => r.state === 'ready' && r.current === true),
+      'each vector made from the text as it is now'
+    )
+    const pools = rowsOf<{ id: string; org_id: string }>(await app.db.execute(sql`select id, org_id from memory_pools`))
+    const poolOf = new Map(pools.map((p) => [p.id, p.org_id]))
+    t.ok(
+      rows.every((r) => poolOf.get(r.pool_id) === r.org_id),
+      "each row carries its fact's org and pool"
+    )
+    t.equal(rows.find((r) => r.item_id === foreign.id)?.org_id, other.org.id, "the other org's fact is its own")
+    const found = await search(app, 'How often is the coffee maker serviced?', 'semantic')
+    t.ok(
+      found.items.some((i) => i.id === edited.id),
+      'the fact edited before it was taken in is found by its new meaning'
+    )
+    t.equal(
+      (await search(app, 'Who is on call this weekend?', 'semantic', { cookie: other.cookie })).items.length,
+      0,
+      "another org's vectors are never compared"
+    )
+  }
+)
+
 t.test('a worker killed mid-batch loses nothing: another embeds its texts once the lease passes', async (t) => {
   const app = await buildTestApp(t, { env: { EMBEDDING_LEASE_MS: '300' } })
   for (const fact of FACTS) await add(app, fact)
