@@ -38,13 +38,15 @@ export interface GroupAppOptions {
   /** the group's route plugins, inside /api */
   routes: FastifyPluginAsync[]
   env?: Partial<Record<keyof Env, string>>
+  /** a database shared with another app (two instances), else a throwaway one */
+  db?: TestDatabase
 }
 
 export async function buildGroupApp(
   t: Teardown,
   options: GroupAppOptions
 ): Promise<FastifyInstance & { testDb: TestDatabase }> {
-  const db = await createTestDatabase(t)
+  const db = options.db ?? (await createTestDatabase(t))
   const own = mkdtempSync(join(tmpdir(), 'cairn-test-data-'))
   t.teardown(() => rmSync(own, { recursive: true, force: true }))
   const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...options.env, DATA_DIR: own })
