@@ -29,7 +29,8 @@ const absent = (group: string) =>
 /**
  * The automations group with what it stands on: the runs service (its engines, the queued runs
  * it inserts and announces; its worker off), the artifacts service (a prompt's attachments)
- * and the skills service and routes (skill and playbook targets), the same services and options `buildApp` wires, the rest left out.
+ * and the skills service and routes (skill and playbook targets): the same services and options
+ * `buildApp` wires, the rest left out.
  */
 export async function buildAutomationsApp(
   t: Teardown,
