@@ -1,34 +1,25 @@
-import { relative } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import cookie from '@fastify/cookie'
 import cors from '@fastify/cors'
 import rateLimit from '@fastify/rate-limit'
 import websocket from '@fastify/websocket'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import Fastify, {
-  LogController,
-  type FastifyContextConfig,
-  type FastifyInstance,
-  type FastifyPluginAsync
-} from 'fastify'
+import Fastify, { LogController, type FastifyInstance, type FastifyPluginAsync } from 'fastify'
 import dbPlugin from '../plugins/db.js'
 import shutdownRefusals from '../plugins/shutdown.js'
 import eventBusPlugin from '../plugins/event-bus.js'
-import idempotencyPlugin from '../plugins/idempotency/index.js'
 import ssePlugin from '../plugins/sse.js'
 import errorsPlugin, { rateLimited } from '../plugins/errors.js'
 import { compilersFactory } from '../plugins/schema-compilers.js'
 import openapiPlugin from '../plugins/openapi.js'
 import hubPlugin from '../plugins/hub.js'
-import principalPlugin from './auth/principal.js'
 import releasePlugin, { releaseHeaders } from '../plugins/release.js'
 import securityHeaders, { fixedHeaders } from '../plugins/security-headers.js'
 import { clientErrorHandler, frameworkErrors, MAX_PARAM_LENGTH, requestIdOf } from '../plugins/router-refusals.js'
-import requestGuards from '../plugins/request-guards.js'
 import { ErrorBody } from '../schemas/common.js'
 import { seedDevOrg } from './auth/dev-org.js'
-import auth from './auth/index.js'
+import { registerApiScope } from './api-scope.js'
 import type { Config } from './config.js'
+import { recordRoutes } from './route-table.js'
 import { openDatabase, type Database } from './db/client.js'
 import { serializeError } from './db/faults.js'
 import { migrateDatabase } from './db/migrate.js'
@@ -78,39 +69,7 @@ import { observedMcp, observedMemory, observedToolGateway } from './telemetry/po
 import { activeIds, startTracing } from './telemetry/tracing.js'
 import type { Features } from './system/features.js'
 
-/** One registered route, as the route-walk tests and the API-key allowlist see it. */
-export interface RouteRecord {
-  method: string
-  url: string
-  config: FastifyContextConfig
-  /** a WebSocket route (@fastify/websocket), answered by an upgrade */
-  websocket: boolean
-  /**
-   * The project file that declared the route (`src/runs/index.ts`), or undefined for a
-   * library's own routes: read from the call stack kept when it was registered, which V8
-   * formats only when this is first read (the route index test).
-   */
-  readonly source: string | undefined
-}
-
-const PROJECT_ROOT = fileURLToPath(new URL('..', import.meta.url))
-
-/** The first frame of a call stack that is a project file outside node_modules, relative to the project. */
-function projectFileOf(stack: string): string | undefined {
-  for (const line of stack.split('\n').slice(1)) {
-    const location = /\(?((?:file:\/\/)?\/[^()]+?):\d+:\d+\)?$/.exec(line.trim())?.[1]
-    if (location === undefined) continue
-    const file = location.startsWith('file://') ? fileURLToPath(location) : location
-    if (file.startsWith(PROJECT_ROOT) && !file.includes('/node_modules/')) return relative(PROJECT_ROOT, file)
-  }
-  return undefined
-}
-
-declare module 'fastify' {
-  interface FastifyInstance {
-    routeTable: readonly RouteRecord[]
-  }
-}
+export type { RouteRecord } from './route-table.js'
 
 export interface BuildOptions {
   config: Config
@@ -240,32 +199,10 @@ export async function buildApp({
     await app.register(otel.plugin())
   }
   app.addSchema(ErrorBody)
-  const routes: RouteRecord[] = []
-  app.decorate('routeTable', routes)
+  recordRoutes(app as unknown as FastifyInstance)
   // where this instance listens and its public URL: URLs an org types may never point there
   const forgetSelf = registerSelf(() => app.addresses().filter((a) => typeof a !== 'string'), config.PUBLIC_URL)
   app.addHook('onClose', async () => forgetSelf())
-  app.addHook('onRoute', function recordRoute(route) {
-    // the stack is captured now and formatted (costly, with source maps) only if read
-    const limit = Error.stackTraceLimit
-    Error.stackTraceLimit = 50
-    const site: { stack?: string } = {}
-    Error.captureStackTrace(site, recordRoute)
-    Error.stackTraceLimit = limit
-    let source: { file: string | undefined } | undefined
-    const methods = Array.isArray(route.method) ? route.method : [route.method]
-    for (const method of methods) {
-      routes.push({
-        method,
-        url: route.url,
-        config: route.config ?? {},
-        websocket: Boolean((route as { websocket?: boolean }).websocket),
-        get source() {
-          return (source ??= { file: projectFileOf(site.stack ?? '') }).file
-        }
-      })
-    }
-  })
   if (['info', 'debug', 'trace'].includes(config.LOG_LEVEL)) {
     // one line per request, once answered: what was asked, how it ended, how long it took
     app.addHook('onResponse', async (request, reply) => {
@@ -437,43 +374,25 @@ export async function buildApp({
 
   // Every domain lives in this one encapsulated scope: its routes are org-scoped unless
   // they declare otherwise, because the principal hook sits here.
-  await app.register(
-    async function api(scope) {
-      await scope.register(requestGuards, { trustedOrigins: config.CORS_ORIGINS })
-      await scope.register(principalPlugin, {
-        allowDevOrg: config.ALLOW_DEV_ORG,
-        secureCookie: config.COOKIE_SECURE,
-        cacheTtlMs: config.IDENTITY_CACHE_MS
-      })
-      await scope.register(idempotencyPlugin)
-      await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG, features })
-      await scope.register(auth, {
-        allowDevOrg: config.ALLOW_DEV_ORG,
-        rateLimit: {
-          perIp: config.AUTH_RATE_LIMIT_PER_IP,
-          perAccount: config.AUTH_RATE_LIMIT_PER_ACCOUNT,
-          windowMs: config.AUTH_RATE_LIMIT_WINDOW_MS
-        }
-      })
-      await scope.register(runs)
-      await scope.register(memory, { backendName: config.MEMORY_BACKEND })
-      await scope.register(runtimeRoutes, { corsOrigins: config.CORS_ORIGINS })
-      await scope.register(artifacts)
-      await scope.register(knowledge)
-      await scope.register(skills)
-      await scope.register(tasks)
-      await scope.register(secrets)
-      await scope.register(automations)
-      await scope.register(integrations)
-      await scope.register(platform)
-      await scope.register(providers, { catalogs })
-      await scope.register(github)
-      await scope.register(slack)
-      await scope.register(mcpRoutes, { sessionIdleHours: config.MCP_SESSION_IDLE_HOURS })
-      for (const plugin of apiPlugins) await scope.register(plugin)
-    },
-    { prefix: '/api' }
-  )
+  await registerApiScope(app as unknown as FastifyInstance, config, async (scope) => {
+    await scope.register(system, { release: config.release, allowDevOrg: config.ALLOW_DEV_ORG, features })
+    await scope.register(runs)
+    await scope.register(memory, { backendName: config.MEMORY_BACKEND })
+    await scope.register(runtimeRoutes, { corsOrigins: config.CORS_ORIGINS })
+    await scope.register(artifacts)
+    await scope.register(knowledge)
+    await scope.register(skills)
+    await scope.register(tasks)
+    await scope.register(secrets)
+    await scope.register(automations)
+    await scope.register(integrations)
+    await scope.register(platform)
+    await scope.register(providers, { catalogs })
+    await scope.register(github)
+    await scope.register(slack)
+    await scope.register(mcpRoutes, { sessionIdleHours: config.MCP_SESSION_IDLE_HOURS })
+    for (const plugin of apiPlugins) await scope.register(plugin)
+  })
 
   return app as unknown as FastifyInstance
 }

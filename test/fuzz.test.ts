@@ -3,7 +3,7 @@ import { sql } from 'drizzle-orm'
 import fc from 'fast-check'
 import { newKeyText } from '../src/secrets/crypto.js'
 import t from 'tap'
-import { DEV_ORG } from '../src/auth/dev-org.js'
+import { DEV_ORG, DEV_USER } from '../src/auth/dev-org.js'
 import { createSession } from '../src/auth/sessions-repo.js'
 import { rowsOf } from '../src/db/client.js'
 import { newId } from '../src/db/ids.js'
@@ -13,6 +13,7 @@ import { addFacts } from './memory/helpers.js'
 import { fixtureGitHub } from './github/fake-github.js'
 import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from './helper.js'
 import { startFakeSlack } from './slack/fake-slack.js'
+import { loadTenantFixtures, type Actor } from './tenancy/walk.js'
 import {
   blockActions,
   connectSlack,
@@ -491,10 +492,38 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
     // refuses it), then the name alone that the pull requests' path takes
     repo: ['fuzz-owner/fuzz-repo', 'fuzz-repo']
   }
-  const everyId = [...new Set(Object.values(ids).flat())]
-
   const doc = app.swagger() as Parameters<typeof operationsOf>[0]
   const operations = operationsOf(doc)
+  // every group's tenancy fixtures (test/<group>/tenancy.ts) seed both orgs too, and their ids
+  // join the path parameters of the same name: a new group's routes get real ids from its fixture
+  const pathParams = new Set(operations.flatMap((op) => op.params.filter((p) => p.in === 'path').map((p) => p.name)))
+  // the dev org's fallback user, signed in for the fixtures that need a session
+  const devSession = await createSession(app.db, DEV_USER.id, DEV_ORG.id)
+  const devCookie = `cairn_session=${devSession.token}`
+  const devKey = await mintKey(app, devCookie, 'fuzz dev fixtures')
+  const actors: Actor[] = [
+    { ...owner, authorization: key.authorization },
+    {
+      cookie: devCookie,
+      token: devSession.token,
+      user: { ...DEV_USER, createdAt: new Date(0).toISOString() },
+      password: '',
+      org: { ...DEV_ORG },
+      authorization: devKey.authorization
+    }
+  ]
+  // the principals' own users and keys are left out, so they survive
+  const keep = new Set([owner.user.id, DEV_USER.id, key.id, devKey.id])
+  for (const fixture of await loadTenantFixtures()) {
+    for (const actor of actors) {
+      for (const [name, value] of Object.entries(await fixture.seed(app, actor))) {
+        if (!pathParams.has(name) || keep.has(value)) continue
+        const known = (ids[name] ??= [])
+        if (!known.includes(value)) known.push(value)
+      }
+    }
+  }
+  const everyId = [...new Set(Object.values(ids).flat())]
   // every /api route but the WebSocket upgrades, which the document leaves out
   const routes = app.routeTable.filter((r) => r.url.startsWith('/api') && r.method !== 'HEAD' && !r.websocket)
   t.equal(operations.length, routes.length, `the document lists ${operations.length} operations, one per route`)

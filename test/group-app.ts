@@ -8,19 +8,17 @@ import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify'
 import dbPlugin from '../plugins/db.js'
 import errorsPlugin, { rateLimited } from '../plugins/errors.js'
 import eventBusPlugin from '../plugins/event-bus.js'
-import idempotencyPlugin from '../plugins/idempotency/index.js'
 import releasePlugin, { releaseHeaders } from '../plugins/release.js'
-import requestGuards from '../plugins/request-guards.js'
 import { clientErrorHandler, frameworkErrors, MAX_PARAM_LENGTH, requestIdOf } from '../plugins/router-refusals.js'
 import { compilersFactory } from '../plugins/schema-compilers.js'
 import securityHeaders, { fixedHeaders } from '../plugins/security-headers.js'
 import shutdownRefusals from '../plugins/shutdown.js'
 import ssePlugin from '../plugins/sse.js'
 import { ErrorBody } from '../schemas/common.js'
+import { registerApiScope } from '../src/api-scope.js'
 import { seedDevOrg } from '../src/auth/dev-org.js'
-import auth from '../src/auth/index.js'
-import principalPlugin from '../src/auth/principal.js'
 import { testConfig, type Config, type Env } from '../src/config.js'
+import { recordRoutes } from '../src/route-table.js'
 import { createTestDatabase, type Teardown, type TestDatabase } from './helper.js'
 
 /**
@@ -31,7 +29,8 @@ import { createTestDatabase, type Teardown, type TestDatabase } from './helper.j
  * make their identities through. Only the group's own modules are loaded, so a test file of
  * one group starts in a fraction of the whole app's time; a group needing a service it
  * was not given stops the boot naming it (the services' fastify-plugin `dependencies`).
- * The whole app's construction is `buildApp` (src/app.ts): this mirrors its shared part.
+ * The whole app's construction is `buildApp` (src/app.ts); the /api scope is the same call
+ * (`registerApiScope`), and `app.routeTable` records the group's routes as the whole app's does.
  */
 export interface GroupAppOptions {
   /** the group's services, registered after the shared plugins (each with its options) */
@@ -39,13 +38,15 @@ export interface GroupAppOptions {
   /** the group's route plugins, inside /api */
   routes: FastifyPluginAsync[]
   env?: Partial<Record<keyof Env, string>>
+  /** a database shared with another app (two instances), else a throwaway one */
+  db?: TestDatabase
 }
 
 export async function buildGroupApp(
   t: Teardown,
   options: GroupAppOptions
 ): Promise<FastifyInstance & { testDb: TestDatabase }> {
-  const db = await createTestDatabase(t)
+  const db = options.db ?? (await createTestDatabase(t))
   const own = mkdtempSync(join(tmpdir(), 'cairn-test-data-'))
   t.teardown(() => rmSync(own, { recursive: true, force: true }))
   const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...options.env, DATA_DIR: own })
@@ -67,6 +68,7 @@ export async function buildGroupApp(
   }).withTypeProvider<TypeBoxTypeProvider>()
   t.teardown(() => app.close())
   app.addSchema(ErrorBody)
+  recordRoutes(app as unknown as FastifyInstance)
   await app.register(errorsPlugin)
   await app.register(securityHeaders, { apiHeaders: releaseHeaders(config.release) })
   await app.register(shutdownRefusals, { graceMs: config.SHUTDOWN_GRACE_MS })
@@ -85,27 +87,9 @@ export async function buildGroupApp(
   })
   const plain = app as unknown as FastifyInstance
   await options.services?.(plain, config)
-  await app.register(
-    async function api(scope) {
-      await scope.register(requestGuards, { trustedOrigins: config.CORS_ORIGINS })
-      await scope.register(principalPlugin, {
-        allowDevOrg: config.ALLOW_DEV_ORG,
-        secureCookie: config.COOKIE_SECURE,
-        cacheTtlMs: config.IDENTITY_CACHE_MS
-      })
-      await scope.register(idempotencyPlugin)
-      await scope.register(auth, {
-        allowDevOrg: config.ALLOW_DEV_ORG,
-        rateLimit: {
-          perIp: config.AUTH_RATE_LIMIT_PER_IP,
-          perAccount: config.AUTH_RATE_LIMIT_PER_ACCOUNT,
-          windowMs: config.AUTH_RATE_LIMIT_WINDOW_MS
-        }
-      })
-      for (const routes of options.routes) await scope.register(routes)
-    },
-    { prefix: '/api' }
-  )
+  await registerApiScope(plain, config, async (scope) => {
+    for (const routes of options.routes) await scope.register(routes)
+  })
   await app.ready()
   return Object.assign(plain, { testDb: db })
 }

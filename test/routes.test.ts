@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs'
 import { dirname } from 'node:path'
 import t from 'tap'
 import { embeddedOnly } from './passes.js'
+import { CONTRIBUTING, longestFit, routeIndexRows, routeIndexSection, writtenSection } from '../scripts/route-index.js'
 import { keyAccessProblem, keyAllowlist, keyMayCall } from '../src/auth/key-allowlist.js'
 import { routeScopes, SCOPES } from '../src/auth/principal.js'
 import { buildTestApp, mintKey, signUpWithOrg } from './helper.js'
@@ -163,10 +164,9 @@ t.test(
   }
 )
 
-/** CONTRIBUTING.md's route index: each row's URL prefixes and the folder that serves them. */
+/** CONTRIBUTING.md's route index as written: each row's URL prefixes and the folder that serves them. */
 function routeIndex(): Array<{ prefix: string; folder: string }> {
-  const text = readFileSync('CONTRIBUTING.md', 'utf8')
-  const section = /^## Route index\n([\s\S]*?)(?=^## )/m.exec(text)?.[1] ?? ''
+  const section = writtenSection(readFileSync(CONTRIBUTING, 'utf8'))
   const rows: Array<{ prefix: string; folder: string }> = []
   for (const line of section.split('\n')) {
     const cells = /^\| (.+?) \| `([^`]+)`/.exec(line)
@@ -176,42 +176,74 @@ function routeIndex(): Array<{ prefix: string; folder: string }> {
   return rows
 }
 
-/** Whether a route's URL starts with the prefix, segment by segment; a parameter matches a parameter of any name. */
-function fits(prefix: string, url: string): boolean {
-  const want = prefix.split('/')
-  const have = url.split('/')
-  return (
-    want.length <= have.length &&
-    want.every((segment, i) => segment === have[i] || (segment.startsWith(':') && have[i]!.startsWith(':')))
-  )
-}
-
-t.test("CONTRIBUTING.md's route index names the folder that serves every route", embeddedOnly, async (t) => {
-  const index = routeIndex()
-  t.ok(index.length > 10, 'the index is read')
-  const app = await buildTestApp(t)
-  const used = new Set<string>()
-  for (const route of app.routeTable) {
-    const name = `${route.method} ${route.url}`
-    const row = index
-      .filter((r) => fits(r.prefix, route.url))
-      .sort((a, b) => b.prefix.split('/').length - a.prefix.split('/').length)[0]
-    if (!row) {
-      t.fail(`${name}: no row of the route index covers it`)
-      continue
-    }
-    used.add(row.prefix)
-    // a library's own routes (the /docs pages) have no project file to compare
-    if (route.source !== undefined)
-      t.equal(
-        `${dirname(route.source)}/`,
-        row.folder,
-        `${name} is served from ${route.source}; the index says ${row.prefix} → ${row.folder}`
+t.test(
+  "CONTRIBUTING.md's route index is written from the registered routes (npm run docs:routes)",
+  embeddedOnly,
+  async (t) => {
+    const app = await buildTestApp(t)
+    const written = writtenSection(readFileSync(CONTRIBUTING, 'utf8'))
+    const wanted = routeIndexSection(app.routeTable)
+    if (written !== wanted) {
+      const have = new Set(written.split('\n'))
+      const stale = wanted.split('\n').filter((line) => !have.has(line))
+      t.fail(
+        `${CONTRIBUTING}'s route index is stale; run npm run docs:routes. Rows it lacks or words differently:\n${stale.join('\n')}`
       )
+    } else t.pass(`${CONTRIBUTING}'s route index is up to date`)
+
+    // and what it says holds: the longest prefix that fits each route names the folder of the file that declared it
+    const index = routeIndex()
+    t.ok(index.length > 10, 'the index is read')
+    const used = new Set<string>()
+    for (const route of app.routeTable) {
+      const name = `${route.method} ${route.url}`
+      const row = longestFit(index, route.url)
+      if (!row) {
+        t.fail(`${name}: no row of the route index covers it`)
+        continue
+      }
+      used.add(row.prefix)
+      // a library's own routes (the /docs pages) have no project file to compare
+      if (route.source !== undefined)
+        t.equal(
+          `${dirname(route.source)}/`,
+          row.folder,
+          `${name} is served from ${route.source}; the index says ${row.prefix} → ${row.folder}`
+        )
+    }
+    t.same(
+      index.filter((r) => !used.has(r.prefix)).map((r) => r.prefix),
+      [],
+      'every prefix of the index serves a route'
+    )
   }
-  t.same(
-    index.filter((r) => !used.has(r.prefix)).map((r) => r.prefix),
-    [],
-    'every prefix of the index serves a route'
-  )
-})
+)
+
+t.test(
+  'the route index of a new group: one row per family, a longer prefix only where another folder serves it',
+  embeddedOnly,
+  async (t) => {
+    const routes = [
+      { url: '/api/things', source: 'src/things/index.ts' },
+      { url: '/api/things/:id', source: 'src/things/index.ts' },
+      { url: '/api/things/:thingId/parts', source: 'src/things/parts.ts' },
+      { url: '/api/things/:id/watch', source: 'src/watch/index.ts' },
+      { url: '/api/integrations/things', source: 'src/things/index.ts' },
+      { url: '/api/integrations', source: 'src/integrations/index.ts' },
+      { url: '/docs/json', source: undefined }
+    ]
+    t.same(routeIndexRows(routes), [
+      { prefixes: ['/api/things', '/api/integrations/things'], folder: 'src/things/', files: ['index.ts', 'parts.ts'] },
+      { prefixes: ['/api/things/:id/watch'], folder: 'src/watch/', files: ['index.ts'] },
+      { prefixes: ['/api/integrations'], folder: 'src/integrations/', files: ['index.ts'] }
+    ])
+    t.throws(
+      () =>
+        routeIndexRows([
+          { url: '/api/x', source: 'src/a/index.ts' },
+          { url: '/api/x', source: 'src/b/index.ts' }
+        ]),
+      /\/api\/x is served from src\/a\/ and src\/b\//
+    )
+  }
+)

@@ -1,8 +1,13 @@
 import t from 'tap'
-import { buildTestApp, signUpWithOrg } from '../helper.js'
+import { systemClock } from '../../src/worker-loop.js'
+import { signUpWithOrg } from '../helper.js'
+import { buildAutomationsApp } from './group.js'
 
 t.test('each kind of target comes back as it was sent (the response schema is a union)', async (t) => {
-  const app = await buildTestApp(t, { env: { SCHEDULER: 'false', RUN_WORKER_CONCURRENCY: '0' } })
+  const app = await buildAutomationsApp(t, {
+    clock: systemClock,
+    env: { SCHEDULER: 'false', RUN_WORKER_CONCURRENCY: '0' }
+  })
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
   const skill = (
