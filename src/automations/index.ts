@@ -1,5 +1,6 @@
 import { agentOptionsOf } from '../runs/agent-options.js'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import fp from 'fastify-plugin'
 import { Type } from 'typebox'
 import { conflict, engineUnavailable, notFound, validationFailed } from '../../plugins/errors.js'
 import { sendStored } from '../../plugins/idempotency/index.js'
@@ -269,4 +270,10 @@ const automationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   )
 }
 
-export default automationsRoutes
+// started only where the services it uses are: a group app without them fails at boot, naming what is missing
+export default fp(automationsRoutes, {
+  name: 'automations-routes',
+  fastify: '5.x',
+  dependencies: ['db', 'principal', 'automations', 'artifacts'],
+  encapsulate: true
+})

@@ -310,6 +310,11 @@ test('agent settings: a tool set to approve makes the next call wait; an MCP ser
   await page.keyboard.press('ArrowDown')
   t.equal((await saved).status(), 200)
   await page.getByRole('status').filter({ hasText: 'Saved list_files: approve' }).waitFor()
+  t.equal(
+    await page.locator('#policy-list_files:focus').count(),
+    1,
+    'the keyboard focus stays on the choice while and after it saves'
+  )
   // and write_file denied: never offered (typing the first letter of "Deny" picks it)
   await tabTo(page, '#policy-write_file', 60)
   await page.keyboard.press('d')

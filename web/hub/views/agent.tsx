@@ -79,8 +79,15 @@ function PoliciesCard({ admin, version }: { admin: boolean; version: number }) {
                   <select
                     id={`policy-${p.tool}`}
                     value={p.mode}
-                    disabled={!admin || set.pending}
-                    onChange={(e) => set.run(p.tool, (e.target as HTMLSelectElement).value as ToolMode)}
+                    // not disabled while a choice saves: a disabled control drops the keyboard focus
+                    disabled={!admin}
+                    aria-busy={set.pending}
+                    onChange={(e) => {
+                      const select = e.target as HTMLSelectElement
+                      // one save at a time: a choice made meanwhile is put back, not silently kept unsaved
+                      if (set.pending) select.value = p.mode
+                      else set.run(p.tool, select.value as ToolMode)
+                    }}
                   >
                     {TOOL_MODE_CHOICES.map((m) => (
                       <option key={m} value={m}>
