@@ -47,9 +47,14 @@ export async function buildGroupApp(
   options: GroupAppOptions
 ): Promise<FastifyInstance & { testDb: TestDatabase }> {
   const db = options.db ?? (await createTestDatabase(t))
-  const own = mkdtempSync(join(tmpdir(), 'cairn-test-data-'))
-  t.teardown(() => rmSync(own, { recursive: true, force: true }))
-  const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...options.env, DATA_DIR: own })
+  // a data directory of its own unless the test reads the files in one it gave
+  let dataDir = options.env?.DATA_DIR
+  if (dataDir === undefined) {
+    const own = mkdtempSync(join(tmpdir(), 'cairn-test-data-'))
+    t.teardown(() => rmSync(own, { recursive: true, force: true }))
+    dataDir = own
+  }
+  const config = testConfig({ ...(db.url ? { DATABASE_URL: db.url } : {}), ...options.env, DATA_DIR: dataDir })
   if (config.ALLOW_DEV_ORG) await seedDevOrg(db.database.db)
   const fixedHeadersFor = fixedHeaders(releaseHeaders(config.release))
   const app = Fastify({

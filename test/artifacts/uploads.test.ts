@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
-import { buildTestApp, mintKey, signUpWithOrg, type Teardown } from '../helper.js'
+import { mintKey, signUpWithOrg, type Teardown } from '../helper.js'
+import { buildArtifactsApp } from './group.js'
 import { blobFiles, count, expirePins, multipart, PNG, sha256, temporaries, upload } from './helpers.js'
 
 const LIMIT = 1000
@@ -11,7 +12,7 @@ const LIMIT = 1000
 async function appWithDir(t: Teardown, env: Record<string, string> = {}) {
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-uploads-'))
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
-  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, UPLOAD_MAX_BYTES: String(LIMIT), ...env } })
+  const app = await buildArtifactsApp(t, { env: { DATA_DIR: dataDir, UPLOAD_MAX_BYTES: String(LIMIT), ...env } })
   return { app, dataDir }
 }
 

@@ -1,9 +1,10 @@
 import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
-import { buildTestApp, mintKey, signUpWithOrg } from '../helper.js'
+import { mintKey, signUpWithOrg } from '../helper.js'
+import { buildKnowledgeApp } from './group.js'
 
-type App = Awaited<ReturnType<typeof buildTestApp>>
+type App = Awaited<ReturnType<typeof buildKnowledgeApp>>
 
 const create = (app: App, payload: Record<string, unknown>, headers: Record<string, string> = {}) =>
   app.inject({ method: 'POST', url: '/api/knowledge', payload, headers })
@@ -13,7 +14,7 @@ const patch = (app: App, id: string, payload: Record<string, unknown>, headers: 
 const RECORD_KEYS = ['body', 'createdAt', 'createdBy', 'id', 'source', 'tags', 'title', 'updatedAt', 'version']
 
 t.test('records: create, read, update with version, history, delete', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildKnowledgeApp(t)
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
 
@@ -83,7 +84,7 @@ t.test('records: create, read, update with version, history, delete', async (t) 
 })
 
 t.test('records: bad input is a 400 that changes nothing', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildKnowledgeApp(t)
   const bad: Array<Record<string, unknown>> = [
     {},
     { title: '', body: 'x' },
@@ -109,7 +110,7 @@ t.test('records: bad input is a 400 that changes nothing', async (t) => {
 })
 
 t.test('records: lists page newest first and filter on a tag; keys read but never write', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildKnowledgeApp(t)
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
   const ids: string[] = []
@@ -151,7 +152,7 @@ t.test('records: lists page newest first and filter on a tag; keys read but neve
 })
 
 t.test('records: concurrent updates with one version: exactly one wins', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildKnowledgeApp(t)
   const { id } = (await create(app, { title: 'race', body: 'start' })).json().record
   const results = await Promise.all(
     Array.from({ length: 8 }, (_, i) => patch(app, id, { body: `writer ${i}`, version: 1 }))
