@@ -4,6 +4,7 @@ import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { rowsOf } from '../../src/db/client.js'
 import { memoryItems } from '../../src/memory/tables.js'
 import { buildTestApp } from '../helper.js'
+import { buildMemoryApp } from './group.js'
 import { addFacts, FAST } from './helpers.js'
 
 const FAILED_CLOSED = {
@@ -16,7 +17,7 @@ const FAILED_CLOSED = {
 }
 
 /** A browse cursor no page handed out is refused, whatever the pool holds (even nothing, even no pool). */
-async function refusesBadCursors(t: Test, app: Awaited<ReturnType<typeof buildTestApp>>, where: string) {
+async function refusesBadCursors(t: Test, app: Awaited<ReturnType<typeof buildMemoryApp>>, where: string) {
   for (const query of [
     'cursor=garbage',
     'scope=personal&cursor=garbage',
@@ -29,6 +30,7 @@ async function refusesBadCursors(t: Test, app: Awaited<ReturnType<typeof buildTe
 }
 
 t.test('memory off: reads answer enabled false, writes 403 memory disabled, capabilities.memory false', async (t) => {
+  // the whole app: GET /api/config reports what every group offers
   const app = await buildTestApp(t, { env: { MEMORY_BACKEND: 'off' } })
   const config = await app.inject({ method: 'GET', url: '/api/config' })
   t.equal(config.json().capabilities.memory, false)
@@ -83,7 +85,7 @@ t.test('memory on: capabilities.memory true; the dev org never reaches a persona
 })
 
 t.test('search, browse, patch, delete and history in the org pool', async (t) => {
-  const app = await buildTestApp(t, { env: FAST })
+  const app = await buildMemoryApp(t, { env: FAST })
   const empty = await app.inject({ method: 'GET', url: '/api/memory/search?q=deploy' })
   t.match(
     empty.json(),
@@ -199,7 +201,7 @@ t.test('search, browse, patch, delete and history in the org pool', async (t) =>
 })
 
 t.test('limits: search truncates, browse pages with a cursor, oversize limits are capped', async (t) => {
-  const app = await buildTestApp(t, { env: FAST })
+  const app = await buildMemoryApp(t, { env: FAST })
   const facts = Array.from({ length: 130 }, (_, i) => `Release note number ${i} mentions the widget`)
   await addFacts(app.db, DEV_ORG.id, 'org', '', facts)
   const def = (await app.inject({ method: 'GET', url: '/api/memory/search?q=widget' })).json()
@@ -231,7 +233,7 @@ t.test('limits: search truncates, browse pages with a cursor, oversize limits ar
 })
 
 t.test('settings: an admin turns memory off for the org, then on again', async (t) => {
-  const app = await buildTestApp(t, { env: FAST })
+  const app = await buildMemoryApp(t, { env: FAST })
   await addFacts(app.db, DEV_ORG.id, 'org', '', ['Lunch is at noon'])
   const id = (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json().items[0].id
   t.same((await app.inject({ method: 'GET', url: '/api/memory/settings' })).json(), {
@@ -268,7 +270,7 @@ t.test('settings: an admin turns memory off for the org, then on again', async (
 })
 
 t.test('bad input is a clear 4xx, never a 5xx, and changes nothing', async (t) => {
-  const app = await buildTestApp(t, { env: FAST })
+  const app = await buildMemoryApp(t, { env: FAST })
   await addFacts(app.db, DEV_ORG.id, 'org', '', ['Keep this fact'])
   const id = (await app.inject({ method: 'GET', url: '/api/memory/browse' })).json().items[0].id
   const cases: Array<{
