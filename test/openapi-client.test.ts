@@ -37,16 +37,23 @@ t.test("Redocly's recommended rules find no error and no warning", embeddedOnly,
     absoluteRef: resolve('openapi.json'),
     config
   })
+  // each ambiguous pair, whatever order the document lists its paths in
+  const pairs = (messages: string[]) =>
+    messages
+      .map((m) =>
+        [...m.matchAll(/`([^`]+)`/g)]
+          .map((found) => found[1])
+          .sort()
+          .join(' and ')
+      )
+      .sort()
   t.same(
-    another
-      .filter((p) => p.ruleId.endsWith('no-ambiguous-paths'))
-      .map((p) => p.message)
-      .sort(),
-    [
+    pairs(another.filter((p) => p.ruleId.endsWith('no-ambiguous-paths')).map((p) => p.message)),
+    pairs([
       'Paths should resolve unambiguously. Found two ambiguous paths: `/api/knowledge/{id}/history` and `/api/knowledge/drafts/{id}`.',
       'Paths should resolve unambiguously. Found two ambiguous paths: `/api/knowledge/documents/{id}` and `/api/knowledge/{id}/versions`.',
       'Paths should resolve unambiguously. Found two ambiguous paths: `/api/knowledge/{id}/versions` and `/api/knowledge/drafts/{id}`.'
-    ]
+    ])
   )
 })
 
