@@ -1,12 +1,12 @@
 import t from 'tap'
 import { systemClock } from '../../src/worker-loop.js'
 import { signUpWithOrg } from '../helper.js'
-import { buildAutomationsApp } from './group.js'
+import { buildAutomationsApp, QUIET } from './group.js'
 
 t.test('each kind of target comes back as it was sent (the response schema is a union)', async (t) => {
   const app = await buildAutomationsApp(t, {
     clock: systemClock,
-    env: { SCHEDULER: 'false', RUN_WORKER_CONCURRENCY: '0' }
+    env: QUIET
   })
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
