@@ -3,7 +3,7 @@
 // path (adding a fact) with the embedding triggers and job, next to the same server without
 // them. `npm run bench -- retrieval`; the quality figures are `retrieval-quality`.
 import { randomUUID } from 'node:crypto'
-import { benchPostgres, load, startServer, withDatabase, type Result } from './lib.js'
+import { benchPostgres, interleaved, load, startServer, withDatabase, type Result, type Server } from './lib.js'
 
 const PG = benchPostgres ?? 'postgres://postgres@127.0.0.1:5432/postgres'
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 4)
@@ -61,42 +61,49 @@ async function searchBench(label: string, env: Record<string, string>): Promise<
   }
 }
 
-async function writeBench(label: string, env: Record<string, string>): Promise<string> {
-  const results: Result[] = []
-  for (const [name, extra] of [
-    ['add a fact, before (no embedding triggers or job)', { BENCH_EMBED_TRIGGERS: 'off', EMBEDDING_WORKER: 'false' }],
-    ['add a fact, with the embedding trigger (the job on another instance)', { EMBEDDING_WORKER: 'false' }],
-    ['add a fact, with the embedding trigger and the job in the same process', { EMBEDDING_WORKER: 'true' }]
-  ] as const) {
-    const server = await startServer(
-      'bench/retrieval-server.ts',
-      { BENCH_POOLS: '1', BENCH_POOL_FACTS: '1000', ...env, ...extra },
-      900_000
-    )
-    try {
-      results.push(
-        await load({
-          url: `${server.url}/api/memory/items`,
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          name,
-          connections,
-          setupRequest: (req: { body?: string }) => ({
-            ...req,
-            body: JSON.stringify({ scope: 'org', content: `A new fact about the deploy pipeline ${randomUUID()}` })
-          })
-        })
+const WRITE_CASES = [
+  ['add a fact, before (no embedding triggers or job)', { BENCH_EMBED_TRIGGERS: 'off', EMBEDDING_WORKER: 'false' }],
+  ['add a fact, with the embedding trigger (the job on another instance)', { EMBEDDING_WORKER: 'false' }],
+  ['add a fact, with the embedding trigger and the job in the same process', { EMBEDDING_WORKER: 'true' }]
+] as const
+
+/**
+ * The three write paths side by side, each on its own server and database (`envs`, one per case), measured
+ * in turns (BENCH_ROUNDS, best round each), so that the machine's drift falls on all three alike.
+ */
+async function writeBench(label: string, envs: Array<Record<string, string>>): Promise<string> {
+  const servers: Server[] = []
+  try {
+    for (const [i, [, extra]] of WRITE_CASES.entries())
+      servers.push(
+        await startServer(
+          'bench/retrieval-server.ts',
+          { BENCH_POOLS: '1', BENCH_POOL_FACTS: '1000', ...envs[i], ...extra },
+          900_000
+        )
       )
-    } finally {
-      await server.stop()
-    }
+    const results = await interleaved(
+      WRITE_CASES.map(([name], i) => ({
+        url: `${servers[i]!.url}/api/memory/items`,
+        method: 'POST' as const,
+        headers: { 'content-type': 'application/json' },
+        name,
+        connections,
+        setupRequest: (req: { body?: string }) => ({
+          ...req,
+          body: JSON.stringify({ scope: 'org', content: `A new fact about the deploy pipeline ${randomUUID()}` })
+        })
+      }))
+    )
+    return rows(
+      `${label}: adding a fact (POST /api/memory/items), ${connections} connections, best of ${process.env.BENCH_ROUNDS ?? 3} alternating rounds`,
+      results,
+      results[0]!,
+      'before'
+    )
+  } finally {
+    await Promise.all(servers.map((s) => s.stop()))
   }
-  return rows(
-    `${label}: adding a fact (POST /api/memory/items), ${connections} connections`,
-    results,
-    results[0]!,
-    'before'
-  )
 }
 
 /** BENCH_DATABASES: `pglite`, `postgres` or both (default); BENCH_PARTS: `search`, `write` or both (default). */
@@ -105,10 +112,23 @@ export async function benchRetrieval(): Promise<string> {
   const parts = (process.env.BENCH_PARTS ?? 'search,write').split(',')
   const out: string[] = []
   for (const part of parts) {
-    const bench = part === 'search' ? searchBench : writeBench
-    if (databases.includes('pglite')) out.push(await bench('PGlite', {}))
-    if (databases.includes('postgres'))
-      out.push(await withDatabase(PG, (url) => bench('PostgreSQL', { DATABASE_URL: url })))
+    if (part === 'search') {
+      if (databases.includes('pglite')) out.push(await searchBench('PGlite', {}))
+      if (databases.includes('postgres'))
+        out.push(await withDatabase(PG, (url) => searchBench('PostgreSQL', { DATABASE_URL: url })))
+    } else {
+      if (databases.includes('pglite')) out.push(await writeBench('PGlite', [{}, {}, {}]))
+      if (databases.includes('postgres'))
+        out.push(
+          await withDatabase(PG, (a) =>
+            withDatabase(PG, (b) =>
+              withDatabase(PG, (c) =>
+                writeBench('PostgreSQL', [{ DATABASE_URL: a }, { DATABASE_URL: b }, { DATABASE_URL: c }])
+              )
+            )
+          )
+        )
+    }
   }
   return out.join('\n\n')
 }

@@ -247,7 +247,7 @@ async function replay(url: string, clients: number, dispatchScript: string, work
     url,
     dispatchScript,
     async () => {
-      await pgbench(url, workScript, clients, { transactions: DRAIN / clients })
+      await pgbench(url, workScript, clients, { transactions: Math.floor(DRAIN / clients) })
     },
     64
   )

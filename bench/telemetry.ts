@@ -274,13 +274,24 @@ async function metricsScrape(): Promise<string> {
   return table(rows, rows[0]!)
 }
 
-/** BENCH_PARTS=metrics: the scrape alone (it needs no receiver and takes a minute); =dispatch: the dispatch alone. */
+/**
+ * BENCH_PARTS=metrics: the scrape alone (it needs no receiver and takes a minute); =dispatch: the dispatch alone;
+ * =bound: the model-bound runs alone.
+ */
 export async function benchTelemetry(): Promise<string> {
   if (process.env.BENCH_PARTS === 'metrics') return ['### GET /metrics', '', await metricsScrape()].join('\n')
   if (process.env.BENCH_PARTS === 'dispatch') {
     const receiver = await startReceiver()
     try {
       return ['### Dispatch (no workers)', '', await dispatchCases(receiver.endpoint)].join('\n')
+    } finally {
+      await receiver.close()
+    }
+  }
+  if (process.env.BENCH_PARTS === 'bound') {
+    const receiver = await startReceiver()
+    try {
+      return ['### Model-bound runs', '', await modelBound(receiver.endpoint)].join('\n')
     } finally {
       await receiver.close()
     }
