@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
@@ -100,6 +100,28 @@ export async function interleaved(
     }
   }
   return cases.map((c) => best.get(c.name)!)
+}
+
+/** The CPU time a process has used, user and system, in ms (Linux: /proc/<pid>/stat, in clock ticks of 10 ms). */
+export function cpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+  // utime and stime are the 14th and 15th fields of the line, the 12th and 13th after the command
+  return (Number(fields[11]) + Number(fields[12])) * 10
+}
+
+/**
+ * The service's CPU per request for `count` requests, `concurrency` at a time: on a machine
+ * other work shares, CPU spent says more than requests per second.
+ */
+export async function cpuPerRequest(pid: number, count: number, send: () => Promise<void>, concurrency = 10) {
+  let left = count
+  const before = cpuMs(pid)
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (left-- > 0) await send()
+    })
+  )
+  return (cpuMs(pid) - before) / count
 }
 
 export interface Server {

@@ -7,12 +7,22 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { randomUUID } from 'node:crypto'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { createServer } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
-import { benchEnv, credentials, interleaved, load, serverNodeArgs, table, type LoadOptions } from './lib.js'
+import {
+  benchEnv,
+  cpuMs,
+  cpuPerRequest,
+  credentials,
+  interleaved,
+  load,
+  serverNodeArgs,
+  table,
+  type LoadOptions
+} from './lib.js'
 import { now, startBenchModel } from './model.js'
 
 interface Service {
@@ -20,28 +30,6 @@ interface Service {
   pid: number
   lines: AsyncIterableIterator<string>
   stop(): Promise<void>
-}
-
-/** The CPU time a process has used, user and system, in ms (Linux: /proc/<pid>/stat, in clock ticks of 10 ms). */
-function cpuMs(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
-  // utime and stime are the 14th and 15th fields of the line, the 12th and 13th after the command
-  return (Number(fields[11]) + Number(fields[12])) * 10
-}
-
-/**
- * The service's CPU per request for `count` requests, `concurrency` at a time: on a machine
- * other work shares, CPU spent says more than requests per second.
- */
-async function cpuPerRequest(pid: number, count: number, send: () => Promise<void>, concurrency = 10) {
-  let left = count
-  const before = cpuMs(pid)
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (left-- > 0) await send()
-    })
-  )
-  return (cpuMs(pid) - before) / count
 }
 
 /** bench/runs-server.ts from `tree` (this checkout by default), in its own process. */

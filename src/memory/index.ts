@@ -99,8 +99,9 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
    * Where each item's vector stands (the postgres backend where vectors exist; mem0 embeds as
    * it writes, and without pgvector there are none): fields to spread into an item.
    */
+  const vectorStates = () => hub.backend?.name === 'postgres' && app.retrieval.vectors.available
   async function embeddingStates(pool: PoolRef, ids: string[]) {
-    if (hub.backend?.name !== 'postgres' || !app.retrieval.vectors.available) return (_id: string) => ({})
+    if (!vectorStates()) return (_id: string) => ({})
     const states = await app.retrieval.states(pool.orgId, 'memory', ids)
     return (id: string) => {
       const s = states.get(id) ?? { state: 'pending' as const, error: null }
@@ -210,8 +211,10 @@ const memory: FastifyPluginAsyncTypebox<{ backendName: 'postgres' | 'http' | 'of
       const pool =
         a.pool ?? (await ensurePool(app.db, principal.orgId, scope, scope === 'personal' ? realUserId(principal)! : ''))
       const item = await hub.backend.add(pool, request.body.content.trim(), changedByOf(principal))
-      const states = await embeddingStates(pool, [item.id])
-      return reply.code(201).send({ item: { ...item, sourceScope: scope, ...states(item.id) } })
+      // a fact just written has no vector yet (the embedding job takes it in after the commit): its state
+      // is known without asking, which keeps the write path to the fact's own statements
+      const embedding = vectorStates() ? { embedding: 'pending' as const } : {}
+      return reply.code(201).send({ item: { ...item, sourceScope: scope, ...embedding } })
     }
   )
 

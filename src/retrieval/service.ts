@@ -51,7 +51,8 @@ async function statesOf(db: Db, retrieval: Retrieval, orgId: string, kind: Embed
     await db.execute(sql`
     select item_id, state, model, last_error from embeddings
     where org_id = ${orgId} and kind = ${kind}
-      and item_id in (select jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb))`)
+      -- an array, not a semi-join: the lookup stays on the primary key whatever the table's statistics say
+      and item_id = any(array(select jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb)))`)
   )
   for (const r of rows) {
     // a vector of another model does not count: it is being made again
