@@ -7,7 +7,7 @@ import searchRoutes from './search-routes.js'
 
 /** Knowledge records, search, documents and drafts: one plugin per URL family. */
 const knowledgeRoutes: FastifyPluginAsyncTypebox = async (app) => {
-  // a record written here is embedded soon (its row is pending from the write's own statement)
+  // a record written here is embedded soon (it waits in the embedding job's queue from the write's own statement)
   app.addHook('onResponse', async (request, reply) => {
     if (request.method !== 'GET' && reply.statusCode < 300) app.retrieval.worker?.wake()
   })

@@ -40,7 +40,7 @@ export function historyToWire(h: HistoryRow) {
   }
 }
 
-/** The columns every read selects: the search vector stays in the database. */
+/** The columns every read selects: the search vector and the embedding job's flag stay in the database. */
 const recordColumns = {
   id: knowledgeRecords.id,
   orgId: knowledgeRecords.orgId,
@@ -53,8 +53,8 @@ const recordColumns = {
   updatedAt: knowledgeRecords.updatedAt,
   createdBy: knowledgeRecords.createdBy
 }
-/** A record as it is read (without its search vector). */
-export type RecordRow = Omit<typeof knowledgeRecords.$inferSelect, 'searchVector'>
+/** A record as it is read (without its search vector or the embedding job's flag). */
+export type RecordRow = Omit<typeof knowledgeRecords.$inferSelect, 'searchVector' | 'embeddingQueued'>
 
 const WORDS_PER_STATEMENT = 5000
 

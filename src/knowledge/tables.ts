@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm'
 import {
   bigint,
+  boolean,
   check,
   customType,
   index,
@@ -52,12 +53,22 @@ export const knowledgeRecords = pgTable(
       ),
     createdAt: ts('created_at').notNull().defaultNow(),
     updatedAt: ts('updated_at').notNull().defaultNow(),
-    createdBy: text('created_by')
+    createdBy: text('created_by'),
+    /**
+     * Whether the embedding job has taken this record in (its row in `embeddings` exists). A new
+     * record is written with false and nothing else: the job finds it through
+     * `knowledge_records_embedding_due_idx` and makes its row there (src/retrieval/embedding-worker.ts).
+     */
+    embeddingQueued: boolean('embedding_queued').notNull().default(false)
   },
   (t) => [
     index('knowledge_records_org_idx').on(t.orgId, t.id),
     index('knowledge_records_tags_idx').using('gin', t.tags),
-    index('knowledge_records_search_idx').using('gin', t.searchVector)
+    index('knowledge_records_search_idx').using('gin', t.searchVector),
+    // the records the embedding job has not taken in yet (few: it takes them within moments)
+    index('knowledge_records_embedding_due_idx')
+      .on(t.id)
+      .where(sql`not embedding_queued`)
   ]
 )
 
@@ -142,12 +153,18 @@ export const knowledgeChunks = pgTable(
       .notNull()
       .generatedAlwaysAs(
         sql`setweight(to_tsvector('english', heading), 'A') || setweight(to_tsvector('english', text), 'B')`
-      )
+      ),
+    /** whether the embedding job has taken this chunk in, as for a record (a new one: false) */
+    embeddingQueued: boolean('embedding_queued').notNull().default(false)
   },
   (t) => [
     uniqueIndex('knowledge_chunks_document_idx').on(t.documentId, t.idx),
     index('knowledge_chunks_org_idx').on(t.orgId),
-    index('knowledge_chunks_search_idx').using('gin', t.searchVector)
+    index('knowledge_chunks_search_idx').using('gin', t.searchVector),
+    // the chunks the embedding job has not taken in yet
+    index('knowledge_chunks_embedding_due_idx')
+      .on(t.id)
+      .where(sql`not embedding_queued`)
   ]
 )
 

@@ -57,7 +57,7 @@ const keyOf = (r: { kind: string; item_id: string }) => `${r.kind}:${r.item_id}`
 export const textHash = (text: string) => createHash('sha256').update(text, 'utf8').digest('hex')
 
 /**
- * The embedding job: takes in new facts (see takeInFacts), claims pending texts in batches
+ * The embedding job: takes in new facts, records and chunks (see takeIn), claims pending texts in batches
  * (`FOR UPDATE SKIP LOCKED`, a lease per row, renewed while it works), embeds each org's texts
  * with that org's current model in one `/embeddings` call per model, and stores each vector
  * only where the row still has the text hash (and the lease) it claimed with: a text edited
@@ -76,26 +76,44 @@ export function createEmbeddingWorker(o: EmbeddingWorkerOptions): EmbeddingWorke
   const now = () => clock.now().toISOString()
 
   /**
-   * Takes in facts written since the last pass: a new fact has no row in `embeddings` (adding
-   * it wrote nothing but the fact), only `embedding_queued = false`, which
-   * `memory_items_embedding_due_idx` lists. Setting the flag fires the update trigger, which
-   * makes the facts' rows pending (with their text hashes) in this same statement: a crash
-   * before it commits leaves the flags unset, so nothing is lost, and a fact taken in twice
-   * (two instances) keeps one row. Facts being written or edited right now are skipped, not
-   * waited for: the next pass takes them.
+   * Takes in facts, knowledge records and chunks written since the last pass: a new one has no
+   * row in `embeddings` (adding it wrote nothing but itself), only `embedding_queued = false`,
+   * which a partial index of its table lists (`memory_items_embedding_due_idx`,
+   * `knowledge_records_embedding_due_idx`, `knowledge_chunks_embedding_due_idx`). Setting the
+   * flag fires the table's update trigger, which makes their rows pending (with their text
+   * hashes and their own org) in this same statement: a crash before it commits leaves the flags
+   * unset, so nothing is lost, and a text taken in twice (two instances) keeps one row. Rows
+   * being written or edited right now are skipped, not waited for: the next pass takes them.
+   * One statement for the three tables: one round trip per pass, idle or not.
    */
-  async function takeInFacts(): Promise<void> {
+  async function takeIn(): Promise<void> {
     await db.execute(sql`
-      update memory_items set embedding_queued = true
-      where id in (
-        select id from memory_items where not embedding_queued
-        order by id
-        limit ${o.batch}
-        for update skip locked)`)
+      with facts as (
+        update memory_items set embedding_queued = true
+        where id in (
+          select id from memory_items where not embedding_queued
+          order by id limit ${o.batch}
+          for update skip locked)
+        returning 1),
+      records as (
+        update knowledge_records set embedding_queued = true
+        where id in (
+          select id from knowledge_records where not embedding_queued
+          order by id limit ${o.batch}
+          for update skip locked)
+        returning 1),
+      chunks as (
+        update knowledge_chunks set embedding_queued = true
+        where id in (
+          select id from knowledge_chunks where not embedding_queued
+          order by id limit ${o.batch}
+          for update skip locked)
+        returning 1)
+      select 1`)
   }
 
   async function claim(): Promise<Batch | null> {
-    await takeInFacts()
+    await takeIn()
     const rows = rowsOf<Claimed>(
       await db.execute(sql`
       with due as (

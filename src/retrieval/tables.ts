@@ -13,9 +13,9 @@ export type EmbeddingState = (typeof EMBEDDING_STATES)[number]
 /**
  * One row per embedded text, kept by triggers on the tables it embeds (migration
  * `0031_embeddings`): a changed text makes its row `pending` (with the text's hash) in the
- * writing statement itself, a delete deletes it. A new knowledge record or chunk gets its row
- * the same way; a new Memory Hub fact gets it when the embedding job takes it in
- * (`memory_items.embedding_queued`), so that adding a fact writes nothing more than the fact.
+ * writing statement itself, a delete deletes it. A new Memory Hub fact, knowledge record or
+ * chunk gets its row when the embedding job takes it in (`embedding_queued` of its table), so
+ * that adding one writes nothing more than itself.
  * The embedding worker claims pending rows with a lease (`lease_owner`, `lease_expires_at`),
  * and stores a vector only where the row still has the text hash it embedded.
  *
