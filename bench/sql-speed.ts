@@ -58,6 +58,9 @@ export async function capture(url: string): Promise<{ life: Statement[]; runId: 
       RUN_SWEEP_MS: '600000',
       KNOWLEDGE_WORKER: 'false',
       MEMORY_CAPTURE_WORKER: 'false',
+      // one free slot: the claim asks for one run, as pgbench replays one run's life per transaction (a worker with
+      // more free slots fills them with one claim)
+      RUN_WORKER_CONCURRENCY: '1',
       // the queue the drains fill is larger than the default room of an org's queue
       RUN_QUEUE_MAX_PER_ORG: '100000'
     }),
