@@ -58,9 +58,6 @@ export async function capture(url: string): Promise<{ life: Statement[]; runId: 
       RUN_SWEEP_MS: '600000',
       KNOWLEDGE_WORKER: 'false',
       MEMORY_CAPTURE_WORKER: 'false',
-      // one free slot: the claim asks for one run, as pgbench replays one run's life per transaction (a worker with
-      // more free slots fills them with one claim)
-      RUN_WORKER_CONCURRENCY: '1',
       // the queue the drains fill is larger than the default room of an org's queue
       RUN_QUEUE_MAX_PER_ORG: '100000'
     }),
@@ -129,7 +126,9 @@ export function scripts(life: Statement[], runId: string): { dispatch: string; l
   const before = life.slice(0, claimAt)
   const after = life.slice(claimAt + 1)
   const head = `\\set r random(1, 281474976710655)\n${before.map((s) => line(s, runId, fresh)).join('\n')}`
-  const work = `${line(life[claimAt]!, runId, fresh, '\\gset c_')}\n${after.map((s) => line(s, runId, ':c_id')).join('\n')}\n`
+  // pgbench replays one run's life a transaction: its claim takes one run (the worker's took up to its free slots)
+  const claim = { ...life[claimAt]!, text: life[claimAt]!.text.replace(/limit \$\d+::int/g, 'limit 1') }
+  const work = `${line(claim, runId, fresh, '\\gset c_')}\n${after.map((s) => line(s, runId, ':c_id')).join('\n')}\n`
   return {
     dispatch: `${head}\n`,
     life: `${head}\n${work}`,
@@ -250,7 +249,7 @@ async function replay(url: string, clients: number, dispatchScript: string, work
     url,
     dispatchScript,
     async () => {
-      await pgbench(url, workScript, clients, { transactions: DRAIN / clients })
+      await pgbench(url, workScript, clients, { transactions: Math.floor(DRAIN / clients) })
     },
     64
   )

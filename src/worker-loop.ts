@@ -127,7 +127,12 @@ export function createWorkerLoop<T>(o: WorkerLoopOptions<T>): WorkerLoop<T> {
   const timers = o.timers ?? systemTimers
   const one = o.claim
   const claim: ((room: number) => Promise<T[]>) | undefined =
-    o.claimMany ?? (one && (async () => [await one()].filter((item): item is T => item !== null)))
+    o.claimMany ??
+    (one &&
+      (async () => {
+        const item = await one()
+        return item === null ? [] : [item]
+      }))
   const concurrency = claim ? (o.concurrency ?? 1) : 0
   const running = new Set<Running<T>>()
   const tracked = new Set<Promise<unknown>>()

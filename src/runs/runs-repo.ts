@@ -642,7 +642,7 @@ export async function claimRuns(
     claimed as (
       update runs set status = 'running', started_at = coalesce(started_at, clock_timestamp()), resume_at = null, lease_owner = ${o.instanceId},
         lease_expires_at = now() + make_interval(secs => ${o.leaseMs / 1000})
-      where id in (select id from picked)
+      where id = any(array(select id from picked))
       returning *
     ),
     ${historyCtes(o.budgetBytes)},

@@ -14,7 +14,7 @@ const QUIET = { RUN_WORKER_CONCURRENCY: '0', RUN_SWEEP_MS: '600000', RUN_POLL_MS
 const claim = (app: { db: Parameters<typeof claimRuns>[0] }, limit: number, instanceId = 'test-worker') =>
   claimRuns(app.db, { instanceId, leaseMs: 60_000, budgetBytes: 100_000, limit })
 
-async function setUp(t: Parameters<Parameters<typeof t.test>[1]>[0]) {
+async function setUp(t: Parameters<typeof buildTestApp>[0]) {
   const app = await buildTestApp(t, { env: QUIET })
   const a = await signUpWithOrg(app)
   const b = await signUpWithOrg(app)
