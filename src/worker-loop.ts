@@ -58,7 +58,10 @@ export interface WorkerLoopOptions<T> {
   claimMany?(room: number): Promise<T[]>
   /** Does claimed work. `signal` aborts with a LoopStopped: at a kill, and at a drain that hands work back. */
   work?(item: T, signal: AbortSignal): Promise<void>
-  /** pieces of work in flight at once; 0 (or no `claim` nor `claimMany`: a loop of `every` jobs only): the loop claims nothing */
+  /**
+   * pieces of work in flight at once; 0 (or no `claim` nor `claimMany`: a loop of `every` jobs only): the loop claims
+   * nothing
+   */
   concurrency?: number
   /** how often an idle loop looks again when nothing woke it (the fallback to `listen`) */
   pollMs: number
