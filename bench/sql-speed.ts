@@ -126,7 +126,9 @@ export function scripts(life: Statement[], runId: string): { dispatch: string; l
   const before = life.slice(0, claimAt)
   const after = life.slice(claimAt + 1)
   const head = `\\set r random(1, 281474976710655)\n${before.map((s) => line(s, runId, fresh)).join('\n')}`
-  const work = `${line(life[claimAt]!, runId, fresh, '\\gset c_')}\n${after.map((s) => line(s, runId, ':c_id')).join('\n')}\n`
+  // pgbench replays one run's life a transaction: its claim takes one run (the worker's took up to its free slots)
+  const claim = { ...life[claimAt]!, text: life[claimAt]!.text.replace(/limit \$\d+::int/g, 'limit 1') }
+  const work = `${line(claim, runId, fresh, '\\gset c_')}\n${after.map((s) => line(s, runId, ':c_id')).join('\n')}\n`
   return {
     dispatch: `${head}\n`,
     life: `${head}\n${work}`,

@@ -51,9 +51,17 @@ export interface WorkerLoopOptions<T> {
    * due. A claim that also does the work in its own transaction (the scheduler) returns null.
    */
   claim?(): Promise<T | null>
+  /**
+   * Instead of `claim`: takes up to `room` pieces of work in one go ([]: none is due), so that one round trip can fill
+   * several free slots. Each piece is worked (and leased, and drained) as one claimed alone.
+   */
+  claimMany?(room: number): Promise<T[]>
   /** Does claimed work. `signal` aborts with a LoopStopped: at a kill, and at a drain that hands work back. */
   work?(item: T, signal: AbortSignal): Promise<void>
-  /** pieces of work in flight at once; 0 (or no `claim`: a loop of `every` jobs only): the loop claims nothing */
+  /**
+   * pieces of work in flight at once; 0 (or no `claim` nor `claimMany`: a loop of `every` jobs only): the loop claims
+   * nothing
+   */
   concurrency?: number
   /** how often an idle loop looks again when nothing woke it (the fallback to `listen`) */
   pollMs: number
@@ -120,7 +128,14 @@ interface Running<T> {
  */
 export function createWorkerLoop<T>(o: WorkerLoopOptions<T>): WorkerLoop<T> {
   const timers = o.timers ?? systemTimers
-  const claim = o.claim
+  const one = o.claim
+  const claim: ((room: number) => Promise<T[]>) | undefined =
+    o.claimMany ??
+    (one &&
+      (async () => {
+        const item = await one()
+        return item === null ? [] : [item]
+      }))
   const concurrency = claim ? (o.concurrency ?? 1) : 0
   const running = new Set<Running<T>>()
   const tracked = new Set<Promise<unknown>>()
@@ -188,9 +203,9 @@ export function createWorkerLoop<T>(o: WorkerLoopOptions<T>): WorkerLoop<T> {
   /** Claims until nothing is due or every slot is taken; when to look again (null: when work finishes). */
   async function claimPass(): Promise<number | null> {
     while (!stopping && running.size < concurrency) {
-      let item: T | null
+      let items: T[]
       try {
-        item = await claim!()
+        items = await claim!(concurrency - running.size)
       } catch (err) {
         failures++
         // a sentence: never the failed query or its values
@@ -198,7 +213,7 @@ export function createWorkerLoop<T>(o: WorkerLoopOptions<T>): WorkerLoop<T> {
         return o.backoff ? Math.max(o.pollMs, backoffDelay(failures, o.backoff.baseMs, o.backoff.maxMs)) : o.pollMs
       }
       failures = 0
-      if (item === null) {
+      if (items.length === 0) {
         if (stopping || !o.idleMs) return o.pollMs
         try {
           return await o.idleMs()
@@ -207,8 +222,8 @@ export function createWorkerLoop<T>(o: WorkerLoopOptions<T>): WorkerLoop<T> {
           return o.pollMs
         }
       }
-      begin(item)
-      if (o.claimMore && !o.claimMore(item)) return o.pollMs
+      for (const item of items) begin(item)
+      if (o.claimMore && !o.claimMore(items[items.length - 1]!)) return o.pollMs
     }
     return null
   }

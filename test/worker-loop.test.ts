@@ -241,3 +241,46 @@ t.test('a kill aborts the work at once and waits for nothing', async (t) => {
   t.equal(claims.count, 1, 'a killed loop claims nothing')
   t.same(await loop.stop(), { items: [], left: [] })
 })
+
+t.test('a claim of several fills the free slots at once; each piece is worked, leased and drained alone', async (t) => {
+  const claims = new Calls<number, string[]>()
+  const works = new Calls<{ item: string; signal: AbortSignal }, void>()
+  const renewed: string[][] = []
+  const timers = new ManualTimers()
+  const loop = createWorkerLoop<string>({
+    name: 'test loop',
+    log: silent,
+    pollMs: 1000,
+    timers,
+    concurrency: 3,
+    claimMany: (room) => claims.fn(room),
+    work: (item, signal) => works.fn({ item, signal }),
+    lease: { everyMs: 300, renew: async (items) => void renewed.push(items) },
+    drain: 'hand-back'
+  })
+  loop.start()
+  const first = await claims.next()
+  t.equal(first.arg, 3, 'asked for every free slot')
+  first.answer.resolve(['a', 'b'])
+  const a = await works.next()
+  const b = await works.next()
+  t.same([a.arg.item, b.arg.item], ['a', 'b'])
+  const second = await claims.next()
+  t.equal(second.arg, 1, 'the pass goes on for the slot left')
+  second.answer.resolve([])
+  t.equal(timers.fire(300), 1)
+  while (renewed.length === 0) await Promise.resolve()
+  t.same(renewed, [['a', 'b']], 'their leases renewed together')
+  a.answer.resolve()
+  const third = await claims.next()
+  t.equal(third.arg, 2, 'a finished piece frees its slot')
+  third.answer.resolve(['c'])
+  const c = await works.next()
+  ;(await claims.next()).answer.resolve([])
+  const stopped = loop.stop(60_000)
+  await once(c.arg.signal, 'abort')
+  t.ok(b.arg.signal.aborted, 'each handed back at the drain')
+  b.answer.resolve()
+  c.answer.resolve()
+  t.same(await stopped, { items: ['b', 'c'], left: [] })
+})

@@ -184,13 +184,15 @@ const BATCH_NOTIFY_BYTES = 3900
  * Only a batch too big for one payload is split, in id order. With `after`, the name of a
  * CTE of the same statement: the events are stored only when it yields a row (and after it
  * ran: its row locks come before the org's advisory lock, as in a transaction that updates
- * the run first). The statement must select from `ins` cross joined with `notified`.
+ * the run first). With `byRun`, that CTE yields run ids (`id`), and each event is stored only when its run's id is
+ * among them (several runs ended by one statement). The statement must select from `ins` cross joined with
+ * `notified`.
  */
-export function eventCtes(events: NewEvent[], after?: SQL): SQL {
+export function eventCtes(events: NewEvent[], after?: SQL, byRun = false): SQL {
   const input = JSON.stringify(
     events.map((e) => ({ o: e.orgId, r: e.runId, t: e.rootRunId, y: e.type, d: JSON.stringify(e.data ?? {}) }))
   )
-  const gate = after ? sql`, ${after}` : sql``
+  const gate = !after ? sql`` : byRun ? sql` where run_id in (select id from ${after})` : sql`, ${after}`
   return sql`input as (
       select e.value->>'o' as org_id, e.value->>'r' as run_id, e.value->>'t' as root_run_id, e.value->>'y' as type,
              (e.value->>'d')::jsonb as data, e.ord
@@ -200,7 +202,7 @@ export function eventCtes(events: NewEvent[], after?: SQL): SQL {
       from (select distinct hashtext('cairn.run_events:' || org_id) as h from input${gate} order by h) as s),
     ins as (
       insert into run_events (org_id, run_id, root_run_id, type, data)
-      select org_id, run_id, root_run_id, type, data from input, locks${gate} order by ord
+      select org_id, run_id, root_run_id, type, data from input${byRun ? sql`` : gate}, locks${byRun ? gate : sql``} order by ord
       returning id, org_id, run_id, root_run_id, type, data, created_at),
     payloads as (
       select id, json_build_object(

@@ -511,8 +511,9 @@ export interface ClaimedRun {
 }
 
 /**
- * The CTEs that read a claimed run's history (`ctx`: its turns as JSON, how many kept, of how
- * many, how many results shortened), given a `claimed` CTE before them.
+ * The CTEs that read each claimed run's history (`ctx`, a row per claimed run `cid`: its turns
+ * as JSON, how many kept, of how many, how many results shortened), given a `claimed` CTE
+ * before them.
  */
 function historyCtes(budgetBytes: number): SQL {
   const short = sql.raw(String(SHORTENED_RESULT_CHARS))
@@ -520,34 +521,35 @@ function historyCtes(budgetBytes: number): SQL {
     -- the thread's earlier succeeded turns and their sizes, stored when each ended (whole, and
     -- with long tool results shortened): measuring the history reads no message. A turn
     -- without a transcript is sent its prompt and answer. Every join below is an index lookup
-    -- or against a one-row CTE: the plan stays linear whatever the planner's statistics say
-    -- (PGlite never gathers any)
+    -- or on the claimed run's id, among the few runs one statement claims: the plan stays
+    -- linear whatever the planner's statistics say (PGlite never gathers any)
     hist as (
-      select h.id, h.prompt, h.output, h.context_bytes is null as bare,
+      select c.id as cid, h.id, h.prompt, h.output, h.context_bytes is null as bare,
              coalesce(h.context_bytes, octet_length(h.prompt) + octet_length(h.output)) as full_size,
              coalesce(h.context_short_bytes, octet_length(h.prompt) + octet_length(h.output)) as short_size
-      from runs h join claimed c on h.org_id = c.org_id and h.root_run_id = c.root_run_id and h.id < c.id
+      from claimed c join runs h on h.org_id = c.org_id and h.root_run_id = c.root_run_id and h.id < c.id
       where h.status = 'succeeded' and h.output is not null and c.suspended is null
     ),
-    budget as (select ${budgetBytes} - octet_length(c.prompt) - coalesce(octet_length(c.instructions), 0) as b from claimed c),
+    budget as (select c.id as cid, ${budgetBytes} - octet_length(c.prompt) - coalesce(octet_length(c.instructions), 0) as b from claimed c),
     -- when all do not fit, long tool results are shortened first, then the oldest turns left out whole
     plan as (
-      select h.id, budget.b, (sum(h.full_size) over () > budget.b) as shorten,
-             sum(h.short_size) over (order by h.id desc) as cum_short
-      from hist h, budget
+      select h.cid, h.id, budget.b, (sum(h.full_size) over (partition by h.cid) > budget.b) as shorten,
+             sum(h.short_size) over (partition by h.cid order by h.id desc) as cum_short
+      from hist h join budget on budget.cid = h.cid
     ),
     -- the turns kept are the newest ones, from first_id on
     cut as (
-      select coalesce(bool_or(shorten), false) as shorten,
-             min(id) filter (where not shorten or cum_short <= b) as first_id,
-             count(*) filter (where not shorten or cum_short <= b) as kept
-      from plan
+      select c.id as cid, coalesce(bool_or(p.shorten), false) as shorten,
+             min(p.id) filter (where not p.shorten or p.cum_short <= p.b) as first_id,
+             count(p.id) filter (where not p.shorten or p.cum_short <= p.b) as kept
+      from claimed c left join plan p on p.cid = c.id
+      group by c.id
     ),
     -- only the kept turns' messages are read, each turn's by its primary key; built as json
     -- (text), not jsonb: it is only handed to the client, never queried
     sent as (
-      select h.id, t.turn, t.shortened
-      from hist h cross join cut cross join lateral (
+      select h.cid, h.id, t.turn, t.shortened
+      from hist h join cut on cut.cid = h.cid cross join lateral (
         select json_agg(json_strip_nulls(json_build_object('role', m.role,
                  'content', case when cut.shorten and m.role = 'tool' and char_length(m.content) > ${short}
                    then left(m.content, ${short}) || chr(10) || '[result shortened: ${short} of ' || char_length(m.content) || ' characters]'
@@ -557,40 +559,48 @@ function historyCtes(budgetBytes: number): SQL {
         from run_messages m where m.run_id = h.id) t
       where h.id >= cut.first_id and not h.bare
       union all
-      select h.id, json_build_array(json_build_object('role', 'user', 'content', h.prompt),
-                                    json_build_object('role', 'assistant', 'content', h.output)), 0
-      from hist h, cut where h.id >= cut.first_id and h.bare
+      select h.cid, h.id, json_build_array(json_build_object('role', 'user', 'content', h.prompt),
+                                           json_build_object('role', 'assistant', 'content', h.output)), 0
+      from hist h join cut on cut.cid = h.cid where h.id >= cut.first_id and h.bare
     ),
     ctx as (
-      select (select coalesce(json_agg(turn order by id), '[]'::json) from sent where turn is not null) as turns,
+      select cut.cid,
+             (select coalesce(json_agg(s.turn order by s.id), '[]'::json) from sent s where s.cid = cut.cid and s.turn is not null) as turns,
              cut.kept::int as kept,
-             (select count(*) from hist)::int as total,
-             (select coalesce(sum(shortened), 0) from sent)::int as shortened
+             (select count(*) from hist h where h.cid = cut.cid)::int as total,
+             (select coalesce(sum(s.shortened), 0) from sent s where s.cid = cut.cid)::int as shortened
       from cut
     )`
 }
 
+/** The runs claimNext takes in one statement at most (a worker asks for its free slots, up to this). */
+export const MAX_CLAIM = 16
+
 /**
- * One statement (one round trip): take a run nobody else is taking: first one waiting
- * for people whose calls are all decided or whose first approval expired, else a queued run whose
- * thread has no earlier run still queued, running or
- * waiting (runs of one thread run one at a time, in order): each org's
- * oldest such run is a candidate, and the one taken is that of the org with the fewest
- * runs running now, the oldest among equals. So one org's flood never keeps another
- * org's run waiting for more than the next free worker, and with one org it is plain
- * first-in first-out. The orgs with queued runs are found with a skip scan of
- * runs_org_queued_idx (one probe per org), not by reading their queues;
- * lease it, read the thread's earlier succeeded turns that fit in MODEL_CONTEXT_TOKENS
- * (newest kept, oldest dropped whole), and store and announce its `run.started` event
- * with `contextTurns` and `droppedTurns` (and `resumed` when it goes on from where it
- * waited). `waiting`: whether other runs are queued or due to go on (none runnable now,
- * perhaps: a thread's next run waits for its turn), so the worker knows when looking again
- * can find something.
+ * One statement (one round trip): take up to `limit` runs nobody else is taking: first
+ * those waiting for people whose calls are all decided or whose first approval expired,
+ * then queued runs whose thread has no earlier run still queued, running or waiting (runs
+ * of one thread run one at a time, in order). Each org's oldest such runs are candidates,
+ * and they are taken in turns between the orgs: an org's k-th candidate ranks as if the
+ * org had k-1 more runs running, and the fewest running (so counted) go first, the oldest
+ * among equals. Taking several runs is taking one, then the next, each time from the org
+ * with the fewest runs running: so one org's flood never keeps another org's run waiting
+ * for more than the next free worker, and with one org it is plain first-in first-out.
+ * The orgs with queued runs are found with a skip scan of runs_org_queued_idx (one probe
+ * per org), not by reading their queues; lease them, read each one's thread's earlier
+ * succeeded turns that fit in MODEL_CONTEXT_TOKENS (newest kept, oldest dropped whole),
+ * and store and announce their `run.started` events with `contextTurns` and
+ * `droppedTurns` (and `resumed` when one goes on from where it waited), under the
+ * advisory locks of their orgs (taken in hash order, as eventCtes does). `waiting`:
+ * whether other runs are queued or due to go on (none runnable now, perhaps: a thread's
+ * next run waits for its turn), so the worker knows when looking again can find
+ * something.
  */
-export async function claimNext(
+export async function claimRuns(
   db: Db,
-  o: { instanceId: string; leaseMs: number; budgetBytes: number }
-): Promise<{ claimed: ClaimedRun | null; waiting: boolean }> {
+  o: { instanceId: string; leaseMs: number; budgetBytes: number; limit: number }
+): Promise<{ claimed: ClaimedRun[]; waiting: boolean }> {
+  const limit = Math.max(1, Math.min(MAX_CLAIM, Math.floor(o.limit)))
   const result = await db.execute(sql`${sql.raw(PLAN_EACH_TIME)}
     with recursive queued_orgs(org_id) as (
       (select org_id from runs where status = 'queued' order by org_id limit 1)
@@ -599,55 +609,84 @@ export async function claimNext(
       from queued_orgs q where q.org_id is not null
     ),
     busy as (select org_id, count(*) as n from runs where status = 'running' group by org_id),
+    due as materialized (
+      select id, resume_at from runs where status = 'requires_action' and resume_at <= now()
+      order by resume_at, id limit ${limit}::int for update skip locked
+    ),
+    heads as materialized (
+      select head.id, head.created_at,
+             coalesce(busy.n, 0) + row_number() over (partition by q.org_id order by head.created_at, head.id) as turn
+      from queued_orgs q
+        left join busy on busy.org_id = q.org_id
+        cross join lateral (
+          -- only a run whose run.queued is stored: it is written just after the run
+          -- commits, and a run.started must never come before it
+          select id, created_at from runs where status = 'queued' and org_id = q.org_id
+            and exists (select 1 from run_events e where e.run_id = runs.id and e.type = 'run.queued')
+            and not exists (select 1 from runs b where b.org_id = runs.org_id and b.root_run_id = runs.root_run_id
+                              and b.id < runs.id and b.status in ('queued', 'running', 'requires_action'))
+          order by created_at, id limit ${limit}::int for update skip locked) head
+      where q.org_id is not null
+    ),
+    picked as materialized (
+      select id from (
+        select id, 0 as tier, 0::bigint as turn, resume_at as at from due
+        union all
+        select id, 1, turn, created_at from heads
+      ) p
+      order by tier, turn, at, id limit ${limit}::int
+    ),
     -- started_at is the clock when the row is taken, not now() (the statement's start): the
     -- snapshot that saw the thread's previous run ended may be taken after that start, so
     -- now() could come before the previous run's finished_at
     claimed as (
       update runs set status = 'running', started_at = coalesce(started_at, clock_timestamp()), resume_at = null, lease_owner = ${o.instanceId},
         lease_expires_at = now() + make_interval(secs => ${o.leaseMs / 1000})
-      where id = coalesce(
-        (select id from runs where status = 'requires_action' and resume_at <= now()
-          order by resume_at, id limit 1 for update skip locked),
-        (select head.id from queued_orgs q
-           left join busy on busy.org_id = q.org_id
-           cross join lateral (
-             -- only a run whose run.queued is stored: it is written just after the run
-             -- commits, and a run.started must never come before it
-             select id, created_at from runs where status = 'queued' and org_id = q.org_id
-               and exists (select 1 from run_events e where e.run_id = runs.id and e.type = 'run.queued')
-               and not exists (select 1 from runs b where b.org_id = runs.org_id and b.root_run_id = runs.root_run_id
-                                 and b.id < runs.id and b.status in ('queued', 'running', 'requires_action'))
-             order by created_at, id limit 1 for update skip locked) head
-         where q.org_id is not null
-         order by coalesce(busy.n, 0), head.created_at, head.id limit 1))
+      where id = any(array(select id from picked))
       returning *
     ),
     ${historyCtes(o.budgetBytes)},
-    lock as (select pg_advisory_xact_lock(hashtext('cairn.run_events:' || claimed.org_id))::text as v from claimed),
+    lock as (
+      select count(pg_advisory_xact_lock(h)) as n
+      from (select distinct hashtext('cairn.run_events:' || org_id) as h from claimed order by h) as s
+    ),
     ev as (
       insert into run_events (org_id, run_id, root_run_id, type, data)
-      select org_id, id, root_run_id, 'run.started',
-             case when suspended is null
-               then jsonb_build_object('engine', engine, 'model', model, 'contextTurns', ctx.kept, 'droppedTurns', ctx.total - ctx.kept,
+      select c.org_id, c.id, c.root_run_id, 'run.started',
+             case when c.suspended is null
+               then jsonb_build_object('engine', c.engine, 'model', c.model, 'contextTurns', ctx.kept, 'droppedTurns', ctx.total - ctx.kept,
                                        'shortenedResults', ctx.shortened)
-               else jsonb_build_object('engine', engine, 'model', model, 'resumed', true) end
-      from claimed, ctx, lock
+               else jsonb_build_object('engine', c.engine, 'model', c.model, 'resumed', true) end
+      from claimed c join ctx on ctx.cid = c.id, lock
+      order by c.created_at, c.id
       returning id, org_id, run_id, root_run_id, type, data, created_at
     )
     select taken.*, (
              exists (select 1 from runs where status = 'queued' and id not in (select id from claimed))
              or exists (select 1 from runs where status = 'requires_action' and resume_at <= now() and id not in (select id from claimed))
            ) as more_waiting
-    from (select claimed.*, ctx.turns as context_turns, ${notifyStored(sql`ev`)}::text as notified from claimed, ev, ctx) taken
-    right join (select 1) as one on true`)
-  const row = rowsOf<Record<string, unknown>>(result)[0]!
-  const waiting = boolOf(row.more_waiting)
-  if (row.id === null || row.id === undefined) return { claimed: null, waiting }
-  const turns = jsonOf<TranscriptMessage[][] | null>(row.context_turns) ?? []
-  return {
-    claimed: { run: runFromRow(row), history: replayWire(turns) },
-    waiting
-  }
+    from (select claimed.*, ctx.turns as context_turns, ${notifyStored(sql`ev`)}::text as notified
+          from claimed join ev on ev.run_id = claimed.id join ctx on ctx.cid = claimed.id) taken
+    right join (select 1) as one on true
+    order by taken.created_at, taken.id`)
+  const rows = rowsOf<Record<string, unknown>>(result)
+  const waiting = boolOf(rows[0]!.more_waiting)
+  const claimed = rows
+    .filter((row) => row.id !== null && row.id !== undefined)
+    .map((row) => ({
+      run: runFromRow(row),
+      history: replayWire(jsonOf<TranscriptMessage[][] | null>(row.context_turns) ?? [])
+    }))
+  return { claimed, waiting }
+}
+
+/** claimRuns for one run: the next run this worker may execute, and whether others wait. */
+export async function claimNext(
+  db: Db,
+  o: { instanceId: string; leaseMs: number; budgetBytes: number }
+): Promise<{ claimed: ClaimedRun | null; waiting: boolean }> {
+  const { claimed, waiting } = await claimRuns(db, { ...o, limit: 1 })
+  return { claimed: claimed[0] ?? null, waiting }
 }
 
 /**
@@ -794,71 +833,90 @@ export async function markFinished(
   return finished ? { remembered: jsonOf<RememberedFact[] | null>(finished.remembered) ?? [] } : null
 }
 
+/** A held run's end as finishAll stores it. */
+export interface RunEnd {
+  run: Pick<RunRow, 'id' | 'orgId' | 'rootRunId'>
+  outcome: RunOutcome
+  usage: { promptTokens: number; completionTokens: number } | null
+  /** the run's transcript, of which the messages from `from` on are not stored yet */
+  transcript: { messages: readonly TranscriptMessage[]; from: number }
+  /** its last events, its end event last */
+  events: NewEvent[]
+}
+
 /**
  * A held run's end in ONE statement, committed on its own, for the end that needs nothing
  * else in its transaction (no facts to capture, no follow-up): markFinished's update, the
  * rest of its transcript, and its last events with its end event (eventCtes, gated on the
  * update). One round trip where the transaction took five (BEGIN, three statements,
- * COMMIT); the rules are the transaction's, since a statement is one. A run that kept
- * facts with the `remember` tool is left alone here (they must be captured in the commit
- * that ends it): false, as when this worker no longer holds the run; the caller's
- * transaction then decides which.
+ * COMMIT); the rules are the transaction's, since a statement is one. Several runs' ends
+ * (of any orgs) go in the same statement (FinishBatcher): one round trip, one commit and
+ * one take of each org's event lock for all of them, each run's part gated on its own
+ * update. A run that kept facts with the `remember` tool is left alone here (they must be
+ * captured in the commit that ends it): false, as when this worker no longer holds the
+ * run; the caller's transaction then decides which. One answer per end, in order.
  */
-export async function finishAlone(
-  db: Db,
-  run: Pick<RunRow, 'id' | 'orgId' | 'rootRunId'>,
-  instanceId: string,
-  outcome: RunOutcome,
-  usage: { promptTokens: number; completionTokens: number } | null,
-  transcript: { messages: readonly TranscriptMessage[]; from: number },
-  events: NewEvent[]
-): Promise<boolean> {
-  const error =
-    outcome.status === 'failed' ? sql`${outcome.error}::text` : outcome.status === 'cancelled' ? sql`error` : sql`null`
-  const tokens = usage
-    ? sql`, input_tokens = ${usage.promptTokens}::int, output_tokens = ${usage.completionTokens}::int`
-    : sql``
-  const messages = JSON.stringify(
-    transcript.messages.slice(transcript.from).map((m, i) => ({
-      seq: transcript.from + i,
-      role: m.role,
-      content: m.content,
-      tool_calls: m.toolCalls ?? null,
-      tool_call_id: m.toolCallId ?? null,
-      name: m.name ?? null
+export async function finishAll(db: Db, instanceId: string, ends: RunEnd[]): Promise<boolean[]> {
+  if (ends.length === 0) return []
+  const input = JSON.stringify(
+    ends.map(({ run, outcome, usage, transcript }) => ({
+      id: run.id,
+      org_id: run.orgId,
+      root_run_id: run.rootRunId,
+      status: outcome.status,
+      error: outcome.status === 'failed' ? outcome.error : null,
+      output: outcome.status === 'succeeded' ? outcome.output : null,
+      input_tokens: usage?.promptTokens ?? null,
+      output_tokens: usage?.completionTokens ?? null,
+      messages: transcript.messages.slice(transcript.from).map((m, i) => ({
+        seq: transcript.from + i,
+        role: m.role,
+        content: m.content,
+        tool_calls: m.toolCalls ?? null,
+        tool_call_id: m.toolCallId ?? null,
+        name: m.name ?? null
+      }))
     }))
   )
+  const events = ends.flatMap((e) => e.events)
+  const ended = sql`jsonb_to_recordset(${input}::jsonb) as e(id text, org_id text, root_run_id text, status text,
+      error text, output text, input_tokens int, output_tokens int, messages jsonb)`
   // a succeeded run's transcript size as its thread's next runs are sent it: the messages stored
   // before this statement and the ones it adds (a statement does not see its own inserts)
-  const sizes =
-    outcome.status === 'succeeded'
-      ? sql`, (context_bytes, context_short_bytes) = (${contextSizes(sql`
-          select role, content, tool_calls from run_messages where run_id = ${run.id}
-          union all
-          select n.role, n.content, n.tool_calls
-          from jsonb_to_recordset(${messages}::jsonb) as n(seq int, role text, content text, tool_calls jsonb)
-          where not exists (select 1 from run_messages r where r.run_id = ${run.id} and r.seq = n.seq)`)})`
-      : sql``
   const result = await db.execute(sql`
     with fin as (
-      update runs set status = ${outcome.status}, error = ${error},
-        output = ${outcome.status === 'succeeded' ? outcome.output : null}::text, finished_at = now()${tokens},
-        suspended = null, lease_owner = null, lease_expires_at = null${sizes}
-      where id = ${run.id} and status = 'running' and lease_owner = ${instanceId}
-        and coalesce(jsonb_array_length(remembered), 0) = 0
-      returning id),
+      update runs set status = e.status,
+        error = case e.status when 'failed' then e.error when 'cancelled' then runs.error end,
+        output = e.output, finished_at = now(),
+        input_tokens = coalesce(e.input_tokens, runs.input_tokens), output_tokens = coalesce(e.output_tokens, runs.output_tokens),
+        suspended = null, lease_owner = null, lease_expires_at = null,
+        context_bytes = case when e.status = 'succeeded' then size.full_size else runs.context_bytes end,
+        context_short_bytes = case when e.status = 'succeeded' then size.short_size else runs.context_short_bytes end
+      from ${ended} cross join lateral (${contextSizes(sql`
+          select role, content, tool_calls from run_messages where run_id = e.id
+          union all
+          select n.role, n.content, n.tool_calls
+          from jsonb_to_recordset(e.messages) as n(seq int, role text, content text, tool_calls jsonb)
+          where not exists (select 1 from run_messages r where r.run_id = e.id and r.seq = n.seq)`)}) as size(full_size, short_size)
+      where runs.id = e.id and runs.status = 'running' and runs.lease_owner = ${instanceId}
+        and coalesce(jsonb_array_length(runs.remembered), 0) = 0
+      returning runs.id),
     msgs as (
       insert into run_messages (run_id, seq, org_id, root_run_id, role, content, tool_calls, tool_call_id, name)
-      select fin.id, m.seq, ${run.orgId}, ${run.rootRunId}, m.role, m.content, m.tool_calls, m.tool_call_id, m.name
-      from fin, jsonb_to_recordset(${messages}::jsonb)
-        as m(seq int, role text, content text, tool_calls jsonb, tool_call_id text, name text)
+      select fin.id, m.seq, e.org_id, e.root_run_id, m.role, m.content, m.tool_calls, m.tool_call_id, m.name
+      from ${ended} join fin on fin.id = e.id
+        cross join lateral jsonb_to_recordset(e.messages)
+          as m(seq int, role text, content text, tool_calls jsonb, tool_call_id text, name text)
       on conflict do nothing),
-    ${eventCtes(events, sql`fin`)}
-    select ins.id::text as event_id, ins.created_at from ins, notified order by ins.id`)
-  const rows = rowsOf<{ event_id: string; created_at: Date | string }>(result)
-  if (rows.length === 0) return false
-  storedAll(events, rows)
-  return true
+    ${eventCtes(events, sql`fin`, true)}
+    select ins.id::text as event_id, ins.run_id, ins.created_at from ins, notified order by ins.id`)
+  const rows = rowsOf<{ event_id: string; run_id: string; created_at: Date | string }>(result)
+  return ends.map((end) => {
+    const own = rows.filter((r) => r.run_id === end.run.id)
+    if (own.length === 0) return false
+    storedAll(end.events, own)
+    return true
+  })
 }
 
 /** A raw `runs` row (snake_case, from a hand-written statement) as drizzle would return it. */

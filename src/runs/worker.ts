@@ -18,6 +18,7 @@ import {
 import { prepareAttachments } from './attachments.js'
 import { insertEvents, type EventBatcher, type NewEvent } from './events.js'
 import { RunEventWriter } from './event-writer.js'
+import { FinishAbandoned, FinishBatcher } from './finish-batcher.js'
 import { extractionMessages, parseExtraction } from './extraction.js'
 import type { RunArtifacts } from './ports/artifacts.js'
 import type { RunKnowledge } from './ports/knowledge.js'
@@ -25,8 +26,7 @@ import type { RecalledItem, RunMemory, RunRef } from './ports/memory.js'
 import type { SuspendedRun } from './tables.js'
 import {
   announceCommitted,
-  claimNext,
-  finishAlone,
+  claimRuns,
   insertFollowUp,
   markFinished,
   releaseRun,
@@ -212,9 +212,12 @@ export class RunWorker {
    */
   private lookAgain = true
   private unsubscribe: Array<() => void> = []
+  /** runs' ends that need nothing else in their transaction, several to a statement under load */
+  private readonly finishes: FinishBatcher
 
   constructor(options: RunWorkerOptions) {
     this.o = options
+    this.finishes = new FinishBatcher(options.db, this.instanceId)
   }
 
   /** Drops a run's waiting tool calls; never throws (the run ends either way). */
@@ -240,14 +243,15 @@ export class RunWorker {
           if (event.type === 'run.queued' || event.type === 'approval.resolved') wake()
         })
       ],
-      claim: async () => {
+      // the free slots are filled by one statement (runs-repo.ts claimRuns), fairly between orgs
+      claimMany: async (room) => {
         const sentAt = Date.now()
-        const { claimed, waiting } = await this.claim().catch((err: unknown) => {
+        const { claimed, waiting } = await this.claim(room).catch((err: unknown) => {
           this.lookAgain = true
           throw err
         })
         this.lookAgain = waiting
-        return claimed && { claimed, leaseUntil: sentAt + o.leaseMs }
+        return claimed.map((run) => ({ claimed: run, leaseUntil: sentAt + o.leaseMs }))
       },
       // a claim says whether other runs wait: with none, the pass ends (a run's NOTIFY or the poll starts the next)
       claimMore: () => this.lookAgain,
@@ -273,12 +277,13 @@ export class RunWorker {
     this.loop?.wake()
   }
 
-  /** Takes the next run this worker may execute (runs-repo.ts claimNext), and whether others wait. */
-  private claim(): Promise<{ claimed: ClaimedRun | null; waiting: boolean }> {
-    return claimNext(this.o.db, {
+  /** Takes up to `room` runs this worker may execute (runs-repo.ts claimRuns), and whether others wait. */
+  private claim(room: number): Promise<{ claimed: ClaimedRun[]; waiting: boolean }> {
+    return claimRuns(this.o.db, {
       instanceId: this.instanceId,
       leaseMs: this.o.leaseMs,
-      budgetBytes: (this.o.contextTokens ?? 64_000) * BYTES_PER_TOKEN
+      budgetBytes: (this.o.contextTokens ?? 64_000) * BYTES_PER_TOKEN,
+      limit: room
     })
   }
 
@@ -354,7 +359,7 @@ export class RunWorker {
     try {
       return await this.whileLeased(entry, work)
     } catch (err) {
-      if (err instanceof LeaseLost || err instanceof WorkerGone) return lost
+      if (err instanceof LeaseLost || err instanceof WorkerGone || err instanceof FinishAbandoned) return lost
       throw err
     }
   }
@@ -751,7 +756,8 @@ export class RunWorker {
     const waiting = await writer.take()
     const { event, ended } = endOf(run, outcome, usage)
     const events = [...waiting, event]
-    // nothing else to commit with the end (no facts, no follow-up): one statement, no transaction
+    // nothing else to commit with the end (no facts, no follow-up): one statement, no transaction, shared with
+    // the ends of this instance's other runs that come while one is in flight
     const alone =
       (outcome.status !== 'succeeded' || outcome.facts.length === 0) &&
       !o.followUps.some((f) => f.concerns?.(ended) ?? true)
@@ -761,15 +767,13 @@ export class RunWorker {
       (await this.lastWrite(
         entry,
         () =>
-          finishAlone(
-            o.db,
+          this.finishes.finish({
             run,
-            this.instanceId,
             outcome,
             usage,
-            { messages: transcript, from: transcriptFrom },
+            transcript: { messages: transcript, from: transcriptFrom },
             events
-          ),
+          }),
         true
       ))
     )
@@ -963,6 +967,7 @@ export class RunWorker {
   /** Simulates a crash: everything stops at once, nothing more is written; leases expire. */
   kill(): void {
     this.killed = true
+    this.finishes.kill()
     this.loop?.kill()
     this.stopTimers()
     for (const a of this.active.values()) a.controller.abort(new WorkerGone('killed'))
