@@ -54,8 +54,11 @@ for (const prompt of ['hello there world', 'a longer answer streamed word by wor
     const shown = life.statements.map((s, i) => `${i + 1}. ${s.slice(0, 100)}`).join('\n')
     t.ok(life.statements.length <= 6, `${life.statements.length} statements:\n${shown}`)
     const claim = life.statements.findIndex((s) => s.includes('queued_orgs'))
+    // the org's model defaults are cached for 2 s: on a slow machine the warm-up's reading may have
+    // run out, and the dispatch reads them again (one statement more, still within six)
+    const defaultsRead = life.statements.some((s) => s.includes('from model_defaults')) ? 1 : 0
     t.ok(
-      claim >= 0 && claim <= 2,
+      claim >= 0 && claim <= 2 + defaultsRead,
       `the dispatch before the claim: ${claim} (the run with the queue's room, and run.queued)`
     )
     t.notOk(
