@@ -1,8 +1,7 @@
 import t from 'tap'
 import { claimDueCheck } from '../../src/mcp/servers-repo.js'
 import type { Clock } from '../../src/worker-loop.js'
-import { createTestDatabase, secondHandle, signUpWithOrg } from '../helper.js'
-import { buildMcpApp } from './group.js'
+import { buildTestApp, createTestDatabase, secondHandle, signUpWithOrg } from '../helper.js'
 import { eventually } from '../runs/sse-client.js'
 import { startLocalMcp } from './local-mcp-server.js'
 
@@ -14,7 +13,7 @@ t.test(
     const timeoutMs = 2000
     const env = { PROVIDER_ALLOW_PRIVATE: 'true', MCP_TIMEOUT_MS: String(timeoutMs) }
     const shared = await createTestDatabase(t)
-    const a = await buildMcpApp(t, { db: shared, env, clock })
+    const a = await buildTestApp(t, { db: shared, env, clock })
     const owner = await signUpWithOrg(a)
     const headers = { cookie: owner.cookie }
     const mcp = await startLocalMcp(t)
@@ -47,7 +46,7 @@ t.test(
     t.match(await server(), { ready: false, nextCheckAt: new Date(leaseUntil).toISOString() }, 'the lease outlives it')
 
     // another instance, on the same database: while the lease holds, the check is nobody else's
-    const b = await buildMcpApp(t, { db: await secondHandle(t, shared, 5), env, clock })
+    const b = await buildTestApp(t, { db: await secondHandle(t, shared, 5), env, clock })
     now = new Date(leaseUntil - 1000)
     const asked = mcp.requests
     t.equal(

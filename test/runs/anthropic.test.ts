@@ -5,8 +5,6 @@ import t from 'tap'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { newKeyText } from '../../src/secrets/crypto.js'
 import { buildTestApp, signUpWithOrg } from '../helper.js'
-import artifactsRoutes from '../../src/artifacts/index.js'
-import { buildRunsApp } from './group.js'
 import { startAnthropicUpstream } from './anthropic-upstream.js'
 import { storedEventsOf } from './run-helpers.js'
 
@@ -25,7 +23,6 @@ t.test(
   "the deployment's Anthropic models: the thread, instructions and settings as the Messages API takes them",
   async (t) => {
     const upstream = await startAnthropicUpstream(t)
-    // the whole app: GET /api/models is the providers group's
     const app = await buildTestApp(t, {
       env: { ANTHROPIC_BASE_URL: upstream.url, ANTHROPIC_API_KEY: upstream.key, ANTHROPIC_MODELS: 'claude-test-1' }
     })
@@ -107,9 +104,7 @@ t.test('Anthropic tool use runs the same tools: tool_use blocks out, tool_result
   const upstream = await startAnthropicUpstream(t)
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-anthropic-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
-  const app = await buildRunsApp(t, {
-    runtime: true,
-    routes: [artifactsRoutes],
+  const app = await buildTestApp(t, {
     env: {
       ANTHROPIC_BASE_URL: upstream.url,
       ANTHROPIC_API_KEY: upstream.key,
@@ -186,8 +181,7 @@ t.test(
     const upstream = await startAnthropicUpstream(t)
     const dataDir = await mkdtemp(join(tmpdir(), 'cairn-anthropic-'))
     t.teardown(() => rm(dataDir, { recursive: true, force: true }))
-    const app = await buildRunsApp(t, {
-      runtime: true,
+    const app = await buildTestApp(t, {
       env: {
         ANTHROPIC_BASE_URL: upstream.url,
         ANTHROPIC_API_KEY: upstream.key,
@@ -254,7 +248,7 @@ t.test(
   'Anthropic faults: 429 with retry-after and 529-free 5xx are retried; 4xx is final and says what the API said',
   async (t) => {
     const upstream = await startAnthropicUpstream(t)
-    const app = await buildRunsApp(t, {
+    const app = await buildTestApp(t, {
       env: { ANTHROPIC_BASE_URL: upstream.url, ANTHROPIC_API_KEY: upstream.key, MODEL_RETRY_BASE_MS: '10' }
     })
     upstream.script.push(

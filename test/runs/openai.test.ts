@@ -9,7 +9,6 @@ import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { runMessages, runs } from '../../src/runs/tables.js'
 import { storeContextSizes } from '../../src/runs/transcripts.js'
 import { buildTestApp, signUpWithOrg } from '../helper.js'
-import { buildRunsApp } from './group.js'
 import { startOpenAiUpstream } from './openai-upstream.js'
 import { storedEventsOf } from './run-helpers.js'
 import { eventually, SseClient } from './sse-client.js'
@@ -70,7 +69,6 @@ const finished = async (app: Awaited<ReturnType<typeof buildTestApp>>, id: strin
 
 t.test('openai engine: streams deltas, lists models, fails clearly', async (t) => {
   const upstream = await startUpstream(t)
-  // the whole app: GET /api/config is the system group's
   const app = await buildTestApp(t, {
     env: {
       OPENAI_BASE_URL: upstream.url,
@@ -229,7 +227,6 @@ t.test(
     await once(closed, 'listening')
     const port = (closed.address() as { port: number }).port
     closed.close()
-    // the whole app: GET /api/config is the system group's, /api/models the providers group's
     const app = await buildTestApp(t, {
       env: {
         OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`,
@@ -295,7 +292,7 @@ t.test(
 
 t.test('chat streams tokens then done; offline it echoes; a disconnect aborts upstream', async (t) => {
   const upstream = await startUpstream(t)
-  const app = await buildRunsApp(t, {
+  const app = await buildTestApp(t, {
     env: { OPENAI_BASE_URL: upstream.url, MODELS: 'tiny-1', RUN_WORKER_CONCURRENCY: '0' }
   })
   await app.listen({ port: 0, host: '127.0.0.1' })
@@ -352,8 +349,7 @@ async function toolThread(t: import('tap').Test, env: Record<string, string> = {
   const model = await startToolModel(t)
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-transcripts-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
-  const app = await buildRunsApp(t, {
-    runtime: true,
+  const app = await buildTestApp(t, {
     env: {
       OPENAI_BASE_URL: model.url,
       MODELS: 'tool-model',

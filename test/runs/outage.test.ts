@@ -1,8 +1,7 @@
 import { inArray } from 'drizzle-orm'
 import t from 'tap'
 import { runEvents, runs } from '../../src/runs/tables.js'
-import { createTestDatabase, waitFor } from '../helper.js'
-import { buildRunsApp } from './group.js'
+import { buildTestApp, createTestDatabase, waitFor } from '../helper.js'
 import { databaseOutage } from '../db/outage.js'
 
 /**
@@ -16,7 +15,7 @@ const words = (n: number, tag: string) => Array.from({ length: n }, (_, i) => `$
 
 t.test('a database outage shorter than the lease fails no running run; each finishes once, whole', async (t) => {
   const shared = await createTestDatabase(t)
-  const app = await buildRunsApp(t, {
+  const app = await buildTestApp(t, {
     db: shared,
     env: {
       ECHO_WORD_DELAY_MS: '40',
@@ -84,7 +83,7 @@ t.test(
   'an outage longer than the lease: the worker stops writing and frees its slot, the sweeper fails the run once (worker_lost)',
   async (t) => {
     const shared = await createTestDatabase(t)
-    const app = await buildRunsApp(t, {
+    const app = await buildTestApp(t, {
       db: shared,
       env: {
         ECHO_WORD_DELAY_MS: '40',

@@ -3,7 +3,7 @@
 // events and end; the instance's other workers are kept quiet and left out.
 import t from 'tap'
 import type { FastifyInstance } from 'fastify'
-import { buildRunsApp } from './group.js'
+import { buildTestApp } from '../helper.js'
 
 /** Statements of other groups' pollers and reactions, which may run meanwhile. */
 const ELSEWHERE = /\b(slack_\w+|knowledge_\w+|memory_captures|memory_items|mcp_servers|automations|blobs?|listen)\b/i
@@ -46,7 +46,7 @@ async function lifeOf(
 
 for (const prompt of ['hello there world', 'a longer answer streamed word by word: ' + 'word '.repeat(40)]) {
   t.test(`an echo run's life is at most six round trips (${prompt.length} characters)`, async (t) => {
-    const app = await buildRunsApp(t, { env: QUIET })
+    const app = await buildTestApp(t, { env: QUIET })
     // the first run prepares the statements on the connection (a Parse once per connection)
     t.equal((await lifeOf(app, 'warm up')).end, 'run.succeeded')
     const life = await lifeOf(app, prompt)

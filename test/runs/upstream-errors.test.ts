@@ -1,5 +1,5 @@
 import t from 'tap'
-import { buildRunsApp } from './group.js'
+import { buildTestApp } from '../helper.js'
 import { startOpenAiUpstream } from './openai-upstream.js'
 import { finishedRun } from './run-helpers.js'
 
@@ -22,7 +22,7 @@ t.test("an OpenAI-compatible refusal is stored as the status and the provider's 
       res.end(JSON.stringify(refusal))
     }
   })
-  const app = await buildRunsApp(t, { env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1', RUN_POLL_MS: '50' } })
+  const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1', RUN_POLL_MS: '50' } })
   const created = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x', model: 'tiny-1' } })
   t.equal(created.statusCode, 201, created.body)
   const run = await finishedRun(app, '', created.json().run.id)
