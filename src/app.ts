@@ -14,6 +14,7 @@ import openapiPlugin from '../plugins/openapi.js'
 import hubPlugin from '../plugins/hub.js'
 import releasePlugin, { releaseHeaders } from '../plugins/release.js'
 import securityHeaders, { fixedHeaders } from '../plugins/security-headers.js'
+import { websocketOptions } from '../plugins/websocket.js'
 import { clientErrorHandler, frameworkErrors, MAX_PARAM_LENGTH, requestIdOf } from '../plugins/router-refusals.js'
 import { ErrorBody } from '../schemas/common.js'
 import { seedDevOrg } from './auth/dev-org.js'
@@ -247,21 +248,7 @@ export async function buildApp({
   await app.register(openapiPlugin, { release: config.release })
   // the Memory Hub console, a page over the public API at /hub/
   await app.register(hubPlugin, { release: config.release })
-  await app.register(websocket, {
-    // at shutdown sockets close with 1012 (service restart): a client reconnects, to another
-    // instance or to this one restarted; the default close sends no code at all
-    preClose(this: FastifyInstance, done: () => void) {
-      for (const client of this.websocketServer.clients) client.close(1012, 'the server is restarting; reconnect')
-      this.websocketServer.close()
-      done()
-    },
-    options: {
-      // ws closes a socket with 1009 when a message is larger
-      maxPayload: config.WS_MAX_MESSAGE_BYTES,
-      // noVNC asks for `binary`; other clients ask for nothing
-      handleProtocols: (protocols: Set<string>) => (protocols.has('binary') ? 'binary' : false)
-    }
-  })
+  await app.register(websocket, websocketOptions(config.WS_MAX_MESSAGE_BYTES))
 
   // The domain services, each before the ones that use it; what one needs of another
   // arrives as a plugin option. First the ports that depend on the database alone: where a

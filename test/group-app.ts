@@ -98,3 +98,18 @@ export async function buildGroupApp(
   await app.ready()
   return Object.assign(plain, { testDb: db })
 }
+
+/**
+ * A port of a group a group app does not boot, for a service that is handed it but does not
+ * reach it in the tests at hand: any call fails, naming the group, instead of acting as if
+ * the group had nothing.
+ */
+export const absent = (group: string): never =>
+  new Proxy(
+    {},
+    {
+      get: (_target, name) => () => {
+        throw new Error(`${group}.${String(name)}: this group app has no ${group} group (boot the whole app)`)
+      }
+    }
+  ) as never

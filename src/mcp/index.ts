@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import fp from 'fastify-plugin'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js'
 import {
@@ -510,4 +511,23 @@ const mcpRoutes: FastifyPluginAsyncTypebox<{ sessionIdleHours: number }> = async
   )
 }
 
-export default mcpRoutes
+// started only where the services it uses are: the org's MCP servers (app.mcp), and what the
+// /api/mcp endpoint's tools reach (memory, knowledge, skill runs and runs, approvals); a group
+// app without one of them fails at boot, naming it
+export default fp(mcpRoutes, {
+  name: 'mcp-routes',
+  fastify: '5.x',
+  dependencies: [
+    'db',
+    'principal',
+    'idempotency',
+    'mcp',
+    'memory',
+    'retrieval',
+    'knowledge',
+    'skills',
+    'runs',
+    'runtime'
+  ],
+  encapsulate: true
+})

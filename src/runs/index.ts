@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import fp from 'fastify-plugin'
 import type { FastifyInstance } from 'fastify'
 import { modelUnavailable, notFound } from '../../plugins/errors.js'
 import { sendStored } from '../../plugins/idempotency/index.js'
@@ -463,4 +464,10 @@ const runsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   )
 }
 
-export default runsRoutes
+// started only where the services it uses are: a group app without them fails at boot, naming what is missing
+export default fp(runsRoutes, {
+  name: 'runs-routes',
+  fastify: '5.x',
+  dependencies: ['db', 'event-bus', 'sse', 'principal', 'idempotency', 'runs'],
+  encapsulate: true
+})

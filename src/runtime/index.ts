@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import fp from 'fastify-plugin'
 import type { FastifyRequest } from 'fastify'
 import { desktopUnavailable, notFound, workspaceBusy } from '../../plugins/errors.js'
 import { principalOf } from '../auth/principal.js'
@@ -259,4 +260,11 @@ const runtimeRoutes: FastifyPluginAsyncTypebox<RuntimeRoutesOptions> = async (ap
   )
 }
 
-export default runtimeRoutes
+// started only where the services it uses are (it reads app.runtime as it registers): a group
+// app without them fails at boot, naming what is missing
+export default fp(runtimeRoutes, {
+  name: 'runtime-routes',
+  fastify: '5.x',
+  dependencies: ['db', 'principal', 'runtime', '@fastify/websocket'],
+  encapsulate: true
+})

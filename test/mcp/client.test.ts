@@ -5,7 +5,8 @@ import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { mcpServers } from '../../src/mcp/tables.js'
 import { toolPolicies } from '../../src/runtime/tables.js'
-import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg, type Teardown } from '../helper.js'
+import { addMember, mintKey, signUp, signUpWithOrg, type Teardown } from '../helper.js'
+import { buildMcpApp } from './group.js'
 import { finishedRun, storedEventsOf } from '../runs/run-helpers.js'
 import { eventually } from '../runs/sse-client.js'
 import { startToolModel } from '../runs/tool-model.js'
@@ -15,7 +16,7 @@ import { listening } from './mcp-client.js'
 
 async function setup(t: Teardown, env: Record<string, string> = {}, clock?: Clock) {
   const upstream = await startToolModel(t)
-  const app = await buildTestApp(t, {
+  const app = await buildMcpApp(t, {
     ...(clock ? { clock } : {}),
     env: {
       OPENAI_BASE_URL: upstream.url,

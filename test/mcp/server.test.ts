@@ -19,6 +19,7 @@ import {
   signUpWithOrg,
   waitFor
 } from '../helper.js'
+import { buildMcpApp } from './group.js'
 import { shellCall, startToolModel } from '../runs/tool-model.js'
 import { addFacts } from '../memory/helpers.js'
 import { call, listening, mcpClient, postMessage as post } from './mcp-client.js'
@@ -29,7 +30,7 @@ import { Agent, fetch as undiciFetch } from 'undici'
 const FACTS = ['The office coffee machine needs descaling monthly', 'We deploy the payments service on Fridays']
 
 async function setup(t: import('tap').Test, env: Record<string, string> = {}) {
-  const app = await buildTestApp(t, { env: { MEMORY_CAPTURE_WORKER: 'false', RUN_POLL_MS: '50', ...env } })
+  const app = await buildMcpApp(t, { env: { MEMORY_CAPTURE_WORKER: 'false', RUN_POLL_MS: '50', ...env } })
   const base = await listening(app)
   const owner = await signUpWithOrg(app)
   const key = await mintKey(app, owner.cookie)
@@ -284,8 +285,8 @@ t.test(
   async (t) => {
     const shared = await createTestDatabase(t)
     const second = await secondHandle(t, shared)
-    const a = await buildTestApp(t, { db: shared })
-    const b = await buildTestApp(t, { db: second, env: { RUN_WORKER_CONCURRENCY: '0' } })
+    const a = await buildMcpApp(t, { db: shared })
+    const b = await buildMcpApp(t, { db: second, env: { RUN_WORKER_CONCURRENCY: '0' } })
     const [baseA, baseB] = [await listening(a), await listening(b)]
     const owner = await signUpWithOrg(a)
     const key = await mintKey(a, owner.cookie)
@@ -507,6 +508,7 @@ t.test(
   "/api/mcp answers as /openapi.json declares: the transport's JSON-RPC errors, ErrorBody before it, bodiless 202 and DELETE 200",
   embeddedOnly,
   async (t) => {
+    // /openapi.json is the whole app's
     const app = await buildTestApp(t, { env: { BODY_LIMIT: '1024' } })
     const owner = await signUpWithOrg(app)
     const doc = (await app.inject({ method: 'GET', url: '/openapi.json' })).json()

@@ -6,18 +6,35 @@ import t from 'tap'
 import { newId } from '../../src/db/ids.js'
 import { runs } from '../../src/runs/tables.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
-import { buildTestApp, createTestDatabase, secondHandle, signUpWithOrg, type Teardown } from '../helper.js'
+import artifactsRoutes from '../../src/artifacts/index.js'
+import knowledgeRoutes from '../../src/knowledge/index.js'
+import skillsRoutes from '../../src/skills/index.js'
+import { createTestDatabase, secondHandle, signUpWithOrg, type Teardown } from '../helper.js'
+import { buildRunsApp, type RunsGroupOptions } from './group.js'
 import { shellCall, startToolModel, type Answer } from './tool-model.js'
 import { finishedRun, storedEventsOf } from './run-helpers.js'
 import { eventually } from './sse-client.js'
 
-type App = Awaited<ReturnType<typeof buildTestApp>>
+type App = Awaited<ReturnType<typeof buildRunsApp>>
+
+/**
+ * Runs that call tools: the runs group with the runtime (its routes: approvals, tool policies),
+ * and the groups the tools reach, with the routes the tests read what they did through
+ * (artifacts, knowledge drafts, skill proposals).
+ */
+const buildToolsApp = (t: Teardown, options: Pick<RunsGroupOptions, 'env' | 'db'>) =>
+  buildRunsApp(t, {
+    ...options,
+    knowledge: true,
+    runtime: true,
+    routes: [artifactsRoutes, knowledgeRoutes, skillsRoutes]
+  })
 
 async function setup(t: Teardown, env: Record<string, string> = {}) {
   const upstream = await startToolModel(t)
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-agent-tools-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
-  const app = await buildTestApp(t, {
+  const app = await buildToolsApp(t, {
     env: {
       OPENAI_BASE_URL: upstream.url,
       MODELS: 'tool-model',
@@ -60,7 +77,8 @@ async function pendingApproval(app: App, cookie: string, orgId: string, runId: s
 
 t.test('an approved shell call runs in the sandbox and its output goes back to the model', async (t) => {
   const { app, upstream, cookie, orgId } = await setup(t)
-  t.equal((await app.inject({ method: 'GET', url: '/api/config' })).json().capabilities.toolGateway, true)
+  // (GET /api/config reporting it is test/runtime/gateway-tools.test.ts's)
+  t.not(app.runtime.sandboxes, null, 'the tool gateway is on: runs are offered tools')
   upstream.script.push(shellCall('echo hello-from-sandbox'), { text: 'The sandbox said hello.' })
   const runId = await startRun(app, cookie, 'say hello from the sandbox')
 
@@ -371,8 +389,8 @@ t.test('a cancel on another instance drops the approval the run waits for there'
     DATA_DIR: dataDir,
     SANDBOX_UNCONFINED: 'true'
   }
-  const a = await buildTestApp(t, { db: shared, env })
-  const b = await buildTestApp(t, { db: second, env: { ...env, RUN_WORKER_CONCURRENCY: '0' } })
+  const a = await buildToolsApp(t, { db: shared, env })
+  const b = await buildToolsApp(t, { db: second, env: { ...env, RUN_WORKER_CONCURRENCY: '0' } })
   const { cookie, org } = await signUpWithOrg(b)
   upstream.script.push(shellCall('echo never'), { text: 'unreachable' })
   const runId = await startRun(b, cookie, 'wait on A')
@@ -386,7 +404,7 @@ t.test('a cancel on another instance drops the approval the run waits for there'
 })
 
 t.test("the worker_lost sweep drops the lost run's waiting approvals", async (t) => {
-  const app = await buildTestApp(t, {
+  const app = await buildToolsApp(t, {
     env: { RUN_WORKER_CONCURRENCY: '0', RUN_SWEEP_MS: '3600000', SANDBOX_UNCONFINED: 'true' }
   }) // this test sweeps itself
   const { org } = await signUpWithOrg(app)

@@ -8,6 +8,9 @@ import { automations } from '../../src/automations/tables.js'
 import { runs } from '../../src/runs/tables.js'
 import { upload } from '../artifacts/helpers.js'
 import { buildTestApp, createTestDatabase, secondHandle, signUpWithOrg, waitFor } from '../helper.js'
+import artifactsRoutes from '../../src/artifacts/index.js'
+import skillsRoutes from '../../src/skills/index.js'
+import { buildRunsApp } from './group.js'
 import { startOpenAiUpstream } from './openai-upstream.js'
 import { storedEventsOf } from './run-helpers.js'
 
@@ -15,7 +18,7 @@ import { storedEventsOf } from './run-helpers.js'
 // with the offline echo engine, and with a local OpenAI-compatible server that records
 // every request it receives.
 
-type App = Awaited<ReturnType<typeof buildTestApp>>
+type App = Awaited<ReturnType<typeof buildRunsApp>>
 
 const post = async (app: App, payload: Record<string, unknown>) =>
   app.inject({ method: 'POST', url: '/api/runs', payload })
@@ -30,7 +33,7 @@ const runsOfThread = async (app: App, rootRunId: string) =>
     .where(and(eq(runs.orgId, DEV_ORG.id), eq(runs.rootRunId, rootRunId)))
 
 t.test('a run keeps its output and usage; ?wait answers when it ends', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildRunsApp(t)
   const created = await post(app, { prompt: 'the answer is kept' })
   t.equal(created.statusCode, 201)
   t.match(created.json().run, {
@@ -57,7 +60,7 @@ t.test('a run keeps its output and usage; ?wait answers when it ends', async (t)
 })
 
 t.test('?wait answers with the run as it is when the time is up', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const app = await buildRunsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
   const run = (await post(app, { prompt: 'nobody runs me' })).json().run
   const started = Date.now()
   const res = await app.inject({ method: 'GET', url: `/api/runs/${run.id}?wait=1` })
@@ -69,7 +72,7 @@ t.test('?wait answers with the run as it is when the time is up', async (t) => {
 })
 
 t.test('a thread remembers: earlier succeeded turns go with every run, failed ones do not', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildRunsApp(t)
   const first = await ended(app, (await post(app, { prompt: 'My name is Priya' })).json().run.id)
   const failed = await ended(
     app,
@@ -99,7 +102,7 @@ t.test('a thread remembers: earlier succeeded turns go with every run, failed on
 
 t.test('MODEL_CONTEXT_TOKENS drops the oldest whole turns; the prompt is always sent', async (t) => {
   // 1,000 tokens: 3,000 bytes for the earlier turns, the instructions and the prompt
-  const app = await buildTestApp(t, { env: { MODEL_CONTEXT_TOKENS: '1000' } })
+  const app = await buildRunsApp(t, { env: { MODEL_CONTEXT_TOKENS: '1000' } })
   const long = (n: number) => `turn${n} ${'x'.repeat(600)}`
   const root = await ended(app, (await post(app, { prompt: long(1) })).json().run.id)
   for (const n of [2, 3]) await ended(app, (await post(app, { prompt: long(n), rootRunId: root.id })).json().run.id)
@@ -111,7 +114,7 @@ t.test('MODEL_CONTEXT_TOKENS drops the oldest whole turns; the prompt is always 
 })
 
 t.test('multitask: runs of one thread never overlap; reject and interrupt', async (t) => {
-  const app = await buildTestApp(t, { env: { ECHO_WORD_DELAY_MS: '40' } })
+  const app = await buildRunsApp(t, { env: { ECHO_WORD_DELAY_MS: '40' } })
   const slow = Array.from({ length: 40 }, (_, i) => `w${i}`).join(' ')
   const first = (await post(app, { prompt: slow })).json().run
   const queuedBehind = (await post(app, { prompt: 'after you', rootRunId: first.id })).json().run
@@ -169,7 +172,7 @@ const chainOf = (n: number) => ({
 })
 
 t.test('instructions, settings and their refusals', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildRunsApp(t)
   const asked = (
     await post(app, {
       prompt: 'configured',
@@ -293,6 +296,7 @@ t.test('patterns that backtrack elsewhere run in linear time over the output, of
       chat.end()
     }
   })
+  // the whole app: GET /api/health (the system group's) answers while runs end
   const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1' } })
   const run = async (pattern: string, value: string) => {
     answer = JSON.stringify({ n: value })
@@ -332,6 +336,7 @@ t.test('a check that takes too long fails its run; requests are answered meanwhi
       chat.end()
     }
   })
+  // the whole app: GET /api/health (the system group's) answers while the check runs
   const app = await buildTestApp(t, {
     env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1', RUN_OUTPUT_CHECK_TIMEOUT_MS: '2000' }
   })
@@ -390,7 +395,7 @@ t.test('the model request carries instructions, the thread, settings and only th
       chat.end({ prompt_tokens: 11, completion_tokens: 2 })
     }
   })
-  const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1' } })
+  const app = await buildRunsApp(t, { env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1' }, runtime: true })
   const first = await ended(app, (await post(app, { prompt: 'My name is Priya', model: 'tiny-1' })).json().run.id)
   t.equal(first.output, 'Noted.')
   t.same(first.usage, { inputTokens: 11, outputTokens: 2 })
@@ -445,7 +450,7 @@ t.test('the model request carries instructions, the thread, settings and only th
 })
 
 t.test("a skill run: the skill's instructions first, its allowed-tools cut the caller's tools", async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildRunsApp(t, { routes: [skillsRoutes] })
   const skill = (
     await app.inject({
       method: 'POST',
@@ -596,7 +601,7 @@ t.test(
         chat.end()
       }
     })
-    const app = await buildTestApp(t, { env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1', MODEL_RETRY_BASE_MS: '20' } })
+    const app = await buildRunsApp(t, { env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1', MODEL_RETRY_BASE_MS: '20' } })
     plan = ['429', '503', 'ok']
     const retried = await ended(app, (await post(app, { prompt: 'try hard' })).json().run.id)
     t.equal(retried.status, 'succeeded')
@@ -663,7 +668,9 @@ t.test(
     })
     const dataDir = await mkdtemp(join(tmpdir(), 'cairn-attachments-'))
     t.teardown(() => rm(dataDir, { recursive: true, force: true }))
-    const app = await buildTestApp(t, {
+    const app = await buildRunsApp(t, {
+      runtime: true,
+      routes: [artifactsRoutes],
       env: { OPENAI_BASE_URL: url, MODELS: 'tiny-1', DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true' }
     })
     const notes = (
@@ -738,11 +745,16 @@ t.test(
 
 t.test('an attachment deleted before its run starts fails the run, naming the upload', async (t) => {
   const shared = await createTestDatabase(t)
-  const idle = await buildTestApp(t, { db: await secondHandle(t, shared, 5), env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const idle = await buildRunsApp(t, {
+    db: await secondHandle(t, shared, 5),
+    env: { RUN_WORKER_CONCURRENCY: '0' },
+    artifacts: true,
+    routes: [artifactsRoutes]
+  })
   const gone = (await upload(idle, { filename: 'gone.txt', bytes: 'soon gone' })).json().upload
   const queued = (await post(idle, { prompt: 'x', engine: 'echo', attachments: [gone.id] })).json().run
   t.equal((await idle.inject({ method: 'DELETE', url: `/api/uploads/${gone.id}` })).statusCode, 204)
-  const worker = await buildTestApp(t, { db: shared })
+  const worker = await buildRunsApp(t, { db: shared, artifacts: true, routes: [artifactsRoutes] })
   const failed = await ended(worker, queued.id)
   t.match(failed, { status: 'failed', error: `attachment_missing: the upload "${gone.id}" no longer exists` })
 })
@@ -750,7 +762,7 @@ t.test('an attachment deleted before its run starts fails the run, naming the up
 t.test(
   'a playbook run takes the agent options: every step gets them, the attachments go to the thread with the first',
   async (t) => {
-    const app = await buildTestApp(t)
+    const app = await buildRunsApp(t, { artifacts: true, routes: [skillsRoutes, artifactsRoutes] })
     const skill = async (name: string, instructions: string) =>
       (
         await app.inject({ method: 'POST', url: '/api/skills', payload: { name, description: 'd', instructions } })

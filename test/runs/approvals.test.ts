@@ -7,7 +7,6 @@ import { runs } from '../../src/runs/tables.js'
 import { toolApprovals } from '../../src/runtime/tables.js'
 import {
   addMember,
-  buildTestApp,
   createTestDatabase,
   mintKey,
   secondHandle,
@@ -15,6 +14,8 @@ import {
   signUpWithOrg,
   type Teardown
 } from '../helper.js'
+import platformRoutes from '../../src/platform/index.js'
+import { buildRunsApp, type RunsGroupOptions } from './group.js'
 import { finishedRun, storedEventsOf } from './run-helpers.js'
 import { eventually } from './sse-client.js'
 import { shellCall, startToolModel, type ToolModel } from './tool-model.js'
@@ -26,7 +27,11 @@ import { shellCall, startToolModel, type ToolModel } from './tool-model.js'
  * call twice and never asking the model the same round again.
  */
 
-type App = Awaited<ReturnType<typeof buildTestApp>>
+type App = Awaited<ReturnType<typeof buildRunsApp>>
+
+/** Runs that call tools: the runs group with the runtime; the platform routes for the dashboard's counts. */
+const buildToolsApp = (t: Teardown, options: Pick<RunsGroupOptions, 'env' | 'db'>) =>
+  buildRunsApp(t, { ...options, runtime: true, routes: [platformRoutes] })
 
 /** a shell command that counts its own executions in the thread's workspace */
 const COUNTED = 'echo ran >> ran.txt; echo "executions: $(wc -l < ran.txt)"'
@@ -51,7 +56,7 @@ function envFor(model: ToolModel, dir: string, more: Record<string, string> = {}
 
 async function setup(t: Teardown, more: Record<string, string> = {}) {
   const model = await startToolModel(t)
-  const app = await buildTestApp(t, { env: envFor(model, await dataDir(t), more) })
+  const app = await buildToolsApp(t, { env: envFor(model, await dataDir(t), more) })
   const owner = await signUpWithOrg(app)
   return { app, model, cookie: owner.cookie, orgId: owner.org.id }
 }
@@ -61,10 +66,10 @@ async function firstOfTwo(t: Teardown) {
   const model = await startToolModel(t)
   const dir = await dataDir(t)
   const shared = await createTestDatabase(t)
-  const a = await buildTestApp(t, { db: shared, env: envFor(model, dir) })
+  const a = await buildToolsApp(t, { db: shared, env: envFor(model, dir) })
   const owner = await signUpWithOrg(a)
   const next = async (more: Record<string, string> = {}) =>
-    buildTestApp(t, { db: await secondHandle(t, shared, 5), env: envFor(model, dir, more) })
+    buildToolsApp(t, { db: await secondHandle(t, shared, 5), env: envFor(model, dir, more) })
   return { model, a, next, cookie: owner.cookie, org: owner.org }
 }
 

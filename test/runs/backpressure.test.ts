@@ -2,7 +2,9 @@ import { and, eq } from 'drizzle-orm'
 import t from 'tap'
 import { claimNext } from '../../src/runs/runs-repo.js'
 import { runs } from '../../src/runs/tables.js'
-import { buildTestApp, signUpWithOrg } from '../helper.js'
+import { signUpWithOrg } from '../helper.js'
+import skillsRoutes from '../../src/skills/index.js'
+import { buildRunsApp } from './group.js'
 
 // RUN_QUEUE_MAX_PER_ORG: an org whose queued runs reach the limit is refused the next one
 // (429 rate_limited, Retry-After), nothing is stored, and other orgs are not affected.
@@ -12,7 +14,10 @@ import { buildTestApp, signUpWithOrg } from '../helper.js'
 t.test(
   'a full queue answers 429 with Retry-After and stores nothing; another org, a replay and a freed place are served',
   async (t) => {
-    const app = await buildTestApp(t, { env: { RUN_QUEUE_MAX_PER_ORG: '3', RUN_WORKER_CONCURRENCY: '0' } })
+    const app = await buildRunsApp(t, {
+      env: { RUN_QUEUE_MAX_PER_ORG: '3', RUN_WORKER_CONCURRENCY: '0' },
+      routes: [skillsRoutes]
+    })
     const a = await signUpWithOrg(app)
     const b = await signUpWithOrg(app)
     const post = (cookie: string, prompt: string, headers: Record<string, string> = {}) =>
@@ -85,7 +90,7 @@ t.test(
 )
 
 t.test('RUN_QUEUE_MAX_PER_ORG=0 sets no limit', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_QUEUE_MAX_PER_ORG: '0', RUN_WORKER_CONCURRENCY: '0' } })
+  const app = await buildRunsApp(t, { env: { RUN_QUEUE_MAX_PER_ORG: '0', RUN_WORKER_CONCURRENCY: '0' } })
   const a = await signUpWithOrg(app)
   for (let i = 0; i < 5; i++) {
     t.equal(
@@ -105,7 +110,7 @@ t.test('RUN_QUEUE_MAX_PER_ORG=0 sets no limit', async (t) => {
 t.test(
   'fair claiming: the next run taken is that of the org with the fewest running, so a flood does not hold another org back',
   async (t) => {
-    const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+    const app = await buildRunsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
     const a = await signUpWithOrg(app)
     const b = await signUpWithOrg(app)
     const start = async (cookie: string, prompt: string) =>

@@ -4,13 +4,13 @@ import type { BusEvent } from '../../plugins/event-bus.js'
 import { newId } from '../../src/db/ids.js'
 import { EventBatcher } from '../../src/runs/events.js'
 import { runEvents } from '../../src/runs/tables.js'
-import { buildTestApp } from '../helper.js'
+import { buildRunsApp } from './group.js'
 import { eventually } from './sse-client.js'
 
 const env = { RUN_WORKER_CONCURRENCY: '0' }
 
 t.test('events appended at once share statements; each caller gets its own stored row', async (t) => {
-  const app = await buildTestApp(t, { env })
+  const app = await buildRunsApp(t, { env })
   await app.eventBus.ready
   const orgs = [newId(), newId(), newId()]
   const heard = new Map<string, number[]>(orgs.map((o) => [o, []]))
@@ -62,7 +62,7 @@ t.test('events appended at once share statements; each caller gets its own store
 })
 
 t.test('an event the database refuses fails alone; its batch neighbours are stored', async (t) => {
-  const app = await buildTestApp(t, { env })
+  const app = await buildRunsApp(t, { env })
   const batcher = new EventBatcher(app.db)
   const org = newId()
   const good = (i: number) =>
@@ -92,7 +92,7 @@ t.test('an event the database refuses fails alone; its batch neighbours are stor
 })
 
 t.test('an event too big for a NOTIFY is announced without its data, which readers load', async (t) => {
-  const app = await buildTestApp(t, { env })
+  const app = await buildRunsApp(t, { env })
   await app.eventBus.ready
   const org = newId()
   const heard: BusEvent[] = []

@@ -3,7 +3,7 @@ import { asc, eq } from 'drizzle-orm'
 import { RunEventWriter } from '../../src/runs/event-writer.js'
 import type { NewEvent } from '../../src/runs/events.js'
 import { runEvents } from '../../src/runs/tables.js'
-import { buildTestApp } from '../helper.js'
+import { buildRunsApp } from './group.js'
 import { finishedRun } from './run-helpers.js'
 
 const event = (type: string, text?: string): NewEvent => ({
@@ -114,7 +114,7 @@ t.test('a failed write fails the next wait, and nothing after it is handed on', 
 })
 
 t.test('an echo run: its events in order, the answer and the end stored in one statement', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildRunsApp(t)
   const prompt = Array.from({ length: 40 }, (_, i) => `word${i}`).join(' ')
   const run = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt } })).json().run
   const done = await finishedRun(app, '', run.id)

@@ -6,10 +6,10 @@ import { newId } from '../../src/db/ids.js'
 import { canonicalJson, fingerprintOf, pruneIdempotencyKeys } from '../../plugins/idempotency/index.js'
 import { DEV_USER } from '../../src/auth/dev-org.js'
 import { idempotencyKeys } from '../../plugins/idempotency/tables.js'
-import { buildTestApp } from '../helper.js'
+import { buildRunsApp } from './group.js'
 
 const env = { RUN_WORKER_CONCURRENCY: '0' }
-type App = Awaited<ReturnType<typeof buildTestApp>>
+type App = Awaited<ReturnType<typeof buildRunsApp>>
 
 const countRuns = async (app: App) =>
   rowsOf<{ n: number }>(await app.db.execute(sql`select count(*)::int as n from runs`))[0]!.n
@@ -29,7 +29,7 @@ t.test('canonical JSON sorts keys at every level', async (t) => {
 })
 
 t.test('a retry replays the first answer byte for byte and creates nothing', async (t) => {
-  const app = await buildTestApp(t, { env })
+  const app = await buildRunsApp(t, { env })
   const first = await post(app, 'k-1', { prompt: 'hello', metadata: { b: 1, a: 2 } })
   t.equal(first.statusCode, 201)
   t.notOk(first.headers['idempotent-replayed'])
@@ -59,7 +59,7 @@ t.test('a retry replays the first answer byte for byte and creates nothing', asy
 })
 
 t.test('invalid keys are 400 and nothing is stored', async (t) => {
-  const app = await buildTestApp(t, { env })
+  const app = await buildRunsApp(t, { env })
   for (const key of ['', '   ', 'x'.repeat(256)]) {
     const res = await post(app, key, { prompt: 'hello' })
     t.equal(res.statusCode, 400, JSON.stringify(key.slice(0, 10)))
@@ -70,7 +70,7 @@ t.test('invalid keys are 400 and nothing is stored', async (t) => {
 })
 
 t.test('failures before the handler use nothing up; handler 4xx are stored', async (t) => {
-  const app = await buildTestApp(t, { env })
+  const app = await buildRunsApp(t, { env })
   const bad = await post(app, 'k', { prompt: 'hello', origin: 'web' })
   t.equal(bad.statusCode, 400)
   t.equal((await app.db.select().from(idempotencyKeys)).length, 0, 'a validation failure stores nothing')
@@ -88,7 +88,7 @@ t.test('failures before the handler use nothing up; handler 4xx are stored', asy
 })
 
 t.test('in flight: 409 with Retry-After; a crashed lock expires after 60 s', async (t) => {
-  const app = await buildTestApp(t, { env })
+  const app = await buildRunsApp(t, { env })
   const orgId = '00000000-0000-7000-8000-00000000d001'
   // the row a first request leaves while working (or after crashing mid-way)
   await app.db.insert(idempotencyKeys).values({
@@ -130,7 +130,7 @@ t.test('in flight: 409 with Retry-After; a crashed lock expires after 60 s', asy
 })
 
 t.test('the plugin prunes its own table: keys past retention go, live ones stay', async (t) => {
-  const app = await buildTestApp(t, { env })
+  const app = await buildRunsApp(t, { env })
   t.equal((await post(app, 'live', { prompt: 'hello' })).statusCode, 201)
   t.equal((await post(app, 'old', { prompt: 'hello' })).statusCode, 201)
   await app.db
@@ -146,7 +146,7 @@ t.test('the plugin prunes its own table: keys past retention go, live ones stay'
 })
 
 t.test('20 identical requests racing create exactly one run', async (t) => {
-  const app = await buildTestApp(t, { env })
+  const app = await buildRunsApp(t, { env })
   await app.listen({ port: 0, host: '127.0.0.1' })
   const address = app.server.address() as { port: number }
   const answers = await Promise.all(
@@ -172,7 +172,7 @@ t.test('20 identical requests racing create exactly one run', async (t) => {
 })
 
 t.test('racing duplicates that join a thread add exactly one run; the losers roll back their work', async (t) => {
-  const app = await buildTestApp(t, { env })
+  const app = await buildRunsApp(t, { env })
   const root = (await post(app, undefined, { prompt: 'thread' })).json().run.id as string
   await app.listen({ port: 0, host: '127.0.0.1' })
   const address = app.server.address() as { port: number }
@@ -202,7 +202,7 @@ t.test('racing duplicates that join a thread add exactly one run; the losers rol
 })
 
 t.test('a retry is answered from the stored row even when the handler would now fail', async (t) => {
-  const app = await buildTestApp(t, { env })
+  const app = await buildRunsApp(t, { env })
   const orgId = '00000000-0000-7000-8000-00000000d001'
   const body = { prompt: 'hello', engine: 'openai' }
   const stored = '{"run":{"id":"from-before"}}'
@@ -229,7 +229,7 @@ t.test('a retry is answered from the stored row even when the handler would now 
 })
 
 t.test('a 5xx stores nothing: the same key runs once the fault is gone', async (t) => {
-  const app = await buildTestApp(t, { env })
+  const app = await buildRunsApp(t, { env })
   await app.db.execute(sql`alter table runs rename to runs_away`)
   const failed = await post(app, 'k5', { prompt: 'hello' })
   t.equal(failed.statusCode, 500)
@@ -243,7 +243,7 @@ t.test('a 5xx stores nothing: the same key runs once the fault is gone', async (
 })
 
 t.test('keys are scoped by org', async (t) => {
-  const app = await buildTestApp(t, { env })
+  const app = await buildRunsApp(t, { env })
   const other = { id: newId(), name: 'Other', slug: 'other' }
   await app.db.insert(organizations).values(other)
   await app.db.insert(idempotencyKeys).values({

@@ -2,7 +2,8 @@ import { eq, sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { runEvents } from '../../src/runs/tables.js'
-import { buildTestApp, createTestDatabase, secondHandle } from '../helper.js'
+import { createTestDatabase, secondHandle } from '../helper.js'
+import { buildRunsApp } from './group.js'
 import { eventually, SseClient } from './sse-client.js'
 
 /**
@@ -14,8 +15,8 @@ async function twoInstances(t: import('tap').Test, envA: Record<string, string>,
   const shared = await createTestDatabase(t)
   const second = await secondHandle(t, shared)
   // B is torn down first (teardowns run in reverse), its pool closes after it
-  const a = await buildTestApp(t, { db: shared, env: envA })
-  const b = await buildTestApp(t, { db: second, env: envB })
+  const a = await buildRunsApp(t, { db: shared, env: envA })
+  const b = await buildRunsApp(t, { db: second, env: envB })
   await b.listen({ port: 0, host: '127.0.0.1' })
   return { a, b, baseB: `http://127.0.0.1:${(b.server.address() as { port: number }).port}` }
 }
@@ -133,7 +134,7 @@ t.test('graceful close hands the running run back at once; another instance fini
   t.same(stream.json(stream.events('run.queued')[1]!).data, { engine: 'echo', model: 'echo', requeued: true })
 
   // an instance with workers takes it over and finishes it once
-  const c = await buildTestApp(t, {
+  const c = await buildRunsApp(t, {
     db: { database: b.testDb.database, url: b.testDb.url },
     env: { ...fast, ECHO_WORD_DELAY_MS: '0' }
   })

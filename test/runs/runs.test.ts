@@ -11,11 +11,12 @@ import { runEvents, runs } from '../../src/runs/tables.js'
 import { startAttempt } from '../../src/runtime/attempts-repo.js'
 import { toolCallAttempts } from '../../src/runtime/tables.js'
 import { buildTestApp } from '../helper.js'
+import { buildRunsApp } from './group.js'
 import { eventually } from './sse-client.js'
 
 const fast = { RUN_POLL_MS: '50', RUN_SWEEP_MS: '100' }
 
-async function waitFinished(app: Awaited<ReturnType<typeof buildTestApp>>, id: string) {
+async function waitFinished(app: Awaited<ReturnType<typeof buildRunsApp>>, id: string) {
   return eventually(async () => {
     const res = await app.inject({ method: 'GET', url: `/api/runs/${id}` })
     const run = res.json().run
@@ -43,7 +44,7 @@ t.test('create, read, list and finish a run with the echo engine', async (t) => 
       captured.push({ runId: run.id, facts })
     }
   }
-  const app = await buildTestApp(t, { env: fast, runMemory: memory })
+  const app = await buildRunsApp(t, { env: fast, runMemory: memory })
   const prompt = 'Hello there world. Please REMEMBER the blue door! Nothing else. remember: tea at five?'
   const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt, metadata: { a: 1 } } })
   t.equal(res.statusCode, 201)
@@ -96,7 +97,7 @@ t.test('create, read, list and finish a run with the echo engine', async (t) => 
 t.test(
   'a run is claimed only once its run.queued is stored; the sweeper announces one whose instance died first',
   async (t) => {
-    const app = await buildTestApp(t, { env: fast })
+    const app = await buildRunsApp(t, { env: fast })
     // what an instance that died right after committing the run leaves: a run, no run.queued
     const run = (await app.db.transaction((tx) =>
       createRun(
@@ -118,10 +119,15 @@ t.test(
       announced === undefined || announced.id > laterStarted.id,
       'not claimed without its run.queued: the later run was claimed while this one had none'
     )
+    // the sweeper announces a run only once it is UNANNOUNCED_AFTER_MS old by the database's
+    // clock: the run is made that old instead of the test waiting for it
+    await app.db.execute(
+      sql`update runs set created_at = created_at - make_interval(secs => ${UNANNOUNCED_AFTER_MS / 1000 + 1}) where id = ${run.id}`
+    )
     const done = await eventually(async () => {
       const [row] = await app.db.select().from(runs).where(eq(runs.id, run.id))
       return row!.status === 'succeeded' ? row : null
-    }, UNANNOUNCED_AFTER_MS + 10_000)
+    })
     t.equal(done.status, 'succeeded')
     const events = await app.db.select().from(runEvents).where(eq(runEvents.runId, run.id)).orderBy(runEvents.id)
     const lifecycle = events.map((e) => e.type).filter((type) => type.startsWith('run.'))
@@ -130,7 +136,7 @@ t.test(
 )
 
 t.test('threads, paging, filters and joining', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const app = await buildRunsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
   const first = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'one' } })).json().run
   const second = (
     await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'two', rootRunId: first.id } })
@@ -183,7 +189,7 @@ t.test('threads, paging, filters and joining', async (t) => {
 })
 
 t.test('cancel: queued at once, idempotent, finished runs unchanged', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const app = await buildRunsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
   const run = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'wait' } })).json().run
   const a = await app.inject({ method: 'POST', url: `/api/runs/${run.id}/cancel` })
   t.equal(a.statusCode, 200)
@@ -198,7 +204,7 @@ t.test('cancel: queued at once, idempotent, finished runs unchanged', async (t) 
 })
 
 t.test('a running run is cancelled by its worker', async (t) => {
-  const app = await buildTestApp(t, { env: { ...fast, ECHO_WORD_DELAY_MS: '100' } })
+  const app = await buildRunsApp(t, { env: { ...fast, ECHO_WORD_DELAY_MS: '100' } })
   const run = (
     await app.inject({
       method: 'POST',
@@ -219,7 +225,7 @@ t.test('a running run is cancelled by its worker', async (t) => {
 })
 
 t.test('bad input is a clear 4xx and changes nothing', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const app = await buildRunsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
   const cases: Array<[string, unknown, number, string]> = [
     ['{"prompt":', undefined, 400, 'invalid_json'],
     [JSON.stringify({ prompt: 'x', origin: 'web' }), undefined, 400, 'server_owned_field'],
@@ -279,7 +285,7 @@ t.test('bad input is a clear 4xx and changes nothing', async (t) => {
 })
 
 t.test("another org's runs are 404 and never listed", async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const app = await buildRunsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
   const otherOrg = { id: newId(), name: 'Other', slug: 'other' }
   await app.db.insert(organizations).values(otherOrg)
   const foreign = await app.db.transaction((tx) =>
@@ -316,6 +322,7 @@ t.test("another org's runs are 404 and never listed", async (t) => {
   t.equal(still!.status, 'queued', 'the cancel did not touch it')
 })
 
+// GET /api/config is the system group's: the whole app
 t.test('/api/config lists the echo engine', async (t) => {
   const app = await buildTestApp(t)
   const body = (await app.inject({ method: 'GET', url: '/api/config' })).json()
@@ -324,7 +331,7 @@ t.test('/api/config lists the echo engine', async (t) => {
 })
 
 t.test('the RunEventSink stores and numbers a memory.captured event', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const app = await buildRunsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
   const run = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x' } })).json().run
   await app.memory.events.emit({
     orgId: '00000000-0000-7000-8000-00000000d001',
@@ -345,7 +352,7 @@ t.test('the RunEventSink stores and numbers a memory.captured event', async (t) 
 })
 
 t.test('events past retention are pruned, newer ones kept', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const app = await buildRunsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
   const run = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x' } })).json().run
   await app.db.insert(runEvents).values({
     orgId: '00000000-0000-7000-8000-00000000d001',
@@ -370,7 +377,7 @@ t.test('events past retention are pruned, newer ones kept', async (t) => {
 
 t.test("an ended run's tool call attempts go with the event retention; a live run keeps its own", async (t) => {
   let now = new Date()
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' }, clock: { now: () => now } })
+  const app = await buildRunsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' }, clock: { now: () => now } })
   const post = async () => (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'x' } })).json().run
   const ended = await post()
   const waiting = await post()

@@ -7,10 +7,10 @@ import { runEvents } from '../../src/runs/tables.js'
 import { once } from 'node:events'
 import { connect } from 'node:net'
 import type { SseStream } from '../../plugins/sse.js'
-import { buildTestApp } from '../helper.js'
+import { buildRunsApp } from './group.js'
 import { eventually, SseClient } from './sse-client.js'
 
-type App = Awaited<ReturnType<typeof buildTestApp>>
+type App = Awaited<ReturnType<typeof buildRunsApp>>
 
 async function listening(app: App): Promise<string> {
   await app.listen({ port: 0, host: '127.0.0.1' })
@@ -22,7 +22,7 @@ const createRunVia = async (app: App, payload: Record<string, unknown>) =>
 const words = (n: number, tag = 'w') => Array.from({ length: n }, (_, i) => `${tag}${i}`).join(' ')
 
 t.test('/api/runs/:id/events: headers, full history, live, then end', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_POLL_MS: '50', ECHO_WORD_DELAY_MS: '20' } })
+  const app = await buildRunsApp(t, { env: { RUN_POLL_MS: '50', ECHO_WORD_DELAY_MS: '20' } })
   const base = await listening(app)
   const run = await createRunVia(app, { prompt: words(10) })
   const client = await SseClient.open(`${base}/api/runs/${run.id}/events`)
@@ -90,7 +90,7 @@ t.test('/api/runs/:id/events: headers, full history, live, then end', async (t) 
 })
 
 t.test('resume with Last-Event-ID: exactly the rest, nothing twice', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_POLL_MS: '50', ECHO_WORD_DELAY_MS: '30' } })
+  const app = await buildRunsApp(t, { env: { RUN_POLL_MS: '50', ECHO_WORD_DELAY_MS: '30' } })
   const base = await listening(app)
   const run = await createRunVia(app, { prompt: words(30) })
   const first = await SseClient.open(`${base}/api/runs/${run.id}/events`)
@@ -109,7 +109,7 @@ t.test('resume with Last-Event-ID: exactly the rest, nothing twice', async (t) =
 })
 
 t.test('thread stream: every run interleaved; resume while a second run runs', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_POLL_MS: '50', ECHO_WORD_DELAY_MS: '30' } })
+  const app = await buildRunsApp(t, { env: { RUN_POLL_MS: '50', ECHO_WORD_DELAY_MS: '30' } })
   const base = await listening(app)
   const root = await createRunVia(app, { prompt: words(3, 'a') })
   await eventually(
@@ -139,7 +139,7 @@ t.test('thread stream: every run interleaved; resume while a second run runs', a
 })
 
 t.test('changes stream: identifiers only, live, org-scoped, resumable', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0', SSE_HEARTBEAT_MS: '100' } })
+  const app = await buildRunsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0', SSE_HEARTBEAT_MS: '100' } })
   const base = await listening(app)
   const before = await createRunVia(app, { prompt: 'before' })
   // run.queued is stored just after the run commits; let it land before subscribing
@@ -183,9 +183,9 @@ t.test('changes stream: identifiers only, live, org-scoped, resumable', async (t
 
 t.test('a client that does not read is dropped', async (t) => {
   let stream: SseStream | null = null
-  const app = await buildTestApp(t, {
+  const app = await buildRunsApp(t, {
     env: { RUN_WORKER_CONCURRENCY: '0', SSE_MAX_BUFFER_BYTES: '65536' },
-    apiPlugins: [
+    routes: [
       async (scope) => {
         scope.get('/test/sse', { config: { scope: 'public' } }, async (request, reply) => {
           stream = scope.sse.open(request, reply)
@@ -219,7 +219,7 @@ t.test('a client that does not read is dropped', async (t) => {
 })
 
 t.test('frames are chunks of an HTTP/1.1 body and bare bytes for an HTTP/1.0 client', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const app = await buildRunsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
   const base = new URL(await listening(app))
   const read = async (version: string) => {
     const client = connect(Number(base.port), base.hostname)
@@ -249,7 +249,7 @@ t.test('frames are chunks of an HTTP/1.1 body and bare bytes for an HTTP/1.0 cli
 })
 
 t.test('streams end when the app closes', async (t) => {
-  const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+  const app = await buildRunsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
   const base = await listening(app)
   const changes = await SseClient.open(`${base}/api/runs/changes`)
   t.equal(app.sse.count, 1)

@@ -14,15 +14,19 @@ import { BOX_HOME, findExecutable, probeBubblewrap, sandboxUserFor } from '../..
 import { startDesktop, stopDesktop } from '../../src/runtime/desktop.js'
 import type { RuntimeWiring } from '../../src/runtime/service.js'
 import type { DesktopEndpoint, Sandbox, SandboxProvider } from '../../src/runtime/sandbox.js'
-import { buildTestApp, type EnvOverrides, type Teardown } from '../helper.js'
+import type { EnvOverrides, Teardown } from '../helper.js'
 import { fakeRuns } from './fakes.js'
+import { buildRuntimeApp } from './group.js'
 
 async function setup(t: Teardown, options: { env?: EnvOverrides; provider?: SandboxProvider } = {}) {
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-desktop-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const runs = fakeRuns()
   const runtime: RuntimeWiring = { runs, ...(options.provider ? { sandboxProvider: options.provider } : {}) }
-  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true', ...options.env }, runtime })
+  const app = await buildRuntimeApp(t, {
+    env: { DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true', ...options.env },
+    runtime
+  })
   await app.listen({ port: 0, host: '127.0.0.1' })
   const { port } = app.server.address() as AddressInfo
   const threadId = newId()

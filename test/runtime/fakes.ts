@@ -4,7 +4,8 @@ import { join } from 'node:path'
 import { DEV_ORG } from '../../src/auth/dev-org.js'
 import { newId } from '../../src/db/ids.js'
 import type { MemoryTools, RunDirectory, RunEventWriter } from '../../src/runtime/ports.js'
-import { buildTestApp, type EnvOverrides, type Teardown } from '../helper.js'
+import type { EnvOverrides, Teardown } from '../helper.js'
+import { buildRuntimeApp } from './group.js'
 
 /** A tiny run directory: runs added by the test, each in one org and thread. */
 export function fakeRuns() {
@@ -70,7 +71,7 @@ export function eventRecorder() {
 }
 
 /**
- * An app whose runtime sees the fake run directory and event recorder, in its own data dir.
+ * The runtime group (./group.ts) seeing the fake run directory and event recorder, in its own data dir.
  * Its tools need a sandbox wherever the tests run: bubblewrap where it works (CI),
  * plain processes elsewhere, so SANDBOX_UNCONFINED is on.
  */
@@ -79,7 +80,7 @@ export async function buildGatewayApp(t: Teardown, env: EnvOverrides = {}, memor
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const runs = fakeRuns()
   const events = eventRecorder()
-  const app = await buildTestApp(t, {
+  const app = await buildRuntimeApp(t, {
     env: { DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true', ...env },
     runtime: { runs, events, ...(memory ? { memory } : {}) }
   })

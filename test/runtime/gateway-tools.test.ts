@@ -169,23 +169,17 @@ t.test('file tools and memory_search run through the gateway', async (t) => {
   t.equal(JSON.stringify(defs).includes('Symbol'), false)
 })
 
+// GET /api/config is the system group's: these are whole apps
 t.test('/api/config shows the sandbox provider and the gateway capability', async (t) => {
-  const { app } = await setup()
-  const body = (await app.inject({ method: 'GET', url: '/api/config' })).json()
-  t.equal(body.sandbox.provider, 'local')
-  t.equal(body.capabilities.toolGateway, true)
-
   const none = await buildTestApp(t, { env: { SANDBOX_PROVIDER: 'none' }, runtime: { runs: fakeRuns() } })
   const off = (await none.inject({ method: 'GET', url: '/api/config' })).json()
   t.equal(off.sandbox.provider, 'none')
   t.equal(off.capabilities.toolGateway, false)
   // the default app wires the runs group's ports: the gateway is on with the local provider
   const merged = await buildTestApp(t, { env: { SANDBOX_PROVIDER: 'local', SANDBOX_UNCONFINED: 'true' } })
-  t.equal(
-    (await merged.inject({ method: 'GET', url: '/api/config' })).json().capabilities.toolGateway,
-    true,
-    'runs wired by default: gateway on'
-  )
+  const on = (await merged.inject({ method: 'GET', url: '/api/config' })).json()
+  t.equal(on.sandbox.provider, 'local')
+  t.equal(on.capabilities.toolGateway, true, 'runs wired by default: gateway on')
   const noSandbox = await buildTestApp(t, { env: { SANDBOX_PROVIDER: 'none' } })
   t.equal(
     (await noSandbox.inject({ method: 'GET', url: '/api/config' })).json().capabilities.toolGateway,

@@ -8,7 +8,8 @@ import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
 import { organizations } from '../../src/auth/tables.js'
 import { newId } from '../../src/db/ids.js'
 import { toolApprovals, toolCallAttempts } from '../../src/runtime/tables.js'
-import { buildTestApp, createTestDatabase } from '../helper.js'
+import { createTestDatabase } from '../helper.js'
+import { buildRuntimeApp } from './group.js'
 import { eventRecorder, fakeRuns, gatewaySetup } from './fakes.js'
 
 const ORG = DEV_ORG.id
@@ -153,8 +154,8 @@ t.test('a decision made on another instance is the one the call goes by', async 
   const runs = fakeRuns()
   const events = eventRecorder()
   const env = { DATA_DIR: dataDir, SANDBOX_UNCONFINED: 'true' }
-  const a = await buildTestApp(t, { db, env, runtime: { runs, events } })
-  const b = await buildTestApp(t, { db, env, runtime: { runs, events: eventRecorder() } })
+  const a = await buildRuntimeApp(t, { db, env, runtime: { runs, events } })
+  const b = await buildRuntimeApp(t, { db, env, runtime: { runs, events: eventRecorder() } })
   const runId = newId()
   runs.add(ORG, runId)
   const call = { orgId: ORG, runId, callId: 'c1', name: 'shell', arguments: { command: 'echo from-a' } }

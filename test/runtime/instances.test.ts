@@ -4,16 +4,9 @@ import { join } from 'node:path'
 import t from 'tap'
 import WebSocket from 'ws'
 import { newId } from '../../src/db/ids.js'
-import {
-  addMember,
-  buildTestApp,
-  createTestDatabase,
-  secondHandle,
-  signUp,
-  signUpWithOrg,
-  type EnvOverrides
-} from '../helper.js'
+import { addMember, createTestDatabase, secondHandle, signUp, signUpWithOrg, type EnvOverrides } from '../helper.js'
 import { fakeRuns } from './fakes.js'
+import { buildRuntimeApp } from './group.js'
 
 /**
  * Sign-out and removed memberships close sockets on every instance (the
@@ -27,8 +20,8 @@ async function twoInstances(t: import('tap').Test) {
   const shared = await createTestDatabase(t)
   const runs = fakeRuns()
   const env: EnvOverrides = { ALLOW_DEV_ORG: 'false', SANDBOX_UNCONFINED: 'true', DATA_DIR: dataDir }
-  const a = await buildTestApp(t, { db: shared, env, runtime: { runs } })
-  const b = await buildTestApp(t, { db: await secondHandle(t, shared), env, runtime: { runs } })
+  const a = await buildRuntimeApp(t, { db: shared, env, runtime: { runs } })
+  const b = await buildRuntimeApp(t, { db: await secondHandle(t, shared), env, runtime: { runs } })
   await b.listen({ port: 0, host: '127.0.0.1' })
   const baseB = `ws://127.0.0.1:${(b.server.address() as { port: number }).port}`
   return { a, b, runs, baseB }
@@ -85,7 +78,7 @@ t.test("removing a membership through A closes that member's sockets in that org
   t.same(await theirs.closed, { code: 1008, reason: 'membership removed' })
   // the notice that closed theirs has been handled in full: had it matched ours, ours would be closing too
   t.equal(ours.ws.readyState, WebSocket.OPEN, "the owner's terminal stays open")
-  const refused = await b.inject({ url: '/api/runs', headers: { cookie: member.cookie } })
+  const refused = await b.inject({ url: '/api/tools/policies', headers: { cookie: member.cookie } })
   t.equal(refused.statusCode, 403, 'and the member is out of the org on B at once')
   t.equal(refused.json().error, 'no_organization')
   ours.ws.close()

@@ -8,14 +8,15 @@ import { readdir, readFile } from 'node:fs/promises'
 import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
 import { probeBubblewrap } from '../../src/runtime/bubblewrap.js'
 import { newId } from '../../src/db/ids.js'
-import { buildTestApp, type EnvOverrides, type Teardown } from '../helper.js'
+import type { EnvOverrides, Teardown } from '../helper.js'
 import { fakeRuns } from './fakes.js'
+import { buildRuntimeApp } from './group.js'
 
 async function build(t: Teardown, env: EnvOverrides) {
   const dataDir = await mkdtemp(join(tmpdir(), 'cairn-terminal-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const runs = fakeRuns()
-  const app = await buildTestApp(t, { env: { DATA_DIR: dataDir, ...env }, runtime: { runs } })
+  const app = await buildRuntimeApp(t, { env: { DATA_DIR: dataDir, ...env }, runtime: { runs } })
   await app.listen({ port: 0, host: '127.0.0.1' })
   const { port } = app.server.address() as { port: number }
   return { app, runs, base: `ws://127.0.0.1:${port}`, origin: `http://127.0.0.1:${port}` }

@@ -8,15 +8,10 @@ import WebSocket from 'ws'
 import { FsBlobStore, type BlobStore } from '../../src/artifacts/blob-store.js'
 import { rowsOf } from '../../src/db/client.js'
 import { threadWorkspaces } from '../../src/runtime/tables.js'
-import {
-  buildTestApp,
-  createTestDatabase,
-  secondHandle,
-  signUpWithOrg,
-  type Teardown,
-  type TestDatabase
-} from '../helper.js'
+import { createTestDatabase, secondHandle, signUpWithOrg, type Teardown, type TestDatabase } from '../helper.js'
+import artifactsRoutes from '../../src/artifacts/index.js'
 import { upload } from '../artifacts/helpers.js'
+import { buildRunsApp } from '../runs/group.js'
 import { storedEventsOf } from '../runs/run-helpers.js'
 import { eventually } from '../runs/sse-client.js'
 import { shellCall, startToolModel, type ToolModel } from '../runs/tool-model.js'
@@ -30,7 +25,7 @@ import { shellCall, startToolModel, type ToolModel } from '../runs/tool-model.js
  * nothing is saved and the run says so; workspaces of deleted threads are swept.
  */
 
-type App = Awaited<ReturnType<typeof buildTestApp>>
+type App = Awaited<ReturnType<typeof buildRunsApp>>
 
 async function tempDir(t: Teardown, prefix: string): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), prefix))
@@ -71,9 +66,12 @@ async function pair(t: Teardown): Promise<Pair> {
     async instance(env = {}) {
       const db = first ? shared : await secondHandle(t, shared, 5)
       first = false
-      return buildTestApp(t, {
+      // runs that call tools: the runs group with the runtime (test/runs/group.ts), and uploads
+      return buildRunsApp(t, {
         db,
         blobStore: store,
+        runtime: true,
+        routes: [artifactsRoutes],
         env: {
           OPENAI_BASE_URL: model.url,
           MODELS: 'tool-model',

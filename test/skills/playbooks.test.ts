@@ -1,9 +1,11 @@
 import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
-import { buildTestApp, mintKey, signUpWithOrg, waitFor } from '../helper.js'
+import { UNANNOUNCED_AFTER_MS } from '../../src/runs/sweeper.js'
+import { mintKey, signUpWithOrg, waitFor } from '../helper.js'
+import { buildSkillsApp } from './group.js'
 
-type App = Awaited<ReturnType<typeof buildTestApp>>
+type App = Awaited<ReturnType<typeof buildSkillsApp>>
 
 async function skillsOf(app: App, cookie: string, n: number): Promise<string[]> {
   const ids: string[] = []
@@ -34,7 +36,7 @@ const threadRuns = async (app: App, headers: Record<string, string>, rootRunId: 
   (await app.inject({ method: 'GET', url: `/api/threads/${rootRunId}`, headers })).json().runs
 
 t.test("playbooks: CRUD, steps checked against the org's skills, a skill in use cannot be deleted", async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildSkillsApp(t)
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
   const [a, b] = await skillsOf(app, owner.cookie, 2)
@@ -116,7 +118,7 @@ t.test("playbooks: CRUD, steps checked against the org's skills, a skill in use 
 t.test(
   'a playbook run: one thread, each step when the previous succeeded, parented, exactly once; edits meanwhile change nothing',
   async (t) => {
-    const app = await buildTestApp(t)
+    const app = await buildSkillsApp(t)
     const owner = await signUpWithOrg(app)
     const { authorization } = await mintKey(app, owner.cookie)
     const headers = { authorization }
@@ -205,7 +207,7 @@ t.test(
 )
 
 t.test("each step sees the earlier steps' answers, and gets only its skill's allowed tools", async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildSkillsApp(t)
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
   const skill = async (name: string, extra: Record<string, unknown> = {}) =>
@@ -250,7 +252,7 @@ t.test("each step sees the earlier steps' answers, and gets only its skill's all
 })
 
 t.test('a cancelled step stops the playbook', async (t) => {
-  const app = await buildTestApp(t, { env: { ECHO_WORD_DELAY_MS: '200' } })
+  const app = await buildSkillsApp(t, { env: { ECHO_WORD_DELAY_MS: '200' } })
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
   const steps = await skillsOf(app, owner.cookie, 2)
@@ -286,7 +288,7 @@ t.test('a cancelled step stops the playbook', async (t) => {
 })
 
 t.test('an instance killed between two steps: the next step still runs once, on another instance', async (t) => {
-  const first = await buildTestApp(t, { env: { RUN_SWEEP_MS: '200', RUN_LEASE_MS: '2000' } })
+  const first = await buildSkillsApp(t, { env: { RUN_SWEEP_MS: '200', RUN_LEASE_MS: '2000' } })
   const owner = await signUpWithOrg(first)
   const headers = { cookie: owner.cookie }
   const steps = await skillsOf(first, owner.cookie, 3)
@@ -325,8 +327,13 @@ t.test('an instance killed between two steps: the next step still runs once, on 
     ['succeeded', 'queued'],
     "step 2 committed with step 1's end"
   )
+  // unannounced, step 2 waits for a sweeper to announce it once it is UNANNOUNCED_AFTER_MS old by
+  // the database's clock: it is made that old instead of the test waiting for it
+  await first.db.execute(sql`
+    update runs set created_at = created_at - make_interval(secs => ${UNANNOUNCED_AFTER_MS / 1000 + 1})
+    where root_run_id = ${root.id} and status = 'queued'`)
 
-  const second = await buildTestApp(t, { db: first.testDb, env: { RUN_SWEEP_MS: '200', RUN_LEASE_MS: '2000' } })
+  const second = await buildSkillsApp(t, { db: first.testDb, env: { RUN_SWEEP_MS: '200', RUN_LEASE_MS: '2000' } })
   const runs = await waitFor(
     'the other instance ran the rest',
     async () => {
@@ -356,7 +363,7 @@ t.test(
   "a step's response format stored under earlier rules: the step before it still ends, the step fails at its output check",
   async (t) => {
     // no worker here: the playbook's stored steps are rewritten before its first step runs
-    const api = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+    const api = await buildSkillsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
     const owner = await signUpWithOrg(api)
     const headers = { cookie: owner.cookie }
     const steps = await skillsOf(api, owner.cookie, 3)
@@ -386,7 +393,7 @@ t.test(
       update playbook_runs set steps = jsonb_set(steps, '{1,settings}', ${JSON.stringify({ responseFormat: refused })}::jsonb)
       where root_run_id = ${first.id}`)
 
-    const worker = await buildTestApp(t, { db: api.testDb })
+    const worker = await buildSkillsApp(t, { db: api.testDb })
     const runs = await waitFor('the second step ended', async () => {
       const all = await threadRuns(worker, headers, first.id)
       return all.length === 2 && all[1]!.status !== 'queued' && all[1]!.status !== 'running' ? all : null

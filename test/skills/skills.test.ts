@@ -2,9 +2,10 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { parseSkillMd } from '../../src/skills/skill-md.js'
-import { buildTestApp, mintKey, signUpWithOrg, waitFor } from '../helper.js'
+import { mintKey, signUpWithOrg, waitFor } from '../helper.js'
+import { buildSkillsApp } from './group.js'
 
-type App = Awaited<ReturnType<typeof buildTestApp>>
+type App = Awaited<ReturnType<typeof buildSkillsApp>>
 
 const SKILL_KEYS = [
   'allowedTools',
@@ -57,7 +58,7 @@ const count = async (app: App, table: string) =>
 t.test(
   'skills: created from a SKILL.md or from fields, read back as the same file, updated by version, deleted',
   async (t) => {
-    const app = await buildTestApp(t)
+    const app = await buildSkillsApp(t)
     const owner = await signUpWithOrg(app)
     const headers = { cookie: owner.cookie }
 
@@ -167,7 +168,7 @@ t.test(
 t.test(
   'a version or baseVersion past the 32-bit range is 400 validation_failed naming it, and changes nothing',
   async (t) => {
-    const app = await buildTestApp(t)
+    const app = await buildSkillsApp(t)
     const created = await app.inject({ method: 'POST', url: '/api/skills', payload: { skillMd: FILE } })
     t.equal(created.statusCode, 201)
     const skill = created.json().skill
@@ -214,7 +215,7 @@ t.test(
 )
 
 t.test('a SKILL.md with problems is a 400 naming each one with its line and column; nothing is stored', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildSkillsApp(t)
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
   const post = (skillMd: string) => app.inject({ method: 'POST', url: '/api/skills', headers, payload: { skillMd } })
@@ -258,7 +259,7 @@ t.test('a SKILL.md with problems is a 400 naming each one with its line and colu
 })
 
 t.test('a skill run: its prompt, origin and metadata; an Idempotency-Key makes one run', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildSkillsApp(t)
   const owner = await signUpWithOrg(app)
   const { authorization } = await mintKey(app, owner.cookie)
   const skill = (
@@ -340,8 +341,8 @@ t.test('a skill run: its prompt, origin and metadata; an Idempotency-Key makes o
 t.test(
   "a skill run never uses a stale skill: another instance's edit is seen at once, a deleted skill is 404",
   async (t) => {
-    const app = await buildTestApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
-    const second = await buildTestApp(t, { db: app.testDb, env: { RUN_WORKER_CONCURRENCY: '0' } })
+    const app = await buildSkillsApp(t, { env: { RUN_WORKER_CONCURRENCY: '0' } })
+    const second = await buildSkillsApp(t, { db: app.testDb, env: { RUN_WORKER_CONCURRENCY: '0' } })
     const owner = await signUpWithOrg(app)
     const headers = { cookie: owner.cookie }
     const skill = (
@@ -385,7 +386,7 @@ t.test(
 t.test(
   'proposals: accepted into a new skill or the next version, stale and decided ones conflict, rejected content is not proposed again by a run',
   async (t) => {
-    const app = await buildTestApp(t)
+    const app = await buildSkillsApp(t)
     const owner = await signUpWithOrg(app)
     const headers = { cookie: owner.cookie }
     const propose = (payload: Record<string, unknown>) =>
