@@ -98,3 +98,17 @@ export async function buildGroupApp(
   await app.ready()
   return Object.assign(plain, { testDb: db })
 }
+
+/**
+ * A port of a group an app does not boot, for a service that takes it as an option but that
+ * the group's tests never reach through it: any call fails, naming the group.
+ */
+export const absentGroup = (group: string, app = 'this group app') =>
+  new Proxy(
+    {},
+    {
+      get: (_target, name) => () => {
+        throw new Error(`${group}.${String(name)}: ${app} has no ${group} group`)
+      }
+    }
+  ) as never
