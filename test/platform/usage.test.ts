@@ -1,7 +1,6 @@
 import { sql } from 'drizzle-orm'
 import type { FastifyInstance } from 'fastify'
 import t from 'tap'
-import { rowsOf } from '../../src/db/client.js'
 import { newId } from '../../src/db/ids.js'
 import { addMember, mintKey, signUp, signUpWithOrg } from '../helper.js'
 import { buildPlatformApp } from './group.js'
