@@ -7,9 +7,7 @@ import { DEV_ORG, DEV_USER } from '../src/auth/dev-org.js'
 import { createSession } from '../src/auth/sessions-repo.js'
 import { rowsOf } from '../src/db/client.js'
 import { newId } from '../src/db/ids.js'
-import { providers } from '../src/providers/tables.js'
 import { multipart } from './artifacts/helpers.js'
-import { addFacts } from './memory/helpers.js'
 import { fixtureGitHub } from './github/fake-github.js'
 import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from './helper.js'
 import { startFakeSlack } from './slack/fake-slack.js'
@@ -312,137 +310,17 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   })
   const base = await app.listen({ port: 0, host: '127.0.0.1' })
 
-  // real resources, so path parameters can name things that exist
+  // real resources, so path parameters can name things that exist: every group's tenancy
+  // fixtures seed both orgs below; what they do not seed is made here
   const owner = await signUpWithOrg(app)
   const key = await mintKey(app, owner.cookie, 'fuzz principal')
-  const spareKey = await mintKey(app, owner.cookie, 'fuzz target')
+  // a member the fuzz may remove or demote (the fixtures' users are the principals', which are kept)
   const member = await signUp(app)
   await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
-  const ownerRun = (
-    await app.inject({
-      method: 'POST',
-      url: '/api/runs',
-      headers: { cookie: owner.cookie },
-      payload: { prompt: 'remember: the fuzz run' }
-    })
-  ).json().run
-  const devRun = (await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt: 'a dev run' } })).json().run
-  await addFacts(app.db, owner.org.id, 'org', '', ['an owner fact'])
-  await addFacts(app.db, DEV_ORG.id, 'org', '', ['a dev fact'])
-  const items = async (headers: Record<string, string>) =>
-    (
-      (await app.inject({ method: 'GET', url: '/api/memory/browse', headers })).json().items as Array<{ id: string }>
-    ).map((i) => i.id)
-  const memoryIds = [...(await items({ cookie: owner.cookie })), ...(await items({}))]
-  // knowledge: a record and a draft in each org, so PATCH, approve and history reach their handlers
-  const knowledgeIds: string[] = []
-  for (const headers of [{ cookie: owner.cookie }, {}]) {
-    knowledgeIds.push(
-      (
-        await app.inject({
-          method: 'POST',
-          url: '/api/knowledge',
-          headers,
-          payload: { title: 'fuzz record', body: 'a body' }
-        })
-      ).json().record.id
-    )
-    knowledgeIds.push(
-      (
-        await app.inject({
-          method: 'POST',
-          url: '/api/knowledge/drafts',
-          headers,
-          payload: { title: 'fuzz draft', body: 'a body' }
-        })
-      ).json().draft.id
-    )
-  }
-  // skills, a proposal, a playbook, a project and a task in each org
-  const skillIds: string[] = []
-  for (const headers of [{ cookie: owner.cookie }, {}]) {
-    const skillId = (
-      await app.inject({
-        method: 'POST',
-        url: '/api/skills',
-        headers,
-        payload: { name: 'fuzz-skill', description: 'fuzz', instructions: 'Do.' }
-      })
-    ).json().skill.id
-    skillIds.push(skillId)
-    skillIds.push(
-      (
-        await app.inject({
-          method: 'POST',
-          url: '/api/skills/proposals',
-          headers,
-          payload: { skillMd: '---\nname: fuzz-proposal\ndescription: fuzz\n---\nDo.' }
-        })
-      ).json().proposal.id
-    )
-    skillIds.push(
-      (
-        await app.inject({
-          method: 'POST',
-          url: '/api/playbooks',
-          headers,
-          payload: { name: 'fuzz', steps: [{ skillId }] }
-        })
-      ).json().playbook.id
-    )
-    skillIds.push(
-      (await app.inject({ method: 'POST', url: '/api/projects', headers, payload: { name: 'fuzz' } })).json().project.id
-    )
-    skillIds.push(
-      (await app.inject({ method: 'POST', url: '/api/tasks', headers, payload: { title: 'fuzz' } })).json().task.id
-    )
-    skillIds.push(
-      (
-        await app.inject({
-          method: 'POST',
-          url: '/api/automations',
-          headers,
-          payload: { name: 'fuzz', cron: '0 3 * * *', target: { skillId } }
-        })
-      ).json().automation.id
-    )
-    await app.inject({ method: 'PUT', url: '/api/secrets/FUZZ_TOKEN', headers, payload: { value: 'fuzz value' } })
-    // an artifact with two versions and a proposal, so its versions and proposals reach their handlers
-    const artifact = (
-      await app.inject({ method: 'POST', url: '/api/artifacts', headers, payload: { name: 'fuzz.md', content: 'one' } })
-    ).json().artifact
-    await app.inject({
-      method: 'PUT',
-      url: `/api/artifacts/${artifact.id}/content`,
-      headers: { ...headers, 'content-type': 'text/plain', 'if-match': '"v1"' },
-      payload: 'two'
-    })
-    await app.inject({
-      method: 'POST',
-      url: `/api/artifacts/${artifact.id}/proposals`,
-      headers,
-      payload: { content: 'three', baseVersion: 2 }
-    })
-    skillIds.push(artifact.id)
-  }
-  // a provider in each org, so check and delete reach their handlers (stored directly: this
-  // app refuses private addresses, and its check then refuses to connect, which is the point)
-  for (const orgId of [owner.org.id, DEV_ORG.id]) {
-    const id = newId()
-    await app.db.insert(providers).values({
-      id,
-      orgId,
-      name: 'fuzz',
-      baseUrl: 'http://127.0.0.1:9/v1',
-      models: ['fuzz-model'],
-      modelsGiven: true,
-      ready: true
-    })
-    await app.secrets.internal.put(orgId, `provider:${id}:api_key`, 'fuzz provider key')
-    skillIds.push(id)
-  }
-  // GitHub: both orgs connected to the fixture GitHub, reading one repository with a skill and a
-  // pull request, so the GitHub routes, skill import and wiki runs reach their handlers
+  // GitHub: both orgs connected to accounts of the fixture GitHub whose tokens the fuzz holds, so it
+  // connects them again before the GitHub operations (an earlier operation may have disconnected
+  // them; the github fixture's accounts are its own); their repository has a skill and a pull
+  // request, and a second pull request that leaves out what GitHub leaves out now and then
   const github = await fixtureGitHub()
   const ownerAccount = github.addAccount('fuzz-owner')
   const devAccount = github.addAccount('fuzz-dev')
@@ -451,7 +329,6 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   })
   fuzzRepo.collaborators.add('fuzz-dev')
   github.addPull(fuzzRepo, { title: 'fuzz pull' })
-  // GitHub leaves out what is null now and then
   github.addPull(fuzzRepo, { title: 'fuzz pull, sparse', omit: ['closed_at', 'merged_at', 'draft', 'user'] })
   const connectGitHub = async () => {
     for (const [headers, token] of [
@@ -462,30 +339,11 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
       if (res.statusCode !== 200) throw new Error(`github fixture: ${res.statusCode} ${res.body}`)
     }
   }
-  await connectGitHub()
-  // an artifact saved for a run under a name (the name is the run's now)
-  const runArtifact = await app.inject({
-    method: 'POST',
-    url: '/api/artifacts',
-    headers: { cookie: owner.cookie },
-    payload: { name: 'fuzz-run.md', content: 'run', runId: ownerRun.id }
-  })
-  t.ok(
-    ownerRun?.id && devRun?.id && memoryIds.length >= 2 && skillIds.every(Boolean) && runArtifact.statusCode === 201,
-    'fixtures exist'
-  )
-  const runIds = [ownerRun.id as string, devRun.id as string]
-  // by parameter name; anything else gets every id (the principal's own user and key are left out, so they survive)
+  // by parameter name (the fixtures add theirs); anything else gets every id
   const ids: Record<string, string[]> = {
-    orgId: [owner.org.id, DEV_ORG.id],
     organizationId: [owner.org.id, DEV_ORG.id],
     userId: [member.user.id],
-    id: [...runIds, spareKey.id, ...memoryIds, ...knowledgeIds, ...skillIds],
-    runId: runIds,
-    rootRunId: runIds,
-    threadId: runIds,
     tool: ['shell', 'browser'],
-    name: ['FUZZ_TOKEN', 'MISSING_NAME'],
     approvalId: ['0190b8f0-0000-7000-8000-000000000000'],
     owner: ['fuzz-owner'],
     // the body's `owner/name` of skill import and wiki (a `repo` path parameter gets it first too, and
@@ -494,8 +352,8 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   }
   const doc = app.swagger() as Parameters<typeof operationsOf>[0]
   const operations = operationsOf(doc)
-  // every group's tenancy fixtures (test/<group>/tenancy.ts) seed both orgs too, and their ids
-  // join the path parameters of the same name: a new group's routes get real ids from its fixture
+  // every group's tenancy fixtures (test/<group>/tenancy.ts) seed both orgs, and their ids join
+  // the path parameters of the same name: a new group's routes get real ids from its fixture
   const pathParams = new Set(operations.flatMap((op) => op.params.filter((p) => p.in === 'path').map((p) => p.name)))
   // the dev org's fallback user, signed in for the fixtures that need a session
   const devSession = await createSession(app.db, DEV_USER.id, DEV_ORG.id)
@@ -514,15 +372,52 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
   ]
   // the principals' own users and keys are left out, so they survive
   const keep = new Set([owner.user.id, DEV_USER.id, key.id, devKey.id])
+  /** what each fixture seeded, by its name: one record per actor */
+  const seeded = new Map<string, Array<Record<string, string>>>()
   for (const fixture of await loadTenantFixtures()) {
+    const each: Array<Record<string, string>> = []
+    seeded.set(fixture.name, each)
     for (const actor of actors) {
-      for (const [name, value] of Object.entries(await fixture.seed(app, actor))) {
+      const values = await fixture.seed(app, actor)
+      each.push(values)
+      for (const [name, value] of Object.entries(values)) {
         if (!pathParams.has(name) || keep.has(value)) continue
         const known = (ids[name] ??= [])
         if (!known.includes(value)) known.push(value)
       }
     }
   }
+  // after the secrets fixture's names: a name no org has
+  ids.name = [...(ids.name ?? []), 'MISSING_NAME']
+  await connectGitHub()
+  const seededBy = (fixture: string, actor: number, name: string) => {
+    const value = seeded.get(fixture)?.[actor]?.[name]
+    if (value === undefined) throw new Error(`the ${fixture} fixture seeded no ${name}`)
+    return value
+  }
+  // an automation whose target is a skill in each org (the automations fixture's target is a
+  // prompt): its fire and run-now resolve the skill through the skills group's targets
+  for (const [i, actor] of actors.entries()) {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/api/automations',
+      headers: { cookie: actor.cookie },
+      payload: { name: 'fuzz', cron: '0 3 * * *', target: { skillId: seededBy('skills', i, 'id') } }
+    })
+    if (res.statusCode !== 201) throw new Error(`automation fixture: ${res.statusCode} ${res.body}`)
+    ids.id!.push(res.json().automation.id)
+  }
+  // an artifact saved for a run under a name (the name is the run's now): saving it again is refused below
+  const ownerRunId = seededBy('runs and threads', 0, 'id')
+  const runArtifact = await app.inject({
+    method: 'POST',
+    url: '/api/artifacts',
+    headers: { cookie: owner.cookie },
+    payload: { name: 'fuzz-run.md', content: 'run', runId: ownerRunId }
+  })
+  t.equal(runArtifact.statusCode, 201, "the run's artifact exists")
+  // a path's first value is its baseline: the owner's run, a resource of the principal's org
+  ids.id = [ownerRunId, ...ids.id!.filter((id) => id !== ownerRunId)]
   const everyId = [...new Set(Object.values(ids).flat())]
   // every /api route but the WebSocket upgrades, which the document leaves out
   const routes = app.routeTable.filter((r) => r.url.startsWith('/api') && r.method !== 'HEAD' && !r.websocket)
@@ -645,7 +540,7 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
       '',
       'AAAA',
       'bm90IGFuIGlk',
-      `${Buffer.from(runIds[0]!).toString('base64url')}=`,
+      `${Buffer.from(ownerRunId).toString('base64url')}=`,
       'Zm9vLmJhci5iYXouYmF0'
     ]
     // path values by name; GitHub's pull requests take the repository's own name here
@@ -913,7 +808,7 @@ t.test('no hostile input reaches a 5xx on any operation of the OpenAPI document'
       'POST',
       `${base}/api/artifacts`,
       { 'content-type': 'application/json' },
-      JSON.stringify({ name: 'fuzz-run.md', content: 'again', runId: ownerRun.id })
+      JSON.stringify({ name: 'fuzz-run.md', content: 'again', runId: ownerRunId })
     )
     if (again.status !== 409 || errorOf(again.body).error !== 'conflict')
       out.push(`the same artifact name for a run: ${again.status} ${again.body.slice(0, 200)}`)

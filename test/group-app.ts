@@ -100,16 +100,15 @@ export async function buildGroupApp(
 }
 
 /**
- * A port of a group a group app does not boot, for a service that is handed it but does not
- * reach it in the tests at hand: any call fails, naming the group, instead of acting as if
- * the group had nothing.
+ * A port of a group an app does not boot, for a service that takes it as an option but that
+ * the group's tests never reach through it: any call fails, naming the group.
  */
-export const absent = (group: string): never =>
+export const absentGroup = (group: string, app = 'this group app') =>
   new Proxy(
     {},
     {
       get: (_target, name) => () => {
-        throw new Error(`${group}.${String(name)}: this group app has no ${group} group (boot the whole app)`)
+        throw new Error(`${group}.${String(name)}: ${app} has no ${group} group`)
       }
     }
   ) as never

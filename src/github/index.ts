@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import fp from 'fastify-plugin'
 import { conflict, notFound, validationFailed } from '../../plugins/errors.js'
 import { sendStored } from '../../plugins/idempotency/index.js'
 import { errorResponses } from '../../schemas/common.js'
@@ -236,4 +237,10 @@ const githubRoutes: FastifyPluginAsyncTypebox = async (app) => {
   )
 }
 
-export default githubRoutes
+// started only where the services it uses are: a group app without them fails at boot, naming what is missing
+export default fp(githubRoutes, {
+  name: 'github-routes',
+  fastify: '5.x',
+  dependencies: ['db', 'principal', 'github', 'runs'],
+  encapsulate: true
+})

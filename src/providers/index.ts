@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import fp from 'fastify-plugin'
 import type { Catalog } from '../system/features.js'
 import { integrationFailed, notFound, validationFailed } from '../../plugins/errors.js'
 import { errorResponses, IdParams } from '../../schemas/common.js'
@@ -292,4 +293,10 @@ const providersRoutes: FastifyPluginAsyncTypebox<ProvidersRoutesOptions> = async
   )
 }
 
-export default providersRoutes
+// started only where the services it uses are: a group app without them fails at boot, naming what is missing
+export default fp(providersRoutes, {
+  name: 'providers-routes',
+  fastify: '5.x',
+  dependencies: ['db', 'principal', 'providers', 'retrieval', 'runs'],
+  encapsulate: true
+})

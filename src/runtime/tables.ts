@@ -120,5 +120,11 @@ export const toolCallAttempts = pgTable(
     status: text('status'),
     content: text('content')
   },
-  (t) => [primaryKey({ columns: [t.runId, t.round, t.callId] }), index('tool_call_attempts_org_idx').on(t.orgId)]
+  (t) => [
+    primaryKey({ columns: [t.runId, t.round, t.callId] }),
+    index('tool_call_attempts_org_idx').on(t.orgId),
+    // the runs sweeper deletes attempts by age every hour (`pruneAttempts`): a range on this
+    // instead of reading the whole table
+    index('tool_call_attempts_started_idx').on(t.startedAt)
+  ]
 )

@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import fp from 'fastify-plugin'
 import type { FastifyRequest } from 'fastify'
 import { unauthorized } from '../../plugins/errors.js'
 import { errorResponses } from '../../schemas/common.js'
@@ -195,4 +196,10 @@ const chatPlatformRoutes: FastifyPluginAsyncTypebox = async (app) => {
   await app.register(interactions)
 }
 
-export default slackRoutes
+// started only where the services it uses are: a group app without them fails at boot, naming what is missing
+export default fp(slackRoutes, {
+  name: 'slack-routes',
+  fastify: '5.x',
+  dependencies: ['db', 'principal', 'event-bus', 'slack'],
+  encapsulate: true
+})

@@ -2,13 +2,13 @@ import { createHash, randomBytes } from 'node:crypto'
 import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
-import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from '../helper.js'
-import { withProbes } from './probes.js'
+import { addMember, mintKey, signUp, signUpWithOrg } from '../helper.js'
+import { buildAuthApp } from './group.js'
 
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex')
 const UNAUTHORIZED = { error: 'unauthorized', message: 'sign in or send an API key' }
 
-const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'false' }, ...withProbes })
+const app = await buildAuthApp(t, { env: { ALLOW_DEV_ORG: 'false' } })
 const rows = async <T>(query: ReturnType<typeof sql>) => rowsOf<T>(await app.db.execute(query))
 const call = (authorization: string, url = '/api/probe/key-org', extra: Record<string, string> = {}) =>
   app.inject({ method: 'GET', url, headers: { authorization, ...extra } })
@@ -226,7 +226,7 @@ t.test('lastUsedAt: set on use, written at most once a minute, across instances'
   for (let i = 0; i < 5; i++) await call(authorization)
   t.same(await lastUsed(), first, 'not rewritten within the minute')
 
-  const second = await buildTestApp(t, { db: app.testDb, env: { ALLOW_DEV_ORG: 'false' }, ...withProbes })
+  const second = await buildAuthApp(t, { db: app.testDb, env: { ALLOW_DEV_ORG: 'false' } })
   t.equal(
     (await second.inject({ method: 'GET', url: '/api/probe/key-org', headers: { authorization } })).statusCode,
     200
@@ -235,7 +235,7 @@ t.test('lastUsedAt: set on use, written at most once a minute, across instances'
 
   await app.db.execute(sql`update api_keys set last_used_at = now() - interval '2 minutes' where id = ${id}`)
   const stale = await lastUsed()
-  const third = await buildTestApp(t, { db: app.testDb, env: { ALLOW_DEV_ORG: 'false' }, ...withProbes })
+  const third = await buildAuthApp(t, { db: app.testDb, env: { ALLOW_DEV_ORG: 'false' } })
   t.equal(
     (await third.inject({ method: 'GET', url: '/api/probe/key-org', headers: { authorization } })).statusCode,
     200
@@ -247,10 +247,9 @@ t.test('revocation reaches another instance at once (NOTIFY), not after its cach
   const owner = await signUpWithOrg(app)
   const { authorization, id } = await mintKey(app, owner.cookie)
   // the second instance would keep a resolved key 10 s; only the broadcast can make it forget sooner
-  const second = await buildTestApp(t, {
+  const second = await buildAuthApp(t, {
     db: app.testDb,
-    env: { ALLOW_DEV_ORG: 'false', IDENTITY_CACHE_MS: '10000' },
-    ...withProbes
+    env: { ALLOW_DEV_ORG: 'false', IDENTITY_CACHE_MS: '10000' }
   })
   const viaSecond = () => second.inject({ method: 'GET', url: '/api/probe/key-org', headers: { authorization } })
   t.equal((await viaSecond()).statusCode, 200, 'cached there now')

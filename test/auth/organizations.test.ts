@@ -2,11 +2,11 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { DEV_ORG, DEV_USER } from '../../src/auth/dev-org.js'
 import { rowsOf } from '../../src/db/client.js'
-import { addMember, buildTestApp, createOrg, signIn, signUp, signUpWithOrg, uniqueEmail } from '../helper.js'
-import { withProbes } from './probes.js'
+import { addMember, createOrg, signIn, signUp, signUpWithOrg, uniqueEmail } from '../helper.js'
+import { buildAuthApp } from './group.js'
 
 // the default identity cache (1 s) stays on: changes must still show on the very next request
-const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'false' }, ...withProbes })
+const app = await buildAuthApp(t, { env: { ALLOW_DEV_ORG: 'false' } })
 
 const whoami = (cookie: string) => app.inject({ method: 'GET', url: '/api/probe/whoami', headers: { cookie } })
 const memberUrl = (orgId: string, userId: string) => `/api/auth/organizations/${orgId}/members/${userId}`
@@ -118,7 +118,7 @@ t.test('a user with no organization: 403 no_organization on org routes, auth rou
       .organizations.length,
     0
   )
-  const devOn = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' }, ...withProbes })
+  const devOn = await buildAuthApp(t, { env: { ALLOW_DEV_ORG: 'true' } })
   const lonely = await signUp(devOn)
   const there = await devOn.inject({ method: 'GET', url: '/api/probe/whoami', headers: { cookie: lonely.cookie } })
   t.equal(there.statusCode, 403, 'a signed-in user is never quietly moved into the dev org')
@@ -353,10 +353,9 @@ t.test('removing a membership reaches another instance at once (NOTIFY), not aft
   const member = await signUp(app)
   await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
   // the second instance would keep a resolved session 10 s; only the broadcast can make it forget sooner
-  const second = await buildTestApp(t, {
+  const second = await buildAuthApp(t, {
     db: app.testDb,
-    env: { ALLOW_DEV_ORG: 'false', IDENTITY_CACHE_MS: '10000' },
-    ...withProbes
+    env: { ALLOW_DEV_ORG: 'false', IDENTITY_CACHE_MS: '10000' }
   })
   const viaSecond = () => second.inject({ method: 'GET', url: '/api/probe/whoami', headers: { cookie: member.cookie } })
   t.equal((await viaSecond()).statusCode, 200, 'cached there now')
@@ -447,7 +446,7 @@ t.test('members of another org: 404, nothing changed', async (t) => {
 })
 
 t.test('dev-org access: anonymous requests act as the fallback, never as a real user', async (t) => {
-  const devApp = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' }, ...withProbes })
+  const devApp = await buildAuthApp(t, { env: { ALLOW_DEV_ORG: 'true' } })
   const res = await devApp.inject({ method: 'GET', url: '/api/probe/whoami' })
   t.equal(res.statusCode, 200)
   t.same(res.json(), {

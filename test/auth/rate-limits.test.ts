@@ -1,7 +1,8 @@
 import { eq } from 'drizzle-orm'
 import t from 'tap'
 import { authRateLimits } from '../../src/auth/tables.js'
-import { buildTestApp, createTestDatabase, secondHandle, signUp, uniqueEmail, type Teardown } from '../helper.js'
+import { createTestDatabase, secondHandle, signUp, uniqueEmail, type Teardown } from '../helper.js'
+import { buildAuthApp } from './group.js'
 
 /**
  * The sign-in and sign-up brakes count in the database, so two instances on one database
@@ -11,8 +12,8 @@ import { buildTestApp, createTestDatabase, secondHandle, signUp, uniqueEmail, ty
 
 async function twoInstances(t: Teardown, env: Record<string, string>) {
   const shared = await createTestDatabase(t)
-  const a = await buildTestApp(t, { db: shared, env })
-  const b = await buildTestApp(t, { db: await secondHandle(t, shared, 3), env })
+  const a = await buildAuthApp(t, { db: shared, env })
+  const b = await buildAuthApp(t, { db: await secondHandle(t, shared, 3), env })
   return [a, b] as const
 }
 t.test(

@@ -3,13 +3,14 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { DEV_USER } from '../../src/auth/dev-org.js'
 import { rowsOf } from '../../src/db/client.js'
-import { buildTestApp, sessionCookieOf, signIn, signUp, uniqueEmail } from '../helper.js'
+import { sessionCookieOf, signIn, signUp, uniqueEmail } from '../helper.js'
+import { buildAuthApp } from './group.js'
 
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex')
 const DAY = 24 * 60 * 60 * 1000
 
 // cache off: these tests move expiry dates under the service's feet
-const app = await buildTestApp(t, {
+const app = await buildAuthApp(t, {
   env: { ALLOW_DEV_ORG: 'false', IDENTITY_CACHE_MS: '0', AUTH_RATE_LIMIT_PER_IP: '100000' }
 })
 
@@ -288,13 +289,8 @@ t.test('bad input on the auth routes is a clear 4xx and creates nothing', async 
   t.equal((await rows<{ n: number }>(sql`select count(*)::int as n from users`))[0]!.n, before)
 })
 
-t.test('GET /api/config advertises email and password sign-in', async (t) => {
-  const res = await app.inject({ method: 'GET', url: '/api/config' })
-  t.same(res.json().auth, { google: false, emailPassword: true })
-})
-
 t.test('production: __Host-cairn_session, Secure; the plain name is not accepted', async (t) => {
-  const prod = await buildTestApp(t, { env: { NODE_ENV: 'production' } })
+  const prod = await buildAuthApp(t, { env: { NODE_ENV: 'production' } })
   const res = await prod.inject({
     method: 'POST',
     url: '/api/auth/sign-up',

@@ -1,12 +1,13 @@
 import t from 'tap'
-import { buildTestApp, signUp, signUpWithOrg } from '../helper.js'
+import { signUp, signUpWithOrg } from '../helper.js'
+import { buildAuthApp } from './group.js'
 
 // GET /api/auth/whoami: the console's first question, answered 200 for every kind of browser
 // (GET /api/auth/session keeps its 401 without a session).
 
 const REMOTE = '203.0.113.7'
 const whoami = (
-  app: Awaited<ReturnType<typeof buildTestApp>>,
+  app: Awaited<ReturnType<typeof buildAuthApp>>,
   opts: { cookie?: string; remoteAddress?: string; headers?: Record<string, string> } = {}
 ) =>
   app.inject({
@@ -19,7 +20,7 @@ const whoami = (
 const nobody = { user: null, session: null, organizations: [] }
 
 t.test('no session: the dev org on loopback, anonymous elsewhere or with dev access off; 200 each time', async (t) => {
-  const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' } })
+  const app = await buildAuthApp(t, { env: { ALLOW_DEV_ORG: 'true' } })
   const dev = await whoami(app)
   t.equal(dev.statusCode, 200)
   t.same(dev.json(), { kind: 'dev', ...nobody })
@@ -30,14 +31,14 @@ t.test('no session: the dev org on loopback, anonymous elsewhere or with dev acc
   // GET /api/auth/session is unchanged: no session is a 401
   t.equal((await app.inject({ method: 'GET', url: '/api/auth/session' })).statusCode, 401)
 
-  const off = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'false' } })
+  const off = await buildAuthApp(t, { env: { ALLOW_DEV_ORG: 'false' } })
   const anonymous = await whoami(off)
   t.equal(anonymous.statusCode, 200)
   t.same(anonymous.json(), { kind: 'anonymous', ...nobody })
 })
 
 t.test('a live session: the same user, session and organizations as GET /api/auth/session', async (t) => {
-  const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' } })
+  const app = await buildAuthApp(t, { env: { ALLOW_DEV_ORG: 'true' } })
   const owner = await signUpWithOrg(app)
   const res = await whoami(app, { cookie: owner.cookie })
   t.equal(res.statusCode, 200)
@@ -55,7 +56,7 @@ t.test('a live session: the same user, session and organizations as GET /api/aut
 })
 
 t.test('a dead cookie is anonymous, never the dev org, and is cleared', async (t) => {
-  const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true', IDENTITY_CACHE_MS: '0' } })
+  const app = await buildAuthApp(t, { env: { ALLOW_DEV_ORG: 'true', IDENTITY_CACHE_MS: '0' } })
   const user = await signUp(app)
   t.equal(
     (await app.inject({ method: 'POST', url: '/api/auth/sign-out', headers: { cookie: user.cookie } })).statusCode,
@@ -74,7 +75,7 @@ t.test('a dead cookie is anonymous, never the dev org, and is cleared', async (t
 })
 
 t.test('a bearer header is refused, as on GET /api/auth/session', async (t) => {
-  const app = await buildTestApp(t, { env: { ALLOW_DEV_ORG: 'true' } })
+  const app = await buildAuthApp(t, { env: { ALLOW_DEV_ORG: 'true' } })
   const owner = await signUpWithOrg(app)
   const res = await whoami(app, { cookie: owner.cookie, headers: { authorization: 'Bearer cairn_nope' } })
   t.equal(res.statusCode, 401)

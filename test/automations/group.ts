@@ -8,23 +8,8 @@ import skillsRoutes from '../../src/skills/index.js'
 import skillsService from '../../src/skills/service.js'
 import type { Env } from '../../src/config.js'
 import type { Clock } from '../../src/worker-loop.js'
-import { buildGroupApp } from '../group-app.js'
+import { absentGroup, buildGroupApp } from '../group-app.js'
 import type { Teardown, TestDatabase } from '../helper.js'
-
-/**
- * A port of a group this app does not boot: any call fails, naming it. The automations tests
- * that use this app run no run (RUN_WORKER_CONCURRENCY=0), so the run worker, the only caller
- * of these ports, never calls them; a test that runs runs boots the whole app.
- */
-const absent = (group: string) =>
-  new Proxy(
-    {},
-    {
-      get: (_target, name) => () => {
-        throw new Error(`${group}.${String(name)}: the automations group app has no ${group} group`)
-      }
-    }
-  ) as never
 
 /**
  * The automations group with what it stands on: the runs service (its engines, the queued runs
@@ -47,13 +32,13 @@ export async function buildAutomationsApp(
       await app.register(skillsService)
       await app.register(runsService, {
         config,
-        memory: absent('memory'),
+        memory: absentGroup('memory', 'the automations group app'),
         tools: null,
         artifacts: app.artifacts.forRuns,
-        knowledge: absent('knowledge'),
+        knowledge: absentGroup('knowledge', 'the automations group app'),
         skills: app.skills.forRuns,
         followUps: [app.skills.forFollowUps],
-        secrets: absent('secrets')
+        secrets: absentGroup('secrets', 'the automations group app')
       })
       await app.register(automationsService, {
         config,

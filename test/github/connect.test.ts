@@ -2,10 +2,11 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { newKeyText } from '../../src/secrets/crypto.js'
-import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from '../helper.js'
+import { addMember, mintKey, signUp, signUpWithOrg } from '../helper.js'
 import { startFakeGitHub } from './fake-github.js'
+import { buildGitHubApp } from './group.js'
 
-type App = Awaited<ReturnType<typeof buildTestApp>>
+type App = Awaited<ReturnType<typeof buildGitHubApp>>
 
 const connect = (app: App, cookie: string, token: unknown) =>
   app.inject({ method: 'PUT', url: '/api/integrations/github', headers: { cookie }, payload: { token } })
@@ -25,7 +26,7 @@ async function secretRows(app: App, orgId: string) {
 
 t.test('connect: the token is checked against GitHub, sealed under cairn:github:token, never returned', async (t) => {
   const github = await startFakeGitHub(t)
-  const app = await buildTestApp(t, { env: { GITHUB_API_URL: github.url, SECRETS_KEY: newKeyText() } })
+  const app = await buildGitHubApp(t, { env: { GITHUB_API_URL: github.url, SECRETS_KEY: newKeyText() } })
   const owner = await signUpWithOrg(app)
   const account = github.addAccount('octo-owner')
 
@@ -83,7 +84,7 @@ t.test('connect: the token is checked against GitHub, sealed under cairn:github:
 
 t.test('connect: a token GitHub refuses is 400 naming /body/token, and nothing is kept', async (t) => {
   const github = await startFakeGitHub(t)
-  const app = await buildTestApp(t, { env: { GITHUB_API_URL: github.url, SECRETS_KEY: newKeyText() } })
+  const app = await buildGitHubApp(t, { env: { GITHUB_API_URL: github.url, SECRETS_KEY: newKeyText() } })
   const owner = await signUpWithOrg(app)
 
   const res = await connect(app, owner.cookie, 'ghp_notatokengithubknows')
@@ -136,7 +137,7 @@ t.test('connect: a token GitHub refuses is 400 naming /body/token, and nothing i
 
 t.test('connect and disconnect are admin routes; keys get 401; members 403', async (t) => {
   const github = await startFakeGitHub(t)
-  const app = await buildTestApp(t, { env: { GITHUB_API_URL: github.url, SECRETS_KEY: newKeyText() } })
+  const app = await buildGitHubApp(t, { env: { GITHUB_API_URL: github.url, SECRETS_KEY: newKeyText() } })
   const owner = await signUpWithOrg(app)
   const member = await signUp(app)
   await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
@@ -176,7 +177,7 @@ t.test(
   'disconnect: 204, the token and cached lists are gone; again 404; then routes answer 503 integration_not_connected',
   async (t) => {
     const github = await startFakeGitHub(t)
-    const app = await buildTestApp(t, { env: { GITHUB_API_URL: github.url, SECRETS_KEY: newKeyText() } })
+    const app = await buildGitHubApp(t, { env: { GITHUB_API_URL: github.url, SECRETS_KEY: newKeyText() } })
     const owner = await signUpWithOrg(app)
     const account = github.addAccount('leaving')
     github.addRepo('leaving', 'tools')
@@ -243,7 +244,7 @@ t.test(
   },
   async (t) => {
     const github = await startFakeGitHub(t)
-    const app = await buildTestApp(t, { env: { GITHUB_API_URL: github.url } })
+    const app = await buildGitHubApp(t, { env: { GITHUB_API_URL: github.url } })
     const owner = await signUpWithOrg(app)
     const account = github.addAccount('nokey')
     const res = await connect(app, owner.cookie, account.token)

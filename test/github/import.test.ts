@@ -2,8 +2,9 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { newKeyText } from '../../src/secrets/crypto.js'
-import { buildTestApp, mintKey, signUpWithOrg, type SignedIn, type TestOrg } from '../helper.js'
+import { mintKey, signUpWithOrg, type SignedIn, type TestOrg } from '../helper.js'
 import { startFakeGitHub, type FakeRepo } from './fake-github.js'
+import { buildGitHubApp } from './group.js'
 
 /**
  * Skill import from GitHub: POST /api/skills/import reads the SKILL.md of a repository folder
@@ -11,7 +12,7 @@ import { startFakeGitHub, type FakeRepo } from './fake-github.js'
  * the next version of the same skill.
  */
 const github = await startFakeGitHub(t)
-const app = await buildTestApp(t, { env: { GITHUB_API_URL: github.url, SECRETS_KEY: newKeyText() } })
+const app = await buildGitHubApp(t, { env: { GITHUB_API_URL: github.url, SECRETS_KEY: newKeyText() } })
 
 type Owner = SignedIn & { org: TestOrg }
 

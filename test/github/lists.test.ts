@@ -2,8 +2,9 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { newKeyText } from '../../src/secrets/crypto.js'
-import { buildTestApp, mintKey, secondHandle, signUpWithOrg, type SignedIn, type TestOrg } from '../helper.js'
+import { mintKey, secondHandle, signUpWithOrg, type SignedIn, type TestOrg } from '../helper.js'
 import { startFakeGitHub, type FakeAccount } from './fake-github.js'
+import { buildGitHubApp } from './group.js'
 
 /**
  * GitHub reads: repositories and pull requests, paged (GitHub's page and
@@ -13,7 +14,7 @@ import { startFakeGitHub, type FakeAccount } from './fake-github.js'
 const SECRETS_KEY = newKeyText()
 const github = await startFakeGitHub(t)
 const env = { GITHUB_API_URL: github.url, SECRETS_KEY }
-const app = await buildTestApp(t, { env })
+const app = await buildGitHubApp(t, { env })
 
 type Owner = SignedIn & { org: TestOrg }
 
@@ -131,7 +132,7 @@ t.test(
     t.equal(github.log.filter((l) => l.path === path).at(-1)!.status, 304)
 
     // a second instance on the same database answers from the same cache
-    const other = await buildTestApp(t, { env, db: await secondHandle(t, app.testDb) })
+    const other = await buildGitHubApp(t, { env, db: await secondHandle(t, app.testDb) })
     const third = await other.inject({ method: 'GET', url: '/api/github/repos', headers: { cookie: owner.cookie } })
     t.equal(third.statusCode, 200)
     t.equal(third.body, first.body)

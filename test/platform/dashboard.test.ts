@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm'
 import t from 'tap'
+import { rowsOf } from '../../src/db/client.js'
 import { newId } from '../../src/db/ids.js'
 import { uuidv7Floor } from '../../src/platform/dashboard.js'
 import { buildTestApp, signUpWithOrg, waitFor } from '../helper.js'
@@ -106,5 +107,49 @@ t.test(
     )
     for (let i = 1; i < body.recent.length; i++) t.ok(body.recent[i - 1].at >= body.recent[i].at, 'newest first')
     t.equal(body.recent.find((r: { kind: string }) => r.kind === 'record').title, 'Deploy checklist')
+  }
+)
+
+// the usage of runs executed through the API (the usage tests on inserted rows: test/platform/usage.test.ts)
+t.test(
+  'runs executed through the API are in the usage of their day, with the tokens the engine reported',
+  async (t) => {
+    const app = await buildTestApp(t)
+    const owner = await signUpWithOrg(app)
+    const headers = { cookie: owner.cookie }
+    for (const prompt of ['one two three', 'four five']) {
+      const res = await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt } })
+      t.equal(res.statusCode, 201, res.body)
+    }
+    await waitFor('both runs finished', async () => {
+      const res = await app.inject({ method: 'GET', url: '/api/runs?status=succeeded', headers })
+      return res.json().items.length === 2
+    })
+    const res = await app.inject({ method: 'GET', url: '/api/usage?groupBy=engine', headers })
+    t.equal(res.statusCode, 200, res.body)
+    const body = res.json()
+    t.equal(body.buckets.length, 30, 'the last 30 days by default, one engine')
+    const today = body.buckets.at(-1)
+    t.equal(today.date, new Date().toISOString().slice(0, 10), 'ends today (UTC)')
+    t.match(today, { engine: 'echo', model: null, userId: null, runs: 2, succeeded: 2, failed: 0 })
+    t.same([today.inputTokens, today.outputTokens], [0, 0], 'echo calls no model: no tokens')
+    t.same(body.totals, {
+      runs: 2,
+      succeeded: 2,
+      failed: 0,
+      inputTokens: today.inputTokens,
+      outputTokens: today.outputTokens,
+      durationMs: today.durationMs
+    })
+    const stored = rowsOf<{ input: number; output: number }>(
+      await app.db.execute(
+        sql`select sum(input_tokens)::int as input, sum(output_tokens)::int as output from runs where org_id = ${owner.org.id}`
+      )
+    )[0]!
+    t.same(
+      [today.inputTokens, today.outputTokens],
+      [stored.input ?? 0, stored.output ?? 0],
+      "the runs' own token counts"
+    )
   }
 )

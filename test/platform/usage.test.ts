@@ -1,9 +1,12 @@
 import { sql } from 'drizzle-orm'
 import type { FastifyInstance } from 'fastify'
 import t from 'tap'
-import { rowsOf } from '../../src/db/client.js'
 import { newId } from '../../src/db/ids.js'
-import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg, waitFor } from '../helper.js'
+import { addMember, mintKey, signUp, signUpWithOrg } from '../helper.js'
+import { buildPlatformApp } from './group.js'
+
+// Usage read from runs inserted as the worker leaves them: the platform group alone. Runs
+// executed through the API reach the usage too (test/platform/dashboard.test.ts, the whole app).
 
 /** A finished run as the worker leaves it: the trigger adds it to usage_hours. */
 async function finishedRun(
@@ -29,51 +32,8 @@ async function finishedRun(
   return id
 }
 
-t.test(
-  'runs executed through the API are in the usage of their day, with the tokens the engine reported',
-  async (t) => {
-    const app = await buildTestApp(t)
-    const owner = await signUpWithOrg(app)
-    const headers = { cookie: owner.cookie }
-    for (const prompt of ['one two three', 'four five']) {
-      const res = await app.inject({ method: 'POST', url: '/api/runs', headers, payload: { prompt } })
-      t.equal(res.statusCode, 201, res.body)
-    }
-    await waitFor('both runs finished', async () => {
-      const res = await app.inject({ method: 'GET', url: '/api/runs?status=succeeded', headers })
-      return res.json().items.length === 2
-    })
-    const res = await app.inject({ method: 'GET', url: '/api/usage?groupBy=engine', headers })
-    t.equal(res.statusCode, 200, res.body)
-    const body = res.json()
-    t.equal(body.buckets.length, 30, 'the last 30 days by default, one engine')
-    const today = body.buckets.at(-1)
-    t.equal(today.date, new Date().toISOString().slice(0, 10), 'ends today (UTC)')
-    t.match(today, { engine: 'echo', model: null, userId: null, runs: 2, succeeded: 2, failed: 0 })
-    t.same([today.inputTokens, today.outputTokens], [0, 0], 'echo calls no model: no tokens')
-    t.same(body.totals, {
-      runs: 2,
-      succeeded: 2,
-      failed: 0,
-      inputTokens: today.inputTokens,
-      outputTokens: today.outputTokens,
-      durationMs: today.durationMs
-    })
-    const stored = rowsOf<{ input: number; output: number }>(
-      await app.db.execute(
-        sql`select sum(input_tokens)::int as input, sum(output_tokens)::int as output from runs where org_id = ${owner.org.id}`
-      )
-    )[0]!
-    t.same(
-      [today.inputTokens, today.outputTokens],
-      [stored.input ?? 0, stored.output ?? 0],
-      "the runs' own token counts"
-    )
-  }
-)
-
 t.test('local days of Europe/Berlin across both 2026 changes: 23 and 25 hours, every run on its day', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildPlatformApp(t)
   const owner = await signUpWithOrg(app)
   const org = owner.org.id
   // 2026-03-29: 00:00 CET is 2026-03-28T23:00Z, 24:00 CEST is 2026-03-29T22:00Z (23 hours)
@@ -152,7 +112,7 @@ t.test('local days of Europe/Berlin across both 2026 changes: 23 and 25 hours, e
 t.test(
   "every zone's days are exact at both grains: runs near the midnights of whole-hour, half-hour and quarter-hour zones land on the day Intl gives them",
   async (t) => {
-    const app = await buildTestApp(t)
+    const app = await buildPlatformApp(t)
     const owner = await signUpWithOrg(app)
     const org = owner.org.id
     // each zone's midnights (DST changes included) ± a second and ± 15 minutes, plus a spread
@@ -238,7 +198,7 @@ function zonedMidnight(date: string, tz: string): number {
 }
 
 t.test('groups are zero-filled for every day, ordered, and sum to the totals', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildPlatformApp(t)
   const owner = await signUpWithOrg(app)
   const org = owner.org.id
   const user = owner.user.id
@@ -325,7 +285,7 @@ t.test('groups are zero-filled for every day, ordered, and sum to the totals', a
 })
 
 t.test('usage refuses bad ranges, zones and groups, and is for admins of their own org', async (t) => {
-  const app = await buildTestApp(t)
+  const app = await buildPlatformApp(t)
   const owner = await signUpWithOrg(app)
   const other = await signUpWithOrg(app)
   await finishedRun(app, other.org.id, { at: '2026-06-01T12:00:00Z' })

@@ -4,12 +4,13 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { newKeyText } from '../../src/secrets/crypto.js'
-import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from '../helper.js'
+import { addMember, mintKey, signUp, signUpWithOrg } from '../helper.js'
 import { startFakeProvider } from './fake-provider.js'
+import { buildProvidersApp } from './group.js'
 
 const ALLOW_PRIVATE = { PROVIDER_ALLOW_PRIVATE: 'true', SECRETS_KEY: newKeyText() }
 
-type App = Awaited<ReturnType<typeof buildTestApp>>
+type App = Awaited<ReturnType<typeof buildProvidersApp>>
 
 const providerRows = async (app: App, orgId: string) =>
   rowsOf<Record<string, unknown>>(
@@ -35,7 +36,7 @@ async function closedPort(): Promise<number> {
 
 t.test('create, list, check and delete; the key is a sealed internal secret and never answered', async (t) => {
   const fake = await startFakeProvider(t)
-  const app = await buildTestApp(t, { env: ALLOW_PRIVATE })
+  const app = await buildProvidersApp(t, { env: ALLOW_PRIVATE })
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
   const answers: string[] = []
@@ -140,7 +141,7 @@ t.test('create, list, check and delete; the key is a sealed internal secret and 
 
 t.test('a check tells a refused key from a wrong URL, and says what else went wrong', async (t) => {
   const fake = await startFakeProvider(t)
-  const app = await buildTestApp(t, { env: ALLOW_PRIVATE })
+  const app = await buildProvidersApp(t, { env: ALLOW_PRIVATE })
   const owner = await signUpWithOrg(app)
   const headers = { cookie: owner.cookie }
   const create = async (name: string, baseUrl: string, apiKey: string) => {
@@ -191,7 +192,7 @@ t.test('a check that gets no answer in time says so', async (t) => {
   silent.listen(0, '127.0.0.1')
   await once(silent, 'listening')
   t.teardown(() => silent.close())
-  const app = await buildTestApp(t, { env: { ...ALLOW_PRIVATE, PROVIDER_CHECK_TIMEOUT_MS: '300' } })
+  const app = await buildProvidersApp(t, { env: { ...ALLOW_PRIVATE, PROVIDER_CHECK_TIMEOUT_MS: '300' } })
   const owner = await signUpWithOrg(app)
   const res = await app.inject({
     method: 'POST',
@@ -209,7 +210,7 @@ t.test('a check that gets no answer in time says so', async (t) => {
 
 t.test('scopes: admins write, members read the list, API keys read only GET /api/models', async (t) => {
   const fake = await startFakeProvider(t)
-  const app = await buildTestApp(t, { env: ALLOW_PRIVATE })
+  const app = await buildProvidersApp(t, { env: ALLOW_PRIVATE })
   const owner = await signUpWithOrg(app)
   const member = await signUp(app)
   await addMember(app, owner.cookie, owner.org.id, member.user.email, 'member')
@@ -277,7 +278,7 @@ t.test('scopes: admins write, members read the list, API keys read only GET /api
 
 t.test('bad input is a 400 naming the field and changes nothing', async (t) => {
   const fake = await startFakeProvider(t)
-  const app = await buildTestApp(t, { env: ALLOW_PRIVATE })
+  const app = await buildProvidersApp(t, { env: ALLOW_PRIVATE })
   const owner = await signUpWithOrg(app)
   const good = { name: 'Fake', baseUrl: fake.baseUrl, apiKey: fake.key }
   const cases: Array<[string, unknown, string]> = [
@@ -333,7 +334,7 @@ t.test(
   'without a secrets key (Postgres without SECRETS_KEY) creating answers 503 and stores nothing',
   { skip: embedded },
   async (t) => {
-    const app = await buildTestApp(t, { env: { PROVIDER_ALLOW_PRIVATE: 'true' } })
+    const app = await buildProvidersApp(t, { env: { PROVIDER_ALLOW_PRIVATE: 'true' } })
     t.equal(app.secrets.ring, null, 'no key ring')
     const fake = await startFakeProvider(t)
     const owner = await signUpWithOrg(app)

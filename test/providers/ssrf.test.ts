@@ -6,6 +6,7 @@ import { newKeyText } from '../../src/secrets/crypto.js'
 import { buildTestApp, createTestDatabase, secondHandle, signUpWithOrg } from '../helper.js'
 import { finishedRun } from '../runs/run-helpers.js'
 import { startFakeProvider } from './fake-provider.js'
+import { buildProvidersApp } from './group.js'
 
 t.test(
   'address classification (ipaddr.js ranges): always refused, refused unless private is allowed, allowed',
@@ -66,7 +67,7 @@ t.test(
   'baseUrl: link-local, metadata, loopback and private hosts are 400 on the resolved address; nothing is stored or called',
   async (t) => {
     const fake = await startFakeProvider(t)
-    const app = await buildTestApp(t, { env: { SECRETS_KEY: newKeyText() } })
+    const app = await buildProvidersApp(t, { env: { SECRETS_KEY: newKeyText() } })
     const owner = await signUpWithOrg(app)
     const refused = [
       'http://169.254.169.254/latest/meta-data',
@@ -117,7 +118,7 @@ t.test(
 
 t.test('PROVIDER_ALLOW_PRIVATE=true allows loopback and private addresses, never link-local or metadata', async (t) => {
   const fake = await startFakeProvider(t)
-  const app = await buildTestApp(t, { env: { SECRETS_KEY: newKeyText(), PROVIDER_ALLOW_PRIVATE: 'true' } })
+  const app = await buildProvidersApp(t, { env: { SECRETS_KEY: newKeyText(), PROVIDER_ALLOW_PRIVATE: 'true' } })
   const owner = await signUpWithOrg(app)
   for (const baseUrl of [
     'http://169.254.169.254/latest',
@@ -158,7 +159,7 @@ t.test(
     const db = await createTestDatabase(t)
     // the instance that accepted the providers saw them as allowed (here: private addresses
     // allowed there; in the attack, a name that resolved to a public address at first)
-    const before = await buildTestApp(t, {
+    const before = await buildProvidersApp(t, {
       db,
       env: { SECRETS_KEY: key, PROVIDER_ALLOW_PRIVATE: 'true', RUN_WORKER_CONCURRENCY: '0' }
     })
@@ -244,7 +245,7 @@ t.test(
   async (t) => {
     const fake = await startFakeProvider(t)
     for (const allowPrivate of ['true', 'false']) {
-      const app = await buildTestApp(t, {
+      const app = await buildProvidersApp(t, {
         env: {
           SECRETS_KEY: newKeyText(),
           PROVIDER_ALLOW_PRIVATE: allowPrivate,
@@ -309,7 +310,7 @@ t.test(
 
 t.test('PUBLIC_URL is refused by name and by every address its name resolves to', async (t) => {
   const fake = await startFakeProvider(t)
-  const app = await buildTestApp(t, {
+  const app = await buildProvidersApp(t, {
     env: { SECRETS_KEY: newKeyText(), PROVIDER_ALLOW_PRIVATE: 'true', PUBLIC_URL: `http://LocalHost:${fake.port}/` }
   })
   const owner = await signUpWithOrg(app)

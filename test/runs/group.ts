@@ -14,7 +14,7 @@ import skillsService from '../../src/skills/service.js'
 import tasksService from '../../src/tasks/service.js'
 import { observedMcp, observedMemory, observedToolGateway } from '../../src/telemetry/ports.js'
 import { systemClock, type Clock } from '../../src/worker-loop.js'
-import { absent, buildGroupApp } from '../group-app.js'
+import { absentGroup, buildGroupApp } from '../group-app.js'
 import type { Teardown, TestDatabase } from '../helper.js'
 
 export interface RunsGroupOptions {
@@ -87,8 +87,8 @@ export async function registerRunsServices(app: FastifyInstance, config: Config,
   await app.register(skillsService)
   await app.register(tasksService)
   const runMemory = observedMemory(options.runMemory ?? app.memory.forRuns)
-  const artifacts = withArtifacts ? app.artifacts.forRuns : absent('artifacts')
-  const knowledge = options.knowledge ? app.knowledge.forRuns : absent('knowledge')
+  const artifacts = withArtifacts ? app.artifacts.forRuns : absentGroup('artifacts')
+  const knowledge = options.knowledge ? app.knowledge.forRuns : absentGroup('knowledge')
   if (options.runtime) {
     const [{ forRuntime }, { default: runtimeService }] = await Promise.all([
       import('../../src/runs/ports/runtime.js'),

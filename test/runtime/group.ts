@@ -7,7 +7,7 @@ import { createRunEventSink } from '../../src/runs/events.js'
 import { forRuntime } from '../../src/runs/ports/runtime.js'
 import runtimeRoutes from '../../src/runtime/index.js'
 import runtimeService, { type RuntimeWiring } from '../../src/runtime/service.js'
-import { absent, buildGroupApp } from '../group-app.js'
+import { absentGroup, buildGroupApp } from '../group-app.js'
 import type { Teardown, TestDatabase } from '../helper.js'
 
 /**
@@ -35,10 +35,10 @@ export function buildRuntimeApp(
         ...forRuntime({
           db: app.db,
           events: createRunEventSink(app.db),
-          memory: absent('memory'),
+          memory: absentGroup('memory'),
           artifacts: app.artifacts.forRuns,
-          knowledge: absent('knowledge'),
-          skills: absent('skills')
+          knowledge: absentGroup('knowledge'),
+          skills: absentGroup('skills')
         }),
         archives: app.artifacts.forWorkspaces,
         ...options.runtime

@@ -2,8 +2,9 @@ import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { newKeyText } from '../../src/secrets/crypto.js'
-import { addMember, buildTestApp, mintKey, signUp, signUpWithOrg } from '../helper.js'
+import { addMember, mintKey, signUp, signUpWithOrg } from '../helper.js'
 import { startFakeSlack } from './fake-slack.js'
+import { buildSlackApp } from './group.js'
 import { connectSlack, installApp } from './helpers.js'
 
 // Postgres has no key file: the deployment's key (one for the whole file)
@@ -11,7 +12,7 @@ const KEY = newKeyText()
 
 t.test('connect, read, reconnect and disconnect Slack', async (t) => {
   const fake = await startFakeSlack(t)
-  const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url, SECRETS_KEY: KEY } })
+  const app = await buildSlackApp(t, { env: { SLACK_API_URL: fake.url, SECRETS_KEY: KEY } })
   const owner = await signUpWithOrg(app)
   const slack = installApp(fake, 'acme')
 
@@ -101,7 +102,7 @@ t.test('connect, read, reconnect and disconnect Slack', async (t) => {
 
 t.test('connect validation: the token is checked before anything is kept', async (t) => {
   const fake = await startFakeSlack(t)
-  const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url, SECRETS_KEY: KEY } })
+  const app = await buildSlackApp(t, { env: { SLACK_API_URL: fake.url, SECRETS_KEY: KEY } })
   const owner = await signUpWithOrg(app)
   const slack = installApp(fake)
   const kept = async () =>
@@ -165,7 +166,7 @@ t.test('connect validation: the token is checked before anything is kept', async
 
 t.test('admins only; a team belongs to one org at a time', async (t) => {
   const fake = await startFakeSlack(t)
-  const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url, ALLOW_DEV_ORG: 'false', SECRETS_KEY: KEY } })
+  const app = await buildSlackApp(t, { env: { SLACK_API_URL: fake.url, ALLOW_DEV_ORG: 'false', SECRETS_KEY: KEY } })
   const a = await signUpWithOrg(app)
   const b = await signUpWithOrg(app)
   const member = await signUp(app)
@@ -238,7 +239,7 @@ t.test(
   { skip: process.env.DATABASE_URL ? false : 'the embedded database always has a key' },
   async (t) => {
     const fake = await startFakeSlack(t)
-    const app = await buildTestApp(t, { env: { SLACK_API_URL: fake.url } })
+    const app = await buildSlackApp(t, { env: { SLACK_API_URL: fake.url } })
     const owner = await signUpWithOrg(app)
     const res = await connectSlack(app, owner.cookie, installApp(fake))
     t.equal(res.statusCode, 503)

@@ -2,8 +2,9 @@ import { sql } from 'drizzle-orm'
 import type { FastifyInstance } from 'fastify'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
-import { buildTestApp, secondHandle, signUpWithOrg } from '../helper.js'
+import { secondHandle, signUpWithOrg } from '../helper.js'
 import { startFakeSlack } from './fake-slack.js'
+import { buildSlackApp } from './group.js'
 import {
   callback,
   connectSlack,
@@ -309,8 +310,8 @@ t.test('two instances: the two events of one message, one on each, start one run
   const fake = await startFakeSlack(t)
   // INGRESS_ENV's SECRETS_KEY: one key ring for both, as the instances of one deployment share it
   const env = { ...INGRESS_ENV, SLACK_API_URL: fake.url }
-  const first = await buildTestApp(t, { env })
-  const second = await buildTestApp(t, { env, db: await secondHandle(t, first.testDb) })
+  const first = await buildSlackApp(t, { env })
+  const second = await buildSlackApp(t, { env, db: await secondHandle(t, first.testDb) })
   const owner = await signUpWithOrg(first)
   const slack = installApp(fake)
   t.equal((await connectSlack(first, owner.cookie, slack)).statusCode, 200)

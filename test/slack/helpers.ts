@@ -2,7 +2,8 @@ import { randomBytes } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import { slackSignature } from '../../src/slack/signature.js'
 import { newKeyText } from '../../src/secrets/crypto.js'
-import { buildTestApp, signUpWithOrg, type Teardown } from '../helper.js'
+import { signUpWithOrg, type Teardown } from '../helper.js'
+import { buildSlackApp } from './group.js'
 import { startFakeSlack, type FakeSlack } from './fake-slack.js'
 
 export const EVENTS_URL = '/api/chatplatform/slack/events'
@@ -128,12 +129,13 @@ export const INGRESS_ENV = {
 }
 
 /**
- * One app and one local Slack for a test file (building an app is most of a test's time);
+ * One app (the Slack group, test/slack/group.ts: events start runs, none runs) and one local
+ * Slack for a test file (building an app is most of a test's time);
  * `setUp` gives every test its own org with a connected workspace.
  */
 export async function ingressFixture(t: Teardown) {
   const fake = await startFakeSlack(t)
-  const app = await buildTestApp(t, { env: { ...INGRESS_ENV, SLACK_API_URL: fake.url } })
+  const app = await buildSlackApp(t, { env: { ...INGRESS_ENV, SLACK_API_URL: fake.url } })
   return {
     async setUp() {
       const owner = await signUpWithOrg(app)

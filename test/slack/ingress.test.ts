@@ -3,8 +3,9 @@ import type { FastifyInstance } from 'fastify'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
 import { slackSignature } from '../../src/slack/signature.js'
-import { buildTestApp, signUpWithOrg } from '../helper.js'
+import { signUpWithOrg } from '../helper.js'
 import { startFakeSlack } from './fake-slack.js'
+import { buildSlackApp } from './group.js'
 import {
   callback,
   connectSlack,
@@ -91,7 +92,7 @@ t.test('requests that are not signed by the connected app are 401 and change not
 t.test("the time window follows the service's clock", async (t) => {
   const fake = await startFakeSlack(t)
   const at = 1531420618
-  const app = await buildTestApp(t, {
+  const app = await buildSlackApp(t, {
     env: { ...INGRESS_ENV, SLACK_API_URL: fake.url },
     clock: { now: () => new Date(at * 1000) }
   })

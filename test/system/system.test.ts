@@ -51,6 +51,7 @@ t.test('GET /api/config carries every field clients read', async (t) => {
   t.equal(body.allowDevOrg, false)
   t.same(Object.keys(body.auth).sort(), ['emailPassword', 'google'])
   t.equal(body.auth.google, false, 'no Google sign-in is offered')
+  t.equal(body.auth.emailPassword, true, 'the auth routes sign people in with an email and a password')
   t.same(Object.keys(body.capabilities).sort(), ['github', 'memory', 'semanticSearch', 'slack', 'toolGateway'])
   for (const flag of Object.values(body.capabilities)) t.type(flag, 'boolean')
   t.match(body.capabilities, { github: true, slack: true }, 'the integrations this deployment offers')

@@ -1,0 +1,1 @@
+CREATE INDEX "tool_call_attempts_started_idx" ON "tool_call_attempts" USING btree ("started_at");
