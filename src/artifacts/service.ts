@@ -32,14 +32,30 @@ declare module 'fastify' {
   }
 }
 
+/** The variables `createBlobStore` reads. */
+export type BlobStoreConfig = Pick<
+  Config,
+  | 'ARTIFACT_STORE'
+  | 'DATA_DIR'
+  | 'S3_BUCKET'
+  | 'S3_REGION'
+  | 'S3_ENDPOINT'
+  | 'S3_ACCESS_KEY_ID'
+  | 'S3_SECRET_ACCESS_KEY'
+  | 'S3_FORCE_PATH_STYLE'
+>
+
+/** The variables the artifacts service reads (its store's among them): a read of another is a type error. */
+export type ArtifactsConfig = BlobStoreConfig & Pick<Config, 'BLOB_SWEEP_MS' | 'UPLOAD_MAX_BYTES'>
+
 export interface ArtifactsServiceOptions {
-  config: Config
+  config: ArtifactsConfig
   /** replaces the store ARTIFACT_STORE would choose (tests) */
   store?: BlobStore | undefined
 }
 
 /** The store ARTIFACT_STORE names; the S3 client is loaded only when it is chosen. */
-export async function createBlobStore(config: Config): Promise<BlobStore> {
+export async function createBlobStore(config: BlobStoreConfig): Promise<BlobStore> {
   if (config.ARTIFACT_STORE === 'fs') return new FsBlobStore(join(filesDir(config), 'blobs'))
   const { S3BlobStore } = await import('./s3-store.js')
   return new S3BlobStore({

@@ -21,8 +21,11 @@ declare module 'fastify' {
   }
 }
 
+/** The variables the automations service reads: a read of another is a type error. */
+export type AutomationsConfig = Pick<Config, 'SCHEDULER' | 'SCHEDULER_POLL_MS' | 'SCHEDULER_GRACE_MS'>
+
 export interface AutomationsServiceOptions {
-  config: Config
+  config: AutomationsConfig
   clock: Clock
   runs: AutomationRuns
   targets: AutomationTargets

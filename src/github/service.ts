@@ -76,8 +76,11 @@ declare module 'fastify' {
   }
 }
 
+/** The variables the GitHub service reads: a read of another is a type error. */
+export type GitHubConfig = Pick<Config, 'GITHUB_API_URL' | 'GITHUB_TIMEOUT_MS'>
+
 export interface GitHubServiceOptions {
-  config: Config
+  config: GitHubConfig
   /** the knowledge group's port: wiki pages are records */
   records: WikiRecords
   /** the skills group's port: imported SKILL.md files are skills */

@@ -39,8 +39,24 @@ declare module 'fastify' {
   }
 }
 
+/** The variables the knowledge service reads: a read of another is a type error. */
+export type KnowledgeConfig = Pick<
+  Config,
+  | 'UPLOAD_MAX_BYTES'
+  | 'KNOWLEDGE_EXTRACT_TIMEOUT_MS'
+  | 'KNOWLEDGE_EXTRACT_MEMORY_MB'
+  | 'KNOWLEDGE_LEASE_MS'
+  | 'KNOWLEDGE_POLL_MS'
+  | 'KNOWLEDGE_CONCURRENCY'
+  | 'KNOWLEDGE_BACKOFF_MS'
+  | 'KNOWLEDGE_BACKOFF_MAX_MS'
+  | 'KNOWLEDGE_MAX_ATTEMPTS'
+  | 'KNOWLEDGE_SEARCH_CACHE'
+  | 'KNOWLEDGE_WORKER'
+>
+
 export interface KnowledgeServiceOptions {
-  config: Config
+  config: KnowledgeConfig
   /** the artifacts group's blob store: documents keep their bytes there */
   store: BlobStore
   /** replaces the text extraction (tests: one that never finishes, to kill a worker mid-extraction) */

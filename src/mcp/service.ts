@@ -82,8 +82,11 @@ declare module 'fastify' {
   }
 }
 
+/** The variables the MCP service reads: a read of another is a type error. */
+export type McpConfig = Pick<Config, 'PROVIDER_ALLOW_PRIVATE' | 'MCP_TIMEOUT_MS' | 'MCP_CALL_TIMEOUT_MS'>
+
 export interface McpServiceOptions {
-  config: Config
+  config: McpConfig
   /** where header values are sealed (the secrets group's internal secrets) */
   secrets: InternalSecrets
   /** the time failures and checks are dated by (a test's clock) */

@@ -78,8 +78,27 @@ export async function withNames<T extends { changedBy: string }>(
   }))
 }
 
+/** The variables the Memory Hub reads: a read of another is a type error. */
+export type MemoryConfig = Pick<
+  Config,
+  | 'MEMORY_BACKEND'
+  | 'MEMORY_SEARCH_CACHE'
+  | 'MEMORY_URL'
+  | 'MEMORY_API_KEY'
+  | 'MEMORY_HTTP_TIMEOUT_MS'
+  | 'MEMORY_CAPTURE_LEASE_MS'
+  | 'MEMORY_CAPTURE_BACKOFF_MS'
+  | 'MEMORY_CAPTURE_BACKOFF_MAX_MS'
+  | 'MEMORY_CAPTURE_POLL_MS'
+  | 'MEMORY_CAPTURE_BATCH'
+  | 'MEMORY_CAPTURE_CONCURRENCY'
+  | 'MEMORY_CAPTURE_ATTEMPTS'
+  | 'MEMORY_RECALL_LIMIT'
+  | 'MEMORY_CAPTURE_WORKER'
+>
+
 export interface MemoryServiceOptions {
-  config: Config
+  config: MemoryConfig
   /** search by words and meaning (the postgres backend), and the embedding job it wakes */
   retrieval: RetrievalService
   /** the runs group's event sink: a delivered capture becomes the run's `memory.captured` */

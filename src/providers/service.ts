@@ -50,8 +50,11 @@ declare module 'fastify' {
   }
 }
 
+/** The variables the providers service reads: a read of another is a type error. */
+export type ProvidersConfig = Pick<Config, 'PROVIDER_ALLOW_PRIVATE' | 'PROVIDER_CHECK_TIMEOUT_MS'>
+
 export interface ProvidersServiceOptions {
-  config: Config
+  config: ProvidersConfig
   /** where API keys are sealed (the secrets group's internal secrets) */
   secrets: InternalSecrets
 }

@@ -36,8 +36,31 @@ declare module 'fastify' {
   }
 }
 
+/**
+ * The variables the retrieval service reads (the deployment's OpenAI endpoint and key when no
+ * embedding one is set): a read of another is a type error.
+ */
+export type RetrievalConfig = Pick<
+  Config,
+  | 'EMBEDDING_MODEL'
+  | 'EMBEDDING_BASE_URL'
+  | 'EMBEDDING_API_KEY'
+  | 'OPENAI_BASE_URL'
+  | 'OPENAI_API_KEY'
+  | 'EMBEDDING_MIN_SIMILARITY'
+  | 'EMBEDDING_QUERY_TIMEOUT_MS'
+  | 'EMBEDDING_BATCH'
+  | 'EMBEDDING_MAX_ATTEMPTS'
+  | 'EMBEDDING_LEASE_MS'
+  | 'EMBEDDING_POLL_MS'
+  | 'EMBEDDING_BACKOFF_MS'
+  | 'EMBEDDING_BACKOFF_MAX_MS'
+  | 'EMBEDDING_TIMEOUT_MS'
+  | 'EMBEDDING_WORKER'
+>
+
 export interface RetrievalServiceOptions {
-  config: Config
+  config: RetrievalConfig
   providers: OrgProviders
   clock: Clock
 }

@@ -56,8 +56,40 @@ declare module 'fastify' {
   }
 }
 
+/** The variables `createEngines` reads. */
+export type EnginesConfig = Pick<
+  Config,
+  | 'OPENAI_TIMEOUT_MS'
+  | 'OPENAI_MAX_TOOL_ROUNDS'
+  | 'MODEL_RETRIES'
+  | 'MODEL_RETRY_BASE_MS'
+  | 'MODEL_BREAKER_OPEN_MS'
+  | 'ECHO_WORD_DELAY_MS'
+  | 'OPENAI_BASE_URL'
+  | 'OPENAI_API_KEY'
+  | 'MODELS'
+  | 'OPENAI_PROBE_TTL_MS'
+  | 'ANTHROPIC_BASE_URL'
+  | 'ANTHROPIC_API_KEY'
+  | 'ANTHROPIC_MODELS'
+>
+
+/** The variables the runs service reads (its engines' among them): a read of another is a type error. */
+export type RunsConfig = EnginesConfig &
+  Pick<
+    Config,
+    | 'RUN_OUTPUT_CHECK_TIMEOUT_MS'
+    | 'RUN_WORKER_CONCURRENCY'
+    | 'RUN_POLL_MS'
+    | 'RUN_LEASE_MS'
+    | 'MODEL_CONTEXT_TOKENS'
+    | 'RUN_SWEEP_MS'
+    | 'RUN_EVENTS_RETENTION_DAYS'
+    | 'RUN_QUEUE_MAX_PER_ORG'
+  >
+
 export interface RunsServiceOptions {
-  config: Config
+  config: RunsConfig
   /** the Memory Hub side of runs (recall, capture) */
   memory: RunMemory
   /** the agent runtime's tool gateway; null: runs are offered no tools */
@@ -84,7 +116,7 @@ export interface RunsServiceOptions {
   clock?: Clock | undefined
 }
 
-export function createEngines(config: Config, providers?: OrgProviders): EngineRegistry {
+export function createEngines(config: EnginesConfig, providers?: OrgProviders): EngineRegistry {
   const common = {
     timeoutMs: config.OPENAI_TIMEOUT_MS,
     maxToolRounds: config.OPENAI_MAX_TOOL_ROUNDS,

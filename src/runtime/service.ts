@@ -109,8 +109,29 @@ declare module 'fastify' {
   }
 }
 
+/** The variables the runtime service reads: a read of another is a type error. */
+export type RuntimeConfig = Pick<
+  Config,
+  | 'DATA_DIR'
+  | 'SANDBOX_PROVIDER'
+  | 'SANDBOX_CONFINEMENT'
+  | 'SANDBOX_UNCONFINED'
+  | 'SANDBOX_UID'
+  | 'SANDBOX_GID'
+  | 'SANDBOX_NETWORK'
+  | 'SANDBOX_EXEC_TIMEOUT_MS'
+  | 'SANDBOX_OUTPUT_MAX_BYTES'
+  | 'SANDBOX_FILE_MAX_BYTES'
+  | 'SANDBOX_IDLE_MS'
+  | 'SANDBOX_WORKSPACE_LEASE_MS'
+  | 'SANDBOX_WORKSPACE_MAX_BYTES'
+  | 'TOOL_OUTPUT_MAX_BYTES'
+  | 'TOOL_APPROVAL_TIMEOUT_MS'
+  | 'BLOB_SWEEP_MS'
+>
+
 export interface RuntimeServiceOptions extends RuntimePorts, Omit<RuntimeWiring, keyof RuntimePorts> {
-  config: Config
+  config: RuntimeConfig
   /** where workspace archives go (the artifacts group's blob store) */
   archives: WorkspaceArchives
   /** the org's MCP servers' tools, offered beside the built-in ones */
@@ -124,7 +145,7 @@ export interface RuntimeServiceOptions extends RuntimePorts, Omit<RuntimeWiring,
  * (it restores what was saved, its copy no longer being known to match). With Postgres,
  * one id per process.
  */
-function instanceIdFor(config: Config, kind: 'postgres' | 'pglite'): string | undefined {
+function instanceIdFor(config: Pick<RuntimeConfig, 'DATA_DIR'>, kind: 'postgres' | 'pglite'): string | undefined {
   if (kind !== 'pglite') return undefined
   const path = join(filesDir(config), 'sandbox-state', 'instance-id')
   try {
@@ -145,7 +166,7 @@ export function sandboxUnavailable(status: SandboxStatus): ApiError {
 const NO_PROVIDER = 'no sandbox provider is configured (SANDBOX_PROVIDER=none)'
 
 function providerFor(
-  config: Config,
+  config: RuntimeConfig,
   app: FastifyInstance,
   wiring: RuntimeServiceOptions
 ): { provider: SandboxProvider | null; reason: string | null } {

@@ -65,13 +65,16 @@ export const INTERNAL_PREFIX = 'cairn:'
 
 export const KEY_FILE = 'secrets.key'
 
+/** The variables the secrets service reads (through `keyRingFor`): a read of another is a type error. */
+export type SecretsConfig = Pick<Config, 'DATA_DIR' | 'DATABASE_URL' | 'SECRETS_KEY' | 'SECRETS_PREVIOUS_KEYS'>
+
 /**
  * The key ring this server seals and opens with: SECRETS_KEY (and SECRETS_PREVIOUS_KEYS);
  * without it, on the embedded database, a key made once in DATA_DIR/secrets.key (0600);
  * on Postgres without it, none. A key file left from before SECRETS_KEY was set stays in
  * the ring as a previous key, so its rows move to the configured key by themselves.
  */
-export function keyRingFor(config: Config, warn: (message: string) => void): KeyRing | null {
+export function keyRingFor(config: SecretsConfig, warn: (message: string) => void): KeyRing | null {
   const file = join(filesDir(config), KEY_FILE)
   const embedded = config.DATABASE_URL === undefined
   let fileKey: SecretKey | null = null
@@ -128,7 +131,7 @@ export async function checkKeyOpensStored(db: FastifyInstance['db'], ring: KeyRi
 
 /** Org secrets: sealing, the run port, and re-sealing after a key rotation. */
 export default fp(
-  async function secretsService(app: FastifyInstance, opts: { config: Config }) {
+  async function secretsService(app: FastifyInstance, opts: { config: SecretsConfig }) {
     const db = app.db
     const log = app.log.child({ component: 'secrets' })
     const ring = keyRingFor(opts.config, (message) => log.warn(message))

@@ -80,8 +80,20 @@ declare module 'fastify' {
   }
 }
 
+/** The variables the Slack service reads: a read of another is a type error. */
+export type SlackConfig = Pick<
+  Config,
+  | 'SLACK_API_URL'
+  | 'SLACK_TIMEOUT_MS'
+  | 'SLACK_OUTBOX'
+  | 'SLACK_OUTBOX_POLL_MS'
+  | 'SLACK_OUTBOX_LEASE_MS'
+  | 'SLACK_RETRY_BASE_MS'
+  | 'SLACK_MAX_ATTEMPTS'
+>
+
 export interface SlackServiceOptions {
-  config: Config
+  config: SlackConfig
   clock: Clock
   runs: ChatPlatformRuns
   secrets: Pick<SecretsService, 'ring' | 'internal'>
