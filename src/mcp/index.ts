@@ -519,6 +519,7 @@ export default fp(mcpRoutes, {
   fastify: '5.x',
   dependencies: [
     'db',
+    'shutdown-refusals',
     'principal',
     'idempotency',
     'mcp',

@@ -1,4 +1,4 @@
-import { useState } from 'preact/hooks'
+import { useEffect, useState } from 'preact/hooks'
 import { api, query } from '../api.js'
 import {
   TOOL_MODE_CHOICES,
@@ -44,9 +44,21 @@ function PoliciesCard({ admin, version }: { admin: boolean; version: number }) {
     keep: true
   })
   const [saved, setSaved] = useState<string | null>(null)
+  // the choice being saved, shown until a fresh list says what is saved (else the select would show the
+  // old policy between the save and the list read again after it)
+  const [choice, setChoice] = useState<{ tool: string; mode: ToolMode } | null>(null)
+  const loaded = state.status === 'ok' ? state.data : null
+  useEffect(() => setChoice(null), [loaded])
+  const shown = (p: { tool: string; mode: ToolMode }) => (choice?.tool === p.tool ? choice.mode : p.mode)
   const set = useAction(async (tool: string, mode: ToolMode) => {
     setSaved(null)
-    await api('PUT', `/tools/policies/${encodeURIComponent(tool)}`, { mode })
+    setChoice({ tool, mode })
+    try {
+      await api('PUT', `/tools/policies/${encodeURIComponent(tool)}`, { mode })
+    } catch (err) {
+      setChoice(null)
+      throw err
+    }
     setSaved(`${tool}: ${mode}`)
     setTick((n) => n + 1)
   })
@@ -78,14 +90,14 @@ function PoliciesCard({ admin, version }: { admin: boolean; version: number }) {
                   </label>
                   <select
                     id={`policy-${p.tool}`}
-                    value={p.mode}
+                    value={shown(p)}
                     // not disabled while a choice saves: a disabled control drops the keyboard focus
                     disabled={!admin}
                     aria-busy={set.pending}
                     onChange={(e) => {
                       const select = e.target as HTMLSelectElement
                       // one save at a time: a choice made meanwhile is put back, not silently kept unsaved
-                      if (set.pending) select.value = p.mode
+                      if (set.pending) select.value = shown(p)
                       else set.run(p.tool, select.value as ToolMode)
                     }}
                   >
