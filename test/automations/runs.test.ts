@@ -74,6 +74,14 @@ t.test('fires and triggers start runs: prompt, skill and playbook targets, origi
       await app.db.execute(sql`select status from runs where root_run_id = ${root.id}`)
     )
     return rows.length === 2 && rows.every((r) => r.status === 'succeeded')
+  }).catch(async (err: unknown) => {
+    // what the runs and their events were at the timeout, to read why (seen once in CI, not since)
+    const runs = await app.db.execute(
+      sql`select id, status, root_run_id, lease_owner, lease_expires_at, error from runs order by id`
+    )
+    const events = await app.db.execute(sql`select run_id, type from run_events order by id`)
+    t.comment(JSON.stringify({ runs: rowsOf(runs), events: rowsOf(events) }, null, 1))
+    throw err
   })
   t.match((await app.inject({ method: 'GET', url: `/api/automations/${byPrompt.id}`, headers })).json().automation, {
     lastFiredAt: '2026-06-01T09:00:00.250Z',
