@@ -3,7 +3,7 @@ import { EVENTS_CHANNEL, type BusEvent } from '../../plugins/event-bus.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import type { RunEventSink } from './ports/memory.js'
 import { isoOf, jsonOf } from '../db/rows.js'
-import { isDatabaseUnavailable } from '../db/faults.js'
+import { GroupCommit } from '../db/group-commit.js'
 
 /** The event types a run can produce. */
 export const EVENT_TYPES = [
@@ -91,12 +91,6 @@ function stored(event: NewEvent, id: string, createdAt: Date | string): BusEvent
 /** How many events one batched statement may carry. */
 const MAX_BATCH = 256
 
-interface Pending {
-  event: NewEvent
-  resolve: (event: BusEvent) => void
-  reject: (err: unknown) => void
-}
-
 /**
  * Group commit for events written outside a caller's transaction (`run.queued` at
  * dispatch, everything a running engine emits). While one batch statement is in flight,
@@ -109,56 +103,23 @@ interface Pending {
  * stored. Events of one run keep their order because its emitter awaits each one.
  */
 export class EventBatcher {
-  private queue: Pending[] = []
-  private flushing = false
-
-  private readonly db: Db
+  private readonly writes: GroupCommit<NewEvent, BusEvent>
 
   constructor(db: Db) {
-    this.db = db
+    this.writes = new GroupCommit({
+      max: MAX_BATCH,
+      many: (events) => insertEvents(db, events),
+      one: (event) => appendEvent(db, event)
+    })
   }
 
   append(event: NewEvent): Promise<BusEvent> {
-    return new Promise((resolve, reject) => {
-      this.queue.push({ event, resolve, reject })
-      if (!this.flushing) void this.flush()
-    })
+    return this.writes.add(event)
   }
 
   /** Several events of one writer, in one batch (so in one statement, when they fit), in order. */
   appendAll(events: NewEvent[]): Promise<BusEvent[]> {
-    const stored = events.map(
-      (event) => new Promise<BusEvent>((resolve, reject) => this.queue.push({ event, resolve, reject }))
-    )
-    if (!this.flushing) void this.flush()
-    return Promise.all(stored)
-  }
-
-  private async flush(): Promise<void> {
-    this.flushing = true
-    try {
-      while (this.queue.length > 0) {
-        const batch = this.queue.splice(0, MAX_BATCH)
-        try {
-          const stored = await this.write(batch)
-          batch.forEach((p, i) => p.resolve(stored[i]!))
-        } catch (err) {
-          // one bad event must not fail its neighbours: retry them one by one; but the
-          // database away fails them all alike (their writers retry: src/runs/worker.ts)
-          if (batch.length === 1 || isDatabaseUnavailable(err)) for (const p of batch) p.reject(err)
-          else for (const p of batch) await appendEvent(this.db, p.event).then(p.resolve, p.reject)
-        }
-      }
-    } finally {
-      this.flushing = false
-    }
-  }
-
-  private write(batch: Pending[]): Promise<BusEvent[]> {
-    return insertEvents(
-      this.db,
-      batch.map((p) => p.event)
-    )
+    return this.writes.addAll(events)
   }
 }
 

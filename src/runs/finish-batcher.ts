@@ -1,15 +1,9 @@
 import type { Db } from '../db/client.js'
-import { isDatabaseUnavailable } from '../db/faults.js'
+import { GroupCommit } from '../db/group-commit.js'
 import { finishAll, type RunEnd } from './runs-repo.js'
 
 /** How many runs' ends one statement may carry. */
 const MAX_BATCH = 64
-
-interface Pending {
-  end: RunEnd
-  resolve: (finished: boolean) => void
-  reject: (err: unknown) => void
-}
 
 /** Thrown to the ends still waiting when their instance is killed: nothing more is written. */
 export class FinishAbandoned extends Error {
@@ -17,7 +11,7 @@ export class FinishAbandoned extends Error {
 }
 
 /**
- * Group commit for runs' ends (runs-repo.ts finishAll), as EventBatcher is for events:
+ * Group commit (src/db/group-commit.ts) for runs' ends (runs-repo.ts finishAll), as EventBatcher is for events:
  * while one statement of ends is in flight, the ends that come meanwhile wait, and go
  * together as the next one. Idle, an end is one statement as before; under load, the
  * round trip, the commit and each org's event lock are shared by every end that arrived
@@ -30,53 +24,23 @@ export class FinishAbandoned extends Error {
  * runs are the sweeper's, as when a kill comes before a run's end is sent).
  */
 export class FinishBatcher {
-  private queue: Pending[] = []
-  private flushing = false
-  private killed = false
-  private readonly db: Db
-  private readonly instanceId: string
+  private readonly writes: GroupCommit<RunEnd, boolean>
 
   constructor(db: Db, instanceId: string) {
-    this.db = db
-    this.instanceId = instanceId
+    this.writes = new GroupCommit({
+      max: MAX_BATCH,
+      many: (ends) => finishAll(db, instanceId, ends),
+      one: async (end) => (await finishAll(db, instanceId, [end]))[0]!
+    })
   }
 
   /** Stores the run's end; whether it did (see finishAll). */
   finish(end: RunEnd): Promise<boolean> {
-    if (this.killed) return Promise.reject(new FinishAbandoned('the worker was killed'))
-    return new Promise((resolve, reject) => {
-      this.queue.push({ end, resolve, reject })
-      if (!this.flushing) void this.flush()
-    })
+    return this.writes.add(end)
   }
 
   /** The instance was killed: the ends not sent yet are never sent. */
   kill(): void {
-    this.killed = true
-    for (const p of this.queue.splice(0)) p.reject(new FinishAbandoned('the worker was killed'))
-  }
-
-  private async flush(): Promise<void> {
-    this.flushing = true
-    try {
-      while (this.queue.length > 0 && !this.killed) {
-        const batch = this.queue.splice(0, MAX_BATCH)
-        try {
-          const finished = await finishAll(
-            this.db,
-            this.instanceId,
-            batch.map((p) => p.end)
-          )
-          batch.forEach((p, i) => p.resolve(finished[i]!))
-        } catch (err) {
-          if (batch.length === 1 || isDatabaseUnavailable(err) || this.killed) for (const p of batch) p.reject(err)
-          else
-            for (const p of batch)
-              await finishAll(this.db, this.instanceId, [p.end]).then(([finished]) => p.resolve(finished!), p.reject)
-        }
-      }
-    } finally {
-      this.flushing = false
-    }
+    this.writes.stop(() => new FinishAbandoned('the worker was killed'))
   }
 }
