@@ -9,6 +9,9 @@ import { EmbeddingFailed, type EmbeddingModel, type EmbeddingModels } from './mo
 import type { EmbeddingKind } from './tables.js'
 import { vectorLiteral } from './vectors.js'
 
+/** The tables whose new rows wait for the embedding job in a partial index of `embedding_queued` (see takeIn). */
+const QUEUED_TABLES = ['memory_items', 'knowledge_records', 'knowledge_chunks'] as const
+
 export interface EmbeddingWorkerOptions {
   db: Db
   log: FastifyBaseLogger
@@ -87,29 +90,15 @@ export function createEmbeddingWorker(o: EmbeddingWorkerOptions): EmbeddingWorke
    * One statement for the three tables: one round trip per pass, idle or not.
    */
   async function takeIn(): Promise<void> {
-    await db.execute(sql`
-      with facts as (
-        update memory_items set embedding_queued = true
+    const takeInOf = (table: (typeof QUEUED_TABLES)[number]) => sql`
+      ${sql.raw(`taken_${table}`)} as (
+        update ${sql.raw(table)} set embedding_queued = true
         where id in (
-          select id from memory_items where not embedding_queued
+          select id from ${sql.raw(table)} where not embedding_queued
           order by id limit ${o.batch}
           for update skip locked)
-        returning 1),
-      records as (
-        update knowledge_records set embedding_queued = true
-        where id in (
-          select id from knowledge_records where not embedding_queued
-          order by id limit ${o.batch}
-          for update skip locked)
-        returning 1),
-      chunks as (
-        update knowledge_chunks set embedding_queued = true
-        where id in (
-          select id from knowledge_chunks where not embedding_queued
-          order by id limit ${o.batch}
-          for update skip locked)
-        returning 1)
-      select 1`)
+        returning 1)`
+    await db.execute(sql`with ${sql.join(QUEUED_TABLES.map(takeInOf), sql`,`)} select 1`)
   }
 
   async function claim(): Promise<Batch | null> {
