@@ -268,18 +268,17 @@ async function metricsScrape(): Promise<string> {
  */
 export async function benchTelemetry(): Promise<string> {
   if (process.env.BENCH_PARTS === 'metrics') return ['### GET /metrics', '', await metricsScrape()].join('\n')
-  if (process.env.BENCH_PARTS === 'dispatch') {
+  // one part alone, with a receiver for its spans
+  const alone =
+    process.env.BENCH_PARTS === 'dispatch'
+      ? (['Dispatch (no workers)', dispatchCases] as const)
+      : process.env.BENCH_PARTS === 'bound'
+        ? (['Model-bound runs', modelBound] as const)
+        : null
+  if (alone) {
     const receiver = await startReceiver()
     try {
-      return ['### Dispatch (no workers)', '', await dispatchCases(receiver.endpoint)].join('\n')
-    } finally {
-      await receiver.close()
-    }
-  }
-  if (process.env.BENCH_PARTS === 'bound') {
-    const receiver = await startReceiver()
-    try {
-      return ['### Model-bound runs', '', await modelBound(receiver.endpoint)].join('\n')
+      return [`### ${alone[0]}`, '', await alone[1](receiver.endpoint)].join('\n')
     } finally {
       await receiver.close()
     }
