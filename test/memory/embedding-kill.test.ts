@@ -4,17 +4,15 @@
 // On Postgres two live server processes share the database and the job. The embedded database
 // (PGlite) is one process per data directory by design, so there the other instance is the next
 // process on the same directory, started after the kill.
-import { createServer, type ServerResponse } from 'node:http'
-import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { sql } from 'drizzle-orm'
 import t from 'tap'
 import { rowsOf } from '../../src/db/client.js'
-import { embedOffline } from '../../src/retrieval/embedders/offline.js'
 import { buildTestApp, createTestDatabase, waitFor, type Teardown } from '../helper.js'
 import { startServer } from '../server-process.js'
+import { startEmbeddingsUpstream } from './embeddings-upstream.js'
 
 const MODEL = 'text-embedding-test'
 /** the key of the instance to be killed: its calls are held open, never answered */
@@ -32,46 +30,18 @@ const FACTS = [
 const LATER = ['The VPN certificate is renewed every spring', 'Visitors sign in at the front desk']
 
 /**
- * A local OpenAI-compatible /v1/embeddings server: a call made with HELD_KEY is held open (the
- * instance that made it is killed meanwhile); any other call is answered with the built-in
- * offline embedder's vectors. It records both, with when each answered call arrived.
+ * The local /v1/embeddings server (embeddings-upstream.ts) holding open every call made with HELD_KEY (the
+ * instance that made it is killed meanwhile); `answered` are the calls it answered, with when each arrived.
  */
 async function startHoldingUpstream(t: Teardown) {
-  const held: Array<{ input: string[]; res: ServerResponse }> = []
-  const answered: Array<{ input: string[]; at: number }> = []
-  const server = createServer(async (req, res) => {
-    let raw = ''
-    for await (const chunk of req) raw += chunk
-    const reply = (status: number, body: unknown) => {
-      res.writeHead(status, { 'content-type': 'application/json' })
-      res.end(JSON.stringify(body))
+  const upstream = await startEmbeddingsUpstream(t, [MODEL], { holdKey: HELD_KEY })
+  return {
+    url: upstream.url,
+    held: upstream.held,
+    get answered() {
+      return upstream.requests.filter((r) => r.authorization !== `Bearer ${HELD_KEY}`)
     }
-    if (req.method === 'GET' && req.url === '/v1/models')
-      return reply(200, { object: 'list', data: [{ id: MODEL, object: 'model' }] })
-    if (req.method !== 'POST' || req.url !== '/v1/embeddings') return reply(404, { error: { message: 'not found' } })
-    const body = JSON.parse(raw) as { input: string | string[] }
-    const input = Array.isArray(body.input) ? body.input : [body.input]
-    if (req.headers.authorization === `Bearer ${HELD_KEY}`) {
-      held.push({ input, res })
-      return
-    }
-    answered.push({ input, at: Date.now() })
-    reply(200, {
-      object: 'list',
-      model: MODEL,
-      data: input.map((text, index) => ({ object: 'embedding', index, embedding: embedOffline(text) })),
-      usage: { prompt_tokens: input.length, total_tokens: input.length }
-    })
-  })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(async () => {
-    for (const h of held) h.res.destroy()
-    server.closeAllConnections()
-    await new Promise<void>((resolve) => server.close(() => resolve()))
-  })
-  const { port } = server.address() as { port: number }
-  return { url: `http://127.0.0.1:${port}/v1`, held, answered }
+  }
 }
 
 function instanceEnv(upstreamUrl: string, key: string, dataDir: string, databaseUrl?: string) {
