@@ -37,9 +37,9 @@ export interface GroupAppOptions {
   services?: (app: FastifyInstance, config: Config) => Promise<void>
   /** the group's route plugins, inside /api */
   routes: FastifyPluginAsync[]
-  env?: Partial<Record<keyof Env, string>>
+  env?: Partial<Record<keyof Env, string>> | undefined
   /** a database shared with another app (two instances), else a throwaway one */
-  db?: TestDatabase
+  db?: TestDatabase | undefined
 }
 
 export async function buildGroupApp(

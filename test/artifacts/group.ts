@@ -11,8 +11,8 @@ export function buildArtifactsApp(
   options: { env?: Partial<Record<keyof Env, string>>; db?: TestDatabase } = {}
 ): Promise<FastifyInstance & { testDb: TestDatabase }> {
   return buildGroupApp(t, {
-    ...(options.db ? { db: options.db } : {}),
-    ...(options.env ? { env: options.env } : {}),
+    db: options.db,
+    env: options.env,
     services: async (app, config) => {
       await app.register(artifactsService, { config })
     },

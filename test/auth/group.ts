@@ -15,8 +15,8 @@ export function buildAuthApp(
   options: { env?: Partial<Record<keyof Env, string>>; db?: TestDatabase } = {}
 ): Promise<FastifyInstance & { testDb: TestDatabase }> {
   return buildGroupApp(t, {
-    ...(options.db ? { db: options.db } : {}),
-    ...(options.env ? { env: options.env } : {}),
+    db: options.db,
+    env: options.env,
     routes: [probeRoutes]
   })
 }

@@ -24,8 +24,8 @@ export async function buildAutomationsApp(
   if (options.env?.RUN_WORKER_CONCURRENCY !== '0')
     throw new Error('the automations group app runs no run: RUN_WORKER_CONCURRENCY=0, or buildTestApp')
   return buildGroupApp(t, {
-    ...(options.db ? { db: options.db } : {}),
-    ...(options.env ? { env: options.env } : {}),
+    db: options.db,
+    env: options.env,
     services: async (app, config) => {
       // a prompt target's attachments are uploads (the routes check them through app.artifacts)
       await app.register(artifactsService, { config })

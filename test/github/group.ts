@@ -25,7 +25,7 @@ export function buildGitHubApp(
   options: { env?: Partial<Record<keyof Env, string>>; db?: TestDatabase } = {}
 ): Promise<FastifyInstance & { testDb: TestDatabase }> {
   return buildGroupApp(t, {
-    ...(options.db ? { db: options.db } : {}),
+    db: options.db,
     env: { ...options.env, RUN_WORKER_CONCURRENCY: '0' },
     services: async (app, config) => {
       await app.register(secretsService, { config })

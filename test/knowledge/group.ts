@@ -22,8 +22,8 @@ export async function buildKnowledgeApp(
 ): Promise<FastifyInstance & { testDb: TestDatabase }> {
   const clock = options.clock ?? systemClock
   return buildGroupApp(t, {
-    ...(options.db ? { db: options.db } : {}),
-    ...(options.env ? { env: options.env } : {}),
+    db: options.db,
+    env: options.env,
     services: async (app, config) => {
       await app.register(secretsService, { config })
       await app.register(providersService, { config, secrets: app.secrets.internal })

@@ -29,8 +29,8 @@ export function buildMcpApp(
   let corsOrigins: string[] = []
   let sessionIdleHours = 0
   return buildGroupApp(t, {
-    ...(options.db ? { db: options.db } : {}),
-    ...(options.env ? { env: options.env } : {}),
+    db: options.db,
+    env: options.env,
     services: async (app, config) => {
       backendName = config.MEMORY_BACKEND
       corsOrigins = config.CORS_ORIGINS

@@ -23,8 +23,8 @@ export async function buildMemoryApp(
   const clock = options.clock ?? systemClock
   let backendName: 'postgres' | 'http' | 'off' = 'postgres'
   return buildGroupApp(t, {
-    ...(options.db ? { db: options.db } : {}),
-    ...(options.env ? { env: options.env } : {}),
+    db: options.db,
+    env: options.env,
     services: async (app, config) => {
       backendName = config.MEMORY_BACKEND
       await app.register(secretsService, { config })

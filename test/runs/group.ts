@@ -136,8 +136,8 @@ export function buildRunsApp(
 ): Promise<FastifyInstance & { testDb: TestDatabase }> {
   let corsOrigins: string[] = []
   return buildGroupApp(t, {
-    ...(options.db ? { db: options.db } : {}),
-    ...(options.env ? { env: options.env } : {}),
+    db: options.db,
+    env: options.env,
     services: async (app, config) => {
       corsOrigins = config.CORS_ORIGINS
       await registerRunsServices(app, config, options)

@@ -24,8 +24,8 @@ export function buildRuntimeApp(
 ): Promise<FastifyInstance & { testDb: TestDatabase }> {
   let corsOrigins: string[] = []
   return buildGroupApp(t, {
-    ...(options.db ? { db: options.db } : {}),
-    ...(options.env ? { env: options.env } : {}),
+    db: options.db,
+    env: options.env,
     services: async (app, config) => {
       corsOrigins = config.CORS_ORIGINS
       await app.register(websocket, websocketOptions(config.WS_MAX_MESSAGE_BYTES))

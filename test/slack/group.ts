@@ -29,7 +29,7 @@ export function buildSlackApp(
 ): Promise<FastifyInstance & { testDb: TestDatabase }> {
   const clock = options.clock ?? systemClock
   return buildGroupApp(t, {
-    ...(options.db ? { db: options.db } : {}),
+    db: options.db,
     env: { ...options.env, RUN_WORKER_CONCURRENCY: '0' },
     services: async (app, config) => {
       await app.register(secretsService, { config })
