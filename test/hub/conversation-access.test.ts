@@ -36,7 +36,13 @@ const { app, base } = await hubServer(t, {
   SANDBOX_UNCONFINED: 'true',
   RUN_POLL_MS: '50'
 })
-const test = (name: string, fn: (t: Test) => Promise<void>) => t.test(name, { skip: noBrowser }, fn)
+// each test starts from an empty script: answers an earlier failed test left unused would
+// otherwise answer this one's run and fail it for the earlier one's reason
+const test = (name: string, fn: (t: Test) => Promise<void>) =>
+  t.test(name, { skip: noBrowser }, (t) => {
+    model.script.length = 0
+    return fn(t)
+  })
 const browser = noBrowser ? (null as never) : await launchBrowser(t)
 
 test('a whole conversation by keyboard alone: start it, read the answer, follow up, approve a call', async (t) => {

@@ -253,7 +253,11 @@ function LiveRun({ run, ended, decides }: { run: Run; ended: () => void; decides
           {run.model ? <span class="muted">{run.model}</span> : null}
         </p>
         <ToolCalls calls={live.tools} />
-        {status === 'requires_action' ? (
+        {/* shown while the run is live, not only while its status says it waits: the stream
+            replays the run's events on connect, so a run read as waiting passes through
+            "running" again for a moment, and the box (with the focus on its buttons) must not
+            vanish and come back meanwhile; with nothing pending it shows nothing */}
+        {LIVE.has(status) ? (
           <PendingApprovals key={run.id} runId={run.id} version={live.approvals} decides={decides} />
         ) : null}
         <div class="output content" aria-live="polite" aria-label="Answer">
