@@ -1,4 +1,4 @@
-import { useEffect, useState } from 'preact/hooks'
+import { useEffect, useRef, useState } from 'preact/hooks'
 import { api, query } from '../api.js'
 import {
   TOOL_MODE_CHOICES,
@@ -40,27 +40,37 @@ export function AgentSettingsView({ who }: { who: Identity }) {
 
 function PoliciesCard({ admin, version }: { admin: boolean; version: number }) {
   const [tick, setTick] = useState(0)
-  const [state, reload] = useLoad(`policies ${version} ${tick}`, () => api<ToolPolicies>('GET', '/tools/policies'), {
-    keep: true
-  })
+  // each list is marked with the tick it was read at: a read asked for before a save (another
+  // save's, still in flight) must not pass for the one after it
+  const [state, reload] = useLoad(
+    `policies ${version} ${tick}`,
+    async () => ({ tick, ...(await api<ToolPolicies>('GET', '/tools/policies')) }),
+    { keep: true }
+  )
+  const ticks = useRef(0)
   const [saved, setSaved] = useState<string | null>(null)
-  // the choice being saved, shown until a fresh list says what is saved (else the select would show the
-  // old policy between the save and the list read again after it)
-  const [choice, setChoice] = useState<{ tool: string; mode: ToolMode } | null>(null)
+  // the choice being saved, shown until a list read after the save says what is saved (else the
+  // select would show the old policy between the save and the list read again after it); `after`
+  // is the tick of that read, unknown (Infinity) while the save is in flight
+  const [choice, setChoice] = useState<{ tool: string; mode: ToolMode; after: number } | null>(null)
   const loaded = state.status === 'ok' ? state.data : null
-  useEffect(() => setChoice(null), [loaded])
+  useEffect(() => {
+    if (loaded && choice && loaded.tick >= choice.after) setChoice(null)
+  }, [loaded])
   const shown = (p: { tool: string; mode: ToolMode }) => (choice?.tool === p.tool ? choice.mode : p.mode)
   const set = useAction(async (tool: string, mode: ToolMode) => {
     setSaved(null)
-    setChoice({ tool, mode })
+    setChoice({ tool, mode, after: Infinity })
     try {
       await api('PUT', `/tools/policies/${encodeURIComponent(tool)}`, { mode })
     } catch (err) {
       setChoice(null)
       throw err
     }
+    const next = ++ticks.current
+    setChoice({ tool, mode, after: next })
     setSaved(`${tool}: ${mode}`)
-    setTick((n) => n + 1)
+    setTick(next)
   })
   return (
     <div role="region" aria-labelledby="policies-title">
