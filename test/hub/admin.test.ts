@@ -88,6 +88,8 @@ test('models: connect a provider, test it, make it the default; the next convers
   const connected = page.waitForResponse((r) => r.url().endsWith('/api/providers') && r.request().method() === 'POST')
   await page.keyboard.press('Enter')
   t.equal((await connected).status(), 201)
+  // the page empties the form when it has read the answer, with the notice (the answer arriving is not enough)
+  await page.getByRole('status').filter({ hasText: 'Connected Local.' }).waitFor()
   t.equal(await page.getByLabel('API key').inputValue(), '', 'the key leaves the page once sent')
   const card = page.getByRole('listitem').filter({ has: page.getByRole('heading', { name: /Local/ }) })
   await card.locator('.badge', { hasText: 'ready' }).waitFor()
@@ -234,6 +236,8 @@ test("access: a member's role changed and a member removed, asking first; the la
   await page.getByLabel('Role of Bo Member').selectOption('admin')
   await page.getByRole('button', { name: 'Save role of Bo Member' }).click()
   await page.getByRole('status').filter({ hasText: 'Bo Member is now an admin.' }).waitFor()
+  // read at once, while the members are read again: the picker keeps the role saved, never the old one
+  t.equal(await page.getByLabel('Role of Bo Member').inputValue(), 'admin', 'the picker shows the role saved')
   t.same(await roles(), { 'Olu Owner': 'owner', 'Bo Member': 'admin' })
 
   // a lower one asks first; the only owner cannot step down, and the page says why

@@ -1,4 +1,4 @@
-import { useState } from 'preact/hooks'
+import { useEffect, useState } from 'preact/hooks'
 import { api } from '../api.js'
 import type { ApiKey, ApiKeys, Members, MintedKey } from '../admin-api.js'
 import { AdminsOnly, ShownOnce } from '../admin-ui.js'
@@ -175,15 +175,24 @@ function MembersCard({
     () => api<Members>('GET', `/auth/organizations/${encodeURIComponent(orgId)}/members`),
     { keep: version > 0 }
   )
-  // the role each row's picker shows before it is saved
+  // the role each row's picker shows before it is saved, and after, until the list read again
+  // after the save has it (else the picker would show the old role in between)
   const [chosen, setChosen] = useState<Record<string, Role>>({})
+  const loaded = state.status === 'ok' ? state.data : null
+  useEffect(() => {
+    if (!loaded) return
+    const roles = new Map(loaded.items.map((m) => [m.userId, m.role]))
+    setChosen((c) => {
+      const left = Object.entries(c).filter(([userId, role]) => roles.has(userId) && roles.get(userId) !== role)
+      return left.length === Object.keys(c).length ? c : Object.fromEntries(left)
+    })
+  }, [loaded])
   const [asking, setAsking] = useState<Pending | null>(null)
   const [done, setDone] = useState<string | null>(null)
   const memberUrl = (userId: string) =>
     `/auth/organizations/${encodeURIComponent(orgId)}/members/${encodeURIComponent(userId)}`
   const after = (m: Member, text: string) => {
     setAsking(null)
-    setChosen(({ [m.userId]: _saved, ...rest }) => rest)
     setDone(text)
     if (m.userId === selfId) selfChanged()
     else setVersion((v) => v + 1)
