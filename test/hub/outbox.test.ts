@@ -9,9 +9,40 @@ import { newId } from '../../src/db/ids.js'
 import { ensurePool } from '../../src/memory/pools.js'
 import { createPostgresPool } from '../../src/memory/postgres-pool.js'
 import { signUpWithOrg, waitFor } from '../helper.js'
+import { startOpenAiUpstream } from '../runs/openai-upstream.js'
 import { hubServer, launchBrowser, noBrowser, openPage, recordWrites, SCREENSHOTS, screenshot } from './helpers.js'
 
-const { app, base } = await hubServer(t, { MEMORY_CAPTURE_WORKER: 'false', ECHO_WORD_DELAY_MS: '250' })
+/** A promise the test resolves when it wants the model to go on. */
+function gate(): { wait: Promise<void>; open: () => void } {
+  let open = () => {}
+  const wait = new Promise<void>((resolve) => (open = resolve))
+  return { wait, open }
+}
+
+// the run page's test: a model that says the first half of its answer, then waits for the test
+// to have seen it on the page before it says the rest (a delay between words would be a race
+// with how fast the page gets there)
+const STREAMED =
+  'alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec romeo sierra tango'
+const rest = gate()
+t.teardown(rest.open)
+const modelUrl = await startOpenAiUpstream(t, {
+  models: ['stream-model'],
+  async chat(_body, stream) {
+    const chat = stream()
+    const words = STREAMED.split(' ')
+    chat.delta({ content: words.slice(0, 10).join(' ') + ' ' })
+    await rest.wait
+    if (chat.res.destroyed) return
+    chat.delta({ content: words.slice(10).join(' ') })
+    chat.end()
+  }
+})
+const { app, base } = await hubServer(t, {
+  MEMORY_CAPTURE_WORKER: 'false',
+  OPENAI_BASE_URL: modelUrl,
+  MODELS: 'stream-model'
+})
 const test = (name: string, fn: (t: Test) => Promise<void>) => t.test(name, { skip: noBrowser }, fn)
 const browser = noBrowser ? (null as never) : await launchBrowser(t)
 if (!noBrowser) t.comment(`screenshots of each view: ${SCREENSHOTS}`)
@@ -108,14 +139,17 @@ test('dead capture → Retry → pending again; orphan → Discard, with the exp
 })
 
 test('the recall ledger links to the run, whose page follows its events as the text streams', async (t) => {
-  const prompt =
-    'alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec romeo sierra tango'
+  const prompt = STREAMED
   // the page is loaded first, so that from the run's start to its live view is only client-side navigation
   const { page, problems, close } = await openPage(browser)
   t.teardown(close)
   await page.goto(`${base}/hub/settings`)
   await page.getByRole('switch', { name: 'Memory for this organization' }).waitFor()
-  const res = await app.inject({ method: 'POST', url: '/api/runs', payload: { prompt, engine: 'echo' } })
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/runs',
+    payload: { prompt, engine: 'openai', model: 'stream-model' }
+  })
   const runId = res.json().run.id as string
   await waitFor(
     'the recall frame',
@@ -133,11 +167,12 @@ test('the recall ledger links to the run, whose page follows its events as the t
   await frame.getByRole('link', { name: new RegExp(`run ${runId}`) }).click()
   await page.waitForURL(`${base}/hub/runs/${runId}`)
   const output = page.getByLabel('Run output')
-  // the words arrive a quarter second apart: the page shows the first before the last exists
+  // the model holds the second half of its answer: the page shows the first while the run streams
   await output.getByText(/alpha/).waitFor()
   const early = await output.textContent()
   t.notMatch(early, /tango/, `partial text while the run streams: ${JSON.stringify(early)}`)
   await screenshot(page, 'run-streaming')
+  rest.open()
   await page.getByText('The run has finished; the stream ended.').waitFor()
   t.equal(await output.textContent(), prompt, 'the whole text once it finished')
   await page.locator('.badge', { hasText: 'succeeded' }).waitFor()
