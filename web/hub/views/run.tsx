@@ -23,6 +23,8 @@ const EVENT_TYPES = [
   'run.failed',
   'run.cancelled'
 ] as const
+/** The statuses of a run that has not ended. */
+const LIVE = new Set<Run['status']>(['queued', 'running', 'requires_action'])
 const TERMINAL: Record<string, Run['status']> = {
   'run.succeeded': 'succeeded',
   'run.failed': 'failed',
@@ -124,9 +126,13 @@ export function RunView({ id }: { id: string }) {
     api<Recalls>('GET', `/memory/recalls${query({ runId: id, limit: 50 })}`)
   )
   const live = useRunStream(id)
-  const status = live.status ?? (run.status === 'ok' ? run.data.status : null)
+  // a run read as ended is final: the stream replays its events on connect (passing through
+  // "running" again, its text growing word by word from nothing), which would take the status,
+  // the text and the transcript back through the run's life on a page that has them whole
+  const final = run.status === 'ok' && !LIVE.has(run.data.status) ? run.data : null
+  const status = final ? final.status : (live.status ?? (run.status === 'ok' ? run.data.status : null))
   // the transcript is read again once the run has ended (its last messages are stored then)
-  const ended = status !== null && !['queued', 'running', 'requires_action'].includes(status)
+  const ended = status !== null && !LIVE.has(status)
   const [transcript, reloadTranscript] = useLoad(
     `run messages ${id} ${ended}`,
     () => api<TranscriptReply>('GET', `/runs/${encodeURIComponent(id)}/messages`),
@@ -181,7 +187,9 @@ export function RunView({ id }: { id: string }) {
         {STREAM_LABEL[live.stream]}
       </p>
       <div class="output content" aria-live="polite" aria-label="Run output">
-        {live.text !== '' ? (
+        {final?.output ? (
+          final.output
+        ) : live.text !== '' ? (
           live.text
         ) : run.status === 'ok' && run.data.output ? (
           run.data.output
