@@ -129,6 +129,8 @@ test('edit → history shows created and updated (a double click saves once); de
   await page.getByRole('button', { name: 'Save changes' }).dblclick()
   t.equal((await patched).status(), 200)
   await page.getByRole('status').filter({ hasText: 'Saved.' }).waitFor()
+  // read at once, while the history is read again: the box holds the text saved, never the one before
+  t.equal(await content.inputValue(), 'Remember the staging database is called heron.', 'the text saved stays')
   const history = page.getByRole('list', { name: 'History, oldest first' })
   await history.getByText('Updated').waitFor()
   t.equal(await history.getByText('Created').count(), 1)

@@ -158,7 +158,7 @@ function Page({ who, reloadWho }: { who: Identity | null; reloadWho: () => void 
   let m: Record<string, string> | null
   if (path === '/') return <BrowseView params={params} />
   if (path === '/search') return <SearchView params={params} />
-  if ((m = match('/items/:id', path))) return <ItemView who={who} id={m.id!} params={params} />
+  if ((m = match('/items/:id', path))) return <ItemView key={m.id} who={who} id={m.id!} params={params} />
   if (path === '/captures') return <CapturesView params={params} />
   if (path === '/recalls') return <RecallsView params={params} />
   if ((m = match('/runs/:id', path))) return <RunView id={m.id!} />

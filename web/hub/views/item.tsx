@@ -26,13 +26,18 @@ export function ItemView({ who, id, params }: { who: Identity; id: string; param
   const back = `/${query({ scope: scope === 'org' ? undefined : scope })}`
   // personal scope without a person: nothing to read, and no write is ever sent
   const noPerson = scope === 'personal' && who.kind !== 'user'
-  const [state, reload] = useLoad(`item ${id} ${scope}`, async () =>
-    noPerson
-      ? null
-      : (await api<MemoryHistory>('GET', `/memory/item/${encodeURIComponent(id)}/history${scopeQuery}`)).history
+  const [saved, setSaved] = useState(false)
+  // read again after a save, the fact stays on screen meanwhile, with the text saved (not the one
+  // read before): the form and the "Saved." notice do not leave the page and come back
+  const [state, reload] = useLoad(
+    `item ${id} ${scope}`,
+    async () =>
+      noPerson
+        ? null
+        : (await api<MemoryHistory>('GET', `/memory/item/${encodeURIComponent(id)}/history${scopeQuery}`)).history,
+    { keep: saved }
   )
   const [draft, setDraft] = useState<string | null>(null)
-  const [saved, setSaved] = useState(false)
   const [confirming, setConfirming] = useState(false)
   const dialog = useRef<HTMLDialogElement>(null)
 
@@ -44,10 +49,14 @@ export function ItemView({ who, id, params }: { who: Identity; id: string; param
   const save = useAction(async () => {
     const content = text.trim()
     await api('PATCH', `/memory/item/${encodeURIComponent(id)}${scopeQuery}`, { scope, content })
-    setDraft(null)
+    setDraft(content)
     setSaved(true)
     reload()
   })
+  // the history read after the save has the text: the draft gives way to it
+  useEffect(() => {
+    if (saved && state.status === 'ok') setDraft(null)
+  }, [state])
   const remove = useAction(async () => {
     await api('DELETE', `/memory/item/${encodeURIComponent(id)}${scopeQuery}`)
     setConfirming(false)
@@ -111,7 +120,7 @@ export function ItemView({ who, id, params }: { who: Identity; id: string; param
                 }}
               />
               <div class="row">
-                <button type="submit" disabled={save.pending || text.trim() === '' || text.trim() === current}>
+                <button type="submit" disabled={save.pending || saved || text.trim() === '' || text.trim() === current}>
                   {save.pending ? 'Saving…' : 'Save changes'}
                 </button>
                 <button type="button" class="danger" disabled={remove.pending} onClick={() => setConfirming(true)}>
