@@ -143,10 +143,7 @@ t.test('changes stream: identifiers only, live, org-scoped, resumable', async (t
   const base = await listening(app)
   const before = await createRunVia(app, { prompt: 'before' })
   // run.queued is stored just after the run commits; let it land before subscribing
-  for (let i = 0; i < 200; i++) {
-    if ((await app.db.select().from(runEvents).where(eq(runEvents.runId, before.id))).length > 0) break
-    await new Promise((resolve) => setTimeout(resolve, 25))
-  }
+  await eventually(async () => (await app.db.select().from(runEvents).where(eq(runEvents.runId, before.id))).length > 0)
   const changes = await SseClient.open(`${base}/api/runs/changes`)
   t.teardown(() => changes.close())
   const otherOrg = { id: newId(), name: 'Other', slug: 'other' }
@@ -163,7 +160,7 @@ t.test('changes stream: identifiers only, live, org-scoped, resumable', async (t
   await changes.until((c) => c.events('change').length >= 1)
   await app.inject({ method: 'POST', url: `/api/runs/${run.id}/cancel` })
   await changes.until((c) => c.events('change').length >= 2)
-  await changes.until((c) => c.comments.includes('hb'), 5000)
+  await changes.until((c) => c.comments.includes('hb'))
   const frames = changes.events('change')
   t.same(
     frames.map((f) => changes.json(f)),
