@@ -232,12 +232,21 @@ test("access: a member's role changed and a member removed, asking first; the la
         .items.map((m: { name: string; role: string }) => [m.name, m.role])
     )
 
-  // a higher role is given at once
+  // a higher role is given at once; the members read again after it are held until the picker is read, so
+  // that it is read while they are on their way: it keeps the role saved, never the old one
+  let releaseMembers = () => {}
+  const membersHeld = new Promise<void>((resolve) => (releaseMembers = resolve))
+  const membersList = (url: URL) => url.pathname === `/api/auth/organizations/${owner.org.id}/members`
+  await page.route(membersList, async (route) => {
+    await membersHeld
+    await route.continue()
+  })
   await page.getByLabel('Role of Bo Member').selectOption('admin')
   await page.getByRole('button', { name: 'Save role of Bo Member' }).click()
   await page.getByRole('status').filter({ hasText: 'Bo Member is now an admin.' }).waitFor()
-  // read at once, while the members are read again: the picker keeps the role saved, never the old one
   t.equal(await page.getByLabel('Role of Bo Member').inputValue(), 'admin', 'the picker shows the role saved')
+  // (the route stays: with the promise resolved, it lets every later read through at once)
+  releaseMembers()
   t.same(await roles(), { 'Olu Owner': 'owner', 'Bo Member': 'admin' })
 
   // a lower one asks first; the only owner cannot step down, and the page says why
