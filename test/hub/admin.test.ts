@@ -318,6 +318,31 @@ test('agent settings: a tool set to approve makes the next call wait; an MCP ser
   // list_files runs at once by default: set it to approve (the next choice down)
   const policy = page.getByLabel('Policy of list_files')
   t.equal(await policy.inputValue(), 'auto')
+  // the lists read again after each save, and the second save, are held so that the list read after the
+  // first save lands while the second is on its way (as a slow answer would): it must not bring the old
+  // policy back
+  const gate = () => {
+    let open = () => {}
+    const wait = new Promise<void>((resolve) => (open = resolve))
+    return { wait, open }
+  }
+  const listReads = [gate(), gate()]
+  let reads = 0
+  await page.route(
+    (url) => url.pathname === '/api/tools/policies',
+    async (route) => {
+      await listReads[reads++]?.wait
+      await route.continue()
+    }
+  )
+  const writeFileSave = gate()
+  await page.route(
+    (url) => url.pathname === '/api/tools/policies/write_file',
+    async (route) => {
+      await writeFileSave.wait
+      await route.continue()
+    }
+  )
   await tabTo(page, '#policy-list_files', 60)
   const saved = page.waitForResponse((r) => r.url().endsWith('/api/tools/policies/list_files'))
   await page.keyboard.press('ArrowDown')
@@ -331,8 +356,13 @@ test('agent settings: a tool set to approve makes the next call wait; an MCP ser
   // and write_file denied: never offered (typing the first letter of "Deny" picks it)
   await tabTo(page, '#policy-write_file', 60)
   await page.keyboard.press('d')
+  const firstRead = page.waitForResponse((r) => new URL(r.url()).pathname === '/api/tools/policies')
+  listReads[0]!.open()
+  await firstRead
+  writeFileSave.open()
   await page.getByRole('status').filter({ hasText: 'Saved write_file: deny' }).waitFor()
-  t.equal(await page.getByLabel('Policy of write_file').inputValue(), 'deny')
+  t.equal(await page.getByLabel('Policy of write_file').inputValue(), 'deny', 'the choice saved, not the old policy')
+  listReads[1]!.open()
 
   model.script.push({ calls: [{ id: 'c1', name: 'list_files', arguments: '{}' }] }, { text: 'listed' })
   const before = model.requests.length
