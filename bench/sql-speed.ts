@@ -160,7 +160,7 @@ export function scripts(life: Statement[], runId: string): { dispatch: string; l
   const after = life.slice(claimAt + 1)
   const head = `\\set r random(1, 281474976710655)\n${before.map((s) => line(s, runId, fresh)).join('\n')}`
   // pgbench replays one run's life a transaction: its claim takes one run (the worker's took up to its free slots)
-  const claim = { ...life[claimAt]!, text: life[claimAt]!.text.replace(/limit \$\d+::int/g, 'limit 1') }
+  const claim = { ...life[claimAt]!, text: life[claimAt]!.text.replace(/limit (?:\$\d+|\(\d+\))::int/g, 'limit 1') }
   // planned each time, as the service sends it: run by bench_planned_each_time, its first column the run's id
   const claimLine = `select bench_planned_each_time($claim$${line(claim, runId, fresh)}$claim$) as id\n\\gset c_`
   const work = `${claimLine}\n${after.map((s) => line(s, runId, ':c_id')).join('\n')}\n`
