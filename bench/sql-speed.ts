@@ -37,6 +37,27 @@ const SECONDS = Number(process.env.BENCH_SQL_SECONDS ?? 8)
 const DRAIN = Number(process.env.BENCH_SQL_DRAIN ?? 3000)
 const UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g
 
+/**
+ * pgbench's sessions as the service's: its connections run with JIT off (the claim's estimate
+ * passes jit_above_cost once the runs table holds thousands of rows, and a session with JIT on
+ * then compiled each claim for about a second: the second round's replay drained 11 runs/s).
+ */
+const PGBENCH_ENV = { ...process.env, PGOPTIONS: `${process.env.PGOPTIONS ?? ''} -c jit=off`.trim() }
+
+/**
+ * A function of the bench's database that runs a statement planned at that execution and
+ * gives its first row's id: pgbench's `-M prepared` would plan the claim once per client,
+ * while the service sends it unprepared (planned each time, so that its plan follows the
+ * queue's size) and pays that planning for every claim.
+ */
+const PLANNED_EACH_TIME_FN = `
+  create or replace function bench_planned_each_time(statement text) returns text language plpgsql as $$
+  declare taken text;
+  begin
+    execute statement into taken;
+    return taken;
+  end $$`
+
 /** Statements of other groups' pollers, which may run meanwhile. */
 const ELSEWHERE = /\b(slack_\w+|knowledge_\w+|memory_captures|memory_items|mcp_servers|automations|blobs?|listen)\b/i
 
@@ -139,8 +160,10 @@ export function scripts(life: Statement[], runId: string): { dispatch: string; l
   const after = life.slice(claimAt + 1)
   const head = `\\set r random(1, 281474976710655)\n${before.map((s) => line(s, runId, fresh)).join('\n')}`
   // pgbench replays one run's life a transaction: its claim takes one run (the worker's took up to its free slots)
-  const claim = { ...life[claimAt]!, text: life[claimAt]!.text.replace(/limit \$\d+::int/g, 'limit 1') }
-  const work = `${line(claim, runId, fresh, '\\gset c_')}\n${after.map((s) => line(s, runId, ':c_id')).join('\n')}\n`
+  const claim = { ...life[claimAt]!, text: life[claimAt]!.text.replace(/limit (?:\$\d+|\(\d+\))::int/g, 'limit 1') }
+  // planned each time, as the service sends it: run by bench_planned_each_time, its first column the run's id
+  const claimLine = `select bench_planned_each_time($claim$${line(claim, runId, fresh)}$claim$) as id\n\\gset c_`
+  const work = `${claimLine}\n${after.map((s) => line(s, runId, ':c_id')).join('\n')}\n`
   return {
     dispatch: `${head}\n`,
     life: `${head}\n${work}`,
@@ -174,7 +197,7 @@ async function pgbench(
         file,
         url
       ],
-      { maxBuffer: 16 * 1024 * 1024 }
+      { maxBuffer: 16 * 1024 * 1024, env: PGBENCH_ENV }
     )
     const failed = /number of failed transactions: (\d+)/.exec(stdout)?.[1]
     if (failed && failed !== '0') throw new Error(`pgbench: ${failed} failed transactions\n${stdout}`)
@@ -198,20 +221,11 @@ async function drained(url: string, dispatchScript: string, consume: () => Promi
     const [{ since }] = (await admin`select now() as since`) as unknown as [{ since: Date }]
     const dir = mkdtempSync(join(tmpdir(), 'cairn-pgbench-'))
     writeFileSync(join(dir, 'q.sql'), dispatchScript)
-    await run(PGBENCH, [
-      '-n',
-      '-M',
-      'prepared',
-      '-c',
-      '4',
-      '-j',
-      '2',
-      '-t',
-      String((DRAIN + spare) / 4),
-      '-f',
-      join(dir, 'q.sql'),
-      url
-    ])
+    await run(
+      PGBENCH,
+      ['-n', '-M', 'prepared', '-c', '4', '-j', '2', '-t', String((DRAIN + spare) / 4), '-f', join(dir, 'q.sql'), url],
+      { env: PGBENCH_ENV }
+    )
     rmSync(dir, { recursive: true, force: true })
     await consume()
     const [rate] = await admin`
@@ -256,6 +270,8 @@ async function drain(url: string, workers: number, dispatchScript: string): Prom
  * event lock as the service has them.
  */
 async function replay(url: string, clients: number, dispatchScript: string, workScript: string): Promise<number> {
+  const admin = postgres(url, { max: 1, onnotice: () => {} })
+  await admin.unsafe(PLANNED_EACH_TIME_FN).finally(() => admin.end())
   // a few runs more than are taken, so that no claim ever finds the queue empty
   return drained(
     url,

@@ -149,8 +149,35 @@ function openPostgres(url: string, max: number): Database {
  * busy instance grows its queue tables faster than analyze follows (on PGlite, only the
  * embedded maintenance analyzes). For the few statements whose plan depends on how much
  * the tables hold, like the run claim; a plan costs a little, a stale one costs scans.
+ * Over postgres.js its parameters are sent as constants of its text (withConstants), so its
+ * text must spell `$n` nowhere but for its parameters.
  */
 export const PLAN_EACH_TIME = '/* planned each time */'
+
+/**
+ * A value as a constant of the statement's text, or undefined when it has no plain spelling
+ * (then it stays a parameter). Strings are quoted with their quotes doubled: the server's
+ * standard_conforming_strings (on since Postgres 9.1) reads every other character as itself.
+ */
+function constantOf(value: unknown): string | undefined {
+  if (value === null || value === undefined) return 'null'
+  if (typeof value === 'boolean') return String(value)
+  if (typeof value === 'number') return Number.isFinite(value) ? `(${String(value)})` : undefined
+  if (typeof value === 'string') return value.includes('\0') ? undefined : `('${value.replace(/'/g, "''")}')`
+  return undefined
+}
+
+/**
+ * A statement planned each time, with its parameters written into its text as constants,
+ * when each has a plain spelling: postgres.js sends an unprepared statement with parameters
+ * in two round trips (Parse and Describe, a wait for the parameters' types, then Bind and
+ * Execute), one without in one. The planner sees the same values either way.
+ */
+function withConstants(query: string, parameters: readonly unknown[]): { query: string; parameters: unknown[] } {
+  const constants = parameters.map(constantOf)
+  if (constants.some((c) => c === undefined)) return { query, parameters: [...parameters] }
+  return { query: query.replace(/\$(\d+)/g, (_, n: string) => constants[Number(n) - 1]!), parameters: [] }
+}
 
 /**
  * The postgres.js client as drizzle should see it: every query a named prepared statement.
@@ -168,7 +195,10 @@ function preparedStatements<T extends Sql>(client: T, oneConnection?: Transactio
       if (property === 'unsafe') {
         return (query: string, parameters?: unknown[], options?: Record<string, unknown>) => {
           oneConnection?.refuseInside()
-          return target.unsafe(query, parameters as never, { ...options, prepare: !query.startsWith(PLAN_EACH_TIME) })
+          if (!query.startsWith(PLAN_EACH_TIME) || !parameters?.length)
+            return target.unsafe(query, parameters as never, { ...options, prepare: !query.startsWith(PLAN_EACH_TIME) })
+          const sent = withConstants(query, parameters)
+          return target.unsafe(sent.query, sent.parameters as never, { ...options, prepare: false })
         }
       }
       if (property === 'begin' || property === 'savepoint') {
