@@ -156,15 +156,17 @@ export const PLAN_EACH_TIME = '/* planned each time */'
 
 /**
  * A value as a constant of the statement's text, or undefined when it has no plain spelling
- * (then it stays a parameter). Strings are quoted with their quotes doubled: the server's
- * standard_conforming_strings (on since Postgres 9.1) reads every other character as itself.
+ * (then it stays a parameter). Strings are quoted as libpq's PQescapeLiteral quotes them:
+ * quotes doubled and, when there is a backslash, an E'' string with backslashes doubled, which
+ * reads the same whatever the server's standard_conforming_strings says.
  */
 function constantOf(value: unknown): string | undefined {
   if (value === null || value === undefined) return 'null'
   if (typeof value === 'boolean') return String(value)
   if (typeof value === 'number') return Number.isFinite(value) ? `(${String(value)})` : undefined
-  if (typeof value === 'string') return value.includes('\0') ? undefined : `('${value.replace(/'/g, "''")}')`
-  return undefined
+  if (typeof value !== 'string' || value.includes('\0')) return undefined
+  const quoted = value.replace(/'/g, "''")
+  return value.includes('\\') ? `(E'${quoted.replace(/\\/g, '\\\\')}')` : `('${quoted}')`
 }
 
 /**
@@ -173,7 +175,7 @@ function constantOf(value: unknown): string | undefined {
  * in two round trips (Parse and Describe, a wait for the parameters' types, then Bind and
  * Execute), one without in one. The planner sees the same values either way.
  */
-function withConstants(query: string, parameters: readonly unknown[]): { query: string; parameters: unknown[] } {
+export function withConstants(query: string, parameters: readonly unknown[]): { query: string; parameters: unknown[] } {
   const constants = parameters.map(constantOf)
   if (constants.some((c) => c === undefined)) return { query, parameters: [...parameters] }
   return { query: query.replace(/\$(\d+)/g, (_, n: string) => constants[Number(n) - 1]!), parameters: [] }
