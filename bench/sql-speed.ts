@@ -20,6 +20,7 @@
 // Needs BENCH_DATABASE_URL (or DATABASE_URL) and pgbench (PGBENCH, default the Postgres 15 one).
 import { execFile } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { randomUUID } from 'node:crypto'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -67,13 +68,16 @@ interface Statement {
 }
 
 /** One echo run's life, statement by statement, played by the real app over `url`. */
-export async function capture(url: string): Promise<{ life: Statement[]; runId: string }> {
-  const database = await openDatabase({ url, poolMax: 4 })
+export async function capture(
+  url: string | undefined,
+  embeddedDir?: string
+): Promise<{ life: Statement[]; runId: string }> {
+  const database = await openDatabase(url ? { url, poolMax: 4 } : { dataDir: embeddedDir })
   await migrateDatabase(database, url)
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-bench-sql-'))
   const app = await buildApp({
     config: testConfig({
-      DATABASE_URL: url,
+      ...(url ? { DATABASE_URL: url } : {}),
       DATA_DIR: dataDir,
       RUN_POLL_MS: '600000',
       RUN_SWEEP_MS: '600000',
@@ -354,8 +358,90 @@ async function memorySearch(url: string): Promise<string[]> {
   return lines
 }
 
+/** The statements of a dispatch: those of a life before its claim. */
+function dispatchOf(life: Statement[]): Statement[] {
+  const claimAt = life.findIndex((s) => s.text.includes('queued_orgs'))
+  if (claimAt < 0) throw new Error('no claim among the statements of the life')
+  return life.slice(0, claimAt)
+}
+
+/** A statement's parameters for another run: `runId` becomes `id`, a new row's own id a fresh one. */
+function paramsFor(params: readonly unknown[], runId: string, id: string): unknown[] {
+  return params.map((value) => {
+    if (typeof value !== 'string') return value
+    let text = value.replaceAll(runId, id)
+    for (const found of new Set(value.match(UUID) ?? []))
+      if (found !== runId && value.includes(`"id":"${found}"`)) text = text.replaceAll(found, randomUUID())
+    return text
+  })
+}
+
+/**
+ * On the embedded database (PGlite, the default): POST /api/runs from 20 connections, workers
+ * off, against the dispatch's own statements (read off the wire there) sent straight to an
+ * embedded database of the same schema through the service's database client, by 20 loops at
+ * once, each the run then its `run.queued`, a fresh run id each time. PGlite has one session:
+ * both sides' statements queue on it.
+ */
+async function embeddedDispatch(): Promise<string[]> {
+  const dir = mkdtempSync(join(tmpdir(), 'cairn-bench-sql-embedded-'))
+  const lines = [
+    '',
+    "On the embedded database (PGlite): POST /api/runs, 20 connections, workers off, against the dispatch's statements sent directly by 20 loops:",
+    '',
+    '| round | POST /api/runs/s | its statements, dispatches/s | ratio |',
+    '| --- | ---: | ---: | ---: |'
+  ]
+  try {
+    const { life, runId } = await capture(undefined, join(dir, 'capture'))
+    const statements = dispatchOf(life)
+    for (let round = 1; round <= 2; round++) {
+      const server = await startRunsServer({ RUN_WORKER_CONCURRENCY: '0', RUN_QUEUE_MAX_PER_ORG: '100000' })
+      let posted
+      try {
+        posted = await load({
+          url: `${server.url}/api/runs`,
+          name: 'POST /api/runs (PGlite)',
+          method: 'POST',
+          connections: 20,
+          seconds: SECONDS,
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ prompt: 'hello there world' })
+        })
+      } finally {
+        await server.stop()
+      }
+      // a database of the schema with the org and user the captured run belongs to, as the
+      // service's has them: one echo run's life played there first
+      await capture(undefined, join(dir, `direct-${round}`))
+      const database = await openDatabase({ dataDir: join(dir, `direct-${round}`) })
+      let done = 0
+      try {
+        const client = (database.db as unknown as { $client: postgres.Sql }).$client
+        const until = Date.now() + SECONDS * 1000
+        const loop = async () => {
+          while (Date.now() < until) {
+            const id = randomUUID()
+            for (const st of statements) await client.unsafe(st.text, paramsFor(st.params, runId, id) as never[])
+            done++
+          }
+        }
+        await Promise.all(Array.from({ length: 20 }, loop))
+      } finally {
+        await database.close().catch(() => {})
+      }
+      const direct = done / SECONDS
+      lines.push(`| ${round} | ${posted.rps} | ${Math.round(direct)} | ${(posted.rps / direct).toFixed(2)} |`)
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+  return lines
+}
+
 export async function benchSqlSpeed(): Promise<string> {
-  if (!benchPostgres) return 'skipped: needs BENCH_DATABASE_URL or DATABASE_URL'
+  if (!benchPostgres)
+    return ['Postgres: skipped, needs BENCH_DATABASE_URL or DATABASE_URL', ...(await embeddedDispatch())].join('\n')
   return withDatabase(benchPostgres, async (url) => {
     const { life, runId } = await capture(url)
     const { dispatch, life: lifeScript, work } = scripts(life, runId)
@@ -401,6 +487,10 @@ export async function benchSqlSpeed(): Promise<string> {
       if (posted.non2xx > 0 || posted.errors > 0)
         lines.push(`(round ${round}: ${posted.non2xx} non-2xx, ${posted.errors} errors)`)
     }
+    if (process.env.BENCH_SQL_EMBEDDED !== 'false')
+      lines.push(
+        ...(await embeddedDispatch().catch((err: unknown) => ['', `embedded dispatch: failed: ${String(err)}`]))
+      )
     if (process.env.BENCH_SQL_MEMORY !== 'false')
       lines.push(...(await memorySearch(url).catch((err: unknown) => ['', `memory search: failed: ${String(err)}`])))
     return lines.join('\n')
