@@ -129,6 +129,15 @@ function constant(text: string): string {
     .join(' || chr(58) || ')})::text`
 }
 
+/**
+ * The ids in a parameter's text that a replay gives fresh values: a new row's own id (a recall
+ * frame's, `"id":"…"`), not the run's (the transaction's run) nor the org's, its user's or the
+ * instance's, which stay.
+ */
+function ownIds(text: string, runId: string): string[] {
+  return [...new Set(text.match(UUID) ?? [])].filter((found) => found !== runId && text.includes(`"id":"${found}"`))
+}
+
 /** A parameter as a literal of the script: the run's id as `id`, other ids fresh ones. */
 function literal(value: unknown, runId: string, id: string): string {
   if (value === null || value === undefined) return 'null'
@@ -136,12 +145,8 @@ function literal(value: unknown, runId: string, id: string): string {
   if (typeof value === 'boolean') return String(value)
   const text = value instanceof Date ? value.toISOString() : String(value)
   let expr = constant(text)
-  // the run's id is the transaction's run; a new row's own id (a recall frame's) a fresh one; the org, its user
-  // and the instance stay
-  for (const found of new Set(text.match(UUID) ?? [])) {
-    if (found === runId) expr = `replace(${expr}, '${found}', ${id})`
-    else if (text.includes(`"id":"${found}"`)) expr = `replace(${expr}, '${found}', gen_random_uuid()::text)`
-  }
+  if (text.includes(runId)) expr = `replace(${expr}, '${runId}', ${id})`
+  for (const found of ownIds(text, runId)) expr = `replace(${expr}, '${found}', gen_random_uuid()::text)`
   return `(${expr})`
 }
 
@@ -157,9 +162,15 @@ function line(s: Statement, runId: string, id: string, gset = ''): string {
 
 const fresh = `('00000000-0000-7000-8000-' || lpad(to_hex(:r::bigint), 12, '0'))`
 
-export function scripts(life: Statement[], runId: string): { dispatch: string; life: string; work: string } {
+/** Where a life's claim is among its statements: the dispatch's come before it. */
+function claimIndex(life: Statement[]): number {
   const claimAt = life.findIndex((s) => s.text.includes('queued_orgs'))
   if (claimAt < 0) throw new Error('no claim among the statements of the life')
+  return claimAt
+}
+
+export function scripts(life: Statement[], runId: string): { dispatch: string; life: string; work: string } {
+  const claimAt = claimIndex(life)
   const before = life.slice(0, claimAt)
   const after = life.slice(claimAt + 1)
   const head = `\\set r random(1, 281474976710655)\n${before.map((s) => line(s, runId, fresh)).join('\n')}`
@@ -223,14 +234,7 @@ async function drained(url: string, dispatchScript: string, consume: () => Promi
   try {
     await admin`update runs set status = 'succeeded', finished_at = now(), lease_owner = null where status <> 'succeeded'`
     const [{ since }] = (await admin`select now() as since`) as unknown as [{ since: Date }]
-    const dir = mkdtempSync(join(tmpdir(), 'cairn-pgbench-'))
-    writeFileSync(join(dir, 'q.sql'), dispatchScript)
-    await run(
-      PGBENCH,
-      ['-n', '-M', 'prepared', '-c', '4', '-j', '2', '-t', String((DRAIN + spare) / 4), '-f', join(dir, 'q.sql'), url],
-      { env: PGBENCH_ENV }
-    )
-    rmSync(dir, { recursive: true, force: true })
+    await pgbench(url, dispatchScript, 4, { transactions: (DRAIN + spare) / 4 })
     await consume()
     const [rate] = await admin`
       select count(*) / extract(epoch from max(finished_at) - min(started_at))::float8 as rps
@@ -358,11 +362,22 @@ async function memorySearch(url: string): Promise<string[]> {
   return lines
 }
 
-/** The statements of a dispatch: those of a life before its claim. */
-function dispatchOf(life: Statement[]): Statement[] {
-  const claimAt = life.findIndex((s) => s.text.includes('queued_orgs'))
-  if (claimAt < 0) throw new Error('no claim among the statements of the life')
-  return life.slice(0, claimAt)
+/** POST /api/runs from 20 connections for SECONDS on a service with its workers off (`env` names its database). */
+async function dispatched(env: Record<string, string>, name: string) {
+  const server = await startRunsServer({ ...env, RUN_WORKER_CONCURRENCY: '0', RUN_QUEUE_MAX_PER_ORG: '100000' })
+  try {
+    return await load({
+      url: `${server.url}/api/runs`,
+      name,
+      method: 'POST',
+      connections: 20,
+      seconds: SECONDS,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'hello there world' })
+    })
+  } finally {
+    await server.stop()
+  }
 }
 
 /** A statement's parameters for another run: `runId` becomes `id`, a new row's own id a fresh one. */
@@ -370,8 +385,7 @@ function paramsFor(params: readonly unknown[], runId: string, id: string): unkno
   return params.map((value) => {
     if (typeof value !== 'string') return value
     let text = value.replaceAll(runId, id)
-    for (const found of new Set(value.match(UUID) ?? []))
-      if (found !== runId && value.includes(`"id":"${found}"`)) text = text.replaceAll(found, randomUUID())
+    for (const found of ownIds(value, runId)) text = text.replaceAll(found, randomUUID())
     return text
   })
 }
@@ -394,23 +408,9 @@ async function embeddedDispatch(): Promise<string[]> {
   ]
   try {
     const { life, runId } = await capture(undefined, join(dir, 'capture'))
-    const statements = dispatchOf(life)
+    const statements = life.slice(0, claimIndex(life))
     for (let round = 1; round <= 2; round++) {
-      const server = await startRunsServer({ RUN_WORKER_CONCURRENCY: '0', RUN_QUEUE_MAX_PER_ORG: '100000' })
-      let posted
-      try {
-        posted = await load({
-          url: `${server.url}/api/runs`,
-          name: 'POST /api/runs (PGlite)',
-          method: 'POST',
-          connections: 20,
-          seconds: SECONDS,
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ prompt: 'hello there world' })
-        })
-      } finally {
-        await server.stop()
-      }
+      const posted = await dispatched({}, 'POST /api/runs (PGlite)')
       // a database of the schema with the org and user the captured run belongs to, as the
       // service's has them: one echo run's life played there first
       await capture(undefined, join(dir, `direct-${round}`))
@@ -457,25 +457,7 @@ export async function benchSqlSpeed(): Promise<string> {
       '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'
     ]
     for (let round = 1; round <= 2; round++) {
-      const server = await startRunsServer({
-        DATABASE_URL: url,
-        RUN_WORKER_CONCURRENCY: '0',
-        RUN_QUEUE_MAX_PER_ORG: '100000'
-      })
-      let posted
-      try {
-        posted = await load({
-          url: `${server.url}/api/runs`,
-          name: 'POST /api/runs',
-          method: 'POST',
-          connections: 20,
-          seconds: SECONDS,
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ prompt: 'hello there world' })
-        })
-      } finally {
-        await server.stop()
-      }
+      const posted = await dispatched({ DATABASE_URL: url }, 'POST /api/runs')
       const batched = await pgbench(url, dispatch, 20, { seconds: SECONDS })
       const four = await drain(url, 4, dispatch)
       const direct4 = await replay(url, 4, dispatch, work)
