@@ -9,8 +9,14 @@ export interface Started {
   kill: (signal: NodeJS.Signals) => boolean
 }
 
+/**
+ * How a test's child process loads the TypeScript sources: as the tests themselves do (.taprc),
+ * Node stripping the types and scripts/ts-resolve.mjs resolving `./x.js` to `./x.ts`.
+ */
+export const TS_LOADER = ['--import', './scripts/ts-resolve.mjs']
+
 /** Spawns the server (src/server.ts, as `npm start` runs the built file) with its own env; waits for nothing. */
-export function spawnServer(env: Record<string, string>, args = ['--import', 'tsx', 'src/server.ts']) {
+export function spawnServer(env: Record<string, string>, args = [...TS_LOADER, 'src/server.ts']) {
   const child = spawn(process.execPath, args, {
     env: { ...process.env, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', DATABASE_URL: '', ...env },
     stdio: ['ignore', 'pipe', 'pipe']

@@ -127,15 +127,15 @@ export class PgliteThread {
   }
 }
 
-/** The worker from its compiled `.js`, or from the `.ts` source with tsx (tests, bench). */
+/**
+ * The worker from its compiled `.js`, or from the `.ts` source when the service runs from its
+ * sources (tests, bench): a worker thread inherits the process's `--import` loader (tsx, or
+ * scripts/ts-resolve.mjs in the tests), so it loads the source as the main thread does.
+ */
 function startWorker(data: PgliteWorkerData, resourceLimits?: ResourceLimits): Worker {
   const compiled = new URL('./pglite-worker.js', import.meta.url)
-  if (existsSync(fileURLToPath(compiled))) return new Worker(compiled, { workerData: data, resourceLimits })
-  // a worker does not inherit tsx's loader (--import is not for workers on Node 20): it
-  // imports the source through tsx's API
-  const source = new URL('./pglite-worker.ts', import.meta.url).href
-  const boot = `import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}).then((tsx) => tsx.tsImport(${JSON.stringify(source)}, ${JSON.stringify(source)}))`
-  return new Worker(boot, { eval: true, workerData: data, resourceLimits })
+  const file = existsSync(fileURLToPath(compiled)) ? compiled : new URL('./pglite-worker.ts', import.meta.url)
+  return new Worker(file, { workerData: data, resourceLimits })
 }
 
 /**

@@ -135,12 +135,12 @@ function objectViolation(output: string): string | null {
     : 'output_invalid: the output is not a JSON object'
 }
 
-/** The thread from its compiled `.js`, or from the `.ts` source with tsx (tests, bench). */
+/**
+ * The thread from its compiled `.js`, or from the `.ts` source when the service runs from its
+ * sources (tests, bench): a worker thread inherits the process's `--import` loader.
+ */
 function startWorker(): Worker {
   const compiled = new URL('./output-check-worker.js', import.meta.url)
-  if (existsSync(fileURLToPath(compiled))) return new Worker(compiled, { resourceLimits: LIMITS })
-  // a worker does not inherit tsx's loader: it imports the source through tsx's API
-  const source = new URL('./output-check-worker.ts', import.meta.url).href
-  const boot = `import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}).then((tsx) => tsx.tsImport(${JSON.stringify(source)}, ${JSON.stringify(source)}))`
-  return new Worker(boot, { eval: true, resourceLimits: LIMITS })
+  const file = existsSync(fileURLToPath(compiled)) ? compiled : new URL('./output-check-worker.ts', import.meta.url)
+  return new Worker(file, { resourceLimits: LIMITS })
 }

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import { waitFor } from '../helper.js'
-import { startServer } from '../server-process.js'
+import { startServer, TS_LOADER } from '../server-process.js'
 import { markdownWithTable } from './fixtures.js'
 
 t.test('a worker killed mid-extraction: its document is claimed again after the lease, then ready', async (t) => {
@@ -12,7 +12,7 @@ t.test('a worker killed mid-extraction: its document is claimed again after the 
   const env = { DATA_DIR: dataDir, KNOWLEDGE_LEASE_MS: '1500', KNOWLEDGE_POLL_MS: '100' }
 
   // the first process claims the document and never finishes extracting it
-  const first = await startServer(env, ['--import', 'tsx', 'test/knowledge/hold-server.ts'])
+  const first = await startServer(env, [...TS_LOADER, 'test/knowledge/hold-server.ts'])
   t.teardown(() => first.kill('SIGKILL'))
   const form = new FormData()
   form.append('file', new Blob([markdownWithTable(50)], { type: 'text/markdown' }), 'inventory.md')
@@ -58,7 +58,7 @@ t.test('a document whose every attempt dies is failed with why, never left proce
   const dataDir = mkdtempSync(join(tmpdir(), 'cairn-knowledge-crash-'))
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }))
   const env = { DATA_DIR: dataDir, KNOWLEDGE_LEASE_MS: '1000', KNOWLEDGE_POLL_MS: '100', KNOWLEDGE_MAX_ATTEMPTS: '1' }
-  const first = await startServer(env, ['--import', 'tsx', 'test/knowledge/hold-server.ts'])
+  const first = await startServer(env, [...TS_LOADER, 'test/knowledge/hold-server.ts'])
   t.teardown(() => first.kill('SIGKILL'))
   const form = new FormData()
   form.append('file', new Blob(['# one\n\nshot'], { type: 'text/markdown' }), 'once.md')

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { createTestDatabase, waitFor } from '../helper.js'
-import { messages, startServer, type Started } from '../server-process.js'
+import { messages, startServer, TS_LOADER, type Started } from '../server-process.js'
 
 interface Capture {
   runId: string
@@ -34,7 +34,7 @@ async function holdingACapture(t: Test, prompt: string, extraEnv: Record<string,
     RUN_POLL_MS: '50',
     ...extraEnv
   }
-  const held = await startServer(env, ['--import', 'tsx', 'test/memory/hold-capture-server.ts'])
+  const held = await startServer(env, [...TS_LOADER, 'test/memory/hold-capture-server.ts'])
   t.teardown(() => held.kill('SIGKILL'))
   const res = await fetch(`${held.url}/api/runs`, {
     method: 'POST',
