@@ -11,15 +11,15 @@
 // packages) cost each test process about 0.8 s of CPU more than this does. Worker threads
 // inherit it, as they inherit any `--import`.
 import { existsSync } from 'node:fs'
-import { registerHooks } from 'node:module'
+import module from 'node:module'
 import { fileURLToPath } from 'node:url'
 
 // Node strips types from 22.18 on, and registerHooks is from 22.15: `npm test` runs the Node of
 // the `node` devDependency (npm puts node_modules/.bin first on the PATH), which has both
-if (typeof registerHooks !== 'function' || !process.features.typescript)
+if (typeof module.registerHooks !== 'function' || !process.features.typescript)
   throw new Error(`the tests need Node 22.18 or later (this is ${process.version}): run them with npm test`)
 
-registerHooks({
+module.registerHooks({
   resolve(specifier, context, next) {
     const parent = context.parentURL
     if (
