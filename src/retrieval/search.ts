@@ -102,6 +102,15 @@ export interface RetrievalOptions {
   queryTimeoutMs: number
 }
 
+/**
+ * Whether a query's vector has a direction to rank by. A query none of whose words the model
+ * knows (a misspelled word, for the built-in model) has the zero vector: its cosine distance to
+ * every vector is NaN, which the vector side never lets through, so that side found nothing
+ * after reading every vector of the pool (10 ms of a 16 ms search among 10,000 facts). Left out,
+ * the search answers the same, its mode included.
+ */
+const pointsSomewhere = (vector: readonly number[]) => vector.some((x) => x !== 0)
+
 export function createRetrieval(o: RetrievalOptions): Retrieval {
   const { db, log } = o
   const defaultMode: SearchMode = o.vectors.available ? 'hybrid' : 'fulltext'
@@ -164,7 +173,7 @@ export function createRetrieval(o: RetrievalOptions): Retrieval {
       if (!qv) mode = 'fulltext'
       const [text, near] = await Promise.all([
         mode === 'semantic' ? [] : memoryTextRanking(db, pool, query, depth, options.anyWord === true),
-        qv ? vectorRanking(pool.orgId, pool.id, ['memory'], qv, depth + 1) : []
+        qv && pointsSomewhere(qv.vector) ? vectorRanking(pool.orgId, pool.id, ['memory'], qv, depth + 1) : []
       ])
       // facts found by meaning only: their text and provenance, from this pool only
       const known = new Set(text.map((r) => r.id))
@@ -242,14 +251,15 @@ export async function searchPoolOnce(
   const model = r.vectors.available ? (qv?.model ?? (await r.models.forOrg(orgId))) : null
   const poolId = sql`(select id from searched)`
   const text = mode === 'semantic' ? null : memoryTextRankingCtes('txt', orgId, poolId, query, depth)
-  const near = qv
-    ? nearestSql(
-        { orgId, poolId, kinds: ['memory'], modelKey: qv.model.key, dimensions: qv.vector.length },
-        qv.vector,
-        depth + 1,
-        qv.model.minSimilarity
-      )
-    : null
+  const near =
+    qv && pointsSomewhere(qv.vector)
+      ? nearestSql(
+          { orgId, poolId, kinds: ['memory'], modelKey: qv.model.key, dimensions: qv.vector.length },
+          qv.vector,
+          depth + 1,
+          qv.model.minSimilarity
+        )
+      : null
   const unless = options.unless
   const textRows = text
     ? sql`txt`

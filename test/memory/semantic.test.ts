@@ -132,6 +132,38 @@ t.test('facts are embedded in the background and found by meaning, words or both
   t.match(frame, { mode: 'hybrid', itemIds: [ids[0]] }, 'the recall found the fact by meaning, and says hybrid')
 })
 
+t.test('a query with no word the model knows has no meaning to rank by: its search reads no vectors', async (t) => {
+  const app = await buildTestApp(t)
+  const ids: string[] = []
+  for (const fact of FACTS) ids.push((await add(app, fact)).id)
+  await embedAll(app)
+  const sent = async (q: string) => {
+    const statements: string[] = []
+    const stop = app.database.onStatement((query) => statements.push(query))
+    try {
+      return { found: await search(app, q), statements }
+    } finally {
+      stop()
+    }
+  }
+  // a misspelling: the words' side corrects it, the built-in model knows no word of it
+  const typo = await sent('descalng')
+  t.equal(typo.found.mode, 'hybrid', 'the mode asked for, as before')
+  t.same(
+    typo.found.items.map((i) => i.id),
+    [ids[2]]
+  )
+  t.match(typo.found.items[0]!.scores, { fulltext: Number, semantic: null })
+  t.notOk(
+    typo.statements.some((q) => q.includes('<=>')),
+    'no vector is read for the zero vector, whose distance to any is NaN'
+  )
+  // a word the model knows: the vector side is there
+  const known = await sent('coffee')
+  t.equal(known.found.items[0]?.id, ids[2])
+  t.ok(known.statements.some((q) => q.includes('<=>')))
+})
+
 t.test('an edit re-embeds, a delete deletes the vector, and tenants never meet', async (t) => {
   const app = await buildTestApp(t)
   const a = await signUpWithOrg(app)
