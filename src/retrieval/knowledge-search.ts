@@ -5,7 +5,7 @@ import { isVocabularyWord, wordsOf } from './words.js'
 import type { KnowledgeFinding } from '../runs/ports/knowledge.js'
 import { currentGeneration } from '../knowledge/generation.js'
 import { fuse, type Scores, type SearchMode } from './fusion.js'
-import { FUSION_DEPTH, type Retrieval } from './search.js'
+import { FUSION_DEPTH, pointsSomewhere, type Retrieval } from './search.js'
 
 /**
  * Knowledge search: records and document chunks in one ranked list. `q` is read by
@@ -209,7 +209,8 @@ export async function searchKnowledge(
     return rows
   }
   const vectorSide = async () => {
-    if (!qv) return []
+    // no word of the query known to the model: nothing to rank by meaning (pointsSomewhere)
+    if (!qv || !pointsSomewhere(qv.vector)) return []
     const narrow: SQL[] = []
     // documents have no tags: a tag narrows the search to records
     if (input.tag !== undefined)

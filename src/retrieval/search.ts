@@ -109,7 +109,7 @@ export interface RetrievalOptions {
  * after reading every vector of the pool (10 ms of a 16 ms search among 10,000 facts). Left out,
  * the search answers the same, its mode included.
  */
-const pointsSomewhere = (vector: readonly number[]) => vector.some((x) => x !== 0)
+export const pointsSomewhere = (vector: readonly number[]) => vector.some((x) => x !== 0)
 
 export function createRetrieval(o: RetrievalOptions): Retrieval {
   const { db, log } = o

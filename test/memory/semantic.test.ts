@@ -238,6 +238,19 @@ t.test(
       'an excluded word keeps the record out'
     )
     t.ok((await find('ship invoicing "billing service"')).items.some((i: { id: string }) => i.id === deploys.id))
+    // a misspelled word the model does not know: found by its corrected words, no vector read
+    const statements: string[] = []
+    const stop = app.database.onStatement((query) => statements.push(query))
+    const typo = await find('relase').finally(stop)
+    t.equal(typo.mode, 'hybrid', 'the mode asked for, as before')
+    t.same(
+      typo.items.map((i: { id: string }) => i.id),
+      [deploys.id]
+    )
+    t.notOk(
+      statements.some((q) => q.includes('<=>')),
+      'no vector is read for the zero vector'
+    )
   }
 )
 
