@@ -1,9 +1,9 @@
-import { and, asc, desc, eq, sql, type Query, type SQL } from 'drizzle-orm'
-import { PgDialect } from 'drizzle-orm/pg-core'
+import { and, asc, desc, eq, sql, type SQL } from 'drizzle-orm'
 import type { FastifyBaseLogger } from 'fastify'
 import { CONTROL_CHANNEL } from '../../plugins/event-bus.js'
 import { threadBusy } from '../../plugins/errors.js'
 import type { Principal } from '../auth/principal.js'
+import { builtOnce } from '../db/built-once.js'
 import { PLAN_EACH_TIME, rowsOf, type Db, type Tx } from '../db/client.js'
 import { keyset } from '../db/paging.js'
 import { boolOf, dateOf, dateOrNull, isoOf, isoOrNull, jsonOf } from '../db/rows.js'
@@ -636,39 +636,21 @@ export function claimValues(o: {
 }
 
 /**
- * Sends the claim for these values, its text built once (claimShape): one round trip; the rows
- * as the database answered them.
+ * The claim's text is built by drizzle once (about 8 KB of nested sql`` templates, which
+ * built again for every claim cost the main thread a quarter to a third of the CPU a claim
+ * costs it: bench/claim-cpu.ts); each claim fills in its values, written into the text as
+ * constants (PLAN_EACH_TIME): one round trip.
  */
-export async function sendClaim(db: Db, values: ClaimValues): Promise<Array<Record<string, unknown>>> {
-  // drizzle's own execution of a built query, without building it again: the values fill the
-  // placeholders, and the database client writes them into the text as constants (PLAN_EACH_TIME)
-  const result = await db._.session.prepareQuery(claimShape(), undefined, undefined, false).execute({ ...values })
-  return rowsOf<Record<string, unknown>>(result)
-}
+const claimOnce = builtOnce<ClaimValues>(['limit', 'instanceId', 'leaseSeconds', 'budgetBytes'], claimStatement)
 
-/**
- * The claim's text, with a placeholder for each value of a claim, built by drizzle once: the
- * statement is about 8 KB of nested sql`` templates, and building it again for every claim
- * cost the main thread, which every worker's claims and runs share, a quarter to a third of the
- * CPU a claim costs it (bench/claim-cpu.ts). Every claim has this one shape: its values are
- * all parameters, none spelled into the text.
- */
-let builtClaim: Query | null = null
-function claimShape(): Query {
-  builtClaim ??= new PgDialect().sqlToQuery(
-    claimStatement({
-      limit: sql.placeholder('limit'),
-      instanceId: sql.placeholder('instanceId'),
-      leaseSeconds: sql.placeholder('leaseSeconds'),
-      budgetBytes: sql.placeholder('budgetBytes')
-    })
-  )
-  return builtClaim
+/** Sends the claim for these values (one round trip); the rows as the database answered them. */
+export async function sendClaim(db: Db, values: ClaimValues): Promise<Array<Record<string, unknown>>> {
+  return rowsOf<Record<string, unknown>>(await claimOnce(db, values))
 }
 
 /**
  * The claim statement of claimRuns (see there) for these values: numbers and strings, or
- * drizzle placeholders for claimShape's text. Each value is a parameter of the statement.
+ * drizzle placeholders for the text built once. Each value is a parameter of the statement.
  */
 export function claimStatement(v: { [K in keyof ClaimValues]: unknown }): SQL {
   const limit = v.limit
