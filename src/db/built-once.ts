@@ -5,9 +5,9 @@ import type { Db, Tx } from './client.js'
 /**
  * A statement that drizzle builds once, with a placeholder where each value goes, and that
  * each execution only fills in. Drizzle builds a sql`` template's text again at every
- * execution, walking every nested template, and for the long statements of every run (the
- * claim, the recall) that cost the main thread, which all the workers' runs share, more than
- * the rest of sending them. Executed as `db.execute` executes (drizzle's own prepared query
+ * execution, walking every nested template; for the run claim (8 KB of templates) that was a
+ * quarter to a third of the main thread's CPU per claim (bench/claim-cpu.ts), on the thread
+ * all the workers' runs share. Executed as `db.execute` executes (drizzle's own prepared query
  * for the text and the values), so the database client treats it as ever: a prepared
  * statement, or a PLAN_EACH_TIME statement's values written into its text as constants.
  *
