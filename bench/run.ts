@@ -21,6 +21,7 @@ import { benchRetrievalQuality } from './retrieval-quality.js'
 import { benchRunCost } from './run-cost.js'
 import { benchRuns } from './runs.js'
 import { benchSqlSpeed } from './sql-speed.js'
+import { benchClaimCpu } from './claim-cpu.js'
 import { benchRuntime } from './runtime.js'
 import { benchSkills } from './skills.js'
 import { benchTelemetry } from './telemetry.js'
@@ -35,6 +36,7 @@ const benches: Record<string, () => Promise<string>> = {
   runs: benchRuns,
   'run-cost': benchRunCost,
   'sql-speed': benchSqlSpeed,
+  'claim-cpu': benchClaimCpu,
   topology: benchTopology,
   completion: benchCompletion,
   'model-bound': benchModelBound,

@@ -1,4 +1,5 @@
-import { and, eq, sql } from 'drizzle-orm'
+import { and, eq, sql, type SQL } from 'drizzle-orm'
+import { builtOnce } from '../db/built-once.js'
 import { rowsOf, type Db, type Tx } from '../db/client.js'
 import { newId } from '../db/ids.js'
 import type { PoolRef } from './backend.js'
@@ -110,6 +111,43 @@ export interface UnsearchedFrame {
   mode: string
 }
 
+interface LookupValues {
+  orgId: string
+  runId: string
+  rootRunId: string
+  /** the unsearched frames, as JSON */
+  keys: string
+}
+
+/** recallLookup's statement; `enabled`: whether memory is on, read or given. */
+function lookupStatement(v: { [K in keyof LookupValues]: unknown }, enabled: SQL): SQL {
+  return sql`
+    with ms as (select enabled, extract from memory_settings where org_id = ${v.orgId}),
+    s as (select ${enabled} as enabled, coalesce((select extract from ms), false) as extract),
+    f as (select * from jsonb_to_recordset(${v.keys}::jsonb) as f(id text, scope text, owner_key text, query text, mode text)),
+    p as (select mp.id, mp.scope, mp.owner_key from memory_pools mp join f on mp.owner_key = f.owner_key and mp.scope = f.scope
+          where mp.org_id = ${v.orgId}),
+    led as (
+      insert into memory_recalls (id, org_id, run_id, root_run_id, scope, query, item_ids, latency_ms, mode)
+      select f.id, ${v.orgId}, ${v.runId}, ${v.rootRunId}, f.scope, f.query, '[]'::jsonb,
+             greatest(0, round(extract(epoch from clock_timestamp() - statement_timestamp()) * 1000))::int, f.mode
+      from f, s where s.enabled and (f.query = '' or not exists (select 1 from p where p.owner_key = f.owner_key))
+      returning id)
+    select s.enabled, s.extract,
+           (select coalesce(json_agg(json_build_object('id', p.id, 'scope', p.scope, 'ownerKey', p.owner_key)), '[]'::json) from p) as pools,
+           (select coalesce(json_agg(led.id), '[]'::json) from led) as recorded
+    from s`
+}
+
+// built by drizzle once each (every run's recall sends one), with the values filled in per run
+const LOOKUP_NAMES = ['orgId', 'runId', 'rootRunId', 'keys'] as const
+const lookupReadingSettings = builtOnce<LookupValues>(LOOKUP_NAMES, (v) =>
+  lookupStatement(v, sql`coalesce((select enabled from ms), true)`)
+)
+const lookupGivenSettings = builtOnce<LookupValues & { enabled: boolean }>([...LOOKUP_NAMES, 'enabled'], (v) =>
+  lookupStatement(v, sql`${v.enabled}::boolean`)
+)
+
 /**
  * What a run's recall needs before it searches, in ONE statement: the org's settings (unless
  * the caller already read them: `knownEnabled`), the pools of the scopes it reads, and the
@@ -123,28 +161,18 @@ export async function recallLookup(
   frames: UnsearchedFrame[],
   knownEnabled: boolean | undefined
 ): Promise<{ enabled: boolean; extract: boolean; pools: Map<string, PoolRef>; recorded: Set<string> }> {
-  const keys = JSON.stringify(
-    frames.map((f) => ({ id: f.id, scope: f.scope, owner_key: f.ownerKey, query: f.query, mode: f.mode }))
-  )
-  const enabled =
-    knownEnabled === undefined ? sql`coalesce((select enabled from ms), true)` : sql`${knownEnabled}::boolean`
+  const values = {
+    orgId: run.orgId,
+    runId: run.id,
+    rootRunId: run.rootRunId,
+    keys: JSON.stringify(
+      frames.map((f) => ({ id: f.id, scope: f.scope, owner_key: f.ownerKey, query: f.query, mode: f.mode }))
+    )
+  }
   const rows = rowsOf<{ enabled: unknown; extract: unknown; pools: unknown; recorded: unknown }>(
-    await db.execute(sql`
-    with ms as (select enabled, extract from memory_settings where org_id = ${run.orgId}),
-    s as (select ${enabled} as enabled, coalesce((select extract from ms), false) as extract),
-    f as (select * from jsonb_to_recordset(${keys}::jsonb) as f(id text, scope text, owner_key text, query text, mode text)),
-    p as (select mp.id, mp.scope, mp.owner_key from memory_pools mp join f on mp.owner_key = f.owner_key and mp.scope = f.scope
-          where mp.org_id = ${run.orgId}),
-    led as (
-      insert into memory_recalls (id, org_id, run_id, root_run_id, scope, query, item_ids, latency_ms, mode)
-      select f.id, ${run.orgId}, ${run.id}, ${run.rootRunId}, f.scope, f.query, '[]'::jsonb,
-             greatest(0, round(extract(epoch from clock_timestamp() - statement_timestamp()) * 1000))::int, f.mode
-      from f, s where s.enabled and (f.query = '' or not exists (select 1 from p where p.owner_key = f.owner_key))
-      returning id)
-    select s.enabled, s.extract,
-           (select coalesce(json_agg(json_build_object('id', p.id, 'scope', p.scope, 'ownerKey', p.owner_key)), '[]'::json) from p) as pools,
-           (select coalesce(json_agg(led.id), '[]'::json) from led) as recorded
-    from s`)
+    knownEnabled === undefined
+      ? await lookupReadingSettings(db, values)
+      : await lookupGivenSettings(db, { ...values, enabled: knownEnabled })
   )
   const row = rows[0]!
   const pools = new Map<string, PoolRef>()

@@ -3,6 +3,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { CONTROL_CHANNEL } from '../../plugins/event-bus.js'
 import { threadBusy } from '../../plugins/errors.js'
 import type { Principal } from '../auth/principal.js'
+import { builtOnce } from '../db/built-once.js'
 import { PLAN_EACH_TIME, rowsOf, type Db, type Tx } from '../db/client.js'
 import { keyset } from '../db/paging.js'
 import { boolOf, dateOf, dateOrNull, isoOf, isoOrNull, jsonOf } from '../db/rows.js'
@@ -515,7 +516,7 @@ export interface ClaimedRun {
  * as JSON, how many kept, of how many, how many results shortened), given a `claimed` CTE
  * before them.
  */
-function historyCtes(budgetBytes: number): SQL {
+function historyCtes(budgetBytes: unknown): SQL {
   const short = sql.raw(String(SHORTENED_RESULT_CHARS))
   return sql`
     -- the thread's earlier succeeded turns and their sizes, stored when each ended (whole, and
@@ -600,8 +601,60 @@ export async function claimRuns(
   db: Db,
   o: { instanceId: string; leaseMs: number; budgetBytes: number; limit: number }
 ): Promise<{ claimed: ClaimedRun[]; waiting: boolean }> {
-  const limit = Math.max(1, Math.min(MAX_CLAIM, Math.floor(o.limit)))
-  const result = await db.execute(sql`${sql.raw(PLAN_EACH_TIME)}
+  const rows = await sendClaim(db, claimValues(o))
+  const waiting = boolOf(rows[0]!.more_waiting)
+  const claimed = rows
+    .filter((row) => row.id !== null && row.id !== undefined)
+    .map((row) => ({
+      run: runFromRow(row),
+      history: replayWire(jsonOf<TranscriptMessage[][] | null>(row.context_turns) ?? [])
+    }))
+  return { claimed, waiting }
+}
+
+/** The values of one claim, the parameters of claimStatement. */
+export interface ClaimValues {
+  limit: number
+  instanceId: string
+  leaseSeconds: number
+  budgetBytes: number
+}
+
+/** A claim's values from claimRuns' options (the limit brought within 1…MAX_CLAIM). */
+export function claimValues(o: {
+  instanceId: string
+  leaseMs: number
+  budgetBytes: number
+  limit: number
+}): ClaimValues {
+  return {
+    limit: Math.max(1, Math.min(MAX_CLAIM, Math.floor(o.limit))),
+    instanceId: o.instanceId,
+    leaseSeconds: o.leaseMs / 1000,
+    budgetBytes: o.budgetBytes
+  }
+}
+
+/**
+ * The claim's text is built by drizzle once (about 8 KB of nested sql`` templates, which
+ * built again for every claim cost the main thread a quarter to a third of the CPU a claim
+ * costs it: bench/claim-cpu.ts); each claim fills in its values, written into the text as
+ * constants (PLAN_EACH_TIME): one round trip.
+ */
+const claimOnce = builtOnce<ClaimValues>(['limit', 'instanceId', 'leaseSeconds', 'budgetBytes'], claimStatement)
+
+/** Sends the claim for these values (one round trip); the rows as the database answered them. */
+export async function sendClaim(db: Db, values: ClaimValues): Promise<Array<Record<string, unknown>>> {
+  return rowsOf<Record<string, unknown>>(await claimOnce(db, values))
+}
+
+/**
+ * The claim statement of claimRuns (see there) for these values: numbers and strings, or
+ * drizzle placeholders for the text built once. Each value is a parameter of the statement.
+ */
+export function claimStatement(v: { [K in keyof ClaimValues]: unknown }): SQL {
+  const limit = v.limit
+  return sql`${sql.raw(PLAN_EACH_TIME)}
     with recursive queued_orgs(org_id) as (
       (select org_id from runs where status = 'queued' order by org_id limit 1)
       union all
@@ -640,12 +693,12 @@ export async function claimRuns(
     -- snapshot that saw the thread's previous run ended may be taken after that start, so
     -- now() could come before the previous run's finished_at
     claimed as (
-      update runs set status = 'running', started_at = coalesce(started_at, clock_timestamp()), resume_at = null, lease_owner = ${o.instanceId},
-        lease_expires_at = now() + make_interval(secs => ${o.leaseMs / 1000})
+      update runs set status = 'running', started_at = coalesce(started_at, clock_timestamp()), resume_at = null, lease_owner = ${v.instanceId},
+        lease_expires_at = now() + make_interval(secs => ${v.leaseSeconds})
       where id = any(array(select id from picked))
       returning *
     ),
-    ${historyCtes(o.budgetBytes)},
+    ${historyCtes(v.budgetBytes)},
     lock as (
       select count(pg_advisory_xact_lock(h)) as n
       from (select distinct hashtext('cairn.run_events:' || org_id) as h from claimed order by h) as s
@@ -668,16 +721,7 @@ export async function claimRuns(
     from (select claimed.*, ctx.turns as context_turns, ${notifyStored(sql`ev`)}::text as notified
           from claimed join ev on ev.run_id = claimed.id join ctx on ctx.cid = claimed.id) taken
     right join (select 1) as one on true
-    order by taken.created_at, taken.id`)
-  const rows = rowsOf<Record<string, unknown>>(result)
-  const waiting = boolOf(rows[0]!.more_waiting)
-  const claimed = rows
-    .filter((row) => row.id !== null && row.id !== undefined)
-    .map((row) => ({
-      run: runFromRow(row),
-      history: replayWire(jsonOf<TranscriptMessage[][] | null>(row.context_turns) ?? [])
-    }))
-  return { claimed, waiting }
+    order by taken.created_at, taken.id`
 }
 
 /** claimRuns for one run: the next run this worker may execute, and whether others wait. */
