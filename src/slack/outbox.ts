@@ -79,6 +79,8 @@ export class SlackOutbox extends PostOutbox<Claimed> {
   /**
    * The replies of runs whose end the bus announced become due: one statement for all the
    * runs that ended since the last look (most of them are not Slack's, and match nothing).
+   * The ids go as one JSON array: one prepared statement whatever their number, where a list of
+   * parameters made a new one for each length.
    */
   protected async beforeRound(): Promise<number | null> {
     if (this.ended.size === 0) return null
@@ -88,10 +90,7 @@ export class SlackOutbox extends PostOutbox<Claimed> {
       return rowsOf(
         await this.o.db.execute(sql`
         update slack_replies set state = 'pending', next_attempt_at = now()
-        where state = 'waiting' and run_id in (${sql.join(
-          ids.map((id) => sql`${id}`),
-          sql`, `
-        )})
+        where state = 'waiting' and run_id = any(array(select jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb)))
         returning run_id`)
       ).length
     } catch (err) {
