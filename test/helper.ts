@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import postgres from 'postgres'
-import { sql, type SQL } from 'drizzle-orm'
+import { sql } from 'drizzle-orm'
 import tap from 'tap'
 import type { BlobStore } from '../src/artifacts/blob-store.js'
 import type { Extractor } from '../src/knowledge/document-worker.js'
@@ -38,8 +38,8 @@ export interface TestDatabase {
  * sharing rows. Both start from a migrated template of this checkout's migrations
  * (test/templates.ts); migrating then finds nothing to do.
  *
- * When the test ends, its database is emptied (every table that holds a row truncated, every
- * sequence restarted: the state of a new one) and kept for the next test of the same file, which
+ * When the test ends, its database is emptied (every table truncated, identities
+ * restarted: the state of a new one) and kept for the next test of the same file, which
  * saves opening PGlite (about 3 s of CPU) or creating and dropping a Postgres database
  * each time. One whose tables changed, that no longer answers or cannot be emptied is
  * closed instead. The file's last test closes them all (and drops them on Postgres).
@@ -54,18 +54,9 @@ export async function createTestDatabase(t: Teardown): Promise<TestDatabase> {
 const idleDatabases: TestDatabase[] = []
 const closers = new Map<TestDatabase, () => Promise<void>>()
 /** The tables of the migrated schema: a database with other tables is not reused. */
-const TABLES = sql`select coalesce(array_agg(format('%I.%I', schemaname, tablename) order by tablename), '{}') as names
+const TABLES = sql`select string_agg(format('%I.%I', schemaname, tablename), ', ' order by tablename) as list
   from pg_tables where schemaname = 'public'`
-let schemaTables: string[] | undefined
-/**
- * Which of the schema's tables hold a row: only those are truncated. A truncate gives each
- * table (and its indexes) new files whether it held anything or not, about 20 ms a table on
- * Postgres, 60-odd tables, for the handful a test writes to.
- */
-let holdingRows: SQL | undefined
-/** A sequence a test moved without leaving a row (a failed insert) starts again too. */
-const RESTART_SEQUENCES = sql`select setval(format('%I.%I', schemaname, sequencename)::regclass, start_value, false)
-  from pg_sequences where schemaname = 'public' and last_value is not null`
+let schemaTables: string | undefined
 
 tap.teardown(async () => {
   idleDatabases.length = 0
@@ -95,13 +86,7 @@ async function openTestDatabase(): Promise<TestDatabase> {
       await admin.end()
     })
   }
-  if (!schemaTables) {
-    schemaTables = rowsOf<{ names: string[] }>(await db.database.db.execute(TABLES))[0]!.names
-    const probes = schemaTables.map(
-      (name) => `(select '${name.replace(/'/g, "''")}' where exists (select 1 from ${name}))`
-    )
-    holdingRows = sql.raw(`select array_remove(array[${probes.join(', ')}]::text[], null) as names`)
-  }
+  schemaTables ??= rowsOf<{ list: string }>(await db.database.db.execute(TABLES))[0]!.list
   return db
 }
 
@@ -119,16 +104,9 @@ async function releaseTestDatabase(db: TestDatabase): Promise<void> {
       db.database.db.transaction(async (tx) => {
         // a lock another connection still holds (a killed child's) is a reason to give up, not to wait
         await tx.execute(sql`set local lock_timeout = '2s'`)
-        const [tables] = rowsOf<{ names: string[] }>(await tx.execute(TABLES))
-        if (!reuse || tables?.names.join() !== schemaTables!.join()) throw new Error('not to be reused')
-        const filled = rowsOf<{ names: string[] }>(await tx.execute(holdingRows!))[0]!.names
-        if (filled.length > 0) {
-          // no foreign key or trigger fires: every table that holds a row is emptied by the same statement
-          await tx.execute(sql`set local session_replication_role = replica`)
-          const deletes = filled.map((name, i) => `d${i} as (delete from ${name})`)
-          await tx.execute(sql.raw(`with ${deletes.join(', ')} select 1`))
-        }
-        await tx.execute(RESTART_SEQUENCES)
+        const [tables] = rowsOf<{ list: string }>(await tx.execute(TABLES))
+        if (!reuse || tables?.list !== schemaTables) throw new Error('not to be reused')
+        await tx.execute(sql.raw(`truncate ${schemaTables} restart identity cascade`))
       })
     ])
     idleDatabases.push(db)
