@@ -255,7 +255,10 @@ t.test(
       error:
         /^model_unavailable: the OpenAI-compatible API at 127\.0\.0\.1:\d+ could not be reached \(tried 4 times\): nothing accepts connections there \(connection refused\)$/
     })
-    const events = await app.db.query.runEvents.findMany({ where: (e, { eq }) => eq(e.runId, failed.id) })
+    const events = await app.db.query.runEvents.findMany({
+      where: (e, { eq }) => eq(e.runId, failed.id),
+      orderBy: (e, { asc }) => asc(e.id)
+    })
     t.same(
       events.filter((e) => e.type === 'model.retry').map((e) => e.data.attempt),
       [1, 2, 3]
