@@ -13,7 +13,7 @@ import { testConfig } from '../src/config.js'
 import { openDatabase, rowsOf, type Db } from '../src/db/client.js'
 import { migrateDatabase } from '../src/db/migrate.js'
 import { claimStatement, sendClaim, type ClaimValues } from '../src/runs/runs-repo.js'
-import { benchPostgres, withDatabase } from './lib.js'
+import { benchPostgres, median, withDatabase } from './lib.js'
 
 /** claims of each kind (each takes one run; as many runs are queued, and claims on an empty queue after) */
 const CLAIMS = Number(process.env.BENCH_CLAIMS ?? 300)
@@ -36,7 +36,6 @@ async function timed(t: Tally, claim: () => Promise<unknown>): Promise<void> {
   t.wallMs.push(performance.now() - wall)
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length)
 
 function row(name: string, t: Tally): string {

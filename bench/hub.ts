@@ -8,7 +8,7 @@ import { join } from 'node:path'
 import { gzipSync } from 'node:zlib'
 import { chromium, type Browser } from 'playwright-core'
 import { ensureHubBuild } from '../scripts/build-hub.mjs'
-import { benchPostgres, startServer, withDatabase } from './lib.js'
+import { benchPostgres, median, startServer, withDatabase } from './lib.js'
 
 // page-side callbacks run in the browser; this program has Node's types, not the DOM's
 declare const performance: {
@@ -27,10 +27,6 @@ const FACTS = Number(process.env.BENCH_FACTS ?? 10_000)
 const RUNS = Number(process.env.BENCH_RUNS ?? 9)
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b)
-  return s[Math.floor(s.length / 2)]!
-}
 const ms = (x: number) => `${Math.round(x)}`
 
 /**

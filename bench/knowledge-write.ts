@@ -14,7 +14,7 @@ import { buildApp } from '../src/app.js'
 import { DEV_ORG } from '../src/auth/dev-org.js'
 import { loadConfig } from '../src/config.js'
 import { rowsOf } from '../src/db/client.js'
-import { withDatabase } from './lib.js'
+import { median, withDatabase } from './lib.js'
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 8)
 const RECORDS = Number(process.env.BENCH_RECORDS ?? 150)
@@ -124,7 +124,6 @@ async function run(databaseUrl: string | undefined): Promise<string> {
   }
   await app.close()
   rmSync(dataDir, { recursive: true, force: true })
-  const median = (xs: number[]) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
   const line = (what: 'record' | 'chunks', key: 'wall' | 'cpu') => {
     const before = median(samples.triggers[what].map((s) => s[key]))
     const after = median(samples.queue[what].map((s) => s[key]))

@@ -102,6 +102,11 @@ export async function interleaved(
   return cases.map((c) => best.get(c.name)!)
 }
 
+/** The middle of some figures (the upper one of the two middles for an even count; 0 for none). */
+export function median(xs: readonly number[]): number {
+  return [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0
+}
+
 /** The CPU time a process has used, user and system, in ms (Linux: /proc/<pid>/stat, in clock ticks of 10 ms). */
 export function cpuMs(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
